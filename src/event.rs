@@ -1,0 +1,314 @@
+//! The one event type that crosses every boundary of the pipeline: sources (strace text,
+//! perf trace text, live tracers) produce `Event`s, the fd table resolves them, analyzers
+//! consume them. It says who (tid), when (start time on the trace's clock, in ns), what
+//! (syscall, signal, exit, attach/detach), and where it came from (input line, 0 if live).
+//!
+//! Only the few syscall arguments the analysis needs are kept (the fd, a path, the first
+//! bytes of a buffer), pulled out by the source, so that an event never owns a copy of the
+//! whole line and the hot path allocates only when a path is present.
+
+use std::sync::Mutex;
+
+/// Thread id as printed by the tracer (strace prints tids, not tgids).
+pub type Tid = u32;
+/// Nanoseconds on the trace's clock (see `source::Clock`).
+pub type Nanos = i64;
+
+/// How many leading bytes of a read/write buffer an event keeps: enough for a RESP
+/// command name (`*3\r\n$4\r\nSADD\r\n`), a redis log-line prefix or the `REDIS` magic.
+pub const DATA_CAP: usize = 48;
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Event {
+    pub tid: Tid,
+    /// Start of the call (or time of the signal/exit) on the trace clock.
+    pub ts: Nanos,
+    /// Input line on which the event ends (the resumed half for a stitched call); 0 if live.
+    pub line: u64,
+    pub kind: EventKind,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum EventKind {
+    Syscall(Syscall),
+    /// `--- SIGCHLD {si_signo=SIGCHLD, si_pid=N, ...} ---`
+    Signal { name: &'static str, si_pid: Option<u32> },
+    /// `+++ exited with N +++` / `+++ killed by SIGKILL +++`
+    Exit { code: Option<i32>, signal: Option<&'static str> },
+    /// `strace: Process N attached [with K threads]` (or a live seize).
+    Attach { threads: Option<u32> },
+    /// `strace: Process N detached` (or a live detach).
+    Detach,
+}
+
+/// Where a syscall's duration came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum DurSource {
+    /// `-T`, perf trace's `( 0.037 ms)`, or a live tracer's clock.
+    Measured,
+    /// From the entry line of an unfinished call to its resumed line.
+    Paired,
+    /// Upper bound: up to the next event of the same thread.
+    UpperBound,
+    /// Not known (the call was cut off, or nothing followed it).
+    #[default]
+    Unknown,
+}
+
+/// A call that the trace only shows part of.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InFlight {
+    /// Already running when tracing began (a resumed half with no entry, restart_syscall).
+    AtStart,
+    /// Still running when tracing ended (unfinished with no resume, `<detached ...>`, cut-off line).
+    AtEnd,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ret {
+    /// A non-negative result (or a negative one that is not an errno, e.g. lseek).
+    Val(i64),
+    /// `-1 EAGAIN (...)`: the errno name.
+    Err(&'static str),
+    /// `= ?` (the call did not return: exit, or the thread died), or not known.
+    Unknown,
+}
+
+impl Ret {
+    pub fn is_err(&self) -> bool {
+        matches!(self, Ret::Err(_))
+    }
+    pub fn val(&self) -> Option<i64> {
+        match self {
+            Ret::Val(v) => Some(*v),
+            _ => None,
+        }
+    }
+}
+
+/// The syscall-specific arguments the fd table and the analyzers need.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub enum Extra {
+    #[default]
+    None,
+    /// A pathname argument (open, openat, creat, unlink, newfstatat with a path...).
+    Path(Box<str>),
+    /// rename/renameat: old and new path.
+    Rename(Box<str>, Box<str>),
+    /// pipe/pipe2/socketpair: the two fds written by the kernel.
+    FdPair(i32, i32),
+    /// dup2/dup3: the target fd number.
+    NewFd(i32),
+    /// fcntl(fd, F_DUPFD...): the result is a copy of `fd`.
+    DupFd,
+    /// close_range(first, last).
+    CloseRange(u32, u32),
+    /// clone/clone3/fork/vfork: `thread` when CLONE_THREAD was given.
+    Clone { thread: bool },
+    /// socket(domain, ...): e.g. "AF_INET", "AF_UNIX".
+    Socket(&'static str),
+    /// The first bytes of a read/write buffer, unescaped.
+    Data(Data),
+}
+
+/// The first `DATA_CAP` bytes of a buffer argument, stored inline (no allocation).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Data {
+    len: u8,
+    /// The trace showed fewer bytes than the call transferred (`"..."...`).
+    pub truncated: bool,
+    buf: [u8; DATA_CAP],
+}
+
+impl Data {
+    pub fn new(bytes: &[u8], truncated: bool) -> Self {
+        let n = bytes.len().min(DATA_CAP);
+        let mut buf = [0u8; DATA_CAP];
+        buf[..n].copy_from_slice(&bytes[..n]);
+        Data { len: n as u8, truncated: truncated || bytes.len() > DATA_CAP, buf }
+    }
+    pub fn bytes(&self) -> &[u8] {
+        &self.buf[..self.len as usize]
+    }
+}
+
+impl std::fmt::Debug for Data {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Data({:?}{})", String::from_utf8_lossy(self.bytes()), if self.truncated { "..." } else { "" })
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Syscall {
+    pub name: &'static str,
+    /// The fd argument, for syscalls whose first argument is an fd.
+    pub fd: Option<i32>,
+    /// strace `-y` annotation of that fd (ground truth when present).
+    pub fd_path: Option<Box<str>>,
+    pub ret: Ret,
+    /// strace `-y` annotation of a returned fd (`= 8</proc/8169/stat>`).
+    pub ret_path: Option<Box<str>>,
+    pub dur: Option<Nanos>,
+    pub dur_src: DurSource,
+    pub in_flight: Option<InFlight>,
+    pub extra: Extra,
+    /// Line of the entry half when the call was split (unfinished ... resumed).
+    pub start_line: Option<u64>,
+}
+
+impl Syscall {
+    pub fn new(name: &'static str) -> Self {
+        Syscall {
+            name,
+            fd: None,
+            fd_path: None,
+            ret: Ret::Unknown,
+            ret_path: None,
+            dur: None,
+            dur_src: DurSource::Unknown,
+            in_flight: None,
+            extra: Extra::None,
+            start_line: None,
+        }
+    }
+    pub fn data(&self) -> Option<&Data> {
+        match &self.extra {
+            Extra::Data(d) => Some(d),
+            _ => None,
+        }
+    }
+    /// The path argument, if the call names one.
+    pub fn path(&self) -> Option<&str> {
+        match &self.extra {
+            Extra::Path(p) => Some(p),
+            _ => None,
+        }
+    }
+}
+
+impl Event {
+    pub fn syscall(&self) -> Option<&Syscall> {
+        match &self.kind {
+            EventKind::Syscall(s) => Some(s),
+            _ => None,
+        }
+    }
+    /// End time: start plus duration when known.
+    pub fn end(&self) -> Nanos {
+        match &self.kind {
+            EventKind::Syscall(s) => self.ts + s.dur.unwrap_or(0),
+            _ => self.ts,
+        }
+    }
+}
+
+/// Syscall, signal and errno names live for the whole run: interning them once lets every
+/// event carry a `&'static str` instead of an owned copy. Names come from a fixed list of
+/// the common ones; anything else (other architectures, garbage) is leaked once, and only a
+/// bounded number of distinct names is ever leaked so corrupt input cannot grow memory.
+pub fn intern(name: &[u8]) -> &'static str {
+    static TABLE: std::sync::OnceLock<std::collections::HashMap<&'static [u8], &'static str>> =
+        std::sync::OnceLock::new();
+    let table = TABLE.get_or_init(|| KNOWN.iter().map(|k| (k.as_bytes(), *k)).collect());
+    if let Some(s) = table.get(name) {
+        return s;
+    }
+    static EXTRA: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
+    let mut extra = EXTRA.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(s) = extra.iter().find(|k| k.as_bytes() == name) {
+        return s;
+    }
+    if extra.len() >= 4096 {
+        return "?";
+    }
+    let s: &'static str = Box::leak(String::from_utf8_lossy(name).into_owned().into_boxed_str());
+    extra.push(s);
+    s
+}
+
+const KNOWN: &[&str] = &[
+    "read", "write", "epoll_wait", "epoll_pwait", "epoll_pwait2", "fdatasync", "fsync", "close",
+    "openat", "open", "lseek", "getpid", "newfstatat", "fstat", "stat", "lstat", "futex",
+    "accept", "accept4", "setsockopt", "getsockopt", "getpeername", "getsockname", "epoll_ctl",
+    "clone", "clone3", "fork", "vfork", "wait4", "waitid", "rename", "renameat", "renameat2",
+    "unlink", "unlinkat", "pread64", "pwrite64", "readv", "writev", "sendto", "recvfrom",
+    "sendmsg", "recvmsg", "sync_file_range", "mmap", "munmap", "madvise", "mprotect", "brk",
+    "restart_syscall", "nanosleep", "clock_nanosleep", "exit", "exit_group", "socket",
+    "connect", "bind", "listen", "pipe", "pipe2", "dup", "dup2", "dup3", "fcntl",
+    "close_range", "kill", "tgkill", "rt_sigaction", "rt_sigprocmask", "rt_sigreturn",
+    "set_robust_list", "prctl", "getrusage", "sched_yield", "ioctl", "poll", "ppoll",
+    "select", "pselect6", "creat", "ftruncate", "fallocate", "getdents64", "execve",
+    "arch_prctl", "set_tid_address", "rseq", "prlimit64", "sysinfo", "gettid", "getuid",
+    "mremap", "statx", "access", "faccessat", "faccessat2", "readlink", "readlinkat",
+    "eventfd2", "epoll_create", "epoll_create1", "timerfd_create", "signalfd4", "memfd_create",
+    "socketpair", "shutdown", "sendfile", "splice", "uname", "chdir", "getcwd", "mkdir",
+    "mkdirat", "rmdir", "syncfs", "sync", "msync", "fadvise64", "getrandom", "umask",
+    "SIGCHLD", "SIGTERM", "SIGINT", "SIGKILL", "SIGPIPE", "SIGSEGV", "SIGUSR1", "SIGUSR2",
+    "SIGHUP", "SIGALRM", "SIGSTOP", "SIGCONT", "SIGWINCH", "SIGQUIT", "SIGABRT", "SIGBUS",
+    "SIGSYS", "SIGTRAP", "SIGURG", "SIGPROF", "SIGVTALRM", "SIGXCPU", "SIGXFSZ", "SIGIO",
+    "EAGAIN", "ENOENT", "EINTR", "EBADF", "EINVAL", "EEXIST", "EPIPE", "ECONNRESET",
+    "ETIMEDOUT", "ECHILD", "ENOTCONN", "EINPROGRESS", "ERESTARTSYS", "ERESTARTNOINTR",
+    "ERESTARTNOHAND", "ERESTART_RESTARTBLOCK", "EACCES", "EPERM", "ENOSYS", "ENOTTY",
+    "ESPIPE", "ENOSPC", "EIO", "EFAULT", "ENOMEM", "EBUSY", "ESRCH", "ENOTDIR", "EISDIR",
+    "EXDEV", "ERANGE", "ENXIO", "EOPNOTSUPP", "ECONNREFUSED", "EADDRINUSE", "ENODATA",
+];
+
+/// Syscalls whose first argument is a file descriptor. Used by every source to know when
+/// the first argument names an fd (and so can be resolved through the fd table).
+pub fn first_arg_is_fd(name: &str) -> bool {
+    matches!(
+        name,
+        "read" | "write" | "pread64" | "pwrite64" | "readv" | "writev" | "preadv" | "pwritev"
+            | "preadv2" | "pwritev2" | "fdatasync" | "fsync" | "close" | "lseek" | "_llseek"
+            | "fstat" | "fstat64" | "newfstatat" | "statx" | "epoll_wait" | "epoll_pwait"
+            | "epoll_pwait2" | "epoll_ctl" | "accept" | "accept4" | "setsockopt" | "getsockopt"
+            | "getpeername" | "getsockname" | "sendto" | "recvfrom" | "sendmsg" | "recvmsg"
+            | "sendmmsg" | "recvmmsg" | "connect" | "bind" | "listen" | "shutdown"
+            | "sync_file_range" | "ftruncate" | "fallocate" | "getdents64" | "getdents"
+            | "fcntl" | "fcntl64" | "ioctl" | "dup" | "dup2" | "dup3" | "fadvise64"
+            | "syncfs" | "flock" | "fchmod" | "fchown" | "openat" | "unlinkat" | "renameat"
+            | "renameat2" | "mkdirat" | "faccessat" | "faccessat2" | "readlinkat" | "fstatfs"
+            | "splice" | "sendfile" | "fgetxattr" | "fsetxattr" | "fchdir" | "copy_file_range"
+    )
+}
+
+/// Read/write-like syscalls whose second argument is the data buffer.
+pub fn has_data_arg(name: &str) -> bool {
+    matches!(
+        name,
+        "read" | "write" | "pread64" | "pwrite64" | "sendto" | "recvfrom"
+    )
+}
+
+/// Calls that add bytes to a file or push them to disk: the ones that stall on slow disks.
+pub fn is_write_like(name: &str) -> bool {
+    matches!(
+        name,
+        "write" | "pwrite64" | "writev" | "pwritev" | "pwritev2" | "fdatasync" | "fsync"
+            | "sync_file_range" | "ftruncate" | "fallocate" | "close" | "syncfs" | "sync"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn intern_returns_same_static_for_known_and_unknown() {
+        assert_eq!(intern(b"fdatasync"), "fdatasync");
+        let a = intern(b"mmap2");
+        let b = intern(b"mmap2");
+        assert!(std::ptr::eq(a, b));
+    }
+
+    #[test]
+    fn data_keeps_prefix_and_marks_truncation() {
+        let d = Data::new(&[b'x'; 100], false);
+        assert_eq!(d.bytes().len(), DATA_CAP);
+        assert!(d.truncated);
+        let d = Data::new(b"*1\r\n", false);
+        assert_eq!(d.bytes(), b"*1\r\n");
+        assert!(!d.truncated);
+    }
+}

@@ -1,0 +1,9 @@
+//! stallscope: explains latency stalls of a redis-server from its system calls.
+//!
+//! Pipeline: `source` (strace/perf text, live tracers) -> `event::Event` -> `fdtable` and
+//! thread bookkeeping -> `analyze` (stalls, roles, phases, commands, causes, findings) ->
+//! `report::Report` -> `render` (table, JSON, ...). Every stage streams: memory is bounded by
+//! the fd table, the unfinished-call map and fixed-size aggregates, never by trace length.
+
+pub mod event;
+pub mod report;

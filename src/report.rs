@@ -1,0 +1,295 @@
+//! The report: built once by the analyzers at the end of the pipeline, serializable, and the
+//! JSON schema of `../shared/REPORT.md` (`stallscope/1`). Renderers (table, JSON, SVG/HTML,
+//! trace export) take `&Report` and a writer, nothing else. Keys named in REPORT.md are never
+//! renamed or dropped; extra keys are added freely. Times are µs unless named otherwise.
+
+use serde::Serialize;
+
+pub const SCHEMA: &str = "stallscope/1";
+
+#[derive(Clone, Debug, Serialize, Default)]
+pub struct Report {
+    pub schema: &'static str,
+    pub source: Source,
+    pub summary: Summary,
+    pub skipped: Vec<Skipped>,
+    pub syscalls: Vec<SyscallStats>,
+    pub fds: Vec<FdStats>,
+    /// The slowest calls of the trace, whatever the threshold (at most `--top`).
+    pub slowest: Vec<SlowCall>,
+    pub stalls: Vec<Stall>,
+    /// Stalls that overlap in time, merged: what a client saw as one freeze.
+    pub incidents: Vec<Incident>,
+    pub threads: Vec<ThreadInfo>,
+    pub phases: Vec<Phase>,
+    /// Per-phase before/during/after statistics of the main thread's file syscalls.
+    pub phase_stats: Vec<PhaseStats>,
+    pub commands: Vec<CommandStats>,
+    pub findings: Vec<Finding>,
+    /// Idle time (waits that are not stalls) per thread role.
+    pub idle: Vec<IdleStats>,
+    /// Live sources only: /proc samples aligned with phases and stalls.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host: Option<HostContext>,
+    /// Live sources only: what tracing cost.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub overhead: Option<Overhead>,
+}
+
+#[derive(Clone, Debug, Serialize, Default)]
+pub struct Source {
+    /// "strace" | "perf" | "live"
+    pub kind: String,
+    pub files: Vec<String>,
+    /// What was detected, in the tracer's own words, e.g. "strace -f -tt -T -y".
+    pub format: String,
+    pub pid: Option<u32>,
+    /// "absolute" (wall clock with a date), "time_of_day" (no date), "relative", "none".
+    pub clock: String,
+    /// Live backend ("ptrace" | "perf"), or null.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backend: Option<String>,
+}
+
+#[derive(Clone, Debug, Serialize, Default)]
+pub struct Summary {
+    pub lines: u64,
+    pub events: u64,
+    pub syscalls: u64,
+    pub threads: u64,
+    pub processes: u64,
+    /// First timestamp as printed in the trace.
+    pub start: Option<String>,
+    /// ISO 8601 wall-clock time of the first event, when the source allows it.
+    pub start_iso: Option<String>,
+    pub span_us: i64,
+    pub skipped_lines: u64,
+    /// "measured" | "reconstructed" | "mixed"
+    pub durations: String,
+    pub threshold_us: i64,
+    pub stalls: u64,
+    /// Live perf backend: events lost to ring-buffer overflow (0 for offline sources).
+    pub lost_events: u64,
+    /// Calls still running when the trace ended.
+    pub in_flight_at_end: u64,
+    /// Calls already running when the trace began.
+    pub in_flight_at_start: u64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Skipped {
+    pub line: u64,
+    pub reason: String,
+    /// The start of the offending line (lossy UTF-8, cut at 120 bytes).
+    pub text: String,
+}
+
+#[derive(Clone, Debug, Serialize, Default)]
+pub struct SyscallStats {
+    pub name: String,
+    pub calls: u64,
+    pub errors: u64,
+    pub total_us: i64,
+    pub p50_us: i64,
+    pub p99_us: i64,
+    pub max_us: i64,
+}
+
+#[derive(Clone, Debug, Serialize, Default)]
+pub struct FdStats {
+    pub pid: u32,
+    pub fd: i32,
+    pub path: Option<String>,
+    pub class: String,
+    pub calls: u64,
+    pub total_us: i64,
+    pub p50_us: i64,
+    pub p99_us: i64,
+    pub max_us: i64,
+}
+
+#[derive(Clone, Debug, Serialize, Default)]
+pub struct SlowCall {
+    pub ts: String,
+    pub at_us: i64,
+    pub pid: u32,
+    pub tid: u32,
+    pub thread: String,
+    pub syscall: String,
+    pub fd: Option<i32>,
+    pub path: Option<String>,
+    pub class: Option<String>,
+    pub duration_us: i64,
+    pub line: Option<u64>,
+    pub bound: Bound,
+}
+
+#[derive(Clone, Copy, Debug, Serialize, Default, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Bound {
+    #[default]
+    Exact,
+    AtLeast,
+    /// Reconstructed from the next event of the thread: the call took at most this long.
+    AtMost,
+}
+
+#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum StallKind {
+    SlowSyscall,
+    Gap,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Stall {
+    pub ts: String,
+    pub ts_iso: Option<String>,
+    pub at_us: i64,
+    pub pid: u32,
+    pub tid: u32,
+    pub thread: String,
+    pub kind: StallKind,
+    pub syscall: Option<String>,
+    pub fd: Option<i32>,
+    pub path: Option<String>,
+    pub class: Option<String>,
+    pub duration_us: i64,
+    pub line: Option<u64>,
+    pub cause: String,
+    pub finding: Option<String>,
+    pub bound: Bound,
+    pub in_flight: Option<crate::event::InFlight>,
+    pub waiting_commands: u64,
+    pub waiting_clients: u64,
+    pub worst_wait_us: Option<i64>,
+    /// Index into `phases` of the background child running at the time, if any.
+    pub phase: Option<usize>,
+    /// Events were lost (live perf backend) around this stall: it may be incomplete.
+    pub events_lost: bool,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Incident {
+    pub start_at_us: i64,
+    pub end_at_us: i64,
+    pub ts: String,
+    pub duration_us: i64,
+    /// Indexes into `stalls`.
+    pub stalls: Vec<usize>,
+    pub waiting_commands: u64,
+    pub waiting_clients: u64,
+    pub worst_wait_us: Option<i64>,
+    pub finding: Option<String>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ThreadInfo {
+    pub pid: u32,
+    pub tid: u32,
+    pub role: String,
+    pub name: Option<String>,
+    /// How the role was decided: "name", "tid==pid", "epoll_wait", "fdatasync on aof", ...
+    pub why: String,
+    pub syscalls: u64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Phase {
+    /// "bgsave" | "aof_rewrite" | "child"
+    pub kind: String,
+    pub child_pid: u32,
+    pub start_at_us: i64,
+    pub end_at_us: Option<i64>,
+    pub fork_us: Option<i64>,
+    pub ts: String,
+    /// What ended it: "exit", "SIGCHLD", "wait4", or null while still running at trace end.
+    pub ended_by: Option<String>,
+    /// Files the child wrote, by class.
+    pub wrote: Vec<String>,
+}
+
+#[derive(Clone, Debug, Serialize, Default)]
+pub struct PhaseStats {
+    pub phase: usize,
+    /// "main_file_syscalls" | "command:SET" ...
+    pub what: String,
+    pub before: Dist,
+    pub during: Dist,
+    pub after: Dist,
+}
+
+#[derive(Clone, Debug, Serialize, Default)]
+pub struct Dist {
+    pub count: u64,
+    pub p50_us: i64,
+    pub p99_us: i64,
+    pub max_us: i64,
+}
+
+#[derive(Clone, Debug, Serialize, Default)]
+pub struct CommandStats {
+    pub command: String,
+    /// "all" | "before" | "during" | "after"
+    pub phase: String,
+    pub calls: u64,
+    pub p50_us: i64,
+    pub p99_us: i64,
+    pub max_us: i64,
+    /// Time spent in AOF syscalls while serving this command (sum over calls).
+    pub aof_us: i64,
+    /// Time spent in log-file syscalls while serving this command (sum over calls).
+    pub log_us: i64,
+}
+
+#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq, PartialOrd, Ord)]
+#[serde(rename_all = "snake_case")]
+pub enum Severity {
+    Info,
+    Warning,
+    Critical,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Finding {
+    pub id: String,
+    pub severity: Severity,
+    pub title: String,
+    pub evidence: String,
+    pub advice: String,
+    /// How many stalls this finding explains.
+    pub stalls: u64,
+}
+
+#[derive(Clone, Debug, Serialize, Default)]
+pub struct IdleStats {
+    pub role: String,
+    pub syscall: String,
+    pub calls: u64,
+    pub total_us: i64,
+}
+
+#[derive(Clone, Debug, Serialize, Default)]
+pub struct HostContext {
+    pub sample_interval_ms: u64,
+    pub samples: Vec<HostSample>,
+    /// Human-readable comparisons ("during the BGSAVE: minor faults 9,300/s vs 570/s before").
+    pub notes: Vec<String>,
+}
+
+#[derive(Clone, Debug, Serialize, Default)]
+pub struct HostSample {
+    pub at_us: i64,
+    pub minflt_per_s: f64,
+    pub majflt_per_s: f64,
+    pub read_bytes_per_s: f64,
+    pub write_bytes_per_s: f64,
+    pub iowait_pct: f64,
+}
+
+#[derive(Clone, Debug, Serialize, Default)]
+pub struct Overhead {
+    pub syscalls_per_s: f64,
+    pub mean_stop_us: f64,
+    pub warning: Option<String>,
+}
