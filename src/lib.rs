@@ -7,3 +7,4 @@
 
 pub mod event;
 pub mod report;
+pub mod source;

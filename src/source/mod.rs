@@ -1,0 +1,703 @@
+//! Sources: the front of the pipeline. They turn saved traces (strace text in all its
+//! variants, perf trace text; plain, gzip or stdin; one file or `strace -ff` per-process
+//! files merged by time) into a pull iterator of `Event`s, detect the format from the first
+//! lines, count every line they could not use by reason, and fill in durations the trace did
+//! not print (an upper bound up to the thread's next event). Live tracers live in `live` and
+//! produce the same events.
+
+pub mod perf;
+pub mod strace;
+
+use crate::event::{DurSource, Event, EventKind, Nanos, Tid};
+use anyhow::{anyhow, bail, Context, Result};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+pub use strace::TimeFmt;
+
+/// `--input-format`
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum InputFormat {
+    Auto,
+    Strace,
+    Perf,
+}
+
+/// The trace's clock, as far as the source knows it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Clock {
+    pub fmt: TimeFmt,
+    /// perf trace: milliseconds since perf started.
+    pub perf: bool,
+    pub frac_digits: u8,
+    /// First timestamp on the trace's scale.
+    pub first: Nanos,
+    /// For time-of-day clocks: the date of the first line and the UTC offset (seconds), from
+    /// `--date`, to turn times into absolute ones.
+    pub date: Option<(chrono::NaiveDate, i32)>,
+    /// For live sources: wall-clock ns since the epoch of `first`.
+    pub wall_at_first: Option<Nanos>,
+}
+
+impl Clock {
+    pub fn none() -> Self {
+        Clock { fmt: TimeFmt::None, perf: false, frac_digits: 6, first: 0, date: None, wall_at_first: None }
+    }
+
+    /// A timestamp as the trace would have printed it.
+    pub fn format(&self, ts: Nanos) -> String {
+        let digits = if self.frac_digits == 0 { 6 } else { self.frac_digits.min(9) } as usize;
+        let frac = |ns: i64| -> String {
+            let s = format!("{:09}", ns.rem_euclid(1_000_000_000));
+            s[..digits].to_string()
+        };
+        if let Some(iso) = self.iso(ts) {
+            if self.fmt == TimeFmt::None || self.perf || self.wall_at_first.is_some() {
+                return iso;
+            }
+        }
+        match self.fmt {
+            TimeFmt::TimeOfDay | TimeFmt::TimeOfDayFrac => {
+                let d = ts.rem_euclid(86_400 * 1_000_000_000);
+                let s = d / 1_000_000_000;
+                format!("{:02}:{:02}:{:02}.{}", s / 3600, (s % 3600) / 60, s % 60, frac(d))
+            }
+            TimeFmt::Epoch => format!("{}.{}", ts.div_euclid(1_000_000_000), frac(ts)),
+            _ => {
+                let r = ts - self.first;
+                format!("+{}.{}s", r.div_euclid(1_000_000_000), frac(r))
+            }
+        }
+    }
+
+    /// Wall-clock time in ns since the epoch, where the source allows it.
+    pub fn wall_ns(&self, ts: Nanos) -> Option<Nanos> {
+        if let Some(w) = self.wall_at_first {
+            return Some(w + (ts - self.first));
+        }
+        if self.perf {
+            return None;
+        }
+        match self.fmt {
+            TimeFmt::Epoch => Some(ts),
+            TimeFmt::TimeOfDay | TimeFmt::TimeOfDayFrac => {
+                let (date, off) = self.date?;
+                let midnight = date.and_hms_opt(0, 0, 0)?.and_utc().timestamp();
+                Some((midnight - off as i64) * 1_000_000_000 + ts)
+            }
+            _ => None,
+        }
+    }
+
+    /// ISO 8601 with date and UTC offset, where the source allows it.
+    pub fn iso(&self, ts: Nanos) -> Option<String> {
+        let w = self.wall_ns(ts)?;
+        let off = self.date.map(|d| d.1).unwrap_or(0);
+        let tz = chrono::FixedOffset::east_opt(off)?;
+        let t = chrono::DateTime::from_timestamp(w.div_euclid(1_000_000_000), w.rem_euclid(1_000_000_000) as u32)?;
+        Some(t.with_timezone(&tz).to_rfc3339_opts(chrono::SecondsFormat::Micros, false))
+    }
+
+    /// "absolute" | "time_of_day" | "relative" | "none"
+    pub fn describe(&self) -> &'static str {
+        if self.wall_at_first.is_some() {
+            return "absolute";
+        }
+        if self.perf {
+            return "relative";
+        }
+        match self.fmt {
+            TimeFmt::Epoch => "absolute",
+            TimeFmt::TimeOfDay | TimeFmt::TimeOfDayFrac if self.date.is_some() => "absolute",
+            TimeFmt::TimeOfDay | TimeFmt::TimeOfDayFrac => "time_of_day",
+            TimeFmt::Relative => "relative",
+            TimeFmt::None => "none",
+        }
+    }
+}
+
+/// What the source is, for the report's `source` block.
+#[derive(Clone, Debug)]
+pub struct SourceInfo {
+    pub kind: &'static str,
+    pub files: Vec<String>,
+    pub format: String,
+    pub pid: Option<Tid>,
+    pub clock: Clock,
+}
+
+/// Lines that could not be used, by reason, with the first few kept for the report.
+#[derive(Clone, Debug, Default)]
+pub struct Skips {
+    pub total: u64,
+    pub by_reason: BTreeMap<&'static str, u64>,
+    pub first: Vec<(String, u64, &'static str, String)>,
+}
+
+const KEEP_SKIPPED: usize = 10;
+
+impl Skips {
+    fn add(&mut self, file: &str, line: u64, reason: &'static str, text: &[u8]) {
+        self.total += 1;
+        *self.by_reason.entry(reason).or_default() += 1;
+        if self.first.len() < KEEP_SKIPPED {
+            let cut = &text[..text.len().min(120)];
+            self.first.push((file.to_string(), line, reason, String::from_utf8_lossy(cut).into_owned()));
+        }
+    }
+    fn merge(&mut self, o: &Skips) {
+        self.total += o.total;
+        for (k, v) in &o.by_reason {
+            *self.by_reason.entry(k).or_default() += v;
+        }
+        for f in &o.first {
+            if self.first.len() < KEEP_SKIPPED {
+                self.first.push(f.clone());
+            }
+        }
+    }
+}
+
+/// Counters a source keeps while it runs.
+#[derive(Clone, Debug, Default)]
+pub struct Counters {
+    pub lines: u64,
+    pub skips: Skips,
+    pub measured: u64,
+    pub reconstructed: u64,
+}
+
+/// Longest line kept whole; longer ones (a -s 1M write) are skipped, never buffered whole,
+/// so memory stays bounded whatever the input.
+const MAX_LINE: usize = 1 << 20;
+const CHUNK: usize = 1 << 18;
+
+/// A byte-line reader over any `Read`: lines are slices into one reusable buffer, so the
+/// hot loop copies nothing and allocates nothing.
+pub struct LineReader {
+    inner: Box<dyn Read + Send>,
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+    eof: bool,
+    /// Currently discarding the rest of an over-long line.
+    skipping_long: bool,
+}
+
+pub enum Line<'a> {
+    Text(&'a [u8]),
+    TooLong(&'a [u8]),
+}
+
+impl LineReader {
+    pub fn new(inner: Box<dyn Read + Send>) -> Self {
+        LineReader { inner, buf: vec![0; CHUNK], start: 0, end: 0, eof: false, skipping_long: false }
+    }
+
+    fn fill(&mut self) -> std::io::Result<bool> {
+        if self.start > 0 {
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+        }
+        if self.end == self.buf.len() {
+            if self.buf.len() >= MAX_LINE {
+                return Ok(false);
+            }
+            self.buf.resize((self.buf.len() * 2).min(MAX_LINE), 0);
+        }
+        loop {
+            match self.inner.read(&mut self.buf[self.end..]) {
+                Ok(0) => {
+                    self.eof = true;
+                    return Ok(true);
+                }
+                Ok(n) => {
+                    self.end += n;
+                    return Ok(true);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// The first bytes of the input, without consuming them (for format detection).
+    pub fn peek(&mut self, want: usize) -> std::io::Result<&[u8]> {
+        while self.end - self.start < want && !self.eof {
+            if !self.fill()? {
+                break;
+            }
+        }
+        Ok(&self.buf[self.start..self.end])
+    }
+
+    pub fn next_line(&mut self) -> std::io::Result<Option<Line<'_>>> {
+        loop {
+            let avail = &self.buf[self.start..self.end];
+            if let Some(nl) = memchr::memchr(b'\n', avail) {
+                let s = self.start;
+                self.start += nl + 1;
+                if self.skipping_long {
+                    self.skipping_long = false;
+                    continue;
+                }
+                return Ok(Some(Line::Text(&self.buf[s..s + nl])));
+            }
+            if self.eof {
+                if self.start == self.end {
+                    return Ok(None);
+                }
+                let s = self.start;
+                self.start = self.end;
+                if self.skipping_long {
+                    self.skipping_long = false;
+                    return Ok(None);
+                }
+                return Ok(Some(Line::Text(&self.buf[s..self.end])));
+            }
+            if !self.fill()? {
+                // Buffer full without a newline: report the line once, drop the rest of it.
+                let keep = 120.min(self.end);
+                let head_end = self.start + keep;
+                self.skipping_long = true;
+                let s = self.start;
+                self.start = self.end;
+                // The head is still in the buffer until the next fill.
+                return Ok(Some(Line::TooLong(&self.buf[s..head_end])));
+            }
+        }
+    }
+}
+
+/// Opens a file (or `-` for stdin), transparently gunzipping.
+pub fn open_input(path: &str) -> Result<LineReader> {
+    let raw: Box<dyn Read + Send> = if path == "-" {
+        Box::new(std::io::stdin())
+    } else {
+        Box::new(std::fs::File::open(path).with_context(|| format!("cannot open {path}"))?)
+    };
+    let mut r = LineReader::new(raw);
+    let head = r.peek(2).with_context(|| format!("cannot read {path}"))?;
+    if head.starts_with(&[0x1f, 0x8b]) {
+        // Hand the already-read bytes back to the decoder.
+        let pre = head.to_vec();
+        let rest = std::mem::replace(&mut r.inner, Box::new(std::io::empty()));
+        let chained = std::io::Cursor::new(pre).chain(rest);
+        return Ok(LineReader::new(Box::new(flate2::read::MultiGzDecoder::new(chained))));
+    }
+    Ok(r)
+}
+
+enum Parser {
+    Strace(strace::StraceParser),
+    Perf(perf::PerfParser),
+}
+
+/// One input file read as a stream of events.
+pub struct FileSource {
+    pub label: String,
+    reader: LineReader,
+    parser: Parser,
+    queue: VecDeque<Event>,
+    scratch: Vec<Event>,
+    pub counters: Counters,
+    strict: bool,
+    done: bool,
+    /// Detected shape, in strace's own words.
+    pub format: String,
+}
+
+/// What the first lines of an input look like.
+#[derive(Debug, PartialEq, Eq, Clone, Copy)]
+enum Detected {
+    Strace,
+    Perf,
+    StraceSummary,
+    PerfSummary,
+    Unknown,
+    Empty,
+}
+
+fn detect(head: &[u8]) -> Detected {
+    let mut strace_hits = 0;
+    let mut perf_hits = 0;
+    let mut lines = 0;
+    for line in head.split(|b| *b == b'\n').take(200) {
+        let t = line.iter().skip_while(|b| b.is_ascii_whitespace()).copied().collect::<Vec<u8>>();
+        if t.is_empty() {
+            continue;
+        }
+        lines += 1;
+        if t.starts_with(b"% time") && memchr::memmem::find(&t, b"syscall").is_some() {
+            return Detected::StraceSummary;
+        }
+        if t.starts_with(b"Summary of events:") {
+            return Detected::PerfSummary;
+        }
+        if perf::looks_like_perf(line) {
+            perf_hits += 1;
+            continue;
+        }
+        let (_, body) = strace::parse_prefix(line);
+        if strace::parse_body(body).is_ok() {
+            strace_hits += 1;
+        }
+    }
+    if lines == 0 {
+        return Detected::Empty;
+    }
+    if perf_hits > strace_hits && perf_hits > 0 {
+        Detected::Perf
+    } else if strace_hits > 0 {
+        Detected::Strace
+    } else {
+        Detected::Unknown
+    }
+}
+
+impl FileSource {
+    /// Opens and identifies one input. `default_pid` is the pid for lines without one
+    /// (from a `-ff` file name).
+    pub fn open(path: &str, format: InputFormat, default_pid: Option<Tid>, strict: bool) -> Result<Self> {
+        let mut reader = open_input(path)?;
+        let label = if path == "-" { "<stdin>".to_string() } else { path.to_string() };
+        let head = reader.peek(64 * 1024).with_context(|| format!("cannot read {label}"))?.to_vec();
+        let detected = detect(&head);
+        let first_line = head.split(|b| *b == b'\n').find(|l| !l.iter().all(|b| b.is_ascii_whitespace()));
+        let first_line = first_line.map(|l| String::from_utf8_lossy(&l[..l.len().min(80)]).into_owned()).unwrap_or_default();
+        match detected {
+            Detected::Empty => bail!("{label}: empty input: no trace lines to read"),
+            Detected::StraceSummary => bail!(
+                "{label}: this is a `strace -c` summary, which has no per-call timings: rerun strace with -T \
+                 (e.g. `strace -f -tt -T -y -p PID -o trace.txt`)"
+            ),
+            Detected::PerfSummary => bail!(
+                "{label}: this is a `perf trace -s` summary, which has no per-call timings: rerun `perf trace -p PID` without -s"
+            ),
+            _ => {}
+        }
+        let use_perf = match format {
+            InputFormat::Perf => true,
+            InputFormat::Strace => false,
+            InputFormat::Auto => match detected {
+                Detected::Perf => true,
+                Detected::Strace => false,
+                _ => bail!(
+                    "{label}: not a strace or perf trace output (first line: {first_line:?}); \
+                     if it is one, name it with --input-format strace|perf"
+                ),
+            },
+        };
+        let parser = if use_perf {
+            Parser::Perf(perf::PerfParser::default())
+        } else {
+            Parser::Strace(strace::StraceParser::new(default_pid.unwrap_or(0)))
+        };
+        Ok(FileSource {
+            label,
+            reader,
+            parser,
+            queue: VecDeque::new(),
+            scratch: Vec::with_capacity(8),
+            counters: Counters::default(),
+            strict,
+            done: false,
+            format: String::new(),
+        })
+    }
+
+    pub fn is_perf(&self) -> bool {
+        matches!(self.parser, Parser::Perf(_))
+    }
+
+    /// Reads lines until at least one event is queued or input ends.
+    fn pump(&mut self) -> Result<()> {
+        while self.queue.is_empty() && !self.done {
+            let line = match self.reader.next_line().with_context(|| format!("cannot read {}", self.label))? {
+                Some(l) => l,
+                None => {
+                    match &mut self.parser {
+                        Parser::Strace(p) => p.finish(&mut self.scratch),
+                        Parser::Perf(p) => p.finish(&mut self.scratch),
+                    }
+                    self.queue.extend(self.scratch.drain(..));
+                    self.done = true;
+                    break;
+                }
+            };
+            self.counters.lines += 1;
+            let line_no = self.counters.lines;
+            let (skip, text): (Option<&'static str>, &[u8]) = match line {
+                Line::TooLong(head) => {
+                    // Keep the parser's line numbering in step.
+                    match &mut self.parser {
+                        Parser::Strace(p) => p.line += 1,
+                        Parser::Perf(p) => p.line += 1,
+                    }
+                    (Some(strace::SkipReason::TooLong.as_str()), head)
+                }
+                Line::Text(t) => {
+                    let r = match &mut self.parser {
+                        Parser::Strace(p) => match p.feed(t, &mut self.scratch) {
+                            strace::LineOutcome::Used => None,
+                            strace::LineOutcome::Skipped(r) => Some(r.as_str()),
+                        },
+                        Parser::Perf(p) => p.feed(t, &mut self.scratch).err().map(|r| r.as_str()),
+                    };
+                    (r, t)
+                }
+            };
+            if let Some(reason) = skip {
+                if self.strict {
+                    bail!(
+                        "{}:{}: {} (--strict): {}",
+                        self.label,
+                        line_no,
+                        reason,
+                        String::from_utf8_lossy(&text[..text.len().min(120)])
+                    );
+                }
+                self.counters.skips.add(&self.label, line_no, reason, text);
+            }
+            self.queue.extend(self.scratch.drain(..));
+        }
+        Ok(())
+    }
+
+    pub fn next_event(&mut self) -> Result<Option<Event>> {
+        self.pump()?;
+        Ok(self.queue.pop_front())
+    }
+
+    /// The clock and shape seen so far (complete once the input is drained).
+    pub fn clock(&self) -> Clock {
+        match &self.parser {
+            Parser::Strace(p) => Clock {
+                fmt: p.clock.fmt,
+                perf: false,
+                frac_digits: p.clock.frac_digits,
+                first: p.clock.first.unwrap_or(0),
+                date: None,
+                wall_at_first: None,
+            },
+            Parser::Perf(p) => Clock {
+                fmt: TimeFmt::Relative,
+                perf: true,
+                frac_digits: 3,
+                first: p.first.unwrap_or(0),
+                date: None,
+                wall_at_first: None,
+            },
+        }
+    }
+
+    pub fn first_text(&self) -> Option<String> {
+        match &self.parser {
+            Parser::Strace(p) => p.clock.first_text.clone(),
+            Parser::Perf(p) => p.first_text.clone(),
+        }
+    }
+
+    /// The tracer command line this output most likely came from.
+    pub fn describe(&self, files: usize) -> String {
+        match &self.parser {
+            Parser::Perf(_) => "perf trace".to_string(),
+            Parser::Strace(p) => {
+                let mut s = String::from("strace");
+                if files > 1 {
+                    s.push_str(" -ff");
+                } else if p.seen_pid_column {
+                    s.push_str(" -f");
+                }
+                s.push_str(match p.clock.fmt {
+                    TimeFmt::None => "",
+                    TimeFmt::TimeOfDay => " -t",
+                    TimeFmt::TimeOfDayFrac if p.clock.frac_digits > 6 => " -tt (ns)",
+                    TimeFmt::TimeOfDayFrac => " -tt",
+                    TimeFmt::Epoch if p.clock.frac_digits > 6 => " --timestamps=unix,ns",
+                    TimeFmt::Epoch if p.clock.frac_digits == 0 => " --timestamps=unix,s",
+                    TimeFmt::Epoch => " -ttt",
+                    TimeFmt::Relative => " -r",
+                });
+                if p.seen_dur {
+                    s.push_str(" -T");
+                }
+                if p.seen_yy {
+                    s.push_str(" -yy");
+                } else if p.seen_annotation {
+                    s.push_str(" -y");
+                }
+                s
+            }
+        }
+    }
+}
+
+/// Several `strace -ff` files (or any several inputs) merged by time into one stream.
+pub struct Inputs {
+    files: Vec<FileSource>,
+    heads: Vec<Option<Event>>,
+    started: bool,
+    /// Per-thread hold-back for calls without a printed duration (see `next`).
+    held: HashMap<Tid, Event>,
+    ready: VecDeque<Event>,
+    finished: bool,
+}
+
+/// Expands the command line's inputs: a prefix whose `PREFIX.PID` files exist stands for
+/// them all; each such file gets its pid from its name.
+pub fn expand_inputs(args: &[String]) -> Result<Vec<(String, Option<Tid>)>> {
+    let mut out = vec![];
+    for a in args {
+        if a == "-" || Path::new(a).is_file() {
+            out.push((a.clone(), pid_suffix(a)));
+            continue;
+        }
+        let p = PathBuf::from(a);
+        let dir = p.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        let base = p.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
+        let mut found = vec![];
+        if let Ok(rd) = std::fs::read_dir(dir) {
+            for e in rd.flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                if let Some(rest) = name.strip_prefix(&format!("{base}.")) {
+                    if let Ok(pid) = rest.parse::<Tid>() {
+                        found.push((dir.join(&name).to_string_lossy().into_owned(), Some(pid)));
+                    }
+                }
+            }
+        }
+        if found.is_empty() {
+            bail!("{a}: no such file (nor any {a}.PID files from strace -ff)");
+        }
+        found.sort();
+        out.extend(found);
+    }
+    if out.is_empty() {
+        bail!("no input: give a trace file, `-` for stdin, or an `strace -ff` prefix");
+    }
+    Ok(out)
+}
+
+fn pid_suffix(path: &str) -> Option<Tid> {
+    let ext = Path::new(path).extension()?.to_str()?;
+    ext.parse().ok()
+}
+
+impl Inputs {
+    pub fn open(args: &[String], format: InputFormat, strict: bool) -> Result<Self> {
+        let expanded = expand_inputs(args)?;
+        let many = expanded.len() > 1;
+        let mut files = vec![];
+        for (path, pid) in expanded {
+            // A pid suffix only names the process for -ff sets; a lone `trace.1234` file
+            // may well have a pid column of its own, which wins anyway.
+            files.push(FileSource::open(&path, format, if many || pid.is_some() { pid } else { None }, strict)?);
+        }
+        let n = files.len();
+        Ok(Inputs { files, heads: vec![None; n], started: false, held: HashMap::new(), ready: VecDeque::new(), finished: false })
+    }
+
+    pub fn files(&self) -> &[FileSource] {
+        &self.files
+    }
+
+    /// Next event in merged time order (across files), with durations the trace did not
+    /// print reconstructed as an upper bound: up to the next event of the same thread.
+    pub fn next_event(&mut self) -> Result<Option<Event>> {
+        loop {
+            if let Some(e) = self.ready.pop_front() {
+                return Ok(Some(e));
+            }
+            if self.finished {
+                return Ok(None);
+            }
+            let ev = match self.next_merged()? {
+                Some(e) => e,
+                None => {
+                    let mut rest: Vec<Event> = self.held.drain().map(|(_, e)| e).collect();
+                    rest.sort_by_key(|e| (e.ts, e.line));
+                    self.ready.extend(rest);
+                    self.finished = true;
+                    continue;
+                }
+            };
+            if let Some(mut prev) = self.held.remove(&ev.tid) {
+                if let EventKind::Syscall(sc) = &mut prev.kind {
+                    sc.dur = Some((ev.ts - prev.ts).max(0));
+                    sc.dur_src = DurSource::UpperBound;
+                }
+                self.ready.push_back(prev);
+            }
+            let hold = matches!(&ev.kind, EventKind::Syscall(sc) if sc.dur.is_none() && sc.in_flight.is_none());
+            if hold {
+                self.held.insert(ev.tid, ev);
+            } else {
+                self.ready.push_back(ev);
+            }
+        }
+    }
+
+    fn next_merged(&mut self) -> Result<Option<Event>> {
+        if self.files.len() == 1 {
+            return self.files[0].next_event();
+        }
+        if !self.started {
+            for i in 0..self.files.len() {
+                self.heads[i] = self.files[i].next_event()?;
+            }
+            self.started = true;
+        }
+        // Few files (one per thread): a scan beats a heap.
+        let mut best: Option<usize> = None;
+        for (i, h) in self.heads.iter().enumerate() {
+            if let Some(e) = h {
+                if best.is_none_or(|b| self.heads[b].as_ref().is_some_and(|be| e.end() < be.end())) {
+                    best = Some(i);
+                }
+            }
+        }
+        match best {
+            None => Ok(None),
+            Some(i) => {
+                let e = self.heads[i].take();
+                self.heads[i] = self.files[i].next_event()?;
+                Ok(e)
+            }
+        }
+    }
+
+    /// Everything the report's `source` block needs; call after draining.
+    pub fn info(&self) -> SourceInfo {
+        let f = &self.files[0];
+        let mut clock = f.clock();
+        clock.first = self.files.iter().map(|f| f.clock().first).filter(|v| *v != 0).min().unwrap_or(clock.first);
+        SourceInfo {
+            kind: if f.is_perf() { "perf" } else { "strace" },
+            files: self.files.iter().filter(|f| f.label != "<stdin>").map(|f| f.label.clone()).collect(),
+            format: f.describe(self.files.len()),
+            pid: None,
+            clock,
+        }
+    }
+
+    pub fn counters(&self) -> Counters {
+        let mut c = Counters::default();
+        for f in &self.files {
+            c.lines += f.counters.lines;
+            c.skips.merge(&f.counters.skips);
+        }
+        c
+    }
+
+    pub fn first_text(&self) -> Option<String> {
+        self.files.iter().filter_map(|f| f.first_text()).next()
+    }
+}
+
+/// Builds an error for an input that parses to nothing usable.
+pub fn no_events_error(label: &str, c: &Counters) -> anyhow::Error {
+    let first = c.skips.first.first().map(|(_, l, r, t)| format!(" (line {l}: {r}: {t:?})")).unwrap_or_default();
+    anyhow!("{label}: not a strace or perf trace: none of its {} lines is a syscall{first}", c.lines)
+}

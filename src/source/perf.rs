@@ -1,0 +1,310 @@
+//! `perf trace` text -> `Event`s: the offline source for traces taken with perf instead of
+//! strace. Lines look like
+//! `  2272.992 ( 0.037 ms): redis-server/1370 fdatasync(fd: 7</data/appendonly.aof>) = 0`;
+//! times are milliseconds since perf started (a relative clock), arguments are `name: value`.
+//! A call interrupted by another thread's output is printed as `name(args) ...` and finished
+//! later by `... [continued]: name()) = ret`; the two halves are stitched per thread.
+
+use super::strace::{extract_args, parse_tail, SkipReason};
+use crate::event::{self, DurSource, Event, EventKind, InFlight, Nanos, Syscall, Tid};
+use memchr::memmem;
+use std::collections::HashMap;
+
+#[derive(Default)]
+pub struct PerfParser {
+    pending: HashMap<Tid, (Nanos, u64, Syscall)>,
+    pub line: u64,
+    pub first: Option<Nanos>,
+    pub first_text: Option<String>,
+    pub last_ts: Nanos,
+    pub seen_dur: bool,
+}
+
+/// `  2272.992 ( 0.037 ms): comm/tid ` -> (time ns, duration ns, tid, rest)
+fn prefix(line: &[u8]) -> Option<(Option<Nanos>, Option<Nanos>, Tid, &[u8])> {
+    let s = trim_start(line);
+    let (ts, mut s) = if let Some(r) = s.strip_prefix(b"?") {
+        (None, r)
+    } else {
+        let (ms, n) = parse_ms(s)?;
+        (Some(ms), &s[n..])
+    };
+    s = trim_start(s);
+    let mut dur = None;
+    if let Some(r) = s.strip_prefix(b"(") {
+        let close = memchr::memchr(b')', r)?;
+        let inner = trim_start(&r[..close]);
+        if let Some((d, n)) = parse_ms(inner) {
+            if trim_start(&inner[n..]).starts_with(b"ms") {
+                dur = Some(d);
+            }
+        }
+        s = &r[close + 1..];
+        s = s.strip_prefix(b":").unwrap_or(s);
+    }
+    s = trim_start(s);
+    // `comm/tid`: comm may hold spaces or slashes, the tid is the digits after the last `/`
+    // before the first blank that follows digits.
+    let sp = s.iter().position(|b| *b == b' ')?;
+    let who = &s[..sp];
+    let slash = memchr::memrchr(b'/', who)?;
+    let tid: Tid = std::str::from_utf8(&who[slash + 1..]).ok()?.parse().ok()?;
+    Some((ts, dur, tid, trim_start(&s[sp..])))
+}
+
+fn trim_start(s: &[u8]) -> &[u8] {
+    let n = s.iter().take_while(|b| **b == b' ' || **b == b'\t').count();
+    &s[n..]
+}
+
+/// `2272.992` (ms) -> ns
+fn parse_ms(s: &[u8]) -> Option<(Nanos, usize)> {
+    let n = s.iter().take_while(|b| b.is_ascii_digit() || **b == b'.').count();
+    if n == 0 {
+        return None;
+    }
+    let v: f64 = std::str::from_utf8(&s[..n]).ok()?.parse().ok()?;
+    Some(((v * 1e6).round() as Nanos, n))
+}
+
+/// Drops perf's `name: ` argument labels so the strace argument extractor can read them.
+fn strip_labels(args: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(args.len());
+    let mut i = 0;
+    let mut at_arg_start = true;
+    let mut in_str = false;
+    while i < args.len() {
+        let b = args[i];
+        if at_arg_start && !in_str {
+            let n = args[i..].iter().take_while(|c| c.is_ascii_alphanumeric() || **c == b'_').count();
+            if n > 0 && args[i + n..].starts_with(b": ") {
+                i += n + 2;
+                at_arg_start = false;
+                continue;
+            }
+            at_arg_start = false;
+        }
+        if in_str {
+            if b == b'\\' && i + 1 < args.len() {
+                out.push(b);
+                out.push(args[i + 1]);
+                i += 2;
+                continue;
+            }
+            if b == b'"' {
+                in_str = false;
+            }
+        } else if b == b'"' {
+            in_str = true;
+        } else if b == b',' {
+            at_arg_start = true;
+            out.push(b);
+            i += 1;
+            while i < args.len() && args[i] == b' ' {
+                out.push(b' ');
+                i += 1;
+            }
+            continue;
+        }
+        out.push(b);
+        i += 1;
+    }
+    out
+}
+
+impl PerfParser {
+    pub fn feed(&mut self, raw: &[u8], out: &mut Vec<Event>) -> Result<(), SkipReason> {
+        self.line += 1;
+        let line_no = self.line;
+        let t = trim_start(raw);
+        if t.is_empty() {
+            return Err(SkipReason::Empty);
+        }
+        let (ts, dur, tid, body) = match prefix(raw) {
+            Some(p) => p,
+            None => {
+                // callchain frames under an event (`   do_syscall_64 ([kernel.kallsyms])`)
+                return if raw.first() == Some(&b' ') && memmem::find(t, b"(").is_some() {
+                    Ok(())
+                } else {
+                    Err(SkipReason::NoSyscall)
+                };
+            }
+        };
+        let ts = match ts {
+            Some(t) => {
+                if self.first.is_none() {
+                    self.first = Some(t);
+                    self.first_text = Some(format!("{:.3}", t as f64 / 1e6));
+                }
+                self.last_ts = self.last_ts.max(t);
+                t
+            }
+            None => self.last_ts,
+        };
+        if dur.is_some() {
+            self.seen_dur = true;
+        }
+        let (continued, body) = match memmem::find(body, b"[continued]: ") {
+            Some(i) => (true, &body[i + 13..]),
+            None => (false, body),
+        };
+        let n = body.iter().take_while(|b| b.is_ascii_alphanumeric() || **b == b'_' || **b == b':').count();
+        if n == 0 || body.get(n) != Some(&b'(') {
+            return Err(SkipReason::NoSyscall);
+        }
+        let name_b = &body[..n];
+        if memchr::memchr(b':', name_b).is_some() {
+            // A tracepoint event (`raw_syscalls:sys_enter(...)`), not a decoded syscall.
+            return Ok(());
+        }
+        let name = event::intern(name_b);
+        let rest = &body[n + 1..];
+        let trimmed = {
+            let mut e = rest.len();
+            while e > 0 && matches!(rest[e - 1], b' ' | b'\t' | b'\r') {
+                e -= 1;
+            }
+            &rest[..e]
+        };
+        if !continued && trimmed.ends_with(b"...") && memmem::rfind(trimmed, b") = ").is_none() {
+            let args = strip_labels(&trimmed[..trimmed.len() - 3]);
+            let mut sc = Syscall::new(name);
+            extract_args(&mut sc, &args);
+            sc.start_line = Some(line_no);
+            self.pending.insert(tid, (ts, line_no, sc));
+            return Ok(());
+        }
+        let close = memmem::rfind(rest, b") ").or_else(|| memmem::rfind(rest, b")="));
+        let (args, tail) = match close {
+            Some(c) => (&rest[..c], &rest[c + 1..]),
+            None => return Err(SkipReason::CutOff),
+        };
+        let tail_s = trim_start(tail);
+        let tail = match tail_s.strip_prefix(b"=") {
+            Some(t) => parse_tail(t).ok_or(SkipReason::BadReturn)?,
+            None => return Err(SkipReason::BadReturn),
+        };
+        let (mut sc, start, start_line) = if continued {
+            match self.pending.remove(&tid) {
+                Some((t0, l0, sc)) if sc.name == name => (sc, t0, Some(l0)),
+                _ => {
+                    let mut sc = Syscall::new(name);
+                    sc.in_flight = Some(InFlight::AtStart);
+                    (sc, ts, None)
+                }
+            }
+        } else {
+            let mut sc = Syscall::new(name);
+            let a = strip_labels(args);
+            extract_args(&mut sc, &a);
+            (sc, ts, None)
+        };
+        sc.ret = tail.ret;
+        if let Some(p) = tail.ret_path {
+            sc.ret_path = Some(String::from_utf8_lossy(p).into());
+        }
+        match dur {
+            Some(d) => {
+                sc.dur = Some(d);
+                sc.dur_src = DurSource::Measured;
+            }
+            None if start_line.is_some() => {
+                sc.dur = Some((ts - start).max(0));
+                sc.dur_src = DurSource::Paired;
+            }
+            None => {}
+        }
+        sc.start_line = start_line;
+        let begin = if continued && start_line.is_none() { ts - sc.dur.unwrap_or(0) } else { start };
+        out.push(Event { tid, ts: begin, line: line_no, kind: EventKind::Syscall(sc) });
+        Ok(())
+    }
+
+    pub fn finish(&mut self, out: &mut Vec<Event>) {
+        let mut rest: Vec<_> = self.pending.drain().collect();
+        rest.sort_by_key(|(_, (_, l, _))| *l);
+        for (tid, (ts, line, mut sc)) in rest {
+            sc.in_flight = Some(InFlight::AtEnd);
+            sc.dur = Some((self.last_ts - ts).max(0));
+            sc.dur_src = DurSource::Paired;
+            out.push(Event { tid, ts, line, kind: EventKind::Syscall(sc) });
+        }
+    }
+}
+
+/// True when a line has the perf trace shape (used by format detection).
+pub fn looks_like_perf(line: &[u8]) -> bool {
+    match prefix(line) {
+        Some((_, _, _, body)) => {
+            let n = body.iter().take_while(|b| b.is_ascii_alphanumeric() || **b == b'_' || **b == b':').count();
+            n > 0 && body.get(n) == Some(&b'(') || memmem::find(body, b"[continued]").is_some()
+        }
+        None => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::Ret;
+
+    fn one(line: &str) -> Vec<Event> {
+        let mut p = PerfParser::default();
+        let mut out = vec![];
+        p.feed(line.as_bytes(), &mut out).unwrap();
+        p.finish(&mut out);
+        out
+    }
+
+    #[test]
+    fn reads_a_decoded_call_with_fd_annotation() {
+        let ev = one("  2272.992 ( 0.037 ms): redis-server/1370 fdatasync(fd: 7</data/appendonly.aof>) = 0");
+        let sc = ev[0].syscall().unwrap();
+        assert_eq!(ev[0].tid, 1370);
+        assert_eq!(ev[0].ts, 2_272_992_000);
+        assert_eq!(sc.name, "fdatasync");
+        assert_eq!(sc.fd, Some(7));
+        assert_eq!(sc.fd_path.as_deref(), Some("/data/appendonly.aof"));
+        assert_eq!(sc.dur, Some(37_000));
+        assert_eq!(sc.ret, Ret::Val(0));
+    }
+
+    #[test]
+    fn reads_errors_and_four_digit_durations() {
+        let ev = one("       0.241 (1000.421 ms): sleep/28042 nanosleep(rqtp: 0x7ffd6c3e6ed0)         = 0");
+        assert_eq!(ev[0].syscall().unwrap().dur, Some(1_000_421_000));
+        let ev = one("     0.045 ( 0.002 ms): ls/145954 access(filename: 0xd6f5b2c0, mode: R)   = -1 ENOENT (No such file or directory)");
+        assert_eq!(ev[0].syscall().unwrap().ret, Ret::Err("ENOENT"));
+    }
+
+    #[test]
+    fn continued_line_without_start_is_in_flight_at_start() {
+        let ev = one("         ? (         ): ls/145954  ... [continued]: execve())             = 0");
+        let sc = ev[0].syscall().unwrap();
+        assert_eq!(sc.name, "execve");
+        assert_eq!(sc.in_flight, Some(InFlight::AtStart));
+    }
+
+    #[test]
+    fn stitches_interrupted_call_with_its_continuation() {
+        let mut p = PerfParser::default();
+        let mut out = vec![];
+        p.feed(b"   10.000 (         ): redis-server/7 fdatasync(fd: 7) ...", &mut out).unwrap();
+        p.feed(b"   10.100 ( 0.010 ms): redis-server/8 read(fd: 9, buf: 0x1, count: 5) = 5", &mut out).unwrap();
+        p.feed(b"   10.000 (50.000 ms): redis-server/7  ... [continued]: fdatasync()) = 0", &mut out).unwrap();
+        let f = out.iter().find(|e| e.syscall().unwrap().name == "fdatasync").unwrap();
+        assert_eq!(f.syscall().unwrap().fd, Some(7));
+        assert_eq!(f.syscall().unwrap().dur, Some(50_000_000));
+        assert_eq!(f.ts, 10_000_000);
+    }
+
+    #[test]
+    fn callchain_frames_are_noise_not_errors() {
+        let mut p = PerfParser::default();
+        let mut out = vec![];
+        assert!(p.feed(b"                                   do_syscall_64 ([kernel.kallsyms])", &mut out).is_ok());
+        assert!(p.feed(b"     0.011 pipewire/2290 raw_syscalls:sys_enter(id: 16, args: 1)", &mut out).is_ok());
+        assert!(out.is_empty());
+    }
+}

@@ -1,0 +1,1067 @@
+//! strace text -> `Event`s: the first stage of the offline pipeline and its hot path.
+//!
+//! `parse_line` splits one physical line into prefix (pid, timestamp) and body (call,
+//! unfinished half, resumed half, signal, exit, strace's own message) without allocating;
+//! `StraceParser` then keeps the per-thread state that the grammar needs: unfinished halves
+//! waiting for their resumed half, a line split by strace's own "Process N attached" message,
+//! the clock (midnight rollover under -t/-tt, accumulation under -r), and turns body parts into
+//! events. Every line read is either used or skipped with a reason, never lost.
+
+use crate::event::{self, Data, DurSource, Event, EventKind, Extra, InFlight, Nanos, Ret, Syscall, Tid};
+use memchr::{memchr, memmem, memrchr};
+
+/// How timestamps are written at the start of each line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TimeFmt {
+    /// No timestamps.
+    None,
+    /// `-t`: HH:MM:SS
+    TimeOfDay,
+    /// `-tt`: HH:MM:SS.frac
+    TimeOfDayFrac,
+    /// `-ttt` / `--timestamps=unix,...`: seconds since the epoch
+    Epoch,
+    /// `-r`: seconds since the previous line
+    Relative,
+}
+
+/// What the prefix of a line says.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Prefix {
+    pub pid: Option<Tid>,
+    /// Parsed timestamp in ns: epoch ns, ns since midnight, or a relative delta.
+    pub time: Option<Nanos>,
+    pub fmt: TimeFmt,
+    /// Fraction digits of the timestamp (for printing times back as the trace did).
+    pub frac_digits: u8,
+}
+
+/// The body of one line.
+#[derive(Debug, PartialEq)]
+pub enum Body<'a> {
+    /// `name(args) = ret ...` (`args` excludes the closing paren)
+    Call { name: &'a [u8], args: &'a [u8], tail: Tail<'a> },
+    /// `name(args <unfinished ...>`
+    Unfinished { name: &'a [u8], args: &'a [u8] },
+    /// `<... name resumed>rest) = ret` (`tail` None when the resumed half is unfinished again)
+    Resumed { name: &'a [u8], rest: &'a [u8], tail: Option<Tail<'a>> },
+    /// `name(args <detached ...>`: strace let go while the call was running.
+    Detached { name: &'a [u8], args: &'a [u8] },
+    Signal { name: &'a [u8], si_pid: Option<u32> },
+    Exit { code: Option<i32>, signal: Option<&'a [u8]> },
+    /// `strace: Process N attached [with K threads]`
+    Attached { pid: u32, threads: Option<u32> },
+    /// `strace: Process N detached`
+    DetachedMsg { pid: u32 },
+    /// Lines that are strace output but carry no event: other `strace:` messages, `-k`
+    /// stack frames, `-e write=` hex dumps, tips.
+    Noise,
+}
+
+/// What follows ` = ` at the end of a finished call.
+#[derive(Debug, PartialEq, Clone, Copy)]
+pub struct Tail<'a> {
+    pub ret: Ret,
+    /// `-y` annotation on a returned fd.
+    pub ret_path: Option<&'a [u8]>,
+    pub dur: Option<Nanos>,
+}
+
+#[derive(Debug, PartialEq, Eq, Clone, Copy)]
+pub enum SkipReason {
+    Empty,
+    NoSyscall,
+    BadReturn,
+    ResumedWithoutName,
+    TooLong,
+    CutOff,
+    BadTimestamp,
+}
+
+impl SkipReason {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            SkipReason::Empty => "empty line",
+            SkipReason::NoSyscall => "not a syscall, signal, exit or strace message",
+            SkipReason::BadReturn => "syscall line with an unreadable return value",
+            SkipReason::ResumedWithoutName => "resumed line without a syscall name",
+            SkipReason::TooLong => "line longer than the limit",
+            SkipReason::CutOff => "cut-off line (no result, no <unfinished ...>)",
+            SkipReason::BadTimestamp => "timestamp does not match the trace's format",
+        }
+    }
+}
+
+fn is_digit(b: u8) -> bool {
+    b.is_ascii_digit()
+}
+
+fn skip_ws(s: &[u8]) -> &[u8] {
+    let n = s.iter().take_while(|b| **b == b' ' || **b == b'\t').count();
+    &s[n..]
+}
+
+fn trim_end(s: &[u8]) -> &[u8] {
+    let n = s.iter().rev().take_while(|b| matches!(**b, b' ' | b'\t' | b'\r')).count();
+    &s[..s.len() - n]
+}
+
+fn parse_u64(s: &[u8]) -> Option<(u64, usize)> {
+    let mut v: u64 = 0;
+    let mut i = 0;
+    while i < s.len() && is_digit(s[i]) {
+        v = v.checked_mul(10)?.checked_add((s[i] - b'0') as u64)?;
+        i += 1;
+    }
+    if i == 0 {
+        None
+    } else {
+        Some((v, i))
+    }
+}
+
+/// `123.456789` -> (ns, digits after the point, bytes used). Any number of fraction digits.
+fn parse_decimal_ns(s: &[u8]) -> Option<(i64, u8, usize)> {
+    let (whole, n) = parse_u64(s)?;
+    let mut ns = (whole as i64).checked_mul(1_000_000_000)?;
+    if s.get(n) != Some(&b'.') {
+        return Some((ns, 0, n));
+    }
+    let mut i = n + 1;
+    let mut scale = 100_000_000i64;
+    let mut digits = 0u8;
+    while i < s.len() && is_digit(s[i]) {
+        ns += (s[i] - b'0') as i64 * scale;
+        scale /= 10;
+        digits = digits.saturating_add(1);
+        i += 1;
+    }
+    if digits == 0 {
+        return None;
+    }
+    Some((ns, digits, i))
+}
+
+/// `HH:MM:SS[.frac]` -> (ns since midnight, frac digits, bytes used)
+fn parse_tod(s: &[u8]) -> Option<(i64, u8, usize)> {
+    if s.len() < 8 || s[2] != b':' || s[5] != b':' {
+        return None;
+    }
+    let two = |a: u8, b: u8| -> Option<i64> {
+        if is_digit(a) && is_digit(b) {
+            Some(((a - b'0') * 10 + (b - b'0')) as i64)
+        } else {
+            None
+        }
+    };
+    let h = two(s[0], s[1])?;
+    let m = two(s[3], s[4])?;
+    let (sec, digits, n) = parse_decimal_ns(&s[6..])?;
+    if h > 23 || m > 59 || sec >= 61_000_000_000 {
+        return None;
+    }
+    Some(((h * 3600 + m * 60) * 1_000_000_000 + sec, digits, 6 + n))
+}
+
+/// Largest pid Linux can hand out (PID_MAX_LIMIT): a bare integer above it is a timestamp.
+const PID_MAX: u64 = 4_194_304;
+
+/// Splits the `[pid N] ` / `N ` prefix and the timestamp off a line.
+pub fn parse_prefix(line: &[u8]) -> (Prefix, &[u8]) {
+    let mut p = Prefix { pid: None, time: None, fmt: TimeFmt::None, frac_digits: 0 };
+    let mut s = line;
+    if s.starts_with(b"[pid ") {
+        let t = skip_ws(&s[5..]);
+        if let Some((v, n)) = parse_u64(t) {
+            if t.get(n) == Some(&b']') {
+                p.pid = Some(v as Tid);
+                s = skip_ws(&t[n + 1..]);
+            }
+        }
+    } else if let Some((v, n)) = parse_u64(s) {
+        // A bare pid column (`-o FILE -f`) is an integer followed by blanks; a -ttt or -r
+        // timestamp has a point, a -t time a colon, a unix,s timestamp is above PID_MAX.
+        if v <= PID_MAX && matches!(s.get(n), Some(b' ') | Some(b'\t')) {
+            p.pid = Some(v as Tid);
+            s = skip_ws(&s[n..]);
+        }
+    }
+    let t = skip_ws(s);
+    if let Some((ns, digits, n)) = parse_tod(t) {
+        if matches!(t.get(n), Some(b' ')) {
+            p.time = Some(ns);
+            p.frac_digits = digits;
+            p.fmt = if digits > 0 { TimeFmt::TimeOfDayFrac } else { TimeFmt::TimeOfDay };
+            s = &t[n..];
+        }
+    } else if let Some((ns, digits, n)) = parse_decimal_ns(t) {
+        if matches!(t.get(n), Some(b' ')) {
+            let leading_blank = t.len() != s.len() || (p.pid.is_none() && s.as_ptr() != line.as_ptr());
+            // -r is right-aligned (leading blanks) and small; epoch seconds are large.
+            if ns >= 100_000_000 * 1_000_000_000 || (digits == 0 && ns as u64 > PID_MAX * 1_000_000_000) {
+                p.fmt = TimeFmt::Epoch;
+            } else if digits > 0 || leading_blank {
+                p.fmt = TimeFmt::Relative;
+            }
+            if p.fmt != TimeFmt::None {
+                p.time = Some(ns);
+                p.frac_digits = digits;
+                s = &t[n..];
+            }
+        }
+    }
+    s = skip_ws(s);
+    // `-tt -r` combined: `20:37:49.050065 (+     0.000012) name(...)`
+    if s.starts_with(b"(+") {
+        if let Some(close) = memchr(b')', s) {
+            s = skip_ws(&s[close + 1..]);
+        }
+    }
+    (p, s)
+}
+
+fn is_name_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b == b'_'
+}
+
+/// `<DUR>` at the very end of a line -> ns. Any precision (6 digits default, 9 with ns).
+fn parse_dur(s: &[u8]) -> (Option<Nanos>, &[u8]) {
+    let s = trim_end(s);
+    if s.last() == Some(&b'>') {
+        if let Some(open) = memrchr(b'<', s) {
+            let inner = &s[open + 1..s.len() - 1];
+            if let Some((ns, _, n)) = parse_decimal_ns(inner) {
+                if n == inner.len() {
+                    return (Some(ns), trim_end(&s[..open]));
+                }
+            }
+            if inner == b"unavailable" {
+                return (None, trim_end(&s[..open]));
+            }
+        }
+    }
+    (None, s)
+}
+
+/// An fd annotation `<...>` at the start of `s` (the `>` that closes it is the first one
+/// followed by a delimiter, since `-yy` socket text itself contains `->`).
+fn annotation(s: &[u8]) -> Option<(&[u8], usize)> {
+    if s.first() != Some(&b'<') {
+        return None;
+    }
+    let mut i = 1;
+    while let Some(off) = memchr(b'>', &s[i..]) {
+        let at = i + off;
+        match s.get(at + 1) {
+            None | Some(b',') | Some(b')') | Some(b' ') | Some(b'\t') => return Some((&s[1..at], at + 1)),
+            _ => i = at + 1,
+        }
+    }
+    None
+}
+
+/// Parses what follows ` = `: `RET [ERRNO (text)] [(text)] [<DUR>]`.
+pub fn parse_tail(s: &[u8]) -> Option<Tail<'_>> {
+    let (dur, s) = parse_dur(s);
+    let s = skip_ws(s);
+    let mut t = Tail { ret: Ret::Unknown, ret_path: None, dur };
+    let rest;
+    if let Some(r) = s.strip_prefix(b"?") {
+        rest = r;
+    } else {
+        let (neg, body) = match s.first() {
+            Some(b'-') => (true, &s[1..]),
+            _ => (false, s),
+        };
+        let (v, n) = if body.starts_with(b"0x") {
+            let hex = &body[2..];
+            let n = hex.iter().take_while(|b| b.is_ascii_hexdigit()).count();
+            if n == 0 {
+                return None;
+            }
+            (u64::from_str_radix(std::str::from_utf8(&hex[..n]).ok()?, 16).ok()?, n + 2)
+        } else {
+            parse_u64(body)?
+        };
+        let v = v as i64;
+        t.ret = Ret::Val(if neg { -v } else { v });
+        let mut r = &body[n..];
+        if let Some((path, used)) = annotation(r) {
+            t.ret_path = Some(path);
+            r = &r[used..];
+        }
+        rest = r;
+    }
+    let rest = skip_ws(rest);
+    if rest.first() == Some(&b'E') {
+        let n = rest.iter().take_while(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || **b == b'_').count();
+        t.ret = Ret::Err(event::intern(&rest[..n]));
+    }
+    Some(t)
+}
+
+/// Index of the `)` that closes the argument list of a finished call: the last `) = ` that
+/// is outside quotes. Strings can hold anything, so quotes are tracked from the start.
+fn find_close(args: &[u8]) -> Option<usize> {
+    let cand = memmem::rfind(args, b") = ")?;
+    // Fast path: no quote before the candidate, nothing to track.
+    if memchr(b'"', &args[..cand]).is_none() {
+        return Some(cand);
+    }
+    let mut in_str = false;
+    let mut i = 0;
+    let mut last = None;
+    while i < args.len() {
+        if in_str {
+            match memchr::memchr2(b'"', b'\\', &args[i..]) {
+                Some(off) => {
+                    i += off;
+                    if args[i] == b'\\' {
+                        i += 2;
+                        continue;
+                    }
+                    in_str = false;
+                    i += 1;
+                }
+                None => break,
+            }
+        } else {
+            match memchr::memchr2(b'"', b')', &args[i..]) {
+                Some(off) => {
+                    i += off;
+                    if args[i] == b'"' {
+                        in_str = true;
+                    } else if args[i..].starts_with(b") = ") {
+                        last = Some(i);
+                    }
+                    i += 1;
+                }
+                None => break,
+            }
+        }
+    }
+    last
+}
+
+/// Classifies the body of a line (after the prefix).
+pub fn parse_body(s: &[u8]) -> Result<Body<'_>, SkipReason> {
+    let s = trim_end(s);
+    if s.is_empty() {
+        return Err(SkipReason::Empty);
+    }
+    match s[0] {
+        b'<' => {
+            if let Some(r) = s.strip_prefix(b"<... ") {
+                let n = r.iter().take_while(|b| is_name_byte(**b)).count();
+                let name = &r[..n];
+                let after = &r[n..];
+                let rest = match after.strip_prefix(b" resumed>") {
+                    Some(rest) => rest,
+                    None => return Err(SkipReason::ResumedWithoutName),
+                };
+                if name.is_empty() {
+                    return Err(SkipReason::ResumedWithoutName);
+                }
+                if rest.ends_with(b"<unfinished ...>") {
+                    return Ok(Body::Resumed { name, rest: &rest[..rest.len() - 16], tail: None });
+                }
+                // The resumed half holds the rest of the arguments and the result.
+                let close = match find_close_resumed(rest) {
+                    Some(c) => c,
+                    None => return Err(SkipReason::CutOff),
+                };
+                let tail = parse_tail(&rest[close + 4..]).ok_or(SkipReason::BadReturn)?;
+                return Ok(Body::Resumed { name, rest: &rest[..close], tail: Some(tail) });
+            }
+            Err(SkipReason::NoSyscall)
+        }
+        b'-' if s.starts_with(b"--- ") => {
+            let r = &s[4..];
+            let n = r.iter().take_while(|b| is_name_byte(**b)).count();
+            if n == 0 {
+                return Err(SkipReason::NoSyscall);
+            }
+            let si_pid = memmem::find(r, b"si_pid=").and_then(|i| parse_u64(&r[i + 7..])).map(|(v, _)| v as u32);
+            Ok(Body::Signal { name: &r[..n], si_pid })
+        }
+        b'+' if s.starts_with(b"+++ ") => {
+            let r = &s[4..];
+            if let Some(c) = r.strip_prefix(b"exited with ") {
+                let (neg, c) = match c.first() {
+                    Some(b'-') => (true, &c[1..]),
+                    _ => (false, c),
+                };
+                let code = parse_u64(c).map(|(v, _)| if neg { -(v as i32) } else { v as i32 });
+                Ok(Body::Exit { code, signal: None })
+            } else if let Some(c) = r.strip_prefix(b"killed by ") {
+                let n = c.iter().take_while(|b| is_name_byte(**b)).count();
+                Ok(Body::Exit { code: None, signal: Some(&c[..n]) })
+            } else {
+                Ok(Body::Noise)
+            }
+        }
+        b's' if s.starts_with(b"strace: ") => {
+            let r = &s[8..];
+            if let Some(p) = r.strip_prefix(b"Process ") {
+                if let Some((pid, n)) = parse_u64(p) {
+                    let after = &p[n..];
+                    if after.starts_with(b" attached") {
+                        let threads = memmem::find(after, b"with ")
+                            .and_then(|i| parse_u64(&after[i + 5..]))
+                            .map(|(v, _)| v as u32);
+                        return Ok(Body::Attached { pid: pid as u32, threads });
+                    }
+                    if after.starts_with(b" detached") {
+                        return Ok(Body::DetachedMsg { pid: pid as u32 });
+                    }
+                }
+            }
+            Ok(Body::Noise)
+        }
+        b' ' | b'>' | b'|' | b'/' | b'\\' | b'_' | b'(' | b')' => {
+            // `-k` frames (` > lib(sym+0x..) [0x..]`), `-e write=` dumps (` | 00000 ...`), tips box.
+            if s.starts_with(b" > ") || s.starts_with(b" | ") || s.starts_with(b">") {
+                Ok(Body::Noise)
+            } else {
+                Err(SkipReason::NoSyscall)
+            }
+        }
+        _ => parse_call(s),
+    }
+}
+
+/// In a resumed half the arguments may hold a quoted string that began in the entry half;
+/// strace always prints it whole in one half, so the same quote tracking applies.
+fn find_close_resumed(rest: &[u8]) -> Option<usize> {
+    find_close(rest)
+}
+
+fn parse_call(s: &[u8]) -> Result<Body<'_>, SkipReason> {
+    let n = s.iter().take_while(|b| is_name_byte(**b)).count();
+    if n == 0 || s.get(n) != Some(&b'(') || !s[0].is_ascii_alphabetic() && s[0] != b'_' {
+        return Err(SkipReason::NoSyscall);
+    }
+    let name = &s[..n];
+    let args = &s[n + 1..];
+    if let Some(a) = args.strip_suffix(b"<unfinished ...>") {
+        return Ok(Body::Unfinished { name, args: trim_end(a) });
+    }
+    if let Some(a) = args.strip_suffix(b"<detached ...>") {
+        return Ok(Body::Detached { name, args: trim_end(a) });
+    }
+    match find_close(args) {
+        Some(close) => {
+            let tail = parse_tail(&args[close + 4..]).ok_or(SkipReason::BadReturn)?;
+            Ok(Body::Call { name, args: &args[..close], tail })
+        }
+        None => {
+            // `exit_group(0)` printed with no result (the process is gone), `exit(0) = ?`.
+            if args.ends_with(b")") && (name == b"exit_group" || name == b"exit") {
+                return Ok(Body::Call {
+                    name,
+                    args: &args[..args.len() - 1],
+                    tail: Tail { ret: Ret::Unknown, ret_path: None, dur: None },
+                });
+            }
+            Err(SkipReason::CutOff)
+        }
+    }
+}
+
+/// Unescapes a C string literal as strace prints it, up to `cap` bytes of output.
+/// Returns (bytes, closed, truncated-marker `...` after the quote).
+fn unescape(s: &[u8], cap: usize) -> (Vec<u8>, bool, bool) {
+    let mut out = Vec::with_capacity(cap.min(64));
+    let mut i = 0;
+    let mut closed = false;
+    while i < s.len() {
+        let b = s[i];
+        if b == b'"' {
+            closed = true;
+            i += 1;
+            break;
+        }
+        let (c, used) = if b == b'\\' && i + 1 < s.len() {
+            match s[i + 1] {
+                b'n' => (b'\n', 2),
+                b'r' => (b'\r', 2),
+                b't' => (b'\t', 2),
+                b'v' => (0x0b, 2),
+                b'f' => (0x0c, 2),
+                b'a' => (0x07, 2),
+                b'b' => (0x08, 2),
+                b'e' => (0x1b, 2),
+                b'x' => {
+                    let h = s[i + 2..].iter().take(2).take_while(|b| b.is_ascii_hexdigit()).count();
+                    let v = std::str::from_utf8(&s[i + 2..i + 2 + h]).ok().and_then(|t| u8::from_str_radix(t, 16).ok());
+                    (v.unwrap_or(b'?'), 2 + h)
+                }
+                b'0'..=b'7' => {
+                    let o = s[i + 1..].iter().take(3).take_while(|b| (b'0'..=b'7').contains(b)).count();
+                    let v = s[i + 1..i + 1 + o].iter().fold(0u32, |a, d| a * 8 + (d - b'0') as u32);
+                    (v as u8, 1 + o)
+                }
+                c => (c, 2),
+            }
+        } else {
+            (b, 1)
+        };
+        if out.len() < cap {
+            out.push(c);
+        }
+        i += used;
+    }
+    let truncated = closed && s[i..].starts_with(b"...");
+    (out, closed, truncated)
+}
+
+/// Splits off the first top-level argument: returns (arg, rest after the comma).
+fn first_arg(args: &[u8]) -> (&[u8], &[u8]) {
+    let mut depth = 0i32;
+    let mut in_str = false;
+    let mut i = 0;
+    while i < args.len() {
+        let b = args[i];
+        if in_str {
+            if b == b'\\' {
+                i += 2;
+                continue;
+            }
+            if b == b'"' {
+                in_str = false;
+            }
+        } else {
+            match b {
+                b'"' => in_str = true,
+                b'[' | b'{' | b'(' => depth += 1,
+                b']' | b'}' | b')' => depth -= 1,
+                b'<' if i > 0 && args[i - 1].is_ascii_alphanumeric() => {
+                    // an fd annotation: skip it whole (it may hold commas and brackets)
+                    if let Some((_, used)) = annotation(&args[i..]) {
+                        i += used;
+                        continue;
+                    }
+                }
+                b',' if depth <= 0 => return (&args[..i], skip_ws(&args[i + 1..])),
+                _ => {}
+            }
+        }
+        i += 1;
+    }
+    (args, &[])
+}
+
+/// `7</path>` / `7` / `AT_FDCWD<...>` -> (fd, annotation)
+fn parse_fd_arg(a: &[u8]) -> (Option<i32>, Option<&[u8]>) {
+    let a = skip_ws(a);
+    // perf trace style `fd: 7` is handled by its own parser; here plain numbers only.
+    match parse_u64(a) {
+        Some((v, n)) if v <= i32::MAX as u64 => (Some(v as i32), annotation(&a[n..]).map(|(p, _)| p)),
+        _ => (None, None),
+    }
+}
+
+fn path_arg(a: &[u8]) -> Option<Box<str>> {
+    let a = skip_ws(a);
+    let inner = a.strip_prefix(b"\"")?;
+    let (bytes, _, _) = unescape(inner, 4096);
+    Some(String::from_utf8_lossy(&bytes).into_owned().into_boxed_str())
+}
+
+fn lossy(b: &[u8]) -> Box<str> {
+    String::from_utf8_lossy(b).into_owned().into_boxed_str()
+}
+
+/// Fills the syscall fields the analysis needs from the (entry half of the) argument text.
+pub fn extract_args(sc: &mut Syscall, args: &[u8]) {
+    let name = sc.name;
+    let (a0, rest) = first_arg(args);
+    if event::first_arg_is_fd(name) {
+        let (fd, ann) = parse_fd_arg(a0);
+        sc.fd = fd;
+        if let Some(p) = ann {
+            sc.fd_path = Some(lossy(p));
+        }
+    }
+    match name {
+        "open" | "creat" | "unlink" | "stat" | "lstat" | "access" | "mkdir" | "rmdir" | "truncate"
+        | "chdir" | "readlink" => {
+            if let Some(p) = path_arg(a0) {
+                sc.extra = Extra::Path(p);
+            }
+        }
+        "openat" | "unlinkat" | "newfstatat" | "statx" | "mkdirat" | "faccessat" | "faccessat2"
+        | "readlinkat" | "openat2" => {
+            let (a1, _) = first_arg(rest);
+            if let Some(p) = path_arg(a1) {
+                if !p.is_empty() {
+                    sc.extra = Extra::Path(p);
+                }
+            }
+        }
+        "rename" => {
+            let (a1, _) = first_arg(rest);
+            if let (Some(o), Some(n)) = (path_arg(a0), path_arg(a1)) {
+                sc.extra = Extra::Rename(o, n);
+            }
+        }
+        "renameat" | "renameat2" => {
+            let (a1, r) = first_arg(rest);
+            let (_, r) = first_arg(r);
+            let (a3, _) = first_arg(r);
+            if let (Some(o), Some(n)) = (path_arg(a1), path_arg(a3)) {
+                sc.extra = Extra::Rename(o, n);
+            }
+        }
+        "pipe" | "pipe2" | "socketpair" => {
+            let arr = if name == "socketpair" {
+                let (_, r) = first_arg(rest);
+                let (_, r) = first_arg(r);
+                first_arg(r).0
+            } else {
+                a0
+            };
+            let arr = skip_ws(arr);
+            if let Some(inner) = arr.strip_prefix(b"[") {
+                let (x, r) = first_arg(inner);
+                let (a, _) = parse_fd_arg(x);
+                let (b, _) = parse_fd_arg(r);
+                if let (Some(a), Some(b)) = (a, b) {
+                    sc.extra = Extra::FdPair(a, b);
+                }
+            }
+        }
+        "dup2" | "dup3" => {
+            let (a1, _) = first_arg(rest);
+            if let (Some(fd), _) = parse_fd_arg(a1) {
+                sc.extra = Extra::NewFd(fd);
+            }
+        }
+        "fcntl" | "fcntl64" => {
+            let (a1, _) = first_arg(rest);
+            if skip_ws(a1).starts_with(b"F_DUPFD") {
+                sc.extra = Extra::DupFd;
+            }
+        }
+        "close_range" => {
+            let (a1, _) = first_arg(rest);
+            let lo = parse_u64(skip_ws(a0)).map(|v| v.0 as u32);
+            let a1 = skip_ws(a1);
+            let hi = if a1.starts_with(b"~0") || a1.starts_with(b"4294967295") {
+                Some(u32::MAX)
+            } else {
+                parse_u64(a1).map(|v| v.0.min(u32::MAX as u64) as u32)
+            };
+            if let (Some(lo), Some(hi)) = (lo, hi) {
+                sc.extra = Extra::CloseRange(lo, hi);
+            }
+        }
+        "clone" | "clone3" | "fork" | "vfork" | "clone2" => {
+            sc.extra = Extra::Clone { thread: memmem::find(args, b"CLONE_THREAD").is_some() };
+        }
+        "socket" => {
+            let a = skip_ws(a0);
+            let n = a.iter().take_while(|b| is_name_byte(**b)).count();
+            sc.extra = Extra::Socket(event::intern(&a[..n]));
+        }
+        _ => {
+            if event::has_data_arg(name) {
+                data_from(sc, rest);
+            }
+        }
+    }
+}
+
+/// Takes the buffer argument (a quoted string) at the start of `s`, if that is what it is.
+fn data_from(sc: &mut Syscall, s: &[u8]) {
+    let s = skip_ws(s);
+    if let Some(inner) = s.strip_prefix(b"\"") {
+        let (bytes, _, trunc) = unescape(inner, event::DATA_CAP);
+        sc.extra = Extra::Data(Data::new(&bytes, trunc));
+    }
+}
+
+/// A partial call waiting for its resumed half.
+#[derive(Debug)]
+struct Pending {
+    ts: Nanos,
+    line: u64,
+    sc: Syscall,
+}
+
+/// Turns lines into events, keeping the per-thread state the strace grammar needs.
+pub struct StraceParser {
+    /// The pid for lines that carry none (single-process traces, `-ff` files).
+    pub default_pid: Tid,
+    pending: std::collections::HashMap<Tid, Pending>,
+    /// The start of a line that strace split by printing its own message into it.
+    dangling: Option<(Vec<u8>, u64)>,
+    pub clock: ClockState,
+    /// Number of the line being parsed (1-based).
+    pub line: u64,
+    pub seen_pid_column: bool,
+    pub seen_dur: bool,
+    pub seen_annotation: bool,
+    pub seen_yy: bool,
+    pub last_ts: Nanos,
+}
+
+/// The trace clock: turns per-line times into one monotonic-ish ns scale.
+#[derive(Debug, Clone)]
+pub struct ClockState {
+    pub fmt: TimeFmt,
+    pub frac_digits: u8,
+    /// Days added for midnight rollovers (-t/-tt).
+    day: i64,
+    /// Highest time seen so far, on the unified scale.
+    high: Nanos,
+    /// Running sum for -r.
+    rel: Nanos,
+    pub first: Option<Nanos>,
+    pub first_text: Option<String>,
+}
+
+const DAY_NS: i64 = 86_400 * 1_000_000_000;
+
+impl ClockState {
+    fn new() -> Self {
+        ClockState { fmt: TimeFmt::None, frac_digits: 0, day: 0, high: 0, rel: 0, first: None, first_text: None }
+    }
+
+    /// Maps a line's timestamp onto the trace scale. `None` when the line has none.
+    fn map(&mut self, p: &Prefix, raw_line: &[u8]) -> Option<Nanos> {
+        let t = p.time?;
+        if self.fmt == TimeFmt::None {
+            self.fmt = p.fmt;
+            self.frac_digits = p.frac_digits;
+        }
+        let v = match p.fmt {
+            TimeFmt::TimeOfDay | TimeFmt::TimeOfDayFrac => {
+                let mut v = t + self.day * DAY_NS;
+                if self.first.is_some() && v < self.high - DAY_NS / 2 {
+                    // Far behind the latest time: the clock passed midnight.
+                    self.day += 1;
+                    v += DAY_NS;
+                } else if v > self.high + DAY_NS / 2 && self.day > 0 {
+                    // A late line printed out of order from before midnight.
+                    v -= DAY_NS;
+                }
+                v
+            }
+            TimeFmt::Relative => {
+                self.rel += t;
+                self.rel
+            }
+            _ => t,
+        };
+        if self.first.is_none() {
+            self.first = Some(v);
+            let txt = parse_prefix_time_text(raw_line);
+            self.first_text = Some(txt);
+        }
+        if v > self.high || self.first == Some(v) {
+            self.high = self.high.max(v);
+        }
+        Some(v)
+    }
+}
+
+/// The timestamp text of a line as printed (for `summary.start`).
+fn parse_prefix_time_text(line: &[u8]) -> String {
+    let mut s = line;
+    if s.starts_with(b"[pid ") {
+        if let Some(c) = memchr(b']', s) {
+            s = &s[c + 1..];
+        }
+    } else if let Some((v, n)) = parse_u64(s) {
+        if v <= PID_MAX && matches!(s.get(n), Some(b' ') | Some(b'\t')) {
+            s = &s[n..];
+        }
+    }
+    let s = skip_ws(s);
+    let n = s.iter().take_while(|b| !b.is_ascii_whitespace()).count();
+    String::from_utf8_lossy(&s[..n]).into_owned()
+}
+
+/// What one line produced.
+#[derive(Debug, PartialEq)]
+pub enum LineOutcome {
+    /// Used; zero or more events were pushed.
+    Used,
+    Skipped(SkipReason),
+}
+
+impl Default for StraceParser {
+    fn default() -> Self {
+        Self::new(0)
+    }
+}
+
+impl StraceParser {
+    pub fn new(default_pid: Tid) -> Self {
+        StraceParser {
+            default_pid,
+            pending: Default::default(),
+            dangling: None,
+            clock: ClockState::new(),
+            line: 0,
+            seen_pid_column: false,
+            seen_dur: false,
+            seen_annotation: false,
+            seen_yy: false,
+            last_ts: 0,
+        }
+    }
+
+    /// Parses one physical line (without its newline), pushing the events it completes.
+    pub fn feed(&mut self, raw: &[u8], out: &mut Vec<Event>) -> LineOutcome {
+        self.line += 1;
+        let line_no = self.line;
+        // strace's own message printed into the middle of an open line (stderr output):
+        // `clone(...SIGCHLDstrace: Process 8335 attached`. Keep the start of the line, use
+        // the message, and finish the line with the next bare continuation.
+        if let Some(at) = memmem::find(raw, b"strace: Process ") {
+            if at > 0 {
+                let head = &raw[..at];
+                self.dangling = Some((head.to_vec(), line_no));
+                return self.feed_body_line(&raw[at..], line_no, out);
+            }
+        }
+        if let Some((mut head, head_line)) = self.dangling.take() {
+            let t = skip_ws(raw);
+            let continues = t.starts_with(b"<unfinished ...>")
+                || t.starts_with(b"<detached ...>")
+                || (!raw.is_empty() && (raw[0] == b' ' || raw[0] == b',') && !looks_like_prefix(raw));
+            if continues {
+                if !head.ends_with(b" ") && !raw.starts_with(b" ") && !raw.starts_with(b",") {
+                    head.push(b' ');
+                }
+                head.extend_from_slice(raw);
+                let outcome = self.feed_full_line(&head, head_line, line_no, out);
+                return if outcome == LineOutcome::Used { LineOutcome::Used } else { outcome };
+            }
+            // The split line never got its end: its head alone is a call in flight.
+            self.feed_full_line(&head, head_line, head_line, out);
+        }
+        self.feed_full_line(raw, line_no, line_no, out)
+    }
+
+    fn feed_body_line(&mut self, raw: &[u8], line_no: u64, out: &mut Vec<Event>) -> LineOutcome {
+        match parse_body(raw) {
+            Ok(body) => {
+                let pfx = Prefix { pid: None, time: None, fmt: TimeFmt::None, frac_digits: 0 };
+                self.apply(pfx, None, body, line_no, line_no, out);
+                LineOutcome::Used
+            }
+            Err(r) => LineOutcome::Skipped(r),
+        }
+    }
+
+    fn feed_full_line(&mut self, raw: &[u8], start_line: u64, line_no: u64, out: &mut Vec<Event>) -> LineOutcome {
+        let (pfx, body) = parse_prefix(raw);
+        if pfx.pid.is_some() {
+            self.seen_pid_column = true;
+        }
+        if self.clock.fmt != TimeFmt::None && pfx.fmt != self.clock.fmt && pfx.time.is_some() {
+            // A different timestamp format mid-file: the times cannot be placed on one scale.
+            let compatible = matches!(
+                (self.clock.fmt, pfx.fmt),
+                (TimeFmt::TimeOfDay, TimeFmt::TimeOfDayFrac) | (TimeFmt::TimeOfDayFrac, TimeFmt::TimeOfDay)
+            );
+            if !compatible {
+                return LineOutcome::Skipped(SkipReason::BadTimestamp);
+            }
+        }
+        let body = match parse_body(body) {
+            Ok(b) => b,
+            Err(SkipReason::CutOff) => {
+                // A call line with no result and no marker: the trace was cut off there (or
+                // strace was killed). Keep it as a call in flight at the end.
+                let (_, b) = parse_prefix(raw);
+                let b = trim_end(b);
+                let n = b.iter().take_while(|c| is_name_byte(**c)).count();
+                if n > 0 && b.get(n) == Some(&b'(') {
+                    let ts = self.clock.map(&pfx, raw);
+                    let args = &b[n + 1..];
+                    let body = Body::Detached { name: &b[..n], args };
+                    self.apply(pfx, ts, body, start_line, line_no, out);
+                    return LineOutcome::Used;
+                }
+                return LineOutcome::Skipped(SkipReason::CutOff);
+            }
+            Err(r) => return LineOutcome::Skipped(r),
+        };
+        let ts = if matches!(body, Body::Noise) { None } else { self.clock.map(&pfx, raw) };
+        self.apply(pfx, ts, body, start_line, line_no, out);
+        LineOutcome::Used
+    }
+
+    fn apply(&mut self, pfx: Prefix, ts: Option<Nanos>, body: Body<'_>, start_line: u64, line_no: u64, out: &mut Vec<Event>) {
+        let tid = pfx.pid.unwrap_or(self.default_pid);
+        let ts = ts.unwrap_or(self.last_ts);
+        if ts > self.last_ts {
+            self.last_ts = ts;
+        }
+        match body {
+            Body::Call { name, args, tail } => {
+                let mut sc = Syscall::new(event::intern(name));
+                extract_args(&mut sc, args);
+                self.note_annotations(&sc);
+                finish(&mut sc, &tail);
+                if tail.dur.is_some() {
+                    self.seen_dur = true;
+                }
+                if sc.name == "restart_syscall" {
+                    // The thread was blocked in a call when tracing began.
+                    sc.in_flight = Some(InFlight::AtStart);
+                }
+                out.push(Event { tid, ts, line: line_no, kind: EventKind::Syscall(sc) });
+            }
+            Body::Unfinished { name, args } => {
+                let mut sc = Syscall::new(event::intern(name));
+                extract_args(&mut sc, args);
+                self.note_annotations(&sc);
+                if sc.name == "restart_syscall" {
+                    sc.in_flight = Some(InFlight::AtStart);
+                }
+                sc.start_line = Some(start_line);
+                if let Some(prev) = self.pending.insert(tid, Pending { ts, line: start_line, sc }) {
+                    // A new call on a thread whose previous call never resumed: that one
+                    // ended unseen. Keep it, marked in flight.
+                    out.push(dangling_event(tid, prev, ts));
+                }
+            }
+            Body::Resumed { name, rest, tail } => {
+                let name = event::intern(name);
+                let (mut sc, start_ts, entry_line) = match self.pending.remove(&tid) {
+                    Some(p) if p.sc.name == name => (p.sc, p.ts, Some(p.line)),
+                    other => {
+                        if let Some(p) = other {
+                            out.push(dangling_event(tid, p, ts));
+                        }
+                        // No entry half: the call was already running when tracing began.
+                        let mut sc = Syscall::new(name);
+                        sc.in_flight = Some(InFlight::AtStart);
+                        (sc, ts, None)
+                    }
+                };
+                if sc.data().is_none() && event::has_data_arg(name) {
+                    data_from(&mut sc, rest);
+                }
+                match tail {
+                    None => {
+                        // Resumed and interrupted again (`<... x resumed> <unfinished ...>`).
+                        self.pending.insert(tid, Pending { ts: start_ts, line: entry_line.unwrap_or(line_no), sc });
+                    }
+                    Some(tail) => {
+                        finish(&mut sc, &tail);
+                        if tail.dur.is_some() {
+                            self.seen_dur = true;
+                        } else if sc.in_flight.is_none() {
+                            sc.dur = Some((ts - start_ts).max(0));
+                            sc.dur_src = DurSource::Paired;
+                        } else {
+                            // Began before the trace: only the part after it is known.
+                            sc.dur = Some(0);
+                            sc.dur_src = DurSource::Paired;
+                        }
+                        if let Some(p) = tail.ret_path {
+                            sc.ret_path = Some(lossy(p));
+                        }
+                        let start = if sc.in_flight == Some(InFlight::AtStart) && tail.dur.is_some() {
+                            // With -T strace times the call from the attach: place it there.
+                            ts - sc.dur.unwrap_or(0)
+                        } else {
+                            start_ts
+                        };
+                        sc.start_line = entry_line;
+                        out.push(Event { tid, ts: start, line: line_no, kind: EventKind::Syscall(sc) });
+                    }
+                }
+            }
+            Body::Detached { name, args } => {
+                let mut sc = Syscall::new(event::intern(name));
+                extract_args(&mut sc, args);
+                sc.in_flight = Some(InFlight::AtEnd);
+                sc.start_line = Some(start_line);
+                out.push(Event { tid, ts, line: line_no, kind: EventKind::Syscall(sc) });
+            }
+            Body::Signal { name, si_pid } => {
+                out.push(Event { tid, ts, line: line_no, kind: EventKind::Signal { name: event::intern(name), si_pid } });
+            }
+            Body::Exit { code, signal } => {
+                if let Some(p) = self.pending.remove(&tid) {
+                    // `exit_group(0) <unfinished ...>` then `+++ exited`: the call ended here.
+                    let mut sc = p.sc;
+                    if sc.name == "exit_group" || sc.name == "exit" {
+                        sc.dur = Some((ts - p.ts).max(0));
+                        sc.dur_src = DurSource::Paired;
+                        sc.start_line = Some(p.line);
+                        out.push(Event { tid, ts: p.ts, line: line_no, kind: EventKind::Syscall(sc) });
+                    } else {
+                        out.push(dangling_event(tid, Pending { sc, ..p }, ts));
+                    }
+                }
+                out.push(Event { tid, ts, line: line_no, kind: EventKind::Exit { code, signal: signal.map(event::intern) } });
+            }
+            Body::Attached { pid, threads } => {
+                out.push(Event { tid: pid, ts, line: line_no, kind: EventKind::Attach { threads } });
+            }
+            Body::DetachedMsg { pid } => {
+                out.push(Event { tid: pid, ts, line: line_no, kind: EventKind::Detach });
+            }
+            Body::Noise => {}
+        }
+    }
+
+    fn note_annotations(&mut self, sc: &Syscall) {
+        if let Some(p) = &sc.fd_path {
+            self.seen_annotation = true;
+            if p.contains("->") {
+                self.seen_yy = true;
+            }
+        }
+    }
+
+    /// End of input: a split line with no end and calls that never resumed are kept as
+    /// calls still in flight when the trace ended.
+    pub fn finish(&mut self, out: &mut Vec<Event>) {
+        if let Some((head, head_line)) = self.dangling.take() {
+            self.feed_full_line(&head, head_line, head_line, out);
+        }
+        let mut rest: Vec<(Tid, Pending)> = self.pending.drain().collect();
+        rest.sort_by_key(|(_, p)| p.line);
+        let end = self.last_ts;
+        for (tid, p) in rest {
+            out.push(dangling_event(tid, p, end));
+        }
+    }
+}
+
+fn looks_like_prefix(raw: &[u8]) -> bool {
+    let (p, _) = parse_prefix(raw);
+    p.pid.is_some() || p.time.is_some()
+}
+
+/// An entry half that never saw its end: in flight at the end, known part up to `until`.
+fn dangling_event(tid: Tid, p: Pending, until: Nanos) -> Event {
+    let mut sc = p.sc;
+    sc.in_flight = Some(InFlight::AtEnd);
+    sc.dur = Some((until - p.ts).max(0));
+    sc.dur_src = DurSource::Paired;
+    Event { tid, ts: p.ts, line: p.line, kind: EventKind::Syscall(sc) }
+}
+
+fn finish(sc: &mut Syscall, tail: &Tail<'_>) {
+    sc.ret = tail.ret;
+    if let Some(d) = tail.dur {
+        sc.dur = Some(d);
+        sc.dur_src = DurSource::Measured;
+    }
+    if let Some(p) = tail.ret_path {
+        sc.ret_path = Some(lossy(p));
+    }
+}
+
+#[cfg(test)]
+mod tests;
