@@ -8,3 +8,8 @@
 pub mod event;
 pub mod report;
 pub mod source;
+pub mod analyze;
+pub mod fdtable;
+pub mod cli;
+pub mod render;
+pub mod run;
