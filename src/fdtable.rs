@@ -12,7 +12,8 @@
 //! connections folded into one entry per fd.
 
 use crate::event::{Extra, Nanos, Syscall};
-use std::collections::{HashMap, VecDeque};
+use rustc_hash::FxHashMap as HashMap;
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 /// What a file descriptor points at, in redis terms (REPORT.md `class`).
@@ -279,7 +280,7 @@ pub struct Resolved {
 
 impl FdTable {
     pub fn new(conf: Option<RedisConf>) -> Self {
-        FdTable { procs: HashMap::new(), files: vec![], index: HashMap::new(), conf }
+        FdTable { procs: HashMap::default(), files: vec![], index: HashMap::default(), conf }
     }
 
     pub fn files(&self) -> &[FileInfo] {

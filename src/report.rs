@@ -71,6 +71,8 @@ pub struct Summary {
     pub durations: String,
     pub threshold_us: i64,
     pub stalls: u64,
+    /// Stalls counted but not listed: only the longest `stalls` are kept in detail.
+    pub stalls_not_listed: u64,
     /// Live perf backend: events lost to ring-buffer overflow (0 for offline sources).
     pub lost_events: u64,
     /// Calls still running when the trace ended.

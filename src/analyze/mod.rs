@@ -17,7 +17,8 @@ pub use crate::fdtable::RedisConf;
 use crate::report::{self, Bound, Report, Stall, StallKind};
 use crate::source::{Counters, SourceInfo};
 use stats::Agg;
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
+use std::collections::{BTreeMap, VecDeque};
 
 #[derive(Clone, Debug)]
 pub struct Options {
@@ -32,7 +33,7 @@ pub struct Options {
 
 impl Default for Options {
     fn default() -> Self {
-        Options { threshold_ns: 10_000_000, top: 20, thread_names: HashMap::new(), redis_conf: None, root_pid: None }
+        Options { threshold_ns: 10_000_000, top: 20, thread_names: HashMap::default(), redis_conf: None, root_pid: None }
     }
 }
 
@@ -134,11 +135,13 @@ struct Cand {
     in_flight: Option<InFlight>,
     phase: Option<usize>,
     waiting: u64,
-    clients: HashSet<(u32, i32)>,
+    /// Distinct connections it held (few per stall in practice; capped).
+    clients: Vec<(u32, i32)>,
     worst_wait: Option<i64>,
     /// Commands (by sequence number) it held up, for merging into incidents.
     held: Vec<u64>,
-    by_cmd: BTreeMap<String, u64>,
+    by_cmd: Vec<(std::rc::Rc<str>, u64)>,
+    id: u64,
 }
 
 struct PendingCmd {
@@ -170,7 +173,9 @@ struct PhaseState {
 }
 
 const DONE_KEEP: usize = 1 << 16;
-const MAX_CANDS: usize = 200_000;
+/// Stalls kept in detail; past this the shortest are dropped (and counted), so memory stays
+/// bounded on traces with hundreds of thousands of stalls.
+const MAX_CANDS: usize = 5_000;
 
 pub struct Analyzer {
     opts: Options,
@@ -191,7 +196,13 @@ pub struct Analyzer {
     slowest: Vec<(Nanos, Tid, u32, &'static str, Option<i32>, Option<FileId>, Nanos, u64, Bound)>,
     cands: Vec<Cand>,
     cands_dropped: u64,
-    new_cands: usize,
+    cand_seq: u64,
+    /// (index, length) of the shortest kept stall, when known.
+    shortest: Option<(usize, Nanos)>,
+    /// The most recent stalls (index, id), for matching commands as they complete.
+    recent: VecDeque<(usize, u64)>,
+    /// Stalls added since the last `drain_new_stalls`.
+    fresh: Vec<usize>,
     in_flight_small: Vec<Cand>,
     phases: Vec<PhaseState>,
     segment: usize,
@@ -231,8 +242,8 @@ impl Analyzer {
             root_known: opts.root_pid.is_some(),
             opts,
             fds,
-            threads: HashMap::new(),
-            procs: HashMap::new(),
+            threads: HashMap::default(),
+            procs: HashMap::default(),
             events: 0,
             syscalls: 0,
             first_ts: None,
@@ -240,24 +251,27 @@ impl Analyzer {
             measured: 0,
             reconstructed: 0,
             by_name: BTreeMap::new(),
-            by_file: HashMap::new(),
+            by_file: HashMap::default(),
             slowest: vec![],
             cands: vec![],
             cands_dropped: 0,
-            new_cands: 0,
+            cand_seq: 0,
+            shortest: None,
+            recent: VecDeque::new(),
+            fresh: vec![],
             in_flight_small: vec![],
             phases: vec![],
             segment: 0,
-            conns: HashMap::new(),
-            conn_open: HashMap::new(),
-            last_reply: HashMap::new(),
+            conns: HashMap::default(),
+            conn_open: HashMap::default(),
+            last_reply: HashMap::default(),
             cmd_seq: 0,
             done: VecDeque::new(),
             cmd_stats: BTreeMap::new(),
             cmd_all: BTreeMap::new(),
             main_file_seg: BTreeMap::new(),
             bio_fsyncs: vec![],
-            main_fsync_by_file: HashMap::new(),
+            main_fsync_by_file: HashMap::default(),
             fork_durs: vec![],
             in_flight_start: 0,
             in_flight_end: 0,
@@ -532,10 +546,11 @@ impl Analyzer {
                     in_flight: None,
                     phase: self.active_phase(pe),
                     waiting: 0,
-                    clients: HashSet::new(),
+                    clients: vec![],
                     worst_wait: None,
                     held: vec![],
-                    by_cmd: BTreeMap::new(),
+                    by_cmd: vec![],
+                    id: 0,
                 });
             }
         }
@@ -560,10 +575,11 @@ impl Analyzer {
                 in_flight: sc.in_flight,
                 phase: self.active_phase(ev.ts),
                 waiting: 0,
-                clients: HashSet::new(),
+                clients: vec![],
                 worst_wait: None,
                 held: vec![],
-                by_cmd: BTreeMap::new(),
+                by_cmd: vec![],
+                id: 0,
             };
             if dur >= self.opts.threshold_ns {
                 self.add_cand(c);
@@ -757,8 +773,12 @@ impl Analyzer {
                 e.2 += log1 - p.log0;
                 let d = DoneCmd { seq: p.seq, name: p.name.clone(), conn: key, req: p.req, reply: end };
                 // Stalls already found that this command waited through.
-                for c in self.cands.iter_mut().rev().take(64) {
-                    hold(c, &d);
+                for (idx, id) in self.recent.iter() {
+                    if let Some(c) = self.cands.get_mut(*idx) {
+                        if c.id == *id {
+                            hold(c, &d);
+                        }
+                    }
                 }
                 if self.done.len() == DONE_KEEP {
                     self.done.pop_front();
@@ -782,10 +802,6 @@ impl Analyzer {
     }
 
     fn add_cand(&mut self, mut c: Cand) {
-        if self.cands.len() >= MAX_CANDS {
-            self.cands_dropped += 1;
-            return;
-        }
         // Commands already answered that waited through this stall.
         for d in self.done.iter().rev() {
             if d.reply < c.start {
@@ -793,15 +809,42 @@ impl Analyzer {
             }
             hold(&mut c, d);
         }
-        self.cands.push(c);
+        self.cand_seq += 1;
+        c.id = self.cand_seq;
+        let idx = if self.cands.len() < MAX_CANDS {
+            self.cands.push(c);
+            self.cands.len() - 1
+        } else {
+            // Full: the shortest kept stall makes room, or the new one is the shortest.
+            let (min_idx, min_dur) = match self.shortest {
+                Some(m) => m,
+                None => {
+                    let m = self.cands.iter().enumerate().min_by_key(|(_, c)| c.dur).map(|(i, c)| (i, c.dur)).unwrap_or((0, 0));
+                    self.shortest = Some(m);
+                    m
+                }
+            };
+            self.cands_dropped += 1;
+            if c.dur <= min_dur {
+                return;
+            }
+            self.cands[min_idx] = c;
+            self.shortest = None;
+            min_idx
+        };
+        if self.recent.len() == 64 {
+            self.recent.pop_front();
+        }
+        self.recent.push_back((idx, self.cand_seq));
+        self.fresh.push(idx);
     }
 
     /// Stalls found since the last call (live printing). Roles are the current best guess.
     pub fn drain_new_stalls(&mut self, clock: &crate::source::Clock) -> Vec<Stall> {
-        let from = self.new_cands;
-        self.new_cands = self.cands.len();
+        let fresh = std::mem::take(&mut self.fresh);
         let first = self.first_ts.unwrap_or(0);
-        (from..self.cands.len())
+        fresh
+            .into_iter()
             .filter(|i| self.keep_cand(&self.cands[*i]))
             .map(|i| self.stall_of(&self.cands[i], clock, first))
             .collect()
@@ -838,7 +881,7 @@ impl Analyzer {
             bound: c.bound,
             in_flight: c.in_flight,
             waiting_commands: c.waiting,
-            waiting_by_command: c.by_cmd.clone(),
+            waiting_by_command: c.by_cmd.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
             waiting_clients: c.clients.len() as u64,
             worst_wait_us: c.worst_wait.map(|w| w / 1000),
             phase: c.phase,
@@ -891,6 +934,7 @@ impl Analyzer {
             durations: durations.to_string(),
             threshold_us: self.opts.threshold_ns / 1000,
             stalls: 0,
+            stalls_not_listed: 0,
             lost_events: self.lost_events,
             in_flight_at_end: self.in_flight_end,
             in_flight_at_start: self.in_flight_start,
@@ -1076,7 +1120,8 @@ impl Analyzer {
             .filter(|c| self.keep_cand(c))
             .map(|c| self.stall_of(c, &clock, first))
             .collect();
-        r.summary.stalls = stalls.len() as u64;
+        r.summary.stalls = stalls.len() as u64 + self.cands_dropped;
+        r.summary.stalls_not_listed = self.cands_dropped;
         r.incidents = incidents(&stalls, &clock, first);
         let (cands, stalls): (Vec<Cand>, Vec<Stall>) = stalls.into_iter().unzip();
         r.stalls = stalls;
@@ -1098,15 +1143,18 @@ fn hold(c: &mut Cand, d: &DoneCmd) {
     let (s, e) = (c.start, c.start + c.dur);
     if d.req < e && d.reply > s {
         c.waiting += 1;
-        if c.clients.len() < 100_000 {
-            c.clients.insert(d.conn);
+        if c.clients.len() < 4096 && !c.clients.contains(&d.conn) {
+            c.clients.push(d.conn);
         }
         let w = d.reply - d.req;
         c.worst_wait = Some(c.worst_wait.map_or(w, |x| x.max(w)));
-        if c.held.len() < 100_000 {
+        if c.held.len() < 4096 {
             c.held.push(d.seq);
         }
-        *c.by_cmd.entry(d.name.to_string()).or_default() += 1;
+        match c.by_cmd.iter_mut().find(|(n, _)| *n == d.name) {
+            Some(e) => e.1 += 1,
+            None => c.by_cmd.push((d.name.clone(), 1)),
+        }
     }
 }
 
@@ -1148,8 +1196,8 @@ fn incidents(stalls: &[(Cand, Stall)], clock: &crate::source::Clock, first: Nano
                     worst_wait_us: None,
                     finding: None,
                 },
-                HashSet::new(),
-                HashSet::new(),
+                HashSet::default(),
+                HashSet::default(),
             ));
         }
         let (inc, held, clients) = out.last_mut().expect("pushed above");
@@ -1175,7 +1223,7 @@ fn incidents(stalls: &[(Cand, Stall)], clock: &crate::source::Clock, first: Nano
 /// Reads a thread-name file: `ls /proc/PID/task` style `TID NAME` lines, `ps -L -o tid,comm`
 /// output (a header line is skipped), or `# comment` lines.
 pub fn parse_thread_names(text: &str) -> HashMap<Tid, String> {
-    let mut m = HashMap::new();
+    let mut m = HashMap::default();
     for line in text.lines() {
         let l = line.trim();
         if l.is_empty() || l.starts_with('#') {
