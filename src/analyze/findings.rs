@@ -139,7 +139,8 @@ struct Agg {
     worst: i64,
     worst_line: Option<u64>,
     worst_path: Option<String>,
-    waiting: u64,
+    /// Distinct commands held by any of the stalls.
+    held: std::collections::HashSet<u64>,
 }
 
 /// All findings, most severe first.
@@ -147,16 +148,15 @@ pub(super) fn findings(a: &Analyzer, cands: &[Cand], r: &Report) -> Vec<Finding>
     let mut by: BTreeMap<String, Agg> = BTreeMap::new();
     for (c, s) in cands.iter().zip(&r.stalls) {
         if let Some(f) = &s.finding {
-            let e = by.entry(f.clone()).or_insert(Agg { n: 0, total: 0, worst: 0, worst_line: None, worst_path: None, waiting: 0 });
+            let e = by.entry(f.clone()).or_insert(Agg { n: 0, total: 0, worst: 0, worst_line: None, worst_path: None, held: Default::default() });
             e.n += 1;
             e.total += s.duration_us;
-            e.waiting += s.waiting_commands;
+            e.held.extend(c.held.iter().copied());
             if s.duration_us >= e.worst {
                 e.worst = s.duration_us;
                 e.worst_line = s.line;
                 e.worst_path = s.path.clone();
             }
-            let _ = c;
         }
     }
     let mut out = vec![];
@@ -164,7 +164,7 @@ pub(super) fn findings(a: &Analyzer, cands: &[Cand], r: &Report) -> Vec<Finding>
     let stall_evidence = |e: &Agg| {
         let at = e.worst_line.map(|l| format!(" (line {l})")).unwrap_or_default();
         let path = e.worst_path.as_ref().map(|p| format!(" on {p}")).unwrap_or_default();
-        let held = if e.waiting > 0 { format!("; {} client commands waited through them", e.waiting) } else { String::new() };
+        let held = if e.held.is_empty() { String::new() } else { format!("; {} client commands waited through them", e.held.len()) };
         format!("{} stall(s) over {}, {} in total, worst {}{path}{at}{held}", e.n, human(thr), human(e.total), human(e.worst))
     };
     let sev = |e: Option<&Agg>, base: Severity| match e {

@@ -459,7 +459,8 @@ impl Analyzer {
     fn on_syscall(&mut self, ev: &Event, sc: &Syscall) {
         self.syscalls += 1;
         match sc.dur_src {
-            _ if sc.in_flight.is_some() => {}
+            // The edges of a trace and exits are timed by pairing even under -T.
+            _ if sc.in_flight.is_some() || matches!(sc.name, "exit" | "exit_group") => {}
             DurSource::Measured => self.measured += 1,
             DurSource::UpperBound | DurSource::Paired => self.reconstructed += 1,
             DurSource::Unknown => {}
@@ -1108,7 +1109,18 @@ impl Analyzer {
             .map(|((role, syscall), (calls, total))| report::IdleStats { role, syscall: syscall.to_string(), calls, total_us: total / 1000 })
             .collect();
         // Stalls.
-        let cands: Vec<Cand> = self.cands.iter().filter(|c| self.keep_cand(c)).cloned().collect();
+        let mut cands: Vec<Cand> = self.cands.iter().filter(|c| self.keep_cand(c)).cloned().collect();
+        // Only the threads that serve clients hold them up; a child or bio thread's stall
+        // overlapping a command did not delay it (if it did, the main thread stalled too).
+        for c in &mut cands {
+            if !matches!(self.role(c.tid), Role::Main | Role::IoThread) {
+                c.waiting = 0;
+                c.clients.clear();
+                c.worst_wait = None;
+                c.held.clear();
+                c.by_cmd.clear();
+            }
+        }
         let mut stalls: Vec<(Cand, Stall)> = cands.into_iter().map(|c| {
             let s = self.stall_of(&c, &clock, first);
             (c, s)

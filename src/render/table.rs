@@ -174,7 +174,7 @@ pub fn render(r: &Report, w: &mut dyn Write, color: bool) -> io::Result<()> {
     }
 
     writeln!(w)?;
-    writeln!(w, "{}", p.bold(&format!("STALLS over {} ({} stalls, {} incidents)", human(r.summary.threshold_us), r.stalls.len(), r.incidents.len())))?;
+    writeln!(w, "{}", p.bold(&format!("STALLS over {} ({} stalls, {} incidents, worst first)", human(r.summary.threshold_us), r.stalls.len(), r.incidents.len())))?;
     if r.stalls.is_empty() {
         writeln!(w, "  none")?;
     }
