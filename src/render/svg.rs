@@ -27,6 +27,11 @@ const GAP_COLOR: &str = "#4d4d4d";
 const THRESHOLD_COLOR: &str = "#c0392b";
 const MINFLT_COLOR: &str = "#8e44ad";
 const IOWAIT_COLOR: &str = "#138d75";
+const X_TICKS: usize = 10;
+/// Above this many stalls only the longest get a time-extent line: a thousand overlapping
+/// lines hide the marks they belong to.
+const EXTENTS_ALL_UP_TO: usize = 300;
+const EXTENTS_LONGEST: usize = 60;
 const FONT: &str = "font-family=\"sans-serif\"";
 
 /// Writes a standalone SVG document.
@@ -71,6 +76,10 @@ impl Geometry {
         if t1 - t0 < 1.0 {
             t1 = t0 + 1_000.0;
         }
+        // End the axis on a tick so the last label sits at the plot's right edge.
+        let (div, _) = unit_for(t1 - t0);
+        let (_, step) = nice_ticks(t0 / div, t1 / div, X_TICKS);
+        t1 = ((t1 / div / step - 1e-9).ceil() * step * div).max(t1);
         let mut lo_dec = lo.log10().floor() as i32;
         let mut hi_dec = (hi.log10() + 1e-9).ceil() as i32;
         if hi_dec <= lo_dec {
@@ -116,18 +125,22 @@ impl Geometry {
 
     /// The x unit that keeps tick labels short: (divisor from µs, name).
     fn unit(&self) -> (f64, &'static str) {
-        let span = self.t1 - self.t0;
-        if span >= 2_000_000.0 {
-            (1_000_000.0, "s")
-        } else if span >= 2_000.0 {
-            (1_000.0, "ms")
-        } else {
-            (1.0, "µs")
-        }
+        unit_for(self.t1 - self.t0)
     }
 
     fn strip_top(&self) -> f64 {
         TOP + PLOT_H + AXIS_H + STRIP_GAP - 14.0
+    }
+}
+
+/// The x unit for a time span in µs: (divisor from µs, name).
+fn unit_for(span: f64) -> (f64, &'static str) {
+    if span >= 2_000_000.0 {
+        (1_000_000.0, "s")
+    } else if span >= 2_000.0 {
+        (1_000.0, "ms")
+    } else {
+        (1.0, "µs")
     }
 }
 
@@ -165,7 +178,7 @@ pub fn write_svg(r: &Report, w: &mut dyn Write) -> io::Result<()> {
     // Heading.
     let heading = format!(
         "{} stall{} over {} in {} of trace",
-        r.stalls.len(),
+        super::markup::count(r.stalls.len() as u64),
         if r.stalls.len() == 1 { "" } else { "s" },
         dur(r.summary.threshold_us),
         dur(r.summary.span_us)
@@ -316,8 +329,13 @@ pub fn write_svg(r: &Report, w: &mut dyn Write) -> io::Result<()> {
     };
     let mut order: Vec<usize> = (0..n).collect();
     order.sort_by_key(|&i| r.stalls[i].duration_us);
+    let extents_from = if n <= EXTENTS_ALL_UP_TO {
+        0
+    } else {
+        n.saturating_sub(EXTENTS_LONGEST)
+    };
     writeln!(w, "<g class=\"stalls\">")?;
-    for i in order {
+    for (rank, i) in order.into_iter().enumerate() {
         let s = &r.stalls[i];
         let x = g.x(s.at_us as f64);
         let y = g.y(s.duration_us.max(1) as f64);
@@ -355,7 +373,7 @@ pub fn write_svg(r: &Report, w: &mut dyn Write) -> io::Result<()> {
             title.push_str(&format!("\n{}", s.cause));
         }
         writeln!(w, "<g class=\"stall\"><title>{}</title>", esc(&title))?;
-        if x_end - x >= 2.0 {
+        if x_end - x >= 2.0 && rank >= extents_from {
             writeln!(
                 w,
                 "<line class=\"extent\" x1=\"{x:.1}\" y1=\"{y:.1}\" x2=\"{x_end:.1}\" y2=\"{y:.1}\" stroke=\"{color}\" stroke-opacity=\"0.55\" stroke-width=\"2\"/>"
@@ -405,7 +423,7 @@ pub fn write_svg(r: &Report, w: &mut dyn Write) -> io::Result<()> {
 
 fn write_x_axis(w: &mut dyn Write, g: &Geometry, baseline: f64) -> io::Result<()> {
     let (div, unit) = g.unit();
-    let (ticks, step) = nice_ticks(g.t0 / div, g.t1 / div, 10);
+    let (ticks, step) = nice_ticks(g.t0 / div, g.t1 / div, X_TICKS);
     writeln!(w, "<g class=\"axis x-axis\" data-unit=\"{unit}\">")?;
     for t in ticks {
         let x = g.x(t * div);
@@ -446,13 +464,12 @@ fn write_host_strip(r: &Report, w: &mut dyn Write, g: &Geometry) -> io::Result<(
         .map(|s| s.minflt_per_s)
         .fold(0.0f64, f64::max)
         .max(1.0);
-    let (flt_ticks, flt_step) = nice_ticks(0.0, max_flt, 4);
-    let flt_top = flt_ticks.last().copied().unwrap_or(max_flt).max(max_flt);
-    let flt_top = if flt_top < max_flt {
-        flt_top + flt_step
-    } else {
-        flt_top
-    };
+    let (mut flt_ticks, flt_step) = nice_ticks(0.0, max_flt, 4);
+    let mut flt_top = flt_ticks.last().copied().unwrap_or(0.0);
+    if flt_top < max_flt {
+        flt_top += flt_step;
+        flt_ticks.push(flt_top);
+    }
     let max_io = samples.iter().map(|s| s.iowait_pct).fold(0.0f64, f64::max);
     let io_top = if max_io <= 10.0 {
         10.0

@@ -106,7 +106,9 @@ fn many(phases: bool, host: bool) -> Report {
         x = x
             .wrapping_mul(6364136223846793005)
             .wrapping_add(1442695040888963407);
-        let d = 10_000 + (x >> 33) as i64 % 2_000_000;
+        // Mostly just over the threshold, with a long tail, like real traces.
+        let tail = if i % 20 == 0 { 2_000_000 } else { 60_000 };
+        let d = 10_000 + (x >> 33) as i64 % tail;
         let kind = if i % 7 == 0 {
             StallKind::Gap
         } else {
