@@ -186,6 +186,42 @@ pub fn render(r: &Report, w: &mut dyn Write) -> io::Result<()> {
 
     write_stalls(r, w)?;
 
+    if !r.slowest.is_empty() {
+        writeln!(w, "<section id=\"slowest-section\"><h2>Slowest calls</h2>")?;
+        writeln!(w, "<p class=\"note\">The slowest calls of the trace, whatever the threshold (idle waits excluded).</p>")?;
+        let rows = r
+            .slowest
+            .iter()
+            .map(|s| {
+                let mut d = dur(s.duration_us);
+                match s.bound {
+                    Bound::Exact => {}
+                    Bound::AtLeast => d = format!("≥ {d}"),
+                    Bound::AtMost => d = format!("≤ {d}"),
+                }
+                vec![
+                    Cell::Mono(s.ts.clone()),
+                    num(offset(s.at_us)),
+                    text(format!("{} ({})", s.thread, s.tid)),
+                    Cell::Mono(s.syscall.clone()),
+                    num(opt(s.fd)),
+                    Cell::Raw(swatch(s.class.as_deref())),
+                    Cell::Path(opt(s.path.as_ref())),
+                    num(d),
+                ]
+            })
+            .collect();
+        table(
+            w,
+            "slowest",
+            &[
+                "time", "at", "thread", "syscall", "fd", "class", "path", "duration",
+            ],
+            rows,
+        )?;
+        writeln!(w, "</section>")?;
+    }
+
     if !r.incidents.is_empty() {
         writeln!(w, "<section id=\"incidents-section\"><h2>Incidents</h2>")?;
         writeln!(w, "<p class=\"note\">Stalls that overlap in time, merged: what a client saw as one freeze.</p>")?;

@@ -32,6 +32,10 @@ const X_TICKS: usize = 10;
 /// lines hide the marks they belong to.
 const EXTENTS_ALL_UP_TO: usize = 300;
 const EXTENTS_LONGEST: usize = 60;
+/// Most stall marks drawn; the HTML tables and the JSON keep every stall.
+pub const MAX_MARKS: usize = 20_000;
+/// Most context dots (timeline calls under the threshold) drawn.
+pub const MAX_CONTEXT: usize = 30_000;
 const FONT: &str = "font-family=\"sans-serif\"";
 
 /// Writes a standalone SVG document.
@@ -68,6 +72,13 @@ impl Geometry {
         for p in &r.phases {
             t0 = t0.min(p.start_at_us as f64);
             t1 = t1.max(p.end_at_us.unwrap_or(p.start_at_us) as f64);
+        }
+        for c in context_calls(r) {
+            t0 = t0.min(c.at_us as f64);
+            t1 = t1.max(c.at_us as f64);
+            let d = c.duration_us.max(1) as f64;
+            lo = lo.min(d);
+            hi = hi.max(d);
         }
         let samples = r.host.as_ref().map(|h| h.samples.as_slice()).unwrap_or(&[]);
         for s in samples {
@@ -318,7 +329,10 @@ pub fn write_svg(r: &Report, w: &mut dyn Write) -> io::Result<()> {
         esc(&format!("threshold {}", dur(r.summary.threshold_us)))
     )?;
 
-    // Marks. Big stalls are drawn last so they stay on top of a crowd of small ones.
+    write_context(r, w, &g)?;
+
+    // Marks. Big stalls are drawn last so they stay on top of a crowd of small ones; past
+    // MAX_MARKS only the longest are drawn (the picture would not show more anyway).
     let n = r.stalls.len();
     let radius = if n <= 50 {
         5.5
@@ -329,6 +343,8 @@ pub fn write_svg(r: &Report, w: &mut dyn Write) -> io::Result<()> {
     };
     let mut order: Vec<usize> = (0..n).collect();
     order.sort_by_key(|&i| r.stalls[i].duration_us);
+    let order = order.split_off(n.saturating_sub(MAX_MARKS));
+    let n = order.len();
     let extents_from = if n <= EXTENTS_ALL_UP_TO {
         0
     } else {
@@ -405,6 +421,18 @@ pub fn write_svg(r: &Report, w: &mut dyn Write) -> io::Result<()> {
         writeln!(w, "</g>")?;
     }
     writeln!(w, "</g>")?;
+    if r.stalls.len() > MAX_MARKS {
+        writeln!(
+            w,
+            "<text class=\"marks-capped\" x=\"{:.1}\" y=\"40\" text-anchor=\"end\" fill=\"#a04000\">{}</text>",
+            LEFT + g.plot_w,
+            esc(&format!(
+                "showing the {} longest of {} stalls",
+                super::markup::count(MAX_MARKS as u64),
+                super::markup::count(r.stalls.len() as u64)
+            ))
+        )?;
+    }
     if r.stalls.is_empty() {
         writeln!(
             w,
@@ -419,6 +447,57 @@ pub fn write_svg(r: &Report, w: &mut dyn Write) -> io::Result<()> {
     }
     write_legend(r, w, &g)?;
     writeln!(w, "</svg>")
+}
+
+/// Timeline calls that are not stalls, drawn small and faint under the stall marks: they
+/// show what the threshold hides (an fdatasync p50 rising during a rewrite). The longest
+/// `MAX_CONTEXT` of them when there are more.
+fn context_calls(r: &Report) -> Vec<&crate::report::TimelineCall> {
+    let Some(tl) = &r.timeline else {
+        return Vec::new();
+    };
+    let mut v: Vec<_> = tl
+        .calls
+        .iter()
+        .filter(|c| c.duration_us < r.summary.threshold_us)
+        .collect();
+    if v.len() > MAX_CONTEXT {
+        v.sort_by_key(|c| std::cmp::Reverse(c.duration_us));
+        v.truncate(MAX_CONTEXT);
+    }
+    v
+}
+
+/// One `<path>` per class, each call a zero-length segment drawn as a round dot: a few
+/// bytes per call, so tens of thousands stay cheap.
+fn write_context(r: &Report, w: &mut dyn Write, g: &Geometry) -> io::Result<()> {
+    let calls = context_calls(r);
+    if calls.is_empty() {
+        return Ok(());
+    }
+    let mut by_class: std::collections::BTreeMap<&str, (usize, String)> = Default::default();
+    for c in &calls {
+        let e = by_class
+            .entry(c.class.as_deref().unwrap_or("unknown"))
+            .or_default();
+        e.0 += 1;
+        e.1.push_str(&format!(
+            "M{:.1} {:.1}h0",
+            g.x(c.at_us as f64),
+            g.y(c.duration_us.max(1) as f64)
+        ));
+    }
+    writeln!(w, "<g class=\"context\" data-calls=\"{}\">", calls.len())?;
+    for (class, (n, d)) in by_class {
+        writeln!(
+            w,
+            "<path class=\"context-dots\" data-class=\"{}\" data-calls=\"{n}\" d=\"{d}\" stroke=\"{}\" stroke-opacity=\"0.35\" stroke-width=\"3\" stroke-linecap=\"round\" fill=\"none\"><title>{}</title></path>",
+            esc(class),
+            class_color(Some(class)),
+            esc(&format!("{n} {class} calls under the threshold"))
+        )?;
+    }
+    writeln!(w, "</g>")
 }
 
 fn write_x_axis(w: &mut dyn Write, g: &Geometry, baseline: f64) -> io::Result<()> {
@@ -621,6 +700,19 @@ fn write_legend(r: &Report, w: &mut dyn Write, g: &Geometry) -> io::Result<()> {
             y - 4.0,
             x + 18.0,
             y
+        )?;
+        y += 18.0;
+    }
+    let ctx = context_calls(r).len();
+    if ctx > 0 {
+        writeln!(
+            w,
+            "<g class=\"legend-item\"><circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"1.5\" fill=\"#777\" fill-opacity=\"0.5\"/><text x=\"{:.1}\" y=\"{:.1}\" fill=\"#333\">{} calls under threshold</text></g>",
+            x + 6.0,
+            y - 4.0,
+            x + 18.0,
+            y,
+            super::markup::count(ctx as u64)
         )?;
         y += 18.0;
     }

@@ -244,6 +244,10 @@ fn check_svg(r: &Report, doc: &Document) {
     let root = doc.root_element();
     assert_eq!(root.tag_name().name(), "svg");
     let marks = by_class(doc, "mark");
+    if r.stalls.len() > svg::MAX_MARKS {
+        check_capped(r, doc);
+        return;
+    }
     assert_eq!(marks.len(), r.stalls.len(), "one mark per stall");
     let slow = marks.iter().filter(|m| has_class(m, "slow")).count();
     let gaps = marks.iter().filter(|m| has_class(m, "gap")).count();
@@ -822,4 +826,83 @@ fn trace_export_of_two_stalls_without_timeline() {
     assert!(events.iter().any(|e| e["ph"] == "M"
         && e["name"] == "process_name"
         && e["args"]["name"] == "redis-server 9380"));
+}
+
+/// Past `MAX_MARKS`, the longest stalls are the ones drawn, and the picture says so.
+fn check_capped(r: &Report, doc: &Document) {
+    let marks = by_class(doc, "mark");
+    assert_eq!(marks.len(), svg::MAX_MARKS);
+    let drawn: HashSet<usize> = marks.iter().map(|m| num(m, "data-i") as usize).collect();
+    assert_eq!(drawn.len(), svg::MAX_MARKS);
+    let min_drawn = drawn
+        .iter()
+        .map(|&i| r.stalls[i].duration_us)
+        .min()
+        .unwrap_or(0);
+    let max_left = (0..r.stalls.len())
+        .filter(|i| !drawn.contains(i))
+        .map(|i| r.stalls[i].duration_us)
+        .max()
+        .unwrap_or(0);
+    assert!(min_drawn >= max_left, "the longest stalls are drawn");
+    let note = by_class(doc, "marks-capped");
+    assert!(note[0]
+        .text()
+        .unwrap_or_default()
+        .contains("20,000 longest of"));
+}
+
+#[test]
+fn svg_caps_marks_past_max_and_draws_timeline_context() {
+    let mut r = base(60 * S);
+    for i in 0..(svg::MAX_MARKS as i64 + 500) {
+        r.stalls.push(stall(
+            i * 2_500,
+            10_001 + (i * 7919) % 300_000,
+            StallKind::SlowSyscall,
+            Some("aof"),
+            9380,
+        ));
+    }
+    let text = render_svg(&r);
+    check_svg(&r, &parse(&text));
+
+    // Context: timeline calls under the threshold are faint dots, one path per class;
+    // calls at or over the threshold are stalls already and are not repeated.
+    let mut r = two_stalls();
+    let call = |at_us: i64, duration_us: i64, class: &str| TimelineCall {
+        at_us,
+        duration_us,
+        class: Some(class.into()),
+        syscall: "fdatasync".into(),
+        ..Default::default()
+    };
+    r.timeline = Some(Timeline {
+        floor_us: 100,
+        max_per_thread: TIMELINE_MAX_PER_THREAD,
+        dropped: 0,
+        calls: vec![
+            call(10, 150, "aof"),
+            call(20, 300, "aof"),
+            call(30, 900, "log"),
+            call(1_500_000, 446_900, "aof"),
+        ],
+    });
+    let text = render_svg(&r);
+    let doc = parse(&text);
+    check_svg(&r, &doc);
+    let ctx = &by_class(&doc, "context")[0];
+    assert_eq!(num(ctx, "data-calls") as usize, 3);
+    let dots: Vec<(String, usize)> = by_class(&doc, "context-dots")
+        .iter()
+        .map(|n| {
+            (
+                n.attribute("data-class").unwrap_or_default().to_string(),
+                num(n, "data-calls") as usize,
+            )
+        })
+        .collect();
+    assert_eq!(dots, [("aof".to_string(), 2), ("log".to_string(), 1)]);
+    // The y axis reaches down to the fastest context call.
+    assert!(num(&by_class(&doc, "y-axis")[0], "data-lo-us") <= 150.0);
 }
