@@ -11,3 +11,7 @@ pub mod progress;
 pub mod render;
 pub mod report;
 pub mod source;
+pub mod analyze;
+pub mod fdtable;
+pub mod cli;
+pub mod run;

@@ -18,6 +18,9 @@ pub struct Report {
     /// The slowest calls of the trace, whatever the threshold (at most `--top`).
     pub slowest: Vec<SlowCall>,
     pub stalls: Vec<Stall>,
+    /// Calls still running when the trace ended (or already running when it began) whose
+    /// known part is below the threshold: listed so a call still blocked is never silent.
+    pub in_flight: Vec<Stall>,
     /// Stalls that overlap in time, merged: what a client saw as one freeze.
     pub incidents: Vec<Incident>,
     pub threads: Vec<ThreadInfo>,
@@ -165,6 +168,8 @@ pub struct Stall {
     pub bound: Bound,
     pub in_flight: Option<crate::event::InFlight>,
     pub waiting_commands: u64,
+    /// The waiting commands by command name.
+    pub waiting_by_command: std::collections::BTreeMap<String, u64>,
     pub waiting_clients: u64,
     pub worst_wait_us: Option<i64>,
     /// Index into `phases` of the background child running at the time, if any.

@@ -33,6 +33,7 @@ fn stall(at_us: i64, duration_us: i64, kind: StallKind, class: Option<&str>, tid
         bound: Bound::Exact,
         in_flight: None,
         waiting_commands: 1,
+        waiting_by_command: [("SET".to_string(), 1)].into_iter().collect(),
         waiting_clients: 1,
         worst_wait_us: Some(duration_us),
         phase: None,

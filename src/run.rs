@@ -1,0 +1,76 @@
+//! Glue between the command line and the pipeline: builds sources, the analyzer and the
+//! renderer for a subcommand, and returns the number of stalls (for the exit status).
+
+use crate::analyze::{self, Analyzer, Options, RedisConf};
+use crate::cli::{AnalyzeArgs, ColorChoice, Format, OutputArgs};
+use crate::report::Report;
+use crate::source::{self, Inputs};
+use anyhow::{Context, Result};
+use std::io::{IsTerminal, Write};
+
+/// Analyzer options from the output flags shared by `analyze` and `attach`.
+pub fn options(out: &OutputArgs) -> Result<Options> {
+    let mut o = Options { threshold_ns: out.threshold, top: out.top.max(1), ..Default::default() };
+    if let Some(f) = &out.threads {
+        let text = std::fs::read_to_string(f).with_context(|| format!("--threads {f}: cannot read it"))?;
+        o.thread_names = analyze::parse_thread_names(&text);
+        if o.thread_names.is_empty() {
+            anyhow::bail!("--threads {f}: no `TID NAME` lines in it");
+        }
+    }
+    if let Some(f) = &out.redis_conf {
+        let text = std::fs::read_to_string(f).with_context(|| format!("--redis-conf {f}: cannot read it"))?;
+        o.redis_conf = Some(RedisConf::parse(&text));
+    }
+    Ok(o)
+}
+
+pub fn use_color(c: ColorChoice) -> bool {
+    match c {
+        ColorChoice::Always => true,
+        ColorChoice::Never => false,
+        ColorChoice::Auto => std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()) && std::io::stdout().is_terminal(),
+    }
+}
+
+/// Writes the report in the chosen format to stdout.
+pub fn emit(report: &Report, out: &OutputArgs) -> Result<()> {
+    let stdout = std::io::stdout();
+    let mut w = std::io::BufWriter::new(stdout.lock());
+    match out.format {
+        Format::Json => crate::render::json::render(report, &mut w)?,
+        Format::Table => crate::render::table::render(report, &mut w, use_color(out.color))?,
+    }
+    w.flush()?;
+    Ok(())
+}
+
+pub fn analyze(args: &AnalyzeArgs) -> Result<u64> {
+    let mut opts = options(&args.out)?;
+    opts.root_pid = args.pid;
+    let mut inputs = Inputs::open(&args.files, args.input_format, args.strict)?;
+    let mut an = Analyzer::new(opts);
+    while let Some(ev) = inputs.next_event()? {
+        an.push(&ev);
+    }
+    let counters = inputs.counters();
+    let mut info = inputs.info();
+    if an_is_empty(&counters, &inputs) {
+        let label = info.files.first().cloned().unwrap_or_else(|| "<stdin>".into());
+        return Err(source::no_events_error(&label, &counters));
+    }
+    info.pid = args.pid;
+    info.clock.date = args.date;
+    let report = an.finish(info, counters);
+    emit(&report, &args.out)?;
+    Ok(report.summary.stalls)
+}
+
+fn an_is_empty(c: &source::Counters, _inputs: &Inputs) -> bool {
+    c.lines > 0 && c.lines == c.skips.total
+}
+
+/// A closed stdout (`| head`) ends the program quietly, as ripgrep does.
+pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe))
+}
