@@ -25,6 +25,9 @@ th, td { border: 1px solid #ddd; padding: 3px 8px; text-align: left; vertical-al
 th { background: #f3f3f3; font-weight: 600; }
 td.n, th.n { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 td.path { font-family: ui-monospace, Menlo, Consolas, monospace; font-size: 12px; word-break: break-all; max-width: 420px; }
+td.nowrap { white-space: nowrap; }
+td.path { min-width: 180px; }
+code { font-family: ui-monospace, Menlo, Consolas, monospace; font-size: 12px; background: #f2f2f2; padding: 0 3px; border-radius: 2px; }
 td.mono { font-family: ui-monospace, Menlo, Consolas, monospace; font-size: 12px; white-space: nowrap; }
 tr:nth-child(even) td { background: #fafafa; }
 .sev { font-weight: 600; padding: 1px 6px; border-radius: 3px; color: #fff; white-space: nowrap; }
@@ -45,6 +48,31 @@ enum Cell {
     Mono(String),
     /// Pre-escaped markup (severity badges, colour swatches).
     Raw(String),
+    /// Prose from the analyzer: `backquoted` spans become <code>.
+    Prose(String),
+    /// Text that should not wrap (thread names).
+    NoWrap(String),
+}
+
+/// Escapes prose and turns `backquoted` spans (config settings in advice) into <code>.
+fn prose(s: &str) -> String {
+    let parts: Vec<&str> = s.split('`').collect();
+    if parts.len() < 3 {
+        return esc(s).into_owned();
+    }
+    let mut out = String::new();
+    for (i, p) in parts.iter().enumerate() {
+        // An unmatched trailing backquote is kept as text.
+        if i % 2 == 1 && i + 1 < parts.len() {
+            out.push_str(&format!("<code>{}</code>", esc(p)));
+        } else {
+            if i % 2 == 1 {
+                out.push('`');
+            }
+            out.push_str(&esc(p));
+        }
+    }
+    out
 }
 
 fn text(s: impl Into<String>) -> Cell {
@@ -105,6 +133,8 @@ fn table(w: &mut dyn Write, id: &str, head: &[&str], rows: Vec<Vec<Cell>>) -> io
                 Cell::Path(s) => write!(w, "<td class=\"path\">{}</td>", esc(&s))?,
                 Cell::Mono(s) => write!(w, "<td class=\"mono\">{}</td>", esc(&s))?,
                 Cell::Raw(s) => write!(w, "<td>{s}</td>")?,
+                Cell::Prose(s) => write!(w, "<td>{}</td>", prose(&s))?,
+                Cell::NoWrap(s) => write!(w, "<td class=\"nowrap\">{}</td>", esc(&s))?,
             }
         }
         writeln!(w, "</tr>")?;
@@ -157,9 +187,9 @@ pub fn render(r: &Report, w: &mut dyn Write) -> io::Result<()> {
                         severity(f.severity)
                     )),
                     Cell::Mono(f.id.clone()),
-                    text(&f.title),
-                    text(&f.evidence),
-                    text(&f.advice),
+                    Cell::Prose(f.title.clone()),
+                    Cell::Prose(f.evidence.clone()),
+                    Cell::Prose(f.advice.clone()),
                     num(count(f.stalls)),
                 ]
             })
@@ -202,7 +232,7 @@ pub fn render(r: &Report, w: &mut dyn Write) -> io::Result<()> {
                 vec![
                     Cell::Mono(s.ts.clone()),
                     num(offset(s.at_us)),
-                    text(format!("{} ({})", s.thread, s.tid)),
+                    Cell::NoWrap(format!("{} ({})", s.thread, s.tid)),
                     Cell::Mono(s.syscall.clone()),
                     num(opt(s.fd)),
                     Cell::Raw(swatch(s.class.as_deref())),
@@ -546,6 +576,37 @@ fn write_header(r: &Report, w: &mut dyn Write) -> io::Result<()> {
     writeln!(w, "</header>")
 }
 
+/// "2 clients: INFO, SET" — who waited through a stall.
+fn held_up(s: &crate::report::Stall) -> String {
+    if s.waiting_clients == 0 && s.waiting_commands == 0 {
+        return "–".into();
+    }
+    let mut t = format!(
+        "{} client{}",
+        s.waiting_clients,
+        if s.waiting_clients == 1 { "" } else { "s" }
+    );
+    if !s.waiting_by_command.is_empty() {
+        let cmds: Vec<String> = s
+            .waiting_by_command
+            .iter()
+            .map(|(c, n)| {
+                if *n == 1 {
+                    c.clone()
+                } else {
+                    format!("{c}×{n}")
+                }
+            })
+            .collect();
+        t.push_str(": ");
+        t.push_str(&cmds.join(", "));
+    }
+    if let Some(w) = s.worst_wait_us {
+        t.push_str(&format!("; worst wait {}", dur(w)));
+    }
+    t
+}
+
 fn write_stalls(r: &Report, w: &mut dyn Write) -> io::Result<()> {
     writeln!(w, "<section id=\"stalls-section\"><h2>Stalls</h2>")?;
     if r.stalls.is_empty() {
@@ -584,7 +645,7 @@ fn write_stalls(r: &Report, w: &mut dyn Write) -> io::Result<()> {
                 num((i + 1).to_string()),
                 Cell::Mono(s.ts.clone()),
                 num(offset(s.at_us)),
-                text(format!("{} ({})", s.thread, s.tid)),
+                Cell::NoWrap(format!("{} ({})", s.thread, s.tid)),
                 Cell::Mono(what),
                 num(opt(s.fd)),
                 Cell::Raw(if s.kind == StallKind::Gap {
@@ -594,7 +655,8 @@ fn write_stalls(r: &Report, w: &mut dyn Write) -> io::Result<()> {
                 }),
                 Cell::Path(opt(s.path.as_ref())),
                 num(d),
-                text(&s.cause),
+                Cell::Prose(s.cause.clone()),
+                text(held_up(s)),
                 Cell::Mono(opt(s.finding.as_ref())),
             ]
         })
@@ -604,7 +666,7 @@ fn write_stalls(r: &Report, w: &mut dyn Write) -> io::Result<()> {
         "stalls",
         &[
             "#", "time", "at", "thread", "syscall", "fd", "class", "path", "duration", "cause",
-            "finding",
+            "held up", "finding",
         ],
         rows,
     )?;

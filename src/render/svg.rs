@@ -91,7 +91,10 @@ impl Geometry {
         let (div, _) = unit_for(t1 - t0);
         let (_, step) = nice_ticks(t0 / div, t1 / div, X_TICKS);
         t1 = ((t1 / div / step - 1e-9).ceil() * step * div).max(t1);
-        let mut lo_dec = lo.log10().floor() as i32;
+        // A decade under the threshold always shows, so the threshold line never sits on
+        // the frame and marks just over it stand clear of the axis.
+        let th_dec = (r.summary.threshold_us.max(1) as f64).log10().floor() as i32;
+        let mut lo_dec = (lo.log10().floor() as i32).min(th_dec - 1).max(0);
         let mut hi_dec = (hi.log10() + 1e-9).ceil() as i32;
         if hi_dec <= lo_dec {
             hi_dec = lo_dec + 1;

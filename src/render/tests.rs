@@ -565,7 +565,7 @@ fn html_two_stalls_has_plot_and_tables() {
         severity: Severity::Critical,
         title: "AOF fsync in the main thread".into(),
         evidence: "1 fdatasync over 10 ms".into(),
-        advice: "appendfsync everysec".into(),
+        advice: "set `appendfsync everysec`, or a faster disk".into(),
         stalls: 1,
     });
     r.syscalls.push(SyscallStats {
@@ -623,6 +623,14 @@ fn html_two_stalls_has_plot_and_tables() {
     assert_eq!(first[4], "fdatasync");
     assert_eq!(first[6], "aof");
     assert_eq!(first[8], "446.9 ms");
+    assert_eq!(first[10], "1 client: SET; worst wait 446.9 ms");
+    // Backquoted settings in advice become <code>, the rest stays text.
+    let code: Vec<_> = doc
+        .descendants()
+        .filter(|n| n.tag_name().name() == "code")
+        .filter_map(|n| n.text())
+        .collect();
+    assert_eq!(code, ["appendfsync everysec"]);
     assert!(
         doc.descendants()
             .all(|n| n.attribute("id") != Some("phases")),
