@@ -218,7 +218,9 @@ pub fn render(r: &Report, w: &mut dyn Write, color: bool) -> io::Result<()> {
         if let Some(im) = impact(inc.waiting_commands, inc.waiting_clients, inc.worst_wait_us) {
             head.push_str(&format!("  {im}"));
         }
-        writeln!(w, "{}", p.bold(&head))?;
+        for l in wrap(&head, 0).lines() {
+            writeln!(w, "{}", p.bold(l))?;
+        }
         for si in &inc.stalls {
             let s = &r.stalls[*si];
             let mut line = s.line.map(|l| format!(" [line {l}]")).unwrap_or_default();
