@@ -24,6 +24,16 @@ pub struct Cli {
 pub enum Command {
     /// Analyze saved strace or perf trace output (files, `-` for stdin, .gz, or an `strace -ff` prefix)
     Analyze(AnalyzeArgs),
+    /// Print a shell completion script (bash, zsh or fish) to stdout
+    Completions {
+        #[arg(value_enum)]
+        shell: crate::docs::CompletionShell,
+    },
+    /// Print the man page (roff) to stdout, or write one page per subcommand into DIR
+    Man {
+        #[arg(long, value_name = "DIR")]
+        dir: Option<std::path::PathBuf>,
+    },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -54,6 +64,15 @@ pub struct OutputArgs {
     /// dbfilename, logfile) so nothing is guessed
     #[arg(long, value_name = "FILE")]
     pub redis_conf: Option<String>,
+    /// Also write a self-contained HTML report (timeline plot and tables) to FILE
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<String>,
+    /// Also write the timeline plot alone as SVG to FILE
+    #[arg(long, value_name = "FILE")]
+    pub svg: Option<String>,
+    /// Also write a Chrome trace-event JSON file (open it in ui.perfetto.dev or chrome://tracing)
+    #[arg(long, value_name = "FILE")]
+    pub export_trace: Option<String>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]

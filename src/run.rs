@@ -35,6 +35,7 @@ pub fn use_color(c: ColorChoice) -> bool {
 
 /// Writes the report in the chosen format to stdout.
 pub fn emit(report: &Report, out: &OutputArgs) -> Result<()> {
+    write_files(report, out)?;
     let stdout = std::io::stdout();
     let mut w = std::io::BufWriter::new(stdout.lock());
     match out.format {
@@ -42,6 +43,60 @@ pub fn emit(report: &Report, out: &OutputArgs) -> Result<()> {
         Format::Table => crate::render::table::render(report, &mut w, use_color(out.color))?,
     }
     w.flush()?;
+    Ok(())
+}
+
+/// `--html`, `--svg`, `--export-trace`: each written whole to a temporary name and renamed,
+/// so a failed run never leaves half a report where the old one was.
+pub fn write_files(report: &Report, out: &OutputArgs) -> Result<()> {
+    type Renderer = fn(&Report, &mut dyn Write) -> std::io::Result<()>;
+    let files: [(&str, &Option<String>, Renderer); 3] = [
+        ("--html", &out.html, crate::render::html::render),
+        ("--svg", &out.svg, crate::render::svg::render),
+        ("--export-trace", &out.export_trace, crate::render::trace_export::render),
+    ];
+    for (flag, path, render) in files {
+        let Some(path) = path else { continue };
+        let tmp = format!("{path}.stallscope-tmp");
+        let write = || -> std::io::Result<()> {
+            let mut w = std::io::BufWriter::new(std::fs::File::create(&tmp)?);
+            render(report, &mut w)?;
+            w.flush()?;
+            std::fs::rename(&tmp, path)
+        };
+        if let Err(e) = write() {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(anyhow::Error::new(e).context(format!("{flag} {path}: cannot write it")));
+        }
+    }
+    Ok(())
+}
+
+/// `stallscope completions SHELL`
+pub fn completions(cmd: clap::Command, shell: crate::docs::CompletionShell) -> Result<()> {
+    let stdout = std::io::stdout();
+    let mut w = stdout.lock();
+    crate::docs::completions(cmd, shell, &mut w)?;
+    w.flush()?;
+    Ok(())
+}
+
+/// `stallscope man [--dir DIR]`
+pub fn man(cmd: clap::Command, dir: Option<&std::path::Path>) -> Result<()> {
+    match dir {
+        Some(d) => {
+            let files = crate::docs::man_pages(cmd, d).with_context(|| format!("--dir {}: cannot write man pages", d.display()))?;
+            for f in files {
+                println!("{}", d.join(f).display());
+            }
+        }
+        None => {
+            let stdout = std::io::stdout();
+            let mut w = stdout.lock();
+            crate::docs::man(cmd, &mut w)?;
+            w.flush()?;
+        }
+    }
     Ok(())
 }
 
