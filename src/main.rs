@@ -8,7 +8,9 @@ fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Analyze(args) => stallscope::run::analyze(&args),
-        Command::Completions { shell } => stallscope::run::completions(Cli::command(), shell).map(|_| 0),
+        Command::Completions { shell } => {
+            stallscope::run::completions(Cli::command(), shell).map(|_| 0)
+        }
         Command::Man { dir } => stallscope::run::man(Cli::command(), dir.as_deref()).map(|_| 0),
     };
     match result {
