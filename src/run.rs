@@ -15,6 +15,10 @@ pub fn options(out: &OutputArgs) -> Result<Options> {
         top: out.top.max(1),
         ..Default::default()
     };
+    if out.html.is_some() || out.svg.is_some() || out.export_trace.is_some() {
+        // Context for plots and the trace export: calls a tenth of the threshold or longer.
+        o.timeline_floor_ns = Some((out.threshold / 10).max(100_000));
+    }
     if let Some(f) = &out.threads {
         let text =
             std::fs::read_to_string(f).with_context(|| format!("--threads {f}: cannot read it"))?;

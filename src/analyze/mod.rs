@@ -29,6 +29,9 @@ pub struct Options {
     pub redis_conf: Option<RedisConf>,
     /// The traced redis-server's pid, when known (live, `--pid`).
     pub root_pid: Option<Tid>,
+    /// Keep a per-thread sample of calls at least this long for timelines (plots, trace
+    /// export); None when no output needs one.
+    pub timeline_floor_ns: Option<i64>,
 }
 
 impl Default for Options {
@@ -39,6 +42,7 @@ impl Default for Options {
             thread_names: HashMap::default(),
             redis_conf: None,
             root_pid: None,
+            timeline_floor_ns: None,
         }
     }
 }
@@ -194,6 +198,15 @@ struct SlowRec {
     bound: Bound,
 }
 
+/// Per thread, the slowest calls above the timeline floor: a min-heap on duration so the
+/// shortest kept call is the one that makes room.
+#[derive(Default)]
+struct TimelineSample {
+    heap: std::collections::BinaryHeap<std::cmp::Reverse<(Nanos, u64)>>,
+    calls: HashMap<u64, SlowRec>,
+    dropped: u64,
+}
+
 const DONE_KEEP: usize = 1 << 16;
 /// Stalls kept in detail; past this the shortest are dropped (and counted), so memory stays
 /// bounded on traces with hundreds of thousands of stalls.
@@ -216,6 +229,8 @@ pub struct Analyzer {
     by_name: BTreeMap<&'static str, Agg>,
     by_file: HashMap<FileId, Agg>,
     slowest: Vec<SlowRec>,
+    timeline: HashMap<Tid, TimelineSample>,
+    timeline_seq: u64,
     cands: Vec<Cand>,
     cands_dropped: u64,
     cand_seq: u64,
@@ -275,6 +290,8 @@ impl Analyzer {
             by_name: BTreeMap::new(),
             by_file: HashMap::default(),
             slowest: vec![],
+            timeline: HashMap::default(),
+            timeline_seq: 0,
             cands: vec![],
             cands_dropped: 0,
             cand_seq: 0,
@@ -573,6 +590,32 @@ impl Analyzer {
                 self.slowest.push(rec);
                 self.slowest.sort_by_key(|s| std::cmp::Reverse(s.dur));
                 self.slowest.truncate(keep);
+            }
+        }
+
+        if let Some(floor) = self.opts.timeline_floor_ns {
+            if !idle && sc.dur.is_some() && dur >= floor {
+                self.timeline_seq += 1;
+                let rec = SlowRec { dur, tid, proc, name: sc.name, fd: sc.fd, file, ts: ev.ts, line: ev.line, bound: bound_of(sc) };
+                let t = self.timeline.entry(tid).or_default();
+                if t.calls.len() >= report::TIMELINE_MAX_PER_THREAD {
+                    match t.heap.peek() {
+                        Some(std::cmp::Reverse((d, _))) if *d < dur => {
+                            if let Some(std::cmp::Reverse((_, k))) = t.heap.pop() {
+                                t.calls.remove(&k);
+                            }
+                            t.dropped += 1;
+                        }
+                        _ => {
+                            t.dropped += 1;
+                            t.calls.len();
+                        }
+                    }
+                }
+                if t.calls.len() < report::TIMELINE_MAX_PER_THREAD {
+                    t.heap.push(std::cmp::Reverse((dur, self.timeline_seq)));
+                    t.calls.insert(self.timeline_seq, rec);
+                }
             }
         }
 
@@ -1132,6 +1175,35 @@ impl Analyzer {
                 }
             })
             .collect();
+        if let Some(floor) = self.opts.timeline_floor_ns {
+            let mut calls: Vec<report::TimelineCall> = self
+                .timeline
+                .values()
+                .flat_map(|t| t.calls.values())
+                .map(|s| {
+                    let fi = s.file.map(|f| self.fds.file(f));
+                    report::TimelineCall {
+                        at_us: (s.ts - first) / 1000,
+                        pid: show_pid(s.proc),
+                        tid: s.tid,
+                        syscall: s.name.to_string(),
+                        fd: s.fd,
+                        path: fi.and_then(|i| i.path.as_deref().map(str::to_string)),
+                        class: fi.map(|i| i.class.as_str().to_string()),
+                        duration_us: s.dur / 1000,
+                        bound: s.bound,
+                        line: if s.line == 0 { None } else { Some(s.line) },
+                    }
+                })
+                .collect();
+            calls.sort_by_key(|c| (c.at_us, c.tid));
+            r.timeline = Some(report::Timeline {
+                floor_us: floor / 1000,
+                max_per_thread: report::TIMELINE_MAX_PER_THREAD,
+                dropped: self.timeline.values().map(|t| t.dropped).sum(),
+                calls,
+            });
+        }
         // Threads.
         let mut tids: Vec<Tid> = self.threads.keys().copied().collect();
         tids.sort();
