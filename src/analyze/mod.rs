@@ -207,6 +207,10 @@ struct TimelineSample {
     dropped: u64,
 }
 
+/// An event-loop wait at least this long blocked (the request arrived at its end); a shorter
+/// one returned at once because work was already queued.
+const BLOCKED_WAIT: Nanos = 20_000;
+
 const DONE_KEEP: usize = 1 << 16;
 /// Stalls kept in detail; past this the shortest are dropped (and counted), so memory stays
 /// bounded on traces with hundreds of thousands of stalls.
@@ -596,7 +600,17 @@ impl Analyzer {
         if let Some(floor) = self.opts.timeline_floor_ns {
             if !idle && sc.dur.is_some() && dur >= floor {
                 self.timeline_seq += 1;
-                let rec = SlowRec { dur, tid, proc, name: sc.name, fd: sc.fd, file, ts: ev.ts, line: ev.line, bound: bound_of(sc) };
+                let rec = SlowRec {
+                    dur,
+                    tid,
+                    proc,
+                    name: sc.name,
+                    fd: sc.fd,
+                    file,
+                    ts: ev.ts,
+                    line: ev.line,
+                    bound: bound_of(sc),
+                };
                 let t = self.timeline.entry(tid).or_default();
                 if t.calls.len() >= report::TIMELINE_MAX_PER_THREAD {
                     match t.heap.peek() {
@@ -853,10 +867,15 @@ impl Analyzer {
                 let t = self.thread(tid);
                 (t.aof_ns, t.log_ns)
             };
-            // A new connection's first request also waited for the accept.
+            // A new connection's first request, found by a wait that returned at once, may
+            // have been queued since the connect: it waited for the accept too.
+            let queued = self
+                .thread(tid)
+                .cur_wait
+                .is_some_and(|(s, e)| e - s < BLOCKED_WAIT);
             let req = match self.conn_open.remove(&key) {
-                Some(t) => req.min(t),
-                None => req,
+                Some(t) if queued => req.min(t),
+                _ => req,
             };
             let q = self.conns.entry(key).or_default();
             for name in names {
@@ -927,7 +946,7 @@ impl Analyzer {
     fn request_time(&mut self, tid: Tid, at: Nanos) -> Nanos {
         let t = self.thread(tid);
         let req = match t.cur_wait {
-            Some((s, e)) if e - s >= 20_000 => e,
+            Some((s, e)) if e - s >= BLOCKED_WAIT => e,
             Some((s, _)) => t.prev_wait_end.unwrap_or(s),
             None => at,
         };
