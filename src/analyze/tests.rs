@@ -1,5 +1,6 @@
 //! Unit tests for each analysis rule on small synthetic event sequences, including the
 //! false positives a naive tool reports (idle waits, sleeping bio threads, reused fds).
+#![allow(clippy::too_many_arguments)]
 
 use super::*;
 use crate::event::{Data, Event, EventKind, Extra, Ret, Syscall};
@@ -126,7 +127,7 @@ fn sleeping_bio_thread_is_not_a_stall_but_a_main_futex_is() {
     let mut s = Seq::new();
     s.call(100, 0, 10 * US, "epoll_wait", Some(5), 0, Extra::None);
     s.call(101, 0, 5_000 * MS, "futex", None, 0, Extra::None);
-    s.call(100, 1 * MS, 50 * MS, "futex", None, 0, Extra::None);
+    s.call(100, MS, 50 * MS, "futex", None, 0, Extra::None);
     let r = s.report();
     assert_eq!(r.stalls.len(), 1, "{:?}", r.stalls);
     assert_eq!(r.stalls[0].tid, 100);
@@ -151,7 +152,7 @@ fn gap_in_main_thread_is_a_command_stall() {
 fn reused_fd_number_is_attributed_to_the_right_file() {
     let mut s = Seq::new();
     s.call(100, 0, 10 * US, "epoll_wait", Some(5), 0, Extra::None);
-    s.open(100, 1 * MS, "/proc/self/stat", 8);
+    s.open(100, MS, "/proc/self/stat", 8);
     s.call(100, 2 * MS, 10 * US, "close", Some(8), 0, Extra::None);
     s.open(100, 3 * MS, "/data/redis.log", 8);
     s.call(100, 4 * MS, 4_000 * MS, "close", Some(8), 0, Extra::None);
@@ -238,7 +239,7 @@ fn fork_starts_a_phase_that_sigchld_ends_and_aof_stalls_blame_the_child() {
         Extra::Clone { thread: false },
     );
     s.open(200, 40 * MS, "/data/temp-rewriteaof-200.aof", 9);
-    s.write(200, 41 * MS, 1 * MS, 9, b"*2\r\n$6\r\nSELECT\r\n");
+    s.write(200, 41 * MS, MS, 9, b"*2\r\n$6\r\nSELECT\r\n");
     s.call(
         100,
         100 * MS,
@@ -325,7 +326,7 @@ fn gap_during_a_child_is_copy_on_write() {
 fn commands_are_timed_and_counted_as_held_by_a_stall() {
     let mut s = Seq::new();
     s.call(100, 0, 10 * US, "accept4", Some(6), 9, Extra::None);
-    s.open(100, 1 * MS, "/data/redis.log", 11);
+    s.open(100, MS, "/data/redis.log", 11);
     // epoll blocks until the request arrives at 10 ms
     s.call(100, 2 * MS, 8 * MS, "epoll_wait", Some(5), 1, Extra::None);
     s.read(
