@@ -24,6 +24,7 @@ fn main() {
         let mut pp = PerfParser::default();
         let mut out = vec![];
         let (mut lines, mut skipped, mut events) = (0u64, 0u64, 0usize);
+        let mut in_flight = vec![];
         let mut buf = vec![];
         loop {
             buf.clear();
@@ -45,9 +46,13 @@ fn main() {
             };
             if let Some(r) = skip {
                 skipped += 1;
-                println!("{path}:{lines}: {r}: {}", String::from_utf8_lossy(&buf[..buf.len().min(160)]));
+                println!(
+                    "{path}:{lines}: {r}: {}",
+                    String::from_utf8_lossy(&buf[..buf.len().min(160)])
+                );
             }
             events += out.len();
+            note_in_flight(&out, &mut in_flight);
             out.clear();
         }
         if perf {
@@ -56,6 +61,23 @@ fn main() {
             sp.finish(&mut out);
         }
         events += out.len();
-        eprintln!("{path}: {lines} lines, {skipped} skipped, {events} events");
+        note_in_flight(&out, &mut in_flight);
+        eprintln!(
+            "{path}: {lines} lines, {skipped} skipped, {events} events, in flight: {in_flight:?}"
+        );
+    }
+}
+
+/// Calls the parser says it saw only part of: few in a sane trace, so a long list here
+/// means lines were misread.
+fn note_in_flight(out: &[stallscope::event::Event], acc: &mut Vec<(u64, &'static str, String)>) {
+    for e in out {
+        if let Some(sc) = e.syscall() {
+            if let Some(f) = sc.in_flight {
+                if acc.len() < 12 {
+                    acc.push((e.line, sc.name, format!("{f:?}")));
+                }
+            }
+        }
     }
 }
