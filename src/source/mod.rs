@@ -190,6 +190,8 @@ impl Skips {
 #[derive(Clone, Debug, Default)]
 pub struct Counters {
     pub lines: u64,
+    /// Lines the parser read (with or without an event); `used + skips.total == lines`.
+    pub used: u64,
     pub skips: Skips,
     pub measured: u64,
     pub reconstructed: u64,
@@ -520,6 +522,8 @@ impl FileSource {
                     );
                 }
                 self.counters.skips.add(&self.label, line_no, reason, text);
+            } else {
+                self.counters.used += 1;
             }
             self.queue.extend(self.scratch.drain(..));
         }
@@ -777,6 +781,7 @@ impl Inputs {
         let mut c = Counters::default();
         for f in &self.files {
             c.lines += f.counters.lines;
+            c.used += f.counters.used;
             c.skips.merge(&f.counters.skips);
         }
         c
