@@ -14,7 +14,11 @@ fn shared() -> Option<PathBuf> {
     if dir.join("peer-strace").is_dir() {
         return Some(dir);
     }
-    assert!(std::env::var("CI").as_deref() != Ok("true"), "{}: shared corpus missing under CI=true", dir.display());
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "{}: shared corpus missing under CI=true",
+        dir.display()
+    );
     eprintln!("skipping: {} not found", dir.display());
     None
 }
@@ -34,13 +38,22 @@ struct Drained {
 }
 
 fn drain(path: &Path) -> anyhow::Result<Drained> {
-    let mut inp = Inputs::open(&[path.to_string_lossy().into_owned()], InputFormat::Auto, false)?;
+    let mut inp = Inputs::open(
+        &[path.to_string_lossy().into_owned()],
+        InputFormat::Auto,
+        false,
+    )?;
     let mut events = 0;
     while inp.next_event()?.is_some() {
         events += 1;
     }
     let c = inp.counters();
-    Ok(Drained { events, lines: c.lines, used: c.used, skipped: c.skips.total })
+    Ok(Drained {
+        events,
+        lines: c.lines,
+        used: c.used,
+        skipped: c.skips.total,
+    })
 }
 
 #[test]
@@ -52,16 +65,30 @@ fn peer_strace_files_lose_no_line() {
         .filter(|p| p.extension().is_some_and(|e| e == "txt"))
         .collect();
     files.sort();
-    assert!(files.len() >= 30, "expected the whole peer corpus, found {}", files.len());
+    assert!(
+        files.len() >= 30,
+        "expected the whole peer corpus, found {}",
+        files.len()
+    );
     let mut read = 0;
     for f in &files {
         let text = std::fs::read(f).unwrap();
-        let summary = text.windows(6).any(|w| w == b"% time") || text.windows(18).any(|w| w == b"Summary of events:");
+        let summary = text.windows(6).any(|w| w == b"% time")
+            || text.windows(18).any(|w| w == b"Summary of events:");
         match drain(f) {
             Ok(d) => {
-                assert!(!summary, "{}: a summary table was read as a trace", f.display());
+                assert!(
+                    !summary,
+                    "{}: a summary table was read as a trace",
+                    f.display()
+                );
                 assert_eq!(d.lines, line_count(f), "{}: lines read", f.display());
-                assert_eq!(d.used + d.skipped, d.lines, "{}: used + skipped", f.display());
+                assert_eq!(
+                    d.used + d.skipped,
+                    d.lines,
+                    "{}: used + skipped",
+                    f.display()
+                );
                 assert!(d.events > 0, "{}: no events", f.display());
                 read += 1;
             }
@@ -82,14 +109,22 @@ fn captures_are_read_without_a_skipped_line() {
     let mut n = 0;
     for cap in std::fs::read_dir(dir.join("captures")).unwrap() {
         let cap = cap.unwrap().path();
-        let Ok(rd) = std::fs::read_dir(&cap) else { continue };
+        let Ok(rd) = std::fs::read_dir(&cap) else {
+            continue;
+        };
         for f in rd {
             let f = f.unwrap().path();
             if f.extension().is_some_and(|e| e == "strace") {
                 let d = drain(&f).unwrap();
                 assert_eq!(d.lines, line_count(&f), "{}", f.display());
                 assert_eq!((d.used, d.skipped), (d.lines, 0), "{}", f.display());
-                assert!(d.events > d.lines / 2, "{}: {} events for {} lines", f.display(), d.events, d.lines);
+                assert!(
+                    d.events > d.lines / 2,
+                    "{}: {} events for {} lines",
+                    f.display(),
+                    d.events,
+                    d.lines
+                );
                 n += 1;
             }
         }
