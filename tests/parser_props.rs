@@ -59,25 +59,21 @@ enum Mutation {
 fn mutation() -> impl Strategy<Value = Mutation> {
     let ix = any::<usize>();
     prop_oneof![
-        (ix.clone(), ix.clone()).prop_map(|(line, at)| Mutation::Cut { line, at }),
-        (ix.clone(), ix.clone(), any::<u8>()).prop_map(|(line, at, byte)| Mutation::Flip {
-            line,
-            at,
-            byte
-        }),
-        (ix.clone(), ix.clone(), any::<u32>(), any::<bool>()).prop_map(
-            |(line, at, pid, attached)| Mutation::SpliceMessage {
+        (ix, ix).prop_map(|(line, at)| Mutation::Cut { line, at }),
+        (ix, ix, any::<u8>()).prop_map(|(line, at, byte)| Mutation::Flip { line, at, byte }),
+        (ix, ix, any::<u32>(), any::<bool>()).prop_map(|(line, at, pid, attached)| {
+            Mutation::SpliceMessage {
                 line,
                 at,
                 pid,
-                attached
+                attached,
             }
-        ),
-        ix.clone().prop_map(|line| Mutation::Duplicate { line }),
-        ix.clone().prop_map(|line| Mutation::Remove { line }),
-        (ix.clone(), ix.clone()).prop_map(|(line, at)| Mutation::Split { line, at }),
-        ix.clone().prop_map(|line| Mutation::Join { line }),
-        (ix.clone(), ix.clone()).prop_map(|(line, at)| Mutation::InvalidUtf8 { line, at }),
+        }),
+        ix.prop_map(|line| Mutation::Duplicate { line }),
+        ix.prop_map(|line| Mutation::Remove { line }),
+        (ix, ix).prop_map(|(line, at)| Mutation::Split { line, at }),
+        ix.prop_map(|line| Mutation::Join { line }),
+        (ix, ix).prop_map(|(line, at)| Mutation::InvalidUtf8 { line, at }),
         ix.prop_map(|line| Mutation::Swap { line }),
     ]
 }
@@ -225,7 +221,7 @@ proptest! {
         for e in &out {
             prop_assert!(e.line >= 1 && e.line <= n, "event line {} outside 1..={}", e.line, n);
             if let Some(sc) = e.syscall() {
-                prop_assert!(sc.dur.is_none_or(|d| d >= 0), "negative duration {:?}", e);
+                prop_assert!(sc.dur.map_or(true, |d| d >= 0), "negative duration {:?}", e);
             }
         }
         // The perf parser on the same bytes: no panic, every line counted.

@@ -119,6 +119,65 @@ impl SkipReason {
     }
 }
 
+/// Interned names with the per-name facts the hot path asks for, cached per thread in a
+/// small direct-mapped table: `event::intern` hashes with SipHash behind a lock, and the
+/// `first_arg_is_fd` / `has_data_arg` matches compare strings, both too slow per line.
+#[derive(Clone, Copy)]
+pub struct Name {
+    pub name: &'static str,
+    pub fd_first: bool,
+    pub has_data: bool,
+}
+
+const NAME_SLOTS: usize = 256;
+
+thread_local! {
+    static NAMES: std::cell::RefCell<[Option<Name>; NAME_SLOTS]> = const { std::cell::RefCell::new([None; NAME_SLOTS]) };
+}
+
+/// `event::intern` through the per-thread cache.
+pub fn name(b: &[u8]) -> Name {
+    let slot = match b {
+        [] => 0,
+        [f, .., l] => (b.len() * 31 + *f as usize * 7 + *l as usize * 3) % NAME_SLOTS,
+        [f] => *f as usize % NAME_SLOTS,
+    };
+    NAMES.with(|c| {
+        let mut c = c.borrow_mut();
+        if let Some(n) = c[slot] {
+            if n.name.as_bytes() == b {
+                return n;
+            }
+        }
+        let s = event::intern(b);
+        let n = Name {
+            name: s,
+            fd_first: event::first_arg_is_fd(s),
+            has_data: event::has_data_arg(s),
+        };
+        // `intern` maps garbage to "?" once its table is full: do not let that evict.
+        if s.as_bytes() == b {
+            c[slot] = Some(n);
+        }
+        n
+    })
+}
+
+/// Interned name (syscall, errno, signal) through the per-thread cache.
+pub fn intern(b: &[u8]) -> &'static str {
+    name(b).name
+}
+
+fn splice_finder() -> &'static memmem::Finder<'static> {
+    static F: std::sync::OnceLock<memmem::Finder<'static>> = std::sync::OnceLock::new();
+    F.get_or_init(|| memmem::Finder::new(b"strace: Process "))
+}
+
+fn eq_finder() -> &'static memmem::FinderRev<'static> {
+    static F: std::sync::OnceLock<memmem::FinderRev<'static>> = std::sync::OnceLock::new();
+    F.get_or_init(|| memmem::FinderRev::new(b" = "))
+}
+
 fn is_digit(b: u8) -> bool {
     b.is_ascii_digit()
 }
@@ -358,7 +417,7 @@ pub fn parse_tail(s: &[u8]) -> Option<Tail<'_>> {
             .iter()
             .take_while(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || **b == b'_')
             .count();
-        t.ret = Ret::Err(event::intern(&rest[..n]));
+        t.ret = Ret::Err(intern(&rest[..n]));
     }
     Some(t)
 }
@@ -384,7 +443,7 @@ fn after_eq(args: &[u8], close: usize) -> &[u8] {
 /// The last `)` before `end` that `closes_at`, ignoring quotes.
 fn last_close_before(args: &[u8], mut end: usize) -> Option<usize> {
     loop {
-        let eq = memmem::rfind(&args[..end], b" = ")?;
+        let eq = eq_finder().rfind(&args[..end])?;
         let mut k = eq;
         while k > 0 && args[k] == b' ' {
             k -= 1;
@@ -397,13 +456,27 @@ fn last_close_before(args: &[u8], mut end: usize) -> Option<usize> {
     }
 }
 
+/// Whether the end of `s` lies outside any quoted string.
+fn outside_strings(s: &[u8]) -> bool {
+    let mut open = false;
+    for q in memchr::memchr_iter(b'"', s) {
+        let bs = s[..q].iter().rev().take_while(|b| **b == b'\\').count();
+        if bs % 2 == 0 {
+            open = !open;
+        }
+    }
+    !open
+}
+
 /// Index of the `)` that closes the argument list of a finished call: the last `)` followed
 /// by ` = ` that is outside quotes. Strings can hold anything (and a cut-off line may end
 /// inside one), so when a quote precedes the candidate, quotes are tracked from the start.
 fn find_close(args: &[u8]) -> Option<usize> {
     let cand = last_close_before(args, args.len())?;
-    // Fast path: no quote before the candidate, nothing to track.
-    if memchr(b'"', &args[..cand]).is_none() {
+    // Fast path: the candidate is outside strings when the quotes before it pair up
+    // (strace escapes a quote inside a string, so a real quote is one preceded by an even
+    // run of backslashes). Only a line cut off inside a string needs the full scan.
+    if outside_strings(&args[..cand]) {
         return Some(cand);
     }
     let mut in_str = false;
@@ -597,10 +670,9 @@ fn parse_call(s: &[u8]) -> Result<Body<'_>, SkipReason> {
     }
 }
 
-/// Unescapes a C string literal as strace prints it, up to `cap` bytes of output.
-/// Returns (bytes, closed, truncated-marker `...` after the quote).
-fn unescape(s: &[u8], cap: usize) -> (Vec<u8>, bool, bool) {
-    let mut out = Vec::with_capacity(cap.min(64));
+/// Unescapes a C string literal as strace prints it (after its opening quote), handing
+/// each byte to `push`. Returns (closed, truncated-marker `...` after the quote).
+fn unescape_with(s: &[u8], mut push: impl FnMut(u8)) -> (bool, bool) {
     let mut i = 0;
     let mut closed = false;
     while i < s.len() {
@@ -610,49 +682,68 @@ fn unescape(s: &[u8], cap: usize) -> (Vec<u8>, bool, bool) {
             i += 1;
             break;
         }
-        let (c, used) = if b == b'\\' && i + 1 < s.len() {
-            match s[i + 1] {
-                b'n' => (b'\n', 2),
-                b'r' => (b'\r', 2),
-                b't' => (b'\t', 2),
-                b'v' => (0x0b, 2),
-                b'f' => (0x0c, 2),
-                b'a' => (0x07, 2),
-                b'b' => (0x08, 2),
-                b'e' => (0x1b, 2),
-                b'x' => {
-                    let h = s[i + 2..]
-                        .iter()
-                        .take(2)
-                        .take_while(|b| b.is_ascii_hexdigit())
-                        .count();
-                    let v = std::str::from_utf8(&s[i + 2..i + 2 + h])
-                        .ok()
-                        .and_then(|t| u8::from_str_radix(t, 16).ok());
-                    (v.unwrap_or(b'?'), 2 + h)
-                }
-                b'0'..=b'7' => {
-                    let o = s[i + 1..]
-                        .iter()
-                        .take(3)
-                        .take_while(|b| (b'0'..=b'7').contains(b))
-                        .count();
-                    let v = s[i + 1..i + 1 + o]
-                        .iter()
-                        .fold(0u32, |a, d| a * 8 + (d - b'0') as u32);
-                    (v as u8, 1 + o)
-                }
-                c => (c, 2),
-            }
-        } else {
-            (b, 1)
-        };
-        if out.len() < cap {
-            out.push(c);
+        if b != b'\\' || i + 1 == s.len() {
+            push(b);
+            i += 1;
+            continue;
         }
+        let (c, used) = match s[i + 1] {
+            b'n' => (b'\n', 2),
+            b'r' => (b'\r', 2),
+            b't' => (b'\t', 2),
+            b'v' => (0x0b, 2),
+            b'f' => (0x0c, 2),
+            b'a' => (0x07, 2),
+            b'b' => (0x08, 2),
+            b'e' => (0x1b, 2),
+            b'x' => {
+                let h = s[i + 2..]
+                    .iter()
+                    .take(2)
+                    .take_while(|b| b.is_ascii_hexdigit())
+                    .count();
+                let v = s[i + 2..i + 2 + h]
+                    .iter()
+                    .fold(0u8, |a, d| a.wrapping_mul(16) | hex_val(*d));
+                (if h == 0 { b'?' } else { v }, 2 + h)
+            }
+            b'0'..=b'7' => {
+                let o = s[i + 1..]
+                    .iter()
+                    .take(3)
+                    .take_while(|b| (b'0'..=b'7').contains(b))
+                    .count();
+                let v = s[i + 1..i + 1 + o]
+                    .iter()
+                    .fold(0u32, |a, d| a * 8 + (d - b'0') as u32);
+                (v as u8, 1 + o)
+            }
+            c => (c, 2),
+        };
+        push(c);
         i += used;
     }
     let truncated = closed && s[i..].starts_with(b"...");
+    (closed, truncated)
+}
+
+fn hex_val(d: u8) -> u8 {
+    match d {
+        b'0'..=b'9' => d - b'0',
+        b'a'..=b'f' => d - b'a' + 10,
+        b'A'..=b'F' => d - b'A' + 10,
+        _ => 0,
+    }
+}
+
+/// Unescapes up to `cap` bytes into a new vector (for paths).
+fn unescape(s: &[u8], cap: usize) -> (Vec<u8>, bool, bool) {
+    let mut out = Vec::new();
+    let (closed, truncated) = unescape_with(s, |c| {
+        if out.len() < cap {
+            out.push(c)
+        }
+    });
     (out, closed, truncated)
 }
 
@@ -721,9 +812,15 @@ fn lossy(b: &[u8]) -> Box<str> {
 
 /// Fills the syscall fields the analysis needs from the (entry half of the) argument text.
 pub fn extract_args(sc: &mut Syscall, args: &[u8]) {
+    let n = name(sc.name.as_bytes());
+    extract_args_named(sc, n, args)
+}
+
+/// `extract_args` with the name facts already looked up.
+fn extract_args_named(sc: &mut Syscall, facts: Name, args: &[u8]) {
     let name = sc.name;
     let (a0, rest) = first_arg(args);
-    if event::first_arg_is_fd(name) {
+    if facts.fd_first {
         let (fd, ann) = parse_fd_arg(a0);
         sc.fd = fd;
         if let Some(p) = ann {
@@ -811,10 +908,10 @@ pub fn extract_args(sc: &mut Syscall, args: &[u8]) {
         "socket" => {
             let a = skip_ws(a0);
             let n = a.iter().take_while(|b| is_name_byte(**b)).count();
-            sc.extra = Extra::Socket(event::intern(&a[..n]));
+            sc.extra = Extra::Socket(intern(&a[..n]));
         }
         _ => {
-            if event::has_data_arg(name) {
+            if facts.has_data {
                 data_from(sc, rest);
             }
         }
@@ -825,8 +922,16 @@ pub fn extract_args(sc: &mut Syscall, args: &[u8]) {
 fn data_from(sc: &mut Syscall, s: &[u8]) {
     let s = skip_ws(s);
     if let Some(inner) = s.strip_prefix(b"\"") {
-        let (bytes, _, trunc) = unescape(inner, event::DATA_CAP);
-        sc.extra = Extra::Data(Data::new(&bytes, trunc));
+        // Into a stack buffer: no allocation per read/write line.
+        let mut buf = [0u8; event::DATA_CAP];
+        let mut n = 0usize;
+        let (_, trunc) = unescape_with(inner, |c| {
+            if n < buf.len() {
+                buf[n] = c;
+            }
+            n += 1;
+        });
+        sc.extra = Extra::Data(Data::new(&buf[..n.min(buf.len())], trunc || n > buf.len()));
     }
 }
 
@@ -842,7 +947,7 @@ struct Pending {
 pub struct StraceParser {
     /// The pid for lines that carry none (single-process traces, `-ff` files).
     pub default_pid: Tid,
-    pending: std::collections::HashMap<Tid, Pending>,
+    pending: super::TidMap<Pending>,
     /// The start of a line that strace split by printing its own message into it.
     dangling: Option<(Vec<u8>, u64)>,
     pub clock: ClockState,
@@ -977,7 +1082,7 @@ impl StraceParser {
         // strace's own message printed into the middle of an open line (stderr output):
         // `clone(...SIGCHLDstrace: Process 8335 attached`. Keep the start of the line, use
         // the message, and finish the line with the next bare continuation.
-        if let Some(at) = memmem::find(raw, b"strace: Process ") {
+        if let Some(at) = splice_finder().find(raw) {
             if at > 0 && is_process_message(&raw[at..]) {
                 // A previous split line still waiting for its end never got it.
                 if let Some((head, head_line)) = self.dangling.take() {
@@ -1108,27 +1213,38 @@ impl StraceParser {
         }
         match body {
             Body::Call { name, args, tail } => {
-                let mut sc = Syscall::new(event::intern(name));
-                extract_args(&mut sc, args);
-                self.note_annotations(&sc);
-                finish(&mut sc, &tail);
-                if tail.dur.is_some() {
-                    self.seen_dur = true;
-                }
-                if sc.name == "restart_syscall" {
-                    // The thread was blocked in a call when tracing began.
-                    sc.in_flight = Some(InFlight::AtStart);
-                }
+                let facts = self::name(name);
+                // Built in place in `out`: an event is 200 bytes, and moving it from the
+                // stack into the vector was a visible share of the hot path.
                 out.push(Event {
                     tid,
                     ts,
                     line: line_no,
-                    kind: EventKind::Syscall(sc),
+                    kind: EventKind::Syscall(Syscall::new(facts.name)),
                 });
+                let Some(Event {
+                    kind: EventKind::Syscall(sc),
+                    ..
+                }) = out.last_mut()
+                else {
+                    return;
+                };
+                extract_args_named(sc, facts, args);
+                finish(sc, &tail);
+                if sc.name == "restart_syscall" {
+                    // The thread was blocked in a call when tracing began.
+                    sc.in_flight = Some(InFlight::AtStart);
+                }
+                if let Some(p) = &sc.fd_path {
+                    self.seen_annotation = true;
+                    self.seen_yy |= p.contains("->");
+                }
+                self.seen_dur |= tail.dur.is_some();
             }
             Body::Unfinished { name, args } => {
-                let mut sc = Syscall::new(event::intern(name));
-                extract_args(&mut sc, args);
+                let facts = self::name(name);
+                let mut sc = Syscall::new(facts.name);
+                extract_args_named(&mut sc, facts, args);
                 self.note_annotations(&sc);
                 if sc.name == "restart_syscall" {
                     sc.in_flight = Some(InFlight::AtStart);
@@ -1148,7 +1264,8 @@ impl StraceParser {
                 }
             }
             Body::Resumed { name, rest, tail } => {
-                let name = event::intern(name);
+                let facts = self::name(name);
+                let name = facts.name;
                 let (mut sc, start_ts, entry_line) = match self.pending.remove(&tid) {
                     Some(p) if p.sc.name == name => (p.sc, p.ts, Some(p.line)),
                     other => {
@@ -1161,7 +1278,7 @@ impl StraceParser {
                         (sc, ts, None)
                     }
                 };
-                if sc.data().is_none() && event::has_data_arg(name) {
+                if sc.data().is_none() && facts.has_data {
                     data_from(&mut sc, rest);
                 }
                 match tail {
@@ -1202,8 +1319,9 @@ impl StraceParser {
                 }
             }
             Body::Detached { name, args } => {
-                let mut sc = Syscall::new(event::intern(name));
-                extract_args(&mut sc, args);
+                let facts = self::name(name);
+                let mut sc = Syscall::new(facts.name);
+                extract_args_named(&mut sc, facts, args);
                 sc.in_flight = Some(InFlight::AtEnd);
                 sc.start_line = Some(start_line);
                 out.push(Event {
@@ -1219,7 +1337,7 @@ impl StraceParser {
                     ts,
                     line: line_no,
                     kind: EventKind::Signal {
-                        name: event::intern(name),
+                        name: intern(name),
                         si_pid,
                     },
                 });
@@ -1248,7 +1366,7 @@ impl StraceParser {
                     line: line_no,
                     kind: EventKind::Exit {
                         code,
-                        signal: signal.map(event::intern),
+                        signal: signal.map(intern),
                     },
                 });
             }

@@ -759,7 +759,8 @@ fn mixed_timestamp_formats_are_skipped() {
 
 #[test]
 fn parse_prefix_shapes() {
-    let cases: Vec<(&str, Option<Tid>, Option<i64>, TimeFmt, &str)> = vec![
+    type Case<'a> = (&'a str, Option<Tid>, Option<i64>, TimeFmt, &'a str);
+    let cases: Vec<Case> = vec![
         (
             "[pid  7313] 22:37:40.811837 x()",
             Some(7313),
