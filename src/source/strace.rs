@@ -1082,7 +1082,10 @@ impl StraceParser {
         // strace's own message printed into the middle of an open line (stderr output):
         // `clone(...SIGCHLDstrace: Process 8335 attached`. Keep the start of the line, use
         // the message, and finish the line with the next bare continuation.
-        if let Some(at) = splice_finder().find(raw) {
+        // The message runs to the end of the line, so test the cheap suffix before
+        // searching the whole line for it.
+        let spliced = if is_process_message(raw) { splice_finder().find(raw) } else { None };
+        if let Some(at) = spliced {
             if at > 0 && is_process_message(&raw[at..]) {
                 // A previous split line still waiting for its end never got it.
                 if let Some((head, head_line)) = self.dangling.take() {
