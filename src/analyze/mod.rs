@@ -974,7 +974,7 @@ impl Analyzer {
                 if q.len() < 1024 {
                     q.push_back(PendingCmd {
                         seq: self.cmd_seq,
-                        name: name.into(),
+                        name,
                         req,
                         aof0,
                         log0,

@@ -770,7 +770,7 @@ impl Inputs {
         let mut best: Option<usize> = None;
         for (i, h) in self.heads.iter().enumerate() {
             if let Some(e) = h {
-                if best.map_or(true, |b| {
+                if best.is_none_or(|b| {
                     self.heads[b].as_ref().is_some_and(|be| e.end() < be.end())
                 }) {
                     best = Some(i);
