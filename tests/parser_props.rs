@@ -221,7 +221,7 @@ proptest! {
         for e in &out {
             prop_assert!(e.line >= 1 && e.line <= n, "event line {} outside 1..={}", e.line, n);
             if let Some(sc) = e.syscall() {
-                prop_assert!(sc.dur.map_or(true, |d| d >= 0), "negative duration {:?}", e);
+                prop_assert!(sc.dur.is_none_or(|d| d >= 0), "negative duration {:?}", e);
             }
         }
         // The perf parser on the same bytes: no panic, every line counted.

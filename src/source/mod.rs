@@ -494,7 +494,16 @@ impl FileSource {
 
     /// Reads lines until at least one event is queued or input ends.
     fn pump(&mut self) -> Result<()> {
-        while self.scratch.is_empty() && !self.done {
+        let mut scratch = std::mem::take(&mut self.scratch);
+        let r = self.pump_into(&mut scratch, 1);
+        self.scratch = scratch;
+        r
+    }
+
+    /// Parses lines straight into `out` until it holds `want` events or input ends: the
+    /// batch path, where each event is built once in its final place.
+    fn pump_into(&mut self, out: &mut Vec<Event>, want: usize) -> Result<()> {
+        while out.len() < want && !self.done {
             let line = match self
                 .reader
                 .next_line()
@@ -503,8 +512,8 @@ impl FileSource {
                 Some(l) => l,
                 None => {
                     match &mut self.parser {
-                        Parser::Strace(p) => p.finish(&mut self.scratch),
-                        Parser::Perf(p) => p.finish(&mut self.scratch),
+                        Parser::Strace(p) => p.finish(out),
+                        Parser::Perf(p) => p.finish(out),
                     }
                     self.done = true;
                     break;
@@ -523,11 +532,11 @@ impl FileSource {
                 }
                 Line::Text(t) => {
                     let r = match &mut self.parser {
-                        Parser::Strace(p) => match p.feed(t, &mut self.scratch) {
+                        Parser::Strace(p) => match p.feed(t, out) {
                             strace::LineOutcome::Used => None,
                             strace::LineOutcome::Skipped(r) => Some(r.as_str()),
                         },
-                        Parser::Perf(p) => p.feed(t, &mut self.scratch).err().map(|r| r.as_str()),
+                        Parser::Perf(p) => p.feed(t, out).err().map(|r| r.as_str()),
                     };
                     (r, t)
                 }
@@ -753,6 +762,62 @@ impl Inputs {
             } else {
                 self.ready.push_back(ev);
             }
+        }
+    }
+
+    /// Appends up to `max` events to `out` (fewer only at the end of input); false once
+    /// the input is exhausted. The same events, in the same order, as `next_event`, but a
+    /// single input with printed durations is parsed straight into `out`.
+    pub fn next_batch(&mut self, out: &mut Vec<Event>, max: usize) -> Result<bool> {
+        let fast = self.files.len() == 1 && self.held.is_empty() && self.ready.is_empty() && !self.finished;
+        if fast && self.files[0].queue.is_empty() && self.files[0].scratch.is_empty() {
+            let start = out.len();
+            self.files[0].pump_into(out, start + max)?;
+            let needs_hold = |e: &Event| matches!(&e.kind, EventKind::Syscall(sc) if sc.dur.is_none() && sc.in_flight.is_none());
+            if let Some(first) = out[start..].iter().position(needs_hold) {
+                // A call without a printed duration: from here on, the per-thread hold-back
+                // of `next_event` decides the order.
+                let tail: Vec<Event> = out.drain(start + first..).collect();
+                for ev in tail {
+                    self.route(ev);
+                }
+                while let Some(e) = self.ready.pop_front() {
+                    out.push(e);
+                }
+            }
+            if self.files[0].done && self.files[0].queue.is_empty() && self.files[0].scratch.is_empty() {
+                // Flush what is held (nothing, unless durations were missing).
+                while let Some(e) = self.next_event()? {
+                    out.push(e);
+                }
+                return Ok(false);
+            }
+            return Ok(true);
+        }
+        let target = out.len() + max;
+        while out.len() < target {
+            match self.next_event()? {
+                Some(e) => out.push(e),
+                None => return Ok(false),
+            }
+        }
+        Ok(true)
+    }
+
+    /// The hold-back step of `next_event` for one event taken from the parser.
+    fn route(&mut self, ev: Event) {
+        if let Some(mut prev) = self.held.remove(&ev.tid) {
+            if let EventKind::Syscall(sc) = &mut prev.kind {
+                sc.dur = Some((ev.ts - prev.ts).max(0));
+                sc.dur_src = DurSource::UpperBound;
+            }
+            self.ready.push_back(prev);
+        }
+        let hold = matches!(&ev.kind, EventKind::Syscall(sc) if sc.dur.is_none() && sc.in_flight.is_none());
+        if hold {
+            self.held.insert(ev.tid, ev);
+        } else {
+            self.ready.push_back(ev);
         }
     }
 
