@@ -110,6 +110,9 @@ fn is_wait_call(name: &str) -> bool {
 
 #[derive(Default)]
 struct ThreadState {
+    /// (evidence epoch, role) of the last role decision: roles change rarely, the hot path
+    /// asks for them on every event.
+    role_cache: std::cell::Cell<Option<(u64, Role)>>,
     proc: u32,
     calls: u64,
     last_end: Option<Nanos>,
@@ -299,7 +302,11 @@ pub struct Analyzer {
     last_ts: Nanos,
     measured: u64,
     reconstructed: u64,
-    by_name: BTreeMap<&'static str, Agg>,
+    /// Per syscall name, keyed by the interned name's address (a hash of a pointer, not of
+    /// the string); equal names from different interners are merged at the end.
+    by_name: HashMap<usize, (&'static str, Agg)>,
+    /// Bumped whenever evidence that decides thread roles changes.
+    role_epoch: u64,
     by_file: HashMap<FileId, Agg>,
     slowest: Vec<SlowRec>,
     timeline: HashMap<Tid, TimelineSample>,
@@ -307,8 +314,8 @@ pub struct Analyzer {
     cands: Vec<Cand>,
     cands_dropped: u64,
     cand_seq: u64,
-    /// (index, length) of the shortest kept stall, when known.
-    shortest: Option<(usize, Nanos)>,
+    /// Kept stalls by length (min-heap), to find the one that makes room when full.
+    by_length: std::collections::BinaryHeap<std::cmp::Reverse<(Nanos, usize)>>,
     /// The most recent stalls (index, id), for matching commands as they complete.
     recent: VecDeque<(usize, u64)>,
     /// Stalls added since the last `drain_new_stalls`.
@@ -361,7 +368,8 @@ impl Analyzer {
             last_ts: 0,
             measured: 0,
             reconstructed: 0,
-            by_name: BTreeMap::new(),
+            by_name: HashMap::default(),
+            role_epoch: 0,
             by_file: HashMap::default(),
             slowest: vec![],
             timeline: HashMap::default(),
@@ -369,7 +377,7 @@ impl Analyzer {
             cands: vec![],
             cands_dropped: 0,
             cand_seq: 0,
-            shortest: None,
+            by_length: Default::default(),
             recent: VecDeque::new(),
             fresh: vec![],
             in_flight_small: vec![],
@@ -405,6 +413,7 @@ impl Analyzer {
         self.opts.thread_names.insert(tid, name.to_string());
         if let Some(t) = self.threads.get_mut(&tid) {
             t.name = Some(name.to_string());
+            self.role_epoch += 1;
         }
     }
 
@@ -422,6 +431,9 @@ impl Analyzer {
     }
 
     fn thread(&mut self, tid: Tid) -> &mut ThreadState {
+        if self.threads.pos(tid).is_none() {
+            self.role_epoch += 1;
+        }
         let root = self.root;
         let names = &self.opts.thread_names;
         self.threads.get_or_insert_with(tid, || ThreadState {
@@ -437,6 +449,17 @@ impl Analyzer {
             Some(t) => t,
             None => return Role::Other,
         };
+        if let Some((epoch, role)) = t.role_cache.get() {
+            if epoch == self.role_epoch {
+                return role;
+            }
+        }
+        let role = self.decide_role(tid, t);
+        t.role_cache.set(Some((self.role_epoch, role)));
+        role
+    }
+
+    fn decide_role(&self, tid: Tid, t: &ThreadState) -> Role {
         if self.procs.get(&t.proc).is_some_and(|p| p.is_child) {
             return Role::Child;
         }
@@ -569,6 +592,7 @@ impl Analyzer {
         for t in self.threads.values_mut() {
             if t.proc == old {
                 t.proc = pid;
+                self.role_epoch += 1;
             }
         }
     }
@@ -618,12 +642,16 @@ impl Analyzer {
                 "read" | "write" | "writev" if class == Some(FileClass::Client) => t.client_io += 1,
                 _ => {}
             }
+            // New kinds of evidence (a first epoll_wait...) can change roles.
+            if [t.epoll, t.aof_sync, t.file_close, t.client_io].contains(&1) {
+                self.role_epoch += 1;
+            }
         }
         let role = self.role(tid);
 
         // Statistics (only calls whose duration is known).
         if sc.dur.is_some() {
-            let agg = self.by_name.entry(sc.name).or_default();
+            let agg = &mut self.by_name.entry(sc.name.as_ptr() as usize).or_insert_with(|| (sc.name, Agg::default())).1;
             agg.add(dur);
             if sc.ret.is_err() {
                 agg.errors += 1;
@@ -632,7 +660,7 @@ impl Analyzer {
                 self.by_file.entry(f).or_default().add(dur);
             }
         } else {
-            let agg = self.by_name.entry(sc.name).or_default();
+            let agg = &mut self.by_name.entry(sc.name.as_ptr() as usize).or_insert_with(|| (sc.name, Agg::default())).1;
             agg.count += 1;
             if sc.ret.is_err() {
                 agg.errors += 1;
@@ -837,6 +865,7 @@ impl Analyzer {
                 let child = child as u32;
                 if *thread {
                     self.thread(child).proc = proc;
+                    self.role_epoch += 1;
                 } else {
                     self.fds.fork(proc, child, ev.ts);
                     self.procs.insert(
@@ -847,6 +876,7 @@ impl Analyzer {
                         },
                     );
                     self.thread(child).proc = child;
+                    self.role_epoch += 1;
                     if proc == self.root {
                         let idx = self.phases.len();
                         self.phases.push(PhaseState {
@@ -1059,28 +1089,18 @@ impl Analyzer {
             self.cands.len() - 1
         } else {
             // Full: the shortest kept stall makes room, or the new one is the shortest.
-            let (min_idx, min_dur) = match self.shortest {
-                Some(m) => m,
-                None => {
-                    let m = self
-                        .cands
-                        .iter()
-                        .enumerate()
-                        .min_by_key(|(_, c)| c.dur)
-                        .map(|(i, c)| (i, c.dur))
-                        .unwrap_or((0, 0));
-                    self.shortest = Some(m);
-                    m
-                }
-            };
             self.cands_dropped += 1;
-            if c.dur <= min_dur {
-                return;
+            match self.by_length.peek() {
+                Some(std::cmp::Reverse((min_dur, min_idx))) if c.dur > *min_dur => {
+                    let i = *min_idx;
+                    self.by_length.pop();
+                    self.cands[i] = c;
+                    i
+                }
+                _ => return,
             }
-            self.cands[min_idx] = c;
-            self.shortest = None;
-            min_idx
         };
+        self.by_length.push(std::cmp::Reverse((self.cands[idx].dur, idx)));
         if self.recent.len() == 64 {
             self.recent.pop_front();
         }
@@ -1226,8 +1246,11 @@ impl Analyzer {
                 text: text.clone(),
             })
             .collect();
-        r.syscalls = self
-            .by_name
+        let mut merged: BTreeMap<&str, Agg> = BTreeMap::new();
+        for (n, a) in self.by_name.values() {
+            merged.entry(n).or_default().merge(a);
+        }
+        r.syscalls = merged
             .iter()
             .map(|(n, a)| report::SyscallStats {
                 name: n.to_string(),
