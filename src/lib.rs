@@ -8,3 +8,4 @@
 pub mod event;
 pub mod report;
 pub mod source;
+pub mod live;
