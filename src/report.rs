@@ -18,6 +18,9 @@ pub struct Report {
     /// The slowest calls of the trace, whatever the threshold (at most `--top`).
     pub slowest: Vec<SlowCall>,
     pub stalls: Vec<Stall>,
+    /// Calls still running when the trace ended (or already running when it began) whose
+    /// known part is below the threshold: listed so a call still blocked is never silent.
+    pub in_flight: Vec<Stall>,
     /// Stalls that overlap in time, merged: what a client saw as one freeze.
     pub incidents: Vec<Incident>,
     pub threads: Vec<ThreadInfo>,
@@ -34,6 +37,10 @@ pub struct Report {
     /// Live sources only: what tracing cost.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub overhead: Option<Overhead>,
+    /// A bounded sample of individual calls for timelines (trace export, plots): per thread,
+    /// the slowest calls at or above a floor. None when the analyzer did not keep one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timeline: Option<Timeline>,
 }
 
 #[derive(Clone, Debug, Serialize, Default)]
@@ -68,6 +75,8 @@ pub struct Summary {
     pub durations: String,
     pub threshold_us: i64,
     pub stalls: u64,
+    /// Stalls counted but not listed: only the longest `stalls` are kept in detail.
+    pub stalls_not_listed: u64,
     /// Live perf backend: events lost to ring-buffer overflow (0 for offline sources).
     pub lost_events: u64,
     /// Calls still running when the trace ended.
@@ -161,6 +170,8 @@ pub struct Stall {
     pub bound: Bound,
     pub in_flight: Option<crate::event::InFlight>,
     pub waiting_commands: u64,
+    /// The waiting commands by command name.
+    pub waiting_by_command: std::collections::BTreeMap<String, u64>,
     pub waiting_clients: u64,
     pub worst_wait_us: Option<i64>,
     /// Index into `phases` of the background child running at the time, if any.
@@ -292,4 +303,38 @@ pub struct Overhead {
     pub syscalls_per_s: f64,
     pub mean_stop_us: f64,
     pub warning: Option<String>,
+}
+
+/// Most calls a timeline keeps per thread: enough to see the shape of a trace in Perfetto,
+/// small enough that the report of a 20 GB trace stays a few MB.
+pub const TIMELINE_MAX_PER_THREAD: usize = 20_000;
+
+/// The calls kept for timelines. The full trace is never held in memory, so this is a
+/// sample: per thread, the `max_per_thread` slowest calls whose duration is at least
+/// `floor_us`, whatever the threshold; idle waits (epoll_wait of the main thread, the futex of
+/// idle bio threads) are left out like they are from stalls.
+#[derive(Clone, Debug, Serialize, Default)]
+pub struct Timeline {
+    pub floor_us: i64,
+    pub max_per_thread: usize,
+    /// Calls at or above the floor that were not kept because their thread's quota was full.
+    pub dropped: u64,
+    /// Sorted by `at_us`.
+    pub calls: Vec<TimelineCall>,
+}
+
+#[derive(Clone, Debug, Serialize, Default)]
+pub struct TimelineCall {
+    /// Start of the call, µs since the first event (the same clock as `Stall::at_us`).
+    pub at_us: i64,
+    pub pid: u32,
+    pub tid: u32,
+    pub syscall: String,
+    pub fd: Option<i32>,
+    pub path: Option<String>,
+    pub class: Option<String>,
+    pub duration_us: i64,
+    pub bound: Bound,
+    /// Input line where the call ends, null live.
+    pub line: Option<u64>,
 }

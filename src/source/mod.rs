@@ -569,7 +569,9 @@ pub fn expand_inputs(args: &[String]) -> Result<Vec<(String, Option<Tid>)>> {
             }
         }
         if found.is_empty() {
-            bail!("{a}: no such file (nor any {a}.PID files from strace -ff)");
+            // Neither a file nor an -ff prefix: let opening it report why.
+            out.push((a.clone(), None));
+            continue;
         }
         found.sort();
         out.extend(found);

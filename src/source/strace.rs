@@ -300,13 +300,29 @@ pub fn parse_tail(s: &[u8]) -> Option<Tail<'_>> {
     Some(t)
 }
 
-/// Index of the `)` that closes the argument list of a finished call: the last `) = ` that
-/// is outside quotes. Strings can hold anything, so quotes are tracked from the start.
-fn find_close(args: &[u8]) -> Option<usize> {
-    let cand = memmem::rfind(args, b") = ")?;
-    // Fast path: no quote before the candidate, nothing to track.
-    if memchr(b'"', &args[..cand]).is_none() {
-        return Some(cand);
+/// If a `)` closes the argument list at `i`, the length of `) = ` including the blanks strace
+/// pads the result column with (`fdatasync(7)            = 0` when output is aligned).
+fn close_len(args: &[u8], i: usize) -> Option<usize> {
+    if args.get(i) != Some(&b')') {
+        return None;
+    }
+    let blanks = args[i + 1..].iter().take_while(|b| **b == b' ').count();
+    if blanks >= 1 && args.get(i + 1 + blanks) == Some(&b'=') && args.get(i + 2 + blanks) == Some(&b' ') {
+        Some(blanks + 3)
+    } else {
+        None
+    }
+}
+
+/// Index of the `)` that closes the argument list of a finished call and the length of the
+/// `) = ` separator: the last such `)` outside quotes. Strings can hold anything, so quotes
+/// are tracked from the start.
+fn find_close(args: &[u8]) -> Option<(usize, usize)> {
+    // Fast path: the last ` = ` of the line, when no quote precedes it.
+    let eq = memmem::rfind(args, b" = ")?;
+    let close = args[..eq].iter().rposition(|b| *b != b' ')?;
+    if memchr(b'"', &args[..close]).is_none() {
+        return close_len(args, close).map(|n| (close, n));
     }
     let mut in_str = false;
     let mut i = 0;
@@ -331,8 +347,8 @@ fn find_close(args: &[u8]) -> Option<usize> {
                     i += off;
                     if args[i] == b'"' {
                         in_str = true;
-                    } else if args[i..].starts_with(b") = ") {
-                        last = Some(i);
+                    } else if let Some(n) = close_len(args, i) {
+                        last = Some((i, n));
                     }
                     i += 1;
                 }
@@ -370,8 +386,8 @@ pub fn parse_body(s: &[u8]) -> Result<Body<'_>, SkipReason> {
                     Some(c) => c,
                     None => return Err(SkipReason::CutOff),
                 };
-                let tail = parse_tail(&rest[close + 4..]).ok_or(SkipReason::BadReturn)?;
-                return Ok(Body::Resumed { name, rest: &rest[..close], tail: Some(tail) });
+                let tail = parse_tail(&rest[close.0 + close.1..]).ok_or(SkipReason::BadReturn)?;
+                return Ok(Body::Resumed { name, rest: &rest[..close.0], tail: Some(tail) });
             }
             Err(SkipReason::NoSyscall)
         }
@@ -432,7 +448,7 @@ pub fn parse_body(s: &[u8]) -> Result<Body<'_>, SkipReason> {
 
 /// In a resumed half the arguments may hold a quoted string that began in the entry half;
 /// strace always prints it whole in one half, so the same quote tracking applies.
-fn find_close_resumed(rest: &[u8]) -> Option<usize> {
+fn find_close_resumed(rest: &[u8]) -> Option<(usize, usize)> {
     find_close(rest)
 }
 
@@ -450,8 +466,8 @@ fn parse_call(s: &[u8]) -> Result<Body<'_>, SkipReason> {
         return Ok(Body::Detached { name, args: trim_end(a) });
     }
     match find_close(args) {
-        Some(close) => {
-            let tail = parse_tail(&args[close + 4..]).ok_or(SkipReason::BadReturn)?;
+        Some((close, n)) => {
+            let tail = parse_tail(&args[close + n..]).ok_or(SkipReason::BadReturn)?;
             Ok(Body::Call { name, args: &args[..close], tail })
         }
         None => {

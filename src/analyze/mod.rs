@@ -1,0 +1,1265 @@
+//! Analyzers: the stage between resolved events and the report. `Analyzer::push` takes
+//! events in trace order from any source (saved traces or live tracers), keeps the process
+//! and thread bookkeeping and the fd table up to date, and feeds the questions this tool
+//! answers: latency statistics per syscall and per file, stalls (slow syscalls and per-thread
+//! gaps), thread roles, background-save phases, per-command latency and which commands each
+//! stall held up. `finish` turns the fixed-size state into a `Report`, where `findings` names
+//! the causes and the advice. Memory is bounded by the number of threads, files, phases and
+//! stalls, never by the number of events.
+
+pub mod findings;
+pub mod resp;
+pub mod stats;
+
+use crate::event::{DurSource, Event, EventKind, Extra, InFlight, Nanos, Ret, Syscall, Tid};
+use crate::fdtable::{FdTable, FileClass, FileId};
+pub use crate::fdtable::RedisConf;
+use crate::report::{self, Bound, Report, Stall, StallKind};
+use crate::source::{Counters, SourceInfo};
+use stats::Agg;
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
+use std::collections::{BTreeMap, VecDeque};
+
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub threshold_ns: i64,
+    pub top: usize,
+    /// tid -> thread name (from `--threads FILE`, or /proc live).
+    pub thread_names: HashMap<Tid, String>,
+    pub redis_conf: Option<RedisConf>,
+    /// The traced redis-server's pid, when known (live, `--pid`).
+    pub root_pid: Option<Tid>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options { threshold_ns: 10_000_000, top: 20, thread_names: HashMap::default(), redis_conf: None, root_pid: None }
+    }
+}
+
+/// Thread roles (REPORT.md `thread`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Role {
+    Main,
+    BioAof,
+    BioCloseFile,
+    BioLazyFree,
+    IoThread,
+    Child,
+    Other,
+}
+
+impl Role {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Role::Main => "main",
+            Role::BioAof => "bio_aof",
+            Role::BioCloseFile => "bio_close_file",
+            Role::BioLazyFree => "bio_lazy_free",
+            Role::IoThread => "io_thread",
+            Role::Child => "child",
+            Role::Other => "other",
+        }
+    }
+
+    fn from_name(name: &str) -> Option<Role> {
+        let n = name.trim();
+        Some(match n {
+            _ if n.starts_with("bio_aof") => Role::BioAof,
+            _ if n.starts_with("bio_close_file") => Role::BioCloseFile,
+            _ if n.starts_with("bio_lazy_free") => Role::BioLazyFree,
+            _ if n.starts_with("io_thd") => Role::IoThread,
+            _ if n.starts_with("redis-rdb-bgsave") || n.starts_with("redis-aof-rewrite") => Role::Child,
+            _ if n.starts_with("redis-server") || n.starts_with("redis-check") => Role::Main,
+            _ => Role::Other,
+        })
+    }
+}
+
+/// Waits that are idle time, not stalls: the event loop waiting for clients, background
+/// threads waiting for work, sleeps. Role-aware: a futex wait in the main thread is
+/// contention, in a bio thread it is "no job queued".
+fn is_idle(name: &str, role: Role) -> bool {
+    match name {
+        "epoll_wait" | "epoll_pwait" | "epoll_pwait2" | "poll" | "ppoll" | "select" | "pselect6" | "nanosleep"
+        | "clock_nanosleep" | "pause" | "rt_sigtimedwait" | "rt_sigsuspend" | "restart_syscall" => true,
+        "futex" | "wait4" | "waitid" | "read" if role != Role::Main => name != "read" || role == Role::Other,
+        _ => false,
+    }
+}
+
+/// Role-agnostic version for the "slowest calls" list, which is built before roles are known.
+fn is_wait_call(name: &str) -> bool {
+    is_idle(name, Role::Other) && name != "read"
+}
+
+#[derive(Default)]
+struct ThreadState {
+    proc: u32,
+    calls: u64,
+    last_end: Option<Nanos>,
+    name: Option<String>,
+    // role evidence
+    epoll: u64,
+    aof_sync: u64,
+    file_close: u64,
+    client_io: u64,
+    // event-loop timing for request-arrival estimates
+    cur_wait: Option<(Nanos, Nanos)>,
+    prev_wait_end: Option<Nanos>,
+    aof_ns: i64,
+    log_ns: i64,
+    idle: BTreeMap<&'static str, (u64, i64)>,
+}
+
+#[derive(Default)]
+struct ProcState {
+
+    is_child: bool,
+    phase: Option<usize>,
+}
+
+/// A stall candidate: decided as a stall at `finish`, once thread roles are known.
+#[derive(Clone)]
+struct Cand {
+    tid: Tid,
+    proc: u32,
+    kind: StallKind,
+    syscall: Option<&'static str>,
+    fd: Option<i32>,
+    file: Option<FileId>,
+    start: Nanos,
+    dur: Nanos,
+    line: Option<u64>,
+    bound: Bound,
+    in_flight: Option<InFlight>,
+    phase: Option<usize>,
+    waiting: u64,
+    /// Distinct connections it held (few per stall in practice; capped).
+    clients: Vec<(u32, i32)>,
+    worst_wait: Option<i64>,
+    /// Commands (by sequence number) it held up, for merging into incidents.
+    held: Vec<u64>,
+    by_cmd: Vec<(std::rc::Rc<str>, u64)>,
+    id: u64,
+}
+
+struct PendingCmd {
+    seq: u64,
+    name: std::rc::Rc<str>,
+    req: Nanos,
+    aof0: i64,
+    log0: i64,
+}
+
+#[derive(Clone)]
+struct DoneCmd {
+    seq: u64,
+    name: std::rc::Rc<str>,
+    conn: (u32, i32),
+    req: Nanos,
+    reply: Nanos,
+}
+
+struct PhaseState {
+    child: u32,
+    parent_tid: Tid,
+    start: Nanos,
+    fork_ns: Option<Nanos>,
+    end: Option<Nanos>,
+    ended_by: Option<&'static str>,
+    wrote: Vec<FileClass>,
+    kind_hint: Option<&'static str>,
+}
+
+const DONE_KEEP: usize = 1 << 16;
+/// Stalls kept in detail; past this the shortest are dropped (and counted), so memory stays
+/// bounded on traces with hundreds of thousands of stalls.
+const MAX_CANDS: usize = 5_000;
+
+pub struct Analyzer {
+    opts: Options,
+    fds: FdTable,
+    threads: HashMap<Tid, ThreadState>,
+    procs: HashMap<u32, ProcState>,
+    /// Key of the traced process for tids whose origin the trace does not show.
+    root: u32,
+    root_known: bool,
+    events: u64,
+    syscalls: u64,
+    first_ts: Option<Nanos>,
+    last_ts: Nanos,
+    measured: u64,
+    reconstructed: u64,
+    by_name: BTreeMap<&'static str, Agg>,
+    by_file: HashMap<FileId, Agg>,
+    slowest: Vec<(Nanos, Tid, u32, &'static str, Option<i32>, Option<FileId>, Nanos, u64, Bound)>,
+    cands: Vec<Cand>,
+    cands_dropped: u64,
+    cand_seq: u64,
+    /// (index, length) of the shortest kept stall, when known.
+    shortest: Option<(usize, Nanos)>,
+    /// The most recent stalls (index, id), for matching commands as they complete.
+    recent: VecDeque<(usize, u64)>,
+    /// Stalls added since the last `drain_new_stalls`.
+    fresh: Vec<usize>,
+    in_flight_small: Vec<Cand>,
+    phases: Vec<PhaseState>,
+    segment: usize,
+    conns: HashMap<(u32, i32), VecDeque<PendingCmd>>,
+    /// Connections accepted but not yet read from: when their connect was noticed.
+    conn_open: HashMap<(u32, i32), Nanos>,
+    last_reply: HashMap<(u32, i32), Nanos>,
+    cmd_seq: u64,
+    done: VecDeque<DoneCmd>,
+    cmd_stats: BTreeMap<(String, usize), Agg>,
+    cmd_all: BTreeMap<String, (Agg, i64, i64)>,
+    main_file_seg: BTreeMap<usize, Agg>,
+    bio_fsyncs: Vec<(Nanos, Nanos)>,
+    main_fsync_by_file: HashMap<FileId, Agg>,
+    fork_durs: Vec<Nanos>,
+    in_flight_start: u64,
+    in_flight_end: u64,
+    lost_events: u64,
+}
+
+fn bound_of(sc: &Syscall) -> Bound {
+    if sc.in_flight.is_some() {
+        Bound::AtLeast
+    } else if sc.dur_src == DurSource::UpperBound {
+        Bound::AtMost
+    } else {
+        Bound::Exact
+    }
+}
+
+impl Analyzer {
+    pub fn new(opts: Options) -> Self {
+        let root = opts.root_pid.unwrap_or(u32::MAX);
+        let fds = FdTable::new(opts.redis_conf.clone());
+        let mut a = Analyzer {
+            root,
+            root_known: opts.root_pid.is_some(),
+            opts,
+            fds,
+            threads: HashMap::default(),
+            procs: HashMap::default(),
+            events: 0,
+            syscalls: 0,
+            first_ts: None,
+            last_ts: 0,
+            measured: 0,
+            reconstructed: 0,
+            by_name: BTreeMap::new(),
+            by_file: HashMap::default(),
+            slowest: vec![],
+            cands: vec![],
+            cands_dropped: 0,
+            cand_seq: 0,
+            shortest: None,
+            recent: VecDeque::new(),
+            fresh: vec![],
+            in_flight_small: vec![],
+            phases: vec![],
+            segment: 0,
+            conns: HashMap::default(),
+            conn_open: HashMap::default(),
+            last_reply: HashMap::default(),
+            cmd_seq: 0,
+            done: VecDeque::new(),
+            cmd_stats: BTreeMap::new(),
+            cmd_all: BTreeMap::new(),
+            main_file_seg: BTreeMap::new(),
+            bio_fsyncs: vec![],
+            main_fsync_by_file: HashMap::default(),
+            fork_durs: vec![],
+            in_flight_start: 0,
+            in_flight_end: 0,
+            lost_events: 0,
+        };
+        a.procs.insert(root, ProcState::default());
+        a
+    }
+
+    /// Live: the fd table as /proc/PID/fd showed it at attach.
+    pub fn seed_fd(&mut self, pid: Tid, fd: i32, path: &str) {
+        let key = self.proc_key(pid);
+        self.fds.bind(key, fd, Some(path), None, i64::MIN / 4);
+    }
+
+    pub fn set_thread_name(&mut self, tid: Tid, name: &str) {
+        self.opts.thread_names.insert(tid, name.to_string());
+        if let Some(t) = self.threads.get_mut(&tid) {
+            t.name = Some(name.to_string());
+        }
+    }
+
+    /// Live perf backend: events lost to ring-buffer overflow so far.
+    pub fn add_lost_events(&mut self, n: u64) {
+        self.lost_events += n;
+    }
+
+    fn proc_key(&self, pid: Tid) -> u32 {
+        if self.procs.contains_key(&pid) && pid != self.root {
+            pid
+        } else {
+            self.root
+        }
+    }
+
+    fn thread(&mut self, tid: Tid) -> &mut ThreadState {
+        let root = self.root;
+        let names = &self.opts.thread_names;
+        self.threads.entry(tid).or_insert_with(|| ThreadState { proc: root, name: names.get(&tid).cloned(), ..Default::default() })
+    }
+
+    /// The role a thread has on current evidence (final at `finish`).
+    fn role(&self, tid: Tid) -> Role {
+        let t = match self.threads.get(&tid) {
+            Some(t) => t,
+            None => return Role::Other,
+        };
+        if self.procs.get(&t.proc).is_some_and(|p| p.is_child) {
+            return Role::Child;
+        }
+        if let Some(n) = &t.name {
+            if let Some(r) = Role::from_name(n) {
+                if r != Role::Other || !n.is_empty() {
+                    return r;
+                }
+            }
+        }
+        if self.root_known && tid == self.root {
+            return Role::Main;
+        }
+        if t.epoll > 0 {
+            return Role::Main;
+        }
+        if t.aof_sync > 0 {
+            return Role::BioAof;
+        }
+        if t.file_close > 0 {
+            return Role::BioCloseFile;
+        }
+        if t.client_io > 0 {
+            return Role::IoThread;
+        }
+        if !self.root_known && tid == self.root_display() && self.threads.len() == 1 {
+            return Role::Main;
+        }
+        Role::Other
+    }
+
+    fn role_why(&self, tid: Tid) -> String {
+        let t = &self.threads[&tid];
+        if self.procs.get(&t.proc).is_some_and(|p| p.is_child) {
+            return "forked child process".into();
+        }
+        if let Some(n) = &t.name {
+            return format!("thread name {n:?}");
+        }
+        if self.root_known && tid == self.root {
+            return "tid == pid".into();
+        }
+        if t.epoll > 0 {
+            return "runs the event loop (epoll_wait)".into();
+        }
+        if t.aof_sync > 0 {
+            return "fsyncs the AOF outside the event loop".into();
+        }
+        if t.file_close > 0 {
+            return "closes files outside the event loop".into();
+        }
+        if t.client_io > 0 {
+            return "reads/writes client sockets outside the event loop".into();
+        }
+        if self.threads.len() == 1 {
+            return "only thread in the trace".into();
+        }
+        "no redis-specific behaviour seen".into()
+    }
+
+    /// The pid shown for the traced process.
+    fn root_display(&self) -> u32 {
+        if self.root != u32::MAX {
+            return self.root;
+        }
+        self.threads.iter().filter(|(_, t)| t.proc == self.root).map(|(tid, _)| *tid).min().unwrap_or(0)
+    }
+
+    fn active_phase(&self, at: Nanos) -> Option<usize> {
+        self.phases.iter().rposition(|p| p.start <= at && p.end.is_none_or(|e| at < e))
+    }
+
+    pub fn push(&mut self, ev: &Event) {
+        self.events += 1;
+        // Only calls carry trustworthy times: strace's own messages may have none.
+        if ev.syscall().is_some() {
+            self.first_ts = Some(self.first_ts.map_or(ev.ts, |f| f.min(ev.ts)));
+            self.last_ts = self.last_ts.max(ev.end());
+        }
+        match &ev.kind {
+            EventKind::Syscall(sc) => self.on_syscall(ev, sc),
+            EventKind::Signal { name, si_pid } => {
+                if *name == "SIGCHLD" {
+                    if let Some(pid) = si_pid {
+                        self.end_phase(*pid, ev.ts, "SIGCHLD");
+                    }
+                }
+                self.thread(ev.tid);
+            }
+            EventKind::Exit { .. } => {
+                let proc = self.thread(ev.tid).proc;
+                if proc == ev.tid && proc != self.root {
+                    self.end_phase(ev.tid, ev.ts, "exit");
+                }
+            }
+            EventKind::Attach { .. } => {
+                if !self.root_known && self.threads.is_empty() {
+                    // strace's first "Process N attached" names the traced process.
+                    self.rename_root(ev.tid);
+                }
+                if let Some(t) = self.threads.get_mut(&ev.tid) {
+                    t.last_end = None;
+                }
+            }
+            EventKind::Detach => {
+                if let Some(t) = self.threads.get_mut(&ev.tid) {
+                    t.last_end = None;
+                }
+            }
+        }
+    }
+
+    fn rename_root(&mut self, pid: Tid) {
+        let old = self.root;
+        if old == pid {
+            return;
+        }
+        if let Some(p) = self.procs.remove(&old) {
+            self.procs.insert(pid, p);
+        }
+        self.root = pid;
+        self.root_known = true;
+        for t in self.threads.values_mut() {
+            if t.proc == old {
+                t.proc = pid;
+            }
+        }
+    }
+
+    fn end_phase(&mut self, child: u32, at: Nanos, by: &'static str) {
+        if let Some(i) = self.phases.iter().rposition(|p| p.child == child && p.end.is_none()) {
+            self.phases[i].end = Some(at);
+            self.phases[i].ended_by = Some(by);
+            self.segment = 2 * i + 2;
+        }
+    }
+
+    fn on_syscall(&mut self, ev: &Event, sc: &Syscall) {
+        self.syscalls += 1;
+        match sc.dur_src {
+            // The edges of a trace and exits are timed by pairing even under -T.
+            _ if sc.in_flight.is_some() || matches!(sc.name, "exit" | "exit_group") => {}
+            DurSource::Measured => self.measured += 1,
+            DurSource::UpperBound | DurSource::Paired => self.reconstructed += 1,
+            DurSource::Unknown => {}
+        }
+        let tid = ev.tid;
+        let proc = self.thread(tid).proc;
+        let resolved = self.fds.apply(proc, ev.ts, sc);
+        let class = resolved.map(|r| r.class);
+        let file = resolved.map(|r| r.file);
+        let dur = sc.dur.unwrap_or(0);
+        let end = ev.ts + dur;
+        match sc.in_flight {
+            Some(InFlight::AtStart) => self.in_flight_start += 1,
+            Some(InFlight::AtEnd) => self.in_flight_end += 1,
+            None => {}
+        }
+
+        // Role evidence.
+        {
+            let t = self.thread(tid);
+            t.calls += 1;
+            match sc.name {
+                "epoll_wait" | "epoll_pwait" | "epoll_pwait2" => t.epoll += 1,
+                "fdatasync" | "fsync" if class.is_some_and(|c| c.is_aof()) => t.aof_sync += 1,
+                "close" if class.is_some_and(|c| c.is_disk_file()) => t.file_close += 1,
+                "read" | "write" | "writev" if class == Some(FileClass::Client) => t.client_io += 1,
+                _ => {}
+            }
+        }
+        let role = self.role(tid);
+
+        // Statistics (only calls whose duration is known).
+        if sc.dur.is_some() {
+            let agg = self.by_name.entry(sc.name).or_default();
+            agg.add(dur);
+            if sc.ret.is_err() {
+                agg.errors += 1;
+            }
+            if let Some(f) = file {
+                self.by_file.entry(f).or_default().add(dur);
+            }
+        } else {
+            let agg = self.by_name.entry(sc.name).or_default();
+            agg.count += 1;
+            if sc.ret.is_err() {
+                agg.errors += 1;
+            }
+        }
+
+        // Idle time.
+        let idle = is_idle(sc.name, role) || (sc.name == "futex" && role != Role::Main);
+        if idle {
+            let e = self.thread(tid).idle.entry(sc.name).or_default();
+            e.0 += 1;
+            e.1 += dur;
+        }
+
+        // Slowest calls (non-waits), bounded.
+        if !is_wait_call(sc.name) && sc.dur.is_some() {
+            let keep = self.opts.top.max(20);
+            if self.slowest.len() < keep || self.slowest.last().is_some_and(|s| s.0 < dur) {
+                self.slowest.push((dur, tid, proc, sc.name, sc.fd, file, ev.ts, ev.line, bound_of(sc)));
+                self.slowest.sort_by(|a, b| b.0.cmp(&a.0));
+                self.slowest.truncate(keep);
+            }
+        }
+
+        // Gap since this thread's previous call.
+        let prev_end = self.thread(tid).last_end;
+        if let Some(pe) = prev_end {
+            let gap = ev.ts - pe;
+            if gap >= self.opts.threshold_ns && role != Role::Child && sc.in_flight != Some(InFlight::AtStart) {
+                self.add_cand(Cand {
+                    tid,
+                    proc,
+                    kind: StallKind::Gap,
+                    syscall: None,
+                    fd: None,
+                    file: None,
+                    start: pe,
+                    dur: gap,
+                    line: Some(ev.line),
+                    bound: Bound::Exact,
+                    in_flight: None,
+                    phase: self.active_phase(pe),
+                    waiting: 0,
+                    clients: vec![],
+                    worst_wait: None,
+                    held: vec![],
+                    by_cmd: vec![],
+                    id: 0,
+                });
+            }
+        }
+        {
+            let t = self.thread(tid);
+            t.last_end = Some(t.last_end.map_or(end, |le| le.max(end)));
+        }
+
+        // Slow syscall.
+        if !idle && sc.dur.is_some() && (dur >= self.opts.threshold_ns || sc.in_flight == Some(InFlight::AtEnd)) {
+            let c = Cand {
+                tid,
+                proc,
+                kind: StallKind::SlowSyscall,
+                syscall: Some(sc.name),
+                fd: sc.fd,
+                file,
+                start: ev.ts,
+                dur,
+                line: Some(ev.line),
+                bound: bound_of(sc),
+                in_flight: sc.in_flight,
+                phase: self.active_phase(ev.ts),
+                waiting: 0,
+                clients: vec![],
+                worst_wait: None,
+                held: vec![],
+                by_cmd: vec![],
+                id: 0,
+            };
+            if dur >= self.opts.threshold_ns {
+                self.add_cand(c);
+            } else if self.in_flight_small.len() < 1000 {
+                self.in_flight_small.push(c);
+            }
+        }
+
+        // Event loop: when did the requests read next arrive?
+        if matches!(sc.name, "epoll_wait" | "epoll_pwait" | "epoll_pwait2") {
+            let t = self.thread(tid);
+            t.prev_wait_end = t.cur_wait.map(|w| w.1);
+            t.cur_wait = Some((ev.ts, end));
+        }
+
+        // Main-thread file syscall time, for phases and per-command attribution.
+        if role == Role::Main || role == Role::IoThread {
+            if let Some(c) = class {
+                if c.is_disk_file() && sc.dur.is_some() {
+                    self.main_file_seg.entry(self.segment).or_default().add(dur);
+                    let t = self.thread(tid);
+                    if c.is_aof() {
+                        t.aof_ns += dur;
+                    } else if c == FileClass::Log {
+                        t.log_ns += dur;
+                    }
+                }
+            }
+        }
+
+        if role == Role::Main && matches!(sc.name, "fdatasync" | "fsync") && sc.dur.is_some() {
+            if let Some(f) = file {
+                self.main_fsync_by_file.entry(f).or_default().add(dur);
+            }
+        }
+
+        // Background fsyncs of the AOF (for aof-write-pending-fsync).
+        if matches!(sc.name, "fdatasync" | "fsync") && class.is_some_and(|c| c.is_aof()) && role != Role::Main && dur >= 1_000_000 && self.bio_fsyncs.len() < 1 << 20 {
+            self.bio_fsyncs.push((ev.ts, end));
+        }
+
+        // Commands: requests read from, replies written to client connections.
+        if class == Some(FileClass::Client) && !sc.ret.is_err() {
+            if let Some(fd) = sc.fd {
+                self.on_client_io(tid, proc, fd, ev, sc, end);
+            }
+        }
+        if sc.name == "close" {
+            if let Some(fd) = sc.fd {
+                self.conns.remove(&(proc, fd));
+                self.conn_open.remove(&(proc, fd));
+                self.last_reply.remove(&(proc, fd));
+            }
+        }
+        if matches!(sc.name, "accept" | "accept4") {
+            if let Ret::Val(newfd) = sc.ret {
+                let req = self.request_time(tid, ev.ts);
+                if self.conn_open.len() < 100_000 {
+                    self.conn_open.insert((proc, newfd as i32), req);
+                }
+            }
+        }
+
+        // Children and phases.
+        if let (Extra::Clone { thread }, Ret::Val(child)) = (&sc.extra, sc.ret) {
+            if child > 0 {
+                let child = child as u32;
+                if *thread {
+                    self.thread(child).proc = proc;
+                } else {
+                    self.fds.fork(proc, child, ev.ts);
+                    self.procs.insert(child, ProcState { is_child: true, phase: None });
+                    self.thread(child).proc = child;
+                    if proc == self.root {
+                        let idx = self.phases.len();
+                        self.phases.push(PhaseState {
+                            child,
+                            parent_tid: tid,
+                            start: ev.ts,
+                            fork_ns: sc.dur,
+                            end: None,
+                            ended_by: None,
+                            wrote: vec![],
+                            kind_hint: self.kind_hint_before_fork(ev.ts),
+                        });
+                        if let Some(p) = self.procs.get_mut(&child) {
+                            p.phase = Some(idx);
+                        }
+                        self.segment = 2 * idx + 1;
+                        if let Some(d) = sc.dur {
+                            self.fork_durs.push(d);
+                        }
+                    }
+                }
+            }
+        }
+        if matches!(sc.name, "wait4" | "waitid") {
+            if let Ret::Val(child) = sc.ret {
+                if child > 0 {
+                    self.end_phase(child as u32, end, "wait4");
+                }
+            }
+        }
+        // What the child writes tells what kind of save it is.
+        if let Some(c) = class {
+            let is_write = matches!(sc.name, "write" | "pwrite64" | "writev" | "fsync" | "fdatasync" | "rename" | "renameat");
+            if is_write {
+                if let Some(i) = self.procs.get(&proc).and_then(|p| p.phase) {
+                    if !self.phases[i].wrote.contains(&c) {
+                        self.phases[i].wrote.push(c);
+                    }
+                }
+            }
+        }
+        if let Extra::Rename(old, _) = &sc.extra {
+            let c = crate::fdtable::classify_path(old, self.fds.conf.as_ref());
+            let phase = self.procs.get(&proc).and_then(|p| p.phase).or_else(|| self.phases.len().checked_sub(1));
+            if let Some(i) = phase {
+                let hint = match c {
+                    FileClass::AofRewriteTemp => Some("aof_rewrite"),
+                    FileClass::RdbTemp => Some("bgsave"),
+                    _ => None,
+                };
+                if hint.is_some() && self.phases[i].kind_hint.is_none() {
+                    self.phases[i].kind_hint = hint;
+                }
+            }
+        }
+    }
+
+    /// Redis 7 opens a new incr AOF just before forking the rewrite child.
+    fn kind_hint_before_fork(&self, _at: Nanos) -> Option<&'static str> {
+        None
+    }
+
+    fn on_client_io(&mut self, tid: Tid, proc: u32, fd: i32, ev: &Event, sc: &Syscall, end: Nanos) {
+        let is_read = matches!(sc.name, "read" | "recvfrom" | "readv" | "recvmsg");
+        let is_write = matches!(sc.name, "write" | "writev" | "sendto" | "sendmsg");
+        let key = (proc, fd);
+        if is_read {
+            let data = match sc.data() {
+                Some(d) => *d,
+                None => return,
+            };
+            let (names, _) = resp::command_names(data.bytes(), data.truncated);
+            if names.is_empty() {
+                return;
+            }
+            let mut req = self.request_time(tid, ev.ts);
+            // A client cannot have sent what it sends after a reply before that reply: for
+            // synchronous clients this bounds the estimate tightly.
+            if let Some(last) = self.last_reply.get(&key) {
+                req = req.max((*last).min(ev.ts));
+            }
+            let (aof0, log0) = {
+                let t = self.thread(tid);
+                (t.aof_ns, t.log_ns)
+            };
+            // A new connection's first request also waited for the accept.
+            let req = match self.conn_open.remove(&key) {
+                Some(t) => req.min(t),
+                None => req,
+            };
+            let q = self.conns.entry(key).or_default();
+            for name in names {
+                self.cmd_seq += 1;
+                if q.len() < 1024 {
+                    q.push_back(PendingCmd { seq: self.cmd_seq, name: name.into(), req, aof0, log0 });
+                }
+            }
+        } else if is_write {
+            let q = match self.conns.get_mut(&key) {
+                Some(q) if !q.is_empty() => q,
+                _ => return,
+            };
+            // One reply write answers every request read so far on this connection
+            // (pipelined requests are answered together).
+            let pending: Vec<PendingCmd> = q.drain(..).collect();
+            self.last_reply.insert(key, end);
+            let (aof1, log1) = {
+                let t = self.thread(tid);
+                (t.aof_ns, t.log_ns)
+            };
+            for p in pending {
+                let lat = end - p.req;
+                let seg = self.segment;
+                self.cmd_stats.entry((p.name.to_string(), seg)).or_default().add(lat);
+                let e = self.cmd_all.entry(p.name.to_string()).or_insert_with(|| (Agg::default(), 0, 0));
+                e.0.add(lat);
+                e.1 += aof1 - p.aof0;
+                e.2 += log1 - p.log0;
+                let d = DoneCmd { seq: p.seq, name: p.name.clone(), conn: key, req: p.req, reply: end };
+                // Stalls already found that this command waited through.
+                for (idx, id) in self.recent.iter() {
+                    if let Some(c) = self.cands.get_mut(*idx) {
+                        if c.id == *id {
+                            hold(c, &d);
+                        }
+                    }
+                }
+                if self.done.len() == DONE_KEEP {
+                    self.done.pop_front();
+                }
+                self.done.push_back(d);
+            }
+        }
+    }
+
+    /// When a request (or connection) read at `at` most likely arrived. A wait that blocked
+    /// ended when the request arrived; one that returned at once means the request was
+    /// already queued, at the latest since the previous wait ended.
+    fn request_time(&mut self, tid: Tid, at: Nanos) -> Nanos {
+        let t = self.thread(tid);
+        let req = match t.cur_wait {
+            Some((s, e)) if e - s >= 20_000 => e,
+            Some((s, _)) => t.prev_wait_end.unwrap_or(s),
+            None => at,
+        };
+        req.min(at)
+    }
+
+    fn add_cand(&mut self, mut c: Cand) {
+        // Commands already answered that waited through this stall.
+        for d in self.done.iter().rev() {
+            if d.reply < c.start {
+                break;
+            }
+            hold(&mut c, d);
+        }
+        self.cand_seq += 1;
+        c.id = self.cand_seq;
+        let idx = if self.cands.len() < MAX_CANDS {
+            self.cands.push(c);
+            self.cands.len() - 1
+        } else {
+            // Full: the shortest kept stall makes room, or the new one is the shortest.
+            let (min_idx, min_dur) = match self.shortest {
+                Some(m) => m,
+                None => {
+                    let m = self.cands.iter().enumerate().min_by_key(|(_, c)| c.dur).map(|(i, c)| (i, c.dur)).unwrap_or((0, 0));
+                    self.shortest = Some(m);
+                    m
+                }
+            };
+            self.cands_dropped += 1;
+            if c.dur <= min_dur {
+                return;
+            }
+            self.cands[min_idx] = c;
+            self.shortest = None;
+            min_idx
+        };
+        if self.recent.len() == 64 {
+            self.recent.pop_front();
+        }
+        self.recent.push_back((idx, self.cand_seq));
+        self.fresh.push(idx);
+    }
+
+    /// Stalls found since the last call (live printing). Roles are the current best guess.
+    pub fn drain_new_stalls(&mut self, clock: &crate::source::Clock) -> Vec<Stall> {
+        let fresh = std::mem::take(&mut self.fresh);
+        let first = self.first_ts.unwrap_or(0);
+        fresh
+            .into_iter()
+            .filter(|i| self.keep_cand(&self.cands[*i]))
+            .map(|i| self.stall_of(&self.cands[i], clock, first))
+            .collect()
+    }
+
+    fn keep_cand(&self, c: &Cand) -> bool {
+        let role = self.role(c.tid);
+        match c.kind {
+            StallKind::Gap => role != Role::Child,
+            StallKind::SlowSyscall => !c.syscall.is_some_and(|n| is_idle(n, role)),
+        }
+    }
+
+    fn stall_of(&self, c: &Cand, clock: &crate::source::Clock, first: Nanos) -> Stall {
+        let info = c.file.map(|f| self.fds.file(f));
+        let role = self.role(c.tid);
+        let (finding, cause) = findings::explain(self, c, role);
+        Stall {
+            ts: clock.format(c.start),
+            ts_iso: clock.iso(c.start),
+            at_us: (c.start - first) / 1000,
+            pid: if c.proc == u32::MAX { self.root_display() } else { c.proc },
+            tid: c.tid,
+            thread: role.as_str().to_string(),
+            kind: c.kind,
+            syscall: c.syscall.map(str::to_string),
+            fd: c.fd,
+            path: info.and_then(|i| i.path.as_deref().map(str::to_string)),
+            class: info.map(|i| i.class.as_str().to_string()),
+            duration_us: c.dur / 1000,
+            line: c.line,
+            cause,
+            finding,
+            bound: c.bound,
+            in_flight: c.in_flight,
+            waiting_commands: c.waiting,
+            waiting_by_command: c.by_cmd.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+            waiting_clients: c.clients.len() as u64,
+            worst_wait_us: c.worst_wait.map(|w| w / 1000),
+            phase: c.phase,
+            events_lost: self.lost_events > 0,
+        }
+    }
+
+    pub fn finish(mut self, info: SourceInfo, counters: Counters) -> Report {
+        // Requests never answered before the trace ended waited through every stall after them.
+        let end = self.last_ts;
+        let pending: Vec<((u32, i32), Vec<(u64, std::rc::Rc<str>, Nanos)>)> =
+            self.conns.iter().map(|(k, q)| (*k, q.iter().map(|p| (p.seq, p.name.clone(), p.req)).collect())).collect();
+        for (conn, reqs) in pending {
+            for (seq, name, req) in reqs {
+                let d = DoneCmd { seq, name, conn, req, reply: end + 1 };
+                for c in self.cands.iter_mut() {
+                    hold(c, &d);
+                }
+            }
+        }
+        let first = self.first_ts.unwrap_or(0);
+        let mut clock = info.clock.clone();
+        if clock.first == 0 {
+            clock.first = first;
+        }
+        let mut r = Report { schema: report::SCHEMA, ..Default::default() };
+        r.source = report::Source {
+            kind: info.kind.to_string(),
+            files: info.files.clone(),
+            format: info.format.clone(),
+            pid: info.pid.or(if self.root != u32::MAX { Some(self.root) } else { None }),
+            clock: clock.describe().to_string(),
+            backend: None,
+        };
+        let durations = match (self.measured, self.reconstructed) {
+            (_, 0) => "measured",
+            (0, _) => "reconstructed",
+            _ => "mixed",
+        };
+        r.summary = report::Summary {
+            lines: counters.lines,
+            events: self.events,
+            syscalls: self.syscalls,
+            threads: self.threads.len() as u64,
+            processes: self.threads.values().map(|t| t.proc).collect::<HashSet<_>>().len() as u64,
+            start: self.first_ts.map(|_| info_first_text(&clock, first)),
+            start_iso: clock.iso(first),
+            span_us: (self.last_ts - first).max(0) / 1000,
+            skipped_lines: counters.skips.total,
+            durations: durations.to_string(),
+            threshold_us: self.opts.threshold_ns / 1000,
+            stalls: 0,
+            stalls_not_listed: 0,
+            lost_events: self.lost_events,
+            in_flight_at_end: self.in_flight_end,
+            in_flight_at_start: self.in_flight_start,
+        };
+        r.skipped = counters
+            .skips
+            .first
+            .iter()
+            .map(|(file, line, reason, text)| report::Skipped {
+                line: *line,
+                reason: if info.files.len() > 1 { format!("{file}: {reason}") } else { reason.to_string() },
+                text: text.clone(),
+            })
+            .collect();
+        r.syscalls = self
+            .by_name
+            .iter()
+            .map(|(n, a)| report::SyscallStats {
+                name: n.to_string(),
+                calls: a.count,
+                errors: a.errors,
+                total_us: a.total_us(),
+                p50_us: a.pct_us(0.5),
+                p99_us: a.pct_us(0.99),
+                max_us: a.max_us(),
+            })
+            .collect();
+        r.syscalls.sort_by(|a, b| b.total_us.cmp(&a.total_us).then(a.name.cmp(&b.name)));
+        let root_display = self.root_display();
+        let show_pid = |p: u32| if p == u32::MAX { root_display } else { p };
+        r.fds = self
+            .by_file
+            .iter()
+            .map(|(f, a)| {
+                let i = self.fds.file(*f);
+                report::FdStats {
+                    pid: show_pid(i.pid),
+                    fd: i.fd,
+                    path: i.path.as_deref().map(str::to_string),
+                    class: i.class.as_str().to_string(),
+                    calls: a.count,
+                    total_us: a.total_us(),
+                    p50_us: a.pct_us(0.5),
+                    p99_us: a.pct_us(0.99),
+                    max_us: a.max_us(),
+                }
+            })
+            .collect();
+        r.fds.sort_by(|a, b| b.total_us.cmp(&a.total_us).then(a.fd.cmp(&b.fd)));
+        r.slowest = self
+            .slowest
+            .iter()
+            .take(self.opts.top)
+            .map(|(dur, tid, proc, name, fd, file, ts, line, bound)| {
+                let fi = file.map(|f| self.fds.file(f));
+                report::SlowCall {
+                    ts: clock.format(*ts),
+                    at_us: (ts - first) / 1000,
+                    pid: show_pid(*proc),
+                    tid: *tid,
+                    thread: self.role(*tid).as_str().to_string(),
+                    syscall: name.to_string(),
+                    fd: *fd,
+                    path: fi.and_then(|i| i.path.as_deref().map(str::to_string)),
+                    class: fi.map(|i| i.class.as_str().to_string()),
+                    duration_us: dur / 1000,
+                    line: Some(*line),
+                    bound: *bound,
+                }
+            })
+            .collect();
+        // Threads.
+        let mut tids: Vec<Tid> = self.threads.keys().copied().collect();
+        tids.sort();
+        r.threads = tids
+            .iter()
+            .map(|t| report::ThreadInfo {
+                pid: show_pid(self.threads[t].proc),
+                tid: *t,
+                role: self.role(*t).as_str().to_string(),
+                name: self.threads[t].name.clone(),
+                why: self.role_why(*t),
+                syscalls: self.threads[t].calls,
+            })
+            .collect();
+        // Phases.
+        r.phases = self
+            .phases
+            .iter()
+            .map(|p| report::Phase {
+                kind: phase_kind(p, &self).to_string(),
+                child_pid: p.child,
+                start_at_us: (p.start - first) / 1000,
+                end_at_us: p.end.map(|e| (e - first) / 1000),
+                fork_us: p.fork_ns.map(|f| f / 1000),
+                ts: clock.format(p.start),
+                ended_by: p.ended_by.map(str::to_string),
+                wrote: p.wrote.iter().map(|c| c.as_str().to_string()).collect(),
+            })
+            .collect();
+        let _ = self.phases.iter().map(|p| p.parent_tid).count();
+        for i in 0..self.phases.len() {
+            let seg = |s: usize| self.main_file_seg.get(&s).map(|a| a.dist()).unwrap_or_default();
+            r.phase_stats.push(report::PhaseStats {
+                phase: i,
+                what: "main_file_syscalls".into(),
+                before: seg(2 * i),
+                during: seg(2 * i + 1),
+                after: seg(2 * i + 2),
+            });
+            let names: Vec<String> = self.cmd_all.keys().cloned().collect();
+            for n in names {
+                let d = |s: usize| self.cmd_stats.get(&(n.clone(), s)).map(|a| a.dist()).unwrap_or_default();
+                r.phase_stats.push(report::PhaseStats {
+                    phase: i,
+                    what: format!("command:{n}"),
+                    before: d(2 * i),
+                    during: d(2 * i + 1),
+                    after: d(2 * i + 2),
+                });
+            }
+        }
+        // Commands: all, and before/during/after the longest phase.
+        let main_phase = self
+            .phases
+            .iter()
+            .enumerate()
+            .max_by_key(|(_, p)| p.end.unwrap_or(self.last_ts) - p.start)
+            .map(|(i, _)| i);
+        for (n, (a, aof, log)) in &self.cmd_all {
+            r.commands.push(report::CommandStats {
+                command: n.clone(),
+                phase: "all".into(),
+                calls: a.count,
+                p50_us: a.pct_us(0.5),
+                p99_us: a.pct_us(0.99),
+                max_us: a.max_us(),
+                aof_us: aof / 1000,
+                log_us: log / 1000,
+            });
+            if let Some(i) = main_phase {
+                for (label, s) in [("before", 2 * i), ("during", 2 * i + 1), ("after", 2 * i + 2)] {
+                    if let Some(a) = self.cmd_stats.get(&(n.clone(), s)) {
+                        r.commands.push(report::CommandStats {
+                            command: n.clone(),
+                            phase: label.into(),
+                            calls: a.count,
+                            p50_us: a.pct_us(0.5),
+                            p99_us: a.pct_us(0.99),
+                            max_us: a.max_us(),
+                            aof_us: 0,
+                            log_us: 0,
+                        });
+                    }
+                }
+            }
+        }
+        r.commands.sort_by(|a, b| b.calls.cmp(&a.calls).then(a.command.cmp(&b.command)));
+        // Idle.
+        let mut idle: BTreeMap<(String, &'static str), (u64, i64)> = BTreeMap::new();
+        for (tid, t) in &self.threads {
+            let role = self.role(*tid).as_str().to_string();
+            for (name, (n, d)) in &t.idle {
+                let e = idle.entry((role.clone(), name)).or_default();
+                e.0 += n;
+                e.1 += d;
+            }
+        }
+        r.idle = idle
+            .into_iter()
+            .map(|((role, syscall), (calls, total))| report::IdleStats { role, syscall: syscall.to_string(), calls, total_us: total / 1000 })
+            .collect();
+        // Stalls.
+        let mut cands: Vec<Cand> = self.cands.iter().filter(|c| self.keep_cand(c)).cloned().collect();
+        // Only the threads that serve clients hold them up; a child or bio thread's stall
+        // overlapping a command did not delay it (if it did, the main thread stalled too).
+        for c in &mut cands {
+            if !matches!(self.role(c.tid), Role::Main | Role::IoThread) {
+                c.waiting = 0;
+                c.clients.clear();
+                c.worst_wait = None;
+                c.held.clear();
+                c.by_cmd.clear();
+            }
+        }
+        let mut stalls: Vec<(Cand, Stall)> = cands.into_iter().map(|c| {
+            let s = self.stall_of(&c, &clock, first);
+            (c, s)
+        }).collect();
+        stalls.sort_by_key(|(c, _)| (c.start, c.tid));
+        r.in_flight = self
+            .in_flight_small
+            .iter()
+            .filter(|c| self.keep_cand(c))
+            .map(|c| self.stall_of(c, &clock, first))
+            .collect();
+        r.summary.stalls = stalls.len() as u64 + self.cands_dropped;
+        r.summary.stalls_not_listed = self.cands_dropped;
+        r.incidents = incidents(&stalls, &clock, first);
+        let (cands, stalls): (Vec<Cand>, Vec<Stall>) = stalls.into_iter().unzip();
+        r.stalls = stalls;
+        r.findings = findings::findings(&self, &cands, &r);
+        for inc in &mut r.incidents {
+            inc.finding = inc.stalls.iter().filter_map(|i| r.stalls[*i].finding.clone()).next();
+        }
+        r
+    }
+}
+
+fn info_first_text(clock: &crate::source::Clock, first: Nanos) -> String {
+    clock.format(first)
+}
+
+/// A command counts as held by a stall if its request was in (read or queued) before the
+/// stall ended and its reply went out after the stall began.
+fn hold(c: &mut Cand, d: &DoneCmd) {
+    let (s, e) = (c.start, c.start + c.dur);
+    if d.req < e && d.reply > s {
+        c.waiting += 1;
+        if c.clients.len() < 4096 && !c.clients.contains(&d.conn) {
+            c.clients.push(d.conn);
+        }
+        let w = d.reply - d.req;
+        c.worst_wait = Some(c.worst_wait.map_or(w, |x| x.max(w)));
+        if c.held.len() < 4096 {
+            c.held.push(d.seq);
+        }
+        match c.by_cmd.iter_mut().find(|(n, _)| *n == d.name) {
+            Some(e) => e.1 += 1,
+            None => c.by_cmd.push((d.name.clone(), 1)),
+        }
+    }
+}
+
+fn phase_kind(p: &PhaseState, a: &Analyzer) -> &'static str {
+    if p.wrote.contains(&FileClass::AofRewriteTemp) {
+        return "aof_rewrite";
+    }
+    if p.wrote.contains(&FileClass::RdbTemp) || p.wrote.contains(&FileClass::Rdb) {
+        return "bgsave";
+    }
+    if let Some(h) = p.kind_hint {
+        return h;
+    }
+    // The child was not traced: no AOF in use means it can only be an RDB save.
+    let aof_in_use = a.fds.files().iter().any(|f| f.class == FileClass::Aof);
+    let conf_aof = a.opts.redis_conf.as_ref().and_then(|c| c.appendonly);
+    if conf_aof == Some(false) || (conf_aof.is_none() && !aof_in_use) {
+        return "bgsave";
+    }
+    "child"
+}
+
+/// Overlapping stalls merged: what clients saw as one freeze.
+fn incidents(stalls: &[(Cand, Stall)], clock: &crate::source::Clock, first: Nanos) -> Vec<report::Incident> {
+    let mut out: Vec<(report::Incident, HashSet<u64>, HashSet<(u32, i32)>)> = vec![];
+    for (i, (c, s)) in stalls.iter().enumerate() {
+        let (start, end) = (c.start, c.start + c.dur);
+        let merge = out.last().is_some_and(|(inc, _, _)| start < first + inc.end_at_us * 1000);
+        if !merge {
+            out.push((
+                report::Incident {
+                    start_at_us: (start - first) / 1000,
+                    end_at_us: (end - first) / 1000,
+                    ts: clock.format(start),
+                    duration_us: 0,
+                    stalls: vec![],
+                    waiting_commands: 0,
+                    waiting_clients: 0,
+                    worst_wait_us: None,
+                    finding: None,
+                },
+                HashSet::default(),
+                HashSet::default(),
+            ));
+        }
+        let (inc, held, clients) = out.last_mut().expect("pushed above");
+        inc.end_at_us = inc.end_at_us.max((end - first) / 1000);
+        inc.stalls.push(i);
+        held.extend(c.held.iter().copied());
+        clients.extend(c.clients.iter().copied());
+        inc.worst_wait_us = match (inc.worst_wait_us, s.worst_wait_us) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
+    }
+    out.into_iter()
+        .map(|(mut inc, held, clients)| {
+            inc.duration_us = inc.end_at_us - inc.start_at_us;
+            inc.waiting_commands = held.len() as u64;
+            inc.waiting_clients = clients.len() as u64;
+            inc
+        })
+        .collect()
+}
+
+/// Reads a thread-name file: `ls /proc/PID/task` style `TID NAME` lines, `ps -L -o tid,comm`
+/// output (a header line is skipped), or `# comment` lines.
+pub fn parse_thread_names(text: &str) -> HashMap<Tid, String> {
+    let mut m = HashMap::default();
+    for line in text.lines() {
+        let l = line.trim();
+        if l.is_empty() || l.starts_with('#') {
+            continue;
+        }
+        let mut parts = l.split_whitespace();
+        let first = parts.next().unwrap_or("");
+        let rest: Vec<&str> = parts.collect();
+        if let Ok(tid) = first.parse::<Tid>() {
+            // `ps -L -o pid,tid,comm`: take the second number as the tid when there are two.
+            if rest.len() >= 2 {
+                if let Ok(t2) = rest[0].parse::<Tid>() {
+                    m.insert(t2, rest[1..].join(" "));
+                    continue;
+                }
+            }
+            if let Some(name) = rest.first() {
+                m.insert(tid, rest.join(" ").trim().to_string());
+                let _ = name;
+            }
+        }
+    }
+    m
+}
+
+#[cfg(test)]
+mod tests;

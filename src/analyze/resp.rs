@@ -1,0 +1,112 @@
+//! RESP request decoding for the per-command analyzer: from the first bytes of a client
+//! socket read it takes the command *names* only (never keys or values), counting pipelined
+//! requests as far as the trace shows them.
+
+/// Command names found at the start of a request buffer. `more` is true when the buffer was
+/// cut off by the tracer, so further pipelined requests may follow unseen.
+pub fn command_names(data: &[u8], truncated: bool) -> (Vec<String>, bool) {
+    let mut out = vec![];
+    let mut s = data;
+    while !s.is_empty() {
+        if s[0] == b'*' {
+            let (n, rest) = match int_line(&s[1..]) {
+                Some(v) => v,
+                None => break,
+            };
+            if n <= 0 {
+                s = rest;
+                continue;
+            }
+            // first bulk string is the command name
+            let (name, mut rest) = match bulk(rest) {
+                Some(v) => v,
+                None => break,
+            };
+            match clean(name) {
+                Some(c) => out.push(c),
+                None => break,
+            }
+            let mut complete = true;
+            for _ in 1..n {
+                match bulk(rest) {
+                    Some((_, r)) => rest = r,
+                    None => {
+                        complete = false;
+                        break;
+                    }
+                }
+            }
+            if !complete {
+                return (out, true);
+            }
+            s = rest;
+        } else {
+            // Inline command (`PING\r\n`), as telnet-style clients send.
+            let end = s.iter().position(|b| *b == b'\r' || *b == b'\n').unwrap_or(s.len());
+            let word = s[..end].split(|b| *b == b' ').next().unwrap_or(&[]);
+            match clean(word) {
+                Some(c) => out.push(c),
+                None => break,
+            }
+            if end == s.len() {
+                return (out, truncated);
+            }
+            let skip = s[end..].iter().take_while(|b| **b == b'\r' || **b == b'\n').count();
+            s = &s[end + skip..];
+        }
+    }
+    (out, truncated)
+}
+
+fn int_line(s: &[u8]) -> Option<(i64, &[u8])> {
+    let end = s.iter().position(|b| *b == b'\r')?;
+    if s.get(end + 1) != Some(&b'\n') {
+        return None;
+    }
+    let v: i64 = std::str::from_utf8(&s[..end]).ok()?.parse().ok()?;
+    Some((v, &s[end + 2..]))
+}
+
+fn bulk(s: &[u8]) -> Option<(&[u8], &[u8])> {
+    let s = s.strip_prefix(b"$")?;
+    let (len, rest) = int_line(s)?;
+    let len = usize::try_from(len).ok()?;
+    if rest.len() < len + 2 {
+        return None;
+    }
+    Some((&rest[..len], &rest[len + 2..]))
+}
+
+/// A command name is a short alphabetic word; anything else is not shown (it could be data).
+fn clean(name: &[u8]) -> Option<String> {
+    if name.is_empty() || name.len() > 24 || !name.iter().all(|b| b.is_ascii_alphabetic() || *b == b'_' || *b == b'-' || *b == b'|') {
+        return None;
+    }
+    Some(String::from_utf8_lossy(name).to_ascii_uppercase())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn single_and_pipelined() {
+        let (c, more) = command_names(b"*2\r\n$3\r\nGET\r\n$3\r\nkey\r\n*1\r\n$4\r\nPING\r\n", false);
+        assert_eq!(c, vec!["GET", "PING"]);
+        assert!(!more);
+    }
+
+    #[test]
+    fn truncated_request_keeps_name_not_key() {
+        let (c, more) = command_names(b"*3\r\n$4\r\nSADD\r\n$4\r\nseen\r\n$36\r\n1234", true);
+        assert_eq!(c, vec!["SADD"]);
+        assert!(more);
+    }
+
+    #[test]
+    fn inline_and_garbage() {
+        assert_eq!(command_names(b"PING\r\n", false).0, vec!["PING"]);
+        assert!(command_names(b"\x00\x01binary", false).0.is_empty());
+        assert!(command_names(b"*2\r\n$3\r\n\x01\x02\x03\r\n", false).0.is_empty());
+    }
+}

@@ -1,0 +1,93 @@
+//! Fixed-size latency aggregates for the analyzers: count, total, max and an HDR histogram
+//! (µs, 2 significant digits) for percentiles, so that statistics over a 20 GB trace cost the
+//! same memory as over a small one. No sorted copy of the samples is ever kept.
+
+use crate::report::Dist;
+use hdrhistogram::Histogram;
+
+#[derive(Clone)]
+pub struct Agg {
+    pub count: u64,
+    pub errors: u64,
+    pub total_ns: i64,
+    pub max_ns: i64,
+    hist: Histogram<u64>,
+}
+
+impl Default for Agg {
+    fn default() -> Self {
+        Agg {
+            count: 0,
+            errors: 0,
+            total_ns: 0,
+            max_ns: 0,
+            // Auto-resizing: it only grows as far as the largest value recorded.
+            hist: Histogram::new(2).expect("2 significant digits is a valid histogram"),
+        }
+    }
+}
+
+impl Agg {
+    pub fn add(&mut self, ns: i64) {
+        let ns = ns.max(0);
+        self.count += 1;
+        self.total_ns += ns;
+        self.max_ns = self.max_ns.max(ns);
+        // Histogram in µs; sub-µs calls count as 1 µs bucket 0..1.
+        let _ = self.hist.record((ns / 1000) as u64);
+    }
+
+    /// Percentile in µs (the histogram's value for that quantile, never above the max).
+    pub fn pct_us(&self, q: f64) -> i64 {
+        if self.count == 0 {
+            return 0;
+        }
+        let v = self.hist.value_at_quantile(q) as i64;
+        v.min(self.max_ns / 1000)
+    }
+
+    pub fn merge(&mut self, o: &Agg) {
+        self.count += o.count;
+        self.errors += o.errors;
+        self.total_ns += o.total_ns;
+        self.max_ns = self.max_ns.max(o.max_ns);
+        let _ = self.hist.add(&o.hist);
+    }
+
+    pub fn total_us(&self) -> i64 {
+        self.total_ns / 1000
+    }
+
+    pub fn max_us(&self) -> i64 {
+        self.max_ns / 1000
+    }
+
+    pub fn dist(&self) -> Dist {
+        Dist { count: self.count, p50_us: self.pct_us(0.5), p99_us: self.pct_us(0.99), max_us: self.max_us() }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_follow_the_samples() {
+        let mut a = Agg::default();
+        for i in 1..=1000 {
+            a.add(i * 1000);
+        }
+        assert_eq!(a.count, 1000);
+        let p50 = a.pct_us(0.5);
+        assert!((495..=505).contains(&p50), "{p50}");
+        let p99 = a.pct_us(0.99);
+        assert!((985..=995).contains(&p99), "{p99}");
+        assert_eq!(a.max_us(), 1000);
+        assert_eq!(a.total_us(), 500_500);
+    }
+
+    #[test]
+    fn empty_is_zero() {
+        assert_eq!(Agg::default().dist().p99_us, 0);
+    }
+}

@@ -1,0 +1,176 @@
+//! Command line: the clap definition of every subcommand and flag, and the parsing of the
+//! humane values they take (durations like `500us`, `10ms`, `0.2s`; dates). `main.rs` only
+//! dispatches.
+
+use crate::source::InputFormat;
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "stallscope",
+    version,
+    about = "Explains latency stalls of a redis-server from its system calls",
+    long_about = "Explains latency stalls of a redis-server from its system calls: reads saved strace or perf trace \
+                  logs (or attaches to a live redis), finds every stall over a threshold (a slow syscall, or a gap in \
+                  which a thread made no syscall), names the thread, syscall and file, the client commands it held up, \
+                  and what to change.\n\nExit status: 0 no stall over the threshold, 1 stalls found, 2 error."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Analyze saved strace or perf trace output (files, `-` for stdin, .gz, or an `strace -ff` prefix)
+    Analyze(AnalyzeArgs),
+    /// Print a shell completion script (bash, zsh or fish) to stdout
+    Completions {
+        #[arg(value_enum)]
+        shell: crate::docs::CompletionShell,
+    },
+    /// Print the man page (roff) to stdout, or write one page per subcommand into DIR
+    Man {
+        #[arg(long, value_name = "DIR")]
+        dir: Option<std::path::PathBuf>,
+    },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    Table,
+    Json,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct OutputArgs {
+    /// Report stalls at least this long: a syscall that took it, or a thread that made no
+    /// syscall for it (units: ns, us, ms, s)
+    #[arg(long, short = 't', default_value = "10ms", value_parser = parse_duration)]
+    pub threshold: i64,
+    /// How many incidents and slow calls the table shows
+    #[arg(long, default_value_t = 20)]
+    pub top: usize,
+    /// Output format
+    #[arg(long, short = 'f', value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+    /// Colour: auto (on a terminal, unless NO_COLOR is set), always, never
+    #[arg(long, value_enum, default_value_t = ColorChoice::Auto)]
+    pub color: ColorChoice,
+    /// Thread names, one `TID NAME` per line (`ps -L -o tid,comm -p PID`, or /proc/PID/task/*/comm)
+    #[arg(long, value_name = "FILE")]
+    pub threads: Option<String>,
+    /// The redis.conf in use: names the AOF, RDB and log files (dir, appendfilename, appenddirname,
+    /// dbfilename, logfile) so nothing is guessed
+    #[arg(long, value_name = "FILE")]
+    pub redis_conf: Option<String>,
+    /// Also write a self-contained HTML report (timeline plot and tables) to FILE
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<String>,
+    /// Also write the timeline plot alone as SVG to FILE
+    #[arg(long, value_name = "FILE")]
+    pub svg: Option<String>,
+    /// Also write a Chrome trace-event JSON file (open it in ui.perfetto.dev or chrome://tracing)
+    #[arg(long, value_name = "FILE")]
+    pub export_trace: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ColorChoice {
+    Auto,
+    Always,
+    Never,
+}
+
+#[derive(Args, Debug)]
+pub struct AnalyzeArgs {
+    /// Trace files (`-` for stdin; gzip is detected). Several files, or a prefix whose PREFIX.PID
+    /// files exist, are `strace -ff` outputs merged by time.
+    #[arg(default_value = "-")]
+    pub files: Vec<String>,
+    /// Input format, if detection from the first lines gets it wrong
+    #[arg(long, value_enum, default_value_t = InputFormat::Auto)]
+    pub input_format: InputFormat,
+    /// Fail on the first line that cannot be read, instead of counting and skipping it
+    #[arg(long)]
+    pub strict: bool,
+    /// The date of the first line for `-t`/`-tt` traces, which print only the time of day:
+    /// YYYY-MM-DD, optionally with a UTC offset (2026-11-30+01:00; default: this machine's)
+    #[arg(long, value_name = "DATE", value_parser = parse_date)]
+    pub date: Option<(chrono::NaiveDate, i32)>,
+    /// The traced redis-server's pid, when the trace does not say
+    #[arg(long)]
+    pub pid: Option<u32>,
+    #[command(flatten)]
+    pub out: OutputArgs,
+}
+
+/// `500us`, `10ms`, `0.2s`, `1500000ns`, `2m` -> ns
+pub fn parse_duration(s: &str) -> Result<i64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let v: f64 = num.parse().map_err(|_| format!("{s:?} is not a duration: use e.g. 500us, 10ms, 0.2s"))?;
+    let mult = match unit.trim() {
+        "ns" => 1.0,
+        "us" | "µs" => 1e3,
+        "ms" => 1e6,
+        "s" => 1e9,
+        "m" | "min" => 60e9,
+        "" => return Err(format!("{s:?} has no unit: write 10ms, 500us or 0.2s")),
+        u => return Err(format!("unknown unit {u:?} in {s:?}: use ns, us, ms, s")),
+    };
+    let ns = v * mult;
+    if !(ns.is_finite() && ns > 0.0 && ns < 1e15) {
+        return Err(format!("{s:?} is out of range"));
+    }
+    Ok(ns as i64)
+}
+
+/// `2026-11-30` or `2026-11-30+01:00` -> (date, UTC offset in seconds)
+pub fn parse_date(s: &str) -> Result<(chrono::NaiveDate, i32), String> {
+    let (d, off) = if s.len() > 10 { s.split_at(10) } else { (s, "") };
+    let date = chrono::NaiveDate::parse_from_str(d, "%Y-%m-%d").map_err(|e| format!("{s:?}: expected YYYY-MM-DD: {e}"))?;
+    let off = if off.is_empty() {
+        use chrono::{Local, Offset, TimeZone};
+        let noon = date.and_hms_opt(12, 0, 0).ok_or("bad date")?;
+        Local.from_local_datetime(&noon).single().map(|t| t.offset().fix().local_minus_utc()).unwrap_or(0)
+    } else if off == "Z" {
+        0
+    } else {
+        let sign = match &off[..1] {
+            "+" => 1,
+            "-" => -1,
+            _ => return Err(format!("{s:?}: the offset must look like +01:00")),
+        };
+        let hm: Vec<&str> = off[1..].split(':').collect();
+        let h: i32 = hm.first().and_then(|x| x.parse().ok()).ok_or(format!("{s:?}: bad offset"))?;
+        let m: i32 = hm.get(1).and_then(|x| x.parse().ok()).unwrap_or(0);
+        sign * (h * 3600 + m * 60)
+    };
+    Ok((date, off))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("500us"), Ok(500_000));
+        assert_eq!(parse_duration("10ms"), Ok(10_000_000));
+        assert_eq!(parse_duration("0.2s"), Ok(200_000_000));
+        assert!(parse_duration("10").unwrap_err().contains("no unit"));
+        assert!(parse_duration("10parsecs").is_err());
+        assert!(parse_duration("-1s").is_err());
+    }
+
+    #[test]
+    fn dates() {
+        let (d, off) = parse_date("2026-11-30+01:30").unwrap();
+        assert_eq!(d.to_string(), "2026-11-30");
+        assert_eq!(off, 5400);
+        assert_eq!(parse_date("2026-11-30Z").unwrap().1, 0);
+        assert!(parse_date("30/11/2026").is_err());
+    }
+}

@@ -1,0 +1,621 @@
+//! The fd table: second stage of the pipeline. It follows every call that creates, copies
+//! or closes a file descriptor (open/openat/creat/socket/accept/pipe/dup*/fcntl(F_DUPFD)/
+//! close/close_range), per process (threads share a table, fork copies it), so that each
+//! event can be resolved to "what was fd 7 *at this moment*": redis reuses fd numbers within
+//! milliseconds (the log file is opened and closed per line). Bindings are versioned by time
+//! (a closed binding stays findable for lookups at earlier times); strace `-y` annotations
+//! are ground truth and win; content sniffing (RESP in a regular file = AOF, redis log lines =
+//! log file, `REDIS` magic = RDB) classifies what no path names.
+//!
+//! Memory stays bounded: per (process, fd) only the live binding and a few closed ones are
+//! kept, and files are interned in a registry keyed by (process, fd, path) with client
+//! connections folded into one entry per fd.
+
+use crate::event::{Extra, Nanos, Syscall};
+use rustc_hash::FxHashMap as HashMap;
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+/// What a file descriptor points at, in redis terms (REPORT.md `class`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FileClass {
+    Aof,
+    AofManifest,
+    AofRewriteTemp,
+    Rdb,
+    RdbTemp,
+    Log,
+    Client,
+    Listener,
+    Replica,
+    Pipe,
+    Epoll,
+    Dir,
+    Proc,
+    Other,
+    Unknown,
+}
+
+impl FileClass {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            FileClass::Aof => "aof",
+            FileClass::AofManifest => "aof_manifest",
+            FileClass::AofRewriteTemp => "aof_rewrite_temp",
+            FileClass::Rdb => "rdb",
+            FileClass::RdbTemp => "rdb_temp",
+            FileClass::Log => "log",
+            FileClass::Client => "client",
+            FileClass::Listener => "listener",
+            FileClass::Replica => "replica",
+            FileClass::Pipe => "pipe",
+            FileClass::Epoll => "epoll",
+            FileClass::Dir => "dir",
+            FileClass::Proc => "proc",
+            FileClass::Other => "other",
+            FileClass::Unknown => "unknown",
+        }
+    }
+
+    /// A file on disk whose syscalls can block on I/O.
+    pub fn is_disk_file(&self) -> bool {
+        matches!(
+            self,
+            FileClass::Aof
+                | FileClass::AofManifest
+                | FileClass::AofRewriteTemp
+                | FileClass::Rdb
+                | FileClass::RdbTemp
+                | FileClass::Log
+                | FileClass::Dir
+                | FileClass::Other
+        )
+    }
+
+    pub fn is_aof(&self) -> bool {
+        matches!(self, FileClass::Aof | FileClass::AofManifest)
+    }
+}
+
+/// The file names redis was configured with (from `--redis-conf` or, live, the process's
+/// config), so classification need not guess.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RedisConf {
+    pub dir: Option<String>,
+    pub appendfilename: Option<String>,
+    pub appenddirname: Option<String>,
+    pub dbfilename: Option<String>,
+    pub logfile: Option<String>,
+    pub appendonly: Option<bool>,
+    pub appendfsync: Option<String>,
+    pub no_appendfsync_on_rewrite: Option<bool>,
+    pub loglevel: Option<String>,
+}
+
+impl RedisConf {
+    /// Parses redis.conf text (`directive value`, quotes allowed, `#` comments).
+    pub fn parse(text: &str) -> Self {
+        let mut c = RedisConf::default();
+        for line in text.lines() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let mut it = line.splitn(2, char::is_whitespace);
+            let key = it.next().unwrap_or("").to_ascii_lowercase();
+            let val = it.next().unwrap_or("").trim().trim_matches('"').trim_matches('\'').to_string();
+            c.set(&key, val);
+        }
+        c
+    }
+
+    /// Applies one directive (also used for `--key value` redis-server arguments).
+    pub fn set(&mut self, key: &str, val: String) {
+        let yes = |v: &str| v.eq_ignore_ascii_case("yes");
+        match key {
+            "dir" => self.dir = Some(val),
+            "appendfilename" => self.appendfilename = Some(val),
+            "appenddirname" => self.appenddirname = Some(val),
+            "dbfilename" => self.dbfilename = Some(val),
+            "logfile" if !val.is_empty() => self.logfile = Some(val),
+            "appendonly" => self.appendonly = Some(yes(&val)),
+            "appendfsync" => self.appendfsync = Some(val.to_ascii_lowercase()),
+            "no-appendfsync-on-rewrite" => self.no_appendfsync_on_rewrite = Some(yes(&val)),
+            "loglevel" => self.loglevel = Some(val.to_ascii_lowercase()),
+            _ => {}
+        }
+    }
+
+    fn names(&self, path: &str, name: &Option<String>) -> bool {
+        match name {
+            Some(n) if !n.is_empty() => {
+                let base = basename(path);
+                path == n || base == basename(n) || self.dir.as_ref().is_some_and(|d| path == format!("{d}/{n}"))
+            }
+            _ => false,
+        }
+    }
+}
+
+fn basename(p: &str) -> &str {
+    p.rsplit('/').next().unwrap_or(p)
+}
+
+/// Classifies a path or a strace `-y` annotation.
+pub fn classify_path(path: &str, conf: Option<&RedisConf>) -> FileClass {
+    let p = path.strip_suffix(" (deleted)").unwrap_or(path);
+    if let Some(c) = conf {
+        if c.names(p, &c.logfile) {
+            return FileClass::Log;
+        }
+        if c.names(p, &c.dbfilename) {
+            return FileClass::Rdb;
+        }
+    }
+    // -y/-yy socket and special-file annotations.
+    if p.starts_with("TCP") || p.starts_with("UDP") || p.starts_with("UNIX") || p.starts_with("socket:") {
+        if p.contains("->") {
+            return FileClass::Client;
+        }
+        if p.starts_with("socket:") || p.starts_with("UNIX") {
+            return FileClass::Unknown;
+        }
+        return FileClass::Listener;
+    }
+    if p.starts_with("pipe:") {
+        return FileClass::Pipe;
+    }
+    if p.starts_with("anon_inode:") {
+        return if p.contains("eventpoll") { FileClass::Epoll } else { FileClass::Other };
+    }
+    if p.starts_with("/proc/") || p.starts_with("/sys/") {
+        return FileClass::Proc;
+    }
+    let base = basename(p);
+    if base.starts_with("temp-rewriteaof") {
+        return FileClass::AofRewriteTemp;
+    }
+    if base.ends_with(".manifest") {
+        return FileClass::AofManifest;
+    }
+    if base.starts_with("temp-") && base.ends_with(".rdb") {
+        return FileClass::RdbTemp;
+    }
+    if let Some(c) = conf {
+        if let Some(a) = &c.appendfilename {
+            if base.starts_with(a.as_str()) {
+                return FileClass::Aof;
+            }
+        }
+    }
+    // Redis 7 multi-part AOF: NAME.N.incr.aof, NAME.N.base.rdb|aof.
+    if base.ends_with(".aof") || base.contains(".incr.aof") || base.contains(".base.") || base.starts_with("appendonly") {
+        return FileClass::Aof;
+    }
+    if base.ends_with(".rdb") {
+        return FileClass::Rdb;
+    }
+    if base.ends_with(".log") || p.starts_with("/var/log/") {
+        return FileClass::Log;
+    }
+    if p.starts_with("/dev/") {
+        return FileClass::Other;
+    }
+    if let Some(c) = conf {
+        if c.dir.as_deref() == Some(p) || c.appenddirname.as_deref().is_some_and(|d| base == d) {
+            return FileClass::Dir;
+        }
+    }
+    // A path component with no extension that redis fsyncs is its working directory or
+    // appendonlydir; redis opens no extensionless regular files of its own.
+    if p.starts_with('/') && !base.contains('.') || base == "appendonlydir" {
+        return FileClass::Dir;
+    }
+    FileClass::Other
+}
+
+/// Classifies by content when no path names the file: the first bytes written or read.
+pub fn sniff(data: &[u8], is_write: bool) -> Option<FileClass> {
+    if data.starts_with(b"REDIS0") {
+        return Some(FileClass::Rdb);
+    }
+    if data.len() >= 4 && data[0] == b'*' && data[1].is_ascii_digit() {
+        // RESP arrays: read from a socket they are requests; written to a file, the AOF.
+        return Some(if is_write { FileClass::Aof } else { FileClass::Client });
+    }
+    if is_log_line(data) {
+        return Some(FileClass::Log);
+    }
+    None
+}
+
+/// `8169:M 30 Nov 2026 22:38:11.272 * ...`: the redis log-line format.
+fn is_log_line(d: &[u8]) -> bool {
+    let n = d.iter().take_while(|b| b.is_ascii_digit()).count();
+    n > 0 && d.len() > n + 3 && d[n] == b':' && matches!(d[n + 1], b'M' | b'C' | b'S' | b'X') && d[n + 2] == b' '
+}
+
+/// Interned identity of a file as the report shows it.
+pub type FileId = u32;
+
+#[derive(Clone, Debug)]
+pub struct FileInfo {
+    pub pid: u32,
+    pub fd: i32,
+    pub path: Option<Arc<str>>,
+    pub class: FileClass,
+}
+
+#[derive(Clone, Debug)]
+struct Binding {
+    file: FileId,
+    opened: Nanos,
+    closed: Option<Nanos>,
+}
+
+#[derive(Default, Clone)]
+struct ProcFds {
+    live: HashMap<i32, Binding>,
+    /// Recently closed bindings per fd, newest last (bounded).
+    past: HashMap<i32, VecDeque<Binding>>,
+}
+
+const PAST_KEEP: usize = 4;
+
+/// The whole table: per process (an internal process key: the tgid when known).
+pub struct FdTable {
+    procs: HashMap<u32, ProcFds>,
+    files: Vec<FileInfo>,
+    index: HashMap<(u32, i32, Option<Arc<str>>, FileClass), FileId>,
+    pub conf: Option<RedisConf>,
+}
+
+/// What an fd was at a moment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Resolved {
+    pub file: FileId,
+    pub class: FileClass,
+}
+
+impl FdTable {
+    pub fn new(conf: Option<RedisConf>) -> Self {
+        FdTable { procs: HashMap::default(), files: vec![], index: HashMap::default(), conf }
+    }
+
+    pub fn files(&self) -> &[FileInfo] {
+        &self.files
+    }
+
+    pub fn file(&self, id: FileId) -> &FileInfo {
+        &self.files[id as usize]
+    }
+
+    fn intern(&mut self, pid: u32, fd: i32, path: Option<&str>, class: FileClass) -> FileId {
+        // All connections that ever used an fd number are one row: per-connection rows
+        // would grow without bound under connection churn.
+        let key_path: Option<Arc<str>> = match class {
+            FileClass::Client => None,
+            _ => path.map(Arc::from),
+        };
+        let key = (pid, fd, key_path.clone(), class);
+        if let Some(id) = self.index.get(&key) {
+            return *id;
+        }
+        let id = self.files.len() as FileId;
+        let shown = match class {
+            FileClass::Client => Some(Arc::from(client_label(path))),
+            _ => key_path,
+        };
+        self.files.push(FileInfo { pid, fd, path: shown, class });
+        self.index.insert(key, id);
+        id
+    }
+
+    /// Binds `fd` in process `pid` from time `ts`.
+    pub fn bind(&mut self, pid: u32, fd: i32, path: Option<&str>, class: Option<FileClass>, ts: Nanos) -> FileId {
+        let class = class.unwrap_or_else(|| path.map(|p| classify_path(p, self.conf.as_ref())).unwrap_or(FileClass::Unknown));
+        let file = self.intern(pid, fd, path, class);
+        let p = self.procs.entry(pid).or_default();
+        if let Some(old) = p.live.insert(fd, Binding { file, opened: ts, closed: None }) {
+            push_past(p, fd, Binding { closed: Some(ts), ..old });
+        }
+        file
+    }
+
+    pub fn close(&mut self, pid: u32, fd: i32, ts: Nanos) {
+        if let Some(p) = self.procs.get_mut(&pid) {
+            if let Some(b) = p.live.remove(&fd) {
+                push_past(p, fd, Binding { closed: Some(ts), ..b });
+            }
+        }
+    }
+
+    /// fork: the child starts with a copy of the parent's table.
+    pub fn fork(&mut self, parent: u32, child: u32, ts: Nanos) {
+        let src: Vec<(i32, FileId)> = self
+            .procs
+            .get(&parent)
+            .map(|p| p.live.iter().map(|(fd, b)| (*fd, b.file)).collect())
+            .unwrap_or_default();
+        let mut fresh = ProcFds::default();
+        for (fd, file) in src {
+            let info = self.files[file as usize].clone();
+            let id = self.intern(child, fd, info.path.as_deref(), info.class);
+            fresh.live.insert(fd, Binding { file: id, opened: ts, closed: None });
+        }
+        self.procs.insert(child, fresh);
+    }
+
+    /// What `fd` of `pid` was at time `ts` (the live binding, or a closed one that covered ts).
+    pub fn lookup(&self, pid: u32, fd: i32, ts: Nanos) -> Option<Resolved> {
+        let p = self.procs.get(&pid)?;
+        if let Some(b) = p.live.get(&fd) {
+            if b.opened <= ts {
+                return Some(self.resolved(b.file));
+            }
+        }
+        let past = p.past.get(&fd)?;
+        past.iter()
+            .rev()
+            .find(|b| b.opened <= ts && b.closed.is_none_or(|c| ts <= c))
+            .or_else(|| p.live.get(&fd))
+            .map(|b| self.resolved(b.file))
+    }
+
+    fn resolved(&self, file: FileId) -> Resolved {
+        Resolved { file, class: self.files[file as usize].class }
+    }
+
+    /// Content sniffing: gives a class to a file no path named.
+    pub fn reclassify(&mut self, pid: u32, fd: i32, class: FileClass) -> Option<FileId> {
+        let cur = self.procs.get(&pid)?.live.get(&fd)?.clone();
+        let info = self.files[cur.file as usize].clone();
+        if info.class == class {
+            return Some(cur.file);
+        }
+        let id = self.intern(pid, fd, info.path.as_deref(), class);
+        if let Some(b) = self.procs.get_mut(&pid).and_then(|p| p.live.get_mut(&fd)) {
+            b.file = id;
+        }
+        Some(id)
+    }
+
+    /// Applies the fd-table effect of a finished syscall of process `pid`.
+    /// Returns the file the call resolved to (for its fd argument).
+    pub fn apply(&mut self, pid: u32, ts: Nanos, sc: &Syscall) -> Option<Resolved> {
+        // -y annotations are ground truth for the fd argument.
+        let mut resolved = None;
+        if let Some(fd) = sc.fd {
+            if let Some(path) = sc.fd_path.as_deref() {
+                let cur = self.lookup(pid, fd, ts);
+                let same = cur.is_some_and(|r| {
+                    let f = &self.files[r.file as usize];
+                    // A socket sniffed as a client keeps its class under a `socket:[N]` annotation.
+                    f.path.as_deref() == Some(path)
+                        || (f.class == FileClass::Client && (path.contains("->") || path.starts_with("socket:")))
+                });
+                resolved = if same {
+                    cur
+                } else {
+                    let id = self.bind(pid, fd, Some(path), None, ts);
+                    Some(self.resolved(id))
+                };
+            } else {
+                resolved = self.lookup(pid, fd, ts);
+                if resolved.is_none() && sc.name != "close" {
+                    // An fd from before the trace: known only by what it is used for.
+                    let class = match sc.name {
+                        "accept" | "accept4" | "listen" => Some(FileClass::Listener),
+                        "epoll_wait" | "epoll_pwait" | "epoll_ctl" | "epoll_pwait2" => Some(FileClass::Epoll),
+                        "fdatasync" | "fsync" | "lseek" | "sync_file_range" | "ftruncate" => Some(FileClass::Other),
+                        _ => None,
+                    };
+                    let id = self.bind(pid, fd, None, class, ts);
+                    resolved = Some(self.resolved(id));
+                }
+            }
+            if let (Some(r), Some(d)) = (resolved, sc.data()) {
+                let unnamed = self.files[r.file as usize].path.is_none() || r.class == FileClass::Unknown;
+                if matches!(r.class, FileClass::Unknown | FileClass::Other) && unnamed {
+                    let is_write = matches!(sc.name, "write" | "pwrite64" | "sendto" | "writev");
+                    if let Some(c) = sniff(d.bytes(), is_write) {
+                        if let Some(id) = self.reclassify(pid, fd, c) {
+                            resolved = Some(self.resolved(id));
+                        }
+                    }
+                }
+            }
+        }
+        let ret = sc.ret.val();
+        match sc.name {
+            "open" | "openat" | "creat" | "openat2" => {
+                if let Some(fd) = ret {
+                    let path = sc.ret_path.as_deref().or(sc.path());
+                    let class = path.map(|p| {
+                        let c = classify_path(p, self.conf.as_ref());
+                        // redis fsyncs its directories after renames: opened O_DIRECTORY or not.
+                        if c == FileClass::Other && p.ends_with('/') { FileClass::Dir } else { c }
+                    });
+                    self.bind(pid, fd as i32, path, class, ts);
+                }
+            }
+            "socket" => {
+                if let Some(fd) = ret {
+                    self.bind(pid, fd as i32, sc.ret_path.as_deref(), Some(FileClass::Unknown), ts);
+                }
+            }
+            "accept" | "accept4" => {
+                if let Some(fd) = ret {
+                    self.bind(pid, fd as i32, sc.ret_path.as_deref(), Some(FileClass::Client), ts);
+                }
+            }
+            "listen" => {
+                if let Some(fd) = sc.fd {
+                    if let Some(r) = self.lookup(pid, fd, ts) {
+                        if r.class == FileClass::Unknown {
+                            self.reclassify(pid, fd, FileClass::Listener);
+                        }
+                    }
+                }
+            }
+            "connect" => {
+                if let Some(fd) = sc.fd {
+                    if self.lookup(pid, fd, ts).is_some_and(|r| r.class == FileClass::Unknown) {
+                        self.reclassify(pid, fd, FileClass::Replica);
+                    }
+                }
+            }
+            "epoll_create" | "epoll_create1" => {
+                if let Some(fd) = ret {
+                    self.bind(pid, fd as i32, sc.ret_path.as_deref(), Some(FileClass::Epoll), ts);
+                }
+            }
+            "eventfd2" | "eventfd" | "timerfd_create" | "signalfd4" | "memfd_create" | "inotify_init1" => {
+                if let Some(fd) = ret {
+                    self.bind(pid, fd as i32, sc.ret_path.as_deref(), Some(FileClass::Other), ts);
+                }
+            }
+            "pipe" | "pipe2" | "socketpair" => {
+                if let (Extra::FdPair(a, b), Some(_)) = (&sc.extra, ret) {
+                    let class = if sc.name == "socketpair" { FileClass::Other } else { FileClass::Pipe };
+                    self.bind(pid, *a, None, Some(class), ts);
+                    self.bind(pid, *b, None, Some(class), ts);
+                }
+            }
+            "dup" | "dup2" | "dup3" | "fcntl" | "fcntl64" => {
+                let is_dup = sc.name.starts_with("dup") || matches!(sc.extra, Extra::DupFd);
+                if let (true, Some(newfd), Some(old)) = (is_dup, ret, sc.fd) {
+                    if newfd != old as i64 {
+                        let src = self.lookup(pid, old, ts).map(|r| self.files[r.file as usize].clone());
+                        let (path, class) = match &src {
+                            Some(f) => (f.path.as_deref().map(str::to_string), Some(f.class)),
+                            None => (None, None),
+                        };
+                        self.bind(pid, newfd as i32, path.as_deref(), class, ts);
+                    }
+                }
+            }
+            "close" => {
+                // The kernel frees the number at the start of close(), before any flush.
+                if let Some(fd) = sc.fd {
+                    self.close(pid, fd, ts);
+                }
+            }
+            "close_range" => {
+                if let Extra::CloseRange(lo, hi) = sc.extra {
+                    if let Some(p) = self.procs.get(&pid) {
+                        let fds: Vec<i32> = p.live.keys().copied().filter(|f| *f >= 0 && (*f as u32) >= lo && (*f as u32) <= hi).collect();
+                        for fd in fds {
+                            self.close(pid, fd, ts);
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+        resolved
+    }
+}
+
+fn push_past(p: &mut ProcFds, fd: i32, b: Binding) {
+    let q = p.past.entry(fd).or_default();
+    if q.len() == PAST_KEEP {
+        q.pop_front();
+    }
+    q.push_back(b);
+}
+
+/// `TCP:[127.0.0.1:6394->127.0.0.1:36610]` -> `TCP:[127.0.0.1:6394] clients`: the local side.
+fn client_label(path: Option<&str>) -> String {
+    match path {
+        Some(p) => match (p.find('['), p.find("->")) {
+            (Some(o), Some(a)) if o < a => format!("{}] clients", &p[..a]),
+            _ => "client connections".to_string(),
+        },
+        None => "client connections".to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::{Ret, Syscall};
+
+    fn call(name: &'static str, fd: Option<i32>, ret: i64, path: Option<&str>) -> Syscall {
+        let mut sc = Syscall::new(name);
+        sc.fd = fd;
+        sc.ret = Ret::Val(ret);
+        if let Some(p) = path {
+            sc.extra = Extra::Path(p.into());
+        }
+        sc
+    }
+
+    #[test]
+    fn classifies_redis_files() {
+        let c = |p| classify_path(p, None);
+        assert_eq!(c("/d/appendonlydir/appendonly.aof.1.incr.aof"), FileClass::Aof);
+        assert_eq!(c("/d/appendonlydir/appendonly.aof.2.base.rdb"), FileClass::Aof);
+        assert_eq!(c("/d/appendonlydir/appendonly.aof.manifest"), FileClass::AofManifest);
+        assert_eq!(c("/d/appendonlydir/temp-appendonly.aof.manifest"), FileClass::AofManifest);
+        assert_eq!(c("/d/temp-rewriteaof-9569.aof"), FileClass::AofRewriteTemp);
+        assert_eq!(c("/d/temp-rewriteaof-bg-9569.aof"), FileClass::AofRewriteTemp);
+        assert_eq!(c("/d/temp-8335.rdb"), FileClass::RdbTemp);
+        assert_eq!(c("/d/dump.rdb"), FileClass::Rdb);
+        assert_eq!(c("/d/redis.log"), FileClass::Log);
+        assert_eq!(c("/proc/8169/stat"), FileClass::Proc);
+        assert_eq!(c("TCP:[127.0.0.1:6394->127.0.0.1:36610]"), FileClass::Client);
+        assert_eq!(c("TCP:[127.0.0.1:6394]"), FileClass::Listener);
+        assert_eq!(c("anon_inode:[eventpoll]"), FileClass::Epoll);
+        assert_eq!(c("pipe:[1234]"), FileClass::Pipe);
+        assert_eq!(c("/var/lib/redis"), FileClass::Dir);
+    }
+
+    #[test]
+    fn conf_names_the_log_file_even_without_log_extension() {
+        let conf = RedisConf::parse("dir /data\nlogfile \"/data/redis-out\"\ndbfilename snap.bin\n");
+        assert_eq!(classify_path("/data/redis-out", Some(&conf)), FileClass::Log);
+        assert_eq!(classify_path("/data/snap.bin", Some(&conf)), FileClass::Rdb);
+    }
+
+    #[test]
+    fn reused_fd_number_resolves_by_time() {
+        let mut t = FdTable::new(None);
+        t.apply(1, 100, &call("openat", None, 8, Some("/proc/self/stat")));
+        t.apply(1, 200, &call("close", Some(8), 0, None));
+        t.apply(1, 300, &call("accept4", Some(6), 8, None));
+        assert_eq!(t.lookup(1, 8, 150).unwrap().class, FileClass::Proc);
+        assert_eq!(t.lookup(1, 8, 350).unwrap().class, FileClass::Client);
+    }
+
+    #[test]
+    fn fork_copies_and_then_diverges() {
+        let mut t = FdTable::new(None);
+        t.apply(1, 10, &call("openat", None, 7, Some("/d/appendonly.aof")));
+        t.fork(1, 2, 20);
+        t.apply(2, 30, &call("close", Some(7), 0, None));
+        assert_eq!(t.lookup(1, 7, 40).unwrap().class, FileClass::Aof);
+        assert_eq!(t.lookup(2, 7, 25).unwrap().class, FileClass::Aof);
+        assert!(t.lookup(2, 7, 40).is_none() || t.lookup(2, 7, 40).unwrap().class == FileClass::Aof);
+    }
+
+    #[test]
+    fn sniffs_aof_log_and_rdb_by_content() {
+        assert_eq!(sniff(b"*3\r\n$3\r\nset\r\n", true), Some(FileClass::Aof));
+        assert_eq!(sniff(b"*3\r\n$3\r\nset\r\n", false), Some(FileClass::Client));
+        assert_eq!(sniff(b"8169:M 30 Nov 2026 22:38:11.272 * x", true), Some(FileClass::Log));
+        assert_eq!(sniff(b"REDIS0011\xfa", true), Some(FileClass::Rdb));
+        assert_eq!(sniff(b"+OK\r\n", true), None);
+    }
+
+    #[test]
+    fn annotation_wins_over_table() {
+        let mut t = FdTable::new(None);
+        t.apply(1, 10, &call("openat", None, 9, Some("/d/x.rdb")));
+        let mut w = call("write", Some(9), 4, None);
+        w.fd_path = Some("/d/redis.log".into());
+        let r = t.apply(1, 20, &w).unwrap();
+        assert_eq!(r.class, FileClass::Log);
+    }
+}

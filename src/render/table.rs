@@ -1,0 +1,325 @@
+//! Table renderer: the report an on-call engineer reads in an 80-column terminal. One
+//! headline per finding first (what is wrong and what to change), then the stalls merged into
+//! incidents (who waited), then the supporting tables. Colour only on a TTY, never with
+//! NO_COLOR.
+
+use crate::analyze::findings::human;
+use crate::report::{Bound, Report, Severity, Stall, StallKind};
+use comfy_table::{presets, Cell, CellAlignment, ContentArrangement, Table};
+use std::io::{self, Write};
+
+const WIDTH: usize = 80;
+
+struct Paint {
+    on: bool,
+}
+
+impl Paint {
+    fn wrap(&self, code: &str, s: &str) -> String {
+        if self.on {
+            format!("\x1b[{code}m{s}\x1b[0m")
+        } else {
+            s.to_string()
+        }
+    }
+    fn bold(&self, s: &str) -> String {
+        self.wrap("1", s)
+    }
+    fn sev(&self, s: Severity) -> String {
+        match s {
+            Severity::Critical => self.wrap("1;31", "CRITICAL"),
+            Severity::Warning => self.wrap("1;33", "WARNING "),
+            Severity::Info => self.wrap("36", "INFO    "),
+        }
+    }
+}
+
+/// Wraps `text` at WIDTH with `indent` spaces before every line.
+fn wrap(text: &str, indent: usize) -> String {
+    let mut out = String::new();
+    let mut line = String::new();
+    let pad = " ".repeat(indent);
+    for word in text.split_whitespace() {
+        if !line.is_empty() && indent + line.chars().count() + 1 + word.chars().count() > WIDTH {
+            out.push_str(&pad);
+            out.push_str(&line);
+            out.push('\n');
+            line.clear();
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.push_str(word);
+    }
+    if !line.is_empty() {
+        out.push_str(&pad);
+        out.push_str(&line);
+        out.push('\n');
+    }
+    out
+}
+
+fn bound_word(b: Bound) -> &'static str {
+    match b {
+        Bound::Exact => "",
+        Bound::AtLeast => "≥",
+        Bound::AtMost => "≤",
+    }
+}
+
+/// "held 3 clients (5 commands), worst wait 9.60 s"
+fn impact(cmds: u64, clients: u64, worst: Option<i64>) -> Option<String> {
+    if cmds == 0 {
+        return None;
+    }
+    let w = worst.map(|w| format!(", worst wait {}", human(w))).unwrap_or_default();
+    Some(format!(
+        "held {clients} client{} ({cmds} command{}){w}",
+        if clients == 1 { "" } else { "s" },
+        if cmds == 1 { "" } else { "s" }
+    ))
+}
+
+/// One line per stall, for live printing and the stall list.
+pub fn stall_line(s: &Stall) -> String {
+    let what = match s.kind {
+        StallKind::Gap => "no syscall (gap)".to_string(),
+        StallKind::SlowSyscall => {
+            let fd = s.fd.map(|f| f.to_string()).unwrap_or_default();
+            let file = match (&s.class, &s.path) {
+                (Some(c), Some(p)) => format!(" {c} {}", p.rsplit('/').next().unwrap_or(p)),
+                (Some(c), None) => format!(" {c}"),
+                _ => String::new(),
+            };
+            format!("{}({fd}){file}", s.syscall.as_deref().unwrap_or("?"))
+        }
+    };
+    let mut line = format!(
+        "{} {:>9} {:<8} {}",
+        s.ts,
+        format!("{}{}", bound_word(s.bound), human(s.duration_us)),
+        s.thread,
+        what
+    );
+    if let Some(i) = impact(s.waiting_commands, s.waiting_clients, s.worst_wait_us) {
+        line.push_str(&format!("  {i}"));
+    }
+    line
+}
+
+fn table() -> Table {
+    let mut t = Table::new();
+    t.load_preset(presets::NOTHING).set_content_arrangement(ContentArrangement::Dynamic).set_width(WIDTH as u16);
+    t
+}
+
+fn right(s: impl ToString) -> Cell {
+    Cell::new(s.to_string()).set_alignment(CellAlignment::Right)
+}
+
+pub fn render(r: &Report, w: &mut dyn Write, color: bool) -> io::Result<()> {
+    let p = Paint { on: color };
+    let files = if r.source.files.is_empty() { "stdin".to_string() } else { r.source.files.join(", ") };
+    let span = human(r.summary.span_us);
+    writeln!(
+        w,
+        "{}",
+        p.bold(&format!(
+            "stallscope: {} stall{} over {} in {span} of {}",
+            r.summary.stalls,
+            if r.summary.stalls == 1 { "" } else { "s" },
+            human(r.summary.threshold_us),
+            r.source.format
+        ))
+    )?;
+    let mut meta = format!(
+        "{files}: {} lines, {} syscalls, {} threads; durations {}",
+        r.summary.lines, r.summary.syscalls, r.summary.threads, r.summary.durations
+    );
+    if let Some(s) = r.summary.start_iso.as_ref().or(r.summary.start.as_ref()) {
+        meta.push_str(&format!("; starts {s}"));
+    }
+    if r.source.clock == "relative" || r.source.clock == "none" || r.source.clock == "time_of_day" {
+        meta.push_str(match r.source.clock.as_str() {
+            "time_of_day" => " (time of day only: give --date for absolute times)",
+            "relative" => " (relative times only)",
+            _ => " (no timestamps)",
+        });
+    }
+    w.write_all(wrap(&meta, 0).as_bytes())?;
+    if r.summary.lost_events > 0 {
+        writeln!(w, "{}", p.wrap("1;31", &format!("{} events were lost: the trace is incomplete", r.summary.lost_events)))?;
+    }
+    if r.summary.durations != "measured" {
+        w.write_all(
+            wrap(
+                "Durations without -T are reconstructed: a paired call is timed from its entry to its end, any other \
+                 call up to the thread's next event (an upper bound, shown as ≤).",
+                0,
+            )
+            .as_bytes(),
+        )?;
+    }
+
+    writeln!(w)?;
+    writeln!(w, "{}", p.bold("FINDINGS"))?;
+    if r.findings.is_empty() {
+        writeln!(w, "  none: no known redis latency pattern in this trace")?;
+    }
+    for f in &r.findings {
+        writeln!(w, "{} {}", p.sev(f.severity), p.bold(&f.title))?;
+        writeln!(w, "         [{}]", f.id)?;
+        w.write_all(wrap(&f.evidence, 9).as_bytes())?;
+        w.write_all(wrap(&format!("Fix: {}", f.advice), 9).as_bytes())?;
+    }
+
+    writeln!(w)?;
+    writeln!(w, "{}", p.bold(&format!("STALLS over {} ({} stalls, {} incidents, worst first)", human(r.summary.threshold_us), r.stalls.len(), r.incidents.len())))?;
+    if r.stalls.is_empty() {
+        writeln!(w, "  none")?;
+    }
+    // Worst incidents first, at most `top` of them.
+    let mut order: Vec<usize> = (0..r.incidents.len()).collect();
+    order.sort_by_key(|i| std::cmp::Reverse(r.incidents[*i].duration_us));
+    let top = r.slowest.len().max(10);
+    for i in order.iter().take(top) {
+        let inc = &r.incidents[*i];
+        let mut head = format!("{}  {}", inc.ts, human(inc.duration_us));
+        if inc.stalls.len() > 1 {
+            head.push_str(&format!(" ({} overlapping stalls)", inc.stalls.len()));
+        }
+        if let Some(im) = impact(inc.waiting_commands, inc.waiting_clients, inc.worst_wait_us) {
+            head.push_str(&format!("  {im}"));
+        }
+        for l in wrap(&head, 0).lines() {
+            writeln!(w, "{}", p.bold(l))?;
+        }
+        for si in &inc.stalls {
+            let s = &r.stalls[*si];
+            let mut line = s.line.map(|l| format!(" [line {l}]")).unwrap_or_default();
+            if !s.waiting_by_command.is_empty() {
+                let by: Vec<String> = s.waiting_by_command.iter().map(|(k, v)| format!("{v} {k}")).collect();
+                line.push_str(&format!(" Waiting: {}.", by.join(", ")));
+            }
+            w.write_all(wrap(&format!("{}{}", s.cause, line), 2).as_bytes())?;
+        }
+    }
+    if r.incidents.len() > top {
+        writeln!(w, "  ... {} more incidents (--top, or --format json for all)", r.incidents.len() - top)?;
+    }
+    if !r.in_flight.is_empty() {
+        writeln!(w)?;
+        writeln!(w, "{}", p.bold("STILL RUNNING at the edges of the trace (below the threshold)"))?;
+        for s in r.in_flight.iter().take(10) {
+            w.write_all(wrap(&s.cause, 2).as_bytes())?;
+        }
+    }
+
+    if !r.phases.is_empty() {
+        writeln!(w)?;
+        writeln!(w, "{}", p.bold("BACKGROUND CHILDREN"))?;
+        for (i, ph) in r.phases.iter().enumerate() {
+            let dur = ph.end_at_us.map(|e| human(e - ph.start_at_us)).unwrap_or_else(|| "still running at the end".into());
+            let fork = ph.fork_us.map(|f| format!(", fork {}", human(f))).unwrap_or_default();
+            writeln!(w, "{} child {} at {}: {dur}{fork}", ph.kind, ph.child_pid, ph.ts)?;
+            let mut t = table();
+            t.set_header(vec![Cell::new("main thread"), right("before p50/p99"), right("during p50/p99"), right("after p50/p99")]);
+            for st in r.phase_stats.iter().filter(|s| s.phase == i && (s.before.count + s.during.count + s.after.count) > 0) {
+                let d = |x: &crate::report::Dist| {
+                    if x.count == 0 {
+                        "-".to_string()
+                    } else {
+                        format!("{}/{}", human(x.p50_us), human(x.p99_us))
+                    }
+                };
+                let what = st.what.strip_prefix("command:").unwrap_or(if st.what == "main_file_syscalls" { "file syscalls" } else { &st.what });
+                t.add_row(vec![Cell::new(what), right(d(&st.before)), right(d(&st.during)), right(d(&st.after))]);
+            }
+            writeln!(w, "{t}")?;
+        }
+    }
+
+    let all: Vec<_> = r.commands.iter().filter(|c| c.phase == "all").collect();
+    if !all.is_empty() {
+        writeln!(w)?;
+        writeln!(w, "{}", p.bold("COMMANDS (read to reply, seen from redis)"))?;
+        let mut t = table();
+        t.set_header(vec![Cell::new("command"), right("calls"), right("p50"), right("p99"), right("max"), right("AOF/call"), right("log/call")]);
+        for c in all.iter().take(10) {
+            let per = |x: i64| if c.calls == 0 || x == 0 { "-".into() } else { human(x / c.calls as i64) };
+            t.add_row(vec![
+                Cell::new(&c.command),
+                right(c.calls),
+                right(human(c.p50_us)),
+                right(human(c.p99_us)),
+                right(human(c.max_us)),
+                right(per(c.aof_us)),
+                right(per(c.log_us)),
+            ]);
+        }
+        writeln!(w, "{t}")?;
+    }
+
+    writeln!(w)?;
+    writeln!(w, "{}", p.bold("SLOWEST CALLS (idle waits excluded)"))?;
+    let mut t = table();
+    t.set_header(vec![Cell::new("time"), right("took"), Cell::new("thread"), Cell::new("call"), Cell::new("file"), right("line")]);
+    for s in r.slowest.iter().take(10) {
+        let file = match (&s.class, &s.path) {
+            (Some(c), Some(p)) => format!("{c} {}", p.rsplit('/').next().unwrap_or(p)),
+            (Some(c), None) => c.clone(),
+            _ => String::new(),
+        };
+        t.add_row(vec![
+            Cell::new(&s.ts),
+            right(format!("{}{}", bound_word(s.bound), human(s.duration_us))),
+            Cell::new(format!("{} {}", s.thread, s.tid)),
+            Cell::new(format!("{}({})", s.syscall, s.fd.map(|f| f.to_string()).unwrap_or_default())),
+            Cell::new(file),
+            right(s.line.map(|l| l.to_string()).unwrap_or_default()),
+        ]);
+    }
+    writeln!(w, "{t}")?;
+
+    writeln!(w)?;
+    writeln!(w, "{}", p.bold("SYSCALLS (by total time)"))?;
+    let mut t = table();
+    t.set_header(vec![Cell::new("syscall"), right("calls"), right("errors"), right("total"), right("p50"), right("p99"), right("max")]);
+    for s in r.syscalls.iter().take(12) {
+        t.add_row(vec![
+            Cell::new(&s.name),
+            right(s.calls),
+            right(s.errors),
+            right(human(s.total_us)),
+            right(human(s.p50_us)),
+            right(human(s.p99_us)),
+            right(human(s.max_us)),
+        ]);
+    }
+    writeln!(w, "{t}")?;
+
+    writeln!(w)?;
+    writeln!(w, "{}", p.bold("FILES (by total time)"))?;
+    let mut t = table();
+    t.set_header(vec![Cell::new("pid/fd"), Cell::new("class"), Cell::new("path"), right("calls"), right("p99"), right("max")]);
+    for f in r.fds.iter().take(12) {
+        t.add_row(vec![
+            Cell::new(format!("{}/{}", f.pid, f.fd)),
+            Cell::new(&f.class),
+            Cell::new(f.path.clone().unwrap_or_else(|| "-".into())),
+            right(f.calls),
+            right(human(f.p99_us)),
+            right(human(f.max_us)),
+        ]);
+    }
+    writeln!(w, "{t}")?;
+
+    if r.summary.skipped_lines > 0 {
+        writeln!(w)?;
+        writeln!(w, "{}", p.bold(&format!("SKIPPED {} lines", r.summary.skipped_lines)))?;
+        for s in r.skipped.iter().take(5) {
+            writeln!(w, "  line {}: {}: {}", s.line, s.reason, s.text.chars().take(50).collect::<String>())?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,165 @@
+//! Glue between the command line and the pipeline: builds sources, the analyzer and the
+//! renderer for a subcommand, and returns the number of stalls (for the exit status).
+
+use crate::analyze::{self, Analyzer, Options, RedisConf};
+use crate::cli::{AnalyzeArgs, ColorChoice, Format, OutputArgs};
+use crate::report::Report;
+use crate::source::{self, Inputs};
+use anyhow::{Context, Result};
+use std::io::{IsTerminal, Write};
+
+/// Analyzer options from the output flags shared by `analyze` and `attach`.
+pub fn options(out: &OutputArgs) -> Result<Options> {
+    let mut o = Options { threshold_ns: out.threshold, top: out.top.max(1), ..Default::default() };
+    if let Some(f) = &out.threads {
+        let text = std::fs::read_to_string(f).with_context(|| format!("--threads {f}: cannot read it"))?;
+        o.thread_names = analyze::parse_thread_names(&text);
+        if o.thread_names.is_empty() {
+            anyhow::bail!("--threads {f}: no `TID NAME` lines in it");
+        }
+    }
+    if let Some(f) = &out.redis_conf {
+        let text = std::fs::read_to_string(f).with_context(|| format!("--redis-conf {f}: cannot read it"))?;
+        o.redis_conf = Some(RedisConf::parse(&text));
+    }
+    Ok(o)
+}
+
+pub fn use_color(c: ColorChoice) -> bool {
+    match c {
+        ColorChoice::Always => true,
+        ColorChoice::Never => false,
+        ColorChoice::Auto => std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()) && std::io::stdout().is_terminal(),
+    }
+}
+
+/// Writes the report in the chosen format to stdout.
+pub fn emit(report: &Report, out: &OutputArgs) -> Result<()> {
+    write_files(report, out)?;
+    let stdout = std::io::stdout();
+    let mut w = std::io::BufWriter::new(stdout.lock());
+    match out.format {
+        Format::Json => crate::render::json::render(report, &mut w)?,
+        Format::Table => crate::render::table::render(report, &mut w, use_color(out.color))?,
+    }
+    w.flush()?;
+    Ok(())
+}
+
+/// `--html`, `--svg`, `--export-trace`: each written whole to a temporary name and renamed,
+/// so a failed run never leaves half a report where the old one was.
+pub fn write_files(report: &Report, out: &OutputArgs) -> Result<()> {
+    type Renderer = fn(&Report, &mut dyn Write) -> std::io::Result<()>;
+    let files: [(&str, &Option<String>, Renderer); 3] = [
+        ("--html", &out.html, crate::render::html::render),
+        ("--svg", &out.svg, crate::render::svg::render),
+        ("--export-trace", &out.export_trace, crate::render::trace_export::render),
+    ];
+    for (flag, path, render) in files {
+        let Some(path) = path else { continue };
+        let tmp = format!("{path}.stallscope-tmp");
+        let write = || -> std::io::Result<()> {
+            let mut w = std::io::BufWriter::new(std::fs::File::create(&tmp)?);
+            render(report, &mut w)?;
+            w.flush()?;
+            std::fs::rename(&tmp, path)
+        };
+        if let Err(e) = write() {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(anyhow::Error::new(e).context(format!("{flag} {path}: cannot write it")));
+        }
+    }
+    Ok(())
+}
+
+/// `stallscope completions SHELL`
+pub fn completions(cmd: clap::Command, shell: crate::docs::CompletionShell) -> Result<()> {
+    let stdout = std::io::stdout();
+    let mut w = stdout.lock();
+    crate::docs::completions(cmd, shell, &mut w)?;
+    w.flush()?;
+    Ok(())
+}
+
+/// `stallscope man [--dir DIR]`
+pub fn man(cmd: clap::Command, dir: Option<&std::path::Path>) -> Result<()> {
+    match dir {
+        Some(d) => {
+            let files = crate::docs::man_pages(cmd, d).with_context(|| format!("--dir {}: cannot write man pages", d.display()))?;
+            for f in files {
+                println!("{}", d.join(f).display());
+            }
+        }
+        None => {
+            let stdout = std::io::stdout();
+            let mut w = stdout.lock();
+            crate::docs::man(cmd, &mut w)?;
+            w.flush()?;
+        }
+    }
+    Ok(())
+}
+
+pub fn analyze(args: &AnalyzeArgs) -> Result<u64> {
+    let mut opts = options(&args.out)?;
+    opts.root_pid = args.pid;
+    let inputs = Inputs::open(&args.files, args.input_format, args.strict)?;
+    let mut an = Analyzer::new(opts);
+    let inputs = pipelined(inputs, |ev| an.push(ev))?;
+    let counters = inputs.counters();
+    let mut info = inputs.info();
+    if an_is_empty(&counters, &inputs) {
+        let label = info.files.first().cloned().unwrap_or_else(|| "<stdin>".into());
+        return Err(source::no_events_error(&label, &counters));
+    }
+    info.pid = args.pid;
+    info.clock.date = args.date;
+    let report = an.finish(info, counters);
+    emit(&report, &args.out)?;
+    Ok(report.summary.stalls)
+}
+
+/// Parses on a second thread while the analyzer consumes on this one: the two stages cost
+/// about the same, and a machine running redis has at least two cores. Events travel in
+/// batches so the channel costs nothing per event; the bounded channel keeps memory flat.
+fn pipelined(mut inputs: Inputs, mut sink: impl FnMut(&crate::event::Event)) -> Result<Inputs> {
+    const BATCH: usize = 2048;
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<crate::event::Event>>(4);
+    let (back_tx, back_rx) = std::sync::mpsc::channel::<Vec<crate::event::Event>>();
+    let producer = std::thread::spawn(move || -> Result<Inputs> {
+        loop {
+            let mut batch = back_rx.try_recv().unwrap_or_else(|_| Vec::with_capacity(BATCH));
+            batch.clear();
+            while batch.len() < BATCH {
+                match inputs.next_event()? {
+                    Some(ev) => batch.push(ev),
+                    None => break,
+                }
+            }
+            let last = batch.len() < BATCH;
+            if !batch.is_empty() && tx.send(batch).is_err() {
+                break;
+            }
+            if last {
+                break;
+            }
+        }
+        Ok(inputs)
+    });
+    for batch in rx {
+        for ev in &batch {
+            sink(ev);
+        }
+        let _ = back_tx.send(batch);
+    }
+    producer.join().map_err(|_| anyhow::anyhow!("the parser thread panicked"))?
+}
+
+fn an_is_empty(c: &source::Counters, _inputs: &Inputs) -> bool {
+    c.lines > 0 && c.lines == c.skips.total
+}
+
+/// A closed stdout (`| head`) ends the program quietly, as ripgrep does.
+pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe))
+}
