@@ -116,12 +116,20 @@ pub fn errno_name(e: i64) -> &'static str {
     }
 }
 
-/// The human text strace prints after an errno (`(Resource temporarily unavailable)`).
-pub fn errno_text(e: i64) -> String {
-    if is_restart_errno(e) {
-        return "To be restarted".to_string();
+/// The human text strace prints after an errno name (`Resource temporarily unavailable`).
+pub fn errno_desc(name: &str) -> String {
+    match ERRNOS.iter().find(|(_, n)| *n == name) {
+        Some((e, _)) if is_restart_errno(*e as i64) => "To be restarted".to_string(),
+        Some((e, _)) => {
+            // strerror's words, as strace prints them ("Input/output error").
+            let t = std::io::Error::from_raw_os_error(*e).to_string();
+            match t.rfind(" (os error") {
+                Some(i) => t[..i].to_string(),
+                None => t,
+            }
+        }
+        None => "Unknown error".to_string(),
     }
-    nix::errno::Errno::from_raw(e as i32).desc().to_string()
 }
 
 const SIGNALS: &[(i32, &str)] = &[
