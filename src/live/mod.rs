@@ -98,3 +98,262 @@ pub trait Tracer {
         }
     }
 }
+
+use crate::analyze::{Analyzer, RedisConf};
+use crate::cli::AttachArgs;
+use crate::report::{Finding, Overhead, Report, Severity};
+use crate::source::{Clock, Counters, SourceInfo, TimeFmt};
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Set by SIGINT/SIGTERM: stop tracing, detach, report.
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_stop_signal(_: libc::c_int) {
+    STOP.store(true, Ordering::SeqCst);
+}
+
+fn install_stop_handlers() {
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = on_stop_signal as *const () as usize;
+            libc::sigemptyset(&mut sa.sa_mask);
+            libc::sigaction(sig, &sa, std::ptr::null_mut());
+        }
+    }
+}
+
+/// `--name`: processes whose command name (comm, or argv[0]'s base name) is `name`.
+pub fn find_by_name(name: &str) -> Vec<(Tid, String)> {
+    let me = std::process::id();
+    let mut found = vec![];
+    let rd = match std::fs::read_dir("/proc") {
+        Ok(r) => r,
+        Err(_) => return found,
+    };
+    for e in rd.flatten() {
+        let pid: Tid = match e.file_name().to_str().and_then(|s| s.parse().ok()) {
+            Some(p) => p,
+            None => continue,
+        };
+        if pid == me {
+            continue;
+        }
+        let comm = std::fs::read_to_string(e.path().join("comm")).unwrap_or_default();
+        let cmdline = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+        let args: Vec<String> =
+            cmdline.split(|b| *b == 0).filter(|a| !a.is_empty()).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
+        let argv0 = args.first().map(|a| a.split(' ').next().unwrap_or("").rsplit('/').next().unwrap_or("").to_string());
+        if comm.trim_end() == name || argv0.as_deref() == Some(name) {
+            found.push((pid, args.join(" ")));
+        }
+    }
+    found.sort();
+    found
+}
+
+fn resolve_pid(args: &AttachArgs) -> Result<Tid> {
+    if let Some(p) = args.pid {
+        return Ok(p);
+    }
+    let name = args.name.as_deref().unwrap_or("redis-server");
+    let found = find_by_name(name);
+    match found.len() {
+        0 => anyhow::bail!("--name {name}: no running process has that name"),
+        1 => Ok(found[0].0),
+        _ => {
+            let list: Vec<String> = found.iter().map(|(p, c)| format!("  {p}  {c}")).collect();
+            anyhow::bail!("--name {name}: {} processes match; choose one with --pid:\n{}", found.len(), list.join("\n"))
+        }
+    }
+}
+
+/// `stallscope attach`: trace a running process, print stalls as they are found, and the
+/// full report when tracing ends. Returns the number of stalls (for the exit status).
+pub fn run_attach(args: &AttachArgs) -> Result<u64> {
+    let pid = resolve_pid(args)?;
+    let mut opts = crate::run::options(&args.out)?;
+    opts.root_pid = Some(pid);
+    let user_conf = opts.redis_conf.is_some();
+    install_stop_handlers();
+    let cfg = ptrace::PtraceConfig {
+        pid,
+        follow_forks: !args.no_follow_forks,
+        detach_wait: Duration::from_millis(1000),
+    };
+    let mut tracer = ptrace::PtraceTracer::attach(cfg).map_err(|e| anyhow::anyhow!("cannot attach to process {pid}: {e}"))?;
+    let attach_mono = tracer.attach_mono();
+    let wall_at_first = tracer.attach_wall();
+    let ctx = procctx::gather(pid);
+    if !user_conf && !ctx.redis_conf.is_empty() {
+        opts.redis_conf = Some(RedisConf::parse(&ctx.redis_conf));
+    }
+    let mut thread_names = ctx.thread_names.clone();
+    for (t, n) in &opts.thread_names {
+        thread_names.insert(*t, n.clone());
+    }
+    let mut an = Analyzer::new(opts);
+    for (fd, what) in &ctx.fds {
+        an.seed_fd(pid, *fd, what);
+    }
+    for (t, n) in &thread_names {
+        an.set_thread_name(*t, n);
+    }
+    let mut rec = match &args.record {
+        Some(path) => {
+            let f = std::fs::File::create(path).map_err(|e| anyhow::anyhow!("--record {path}: cannot create it: {e}"))?;
+            let mut r = record::Recorder::new(f, pid, attach_mono, wall_at_first, ctx.cwd.clone());
+            for (fd, what) in &ctx.fds {
+                r.seed_fd(*fd, what);
+            }
+            Some(r)
+        }
+        None => None,
+    };
+    let interval = Duration::from_millis(100);
+    let sampler = procctx::Sampler::start(pid, attach_mono, interval);
+    let clock = Clock {
+        fmt: TimeFmt::Epoch,
+        perf: false,
+        frac_digits: 6,
+        first: attach_mono,
+        date: None,
+        wall_at_first: Some(wall_at_first),
+    };
+    let deadline = args.duration.map(|d| std::time::Instant::now() + Duration::from_nanos(d as u64));
+    let stderr = std::io::stderr();
+    eprintln!(
+        "stallscope: attached to {pid} ({} thread{}) with ptrace; stalls over {} are printed as they end; Ctrl-C to stop{}",
+        tracer.threads_at_attach,
+        if tracer.threads_at_attach == 1 { "" } else { "s" },
+        crate::analyze::findings::human(args.out.threshold / 1000),
+        match args.duration {
+            Some(d) => format!(" (or after {})", crate::analyze::findings::human(d / 1000)),
+            None => String::new(),
+        }
+    );
+    let mut first_syscall_ts: Option<Nanos> = None;
+    let mut last_drain = std::time::Instant::now();
+    let mut last_stop_req: Option<std::time::Instant> = None;
+    let mut record_err: Option<std::io::Error> = None;
+    let mut seen_tids: std::collections::HashSet<Tid> = Default::default();
+    loop {
+        let ev = tracer.next_event_timeout(Duration::from_millis(100))?;
+        if let Some(ev) = &ev {
+            if ev.syscall().is_some() {
+                first_syscall_ts = Some(first_syscall_ts.map_or(ev.ts, |f| f.min(ev.ts)));
+                if seen_tids.insert(ev.tid) && !thread_names.contains_key(&ev.tid) {
+                    // A thread born while tracing: its name is in /proc now.
+                    if let Ok(n) = std::fs::read_to_string(format!("/proc/{pid}/task/{}/comm", ev.tid)) {
+                        let n = n.trim_end().to_string();
+                        an.set_thread_name(ev.tid, &n);
+                        thread_names.insert(ev.tid, n);
+                    }
+                }
+            }
+            an.push(ev);
+            if let (Some(r), None) = (rec.as_mut(), &record_err) {
+                if let Err(e) = r.write_event(ev) {
+                    record_err = Some(e);
+                }
+            }
+        }
+        let done = tracer.is_done();
+        if done || ev.is_none() || last_drain.elapsed() >= Duration::from_millis(200) {
+            last_drain = std::time::Instant::now();
+            let fresh = an.drain_new_stalls(&clock);
+            if !fresh.is_empty() {
+                let mut w = stderr.lock();
+                for s in &fresh {
+                    let _ = writeln!(w, "stall: {}", crate::render::table::stall_line(s));
+                }
+            }
+        }
+        if done {
+            break;
+        }
+        let want_stop = STOP.load(Ordering::SeqCst) || deadline.is_some_and(|d| std::time::Instant::now() >= d) || record_err.is_some();
+        if want_stop && last_stop_req.is_none_or(|t| t.elapsed() >= Duration::from_millis(100)) {
+            tracer.stop();
+            last_stop_req = Some(std::time::Instant::now());
+        }
+    }
+    for w in tracer.warnings() {
+        eprintln!("stallscope: warning: {w}");
+    }
+    let stats = tracer.stats();
+    let samples = sampler.finish();
+    if let Some(r) = rec {
+        if record_err.is_none() {
+            if let Err(e) = r.finish() {
+                record_err = Some(e);
+            }
+        }
+    }
+    if let (Some(path), None) = (&args.record, &record_err) {
+        let tpath = format!("{path}.threads");
+        if let Err(e) = record::Recorder::<std::fs::File>::write_threads(&tpath, &thread_names) {
+            eprintln!("stallscope: warning: --record: cannot write {tpath}: {e}");
+        }
+    }
+    let info = SourceInfo {
+        kind: "live",
+        files: vec![],
+        format: format!("stallscope attach (ptrace{})", if args.no_follow_forks { "" } else { ", following forks" }),
+        pid: Some(pid),
+        clock,
+    };
+    let counters = Counters { measured: stats.syscalls, ..Default::default() };
+    let mut report = an.finish(info, counters);
+    report.source.backend = Some("ptrace".into());
+    // Samples were stamped from the attach; the report's axis starts at its first call.
+    let shift = (first_syscall_ts.unwrap_or(attach_mono) - attach_mono) / 1000;
+    let samples = samples.into_iter().map(|mut s| {
+        s.at_us -= shift;
+        s
+    });
+    procctx::attach_host_context(&mut report, samples.collect(), interval);
+    add_overhead(&mut report, &stats);
+    if let Some(e) = record_err {
+        let path = args.record.as_deref().unwrap_or("");
+        return Err(anyhow::anyhow!("--record {path}: cannot write it: {e}"));
+    }
+    crate::run::emit(&report, &args.out)?;
+    Ok(report.summary.stalls)
+}
+
+/// Above this share of the main thread's time spent in ptrace round trips, the report warns
+/// that tracing itself is slowing redis down.
+const OVERHEAD_WARN_SHARE: f64 = 0.10;
+
+/// Fills `report.overhead` (and a `tracer-overhead` finding when it is substantial).
+pub fn add_overhead(report: &mut Report, st: &TracerStats) {
+    let span_ns = (st.detach_mono - st.attach_mono).max(1) as f64;
+    let per_s = st.syscalls as f64 / (span_ns / 1e9);
+    let mean_stop_us = if st.stops == 0 { 0.0 } else { st.stop_ns as f64 / st.stops as f64 / 1000.0 };
+    // Every traced call pays at least what the fastest one took end to end under ptrace
+    // (two stops, two context switches each way): a lower bound of the slowdown.
+    let per_call_ns = st.min_call_ns as f64;
+    let share = st.main_syscalls as f64 * per_call_ns / span_ns;
+    let warning = (share >= OVERHEAD_WARN_SHARE).then(|| {
+        format!(
+            "tracing is slowing redis down: its main thread made {:.0} syscalls/s and each paid at least {:.1} µs of ptrace stops, \
+             about {:.0}% of its time; latencies in this report include that cost",
+            st.main_syscalls as f64 / (span_ns / 1e9),
+            per_call_ns / 1000.0,
+            share * 100.0
+        )
+    });
+    if let Some(w) = &warning {
+        report.findings.push(Finding {
+            id: "tracer-overhead".into(),
+            severity: Severity::Warning,
+            title: "Tracing itself slowed redis down".into(),
+            evidence: w.clone(),
+            advice: "trace for a shorter time, trace a replica, or use a backend that does not stop redis (--backend perf)".into(),
+            stalls: 0,
+        });
+    }
+    report.overhead = Some(Overhead { syscalls_per_s: per_s, mean_stop_us, warning });
+}

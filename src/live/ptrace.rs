@@ -36,7 +36,7 @@ pub struct PtraceConfig {
 }
 
 enum Msg {
-    Attached { threads: u32 },
+    Attached { threads: u32, mono: Nanos, wall: Nanos },
     Events(Vec<Event>),
     Warning(String),
     Done(TracerStats),
@@ -106,7 +106,8 @@ impl PtraceTracer {
                 let mut t = Inner::new(cfg, tx.clone(), ctl2);
                 match t.seize_all() {
                     Ok(n) => {
-                        if tx.send(Msg::Attached { threads: n }).is_err() {
+                        let (mono, wall) = (t.stats.attach_mono, t.stats.attach_wall);
+                        if tx.send(Msg::Attached { threads: n, mono, wall }).is_err() {
                             return;
                         }
                     }
@@ -138,8 +139,10 @@ impl PtraceTracer {
             threads_at_attach: 0,
         };
         match me.rx.recv() {
-            Ok(Msg::Attached { threads }) => {
+            Ok(Msg::Attached { threads, mono, wall }) => {
                 me.threads_at_attach = threads;
+                me.stats.attach_mono = mono;
+                me.stats.attach_wall = wall;
                 Ok(me)
             }
             Ok(Msg::Failed(e)) => {
@@ -160,6 +163,14 @@ impl PtraceTracer {
         if let Some(j) = self.join.take() {
             let _ = j.join();
         }
+    }
+
+    pub fn attach_mono(&self) -> Nanos {
+        self.stats.attach_mono
+    }
+
+    pub fn attach_wall(&self) -> Nanos {
+        self.stats.attach_wall
     }
 
     /// Messages from the tracer that are not events (e.g. a thread that could not be seized).
