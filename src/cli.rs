@@ -134,9 +134,13 @@ pub struct AttachArgs {
 /// `500us`, `10ms`, `0.2s`, `1500000ns`, `2m` -> ns
 pub fn parse_duration(s: &str) -> Result<i64, String> {
     let t = s.trim();
-    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
-    let v: f64 = num.parse().map_err(|_| format!("{s:?} is not a duration: use e.g. 500us, 10ms, 0.2s"))?;
+    let v: f64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration: use e.g. 500us, 10ms, 0.2s"))?;
     let mult = match unit.trim() {
         "ns" => 1.0,
         "us" | "µs" => 1e3,
@@ -155,12 +159,21 @@ pub fn parse_duration(s: &str) -> Result<i64, String> {
 
 /// `2026-11-30` or `2026-11-30+01:00` -> (date, UTC offset in seconds)
 pub fn parse_date(s: &str) -> Result<(chrono::NaiveDate, i32), String> {
-    let (d, off) = if s.len() > 10 { s.split_at(10) } else { (s, "") };
-    let date = chrono::NaiveDate::parse_from_str(d, "%Y-%m-%d").map_err(|e| format!("{s:?}: expected YYYY-MM-DD: {e}"))?;
+    let (d, off) = if s.len() > 10 {
+        s.split_at(10)
+    } else {
+        (s, "")
+    };
+    let date = chrono::NaiveDate::parse_from_str(d, "%Y-%m-%d")
+        .map_err(|e| format!("{s:?}: expected YYYY-MM-DD: {e}"))?;
     let off = if off.is_empty() {
         use chrono::{Local, Offset, TimeZone};
         let noon = date.and_hms_opt(12, 0, 0).ok_or("bad date")?;
-        Local.from_local_datetime(&noon).single().map(|t| t.offset().fix().local_minus_utc()).unwrap_or(0)
+        Local
+            .from_local_datetime(&noon)
+            .single()
+            .map(|t| t.offset().fix().local_minus_utc())
+            .unwrap_or(0)
     } else if off == "Z" {
         0
     } else {
@@ -170,7 +183,10 @@ pub fn parse_date(s: &str) -> Result<(chrono::NaiveDate, i32), String> {
             _ => return Err(format!("{s:?}: the offset must look like +01:00")),
         };
         let hm: Vec<&str> = off[1..].split(':').collect();
-        let h: i32 = hm.first().and_then(|x| x.parse().ok()).ok_or(format!("{s:?}: bad offset"))?;
+        let h: i32 = hm
+            .first()
+            .and_then(|x| x.parse().ok())
+            .ok_or(format!("{s:?}: bad offset"))?;
         let m: i32 = hm.get(1).and_then(|x| x.parse().ok()).unwrap_or(0);
         sign * (h * 3600 + m * 60)
     };

@@ -32,11 +32,19 @@ pub struct Event {
 pub enum EventKind {
     Syscall(Syscall),
     /// `--- SIGCHLD {si_signo=SIGCHLD, si_pid=N, ...} ---`
-    Signal { name: &'static str, si_pid: Option<u32> },
+    Signal {
+        name: &'static str,
+        si_pid: Option<u32>,
+    },
     /// `+++ exited with N +++` / `+++ killed by SIGKILL +++`
-    Exit { code: Option<i32>, signal: Option<&'static str> },
+    Exit {
+        code: Option<i32>,
+        signal: Option<&'static str>,
+    },
     /// `strace: Process N attached [with K threads]` (or a live seize).
-    Attach { threads: Option<u32> },
+    Attach {
+        threads: Option<u32>,
+    },
     /// `strace: Process N detached` (or a live detach).
     Detach,
 }
@@ -126,7 +134,11 @@ impl Data {
         let n = bytes.len().min(DATA_CAP);
         let mut buf = [0u8; DATA_CAP];
         buf[..n].copy_from_slice(&bytes[..n]);
-        Data { len: n as u8, truncated: truncated || bytes.len() > DATA_CAP, buf }
+        Data {
+            len: n as u8,
+            truncated: truncated || bytes.len() > DATA_CAP,
+            buf,
+        }
     }
     pub fn bytes(&self) -> &[u8] {
         &self.buf[..self.len as usize]
@@ -135,7 +147,12 @@ impl Data {
 
 impl std::fmt::Debug for Data {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Data({:?}{})", String::from_utf8_lossy(self.bytes()), if self.truncated { "..." } else { "" })
+        write!(
+            f,
+            "Data({:?}{})",
+            String::from_utf8_lossy(self.bytes()),
+            if self.truncated { "..." } else { "" }
+        )
     }
 }
 
@@ -228,30 +245,186 @@ pub fn intern(name: &[u8]) -> &'static str {
 }
 
 const KNOWN: &[&str] = &[
-    "read", "write", "epoll_wait", "epoll_pwait", "epoll_pwait2", "fdatasync", "fsync", "close",
-    "openat", "open", "lseek", "getpid", "newfstatat", "fstat", "stat", "lstat", "futex",
-    "accept", "accept4", "setsockopt", "getsockopt", "getpeername", "getsockname", "epoll_ctl",
-    "clone", "clone3", "fork", "vfork", "wait4", "waitid", "rename", "renameat", "renameat2",
-    "unlink", "unlinkat", "pread64", "pwrite64", "readv", "writev", "sendto", "recvfrom",
-    "sendmsg", "recvmsg", "sync_file_range", "mmap", "munmap", "madvise", "mprotect", "brk",
-    "restart_syscall", "nanosleep", "clock_nanosleep", "exit", "exit_group", "socket",
-    "connect", "bind", "listen", "pipe", "pipe2", "dup", "dup2", "dup3", "fcntl",
-    "close_range", "kill", "tgkill", "rt_sigaction", "rt_sigprocmask", "rt_sigreturn",
-    "set_robust_list", "prctl", "getrusage", "sched_yield", "ioctl", "poll", "ppoll",
-    "select", "pselect6", "creat", "ftruncate", "fallocate", "getdents64", "execve",
-    "arch_prctl", "set_tid_address", "rseq", "prlimit64", "sysinfo", "gettid", "getuid",
-    "mremap", "statx", "access", "faccessat", "faccessat2", "readlink", "readlinkat",
-    "eventfd2", "epoll_create", "epoll_create1", "timerfd_create", "signalfd4", "memfd_create",
-    "socketpair", "shutdown", "sendfile", "splice", "uname", "chdir", "getcwd", "mkdir",
-    "mkdirat", "rmdir", "syncfs", "sync", "msync", "fadvise64", "getrandom", "umask",
-    "SIGCHLD", "SIGTERM", "SIGINT", "SIGKILL", "SIGPIPE", "SIGSEGV", "SIGUSR1", "SIGUSR2",
-    "SIGHUP", "SIGALRM", "SIGSTOP", "SIGCONT", "SIGWINCH", "SIGQUIT", "SIGABRT", "SIGBUS",
-    "SIGSYS", "SIGTRAP", "SIGURG", "SIGPROF", "SIGVTALRM", "SIGXCPU", "SIGXFSZ", "SIGIO",
-    "EAGAIN", "ENOENT", "EINTR", "EBADF", "EINVAL", "EEXIST", "EPIPE", "ECONNRESET",
-    "ETIMEDOUT", "ECHILD", "ENOTCONN", "EINPROGRESS", "ERESTARTSYS", "ERESTARTNOINTR",
-    "ERESTARTNOHAND", "ERESTART_RESTARTBLOCK", "EACCES", "EPERM", "ENOSYS", "ENOTTY",
-    "ESPIPE", "ENOSPC", "EIO", "EFAULT", "ENOMEM", "EBUSY", "ESRCH", "ENOTDIR", "EISDIR",
-    "EXDEV", "ERANGE", "ENXIO", "EOPNOTSUPP", "ECONNREFUSED", "EADDRINUSE", "ENODATA",
+    "read",
+    "write",
+    "epoll_wait",
+    "epoll_pwait",
+    "epoll_pwait2",
+    "fdatasync",
+    "fsync",
+    "close",
+    "openat",
+    "open",
+    "lseek",
+    "getpid",
+    "newfstatat",
+    "fstat",
+    "stat",
+    "lstat",
+    "futex",
+    "accept",
+    "accept4",
+    "setsockopt",
+    "getsockopt",
+    "getpeername",
+    "getsockname",
+    "epoll_ctl",
+    "clone",
+    "clone3",
+    "fork",
+    "vfork",
+    "wait4",
+    "waitid",
+    "rename",
+    "renameat",
+    "renameat2",
+    "unlink",
+    "unlinkat",
+    "pread64",
+    "pwrite64",
+    "readv",
+    "writev",
+    "sendto",
+    "recvfrom",
+    "sendmsg",
+    "recvmsg",
+    "sync_file_range",
+    "mmap",
+    "munmap",
+    "madvise",
+    "mprotect",
+    "brk",
+    "restart_syscall",
+    "nanosleep",
+    "clock_nanosleep",
+    "exit",
+    "exit_group",
+    "socket",
+    "connect",
+    "bind",
+    "listen",
+    "pipe",
+    "pipe2",
+    "dup",
+    "dup2",
+    "dup3",
+    "fcntl",
+    "close_range",
+    "kill",
+    "tgkill",
+    "rt_sigaction",
+    "rt_sigprocmask",
+    "rt_sigreturn",
+    "set_robust_list",
+    "prctl",
+    "getrusage",
+    "sched_yield",
+    "ioctl",
+    "poll",
+    "ppoll",
+    "select",
+    "pselect6",
+    "creat",
+    "ftruncate",
+    "fallocate",
+    "getdents64",
+    "execve",
+    "arch_prctl",
+    "set_tid_address",
+    "rseq",
+    "prlimit64",
+    "sysinfo",
+    "gettid",
+    "getuid",
+    "mremap",
+    "statx",
+    "access",
+    "faccessat",
+    "faccessat2",
+    "readlink",
+    "readlinkat",
+    "eventfd2",
+    "epoll_create",
+    "epoll_create1",
+    "timerfd_create",
+    "signalfd4",
+    "memfd_create",
+    "socketpair",
+    "shutdown",
+    "sendfile",
+    "splice",
+    "uname",
+    "chdir",
+    "getcwd",
+    "mkdir",
+    "mkdirat",
+    "rmdir",
+    "syncfs",
+    "sync",
+    "msync",
+    "fadvise64",
+    "getrandom",
+    "umask",
+    "SIGCHLD",
+    "SIGTERM",
+    "SIGINT",
+    "SIGKILL",
+    "SIGPIPE",
+    "SIGSEGV",
+    "SIGUSR1",
+    "SIGUSR2",
+    "SIGHUP",
+    "SIGALRM",
+    "SIGSTOP",
+    "SIGCONT",
+    "SIGWINCH",
+    "SIGQUIT",
+    "SIGABRT",
+    "SIGBUS",
+    "SIGSYS",
+    "SIGTRAP",
+    "SIGURG",
+    "SIGPROF",
+    "SIGVTALRM",
+    "SIGXCPU",
+    "SIGXFSZ",
+    "SIGIO",
+    "EAGAIN",
+    "ENOENT",
+    "EINTR",
+    "EBADF",
+    "EINVAL",
+    "EEXIST",
+    "EPIPE",
+    "ECONNRESET",
+    "ETIMEDOUT",
+    "ECHILD",
+    "ENOTCONN",
+    "EINPROGRESS",
+    "ERESTARTSYS",
+    "ERESTARTNOINTR",
+    "ERESTARTNOHAND",
+    "ERESTART_RESTARTBLOCK",
+    "EACCES",
+    "EPERM",
+    "ENOSYS",
+    "ENOTTY",
+    "ESPIPE",
+    "ENOSPC",
+    "EIO",
+    "EFAULT",
+    "ENOMEM",
+    "EBUSY",
+    "ESRCH",
+    "ENOTDIR",
+    "EISDIR",
+    "EXDEV",
+    "ERANGE",
+    "ENXIO",
+    "EOPNOTSUPP",
+    "ECONNREFUSED",
+    "EADDRINUSE",
+    "ENODATA",
 ];
 
 /// Syscalls whose first argument is a file descriptor. Used by every source to know when
@@ -259,17 +432,76 @@ const KNOWN: &[&str] = &[
 pub fn first_arg_is_fd(name: &str) -> bool {
     matches!(
         name,
-        "read" | "write" | "pread64" | "pwrite64" | "readv" | "writev" | "preadv" | "pwritev"
-            | "preadv2" | "pwritev2" | "fdatasync" | "fsync" | "close" | "lseek" | "_llseek"
-            | "fstat" | "fstat64" | "newfstatat" | "statx" | "epoll_wait" | "epoll_pwait"
-            | "epoll_pwait2" | "epoll_ctl" | "accept" | "accept4" | "setsockopt" | "getsockopt"
-            | "getpeername" | "getsockname" | "sendto" | "recvfrom" | "sendmsg" | "recvmsg"
-            | "sendmmsg" | "recvmmsg" | "connect" | "bind" | "listen" | "shutdown"
-            | "sync_file_range" | "ftruncate" | "fallocate" | "getdents64" | "getdents"
-            | "fcntl" | "fcntl64" | "ioctl" | "dup" | "dup2" | "dup3" | "fadvise64"
-            | "syncfs" | "flock" | "fchmod" | "fchown" | "openat" | "unlinkat" | "renameat"
-            | "renameat2" | "mkdirat" | "faccessat" | "faccessat2" | "readlinkat" | "fstatfs"
-            | "splice" | "sendfile" | "fgetxattr" | "fsetxattr" | "fchdir" | "copy_file_range"
+        "read"
+            | "write"
+            | "pread64"
+            | "pwrite64"
+            | "readv"
+            | "writev"
+            | "preadv"
+            | "pwritev"
+            | "preadv2"
+            | "pwritev2"
+            | "fdatasync"
+            | "fsync"
+            | "close"
+            | "lseek"
+            | "_llseek"
+            | "fstat"
+            | "fstat64"
+            | "newfstatat"
+            | "statx"
+            | "epoll_wait"
+            | "epoll_pwait"
+            | "epoll_pwait2"
+            | "epoll_ctl"
+            | "accept"
+            | "accept4"
+            | "setsockopt"
+            | "getsockopt"
+            | "getpeername"
+            | "getsockname"
+            | "sendto"
+            | "recvfrom"
+            | "sendmsg"
+            | "recvmsg"
+            | "sendmmsg"
+            | "recvmmsg"
+            | "connect"
+            | "bind"
+            | "listen"
+            | "shutdown"
+            | "sync_file_range"
+            | "ftruncate"
+            | "fallocate"
+            | "getdents64"
+            | "getdents"
+            | "fcntl"
+            | "fcntl64"
+            | "ioctl"
+            | "dup"
+            | "dup2"
+            | "dup3"
+            | "fadvise64"
+            | "syncfs"
+            | "flock"
+            | "fchmod"
+            | "fchown"
+            | "openat"
+            | "unlinkat"
+            | "renameat"
+            | "renameat2"
+            | "mkdirat"
+            | "faccessat"
+            | "faccessat2"
+            | "readlinkat"
+            | "fstatfs"
+            | "splice"
+            | "sendfile"
+            | "fgetxattr"
+            | "fsetxattr"
+            | "fchdir"
+            | "copy_file_range"
     )
 }
 
@@ -285,8 +517,19 @@ pub fn has_data_arg(name: &str) -> bool {
 pub fn is_write_like(name: &str) -> bool {
     matches!(
         name,
-        "write" | "pwrite64" | "writev" | "pwritev" | "pwritev2" | "fdatasync" | "fsync"
-            | "sync_file_range" | "ftruncate" | "fallocate" | "close" | "syncfs" | "sync"
+        "write"
+            | "pwrite64"
+            | "writev"
+            | "pwritev"
+            | "pwritev2"
+            | "fdatasync"
+            | "fsync"
+            | "sync_file_range"
+            | "ftruncate"
+            | "fallocate"
+            | "close"
+            | "syncfs"
+            | "sync"
     )
 }
 

@@ -104,7 +104,13 @@ impl RedisConf {
             }
             let mut it = line.splitn(2, char::is_whitespace);
             let key = it.next().unwrap_or("").to_ascii_lowercase();
-            let val = it.next().unwrap_or("").trim().trim_matches('"').trim_matches('\'').to_string();
+            let val = it
+                .next()
+                .unwrap_or("")
+                .trim()
+                .trim_matches('"')
+                .trim_matches('\'')
+                .to_string();
             c.set(&key, val);
         }
         c
@@ -131,7 +137,12 @@ impl RedisConf {
         match name {
             Some(n) if !n.is_empty() => {
                 let base = basename(path);
-                path == n || base == basename(n) || self.dir.as_ref().is_some_and(|d| path == format!("{d}/{n}"))
+                path == n
+                    || base == basename(n)
+                    || self
+                        .dir
+                        .as_ref()
+                        .is_some_and(|d| path == format!("{d}/{n}"))
             }
             _ => false,
         }
@@ -154,7 +165,11 @@ pub fn classify_path(path: &str, conf: Option<&RedisConf>) -> FileClass {
         }
     }
     // -y/-yy socket and special-file annotations.
-    if p.starts_with("TCP") || p.starts_with("UDP") || p.starts_with("UNIX") || p.starts_with("socket:") {
+    if p.starts_with("TCP")
+        || p.starts_with("UDP")
+        || p.starts_with("UNIX")
+        || p.starts_with("socket:")
+    {
         if p.contains("->") {
             return FileClass::Client;
         }
@@ -167,7 +182,11 @@ pub fn classify_path(path: &str, conf: Option<&RedisConf>) -> FileClass {
         return FileClass::Pipe;
     }
     if p.starts_with("anon_inode:") {
-        return if p.contains("eventpoll") { FileClass::Epoll } else { FileClass::Other };
+        return if p.contains("eventpoll") {
+            FileClass::Epoll
+        } else {
+            FileClass::Other
+        };
     }
     if p.starts_with("/proc/") || p.starts_with("/sys/") {
         return FileClass::Proc;
@@ -190,7 +209,11 @@ pub fn classify_path(path: &str, conf: Option<&RedisConf>) -> FileClass {
         }
     }
     // Redis 7 multi-part AOF: NAME.N.incr.aof, NAME.N.base.rdb|aof.
-    if base.ends_with(".aof") || base.contains(".incr.aof") || base.contains(".base.") || base.starts_with("appendonly") {
+    if base.ends_with(".aof")
+        || base.contains(".incr.aof")
+        || base.contains(".base.")
+        || base.starts_with("appendonly")
+    {
         return FileClass::Aof;
     }
     if base.ends_with(".rdb") {
@@ -222,7 +245,11 @@ pub fn sniff(data: &[u8], is_write: bool) -> Option<FileClass> {
     }
     if data.len() >= 4 && data[0] == b'*' && data[1].is_ascii_digit() {
         // RESP arrays: read from a socket they are requests; written to a file, the AOF.
-        return Some(if is_write { FileClass::Aof } else { FileClass::Client });
+        return Some(if is_write {
+            FileClass::Aof
+        } else {
+            FileClass::Client
+        });
     }
     if is_log_line(data) {
         return Some(FileClass::Log);
@@ -233,7 +260,11 @@ pub fn sniff(data: &[u8], is_write: bool) -> Option<FileClass> {
 /// `8169:M 30 Nov 2026 22:38:11.272 * ...`: the redis log-line format.
 fn is_log_line(d: &[u8]) -> bool {
     let n = d.iter().take_while(|b| b.is_ascii_digit()).count();
-    n > 0 && d.len() > n + 3 && d[n] == b':' && matches!(d[n + 1], b'M' | b'C' | b'S' | b'X') && d[n + 2] == b' '
+    n > 0
+        && d.len() > n + 3
+        && d[n] == b':'
+        && matches!(d[n + 1], b'M' | b'C' | b'S' | b'X')
+        && d[n + 2] == b' '
 }
 
 /// Interned identity of a file as the report shows it.
@@ -267,9 +298,12 @@ const PAST_KEEP: usize = 4;
 pub struct FdTable {
     procs: HashMap<u32, ProcFds>,
     files: Vec<FileInfo>,
-    index: HashMap<(u32, i32, Option<Arc<str>>, FileClass), FileId>,
+    index: HashMap<FileKey, FileId>,
     pub conf: Option<RedisConf>,
 }
+
+/// (process, fd, path, class): what makes two bindings the same file in the report.
+type FileKey = (u32, i32, Option<Arc<str>>, FileClass);
 
 /// What an fd was at a moment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -280,7 +314,12 @@ pub struct Resolved {
 
 impl FdTable {
     pub fn new(conf: Option<RedisConf>) -> Self {
-        FdTable { procs: HashMap::default(), files: vec![], index: HashMap::default(), conf }
+        FdTable {
+            procs: HashMap::default(),
+            files: vec![],
+            index: HashMap::default(),
+            conf,
+        }
     }
 
     pub fn files(&self) -> &[FileInfo] {
@@ -307,18 +346,47 @@ impl FdTable {
             FileClass::Client => Some(Arc::from(client_label(path))),
             _ => key_path,
         };
-        self.files.push(FileInfo { pid, fd, path: shown, class });
+        self.files.push(FileInfo {
+            pid,
+            fd,
+            path: shown,
+            class,
+        });
         self.index.insert(key, id);
         id
     }
 
     /// Binds `fd` in process `pid` from time `ts`.
-    pub fn bind(&mut self, pid: u32, fd: i32, path: Option<&str>, class: Option<FileClass>, ts: Nanos) -> FileId {
-        let class = class.unwrap_or_else(|| path.map(|p| classify_path(p, self.conf.as_ref())).unwrap_or(FileClass::Unknown));
+    pub fn bind(
+        &mut self,
+        pid: u32,
+        fd: i32,
+        path: Option<&str>,
+        class: Option<FileClass>,
+        ts: Nanos,
+    ) -> FileId {
+        let class = class.unwrap_or_else(|| {
+            path.map(|p| classify_path(p, self.conf.as_ref()))
+                .unwrap_or(FileClass::Unknown)
+        });
         let file = self.intern(pid, fd, path, class);
         let p = self.procs.entry(pid).or_default();
-        if let Some(old) = p.live.insert(fd, Binding { file, opened: ts, closed: None }) {
-            push_past(p, fd, Binding { closed: Some(ts), ..old });
+        if let Some(old) = p.live.insert(
+            fd,
+            Binding {
+                file,
+                opened: ts,
+                closed: None,
+            },
+        ) {
+            push_past(
+                p,
+                fd,
+                Binding {
+                    closed: Some(ts),
+                    ..old
+                },
+            );
         }
         file
     }
@@ -326,7 +394,14 @@ impl FdTable {
     pub fn close(&mut self, pid: u32, fd: i32, ts: Nanos) {
         if let Some(p) = self.procs.get_mut(&pid) {
             if let Some(b) = p.live.remove(&fd) {
-                push_past(p, fd, Binding { closed: Some(ts), ..b });
+                push_past(
+                    p,
+                    fd,
+                    Binding {
+                        closed: Some(ts),
+                        ..b
+                    },
+                );
             }
         }
     }
@@ -342,7 +417,14 @@ impl FdTable {
         for (fd, file) in src {
             let info = self.files[file as usize].clone();
             let id = self.intern(child, fd, info.path.as_deref(), info.class);
-            fresh.live.insert(fd, Binding { file: id, opened: ts, closed: None });
+            fresh.live.insert(
+                fd,
+                Binding {
+                    file: id,
+                    opened: ts,
+                    closed: None,
+                },
+            );
         }
         self.procs.insert(child, fresh);
     }
@@ -364,7 +446,10 @@ impl FdTable {
     }
 
     fn resolved(&self, file: FileId) -> Resolved {
-        Resolved { file, class: self.files[file as usize].class }
+        Resolved {
+            file,
+            class: self.files[file as usize].class,
+        }
     }
 
     /// Content sniffing: gives a class to a file no path named.
@@ -393,7 +478,8 @@ impl FdTable {
                     let f = &self.files[r.file as usize];
                     // A socket sniffed as a client keeps its class under a `socket:[N]` annotation.
                     f.path.as_deref() == Some(path)
-                        || (f.class == FileClass::Client && (path.contains("->") || path.starts_with("socket:")))
+                        || (f.class == FileClass::Client
+                            && (path.contains("->") || path.starts_with("socket:")))
                 });
                 resolved = if same {
                     cur
@@ -407,8 +493,12 @@ impl FdTable {
                     // An fd from before the trace: known only by what it is used for.
                     let class = match sc.name {
                         "accept" | "accept4" | "listen" => Some(FileClass::Listener),
-                        "epoll_wait" | "epoll_pwait" | "epoll_ctl" | "epoll_pwait2" => Some(FileClass::Epoll),
-                        "fdatasync" | "fsync" | "lseek" | "sync_file_range" | "ftruncate" => Some(FileClass::Other),
+                        "epoll_wait" | "epoll_pwait" | "epoll_ctl" | "epoll_pwait2" => {
+                            Some(FileClass::Epoll)
+                        }
+                        "fdatasync" | "fsync" | "lseek" | "sync_file_range" | "ftruncate" => {
+                            Some(FileClass::Other)
+                        }
                         _ => None,
                     };
                     let id = self.bind(pid, fd, None, class, ts);
@@ -416,7 +506,8 @@ impl FdTable {
                 }
             }
             if let (Some(r), Some(d)) = (resolved, sc.data()) {
-                let unnamed = self.files[r.file as usize].path.is_none() || r.class == FileClass::Unknown;
+                let unnamed =
+                    self.files[r.file as usize].path.is_none() || r.class == FileClass::Unknown;
                 if matches!(r.class, FileClass::Unknown | FileClass::Other) && unnamed {
                     let is_write = matches!(sc.name, "write" | "pwrite64" | "sendto" | "writev");
                     if let Some(c) = sniff(d.bytes(), is_write) {
@@ -435,19 +526,35 @@ impl FdTable {
                     let class = path.map(|p| {
                         let c = classify_path(p, self.conf.as_ref());
                         // redis fsyncs its directories after renames: opened O_DIRECTORY or not.
-                        if c == FileClass::Other && p.ends_with('/') { FileClass::Dir } else { c }
+                        if c == FileClass::Other && p.ends_with('/') {
+                            FileClass::Dir
+                        } else {
+                            c
+                        }
                     });
                     self.bind(pid, fd as i32, path, class, ts);
                 }
             }
             "socket" => {
                 if let Some(fd) = ret {
-                    self.bind(pid, fd as i32, sc.ret_path.as_deref(), Some(FileClass::Unknown), ts);
+                    self.bind(
+                        pid,
+                        fd as i32,
+                        sc.ret_path.as_deref(),
+                        Some(FileClass::Unknown),
+                        ts,
+                    );
                 }
             }
             "accept" | "accept4" => {
                 if let Some(fd) = ret {
-                    self.bind(pid, fd as i32, sc.ret_path.as_deref(), Some(FileClass::Client), ts);
+                    self.bind(
+                        pid,
+                        fd as i32,
+                        sc.ret_path.as_deref(),
+                        Some(FileClass::Client),
+                        ts,
+                    );
                 }
             }
             "listen" => {
@@ -461,24 +568,44 @@ impl FdTable {
             }
             "connect" => {
                 if let Some(fd) = sc.fd {
-                    if self.lookup(pid, fd, ts).is_some_and(|r| r.class == FileClass::Unknown) {
+                    if self
+                        .lookup(pid, fd, ts)
+                        .is_some_and(|r| r.class == FileClass::Unknown)
+                    {
                         self.reclassify(pid, fd, FileClass::Replica);
                     }
                 }
             }
             "epoll_create" | "epoll_create1" => {
                 if let Some(fd) = ret {
-                    self.bind(pid, fd as i32, sc.ret_path.as_deref(), Some(FileClass::Epoll), ts);
+                    self.bind(
+                        pid,
+                        fd as i32,
+                        sc.ret_path.as_deref(),
+                        Some(FileClass::Epoll),
+                        ts,
+                    );
                 }
             }
-            "eventfd2" | "eventfd" | "timerfd_create" | "signalfd4" | "memfd_create" | "inotify_init1" => {
+            "eventfd2" | "eventfd" | "timerfd_create" | "signalfd4" | "memfd_create"
+            | "inotify_init1" => {
                 if let Some(fd) = ret {
-                    self.bind(pid, fd as i32, sc.ret_path.as_deref(), Some(FileClass::Other), ts);
+                    self.bind(
+                        pid,
+                        fd as i32,
+                        sc.ret_path.as_deref(),
+                        Some(FileClass::Other),
+                        ts,
+                    );
                 }
             }
             "pipe" | "pipe2" | "socketpair" => {
                 if let (Extra::FdPair(a, b), Some(_)) = (&sc.extra, ret) {
-                    let class = if sc.name == "socketpair" { FileClass::Other } else { FileClass::Pipe };
+                    let class = if sc.name == "socketpair" {
+                        FileClass::Other
+                    } else {
+                        FileClass::Pipe
+                    };
                     self.bind(pid, *a, None, Some(class), ts);
                     self.bind(pid, *b, None, Some(class), ts);
                 }
@@ -487,7 +614,9 @@ impl FdTable {
                 let is_dup = sc.name.starts_with("dup") || matches!(sc.extra, Extra::DupFd);
                 if let (true, Some(newfd), Some(old)) = (is_dup, ret, sc.fd) {
                     if newfd != old as i64 {
-                        let src = self.lookup(pid, old, ts).map(|r| self.files[r.file as usize].clone());
+                        let src = self
+                            .lookup(pid, old, ts)
+                            .map(|r| self.files[r.file as usize].clone());
                         let (path, class) = match &src {
                             Some(f) => (f.path.as_deref().map(str::to_string), Some(f.class)),
                             None => (None, None),
@@ -505,7 +634,12 @@ impl FdTable {
             "close_range" => {
                 if let Extra::CloseRange(lo, hi) = sc.extra {
                     if let Some(p) = self.procs.get(&pid) {
-                        let fds: Vec<i32> = p.live.keys().copied().filter(|f| *f >= 0 && (*f as u32) >= lo && (*f as u32) <= hi).collect();
+                        let fds: Vec<i32> = p
+                            .live
+                            .keys()
+                            .copied()
+                            .filter(|f| *f >= 0 && (*f as u32) >= lo && (*f as u32) <= hi)
+                            .collect();
                         for fd in fds {
                             self.close(pid, fd, ts);
                         }
@@ -555,17 +689,35 @@ mod tests {
     #[test]
     fn classifies_redis_files() {
         let c = |p| classify_path(p, None);
-        assert_eq!(c("/d/appendonlydir/appendonly.aof.1.incr.aof"), FileClass::Aof);
-        assert_eq!(c("/d/appendonlydir/appendonly.aof.2.base.rdb"), FileClass::Aof);
-        assert_eq!(c("/d/appendonlydir/appendonly.aof.manifest"), FileClass::AofManifest);
-        assert_eq!(c("/d/appendonlydir/temp-appendonly.aof.manifest"), FileClass::AofManifest);
+        assert_eq!(
+            c("/d/appendonlydir/appendonly.aof.1.incr.aof"),
+            FileClass::Aof
+        );
+        assert_eq!(
+            c("/d/appendonlydir/appendonly.aof.2.base.rdb"),
+            FileClass::Aof
+        );
+        assert_eq!(
+            c("/d/appendonlydir/appendonly.aof.manifest"),
+            FileClass::AofManifest
+        );
+        assert_eq!(
+            c("/d/appendonlydir/temp-appendonly.aof.manifest"),
+            FileClass::AofManifest
+        );
         assert_eq!(c("/d/temp-rewriteaof-9569.aof"), FileClass::AofRewriteTemp);
-        assert_eq!(c("/d/temp-rewriteaof-bg-9569.aof"), FileClass::AofRewriteTemp);
+        assert_eq!(
+            c("/d/temp-rewriteaof-bg-9569.aof"),
+            FileClass::AofRewriteTemp
+        );
         assert_eq!(c("/d/temp-8335.rdb"), FileClass::RdbTemp);
         assert_eq!(c("/d/dump.rdb"), FileClass::Rdb);
         assert_eq!(c("/d/redis.log"), FileClass::Log);
         assert_eq!(c("/proc/8169/stat"), FileClass::Proc);
-        assert_eq!(c("TCP:[127.0.0.1:6394->127.0.0.1:36610]"), FileClass::Client);
+        assert_eq!(
+            c("TCP:[127.0.0.1:6394->127.0.0.1:36610]"),
+            FileClass::Client
+        );
         assert_eq!(c("TCP:[127.0.0.1:6394]"), FileClass::Listener);
         assert_eq!(c("anon_inode:[eventpoll]"), FileClass::Epoll);
         assert_eq!(c("pipe:[1234]"), FileClass::Pipe);
@@ -574,8 +726,12 @@ mod tests {
 
     #[test]
     fn conf_names_the_log_file_even_without_log_extension() {
-        let conf = RedisConf::parse("dir /data\nlogfile \"/data/redis-out\"\ndbfilename snap.bin\n");
-        assert_eq!(classify_path("/data/redis-out", Some(&conf)), FileClass::Log);
+        let conf =
+            RedisConf::parse("dir /data\nlogfile \"/data/redis-out\"\ndbfilename snap.bin\n");
+        assert_eq!(
+            classify_path("/data/redis-out", Some(&conf)),
+            FileClass::Log
+        );
         assert_eq!(classify_path("/data/snap.bin", Some(&conf)), FileClass::Rdb);
     }
 
@@ -597,14 +753,22 @@ mod tests {
         t.apply(2, 30, &call("close", Some(7), 0, None));
         assert_eq!(t.lookup(1, 7, 40).unwrap().class, FileClass::Aof);
         assert_eq!(t.lookup(2, 7, 25).unwrap().class, FileClass::Aof);
-        assert!(t.lookup(2, 7, 40).is_none() || t.lookup(2, 7, 40).unwrap().class == FileClass::Aof);
+        assert!(
+            t.lookup(2, 7, 40).is_none() || t.lookup(2, 7, 40).unwrap().class == FileClass::Aof
+        );
     }
 
     #[test]
     fn sniffs_aof_log_and_rdb_by_content() {
         assert_eq!(sniff(b"*3\r\n$3\r\nset\r\n", true), Some(FileClass::Aof));
-        assert_eq!(sniff(b"*3\r\n$3\r\nset\r\n", false), Some(FileClass::Client));
-        assert_eq!(sniff(b"8169:M 30 Nov 2026 22:38:11.272 * x", true), Some(FileClass::Log));
+        assert_eq!(
+            sniff(b"*3\r\n$3\r\nset\r\n", false),
+            Some(FileClass::Client)
+        );
+        assert_eq!(
+            sniff(b"8169:M 30 Nov 2026 22:38:11.272 * x", true),
+            Some(FileClass::Log)
+        );
         assert_eq!(sniff(b"REDIS0011\xfa", true), Some(FileClass::Rdb));
         assert_eq!(sniff(b"+OK\r\n", true), None);
     }

@@ -5,14 +5,14 @@
 //! `report::Report` -> `render` (table, JSON, ...). Every stage streams: memory is bounded by
 //! the fd table, the unfinished-call map and fixed-size aggregates, never by trace length.
 
+pub mod analyze;
+pub mod cli;
 pub mod docs;
 pub mod event;
+pub mod fdtable;
+pub mod live;
 pub mod progress;
 pub mod render;
 pub mod report;
-pub mod source;
-pub mod analyze;
-pub mod fdtable;
-pub mod cli;
 pub mod run;
-pub mod live;
+pub mod source;

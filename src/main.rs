@@ -9,7 +9,9 @@ fn main() {
     let result = match cli.command {
         Command::Analyze(args) => stallscope::run::analyze(&args),
         Command::Attach(args) => stallscope::live::run_attach(&args),
-        Command::Completions { shell } => stallscope::run::completions(Cli::command(), shell).map(|_| 0),
+        Command::Completions { shell } => {
+            stallscope::run::completions(Cli::command(), shell).map(|_| 0)
+        }
         Command::Man { dir } => stallscope::run::man(Cli::command(), dir.as_deref()).map(|_| 0),
     };
     match result {

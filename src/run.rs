@@ -10,16 +10,26 @@ use std::io::{IsTerminal, Write};
 
 /// Analyzer options from the output flags shared by `analyze` and `attach`.
 pub fn options(out: &OutputArgs) -> Result<Options> {
-    let mut o = Options { threshold_ns: out.threshold, top: out.top.max(1), ..Default::default() };
+    let mut o = Options {
+        threshold_ns: out.threshold,
+        top: out.top.max(1),
+        ..Default::default()
+    };
+    if out.html.is_some() || out.svg.is_some() || out.export_trace.is_some() {
+        // Context for plots and the trace export: calls a tenth of the threshold or longer.
+        o.timeline_floor_ns = Some((out.threshold / 10).max(100_000));
+    }
     if let Some(f) = &out.threads {
-        let text = std::fs::read_to_string(f).with_context(|| format!("--threads {f}: cannot read it"))?;
+        let text =
+            std::fs::read_to_string(f).with_context(|| format!("--threads {f}: cannot read it"))?;
         o.thread_names = analyze::parse_thread_names(&text);
         if o.thread_names.is_empty() {
             anyhow::bail!("--threads {f}: no `TID NAME` lines in it");
         }
     }
     if let Some(f) = &out.redis_conf {
-        let text = std::fs::read_to_string(f).with_context(|| format!("--redis-conf {f}: cannot read it"))?;
+        let text = std::fs::read_to_string(f)
+            .with_context(|| format!("--redis-conf {f}: cannot read it"))?;
         o.redis_conf = Some(RedisConf::parse(&text));
     }
     Ok(o)
@@ -29,7 +39,10 @@ pub fn use_color(c: ColorChoice) -> bool {
     match c {
         ColorChoice::Always => true,
         ColorChoice::Never => false,
-        ColorChoice::Auto => std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()) && std::io::stdout().is_terminal(),
+        ColorChoice::Auto => {
+            std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+                && std::io::stdout().is_terminal()
+        }
     }
 }
 
@@ -53,7 +66,11 @@ pub fn write_files(report: &Report, out: &OutputArgs) -> Result<()> {
     let files: [(&str, &Option<String>, Renderer); 3] = [
         ("--html", &out.html, crate::render::html::render),
         ("--svg", &out.svg, crate::render::svg::render),
-        ("--export-trace", &out.export_trace, crate::render::trace_export::render),
+        (
+            "--export-trace",
+            &out.export_trace,
+            crate::render::trace_export::render,
+        ),
     ];
     for (flag, path, render) in files {
         let Some(path) = path else { continue };
@@ -85,7 +102,8 @@ pub fn completions(cmd: clap::Command, shell: crate::docs::CompletionShell) -> R
 pub fn man(cmd: clap::Command, dir: Option<&std::path::Path>) -> Result<()> {
     match dir {
         Some(d) => {
-            let files = crate::docs::man_pages(cmd, d).with_context(|| format!("--dir {}: cannot write man pages", d.display()))?;
+            let files = crate::docs::man_pages(cmd, d)
+                .with_context(|| format!("--dir {}: cannot write man pages", d.display()))?;
             for f in files {
                 println!("{}", d.join(f).display());
             }
@@ -109,7 +127,11 @@ pub fn analyze(args: &AnalyzeArgs) -> Result<u64> {
     let counters = inputs.counters();
     let mut info = inputs.info();
     if an_is_empty(&counters, &inputs) {
-        let label = info.files.first().cloned().unwrap_or_else(|| "<stdin>".into());
+        let label = info
+            .files
+            .first()
+            .cloned()
+            .unwrap_or_else(|| "<stdin>".into());
         return Err(source::no_events_error(&label, &counters));
     }
     info.pid = args.pid;
@@ -128,7 +150,9 @@ fn pipelined(mut inputs: Inputs, mut sink: impl FnMut(&crate::event::Event)) -> 
     let (back_tx, back_rx) = std::sync::mpsc::channel::<Vec<crate::event::Event>>();
     let producer = std::thread::spawn(move || -> Result<Inputs> {
         loop {
-            let mut batch = back_rx.try_recv().unwrap_or_else(|_| Vec::with_capacity(BATCH));
+            let mut batch = back_rx
+                .try_recv()
+                .unwrap_or_else(|_| Vec::with_capacity(BATCH));
             batch.clear();
             while batch.len() < BATCH {
                 match inputs.next_event()? {
@@ -152,7 +176,9 @@ fn pipelined(mut inputs: Inputs, mut sink: impl FnMut(&crate::event::Event)) -> 
         }
         let _ = back_tx.send(batch);
     }
-    producer.join().map_err(|_| anyhow::anyhow!("the parser thread panicked"))?
+    producer
+        .join()
+        .map_err(|_| anyhow::anyhow!("the parser thread panicked"))?
 }
 
 fn an_is_empty(c: &source::Counters, _inputs: &Inputs) -> bool {
@@ -161,5 +187,8 @@ fn an_is_empty(c: &source::Counters, _inputs: &Inputs) -> bool {
 
 /// A closed stdout (`| head`) ends the program quietly, as ripgrep does.
 pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
-    e.chain().any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe))
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
 }

@@ -8,7 +8,10 @@ use std::io::Read;
 use std::path::PathBuf;
 
 fn fixture(name: &str, file: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures").join(name).join(file)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures")
+        .join(name)
+        .join(file)
 }
 
 fn trace(name: &str) -> PathBuf {
@@ -17,10 +20,23 @@ fn trace(name: &str) -> PathBuf {
 
 /// Runs analyze with JSON output; returns (exit code, report).
 fn analyze(args: &[&str]) -> (i32, Value) {
-    let out = Command::cargo_bin("stallscope").unwrap().arg("analyze").args(args).args(["--format", "json"]).output().unwrap();
+    let out = Command::cargo_bin("stallscope")
+        .unwrap()
+        .arg("analyze")
+        .args(args)
+        .args(["--format", "json"])
+        .output()
+        .unwrap();
     let code = out.status.code().unwrap();
-    assert!(code == 0 || code == 1, "exit {code}: {}", String::from_utf8_lossy(&out.stderr));
-    (code, serde_json::from_slice(&out.stdout).expect("valid JSON report"))
+    assert!(
+        code == 0 || code == 1,
+        "exit {code}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (
+        code,
+        serde_json::from_slice(&out.stdout).expect("valid JSON report"),
+    )
 }
 
 fn analyze_capture(name: &str) -> (i32, Value) {
@@ -28,11 +44,21 @@ fn analyze_capture(name: &str) -> (i32, Value) {
 }
 
 fn syscall<'a>(r: &'a Value, name: &str) -> &'a Value {
-    r["syscalls"].as_array().unwrap().iter().find(|s| s["name"] == name).unwrap_or_else(|| panic!("no {name} in syscalls"))
+    r["syscalls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == name)
+        .unwrap_or_else(|| panic!("no {name} in syscalls"))
 }
 
 fn finding_ids(r: &Value) -> Vec<String> {
-    r["findings"].as_array().unwrap().iter().map(|f| f["id"].as_str().unwrap().to_string()).collect()
+    r["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["id"].as_str().unwrap().to_string())
+        .collect()
 }
 
 fn stalls(r: &Value) -> Vec<&Value> {
@@ -57,11 +83,15 @@ fn within(actual: i64, expected: i64, tolerance: f64) -> bool {
 fn client_p50(name: &str) -> Vec<(String, i64)> {
     let f = std::fs::File::open(fixture(name, &format!("{name}.rtt.csv.gz"))).unwrap();
     let mut text = String::new();
-    flate2::read::GzDecoder::new(f).read_to_string(&mut text).unwrap();
+    flate2::read::GzDecoder::new(f)
+        .read_to_string(&mut text)
+        .unwrap();
     let mut by: std::collections::BTreeMap<String, Vec<i64>> = Default::default();
     for line in text.lines().skip(1) {
         let cols: Vec<&str> = line.split(',').collect();
-        by.entry(cols[1].to_string()).or_default().push(cols[2].parse().unwrap());
+        by.entry(cols[1].to_string())
+            .or_default()
+            .push(cols[2].parse().unwrap());
     }
     by.into_iter()
         .map(|(k, mut v)| {
@@ -84,7 +114,10 @@ fn assert_command_p50s(name: &str, r: &Value) {
             .unwrap_or_else(|| panic!("{name}: no {cmd} in commands"));
         let p50 = ours["p50_us"].as_i64().unwrap();
         let tol = if client >= 200 { 0.25 } else { 0.40 };
-        assert!(within(p50, client, tol), "{name}: {cmd} p50 {p50} µs vs client {client} µs (tolerance {tol})");
+        assert!(
+            within(p50, client, tol),
+            "{name}: {cmd} p50 {p50} µs vs client {client} µs (tolerance {tol})"
+        );
     }
 }
 
@@ -99,12 +132,20 @@ fn aof_always_getsadd_names_the_fsync_without_calling_idle_waits_stalls() {
     assert!(within(f["p50_us"].as_i64().unwrap(), 153, 0.10), "{f}");
     assert!(within(f["max_us"].as_i64().unwrap(), 4200, 0.05), "{f}");
     assert!(finding_ids(&r).contains(&"aof-fsync-always".to_string()));
-    let fd7 = r["fds"].as_array().unwrap().iter().find(|f| f["fd"] == 7).unwrap();
+    let fd7 = r["fds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["fd"] == 7)
+        .unwrap();
     assert_eq!(fd7["class"], "aof");
     assert_command_p50s("aof-always-getsadd", &r);
     // Slowest non-wait calls: fdatasync on the AOF and one write.
     let slowest = &r["slowest"][0];
-    assert!(slowest["syscall"] == "fdatasync" || slowest["syscall"] == "write", "{slowest}");
+    assert!(
+        slowest["syscall"] == "fdatasync" || slowest["syscall"] == "write",
+        "{slowest}"
+    );
 }
 
 #[test]
@@ -134,7 +175,12 @@ fn trace_without_durations_is_reconstructed_and_says_so() {
 fn strace_summary_is_refused_with_advice_to_use_dash_t() {
     let out = Command::cargo_bin("stallscope")
         .unwrap()
-        .args(["analyze", fixture("aof-always-summary-c", "aof-always-summary-c.strace-c.txt").to_str().unwrap()])
+        .args([
+            "analyze",
+            fixture("aof-always-summary-c", "aof-always-summary-c.strace-c.txt")
+                .to_str()
+                .unwrap(),
+        ])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
@@ -148,12 +194,19 @@ fn strace_summary_is_refused_with_advice_to_use_dash_t() {
 fn verbose_log_during_bgsave_blames_the_log_file() {
     let (code, r) = analyze_capture("log-verbose-bgsave-dd-y");
     assert_eq!(code, 1);
-    assert!(finding_ids(&r).contains(&"log-file-blocking".to_string()), "{:?}", finding_ids(&r));
+    assert!(
+        finding_ids(&r).contains(&"log-file-blocking".to_string()),
+        "{:?}",
+        finding_ids(&r)
+    );
     let w = worst_file_stall(&r);
     // README: two newfstatat on redis.log of 77.6 ms and 54.0 ms are the slowest log calls.
     assert_eq!(w["class"], "log");
     assert_eq!(w["syscall"], "newfstatat");
-    assert!(within(w["duration_us"].as_i64().unwrap(), 77_600, 0.01), "{w}");
+    assert!(
+        within(w["duration_us"].as_i64().unwrap(), 77_600, 0.01),
+        "{w}"
+    );
     assert_eq!(w["thread"], "main");
     let phases = r["phases"].as_array().unwrap();
     assert_eq!(phases.len(), 1);
@@ -161,7 +214,8 @@ fn verbose_log_during_bgsave_blames_the_log_file() {
     assert_eq!(phases[0]["child_pid"], 8335);
     assert!(within(phases[0]["fork_us"].as_i64().unwrap(), 12_726, 0.01));
     // README: the child ran 22:38:13.800 to 22:38:17.051 (3.25 s).
-    let span = phases[0]["end_at_us"].as_i64().unwrap() - phases[0]["start_at_us"].as_i64().unwrap();
+    let span =
+        phases[0]["end_at_us"].as_i64().unwrap() - phases[0]["start_at_us"].as_i64().unwrap();
     assert!(within(span, 3_250_000, 0.05), "child lifetime {span} µs");
 }
 
@@ -169,17 +223,26 @@ fn verbose_log_during_bgsave_blames_the_log_file() {
 fn aof_rewrite_with_always_blames_the_active_child() {
     let (code, r) = analyze_capture("rewrite-always-nofsync-no");
     assert_eq!(code, 1);
-    assert!(finding_ids(&r).contains(&"aof-write-active-child".to_string()), "{:?}", finding_ids(&r));
+    assert!(
+        finding_ids(&r).contains(&"aof-write-active-child".to_string()),
+        "{:?}",
+        finding_ids(&r)
+    );
     let w = worst_file_stall(&r);
     assert_eq!(w["class"], "aof");
     assert_eq!(w["syscall"], "fdatasync");
     assert_eq!(w["fd"], 12);
-    assert!(within(w["duration_us"].as_i64().unwrap(), 446_900, 0.01), "{w}");
+    assert!(
+        within(w["duration_us"].as_i64().unwrap(), 446_900, 0.01),
+        "{w}"
+    );
     assert_eq!(w["finding"], "aof-write-active-child");
     // README: 4 non-wait syscalls over 10 ms, all main-thread fdatasync of the AOF.
     let s = stalls(&r);
     assert_eq!(s.len(), 4, "{s:?}");
-    assert!(s.iter().all(|s| s["syscall"] == "fdatasync" && s["thread"] == "main" && s["class"] == "aof"));
+    assert!(s
+        .iter()
+        .all(|s| s["syscall"] == "fdatasync" && s["thread"] == "main" && s["class"] == "aof"));
     let p = &r["phases"][0];
     assert_eq!(p["kind"], "aof_rewrite");
     assert_eq!(p["child_pid"], 9569);
@@ -201,11 +264,18 @@ fn bgsave_copy_on_write_reports_fork_and_child_phase() {
     assert!(finding_ids(&r).contains(&"fork".to_string()));
     // README: 4 non-wait syscalls over 10 ms: the clone and three socket writes.
     let s = stalls(&r);
-    assert_eq!(s.iter().filter(|s| s["kind"] == "slow_syscall").count(), 4, "{s:?}");
+    assert_eq!(
+        s.iter().filter(|s| s["kind"] == "slow_syscall").count(),
+        4,
+        "{s:?}"
+    );
     let clone = s.iter().find(|s| s["syscall"] == "clone").unwrap();
     assert_eq!(clone["finding"], "fork");
     assert_eq!(clone["line"], 18643);
-    assert!(r["summary"]["start_iso"].as_str().unwrap().starts_with("2026-11-30T"));
+    assert!(r["summary"]["start_iso"]
+        .as_str()
+        .unwrap()
+        .starts_with("2026-11-30T"));
     assert_command_p50s("bgsave-cow-ttt", &r);
 }
 
@@ -220,8 +290,14 @@ fn everysec_on_this_disk_did_not_block_the_main_thread() {
     let w = worst_file_stall(&r);
     assert_eq!(w["thread"], "bio_aof");
     assert_eq!(w["class"], "aof");
-    assert!(within(w["duration_us"].as_i64().unwrap(), 28_400, 0.01), "{w}");
-    assert!(w["path"].as_str().unwrap().ends_with("appendonly.aof.1.incr.aof"));
+    assert!(
+        within(w["duration_us"].as_i64().unwrap(), 28_400, 0.01),
+        "{w}"
+    );
+    assert!(w["path"]
+        .as_str()
+        .unwrap()
+        .ends_with("appendonly.aof.1.incr.aof"));
     assert_command_p50s("everysec-dd-yy", &r);
 }
 
@@ -229,9 +305,16 @@ fn everysec_on_this_disk_did_not_block_the_main_thread() {
 fn slow_log_close_matches_expected_md() {
     let (code, r) = analyze_capture("slow-log-close-bgsave-f");
     assert_eq!(code, 1);
-    let main: Vec<&Value> = stalls(&r).into_iter().filter(|s| s["thread"] == "main").collect();
+    let main: Vec<&Value> = stalls(&r)
+        .into_iter()
+        .filter(|s| s["thread"] == "main")
+        .collect();
     // EXPECTED.md: three main-thread close(13) of the log file: 4.226 s, 4.828 s, 4.767 s.
-    let expected = [("22:55:12.655727", 4_225_682), ("22:55:16.884579", 4_827_551), ("22:55:21.713921", 4_767_423)];
+    let expected = [
+        ("22:55:12.655727", 4_225_682),
+        ("22:55:16.884579", 4_827_551),
+        ("22:55:21.713921", 4_767_423),
+    ];
     assert_eq!(main.len(), 3, "{main:?}");
     for (s, (ts, dur)) in main.iter().zip(expected) {
         assert_eq!(s["ts"], ts);
@@ -243,7 +326,10 @@ fn slow_log_close_matches_expected_md() {
         assert_eq!(s["finding"], "log-file-blocking");
     }
     // The child's fsync of temp-28169.rdb, 88.8 ms, is a stall of the child, not of main.
-    let child: Vec<&Value> = stalls(&r).into_iter().filter(|s| s["thread"] == "child").collect();
+    let child: Vec<&Value> = stalls(&r)
+        .into_iter()
+        .filter(|s| s["thread"] == "child")
+        .collect();
     assert_eq!(child.len(), 1);
     assert_eq!(child[0]["syscall"], "fsync");
     assert_eq!(child[0]["class"], "rdb_temp");
@@ -261,7 +347,10 @@ fn slow_log_close_says_who_waited_for_each_stall() {
     // checks sent 22:55:12.654615 (4.23 s) and 22:55:17.033128 (9.45 s). So stall 1 held one
     // SET and one health check, stalls 2 and 3 each held the second SET and health check.
     let (_, r) = analyze_capture("slow-log-close-bgsave-f");
-    let main: Vec<&Value> = stalls(&r).into_iter().filter(|s| s["thread"] == "main").collect();
+    let main: Vec<&Value> = stalls(&r)
+        .into_iter()
+        .filter(|s| s["thread"] == "main")
+        .collect();
     for (i, s) in main.iter().enumerate() {
         assert_eq!(s["waiting_by_command"]["SET"], 1, "stall {i}: {s}");
         assert_eq!(s["waiting_by_command"]["PING"], 1, "stall {i}: {s}");
@@ -277,14 +366,24 @@ fn slow_log_close_says_who_waited_for_each_stall() {
 fn table_output_leads_with_the_finding_and_fits_80_columns() {
     let out = Command::cargo_bin("stallscope")
         .unwrap()
-        .args(["analyze", trace("slow-log-close-bgsave-f").to_str().unwrap()])
+        .args([
+            "analyze",
+            trace("slow-log-close-bgsave-f").to_str().unwrap(),
+        ])
         .env("NO_COLOR", "1")
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
     let text = String::from_utf8(out.stdout).unwrap();
     let findings_at = text.find("FINDINGS").unwrap();
-    assert!(text[findings_at..].lines().nth(1).unwrap().contains("log file"), "{text}");
+    assert!(
+        text[findings_at..]
+            .lines()
+            .nth(1)
+            .unwrap()
+            .contains("log file"),
+        "{text}"
+    );
     assert!(text.contains("held 3 clients"), "{text}");
     assert!(!text.contains('\x1b'), "no colour with NO_COLOR");
     for l in text.lines() {
@@ -297,12 +396,17 @@ fn ff_per_process_files_merge_into_one_trace() {
     // Split a real -f capture into strace -ff files (PREFIX.PID, no pid column) and check the
     // merged analysis finds the same stalls.
     let mut text = String::new();
-    flate2::read::GzDecoder::new(std::fs::File::open(trace("rewrite-always-nofsync-no")).unwrap()).read_to_string(&mut text).unwrap();
+    flate2::read::GzDecoder::new(std::fs::File::open(trace("rewrite-always-nofsync-no")).unwrap())
+        .read_to_string(&mut text)
+        .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let mut files: std::collections::BTreeMap<String, String> = Default::default();
     for line in text.lines() {
         let (pid, rest) = line.split_once(' ').unwrap();
-        files.entry(pid.to_string()).or_default().push_str(&format!("{}\n", rest.trim_start()));
+        files
+            .entry(pid.to_string())
+            .or_default()
+            .push_str(&format!("{}\n", rest.trim_start()));
     }
     for (pid, body) in &files {
         std::fs::write(dir.path().join(format!("tr.{pid}")), body).unwrap();
@@ -312,17 +416,28 @@ fn ff_per_process_files_merge_into_one_trace() {
     assert!(merged["source"]["format"].as_str().unwrap().contains("-ff"));
     let (_, whole) = analyze_capture("rewrite-always-nofsync-no");
     let key = |r: &Value| -> Vec<(i64, String)> {
-        stalls(r).iter().map(|s| (s["duration_us"].as_i64().unwrap(), s["syscall"].to_string())).collect()
+        stalls(r)
+            .iter()
+            .map(|s| (s["duration_us"].as_i64().unwrap(), s["syscall"].to_string()))
+            .collect()
     };
     assert_eq!(key(&merged), key(&whole));
-    assert_eq!(syscall(&merged, "fdatasync")["calls"], syscall(&whole, "fdatasync")["calls"]);
+    assert_eq!(
+        syscall(&merged, "fdatasync")["calls"],
+        syscall(&whole, "fdatasync")["calls"]
+    );
     assert_eq!(merged["phases"][0]["kind"], "aof_rewrite");
 }
 
 #[test]
 fn stdin_and_bad_inputs() {
     let body = std::fs::read(trace("everysec-dd-yy")).unwrap();
-    let out = Command::cargo_bin("stallscope").unwrap().args(["analyze", "-", "--format", "json"]).write_stdin(body).output().unwrap();
+    let out = Command::cargo_bin("stallscope")
+        .unwrap()
+        .args(["analyze", "-", "--format", "json"])
+        .write_stdin(body)
+        .output()
+        .unwrap();
     let r: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(r["source"]["files"].as_array().unwrap().len(), 0);
     assert!(r["summary"]["syscalls"].as_u64().unwrap() > 40_000);
@@ -332,11 +447,22 @@ fn stdin_and_bad_inputs() {
     std::fs::write(&empty, "").unwrap();
     let notrace = dir.path().join("notes.txt");
     std::fs::write(&notrace, "hello\nthis is not a trace\n").unwrap();
-    for (path, needle) in [(empty.to_str().unwrap(), "empty"), (notrace.to_str().unwrap(), "not a strace"), ("/nonexistent/x", "cannot open")] {
-        let out = Command::cargo_bin("stallscope").unwrap().args(["analyze", path]).output().unwrap();
+    for (path, needle) in [
+        (empty.to_str().unwrap(), "empty"),
+        (notrace.to_str().unwrap(), "not a strace"),
+        ("/nonexistent/x", "cannot open"),
+    ] {
+        let out = Command::cargo_bin("stallscope")
+            .unwrap()
+            .args(["analyze", path])
+            .output()
+            .unwrap();
         assert_eq!(out.status.code(), Some(2), "{path}");
         let err = String::from_utf8_lossy(&out.stderr);
-        assert!(err.starts_with("stallscope: error: ") && err.contains(needle) && err.contains(path), "{err}");
+        assert!(
+            err.starts_with("stallscope: error: ") && err.contains(needle) && err.contains(path),
+            "{err}"
+        );
         assert_eq!(err.lines().count(), 1, "one-line error: {err}");
     }
 }
@@ -349,7 +475,11 @@ fn strict_mode_fails_on_a_bad_line_and_names_it() {
     let (_, r) = analyze(&[p.to_str().unwrap()]);
     assert_eq!(r["summary"]["skipped_lines"], 1);
     assert_eq!(r["skipped"][0]["line"], 2);
-    let out = Command::cargo_bin("stallscope").unwrap().args(["analyze", "--strict", p.to_str().unwrap()]).output().unwrap();
+    let out = Command::cargo_bin("stallscope")
+        .unwrap()
+        .args(["analyze", "--strict", p.to_str().unwrap()])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains(":2:"));
 }

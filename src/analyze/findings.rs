@@ -64,7 +64,11 @@ pub(super) fn explain(a: &Analyzer, c: &Cand, role: Role) -> (Option<String>, St
         Role::Child => format!("background child {}", c.proc),
         r => format!("{} thread {}", r.as_str(), c.tid),
     };
-    let during = c.phase.and_then(|p| a.phases.get(p)).map(|p| format!(" while child {} ran", p.child)).unwrap_or_default();
+    let during = c
+        .phase
+        .and_then(|p| a.phases.get(p))
+        .map(|p| format!(" while child {} ran", p.child))
+        .unwrap_or_default();
     let id = |s: &str| Some(s.to_string());
     if c.kind == StallKind::Gap {
         return match role {
@@ -82,7 +86,11 @@ pub(super) fn explain(a: &Analyzer, c: &Cand, role: Role) -> (Option<String>, St
     let what = match file {
         Some(f) => match (&f.path, f.class) {
             (Some(p), FileClass::Client) => format!("{} ({p})", class_words(f.class)),
-            (Some(p), _) => format!("{} {}", class_words(f.class), p.rsplit('/').next().unwrap_or(p)),
+            (Some(p), _) => format!(
+                "{} {}",
+                class_words(f.class),
+                p.rsplit('/').next().unwrap_or(p)
+            ),
             (None, _) => class_words(f.class).to_string(),
         },
         None => match c.fd {
@@ -90,7 +98,11 @@ pub(super) fn explain(a: &Analyzer, c: &Cand, role: Role) -> (Option<String>, St
             None => String::new(),
         },
     };
-    let on = if what.is_empty() { String::new() } else { format!(" on {what}") };
+    let on = if what.is_empty() {
+        String::new()
+    } else {
+        format!(" on {what}")
+    };
     let base = format!("{who} blocked {bound}{d} in {name}(){on}{edge}");
     let (fid, why): (Option<String>, String) = match (role, class, name) {
         (Role::Main, _, "clone" | "clone3" | "fork" | "vfork") => {
@@ -148,7 +160,14 @@ pub(super) fn findings(a: &Analyzer, cands: &[Cand], r: &Report) -> Vec<Finding>
     let mut by: BTreeMap<String, Agg> = BTreeMap::new();
     for (c, s) in cands.iter().zip(&r.stalls) {
         if let Some(f) = &s.finding {
-            let e = by.entry(f.clone()).or_insert(Agg { n: 0, total: 0, worst: 0, worst_line: None, worst_path: None, held: Default::default() });
+            let e = by.entry(f.clone()).or_insert(Agg {
+                n: 0,
+                total: 0,
+                worst: 0,
+                worst_line: None,
+                worst_path: None,
+                held: Default::default(),
+            });
             e.n += 1;
             e.total += s.duration_us;
             e.held.extend(c.held.iter().copied());
@@ -162,10 +181,27 @@ pub(super) fn findings(a: &Analyzer, cands: &[Cand], r: &Report) -> Vec<Finding>
     let mut out = vec![];
     let thr = a.opts.threshold_ns / 1000;
     let stall_evidence = |e: &Agg| {
-        let at = e.worst_line.map(|l| format!(" (line {l})")).unwrap_or_default();
-        let path = e.worst_path.as_ref().map(|p| format!(" on {p}")).unwrap_or_default();
-        let held = if e.held.is_empty() { String::new() } else { format!("; {} client commands waited through them", e.held.len()) };
-        format!("{} stall(s) over {}, {} in total, worst {}{path}{at}{held}", e.n, human(thr), human(e.total), human(e.worst))
+        let at = e
+            .worst_line
+            .map(|l| format!(" (line {l})"))
+            .unwrap_or_default();
+        let path = e
+            .worst_path
+            .as_ref()
+            .map(|p| format!(" on {p}"))
+            .unwrap_or_default();
+        let held = if e.held.is_empty() {
+            String::new()
+        } else {
+            format!("; {} client commands waited through them", e.held.len())
+        };
+        format!(
+            "{} stall(s) over {}, {} in total, worst {}{path}{at}{held}",
+            e.n,
+            human(thr),
+            human(e.total),
+            human(e.worst)
+        )
     };
     let sev = |e: Option<&Agg>, base: Severity| match e {
         Some(e) if e.worst >= 100_000 => Severity::Critical,
@@ -179,13 +215,25 @@ pub(super) fn findings(a: &Analyzer, cands: &[Cand], r: &Report) -> Vec<Finding>
     if main_aof_fsync.0 >= 10 || by.contains_key("aof-fsync-always") {
         let e = by.get("aof-fsync-always");
         let (n, p50, p99, max) = main_aof_fsync;
-        let mut ev = format!("{n} fdatasync()/fsync() calls on the AOF in the main thread: p50 {}, p99 {}, max {}", human(p50), human(p99), human(max));
+        let mut ev = format!(
+            "{n} fdatasync()/fsync() calls on the AOF in the main thread: p50 {}, p99 {}, max {}",
+            human(p50),
+            human(p99),
+            human(max)
+        );
         let heavy: Vec<String> = r
             .commands
             .iter()
             .filter(|c| c.phase == "all" && c.aof_us > 0 && c.calls > 0)
             .take(3)
-            .map(|c| format!("{} p50 {} ({} per call in AOF syscalls)", c.command, human(c.p50_us), human(c.aof_us / c.calls as i64)))
+            .map(|c| {
+                format!(
+                    "{} p50 {} ({} per call in AOF syscalls)",
+                    c.command,
+                    human(c.p50_us),
+                    human(c.aof_us / c.calls as i64)
+                )
+            })
             .collect();
         if !heavy.is_empty() {
             ev.push_str(&format!("; {}", heavy.join(", ")));
@@ -253,7 +301,13 @@ pub(super) fn findings(a: &Analyzer, cands: &[Cand], r: &Report) -> Vec<Finding>
         });
     }
     if let Some(e) = by.get("log-file-blocking") {
-        let level = a.opts.redis_conf.as_ref().and_then(|c| c.loglevel.clone()).map(|l| format!(" (loglevel {l})")).unwrap_or_default();
+        let level = a
+            .opts
+            .redis_conf
+            .as_ref()
+            .and_then(|c| c.loglevel.clone())
+            .map(|l| format!(" (loglevel {l})"))
+            .unwrap_or_default();
         out.push(Finding {
             id: "log-file-blocking".into(),
             severity: sev(Some(e), Severity::Warning),
@@ -275,7 +329,10 @@ pub(super) fn findings(a: &Analyzer, cands: &[Cand], r: &Report) -> Vec<Finding>
             let list: Vec<String> = a
                 .phases
                 .iter()
-                .filter_map(|p| p.fork_ns.map(|f| format!("{} (child {})", human(f / 1000), p.child)))
+                .filter_map(|p| {
+                    p.fork_ns
+                        .map(|f| format!("{} (child {})", human(f / 1000), p.child))
+                })
                 .collect();
             out.push(Finding {
                 id: "fork".into(),

@@ -12,12 +12,12 @@ pub mod resp;
 pub mod stats;
 
 use crate::event::{DurSource, Event, EventKind, Extra, InFlight, Nanos, Ret, Syscall, Tid};
-use crate::fdtable::{FdTable, FileClass, FileId};
 pub use crate::fdtable::RedisConf;
+use crate::fdtable::{FdTable, FileClass, FileId};
 use crate::report::{self, Bound, Report, Stall, StallKind};
 use crate::source::{Counters, SourceInfo};
-use stats::Agg;
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
+use stats::Agg;
 use std::collections::{BTreeMap, VecDeque};
 
 #[derive(Clone, Debug)]
@@ -29,11 +29,21 @@ pub struct Options {
     pub redis_conf: Option<RedisConf>,
     /// The traced redis-server's pid, when known (live, `--pid`).
     pub root_pid: Option<Tid>,
+    /// Keep a per-thread sample of calls at least this long for timelines (plots, trace
+    /// export); None when no output needs one.
+    pub timeline_floor_ns: Option<i64>,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options { threshold_ns: 10_000_000, top: 20, thread_names: HashMap::default(), redis_conf: None, root_pid: None }
+        Options {
+            threshold_ns: 10_000_000,
+            top: 20,
+            thread_names: HashMap::default(),
+            redis_conf: None,
+            root_pid: None,
+            timeline_floor_ns: None,
+        }
     }
 }
 
@@ -69,7 +79,9 @@ impl Role {
             _ if n.starts_with("bio_close_file") => Role::BioCloseFile,
             _ if n.starts_with("bio_lazy_free") => Role::BioLazyFree,
             _ if n.starts_with("io_thd") => Role::IoThread,
-            _ if n.starts_with("redis-rdb-bgsave") || n.starts_with("redis-aof-rewrite") => Role::Child,
+            _ if n.starts_with("redis-rdb-bgsave") || n.starts_with("redis-aof-rewrite") => {
+                Role::Child
+            }
             _ if n.starts_with("redis-server") || n.starts_with("redis-check") => Role::Main,
             _ => Role::Other,
         })
@@ -81,9 +93,12 @@ impl Role {
 /// contention, in a bio thread it is "no job queued".
 fn is_idle(name: &str, role: Role) -> bool {
     match name {
-        "epoll_wait" | "epoll_pwait" | "epoll_pwait2" | "poll" | "ppoll" | "select" | "pselect6" | "nanosleep"
-        | "clock_nanosleep" | "pause" | "rt_sigtimedwait" | "rt_sigsuspend" | "restart_syscall" => true,
-        "futex" | "wait4" | "waitid" | "read" if role != Role::Main => name != "read" || role == Role::Other,
+        "epoll_wait" | "epoll_pwait" | "epoll_pwait2" | "poll" | "ppoll" | "select"
+        | "pselect6" | "nanosleep" | "clock_nanosleep" | "pause" | "rt_sigtimedwait"
+        | "rt_sigsuspend" | "restart_syscall" => true,
+        "futex" | "wait4" | "waitid" | "read" if role != Role::Main => {
+            name != "read" || role == Role::Other
+        }
         _ => false,
     }
 }
@@ -114,7 +129,6 @@ struct ThreadState {
 
 #[derive(Default)]
 struct ProcState {
-
     is_child: bool,
     phase: Option<usize>,
 }
@@ -163,7 +177,6 @@ struct DoneCmd {
 
 struct PhaseState {
     child: u32,
-    parent_tid: Tid,
     start: Nanos,
     fork_ns: Option<Nanos>,
     end: Option<Nanos>,
@@ -171,6 +184,32 @@ struct PhaseState {
     wrote: Vec<FileClass>,
     kind_hint: Option<&'static str>,
 }
+
+/// One of the slowest calls (kept whatever the threshold, for the "slowest calls" table).
+struct SlowRec {
+    dur: Nanos,
+    tid: Tid,
+    proc: u32,
+    name: &'static str,
+    fd: Option<i32>,
+    file: Option<FileId>,
+    ts: Nanos,
+    line: u64,
+    bound: Bound,
+}
+
+/// Per thread, the slowest calls above the timeline floor: a min-heap on duration so the
+/// shortest kept call is the one that makes room.
+#[derive(Default)]
+struct TimelineSample {
+    heap: std::collections::BinaryHeap<std::cmp::Reverse<(Nanos, u64)>>,
+    calls: HashMap<u64, SlowRec>,
+    dropped: u64,
+}
+
+/// An event-loop wait at least this long blocked (the request arrived at its end); a shorter
+/// one returned at once because work was already queued.
+const BLOCKED_WAIT: Nanos = 20_000;
 
 const DONE_KEEP: usize = 1 << 16;
 /// Stalls kept in detail; past this the shortest are dropped (and counted), so memory stays
@@ -193,7 +232,9 @@ pub struct Analyzer {
     reconstructed: u64,
     by_name: BTreeMap<&'static str, Agg>,
     by_file: HashMap<FileId, Agg>,
-    slowest: Vec<(Nanos, Tid, u32, &'static str, Option<i32>, Option<FileId>, Nanos, u64, Bound)>,
+    slowest: Vec<SlowRec>,
+    timeline: HashMap<Tid, TimelineSample>,
+    timeline_seq: u64,
     cands: Vec<Cand>,
     cands_dropped: u64,
     cand_seq: u64,
@@ -253,6 +294,8 @@ impl Analyzer {
             by_name: BTreeMap::new(),
             by_file: HashMap::default(),
             slowest: vec![],
+            timeline: HashMap::default(),
+            timeline_seq: 0,
             cands: vec![],
             cands_dropped: 0,
             cand_seq: 0,
@@ -310,7 +353,11 @@ impl Analyzer {
     fn thread(&mut self, tid: Tid) -> &mut ThreadState {
         let root = self.root;
         let names = &self.opts.thread_names;
-        self.threads.entry(tid).or_insert_with(|| ThreadState { proc: root, name: names.get(&tid).cloned(), ..Default::default() })
+        self.threads.entry(tid).or_insert_with(|| ThreadState {
+            proc: root,
+            name: names.get(&tid).cloned(),
+            ..Default::default()
+        })
     }
 
     /// The role a thread has on current evidence (final at `finish`).
@@ -384,11 +431,18 @@ impl Analyzer {
         if self.root != u32::MAX {
             return self.root;
         }
-        self.threads.iter().filter(|(_, t)| t.proc == self.root).map(|(tid, _)| *tid).min().unwrap_or(0)
+        self.threads
+            .iter()
+            .filter(|(_, t)| t.proc == self.root)
+            .map(|(tid, _)| *tid)
+            .min()
+            .unwrap_or(0)
     }
 
     fn active_phase(&self, at: Nanos) -> Option<usize> {
-        self.phases.iter().rposition(|p| p.start <= at && p.end.is_none_or(|e| at < e))
+        self.phases
+            .iter()
+            .rposition(|p| p.start <= at && p.end.is_none_or(|e| at < e))
     }
 
     pub fn push(&mut self, ev: &Event) {
@@ -449,7 +503,11 @@ impl Analyzer {
     }
 
     fn end_phase(&mut self, child: u32, at: Nanos, by: &'static str) {
-        if let Some(i) = self.phases.iter().rposition(|p| p.child == child && p.end.is_none()) {
+        if let Some(i) = self
+            .phases
+            .iter()
+            .rposition(|p| p.child == child && p.end.is_none())
+        {
             self.phases[i].end = Some(at);
             self.phases[i].ended_by = Some(by);
             self.segment = 2 * i + 2;
@@ -521,10 +579,57 @@ impl Analyzer {
         // Slowest calls (non-waits), bounded.
         if !is_wait_call(sc.name) && sc.dur.is_some() {
             let keep = self.opts.top.max(20);
-            if self.slowest.len() < keep || self.slowest.last().is_some_and(|s| s.0 < dur) {
-                self.slowest.push((dur, tid, proc, sc.name, sc.fd, file, ev.ts, ev.line, bound_of(sc)));
-                self.slowest.sort_by(|a, b| b.0.cmp(&a.0));
+            if self.slowest.len() < keep || self.slowest.last().is_some_and(|s| s.dur < dur) {
+                let rec = SlowRec {
+                    dur,
+                    tid,
+                    proc,
+                    name: sc.name,
+                    fd: sc.fd,
+                    file,
+                    ts: ev.ts,
+                    line: ev.line,
+                    bound: bound_of(sc),
+                };
+                self.slowest.push(rec);
+                self.slowest.sort_by_key(|s| std::cmp::Reverse(s.dur));
                 self.slowest.truncate(keep);
+            }
+        }
+
+        if let Some(floor) = self.opts.timeline_floor_ns {
+            if !idle && sc.dur.is_some() && dur >= floor {
+                self.timeline_seq += 1;
+                let rec = SlowRec {
+                    dur,
+                    tid,
+                    proc,
+                    name: sc.name,
+                    fd: sc.fd,
+                    file,
+                    ts: ev.ts,
+                    line: ev.line,
+                    bound: bound_of(sc),
+                };
+                let t = self.timeline.entry(tid).or_default();
+                if t.calls.len() >= report::TIMELINE_MAX_PER_THREAD {
+                    match t.heap.peek() {
+                        Some(std::cmp::Reverse((d, _))) if *d < dur => {
+                            if let Some(std::cmp::Reverse((_, k))) = t.heap.pop() {
+                                t.calls.remove(&k);
+                            }
+                            t.dropped += 1;
+                        }
+                        _ => {
+                            t.dropped += 1;
+                            t.calls.len();
+                        }
+                    }
+                }
+                if t.calls.len() < report::TIMELINE_MAX_PER_THREAD {
+                    t.heap.push(std::cmp::Reverse((dur, self.timeline_seq)));
+                    t.calls.insert(self.timeline_seq, rec);
+                }
             }
         }
 
@@ -532,7 +637,10 @@ impl Analyzer {
         let prev_end = self.thread(tid).last_end;
         if let Some(pe) = prev_end {
             let gap = ev.ts - pe;
-            if gap >= self.opts.threshold_ns && role != Role::Child && sc.in_flight != Some(InFlight::AtStart) {
+            if gap >= self.opts.threshold_ns
+                && role != Role::Child
+                && sc.in_flight != Some(InFlight::AtStart)
+            {
                 self.add_cand(Cand {
                     tid,
                     proc,
@@ -561,7 +669,10 @@ impl Analyzer {
         }
 
         // Slow syscall.
-        if !idle && sc.dur.is_some() && (dur >= self.opts.threshold_ns || sc.in_flight == Some(InFlight::AtEnd)) {
+        if !idle
+            && sc.dur.is_some()
+            && (dur >= self.opts.threshold_ns || sc.in_flight == Some(InFlight::AtEnd))
+        {
             let c = Cand {
                 tid,
                 proc,
@@ -618,7 +729,12 @@ impl Analyzer {
         }
 
         // Background fsyncs of the AOF (for aof-write-pending-fsync).
-        if matches!(sc.name, "fdatasync" | "fsync") && class.is_some_and(|c| c.is_aof()) && role != Role::Main && dur >= 1_000_000 && self.bio_fsyncs.len() < 1 << 20 {
+        if matches!(sc.name, "fdatasync" | "fsync")
+            && class.is_some_and(|c| c.is_aof())
+            && role != Role::Main
+            && dur >= 1_000_000
+            && self.bio_fsyncs.len() < 1 << 20
+        {
             self.bio_fsyncs.push((ev.ts, end));
         }
 
@@ -652,13 +768,18 @@ impl Analyzer {
                     self.thread(child).proc = proc;
                 } else {
                     self.fds.fork(proc, child, ev.ts);
-                    self.procs.insert(child, ProcState { is_child: true, phase: None });
+                    self.procs.insert(
+                        child,
+                        ProcState {
+                            is_child: true,
+                            phase: None,
+                        },
+                    );
                     self.thread(child).proc = child;
                     if proc == self.root {
                         let idx = self.phases.len();
                         self.phases.push(PhaseState {
                             child,
-                            parent_tid: tid,
                             start: ev.ts,
                             fork_ns: sc.dur,
                             end: None,
@@ -686,7 +807,10 @@ impl Analyzer {
         }
         // What the child writes tells what kind of save it is.
         if let Some(c) = class {
-            let is_write = matches!(sc.name, "write" | "pwrite64" | "writev" | "fsync" | "fdatasync" | "rename" | "renameat");
+            let is_write = matches!(
+                sc.name,
+                "write" | "pwrite64" | "writev" | "fsync" | "fdatasync" | "rename" | "renameat"
+            );
             if is_write {
                 if let Some(i) = self.procs.get(&proc).and_then(|p| p.phase) {
                     if !self.phases[i].wrote.contains(&c) {
@@ -697,7 +821,11 @@ impl Analyzer {
         }
         if let Extra::Rename(old, _) = &sc.extra {
             let c = crate::fdtable::classify_path(old, self.fds.conf.as_ref());
-            let phase = self.procs.get(&proc).and_then(|p| p.phase).or_else(|| self.phases.len().checked_sub(1));
+            let phase = self
+                .procs
+                .get(&proc)
+                .and_then(|p| p.phase)
+                .or_else(|| self.phases.len().checked_sub(1));
             if let Some(i) = phase {
                 let hint = match c {
                     FileClass::AofRewriteTemp => Some("aof_rewrite"),
@@ -739,16 +867,27 @@ impl Analyzer {
                 let t = self.thread(tid);
                 (t.aof_ns, t.log_ns)
             };
-            // A new connection's first request also waited for the accept.
+            // A new connection's first request, found by a wait that returned at once, may
+            // have been queued since the connect: it waited for the accept too.
+            let queued = self
+                .thread(tid)
+                .cur_wait
+                .is_some_and(|(s, e)| e - s < BLOCKED_WAIT);
             let req = match self.conn_open.remove(&key) {
-                Some(t) => req.min(t),
-                None => req,
+                Some(t) if queued => req.min(t),
+                _ => req,
             };
             let q = self.conns.entry(key).or_default();
             for name in names {
                 self.cmd_seq += 1;
                 if q.len() < 1024 {
-                    q.push_back(PendingCmd { seq: self.cmd_seq, name: name.into(), req, aof0, log0 });
+                    q.push_back(PendingCmd {
+                        seq: self.cmd_seq,
+                        name: name.into(),
+                        req,
+                        aof0,
+                        log0,
+                    });
                 }
             }
         } else if is_write {
@@ -767,12 +906,24 @@ impl Analyzer {
             for p in pending {
                 let lat = end - p.req;
                 let seg = self.segment;
-                self.cmd_stats.entry((p.name.to_string(), seg)).or_default().add(lat);
-                let e = self.cmd_all.entry(p.name.to_string()).or_insert_with(|| (Agg::default(), 0, 0));
+                self.cmd_stats
+                    .entry((p.name.to_string(), seg))
+                    .or_default()
+                    .add(lat);
+                let e = self
+                    .cmd_all
+                    .entry(p.name.to_string())
+                    .or_insert_with(|| (Agg::default(), 0, 0));
                 e.0.add(lat);
                 e.1 += aof1 - p.aof0;
                 e.2 += log1 - p.log0;
-                let d = DoneCmd { seq: p.seq, name: p.name.clone(), conn: key, req: p.req, reply: end };
+                let d = DoneCmd {
+                    seq: p.seq,
+                    name: p.name.clone(),
+                    conn: key,
+                    req: p.req,
+                    reply: end,
+                };
                 // Stalls already found that this command waited through.
                 for (idx, id) in self.recent.iter() {
                     if let Some(c) = self.cands.get_mut(*idx) {
@@ -795,7 +946,7 @@ impl Analyzer {
     fn request_time(&mut self, tid: Tid, at: Nanos) -> Nanos {
         let t = self.thread(tid);
         let req = match t.cur_wait {
-            Some((s, e)) if e - s >= 20_000 => e,
+            Some((s, e)) if e - s >= BLOCKED_WAIT => e,
             Some((s, _)) => t.prev_wait_end.unwrap_or(s),
             None => at,
         };
@@ -820,7 +971,13 @@ impl Analyzer {
             let (min_idx, min_dur) = match self.shortest {
                 Some(m) => m,
                 None => {
-                    let m = self.cands.iter().enumerate().min_by_key(|(_, c)| c.dur).map(|(i, c)| (i, c.dur)).unwrap_or((0, 0));
+                    let m = self
+                        .cands
+                        .iter()
+                        .enumerate()
+                        .min_by_key(|(_, c)| c.dur)
+                        .map(|(i, c)| (i, c.dur))
+                        .unwrap_or((0, 0));
                     self.shortest = Some(m);
                     m
                 }
@@ -867,7 +1024,11 @@ impl Analyzer {
             ts: clock.format(c.start),
             ts_iso: clock.iso(c.start),
             at_us: (c.start - first) / 1000,
-            pid: if c.proc == u32::MAX { self.root_display() } else { c.proc },
+            pid: if c.proc == u32::MAX {
+                self.root_display()
+            } else {
+                c.proc
+            },
             tid: c.tid,
             thread: role.as_str().to_string(),
             kind: c.kind,
@@ -893,14 +1054,22 @@ impl Analyzer {
     pub fn finish(mut self, info: SourceInfo, counters: Counters) -> Report {
         // Requests never answered before the trace ended waited through every stall after them.
         let end = self.last_ts;
-        let pending: Vec<((u32, i32), Vec<(u64, std::rc::Rc<str>, Nanos)>)> =
-            self.conns.iter().map(|(k, q)| (*k, q.iter().map(|p| (p.seq, p.name.clone(), p.req)).collect())).collect();
-        for (conn, reqs) in pending {
-            for (seq, name, req) in reqs {
-                let d = DoneCmd { seq, name, conn, req, reply: end + 1 };
-                for c in self.cands.iter_mut() {
-                    hold(c, &d);
-                }
+        let unanswered: Vec<DoneCmd> = self
+            .conns
+            .iter()
+            .flat_map(|(k, q)| {
+                q.iter().map(|p| DoneCmd {
+                    seq: p.seq,
+                    name: p.name.clone(),
+                    conn: *k,
+                    req: p.req,
+                    reply: end + 1,
+                })
+            })
+            .collect();
+        for d in &unanswered {
+            for c in self.cands.iter_mut() {
+                hold(c, d);
             }
         }
         let first = self.first_ts.unwrap_or(0);
@@ -908,12 +1077,19 @@ impl Analyzer {
         if clock.first == 0 {
             clock.first = first;
         }
-        let mut r = Report { schema: report::SCHEMA, ..Default::default() };
+        let mut r = Report {
+            schema: report::SCHEMA,
+            ..Default::default()
+        };
         r.source = report::Source {
             kind: info.kind.to_string(),
             files: info.files.clone(),
             format: info.format.clone(),
-            pid: info.pid.or(if self.root != u32::MAX { Some(self.root) } else { None }),
+            pid: info.pid.or(if self.root != u32::MAX {
+                Some(self.root)
+            } else {
+                None
+            }),
             clock: clock.describe().to_string(),
             backend: None,
         };
@@ -927,7 +1103,12 @@ impl Analyzer {
             events: self.events,
             syscalls: self.syscalls,
             threads: self.threads.len() as u64,
-            processes: self.threads.values().map(|t| t.proc).collect::<HashSet<_>>().len() as u64,
+            processes: self
+                .threads
+                .values()
+                .map(|t| t.proc)
+                .collect::<HashSet<_>>()
+                .len() as u64,
             start: self.first_ts.map(|_| info_first_text(&clock, first)),
             start_iso: clock.iso(first),
             span_us: (self.last_ts - first).max(0) / 1000,
@@ -946,7 +1127,11 @@ impl Analyzer {
             .iter()
             .map(|(file, line, reason, text)| report::Skipped {
                 line: *line,
-                reason: if info.files.len() > 1 { format!("{file}: {reason}") } else { reason.to_string() },
+                reason: if info.files.len() > 1 {
+                    format!("{file}: {reason}")
+                } else {
+                    reason.to_string()
+                },
                 text: text.clone(),
             })
             .collect();
@@ -963,7 +1148,8 @@ impl Analyzer {
                 max_us: a.max_us(),
             })
             .collect();
-        r.syscalls.sort_by(|a, b| b.total_us.cmp(&a.total_us).then(a.name.cmp(&b.name)));
+        r.syscalls
+            .sort_by(|a, b| b.total_us.cmp(&a.total_us).then(a.name.cmp(&b.name)));
         let root_display = self.root_display();
         let show_pid = |p: u32| if p == u32::MAX { root_display } else { p };
         r.fds = self
@@ -984,29 +1170,59 @@ impl Analyzer {
                 }
             })
             .collect();
-        r.fds.sort_by(|a, b| b.total_us.cmp(&a.total_us).then(a.fd.cmp(&b.fd)));
+        r.fds
+            .sort_by(|a, b| b.total_us.cmp(&a.total_us).then(a.fd.cmp(&b.fd)));
         r.slowest = self
             .slowest
             .iter()
             .take(self.opts.top)
-            .map(|(dur, tid, proc, name, fd, file, ts, line, bound)| {
-                let fi = file.map(|f| self.fds.file(f));
+            .map(|s| {
+                let fi = s.file.map(|f| self.fds.file(f));
                 report::SlowCall {
-                    ts: clock.format(*ts),
-                    at_us: (ts - first) / 1000,
-                    pid: show_pid(*proc),
-                    tid: *tid,
-                    thread: self.role(*tid).as_str().to_string(),
-                    syscall: name.to_string(),
-                    fd: *fd,
+                    ts: clock.format(s.ts),
+                    at_us: (s.ts - first) / 1000,
+                    pid: show_pid(s.proc),
+                    tid: s.tid,
+                    thread: self.role(s.tid).as_str().to_string(),
+                    syscall: s.name.to_string(),
+                    fd: s.fd,
                     path: fi.and_then(|i| i.path.as_deref().map(str::to_string)),
                     class: fi.map(|i| i.class.as_str().to_string()),
-                    duration_us: dur / 1000,
-                    line: Some(*line),
-                    bound: *bound,
+                    duration_us: s.dur / 1000,
+                    line: Some(s.line),
+                    bound: s.bound,
                 }
             })
             .collect();
+        if let Some(floor) = self.opts.timeline_floor_ns {
+            let mut calls: Vec<report::TimelineCall> = self
+                .timeline
+                .values()
+                .flat_map(|t| t.calls.values())
+                .map(|s| {
+                    let fi = s.file.map(|f| self.fds.file(f));
+                    report::TimelineCall {
+                        at_us: (s.ts - first) / 1000,
+                        pid: show_pid(s.proc),
+                        tid: s.tid,
+                        syscall: s.name.to_string(),
+                        fd: s.fd,
+                        path: fi.and_then(|i| i.path.as_deref().map(str::to_string)),
+                        class: fi.map(|i| i.class.as_str().to_string()),
+                        duration_us: s.dur / 1000,
+                        bound: s.bound,
+                        line: if s.line == 0 { None } else { Some(s.line) },
+                    }
+                })
+                .collect();
+            calls.sort_by_key(|c| (c.at_us, c.tid));
+            r.timeline = Some(report::Timeline {
+                floor_us: floor / 1000,
+                max_per_thread: report::TIMELINE_MAX_PER_THREAD,
+                dropped: self.timeline.values().map(|t| t.dropped).sum(),
+                calls,
+            });
+        }
         // Threads.
         let mut tids: Vec<Tid> = self.threads.keys().copied().collect();
         tids.sort();
@@ -1036,9 +1252,13 @@ impl Analyzer {
                 wrote: p.wrote.iter().map(|c| c.as_str().to_string()).collect(),
             })
             .collect();
-        let _ = self.phases.iter().map(|p| p.parent_tid).count();
         for i in 0..self.phases.len() {
-            let seg = |s: usize| self.main_file_seg.get(&s).map(|a| a.dist()).unwrap_or_default();
+            let seg = |s: usize| {
+                self.main_file_seg
+                    .get(&s)
+                    .map(|a| a.dist())
+                    .unwrap_or_default()
+            };
             r.phase_stats.push(report::PhaseStats {
                 phase: i,
                 what: "main_file_syscalls".into(),
@@ -1048,7 +1268,12 @@ impl Analyzer {
             });
             let names: Vec<String> = self.cmd_all.keys().cloned().collect();
             for n in names {
-                let d = |s: usize| self.cmd_stats.get(&(n.clone(), s)).map(|a| a.dist()).unwrap_or_default();
+                let d = |s: usize| {
+                    self.cmd_stats
+                        .get(&(n.clone(), s))
+                        .map(|a| a.dist())
+                        .unwrap_or_default()
+                };
                 r.phase_stats.push(report::PhaseStats {
                     phase: i,
                     what: format!("command:{n}"),
@@ -1077,7 +1302,11 @@ impl Analyzer {
                 log_us: log / 1000,
             });
             if let Some(i) = main_phase {
-                for (label, s) in [("before", 2 * i), ("during", 2 * i + 1), ("after", 2 * i + 2)] {
+                for (label, s) in [
+                    ("before", 2 * i),
+                    ("during", 2 * i + 1),
+                    ("after", 2 * i + 2),
+                ] {
                     if let Some(a) = self.cmd_stats.get(&(n.clone(), s)) {
                         r.commands.push(report::CommandStats {
                             command: n.clone(),
@@ -1093,7 +1322,8 @@ impl Analyzer {
                 }
             }
         }
-        r.commands.sort_by(|a, b| b.calls.cmp(&a.calls).then(a.command.cmp(&b.command)));
+        r.commands
+            .sort_by(|a, b| b.calls.cmp(&a.calls).then(a.command.cmp(&b.command)));
         // Idle.
         let mut idle: BTreeMap<(String, &'static str), (u64, i64)> = BTreeMap::new();
         for (tid, t) in &self.threads {
@@ -1106,10 +1336,20 @@ impl Analyzer {
         }
         r.idle = idle
             .into_iter()
-            .map(|((role, syscall), (calls, total))| report::IdleStats { role, syscall: syscall.to_string(), calls, total_us: total / 1000 })
+            .map(|((role, syscall), (calls, total))| report::IdleStats {
+                role,
+                syscall: syscall.to_string(),
+                calls,
+                total_us: total / 1000,
+            })
             .collect();
         // Stalls.
-        let mut cands: Vec<Cand> = self.cands.iter().filter(|c| self.keep_cand(c)).cloned().collect();
+        let mut cands: Vec<Cand> = self
+            .cands
+            .iter()
+            .filter(|c| self.keep_cand(c))
+            .cloned()
+            .collect();
         // Only the threads that serve clients hold them up; a child or bio thread's stall
         // overlapping a command did not delay it (if it did, the main thread stalled too).
         for c in &mut cands {
@@ -1121,10 +1361,13 @@ impl Analyzer {
                 c.by_cmd.clear();
             }
         }
-        let mut stalls: Vec<(Cand, Stall)> = cands.into_iter().map(|c| {
-            let s = self.stall_of(&c, &clock, first);
-            (c, s)
-        }).collect();
+        let mut stalls: Vec<(Cand, Stall)> = cands
+            .into_iter()
+            .map(|c| {
+                let s = self.stall_of(&c, &clock, first);
+                (c, s)
+            })
+            .collect();
         stalls.sort_by_key(|(c, _)| (c.start, c.tid));
         r.in_flight = self
             .in_flight_small
@@ -1139,7 +1382,11 @@ impl Analyzer {
         r.stalls = stalls;
         r.findings = findings::findings(&self, &cands, &r);
         for inc in &mut r.incidents {
-            inc.finding = inc.stalls.iter().filter_map(|i| r.stalls[*i].finding.clone()).next();
+            inc.finding = inc
+                .stalls
+                .iter()
+                .filter_map(|i| r.stalls[*i].finding.clone())
+                .next();
         }
         r
     }
@@ -1190,11 +1437,19 @@ fn phase_kind(p: &PhaseState, a: &Analyzer) -> &'static str {
 }
 
 /// Overlapping stalls merged: what clients saw as one freeze.
-fn incidents(stalls: &[(Cand, Stall)], clock: &crate::source::Clock, first: Nanos) -> Vec<report::Incident> {
-    let mut out: Vec<(report::Incident, HashSet<u64>, HashSet<(u32, i32)>)> = vec![];
+fn incidents(
+    stalls: &[(Cand, Stall)],
+    clock: &crate::source::Clock,
+    first: Nanos,
+) -> Vec<report::Incident> {
+    // Each incident with the distinct commands and connections its stalls held.
+    type Open = (report::Incident, HashSet<u64>, HashSet<(u32, i32)>);
+    let mut out: Vec<Open> = vec![];
     for (i, (c, s)) in stalls.iter().enumerate() {
         let (start, end) = (c.start, c.start + c.dur);
-        let merge = out.last().is_some_and(|(inc, _, _)| start < first + inc.end_at_us * 1000);
+        let merge = out
+            .last()
+            .is_some_and(|(inc, _, _)| start < first + inc.end_at_us * 1000);
         if !merge {
             out.push((
                 report::Incident {

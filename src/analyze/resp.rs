@@ -42,7 +42,10 @@ pub fn command_names(data: &[u8], truncated: bool) -> (Vec<String>, bool) {
             s = rest;
         } else {
             // Inline command (`PING\r\n`), as telnet-style clients send.
-            let end = s.iter().position(|b| *b == b'\r' || *b == b'\n').unwrap_or(s.len());
+            let end = s
+                .iter()
+                .position(|b| *b == b'\r' || *b == b'\n')
+                .unwrap_or(s.len());
             let word = s[..end].split(|b| *b == b' ').next().unwrap_or(&[]);
             match clean(word) {
                 Some(c) => out.push(c),
@@ -51,7 +54,10 @@ pub fn command_names(data: &[u8], truncated: bool) -> (Vec<String>, bool) {
             if end == s.len() {
                 return (out, truncated);
             }
-            let skip = s[end..].iter().take_while(|b| **b == b'\r' || **b == b'\n').count();
+            let skip = s[end..]
+                .iter()
+                .take_while(|b| **b == b'\r' || **b == b'\n')
+                .count();
             s = &s[end + skip..];
         }
     }
@@ -79,7 +85,12 @@ fn bulk(s: &[u8]) -> Option<(&[u8], &[u8])> {
 
 /// A command name is a short alphabetic word; anything else is not shown (it could be data).
 fn clean(name: &[u8]) -> Option<String> {
-    if name.is_empty() || name.len() > 24 || !name.iter().all(|b| b.is_ascii_alphabetic() || *b == b'_' || *b == b'-' || *b == b'|') {
+    if name.is_empty()
+        || name.len() > 24
+        || !name
+            .iter()
+            .all(|b| b.is_ascii_alphabetic() || *b == b'_' || *b == b'-' || *b == b'|')
+    {
         return None;
     }
     Some(String::from_utf8_lossy(name).to_ascii_uppercase())
@@ -91,7 +102,10 @@ mod tests {
 
     #[test]
     fn single_and_pipelined() {
-        let (c, more) = command_names(b"*2\r\n$3\r\nGET\r\n$3\r\nkey\r\n*1\r\n$4\r\nPING\r\n", false);
+        let (c, more) = command_names(
+            b"*2\r\n$3\r\nGET\r\n$3\r\nkey\r\n*1\r\n$4\r\nPING\r\n",
+            false,
+        );
         assert_eq!(c, vec!["GET", "PING"]);
         assert!(!more);
     }
@@ -107,6 +121,8 @@ mod tests {
     fn inline_and_garbage() {
         assert_eq!(command_names(b"PING\r\n", false).0, vec!["PING"]);
         assert!(command_names(b"\x00\x01binary", false).0.is_empty());
-        assert!(command_names(b"*2\r\n$3\r\n\x01\x02\x03\r\n", false).0.is_empty());
+        assert!(command_names(b"*2\r\n$3\r\n\x01\x02\x03\r\n", false)
+            .0
+            .is_empty());
     }
 }

@@ -63,7 +63,12 @@ impl Agg {
     }
 
     pub fn dist(&self) -> Dist {
-        Dist { count: self.count, p50_us: self.pct_us(0.5), p99_us: self.pct_us(0.99), max_us: self.max_us() }
+        Dist {
+            count: self.count,
+            p50_us: self.pct_us(0.5),
+            p99_us: self.pct_us(0.99),
+            max_us: self.max_us(),
+        }
     }
 }
 

@@ -1,1 +1,420 @@
+//! Unit tests for each analysis rule on small synthetic event sequences, including the
+//! false positives a naive tool reports (idle waits, sleeping bio threads, reused fds).
+#![allow(clippy::too_many_arguments)]
 
+use super::*;
+use crate::event::{Data, Event, EventKind, Extra, Ret, Syscall};
+use crate::source::{Clock, Counters, SourceInfo, TimeFmt};
+
+const MS: i64 = 1_000_000;
+const US: i64 = 1_000;
+
+struct Seq {
+    a: Analyzer,
+    line: u64,
+}
+
+impl Seq {
+    fn new() -> Self {
+        Self::with(Options {
+            root_pid: Some(100),
+            ..Default::default()
+        })
+    }
+    fn with(o: Options) -> Self {
+        Seq {
+            a: Analyzer::new(o),
+            line: 0,
+        }
+    }
+    fn ev(&mut self, tid: u32, ts: i64, kind: EventKind) {
+        self.line += 1;
+        self.a.push(&Event {
+            tid,
+            ts,
+            line: self.line,
+            kind,
+        });
+    }
+    /// A finished call with a measured duration.
+    fn call(
+        &mut self,
+        tid: u32,
+        ts: i64,
+        dur: i64,
+        name: &'static str,
+        fd: Option<i32>,
+        ret: i64,
+        extra: Extra,
+    ) {
+        let mut sc = Syscall::new(name);
+        sc.fd = fd;
+        sc.ret = Ret::Val(ret);
+        sc.dur = Some(dur);
+        sc.dur_src = DurSource::Measured;
+        sc.extra = extra;
+        self.ev(tid, ts, EventKind::Syscall(sc));
+    }
+    fn open(&mut self, tid: u32, ts: i64, path: &str, fd: i64) {
+        self.call(
+            tid,
+            ts,
+            20 * US,
+            "openat",
+            None,
+            fd,
+            Extra::Path(path.into()),
+        );
+    }
+    fn read(&mut self, tid: u32, ts: i64, fd: i32, data: &[u8]) {
+        self.call(
+            tid,
+            ts,
+            10 * US,
+            "read",
+            Some(fd),
+            data.len() as i64,
+            Extra::Data(Data::new(data, false)),
+        );
+    }
+    fn write(&mut self, tid: u32, ts: i64, dur: i64, fd: i32, data: &[u8]) {
+        self.call(
+            tid,
+            ts,
+            dur,
+            "write",
+            Some(fd),
+            data.len() as i64,
+            Extra::Data(Data::new(data, false)),
+        );
+    }
+    fn report(self) -> Report {
+        let info = SourceInfo {
+            kind: "strace",
+            files: vec![],
+            format: "test".into(),
+            pid: Some(100),
+            clock: Clock {
+                fmt: TimeFmt::Epoch,
+                perf: false,
+                frac_digits: 6,
+                first: 0,
+                date: None,
+                wall_at_first: None,
+            },
+        };
+        self.a.finish(info, Counters::default())
+    }
+}
+
+fn ids(r: &Report) -> Vec<&str> {
+    r.findings.iter().map(|f| f.id.as_str()).collect()
+}
+
+#[test]
+fn idle_main_thread_is_not_a_stall() {
+    let mut s = Seq::new();
+    s.call(100, 0, 2_000 * MS, "epoll_wait", Some(5), 0, Extra::None);
+    s.call(100, 2_000 * MS, 20 * US, "getpid", None, 100, Extra::None);
+    let r = s.report();
+    assert!(r.stalls.is_empty(), "{:?}", r.stalls);
+    assert_eq!(r.idle[0].syscall, "epoll_wait");
+    assert_eq!(r.idle[0].total_us, 2_000_000);
+}
+
+#[test]
+fn sleeping_bio_thread_is_not_a_stall_but_a_main_futex_is() {
+    let mut s = Seq::new();
+    s.call(100, 0, 10 * US, "epoll_wait", Some(5), 0, Extra::None);
+    s.call(101, 0, 5_000 * MS, "futex", None, 0, Extra::None);
+    s.call(100, MS, 50 * MS, "futex", None, 0, Extra::None);
+    let r = s.report();
+    assert_eq!(r.stalls.len(), 1, "{:?}", r.stalls);
+    assert_eq!(r.stalls[0].tid, 100);
+    assert_eq!(r.stalls[0].thread, "main");
+}
+
+#[test]
+fn gap_in_main_thread_is_a_command_stall() {
+    let mut s = Seq::new();
+    s.call(100, 0, 10 * US, "epoll_wait", Some(5), 0, Extra::None);
+    s.call(100, 300 * MS, 10 * US, "write", Some(9), 5, Extra::None);
+    let r = s.report();
+    assert_eq!(r.stalls.len(), 1);
+    let st = &r.stalls[0];
+    assert_eq!(st.kind, StallKind::Gap);
+    assert_eq!(st.duration_us, 299_990);
+    assert_eq!(st.finding.as_deref(), Some("command"));
+    assert!(ids(&r).contains(&"command"));
+}
+
+#[test]
+fn reused_fd_number_is_attributed_to_the_right_file() {
+    let mut s = Seq::new();
+    s.call(100, 0, 10 * US, "epoll_wait", Some(5), 0, Extra::None);
+    s.open(100, MS, "/proc/self/stat", 8);
+    s.call(100, 2 * MS, 10 * US, "close", Some(8), 0, Extra::None);
+    s.open(100, 3 * MS, "/data/redis.log", 8);
+    s.call(100, 4 * MS, 4_000 * MS, "close", Some(8), 0, Extra::None);
+    s.call(100, 4_005 * MS, 10 * US, "accept4", Some(6), 8, Extra::None);
+    let r = s.report();
+    assert_eq!(r.stalls.len(), 1);
+    assert_eq!(r.stalls[0].class.as_deref(), Some("log"));
+    assert_eq!(r.stalls[0].path.as_deref(), Some("/data/redis.log"));
+    assert_eq!(r.stalls[0].finding.as_deref(), Some("log-file-blocking"));
+}
+
+#[test]
+fn fsync_of_the_aof_in_main_is_aof_fsync_always_even_without_stalls() {
+    let mut s = Seq::new();
+    s.open(100, 0, "/data/appendonlydir/appendonly.aof.1.incr.aof", 7);
+    for i in 0..20 {
+        let t = MS + i * MS;
+        s.call(100, t, 10 * US, "epoll_wait", Some(5), 1, Extra::None);
+        s.write(100, t + 20 * US, 10 * US, 7, b"*3\r\n$4\r\nSADD\r\n");
+        s.call(
+            100,
+            t + 40 * US,
+            150 * US,
+            "fdatasync",
+            Some(7),
+            0,
+            Extra::None,
+        );
+    }
+    let r = s.report();
+    assert!(r.stalls.is_empty());
+    assert_eq!(ids(&r), vec!["aof-fsync-always"]);
+}
+
+#[test]
+fn aof_write_overlapping_background_fsync_is_pending_fsync() {
+    let mut s = Seq::new();
+    s.open(100, 0, "/data/appendonly.aof", 7);
+    s.call(100, MS, 499 * MS, "epoll_wait", Some(5), 1, Extra::None);
+    // bio thread: a slow fdatasync of the AOF, 10..1010 ms
+    s.call(
+        101,
+        10 * MS,
+        1_000 * MS,
+        "fdatasync",
+        Some(7),
+        0,
+        Extra::None,
+    );
+    // main: write to the AOF blocked 500..1010 ms, inside that fsync
+    s.write(100, 500 * MS, 510 * MS, 7, b"*3\r\n$3\r\nSET\r\n");
+    let r = s.report();
+    let main = r.stalls.iter().find(|x| x.thread == "main").unwrap();
+    assert_eq!(main.finding.as_deref(), Some("aof-write-pending-fsync"));
+    let bio = r.stalls.iter().find(|x| x.tid == 101).unwrap();
+    assert_eq!(bio.thread, "bio_aof");
+    assert_eq!(bio.finding.as_deref(), Some("aof-fsync-background"));
+    // A bio stall holds up no client by itself.
+    assert_eq!(bio.waiting_commands, 0);
+}
+
+#[test]
+fn aof_write_alone_when_nothing_else_runs() {
+    let mut s = Seq::new();
+    s.open(100, 0, "/data/appendonly.aof", 7);
+    s.call(100, MS, 10 * US, "epoll_wait", Some(5), 1, Extra::None);
+    s.write(100, 2 * MS, 50 * MS, 7, b"*3\r\n$3\r\nSET\r\n");
+    let r = s.report();
+    assert_eq!(r.stalls[0].finding.as_deref(), Some("aof-write-alone"));
+}
+
+#[test]
+fn fork_starts_a_phase_that_sigchld_ends_and_aof_stalls_blame_the_child() {
+    let mut s = Seq::new();
+    s.open(100, 0, "/data/appendonly.aof", 7);
+    s.call(100, MS, 10 * US, "epoll_wait", Some(5), 1, Extra::None);
+    s.call(
+        100,
+        10 * MS,
+        25 * MS,
+        "clone",
+        None,
+        200,
+        Extra::Clone { thread: false },
+    );
+    s.open(200, 40 * MS, "/data/temp-rewriteaof-200.aof", 9);
+    s.write(200, 41 * MS, MS, 9, b"*2\r\n$6\r\nSELECT\r\n");
+    s.call(
+        100,
+        100 * MS,
+        300 * MS,
+        "fdatasync",
+        Some(7),
+        0,
+        Extra::None,
+    );
+    s.ev(
+        200,
+        900 * MS,
+        EventKind::Exit {
+            code: Some(0),
+            signal: None,
+        },
+    );
+    s.ev(
+        100,
+        901 * MS,
+        EventKind::Signal {
+            name: "SIGCHLD",
+            si_pid: Some(200),
+        },
+    );
+    s.call(100, 950 * MS, 10 * MS, "fdatasync", Some(7), 0, Extra::None);
+    let r = s.report();
+    assert_eq!(r.phases.len(), 1);
+    let p = &r.phases[0];
+    assert_eq!(p.kind, "aof_rewrite");
+    assert_eq!(p.child_pid, 200);
+    assert_eq!(p.fork_us, Some(25_000));
+    assert_eq!(p.end_at_us, Some(900_000));
+    assert_eq!(p.ended_by.as_deref(), Some("exit"));
+    let during = r
+        .stalls
+        .iter()
+        .find(|x| x.syscall.as_deref() == Some("fdatasync") && x.duration_us == 300_000)
+        .unwrap();
+    assert_eq!(during.finding.as_deref(), Some("aof-write-active-child"));
+    let after = r
+        .stalls
+        .iter()
+        .find(|x| x.duration_us == 10_000 && x.syscall.as_deref() == Some("fdatasync"))
+        .unwrap();
+    assert_eq!(after.finding.as_deref(), Some("aof-fsync-always"));
+    assert!(r
+        .stalls
+        .iter()
+        .any(|x| x.finding.as_deref() == Some("fork")));
+    // The child's thread is a child, never main.
+    assert!(r.threads.iter().any(|t| t.tid == 200 && t.role == "child"));
+}
+
+#[test]
+fn gap_during_a_child_is_copy_on_write() {
+    let mut s = Seq::new();
+    s.call(100, 0, 10 * US, "epoll_wait", Some(5), 1, Extra::None);
+    s.call(
+        100,
+        MS,
+        5 * MS,
+        "clone",
+        None,
+        300,
+        Extra::Clone { thread: false },
+    );
+    s.call(
+        100,
+        100 * MS,
+        10 * US,
+        "epoll_wait",
+        Some(5),
+        1,
+        Extra::None,
+    );
+    let r = s.report();
+    let gap = r.stalls.iter().find(|x| x.kind == StallKind::Gap).unwrap();
+    assert_eq!(gap.finding.as_deref(), Some("cow-page-faults"));
+    assert_eq!(r.phases[0].kind, "bgsave", "no AOF in use: an RDB save");
+}
+
+#[test]
+fn commands_are_timed_and_counted_as_held_by_a_stall() {
+    let mut s = Seq::new();
+    s.call(100, 0, 10 * US, "accept4", Some(6), 9, Extra::None);
+    s.open(100, MS, "/data/redis.log", 11);
+    // epoll blocks until the request arrives at 10 ms
+    s.call(100, 2 * MS, 8 * MS, "epoll_wait", Some(5), 1, Extra::None);
+    s.read(
+        100,
+        10 * MS + 20 * US,
+        9,
+        b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n*1\r\n$4\r\nPING\r\n",
+    );
+    s.call(100, 11 * MS, 2_000 * MS, "close", Some(11), 0, Extra::None);
+    s.write(100, 2_011 * MS, 10 * US, 9, b"$1\r\nv\r\n+PONG\r\n");
+    let r = s.report();
+    let get = r
+        .commands
+        .iter()
+        .find(|c| c.command == "GET" && c.phase == "all")
+        .unwrap();
+    assert_eq!(get.calls, 1);
+    // from arrival (end of the wait, 10 ms) to the end of the reply write
+    assert_eq!(get.p50_us, 2_001_010);
+    let st = &r.stalls[0];
+    assert_eq!(st.waiting_commands, 2);
+    assert_eq!(st.waiting_clients, 1);
+    assert_eq!(st.waiting_by_command.get("PING"), Some(&1));
+    assert!(
+        get.log_us >= 2_000_000,
+        "log time attributed: {}",
+        get.log_us
+    );
+    // No key names anywhere in the report.
+    let json = serde_json::to_string(&r).unwrap();
+    assert!(!json.contains("\"k\""));
+}
+
+#[test]
+fn call_still_running_at_the_end_is_listed_even_below_the_threshold() {
+    let mut s = Seq::new();
+    s.open(100, 0, "/data/redis.log", 11);
+    let mut sc = Syscall::new("close");
+    sc.fd = Some(11);
+    sc.dur = Some(2 * MS);
+    sc.dur_src = DurSource::Paired;
+    sc.in_flight = Some(InFlight::AtEnd);
+    s.ev(100, MS, EventKind::Syscall(sc));
+    let r = s.report();
+    assert!(r.stalls.is_empty());
+    assert_eq!(r.in_flight.len(), 1);
+    assert_eq!(r.in_flight[0].bound, Bound::AtLeast);
+    assert_eq!(r.in_flight[0].class.as_deref(), Some("log"));
+}
+
+#[test]
+fn call_running_before_tracing_began_becomes_an_at_least_stall() {
+    let mut s = Seq::new();
+    s.open(100, 0, "/data/redis.log", 11);
+    let mut sc = Syscall::new("close");
+    sc.fd = Some(11);
+    sc.dur = Some(4_800 * MS);
+    sc.dur_src = DurSource::Measured;
+    sc.in_flight = Some(InFlight::AtStart);
+    s.ev(100, MS, EventKind::Syscall(sc));
+    let r = s.report();
+    assert_eq!(r.stalls.len(), 1);
+    assert_eq!(r.stalls[0].bound, Bound::AtLeast);
+    assert_eq!(r.stalls[0].in_flight, Some(InFlight::AtStart));
+}
+
+#[test]
+fn thread_names_decide_roles() {
+    let mut names = HashMap::default();
+    names.insert(101, "bio_close_file".to_string());
+    names.insert(102, "io_thd_1".to_string());
+    let mut s = Seq::with(Options {
+        root_pid: Some(100),
+        thread_names: names,
+        ..Default::default()
+    });
+    s.call(101, 0, 20 * MS, "close", Some(12), 0, Extra::None);
+    s.call(102, 0, 10 * US, "read", Some(9), 0, Extra::None);
+    let r = s.report();
+    let role = |t| r.threads.iter().find(|x| x.tid == t).unwrap().role.clone();
+    assert_eq!(role(101), "bio_close_file");
+    assert_eq!(role(102), "io_thread");
+}
+
+#[test]
+fn thread_name_file_formats() {
+    let m = parse_thread_names("# header\n7313 redis-server\n7317 bio_close_file\n");
+    assert_eq!(m.get(&7317).map(String::as_str), Some("bio_close_file"));
+    let m = parse_thread_names("  PID   TID COMMAND\n 7313  7318 bio_aof_fsync\n");
+    assert_eq!(m.get(&7318).map(String::as_str), Some("bio_aof_fsync"));
+}

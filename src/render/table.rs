@@ -72,7 +72,9 @@ fn impact(cmds: u64, clients: u64, worst: Option<i64>) -> Option<String> {
     if cmds == 0 {
         return None;
     }
-    let w = worst.map(|w| format!(", worst wait {}", human(w))).unwrap_or_default();
+    let w = worst
+        .map(|w| format!(", worst wait {}", human(w)))
+        .unwrap_or_default();
     Some(format!(
         "held {clients} client{} ({cmds} command{}){w}",
         if clients == 1 { "" } else { "s" },
@@ -109,7 +111,9 @@ pub fn stall_line(s: &Stall) -> String {
 
 fn table() -> Table {
     let mut t = Table::new();
-    t.load_preset(presets::NOTHING).set_content_arrangement(ContentArrangement::Dynamic).set_width(WIDTH as u16);
+    t.load_preset(presets::NOTHING)
+        .set_content_arrangement(ContentArrangement::Dynamic)
+        .set_width(WIDTH as u16);
     t
 }
 
@@ -119,7 +123,17 @@ fn right(s: impl ToString) -> Cell {
 
 pub fn render(r: &Report, w: &mut dyn Write, color: bool) -> io::Result<()> {
     let p = Paint { on: color };
-    let files = if r.source.files.is_empty() { "stdin".to_string() } else { r.source.files.join(", ") };
+    // File names only: full paths are in the JSON, and a long one cannot wrap.
+    let files = if r.source.files.is_empty() {
+        "stdin".to_string()
+    } else {
+        r.source
+            .files
+            .iter()
+            .map(|f| f.rsplit('/').next().unwrap_or(f))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
     let span = human(r.summary.span_us);
     writeln!(
         w,
@@ -148,7 +162,17 @@ pub fn render(r: &Report, w: &mut dyn Write, color: bool) -> io::Result<()> {
     }
     w.write_all(wrap(&meta, 0).as_bytes())?;
     if r.summary.lost_events > 0 {
-        writeln!(w, "{}", p.wrap("1;31", &format!("{} events were lost: the trace is incomplete", r.summary.lost_events)))?;
+        writeln!(
+            w,
+            "{}",
+            p.wrap(
+                "1;31",
+                &format!(
+                    "{} events were lost: the trace is incomplete",
+                    r.summary.lost_events
+                )
+            )
+        )?;
     }
     if r.summary.durations != "measured" {
         w.write_all(
@@ -174,7 +198,16 @@ pub fn render(r: &Report, w: &mut dyn Write, color: bool) -> io::Result<()> {
     }
 
     writeln!(w)?;
-    writeln!(w, "{}", p.bold(&format!("STALLS over {} ({} stalls, {} incidents, worst first)", human(r.summary.threshold_us), r.stalls.len(), r.incidents.len())))?;
+    writeln!(
+        w,
+        "{}",
+        p.bold(&format!(
+            "STALLS over {} ({} stalls, {} incidents, worst first)",
+            human(r.summary.threshold_us),
+            r.stalls.len(),
+            r.incidents.len()
+        ))
+    )?;
     if r.stalls.is_empty() {
         writeln!(w, "  none")?;
     }
@@ -198,18 +231,30 @@ pub fn render(r: &Report, w: &mut dyn Write, color: bool) -> io::Result<()> {
             let s = &r.stalls[*si];
             let mut line = s.line.map(|l| format!(" [line {l}]")).unwrap_or_default();
             if !s.waiting_by_command.is_empty() {
-                let by: Vec<String> = s.waiting_by_command.iter().map(|(k, v)| format!("{v} {k}")).collect();
+                let by: Vec<String> = s
+                    .waiting_by_command
+                    .iter()
+                    .map(|(k, v)| format!("{v} {k}"))
+                    .collect();
                 line.push_str(&format!(" Waiting: {}.", by.join(", ")));
             }
             w.write_all(wrap(&format!("{}{}", s.cause, line), 2).as_bytes())?;
         }
     }
     if r.incidents.len() > top {
-        writeln!(w, "  ... {} more incidents (--top, or --format json for all)", r.incidents.len() - top)?;
+        writeln!(
+            w,
+            "  ... {} more incidents (--top, or --format json for all)",
+            r.incidents.len() - top
+        )?;
     }
     if !r.in_flight.is_empty() {
         writeln!(w)?;
-        writeln!(w, "{}", p.bold("STILL RUNNING at the edges of the trace (below the threshold)"))?;
+        writeln!(
+            w,
+            "{}",
+            p.bold("STILL RUNNING at the edges of the trace (below the threshold)")
+        )?;
         for s in r.in_flight.iter().take(10) {
             w.write_all(wrap(&s.cause, 2).as_bytes())?;
         }
@@ -219,12 +264,31 @@ pub fn render(r: &Report, w: &mut dyn Write, color: bool) -> io::Result<()> {
         writeln!(w)?;
         writeln!(w, "{}", p.bold("BACKGROUND CHILDREN"))?;
         for (i, ph) in r.phases.iter().enumerate() {
-            let dur = ph.end_at_us.map(|e| human(e - ph.start_at_us)).unwrap_or_else(|| "still running at the end".into());
-            let fork = ph.fork_us.map(|f| format!(", fork {}", human(f))).unwrap_or_default();
-            writeln!(w, "{} child {} at {}: {dur}{fork}", ph.kind, ph.child_pid, ph.ts)?;
+            let dur = ph
+                .end_at_us
+                .map(|e| human(e - ph.start_at_us))
+                .unwrap_or_else(|| "still running at the end".into());
+            let fork = ph
+                .fork_us
+                .map(|f| format!(", fork {}", human(f)))
+                .unwrap_or_default();
+            writeln!(
+                w,
+                "{} child {} at {}: {dur}{fork}",
+                ph.kind, ph.child_pid, ph.ts
+            )?;
             let mut t = table();
-            t.set_header(vec![Cell::new("main thread"), right("before p50/p99"), right("during p50/p99"), right("after p50/p99")]);
-            for st in r.phase_stats.iter().filter(|s| s.phase == i && (s.before.count + s.during.count + s.after.count) > 0) {
+            t.set_header(vec![
+                Cell::new("main thread"),
+                right("before p50/p99"),
+                right("during p50/p99"),
+                right("after p50/p99"),
+            ]);
+            for st in r
+                .phase_stats
+                .iter()
+                .filter(|s| s.phase == i && (s.before.count + s.during.count + s.after.count) > 0)
+            {
                 let d = |x: &crate::report::Dist| {
                     if x.count == 0 {
                         "-".to_string()
@@ -232,8 +296,19 @@ pub fn render(r: &Report, w: &mut dyn Write, color: bool) -> io::Result<()> {
                         format!("{}/{}", human(x.p50_us), human(x.p99_us))
                     }
                 };
-                let what = st.what.strip_prefix("command:").unwrap_or(if st.what == "main_file_syscalls" { "file syscalls" } else { &st.what });
-                t.add_row(vec![Cell::new(what), right(d(&st.before)), right(d(&st.during)), right(d(&st.after))]);
+                let what = st.what.strip_prefix("command:").unwrap_or(
+                    if st.what == "main_file_syscalls" {
+                        "file syscalls"
+                    } else {
+                        &st.what
+                    },
+                );
+                t.add_row(vec![
+                    Cell::new(what),
+                    right(d(&st.before)),
+                    right(d(&st.during)),
+                    right(d(&st.after)),
+                ]);
             }
             writeln!(w, "{t}")?;
         }
@@ -244,9 +319,23 @@ pub fn render(r: &Report, w: &mut dyn Write, color: bool) -> io::Result<()> {
         writeln!(w)?;
         writeln!(w, "{}", p.bold("COMMANDS (read to reply, seen from redis)"))?;
         let mut t = table();
-        t.set_header(vec![Cell::new("command"), right("calls"), right("p50"), right("p99"), right("max"), right("AOF/call"), right("log/call")]);
+        t.set_header(vec![
+            Cell::new("command"),
+            right("calls"),
+            right("p50"),
+            right("p99"),
+            right("max"),
+            right("AOF/call"),
+            right("log/call"),
+        ]);
         for c in all.iter().take(10) {
-            let per = |x: i64| if c.calls == 0 || x == 0 { "-".into() } else { human(x / c.calls as i64) };
+            let per = |x: i64| {
+                if c.calls == 0 || x == 0 {
+                    "-".into()
+                } else {
+                    human(x / c.calls as i64)
+                }
+            };
             t.add_row(vec![
                 Cell::new(&c.command),
                 right(c.calls),
@@ -263,7 +352,14 @@ pub fn render(r: &Report, w: &mut dyn Write, color: bool) -> io::Result<()> {
     writeln!(w)?;
     writeln!(w, "{}", p.bold("SLOWEST CALLS (idle waits excluded)"))?;
     let mut t = table();
-    t.set_header(vec![Cell::new("time"), right("took"), Cell::new("thread"), Cell::new("call"), Cell::new("file"), right("line")]);
+    t.set_header(vec![
+        Cell::new("time"),
+        right("took"),
+        Cell::new("thread"),
+        Cell::new("call"),
+        Cell::new("file"),
+        right("line"),
+    ]);
     for s in r.slowest.iter().take(10) {
         let file = match (&s.class, &s.path) {
             (Some(c), Some(p)) => format!("{c} {}", p.rsplit('/').next().unwrap_or(p)),
@@ -274,7 +370,11 @@ pub fn render(r: &Report, w: &mut dyn Write, color: bool) -> io::Result<()> {
             Cell::new(&s.ts),
             right(format!("{}{}", bound_word(s.bound), human(s.duration_us))),
             Cell::new(format!("{} {}", s.thread, s.tid)),
-            Cell::new(format!("{}({})", s.syscall, s.fd.map(|f| f.to_string()).unwrap_or_default())),
+            Cell::new(format!(
+                "{}({})",
+                s.syscall,
+                s.fd.map(|f| f.to_string()).unwrap_or_default()
+            )),
             Cell::new(file),
             right(s.line.map(|l| l.to_string()).unwrap_or_default()),
         ]);
@@ -284,7 +384,15 @@ pub fn render(r: &Report, w: &mut dyn Write, color: bool) -> io::Result<()> {
     writeln!(w)?;
     writeln!(w, "{}", p.bold("SYSCALLS (by total time)"))?;
     let mut t = table();
-    t.set_header(vec![Cell::new("syscall"), right("calls"), right("errors"), right("total"), right("p50"), right("p99"), right("max")]);
+    t.set_header(vec![
+        Cell::new("syscall"),
+        right("calls"),
+        right("errors"),
+        right("total"),
+        right("p50"),
+        right("p99"),
+        right("max"),
+    ]);
     for s in r.syscalls.iter().take(12) {
         t.add_row(vec![
             Cell::new(&s.name),
@@ -301,7 +409,14 @@ pub fn render(r: &Report, w: &mut dyn Write, color: bool) -> io::Result<()> {
     writeln!(w)?;
     writeln!(w, "{}", p.bold("FILES (by total time)"))?;
     let mut t = table();
-    t.set_header(vec![Cell::new("pid/fd"), Cell::new("class"), Cell::new("path"), right("calls"), right("p99"), right("max")]);
+    t.set_header(vec![
+        Cell::new("pid/fd"),
+        Cell::new("class"),
+        Cell::new("path"),
+        right("calls"),
+        right("p99"),
+        right("max"),
+    ]);
     for f in r.fds.iter().take(12) {
         t.add_row(vec![
             Cell::new(format!("{}/{}", f.pid, f.fd)),
@@ -316,9 +431,19 @@ pub fn render(r: &Report, w: &mut dyn Write, color: bool) -> io::Result<()> {
 
     if r.summary.skipped_lines > 0 {
         writeln!(w)?;
-        writeln!(w, "{}", p.bold(&format!("SKIPPED {} lines", r.summary.skipped_lines)))?;
+        writeln!(
+            w,
+            "{}",
+            p.bold(&format!("SKIPPED {} lines", r.summary.skipped_lines))
+        )?;
         for s in r.skipped.iter().take(5) {
-            writeln!(w, "  line {}: {}: {}", s.line, s.reason, s.text.chars().take(50).collect::<String>())?;
+            writeln!(
+                w,
+                "  line {}: {}: {}",
+                s.line,
+                s.reason,
+                s.text.chars().take(50).collect::<String>()
+            )?;
         }
     }
     Ok(())

@@ -41,12 +41,23 @@ pub struct Clock {
 
 impl Clock {
     pub fn none() -> Self {
-        Clock { fmt: TimeFmt::None, perf: false, frac_digits: 6, first: 0, date: None, wall_at_first: None }
+        Clock {
+            fmt: TimeFmt::None,
+            perf: false,
+            frac_digits: 6,
+            first: 0,
+            date: None,
+            wall_at_first: None,
+        }
     }
 
     /// A timestamp as the trace would have printed it.
     pub fn format(&self, ts: Nanos) -> String {
-        let digits = if self.frac_digits == 0 { 6 } else { self.frac_digits.min(9) } as usize;
+        let digits = if self.frac_digits == 0 {
+            6
+        } else {
+            self.frac_digits.min(9)
+        } as usize;
         let frac = |ns: i64| -> String {
             let s = format!("{:09}", ns.rem_euclid(1_000_000_000));
             s[..digits].to_string()
@@ -60,7 +71,13 @@ impl Clock {
             TimeFmt::TimeOfDay | TimeFmt::TimeOfDayFrac => {
                 let d = ts.rem_euclid(86_400 * 1_000_000_000);
                 let s = d / 1_000_000_000;
-                format!("{:02}:{:02}:{:02}.{}", s / 3600, (s % 3600) / 60, s % 60, frac(d))
+                format!(
+                    "{:02}:{:02}:{:02}.{}",
+                    s / 3600,
+                    (s % 3600) / 60,
+                    s % 60,
+                    frac(d)
+                )
             }
             TimeFmt::Epoch => format!("{}.{}", ts.div_euclid(1_000_000_000), frac(ts)),
             _ => {
@@ -94,8 +111,14 @@ impl Clock {
         let w = self.wall_ns(ts)?;
         let off = self.date.map(|d| d.1).unwrap_or(0);
         let tz = chrono::FixedOffset::east_opt(off)?;
-        let t = chrono::DateTime::from_timestamp(w.div_euclid(1_000_000_000), w.rem_euclid(1_000_000_000) as u32)?;
-        Some(t.with_timezone(&tz).to_rfc3339_opts(chrono::SecondsFormat::Micros, false))
+        let t = chrono::DateTime::from_timestamp(
+            w.div_euclid(1_000_000_000),
+            w.rem_euclid(1_000_000_000) as u32,
+        )?;
+        Some(
+            t.with_timezone(&tz)
+                .to_rfc3339_opts(chrono::SecondsFormat::Micros, false),
+        )
     }
 
     /// "absolute" | "time_of_day" | "relative" | "none"
@@ -142,7 +165,12 @@ impl Skips {
         *self.by_reason.entry(reason).or_default() += 1;
         if self.first.len() < KEEP_SKIPPED {
             let cut = &text[..text.len().min(120)];
-            self.first.push((file.to_string(), line, reason, String::from_utf8_lossy(cut).into_owned()));
+            self.first.push((
+                file.to_string(),
+                line,
+                reason,
+                String::from_utf8_lossy(cut).into_owned(),
+            ));
         }
     }
     fn merge(&mut self, o: &Skips) {
@@ -191,7 +219,14 @@ pub enum Line<'a> {
 
 impl LineReader {
     pub fn new(inner: Box<dyn Read + Send>) -> Self {
-        LineReader { inner, buf: vec![0; CHUNK], start: 0, end: 0, eof: false, skipping_long: false }
+        LineReader {
+            inner,
+            buf: vec![0; CHUNK],
+            start: 0,
+            end: 0,
+            eof: false,
+            skipping_long: false,
+        }
     }
 
     fn fill(&mut self) -> std::io::Result<bool> {
@@ -284,7 +319,9 @@ pub fn open_input(path: &str) -> Result<LineReader> {
         let pre = head.to_vec();
         let rest = std::mem::replace(&mut r.inner, Box::new(std::io::empty()));
         let chained = std::io::Cursor::new(pre).chain(rest);
-        return Ok(LineReader::new(Box::new(flate2::read::MultiGzDecoder::new(chained))));
+        return Ok(LineReader::new(Box::new(
+            flate2::read::MultiGzDecoder::new(chained),
+        )));
     }
     Ok(r)
 }
@@ -324,7 +361,11 @@ fn detect(head: &[u8]) -> Detected {
     let mut perf_hits = 0;
     let mut lines = 0;
     for line in head.split(|b| *b == b'\n').take(200) {
-        let t = line.iter().skip_while(|b| b.is_ascii_whitespace()).copied().collect::<Vec<u8>>();
+        let t = line
+            .iter()
+            .skip_while(|b| b.is_ascii_whitespace())
+            .copied()
+            .collect::<Vec<u8>>();
         if t.is_empty() {
             continue;
         }
@@ -359,13 +400,29 @@ fn detect(head: &[u8]) -> Detected {
 impl FileSource {
     /// Opens and identifies one input. `default_pid` is the pid for lines without one
     /// (from a `-ff` file name).
-    pub fn open(path: &str, format: InputFormat, default_pid: Option<Tid>, strict: bool) -> Result<Self> {
+    pub fn open(
+        path: &str,
+        format: InputFormat,
+        default_pid: Option<Tid>,
+        strict: bool,
+    ) -> Result<Self> {
         let mut reader = open_input(path)?;
-        let label = if path == "-" { "<stdin>".to_string() } else { path.to_string() };
-        let head = reader.peek(64 * 1024).with_context(|| format!("cannot read {label}"))?.to_vec();
+        let label = if path == "-" {
+            "<stdin>".to_string()
+        } else {
+            path.to_string()
+        };
+        let head = reader
+            .peek(64 * 1024)
+            .with_context(|| format!("cannot read {label}"))?
+            .to_vec();
         let detected = detect(&head);
-        let first_line = head.split(|b| *b == b'\n').find(|l| !l.iter().all(|b| b.is_ascii_whitespace()));
-        let first_line = first_line.map(|l| String::from_utf8_lossy(&l[..l.len().min(80)]).into_owned()).unwrap_or_default();
+        let first_line = head
+            .split(|b| *b == b'\n')
+            .find(|l| !l.iter().all(|b| b.is_ascii_whitespace()));
+        let first_line = first_line
+            .map(|l| String::from_utf8_lossy(&l[..l.len().min(80)]).into_owned())
+            .unwrap_or_default();
         match detected {
             Detected::Empty => bail!("{label}: empty input: no trace lines to read"),
             Detected::StraceSummary => bail!(
@@ -414,7 +471,11 @@ impl FileSource {
     /// Reads lines until at least one event is queued or input ends.
     fn pump(&mut self) -> Result<()> {
         while self.queue.is_empty() && !self.done {
-            let line = match self.reader.next_line().with_context(|| format!("cannot read {}", self.label))? {
+            let line = match self
+                .reader
+                .next_line()
+                .with_context(|| format!("cannot read {}", self.label))?
+            {
                 Some(l) => l,
                 None => {
                     match &mut self.parser {
@@ -555,8 +616,14 @@ pub fn expand_inputs(args: &[String]) -> Result<Vec<(String, Option<Tid>)>> {
             continue;
         }
         let p = PathBuf::from(a);
-        let dir = p.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-        let base = p.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
+        let dir = p
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        let base = p
+            .file_name()
+            .map(|f| f.to_string_lossy().into_owned())
+            .unwrap_or_default();
         let mut found = vec![];
         if let Ok(rd) = std::fs::read_dir(dir) {
             for e in rd.flatten() {
@@ -595,10 +662,22 @@ impl Inputs {
         for (path, pid) in expanded {
             // A pid suffix only names the process for -ff sets; a lone `trace.1234` file
             // may well have a pid column of its own, which wins anyway.
-            files.push(FileSource::open(&path, format, if many || pid.is_some() { pid } else { None }, strict)?);
+            files.push(FileSource::open(
+                &path,
+                format,
+                if many || pid.is_some() { pid } else { None },
+                strict,
+            )?);
         }
         let n = files.len();
-        Ok(Inputs { files, heads: vec![None; n], started: false, held: HashMap::new(), ready: VecDeque::new(), finished: false })
+        Ok(Inputs {
+            files,
+            heads: vec![None; n],
+            started: false,
+            held: HashMap::new(),
+            ready: VecDeque::new(),
+            finished: false,
+        })
     }
 
     pub fn files(&self) -> &[FileSource] {
@@ -655,7 +734,8 @@ impl Inputs {
         let mut best: Option<usize> = None;
         for (i, h) in self.heads.iter().enumerate() {
             if let Some(e) = h {
-                if best.is_none_or(|b| self.heads[b].as_ref().is_some_and(|be| e.end() < be.end())) {
+                if best.is_none_or(|b| self.heads[b].as_ref().is_some_and(|be| e.end() < be.end()))
+                {
                     best = Some(i);
                 }
             }
@@ -674,10 +754,21 @@ impl Inputs {
     pub fn info(&self) -> SourceInfo {
         let f = &self.files[0];
         let mut clock = f.clock();
-        clock.first = self.files.iter().map(|f| f.clock().first).filter(|v| *v != 0).min().unwrap_or(clock.first);
+        clock.first = self
+            .files
+            .iter()
+            .map(|f| f.clock().first)
+            .filter(|v| *v != 0)
+            .min()
+            .unwrap_or(clock.first);
         SourceInfo {
             kind: if f.is_perf() { "perf" } else { "strace" },
-            files: self.files.iter().filter(|f| f.label != "<stdin>").map(|f| f.label.clone()).collect(),
+            files: self
+                .files
+                .iter()
+                .filter(|f| f.label != "<stdin>")
+                .map(|f| f.label.clone())
+                .collect(),
             format: f.describe(self.files.len()),
             pid: None,
             clock,
@@ -700,6 +791,14 @@ impl Inputs {
 
 /// Builds an error for an input that parses to nothing usable.
 pub fn no_events_error(label: &str, c: &Counters) -> anyhow::Error {
-    let first = c.skips.first.first().map(|(_, l, r, t)| format!(" (line {l}: {r}: {t:?})")).unwrap_or_default();
-    anyhow!("{label}: not a strace or perf trace: none of its {} lines is a syscall{first}", c.lines)
+    let first = c
+        .skips
+        .first
+        .first()
+        .map(|(_, l, r, t)| format!(" (line {l}: {r}: {t:?})"))
+        .unwrap_or_default();
+    anyhow!(
+        "{label}: not a strace or perf trace: none of its {} lines is a syscall{first}",
+        c.lines
+    )
 }

@@ -21,7 +21,10 @@ pub struct PerfParser {
 }
 
 /// `  2272.992 ( 0.037 ms): comm/tid ` -> (time ns, duration ns, tid, rest)
-fn prefix(line: &[u8]) -> Option<(Option<Nanos>, Option<Nanos>, Tid, &[u8])> {
+/// (time, duration, tid, rest of the line) of a perf trace line.
+type PerfPrefix<'a> = (Option<Nanos>, Option<Nanos>, Tid, &'a [u8]);
+
+fn prefix(line: &[u8]) -> Option<PerfPrefix<'_>> {
     let s = trim_start(line);
     let (ts, mut s) = if let Some(r) = s.strip_prefix(b"?") {
         (None, r)
@@ -59,7 +62,10 @@ fn trim_start(s: &[u8]) -> &[u8] {
 
 /// `2272.992` (ms) -> ns
 fn parse_ms(s: &[u8]) -> Option<(Nanos, usize)> {
-    let n = s.iter().take_while(|b| b.is_ascii_digit() || **b == b'.').count();
+    let n = s
+        .iter()
+        .take_while(|b| b.is_ascii_digit() || **b == b'.')
+        .count();
     if n == 0 {
         return None;
     }
@@ -76,7 +82,10 @@ fn strip_labels(args: &[u8]) -> Vec<u8> {
     while i < args.len() {
         let b = args[i];
         if at_arg_start && !in_str {
-            let n = args[i..].iter().take_while(|c| c.is_ascii_alphanumeric() || **c == b'_').count();
+            let n = args[i..]
+                .iter()
+                .take_while(|c| c.is_ascii_alphanumeric() || **c == b'_')
+                .count();
             if n > 0 && args[i + n..].starts_with(b": ") {
                 i += n + 2;
                 at_arg_start = false;
@@ -149,7 +158,10 @@ impl PerfParser {
             Some(i) => (true, &body[i + 13..]),
             None => (false, body),
         };
-        let n = body.iter().take_while(|b| b.is_ascii_alphanumeric() || **b == b'_' || **b == b':').count();
+        let n = body
+            .iter()
+            .take_while(|b| b.is_ascii_alphanumeric() || **b == b'_' || **b == b':')
+            .count();
         if n == 0 || body.get(n) != Some(&b'(') {
             return Err(SkipReason::NoSyscall);
         }
@@ -216,8 +228,17 @@ impl PerfParser {
             None => {}
         }
         sc.start_line = start_line;
-        let begin = if continued && start_line.is_none() { ts - sc.dur.unwrap_or(0) } else { start };
-        out.push(Event { tid, ts: begin, line: line_no, kind: EventKind::Syscall(sc) });
+        let begin = if continued && start_line.is_none() {
+            ts - sc.dur.unwrap_or(0)
+        } else {
+            start
+        };
+        out.push(Event {
+            tid,
+            ts: begin,
+            line: line_no,
+            kind: EventKind::Syscall(sc),
+        });
         Ok(())
     }
 
@@ -228,7 +249,12 @@ impl PerfParser {
             sc.in_flight = Some(InFlight::AtEnd);
             sc.dur = Some((self.last_ts - ts).max(0));
             sc.dur_src = DurSource::Paired;
-            out.push(Event { tid, ts, line, kind: EventKind::Syscall(sc) });
+            out.push(Event {
+                tid,
+                ts,
+                line,
+                kind: EventKind::Syscall(sc),
+            });
         }
     }
 }
@@ -237,7 +263,10 @@ impl PerfParser {
 pub fn looks_like_perf(line: &[u8]) -> bool {
     match prefix(line) {
         Some((_, _, _, body)) => {
-            let n = body.iter().take_while(|b| b.is_ascii_alphanumeric() || **b == b'_' || **b == b':').count();
+            let n = body
+                .iter()
+                .take_while(|b| b.is_ascii_alphanumeric() || **b == b'_' || **b == b':')
+                .count();
             n > 0 && body.get(n) == Some(&b'(') || memmem::find(body, b"[continued]").is_some()
         }
         None => false,
@@ -259,7 +288,9 @@ mod tests {
 
     #[test]
     fn reads_a_decoded_call_with_fd_annotation() {
-        let ev = one("  2272.992 ( 0.037 ms): redis-server/1370 fdatasync(fd: 7</data/appendonly.aof>) = 0");
+        let ev = one(
+            "  2272.992 ( 0.037 ms): redis-server/1370 fdatasync(fd: 7</data/appendonly.aof>) = 0",
+        );
         let sc = ev[0].syscall().unwrap();
         assert_eq!(ev[0].tid, 1370);
         assert_eq!(ev[0].ts, 2_272_992_000);
@@ -272,7 +303,9 @@ mod tests {
 
     #[test]
     fn reads_errors_and_four_digit_durations() {
-        let ev = one("       0.241 (1000.421 ms): sleep/28042 nanosleep(rqtp: 0x7ffd6c3e6ed0)         = 0");
+        let ev = one(
+            "       0.241 (1000.421 ms): sleep/28042 nanosleep(rqtp: 0x7ffd6c3e6ed0)         = 0",
+        );
         assert_eq!(ev[0].syscall().unwrap().dur, Some(1_000_421_000));
         let ev = one("     0.045 ( 0.002 ms): ls/145954 access(filename: 0xd6f5b2c0, mode: R)   = -1 ENOENT (No such file or directory)");
         assert_eq!(ev[0].syscall().unwrap().ret, Ret::Err("ENOENT"));
@@ -280,7 +313,8 @@ mod tests {
 
     #[test]
     fn continued_line_without_start_is_in_flight_at_start() {
-        let ev = one("         ? (         ): ls/145954  ... [continued]: execve())             = 0");
+        let ev =
+            one("         ? (         ): ls/145954  ... [continued]: execve())             = 0");
         let sc = ev[0].syscall().unwrap();
         assert_eq!(sc.name, "execve");
         assert_eq!(sc.in_flight, Some(InFlight::AtStart));
@@ -290,10 +324,25 @@ mod tests {
     fn stitches_interrupted_call_with_its_continuation() {
         let mut p = PerfParser::default();
         let mut out = vec![];
-        p.feed(b"   10.000 (         ): redis-server/7 fdatasync(fd: 7) ...", &mut out).unwrap();
-        p.feed(b"   10.100 ( 0.010 ms): redis-server/8 read(fd: 9, buf: 0x1, count: 5) = 5", &mut out).unwrap();
-        p.feed(b"   10.000 (50.000 ms): redis-server/7  ... [continued]: fdatasync()) = 0", &mut out).unwrap();
-        let f = out.iter().find(|e| e.syscall().unwrap().name == "fdatasync").unwrap();
+        p.feed(
+            b"   10.000 (         ): redis-server/7 fdatasync(fd: 7) ...",
+            &mut out,
+        )
+        .unwrap();
+        p.feed(
+            b"   10.100 ( 0.010 ms): redis-server/8 read(fd: 9, buf: 0x1, count: 5) = 5",
+            &mut out,
+        )
+        .unwrap();
+        p.feed(
+            b"   10.000 (50.000 ms): redis-server/7  ... [continued]: fdatasync()) = 0",
+            &mut out,
+        )
+        .unwrap();
+        let f = out
+            .iter()
+            .find(|e| e.syscall().unwrap().name == "fdatasync")
+            .unwrap();
         assert_eq!(f.syscall().unwrap().fd, Some(7));
         assert_eq!(f.syscall().unwrap().dur, Some(50_000_000));
         assert_eq!(f.ts, 10_000_000);
@@ -303,8 +352,18 @@ mod tests {
     fn callchain_frames_are_noise_not_errors() {
         let mut p = PerfParser::default();
         let mut out = vec![];
-        assert!(p.feed(b"                                   do_syscall_64 ([kernel.kallsyms])", &mut out).is_ok());
-        assert!(p.feed(b"     0.011 pipewire/2290 raw_syscalls:sys_enter(id: 16, args: 1)", &mut out).is_ok());
+        assert!(p
+            .feed(
+                b"                                   do_syscall_64 ([kernel.kallsyms])",
+                &mut out
+            )
+            .is_ok());
+        assert!(p
+            .feed(
+                b"     0.011 pipewire/2290 raw_syscalls:sys_enter(id: 16, args: 1)",
+                &mut out
+            )
+            .is_ok());
         assert!(out.is_empty());
     }
 }

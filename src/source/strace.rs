@@ -7,7 +7,9 @@
 //! the clock (midnight rollover under -t/-tt, accumulation under -r), and turns body parts into
 //! events. Every line read is either used or skipped with a reason, never lost.
 
-use crate::event::{self, Data, DurSource, Event, EventKind, Extra, InFlight, Nanos, Ret, Syscall, Tid};
+use crate::event::{
+    self, Data, DurSource, Event, EventKind, Extra, InFlight, Nanos, Ret, Syscall, Tid,
+};
 use memchr::{memchr, memmem, memrchr};
 
 /// How timestamps are written at the start of each line.
@@ -40,19 +42,44 @@ pub struct Prefix {
 #[derive(Debug, PartialEq)]
 pub enum Body<'a> {
     /// `name(args) = ret ...` (`args` excludes the closing paren)
-    Call { name: &'a [u8], args: &'a [u8], tail: Tail<'a> },
+    Call {
+        name: &'a [u8],
+        args: &'a [u8],
+        tail: Tail<'a>,
+    },
     /// `name(args <unfinished ...>`
-    Unfinished { name: &'a [u8], args: &'a [u8] },
+    Unfinished {
+        name: &'a [u8],
+        args: &'a [u8],
+    },
     /// `<... name resumed>rest) = ret` (`tail` None when the resumed half is unfinished again)
-    Resumed { name: &'a [u8], rest: &'a [u8], tail: Option<Tail<'a>> },
+    Resumed {
+        name: &'a [u8],
+        rest: &'a [u8],
+        tail: Option<Tail<'a>>,
+    },
     /// `name(args <detached ...>`: strace let go while the call was running.
-    Detached { name: &'a [u8], args: &'a [u8] },
-    Signal { name: &'a [u8], si_pid: Option<u32> },
-    Exit { code: Option<i32>, signal: Option<&'a [u8]> },
+    Detached {
+        name: &'a [u8],
+        args: &'a [u8],
+    },
+    Signal {
+        name: &'a [u8],
+        si_pid: Option<u32>,
+    },
+    Exit {
+        code: Option<i32>,
+        signal: Option<&'a [u8]>,
+    },
     /// `strace: Process N attached [with K threads]`
-    Attached { pid: u32, threads: Option<u32> },
+    Attached {
+        pid: u32,
+        threads: Option<u32>,
+    },
     /// `strace: Process N detached`
-    DetachedMsg { pid: u32 },
+    DetachedMsg {
+        pid: u32,
+    },
     /// Lines that are strace output but carry no event: other `strace:` messages, `-k`
     /// stack frames, `-e write=` hex dumps, tips.
     Noise,
@@ -102,7 +129,11 @@ fn skip_ws(s: &[u8]) -> &[u8] {
 }
 
 fn trim_end(s: &[u8]) -> &[u8] {
-    let n = s.iter().rev().take_while(|b| matches!(**b, b' ' | b'\t' | b'\r')).count();
+    let n = s
+        .iter()
+        .rev()
+        .take_while(|b| matches!(**b, b' ' | b'\t' | b'\r'))
+        .count();
     &s[..s.len() - n]
 }
 
@@ -168,7 +199,12 @@ const PID_MAX: u64 = 4_194_304;
 
 /// Splits the `[pid N] ` / `N ` prefix and the timestamp off a line.
 pub fn parse_prefix(line: &[u8]) -> (Prefix, &[u8]) {
-    let mut p = Prefix { pid: None, time: None, fmt: TimeFmt::None, frac_digits: 0 };
+    let mut p = Prefix {
+        pid: None,
+        time: None,
+        fmt: TimeFmt::None,
+        frac_digits: 0,
+    };
     let mut s = line;
     if s.starts_with(b"[pid ") {
         let t = skip_ws(&s[5..]);
@@ -191,14 +227,21 @@ pub fn parse_prefix(line: &[u8]) -> (Prefix, &[u8]) {
         if matches!(t.get(n), Some(b' ')) {
             p.time = Some(ns);
             p.frac_digits = digits;
-            p.fmt = if digits > 0 { TimeFmt::TimeOfDayFrac } else { TimeFmt::TimeOfDay };
+            p.fmt = if digits > 0 {
+                TimeFmt::TimeOfDayFrac
+            } else {
+                TimeFmt::TimeOfDay
+            };
             s = &t[n..];
         }
     } else if let Some((ns, digits, n)) = parse_decimal_ns(t) {
         if matches!(t.get(n), Some(b' ')) {
-            let leading_blank = t.len() != s.len() || (p.pid.is_none() && s.as_ptr() != line.as_ptr());
+            let leading_blank =
+                t.len() != s.len() || (p.pid.is_none() && s.as_ptr() != line.as_ptr());
             // -r is right-aligned (leading blanks) and small; epoch seconds are large.
-            if ns >= 100_000_000 * 1_000_000_000 || (digits == 0 && ns as u64 > PID_MAX * 1_000_000_000) {
+            if ns >= 100_000_000 * 1_000_000_000
+                || (digits == 0 && ns as u64 > PID_MAX * 1_000_000_000)
+            {
                 p.fmt = TimeFmt::Epoch;
             } else if digits > 0 || leading_blank {
                 p.fmt = TimeFmt::Relative;
@@ -253,7 +296,9 @@ fn annotation(s: &[u8]) -> Option<(&[u8], usize)> {
     while let Some(off) = memchr(b'>', &s[i..]) {
         let at = i + off;
         match s.get(at + 1) {
-            None | Some(b',') | Some(b')') | Some(b' ') | Some(b'\t') => return Some((&s[1..at], at + 1)),
+            None | Some(b',') | Some(b')') | Some(b' ') | Some(b'\t') => {
+                return Some((&s[1..at], at + 1))
+            }
             _ => i = at + 1,
         }
     }
@@ -264,7 +309,11 @@ fn annotation(s: &[u8]) -> Option<(&[u8], usize)> {
 pub fn parse_tail(s: &[u8]) -> Option<Tail<'_>> {
     let (dur, s) = parse_dur(s);
     let s = skip_ws(s);
-    let mut t = Tail { ret: Ret::Unknown, ret_path: None, dur };
+    let mut t = Tail {
+        ret: Ret::Unknown,
+        ret_path: None,
+        dur,
+    };
     let rest;
     if let Some(r) = s.strip_prefix(b"?") {
         rest = r;
@@ -279,7 +328,10 @@ pub fn parse_tail(s: &[u8]) -> Option<Tail<'_>> {
             if n == 0 {
                 return None;
             }
-            (u64::from_str_radix(std::str::from_utf8(&hex[..n]).ok()?, 16).ok()?, n + 2)
+            (
+                u64::from_str_radix(std::str::from_utf8(&hex[..n]).ok()?, 16).ok()?,
+                n + 2,
+            )
         } else {
             parse_u64(body)?
         };
@@ -294,7 +346,10 @@ pub fn parse_tail(s: &[u8]) -> Option<Tail<'_>> {
     }
     let rest = skip_ws(rest);
     if rest.first() == Some(&b'E') {
-        let n = rest.iter().take_while(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || **b == b'_').count();
+        let n = rest
+            .iter()
+            .take_while(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || **b == b'_')
+            .count();
         t.ret = Ret::Err(event::intern(&rest[..n]));
     }
     Some(t)
@@ -307,7 +362,10 @@ fn close_len(args: &[u8], i: usize) -> Option<usize> {
         return None;
     }
     let blanks = args[i + 1..].iter().take_while(|b| **b == b' ').count();
-    if blanks >= 1 && args.get(i + 1 + blanks) == Some(&b'=') && args.get(i + 2 + blanks) == Some(&b' ') {
+    if blanks >= 1
+        && args.get(i + 1 + blanks) == Some(&b'=')
+        && args.get(i + 2 + blanks) == Some(&b' ')
+    {
         Some(blanks + 3)
     } else {
         None
@@ -379,7 +437,11 @@ pub fn parse_body(s: &[u8]) -> Result<Body<'_>, SkipReason> {
                     return Err(SkipReason::ResumedWithoutName);
                 }
                 if rest.ends_with(b"<unfinished ...>") {
-                    return Ok(Body::Resumed { name, rest: &rest[..rest.len() - 16], tail: None });
+                    return Ok(Body::Resumed {
+                        name,
+                        rest: &rest[..rest.len() - 16],
+                        tail: None,
+                    });
                 }
                 // The resumed half holds the rest of the arguments and the result.
                 let close = match find_close_resumed(rest) {
@@ -387,7 +449,11 @@ pub fn parse_body(s: &[u8]) -> Result<Body<'_>, SkipReason> {
                     None => return Err(SkipReason::CutOff),
                 };
                 let tail = parse_tail(&rest[close.0 + close.1..]).ok_or(SkipReason::BadReturn)?;
-                return Ok(Body::Resumed { name, rest: &rest[..close.0], tail: Some(tail) });
+                return Ok(Body::Resumed {
+                    name,
+                    rest: &rest[..close.0],
+                    tail: Some(tail),
+                });
             }
             Err(SkipReason::NoSyscall)
         }
@@ -397,8 +463,13 @@ pub fn parse_body(s: &[u8]) -> Result<Body<'_>, SkipReason> {
             if n == 0 {
                 return Err(SkipReason::NoSyscall);
             }
-            let si_pid = memmem::find(r, b"si_pid=").and_then(|i| parse_u64(&r[i + 7..])).map(|(v, _)| v as u32);
-            Ok(Body::Signal { name: &r[..n], si_pid })
+            let si_pid = memmem::find(r, b"si_pid=")
+                .and_then(|i| parse_u64(&r[i + 7..]))
+                .map(|(v, _)| v as u32);
+            Ok(Body::Signal {
+                name: &r[..n],
+                si_pid,
+            })
         }
         b'+' if s.starts_with(b"+++ ") => {
             let r = &s[4..];
@@ -411,7 +482,10 @@ pub fn parse_body(s: &[u8]) -> Result<Body<'_>, SkipReason> {
                 Ok(Body::Exit { code, signal: None })
             } else if let Some(c) = r.strip_prefix(b"killed by ") {
                 let n = c.iter().take_while(|b| is_name_byte(**b)).count();
-                Ok(Body::Exit { code: None, signal: Some(&c[..n]) })
+                Ok(Body::Exit {
+                    code: None,
+                    signal: Some(&c[..n]),
+                })
             } else {
                 Ok(Body::Noise)
             }
@@ -425,7 +499,10 @@ pub fn parse_body(s: &[u8]) -> Result<Body<'_>, SkipReason> {
                         let threads = memmem::find(after, b"with ")
                             .and_then(|i| parse_u64(&after[i + 5..]))
                             .map(|(v, _)| v as u32);
-                        return Ok(Body::Attached { pid: pid as u32, threads });
+                        return Ok(Body::Attached {
+                            pid: pid as u32,
+                            threads,
+                        });
                     }
                     if after.starts_with(b" detached") {
                         return Ok(Body::DetachedMsg { pid: pid as u32 });
@@ -460,15 +537,25 @@ fn parse_call(s: &[u8]) -> Result<Body<'_>, SkipReason> {
     let name = &s[..n];
     let args = &s[n + 1..];
     if let Some(a) = args.strip_suffix(b"<unfinished ...>") {
-        return Ok(Body::Unfinished { name, args: trim_end(a) });
+        return Ok(Body::Unfinished {
+            name,
+            args: trim_end(a),
+        });
     }
     if let Some(a) = args.strip_suffix(b"<detached ...>") {
-        return Ok(Body::Detached { name, args: trim_end(a) });
+        return Ok(Body::Detached {
+            name,
+            args: trim_end(a),
+        });
     }
     match find_close(args) {
         Some((close, n)) => {
             let tail = parse_tail(&args[close + n..]).ok_or(SkipReason::BadReturn)?;
-            Ok(Body::Call { name, args: &args[..close], tail })
+            Ok(Body::Call {
+                name,
+                args: &args[..close],
+                tail,
+            })
         }
         None => {
             // `exit_group(0)` printed with no result (the process is gone), `exit(0) = ?`.
@@ -476,7 +563,11 @@ fn parse_call(s: &[u8]) -> Result<Body<'_>, SkipReason> {
                 return Ok(Body::Call {
                     name,
                     args: &args[..args.len() - 1],
-                    tail: Tail { ret: Ret::Unknown, ret_path: None, dur: None },
+                    tail: Tail {
+                        ret: Ret::Unknown,
+                        ret_path: None,
+                        dur: None,
+                    },
                 });
             }
             Err(SkipReason::CutOff)
@@ -508,13 +599,25 @@ fn unescape(s: &[u8], cap: usize) -> (Vec<u8>, bool, bool) {
                 b'b' => (0x08, 2),
                 b'e' => (0x1b, 2),
                 b'x' => {
-                    let h = s[i + 2..].iter().take(2).take_while(|b| b.is_ascii_hexdigit()).count();
-                    let v = std::str::from_utf8(&s[i + 2..i + 2 + h]).ok().and_then(|t| u8::from_str_radix(t, 16).ok());
+                    let h = s[i + 2..]
+                        .iter()
+                        .take(2)
+                        .take_while(|b| b.is_ascii_hexdigit())
+                        .count();
+                    let v = std::str::from_utf8(&s[i + 2..i + 2 + h])
+                        .ok()
+                        .and_then(|t| u8::from_str_radix(t, 16).ok());
                     (v.unwrap_or(b'?'), 2 + h)
                 }
                 b'0'..=b'7' => {
-                    let o = s[i + 1..].iter().take(3).take_while(|b| (b'0'..=b'7').contains(b)).count();
-                    let v = s[i + 1..i + 1 + o].iter().fold(0u32, |a, d| a * 8 + (d - b'0') as u32);
+                    let o = s[i + 1..]
+                        .iter()
+                        .take(3)
+                        .take_while(|b| (b'0'..=b'7').contains(b))
+                        .count();
+                    let v = s[i + 1..i + 1 + o]
+                        .iter()
+                        .fold(0u32, |a, d| a * 8 + (d - b'0') as u32);
                     (v as u8, 1 + o)
                 }
                 c => (c, 2),
@@ -572,7 +675,9 @@ fn parse_fd_arg(a: &[u8]) -> (Option<i32>, Option<&[u8]>) {
     let a = skip_ws(a);
     // perf trace style `fd: 7` is handled by its own parser; here plain numbers only.
     match parse_u64(a) {
-        Some((v, n)) if v <= i32::MAX as u64 => (Some(v as i32), annotation(&a[n..]).map(|(p, _)| p)),
+        Some((v, n)) if v <= i32::MAX as u64 => {
+            (Some(v as i32), annotation(&a[n..]).map(|(p, _)| p))
+        }
         _ => (None, None),
     }
 }
@@ -581,7 +686,11 @@ fn path_arg(a: &[u8]) -> Option<Box<str>> {
     let a = skip_ws(a);
     let inner = a.strip_prefix(b"\"")?;
     let (bytes, _, _) = unescape(inner, 4096);
-    Some(String::from_utf8_lossy(&bytes).into_owned().into_boxed_str())
+    Some(
+        String::from_utf8_lossy(&bytes)
+            .into_owned()
+            .into_boxed_str(),
+    )
 }
 
 fn lossy(b: &[u8]) -> Box<str> {
@@ -600,8 +709,8 @@ pub fn extract_args(sc: &mut Syscall, args: &[u8]) {
         }
     }
     match name {
-        "open" | "creat" | "unlink" | "stat" | "lstat" | "access" | "mkdir" | "rmdir" | "truncate"
-        | "chdir" | "readlink" => {
+        "open" | "creat" | "unlink" | "stat" | "lstat" | "access" | "mkdir" | "rmdir"
+        | "truncate" | "chdir" | "readlink" => {
             if let Some(p) = path_arg(a0) {
                 sc.extra = Extra::Path(p);
             }
@@ -673,7 +782,9 @@ pub fn extract_args(sc: &mut Syscall, args: &[u8]) {
             }
         }
         "clone" | "clone3" | "fork" | "vfork" | "clone2" => {
-            sc.extra = Extra::Clone { thread: memmem::find(args, b"CLONE_THREAD").is_some() };
+            sc.extra = Extra::Clone {
+                thread: memmem::find(args, b"CLONE_THREAD").is_some(),
+            };
         }
         "socket" => {
             let a = skip_ws(a0);
@@ -741,7 +852,15 @@ const DAY_NS: i64 = 86_400 * 1_000_000_000;
 
 impl ClockState {
     fn new() -> Self {
-        ClockState { fmt: TimeFmt::None, frac_digits: 0, day: 0, high: 0, rel: 0, first: None, first_text: None }
+        ClockState {
+            fmt: TimeFmt::None,
+            frac_digits: 0,
+            day: 0,
+            high: 0,
+            rel: 0,
+            first: None,
+            first_text: None,
+        }
     }
 
     /// Maps a line's timestamp onto the trace scale. `None` when the line has none.
@@ -847,14 +966,20 @@ impl StraceParser {
             let t = skip_ws(raw);
             let continues = t.starts_with(b"<unfinished ...>")
                 || t.starts_with(b"<detached ...>")
-                || (!raw.is_empty() && (raw[0] == b' ' || raw[0] == b',') && !looks_like_prefix(raw));
+                || (!raw.is_empty()
+                    && (raw[0] == b' ' || raw[0] == b',')
+                    && !looks_like_prefix(raw));
             if continues {
                 if !head.ends_with(b" ") && !raw.starts_with(b" ") && !raw.starts_with(b",") {
                     head.push(b' ');
                 }
                 head.extend_from_slice(raw);
                 let outcome = self.feed_full_line(&head, head_line, line_no, out);
-                return if outcome == LineOutcome::Used { LineOutcome::Used } else { outcome };
+                return if outcome == LineOutcome::Used {
+                    LineOutcome::Used
+                } else {
+                    outcome
+                };
             }
             // The split line never got its end: its head alone is a call in flight.
             self.feed_full_line(&head, head_line, head_line, out);
@@ -865,7 +990,12 @@ impl StraceParser {
     fn feed_body_line(&mut self, raw: &[u8], line_no: u64, out: &mut Vec<Event>) -> LineOutcome {
         match parse_body(raw) {
             Ok(body) => {
-                let pfx = Prefix { pid: None, time: None, fmt: TimeFmt::None, frac_digits: 0 };
+                let pfx = Prefix {
+                    pid: None,
+                    time: None,
+                    fmt: TimeFmt::None,
+                    frac_digits: 0,
+                };
                 self.apply(pfx, None, body, line_no, line_no, out);
                 LineOutcome::Used
             }
@@ -873,7 +1003,13 @@ impl StraceParser {
         }
     }
 
-    fn feed_full_line(&mut self, raw: &[u8], start_line: u64, line_no: u64, out: &mut Vec<Event>) -> LineOutcome {
+    fn feed_full_line(
+        &mut self,
+        raw: &[u8],
+        start_line: u64,
+        line_no: u64,
+        out: &mut Vec<Event>,
+    ) -> LineOutcome {
         let (pfx, body) = parse_prefix(raw);
         if pfx.pid.is_some() {
             self.seen_pid_column = true;
@@ -882,7 +1018,8 @@ impl StraceParser {
             // A different timestamp format mid-file: the times cannot be placed on one scale.
             let compatible = matches!(
                 (self.clock.fmt, pfx.fmt),
-                (TimeFmt::TimeOfDay, TimeFmt::TimeOfDayFrac) | (TimeFmt::TimeOfDayFrac, TimeFmt::TimeOfDay)
+                (TimeFmt::TimeOfDay, TimeFmt::TimeOfDayFrac)
+                    | (TimeFmt::TimeOfDayFrac, TimeFmt::TimeOfDay)
             );
             if !compatible {
                 return LineOutcome::Skipped(SkipReason::BadTimestamp);
@@ -899,7 +1036,10 @@ impl StraceParser {
                 if n > 0 && b.get(n) == Some(&b'(') {
                     let ts = self.clock.map(&pfx, raw);
                     let args = &b[n + 1..];
-                    let body = Body::Detached { name: &b[..n], args };
+                    let body = Body::Detached {
+                        name: &b[..n],
+                        args,
+                    };
                     self.apply(pfx, ts, body, start_line, line_no, out);
                     return LineOutcome::Used;
                 }
@@ -907,12 +1047,24 @@ impl StraceParser {
             }
             Err(r) => return LineOutcome::Skipped(r),
         };
-        let ts = if matches!(body, Body::Noise) { None } else { self.clock.map(&pfx, raw) };
+        let ts = if matches!(body, Body::Noise) {
+            None
+        } else {
+            self.clock.map(&pfx, raw)
+        };
         self.apply(pfx, ts, body, start_line, line_no, out);
         LineOutcome::Used
     }
 
-    fn apply(&mut self, pfx: Prefix, ts: Option<Nanos>, body: Body<'_>, start_line: u64, line_no: u64, out: &mut Vec<Event>) {
+    fn apply(
+        &mut self,
+        pfx: Prefix,
+        ts: Option<Nanos>,
+        body: Body<'_>,
+        start_line: u64,
+        line_no: u64,
+        out: &mut Vec<Event>,
+    ) {
         let tid = pfx.pid.unwrap_or(self.default_pid);
         let ts = ts.unwrap_or(self.last_ts);
         if ts > self.last_ts {
@@ -931,7 +1083,12 @@ impl StraceParser {
                     // The thread was blocked in a call when tracing began.
                     sc.in_flight = Some(InFlight::AtStart);
                 }
-                out.push(Event { tid, ts, line: line_no, kind: EventKind::Syscall(sc) });
+                out.push(Event {
+                    tid,
+                    ts,
+                    line: line_no,
+                    kind: EventKind::Syscall(sc),
+                });
             }
             Body::Unfinished { name, args } => {
                 let mut sc = Syscall::new(event::intern(name));
@@ -941,7 +1098,14 @@ impl StraceParser {
                     sc.in_flight = Some(InFlight::AtStart);
                 }
                 sc.start_line = Some(start_line);
-                if let Some(prev) = self.pending.insert(tid, Pending { ts, line: start_line, sc }) {
+                if let Some(prev) = self.pending.insert(
+                    tid,
+                    Pending {
+                        ts,
+                        line: start_line,
+                        sc,
+                    },
+                ) {
                     // A new call on a thread whose previous call never resumed: that one
                     // ended unseen. Keep it, marked in flight.
                     out.push(dangling_event(tid, prev, ts));
@@ -967,7 +1131,14 @@ impl StraceParser {
                 match tail {
                     None => {
                         // Resumed and interrupted again (`<... x resumed> <unfinished ...>`).
-                        self.pending.insert(tid, Pending { ts: start_ts, line: entry_line.unwrap_or(line_no), sc });
+                        self.pending.insert(
+                            tid,
+                            Pending {
+                                ts: start_ts,
+                                line: entry_line.unwrap_or(line_no),
+                                sc,
+                            },
+                        );
                     }
                     Some(tail) => {
                         finish(&mut sc, &tail);
@@ -984,14 +1155,20 @@ impl StraceParser {
                         if let Some(p) = tail.ret_path {
                             sc.ret_path = Some(lossy(p));
                         }
-                        let start = if sc.in_flight == Some(InFlight::AtStart) && tail.dur.is_some() {
+                        let start = if sc.in_flight == Some(InFlight::AtStart) && tail.dur.is_some()
+                        {
                             // With -T strace times the call from the attach: place it there.
                             ts - sc.dur.unwrap_or(0)
                         } else {
                             start_ts
                         };
                         sc.start_line = entry_line;
-                        out.push(Event { tid, ts: start, line: line_no, kind: EventKind::Syscall(sc) });
+                        out.push(Event {
+                            tid,
+                            ts: start,
+                            line: line_no,
+                            kind: EventKind::Syscall(sc),
+                        });
                     }
                 }
             }
@@ -1000,10 +1177,23 @@ impl StraceParser {
                 extract_args(&mut sc, args);
                 sc.in_flight = Some(InFlight::AtEnd);
                 sc.start_line = Some(start_line);
-                out.push(Event { tid, ts, line: line_no, kind: EventKind::Syscall(sc) });
+                out.push(Event {
+                    tid,
+                    ts,
+                    line: line_no,
+                    kind: EventKind::Syscall(sc),
+                });
             }
             Body::Signal { name, si_pid } => {
-                out.push(Event { tid, ts, line: line_no, kind: EventKind::Signal { name: event::intern(name), si_pid } });
+                out.push(Event {
+                    tid,
+                    ts,
+                    line: line_no,
+                    kind: EventKind::Signal {
+                        name: event::intern(name),
+                        si_pid,
+                    },
+                });
             }
             Body::Exit { code, signal } => {
                 if let Some(p) = self.pending.remove(&tid) {
@@ -1013,18 +1203,41 @@ impl StraceParser {
                         sc.dur = Some((ts - p.ts).max(0));
                         sc.dur_src = DurSource::Paired;
                         sc.start_line = Some(p.line);
-                        out.push(Event { tid, ts: p.ts, line: line_no, kind: EventKind::Syscall(sc) });
+                        out.push(Event {
+                            tid,
+                            ts: p.ts,
+                            line: line_no,
+                            kind: EventKind::Syscall(sc),
+                        });
                     } else {
                         out.push(dangling_event(tid, Pending { sc, ..p }, ts));
                     }
                 }
-                out.push(Event { tid, ts, line: line_no, kind: EventKind::Exit { code, signal: signal.map(event::intern) } });
+                out.push(Event {
+                    tid,
+                    ts,
+                    line: line_no,
+                    kind: EventKind::Exit {
+                        code,
+                        signal: signal.map(event::intern),
+                    },
+                });
             }
             Body::Attached { pid, threads } => {
-                out.push(Event { tid: pid, ts, line: line_no, kind: EventKind::Attach { threads } });
+                out.push(Event {
+                    tid: pid,
+                    ts,
+                    line: line_no,
+                    kind: EventKind::Attach { threads },
+                });
             }
             Body::DetachedMsg { pid } => {
-                out.push(Event { tid: pid, ts, line: line_no, kind: EventKind::Detach });
+                out.push(Event {
+                    tid: pid,
+                    ts,
+                    line: line_no,
+                    kind: EventKind::Detach,
+                });
             }
             Body::Noise => {}
         }
@@ -1065,7 +1278,12 @@ fn dangling_event(tid: Tid, p: Pending, until: Nanos) -> Event {
     sc.in_flight = Some(InFlight::AtEnd);
     sc.dur = Some((until - p.ts).max(0));
     sc.dur_src = DurSource::Paired;
-    Event { tid, ts: p.ts, line: p.line, kind: EventKind::Syscall(sc) }
+    Event {
+        tid,
+        ts: p.ts,
+        line: p.line,
+        kind: EventKind::Syscall(sc),
+    }
 }
 
 fn finish(sc: &mut Syscall, tail: &Tail<'_>) {
