@@ -16,16 +16,22 @@ use std::time::Duration;
 
 /// CLOCK_MONOTONIC in ns: the live clock (immune to wall-clock steps during a trace).
 pub fn now_mono() -> Nanos {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as i64 * 1_000_000_000 + ts.tv_nsec as i64
+    ts.tv_sec * 1_000_000_000 + ts.tv_nsec
 }
 
 /// CLOCK_REALTIME in ns since the epoch, read once at attach to place the trace in time.
 pub fn now_wall() -> Nanos {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
-    ts.tv_sec as i64 * 1_000_000_000 + ts.tv_nsec as i64
+    ts.tv_sec * 1_000_000_000 + ts.tv_nsec
 }
 
 /// What a tracer counted while it ran.
@@ -56,9 +62,17 @@ pub enum AttachError {
     #[error("no such process: {0}")]
     NoSuchPid(Tid),
     #[error("process {pid} is already traced by process {tracer} ({tracer_name}): only one tracer can attach; stop it first")]
-    AlreadyTraced { pid: Tid, tracer: Tid, tracer_name: String },
+    AlreadyTraced {
+        pid: Tid,
+        tracer: Tid,
+        tracer_name: String,
+    },
     #[error("permission denied to trace process {pid}: {}", permission_hint(*.scope, *.root))]
-    Permission { pid: Tid, scope: Option<u32>, root: bool },
+    Permission {
+        pid: Tid,
+        scope: Option<u32>,
+        root: bool,
+    },
     #[error("{0}")]
     Other(String),
 }
@@ -142,9 +156,20 @@ pub fn find_by_name(name: &str) -> Vec<(Tid, String)> {
         }
         let comm = std::fs::read_to_string(e.path().join("comm")).unwrap_or_default();
         let cmdline = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
-        let args: Vec<String> =
-            cmdline.split(|b| *b == 0).filter(|a| !a.is_empty()).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
-        let argv0 = args.first().map(|a| a.split(' ').next().unwrap_or("").rsplit('/').next().unwrap_or("").to_string());
+        let args: Vec<String> = cmdline
+            .split(|b| *b == 0)
+            .filter(|a| !a.is_empty())
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        let argv0 = args.first().map(|a| {
+            a.split(' ')
+                .next()
+                .unwrap_or("")
+                .rsplit('/')
+                .next()
+                .unwrap_or("")
+                .to_string()
+        });
         if comm.trim_end() == name || argv0.as_deref() == Some(name) {
             found.push((pid, args.join(" ")));
         }
@@ -164,7 +189,11 @@ fn resolve_pid(args: &AttachArgs) -> Result<Tid> {
         1 => Ok(found[0].0),
         _ => {
             let list: Vec<String> = found.iter().map(|(p, c)| format!("  {p}  {c}")).collect();
-            anyhow::bail!("--name {name}: {} processes match; choose one with --pid:\n{}", found.len(), list.join("\n"))
+            anyhow::bail!(
+                "--name {name}: {} processes match; choose one with --pid:\n{}",
+                found.len(),
+                list.join("\n")
+            )
         }
     }
 }
@@ -182,7 +211,8 @@ pub fn run_attach(args: &AttachArgs) -> Result<u64> {
         follow_forks: !args.no_follow_forks,
         detach_wait: Duration::from_millis(1000),
     };
-    let mut tracer = ptrace::PtraceTracer::attach(cfg).map_err(|e| anyhow::anyhow!("cannot attach to process {pid}: {e}"))?;
+    let mut tracer = ptrace::PtraceTracer::attach(cfg)
+        .map_err(|e| anyhow::anyhow!("cannot attach to process {pid}: {e}"))?;
     let attach_mono = tracer.attach_mono();
     let wall_at_first = tracer.attach_wall();
     let ctx = procctx::gather(pid);
@@ -202,7 +232,8 @@ pub fn run_attach(args: &AttachArgs) -> Result<u64> {
     }
     let mut rec = match &args.record {
         Some(path) => {
-            let f = std::fs::File::create(path).map_err(|e| anyhow::anyhow!("--record {path}: cannot create it: {e}"))?;
+            let f = std::fs::File::create(path)
+                .map_err(|e| anyhow::anyhow!("--record {path}: cannot create it: {e}"))?;
             let mut r = record::Recorder::new(f, pid, attach_mono, wall_at_first, ctx.cwd.clone());
             for (fd, what) in &ctx.fds {
                 r.seed_fd(*fd, what);
@@ -221,7 +252,9 @@ pub fn run_attach(args: &AttachArgs) -> Result<u64> {
         date: None,
         wall_at_first: Some(wall_at_first),
     };
-    let deadline = args.duration.map(|d| std::time::Instant::now() + Duration::from_nanos(d as u64));
+    let deadline = args
+        .duration
+        .map(|d| std::time::Instant::now() + Duration::from_nanos(d as u64));
     let stderr = std::io::stderr();
     eprintln!(
         "stallscope: attached to {pid} ({} thread{}) with ptrace; stalls over {} are printed as they end; Ctrl-C to stop{}",
@@ -245,7 +278,9 @@ pub fn run_attach(args: &AttachArgs) -> Result<u64> {
                 first_syscall_ts = Some(first_syscall_ts.map_or(ev.ts, |f| f.min(ev.ts)));
                 if seen_tids.insert(ev.tid) && !thread_names.contains_key(&ev.tid) {
                     // A thread born while tracing: its name is in /proc now.
-                    if let Ok(n) = std::fs::read_to_string(format!("/proc/{pid}/task/{}/comm", ev.tid)) {
+                    if let Ok(n) =
+                        std::fs::read_to_string(format!("/proc/{pid}/task/{}/comm", ev.tid))
+                    {
                         let n = n.trim_end().to_string();
                         an.set_thread_name(ev.tid, &n);
                         thread_names.insert(ev.tid, n);
@@ -273,7 +308,9 @@ pub fn run_attach(args: &AttachArgs) -> Result<u64> {
         if done {
             break;
         }
-        let want_stop = STOP.load(Ordering::SeqCst) || deadline.is_some_and(|d| std::time::Instant::now() >= d) || record_err.is_some();
+        let want_stop = STOP.load(Ordering::SeqCst)
+            || deadline.is_some_and(|d| std::time::Instant::now() >= d)
+            || record_err.is_some();
         if want_stop && last_stop_req.is_none_or(|t| t.elapsed() >= Duration::from_millis(100)) {
             tracer.stop();
             last_stop_req = Some(std::time::Instant::now());
@@ -300,11 +337,21 @@ pub fn run_attach(args: &AttachArgs) -> Result<u64> {
     let info = SourceInfo {
         kind: "live",
         files: vec![],
-        format: format!("stallscope attach (ptrace{})", if args.no_follow_forks { "" } else { ", following forks" }),
+        format: format!(
+            "stallscope attach (ptrace{})",
+            if args.no_follow_forks {
+                ""
+            } else {
+                ", following forks"
+            }
+        ),
         pid: Some(pid),
         clock,
     };
-    let counters = Counters { measured: stats.syscalls, ..Default::default() };
+    let counters = Counters {
+        measured: stats.syscalls,
+        ..Default::default()
+    };
     let mut report = an.finish(info, counters);
     report.source.backend = Some("ptrace".into());
     // Samples were stamped from the attach; the report's axis starts at its first call.
@@ -331,7 +378,11 @@ const OVERHEAD_WARN_SHARE: f64 = 0.10;
 pub fn add_overhead(report: &mut Report, st: &TracerStats) {
     let span_ns = (st.detach_mono - st.attach_mono).max(1) as f64;
     let per_s = st.syscalls as f64 / (span_ns / 1e9);
-    let mean_stop_us = if st.stops == 0 { 0.0 } else { st.stop_ns as f64 / st.stops as f64 / 1000.0 };
+    let mean_stop_us = if st.stops == 0 {
+        0.0
+    } else {
+        st.stop_ns as f64 / st.stops as f64 / 1000.0
+    };
     // Every traced call pays at least what the fastest one took end to end under ptrace
     // (two stops, two context switches each way): a lower bound of the slowdown.
     let per_call_ns = st.min_call_ns as f64;
@@ -355,5 +406,9 @@ pub fn add_overhead(report: &mut Report, st: &TracerStats) {
             stalls: 0,
         });
     }
-    report.overhead = Some(Overhead { syscalls_per_s: per_s, mean_stop_us, warning });
+    report.overhead = Some(Overhead {
+        syscalls_per_s: per_s,
+        mean_stop_us,
+        warning,
+    });
 }

@@ -32,7 +32,10 @@ pub struct ProcContext {
 /// Reads the fd table, thread names and config of `pid`. Parts that cannot be read (a
 /// thread that just exited, an fd closed meanwhile) are left out, never fatal.
 pub fn gather(pid: Tid) -> ProcContext {
-    let mut ctx = ProcContext { pid, ..Default::default() };
+    let mut ctx = ProcContext {
+        pid,
+        ..Default::default()
+    };
     let proc_ = match Process::new(pid as i32) {
         Ok(p) => p,
         Err(_) => return ctx,
@@ -73,7 +76,10 @@ fn fd_table(p: &Process) -> Vec<(i32, String)> {
     for fd in fds.flatten() {
         let what = match &fd.target {
             FDTarget::Path(path) => path.to_string_lossy().into_owned(),
-            FDTarget::Socket(ino) => sockets.get(ino).cloned().unwrap_or_else(|| format!("socket:[{ino}]")),
+            FDTarget::Socket(ino) => sockets
+                .get(ino)
+                .cloned()
+                .unwrap_or_else(|| format!("socket:[{ino}]")),
             FDTarget::Net(ino) => format!("net:[{ino}]"),
             FDTarget::Pipe(ino) => format!("pipe:[{ino}]"),
             FDTarget::AnonInode(s) => format!("anon_inode:{s}"),
@@ -121,7 +127,11 @@ pub fn redis_conf_text(cmdline: &[String], cwd: Option<&str>) -> (String, Vec<St
     let mut sources = vec![];
     // redis rewrites its process title ("redis-server 127.0.0.1:6379"), which drops the
     // config path; it survives when set-proc-title is off or the title template keeps it.
-    let args: Vec<&str> = cmdline.iter().flat_map(|a| a.split(' ')).filter(|s| !s.is_empty()).collect();
+    let args: Vec<&str> = cmdline
+        .iter()
+        .flat_map(|a| a.split(' '))
+        .filter(|s| !s.is_empty())
+        .collect();
     if let Some(conf) = args.iter().skip(1).find(|a| a.ends_with(".conf")) {
         let path = if conf.starts_with('/') {
             conf.to_string()
@@ -200,7 +210,11 @@ fn read_raw(p: &Process) -> Option<Raw> {
 fn cpu_times() -> Option<(u64, u64)> {
     let s = std::fs::read_to_string("/proc/stat").ok()?;
     let line = s.lines().find(|l| l.starts_with("cpu "))?;
-    let v: Vec<u64> = line.split_whitespace().skip(1).filter_map(|x| x.parse().ok()).collect();
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|x| x.parse().ok())
+        .collect();
     // user nice system idle iowait irq softirq steal (guest time is inside user/nice).
     let total = v.iter().take(8).sum();
     Some((total, *v.get(4)?))
@@ -248,7 +262,12 @@ impl Sampler {
                         majflt_per_s: rate(prev.majflt, cur.majflt, secs),
                         read_bytes_per_s: rate(prev.read_bytes, cur.read_bytes, secs),
                         write_bytes_per_s: rate(prev.write_bytes, cur.write_bytes, secs),
-                        iowait_pct: if dt == 0 { 0.0 } else { 100.0 * cur.cpu_iowait.saturating_sub(prev.cpu_iowait) as f64 / dt as f64 },
+                        iowait_pct: if dt == 0 {
+                            0.0
+                        } else {
+                            100.0 * cur.cpu_iowait.saturating_sub(prev.cpu_iowait) as f64
+                                / dt as f64
+                        },
                     };
                     prev = cur;
                     // Coarsening: average `merge_every` consecutive samples into one.
@@ -264,7 +283,16 @@ impl Sampler {
                         in_pending = 0;
                     }
                     if out.len() >= MAX_SAMPLES {
-                        out = out.chunks(2).map(|c| if c.len() == 2 { average(&c[0], 1, &c[1]) } else { c[0].clone() }).collect();
+                        out = out
+                            .chunks(2)
+                            .map(|c| {
+                                if c.len() == 2 {
+                                    average(&c[0], 1, &c[1])
+                                } else {
+                                    c[0].clone()
+                                }
+                            })
+                            .collect();
                         merge_every *= 2;
                     }
                 }
@@ -274,13 +302,20 @@ impl Sampler {
                 out
             })
             .ok();
-        Sampler { stop, join, interval }
+        Sampler {
+            stop,
+            join,
+            interval,
+        }
     }
 
     /// Stops the sampler and returns its samples.
     pub fn finish(mut self) -> Vec<HostSample> {
         self.stop.store(true, Ordering::SeqCst);
-        self.join.take().and_then(|j| j.join().ok()).unwrap_or_default()
+        self.join
+            .take()
+            .and_then(|j| j.join().ok())
+            .unwrap_or_default()
     }
 }
 
@@ -310,7 +345,10 @@ struct Means {
 /// Means of the samples that overlap [from, to) µs.
 fn means(samples: &[HostSample], interval_us: i64, from: i64, to: i64) -> Means {
     let mut m = Means::default();
-    for s in samples.iter().filter(|s| s.at_us + interval_us > from && s.at_us < to) {
+    for s in samples
+        .iter()
+        .filter(|s| s.at_us + interval_us > from && s.at_us < to)
+    {
         m.n += 1;
         m.minflt += s.minflt_per_s;
         m.majflt += s.majflt_per_s;
@@ -357,7 +395,12 @@ pub fn attach_host_context(report: &mut Report, samples: Vec<HostSample>, interv
         let end = ph.end_at_us.unwrap_or(i64::MAX);
         let during = means(&samples, iv, ph.start_at_us, end);
         // "Before": up to 5 s before the fork.
-        let before = means(&samples, iv, (ph.start_at_us - 5_000_000).max(0), ph.start_at_us);
+        let before = means(
+            &samples,
+            iv,
+            (ph.start_at_us - 5_000_000).max(0),
+            ph.start_at_us,
+        );
         if during.n == 0 {
             continue;
         }
@@ -408,7 +451,11 @@ pub fn attach_host_context(report: &mut Report, samples: Vec<HostSample>, interv
             mb(all.wbytes)
         ));
     }
-    report.host = Some(HostContext { sample_interval_ms: interval.as_millis() as u64, samples, notes });
+    report.host = Some(HostContext {
+        sample_interval_ms: interval.as_millis() as u64,
+        samples,
+        notes,
+    });
 }
 
 #[cfg(test)]
@@ -448,7 +495,9 @@ mod tests {
         std::thread::sleep(Duration::from_millis(120));
         let samples = s.finish();
         assert!(samples.len() >= 3, "{}", samples.len());
-        assert!(samples.iter().all(|s| s.iowait_pct >= 0.0 && s.iowait_pct <= 100.0));
+        assert!(samples
+            .iter()
+            .all(|s| s.iowait_pct >= 0.0 && s.iowait_pct <= 100.0));
         assert!(v.iter().map(|b| *b as u64).sum::<u64>() > 0);
     }
 

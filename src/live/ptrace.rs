@@ -15,7 +15,9 @@
 
 use super::sysnames::{errno_name, is_restart_errno, signal_name, syscall_name};
 use super::{now_mono, now_wall, AttachError, Tracer, TracerStats};
-use crate::event::{self, Data, Event, EventKind, Extra, InFlight, Nanos, Ret, Syscall, Tid, DATA_CAP};
+use crate::event::{
+    self, Data, Event, EventKind, Extra, InFlight, Nanos, Ret, Syscall, Tid, DATA_CAP,
+};
 use anyhow::Result;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
@@ -36,7 +38,11 @@ pub struct PtraceConfig {
 }
 
 enum Msg {
-    Attached { threads: u32, mono: Nanos, wall: Nanos },
+    Attached {
+        threads: u32,
+        mono: Nanos,
+        wall: Nanos,
+    },
     Events(Vec<Event>),
     Warning(String),
     Done(TracerStats),
@@ -97,7 +103,10 @@ impl PtraceTracer {
         preflight(cfg.pid)?;
         install_wake_handler();
         let (tx, rx) = mpsc::sync_channel::<Msg>(1024);
-        let ctl = Arc::new(StopCtl { flag: AtomicBool::new(false), tid: AtomicI32::new(0) });
+        let ctl = Arc::new(StopCtl {
+            flag: AtomicBool::new(false),
+            tid: AtomicI32::new(0),
+        });
         let ctl2 = ctl.clone();
         let join = std::thread::Builder::new()
             .name("ptrace".into())
@@ -107,7 +116,14 @@ impl PtraceTracer {
                 match t.seize_all() {
                     Ok(n) => {
                         let (mono, wall) = (t.stats.attach_mono, t.stats.attach_wall);
-                        if tx.send(Msg::Attached { threads: n, mono, wall }).is_err() {
+                        if tx
+                            .send(Msg::Attached {
+                                threads: n,
+                                mono,
+                                wall,
+                            })
+                            .is_err()
+                        {
                             return;
                         }
                     }
@@ -139,7 +155,11 @@ impl PtraceTracer {
             threads_at_attach: 0,
         };
         match me.rx.recv() {
-            Ok(Msg::Attached { threads, mono, wall }) => {
+            Ok(Msg::Attached {
+                threads,
+                mono,
+                wall,
+            }) => {
                 me.threads_at_attach = threads;
                 me.stats.attach_mono = mono;
                 me.stats.attach_wall = wall;
@@ -154,7 +174,9 @@ impl PtraceTracer {
             }
             _ => {
                 me.join_thread();
-                Err(AttachError::Other("the tracer thread ended before attaching".into()))
+                Err(AttachError::Other(
+                    "the tracer thread ended before attaching".into(),
+                ))
             }
         }
     }
@@ -244,7 +266,9 @@ impl Drop for PtraceTracer {
             // Drain so the tracer thread is never blocked on a full channel while detaching.
             while !self.done {
                 match self.rx.recv_timeout(Duration::from_millis(100)) {
-                    Ok(Msg::Done(_)) | Ok(Msg::Failed(_)) | Err(RecvTimeoutError::Disconnected) => self.done = true,
+                    Ok(Msg::Done(_)) | Ok(Msg::Failed(_)) | Err(RecvTimeoutError::Disconnected) => {
+                        self.done = true
+                    }
                     Ok(_) => {}
                     Err(RecvTimeoutError::Timeout) => self.ctl.request(),
                 }
@@ -258,23 +282,39 @@ impl Drop for PtraceTracer {
 fn preflight(pid: Tid) -> Result<(), AttachError> {
     let status = match std::fs::read_to_string(format!("/proc/{pid}/status")) {
         Ok(s) => s,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(AttachError::NoSuchPid(pid)),
-        Err(e) => return Err(AttachError::Other(format!("cannot read /proc/{pid}/status: {e}"))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(AttachError::NoSuchPid(pid))
+        }
+        Err(e) => {
+            return Err(AttachError::Other(format!(
+                "cannot read /proc/{pid}/status: {e}"
+            )))
+        }
     };
     if pid as i32 == unsafe { libc::getpid() } {
-        return Err(AttachError::Other("refusing to trace stallscope itself".into()));
+        return Err(AttachError::Other(
+            "refusing to trace stallscope itself".into(),
+        ));
     }
     for line in status.lines() {
         if let Some(v) = line.strip_prefix("TracerPid:") {
             let t: u32 = v.trim().parse().unwrap_or(0);
             if t != 0 {
-                let who = std::fs::read_to_string(format!("/proc/{t}/comm")).map(|s| s.trim().to_string()).unwrap_or_default();
-                return Err(AttachError::AlreadyTraced { pid, tracer: t, tracer_name: who });
+                let who = std::fs::read_to_string(format!("/proc/{t}/comm"))
+                    .map(|s| s.trim().to_string())
+                    .unwrap_or_default();
+                return Err(AttachError::AlreadyTraced {
+                    pid,
+                    tracer: t,
+                    tracer_name: who,
+                });
             }
         }
         if let Some(v) = line.strip_prefix("State:") {
             if v.trim_start().starts_with('Z') {
-                return Err(AttachError::Other(format!("process {pid} is a zombie: it has exited and has no threads to trace")));
+                return Err(AttachError::Other(format!(
+                    "process {pid} is a zombie: it has exited and has no threads to trace"
+                )));
             }
         }
     }
@@ -282,7 +322,11 @@ fn preflight(pid: Tid) -> Result<(), AttachError> {
 }
 
 fn ptrace_scope() -> Option<u32> {
-    std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope").ok()?.trim().parse().ok()
+    std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope")
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
 }
 
 /// What the tracer remembers about a syscall between its entry and exit stops.
@@ -337,7 +381,8 @@ impl Inner {
     }
 
     fn options(&self) -> libc::c_int {
-        let mut o = libc::PTRACE_O_TRACESYSGOOD | libc::PTRACE_O_TRACECLONE | libc::PTRACE_O_TRACEEXEC;
+        let mut o =
+            libc::PTRACE_O_TRACESYSGOOD | libc::PTRACE_O_TRACECLONE | libc::PTRACE_O_TRACEEXEC;
         if self.cfg.follow_forks {
             o |= libc::PTRACE_O_TRACEFORK | libc::PTRACE_O_TRACEVFORK;
         }
@@ -367,7 +412,12 @@ impl Inner {
                     continue;
                 }
                 let r = unsafe {
-                    libc::ptrace(libc::PTRACE_SEIZE, tid as libc::pid_t, 0usize, self.options() as usize)
+                    libc::ptrace(
+                        libc::PTRACE_SEIZE,
+                        tid as libc::pid_t,
+                        0usize,
+                        self.options() as usize,
+                    )
                 };
                 if r != 0 {
                     let err = std::io::Error::last_os_error();
@@ -385,13 +435,23 @@ impl Inner {
                                 root: unsafe { libc::geteuid() } == 0,
                             }))
                         }
-                        _ => return Err(anyhow::anyhow!("PTRACE_SEIZE of thread {tid} failed: {err}")),
+                        _ => {
+                            return Err(anyhow::anyhow!(
+                                "PTRACE_SEIZE of thread {tid} failed: {err}"
+                            ))
+                        }
                     }
                 }
                 first = false;
                 self.threads.insert(
                     tid,
-                    Thread { tgid: pid, entry: None, from_attach: true, awaiting_first_stop: true, restart_from: None },
+                    Thread {
+                        tgid: pid,
+                        entry: None,
+                        from_attach: true,
+                        awaiting_first_stop: true,
+                        restart_from: None,
+                    },
                 );
                 // Brings the thread to a stop so that syscall tracing can be switched on.
                 unsafe { libc::ptrace(libc::PTRACE_INTERRUPT, tid as libc::pid_t, 0usize, 0usize) };
@@ -405,7 +465,12 @@ impl Inner {
             }
         }
         let n = self.threads.len() as u32;
-        self.batch.push(Event { tid: pid, ts: self.attach_ts, line: 0, kind: EventKind::Attach { threads: Some(n) } });
+        self.batch.push(Event {
+            tid: pid,
+            ts: self.attach_ts,
+            line: 0,
+            kind: EventKind::Attach { threads: Some(n) },
+        });
         Ok(n)
     }
 
@@ -438,7 +503,12 @@ impl Inner {
                 return Ok(());
             }
             let mut status: libc::c_int = 0;
-            let flags = libc::__WALL | if self.batch.is_empty() { 0 } else { libc::WNOHANG };
+            let flags = libc::__WALL
+                | if self.batch.is_empty() {
+                    0
+                } else {
+                    libc::WNOHANG
+                };
             let r = unsafe { libc::waitpid(-1, &mut status, flags) };
             if r == 0 {
                 // Nothing pending: hand the batch over before blocking.
@@ -494,29 +564,57 @@ impl Inner {
             return;
         }
         // Signal-delivery stop: record it and deliver it (or pass it on with the detach).
-        let si_pid = if sig == libc::SIGCHLD { siginfo_pid(tid) } else { None };
-        self.batch.push(Event { tid, ts: now, line: 0, kind: EventKind::Signal { name: signal_name(sig), si_pid } });
+        let si_pid = if sig == libc::SIGCHLD {
+            siginfo_pid(tid)
+        } else {
+            None
+        };
+        self.batch.push(Event {
+            tid,
+            ts: now,
+            line: 0,
+            kind: EventKind::Signal {
+                name: signal_name(sig),
+                si_pid,
+            },
+        });
         self.resume(tid, sig);
     }
 
     /// Resumes `tid` to its next syscall stop, delivering `sig`. An error (ESRCH: killed by
     /// SIGKILL while stopped) needs no handling: its exit status follows.
     fn resume(&mut self, tid: Tid, sig: libc::c_int) {
-        unsafe { libc::ptrace(libc::PTRACE_SYSCALL, tid as libc::pid_t, 0usize, sig as usize) };
+        unsafe {
+            libc::ptrace(
+                libc::PTRACE_SYSCALL,
+                tid as libc::pid_t,
+                0usize,
+                sig as usize,
+            )
+        };
     }
 
     fn register_new(&mut self, tid: Tid, tgid: Option<Tid>) {
         let tgid = tgid.unwrap_or_else(|| read_tgid(tid).unwrap_or(tid));
         self.threads.insert(
             tid,
-            Thread { tgid, entry: None, from_attach: false, awaiting_first_stop: true, restart_from: None },
+            Thread {
+                tgid,
+                entry: None,
+                from_attach: false,
+                awaiting_first_stop: true,
+                restart_from: None,
+            },
         );
     }
 
     fn on_ptrace_event(&mut self, tid: Tid, sig: libc::c_int, event: libc::c_int, now: Nanos) {
         match event {
             libc::PTRACE_EVENT_STOP => {
-                let first = self.threads.get(&tid).is_some_and(|t| t.awaiting_first_stop);
+                let first = self
+                    .threads
+                    .get(&tid)
+                    .is_some_and(|t| t.awaiting_first_stop);
                 if first {
                     if let Some(t) = self.threads.get_mut(&tid) {
                         t.awaiting_first_stop = false;
@@ -527,10 +625,15 @@ impl Inner {
                     }
                     return self.resume(tid, 0);
                 }
-                if matches!(sig, libc::SIGSTOP | libc::SIGTSTP | libc::SIGTTIN | libc::SIGTTOU) {
+                if matches!(
+                    sig,
+                    libc::SIGSTOP | libc::SIGTSTP | libc::SIGTTIN | libc::SIGTTOU
+                ) {
                     // A group stop (someone sent SIGSTOP): keep it stopped, as it would be
                     // without us, but stay notified of the SIGCONT.
-                    unsafe { libc::ptrace(libc::PTRACE_LISTEN, tid as libc::pid_t, 0usize, 0usize) };
+                    unsafe {
+                        libc::ptrace(libc::PTRACE_LISTEN, tid as libc::pid_t, 0usize, 0usize)
+                    };
                     return;
                 }
                 // A stale PTRACE_INTERRUPT.
@@ -538,7 +641,14 @@ impl Inner {
             }
             libc::PTRACE_EVENT_CLONE | libc::PTRACE_EVENT_FORK | libc::PTRACE_EVENT_VFORK => {
                 let mut msg: libc::c_ulong = 0;
-                unsafe { libc::ptrace(libc::PTRACE_GETEVENTMSG, tid as libc::pid_t, 0usize, &mut msg as *mut libc::c_ulong) };
+                unsafe {
+                    libc::ptrace(
+                        libc::PTRACE_GETEVENTMSG,
+                        tid as libc::pid_t,
+                        0usize,
+                        &mut msg as *mut libc::c_ulong,
+                    )
+                };
                 let child = msg as Tid;
                 if child != 0 {
                     let tgid = if event == libc::PTRACE_EVENT_CLONE {
@@ -562,7 +672,14 @@ impl Inner {
                 // After a non-leader thread execs, it takes the process's tid: the old
                 // leader is gone and the former tid must be forgotten.
                 let mut msg: libc::c_ulong = 0;
-                unsafe { libc::ptrace(libc::PTRACE_GETEVENTMSG, tid as libc::pid_t, 0usize, &mut msg as *mut libc::c_ulong) };
+                unsafe {
+                    libc::ptrace(
+                        libc::PTRACE_GETEVENTMSG,
+                        tid as libc::pid_t,
+                        0usize,
+                        &mut msg as *mut libc::c_ulong,
+                    )
+                };
                 let former = msg as Tid;
                 if former != tid {
                     // The execve entry was seen on the former tid: carry it over.
@@ -602,8 +719,17 @@ impl Inner {
         // It returned while we were stopping it (an uninterruptible call, e.g. fdatasync or
         // close on a slow disk): known part is from the attach to now.
         let args = [regs.rdi, regs.rsi, regs.rdx, regs.r10, regs.r8, regs.r9];
-        let entry = Entry { ts: attach_ts, nr, args, in_flight: Some(InFlight::AtStart) };
-        let (ret_val, is_err) = if (-4095..0).contains(&rax) { (rax, true) } else { (rax, false) };
+        let entry = Entry {
+            ts: attach_ts,
+            nr,
+            args,
+            in_flight: Some(InFlight::AtStart),
+        };
+        let (ret_val, is_err) = if (-4095..0).contains(&rax) {
+            (rax, true)
+        } else {
+            (rax, false)
+        };
         let ev = self.build(tid, entry, ret_val, is_err, now);
         self.stats.syscalls += 1;
         self.batch.push(ev);
@@ -620,15 +746,28 @@ impl Inner {
         match info.op {
             libc::PTRACE_SYSCALL_INFO_ENTRY => {
                 let (nr, args) = unsafe { (info.u.entry.nr as i64, info.u.entry.args) };
-                let (ts, nr, in_flight) = match self.threads.get_mut(&tid).and_then(|t| t.restart_from.take()) {
+                let (ts, nr, in_flight) = match self
+                    .threads
+                    .get_mut(&tid)
+                    .and_then(|t| t.restart_from.take())
+                {
                     Some((at, orig)) => {
-                        let n = if syscall_name(nr) == "restart_syscall" { orig } else { nr };
+                        let n = if syscall_name(nr) == "restart_syscall" {
+                            orig
+                        } else {
+                            nr
+                        };
                         (at, n, Some(InFlight::AtStart))
                     }
                     None => (now, nr, None),
                 };
                 if let Some(t) = self.threads.get_mut(&tid) {
-                    t.entry = Some(Entry { ts, nr, args, in_flight });
+                    t.entry = Some(Entry {
+                        ts,
+                        nr,
+                        args,
+                        in_flight,
+                    });
                 }
             }
             libc::PTRACE_SYSCALL_INFO_EXIT => {
@@ -641,11 +780,16 @@ impl Inner {
                 self.stats.syscalls += 1;
                 if entry.in_flight.is_none() {
                     let d = now - entry.ts;
-                    if d >= 0 && (self.stats.min_call_ns == 0 || (d as u64) < self.stats.min_call_ns) {
+                    if d >= 0
+                        && (self.stats.min_call_ns == 0 || (d as u64) < self.stats.min_call_ns)
+                    {
                         self.stats.min_call_ns = d as u64;
                     }
                 }
-                let main = self.threads.get(&tid).is_some_and(|t| t.tgid == tid && tid == self.cfg.pid);
+                let main = self
+                    .threads
+                    .get(&tid)
+                    .is_some_and(|t| t.tgid == tid && tid == self.cfg.pid);
                 if main {
                     self.stats.main_syscalls += 1;
                 }
@@ -659,12 +803,26 @@ impl Inner {
     fn build(&mut self, tid: Tid, e: Entry, sval: i64, is_error: bool, now: Nanos) -> Event {
         let name = syscall_name(e.nr);
         let mut sc = Syscall::new(name);
-        sc.ret = if is_error { Ret::Err(errno_name(-sval)) } else { Ret::Val(sval) };
+        sc.ret = if is_error {
+            Ret::Err(errno_name(-sval))
+        } else {
+            Ret::Val(sval)
+        };
         sc.dur = Some((now - e.ts).max(0));
         sc.dur_src = event::DurSource::Measured;
         sc.in_flight = e.in_flight;
-        decode_args(tid, &mut sc, &e.args, if is_error { None } else { Some(sval) });
-        Event { tid, ts: e.ts, line: 0, kind: EventKind::Syscall(sc) }
+        decode_args(
+            tid,
+            &mut sc,
+            &e.args,
+            if is_error { None } else { Some(sval) },
+        );
+        Event {
+            tid,
+            ts: e.ts,
+            line: 0,
+            kind: EventKind::Syscall(sc),
+        }
     }
 
     fn on_exit(&mut self, tid: Tid, status: libc::c_int, now: Nanos) {
@@ -677,14 +835,30 @@ impl Inner {
             sc.dur_src = event::DurSource::Measured;
             sc.in_flight = e.in_flight;
             decode_args(tid, &mut sc, &e.args, None);
-            self.batch.push(Event { tid, ts: e.ts, line: 0, kind: EventKind::Syscall(sc) });
+            self.batch.push(Event {
+                tid,
+                ts: e.ts,
+                line: 0,
+                kind: EventKind::Syscall(sc),
+            });
         }
         let kind = if libc::WIFEXITED(status) {
-            EventKind::Exit { code: Some(libc::WEXITSTATUS(status)), signal: None }
+            EventKind::Exit {
+                code: Some(libc::WEXITSTATUS(status)),
+                signal: None,
+            }
         } else {
-            EventKind::Exit { code: None, signal: Some(signal_name(libc::WTERMSIG(status))) }
+            EventKind::Exit {
+                code: None,
+                signal: Some(signal_name(libc::WTERMSIG(status))),
+            }
         };
-        self.batch.push(Event { tid, ts: now, line: 0, kind });
+        self.batch.push(Event {
+            tid,
+            ts: now,
+            line: 0,
+            kind,
+        });
     }
 
     /// Lets go of every thread: interrupt each, and detach it at the stop that follows,
@@ -701,7 +875,12 @@ impl Inner {
                 sc.dur_src = event::DurSource::Measured;
                 sc.in_flight = Some(InFlight::AtEnd);
                 decode_args(*tid, &mut sc, &e.args, None);
-                self.batch.push(Event { tid: *tid, ts: e.ts, line: 0, kind: EventKind::Syscall(sc) });
+                self.batch.push(Event {
+                    tid: *tid,
+                    ts: e.ts,
+                    line: 0,
+                    kind: EventKind::Syscall(sc),
+                });
             }
             unsafe { libc::ptrace(libc::PTRACE_INTERRUPT, *tid as libc::pid_t, 0usize, 0usize) };
         }
@@ -726,19 +905,48 @@ impl Inner {
                 // into an event, just pass on a signal if it was one.
                 let sig = libc::WSTOPSIG(status);
                 let event = (status >> 16) & 0xff;
-                let pass = if sig == (libc::SIGTRAP | 0x80) || event != 0 { 0 } else { sig };
-                if event == libc::PTRACE_EVENT_CLONE || event == libc::PTRACE_EVENT_FORK || event == libc::PTRACE_EVENT_VFORK {
+                let pass = if sig == (libc::SIGTRAP | 0x80) || event != 0 {
+                    0
+                } else {
+                    sig
+                };
+                if event == libc::PTRACE_EVENT_CLONE
+                    || event == libc::PTRACE_EVENT_FORK
+                    || event == libc::PTRACE_EVENT_VFORK
+                {
                     // A child born during the detach is ours too until detached.
                     let mut msg: libc::c_ulong = 0;
-                    unsafe { libc::ptrace(libc::PTRACE_GETEVENTMSG, tid as libc::pid_t, 0usize, &mut msg as *mut libc::c_ulong) };
+                    unsafe {
+                        libc::ptrace(
+                            libc::PTRACE_GETEVENTMSG,
+                            tid as libc::pid_t,
+                            0usize,
+                            &mut msg as *mut libc::c_ulong,
+                        )
+                    };
                     if msg != 0 && !self.threads.contains_key(&(msg as Tid)) {
                         self.register_new(msg as Tid, None);
                     }
                 }
                 if pass != 0 {
-                    self.batch.push(Event { tid, ts: now, line: 0, kind: EventKind::Signal { name: signal_name(pass), si_pid: None } });
+                    self.batch.push(Event {
+                        tid,
+                        ts: now,
+                        line: 0,
+                        kind: EventKind::Signal {
+                            name: signal_name(pass),
+                            si_pid: None,
+                        },
+                    });
                 }
-                unsafe { libc::ptrace(libc::PTRACE_DETACH, tid as libc::pid_t, 0usize, pass as usize) };
+                unsafe {
+                    libc::ptrace(
+                        libc::PTRACE_DETACH,
+                        tid as libc::pid_t,
+                        0usize,
+                        pass as usize,
+                    )
+                };
                 self.threads.remove(&tid);
                 continue;
             }
@@ -759,7 +967,12 @@ impl Inner {
                 self.cfg.detach_wait.as_millis()
             ));
         }
-        self.batch.push(Event { tid: self.cfg.pid, ts: detach_ts, line: 0, kind: EventKind::Detach });
+        self.batch.push(Event {
+            tid: self.cfg.pid,
+            ts: detach_ts,
+            line: 0,
+            kind: EventKind::Detach,
+        });
     }
 }
 
@@ -776,7 +989,9 @@ fn list_tasks(pid: Tid) -> std::io::Result<Vec<Tid>> {
 
 fn read_tgid(tid: Tid) -> Option<Tid> {
     let s = std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
-    s.lines().find_map(|l| l.strip_prefix("Tgid:")).and_then(|v| v.trim().parse().ok())
+    s.lines()
+        .find_map(|l| l.strip_prefix("Tgid:"))
+        .and_then(|v| v.trim().parse().ok())
 }
 
 fn get_syscall_info(tid: Tid) -> Option<libc::ptrace_syscall_info> {
@@ -797,7 +1012,14 @@ fn get_syscall_info(tid: Tid) -> Option<libc::ptrace_syscall_info> {
 
 fn siginfo_pid(tid: Tid) -> Option<u32> {
     let mut si: libc::siginfo_t = unsafe { std::mem::zeroed() };
-    let r = unsafe { libc::ptrace(libc::PTRACE_GETSIGINFO, tid as libc::pid_t, 0usize, &mut si as *mut libc::siginfo_t) };
+    let r = unsafe {
+        libc::ptrace(
+            libc::PTRACE_GETSIGINFO,
+            tid as libc::pid_t,
+            0usize,
+            &mut si as *mut libc::siginfo_t,
+        )
+    };
     if r != 0 {
         return None;
     }
@@ -810,8 +1032,14 @@ fn read_mem(tid: Tid, addr: u64, buf: &mut [u8]) -> usize {
     if addr == 0 || buf.is_empty() {
         return 0;
     }
-    let local = libc::iovec { iov_base: buf.as_mut_ptr() as *mut libc::c_void, iov_len: buf.len() };
-    let remote = libc::iovec { iov_base: addr as *mut libc::c_void, iov_len: buf.len() };
+    let local = libc::iovec {
+        iov_base: buf.as_mut_ptr() as *mut libc::c_void,
+        iov_len: buf.len(),
+    };
+    let remote = libc::iovec {
+        iov_base: addr as *mut libc::c_void,
+        iov_len: buf.len(),
+    };
     let n = unsafe { libc::process_vm_readv(tid as libc::pid_t, &local, 1, &remote, 1, 0) };
     if n < 0 {
         0
@@ -862,14 +1090,14 @@ fn decode_args(tid: Tid, sc: &mut Syscall, a: &[u64; 6], ret: Option<i64>) {
         }
     }
     match name {
-        "open" | "creat" | "unlink" | "stat" | "lstat" | "access" | "mkdir" | "rmdir" | "truncate" | "chdir"
-        | "readlink" => {
+        "open" | "creat" | "unlink" | "stat" | "lstat" | "access" | "mkdir" | "rmdir"
+        | "truncate" | "chdir" | "readlink" => {
             if let Some(p) = read_cstr(tid, a[0]) {
                 sc.extra = Extra::Path(p);
             }
         }
-        "openat" | "unlinkat" | "newfstatat" | "statx" | "mkdirat" | "faccessat" | "faccessat2" | "readlinkat"
-        | "openat2" => {
+        "openat" | "unlinkat" | "newfstatat" | "statx" | "mkdirat" | "faccessat" | "faccessat2"
+        | "readlinkat" | "openat2" => {
             if let Some(p) = read_cstr(tid, a[1]) {
                 if !p.is_empty() {
                     sc.extra = Extra::Path(p);
@@ -886,28 +1114,31 @@ fn decode_args(tid: Tid, sc: &mut Syscall, a: &[u64; 6], ret: Option<i64>) {
                 sc.extra = Extra::Rename(o, n);
             }
         }
-        "pipe" | "pipe2" | "socketpair" => {
-            if ret.is_some() {
-                let addr = if name == "socketpair" { a[3] } else { a[0] };
-                let mut b = [0u8; 8];
-                if read_mem(tid, addr, &mut b) == 8 {
-                    let x = i32::from_ne_bytes([b[0], b[1], b[2], b[3]]);
-                    let y = i32::from_ne_bytes([b[4], b[5], b[6], b[7]]);
-                    sc.extra = Extra::FdPair(x, y);
-                }
+        "pipe" | "pipe2" | "socketpair" if ret.is_some() => {
+            let addr = if name == "socketpair" { a[3] } else { a[0] };
+            let mut b = [0u8; 8];
+            if read_mem(tid, addr, &mut b) == 8 {
+                let x = i32::from_ne_bytes([b[0], b[1], b[2], b[3]]);
+                let y = i32::from_ne_bytes([b[4], b[5], b[6], b[7]]);
+                sc.extra = Extra::FdPair(x, y);
             }
         }
         "dup2" | "dup3" => sc.extra = Extra::NewFd(a[1] as i64 as i32),
-        "fcntl" => {
-            if a[1] as i32 == libc::F_DUPFD || a[1] as i32 == libc::F_DUPFD_CLOEXEC {
-                sc.extra = Extra::DupFd;
+        "fcntl" if a[1] as i32 == libc::F_DUPFD || a[1] as i32 == libc::F_DUPFD_CLOEXEC => {
+            sc.extra = Extra::DupFd;
+        }
+        "close_range" => {
+            sc.extra = Extra::CloseRange(a[0] as u32, a[1].min(u32::MAX as u64) as u32)
+        }
+        "clone" => {
+            sc.extra = Extra::Clone {
+                thread: a[0] & libc::CLONE_THREAD as u64 != 0,
             }
         }
-        "close_range" => sc.extra = Extra::CloseRange(a[0] as u32, a[1].min(u32::MAX as u64) as u32),
-        "clone" => sc.extra = Extra::Clone { thread: a[0] & libc::CLONE_THREAD as u64 != 0 },
         "clone3" => {
             let mut b = [0u8; 8];
-            let thread = read_mem(tid, a[0], &mut b) == 8 && u64::from_ne_bytes(b) & libc::CLONE_THREAD as u64 != 0;
+            let thread = read_mem(tid, a[0], &mut b) == 8
+                && u64::from_ne_bytes(b) & libc::CLONE_THREAD as u64 != 0;
             sc.extra = Extra::Clone { thread };
         }
         "fork" | "vfork" => sc.extra = Extra::Clone { thread: false },

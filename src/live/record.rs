@@ -51,7 +51,10 @@ impl<W: Write> Recorder<W> {
 
     /// An fd open at attach (from /proc/PID/fd).
     pub fn seed_fd(&mut self, fd: i32, what: &str) {
-        self.fds.entry(self.root).or_default().insert(fd, what.to_string());
+        self.fds
+            .entry(self.root)
+            .or_default()
+            .insert(fd, what.to_string());
     }
 
     fn proc_of(&self, tid: Tid) -> Tid {
@@ -60,7 +63,11 @@ impl<W: Write> Recorder<W> {
 
     fn ts_text(&self, ts: Nanos) -> String {
         let w = self.wall_at_first + (ts - self.first);
-        format!("{}.{:06}", w.div_euclid(1_000_000_000), w.rem_euclid(1_000_000_000) / 1000)
+        format!(
+            "{}.{:06}",
+            w.div_euclid(1_000_000_000),
+            w.rem_euclid(1_000_000_000) / 1000
+        )
     }
 
     fn fd_text(&self, tid: Tid, fd: i32) -> String {
@@ -87,7 +94,11 @@ impl<W: Write> Recorder<W> {
             EventKind::Syscall(sc) => self.syscall_line(ev, sc),
             EventKind::Signal { name, si_pid } => {
                 let extra = si_pid.map(|p| format!(", si_pid={p}")).unwrap_or_default();
-                self.line = format!("{} {} --- {name} {{si_signo={name}{extra}}} ---", ev.tid, self.ts_text(ev.ts));
+                self.line = format!(
+                    "{} {} --- {name} {{si_signo={name}{extra}}} ---",
+                    ev.tid,
+                    self.ts_text(ev.ts)
+                );
             }
             EventKind::Exit { code, signal } => {
                 let what = match (code, signal) {
@@ -112,16 +123,31 @@ impl<W: Write> Recorder<W> {
         let tid = ev.tid;
         let args = self.args_text(tid, sc);
         let ret = self.ret_text(tid, sc);
-        let dur = sc.dur.map(|d| format!(" <{}.{:06}>", d / 1_000_000_000, (d % 1_000_000_000) / 1000)).unwrap_or_default();
+        let dur = sc
+            .dur
+            .map(|d| format!(" <{}.{:06}>", d / 1_000_000_000, (d % 1_000_000_000) / 1000))
+            .unwrap_or_default();
         self.line = match sc.in_flight {
             Some(InFlight::AtStart) => {
                 // Stamped when it returned, as strace stamps a resumed half; readers place
                 // its start `dur` earlier, at the attach.
                 let end = ev.ts + sc.dur.unwrap_or(0);
-                format!("{tid} {} <... {} resumed>{args}) = {ret}{dur}", self.ts_text(end), sc.name)
+                format!(
+                    "{tid} {} <... {} resumed>{args}) = {ret}{dur}",
+                    self.ts_text(end),
+                    sc.name
+                )
             }
-            Some(InFlight::AtEnd) => format!("{tid} {} {}({args} <unfinished ...>", self.ts_text(ev.ts), sc.name),
-            None => format!("{tid} {} {}({args}) = {ret}{dur}", self.ts_text(ev.ts), sc.name),
+            Some(InFlight::AtEnd) => format!(
+                "{tid} {} {}({args} <unfinished ...>",
+                self.ts_text(ev.ts),
+                sc.name
+            ),
+            None => format!(
+                "{tid} {} {}({args}) = {ret}{dur}",
+                self.ts_text(ev.ts),
+                sc.name
+            ),
         };
         self.apply_effects(tid, sc);
     }
@@ -130,25 +156,55 @@ impl<W: Write> Recorder<W> {
         let fd = |s: &Self| sc.fd.map(|f| s.fd_text(tid, f));
         let dirfd = |s: &Self| fd(s).unwrap_or_else(|| "AT_FDCWD".to_string());
         match (&sc.extra, sc.name) {
-            (Extra::Path(p), "openat" | "unlinkat" | "newfstatat" | "statx" | "mkdirat" | "faccessat" | "faccessat2" | "readlinkat" | "openat2") => {
+            (
+                Extra::Path(p),
+                "openat" | "unlinkat" | "newfstatat" | "statx" | "mkdirat" | "faccessat"
+                | "faccessat2" | "readlinkat" | "openat2",
+            ) => {
                 format!("{}, {}", dirfd(self), quote(p.as_bytes(), false))
             }
             (Extra::Path(p), _) => quote(p.as_bytes(), false),
-            (Extra::Rename(a, b), "rename") => format!("{}, {}", quote(a.as_bytes(), false), quote(b.as_bytes(), false)),
-            (Extra::Rename(a, b), _) => format!("AT_FDCWD, {}, AT_FDCWD, {}", quote(a.as_bytes(), false), quote(b.as_bytes(), false)),
+            (Extra::Rename(a, b), "rename") => format!(
+                "{}, {}",
+                quote(a.as_bytes(), false),
+                quote(b.as_bytes(), false)
+            ),
+            (Extra::Rename(a, b), _) => format!(
+                "AT_FDCWD, {}, AT_FDCWD, {}",
+                quote(a.as_bytes(), false),
+                quote(b.as_bytes(), false)
+            ),
             (Extra::FdPair(a, b), "socketpair") => format!("AF_UNIX, SOCK_STREAM, 0, [{a}, {b}]"),
             (Extra::FdPair(a, b), _) => format!("[{a}, {b}]"),
             (Extra::NewFd(n), _) => format!("{}, {n}", fd(self).unwrap_or_default()),
             (Extra::DupFd, _) => format!("{}, F_DUPFD, 0", fd(self).unwrap_or_default()),
             (Extra::CloseRange(a, b), _) => format!("{a}, {b}, 0"),
             (Extra::Clone { thread }, "clone3") => {
-                format!("{{flags={}}}, 88", if *thread { "CLONE_VM|CLONE_THREAD" } else { "0" })
+                format!(
+                    "{{flags={}}}, 88",
+                    if *thread {
+                        "CLONE_VM|CLONE_THREAD"
+                    } else {
+                        "0"
+                    }
+                )
             }
-            (Extra::Clone { thread }, _) => format!("flags={}", if *thread { "CLONE_VM|CLONE_THREAD" } else { "SIGCHLD" }),
+            (Extra::Clone { thread }, _) => format!(
+                "flags={}",
+                if *thread {
+                    "CLONE_VM|CLONE_THREAD"
+                } else {
+                    "SIGCHLD"
+                }
+            ),
             (Extra::Socket(d), _) => format!("{d}, SOCK_STREAM, 0"),
             (Extra::Data(d), _) => {
                 let n = sc.ret.val().unwrap_or(d.bytes().len() as i64).max(0);
-                format!("{}, {}, {n}", fd(self).unwrap_or_default(), quote(d.bytes(), d.truncated))
+                format!(
+                    "{}, {}, {n}",
+                    fd(self).unwrap_or_default(),
+                    quote(d.bytes(), d.truncated)
+                )
             }
             (Extra::None, _) => fd(self).unwrap_or_default(),
         }
@@ -164,7 +220,10 @@ impl<W: Write> Recorder<W> {
                     }
                 }
                 if matches!(sc.name, "dup" | "fcntl") || matches!(sc.extra, Extra::NewFd(_)) {
-                    if let Some(p) = sc.fd.and_then(|f| self.fds.get(&self.proc_of(tid)).and_then(|m| m.get(&f))) {
+                    if let Some(p) = sc
+                        .fd
+                        .and_then(|f| self.fds.get(&self.proc_of(tid)).and_then(|m| m.get(&f)))
+                    {
                         return format!("{v}<{}>", escape_annotation(p));
                     }
                 }
@@ -267,8 +326,15 @@ fn is_open(name: &str) -> bool {
 fn returns_fd(name: &str) -> bool {
     matches!(
         name,
-        "socket" | "accept" | "accept4" | "epoll_create" | "epoll_create1" | "eventfd2" | "timerfd_create"
-            | "signalfd4" | "memfd_create"
+        "socket"
+            | "accept"
+            | "accept4"
+            | "epoll_create"
+            | "epoll_create1"
+            | "eventfd2"
+            | "timerfd_create"
+            | "signalfd4"
+            | "memfd_create"
     )
 }
 

@@ -17,7 +17,12 @@ fn sc(name: &'static str, fd: Option<i32>, ret: Ret, dur: Nanos) -> Syscall {
 }
 
 fn ev(tid: Tid, at: Nanos, s: Syscall) -> Event {
-    Event { tid, ts: FIRST + at, line: 0, kind: EventKind::Syscall(s) }
+    Event {
+        tid,
+        ts: FIRST + at,
+        line: 0,
+        kind: EventKind::Syscall(s),
+    }
 }
 
 fn read_back(text: &str) -> Vec<Event> {
@@ -48,15 +53,36 @@ fn round_trips_through_the_strace_parser() {
     let mut end = sc("fdatasync", Some(7), Ret::Unknown, 2_000_000_000);
     end.in_flight = Some(InFlight::AtEnd);
     let events = vec![
-        Event { tid: 100, ts: FIRST, line: 0, kind: EventKind::Attach { threads: Some(1) } },
+        Event {
+            tid: 100,
+            ts: FIRST,
+            line: 0,
+            kind: EventKind::Attach { threads: Some(1) },
+        },
         ev(100, 1_000, w),
         ev(100, 2_000_000, o),
         ev(100, 3_000_000, c),
         ev(100, 4_000_000, f),
         ev(101, 0, start),
         ev(100, 5_000_000_000, cl),
-        Event { tid: 100, ts: FIRST + 5_100_000_000, line: 0, kind: EventKind::Signal { name: "SIGCHLD", si_pid: Some(222) } },
-        Event { tid: 222, ts: FIRST + 5_200_000_000, line: 0, kind: EventKind::Exit { code: Some(0), signal: None } },
+        Event {
+            tid: 100,
+            ts: FIRST + 5_100_000_000,
+            line: 0,
+            kind: EventKind::Signal {
+                name: "SIGCHLD",
+                si_pid: Some(222),
+            },
+        },
+        Event {
+            tid: 222,
+            ts: FIRST + 5_200_000_000,
+            line: 0,
+            kind: EventKind::Exit {
+                code: Some(0),
+                signal: None,
+            },
+        },
         ev(100, 5_250_000_000, sc("getpid", None, Ret::Val(100), 1_000)),
         ev(100, 5_300_000_000, end),
         // Another thread's call, later than the detach-time entry above.
@@ -67,19 +93,35 @@ fn round_trips_through_the_strace_parser() {
     }
     r.finish().unwrap();
     let text = String::from_utf8(buf).unwrap();
-    assert!(text.contains("write(7</data/appendonlydir/appendonly.aof.1.incr.aof>, \"*3\\r\\n$3\\r\\nSET"), "{text}");
+    assert!(
+        text.contains(
+            "write(7</data/appendonlydir/appendonly.aof.1.incr.aof>, \"*3\\r\\n$3\\r\\nSET"
+        ),
+        "{text}"
+    );
     assert!(text.contains("= 9</data/redis.log>"), "{text}");
     assert!(text.contains("close(9</data/redis.log>)"), "{text}");
     assert!(text.contains("-1 EIO (Input/output error)"), "{text}");
     let back = read_back(&text);
-    let calls: Vec<(&Event, &Syscall)> = back.iter().filter_map(|e| e.syscall().map(|s| (e, s))).collect();
-    let orig: Vec<(&Event, &Syscall)> = events.iter().filter_map(|e| e.syscall().map(|s| (e, s))).collect();
+    let calls: Vec<(&Event, &Syscall)> = back
+        .iter()
+        .filter_map(|e| e.syscall().map(|s| (e, s)))
+        .collect();
+    let orig: Vec<(&Event, &Syscall)> = events
+        .iter()
+        .filter_map(|e| e.syscall().map(|s| (e, s)))
+        .collect();
     assert_eq!(calls.len(), orig.len(), "{text}\n{back:?}");
     let mut used = vec![false; calls.len()];
     for o in &orig {
         // A call left unfinished is only emitted at the end of input: match by identity.
         let i = (0..calls.len())
-            .find(|i| !used[*i] && calls[*i].0.tid == o.0.tid && calls[*i].1.name == o.1.name && calls[*i].1.in_flight == o.1.in_flight)
+            .find(|i| {
+                !used[*i]
+                    && calls[*i].0.tid == o.0.tid
+                    && calls[*i].1.name == o.1.name
+                    && calls[*i].1.in_flight == o.1.in_flight
+            })
             .unwrap_or_else(|| panic!("{} of {} not read back", o.1.name, o.0.tid));
         used[i] = true;
         let b = &calls[i];
@@ -91,7 +133,11 @@ fn round_trips_through_the_strace_parser() {
         assert_eq!(b.1.in_flight, o.1.in_flight, "{name}");
         if o.1.in_flight != Some(InFlight::AtEnd) {
             assert_eq!(b.0.ts / 1000, want_ts, "{name} start");
-            assert_eq!(b.1.dur.map(|d| d / 1000), o.1.dur.map(|d| d / 1000), "{name} dur");
+            assert_eq!(
+                b.1.dur.map(|d| d / 1000),
+                o.1.dur.map(|d| d / 1000),
+                "{name} dur"
+            );
             assert_eq!(b.1.ret, o.1.ret, "{name} ret");
         }
         if o.1.in_flight.is_none() {
@@ -99,8 +145,16 @@ fn round_trips_through_the_strace_parser() {
             assert_eq!(b.1.extra, o.1.extra, "{name} extra");
         }
     }
-    assert!(back.iter().any(|e| matches!(e.kind, EventKind::Signal { name: "SIGCHLD", si_pid: Some(222) })));
-    assert!(back.iter().any(|e| e.tid == 222 && matches!(e.kind, EventKind::Exit { code: Some(0), .. })));
+    assert!(back.iter().any(|e| matches!(
+        e.kind,
+        EventKind::Signal {
+            name: "SIGCHLD",
+            si_pid: Some(222)
+        }
+    )));
+    assert!(back
+        .iter()
+        .any(|e| e.tid == 222 && matches!(e.kind, EventKind::Exit { code: Some(0), .. })));
 }
 
 #[test]
