@@ -43,9 +43,8 @@ enum Msg {
         mono: Nanos,
         wall: Nanos,
     },
-    Events(Vec<Event>),
     Warning(String),
-    Done(TracerStats),
+    Done(Box<TracerStats>),
     Failed(anyhow::Error),
 }
 
@@ -70,6 +69,9 @@ impl StopCtl {
     }
 }
 
+/// How often the consumer looks for new events: the live stall lines lag by at most this.
+const POLL_MS: u64 = 20;
+
 const WAKE_SIGNAL: libc::c_int = libc::SIGUSR1;
 
 extern "C" fn wake_handler(_: libc::c_int) {}
@@ -87,6 +89,7 @@ fn install_wake_handler() {
 /// Handle on the tracer thread.
 pub struct PtraceTracer {
     rx: Receiver<Msg>,
+    shared: Arc<Shared>,
     ctl: Arc<StopCtl>,
     join: Option<std::thread::JoinHandle<()>>,
     queue: std::collections::VecDeque<Event>,
@@ -103,6 +106,8 @@ impl PtraceTracer {
         preflight(cfg.pid)?;
         install_wake_handler();
         let (tx, rx) = mpsc::sync_channel::<Msg>(1024);
+        let shared: Arc<Shared> = Arc::new(Default::default());
+        let shared2 = shared.clone();
         let ctl = Arc::new(StopCtl {
             flag: AtomicBool::new(false),
             tid: AtomicI32::new(0),
@@ -112,7 +117,7 @@ impl PtraceTracer {
             .name("ptrace".into())
             .spawn(move || {
                 ctl2.tid.store(unsafe { libc::gettid() }, Ordering::SeqCst);
-                let mut t = Inner::new(cfg, tx.clone(), ctl2);
+                let mut t = Inner::new(cfg, tx.clone(), ctl2, shared2);
                 match t.seize_all() {
                     Ok(n) => {
                         let (mono, wall) = (t.stats.attach_mono, t.stats.attach_wall);
@@ -136,7 +141,7 @@ impl PtraceTracer {
                 let stats = t.stats.clone();
                 match r {
                     Ok(()) => {
-                        let _ = tx.send(Msg::Done(stats));
+                        let _ = tx.send(Msg::Done(Box::new(stats)));
                     }
                     Err(e) => {
                         let _ = tx.send(Msg::Failed(e));
@@ -146,6 +151,7 @@ impl PtraceTracer {
             .map_err(|e| AttachError::Other(format!("cannot start the tracer thread: {e}")))?;
         let mut me = PtraceTracer {
             rx,
+            shared,
             ctl,
             join: Some(join),
             queue: Default::default(),
@@ -181,6 +187,18 @@ impl PtraceTracer {
         }
     }
 
+    /// Moves what the tracer published into the local queue; true if there was any.
+    fn take_shared(&mut self) -> bool {
+        let (lock, cv) = &*self.shared;
+        let mut buf = lock.lock().unwrap_or_else(|e| e.into_inner());
+        if buf.events.is_empty() {
+            return false;
+        }
+        self.queue.extend(buf.events.drain(..));
+        cv.notify_all();
+        true
+    }
+
     fn join_thread(&mut self) {
         if let Some(j) = self.join.take() {
             let _ = j.join();
@@ -202,10 +220,9 @@ impl PtraceTracer {
 
     fn handle(&mut self, m: Msg) -> Result<()> {
         match m {
-            Msg::Events(v) => self.queue.extend(v),
             Msg::Warning(w) => self.warnings.push(w),
             Msg::Done(s) => {
-                self.stats = s;
+                self.stats = *s;
                 self.done = true;
                 self.join_thread();
             }
@@ -221,17 +238,30 @@ impl PtraceTracer {
 }
 
 impl Tracer for PtraceTracer {
-    fn next_event_timeout(&mut self, timeout: Duration) -> Result<Option<Event>> {
+    fn next_event_timeout(&mut self, mut timeout: Duration) -> Result<Option<Event>> {
         loop {
             if let Some(e) = self.queue.pop_front() {
                 return Ok(Some(e));
             }
+            if self.take_shared() {
+                continue;
+            }
             if self.done {
                 return Ok(None);
             }
-            match self.rx.recv_timeout(timeout) {
+            // Events are polled, not signalled (see `Inner::flush`): wait in short steps.
+            let step = timeout.min(Duration::from_millis(POLL_MS));
+            match self.rx.recv_timeout(step) {
                 Ok(m) => self.handle(m)?,
-                Err(RecvTimeoutError::Timeout) => return Ok(None),
+                Err(RecvTimeoutError::Timeout) => {
+                    if self.take_shared() {
+                        continue;
+                    }
+                    if step >= timeout {
+                        return Ok(None);
+                    }
+                    timeout -= step;
+                }
                 Err(RecvTimeoutError::Disconnected) => {
                     self.done = true;
                     self.join_thread();
@@ -261,6 +291,12 @@ impl Tracer for PtraceTracer {
 
 impl Drop for PtraceTracer {
     fn drop(&mut self) {
+        {
+            // The tracer must never wait for a consumer that is gone.
+            let (lock, cv) = &*self.shared;
+            lock.lock().unwrap_or_else(|e| e.into_inner()).closed = true;
+            cv.notify_all();
+        }
         if !self.done {
             self.ctl.request();
             // Drain so the tracer thread is never blocked on a full channel while detaching.
@@ -355,6 +391,7 @@ struct Inner {
     cfg: PtraceConfig,
     tx: SyncSender<Msg>,
     ctl: Arc<StopCtl>,
+    shared: Arc<Shared>,
     threads: HashMap<Tid, Thread>,
     batch: Vec<Event>,
     stats: TracerStats,
@@ -365,13 +402,26 @@ struct Inner {
 }
 
 const BATCH: usize = 512;
+/// Events the consumer may lag behind before the tracer waits for it.
+const MAX_PENDING: usize = 1 << 18;
+
+/// Events handed from the tracer thread to the consumer.
+#[derive(Default)]
+struct Buffer {
+    events: Vec<Event>,
+    /// The consumer is gone: stop producing.
+    closed: bool,
+}
+
+type Shared = (std::sync::Mutex<Buffer>, std::sync::Condvar);
 
 impl Inner {
-    fn new(cfg: PtraceConfig, tx: SyncSender<Msg>, ctl: Arc<StopCtl>) -> Self {
+    fn new(cfg: PtraceConfig, tx: SyncSender<Msg>, ctl: Arc<StopCtl>, shared: Arc<Shared>) -> Self {
         Inner {
             cfg,
             tx,
             ctl,
+            shared,
             threads: HashMap::new(),
             batch: Vec::with_capacity(BATCH),
             stats: TracerStats::default(),
@@ -474,12 +524,27 @@ impl Inner {
         Ok(n)
     }
 
+    /// Publishes the batch to the shared buffer: an uncontended lock, no syscall and no
+    /// wakeup of the consumer (which polls), so it is cheap enough to do before every
+    /// blocking wait. Only when the consumer falls far behind does the tracer wait for it,
+    /// so memory stays bounded.
     fn flush(&mut self) -> bool {
         if self.batch.is_empty() {
             return true;
         }
-        let b = std::mem::replace(&mut self.batch, Vec::with_capacity(BATCH));
-        self.tx.send(Msg::Events(b)).is_ok()
+        let (lock, cv) = &*self.shared;
+        let mut buf = lock.lock().unwrap_or_else(|e| e.into_inner());
+        while buf.events.len() >= MAX_PENDING && !buf.closed {
+            buf = cv
+                .wait_timeout(buf, Duration::from_millis(100))
+                .map(|r| r.0)
+                .unwrap_or_else(|e| e.into_inner().0);
+        }
+        if buf.closed {
+            return false;
+        }
+        buf.events.append(&mut self.batch);
+        true
     }
 
     fn warn(&mut self, w: String) {
@@ -502,21 +567,12 @@ impl Inner {
             if self.threads.is_empty() {
                 return Ok(());
             }
-            let mut status: libc::c_int = 0;
-            let flags = libc::__WALL
-                | if self.batch.is_empty() {
-                    0
-                } else {
-                    libc::WNOHANG
-                };
-            let r = unsafe { libc::waitpid(-1, &mut status, flags) };
-            if r == 0 {
-                // Nothing pending: hand the batch over before blocking.
-                if !self.flush() {
-                    return Ok(());
-                }
-                continue;
+            // Hand the events over before blocking: the wait may last long (idle redis).
+            if !self.flush() {
+                return Ok(());
             }
+            let mut status: libc::c_int = 0;
+            let r = unsafe { libc::waitpid(-1, &mut status, libc::__WALL) };
             if r < 0 {
                 let e = std::io::Error::last_os_error();
                 match e.raw_os_error() {
@@ -532,9 +588,6 @@ impl Inner {
             let t0 = now_mono();
             self.on_status(r as Tid, status, t0);
             self.stats.stop_ns += (now_mono() - t0).max(0) as u64;
-            if self.batch.len() >= BATCH && !self.flush() {
-                return Ok(());
-            }
         }
     }
 
@@ -792,6 +845,10 @@ impl Inner {
                     .is_some_and(|t| t.tgid == tid && tid == self.cfg.pid);
                 if main {
                     self.stats.main_syscalls += 1;
+                    if entry.in_flight.is_none() {
+                        let d = (now - entry.ts).max(1) as u64;
+                        self.stats.main_call_log2[(63 - d.leading_zeros() as usize).min(31)] += 1;
+                    }
                 }
                 self.batch.push(ev);
             }
