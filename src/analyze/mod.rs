@@ -127,6 +127,75 @@ struct ThreadState {
     idle: BTreeMap<&'static str, (u64, i64)>,
 }
 
+/// Thread states in a vector with a one-entry cache in front of the tid index: consecutive
+/// events mostly come from the same thread, and the hot path asks for its state several
+/// times per event.
+#[derive(Default)]
+struct Threads {
+    v: Vec<(Tid, ThreadState)>,
+    idx: HashMap<Tid, usize>,
+    last: std::cell::Cell<(Tid, usize)>,
+}
+
+impl Threads {
+    fn pos(&self, tid: Tid) -> Option<usize> {
+        let (lt, li) = self.last.get();
+        if lt == tid && li < self.v.len() && self.v[li].0 == tid {
+            return Some(li);
+        }
+        let i = *self.idx.get(&tid)?;
+        self.last.set((tid, i));
+        Some(i)
+    }
+    fn get(&self, tid: &Tid) -> Option<&ThreadState> {
+        self.pos(*tid).map(|i| &self.v[i].1)
+    }
+    fn get_mut(&mut self, tid: &Tid) -> Option<&mut ThreadState> {
+        self.pos(*tid).map(|i| &mut self.v[i].1)
+    }
+    fn get_or_insert_with(
+        &mut self,
+        tid: Tid,
+        f: impl FnOnce() -> ThreadState,
+    ) -> &mut ThreadState {
+        let i = match self.pos(tid) {
+            Some(i) => i,
+            None => {
+                self.v.push((tid, f()));
+                self.idx.insert(tid, self.v.len() - 1);
+                self.v.len() - 1
+            }
+        };
+        self.last.set((tid, i));
+        &mut self.v[i].1
+    }
+    fn len(&self) -> usize {
+        self.v.len()
+    }
+    fn is_empty(&self) -> bool {
+        self.v.is_empty()
+    }
+    fn iter(&self) -> impl Iterator<Item = (&Tid, &ThreadState)> {
+        self.v.iter().map(|(t, s)| (t, s))
+    }
+    fn values(&self) -> impl Iterator<Item = &ThreadState> {
+        self.v.iter().map(|(_, s)| s)
+    }
+    fn values_mut(&mut self) -> impl Iterator<Item = &mut ThreadState> {
+        self.v.iter_mut().map(|(_, s)| s)
+    }
+    fn keys(&self) -> impl Iterator<Item = &Tid> {
+        self.v.iter().map(|(t, _)| t)
+    }
+}
+
+impl std::ops::Index<&Tid> for Threads {
+    type Output = ThreadState;
+    fn index(&self, tid: &Tid) -> &ThreadState {
+        self.get(tid).expect("known thread")
+    }
+}
+
 #[derive(Default)]
 struct ProcState {
     is_child: bool,
@@ -219,7 +288,7 @@ const MAX_CANDS: usize = 5_000;
 pub struct Analyzer {
     opts: Options,
     fds: FdTable,
-    threads: HashMap<Tid, ThreadState>,
+    threads: Threads,
     procs: HashMap<u32, ProcState>,
     /// Key of the traced process for tids whose origin the trace does not show.
     root: u32,
@@ -253,8 +322,9 @@ pub struct Analyzer {
     last_reply: HashMap<(u32, i32), Nanos>,
     cmd_seq: u64,
     done: VecDeque<DoneCmd>,
-    cmd_stats: BTreeMap<(String, usize), Agg>,
-    cmd_all: BTreeMap<String, (Agg, i64, i64)>,
+    cmd_intern: HashMap<Box<[u8]>, std::rc::Rc<str>>,
+    cmd_stats: HashMap<(std::rc::Rc<str>, usize), Agg>,
+    cmd_all: BTreeMap<std::rc::Rc<str>, (Agg, i64, i64)>,
     main_file_seg: BTreeMap<usize, Agg>,
     bio_fsyncs: Vec<(Nanos, Nanos)>,
     main_fsync_by_file: HashMap<FileId, Agg>,
@@ -283,7 +353,7 @@ impl Analyzer {
             root_known: opts.root_pid.is_some(),
             opts,
             fds,
-            threads: HashMap::default(),
+            threads: Threads::default(),
             procs: HashMap::default(),
             events: 0,
             syscalls: 0,
@@ -310,7 +380,8 @@ impl Analyzer {
             last_reply: HashMap::default(),
             cmd_seq: 0,
             done: VecDeque::new(),
-            cmd_stats: BTreeMap::new(),
+            cmd_intern: HashMap::default(),
+            cmd_stats: HashMap::default(),
             cmd_all: BTreeMap::new(),
             main_file_seg: BTreeMap::new(),
             bio_fsyncs: vec![],
@@ -353,7 +424,7 @@ impl Analyzer {
     fn thread(&mut self, tid: Tid) -> &mut ThreadState {
         let root = self.root;
         let names = &self.opts.thread_names;
-        self.threads.entry(tid).or_insert_with(|| ThreadState {
+        self.threads.get_or_insert_with(tid, || ThreadState {
             proc: root,
             name: names.get(&tid).cloned(),
             ..Default::default()
@@ -853,8 +924,28 @@ impl Analyzer {
                 Some(d) => *d,
                 None => return,
             };
-            let (names, _) = resp::command_names(data.bytes(), data.truncated);
-            if names.is_empty() {
+            let mut names: [Option<std::rc::Rc<str>>; 8] = Default::default();
+            let mut n = 0;
+            let intern = &mut self.cmd_intern;
+            resp::for_each_command(data.bytes(), data.truncated, |raw| {
+                if n < names.len() {
+                    let mut up = [0u8; resp::NAME_MAX];
+                    up[..raw.len()].copy_from_slice(raw);
+                    up[..raw.len()].make_ascii_uppercase();
+                    let key = &up[..raw.len()];
+                    let name = match intern.get(key) {
+                        Some(r) => r.clone(),
+                        None => {
+                            let r: std::rc::Rc<str> = String::from_utf8_lossy(key).into();
+                            intern.insert(key.into(), r.clone());
+                            r
+                        }
+                    };
+                    names[n] = Some(name);
+                    n += 1;
+                }
+            });
+            if n == 0 {
                 return;
             }
             let mut req = self.request_time(tid, ev.ts);
@@ -878,12 +969,12 @@ impl Analyzer {
                 _ => req,
             };
             let q = self.conns.entry(key).or_default();
-            for name in names {
+            for name in names.into_iter().flatten() {
                 self.cmd_seq += 1;
                 if q.len() < 1024 {
                     q.push_back(PendingCmd {
                         seq: self.cmd_seq,
-                        name: name.into(),
+                        name,
                         req,
                         aof0,
                         log0,
@@ -907,12 +998,12 @@ impl Analyzer {
                 let lat = end - p.req;
                 let seg = self.segment;
                 self.cmd_stats
-                    .entry((p.name.to_string(), seg))
+                    .entry((p.name.clone(), seg))
                     .or_default()
                     .add(lat);
                 let e = self
                     .cmd_all
-                    .entry(p.name.to_string())
+                    .entry(p.name.clone())
                     .or_insert_with(|| (Agg::default(), 0, 0));
                 e.0.add(lat);
                 e.1 += aof1 - p.aof0;
@@ -1266,7 +1357,7 @@ impl Analyzer {
                 during: seg(2 * i + 1),
                 after: seg(2 * i + 2),
             });
-            let names: Vec<String> = self.cmd_all.keys().cloned().collect();
+            let names: Vec<std::rc::Rc<str>> = self.cmd_all.keys().cloned().collect();
             for n in names {
                 let d = |s: usize| {
                     self.cmd_stats
@@ -1292,7 +1383,7 @@ impl Analyzer {
             .map(|(i, _)| i);
         for (n, (a, aof, log)) in &self.cmd_all {
             r.commands.push(report::CommandStats {
-                command: n.clone(),
+                command: n.to_string(),
                 phase: "all".into(),
                 calls: a.count,
                 p50_us: a.pct_us(0.5),
@@ -1309,7 +1400,7 @@ impl Analyzer {
                 ] {
                     if let Some(a) = self.cmd_stats.get(&(n.clone(), s)) {
                         r.commands.push(report::CommandStats {
-                            command: n.clone(),
+                            command: n.to_string(),
                             phase: label.into(),
                             calls: a.count,
                             p50_us: a.pct_us(0.5),
@@ -1326,7 +1417,7 @@ impl Analyzer {
             .sort_by(|a, b| b.calls.cmp(&a.calls).then(a.command.cmp(&b.command)));
         // Idle.
         let mut idle: BTreeMap<(String, &'static str), (u64, i64)> = BTreeMap::new();
-        for (tid, t) in &self.threads {
+        for (tid, t) in self.threads.iter() {
             let role = self.role(*tid).as_str().to_string();
             for (name, (n, d)) in &t.idle {
                 let e = idle.entry((role.clone(), name)).or_default();

@@ -6,6 +6,15 @@
 /// cut off by the tracer, so further pipelined requests may follow unseen.
 pub fn command_names(data: &[u8], truncated: bool) -> (Vec<String>, bool) {
     let mut out = vec![];
+    let more = for_each_command(data, truncated, |n| {
+        out.push(String::from_utf8_lossy(n).to_ascii_uppercase())
+    });
+    (out, more)
+}
+
+/// Calls `f` with each command name (as sent, not yet upper-cased) at the start of a request
+/// buffer, allocating nothing; returns whether unseen requests may follow.
+pub fn for_each_command(data: &[u8], truncated: bool, mut f: impl FnMut(&[u8])) -> bool {
     let mut s = data;
     while !s.is_empty() {
         if s[0] == b'*' {
@@ -22,10 +31,10 @@ pub fn command_names(data: &[u8], truncated: bool) -> (Vec<String>, bool) {
                 Some(v) => v,
                 None => break,
             };
-            match clean(name) {
-                Some(c) => out.push(c),
-                None => break,
+            if !clean(name) {
+                break;
             }
+            f(name);
             let mut complete = true;
             for _ in 1..n {
                 match bulk(rest) {
@@ -37,7 +46,7 @@ pub fn command_names(data: &[u8], truncated: bool) -> (Vec<String>, bool) {
                 }
             }
             if !complete {
-                return (out, true);
+                return true;
             }
             s = rest;
         } else {
@@ -47,12 +56,12 @@ pub fn command_names(data: &[u8], truncated: bool) -> (Vec<String>, bool) {
                 .position(|b| *b == b'\r' || *b == b'\n')
                 .unwrap_or(s.len());
             let word = s[..end].split(|b| *b == b' ').next().unwrap_or(&[]);
-            match clean(word) {
-                Some(c) => out.push(c),
-                None => break,
+            if !clean(word) {
+                break;
             }
+            f(word);
             if end == s.len() {
-                return (out, truncated);
+                return truncated;
             }
             let skip = s[end..]
                 .iter()
@@ -61,7 +70,7 @@ pub fn command_names(data: &[u8], truncated: bool) -> (Vec<String>, bool) {
             s = &s[end + skip..];
         }
     }
-    (out, truncated)
+    truncated
 }
 
 fn int_line(s: &[u8]) -> Option<(i64, &[u8])> {
@@ -84,16 +93,14 @@ fn bulk(s: &[u8]) -> Option<(&[u8], &[u8])> {
 }
 
 /// A command name is a short alphabetic word; anything else is not shown (it could be data).
-fn clean(name: &[u8]) -> Option<String> {
-    if name.is_empty()
-        || name.len() > 24
-        || !name
+pub const NAME_MAX: usize = 24;
+
+fn clean(name: &[u8]) -> bool {
+    !name.is_empty()
+        && name.len() <= NAME_MAX
+        && name
             .iter()
             .all(|b| b.is_ascii_alphabetic() || *b == b'_' || *b == b'-' || *b == b'|')
-    {
-        return None;
-    }
-    Some(String::from_utf8_lossy(name).to_ascii_uppercase())
 }
 
 #[cfg(test)]

@@ -15,6 +15,28 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 pub use strace::TimeFmt;
 
+/// A map keyed by thread id. Tids are small integers chosen by the kernel, not by an
+/// attacker of this process, so a multiply hash is enough and much cheaper than SipHash on
+/// the per-event path.
+pub type TidMap<V> = HashMap<Tid, V, std::hash::BuildHasherDefault<TidHasher>>;
+
+#[derive(Default, Clone, Copy)]
+pub struct TidHasher(u64);
+
+impl std::hash::Hasher for TidHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ *b as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+    fn write_u32(&mut self, v: u32) {
+        self.0 = (v as u64 ^ 0x5bd1_e995).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
 /// `--input-format`
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum InputFormat {
@@ -190,6 +212,8 @@ impl Skips {
 #[derive(Clone, Debug, Default)]
 pub struct Counters {
     pub lines: u64,
+    /// Lines the parser read (with or without an event); `used + skips.total == lines`.
+    pub used: u64,
     pub skips: Skips,
     pub measured: u64,
     pub reconstructed: u64,
@@ -470,7 +494,16 @@ impl FileSource {
 
     /// Reads lines until at least one event is queued or input ends.
     fn pump(&mut self) -> Result<()> {
-        while self.queue.is_empty() && !self.done {
+        let mut scratch = std::mem::take(&mut self.scratch);
+        let r = self.pump_into(&mut scratch, 1);
+        self.scratch = scratch;
+        r
+    }
+
+    /// Parses lines straight into `out` until it holds `want` events or input ends: the
+    /// batch path, where each event is built once in its final place.
+    fn pump_into(&mut self, out: &mut Vec<Event>, want: usize) -> Result<()> {
+        while out.len() < want && !self.done {
             let line = match self
                 .reader
                 .next_line()
@@ -479,10 +512,9 @@ impl FileSource {
                 Some(l) => l,
                 None => {
                     match &mut self.parser {
-                        Parser::Strace(p) => p.finish(&mut self.scratch),
-                        Parser::Perf(p) => p.finish(&mut self.scratch),
+                        Parser::Strace(p) => p.finish(out),
+                        Parser::Perf(p) => p.finish(out),
                     }
-                    self.queue.extend(self.scratch.drain(..));
                     self.done = true;
                     break;
                 }
@@ -500,11 +532,11 @@ impl FileSource {
                 }
                 Line::Text(t) => {
                     let r = match &mut self.parser {
-                        Parser::Strace(p) => match p.feed(t, &mut self.scratch) {
+                        Parser::Strace(p) => match p.feed(t, out) {
                             strace::LineOutcome::Used => None,
                             strace::LineOutcome::Skipped(r) => Some(r.as_str()),
                         },
-                        Parser::Perf(p) => p.feed(t, &mut self.scratch).err().map(|r| r.as_str()),
+                        Parser::Perf(p) => p.feed(t, out).err().map(|r| r.as_str()),
                     };
                     (r, t)
                 }
@@ -520,14 +552,23 @@ impl FileSource {
                     );
                 }
                 self.counters.skips.add(&self.label, line_no, reason, text);
+            } else {
+                self.counters.used += 1;
             }
-            self.queue.extend(self.scratch.drain(..));
         }
         Ok(())
     }
 
     pub fn next_event(&mut self) -> Result<Option<Event>> {
+        if let Some(e) = self.queue.pop_front() {
+            return Ok(Some(e));
+        }
         self.pump()?;
+        // Most lines make one event: hand it over without a trip through the queue.
+        if self.scratch.len() <= 1 {
+            return Ok(self.scratch.pop());
+        }
+        self.queue.extend(self.scratch.drain(..));
         Ok(self.queue.pop_front())
     }
 
@@ -601,7 +642,7 @@ pub struct Inputs {
     heads: Vec<Option<Event>>,
     started: bool,
     /// Per-thread hold-back for calls without a printed duration (see `next`).
-    held: HashMap<Tid, Event>,
+    held: TidMap<Event>,
     ready: VecDeque<Event>,
     finished: bool,
 }
@@ -674,7 +715,7 @@ impl Inputs {
             files,
             heads: vec![None; n],
             started: false,
-            held: HashMap::new(),
+            held: TidMap::default(),
             ready: VecDeque::new(),
             finished: false,
         })
@@ -704,19 +745,79 @@ impl Inputs {
                     continue;
                 }
             };
-            if let Some(mut prev) = self.held.remove(&ev.tid) {
-                if let EventKind::Syscall(sc) = &mut prev.kind {
-                    sc.dur = Some((ev.ts - prev.ts).max(0));
-                    sc.dur_src = DurSource::UpperBound;
+            if !self.held.is_empty() {
+                if let Some(mut prev) = self.held.remove(&ev.tid) {
+                    if let EventKind::Syscall(sc) = &mut prev.kind {
+                        sc.dur = Some((ev.ts - prev.ts).max(0));
+                        sc.dur_src = DurSource::UpperBound;
+                    }
+                    self.ready.push_back(prev);
                 }
-                self.ready.push_back(prev);
             }
             let hold = matches!(&ev.kind, EventKind::Syscall(sc) if sc.dur.is_none() && sc.in_flight.is_none());
             if hold {
                 self.held.insert(ev.tid, ev);
+            } else if self.ready.is_empty() {
+                return Ok(Some(ev));
             } else {
                 self.ready.push_back(ev);
             }
+        }
+    }
+
+    /// Appends up to `max` events to `out` (fewer only at the end of input); false once
+    /// the input is exhausted. The same events, in the same order, as `next_event`, but a
+    /// single input with printed durations is parsed straight into `out`.
+    pub fn next_batch(&mut self, out: &mut Vec<Event>, max: usize) -> Result<bool> {
+        let fast = self.files.len() == 1 && self.held.is_empty() && self.ready.is_empty() && !self.finished;
+        if fast && self.files[0].queue.is_empty() && self.files[0].scratch.is_empty() {
+            let start = out.len();
+            self.files[0].pump_into(out, start + max)?;
+            let needs_hold = |e: &Event| matches!(&e.kind, EventKind::Syscall(sc) if sc.dur.is_none() && sc.in_flight.is_none());
+            if let Some(first) = out[start..].iter().position(needs_hold) {
+                // A call without a printed duration: from here on, the per-thread hold-back
+                // of `next_event` decides the order.
+                let tail: Vec<Event> = out.drain(start + first..).collect();
+                for ev in tail {
+                    self.route(ev);
+                }
+                while let Some(e) = self.ready.pop_front() {
+                    out.push(e);
+                }
+            }
+            if self.files[0].done && self.files[0].queue.is_empty() && self.files[0].scratch.is_empty() {
+                // Flush what is held (nothing, unless durations were missing).
+                while let Some(e) = self.next_event()? {
+                    out.push(e);
+                }
+                return Ok(false);
+            }
+            return Ok(true);
+        }
+        let target = out.len() + max;
+        while out.len() < target {
+            match self.next_event()? {
+                Some(e) => out.push(e),
+                None => return Ok(false),
+            }
+        }
+        Ok(true)
+    }
+
+    /// The hold-back step of `next_event` for one event taken from the parser.
+    fn route(&mut self, ev: Event) {
+        if let Some(mut prev) = self.held.remove(&ev.tid) {
+            if let EventKind::Syscall(sc) = &mut prev.kind {
+                sc.dur = Some((ev.ts - prev.ts).max(0));
+                sc.dur_src = DurSource::UpperBound;
+            }
+            self.ready.push_back(prev);
+        }
+        let hold = matches!(&ev.kind, EventKind::Syscall(sc) if sc.dur.is_none() && sc.in_flight.is_none());
+        if hold {
+            self.held.insert(ev.tid, ev);
+        } else {
+            self.ready.push_back(ev);
         }
     }
 
@@ -734,8 +835,9 @@ impl Inputs {
         let mut best: Option<usize> = None;
         for (i, h) in self.heads.iter().enumerate() {
             if let Some(e) = h {
-                if best.is_none_or(|b| self.heads[b].as_ref().is_some_and(|be| e.end() < be.end()))
-                {
+                if best.is_none_or(|b| {
+                    self.heads[b].as_ref().is_some_and(|be| e.end() < be.end())
+                }) {
                     best = Some(i);
                 }
             }
@@ -779,6 +881,7 @@ impl Inputs {
         let mut c = Counters::default();
         for f in &self.files {
             c.lines += f.counters.lines;
+            c.used += f.counters.used;
             c.skips.merge(&f.counters.skips);
         }
         c

@@ -8,11 +8,10 @@
 use super::strace::{extract_args, parse_tail, SkipReason};
 use crate::event::{self, DurSource, Event, EventKind, InFlight, Nanos, Syscall, Tid};
 use memchr::memmem;
-use std::collections::HashMap;
 
 #[derive(Default)]
 pub struct PerfParser {
-    pending: HashMap<Tid, (Nanos, u64, Syscall)>,
+    pending: super::TidMap<(Nanos, u64, Syscall)>,
     pub line: u64,
     pub first: Option<Nanos>,
     pub first_text: Option<String>,
@@ -20,10 +19,10 @@ pub struct PerfParser {
     pub seen_dur: bool,
 }
 
-/// `  2272.992 ( 0.037 ms): comm/tid ` -> (time ns, duration ns, tid, rest)
-/// (time, duration, tid, rest of the line) of a perf trace line.
+/// (time ns, duration ns, tid, rest of the line)
 type PerfPrefix<'a> = (Option<Nanos>, Option<Nanos>, Tid, &'a [u8]);
 
+/// `  2272.992 ( 0.037 ms): comm/tid ` -> (time ns, duration ns, tid, rest)
 fn prefix(line: &[u8]) -> Option<PerfPrefix<'_>> {
     let s = trim_start(line);
     let (ts, mut s) = if let Some(r) = s.strip_prefix(b"?") {

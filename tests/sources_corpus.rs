@@ -1,0 +1,133 @@
+//! Every strace / perf trace text written by others (`../shared/peer-strace`) and every
+//! capture (`../shared/captures/*/*.strace`) read through `source::Inputs`: no panic, no
+//! line lost (used + skipped = lines = the file's line count), and on the real captures no
+//! line skipped at all. The corpus lives outside the repository (its licences vary); the
+//! tests skip when it is absent, except under `CI=true`, where that is a failure.
+
+use stallscope::source::{InputFormat, Inputs};
+use std::path::{Path, PathBuf};
+
+fn shared() -> Option<PathBuf> {
+    let dir = std::env::var_os("STALLSCOPE_SHARED")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared"));
+    if dir.join("peer-strace").is_dir() {
+        return Some(dir);
+    }
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "{}: shared corpus missing under CI=true",
+        dir.display()
+    );
+    eprintln!("skipping: {} not found", dir.display());
+    None
+}
+
+/// Physical lines as a line reader sees them (a last line without newline counts).
+fn line_count(path: &Path) -> u64 {
+    let b = std::fs::read(path).unwrap();
+    let n = b.iter().filter(|c| **c == b'\n').count() as u64;
+    n + u64::from(!b.is_empty() && b.last() != Some(&b'\n'))
+}
+
+struct Drained {
+    events: u64,
+    lines: u64,
+    used: u64,
+    skipped: u64,
+}
+
+fn drain(path: &Path) -> anyhow::Result<Drained> {
+    let mut inp = Inputs::open(
+        &[path.to_string_lossy().into_owned()],
+        InputFormat::Auto,
+        false,
+    )?;
+    let mut events = 0;
+    while inp.next_event()?.is_some() {
+        events += 1;
+    }
+    let c = inp.counters();
+    Ok(Drained {
+        events,
+        lines: c.lines,
+        used: c.used,
+        skipped: c.skips.total,
+    })
+}
+
+#[test]
+fn peer_strace_files_lose_no_line() {
+    let Some(dir) = shared() else { return };
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir.join("peer-strace"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "txt"))
+        .collect();
+    files.sort();
+    assert!(
+        files.len() >= 30,
+        "expected the whole peer corpus, found {}",
+        files.len()
+    );
+    let mut read = 0;
+    for f in &files {
+        let text = std::fs::read(f).unwrap();
+        let summary = text.windows(6).any(|w| w == b"% time")
+            || text.windows(18).any(|w| w == b"Summary of events:");
+        match drain(f) {
+            Ok(d) => {
+                assert!(
+                    !summary,
+                    "{}: a summary table was read as a trace",
+                    f.display()
+                );
+                assert_eq!(d.lines, line_count(f), "{}: lines read", f.display());
+                assert_eq!(
+                    d.used + d.skipped,
+                    d.lines,
+                    "{}: used + skipped",
+                    f.display()
+                );
+                assert!(d.events > 0, "{}: no events", f.display());
+                read += 1;
+            }
+            Err(e) => {
+                // Only summaries are refused, with a message that names the file.
+                let msg = format!("{e:#}");
+                assert!(summary, "{}: refused: {msg}", f.display());
+                assert!(msg.contains(&*f.to_string_lossy()), "{msg}");
+            }
+        }
+    }
+    assert!(read >= 30, "only {read} files read");
+}
+
+#[test]
+fn captures_are_read_without_a_skipped_line() {
+    let Some(dir) = shared() else { return };
+    let mut n = 0;
+    for cap in std::fs::read_dir(dir.join("captures")).unwrap() {
+        let cap = cap.unwrap().path();
+        let Ok(rd) = std::fs::read_dir(&cap) else {
+            continue;
+        };
+        for f in rd {
+            let f = f.unwrap().path();
+            if f.extension().is_some_and(|e| e == "strace") {
+                let d = drain(&f).unwrap();
+                assert_eq!(d.lines, line_count(&f), "{}", f.display());
+                assert_eq!((d.used, d.skipped), (d.lines, 0), "{}", f.display());
+                assert!(
+                    d.events > d.lines / 2,
+                    "{}: {} events for {} lines",
+                    f.display(),
+                    d.events,
+                    d.lines
+                );
+                n += 1;
+            }
+        }
+    }
+    assert!(n >= 8, "found {n} captures");
+}
