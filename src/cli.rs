@@ -24,6 +24,8 @@ pub struct Cli {
 pub enum Command {
     /// Analyze saved strace or perf trace output (files, `-` for stdin, .gz, or an `strace -ff` prefix)
     Analyze(AnalyzeArgs),
+    /// Attach to a running redis-server (ptrace), print stalls as they happen and the full report at the end
+    Attach(AttachArgs),
     /// Print a shell completion script (bash, zsh or fish) to stdout
     Completions {
         #[arg(value_enum)]
@@ -101,6 +103,30 @@ pub struct AnalyzeArgs {
     /// The traced redis-server's pid, when the trace does not say
     #[arg(long)]
     pub pid: Option<u32>,
+    #[command(flatten)]
+    pub out: OutputArgs,
+}
+
+#[derive(Args, Debug)]
+#[command(group(clap::ArgGroup::new("target").args(["pid", "name"])))]
+pub struct AttachArgs {
+    /// The process to trace (every thread; forked children too unless --no-follow-forks)
+    #[arg(long, short = 'p')]
+    pub pid: Option<u32>,
+    /// Find the process by name instead (comm or argv[0]); default redis-server. An error
+    /// lists the candidates when several match.
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Stop after this long (default: until Ctrl-C or SIGTERM)
+    #[arg(long, short = 'd', value_parser = parse_duration)]
+    pub duration: Option<i64>,
+    /// Also write what was traced as strace text (`-f -ttt -T -y`) to FILE, for
+    /// `stallscope analyze FILE` later; thread names go to FILE.threads
+    #[arg(long, value_name = "FILE")]
+    pub record: Option<String>,
+    /// Do not trace forked children (the BGSAVE / AOF rewrite child)
+    #[arg(long)]
+    pub no_follow_forks: bool,
     #[command(flatten)]
     pub out: OutputArgs,
 }

@@ -10,6 +10,7 @@ pub mod cli;
 pub mod docs;
 pub mod event;
 pub mod fdtable;
+pub mod live;
 pub mod progress;
 pub mod render;
 pub mod report;

@@ -1,0 +1,441 @@
+//! Live sources: `stallscope attach`. A backend-neutral `Tracer` produces the same `Event`s
+//! as the text sources, from a running process; `procctx` adds what only a live process can
+//! tell (its open fds, thread names, redis config, page faults, I/O and iowait over time);
+//! `record` writes what was traced as strace text so `analyze` can read it again. The events
+//! go through the same `Analyzer` as `analyze`, stalls are printed as they are found, and
+//! the report at the end is rendered by the same renderers.
+
+pub mod procctx;
+pub mod ptrace;
+pub mod record;
+pub mod sysnames;
+
+use crate::event::{Event, Nanos, Tid};
+use anyhow::Result;
+use std::time::Duration;
+
+/// CLOCK_MONOTONIC in ns: the live clock (immune to wall-clock steps during a trace).
+pub fn now_mono() -> Nanos {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec * 1_000_000_000 + ts.tv_nsec
+}
+
+/// CLOCK_REALTIME in ns since the epoch, read once at attach to place the trace in time.
+pub fn now_wall() -> Nanos {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
+    ts.tv_sec * 1_000_000_000 + ts.tv_nsec
+}
+
+/// What a tracer counted while it ran.
+#[derive(Clone, Debug, Default)]
+pub struct TracerStats {
+    /// CLOCK_MONOTONIC at attach, and the wall clock read at that same moment.
+    pub attach_mono: Nanos,
+    pub attach_wall: Nanos,
+    /// CLOCK_MONOTONIC when tracing ended (0 while running).
+    pub detach_mono: Nanos,
+    pub syscalls: u64,
+    /// Syscalls of the traced process's main thread (tid == pid).
+    pub main_syscalls: u64,
+    /// Tracee stops handled (ptrace backend).
+    pub stops: u64,
+    /// Time the tracer held stopped threads (from waitpid's return to the resume).
+    pub stop_ns: u64,
+    /// Shortest traced syscall (entry stop to exit stop): what one traced call costs at
+    /// least, ptrace round trips included.
+    pub min_call_ns: u64,
+    /// Events the kernel dropped (perf backend ring-buffer overflow).
+    pub lost_events: u64,
+    /// Durations of the main thread's calls as seen under tracing, by power of two of ns.
+    pub main_call_log2: [u64; 32],
+}
+
+impl TracerStats {
+    /// Median traced duration of the main thread's calls (ns), from the log2 histogram:
+    /// most of redis's calls are non-blocking reads and writes whose traced duration is
+    /// mostly the ptrace round trip itself.
+    pub fn main_call_median_ns(&self) -> Option<f64> {
+        let total: u64 = self.main_call_log2.iter().sum();
+        if total == 0 {
+            return None;
+        }
+        let mut seen = 0;
+        for (i, n) in self.main_call_log2.iter().enumerate() {
+            seen += n;
+            if seen * 2 >= total {
+                // Geometric middle of [2^i, 2^(i+1)).
+                return Some((1u64 << i) as f64 * std::f64::consts::SQRT_2);
+            }
+        }
+        None
+    }
+}
+
+/// Why attaching failed, in words that say what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum AttachError {
+    #[error("no such process: {0}")]
+    NoSuchPid(Tid),
+    #[error("process {pid} is already traced by process {tracer} ({tracer_name}): only one tracer can attach; stop it first")]
+    AlreadyTraced {
+        pid: Tid,
+        tracer: Tid,
+        tracer_name: String,
+    },
+    #[error("permission denied to trace process {pid}: {}", permission_hint(*.scope, *.root))]
+    Permission {
+        pid: Tid,
+        scope: Option<u32>,
+        root: bool,
+    },
+    #[error("{0}")]
+    Other(String),
+}
+
+fn permission_hint(scope: Option<u32>, root: bool) -> String {
+    match (scope, root) {
+        (Some(3), _) => "kernel.yama.ptrace_scope is 3 (ptrace disabled until reboot)".into(),
+        (Some(2), false) => "kernel.yama.ptrace_scope is 2 (admin only): run as root or with CAP_SYS_PTRACE".into(),
+        (Some(1), false) => "kernel.yama.ptrace_scope is 1 (descendants only): run as root, with CAP_SYS_PTRACE, or set `sysctl kernel.yama.ptrace_scope=0`".into(),
+        (_, false) => "run as the user that owns redis, or as root".into(),
+        (_, true) => "denied even to root (a security module, a container without CAP_SYS_PTRACE, or seccomp)".into(),
+    }
+}
+
+/// A live event source, whatever the kernel mechanism behind it.
+pub trait Tracer {
+    /// The next event, waiting at most `timeout`. `Ok(None)` when none came in time or when
+    /// tracing has ended (see `is_done`).
+    fn next_event_timeout(&mut self, timeout: Duration) -> Result<Option<Event>>;
+    /// Tracing has ended (stopped, or the process is gone) and every event was returned.
+    fn is_done(&self) -> bool;
+    /// Asks the tracer to let go of the process; events keep coming until `is_done`.
+    fn stop(&mut self);
+    fn stats(&self) -> TracerStats;
+    /// Things the user should know that are not events (threads that could not be seized...).
+    fn warnings(&mut self) -> Vec<String>;
+
+    /// The next event, blocking until there is one or tracing has ended.
+    fn next_event(&mut self) -> Result<Option<Event>> {
+        loop {
+            if let Some(e) = self.next_event_timeout(Duration::from_millis(200))? {
+                return Ok(Some(e));
+            }
+            if self.is_done() {
+                return Ok(None);
+            }
+        }
+    }
+}
+
+use crate::analyze::{Analyzer, RedisConf};
+use crate::cli::AttachArgs;
+use crate::report::{Finding, Overhead, Report, Severity};
+use crate::source::{Clock, Counters, SourceInfo, TimeFmt};
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Set by SIGINT/SIGTERM: stop tracing, detach, report.
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_stop_signal(_: libc::c_int) {
+    STOP.store(true, Ordering::SeqCst);
+}
+
+fn install_stop_handlers() {
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = on_stop_signal as *const () as usize;
+            libc::sigemptyset(&mut sa.sa_mask);
+            libc::sigaction(sig, &sa, std::ptr::null_mut());
+        }
+    }
+}
+
+/// `--name`: processes whose command name (comm, or argv[0]'s base name) is `name`.
+pub fn find_by_name(name: &str) -> Vec<(Tid, String)> {
+    let me = std::process::id();
+    let mut found = vec![];
+    let rd = match std::fs::read_dir("/proc") {
+        Ok(r) => r,
+        Err(_) => return found,
+    };
+    for e in rd.flatten() {
+        let pid: Tid = match e.file_name().to_str().and_then(|s| s.parse().ok()) {
+            Some(p) => p,
+            None => continue,
+        };
+        if pid == me {
+            continue;
+        }
+        let comm = std::fs::read_to_string(e.path().join("comm")).unwrap_or_default();
+        let cmdline = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+        let args: Vec<String> = cmdline
+            .split(|b| *b == 0)
+            .filter(|a| !a.is_empty())
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        let argv0 = args.first().map(|a| {
+            a.split(' ')
+                .next()
+                .unwrap_or("")
+                .rsplit('/')
+                .next()
+                .unwrap_or("")
+                .to_string()
+        });
+        if comm.trim_end() == name || argv0.as_deref() == Some(name) {
+            found.push((pid, args.join(" ")));
+        }
+    }
+    found.sort();
+    found
+}
+
+fn resolve_pid(args: &AttachArgs) -> Result<Tid> {
+    if let Some(p) = args.pid {
+        return Ok(p);
+    }
+    let name = args.name.as_deref().unwrap_or("redis-server");
+    let found = find_by_name(name);
+    match found.len() {
+        0 => anyhow::bail!("--name {name}: no running process has that name"),
+        1 => Ok(found[0].0),
+        _ => {
+            let list: Vec<String> = found.iter().map(|(p, c)| format!("  {p}  {c}")).collect();
+            anyhow::bail!(
+                "--name {name}: {} processes match; choose one with --pid:\n{}",
+                found.len(),
+                list.join("\n")
+            )
+        }
+    }
+}
+
+/// `stallscope attach`: trace a running process, print stalls as they are found, and the
+/// full report when tracing ends. Returns the number of stalls (for the exit status).
+pub fn run_attach(args: &AttachArgs) -> Result<u64> {
+    let pid = resolve_pid(args)?;
+    let mut opts = crate::run::options(&args.out)?;
+    opts.root_pid = Some(pid);
+    let user_conf = opts.redis_conf.is_some();
+    install_stop_handlers();
+    let cfg = ptrace::PtraceConfig {
+        pid,
+        follow_forks: !args.no_follow_forks,
+        detach_wait: Duration::from_millis(1000),
+    };
+    let mut tracer = ptrace::PtraceTracer::attach(cfg)
+        .map_err(|e| anyhow::anyhow!("cannot attach to process {pid}: {e}"))?;
+    // The analysis may lag; redis and the tracer thread that resumes it must not. On a
+    // small machine the analyzer would otherwise take CPU from them (nice is per thread).
+    unsafe { libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 10) };
+    let attach_mono = tracer.attach_mono();
+    let wall_at_first = tracer.attach_wall();
+    let ctx = procctx::gather(pid);
+    if !user_conf && !ctx.redis_conf.is_empty() {
+        opts.redis_conf = Some(RedisConf::parse(&ctx.redis_conf));
+    }
+    let mut thread_names = ctx.thread_names.clone();
+    for (t, n) in &opts.thread_names {
+        thread_names.insert(*t, n.clone());
+    }
+    let mut an = Analyzer::new(opts);
+    for (fd, what) in &ctx.fds {
+        an.seed_fd(pid, *fd, what);
+    }
+    for (t, n) in &thread_names {
+        an.set_thread_name(*t, n);
+    }
+    let mut rec = match &args.record {
+        Some(path) => {
+            let f = std::fs::File::create(path)
+                .map_err(|e| anyhow::anyhow!("--record {path}: cannot create it: {e}"))?;
+            let mut r = record::Recorder::new(f, pid, attach_mono, wall_at_first, ctx.cwd.clone());
+            for (fd, what) in &ctx.fds {
+                r.seed_fd(*fd, what);
+            }
+            Some(r)
+        }
+        None => None,
+    };
+    let interval = Duration::from_millis(100);
+    let sampler = procctx::Sampler::start(pid, attach_mono, interval);
+    let clock = Clock {
+        fmt: TimeFmt::Epoch,
+        perf: false,
+        frac_digits: 6,
+        first: attach_mono,
+        date: None,
+        wall_at_first: Some(wall_at_first),
+    };
+    let deadline = args
+        .duration
+        .map(|d| std::time::Instant::now() + Duration::from_nanos(d as u64));
+    let stderr = std::io::stderr();
+    eprintln!(
+        "stallscope: attached to {pid} ({} thread{}) with ptrace; stalls over {} are printed as they end; Ctrl-C to stop{}",
+        tracer.threads_at_attach,
+        if tracer.threads_at_attach == 1 { "" } else { "s" },
+        crate::analyze::findings::human(args.out.threshold / 1000),
+        match args.duration {
+            Some(d) => format!(" (or after {})", crate::analyze::findings::human(d / 1000)),
+            None => String::new(),
+        }
+    );
+    let mut first_syscall_ts: Option<Nanos> = None;
+    let mut last_drain = std::time::Instant::now();
+    let mut last_stop_req: Option<std::time::Instant> = None;
+    let mut record_err: Option<std::io::Error> = None;
+    let mut seen_tids: std::collections::HashSet<Tid> = Default::default();
+    loop {
+        let ev = tracer.next_event_timeout(Duration::from_millis(100))?;
+        if let Some(ev) = &ev {
+            if ev.syscall().is_some() {
+                first_syscall_ts = Some(first_syscall_ts.map_or(ev.ts, |f| f.min(ev.ts)));
+                if seen_tids.insert(ev.tid) && !thread_names.contains_key(&ev.tid) {
+                    // A thread born while tracing: its name is in /proc now.
+                    if let Ok(n) =
+                        std::fs::read_to_string(format!("/proc/{pid}/task/{}/comm", ev.tid))
+                    {
+                        let n = n.trim_end().to_string();
+                        an.set_thread_name(ev.tid, &n);
+                        thread_names.insert(ev.tid, n);
+                    }
+                }
+            }
+            an.push(ev);
+            if let (Some(r), None) = (rec.as_mut(), &record_err) {
+                if let Err(e) = r.write_event(ev) {
+                    record_err = Some(e);
+                }
+            }
+        }
+        let done = tracer.is_done();
+        if done || ev.is_none() || last_drain.elapsed() >= Duration::from_millis(200) {
+            last_drain = std::time::Instant::now();
+            let fresh = an.drain_new_stalls(&clock);
+            if !fresh.is_empty() {
+                let mut w = stderr.lock();
+                for s in &fresh {
+                    let _ = writeln!(w, "stall: {}", crate::render::table::stall_line(s));
+                }
+            }
+        }
+        if done {
+            break;
+        }
+        let want_stop = STOP.load(Ordering::SeqCst)
+            || deadline.is_some_and(|d| std::time::Instant::now() >= d)
+            || record_err.is_some();
+        if want_stop && last_stop_req.is_none_or(|t| t.elapsed() >= Duration::from_millis(100)) {
+            tracer.stop();
+            last_stop_req = Some(std::time::Instant::now());
+        }
+    }
+    for w in tracer.warnings() {
+        eprintln!("stallscope: warning: {w}");
+    }
+    let stats = tracer.stats();
+    let samples = sampler.finish();
+    if let Some(r) = rec {
+        if record_err.is_none() {
+            if let Err(e) = r.finish() {
+                record_err = Some(e);
+            }
+        }
+    }
+    if let (Some(path), None) = (&args.record, &record_err) {
+        let tpath = format!("{path}.threads");
+        if let Err(e) = record::Recorder::<std::fs::File>::write_threads(&tpath, &thread_names) {
+            eprintln!("stallscope: warning: --record: cannot write {tpath}: {e}");
+        }
+    }
+    let info = SourceInfo {
+        kind: "live",
+        files: vec![],
+        format: format!(
+            "stallscope attach (ptrace{})",
+            if args.no_follow_forks {
+                ""
+            } else {
+                ", following forks"
+            }
+        ),
+        pid: Some(pid),
+        clock,
+    };
+    let counters = Counters {
+        measured: stats.syscalls,
+        ..Default::default()
+    };
+    let mut report = an.finish(info, counters);
+    report.source.backend = Some("ptrace".into());
+    // Samples were stamped from the attach; the report's axis starts at its first call.
+    let shift = (first_syscall_ts.unwrap_or(attach_mono) - attach_mono) / 1000;
+    let samples = samples.into_iter().map(|mut s| {
+        s.at_us -= shift;
+        s
+    });
+    procctx::attach_host_context(&mut report, samples.collect(), interval);
+    add_overhead(&mut report, &stats);
+    if let Some(e) = record_err {
+        let path = args.record.as_deref().unwrap_or("");
+        return Err(anyhow::anyhow!("--record {path}: cannot write it: {e}"));
+    }
+    crate::run::emit(&report, &args.out)?;
+    Ok(report.summary.stalls)
+}
+
+/// Above this share of the main thread's time spent in ptrace round trips, the report warns
+/// that tracing itself is slowing redis down.
+const OVERHEAD_WARN_SHARE: f64 = 0.10;
+
+/// Fills `report.overhead` (and a `tracer-overhead` finding when it is substantial).
+pub fn add_overhead(report: &mut Report, st: &TracerStats) {
+    let span_ns = (st.detach_mono - st.attach_mono).max(1) as f64;
+    let per_s = st.syscalls as f64 / (span_ns / 1e9);
+    let mean_stop_us = if st.stops == 0 {
+        0.0
+    } else {
+        st.stop_ns as f64 / st.stops as f64 / 1000.0
+    };
+    // The typical traced call of the main thread (median; mostly ptrace round trip for
+    // redis's non-blocking reads and writes) times how many it made: the share of its time
+    // spent being traced. The fastest call is the floor when the median is not known.
+    let per_call_ns = st.main_call_median_ns().unwrap_or(st.min_call_ns as f64);
+    let share = st.main_syscalls as f64 * per_call_ns / span_ns;
+    let warning = (share >= OVERHEAD_WARN_SHARE).then(|| {
+        format!(
+            "tracing is slowing redis down: its main thread made {:.0} syscalls/s and a typical one took {:.1} µs under ptrace, \
+             about {:.0}% of its time; latencies in this report include that cost",
+            st.main_syscalls as f64 / (span_ns / 1e9),
+            per_call_ns / 1000.0,
+            share * 100.0
+        )
+    });
+    if let Some(w) = &warning {
+        report.findings.push(Finding {
+            id: "tracer-overhead".into(),
+            severity: Severity::Warning,
+            title: "Tracing itself slowed redis down".into(),
+            evidence: w.clone(),
+            advice: "trace for a shorter time, trace a replica, or use a backend that does not stop redis (--backend perf)".into(),
+            stalls: 0,
+        });
+    }
+    report.overhead = Some(Overhead {
+        syscalls_per_s: per_s,
+        mean_stop_us,
+        warning,
+    });
+}

@@ -1,0 +1,510 @@
+//! What only a live process can tell, read from /proc through the `procfs` crate, beside
+//! the tracer: the fd table at attach (seeds the analyzer's fd table, so fds opened before
+//! tracing are named, not guessed), thread names (`comm`: main, bio_aof, io_thd_N...), the
+//! redis config (from the command line, the config file it names, and the working
+//! directory redis chdir()s into), and a 100 ms sampler of page faults, disk I/O and the
+//! system's iowait share whose samples end up in `report.host`, aligned with phases and
+//! stalls.
+
+use crate::event::Tid;
+use crate::report::{HostContext, HostSample, Report};
+use procfs::process::{FDTarget, Process};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The process as seen at attach.
+#[derive(Clone, Debug, Default)]
+pub struct ProcContext {
+    pub pid: Tid,
+    /// (fd, what it is, in strace `-yy` words: a path, `TCP:[a:p->b:p]`, `pipe:[ino]`...).
+    pub fds: Vec<(i32, String)>,
+    pub thread_names: HashMap<Tid, String>,
+    pub cmdline: Vec<String>,
+    pub cwd: Option<String>,
+    /// redis.conf-style text assembled from what the process tells (see `redis_conf_text`).
+    pub redis_conf: String,
+    /// Where each part of `redis_conf` came from, for the report's notes.
+    pub conf_sources: Vec<String>,
+}
+
+/// Reads the fd table, thread names and config of `pid`. Parts that cannot be read (a
+/// thread that just exited, an fd closed meanwhile) are left out, never fatal.
+pub fn gather(pid: Tid) -> ProcContext {
+    let mut ctx = ProcContext {
+        pid,
+        ..Default::default()
+    };
+    let proc_ = match Process::new(pid as i32) {
+        Ok(p) => p,
+        Err(_) => return ctx,
+    };
+    ctx.cmdline = proc_.cmdline().unwrap_or_default();
+    ctx.cwd = proc_.cwd().ok().map(|p| p.to_string_lossy().into_owned());
+    ctx.fds = fd_table(&proc_);
+    ctx.thread_names = thread_names(pid);
+    let (text, sources) = redis_conf_text(&ctx.cmdline, ctx.cwd.as_deref());
+    ctx.redis_conf = text;
+    ctx.conf_sources = sources;
+    ctx
+}
+
+pub fn thread_names(pid: Tid) -> HashMap<Tid, String> {
+    let mut m = HashMap::new();
+    if let Ok(rd) = std::fs::read_dir(format!("/proc/{pid}/task")) {
+        for e in rd.flatten() {
+            let tid: Tid = match e.file_name().to_str().and_then(|s| s.parse().ok()) {
+                Some(t) => t,
+                None => continue,
+            };
+            if let Ok(c) = std::fs::read_to_string(e.path().join("comm")) {
+                m.insert(tid, c.trim_end_matches('\n').to_string());
+            }
+        }
+    }
+    m
+}
+
+fn fd_table(p: &Process) -> Vec<(i32, String)> {
+    let sockets = socket_names(p);
+    let mut v = vec![];
+    let fds = match p.fd() {
+        Ok(f) => f,
+        Err(_) => return v,
+    };
+    for fd in fds.flatten() {
+        let what = match &fd.target {
+            FDTarget::Path(path) => path.to_string_lossy().into_owned(),
+            FDTarget::Socket(ino) => sockets
+                .get(ino)
+                .cloned()
+                .unwrap_or_else(|| format!("socket:[{ino}]")),
+            FDTarget::Net(ino) => format!("net:[{ino}]"),
+            FDTarget::Pipe(ino) => format!("pipe:[{ino}]"),
+            FDTarget::AnonInode(s) => format!("anon_inode:{s}"),
+            FDTarget::MemFD(s) => format!("/memfd:{s}"),
+            FDTarget::Other(k, ino) => format!("{k}:[{ino}]"),
+        };
+        v.push((fd.fd, what));
+    }
+    v.sort();
+    v
+}
+
+/// Socket inode -> strace `-yy` style name, so that live seeds and `-yy` traces classify
+/// sockets (client, listener) the same way.
+fn socket_names(p: &Process) -> HashMap<u64, String> {
+    use procfs::net::TcpState;
+    let mut m = HashMap::new();
+    for (v6, entries) in [(false, p.tcp()), (true, p.tcp6())] {
+        for e in entries.into_iter().flatten() {
+            let kind = if v6 { "TCPv6" } else { "TCP" };
+            let name = if e.state == TcpState::Listen {
+                format!("{kind}:[{}]", e.local_address)
+            } else {
+                format!("{kind}:[{}->{}]", e.local_address, e.remote_address)
+            };
+            m.insert(e.inode, name);
+        }
+    }
+    for e in p.unix().into_iter().flatten() {
+        let name = match &e.path {
+            Some(path) => format!("UNIX-STREAM:[{},\"{}\"]", e.inode, path.display()),
+            None => format!("UNIX-STREAM:[{}]", e.inode),
+        };
+        m.insert(e.inode, name);
+    }
+    m
+}
+
+/// The redis settings that name files, as a redis.conf text. Order of precedence, later
+/// wins as in redis itself: the config file named on the command line, then `--option value`
+/// arguments, then the working directory (redis chdir()s into `dir` at startup, so
+/// /proc/PID/cwd is `dir` whatever the config said).
+pub fn redis_conf_text(cmdline: &[String], cwd: Option<&str>) -> (String, Vec<String>) {
+    let mut text = String::new();
+    let mut sources = vec![];
+    // redis rewrites its process title ("redis-server 127.0.0.1:6379"), which drops the
+    // config path; it survives when set-proc-title is off or the title template keeps it.
+    let args: Vec<&str> = cmdline
+        .iter()
+        .flat_map(|a| a.split(' '))
+        .filter(|s| !s.is_empty())
+        .collect();
+    if let Some(conf) = args.iter().skip(1).find(|a| a.ends_with(".conf")) {
+        let path = if conf.starts_with('/') {
+            conf.to_string()
+        } else {
+            // Relative to where redis was started, which is not known any more; the
+            // working directory is the best guess left.
+            format!("{}/{}", cwd.unwrap_or("."), conf)
+        };
+        if let Ok(t) = std::fs::read_to_string(&path) {
+            text.push_str(&t);
+            text.push('\n');
+            sources.push(format!("config file {path}"));
+        }
+    }
+    let mut i = 1;
+    while i < args.len() {
+        if let Some(opt) = args[i].strip_prefix("--") {
+            let mut vals = vec![];
+            let mut j = i + 1;
+            while j < args.len() && !args[j].starts_with("--") {
+                vals.push(args[j]);
+                j += 1;
+            }
+            text.push_str(&format!("{opt} {}\n", vals.join(" ")));
+            sources.push(format!("--{opt} on the command line"));
+            i = j;
+        } else {
+            i += 1;
+        }
+    }
+    if let Some(d) = cwd {
+        text.push_str(&format!("dir {d}\n"));
+        sources.push("dir from the process's working directory".into());
+    }
+    (text, sources)
+}
+
+/// The 100 ms /proc sampler: runs on its own thread until stopped.
+pub struct Sampler {
+    stop: Arc<AtomicBool>,
+    join: Option<std::thread::JoinHandle<Vec<HostSample>>>,
+    pub interval: Duration,
+}
+
+/// Upper bound on kept samples (an hour at 100 ms); past it, neighbours are merged so a
+/// long attach keeps bounded memory at a coarser resolution.
+const MAX_SAMPLES: usize = 36_000;
+
+#[derive(Clone, Copy, Default)]
+struct Raw {
+    mono: i64,
+    minflt: u64,
+    majflt: u64,
+    read_bytes: u64,
+    write_bytes: u64,
+    cpu_total: u64,
+    cpu_iowait: u64,
+}
+
+fn read_raw(p: &Process) -> Option<Raw> {
+    let st = p.stat().ok()?;
+    let io = p.io().ok();
+    let (total, iowait) = cpu_times().unwrap_or((0, 0));
+    Some(Raw {
+        mono: super::now_mono(),
+        minflt: st.minflt,
+        majflt: st.majflt,
+        read_bytes: io.as_ref().map(|i| i.read_bytes).unwrap_or(0),
+        write_bytes: io.as_ref().map(|i| i.write_bytes).unwrap_or(0),
+        cpu_total: total,
+        cpu_iowait: iowait,
+    })
+}
+
+/// (all jiffies, iowait jiffies) from the `cpu` line of /proc/stat.
+fn cpu_times() -> Option<(u64, u64)> {
+    let s = std::fs::read_to_string("/proc/stat").ok()?;
+    let line = s.lines().find(|l| l.starts_with("cpu "))?;
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    // user nice system idle iowait irq softirq steal (guest time is inside user/nice).
+    let total = v.iter().take(8).sum();
+    Some((total, *v.get(4)?))
+}
+
+fn rate(a: u64, b: u64, secs: f64) -> f64 {
+    if secs <= 0.0 {
+        return 0.0;
+    }
+    b.saturating_sub(a) as f64 / secs
+}
+
+impl Sampler {
+    /// Starts sampling `pid`; `origin` is the trace's first timestamp (monotonic ns), so
+    /// samples share the report's `at_us` axis.
+    pub fn start(pid: Tid, origin: i64, interval: Duration) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let stop2 = stop.clone();
+        let join = std::thread::Builder::new()
+            .name("procsampler".into())
+            .spawn(move || {
+                let mut out: Vec<HostSample> = vec![];
+                let p = match Process::new(pid as i32) {
+                    Ok(p) => p,
+                    Err(_) => return out,
+                };
+                let mut prev = match read_raw(&p) {
+                    Some(r) => r,
+                    None => return out,
+                };
+                let mut merge_every = 1usize;
+                let mut pending: Option<HostSample> = None;
+                let mut in_pending = 0usize;
+                while !stop2.load(Ordering::SeqCst) {
+                    std::thread::sleep(interval);
+                    let cur = match read_raw(&p) {
+                        Some(r) => r,
+                        None => break, // the process is gone
+                    };
+                    let secs = (cur.mono - prev.mono) as f64 / 1e9;
+                    let dt = cur.cpu_total.saturating_sub(prev.cpu_total);
+                    let s = HostSample {
+                        at_us: (prev.mono - origin) / 1000,
+                        minflt_per_s: rate(prev.minflt, cur.minflt, secs),
+                        majflt_per_s: rate(prev.majflt, cur.majflt, secs),
+                        read_bytes_per_s: rate(prev.read_bytes, cur.read_bytes, secs),
+                        write_bytes_per_s: rate(prev.write_bytes, cur.write_bytes, secs),
+                        iowait_pct: if dt == 0 {
+                            0.0
+                        } else {
+                            100.0 * cur.cpu_iowait.saturating_sub(prev.cpu_iowait) as f64
+                                / dt as f64
+                        },
+                    };
+                    prev = cur;
+                    // Coarsening: average `merge_every` consecutive samples into one.
+                    pending = Some(match pending.take() {
+                        None => s,
+                        Some(p) => average(&p, in_pending, &s),
+                    });
+                    in_pending += 1;
+                    if in_pending >= merge_every {
+                        if let Some(p) = pending.take() {
+                            out.push(p);
+                        }
+                        in_pending = 0;
+                    }
+                    if out.len() >= MAX_SAMPLES {
+                        out = out
+                            .chunks(2)
+                            .map(|c| {
+                                if c.len() == 2 {
+                                    average(&c[0], 1, &c[1])
+                                } else {
+                                    c[0].clone()
+                                }
+                            })
+                            .collect();
+                        merge_every *= 2;
+                    }
+                }
+                if let Some(p) = pending {
+                    out.push(p);
+                }
+                out
+            })
+            .ok();
+        Sampler {
+            stop,
+            join,
+            interval,
+        }
+    }
+
+    /// Stops the sampler and returns its samples.
+    pub fn finish(mut self) -> Vec<HostSample> {
+        self.stop.store(true, Ordering::SeqCst);
+        self.join
+            .take()
+            .and_then(|j| j.join().ok())
+            .unwrap_or_default()
+    }
+}
+
+/// Mean of `a` (itself the mean of `n` samples) and `b`, weighted; keeps `a`'s start.
+fn average(a: &HostSample, n: usize, b: &HostSample) -> HostSample {
+    let w = n as f64;
+    let f = |x: f64, y: f64| (x * w + y) / (w + 1.0);
+    HostSample {
+        at_us: a.at_us,
+        minflt_per_s: f(a.minflt_per_s, b.minflt_per_s),
+        majflt_per_s: f(a.majflt_per_s, b.majflt_per_s),
+        read_bytes_per_s: f(a.read_bytes_per_s, b.read_bytes_per_s),
+        write_bytes_per_s: f(a.write_bytes_per_s, b.write_bytes_per_s),
+        iowait_pct: f(a.iowait_pct, b.iowait_pct),
+    }
+}
+
+#[derive(Default, Clone, Copy)]
+struct Means {
+    n: usize,
+    minflt: f64,
+    majflt: f64,
+    wbytes: f64,
+    iowait: f64,
+}
+
+/// Means of the samples that overlap [from, to) µs.
+fn means(samples: &[HostSample], interval_us: i64, from: i64, to: i64) -> Means {
+    let mut m = Means::default();
+    for s in samples
+        .iter()
+        .filter(|s| s.at_us + interval_us > from && s.at_us < to)
+    {
+        m.n += 1;
+        m.minflt += s.minflt_per_s;
+        m.majflt += s.majflt_per_s;
+        m.wbytes += s.write_bytes_per_s;
+        m.iowait += s.iowait_pct;
+    }
+    if m.n > 0 {
+        let n = m.n as f64;
+        m.minflt /= n;
+        m.majflt /= n;
+        m.wbytes /= n;
+        m.iowait /= n;
+    }
+    m
+}
+
+fn thousands(v: f64) -> String {
+    let n = v.round() as i64;
+    let s = n.abs().to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    if n < 0 {
+        format!("-{out}")
+    } else {
+        out
+    }
+}
+
+fn mb(v: f64) -> String {
+    format!("{:.1} MB/s", v / 1e6)
+}
+
+/// Puts the samples in the report and writes the comparisons an engineer reads first:
+/// each background phase against the time before it, and the longest stalls.
+pub fn attach_host_context(report: &mut Report, samples: Vec<HostSample>, interval: Duration) {
+    let iv = interval.as_micros() as i64;
+    let mut notes = vec![];
+    for ph in report.phases.iter().take(5) {
+        let end = ph.end_at_us.unwrap_or(i64::MAX);
+        let during = means(&samples, iv, ph.start_at_us, end);
+        // "Before": up to 5 s before the fork.
+        let before = means(
+            &samples,
+            iv,
+            (ph.start_at_us - 5_000_000).max(0),
+            ph.start_at_us,
+        );
+        if during.n == 0 {
+            continue;
+        }
+        let mut s = format!(
+            "during the {} (child {}): minor faults {}/s",
+            ph.kind.replace('_', " "),
+            ph.child_pid,
+            thousands(during.minflt)
+        );
+        if before.n > 0 {
+            s.push_str(&format!(" vs {}/s before", thousands(before.minflt)));
+        }
+        s.push_str(&format!("; major faults {}/s", thousands(during.majflt)));
+        s.push_str(&format!("; iowait {:.0}%", during.iowait));
+        if before.n > 0 {
+            s.push_str(&format!(" vs {:.0}% before", before.iowait));
+        }
+        s.push_str(&format!("; redis disk writes {}", mb(during.wbytes)));
+        notes.push(s);
+    }
+    let mut idx: Vec<usize> = (0..report.stalls.len()).collect();
+    idx.sort_by_key(|i| std::cmp::Reverse(report.stalls[*i].duration_us));
+    for i in idx.into_iter().take(3) {
+        let st = &report.stalls[i];
+        let m = means(&samples, iv, st.at_us, st.at_us + st.duration_us.max(1));
+        if m.n == 0 {
+            continue;
+        }
+        let what = st.syscall.clone().unwrap_or_else(|| "gap".into());
+        notes.push(format!(
+            "during the {:.1} ms {} stall of {} at {}: minor faults {}/s, major faults {}/s, iowait {:.0}%",
+            st.duration_us as f64 / 1000.0,
+            what,
+            st.thread,
+            st.ts,
+            thousands(m.minflt),
+            thousands(m.majflt),
+            m.iowait
+        ));
+    }
+    let all = means(&samples, iv, 0, i64::MAX);
+    if all.n > 0 {
+        notes.push(format!(
+            "whole trace: minor faults {}/s, major faults {}/s, iowait {:.0}%, redis disk writes {}",
+            thousands(all.minflt),
+            thousands(all.majflt),
+            all.iowait,
+            mb(all.wbytes)
+        ));
+    }
+    report.host = Some(HostContext {
+        sample_interval_ms: interval.as_millis() as u64,
+        samples,
+        notes,
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn conf_text_takes_file_then_args_then_cwd() {
+        let dir = tempfile::tempdir().unwrap();
+        let conf = dir.path().join("r.conf");
+        std::fs::write(&conf, "appendfilename \"x.aof\"\ndir /elsewhere\n").unwrap();
+        let cmd = vec![
+            "redis-server".to_string(),
+            conf.to_string_lossy().into_owned(),
+            "--logfile".into(),
+            "/var/log/r.log".into(),
+        ];
+        let (t, src) = redis_conf_text(&cmd, Some("/data"));
+        let dir_lines: Vec<&str> = t.lines().filter(|l| l.starts_with("dir ")).collect();
+        assert_eq!(dir_lines.last(), Some(&"dir /data"));
+        assert!(t.contains("appendfilename \"x.aof\""));
+        assert!(t.contains("logfile /var/log/r.log"));
+        assert_eq!(src.len(), 3);
+    }
+
+    #[test]
+    fn gathers_own_fds_threads_and_samples() {
+        let me = std::process::id();
+        let f = tempfile::NamedTempFile::new().unwrap();
+        let ctx = gather(me);
+        let p = f.path().to_string_lossy().into_owned();
+        assert!(ctx.fds.iter().any(|(_, w)| *w == p), "{:?}", ctx.fds);
+        assert!(ctx.thread_names.contains_key(&me));
+        let s = Sampler::start(me, super::super::now_mono(), Duration::from_millis(20));
+        // Touch fresh memory so minor faults happen.
+        let v: Vec<u8> = vec![1; 8 << 20];
+        std::thread::sleep(Duration::from_millis(120));
+        let samples = s.finish();
+        assert!(samples.len() >= 3, "{}", samples.len());
+        assert!(samples
+            .iter()
+            .all(|s| s.iowait_pct >= 0.0 && s.iowait_pct <= 100.0));
+        assert!(v.iter().map(|b| *b as u64).sum::<u64>() > 0);
+    }
+
+    #[test]
+    fn thousands_groups_digits() {
+        assert_eq!(thousands(9300.0), "9,300");
+        assert_eq!(thousands(570.0), "570");
+        assert_eq!(thousands(1234567.0), "1,234,567");
+    }
+}

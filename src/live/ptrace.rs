@@ -1,0 +1,1234 @@
+//! The native ptrace backend of `attach`: the live counterpart of the strace parser. It
+//! seizes every thread of a running process, follows new threads and (unless told not to)
+//! forked children, and turns syscall-entry/exit stops into the same `Event`s the text
+//! sources produce, timed on CLOCK_MONOTONIC.
+//!
+//! Safety of the traced redis comes first, as DESIGN.md "Live attach, safely" asks:
+//! `PTRACE_SEIZE` (never `PTRACE_ATTACH`, which would send SIGSTOP), never
+//! `PTRACE_O_EXITKILL` (a crash of stallscope must not kill redis: the kernel detaches the
+//! tracees of a dead tracer), one blocking `waitpid(-1, __WALL)` loop, and on stop an
+//! interrupt-and-detach of every thread that passes on any signal caught in flight.
+//!
+//! All ptrace requests must come from the one thread that seized the tracees, so the
+//! tracer runs on its own thread and hands batches of events over a channel; the analysis
+//! runs on the caller's thread and never delays a stopped redis thread.
+
+use super::sysnames::{errno_name, is_restart_errno, signal_name, syscall_name};
+use super::{now_mono, now_wall, AttachError, Tracer, TracerStats};
+use crate::event::{
+    self, Data, Event, EventKind, Extra, InFlight, Nanos, Ret, Syscall, Tid, DATA_CAP,
+};
+use anyhow::Result;
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How the tracer is set up.
+#[derive(Clone, Debug)]
+pub struct PtraceConfig {
+    pub pid: Tid,
+    /// Follow `fork()`ed children (the BGSAVE / AOF rewrite child).
+    pub follow_forks: bool,
+    /// Longest wait for each thread to acknowledge the detach. A thread blocked in an
+    /// uninterruptible call (fdatasync on a slow disk) cannot stop until the call ends;
+    /// past this wait the tracer thread exits and the kernel detaches what is left.
+    pub detach_wait: Duration,
+}
+
+enum Msg {
+    Attached {
+        threads: u32,
+        mono: Nanos,
+        wall: Nanos,
+    },
+    Warning(String),
+    Done(Box<TracerStats>),
+    Failed(anyhow::Error),
+}
+
+/// Shared between the tracer thread and whoever asks it to stop.
+struct StopCtl {
+    flag: AtomicBool,
+    /// Kernel tid of the tracer thread (for tgkill), 0 until it runs.
+    tid: AtomicI32,
+}
+
+impl StopCtl {
+    fn request(&self) {
+        self.flag.store(true, Ordering::SeqCst);
+        let t = self.tid.load(Ordering::SeqCst);
+        if t > 0 {
+            // Wakes the blocking waitpid with EINTR (the handler does nothing, and is
+            // installed without SA_RESTART).
+            unsafe {
+                libc::syscall(libc::SYS_tgkill, libc::getpid(), t, WAKE_SIGNAL);
+            }
+        }
+    }
+}
+
+/// How often the consumer looks for new events: the live stall lines lag by at most this.
+const POLL_MS: u64 = 20;
+
+const WAKE_SIGNAL: libc::c_int = libc::SIGUSR1;
+
+extern "C" fn wake_handler(_: libc::c_int) {}
+
+fn install_wake_handler() {
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = wake_handler as *const () as usize;
+        sa.sa_flags = 0; // no SA_RESTART: waitpid must return EINTR
+        libc::sigemptyset(&mut sa.sa_mask);
+        libc::sigaction(WAKE_SIGNAL, &sa, std::ptr::null_mut());
+    }
+}
+
+/// Handle on the tracer thread.
+pub struct PtraceTracer {
+    rx: Receiver<Msg>,
+    shared: Arc<Shared>,
+    ctl: Arc<StopCtl>,
+    join: Option<std::thread::JoinHandle<()>>,
+    queue: std::collections::VecDeque<Event>,
+    stats: TracerStats,
+    done: bool,
+    warnings: Vec<String>,
+    pub threads_at_attach: u32,
+}
+
+impl PtraceTracer {
+    /// Seizes every thread of `cfg.pid`; returns once all are seized (or with the reason
+    /// they could not be).
+    pub fn attach(cfg: PtraceConfig) -> Result<Self, AttachError> {
+        preflight(cfg.pid)?;
+        install_wake_handler();
+        let (tx, rx) = mpsc::sync_channel::<Msg>(1024);
+        let shared: Arc<Shared> = Arc::new(Default::default());
+        let shared2 = shared.clone();
+        let ctl = Arc::new(StopCtl {
+            flag: AtomicBool::new(false),
+            tid: AtomicI32::new(0),
+        });
+        let ctl2 = ctl.clone();
+        let join = std::thread::Builder::new()
+            .name("ptrace".into())
+            .spawn(move || {
+                ctl2.tid.store(unsafe { libc::gettid() }, Ordering::SeqCst);
+                let mut t = Inner::new(cfg, tx.clone(), ctl2, shared2);
+                match t.seize_all() {
+                    Ok(n) => {
+                        let (mono, wall) = (t.stats.attach_mono, t.stats.attach_wall);
+                        if tx
+                            .send(Msg::Attached {
+                                threads: n,
+                                mono,
+                                wall,
+                            })
+                            .is_err()
+                        {
+                            return;
+                        }
+                    }
+                    Err(e) => {
+                        let _ = tx.send(Msg::Failed(e));
+                        return;
+                    }
+                }
+                let r = t.run();
+                let stats = t.stats.clone();
+                match r {
+                    Ok(()) => {
+                        let _ = tx.send(Msg::Done(Box::new(stats)));
+                    }
+                    Err(e) => {
+                        let _ = tx.send(Msg::Failed(e));
+                    }
+                }
+            })
+            .map_err(|e| AttachError::Other(format!("cannot start the tracer thread: {e}")))?;
+        let mut me = PtraceTracer {
+            rx,
+            shared,
+            ctl,
+            join: Some(join),
+            queue: Default::default(),
+            stats: TracerStats::default(),
+            done: false,
+            warnings: vec![],
+            threads_at_attach: 0,
+        };
+        match me.rx.recv() {
+            Ok(Msg::Attached {
+                threads,
+                mono,
+                wall,
+            }) => {
+                me.threads_at_attach = threads;
+                me.stats.attach_mono = mono;
+                me.stats.attach_wall = wall;
+                Ok(me)
+            }
+            Ok(Msg::Failed(e)) => {
+                me.join_thread();
+                Err(match e.downcast::<AttachError>() {
+                    Ok(a) => a,
+                    Err(e) => AttachError::Other(format!("{e:#}")),
+                })
+            }
+            _ => {
+                me.join_thread();
+                Err(AttachError::Other(
+                    "the tracer thread ended before attaching".into(),
+                ))
+            }
+        }
+    }
+
+    /// Moves what the tracer published into the local queue; true if there was any.
+    fn take_shared(&mut self) -> bool {
+        let (lock, cv) = &*self.shared;
+        let mut buf = lock.lock().unwrap_or_else(|e| e.into_inner());
+        if buf.events.is_empty() {
+            return false;
+        }
+        self.queue.extend(buf.events.drain(..));
+        cv.notify_all();
+        true
+    }
+
+    fn join_thread(&mut self) {
+        if let Some(j) = self.join.take() {
+            let _ = j.join();
+        }
+    }
+
+    pub fn attach_mono(&self) -> Nanos {
+        self.stats.attach_mono
+    }
+
+    pub fn attach_wall(&self) -> Nanos {
+        self.stats.attach_wall
+    }
+
+    /// Messages from the tracer that are not events (e.g. a thread that could not be seized).
+    pub fn take_warnings(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.warnings)
+    }
+
+    fn handle(&mut self, m: Msg) -> Result<()> {
+        match m {
+            Msg::Warning(w) => self.warnings.push(w),
+            Msg::Done(s) => {
+                self.stats = *s;
+                self.done = true;
+                self.join_thread();
+            }
+            Msg::Failed(e) => {
+                self.done = true;
+                self.join_thread();
+                return Err(e);
+            }
+            Msg::Attached { .. } => {}
+        }
+        Ok(())
+    }
+}
+
+impl Tracer for PtraceTracer {
+    fn next_event_timeout(&mut self, mut timeout: Duration) -> Result<Option<Event>> {
+        loop {
+            if let Some(e) = self.queue.pop_front() {
+                return Ok(Some(e));
+            }
+            if self.take_shared() {
+                continue;
+            }
+            if self.done {
+                return Ok(None);
+            }
+            // Events are polled, not signalled (see `Inner::flush`): wait in short steps.
+            let step = timeout.min(Duration::from_millis(POLL_MS));
+            match self.rx.recv_timeout(step) {
+                Ok(m) => self.handle(m)?,
+                Err(RecvTimeoutError::Timeout) => {
+                    if self.take_shared() {
+                        continue;
+                    }
+                    if step >= timeout {
+                        return Ok(None);
+                    }
+                    timeout -= step;
+                }
+                Err(RecvTimeoutError::Disconnected) => {
+                    self.done = true;
+                    self.join_thread();
+                }
+            }
+        }
+    }
+
+    fn is_done(&self) -> bool {
+        self.done && self.queue.is_empty()
+    }
+
+    fn stop(&mut self) {
+        if !self.done {
+            self.ctl.request();
+        }
+    }
+
+    fn stats(&self) -> TracerStats {
+        self.stats.clone()
+    }
+
+    fn warnings(&mut self) -> Vec<String> {
+        self.take_warnings()
+    }
+}
+
+impl Drop for PtraceTracer {
+    fn drop(&mut self) {
+        {
+            // The tracer must never wait for a consumer that is gone.
+            let (lock, cv) = &*self.shared;
+            lock.lock().unwrap_or_else(|e| e.into_inner()).closed = true;
+            cv.notify_all();
+        }
+        if !self.done {
+            self.ctl.request();
+            // Drain so the tracer thread is never blocked on a full channel while detaching.
+            while !self.done {
+                match self.rx.recv_timeout(Duration::from_millis(100)) {
+                    Ok(Msg::Done(_)) | Ok(Msg::Failed(_)) | Err(RecvTimeoutError::Disconnected) => {
+                        self.done = true
+                    }
+                    Ok(_) => {}
+                    Err(RecvTimeoutError::Timeout) => self.ctl.request(),
+                }
+            }
+        }
+        self.join_thread();
+    }
+}
+
+/// Checks that make the common failures clear before any ptrace request is made.
+fn preflight(pid: Tid) -> Result<(), AttachError> {
+    let status = match std::fs::read_to_string(format!("/proc/{pid}/status")) {
+        Ok(s) => s,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(AttachError::NoSuchPid(pid))
+        }
+        Err(e) => {
+            return Err(AttachError::Other(format!(
+                "cannot read /proc/{pid}/status: {e}"
+            )))
+        }
+    };
+    if pid as i32 == unsafe { libc::getpid() } {
+        return Err(AttachError::Other(
+            "refusing to trace stallscope itself".into(),
+        ));
+    }
+    for line in status.lines() {
+        if let Some(v) = line.strip_prefix("TracerPid:") {
+            let t: u32 = v.trim().parse().unwrap_or(0);
+            if t != 0 {
+                let who = std::fs::read_to_string(format!("/proc/{t}/comm"))
+                    .map(|s| s.trim().to_string())
+                    .unwrap_or_default();
+                return Err(AttachError::AlreadyTraced {
+                    pid,
+                    tracer: t,
+                    tracer_name: who,
+                });
+            }
+        }
+        if let Some(v) = line.strip_prefix("State:") {
+            if v.trim_start().starts_with('Z') {
+                return Err(AttachError::Other(format!(
+                    "process {pid} is a zombie: it has exited and has no threads to trace"
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn ptrace_scope() -> Option<u32> {
+    std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope")
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// What the tracer remembers about a syscall between its entry and exit stops.
+#[derive(Clone, Copy)]
+struct Entry {
+    ts: Nanos,
+    nr: i64,
+    args: [u64; 6],
+    in_flight: Option<InFlight>,
+}
+
+struct Thread {
+    tgid: Tid,
+    entry: Option<Entry>,
+    /// Seized at attach (not created while tracing): its first stop may land inside a
+    /// syscall that was already running.
+    from_attach: bool,
+    /// Still waiting for the first stop after seize/auto-attach.
+    awaiting_first_stop: bool,
+    /// The call it was in at attach was interrupted and will be restarted: the next entry
+    /// is that same call, begun before the attach.
+    restart_from: Option<(Nanos, i64)>,
+}
+
+struct Inner {
+    cfg: PtraceConfig,
+    tx: SyncSender<Msg>,
+    ctl: Arc<StopCtl>,
+    shared: Arc<Shared>,
+    threads: HashMap<Tid, Thread>,
+    batch: Vec<Event>,
+    stats: TracerStats,
+    attach_ts: Nanos,
+    /// Tids the tracer has already seen exit (so a late rescan does not re-seize them).
+    /// Redis's threads are long-lived; bounded by the thread count of the process.
+    gone: HashSet<Tid>,
+}
+
+const BATCH: usize = 512;
+/// Events the consumer may lag behind before the tracer waits for it.
+const MAX_PENDING: usize = 1 << 18;
+
+/// Events handed from the tracer thread to the consumer.
+#[derive(Default)]
+struct Buffer {
+    events: Vec<Event>,
+    /// The consumer is gone: stop producing.
+    closed: bool,
+}
+
+type Shared = (std::sync::Mutex<Buffer>, std::sync::Condvar);
+
+impl Inner {
+    fn new(cfg: PtraceConfig, tx: SyncSender<Msg>, ctl: Arc<StopCtl>, shared: Arc<Shared>) -> Self {
+        Inner {
+            cfg,
+            tx,
+            ctl,
+            shared,
+            threads: HashMap::new(),
+            batch: Vec::with_capacity(BATCH),
+            stats: TracerStats::default(),
+            attach_ts: 0,
+            gone: HashSet::new(),
+        }
+    }
+
+    fn options(&self) -> libc::c_int {
+        let mut o =
+            libc::PTRACE_O_TRACESYSGOOD | libc::PTRACE_O_TRACECLONE | libc::PTRACE_O_TRACEEXEC;
+        if self.cfg.follow_forks {
+            o |= libc::PTRACE_O_TRACEFORK | libc::PTRACE_O_TRACEVFORK;
+        }
+        // Never PTRACE_O_EXITKILL: see the module comment.
+        o
+    }
+
+    /// Seizes every thread in /proc/PID/task, rescanning until a pass finds no new one
+    /// (threads can be created between the listing and the seize).
+    fn seize_all(&mut self) -> Result<u32> {
+        let pid = self.cfg.pid;
+        self.attach_ts = now_mono();
+        self.stats.attach_mono = self.attach_ts;
+        self.stats.attach_wall = now_wall();
+        let mut first = true;
+        loop {
+            let tids = list_tasks(pid).map_err(|e| {
+                if e.kind() == std::io::ErrorKind::NotFound {
+                    anyhow::Error::new(AttachError::NoSuchPid(pid))
+                } else {
+                    anyhow::anyhow!("cannot list /proc/{pid}/task: {e}")
+                }
+            })?;
+            let mut added = 0;
+            for tid in tids {
+                if self.threads.contains_key(&tid) || self.gone.contains(&tid) {
+                    continue;
+                }
+                let r = unsafe {
+                    libc::ptrace(
+                        libc::PTRACE_SEIZE,
+                        tid as libc::pid_t,
+                        0usize,
+                        self.options() as usize,
+                    )
+                };
+                if r != 0 {
+                    let err = std::io::Error::last_os_error();
+                    match err.raw_os_error() {
+                        Some(libc::ESRCH) => continue, // the thread exited meanwhile
+                        Some(libc::EPERM) if !first => {
+                            // Already ours: created by a seized thread and auto-attached
+                            // through PTRACE_O_TRACECLONE. Its first stop will register it.
+                            continue;
+                        }
+                        Some(libc::EPERM) => {
+                            return Err(anyhow::Error::new(AttachError::Permission {
+                                pid,
+                                scope: ptrace_scope(),
+                                root: unsafe { libc::geteuid() } == 0,
+                            }))
+                        }
+                        _ => {
+                            return Err(anyhow::anyhow!(
+                                "PTRACE_SEIZE of thread {tid} failed: {err}"
+                            ))
+                        }
+                    }
+                }
+                first = false;
+                self.threads.insert(
+                    tid,
+                    Thread {
+                        tgid: pid,
+                        entry: None,
+                        from_attach: true,
+                        awaiting_first_stop: true,
+                        restart_from: None,
+                    },
+                );
+                // Brings the thread to a stop so that syscall tracing can be switched on.
+                unsafe { libc::ptrace(libc::PTRACE_INTERRUPT, tid as libc::pid_t, 0usize, 0usize) };
+                added += 1;
+            }
+            if first {
+                return Err(anyhow::Error::new(AttachError::NoSuchPid(pid)));
+            }
+            if added == 0 {
+                break;
+            }
+        }
+        let n = self.threads.len() as u32;
+        self.batch.push(Event {
+            tid: pid,
+            ts: self.attach_ts,
+            line: 0,
+            kind: EventKind::Attach { threads: Some(n) },
+        });
+        Ok(n)
+    }
+
+    /// Publishes the batch to the shared buffer: an uncontended lock, no syscall and no
+    /// wakeup of the consumer (which polls), so it is cheap enough to do before every
+    /// blocking wait. Only when the consumer falls far behind does the tracer wait for it,
+    /// so memory stays bounded.
+    fn flush(&mut self) -> bool {
+        if self.batch.is_empty() {
+            return true;
+        }
+        let (lock, cv) = &*self.shared;
+        let mut buf = lock.lock().unwrap_or_else(|e| e.into_inner());
+        while buf.events.len() >= MAX_PENDING && !buf.closed {
+            buf = cv
+                .wait_timeout(buf, Duration::from_millis(100))
+                .map(|r| r.0)
+                .unwrap_or_else(|e| e.into_inner().0);
+        }
+        if buf.closed {
+            return false;
+        }
+        buf.events.append(&mut self.batch);
+        true
+    }
+
+    fn warn(&mut self, w: String) {
+        let _ = self.tx.send(Msg::Warning(w));
+    }
+
+    fn run(&mut self) -> Result<()> {
+        let result = self.trace_loop();
+        // Whatever ended the loop (stop request, error), let go of every thread.
+        self.detach_all();
+        self.flush();
+        result
+    }
+
+    fn trace_loop(&mut self) -> Result<()> {
+        loop {
+            if self.ctl.flag.load(Ordering::SeqCst) {
+                return Ok(());
+            }
+            if self.threads.is_empty() {
+                return Ok(());
+            }
+            // Hand the events over before blocking: the wait may last long (idle redis).
+            if !self.flush() {
+                return Ok(());
+            }
+            let mut status: libc::c_int = 0;
+            let r = unsafe { libc::waitpid(-1, &mut status, libc::__WALL) };
+            if r < 0 {
+                let e = std::io::Error::last_os_error();
+                match e.raw_os_error() {
+                    Some(libc::EINTR) => continue,
+                    Some(libc::ECHILD) => {
+                        // Every tracee is gone (the process exited).
+                        self.threads.clear();
+                        return Ok(());
+                    }
+                    _ => return Err(anyhow::anyhow!("waitpid failed: {e}")),
+                }
+            }
+            let t0 = now_mono();
+            self.on_status(r as Tid, status, t0);
+            self.stats.stop_ns += (now_mono() - t0).max(0) as u64;
+        }
+    }
+
+    /// Handles one wait status of the tracing loop and resumes the thread.
+    fn on_status(&mut self, tid: Tid, status: libc::c_int, now: Nanos) {
+        self.stats.stops += 1;
+        if libc::WIFEXITED(status) || libc::WIFSIGNALED(status) {
+            self.on_exit(tid, status, now);
+            return;
+        }
+        if !libc::WIFSTOPPED(status) {
+            return;
+        }
+        if !self.threads.contains_key(&tid) {
+            // A new thread or child whose first stop came before its parent's clone event.
+            self.register_new(tid, None);
+        }
+        let sig = libc::WSTOPSIG(status);
+        let event = (status >> 16) & 0xff;
+        if sig == (libc::SIGTRAP | 0x80) {
+            self.on_syscall_stop(tid, now);
+            self.resume(tid, 0);
+            return;
+        }
+        if event != 0 {
+            self.on_ptrace_event(tid, sig, event, now);
+            return;
+        }
+        // Signal-delivery stop: record it and deliver it (or pass it on with the detach).
+        let si_pid = if sig == libc::SIGCHLD {
+            siginfo_pid(tid)
+        } else {
+            None
+        };
+        self.batch.push(Event {
+            tid,
+            ts: now,
+            line: 0,
+            kind: EventKind::Signal {
+                name: signal_name(sig),
+                si_pid,
+            },
+        });
+        self.resume(tid, sig);
+    }
+
+    /// Resumes `tid` to its next syscall stop, delivering `sig`. An error (ESRCH: killed by
+    /// SIGKILL while stopped) needs no handling: its exit status follows.
+    fn resume(&mut self, tid: Tid, sig: libc::c_int) {
+        unsafe {
+            libc::ptrace(
+                libc::PTRACE_SYSCALL,
+                tid as libc::pid_t,
+                0usize,
+                sig as usize,
+            )
+        };
+    }
+
+    fn register_new(&mut self, tid: Tid, tgid: Option<Tid>) {
+        let tgid = tgid.unwrap_or_else(|| read_tgid(tid).unwrap_or(tid));
+        self.threads.insert(
+            tid,
+            Thread {
+                tgid,
+                entry: None,
+                from_attach: false,
+                awaiting_first_stop: true,
+                restart_from: None,
+            },
+        );
+    }
+
+    fn on_ptrace_event(&mut self, tid: Tid, sig: libc::c_int, event: libc::c_int, now: Nanos) {
+        match event {
+            libc::PTRACE_EVENT_STOP => {
+                let first = self
+                    .threads
+                    .get(&tid)
+                    .is_some_and(|t| t.awaiting_first_stop);
+                if first {
+                    if let Some(t) = self.threads.get_mut(&tid) {
+                        t.awaiting_first_stop = false;
+                    }
+                    let from_attach = self.threads.get(&tid).is_some_and(|t| t.from_attach);
+                    if from_attach {
+                        self.check_in_flight_at_attach(tid, now);
+                    }
+                    return self.resume(tid, 0);
+                }
+                if matches!(
+                    sig,
+                    libc::SIGSTOP | libc::SIGTSTP | libc::SIGTTIN | libc::SIGTTOU
+                ) {
+                    // A group stop (someone sent SIGSTOP): keep it stopped, as it would be
+                    // without us, but stay notified of the SIGCONT.
+                    unsafe {
+                        libc::ptrace(libc::PTRACE_LISTEN, tid as libc::pid_t, 0usize, 0usize)
+                    };
+                    return;
+                }
+                // A stale PTRACE_INTERRUPT.
+                self.resume(tid, 0)
+            }
+            libc::PTRACE_EVENT_CLONE | libc::PTRACE_EVENT_FORK | libc::PTRACE_EVENT_VFORK => {
+                let mut msg: libc::c_ulong = 0;
+                unsafe {
+                    libc::ptrace(
+                        libc::PTRACE_GETEVENTMSG,
+                        tid as libc::pid_t,
+                        0usize,
+                        &mut msg as *mut libc::c_ulong,
+                    )
+                };
+                let child = msg as Tid;
+                if child != 0 {
+                    let tgid = if event == libc::PTRACE_EVENT_CLONE {
+                        self.threads.get(&tid).map(|t| t.tgid)
+                    } else {
+                        Some(child)
+                    };
+                    match self.threads.get_mut(&child) {
+                        Some(t) => {
+                            // Its first stop came first; now we know its process.
+                            if let Some(g) = tgid {
+                                t.tgid = g;
+                            }
+                        }
+                        None => self.register_new(child, tgid),
+                    }
+                }
+                self.resume(tid, 0)
+            }
+            libc::PTRACE_EVENT_EXEC => {
+                // After a non-leader thread execs, it takes the process's tid: the old
+                // leader is gone and the former tid must be forgotten.
+                let mut msg: libc::c_ulong = 0;
+                unsafe {
+                    libc::ptrace(
+                        libc::PTRACE_GETEVENTMSG,
+                        tid as libc::pid_t,
+                        0usize,
+                        &mut msg as *mut libc::c_ulong,
+                    )
+                };
+                let former = msg as Tid;
+                if former != tid {
+                    // The execve entry was seen on the former tid: carry it over.
+                    let entry = self.threads.remove(&former).and_then(|t| t.entry);
+                    if let Some(t) = self.threads.get_mut(&tid) {
+                        t.entry = entry;
+                    }
+                }
+                self.resume(tid, 0)
+            }
+            _ => self.resume(tid, 0),
+        }
+    }
+
+    /// The first stop of a thread seized at attach: if it was inside a syscall, that call
+    /// was already running when tracing began.
+    #[cfg(target_arch = "x86_64")]
+    fn check_in_flight_at_attach(&mut self, tid: Tid, now: Nanos) {
+        let regs = match nix::sys::ptrace::getregs(nix::unistd::Pid::from_raw(tid as i32)) {
+            Ok(r) => r,
+            Err(_) => return,
+        };
+        let nr = regs.orig_rax as i64;
+        if nr < 0 {
+            return; // stopped in user space
+        }
+        let rax = regs.rax as i64;
+        let attach_ts = self.attach_ts;
+        if rax < 0 && is_restart_errno(-rax) {
+            // Interrupted by our stop; the kernel restarts it on resume, and the restarted
+            // call's entry stop comes next.
+            if let Some(t) = self.threads.get_mut(&tid) {
+                t.restart_from = Some((attach_ts, nr));
+            }
+            return;
+        }
+        // It returned while we were stopping it (an uninterruptible call, e.g. fdatasync or
+        // close on a slow disk): known part is from the attach to now.
+        let args = [regs.rdi, regs.rsi, regs.rdx, regs.r10, regs.r8, regs.r9];
+        let entry = Entry {
+            ts: attach_ts,
+            nr,
+            args,
+            in_flight: Some(InFlight::AtStart),
+        };
+        let (ret_val, is_err) = if (-4095..0).contains(&rax) {
+            (rax, true)
+        } else {
+            (rax, false)
+        };
+        let ev = self.build(tid, entry, ret_val, is_err, now);
+        self.stats.syscalls += 1;
+        self.batch.push(ev);
+    }
+
+    #[cfg(not(target_arch = "x86_64"))]
+    fn check_in_flight_at_attach(&mut self, _tid: Tid, _now: Nanos) {}
+
+    fn on_syscall_stop(&mut self, tid: Tid, now: Nanos) {
+        let info = match get_syscall_info(tid) {
+            Some(i) => i,
+            None => return,
+        };
+        match info.op {
+            libc::PTRACE_SYSCALL_INFO_ENTRY => {
+                let (nr, args) = unsafe { (info.u.entry.nr as i64, info.u.entry.args) };
+                let (ts, nr, in_flight) = match self
+                    .threads
+                    .get_mut(&tid)
+                    .and_then(|t| t.restart_from.take())
+                {
+                    Some((at, orig)) => {
+                        let n = if syscall_name(nr) == "restart_syscall" {
+                            orig
+                        } else {
+                            nr
+                        };
+                        (at, n, Some(InFlight::AtStart))
+                    }
+                    None => (now, nr, None),
+                };
+                if let Some(t) = self.threads.get_mut(&tid) {
+                    t.entry = Some(Entry {
+                        ts,
+                        nr,
+                        args,
+                        in_flight,
+                    });
+                }
+            }
+            libc::PTRACE_SYSCALL_INFO_EXIT => {
+                let (sval, is_error) = unsafe { (info.u.exit.sval, info.u.exit.is_error != 0) };
+                let entry = match self.threads.get_mut(&tid).and_then(|t| t.entry.take()) {
+                    Some(e) => e,
+                    None => return, // an exit with no entry seen (e.g. right after exec)
+                };
+                let ev = self.build(tid, entry, sval, is_error, now);
+                self.stats.syscalls += 1;
+                if entry.in_flight.is_none() {
+                    let d = now - entry.ts;
+                    if d >= 0
+                        && (self.stats.min_call_ns == 0 || (d as u64) < self.stats.min_call_ns)
+                    {
+                        self.stats.min_call_ns = d as u64;
+                    }
+                }
+                let main = self
+                    .threads
+                    .get(&tid)
+                    .is_some_and(|t| t.tgid == tid && tid == self.cfg.pid);
+                if main {
+                    self.stats.main_syscalls += 1;
+                    if entry.in_flight.is_none() {
+                        let d = (now - entry.ts).max(1) as u64;
+                        self.stats.main_call_log2[(63 - d.leading_zeros() as usize).min(31)] += 1;
+                    }
+                }
+                self.batch.push(ev);
+            }
+            _ => {}
+        }
+    }
+
+    /// Turns an entry and its result into an event, decoding only what `Event` needs.
+    fn build(&mut self, tid: Tid, e: Entry, sval: i64, is_error: bool, now: Nanos) -> Event {
+        let name = syscall_name(e.nr);
+        let mut sc = Syscall::new(name);
+        sc.ret = if is_error {
+            Ret::Err(errno_name(-sval))
+        } else {
+            Ret::Val(sval)
+        };
+        sc.dur = Some((now - e.ts).max(0));
+        sc.dur_src = event::DurSource::Measured;
+        sc.in_flight = e.in_flight;
+        decode_args(
+            tid,
+            &mut sc,
+            &e.args,
+            if is_error { None } else { Some(sval) },
+        );
+        Event {
+            tid,
+            ts: e.ts,
+            line: 0,
+            kind: EventKind::Syscall(sc),
+        }
+    }
+
+    fn on_exit(&mut self, tid: Tid, status: libc::c_int, now: Nanos) {
+        let th = self.threads.remove(&tid);
+        self.gone.insert(tid);
+        if let Some(e) = th.as_ref().and_then(|t| t.entry) {
+            // The call it was in never returned (exit_group, or killed inside a call).
+            let mut sc = Syscall::new(syscall_name(e.nr));
+            sc.dur = Some((now - e.ts).max(0));
+            sc.dur_src = event::DurSource::Measured;
+            sc.in_flight = e.in_flight;
+            decode_args(tid, &mut sc, &e.args, None);
+            self.batch.push(Event {
+                tid,
+                ts: e.ts,
+                line: 0,
+                kind: EventKind::Syscall(sc),
+            });
+        }
+        let kind = if libc::WIFEXITED(status) {
+            EventKind::Exit {
+                code: Some(libc::WEXITSTATUS(status)),
+                signal: None,
+            }
+        } else {
+            EventKind::Exit {
+                code: None,
+                signal: Some(signal_name(libc::WTERMSIG(status))),
+            }
+        };
+        self.batch.push(Event {
+            tid,
+            ts: now,
+            line: 0,
+            kind,
+        });
+    }
+
+    /// Lets go of every thread: interrupt each, and detach it at the stop that follows,
+    /// delivering any signal caught there. Calls still running are reported as in flight
+    /// at the end, timed up to this moment.
+    fn detach_all(&mut self) {
+        let detach_ts = now_mono();
+        self.stats.detach_mono = detach_ts;
+        let tids: Vec<Tid> = self.threads.keys().copied().collect();
+        for tid in &tids {
+            if let Some(e) = self.threads.get_mut(tid).and_then(|t| t.entry.take()) {
+                let mut sc = Syscall::new(syscall_name(e.nr));
+                sc.dur = Some((detach_ts - e.ts).max(0));
+                sc.dur_src = event::DurSource::Measured;
+                sc.in_flight = Some(InFlight::AtEnd);
+                decode_args(*tid, &mut sc, &e.args, None);
+                self.batch.push(Event {
+                    tid: *tid,
+                    ts: e.ts,
+                    line: 0,
+                    kind: EventKind::Syscall(sc),
+                });
+            }
+            unsafe { libc::ptrace(libc::PTRACE_INTERRUPT, *tid as libc::pid_t, 0usize, 0usize) };
+        }
+        let deadline = std::time::Instant::now() + self.cfg.detach_wait;
+        // Only statuses of tracees end up here; the loop is bounded by the deadline
+        // because a thread in an uninterruptible call cannot stop before the call ends.
+        while !self.threads.is_empty() && std::time::Instant::now() < deadline {
+            let mut status = 0;
+            let r = unsafe { libc::waitpid(-1, &mut status, libc::__WALL | libc::WNOHANG) };
+            if r == 0 {
+                std::thread::sleep(Duration::from_millis(2));
+                continue;
+            }
+            if r < 0 {
+                break;
+            }
+            let tid = r as Tid;
+            let known = self.threads.contains_key(&tid);
+            let now = now_mono();
+            if libc::WIFSTOPPED(status) && known {
+                // Anything that completes now is past the end of the trace: do not turn it
+                // into an event, just pass on a signal if it was one.
+                let sig = libc::WSTOPSIG(status);
+                let event = (status >> 16) & 0xff;
+                let pass = if sig == (libc::SIGTRAP | 0x80) || event != 0 {
+                    0
+                } else {
+                    sig
+                };
+                if event == libc::PTRACE_EVENT_CLONE
+                    || event == libc::PTRACE_EVENT_FORK
+                    || event == libc::PTRACE_EVENT_VFORK
+                {
+                    // A child born during the detach is ours too until detached.
+                    let mut msg: libc::c_ulong = 0;
+                    unsafe {
+                        libc::ptrace(
+                            libc::PTRACE_GETEVENTMSG,
+                            tid as libc::pid_t,
+                            0usize,
+                            &mut msg as *mut libc::c_ulong,
+                        )
+                    };
+                    if msg != 0 && !self.threads.contains_key(&(msg as Tid)) {
+                        self.register_new(msg as Tid, None);
+                    }
+                }
+                if pass != 0 {
+                    self.batch.push(Event {
+                        tid,
+                        ts: now,
+                        line: 0,
+                        kind: EventKind::Signal {
+                            name: signal_name(pass),
+                            si_pid: None,
+                        },
+                    });
+                }
+                unsafe {
+                    libc::ptrace(
+                        libc::PTRACE_DETACH,
+                        tid as libc::pid_t,
+                        0usize,
+                        pass as usize,
+                    )
+                };
+                self.threads.remove(&tid);
+                continue;
+            }
+            if libc::WIFSTOPPED(status) {
+                // An auto-attached child we had not heard of yet.
+                unsafe { libc::ptrace(libc::PTRACE_DETACH, tid as libc::pid_t, 0usize, 0usize) };
+                continue;
+            }
+            if known {
+                self.on_exit(tid, status, now);
+            }
+        }
+        if !self.threads.is_empty() {
+            let left: Vec<String> = self.threads.keys().map(|t| t.to_string()).collect();
+            self.warn(format!(
+                "thread(s) {} did not stop within {} ms (blocked in an uninterruptible call); the kernel detaches them when stallscope exits",
+                left.join(", "),
+                self.cfg.detach_wait.as_millis()
+            ));
+        }
+        self.batch.push(Event {
+            tid: self.cfg.pid,
+            ts: detach_ts,
+            line: 0,
+            kind: EventKind::Detach,
+        });
+    }
+}
+
+fn list_tasks(pid: Tid) -> std::io::Result<Vec<Tid>> {
+    let mut v = vec![];
+    for e in std::fs::read_dir(format!("/proc/{pid}/task"))? {
+        if let Some(t) = e?.file_name().to_str().and_then(|s| s.parse().ok()) {
+            v.push(t);
+        }
+    }
+    v.sort_unstable();
+    Ok(v)
+}
+
+fn read_tgid(tid: Tid) -> Option<Tid> {
+    let s = std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
+    s.lines()
+        .find_map(|l| l.strip_prefix("Tgid:"))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+fn get_syscall_info(tid: Tid) -> Option<libc::ptrace_syscall_info> {
+    let mut info: libc::ptrace_syscall_info = unsafe { std::mem::zeroed() };
+    let r = unsafe {
+        libc::ptrace(
+            libc::PTRACE_GET_SYSCALL_INFO,
+            tid as libc::pid_t,
+            std::mem::size_of::<libc::ptrace_syscall_info>(),
+            &mut info as *mut libc::ptrace_syscall_info,
+        )
+    };
+    if r <= 0 {
+        return None;
+    }
+    Some(info)
+}
+
+fn siginfo_pid(tid: Tid) -> Option<u32> {
+    let mut si: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    let r = unsafe {
+        libc::ptrace(
+            libc::PTRACE_GETSIGINFO,
+            tid as libc::pid_t,
+            0usize,
+            &mut si as *mut libc::siginfo_t,
+        )
+    };
+    if r != 0 {
+        return None;
+    }
+    let p = unsafe { si.si_pid() };
+    (p > 0).then_some(p as u32)
+}
+
+/// Reads up to `buf.len()` bytes of the tracee's memory at `addr`.
+fn read_mem(tid: Tid, addr: u64, buf: &mut [u8]) -> usize {
+    if addr == 0 || buf.is_empty() {
+        return 0;
+    }
+    let local = libc::iovec {
+        iov_base: buf.as_mut_ptr() as *mut libc::c_void,
+        iov_len: buf.len(),
+    };
+    let remote = libc::iovec {
+        iov_base: addr as *mut libc::c_void,
+        iov_len: buf.len(),
+    };
+    let n = unsafe { libc::process_vm_readv(tid as libc::pid_t, &local, 1, &remote, 1, 0) };
+    if n < 0 {
+        0
+    } else {
+        n as usize
+    }
+}
+
+/// A NUL-terminated string of the tracee, read a page piece at a time (a read crossing
+/// into an unmapped page would fail whole).
+fn read_cstr(tid: Tid, addr: u64) -> Option<Box<str>> {
+    if addr == 0 {
+        return None;
+    }
+    let mut out = Vec::new();
+    let mut at = addr;
+    let mut chunk = [0u8; 4096];
+    while out.len() < 4096 {
+        let to_page_end = 4096 - (at % 4096) as usize;
+        let n = read_mem(tid, at, &mut chunk[..to_page_end]);
+        if n == 0 {
+            break;
+        }
+        if let Some(z) = chunk[..n].iter().position(|b| *b == 0) {
+            out.extend_from_slice(&chunk[..z]);
+            return Some(String::from_utf8_lossy(&out).into_owned().into_boxed_str());
+        }
+        out.extend_from_slice(&chunk[..n]);
+        at += n as u64;
+    }
+    if out.is_empty() {
+        None
+    } else {
+        Some(String::from_utf8_lossy(&out).into_owned().into_boxed_str())
+    }
+}
+
+const AT_FDCWD: i64 = -100;
+
+/// Fills fd, path, data and the other `Extra`s from raw arguments. `ret`: the result when
+/// the call succeeded (read-like buffers are only valid then).
+fn decode_args(tid: Tid, sc: &mut Syscall, a: &[u64; 6], ret: Option<i64>) {
+    let name = sc.name;
+    if event::first_arg_is_fd(name) {
+        let fd = a[0] as i64 as i32;
+        if fd >= 0 && (a[0] as i64) != AT_FDCWD {
+            sc.fd = Some(fd);
+        }
+    }
+    match name {
+        "open" | "creat" | "unlink" | "stat" | "lstat" | "access" | "mkdir" | "rmdir"
+        | "truncate" | "chdir" | "readlink" => {
+            if let Some(p) = read_cstr(tid, a[0]) {
+                sc.extra = Extra::Path(p);
+            }
+        }
+        "openat" | "unlinkat" | "newfstatat" | "statx" | "mkdirat" | "faccessat" | "faccessat2"
+        | "readlinkat" | "openat2" => {
+            if let Some(p) = read_cstr(tid, a[1]) {
+                if !p.is_empty() {
+                    sc.extra = Extra::Path(p);
+                }
+            }
+        }
+        "rename" => {
+            if let (Some(o), Some(n)) = (read_cstr(tid, a[0]), read_cstr(tid, a[1])) {
+                sc.extra = Extra::Rename(o, n);
+            }
+        }
+        "renameat" | "renameat2" => {
+            if let (Some(o), Some(n)) = (read_cstr(tid, a[1]), read_cstr(tid, a[3])) {
+                sc.extra = Extra::Rename(o, n);
+            }
+        }
+        "pipe" | "pipe2" | "socketpair" if ret.is_some() => {
+            let addr = if name == "socketpair" { a[3] } else { a[0] };
+            let mut b = [0u8; 8];
+            if read_mem(tid, addr, &mut b) == 8 {
+                let x = i32::from_ne_bytes([b[0], b[1], b[2], b[3]]);
+                let y = i32::from_ne_bytes([b[4], b[5], b[6], b[7]]);
+                sc.extra = Extra::FdPair(x, y);
+            }
+        }
+        "dup2" | "dup3" => sc.extra = Extra::NewFd(a[1] as i64 as i32),
+        "fcntl" if a[1] as i32 == libc::F_DUPFD || a[1] as i32 == libc::F_DUPFD_CLOEXEC => {
+            sc.extra = Extra::DupFd;
+        }
+        "close_range" => {
+            sc.extra = Extra::CloseRange(a[0] as u32, a[1].min(u32::MAX as u64) as u32)
+        }
+        "clone" => {
+            sc.extra = Extra::Clone {
+                thread: a[0] & libc::CLONE_THREAD as u64 != 0,
+            }
+        }
+        "clone3" => {
+            let mut b = [0u8; 8];
+            let thread = read_mem(tid, a[0], &mut b) == 8
+                && u64::from_ne_bytes(b) & libc::CLONE_THREAD as u64 != 0;
+            sc.extra = Extra::Clone { thread };
+        }
+        "fork" | "vfork" => sc.extra = Extra::Clone { thread: false },
+        "socket" => {
+            sc.extra = Extra::Socket(match a[0] as i32 {
+                libc::AF_INET => "AF_INET",
+                libc::AF_INET6 => "AF_INET6",
+                libc::AF_UNIX => "AF_UNIX",
+                libc::AF_NETLINK => "AF_NETLINK",
+                _ => "AF_UNSPEC",
+            })
+        }
+        _ if event::has_data_arg(name) => {
+            // Writes: the buffer holds the data whatever the outcome; reads: only what the
+            // call returned.
+            let is_read = matches!(name, "read" | "pread64" | "recvfrom");
+            let avail = match (is_read, ret) {
+                (true, Some(n)) if n > 0 => n as usize,
+                (true, _) => 0,
+                (false, _) => a[2] as usize,
+            };
+            let want = avail.min(DATA_CAP);
+            if want > 0 {
+                let mut b = [0u8; DATA_CAP];
+                let n = read_mem(tid, a[1], &mut b[..want]);
+                if n > 0 {
+                    sc.extra = Extra::Data(Data::new(&b[..n], avail > n));
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,211 @@
+//! Tracer tests on small child processes (no redis needed). They ptrace, so they take a
+//! lock: ptrace tests run one at a time.
+
+use super::*;
+use crate::live::Tracer;
+use std::process::{Command, Stdio};
+use std::sync::Mutex;
+
+pub(crate) static PTRACE_LOCK: Mutex<()> = Mutex::new(());
+
+/// Kills the child when a test ends, pass or fail, so no loop outlives it.
+struct Kill(std::process::Child);
+impl Drop for Kill {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        // The tracer's waitpid(-1) may already have reaped it: ECHILD is fine.
+        let _ = self.0.wait();
+    }
+}
+
+fn collect(t: &mut PtraceTracer, until: impl Fn(&[Event]) -> bool, max: Duration) -> Vec<Event> {
+    let start = std::time::Instant::now();
+    let mut v = vec![];
+    while start.elapsed() < max {
+        match t.next_event_timeout(Duration::from_millis(50)) {
+            Ok(Some(e)) => v.push(e),
+            Ok(None) if t.is_done() => break,
+            Ok(None) => {}
+            Err(e) => panic!("tracer failed: {e:#}"),
+        }
+        if until(&v) {
+            break;
+        }
+    }
+    v
+}
+
+fn cfg(pid: u32) -> PtraceConfig {
+    PtraceConfig {
+        pid,
+        follow_forks: true,
+        detach_wait: Duration::from_millis(500),
+    }
+}
+
+#[test]
+fn traces_writes_with_data_fd_and_duration_then_detaches_cleanly() {
+    let _g = PTRACE_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    // A shell loop writing a known line to a file every 20 ms.
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.txt");
+    let mut child = Kill(
+        Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "exec >{}; while :; do echo '*1 hello'; sleep 0.02; done",
+                out.display()
+            ))
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let pid = child.0.id();
+    std::thread::sleep(Duration::from_millis(100));
+    let mut t = PtraceTracer::attach(cfg(pid)).unwrap();
+    let evs = collect(
+        &mut t,
+        |v| {
+            v.iter()
+                .filter(|e| matches!(e.syscall(), Some(s) if s.name == "write" && s.fd == Some(1)))
+                .count()
+                >= 3
+        },
+        Duration::from_secs(5),
+    );
+    t.stop();
+    let rest = collect(&mut t, |_| false, Duration::from_secs(5));
+    assert!(t.is_done(), "tracer did not finish after stop");
+    let writes: Vec<&Syscall> = evs
+        .iter()
+        .filter_map(|e| e.syscall())
+        .filter(|s| s.name == "write" && s.fd == Some(1))
+        .collect();
+    assert!(
+        writes.len() >= 3,
+        "saw {} writes to fd 1 in {} events",
+        writes.len(),
+        evs.len()
+    );
+    let d = writes[0].data().expect("write carries its data");
+    assert_eq!(d.bytes(), b"*1 hello\n");
+    assert_eq!(writes[0].ret, Ret::Val(9));
+    assert!(writes[0].dur.is_some_and(|d| d >= 0));
+    // The shell forks `sleep`: the fork is followed and the child's execve seen.
+    let names: Vec<&str> = evs
+        .iter()
+        .filter_map(|e| e.syscall())
+        .map(|s| s.name)
+        .collect();
+    assert!(
+        names
+            .iter()
+            .any(|n| *n == "clone" || *n == "clone3" || *n == "fork" || *n == "vfork"),
+        "{names:?}"
+    );
+    assert!(
+        names.contains(&"execve"),
+        "the exec of the forked child is seen"
+    );
+    assert!(matches!(
+        evs[0].kind,
+        EventKind::Attach { threads: Some(1) }
+    ));
+    assert!(rest.iter().any(|e| matches!(e.kind, EventKind::Detach)));
+    // Timestamps of one thread never go backwards.
+    let mut last: HashMap<Tid, Nanos> = HashMap::new();
+    for e in evs.iter().filter(|e| e.tid == pid) {
+        if let Some(l) = last.get(&e.tid) {
+            assert!(e.ts >= *l, "time went backwards");
+        }
+        last.insert(e.tid, e.end());
+    }
+    // Detached: no tracer, and the process keeps running.
+    std::thread::sleep(Duration::from_millis(50));
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    assert!(
+        status
+            .lines()
+            .any(|l| l.starts_with("TracerPid:") && l.trim_end().ends_with("\t0")),
+        "{status}"
+    );
+    assert!(
+        child.0.try_wait().unwrap().is_none(),
+        "child died after detach"
+    );
+    assert!(t.stats().syscalls > 0);
+}
+
+#[test]
+fn a_call_running_at_attach_is_kept_as_in_flight_at_start() {
+    let _g = PTRACE_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    // sleep(1) is in nanosleep (restartable) for the whole attach.
+    let child = Kill(Command::new("sleep").arg("0.6").spawn().unwrap());
+    let pid = child.0.id();
+    std::thread::sleep(Duration::from_millis(150));
+    let mut t = PtraceTracer::attach(cfg(pid)).unwrap();
+    let evs = collect(&mut t, |_| false, Duration::from_secs(5));
+    assert!(t.is_done());
+    let sleeps: Vec<&Syscall> = evs
+        .iter()
+        .filter_map(|e| e.syscall())
+        .filter(|s| s.name == "clock_nanosleep" || s.name == "nanosleep")
+        .collect();
+    assert_eq!(sleeps.len(), 1, "{evs:?}");
+    assert_eq!(sleeps[0].in_flight, Some(InFlight::AtStart));
+    // It slept ~0.45 s after the attach.
+    let d = sleeps[0].dur.unwrap_or(0);
+    assert!(d > 300_000_000 && d < 600_000_000, "dur {d}");
+    assert!(evs
+        .iter()
+        .any(|e| matches!(e.kind, EventKind::Exit { code: Some(0), .. })));
+}
+
+#[test]
+fn a_call_running_at_detach_is_kept_as_in_flight_at_end() {
+    let _g = PTRACE_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let child = Kill(
+        Command::new("sh")
+            .arg("-c")
+            .arg("sleep 0.05; exec sleep 3")
+            .spawn()
+            .unwrap(),
+    );
+    let pid = child.0.id();
+    let mut t = PtraceTracer::attach(cfg(pid)).unwrap();
+    std::thread::sleep(Duration::from_millis(600));
+    t.stop();
+    let evs = collect(&mut t, |_| false, Duration::from_secs(5));
+    assert!(t.is_done());
+    let last = evs
+        .iter()
+        .filter_map(|e| e.syscall())
+        .find(|s| {
+            (s.name == "clock_nanosleep" || s.name == "nanosleep")
+                && s.in_flight == Some(InFlight::AtEnd)
+        })
+        .unwrap_or_else(|| panic!("no in-flight sleep in {evs:?}"));
+    assert!(last.dur.unwrap_or(0) > 100_000_000);
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    assert!(status
+        .lines()
+        .any(|l| l.starts_with("TracerPid:") && l.trim_end().ends_with("\t0")));
+}
+
+#[test]
+fn attach_errors_are_clear() {
+    let _g = PTRACE_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    match PtraceTracer::attach(cfg(4_000_000)) {
+        Err(AttachError::NoSuchPid(4_000_000)) => {}
+        Err(e) => panic!("unexpected error {e}"),
+        Ok(_) => panic!("attached to a pid that cannot exist"),
+    }
+    let child = Kill(Command::new("sleep").arg("2").spawn().unwrap());
+    let t = PtraceTracer::attach(cfg(child.0.id())).unwrap();
+    match PtraceTracer::attach(cfg(child.0.id())) {
+        Err(AttachError::AlreadyTraced { .. }) => {}
+        Err(e) => panic!("unexpected error {e}"),
+        Ok(_) => panic!("second tracer attached"),
+    }
+    drop(t);
+}

@@ -1,0 +1,376 @@
+//! `attach --record FILE`: writes the live events as strace text in the shape of
+//! `strace -f -ttt -T -y`, so `stallscope analyze FILE` (or any strace reader) can read the
+//! incident again later. It sits beside the analyzer at the end of the live pipeline and sees
+//! the same events in the same order (each call is written when it returns, stamped with
+//! its start, as strace does for a call that no other thread interrupted).
+//!
+//! `-y` annotations come from a small fd map of its own: seeded from /proc/PID/fd at attach
+//! and kept up to date from open/close/dup results, so a file opened before the attach is
+//! still named in the recording. Thread names, which strace text cannot hold, go to a
+//! `FILE.threads` sidecar in the `--threads` format.
+//!
+//! Two shapes carry what strace text has no words for. A call already running at attach is
+//! written as strace writes it, a resumed half with no entry (`<... close resumed>`), with
+//! its fd inside it and its duration measured from the attach. A call still running at
+//! detach is written as an entry half that never resumes (`close(7</x> <unfinished ...>`),
+//! which readers treat as in flight at the end.
+
+use crate::event::{Event, EventKind, Extra, InFlight, Nanos, Ret, Syscall, Tid};
+use std::collections::HashMap;
+use std::io::Write;
+
+pub struct Recorder<W: Write> {
+    w: std::io::BufWriter<W>,
+    first: Nanos,
+    wall_at_first: Nanos,
+    root: Tid,
+    /// Process (tgid) of each thread seen; threads at attach belong to the root process.
+    proc_of: HashMap<Tid, Tid>,
+    /// Per process: fd -> what it is.
+    fds: HashMap<Tid, HashMap<i32, String>>,
+    cwd: Option<String>,
+    line: String,
+}
+
+impl<W: Write> Recorder<W> {
+    /// `first`/`wall_at_first`: the live clock's origin and the wall time at that moment.
+    pub fn new(w: W, root: Tid, first: Nanos, wall_at_first: Nanos, cwd: Option<String>) -> Self {
+        let mut fds = HashMap::new();
+        fds.insert(root, HashMap::new());
+        Recorder {
+            w: std::io::BufWriter::with_capacity(1 << 16, w),
+            first,
+            wall_at_first,
+            root,
+            proc_of: HashMap::new(),
+            fds,
+            cwd,
+            line: String::with_capacity(256),
+        }
+    }
+
+    /// An fd open at attach (from /proc/PID/fd).
+    pub fn seed_fd(&mut self, fd: i32, what: &str) {
+        self.fds
+            .entry(self.root)
+            .or_default()
+            .insert(fd, what.to_string());
+    }
+
+    fn proc_of(&self, tid: Tid) -> Tid {
+        self.proc_of.get(&tid).copied().unwrap_or(self.root)
+    }
+
+    fn ts_text(&self, ts: Nanos) -> String {
+        let w = self.wall_at_first + (ts - self.first);
+        format!(
+            "{}.{:06}",
+            w.div_euclid(1_000_000_000),
+            w.rem_euclid(1_000_000_000) / 1000
+        )
+    }
+
+    fn fd_text(&self, tid: Tid, fd: i32) -> String {
+        match self.fds.get(&self.proc_of(tid)).and_then(|m| m.get(&fd)) {
+            Some(p) => format!("{fd}<{}>", escape_annotation(p)),
+            None => fd.to_string(),
+        }
+    }
+
+    fn absolute(&self, p: &str) -> String {
+        if p.starts_with('/') {
+            return p.to_string();
+        }
+        match &self.cwd {
+            Some(c) => format!("{}/{}", c.trim_end_matches('/'), p),
+            None => p.to_string(),
+        }
+    }
+
+    /// Writes one event.
+    pub fn write_event(&mut self, ev: &Event) -> std::io::Result<()> {
+        self.line.clear();
+        match &ev.kind {
+            EventKind::Syscall(sc) => self.syscall_line(ev, sc),
+            EventKind::Signal { name, si_pid } => {
+                let extra = si_pid.map(|p| format!(", si_pid={p}")).unwrap_or_default();
+                self.line = format!(
+                    "{} {} --- {name} {{si_signo={name}{extra}}} ---",
+                    ev.tid,
+                    self.ts_text(ev.ts)
+                );
+            }
+            EventKind::Exit { code, signal } => {
+                let what = match (code, signal) {
+                    (Some(c), _) => format!("exited with {c}"),
+                    (None, Some(s)) => format!("killed by {s}"),
+                    (None, None) => "exited with 0".to_string(),
+                };
+                self.line = format!("{} {} +++ {what} +++", ev.tid, self.ts_text(ev.ts));
+                let p = self.proc_of(ev.tid);
+                if p == ev.tid && p != self.root {
+                    self.fds.remove(&p);
+                }
+            }
+            // strace -o writes its attach/detach messages to stderr, not into the trace.
+            EventKind::Attach { .. } | EventKind::Detach => return Ok(()),
+        }
+        self.line.push('\n');
+        self.w.write_all(self.line.as_bytes())
+    }
+
+    fn syscall_line(&mut self, ev: &Event, sc: &Syscall) {
+        let tid = ev.tid;
+        let args = self.args_text(tid, sc);
+        let ret = self.ret_text(tid, sc);
+        let dur = sc
+            .dur
+            .map(|d| format!(" <{}.{:06}>", d / 1_000_000_000, (d % 1_000_000_000) / 1000))
+            .unwrap_or_default();
+        self.line = match sc.in_flight {
+            Some(InFlight::AtStart) => {
+                // Stamped when it returned, as strace stamps a resumed half; readers place
+                // its start `dur` earlier, at the attach.
+                let end = ev.ts + sc.dur.unwrap_or(0);
+                format!(
+                    "{tid} {} <... {} resumed>{args}) = {ret}{dur}",
+                    self.ts_text(end),
+                    sc.name
+                )
+            }
+            Some(InFlight::AtEnd) => format!(
+                "{tid} {} {}({args} <unfinished ...>",
+                self.ts_text(ev.ts),
+                sc.name
+            ),
+            None => format!(
+                "{tid} {} {}({args}) = {ret}{dur}",
+                self.ts_text(ev.ts),
+                sc.name
+            ),
+        };
+        self.apply_effects(tid, sc);
+    }
+
+    fn args_text(&self, tid: Tid, sc: &Syscall) -> String {
+        let fd = |s: &Self| sc.fd.map(|f| s.fd_text(tid, f));
+        let dirfd = |s: &Self| fd(s).unwrap_or_else(|| "AT_FDCWD".to_string());
+        match (&sc.extra, sc.name) {
+            (
+                Extra::Path(p),
+                "openat" | "unlinkat" | "newfstatat" | "statx" | "mkdirat" | "faccessat"
+                | "faccessat2" | "readlinkat" | "openat2",
+            ) => {
+                format!("{}, {}", dirfd(self), quote(p.as_bytes(), false))
+            }
+            (Extra::Path(p), _) => quote(p.as_bytes(), false),
+            (Extra::Rename(a, b), "rename") => format!(
+                "{}, {}",
+                quote(a.as_bytes(), false),
+                quote(b.as_bytes(), false)
+            ),
+            (Extra::Rename(a, b), _) => format!(
+                "AT_FDCWD, {}, AT_FDCWD, {}",
+                quote(a.as_bytes(), false),
+                quote(b.as_bytes(), false)
+            ),
+            (Extra::FdPair(a, b), "socketpair") => format!("AF_UNIX, SOCK_STREAM, 0, [{a}, {b}]"),
+            (Extra::FdPair(a, b), _) => format!("[{a}, {b}]"),
+            (Extra::NewFd(n), _) => format!("{}, {n}", fd(self).unwrap_or_default()),
+            (Extra::DupFd, _) => format!("{}, F_DUPFD, 0", fd(self).unwrap_or_default()),
+            (Extra::CloseRange(a, b), _) => format!("{a}, {b}, 0"),
+            (Extra::Clone { thread }, "clone3") => {
+                format!(
+                    "{{flags={}}}, 88",
+                    if *thread {
+                        "CLONE_VM|CLONE_THREAD"
+                    } else {
+                        "0"
+                    }
+                )
+            }
+            (Extra::Clone { thread }, _) => format!(
+                "flags={}",
+                if *thread {
+                    "CLONE_VM|CLONE_THREAD"
+                } else {
+                    "SIGCHLD"
+                }
+            ),
+            (Extra::Socket(d), _) => format!("{d}, SOCK_STREAM, 0"),
+            (Extra::Data(d), _) => {
+                let n = sc.ret.val().unwrap_or(d.bytes().len() as i64).max(0);
+                format!(
+                    "{}, {}, {n}",
+                    fd(self).unwrap_or_default(),
+                    quote(d.bytes(), d.truncated)
+                )
+            }
+            (Extra::None, _) => fd(self).unwrap_or_default(),
+        }
+    }
+
+    fn ret_text(&self, tid: Tid, sc: &Syscall) -> String {
+        match sc.ret {
+            Ret::Val(v) => {
+                // strace -y annotates a returned fd too.
+                if is_open(sc.name) {
+                    if let Extra::Path(p) = &sc.extra {
+                        return format!("{v}<{}>", escape_annotation(&self.absolute(p)));
+                    }
+                }
+                if matches!(sc.name, "dup" | "fcntl") || matches!(sc.extra, Extra::NewFd(_)) {
+                    if let Some(p) = sc
+                        .fd
+                        .and_then(|f| self.fds.get(&self.proc_of(tid)).and_then(|m| m.get(&f)))
+                    {
+                        return format!("{v}<{}>", escape_annotation(p));
+                    }
+                }
+                v.to_string()
+            }
+            Ret::Err(e) => {
+                format!("-1 {e} ({})", super::sysnames::errno_desc(e))
+            }
+            Ret::Unknown => "?".to_string(),
+        }
+    }
+
+    /// Keeps the recorder's own fd map and process map in step with the call's result.
+    fn apply_effects(&mut self, tid: Tid, sc: &Syscall) {
+        let p = self.proc_of(tid);
+        let ok = sc.ret.val();
+        match sc.name {
+            n if is_open(n) => {
+                if let (Some(fd), Extra::Path(path)) = (ok, &sc.extra) {
+                    let abs = self.absolute(path);
+                    self.fds.entry(p).or_default().insert(fd as i32, abs);
+                }
+            }
+            "close" => {
+                if let (Some(fd), Some(_)) = (sc.fd, ok) {
+                    if let Some(m) = self.fds.get_mut(&p) {
+                        m.remove(&fd);
+                    }
+                }
+            }
+            "dup" | "dup2" | "dup3" | "fcntl" => {
+                let target = match sc.extra {
+                    Extra::NewFd(n) => Some(n),
+                    Extra::DupFd => ok.map(|v| v as i32),
+                    _ if sc.name == "dup" => ok.map(|v| v as i32),
+                    _ => None,
+                };
+                if let (Some(src), Some(dst), Some(_)) = (sc.fd, target, ok) {
+                    let m = self.fds.entry(p).or_default();
+                    match m.get(&src).cloned() {
+                        Some(what) => m.insert(dst, what),
+                        None => m.remove(&dst),
+                    };
+                }
+            }
+            "clone" | "clone3" | "fork" | "vfork" => {
+                if let (Some(child), Extra::Clone { thread }) = (ok, &sc.extra) {
+                    let child = child as Tid;
+                    if child > 0 {
+                        if *thread {
+                            self.proc_of.insert(child, p);
+                        } else {
+                            self.proc_of.insert(child, child);
+                            let copy = self.fds.get(&p).cloned().unwrap_or_default();
+                            self.fds.insert(child, copy);
+                        }
+                    }
+                }
+            }
+            _ => {
+                // Any other call returning a new fd (socket, accept, pipe...) replaces
+                // whatever that number was: forget the old name rather than mislabel it.
+                if returns_fd(sc.name) {
+                    if let Some(fd) = ok {
+                        if let Some(m) = self.fds.get_mut(&p) {
+                            m.remove(&(fd as i32));
+                        }
+                    }
+                }
+                if let Extra::FdPair(a, b) = sc.extra {
+                    if let Some(m) = self.fds.get_mut(&p) {
+                        m.remove(&a);
+                        m.remove(&b);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Writes the `FILE.threads` sidecar (`TID NAME` lines, the `--threads` format).
+    pub fn write_threads(path: &str, names: &HashMap<Tid, String>) -> std::io::Result<()> {
+        let mut v: Vec<(&Tid, &String)> = names.iter().collect();
+        v.sort();
+        let mut s = String::new();
+        for (t, n) in v {
+            s.push_str(&format!("{t} {n}\n"));
+        }
+        std::fs::write(path, s)
+    }
+
+    pub fn finish(mut self) -> std::io::Result<()> {
+        self.w.flush()
+    }
+}
+
+fn is_open(name: &str) -> bool {
+    matches!(name, "open" | "openat" | "creat" | "openat2")
+}
+
+fn returns_fd(name: &str) -> bool {
+    matches!(
+        name,
+        "socket"
+            | "accept"
+            | "accept4"
+            | "epoll_create"
+            | "epoll_create1"
+            | "eventfd2"
+            | "timerfd_create"
+            | "signalfd4"
+            | "memfd_create"
+    )
+}
+
+/// A C string literal as strace prints it; `...` after the quote when cut short.
+fn quote(b: &[u8], truncated: bool) -> String {
+    let mut s = String::with_capacity(b.len() + 2);
+    s.push('"');
+    for &c in b {
+        match c {
+            b'"' => s.push_str("\\\""),
+            b'\\' => s.push_str("\\\\"),
+            b'\n' => s.push_str("\\n"),
+            b'\r' => s.push_str("\\r"),
+            b'\t' => s.push_str("\\t"),
+            0x20..=0x7e => s.push(c as char),
+            _ => s.push_str(&format!("\\x{c:02x}")),
+        }
+    }
+    s.push('"');
+    if truncated {
+        s.push_str("...");
+    }
+    s
+}
+
+/// strace escapes `>` and non-printables inside `-y` annotations.
+fn escape_annotation(p: &str) -> String {
+    let mut s = String::with_capacity(p.len());
+    for c in p.chars() {
+        match c {
+            '>' | '\\' | '\n' | '\r' | '\t' => s.push_str(&format!("\\x{:02x}", c as u32)),
+            _ => s.push(c),
+        }
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests;

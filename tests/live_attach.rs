@@ -1,0 +1,651 @@
+//! `stallscope attach` against a real redis-server: each test starts its own redis on a free
+//! loopback port in a temp dir, attaches, drives a bounded load, and checks the report and
+//! that redis is unharmed. ptrace tests run one at a time (a static lock). Without
+//! redis-server the tests are skipped, except under CI=true where that is a failure.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn have_redis() -> bool {
+    let ok = Command::new("redis-server")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok && std::env::var("CI").as_deref() == Ok("true") {
+        panic!("redis-server is required under CI=true");
+    }
+    if !ok {
+        eprintln!("skipping: redis-server not installed");
+    }
+    ok
+}
+
+/// A tiny RESP client: enough for SET/EVAL/BGSAVE/INFO/PING.
+struct Client {
+    r: BufReader<TcpStream>,
+    w: TcpStream,
+}
+
+// The payloads of errors and arrays are only read through Debug, in assertion messages.
+#[allow(dead_code)]
+#[derive(Debug)]
+enum Reply {
+    Simple(String),
+    Err(String),
+    Int(i64),
+    Bulk(Option<Vec<u8>>),
+    Array(Vec<Reply>),
+}
+
+impl Client {
+    fn connect(port: u16) -> std::io::Result<Client> {
+        let s = TcpStream::connect(("127.0.0.1", port))?;
+        s.set_read_timeout(Some(Duration::from_secs(20)))?;
+        Ok(Client {
+            r: BufReader::new(s.try_clone()?),
+            w: s,
+        })
+    }
+
+    fn encode(args: &[&[u8]]) -> Vec<u8> {
+        let mut b = format!("*{}\r\n", args.len()).into_bytes();
+        for a in args {
+            b.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+            b.extend_from_slice(a);
+            b.extend_from_slice(b"\r\n");
+        }
+        b
+    }
+
+    fn cmd(&mut self, args: &[&str]) -> std::io::Result<Reply> {
+        let a: Vec<&[u8]> = args.iter().map(|s| s.as_bytes()).collect();
+        self.w.write_all(&Self::encode(&a))?;
+        self.read()
+    }
+
+    fn read(&mut self) -> std::io::Result<Reply> {
+        let mut line = String::new();
+        self.r.read_line(&mut line)?;
+        let line = line.trim_end_matches("\r\n");
+        let (t, rest) = line.split_at(1.min(line.len()));
+        let bad = || {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("bad reply {line:?}"),
+            )
+        };
+        Ok(match t {
+            "+" => Reply::Simple(rest.to_string()),
+            "-" => Reply::Err(rest.to_string()),
+            ":" => Reply::Int(rest.parse().map_err(|_| bad())?),
+            "$" => {
+                let n: i64 = rest.parse().map_err(|_| bad())?;
+                if n < 0 {
+                    Reply::Bulk(None)
+                } else {
+                    let mut b = vec![0; n as usize + 2];
+                    self.r.read_exact(&mut b)?;
+                    b.truncate(n as usize);
+                    Reply::Bulk(Some(b))
+                }
+            }
+            "*" => {
+                let n: i64 = rest.parse().map_err(|_| bad())?;
+                let mut v = vec![];
+                for _ in 0..n.max(0) {
+                    v.push(self.read()?);
+                }
+                Reply::Array(v)
+            }
+            _ => return Err(bad()),
+        })
+    }
+
+    fn info_field(&mut self, section: &str, field: &str) -> Option<String> {
+        match self.cmd(&["INFO", section]).ok()? {
+            Reply::Bulk(Some(b)) => String::from_utf8_lossy(&b).lines().find_map(|l| {
+                l.strip_prefix(&format!("{field}:"))
+                    .map(|v| v.trim().to_string())
+            }),
+            _ => None,
+        }
+    }
+}
+
+/// A redis-server of its own, stopped by pid when the test ends.
+struct Redis {
+    child: Child,
+    port: u16,
+    dir: tempfile::TempDir,
+}
+
+impl Redis {
+    fn start(extra: &[&str]) -> Redis {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("free port");
+        let mut args: Vec<String> = vec![
+            "--port".into(),
+            port.to_string(),
+            "--bind".into(),
+            "127.0.0.1".into(),
+            "--dir".into(),
+            dir.path().to_string_lossy().into_owned(),
+            "--save".into(),
+            "".into(),
+            "--logfile".into(),
+            "redis.log".into(),
+            "--daemonize".into(),
+            "no".into(),
+        ];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let child = Command::new("redis-server")
+            .args(&args)
+            .current_dir(dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start redis-server");
+        let r = Redis { child, port, dir };
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(10) {
+            if r.ping_within(Duration::from_millis(200)) {
+                return r;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("redis-server did not answer PING on port {port}");
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn client(&self) -> Client {
+        Client::connect(self.port).expect("connect to redis")
+    }
+
+    /// PING answered within `limit`.
+    fn ping_within(&self, limit: Duration) -> bool {
+        let port = self.port;
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let ok = Client::connect(port)
+                .and_then(|mut c| {
+                    c.w.set_read_timeout(Some(limit))?;
+                    c.cmd(&["PING"])
+                })
+                .is_ok_and(|r| matches!(r, Reply::Simple(s) if s == "PONG"));
+            let _ = tx.send(ok);
+        });
+        rx.recv_timeout(limit + Duration::from_millis(50))
+            .unwrap_or(false)
+    }
+
+    fn tracer_pid(&self) -> u32 {
+        let s = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap_or_default();
+        s.lines()
+            .find_map(|l| l.strip_prefix("TracerPid:"))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(u32::MAX)
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(5) {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A running `stallscope attach`, its stderr read line by line on a thread.
+struct Attach {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+    stderr: Vec<String>,
+}
+
+impl Attach {
+    fn start(pid: u32, extra: &[&str]) -> Attach {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_stallscope"))
+            .arg("attach")
+            .arg("--pid")
+            .arg(pid.to_string())
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start stallscope");
+        let err = child.stderr.take().expect("stderr");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for l in BufReader::new(err).lines().map_while(Result::ok) {
+                if tx.send(l).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut a = Attach {
+            child,
+            lines: rx,
+            stderr: vec![],
+        };
+        a.wait_line(|l| l.contains("attached to"), Duration::from_secs(10));
+        a
+    }
+
+    fn wait_line(&mut self, f: impl Fn(&str) -> bool, limit: Duration) -> bool {
+        let start = Instant::now();
+        while start.elapsed() < limit {
+            match self.lines.recv_timeout(Duration::from_millis(50)) {
+                Ok(l) => {
+                    let hit = f(&l);
+                    self.stderr.push(l);
+                    if hit {
+                        return true;
+                    }
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(_) => return false,
+            }
+        }
+        false
+    }
+
+    /// Waits for the exit; returns (exit code, stdout).
+    fn finish(mut self, limit: Duration) -> (Option<i32>, String) {
+        let mut out = self.child.stdout.take().expect("stdout");
+        let reader = std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = out.read_to_string(&mut s);
+            s
+        });
+        let start = Instant::now();
+        let code = loop {
+            if let Ok(Some(st)) = self.child.try_wait() {
+                break st.code();
+            }
+            if start.elapsed() > limit {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                panic!(
+                    "stallscope attach did not exit within {limit:?}; stderr: {:?}",
+                    self.stderr
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        while let Ok(l) = self.lines.recv_timeout(Duration::from_millis(200)) {
+            self.stderr.push(l);
+        }
+        let stdout = reader.join().unwrap_or_default();
+        if code == Some(2) {
+            panic!("stallscope attach failed: {:?}", self.stderr);
+        }
+        (code, stdout)
+    }
+}
+
+impl Drop for Attach {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+fn json(s: &str) -> serde_json::Value {
+    serde_json::from_str(s).unwrap_or_else(|e| panic!("not JSON ({e}): {s}"))
+}
+
+fn finding_ids(r: &serde_json::Value) -> Vec<String> {
+    let mut v: Vec<String> = r["findings"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|f| f["id"].as_str().map(String::from))
+        .collect();
+    v.sort();
+    v
+}
+
+/// `n` SETs, one round trip each (every one waits for its fsync under `always`).
+fn set_load(port: u16, n: usize) {
+    let mut c = Client::connect(port).expect("connect");
+    for i in 0..n {
+        c.cmd(&[
+            "SET",
+            &format!("key:{i}"),
+            "some value that is not too short",
+        ])
+        .expect("SET");
+    }
+}
+
+#[test]
+fn appendfsync_always_is_found_on_the_aof() {
+    let _g = serial();
+    if !have_redis() {
+        return;
+    }
+    let redis = Redis::start(&["--appendonly", "yes", "--appendfsync", "always"]);
+    let a = Attach::start(
+        redis.pid(),
+        &[
+            "--duration",
+            "2s",
+            "--threshold",
+            "100us",
+            "--format",
+            "json",
+        ],
+    );
+    set_load(redis.port, 300);
+    let (code, out) = a.finish(Duration::from_secs(20));
+    assert_eq!(code, Some(1), "stalls over 100us are expected");
+    let r = json(&out);
+    assert_eq!(r["source"]["kind"], "live");
+    let aof_fsync = r["fds"].as_array().into_iter().flatten().any(|f| {
+        f["class"] == "aof" && f["path"].as_str().is_some_and(|p| p.contains("appendonly"))
+    });
+    assert!(aof_fsync, "no AOF in fds: {}", r["fds"]);
+    let fdatasync_on_aof = r["stalls"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|s| s["syscall"] == "fdatasync" && s["class"] == "aof")
+        || r["slowest"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|s| s["syscall"] == "fdatasync" && s["class"] == "aof");
+    assert!(
+        fdatasync_on_aof,
+        "no fdatasync on the AOF among stalls/slowest calls"
+    );
+    assert!(
+        finding_ids(&r).contains(&"aof-fsync-always".to_string()),
+        "findings: {:?}",
+        finding_ids(&r)
+    );
+    assert!(r["overhead"]["syscalls_per_s"]
+        .as_f64()
+        .is_some_and(|v| v > 0.0));
+    assert!(r["host"]["samples"]
+        .as_array()
+        .is_some_and(|s| !s.is_empty()));
+    assert!(redis.ping_within(Duration::from_secs(1)));
+    assert_eq!(redis.tracer_pid(), 0);
+}
+
+#[test]
+fn a_busy_eval_is_a_main_thread_gap() {
+    let _g = serial();
+    if !have_redis() {
+        return;
+    }
+    let redis = Redis::start(&[]);
+    let a = Attach::start(
+        redis.pid(),
+        &[
+            "--duration",
+            "2s",
+            "--threshold",
+            "50ms",
+            "--format",
+            "json",
+        ],
+    );
+    let script = "local t = redis.call('TIME') local s = t[1] * 1000000 + t[2] \
+                  while true do local n = redis.call('TIME') if n[1] * 1000000 + n[2] - s > 300000 then break end end return 1";
+    let mut c = redis.client();
+    let r = c.cmd(&["EVAL", script, "0"]).expect("EVAL");
+    assert!(matches!(r, Reply::Int(1)), "{r:?}");
+    let mut a = a;
+    // The stall line is printed live, soon after the gap ends.
+    assert!(
+        a.wait_line(
+            |l| l.starts_with("stall:") && l.contains("gap"),
+            Duration::from_secs(2)
+        ),
+        "no live stall line; stderr: {:?}",
+        a.stderr
+    );
+    let (code, out) = a.finish(Duration::from_secs(20));
+    assert_eq!(code, Some(1));
+    let r = json(&out);
+    let gap = r["stalls"].as_array().into_iter().flatten().find(|s| {
+        s["kind"] == "gap"
+            && s["thread"] == "main"
+            && s["duration_us"].as_i64().unwrap_or(0) >= 250_000
+    });
+    assert!(
+        gap.is_some(),
+        "no main-thread gap >= 250ms: {}",
+        r["stalls"]
+    );
+}
+
+#[test]
+fn bgsave_child_phase_with_fork_time() {
+    let _g = serial();
+    if !have_redis() {
+        return;
+    }
+    let redis = Redis::start(&[]);
+    {
+        // ~20 MB of data, pipelined in MSET batches.
+        let mut c = redis.client();
+        let val = "v".repeat(200);
+        for b in 0..100 {
+            let mut args: Vec<String> = vec!["MSET".into()];
+            for i in 0..1000 {
+                args.push(format!("k:{b}:{i}"));
+                args.push(val.clone());
+            }
+            let refs: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
+            c.cmd(&refs).expect("MSET");
+        }
+    }
+    let a = Attach::start(
+        redis.pid(),
+        &[
+            "--duration",
+            "3s",
+            "--threshold",
+            "10ms",
+            "--format",
+            "json",
+        ],
+    );
+    let mut c = redis.client();
+    let r = c.cmd(&["BGSAVE"]).expect("BGSAVE");
+    assert!(
+        matches!(&r, Reply::Simple(s) if s.contains("Background saving started")),
+        "{r:?}"
+    );
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(2) {
+        if c.info_field("persistence", "rdb_bgsave_in_progress")
+            .as_deref()
+            == Some("0")
+        {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (_, out) = a.finish(Duration::from_secs(20));
+    let r = json(&out);
+    let phases = r["phases"].as_array().cloned().unwrap_or_default();
+    let bg = phases
+        .iter()
+        .find(|p| p["kind"] == "bgsave")
+        .unwrap_or_else(|| panic!("no bgsave phase: {phases:?}"));
+    assert!(
+        bg["fork_us"].as_i64().is_some_and(|f| f > 0),
+        "fork duration: {bg}"
+    );
+    assert!(bg["child_pid"].as_i64().is_some_and(|p| p > 0));
+    assert!(
+        bg["end_at_us"].as_i64().is_some(),
+        "the child's end is seen: {bg}"
+    );
+    assert!(redis.ping_within(Duration::from_secs(1)));
+}
+
+#[test]
+fn sigint_detaches_and_redis_keeps_serving() {
+    let _g = serial();
+    if !have_redis() {
+        return;
+    }
+    let redis = Redis::start(&[]);
+    let a = Attach::start(redis.pid(), &["--threshold", "10ms"]);
+    assert_ne!(redis.tracer_pid(), 0, "traced while attached");
+    set_load(redis.port, 50);
+    unsafe { libc::kill(a.child.id() as i32, libc::SIGINT) };
+    let (code, out) = a.finish(Duration::from_secs(10));
+    assert!(matches!(code, Some(0) | Some(1)), "exit code {code:?}");
+    assert!(
+        out.contains("live") || out.contains("stall"),
+        "a report is printed: {out}"
+    );
+    assert!(redis.ping_within(Duration::from_secs(1)));
+    assert_eq!(redis.tracer_pid(), 0);
+}
+
+#[test]
+fn sigkill_of_stallscope_leaves_redis_serving() {
+    let _g = serial();
+    if !have_redis() {
+        return;
+    }
+    let redis = Redis::start(&[]);
+    let mut a = Attach::start(redis.pid(), &["--threshold", "10ms"]);
+    // Keep redis busy while the tracer dies, so threads are stopped mid-syscall.
+    let port = redis.port;
+    let load = std::thread::spawn(move || set_load(port, 2000));
+    std::thread::sleep(Duration::from_millis(200));
+    a.child.kill().expect("kill stallscope");
+    let _ = a.child.wait();
+    let killed_at = Instant::now();
+    assert!(
+        redis.ping_within(Duration::from_secs(1)),
+        "redis did not answer PING within a second of the SIGKILL"
+    );
+    assert!(killed_at.elapsed() < Duration::from_millis(1500));
+    let _ = load.join();
+    assert_eq!(redis.tracer_pid(), 0);
+}
+
+#[test]
+fn a_recording_reads_back_to_the_same_findings() {
+    let _g = serial();
+    if !have_redis() {
+        return;
+    }
+    let redis = Redis::start(&["--appendonly", "yes", "--appendfsync", "always"]);
+    let rec = redis.dir.path().join("rec.strace");
+    let rec_s = rec.to_string_lossy().into_owned();
+    let a = Attach::start(
+        redis.pid(),
+        &[
+            "--duration",
+            "2s",
+            "--threshold",
+            "200us",
+            "--format",
+            "json",
+            "--record",
+            &rec_s,
+        ],
+    );
+    set_load(redis.port, 200);
+    let (_, out) = a.finish(Duration::from_secs(20));
+    let live = json(&out);
+    let threads = format!("{rec_s}.threads");
+    let back = Command::new(env!("CARGO_BIN_EXE_stallscope"))
+        .args([
+            "analyze",
+            &rec_s,
+            "--threshold",
+            "200us",
+            "--format",
+            "json",
+            "--threads",
+            &threads,
+        ])
+        .output()
+        .expect("run analyze");
+    assert!(
+        matches!(back.status.code(), Some(0) | Some(1)),
+        "{}",
+        String::from_utf8_lossy(&back.stderr)
+    );
+    let back = json(&String::from_utf8_lossy(&back.stdout));
+    assert_eq!(finding_ids(&live), finding_ids(&back));
+    assert!(finding_ids(&back).contains(&"aof-fsync-always".to_string()));
+    assert_eq!(live["summary"]["stalls"], back["summary"]["stalls"]);
+    assert_eq!(live["summary"]["syscalls"], back["summary"]["syscalls"]);
+}
+
+#[test]
+fn attach_errors_exit_2_with_a_clear_message() {
+    let _g = serial();
+    let out = Command::new(env!("CARGO_BIN_EXE_stallscope"))
+        .args(["attach", "--pid", "4000000"])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("stallscope: error:") && err.contains("no such process"),
+        "{err}"
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_stallscope"))
+        .args(["attach", "--name", "no-such-program-anywhere"])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no running process"));
+    // Already traced: a second attach is refused while the first holds the process.
+    if !have_redis() {
+        return;
+    }
+    let redis = Redis::start(&[]);
+    let a = Attach::start(redis.pid(), &["--threshold", "10ms"]);
+    let out = Command::new(env!("CARGO_BIN_EXE_stallscope"))
+        .args(["attach", "--pid", &redis.pid().to_string()])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("already traced"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    unsafe { libc::kill(a.child.id() as i32, libc::SIGTERM) };
+    let _ = a.finish(Duration::from_secs(10));
+    assert_eq!(redis.tracer_pid(), 0);
+}
