@@ -24,7 +24,7 @@ pub struct Cli {
 pub enum Command {
     /// Analyze saved strace or perf trace output (files, `-` for stdin, .gz, or an `strace -ff` prefix)
     Analyze(AnalyzeArgs),
-    /// Attach to a running redis-server (ptrace), print stalls as they happen and the full report at the end
+    /// Attach to a running redis-server (perf tracepoints or ptrace), print stalls as they happen and the full report at the end
     Attach(AttachArgs),
     /// Print a shell completion script (bash, zsh or fish) to stdout
     Completions {
@@ -78,6 +78,27 @@ pub struct OutputArgs {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Backend {
+    Auto,
+    Perf,
+    Ptrace,
+}
+
+/// `--perf-pages`: a power of two from 1 to 2^20.
+pub fn parse_pages(s: &str) -> Result<usize, String> {
+    let n: usize = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number of pages"))?;
+    if n == 0 || !n.is_power_of_two() || n > 1 << 20 {
+        return Err(format!(
+            "{s:?}: the page count must be a power of two from 1 to 1048576"
+        ));
+    }
+    Ok(n)
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum ColorChoice {
     Auto,
     Always,
@@ -127,6 +148,16 @@ pub struct AttachArgs {
     /// Do not trace forked children (the BGSAVE / AOF rewrite child)
     #[arg(long)]
     pub no_follow_forks: bool,
+    /// How to trace: `perf` reads the kernel's syscall tracepoints (redis is never stopped;
+    /// needs tracefs and root or CAP_PERFMON), `ptrace` stops each thread at every syscall
+    /// (works everywhere, slows a busy redis a lot), `auto` uses perf when the kernel allows
+    /// it, else ptrace, and says why
+    #[arg(long, value_enum, default_value_t = Backend::Auto)]
+    pub backend: Backend,
+    /// perf backend: ring-buffer size per CPU, in pages (a power of two). Too small and the
+    /// kernel drops events under load (they are counted and reported)
+    #[arg(long, hide = true, value_name = "PAGES", value_parser = parse_pages)]
+    pub perf_pages: Option<usize>,
     #[command(flatten)]
     pub out: OutputArgs,
 }

@@ -150,7 +150,9 @@ fn pipelined(mut inputs: Inputs, mut sink: impl FnMut(&crate::event::Event)) -> 
     let (back_tx, back_rx) = std::sync::mpsc::channel::<Vec<crate::event::Event>>();
     let producer = std::thread::spawn(move || -> Result<Inputs> {
         loop {
-            let mut batch = back_rx.try_recv().unwrap_or_else(|_| Vec::with_capacity(BATCH));
+            let mut batch = back_rx
+                .try_recv()
+                .unwrap_or_else(|_| Vec::with_capacity(BATCH));
             batch.clear();
             let more = inputs.next_batch(&mut batch, BATCH)?;
             if !batch.is_empty() && tx.send(batch).is_err() {

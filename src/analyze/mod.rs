@@ -651,7 +651,11 @@ impl Analyzer {
 
         // Statistics (only calls whose duration is known).
         if sc.dur.is_some() {
-            let agg = &mut self.by_name.entry(sc.name.as_ptr() as usize).or_insert_with(|| (sc.name, Agg::default())).1;
+            let agg = &mut self
+                .by_name
+                .entry(sc.name.as_ptr() as usize)
+                .or_insert_with(|| (sc.name, Agg::default()))
+                .1;
             agg.add(dur);
             if sc.ret.is_err() {
                 agg.errors += 1;
@@ -660,7 +664,11 @@ impl Analyzer {
                 self.by_file.entry(f).or_default().add(dur);
             }
         } else {
-            let agg = &mut self.by_name.entry(sc.name.as_ptr() as usize).or_insert_with(|| (sc.name, Agg::default())).1;
+            let agg = &mut self
+                .by_name
+                .entry(sc.name.as_ptr() as usize)
+                .or_insert_with(|| (sc.name, Agg::default()))
+                .1;
             agg.count += 1;
             if sc.ret.is_err() {
                 agg.errors += 1;
@@ -1100,7 +1108,8 @@ impl Analyzer {
                 _ => return,
             }
         };
-        self.by_length.push(std::cmp::Reverse((self.cands[idx].dur, idx)));
+        self.by_length
+            .push(std::cmp::Reverse((self.cands[idx].dur, idx)));
         if self.recent.len() == 64 {
             self.recent.pop_front();
         }

@@ -5,6 +5,7 @@
 //! go through the same `Analyzer` as `analyze`, stalls are printed as they are found, and
 //! the report at the end is rendered by the same renderers.
 
+pub mod perf;
 pub mod procctx;
 pub mod ptrace;
 pub mod record;
@@ -122,6 +123,11 @@ pub trait Tracer {
     fn stats(&self) -> TracerStats;
     /// Things the user should know that are not events (threads that could not be seized...).
     fn warnings(&mut self) -> Vec<String>;
+    /// Events the kernel dropped since the last call (perf ring-buffer overflow), so that
+    /// the analysis can mark what it finds after them as incomplete.
+    fn take_lost(&mut self) -> u64 {
+        0
+    }
 
     /// The next event, blocking until there is one or tracing has ended.
     fn next_event(&mut self) -> Result<Option<Event>> {
@@ -221,6 +227,65 @@ fn resolve_pid(args: &AttachArgs) -> Result<Tid> {
     }
 }
 
+/// Starts the tracer `--backend` asks for (for `auto`: perf if the kernel allows it, else
+/// ptrace), saying on stderr which one and why. Returns it, its name, and how many threads
+/// it traced at attach.
+fn start_tracer(pid: Tid, args: &AttachArgs) -> Result<(Box<dyn Tracer>, &'static str, u32)> {
+    use crate::cli::Backend;
+    let perf_cfg = perf::PerfConfig {
+        pid,
+        follow_forks: !args.no_follow_forks,
+        pages: args.perf_pages.unwrap_or(perf::DEFAULT_PAGES),
+    };
+    let ptrace_cfg = ptrace::PtraceConfig {
+        pid,
+        follow_forks: !args.no_follow_forks,
+        detach_wait: Duration::from_millis(1000),
+    };
+    let start_ptrace = |why: &str| -> Result<(Box<dyn Tracer>, &'static str, u32)> {
+        eprintln!("stallscope: backend ptrace: {why}");
+        let t = ptrace::PtraceTracer::attach(ptrace_cfg.clone())
+            .map_err(|e| anyhow::anyhow!("cannot attach to process {pid}: {e}"))?;
+        let n = t.threads_at_attach;
+        Ok((Box::new(t), "ptrace", n))
+    };
+    let perf_why = "syscall tracepoints through perf_event_open: redis is never stopped";
+    match args.backend {
+        Backend::Ptrace => start_ptrace(
+            "chosen with --backend ptrace (every syscall stops the traced thread twice)",
+        ),
+        Backend::Perf => {
+            eprintln!("stallscope: backend perf: {perf_why}");
+            let t = perf::PerfTracer::attach(perf_cfg)
+                .map_err(|e| anyhow::anyhow!("cannot attach to process {pid} with perf: {e}"))?;
+            let n = t.threads_at_attach;
+            Ok((Box::new(t), "perf", n))
+        }
+        Backend::Auto => {
+            let why_not = match perf::available() {
+                Ok(()) => match perf::PerfTracer::attach(perf_cfg) {
+                    Ok(t) => {
+                        eprintln!("stallscope: backend perf (auto): {perf_why}");
+                        let n = t.threads_at_attach;
+                        return Ok((Box::new(t), "perf", n));
+                    }
+                    Err(AttachError::NoSuchPid(p)) => {
+                        return Err(anyhow::anyhow!(
+                            "cannot attach to process {pid}: {}",
+                            AttachError::NoSuchPid(p)
+                        ))
+                    }
+                    Err(e) => e.to_string(),
+                },
+                Err(why) => why,
+            };
+            start_ptrace(&format!(
+                "(auto) the perf backend cannot be used: {why_not}"
+            ))
+        }
+    }
+}
+
 /// `stallscope attach`: trace a running process, print stalls as they are found, and the
 /// full report when tracing ends. Returns the number of stalls (for the exit status).
 pub fn run_attach(args: &AttachArgs) -> Result<u64> {
@@ -229,18 +294,12 @@ pub fn run_attach(args: &AttachArgs) -> Result<u64> {
     opts.root_pid = Some(pid);
     let user_conf = opts.redis_conf.is_some();
     install_stop_handlers();
-    let cfg = ptrace::PtraceConfig {
-        pid,
-        follow_forks: !args.no_follow_forks,
-        detach_wait: Duration::from_millis(1000),
-    };
-    let mut tracer = ptrace::PtraceTracer::attach(cfg)
-        .map_err(|e| anyhow::anyhow!("cannot attach to process {pid}: {e}"))?;
+    let (mut tracer, backend, threads_at_attach) = start_tracer(pid, args)?;
     // The analysis may lag; redis and the tracer thread that resumes it must not. On a
     // small machine the analyzer would otherwise take CPU from them (nice is per thread).
     unsafe { libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 10) };
-    let attach_mono = tracer.attach_mono();
-    let wall_at_first = tracer.attach_wall();
+    let attach_mono = tracer.stats().attach_mono;
+    let wall_at_first = tracer.stats().attach_wall;
     let ctx = procctx::gather(pid);
     if !user_conf && !ctx.redis_conf.is_empty() {
         opts.redis_conf = Some(RedisConf::parse(&ctx.redis_conf));
@@ -283,9 +342,9 @@ pub fn run_attach(args: &AttachArgs) -> Result<u64> {
         .map(|d| std::time::Instant::now() + Duration::from_nanos(d as u64));
     let stderr = std::io::stderr();
     eprintln!(
-        "stallscope: attached to {pid} ({} thread{}) with ptrace; stalls over {} are printed as they end; Ctrl-C to stop{}",
-        tracer.threads_at_attach,
-        if tracer.threads_at_attach == 1 { "" } else { "s" },
+        "stallscope: attached to {pid} ({} thread{}) with {backend}; stalls over {} are printed as they end; Ctrl-C to stop{}",
+        threads_at_attach,
+        if threads_at_attach == 1 { "" } else { "s" },
         crate::analyze::findings::human(args.out.threshold / 1000),
         match args.duration {
             Some(d) => format!(" (or after {})", crate::analyze::findings::human(d / 1000)),
@@ -299,6 +358,10 @@ pub fn run_attach(args: &AttachArgs) -> Result<u64> {
     let mut seen_tids: std::collections::HashSet<Tid> = Default::default();
     loop {
         let ev = tracer.next_event_timeout(Duration::from_millis(100))?;
+        let lost = tracer.take_lost();
+        if lost > 0 {
+            an.add_lost_events(lost);
+        }
         if let Some(ev) = &ev {
             if ev.syscall().is_some() {
                 first_syscall_ts = Some(first_syscall_ts.map_or(ev.ts, |f| f.min(ev.ts)));
@@ -364,7 +427,7 @@ pub fn run_attach(args: &AttachArgs) -> Result<u64> {
         kind: "live",
         files: vec![],
         format: format!(
-            "stallscope attach (ptrace{})",
+            "stallscope attach ({backend}{})",
             if args.no_follow_forks {
                 ""
             } else {
@@ -379,7 +442,7 @@ pub fn run_attach(args: &AttachArgs) -> Result<u64> {
         ..Default::default()
     };
     let mut report = an.finish(info, counters);
-    report.source.backend = Some("ptrace".into());
+    report.source.backend = Some(backend.into());
     // Samples were stamped from the attach; the report's axis starts at its first call.
     let shift = (first_syscall_ts.unwrap_or(attach_mono) - attach_mono) / 1000;
     let samples = samples.into_iter().map(|mut s| {
@@ -387,7 +450,7 @@ pub fn run_attach(args: &AttachArgs) -> Result<u64> {
         s
     });
     procctx::attach_host_context(&mut report, samples.collect(), interval);
-    add_overhead(&mut report, &stats);
+    add_overhead(&mut report, &stats, backend);
     if let Some(e) = record_err {
         let path = args.record.as_deref().unwrap_or("");
         return Err(anyhow::anyhow!("--record {path}: cannot write it: {e}"));
@@ -401,9 +464,26 @@ pub fn run_attach(args: &AttachArgs) -> Result<u64> {
 const OVERHEAD_WARN_SHARE: f64 = 0.10;
 
 /// Fills `report.overhead` (and a `tracer-overhead` finding when it is substantial).
-pub fn add_overhead(report: &mut Report, st: &TracerStats) {
+pub fn add_overhead(report: &mut Report, st: &TracerStats, backend: &str) {
     let span_ns = (st.detach_mono - st.attach_mono).max(1) as f64;
     let per_s = st.syscalls as f64 / (span_ns / 1e9);
+    if backend == "perf" {
+        // Nothing is stopped: the cost is the kernel writing two records per syscall,
+        // not something a traced duration shows. What can go wrong is losing records.
+        let warning = (st.lost_events > 0).then(|| {
+            format!(
+                "the kernel dropped {} syscall records because the ring buffers filled up: the trace is incomplete \
+                 (stalls found after the first loss say so); trace again with a larger --perf-pages",
+                st.lost_events
+            )
+        });
+        report.overhead = Some(Overhead {
+            syscalls_per_s: per_s,
+            mean_stop_us: 0.0,
+            warning,
+        });
+        return;
+    }
     let mean_stop_us = if st.stops == 0 {
         0.0
     } else {

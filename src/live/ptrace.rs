@@ -873,6 +873,7 @@ impl Inner {
             &mut sc,
             &e.args,
             if is_error { None } else { Some(sval) },
+            true,
         );
         Event {
             tid,
@@ -891,7 +892,7 @@ impl Inner {
             sc.dur = Some((now - e.ts).max(0));
             sc.dur_src = event::DurSource::Measured;
             sc.in_flight = e.in_flight;
-            decode_args(tid, &mut sc, &e.args, None);
+            decode_args(tid, &mut sc, &e.args, None, true);
             self.batch.push(Event {
                 tid,
                 ts: e.ts,
@@ -931,7 +932,7 @@ impl Inner {
                 sc.dur = Some((detach_ts - e.ts).max(0));
                 sc.dur_src = event::DurSource::Measured;
                 sc.in_flight = Some(InFlight::AtEnd);
-                decode_args(*tid, &mut sc, &e.args, None);
+                decode_args(*tid, &mut sc, &e.args, None, true);
                 self.batch.push(Event {
                     tid: *tid,
                     ts: e.ts,
@@ -1085,7 +1086,7 @@ fn siginfo_pid(tid: Tid) -> Option<u32> {
 }
 
 /// Reads up to `buf.len()` bytes of the tracee's memory at `addr`.
-fn read_mem(tid: Tid, addr: u64, buf: &mut [u8]) -> usize {
+pub(super) fn read_mem(tid: Tid, addr: u64, buf: &mut [u8]) -> usize {
     if addr == 0 || buf.is_empty() {
         return 0;
     }
@@ -1107,7 +1108,7 @@ fn read_mem(tid: Tid, addr: u64, buf: &mut [u8]) -> usize {
 
 /// A NUL-terminated string of the tracee, read a page piece at a time (a read crossing
 /// into an unmapped page would fail whole).
-fn read_cstr(tid: Tid, addr: u64) -> Option<Box<str>> {
+pub(super) fn read_cstr(tid: Tid, addr: u64) -> Option<Box<str>> {
     if addr == 0 {
         return None;
     }
@@ -1137,8 +1138,9 @@ fn read_cstr(tid: Tid, addr: u64) -> Option<Box<str>> {
 const AT_FDCWD: i64 = -100;
 
 /// Fills fd, path, data and the other `Extra`s from raw arguments. `ret`: the result when
-/// the call succeeded (read-like buffers are only valid then).
-fn decode_args(tid: Tid, sc: &mut Syscall, a: &[u64; 6], ret: Option<i64>) {
+/// the call succeeded (read-like buffers are only valid then). `data`: read the first bytes
+/// of read/write buffers (only meaningful while the thread is still stopped at the exit).
+pub(super) fn decode_args(tid: Tid, sc: &mut Syscall, a: &[u64; 6], ret: Option<i64>, data: bool) {
     let name = sc.name;
     if event::first_arg_is_fd(name) {
         let fd = a[0] as i64 as i32;
@@ -1208,7 +1210,7 @@ fn decode_args(tid: Tid, sc: &mut Syscall, a: &[u64; 6], ret: Option<i64>) {
                 _ => "AF_UNSPEC",
             })
         }
-        _ if event::has_data_arg(name) => {
+        _ if data && event::has_data_arg(name) => {
             // Writes: the buffer holds the data whatever the outcome; reads: only what the
             // call returned.
             let is_read = matches!(name, "read" | "pread64" | "recvfrom");

@@ -1,0 +1,301 @@
+//! Unit tests of the perf backend's record parsing and entry/exit pairing, on records built
+//! by hand in the kernel's layout (no perf_event_open needed).
+
+use super::*;
+
+const ENTER: u64 = 443;
+const EXIT: u64 = 442;
+
+fn sample(pid: u32, tid: u32, ts: u64, raw: &[u8]) -> Vec<u8> {
+    let mut body = vec![];
+    body.extend_from_slice(&pid.to_ne_bytes());
+    body.extend_from_slice(&tid.to_ne_bytes());
+    body.extend_from_slice(&ts.to_ne_bytes());
+    body.extend_from_slice(&(raw.len() as u32).to_ne_bytes());
+    body.extend_from_slice(raw);
+    while (body.len() + 8) % 8 != 0 {
+        body.push(0);
+    }
+    let mut r = vec![];
+    r.extend_from_slice(&sys::bindings::PERF_RECORD_SAMPLE.to_ne_bytes());
+    r.extend_from_slice(&0u16.to_ne_bytes());
+    r.extend_from_slice(&((body.len() + 8) as u16).to_ne_bytes());
+    r.extend_from_slice(&body);
+    r
+}
+
+fn enter_raw(nr: i64, args: [u64; 6]) -> Vec<u8> {
+    let mut raw = vec![];
+    raw.extend_from_slice(&(ENTER as u16).to_ne_bytes());
+    raw.extend_from_slice(&[0, 0, 0, 0, 0, 0]);
+    raw.extend_from_slice(&nr.to_ne_bytes());
+    for a in args {
+        raw.extend_from_slice(&a.to_ne_bytes());
+    }
+    raw
+}
+
+fn exit_raw(nr: i64, ret: i64) -> Vec<u8> {
+    let mut raw = vec![];
+    raw.extend_from_slice(&(EXIT as u16).to_ne_bytes());
+    raw.extend_from_slice(&[0, 0, 0, 0, 0, 0]);
+    raw.extend_from_slice(&nr.to_ne_bytes());
+    raw.extend_from_slice(&ret.to_ne_bytes());
+    raw
+}
+
+fn task_record(typ: u32, pid: u32, ppid: u32, tid: u32, ts: u64) -> Vec<u8> {
+    let mut r = vec![];
+    r.extend_from_slice(&typ.to_ne_bytes());
+    r.extend_from_slice(&0u16.to_ne_bytes());
+    r.extend_from_slice(&32u16.to_ne_bytes());
+    for v in [pid, ppid, tid, ppid] {
+        r.extend_from_slice(&v.to_ne_bytes());
+    }
+    r.extend_from_slice(&ts.to_ne_bytes());
+    r
+}
+
+fn parse(b: &[u8]) -> (Option<Rec>, u64) {
+    let mut lost = 0;
+    (parse_record(b, (ENTER, EXIT), &mut lost), lost)
+}
+
+fn tracer() -> PerfTracer {
+    let mut t = PerfTracer::unattached(
+        PerfConfig {
+            pid: 100,
+            follow_forks: true,
+            pages: 1,
+        },
+        (ENTER, EXIT),
+    );
+    t.stats.attach_mono = 1_000;
+    t.threads.insert(
+        100,
+        Thread {
+            tgid: 100,
+            entry: None,
+            from_attach: true,
+            seen: false,
+        },
+    );
+    t
+}
+
+fn feed(t: &mut PerfTracer, recs: &[Vec<u8>]) -> Vec<Event> {
+    let mut lost = 0;
+    for b in recs {
+        if let Some(r) = parse_record(b, (ENTER, EXIT), &mut lost) {
+            t.process(r);
+        }
+    }
+    t.queue.drain(..).collect()
+}
+
+fn nr(name: &str) -> i64 {
+    super::super::sysnames::syscall_nr(name).expect("known syscall")
+}
+
+#[test]
+fn enter_and_exit_samples_parse() {
+    let (r, _) = parse(&sample(
+        100,
+        101,
+        5_000,
+        &enter_raw(1, [7, 0x1000, 12, 0, 0, 0]),
+    ));
+    let r = r.expect("a record");
+    assert_eq!((r.pid, r.tid, r.ts), (100, 101, 5_000));
+    assert!(matches!(r.kind, RecKind::Enter { nr: 1, args } if args[0] == 7 && args[2] == 12));
+    let (r, _) = parse(&sample(100, 101, 6_000, &exit_raw(1, -11)));
+    assert!(matches!(
+        r.expect("a record").kind,
+        RecKind::Exit { nr: 1, ret: -11 }
+    ));
+}
+
+#[test]
+fn lost_records_are_counted_and_truncated_records_ignored() {
+    let mut b = vec![];
+    b.extend_from_slice(&sys::bindings::PERF_RECORD_LOST.to_ne_bytes());
+    b.extend_from_slice(&0u16.to_ne_bytes());
+    b.extend_from_slice(&24u16.to_ne_bytes());
+    b.extend_from_slice(&9u64.to_ne_bytes());
+    b.extend_from_slice(&1234u64.to_ne_bytes());
+    let (r, lost) = parse(&b);
+    assert!(r.is_none());
+    assert_eq!(lost, 1234);
+    let s = sample(1, 1, 1, &enter_raw(0, [0; 6]));
+    assert!(parse(&s[..20]).0.is_none(), "a cut record is not a record");
+    // A tracepoint that is not one of ours.
+    let mut raw = enter_raw(0, [0; 6]);
+    raw[0] = 1;
+    raw[1] = 0;
+    assert!(parse(&sample(1, 1, 1, &raw)).0.is_none());
+}
+
+#[test]
+fn a_call_is_paired_into_one_timed_event_with_its_fd() {
+    let mut t = tracer();
+    let w = nr("fdatasync");
+    let evs = feed(
+        &mut t,
+        &[
+            sample(100, 100, 2_000, &enter_raw(w, [9, 0, 0, 0, 0, 0])),
+            sample(100, 100, 52_000, &exit_raw(w, 0)),
+        ],
+    );
+    assert_eq!(evs.len(), 1);
+    let sc = evs[0].syscall().expect("syscall");
+    assert_eq!(sc.name, "fdatasync");
+    assert_eq!(sc.fd, Some(9));
+    assert_eq!(sc.dur, Some(50_000));
+    assert_eq!(sc.ret, Ret::Val(0));
+    assert_eq!(evs[0].ts, 2_000);
+    assert_eq!(t.stats.main_syscalls, 1);
+}
+
+#[test]
+fn errors_become_errno_names() {
+    let mut t = tracer();
+    let r = nr("read");
+    let evs = feed(
+        &mut t,
+        &[
+            sample(100, 100, 2_000, &enter_raw(r, [5, 0, 16, 0, 0, 0])),
+            sample(100, 100, 3_000, &exit_raw(r, -11)),
+        ],
+    );
+    assert_eq!(evs[0].syscall().map(|s| s.ret), Some(Ret::Err("EAGAIN")));
+}
+
+#[test]
+fn an_exit_first_is_a_call_running_at_attach_known_from_the_attach() {
+    let mut t = tracer();
+    let f = nr("fdatasync");
+    let evs = feed(&mut t, &[sample(100, 100, 9_000, &exit_raw(f, 0))]);
+    assert_eq!(evs.len(), 1);
+    let sc = evs[0].syscall().expect("syscall");
+    assert_eq!(sc.in_flight, Some(InFlight::AtStart));
+    assert_eq!(evs[0].ts, 1_000);
+    assert_eq!(sc.dur, Some(8_000));
+    assert_eq!(sc.fd, None, "its arguments were never seen");
+    // A second lone exit is not: it is dropped (its entry was lost).
+    let evs = feed(&mut t, &[sample(100, 100, 10_000, &exit_raw(f, 0))]);
+    assert!(evs.is_empty());
+}
+
+#[test]
+fn fork_records_make_clones_threads_or_processes_and_task_exits_end_them() {
+    let mut t = tracer();
+    let clone = nr("clone");
+    let evs = feed(
+        &mut t,
+        &[
+            sample(100, 100, 2_000, &enter_raw(clone, [0x11, 0, 0, 0, 0, 0])),
+            task_record(sys::bindings::PERF_RECORD_FORK, 200, 100, 200, 2_500),
+            sample(200, 200, 2_600, &exit_raw(clone, 0)), // the child's side: no entry
+            sample(100, 100, 3_000, &exit_raw(clone, 200)),
+            sample(
+                200,
+                200,
+                4_000,
+                &enter_raw(nr("exit_group"), [0, 0, 0, 0, 0, 0]),
+            ),
+            task_record(sys::bindings::PERF_RECORD_EXIT, 200, 100, 200, 4_100),
+        ],
+    );
+    let clone_ev = evs
+        .iter()
+        .find(|e| e.syscall().is_some_and(|s| s.name == "clone"))
+        .expect("the clone");
+    assert_eq!(clone_ev.tid, 100);
+    assert_eq!(
+        clone_ev.syscall().map(|s| s.extra.clone()),
+        Some(event::Extra::Clone { thread: false })
+    );
+    assert!(
+        !evs.iter()
+            .any(|e| e.tid == 200 && e.syscall().is_some_and(|s| s.name == "clone")),
+        "the child's return from clone is not a call"
+    );
+    let exit = evs.last().expect("events");
+    assert_eq!(exit.tid, 200);
+    assert_eq!(
+        exit.kind,
+        EventKind::Exit {
+            code: Some(0),
+            signal: None
+        }
+    );
+    let eg = &evs[evs.len() - 2];
+    assert_eq!(eg.syscall().map(|s| s.name), Some("exit_group"));
+}
+
+#[test]
+fn a_thread_clone_is_a_thread() {
+    let mut t = tracer();
+    let clone3 = nr("clone3");
+    let evs = feed(
+        &mut t,
+        &[
+            sample(100, 100, 2_000, &enter_raw(clone3, [0, 88, 0, 0, 0, 0])),
+            task_record(sys::bindings::PERF_RECORD_FORK, 100, 100, 105, 2_500),
+            sample(100, 100, 3_000, &exit_raw(clone3, 105)),
+            sample(100, 105, 3_100, &enter_raw(nr("read"), [3, 0, 1, 0, 0, 0])),
+            sample(100, 105, 3_200, &exit_raw(nr("read"), 1)),
+        ],
+    );
+    assert_eq!(
+        evs[0].syscall().map(|s| s.extra.clone()),
+        Some(event::Extra::Clone { thread: true })
+    );
+    assert_eq!(evs[1].tid, 105);
+    assert_eq!(evs[1].syscall().and_then(|s| s.fd), Some(3));
+}
+
+#[test]
+fn without_follow_forks_children_are_dropped() {
+    let mut t = tracer();
+    t.cfg.follow_forks = false;
+    let r = nr("read");
+    let evs = feed(
+        &mut t,
+        &[
+            sample(300, 300, 2_000, &enter_raw(r, [3, 0, 1, 0, 0, 0])),
+            sample(300, 300, 2_100, &exit_raw(r, 1)),
+        ],
+    );
+    assert!(evs.is_empty());
+}
+
+#[test]
+fn calls_running_at_the_end_are_in_flight() {
+    let mut t = tracer();
+    let ew = nr("epoll_wait");
+    feed(
+        &mut t,
+        &[sample(100, 100, 2_000, &enter_raw(ew, [4, 0, 0, 0, 0, 0]))],
+    );
+    t.finish();
+    let evs: Vec<Event> = t.queue.drain(..).collect();
+    let sc = evs[0].syscall().expect("the call");
+    assert_eq!(sc.in_flight, Some(InFlight::AtEnd));
+    assert_eq!(sc.fd, Some(4));
+    assert!(matches!(
+        evs.last().map(|e| &e.kind),
+        Some(EventKind::Detach)
+    ));
+    assert!(t.is_done() || !t.queue.is_empty());
+}
+
+#[test]
+fn tracefs_lookup_names_both_places_when_missing() {
+    // On this machine tracefs may or may not be mounted: either the ids are found or the
+    // reason names what to do.
+    match find_tracepoints() {
+        Ok(tp) => assert!(tp.enter != tp.exit),
+        Err(e) => assert!(e.contains("tracing"), "{e}"),
+    }
+}
