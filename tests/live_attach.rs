@@ -1,7 +1,8 @@
 //! `stallscope attach` against a real redis-server: each test starts its own redis on a free
 //! loopback port in a temp dir, attaches, drives a bounded load, and checks the report and
-//! that redis is unharmed. ptrace tests run one at a time (a static lock). Without
-//! redis-server the tests are skipped, except under CI=true where that is a failure.
+//! that redis is unharmed. Each test runs with both backends (`<test>::ptrace`,
+//! `<test>::perf`), one at a time (a static lock). Without redis-server (or, for perf, without
+//! tracefs) the tests are skipped, except under CI=true where that is a failure.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -29,6 +30,55 @@ fn have_redis() -> bool {
     }
     ok
 }
+
+fn have_perf() -> bool {
+    let ok = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"]
+        .iter()
+        .any(|r| {
+            std::path::Path::new(r)
+                .join("events/raw_syscalls/sys_enter/id")
+                .exists()
+        });
+    if !ok && std::env::var("CI").as_deref() == Ok("true") {
+        panic!("the perf backend needs tracefs (mount -t tracefs nodev /sys/kernel/tracing) under CI=true");
+    }
+    if !ok {
+        eprintln!("skipping: tracefs with raw_syscalls tracepoints is not available");
+    }
+    ok
+}
+
+/// Whether this test can run with `backend`.
+fn can_run(backend: &str) -> bool {
+    have_redis() && (backend != "perf" || have_perf())
+}
+
+/// Runs a test body once per backend, as `<name>::ptrace` and `<name>::perf`.
+macro_rules! both_backends {
+    ($($name:ident),* $(,)?) => {
+        $(
+            mod $name {
+                #[test]
+                fn ptrace() {
+                    super::$name("ptrace")
+                }
+                #[test]
+                fn perf() {
+                    super::$name("perf")
+                }
+            }
+        )*
+    };
+}
+
+both_backends!(
+    appendfsync_always_is_found_on_the_aof,
+    a_busy_eval_is_a_main_thread_gap,
+    bgsave_child_phase_with_fork_time,
+    sigint_detaches_and_redis_keeps_serving,
+    sigkill_of_stallscope_leaves_redis_serving,
+    a_recording_reads_back_to_the_same_findings,
+);
 
 /// A tiny RESP client: enough for SET/EVAL/BGSAVE/INFO/PING.
 struct Client {
@@ -226,11 +276,12 @@ struct Attach {
 }
 
 impl Attach {
-    fn start(pid: u32, extra: &[&str]) -> Attach {
+    fn start(backend: &str, pid: u32, extra: &[&str]) -> Attach {
         let mut child = Command::new(env!("CARGO_BIN_EXE_stallscope"))
             .arg("attach")
             .arg("--pid")
             .arg(pid.to_string())
+            .args(["--backend", backend])
             .args(extra)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -343,14 +394,14 @@ fn set_load(port: u16, n: usize) {
     }
 }
 
-#[test]
-fn appendfsync_always_is_found_on_the_aof() {
+fn appendfsync_always_is_found_on_the_aof(backend: &str) {
     let _g = serial();
-    if !have_redis() {
+    if !can_run(backend) {
         return;
     }
     let redis = Redis::start(&["--appendonly", "yes", "--appendfsync", "always"]);
     let a = Attach::start(
+        backend,
         redis.pid(),
         &[
             "--duration",
@@ -399,14 +450,14 @@ fn appendfsync_always_is_found_on_the_aof() {
     assert_eq!(redis.tracer_pid(), 0);
 }
 
-#[test]
-fn a_busy_eval_is_a_main_thread_gap() {
+fn a_busy_eval_is_a_main_thread_gap(backend: &str) {
     let _g = serial();
-    if !have_redis() {
+    if !can_run(backend) {
         return;
     }
     let redis = Redis::start(&[]);
     let a = Attach::start(
+        backend,
         redis.pid(),
         &[
             "--duration",
@@ -447,10 +498,9 @@ fn a_busy_eval_is_a_main_thread_gap() {
     );
 }
 
-#[test]
-fn bgsave_child_phase_with_fork_time() {
+fn bgsave_child_phase_with_fork_time(backend: &str) {
     let _g = serial();
-    if !have_redis() {
+    if !can_run(backend) {
         return;
     }
     let redis = Redis::start(&[]);
@@ -469,6 +519,7 @@ fn bgsave_child_phase_with_fork_time() {
         }
     }
     let a = Attach::start(
+        backend,
         redis.pid(),
         &[
             "--duration",
@@ -514,15 +565,16 @@ fn bgsave_child_phase_with_fork_time() {
     assert!(redis.ping_within(Duration::from_secs(1)));
 }
 
-#[test]
-fn sigint_detaches_and_redis_keeps_serving() {
+fn sigint_detaches_and_redis_keeps_serving(backend: &str) {
     let _g = serial();
-    if !have_redis() {
+    if !can_run(backend) {
         return;
     }
     let redis = Redis::start(&[]);
-    let a = Attach::start(redis.pid(), &["--threshold", "10ms"]);
-    assert_ne!(redis.tracer_pid(), 0, "traced while attached");
+    let a = Attach::start(backend, redis.pid(), &["--threshold", "10ms"]);
+    if backend == "ptrace" {
+        assert_ne!(redis.tracer_pid(), 0, "traced while attached");
+    }
     set_load(redis.port, 50);
     unsafe { libc::kill(a.child.id() as i32, libc::SIGINT) };
     let (code, out) = a.finish(Duration::from_secs(10));
@@ -535,14 +587,13 @@ fn sigint_detaches_and_redis_keeps_serving() {
     assert_eq!(redis.tracer_pid(), 0);
 }
 
-#[test]
-fn sigkill_of_stallscope_leaves_redis_serving() {
+fn sigkill_of_stallscope_leaves_redis_serving(backend: &str) {
     let _g = serial();
-    if !have_redis() {
+    if !can_run(backend) {
         return;
     }
     let redis = Redis::start(&[]);
-    let mut a = Attach::start(redis.pid(), &["--threshold", "10ms"]);
+    let mut a = Attach::start(backend, redis.pid(), &["--threshold", "10ms"]);
     // Keep redis busy while the tracer dies, so threads are stopped mid-syscall.
     let port = redis.port;
     let load = std::thread::spawn(move || set_load(port, 2000));
@@ -559,16 +610,16 @@ fn sigkill_of_stallscope_leaves_redis_serving() {
     assert_eq!(redis.tracer_pid(), 0);
 }
 
-#[test]
-fn a_recording_reads_back_to_the_same_findings() {
+fn a_recording_reads_back_to_the_same_findings(backend: &str) {
     let _g = serial();
-    if !have_redis() {
+    if !can_run(backend) {
         return;
     }
     let redis = Redis::start(&["--appendonly", "yes", "--appendfsync", "always"]);
     let rec = redis.dir.path().join("rec.strace");
     let rec_s = rec.to_string_lossy().into_owned();
     let a = Attach::start(
+        backend,
         redis.pid(),
         &[
             "--duration",
@@ -634,9 +685,15 @@ fn attach_errors_exit_2_with_a_clear_message() {
         return;
     }
     let redis = Redis::start(&[]);
-    let a = Attach::start(redis.pid(), &["--threshold", "10ms"]);
+    let a = Attach::start("ptrace", redis.pid(), &["--threshold", "10ms"]);
     let out = Command::new(env!("CARGO_BIN_EXE_stallscope"))
-        .args(["attach", "--pid", &redis.pid().to_string()])
+        .args([
+            "attach",
+            "--backend",
+            "ptrace",
+            "--pid",
+            &redis.pid().to_string(),
+        ])
         .output()
         .expect("run");
     assert_eq!(out.status.code(), Some(2));
@@ -648,4 +705,154 @@ fn attach_errors_exit_2_with_a_clear_message() {
     unsafe { libc::kill(a.child.id() as i32, libc::SIGTERM) };
     let _ = a.finish(Duration::from_secs(10));
     assert_eq!(redis.tracer_pid(), 0);
+}
+
+#[test]
+fn perf_backend_errors_and_the_auto_choice() {
+    let _g = serial();
+    if !can_run("perf") {
+        return;
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_stallscope"))
+        .args(["attach", "--backend", "perf", "--pid", "4000000"])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("stallscope: error:") && err.contains("no such process"),
+        "{err}"
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_stallscope"))
+        .args(["attach", "--perf-pages", "3", "--pid", "1"])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2), "3 pages is not a power of two");
+    // auto picks perf here (tracefs, root) and says so.
+    let redis = Redis::start(&[]);
+    let out = Command::new(env!("CARGO_BIN_EXE_stallscope"))
+        .args([
+            "attach",
+            "--pid",
+            &redis.pid().to_string(),
+            "--duration",
+            "300ms",
+            "--format",
+            "json",
+        ])
+        .output()
+        .expect("run");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("backend perf (auto)"), "{err}");
+    let r = json(&String::from_utf8_lossy(&out.stdout));
+    assert_eq!(r["source"]["backend"], "perf");
+    assert!(redis.ping_within(Duration::from_secs(1)));
+}
+
+/// Every request of a synchronous client shows up as one read and one write of the main
+/// thread: nothing is lost at a modest load with the default ring buffers.
+#[test]
+fn perf_backend_sees_every_call_of_the_main_thread() {
+    let _g = serial();
+    if !can_run("perf") {
+        return;
+    }
+    let redis = Redis::start(&[]);
+    let mut c = redis.client();
+    let a = Attach::start(
+        "perf",
+        redis.pid(),
+        &["--duration", "2s", "--threshold", "1s", "--format", "json"],
+    );
+    let n = 2000;
+    for i in 0..n {
+        c.cmd(&["SET", &format!("k{i}"), "v"]).expect("SET");
+    }
+    let (_, out) = a.finish(Duration::from_secs(20));
+    let r = json(&out);
+    assert_eq!(r["summary"]["lost_events"], 0);
+    let calls = |name: &str| {
+        r["syscalls"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|s| s["name"] == name)
+            .and_then(|s| s["calls"].as_u64())
+            .unwrap_or(0)
+    };
+    assert!(
+        calls("read") >= n,
+        "reads: {} for {n} requests",
+        calls("read")
+    );
+    assert!(
+        calls("write") >= n,
+        "writes: {} for {n} requests",
+        calls("write")
+    );
+}
+
+/// A one-page ring buffer under load overflows: the loss is counted, in the summary, on the
+/// stalls found after it, and said in the table.
+#[test]
+fn perf_backend_reports_lost_events_with_a_tiny_ring() {
+    let _g = serial();
+    if !can_run("perf") {
+        return;
+    }
+    let redis = Redis::start(&[]);
+    let run = |format: &str| -> String {
+        let a = Attach::start(
+            "perf",
+            redis.pid(),
+            &[
+                "--duration",
+                "2s",
+                "--threshold",
+                "1us",
+                "--perf-pages",
+                "1",
+                "--format",
+                format,
+                "--color",
+                "never",
+            ],
+        );
+        let loads: Vec<_> = (0..4)
+            .map(|_| {
+                let port = redis.port;
+                std::thread::spawn(move || set_load(port, 3000))
+            })
+            .collect();
+        for l in loads {
+            let _ = l.join();
+        }
+        let (_, out) = a.finish(Duration::from_secs(20));
+        out
+    };
+    let out = run("json");
+    let r = json(&out);
+    let lost = r["summary"]["lost_events"].as_u64().unwrap_or(0);
+    assert!(
+        lost > 0,
+        "no lost events with a one-page ring: {}",
+        r["summary"]
+    );
+    assert!(
+        r["stalls"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|s| s["events_lost"] == true),
+        "no stall says events were lost"
+    );
+    assert!(r["overhead"]["warning"]
+        .as_str()
+        .is_some_and(|w| w.contains("dropped")));
+    let table = run("table");
+    assert!(
+        table.contains("events were lost"),
+        "the table does not say so: {table}"
+    );
+    assert!(redis.ping_within(Duration::from_secs(1)));
 }

@@ -948,11 +948,6 @@ impl PerfTracer {
             )
         };
     }
-
-    /// Events lost since the last call (the analyzer marks stalls found after them).
-    pub fn take_lost(&mut self) -> u64 {
-        std::mem::take(&mut self.lost_unreported)
-    }
 }
 
 fn page_size() -> usize {
@@ -1008,6 +1003,10 @@ impl Tracer for PerfTracer {
 
     fn stop(&mut self) {
         self.stop_requested = true;
+    }
+
+    fn take_lost(&mut self) -> u64 {
+        std::mem::take(&mut self.lost_unreported)
     }
 
     fn stats(&self) -> TracerStats {
