@@ -409,6 +409,10 @@ pub fn run_attach(args: &AttachArgs) -> Result<u64> {
         eprintln!("stallscope: warning: {w}");
     }
     let stats = tracer.stats();
+    eprintln!(
+        "stallscope: traced {} syscalls ({} of the main thread {pid}); {} lost",
+        stats.syscalls, stats.main_syscalls, stats.lost_events
+    );
     let samples = sampler.finish();
     if let Some(r) = rec {
         if record_err.is_none() {

@@ -333,6 +333,12 @@ pub struct PerfTracer {
     queue: VecDeque<Event>,
     stats: TracerStats,
     lost_unreported: u64,
+    /// Time of the newest record processed, and how many records came older than it
+    /// (committed more than `HOLD_BACK` after their time: their pairing may be wrong).
+    processed_upto: Nanos,
+    late_records: u64,
+    /// The kernel knows `inherit_thread` (used for --no-follow-forks).
+    inherit_thread: bool,
     nr_info: Vec<Option<NrInfo>>,
     stop_requested: bool,
     done: bool,
@@ -442,6 +448,9 @@ impl PerfTracer {
             queue: VecDeque::new(),
             stats: TracerStats::default(),
             lost_unreported: 0,
+            processed_upto: 0,
+            late_records: 0,
+            inherit_thread: true,
             nr_info: vec![],
             stop_requested: false,
             done: false,
@@ -485,8 +494,9 @@ impl PerfTracer {
         };
         a.__bindgen_anon_1.sample_period = 1;
         a.set_inherit(1);
-        if !self.cfg.follow_forks {
-            // Only threads inherit the events; a forked child runs untraced.
+        if !self.cfg.follow_forks && self.inherit_thread {
+            // Only threads inherit the events; a forked child runs untraced (Linux 5.13+;
+            // before that children inherit them and their records are dropped here).
             a.set_inherit_thread(1);
         }
         a.set_use_clockid(1);
@@ -505,7 +515,14 @@ impl PerfTracer {
             for (i, &cpu) in self.cpus.clone().iter().enumerate() {
                 for (config, task) in [(self.ids.0, true), (self.ids.1, false)] {
                     let mut attr = self.attr(config, task);
-                    let fd = open_event(&mut attr, tid, cpu)?;
+                    let fd = match open_event(&mut attr, tid, cpu) {
+                        Err(libc::EINVAL) if attr.inherit_thread() != 0 => {
+                            self.inherit_thread = false;
+                            let mut attr = self.attr(config, task);
+                            open_event(&mut attr, tid, cpu)?
+                        }
+                        r => r?,
+                    };
                     new_fds.push(fd);
                     if i >= self.rings.len() {
                         self.rings.push(self.map_ring(fd)?);
@@ -609,6 +626,11 @@ impl PerfTracer {
         let n = self.pending.partition_point(|r| r.ts <= upto);
         let ready: Vec<Rec> = self.pending.drain(..n).collect();
         for r in ready {
+            if r.ts < self.processed_upto {
+                self.late_records += 1;
+            } else {
+                self.processed_upto = r.ts;
+            }
             self.process(r);
         }
     }
@@ -1015,6 +1037,13 @@ impl Tracer for PerfTracer {
 
     fn warnings(&mut self) -> Vec<String> {
         let mut w = std::mem::take(&mut self.warnings);
+        if self.late_records > 0 {
+            w.push(format!(
+                "{} syscall records were committed more than {} ms after their time (a CPU held up): calls around them may be mispaired",
+                self.late_records,
+                HOLD_BACK / 1_000_000
+            ));
+        }
         if self.stats.lost_events > 0 {
             w.push(format!(
                 "the kernel dropped {} syscall records (ring buffers of {} pages per CPU filled up): the trace is incomplete; \
@@ -1028,9 +1057,9 @@ impl Tracer for PerfTracer {
 
 impl Drop for PerfTracer {
     fn drop(&mut self) {
-        let ring_fds: Vec<i32> = self.rings.iter().map(|r| r.fd).collect();
+        // Unmap before closing; `fds` holds the rings' fds too (after `finish` both are empty).
         self.rings.clear();
-        for fd in self.fds.drain(..).chain(ring_fds) {
+        for fd in self.fds.drain(..) {
             unsafe { libc::close(fd) };
         }
     }

@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# What each way of tracing costs redis, in one run on one redis-server (a fresh one on a free
+# loopback port in a temp dir): `redis-benchmark -t set` throughput untraced, under
+# `stallscope attach --backend perf`, `--backend ptrace`, `strace -f -T -p` and `perf trace -p`.
+#
+#   bench/backends.sh [REQUESTS] [CLIENTS] [ROUNDS]   (defaults 200000, 50, 3)
+#
+# The cases are interleaved over ROUNDS rounds so that load from elsewhere on the machine hits
+# them alike; each ratio is taken within its round and the median round is reported.
+# Then a completeness check, untimed: while the perf backend traces one more benchmark run,
+# `perf stat` counts read and write entries of the same process; the two counts must be
+# equal, and the kernel must have dropped nothing.
+# Needs redis-server, redis-benchmark, redis-cli, strace, perf, python3, root, and a release
+# build (cargo build --release; CARGO_TARGET_DIR is honoured).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+N=${1:-200000}
+C=${2:-50}
+ROUNDS=${3:-3}
+BIN=${CARGO_TARGET_DIR:-target}/release/stallscope
+[ -x "$BIN" ] || { echo "build first: cargo build --release ($BIN missing)" >&2; exit 2; }
+for t in redis-server redis-benchmark redis-cli strace perf python3; do
+  command -v "$t" >/dev/null || { echo "$t is required" >&2; exit 2; }
+done
+
+DIR=$(mktemp -d)
+PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+redis-server --port "$PORT" --bind 127.0.0.1 --dir "$DIR" --save "" --appendonly no \
+  --logfile "$DIR/redis.log" --daemonize no >/dev/null 2>&1 &
+RPID=$!
+TRACER=""
+cleanup() {
+  [ -n "$TRACER" ] && kill "$TRACER" 2>/dev/null || true
+  kill "$RPID" 2>/dev/null || true
+  wait 2>/dev/null || true
+  rm -rf "$DIR"
+}
+trap cleanup EXIT
+for _ in $(seq 100); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sleep 0.05; done
+
+rps() {
+  # "SET","123456.79",... -> 123456.79
+  redis-benchmark -p "$PORT" -t set -n "$N" -c "$C" -q --csv 2>/dev/null | awk -F'"' '/^"SET"/ {print $4}'
+}
+tracer_pid() { awk '/^TracerPid:/ {print $2}' /proc/"$RPID"/status; }
+wait_ptraced() {
+  for _ in $(seq 100); do [ "$(tracer_pid)" != 0 ] && return 0; sleep 0.05; done
+  echo "the tracer did not attach" >&2; exit 2
+}
+wait_untraced() {
+  for _ in $(seq 200); do [ "$(tracer_pid)" = 0 ] && return 0; sleep 0.05; done
+  echo "the tracer did not detach" >&2; exit 2
+}
+# stallscope prints "attached to" once every thread is traced.
+wait_line() {
+  for _ in $(seq 200); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.05; done
+  echo "no '$2' in $1: $(cat "$1")" >&2; exit 2
+}
+stop() { kill -INT "$TRACER"; wait "$TRACER" || true; TRACER=""; }
+
+ratio() { python3 -c "print(f'{float($1)/float($2):.3f}')"; }
+lost_of() { sed -n 's/.*; \([0-9]*\) lost$/\1/p' "$1" | tail -1; }
+
+rps >/dev/null # warm up (allocations, page cache)
+echo "redis-benchmark -t set -n $N -c $C on $(nproc) cores, redis $(redis-server --version | awk '{print $3}' | cut -d= -f2), kernel $(uname -r)"
+R_PF=(); R_PT=(); R_ST=(); R_TR=()
+for round in $(seq "$ROUNDS"); do
+  BASE=$(rps)
+
+  rm -f "$DIR/perf.err" # wait_line must not see the previous round's line
+  "$BIN" attach --backend perf --pid "$RPID" --format json --threshold 1s >"$DIR/perf.json" 2>"$DIR/perf.err" &
+  TRACER=$!
+  wait_line "$DIR/perf.err" "attached to"
+  PF=$(rps)
+  stop
+
+  "$BIN" attach --backend ptrace --pid "$RPID" --format json --threshold 1s >"$DIR/ptrace.json" 2>"$DIR/ptrace.err" &
+  TRACER=$!
+  wait_ptraced
+  PT=$(rps)
+  stop
+  wait_untraced
+
+  strace -f -T -p "$RPID" -o /dev/null 2>/dev/null &
+  TRACER=$!
+  wait_ptraced
+  ST=$(rps)
+  stop
+  wait_untraced
+
+  perf trace -p "$RPID" -o /dev/null 2>"$DIR/ptrace-perf.err" &
+  TRACER=$!
+  sleep 1 # perf trace has no "ready" message; it needs a moment to open its events
+  TR=$(rps)
+  stop
+
+  R_PF+=("$(ratio "$PF" "$BASE")"); R_PT+=("$(ratio "$PT" "$BASE")")
+  R_ST+=("$(ratio "$ST" "$BASE")"); R_TR+=("$(ratio "$TR" "$BASE")")
+  printf 'round %d: untraced %9s rps | --backend perf %9s (%s, %s lost) | --backend ptrace %9s (%s) | strace -f -T %9s (%s) | perf trace %9s (%s)\n' \
+    "$round" "$BASE" "$PF" "${R_PF[-1]}" "$(lost_of "$DIR/perf.err")" "$PT" "${R_PT[-1]}" "$ST" "${R_ST[-1]}" "$TR" "${R_TR[-1]}"
+done
+median() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+echo "median ratio to untraced: stallscope --backend perf $(median "${R_PF[@]}"), --backend ptrace $(median "${R_PT[@]}"), strace -f -T -p $(median "${R_ST[@]}"), perf trace -p $(median "${R_TR[@]}")"
+
+# Completeness: perf stat counts every read/write entry of redis over a window that holds
+# stallscope's. Outside the benchmark redis is idle: it writes nothing, but its cron reads
+# /proc/self/stat about ten times a second, so perf stat may count a few more reads.
+perf stat -x, -e syscalls:sys_enter_read,syscalls:sys_enter_write -p "$RPID" -o "$DIR/stat.csv" &
+STAT=$!
+sleep 0.5
+rm -f "$DIR/perf.err"
+"$BIN" attach --backend perf --pid "$RPID" --format json --threshold 1s >"$DIR/perf.json" 2>"$DIR/perf.err" &
+TRACER=$!
+wait_line "$DIR/perf.err" "attached to"
+rps >/dev/null
+stop
+sleep 0.2
+kill -INT "$STAT"; wait "$STAT" || true
+python3 - "$DIR/perf.json" "$DIR/stat.csv" "$DIR/perf.err" <<'EOF'
+import json, sys, re
+r = json.load(open(sys.argv[1]))
+calls = {s["name"]: s["calls"] for s in r.get("syscalls", [])}
+stat = {}
+for line in open(sys.argv[2]):
+    f = line.strip().split(",")
+    if len(f) > 2 and f[2].startswith("syscalls:sys_enter_"):
+        stat[f[2].split("_")[-1]] = int(f[0]) if f[0].isdigit() else 0
+err = open(sys.argv[3]).read()
+m = re.search(r"traced (\d+) syscalls \((\d+) of the main thread \d+\); (\d+) lost", err)
+print(f"completeness: read  stallscope {calls.get('read', 0)} vs perf stat {stat.get('read')}; "
+      f"write stallscope {calls.get('write', 0)} vs perf stat {stat.get('write')}; "
+      f"lost {r['summary']['lost_events']}; main thread {m.group(2) if m else '?'} of {m.group(1) if m else '?'} syscalls")
+rd, wr = calls.get("read", 0), calls.get("write", 0)
+ok = wr == stat.get("write") and 0 <= (stat.get("read") or 0) - rd <= 30 and r["summary"]["lost_events"] == 0
+print("completeness:", "every write captured, reads up to redis's idle /proc reads outside stallscope's window, nothing lost"
+      if ok else "MISMATCH")
+EOF
