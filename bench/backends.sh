@@ -6,7 +6,10 @@
 #   bench/backends.sh [REQUESTS] [CLIENTS] [ROUNDS]   (defaults 200000, 50, 3)
 #
 # The cases are interleaved over ROUNDS rounds so that load from elsewhere on the machine hits
-# them alike; each ratio is taken within its round and the median round is reported.
+# them alike. Throughput on a small VM drifts a lot from one run to the next, so each round
+# measures untraced throughput right before and right after the perf case and takes their
+# mean as that round's baseline; each ratio is taken within its round and the median round
+# is reported, beside the ratio of the totals over all rounds.
 # Then a completeness check, untimed: while the perf backend traces one more benchmark run,
 # `perf stat` counts read and write entries of the same process; the two counts must be
 # equal, and the kernel must have dropped nothing.
@@ -63,9 +66,9 @@ lost_of() { sed -n 's/.*; \([0-9]*\) lost$/\1/p' "$1" | tail -1; }
 
 rps >/dev/null # warm up (allocations, page cache)
 echo "redis-benchmark -t set -n $N -c $C on $(nproc) cores, redis $(redis-server --version | awk '{print $3}' | cut -d= -f2), kernel $(uname -r)"
-R_PF=(); R_PT=(); R_ST=(); R_TR=()
+R_PF=(); R_PT=(); R_ST=(); R_TR=(); SUM_BASE=0; SUM_PF=0
 for round in $(seq "$ROUNDS"); do
-  BASE=$(rps)
+  BASE1=$(rps)
 
   rm -f "$DIR/perf.err" # wait_line must not see the previous round's line
   "$BIN" attach --backend perf --pid "$RPID" --format json --threshold 1s >"$DIR/perf.json" 2>"$DIR/perf.err" &
@@ -73,6 +76,9 @@ for round in $(seq "$ROUNDS"); do
   wait_line "$DIR/perf.err" "attached to"
   PF=$(rps)
   stop
+  BASE2=$(rps)
+  BASE=$(python3 -c "print(f'{($BASE1 + $BASE2) / 2:.2f}')")
+  SUM_BASE=$(python3 -c "print($SUM_BASE + $BASE)"); SUM_PF=$(python3 -c "print($SUM_PF + $PF)")
 
   "$BIN" attach --backend ptrace --pid "$RPID" --format json --threshold 1s >"$DIR/ptrace.json" 2>"$DIR/ptrace.err" &
   TRACER=$!
@@ -96,10 +102,11 @@ for round in $(seq "$ROUNDS"); do
 
   R_PF+=("$(ratio "$PF" "$BASE")"); R_PT+=("$(ratio "$PT" "$BASE")")
   R_ST+=("$(ratio "$ST" "$BASE")"); R_TR+=("$(ratio "$TR" "$BASE")")
-  printf 'round %d: untraced %9s rps | --backend perf %9s (%s, %s lost) | --backend ptrace %9s (%s) | strace -f -T %9s (%s) | perf trace %9s (%s)\n' \
-    "$round" "$BASE" "$PF" "${R_PF[-1]}" "$(lost_of "$DIR/perf.err")" "$PT" "${R_PT[-1]}" "$ST" "${R_ST[-1]}" "$TR" "${R_TR[-1]}"
+  printf 'round %d: untraced %9s rps (%s, %s) | --backend perf %9s (%s, %s lost) | --backend ptrace %9s (%s) | strace -f -T %9s (%s) | perf trace %9s (%s)\n' \
+    "$round" "$BASE" "$BASE1" "$BASE2" "$PF" "${R_PF[-1]}" "$(lost_of "$DIR/perf.err")" "$PT" "${R_PT[-1]}" "$ST" "${R_ST[-1]}" "$TR" "${R_TR[-1]}"
 done
 median() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+echo "perf backend, total over all rounds: $(ratio "$SUM_PF" "$SUM_BASE") of untraced"
 echo "median ratio to untraced: stallscope --backend perf $(median "${R_PF[@]}"), --backend ptrace $(median "${R_PT[@]}"), strace -f -T -p $(median "${R_ST[@]}"), perf trace -p $(median "${R_TR[@]}")"
 
 # Completeness: perf stat counts every read/write entry of redis over a window that holds

@@ -463,6 +463,14 @@ impl PerfTracer {
     }
 
     fn open_error(&self, errno: i32, first: bool) -> AttachError {
+        if errno < 0 {
+            return AttachError::Other(format!(
+                "cannot map a perf ring buffer of {} pages ({}): give --perf-pages a smaller power of two, \
+                 or raise kernel.perf_event_mlock_kb / RLIMIT_MEMLOCK",
+                self.cfg.pages,
+                std::io::Error::from_raw_os_error(-errno)
+            ));
+        }
         let err = std::io::Error::from_raw_os_error(errno);
         match errno {
             libc::EACCES | libc::EPERM => AttachError::Other(format!(
@@ -570,7 +578,8 @@ impl PerfTracer {
             )
         };
         if p == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error()
+            // Negative: an mmap failure, told apart from perf_event_open's in `open_error`.
+            return Err(-std::io::Error::last_os_error()
                 .raw_os_error()
                 .unwrap_or(libc::ENOMEM));
         }
