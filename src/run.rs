@@ -120,6 +120,13 @@ pub fn man(cmd: clap::Command, dir: Option<&std::path::Path>) -> Result<()> {
 
 pub fn analyze(args: &AnalyzeArgs) -> Result<u64> {
     let mut opts = options(&args.out)?;
+    // `stallscope attach --record FILE` leaves the thread names beside the recording.
+    if args.out.threads.is_none() && args.files.len() == 1 {
+        let side = format!("{}.threads", args.files[0]);
+        if let Ok(text) = std::fs::read_to_string(&side) {
+            opts.thread_names = analyze::parse_thread_names(&text);
+        }
+    }
     opts.root_pid = args.pid;
     let inputs = Inputs::open(&args.files, args.input_format, args.strict)?;
     let mut an = Analyzer::new(opts);
@@ -150,7 +157,9 @@ fn pipelined(mut inputs: Inputs, mut sink: impl FnMut(&crate::event::Event)) -> 
     let (back_tx, back_rx) = std::sync::mpsc::channel::<Vec<crate::event::Event>>();
     let producer = std::thread::spawn(move || -> Result<Inputs> {
         loop {
-            let mut batch = back_rx.try_recv().unwrap_or_else(|_| Vec::with_capacity(BATCH));
+            let mut batch = back_rx
+                .try_recv()
+                .unwrap_or_else(|_| Vec::with_capacity(BATCH));
             batch.clear();
             let more = inputs.next_batch(&mut batch, BATCH)?;
             if !batch.is_empty() && tx.send(batch).is_err() {

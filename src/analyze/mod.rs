@@ -651,7 +651,11 @@ impl Analyzer {
 
         // Statistics (only calls whose duration is known).
         if sc.dur.is_some() {
-            let agg = &mut self.by_name.entry(sc.name.as_ptr() as usize).or_insert_with(|| (sc.name, Agg::default())).1;
+            let agg = &mut self
+                .by_name
+                .entry(sc.name.as_ptr() as usize)
+                .or_insert_with(|| (sc.name, Agg::default()))
+                .1;
             agg.add(dur);
             if sc.ret.is_err() {
                 agg.errors += 1;
@@ -660,7 +664,11 @@ impl Analyzer {
                 self.by_file.entry(f).or_default().add(dur);
             }
         } else {
-            let agg = &mut self.by_name.entry(sc.name.as_ptr() as usize).or_insert_with(|| (sc.name, Agg::default())).1;
+            let agg = &mut self
+                .by_name
+                .entry(sc.name.as_ptr() as usize)
+                .or_insert_with(|| (sc.name, Agg::default()))
+                .1;
             agg.count += 1;
             if sc.ret.is_err() {
                 agg.errors += 1;
@@ -749,7 +757,7 @@ impl Analyzer {
                     file: None,
                     start: pe,
                     dur: gap,
-                    line: Some(ev.line),
+                    line: (ev.line != 0).then_some(ev.line),
                     bound: Bound::Exact,
                     in_flight: None,
                     phase: self.active_phase(pe),
@@ -781,7 +789,7 @@ impl Analyzer {
                 file,
                 start: ev.ts,
                 dur,
-                line: Some(ev.line),
+                line: (ev.line != 0).then_some(ev.line),
                 bound: bound_of(sc),
                 in_flight: sc.in_flight,
                 phase: self.active_phase(ev.ts),
@@ -1100,7 +1108,8 @@ impl Analyzer {
                 _ => return,
             }
         };
-        self.by_length.push(std::cmp::Reverse((self.cands[idx].dur, idx)));
+        self.by_length
+            .push(std::cmp::Reverse((self.cands[idx].dur, idx)));
         if self.recent.len() == 64 {
             self.recent.pop_front();
         }
@@ -1303,7 +1312,7 @@ impl Analyzer {
                     path: fi.and_then(|i| i.path.as_deref().map(str::to_string)),
                     class: fi.map(|i| i.class.as_str().to_string()),
                     duration_us: s.dur / 1000,
-                    line: Some(s.line),
+                    line: (s.line != 0).then_some(s.line),
                     bound: s.bound,
                 }
             })

@@ -769,7 +769,10 @@ impl Inputs {
     /// the input is exhausted. The same events, in the same order, as `next_event`, but a
     /// single input with printed durations is parsed straight into `out`.
     pub fn next_batch(&mut self, out: &mut Vec<Event>, max: usize) -> Result<bool> {
-        let fast = self.files.len() == 1 && self.held.is_empty() && self.ready.is_empty() && !self.finished;
+        let fast = self.files.len() == 1
+            && self.held.is_empty()
+            && self.ready.is_empty()
+            && !self.finished;
         if fast && self.files[0].queue.is_empty() && self.files[0].scratch.is_empty() {
             let start = out.len();
             self.files[0].pump_into(out, start + max)?;
@@ -785,7 +788,10 @@ impl Inputs {
                     out.push(e);
                 }
             }
-            if self.files[0].done && self.files[0].queue.is_empty() && self.files[0].scratch.is_empty() {
+            if self.files[0].done
+                && self.files[0].queue.is_empty()
+                && self.files[0].scratch.is_empty()
+            {
                 // Flush what is held (nothing, unless durations were missing).
                 while let Some(e) = self.next_event()? {
                     out.push(e);
@@ -835,9 +841,8 @@ impl Inputs {
         let mut best: Option<usize> = None;
         for (i, h) in self.heads.iter().enumerate() {
             if let Some(e) = h {
-                if best.is_none_or(|b| {
-                    self.heads[b].as_ref().is_some_and(|be| e.end() < be.end())
-                }) {
+                if best.is_none_or(|b| self.heads[b].as_ref().is_some_and(|be| e.end() < be.end()))
+                {
                     best = Some(i);
                 }
             }

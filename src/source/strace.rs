@@ -1280,7 +1280,9 @@ impl StraceParser {
                             out.push(dangling_event(tid, p, ts));
                         }
                         // No entry half: the call was already running when tracing began.
+                        // Whatever arguments the resumed half shows are all we know.
                         let mut sc = Syscall::new(name);
+                        extract_args_named(&mut sc, facts, rest);
                         sc.in_flight = Some(InFlight::AtStart);
                         (sc, ts, None)
                     }
@@ -1326,17 +1328,23 @@ impl StraceParser {
                 }
             }
             Body::Detached { name, args } => {
+                // strace let go (or the trace was cut) while the call ran: like an unfinished
+                // half that never resumes, it is timed up to the last event of the trace.
                 let facts = self::name(name);
                 let mut sc = Syscall::new(facts.name);
                 extract_args_named(&mut sc, facts, args);
                 sc.in_flight = Some(InFlight::AtEnd);
                 sc.start_line = Some(start_line);
-                out.push(Event {
+                if let Some(prev) = self.pending.insert(
                     tid,
-                    ts,
-                    line: line_no,
-                    kind: EventKind::Syscall(sc),
-                });
+                    Pending {
+                        ts,
+                        line: line_no,
+                        sc,
+                    },
+                ) {
+                    out.push(dangling_event(tid, prev, ts));
+                }
             }
             Body::Signal { name, si_pid } => {
                 out.push(Event {
