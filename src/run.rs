@@ -152,7 +152,7 @@ pub fn analyze(args: &AnalyzeArgs) -> Result<u64> {
 /// about the same, and a machine running redis has at least two cores. Events travel in
 /// batches so the channel costs nothing per event; the bounded channel keeps memory flat.
 fn pipelined(mut inputs: Inputs, mut sink: impl FnMut(&crate::event::Event)) -> Result<Inputs> {
-    const BATCH: usize = 2048;
+    const BATCH: usize = 1024;
     let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<crate::event::Event>>(4);
     let (back_tx, back_rx) = std::sync::mpsc::channel::<Vec<crate::event::Event>>();
     let producer = std::thread::spawn(move || -> Result<Inputs> {
