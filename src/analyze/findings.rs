@@ -8,6 +8,15 @@ use crate::fdtable::FileClass;
 use crate::report::{Bound, Finding, Report, Severity, StallKind};
 use std::collections::BTreeMap;
 
+/// A duration in µs the way a person reads it.
+///
+/// ```
+/// use stallscope::analyze::findings::human;
+/// assert_eq!(human(4_827_551), "4.83 s");
+/// assert_eq!(human(446_945), "447 ms");
+/// assert_eq!(human(1_500), "1.5 ms");
+/// assert_eq!(human(153), "153 µs");
+/// ```
 pub fn human(us: i64) -> String {
     let us = us.max(0);
     if us >= 1_000_000 {
