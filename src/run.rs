@@ -128,9 +128,30 @@ pub fn analyze(args: &AnalyzeArgs) -> Result<u64> {
         }
     }
     opts.root_pid = args.pid;
-    let inputs = Inputs::open(&args.files, args.input_format, args.strict)?;
+    // Progress on stderr for big files read from a terminal session (silent otherwise).
+    let total: u64 = args
+        .files
+        .iter()
+        .filter(|f| f.as_str() != "-")
+        .filter_map(|f| std::fs::metadata(f).ok())
+        .map(|m| m.len())
+        .sum();
+    let mut progress = crate::progress::Progress::for_files(total);
+    let counter = progress.is_active().then(source::ByteCounter::default);
+    let inputs =
+        Inputs::open_counted(&args.files, args.input_format, args.strict, counter.clone())?;
     let mut an = Analyzer::new(opts);
-    let inputs = pipelined(inputs, |ev| an.push(ev))?;
+    let mut n = 0u32;
+    let inputs = pipelined(inputs, |ev| {
+        an.push(ev);
+        n = n.wrapping_add(1);
+        if n % 4096 == 0 {
+            if let Some(c) = &counter {
+                progress.update(c.load(std::sync::atomic::Ordering::Relaxed));
+            }
+        }
+    })?;
+    progress.finish();
     let counters = inputs.counters();
     let mut info = inputs.info();
     if an_is_empty(&counters, &inputs) {

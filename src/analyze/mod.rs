@@ -1235,6 +1235,7 @@ impl Analyzer {
             skipped_lines: counters.skips.total,
             durations: durations.to_string(),
             threshold_us: self.opts.threshold_ns / 1000,
+            top: self.opts.top,
             stalls: 0,
             stalls_not_listed: 0,
             lost_events: self.lost_events,

@@ -247,7 +247,11 @@ pub fn render(r: &Report, w: &mut dyn Write, color: bool) -> io::Result<()> {
     // Worst incidents first, at most `top` of them.
     let mut order: Vec<usize> = (0..r.incidents.len()).collect();
     order.sort_by_key(|i| std::cmp::Reverse(r.incidents[*i].duration_us));
-    let top = r.slowest.len().max(10);
+    let top = if r.summary.top == 0 {
+        20
+    } else {
+        r.summary.top
+    };
     for i in order.iter().take(top) {
         let inc = &r.incidents[*i];
         let mut head = format!("{}  {}", short_ts(&inc.ts), human(inc.duration_us));
@@ -410,7 +414,7 @@ pub fn render(r: &Report, w: &mut dyn Write, color: bool) -> io::Result<()> {
         Cell::new("file"),
         right("line"),
     ]);
-    for s in r.slowest.iter().take(10) {
+    for s in r.slowest.iter().take(top.min(10)) {
         let file = match (&s.class, &s.path) {
             (Some(c), Some(p)) => format!("{c} {}", p.rsplit('/').next().unwrap_or(p)),
             (Some(c), None) => c.clone(),

@@ -331,10 +331,20 @@ impl LineReader {
 
 /// Opens a file (or `-` for stdin), transparently gunzipping.
 pub fn open_input(path: &str) -> Result<LineReader> {
+    open_input_counted(path, None)
+}
+
+/// `open_input`, counting the raw bytes read from the file (under any gzip decoder) into
+/// `counter`, for a progress bar.
+pub fn open_input_counted(path: &str, counter: Option<ByteCounter>) -> Result<LineReader> {
     let raw: Box<dyn Read + Send> = if path == "-" {
         Box::new(std::io::stdin())
     } else {
-        Box::new(std::fs::File::open(path).with_context(|| format!("cannot open {path}"))?)
+        let f = std::fs::File::open(path).with_context(|| format!("cannot open {path}"))?;
+        match counter {
+            Some(c) => Box::new(crate::progress::CountingRead::new(f, c)),
+            None => Box::new(f),
+        }
     };
     let mut r = LineReader::new(raw);
     let head = r.peek(2).with_context(|| format!("cannot read {path}"))?;
@@ -349,6 +359,9 @@ pub fn open_input(path: &str) -> Result<LineReader> {
     }
     Ok(r)
 }
+
+/// Bytes read so far from the input files (shared with the progress bar).
+pub type ByteCounter = std::sync::Arc<std::sync::atomic::AtomicU64>;
 
 enum Parser {
     Strace(strace::StraceParser),
@@ -430,7 +443,17 @@ impl FileSource {
         default_pid: Option<Tid>,
         strict: bool,
     ) -> Result<Self> {
-        let mut reader = open_input(path)?;
+        Self::open_counted(path, format, default_pid, strict, None)
+    }
+
+    pub fn open_counted(
+        path: &str,
+        format: InputFormat,
+        default_pid: Option<Tid>,
+        strict: bool,
+        counter: Option<ByteCounter>,
+    ) -> Result<Self> {
+        let mut reader = open_input_counted(path, counter)?;
         let label = if path == "-" {
             "<stdin>".to_string()
         } else {
@@ -697,17 +720,28 @@ fn pid_suffix(path: &str) -> Option<Tid> {
 
 impl Inputs {
     pub fn open(args: &[String], format: InputFormat, strict: bool) -> Result<Self> {
+        Self::open_counted(args, format, strict, None)
+    }
+
+    /// `open`, counting bytes read from the files into `counter` (see `ByteCounter`).
+    pub fn open_counted(
+        args: &[String],
+        format: InputFormat,
+        strict: bool,
+        counter: Option<ByteCounter>,
+    ) -> Result<Self> {
         let expanded = expand_inputs(args)?;
         let many = expanded.len() > 1;
         let mut files = vec![];
         for (path, pid) in expanded {
             // A pid suffix only names the process for -ff sets; a lone `trace.1234` file
             // may well have a pid column of its own, which wins anyway.
-            files.push(FileSource::open(
+            files.push(FileSource::open_counted(
                 &path,
                 format,
                 if many || pid.is_some() { pid } else { None },
                 strict,
+                counter.clone(),
             )?);
         }
         let n = files.len();
