@@ -96,6 +96,8 @@ fn is_idle(name: &str, role: Role) -> bool {
         "epoll_wait" | "epoll_pwait" | "epoll_pwait2" | "poll" | "ppoll" | "select"
         | "pselect6" | "nanosleep" | "clock_nanosleep" | "pause" | "rt_sigtimedwait"
         | "rt_sigsuspend" | "restart_syscall" => true,
+        // A process tearing down its address space on exit holds no one up.
+        "exit" | "exit_group" => true,
         "futex" | "wait4" | "waitid" | "read" if role != Role::Main => {
             name != "read" || role == Role::Other
         }
@@ -1124,8 +1126,24 @@ impl Analyzer {
         fresh
             .into_iter()
             .filter(|i| self.keep_cand(&self.cands[*i]))
-            .map(|i| self.stall_of(&self.cands[i], clock, first))
+            .map(|i| {
+                let mut c = self.cands[i].clone();
+                self.client_facing_only(&mut c);
+                self.stall_of(&c, clock, first)
+            })
             .collect()
+    }
+
+    /// Only the threads that serve clients hold them up: a child or bio thread's stall that
+    /// overlaps a command did not delay it (had it, the main thread would have stalled too).
+    fn client_facing_only(&self, c: &mut Cand) {
+        if !matches!(self.role(c.tid), Role::Main | Role::IoThread) {
+            c.waiting = 0;
+            c.clients.clear();
+            c.worst_wait = None;
+            c.held.clear();
+            c.by_cmd.clear();
+        }
     }
 
     fn keep_cand(&self, c: &Cand) -> bool {
@@ -1474,16 +1492,8 @@ impl Analyzer {
             .filter(|c| self.keep_cand(c))
             .cloned()
             .collect();
-        // Only the threads that serve clients hold them up; a child or bio thread's stall
-        // overlapping a command did not delay it (if it did, the main thread stalled too).
         for c in &mut cands {
-            if !matches!(self.role(c.tid), Role::Main | Role::IoThread) {
-                c.waiting = 0;
-                c.clients.clear();
-                c.worst_wait = None;
-                c.held.clear();
-                c.by_cmd.clear();
-            }
+            self.client_facing_only(c);
         }
         let mut stalls: Vec<(Cand, Stall)> = cands
             .into_iter()
