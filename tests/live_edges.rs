@@ -584,19 +584,14 @@ fn calls_in_flight_at_attach_and_at_detach_are_reported_as_lower_bounds() {
         a.stderr
     );
 
-    // 2. Every log line now blocks the main thread in close() of the log file; a new
-    //    connection logs one ("Accepted ..." at loglevel verbose). stallscope is stopped
-    //    while that close() runs.
+    // 2. Every log line now blocks the main thread in close() of the log file; a SAVE logs
+    //    one ("DB saved on disk") before its reply, so the SAVE waits for that close().
+    //    stallscope is stopped while the close() runs.
     fs.set_rules(&format!(
         r#"{{"rules": [{{"op": "flush", "match": "redis.log", "ms": {FLUSH_MS}}}]}}"#
     ));
-    let mut c = Client::connect(port, Duration::from_secs(20)).expect("connect");
-    assert_eq!(
-        c.cmd(&["CONFIG", "SET", "loglevel", "verbose"]).ok(),
-        Some("+OK".to_string())
-    );
-    let logger = std::thread::spawn(move || {
-        Client::connect(port, Duration::from_secs(20)).and_then(|mut c| c.cmd(&["PING"]))
+    let save = std::thread::spawn(move || {
+        Client::connect(port, Duration::from_secs(20)).and_then(|mut c| c.cmd(&["SAVE"]))
     });
     assert!(
         redis.wait_main_in(SYS_CLOSE, Duration::from_secs(3)),
@@ -620,13 +615,11 @@ fn calls_in_flight_at_attach_and_at_detach_are_reported_as_lower_bounds() {
         r["stalls"], r["in_flight"]
     );
 
-    // Redis is unharmed: the close() ends when slowfs lets it, then it serves again (with a
-    // fast disk: at loglevel verbose every new connection writes to the log).
+    // Redis is unharmed: the close() ends when slowfs lets it, the SAVE is answered, and
+    // redis serves again (with a fast disk, so the log lines of its shutdown do not wait).
     fs.set_rules(r#"{"rules": []}"#);
-    assert_eq!(
-        logger.join().expect("PING thread").ok().as_deref(),
-        Some("+PONG")
-    );
+    let save_reply = save.join().expect("SAVE thread");
+    assert_eq!(save_reply.as_deref().ok(), Some("+OK"), "{save_reply:?}");
     assert!(redis.ping_within(Duration::from_secs(2)));
     assert_eq!(redis.tracer_pid(), 0, "detached");
 
@@ -689,6 +682,12 @@ fn calls_in_flight_at_attach_and_at_detach_are_reported_as_lower_bounds() {
     assert!(
         d2 >= 400_000 && d2 < (FLUSH_MS as i64) * 1000 && d2 <= to_stop + 1_500_000,
         "close() known part {d2} us; {to_stop} us from its start to the SIGINT: {last}"
+    );
+    // Who waited: the SAVE, read before the close() began and not answered by the detach.
+    assert_eq!(last["waiting_by_command"]["SAVE"], 1, "{last}");
+    assert!(
+        last["waiting_clients"].as_u64() >= Some(1) && last["worst_wait_us"].as_i64() >= Some(d2),
+        "{last}"
     );
     assert!(
         r["summary"]["in_flight_at_start"].as_u64() >= Some(1)
