@@ -149,6 +149,13 @@ pub(super) fn explain(a: &Analyzer, c: &Cand, role: Role) -> (Option<String>, St
         (Role::Main, c2, _) if c2.is_disk_file() => {
             (id("disk-contention"), "file I/O in the main thread waited on a busy disk".into())
         }
+        (Role::Main, FileClass::Unknown, "close") if c.file.is_none() && c.in_flight.is_some() => (
+            None,
+            "the fd was opened before tracing began, so its file is unknown; in redis a close() \
+             that blocks the main thread for long is most often the log file, which is closed \
+             after every log line (rerun with -y, or attach earlier, to confirm)"
+                .into(),
+        ),
         _ => (None, "no finding explains it".into()),
     };
     (fid, format!("{base}: {why}"))

@@ -1075,10 +1075,13 @@ impl Analyzer {
     /// ended when the request arrived; one that returned at once means the request was
     /// already queued, at the latest since the previous wait ended.
     fn request_time(&mut self, tid: Tid, at: Nanos) -> Nanos {
+        let first = self.first_ts.unwrap_or(at);
         let t = self.thread(tid);
         let req = match t.cur_wait {
             Some((s, e)) if e - s >= BLOCKED_WAIT => e,
-            Some((s, _)) => t.prev_wait_end.unwrap_or(s),
+            // Returned at once with no earlier wait in the trace: queued since before the
+            // trace began, as far as it can tell.
+            Some((s, _)) => t.prev_wait_end.unwrap_or(first.min(s)),
             None => at,
         };
         req.min(at)
