@@ -685,22 +685,23 @@ impl Analyzer {
             e.1 += dur;
         }
 
+        let rec = || SlowRec {
+            dur,
+            tid,
+            proc,
+            name: sc.name,
+            fd: sc.fd,
+            file,
+            ts: ev.ts,
+            line: ev.line,
+            bound: bound_of(sc),
+        };
+
         // Slowest calls (non-waits), bounded.
         if !is_wait_call(sc.name) && sc.dur.is_some() {
             let keep = self.opts.top.max(20);
             if self.slowest.len() < keep || self.slowest.last().is_some_and(|s| s.dur < dur) {
-                let rec = SlowRec {
-                    dur,
-                    tid,
-                    proc,
-                    name: sc.name,
-                    fd: sc.fd,
-                    file,
-                    ts: ev.ts,
-                    line: ev.line,
-                    bound: bound_of(sc),
-                };
-                self.slowest.push(rec);
+                self.slowest.push(rec());
                 self.slowest.sort_by_key(|s| std::cmp::Reverse(s.dur));
                 self.slowest.truncate(keep);
             }
@@ -709,17 +710,7 @@ impl Analyzer {
         if let Some(floor) = self.opts.timeline_floor_ns {
             if !idle && sc.dur.is_some() && dur >= floor {
                 self.timeline_seq += 1;
-                let rec = SlowRec {
-                    dur,
-                    tid,
-                    proc,
-                    name: sc.name,
-                    fd: sc.fd,
-                    file,
-                    ts: ev.ts,
-                    line: ev.line,
-                    bound: bound_of(sc),
-                };
+                let rec = rec();
                 let t = self.timeline.entry(tid).or_default();
                 if t.calls.len() >= report::TIMELINE_MAX_PER_THREAD {
                     match t.heap.peek() {
@@ -729,10 +720,7 @@ impl Analyzer {
                             }
                             t.dropped += 1;
                         }
-                        _ => {
-                            t.dropped += 1;
-                            t.calls.len();
-                        }
+                        _ => t.dropped += 1,
                     }
                 }
                 if t.calls.len() < report::TIMELINE_MAX_PER_THREAD {

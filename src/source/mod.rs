@@ -659,6 +659,12 @@ impl FileSource {
     }
 }
 
+/// A finished call whose duration the trace did not print: it waits for the thread's next
+/// event, which bounds it.
+fn needs_hold(e: &Event) -> bool {
+    matches!(&e.kind, EventKind::Syscall(sc) if sc.dur.is_none() && sc.in_flight.is_none())
+}
+
 /// Several `strace -ff` files (or any several inputs) merged by time into one stream.
 pub struct Inputs {
     files: Vec<FileSource>,
@@ -779,23 +785,11 @@ impl Inputs {
                     continue;
                 }
             };
-            if !self.held.is_empty() {
-                if let Some(mut prev) = self.held.remove(&ev.tid) {
-                    if let EventKind::Syscall(sc) = &mut prev.kind {
-                        sc.dur = Some((ev.ts - prev.ts).max(0));
-                        sc.dur_src = DurSource::UpperBound;
-                    }
-                    self.ready.push_back(prev);
-                }
-            }
-            let hold = matches!(&ev.kind, EventKind::Syscall(sc) if sc.dur.is_none() && sc.in_flight.is_none());
-            if hold {
-                self.held.insert(ev.tid, ev);
-            } else if self.ready.is_empty() {
+            // Most events need no hold-back: hand them over without the queue.
+            if self.held.is_empty() && self.ready.is_empty() && !needs_hold(&ev) {
                 return Ok(Some(ev));
-            } else {
-                self.ready.push_back(ev);
             }
+            self.route(ev);
         }
     }
 
@@ -810,7 +804,6 @@ impl Inputs {
         if fast && self.files[0].queue.is_empty() && self.files[0].scratch.is_empty() {
             let start = out.len();
             self.files[0].pump_into(out, start + max)?;
-            let needs_hold = |e: &Event| matches!(&e.kind, EventKind::Syscall(sc) if sc.dur.is_none() && sc.in_flight.is_none());
             if let Some(first) = out[start..].iter().position(needs_hold) {
                 // A call without a printed duration: from here on, the per-thread hold-back
                 // of `next_event` decides the order.
@@ -853,8 +846,7 @@ impl Inputs {
             }
             self.ready.push_back(prev);
         }
-        let hold = matches!(&ev.kind, EventKind::Syscall(sc) if sc.dur.is_none() && sc.in_flight.is_none());
-        if hold {
+        if needs_hold(&ev) {
             self.held.insert(ev.tid, ev);
         } else {
             self.ready.push_back(ev);
