@@ -187,12 +187,8 @@ impl Skips {
         *self.by_reason.entry(reason).or_default() += 1;
         if self.first.len() < KEEP_SKIPPED {
             let cut = &text[..text.len().min(120)];
-            self.first.push((
-                file.to_string(),
-                line,
-                reason,
-                String::from_utf8_lossy(cut).into_owned(),
-            ));
+            self.first
+                .push((file.to_string(), line, reason, redact(cut)));
         }
     }
     fn merge(&mut self, o: &Skips) {
@@ -206,6 +202,37 @@ impl Skips {
             }
         }
     }
+}
+
+/// A skipped line as the report shows it: strace's quoted strings are buffers that hold user
+/// keys and values, so their contents are replaced by `…` (the shape of the line stays).
+pub fn redact(line: &[u8]) -> String {
+    let mut out = Vec::with_capacity(line.len());
+    let mut in_str = false;
+    let mut i = 0;
+    while i < line.len() {
+        let b = line[i];
+        if in_str {
+            if b == b'\\' {
+                i += 2;
+                continue;
+            }
+            if b == b'"' {
+                in_str = false;
+                out.extend_from_slice("…\"".as_bytes());
+            }
+        } else {
+            out.push(b);
+            if b == b'"' {
+                in_str = true;
+            }
+        }
+        i += 1;
+    }
+    if in_str {
+        out.extend_from_slice("…".as_bytes());
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// Counters a source keeps while it runs.
@@ -935,4 +962,19 @@ pub fn no_events_error(label: &str, c: &Counters) -> anyhow::Error {
         "{label}: not a strace or perf trace: none of its {} lines is a syscall{first}",
         c.lines
     )
+}
+
+#[cfg(test)]
+mod redact_tests {
+    use super::redact;
+
+    #[test]
+    fn strings_are_masked_shape_is_kept() {
+        assert_eq!(
+            redact(br#"write(7, "*3\r\n$3\r\nSET\r\n$6\r\nsecret"..., 40) garbage"#),
+            r#"write(7, "…"..., 40) garbage"#
+        );
+        assert_eq!(redact(br#"read(8, "cut off key"#), r#"read(8, "…"#);
+        assert_eq!(redact(b"no strings here"), "no strings here");
+    }
 }
