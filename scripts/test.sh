@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Installs what the tests need (redis-server and strace from Debian's packages; rustfmt and
-# clippy for CI's checks), then runs the whole test suite. Run as root on Debian/Ubuntu, or
-# with the packages already installed.
+# Installs what the tests need (redis-server, strace and FUSE from Debian's packages, fusepy
+# from PyPI for ../shared/slowfs; rustfmt and clippy for CI's checks), then runs the whole
+# test suite. Run as root on Debian/Ubuntu, or with the packages already installed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -9,6 +9,12 @@ need=()
 command -v redis-server >/dev/null || need+=(redis-server)
 command -v redis-cli >/dev/null || need+=(redis-tools)
 command -v strace >/dev/null || need+=(strace)
+# tests/live_edges.rs mounts ../shared/slowfs (FUSE through fusepy, which loads libfuse.so.2).
+command -v fusermount >/dev/null || need+=(fuse)
+dpkg -s libfuse2 >/dev/null 2>&1 || need+=(libfuse2)
+if ! python3 -c 'import fuse' 2>/dev/null && ! python3 -m pip --version >/dev/null 2>&1; then
+  need+=(python3-pip)
+fi
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" -eq 0 ]; then
     apt-get update -qq
@@ -17,6 +23,10 @@ if [ ${#need[@]} -gt 0 ]; then
     sudo apt-get update -qq
     sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
   fi
+fi
+if ! python3 -c 'import fuse' 2>/dev/null; then
+  # Debian's own python refuses system-wide pip installs (PEP 668) unless told otherwise.
+  python3 -m pip install -q fusepy 2>/dev/null || python3 -m pip install -q --break-system-packages fusepy
 fi
 # The perf backend of `attach` reads the kernel's syscall tracepoints through tracefs.
 if [ ! -d /sys/kernel/tracing/events ] && [ ! -d /sys/kernel/debug/tracing/events ] && [ "$(id -u)" -eq 0 ]; then

@@ -163,6 +163,13 @@ pub struct AttachArgs {
 }
 
 /// `500us`, `10ms`, `0.2s`, `1500000ns`, `2m` -> ns
+///
+/// ```
+/// use stallscope::cli::parse_duration;
+/// assert_eq!(parse_duration("10ms"), Ok(10_000_000));
+/// assert_eq!(parse_duration("0.2s"), Ok(200_000_000));
+/// assert!(parse_duration("10").is_err()); // a unit is required
+/// ```
 pub fn parse_duration(s: &str) -> Result<i64, String> {
     let t = s.trim();
     let split = t

@@ -74,6 +74,8 @@ pub struct Summary {
     /// "measured" | "reconstructed" | "mixed"
     pub durations: String,
     pub threshold_us: i64,
+    /// `--top`: how many incidents and slow calls the table shows.
+    pub top: usize,
     pub stalls: u64,
     /// Stalls counted but not listed: only the longest `stalls` are kept in detail.
     pub stalls_not_listed: u64,

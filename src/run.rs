@@ -120,10 +120,38 @@ pub fn man(cmd: clap::Command, dir: Option<&std::path::Path>) -> Result<()> {
 
 pub fn analyze(args: &AnalyzeArgs) -> Result<u64> {
     let mut opts = options(&args.out)?;
+    // `stallscope attach --record FILE` leaves the thread names beside the recording.
+    if args.out.threads.is_none() && args.files.len() == 1 {
+        let side = format!("{}.threads", args.files[0]);
+        if let Ok(text) = std::fs::read_to_string(&side) {
+            opts.thread_names = analyze::parse_thread_names(&text);
+        }
+    }
     opts.root_pid = args.pid;
-    let inputs = Inputs::open(&args.files, args.input_format, args.strict)?;
+    // Progress on stderr for big files read from a terminal session (silent otherwise).
+    let total: u64 = args
+        .files
+        .iter()
+        .filter(|f| f.as_str() != "-")
+        .filter_map(|f| std::fs::metadata(f).ok())
+        .map(|m| m.len())
+        .sum();
+    let mut progress = crate::progress::Progress::for_files(total);
+    let counter = progress.is_active().then(source::ByteCounter::default);
+    let inputs =
+        Inputs::open_counted(&args.files, args.input_format, args.strict, counter.clone())?;
     let mut an = Analyzer::new(opts);
-    let inputs = pipelined(inputs, |ev| an.push(ev))?;
+    let mut n = 0u32;
+    let inputs = pipelined(inputs, |ev| {
+        an.push(ev);
+        n = n.wrapping_add(1);
+        if n % 4096 == 0 {
+            if let Some(c) = &counter {
+                progress.update(c.load(std::sync::atomic::Ordering::Relaxed));
+            }
+        }
+    })?;
+    progress.finish();
     let counters = inputs.counters();
     let mut info = inputs.info();
     if an_is_empty(&counters, &inputs) {
@@ -145,7 +173,7 @@ pub fn analyze(args: &AnalyzeArgs) -> Result<u64> {
 /// about the same, and a machine running redis has at least two cores. Events travel in
 /// batches so the channel costs nothing per event; the bounded channel keeps memory flat.
 fn pipelined(mut inputs: Inputs, mut sink: impl FnMut(&crate::event::Event)) -> Result<Inputs> {
-    const BATCH: usize = 2048;
+    const BATCH: usize = 1024;
     let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<crate::event::Event>>(4);
     let (back_tx, back_rx) = std::sync::mpsc::channel::<Vec<crate::event::Event>>();
     let producer = std::thread::spawn(move || -> Result<Inputs> {

@@ -1,8 +1,9 @@
 //! `stallscope attach` against a real redis-server: each test starts its own redis on a free
 //! loopback port in a temp dir, attaches, drives a bounded load, and checks the report and
 //! that redis is unharmed. Each test runs with both backends (`<test>::ptrace`,
-//! `<test>::perf`), one at a time (a static lock). Without redis-server (or, for perf, without
-//! tracefs) the tests are skipped, except under CI=true where that is a failure.
+//! `<test>::perf`), one at a time (a static lock and a file lock shared with the other ptrace
+//! test binaries). Without redis-server (or, for perf, without tracefs) the tests are skipped,
+//! except under CI=true where that is a failure.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -13,8 +14,28 @@ use std::time::{Duration, Instant};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+/// Serializes ptrace tests within this binary (the mutex) and with the other test binaries
+/// and concurrent `cargo test` runs on the machine (an flock on the same file as
+/// tests/live_edges.rs, released when the file closes).
+struct Serial {
+    _m: std::sync::MutexGuard<'static, ()>,
+    _f: Option<std::fs::File>,
+}
+
+fn serial() -> Serial {
+    let m = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let path = std::env::temp_dir().join("stallscope-ptrace-tests.lock");
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+        .ok();
+    if let Some(f) = &f {
+        use std::os::unix::io::AsRawFd;
+        unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) };
+    }
+    Serial { _m: m, _f: f }
 }
 
 fn have_redis() -> bool {

@@ -8,6 +8,15 @@ use crate::fdtable::FileClass;
 use crate::report::{Bound, Finding, Report, Severity, StallKind};
 use std::collections::BTreeMap;
 
+/// A duration in µs the way a person reads it.
+///
+/// ```
+/// use stallscope::analyze::findings::human;
+/// assert_eq!(human(4_827_551), "4.83 s");
+/// assert_eq!(human(446_945), "447 ms");
+/// assert_eq!(human(1_500), "1.5 ms");
+/// assert_eq!(human(153), "153 µs");
+/// ```
 pub fn human(us: i64) -> String {
     let us = us.max(0);
     if us >= 1_000_000 {
@@ -140,6 +149,13 @@ pub(super) fn explain(a: &Analyzer, c: &Cand, role: Role) -> (Option<String>, St
         (Role::Main, c2, _) if c2.is_disk_file() => {
             (id("disk-contention"), "file I/O in the main thread waited on a busy disk".into())
         }
+        (Role::Main, FileClass::Unknown, "close") if c.file.is_none() && c.in_flight.is_some() => (
+            None,
+            "the fd was opened before tracing began, so its file is unknown; in redis a close() \
+             that blocks the main thread for long is most often the log file, which is closed \
+             after every log line (rerun with -y, or attach earlier, to confirm)"
+                .into(),
+        ),
         _ => (None, "no finding explains it".into()),
     };
     (fid, format!("{base}: {why}"))

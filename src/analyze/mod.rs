@@ -96,6 +96,8 @@ fn is_idle(name: &str, role: Role) -> bool {
         "epoll_wait" | "epoll_pwait" | "epoll_pwait2" | "poll" | "ppoll" | "select"
         | "pselect6" | "nanosleep" | "clock_nanosleep" | "pause" | "rt_sigtimedwait"
         | "rt_sigsuspend" | "restart_syscall" => true,
+        // A process tearing down its address space on exit holds no one up.
+        "exit" | "exit_group" => true,
         "futex" | "wait4" | "waitid" | "read" if role != Role::Main => {
             name != "read" || role == Role::Other
         }
@@ -683,22 +685,23 @@ impl Analyzer {
             e.1 += dur;
         }
 
+        let rec = || SlowRec {
+            dur,
+            tid,
+            proc,
+            name: sc.name,
+            fd: sc.fd,
+            file,
+            ts: ev.ts,
+            line: ev.line,
+            bound: bound_of(sc),
+        };
+
         // Slowest calls (non-waits), bounded.
         if !is_wait_call(sc.name) && sc.dur.is_some() {
             let keep = self.opts.top.max(20);
             if self.slowest.len() < keep || self.slowest.last().is_some_and(|s| s.dur < dur) {
-                let rec = SlowRec {
-                    dur,
-                    tid,
-                    proc,
-                    name: sc.name,
-                    fd: sc.fd,
-                    file,
-                    ts: ev.ts,
-                    line: ev.line,
-                    bound: bound_of(sc),
-                };
-                self.slowest.push(rec);
+                self.slowest.push(rec());
                 self.slowest.sort_by_key(|s| std::cmp::Reverse(s.dur));
                 self.slowest.truncate(keep);
             }
@@ -707,17 +710,7 @@ impl Analyzer {
         if let Some(floor) = self.opts.timeline_floor_ns {
             if !idle && sc.dur.is_some() && dur >= floor {
                 self.timeline_seq += 1;
-                let rec = SlowRec {
-                    dur,
-                    tid,
-                    proc,
-                    name: sc.name,
-                    fd: sc.fd,
-                    file,
-                    ts: ev.ts,
-                    line: ev.line,
-                    bound: bound_of(sc),
-                };
+                let rec = rec();
                 let t = self.timeline.entry(tid).or_default();
                 if t.calls.len() >= report::TIMELINE_MAX_PER_THREAD {
                     match t.heap.peek() {
@@ -727,10 +720,7 @@ impl Analyzer {
                             }
                             t.dropped += 1;
                         }
-                        _ => {
-                            t.dropped += 1;
-                            t.calls.len();
-                        }
+                        _ => t.dropped += 1,
                     }
                 }
                 if t.calls.len() < report::TIMELINE_MAX_PER_THREAD {
@@ -757,7 +747,7 @@ impl Analyzer {
                     file: None,
                     start: pe,
                     dur: gap,
-                    line: Some(ev.line),
+                    line: (ev.line != 0).then_some(ev.line),
                     bound: Bound::Exact,
                     in_flight: None,
                     phase: self.active_phase(pe),
@@ -789,7 +779,7 @@ impl Analyzer {
                 file,
                 start: ev.ts,
                 dur,
-                line: Some(ev.line),
+                line: (ev.line != 0).then_some(ev.line),
                 bound: bound_of(sc),
                 in_flight: sc.in_flight,
                 phase: self.active_phase(ev.ts),
@@ -1073,10 +1063,13 @@ impl Analyzer {
     /// ended when the request arrived; one that returned at once means the request was
     /// already queued, at the latest since the previous wait ended.
     fn request_time(&mut self, tid: Tid, at: Nanos) -> Nanos {
+        let first = self.first_ts.unwrap_or(at);
         let t = self.thread(tid);
         let req = match t.cur_wait {
             Some((s, e)) if e - s >= BLOCKED_WAIT => e,
-            Some((s, _)) => t.prev_wait_end.unwrap_or(s),
+            // Returned at once with no earlier wait in the trace: queued since before the
+            // trace began, as far as it can tell.
+            Some((s, _)) => t.prev_wait_end.unwrap_or(first.min(s)),
             None => at,
         };
         req.min(at)
@@ -1124,8 +1117,24 @@ impl Analyzer {
         fresh
             .into_iter()
             .filter(|i| self.keep_cand(&self.cands[*i]))
-            .map(|i| self.stall_of(&self.cands[i], clock, first))
+            .map(|i| {
+                let mut c = self.cands[i].clone();
+                self.client_facing_only(&mut c);
+                self.stall_of(&c, clock, first)
+            })
             .collect()
+    }
+
+    /// Only the threads that serve clients hold them up: a child or bio thread's stall that
+    /// overlaps a command did not delay it (had it, the main thread would have stalled too).
+    fn client_facing_only(&self, c: &mut Cand) {
+        if !matches!(self.role(c.tid), Role::Main | Role::IoThread) {
+            c.waiting = 0;
+            c.clients.clear();
+            c.worst_wait = None;
+            c.held.clear();
+            c.by_cmd.clear();
+        }
     }
 
     fn keep_cand(&self, c: &Cand) -> bool {
@@ -1235,6 +1244,7 @@ impl Analyzer {
             skipped_lines: counters.skips.total,
             durations: durations.to_string(),
             threshold_us: self.opts.threshold_ns / 1000,
+            top: self.opts.top,
             stalls: 0,
             stalls_not_listed: 0,
             lost_events: self.lost_events,
@@ -1312,7 +1322,7 @@ impl Analyzer {
                     path: fi.and_then(|i| i.path.as_deref().map(str::to_string)),
                     class: fi.map(|i| i.class.as_str().to_string()),
                     duration_us: s.dur / 1000,
-                    line: Some(s.line),
+                    line: (s.line != 0).then_some(s.line),
                     bound: s.bound,
                 }
             })
@@ -1473,16 +1483,8 @@ impl Analyzer {
             .filter(|c| self.keep_cand(c))
             .cloned()
             .collect();
-        // Only the threads that serve clients hold them up; a child or bio thread's stall
-        // overlapping a command did not delay it (if it did, the main thread stalled too).
         for c in &mut cands {
-            if !matches!(self.role(c.tid), Role::Main | Role::IoThread) {
-                c.waiting = 0;
-                c.clients.clear();
-                c.worst_wait = None;
-                c.held.clear();
-                c.by_cmd.clear();
-            }
+            self.client_facing_only(c);
         }
         let mut stalls: Vec<(Cand, Stall)> = cands
             .into_iter()

@@ -418,3 +418,56 @@ fn thread_name_file_formats() {
     let m = parse_thread_names("  PID   TID COMMAND\n 7313  7318 bio_aof_fsync\n");
     assert_eq!(m.get(&7318).map(String::as_str), Some("bio_aof_fsync"));
 }
+
+#[test]
+fn close_running_before_the_trace_with_unknown_fd_says_what_it_likely_is() {
+    let mut s = Seq::new();
+    let mut sc = Syscall::new("close");
+    sc.dur = Some(4_800 * MS);
+    sc.dur_src = DurSource::Measured;
+    sc.in_flight = Some(InFlight::AtStart);
+    s.ev(100, 0, EventKind::Syscall(sc));
+    s.call(
+        100,
+        4_801 * MS,
+        10 * US,
+        "epoll_wait",
+        Some(5),
+        0,
+        Extra::None,
+    );
+    let r = s.report();
+    assert_eq!(r.stalls.len(), 1);
+    assert_eq!(r.stalls[0].bound, Bound::AtLeast);
+    assert!(
+        r.stalls[0].cause.contains("log file"),
+        "{}",
+        r.stalls[0].cause
+    );
+    assert!(r.stalls[0].finding.is_none());
+}
+
+#[test]
+fn request_queued_during_a_stall_at_the_start_waited_for_it() {
+    let mut s = Seq::new();
+    // fdatasync already running at attach, 0..3 s; then the loop finds a queued PING.
+    let mut sc = Syscall::new("fdatasync");
+    sc.fd = Some(7);
+    sc.dur = Some(3_000 * MS);
+    sc.dur_src = DurSource::Measured;
+    sc.in_flight = Some(InFlight::AtStart);
+    s.ev(100, 0, EventKind::Syscall(sc));
+    s.call(
+        100,
+        3_000 * MS,
+        5 * US,
+        "epoll_wait",
+        Some(5),
+        1,
+        Extra::None,
+    );
+    s.read(100, 3_001 * MS, 9, b"*1\r\n$4\r\nPING\r\n");
+    s.write(100, 3_002 * MS, 10 * US, 9, b"+PONG\r\n");
+    let r = s.report();
+    assert_eq!(r.stalls[0].waiting_commands, 1, "{:?}", r.stalls[0]);
+}

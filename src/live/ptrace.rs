@@ -927,7 +927,22 @@ impl Inner {
         self.stats.detach_mono = detach_ts;
         let tids: Vec<Tid> = self.threads.keys().copied().collect();
         for tid in &tids {
-            if let Some(e) = self.threads.get_mut(tid).and_then(|t| t.entry.take()) {
+            let entry = match self.threads.get_mut(tid) {
+                Some(t) if t.entry.is_some() => t.entry.take(),
+                Some(t) if t.from_attach && t.awaiting_first_stop => {
+                    // Never stopped since the seize: blocked in an uninterruptible call for
+                    // the whole trace (a close() or fdatasync on a stalled disk). It must not
+                    // be silent; the kernel still knows which call it is.
+                    let e = blocked_since_attach(*tid, self.attach_ts);
+                    if e.is_some() {
+                        // Its stop, when it comes, ends a call that was already reported.
+                        t.awaiting_first_stop = false;
+                    }
+                    e
+                }
+                _ => None,
+            };
+            if let Some(e) = entry {
                 let mut sc = Syscall::new(syscall_name(e.nr));
                 sc.dur = Some((detach_ts - e.ts).max(0));
                 sc.dur_src = event::DurSource::Measured;
@@ -963,6 +978,16 @@ impl Inner {
                 // into an event, just pass on a signal if it was one.
                 let sig = libc::WSTOPSIG(status);
                 let event = (status >> 16) & 0xff;
+                let first = self
+                    .threads
+                    .get(&tid)
+                    .is_some_and(|t| t.from_attach && t.awaiting_first_stop);
+                if first && event == libc::PTRACE_EVENT_STOP {
+                    // The first stop after the seize, queued before the detach: it was not
+                    // in a call at detach (that case was reported above), but may just have
+                    // left one that began before the attach.
+                    self.check_in_flight_at_attach(tid, now.min(detach_ts));
+                }
                 let pass = if sig == (libc::SIGTRAP | 0x80) || event != 0 {
                     0
                 } else {
@@ -1032,6 +1057,41 @@ impl Inner {
             kind: EventKind::Detach,
         });
     }
+}
+
+/// The call a thread has been blocked in since before `attach_ts`, from /proc (the thread
+/// cannot be stopped to read its registers). None unless it sleeps inside a syscall now:
+/// a thread already in a tracing stop has left its call, and its stop says how.
+fn blocked_since_attach(tid: Tid, attach_ts: Nanos) -> Option<Entry> {
+    let stat = std::fs::read_to_string(format!("/proc/{tid}/stat")).ok()?;
+    let state = stat.rsplit_once(')')?.1.split_whitespace().next()?;
+    if !matches!(state, "D" | "S") {
+        return None;
+    }
+    let (nr, args) =
+        parse_proc_syscall(&std::fs::read_to_string(format!("/proc/{tid}/syscall")).ok()?)?;
+    Some(Entry {
+        ts: attach_ts,
+        nr,
+        args,
+        in_flight: Some(InFlight::AtEnd),
+    })
+}
+
+/// `/proc/TID/syscall`: "NR ARG1..ARG6 SP PC" (hex args) while in a call, "-1 SP PC" when
+/// blocked outside one, "running" when on a CPU.
+fn parse_proc_syscall(s: &str) -> Option<(i64, [u64; 6])> {
+    let mut it = s.split_whitespace();
+    let nr: i64 = it.next()?.parse().ok()?;
+    if nr < 0 {
+        return None;
+    }
+    let mut args = [0u64; 6];
+    for a in &mut args {
+        let v = it.next()?;
+        *a = u64::from_str_radix(v.trim_start_matches("0x"), 16).ok()?;
+    }
+    Some((nr, args))
 }
 
 fn list_tasks(pid: Tid) -> std::io::Result<Vec<Tid>> {

@@ -98,7 +98,7 @@ pub fn stall_line(s: &Stall) -> String {
     };
     let mut line = format!(
         "{} {:>9} {:<8} {}",
-        s.ts,
+        short_ts(&s.ts),
         format!("{}{}", bound_word(s.bound), human(s.duration_us)),
         s.thread,
         what
@@ -107,6 +107,15 @@ pub fn stall_line(s: &Stall) -> String {
         line.push_str(&format!("  {i}"));
     }
     line
+}
+
+/// Live timestamps are ISO 8601 (with date and offset, in the JSON); in a table the time of
+/// day is what fits and what is read.
+fn short_ts(ts: &str) -> &str {
+    match ts.split_once('T') {
+        Some((_, t)) => t.split(['+', 'Z']).next().unwrap_or(t),
+        None => ts,
+    }
 }
 
 fn table() -> Table {
@@ -146,10 +155,23 @@ pub fn render(r: &Report, w: &mut dyn Write, color: bool) -> io::Result<()> {
             r.source.format
         ))
     )?;
-    let mut meta = format!(
-        "{files}: {} lines, {} syscalls, {} threads; durations {}",
-        r.summary.lines, r.summary.syscalls, r.summary.threads, r.summary.durations
-    );
+    let mut meta = if r.source.kind == "live" {
+        format!(
+            "live pid {} ({}): {} syscalls, {} threads",
+            r.source
+                .pid
+                .map(|p| p.to_string())
+                .unwrap_or_else(|| "?".into()),
+            r.source.backend.as_deref().unwrap_or("ptrace"),
+            r.summary.syscalls,
+            r.summary.threads
+        )
+    } else {
+        format!(
+            "{files}: {} lines, {} syscalls, {} threads; durations {}",
+            r.summary.lines, r.summary.syscalls, r.summary.threads, r.summary.durations
+        )
+    };
     if let Some(s) = r.summary.start_iso.as_ref().or(r.summary.start.as_ref()) {
         meta.push_str(&format!("; starts {s}"));
     }
@@ -185,6 +207,17 @@ pub fn render(r: &Report, w: &mut dyn Write, color: bool) -> io::Result<()> {
         )?;
     }
 
+    if let Some(o) = &r.overhead {
+        let mut line = format!(
+            "Tracing cost: {:.0} syscalls/s traced, {:.1} µs per tracer stop",
+            o.syscalls_per_s, o.mean_stop_us
+        );
+        if let Some(warn) = &o.warning {
+            line.push_str(&format!(". {warn}"));
+        }
+        w.write_all(wrap(&line, 0).as_bytes())?;
+    }
+
     writeln!(w)?;
     writeln!(w, "{}", p.bold("FINDINGS"))?;
     if r.findings.is_empty() {
@@ -214,10 +247,14 @@ pub fn render(r: &Report, w: &mut dyn Write, color: bool) -> io::Result<()> {
     // Worst incidents first, at most `top` of them.
     let mut order: Vec<usize> = (0..r.incidents.len()).collect();
     order.sort_by_key(|i| std::cmp::Reverse(r.incidents[*i].duration_us));
-    let top = r.slowest.len().max(10);
+    let top = if r.summary.top == 0 {
+        20
+    } else {
+        r.summary.top
+    };
     for i in order.iter().take(top) {
         let inc = &r.incidents[*i];
-        let mut head = format!("{}  {}", inc.ts, human(inc.duration_us));
+        let mut head = format!("{}  {}", short_ts(&inc.ts), human(inc.duration_us));
         if inc.stalls.len() > 1 {
             head.push_str(&format!(" ({} overlapping stalls)", inc.stalls.len()));
         }
@@ -314,6 +351,23 @@ pub fn render(r: &Report, w: &mut dyn Write, color: bool) -> io::Result<()> {
         }
     }
 
+    if let Some(h) = &r.host {
+        if !h.notes.is_empty() {
+            writeln!(w)?;
+            writeln!(
+                w,
+                "{}",
+                p.bold(&format!(
+                    "HOST (sampled every {} ms from /proc)",
+                    h.sample_interval_ms
+                ))
+            )?;
+            for n in &h.notes {
+                w.write_all(wrap(n, 2).as_bytes())?;
+            }
+        }
+    }
+
     let all: Vec<_> = r.commands.iter().filter(|c| c.phase == "all").collect();
     if !all.is_empty() {
         writeln!(w)?;
@@ -360,14 +414,14 @@ pub fn render(r: &Report, w: &mut dyn Write, color: bool) -> io::Result<()> {
         Cell::new("file"),
         right("line"),
     ]);
-    for s in r.slowest.iter().take(10) {
+    for s in r.slowest.iter().take(top.min(10)) {
         let file = match (&s.class, &s.path) {
             (Some(c), Some(p)) => format!("{c} {}", p.rsplit('/').next().unwrap_or(p)),
             (Some(c), None) => c.clone(),
             _ => String::new(),
         };
         t.add_row(vec![
-            Cell::new(&s.ts),
+            Cell::new(short_ts(&s.ts)),
             right(format!("{}{}", bound_word(s.bound), human(s.duration_us))),
             Cell::new(format!("{} {}", s.thread, s.tid)),
             Cell::new(format!(

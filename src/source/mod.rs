@@ -187,12 +187,8 @@ impl Skips {
         *self.by_reason.entry(reason).or_default() += 1;
         if self.first.len() < KEEP_SKIPPED {
             let cut = &text[..text.len().min(120)];
-            self.first.push((
-                file.to_string(),
-                line,
-                reason,
-                String::from_utf8_lossy(cut).into_owned(),
-            ));
+            self.first
+                .push((file.to_string(), line, reason, redact(cut)));
         }
     }
     fn merge(&mut self, o: &Skips) {
@@ -206,6 +202,37 @@ impl Skips {
             }
         }
     }
+}
+
+/// A skipped line as the report shows it: strace's quoted strings are buffers that hold user
+/// keys and values, so their contents are replaced by `…` (the shape of the line stays).
+pub fn redact(line: &[u8]) -> String {
+    let mut out = Vec::with_capacity(line.len());
+    let mut in_str = false;
+    let mut i = 0;
+    while i < line.len() {
+        let b = line[i];
+        if in_str {
+            if b == b'\\' {
+                i += 2;
+                continue;
+            }
+            if b == b'"' {
+                in_str = false;
+                out.extend_from_slice("…\"".as_bytes());
+            }
+        } else {
+            out.push(b);
+            if b == b'"' {
+                in_str = true;
+            }
+        }
+        i += 1;
+    }
+    if in_str {
+        out.extend_from_slice("…".as_bytes());
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// Counters a source keeps while it runs.
@@ -331,10 +358,20 @@ impl LineReader {
 
 /// Opens a file (or `-` for stdin), transparently gunzipping.
 pub fn open_input(path: &str) -> Result<LineReader> {
+    open_input_counted(path, None)
+}
+
+/// `open_input`, counting the raw bytes read from the file (under any gzip decoder) into
+/// `counter`, for a progress bar.
+pub fn open_input_counted(path: &str, counter: Option<ByteCounter>) -> Result<LineReader> {
     let raw: Box<dyn Read + Send> = if path == "-" {
         Box::new(std::io::stdin())
     } else {
-        Box::new(std::fs::File::open(path).with_context(|| format!("cannot open {path}"))?)
+        let f = std::fs::File::open(path).with_context(|| format!("cannot open {path}"))?;
+        match counter {
+            Some(c) => Box::new(crate::progress::CountingRead::new(f, c)),
+            None => Box::new(f),
+        }
     };
     let mut r = LineReader::new(raw);
     let head = r.peek(2).with_context(|| format!("cannot read {path}"))?;
@@ -349,6 +386,9 @@ pub fn open_input(path: &str) -> Result<LineReader> {
     }
     Ok(r)
 }
+
+/// Bytes read so far from the input files (shared with the progress bar).
+pub type ByteCounter = std::sync::Arc<std::sync::atomic::AtomicU64>;
 
 enum Parser {
     Strace(strace::StraceParser),
@@ -430,7 +470,17 @@ impl FileSource {
         default_pid: Option<Tid>,
         strict: bool,
     ) -> Result<Self> {
-        let mut reader = open_input(path)?;
+        Self::open_counted(path, format, default_pid, strict, None)
+    }
+
+    pub fn open_counted(
+        path: &str,
+        format: InputFormat,
+        default_pid: Option<Tid>,
+        strict: bool,
+        counter: Option<ByteCounter>,
+    ) -> Result<Self> {
+        let mut reader = open_input_counted(path, counter)?;
         let label = if path == "-" {
             "<stdin>".to_string()
         } else {
@@ -636,6 +686,12 @@ impl FileSource {
     }
 }
 
+/// A finished call whose duration the trace did not print: it waits for the thread's next
+/// event, which bounds it.
+fn needs_hold(e: &Event) -> bool {
+    matches!(&e.kind, EventKind::Syscall(sc) if sc.dur.is_none() && sc.in_flight.is_none())
+}
+
 /// Several `strace -ff` files (or any several inputs) merged by time into one stream.
 pub struct Inputs {
     files: Vec<FileSource>,
@@ -697,17 +753,28 @@ fn pid_suffix(path: &str) -> Option<Tid> {
 
 impl Inputs {
     pub fn open(args: &[String], format: InputFormat, strict: bool) -> Result<Self> {
+        Self::open_counted(args, format, strict, None)
+    }
+
+    /// `open`, counting bytes read from the files into `counter` (see `ByteCounter`).
+    pub fn open_counted(
+        args: &[String],
+        format: InputFormat,
+        strict: bool,
+        counter: Option<ByteCounter>,
+    ) -> Result<Self> {
         let expanded = expand_inputs(args)?;
         let many = expanded.len() > 1;
         let mut files = vec![];
         for (path, pid) in expanded {
             // A pid suffix only names the process for -ff sets; a lone `trace.1234` file
             // may well have a pid column of its own, which wins anyway.
-            files.push(FileSource::open(
+            files.push(FileSource::open_counted(
                 &path,
                 format,
                 if many || pid.is_some() { pid } else { None },
                 strict,
+                counter.clone(),
             )?);
         }
         let n = files.len();
@@ -745,23 +812,11 @@ impl Inputs {
                     continue;
                 }
             };
-            if !self.held.is_empty() {
-                if let Some(mut prev) = self.held.remove(&ev.tid) {
-                    if let EventKind::Syscall(sc) = &mut prev.kind {
-                        sc.dur = Some((ev.ts - prev.ts).max(0));
-                        sc.dur_src = DurSource::UpperBound;
-                    }
-                    self.ready.push_back(prev);
-                }
-            }
-            let hold = matches!(&ev.kind, EventKind::Syscall(sc) if sc.dur.is_none() && sc.in_flight.is_none());
-            if hold {
-                self.held.insert(ev.tid, ev);
-            } else if self.ready.is_empty() {
+            // Most events need no hold-back: hand them over without the queue.
+            if self.held.is_empty() && self.ready.is_empty() && !needs_hold(&ev) {
                 return Ok(Some(ev));
-            } else {
-                self.ready.push_back(ev);
             }
+            self.route(ev);
         }
     }
 
@@ -776,7 +831,6 @@ impl Inputs {
         if fast && self.files[0].queue.is_empty() && self.files[0].scratch.is_empty() {
             let start = out.len();
             self.files[0].pump_into(out, start + max)?;
-            let needs_hold = |e: &Event| matches!(&e.kind, EventKind::Syscall(sc) if sc.dur.is_none() && sc.in_flight.is_none());
             if let Some(first) = out[start..].iter().position(needs_hold) {
                 // A call without a printed duration: from here on, the per-thread hold-back
                 // of `next_event` decides the order.
@@ -819,8 +873,7 @@ impl Inputs {
             }
             self.ready.push_back(prev);
         }
-        let hold = matches!(&ev.kind, EventKind::Syscall(sc) if sc.dur.is_none() && sc.in_flight.is_none());
-        if hold {
+        if needs_hold(&ev) {
             self.held.insert(ev.tid, ev);
         } else {
             self.ready.push_back(ev);
@@ -909,4 +962,19 @@ pub fn no_events_error(label: &str, c: &Counters) -> anyhow::Error {
         "{label}: not a strace or perf trace: none of its {} lines is a syscall{first}",
         c.lines
     )
+}
+
+#[cfg(test)]
+mod redact_tests {
+    use super::redact;
+
+    #[test]
+    fn strings_are_masked_shape_is_kept() {
+        assert_eq!(
+            redact(br#"write(7, "*3\r\n$3\r\nSET\r\n$6\r\nsecret"..., 40) garbage"#),
+            r#"write(7, "…"..., 40) garbage"#
+        );
+        assert_eq!(redact(br#"read(8, "cut off key"#), r#"read(8, "…"#);
+        assert_eq!(redact(b"no strings here"), "no strings here");
+    }
 }

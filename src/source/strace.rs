@@ -173,11 +173,6 @@ fn splice_finder() -> &'static memmem::Finder<'static> {
     F.get_or_init(|| memmem::Finder::new(b"strace: Process "))
 }
 
-fn eq_finder() -> &'static memmem::FinderRev<'static> {
-    static F: std::sync::OnceLock<memmem::FinderRev<'static>> = std::sync::OnceLock::new();
-    F.get_or_init(|| memmem::FinderRev::new(b" = "))
-}
-
 fn is_digit(b: u8) -> bool {
     b.is_ascii_digit()
 }
@@ -199,6 +194,17 @@ fn trim_end(s: &[u8]) -> &[u8] {
 fn parse_u64(s: &[u8]) -> Option<(u64, usize)> {
     let mut v: u64 = 0;
     let mut i = 0;
+    // 19 digits always fit in a u64: no overflow checks in the loop (this runs several
+    // times per line); longer numbers take the checked path.
+    let fast = s.len().min(19);
+    while i < fast {
+        let d = s[i].wrapping_sub(b'0');
+        if d > 9 {
+            break;
+        }
+        v = v * 10 + d as u64;
+        i += 1;
+    }
     while i < s.len() && is_digit(s[i]) {
         v = v.checked_mul(10)?.checked_add((s[i] - b'0') as u64)?;
         i += 1;
@@ -210,6 +216,19 @@ fn parse_u64(s: &[u8]) -> Option<(u64, usize)> {
     }
 }
 
+const POW10: [i64; 10] = [
+    1,
+    10,
+    100,
+    1_000,
+    10_000,
+    100_000,
+    1_000_000,
+    10_000_000,
+    100_000_000,
+    1_000_000_000,
+];
+
 /// `123.456789` -> (ns, digits after the point, bytes used). Any number of fraction digits.
 fn parse_decimal_ns(s: &[u8]) -> Option<(i64, u8, usize)> {
     let (whole, n) = parse_u64(s)?;
@@ -218,14 +237,20 @@ fn parse_decimal_ns(s: &[u8]) -> Option<(i64, u8, usize)> {
         return Some((ns, 0, n));
     }
     let mut i = n + 1;
-    let mut scale = 100_000_000i64;
+    let mut frac: i64 = 0;
     let mut digits = 0u8;
     while i < s.len() && is_digit(s[i]) {
-        ns += (s[i] - b'0') as i64 * scale;
-        scale /= 10;
+        // Digits past ns precision are read and dropped.
+        if digits < 9 {
+            frac = frac * 10 + (s[i] - b'0') as i64;
+        }
         digits = digits.saturating_add(1);
         i += 1;
     }
+    if digits < 9 {
+        frac *= POW10[9 - digits as usize];
+    }
+    ns += frac;
     if digits == 0 {
         return None;
     }
@@ -443,7 +468,18 @@ fn after_eq(args: &[u8], close: usize) -> &[u8] {
 /// The last `)` before `end` that `closes_at`, ignoring quotes.
 fn last_close_before(args: &[u8], mut end: usize) -> Option<usize> {
     loop {
-        let eq = eq_finder().rfind(&args[..end])?;
+        // The last ` = ` before `end`, found from its `=` (a short backward scan; a general
+        // substring search costs more to set up than the scan itself).
+        let mut eq = None;
+        let mut e = end;
+        while let Some(i) = memrchr(b'=', &args[..e]) {
+            if i > 0 && args[i - 1] == b' ' && args.get(i + 1) == Some(&b' ') && i + 1 < end {
+                eq = Some(i - 1);
+                break;
+            }
+            e = i;
+        }
+        let eq = eq?;
         let mut k = eq;
         while k > 0 && args[k] == b' ' {
             k -= 1;
@@ -673,6 +709,15 @@ fn parse_call(s: &[u8]) -> Result<Body<'_>, SkipReason> {
 /// Unescapes a C string literal as strace prints it (after its opening quote), handing
 /// each byte to `push`. Returns (closed, truncated-marker `...` after the quote).
 fn unescape_with(s: &[u8], mut push: impl FnMut(u8)) -> (bool, bool) {
+    unescape_while(s, |c| {
+        push(c);
+        true
+    })
+}
+
+/// `unescape_with`, stopping early when `push` returns false (then nothing is known about
+/// the end of the string: both flags are false).
+fn unescape_while(s: &[u8], mut push: impl FnMut(u8) -> bool) -> (bool, bool) {
     let mut i = 0;
     let mut closed = false;
     while i < s.len() {
@@ -683,7 +728,9 @@ fn unescape_with(s: &[u8], mut push: impl FnMut(u8)) -> (bool, bool) {
             break;
         }
         if b != b'\\' || i + 1 == s.len() {
-            push(b);
+            if !push(b) {
+                return (false, false);
+            }
             i += 1;
             continue;
         }
@@ -720,7 +767,9 @@ fn unescape_with(s: &[u8], mut push: impl FnMut(u8)) -> (bool, bool) {
             }
             c => (c, 2),
         };
-        push(c);
+        if !push(c) {
+            return (false, false);
+        }
         i += used;
     }
     let truncated = closed && s[i..].starts_with(b"...");
@@ -925,11 +974,13 @@ fn data_from(sc: &mut Syscall, s: &[u8]) {
         // Into a stack buffer: no allocation per read/write line.
         let mut buf = [0u8; event::DATA_CAP];
         let mut n = 0usize;
-        let (_, trunc) = unescape_with(inner, |c| {
+        let (_, trunc) = unescape_while(inner, |c| {
             if n < buf.len() {
                 buf[n] = c;
             }
             n += 1;
+            // One byte past the cap says "truncated"; the rest need not be decoded.
+            n <= buf.len()
         });
         sc.extra = Extra::Data(Data::new(&buf[..n.min(buf.len())], trunc || n > buf.len()));
     }
@@ -1280,7 +1331,9 @@ impl StraceParser {
                             out.push(dangling_event(tid, p, ts));
                         }
                         // No entry half: the call was already running when tracing began.
+                        // Whatever arguments the resumed half shows are all we know.
                         let mut sc = Syscall::new(name);
+                        extract_args_named(&mut sc, facts, rest);
                         sc.in_flight = Some(InFlight::AtStart);
                         (sc, ts, None)
                     }
@@ -1326,17 +1379,23 @@ impl StraceParser {
                 }
             }
             Body::Detached { name, args } => {
+                // strace let go (or the trace was cut) while the call ran: like an unfinished
+                // half that never resumes, it is timed up to the last event of the trace.
                 let facts = self::name(name);
                 let mut sc = Syscall::new(facts.name);
                 extract_args_named(&mut sc, facts, args);
                 sc.in_flight = Some(InFlight::AtEnd);
                 sc.start_line = Some(start_line);
-                out.push(Event {
+                if let Some(prev) = self.pending.insert(
                     tid,
-                    ts,
-                    line: line_no,
-                    kind: EventKind::Syscall(sc),
-                });
+                    Pending {
+                        ts,
+                        line: line_no,
+                        sc,
+                    },
+                ) {
+                    out.push(dangling_event(tid, prev, ts));
+                }
             }
             Body::Signal { name, si_pid } => {
                 out.push(Event {

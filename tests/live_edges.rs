@@ -1,0 +1,748 @@
+//! The edges of a live trace (issue 7), against a real redis-server whose data directory and
+//! log file are on `../shared/slowfs`, a FUSE filesystem whose latencies are switched at run
+//! time: stallscope attaches while redis's main thread is blocked in a multi-second
+//! fdatasync of the AOF, and is stopped while the same thread is blocked in a multi-second
+//! close() of the log file. Both calls must be in the report as lower bounds, one in flight
+//! at the start and one at the end, and redis must come out unharmed. slowfs's own record of
+//! every delay it injected (delays.csv) is the ground truth the durations are checked against.
+//!
+//! ptrace tests run one at a time, across test binaries too (a file lock). Without
+//! redis-server, python3 with fusepy, or FUSE the test is skipped, except under CI=true
+//! where that is a failure.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::sync::Mutex;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// Serializes ptrace tests within this binary (the mutex) and with the other test binaries
+/// and concurrent `cargo test` runs on the machine (an flock, released when the file closes).
+struct Serial {
+    _m: std::sync::MutexGuard<'static, ()>,
+    _f: Option<std::fs::File>,
+}
+
+fn serial() -> Serial {
+    let m = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let path = std::env::temp_dir().join("stallscope-ptrace-tests.lock");
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+        .ok();
+    if let Some(f) = &f {
+        use std::os::unix::io::AsRawFd;
+        unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) };
+    }
+    Serial { _m: m, _f: f }
+}
+
+fn ci() -> bool {
+    std::env::var("CI").as_deref() == Ok("true")
+}
+
+/// What the test needs, or why it cannot run (a failure under CI=true).
+fn missing() -> Option<String> {
+    let ok = |cmd: &str, args: &[&str]| {
+        Command::new(cmd)
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if !ok("redis-server", &["--version"]) {
+        return Some("redis-server not installed".into());
+    }
+    if !ok("fusermount", &["-V"]) {
+        return Some("fusermount not installed (apt-get install fuse libfuse2)".into());
+    }
+    if !Path::new("/dev/fuse").exists() {
+        return Some("/dev/fuse does not exist".into());
+    }
+    if !ok("python3", &["-c", "import fuse"]) {
+        return Some("python3 cannot import fuse (pip install fusepy; libfuse2)".into());
+    }
+    if !slowfs_script().is_file() {
+        return Some(format!("{} not found", slowfs_script().display()));
+    }
+    None
+}
+
+fn can_run() -> bool {
+    match missing() {
+        None => true,
+        Some(why) if ci() => panic!("required under CI=true: {why}"),
+        Some(why) => {
+            eprintln!("skipping: {why}");
+            false
+        }
+    }
+}
+
+fn slowfs_script() -> PathBuf {
+    let shared = std::env::var_os("STALLSCOPE_SHARED")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared"));
+    shared.join("slowfs/slowfs.py")
+}
+
+fn epoch_now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+fn is_mountpoint(p: &Path) -> bool {
+    let want = p.to_string_lossy();
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap_or_default()
+        .lines()
+        .any(|l| l.split(' ').nth(4) == Some(&*want))
+}
+
+/// A slowfs mount, unmounted (and its daemon stopped by pid) when dropped, even when the
+/// test failed.
+struct SlowFs {
+    daemon: Child,
+    mnt: PathBuf,
+    ctl: PathBuf,
+    delays: PathBuf,
+    events: PathBuf,
+}
+
+impl SlowFs {
+    fn mount(dir: &Path) -> SlowFs {
+        let back = dir.join("back");
+        let mnt = dir.join("mnt");
+        std::fs::create_dir_all(&back).expect("mkdir back");
+        std::fs::create_dir_all(&mnt).expect("mkdir mnt");
+        let ctl = dir.join("ctl.json");
+        std::fs::write(&ctl, r#"{"rules": []}"#).expect("write ctl.json");
+        let delays = dir.join("delays.csv");
+        let events = dir.join("events.txt");
+        let out = std::fs::File::create(dir.join("slowfs.out")).expect("slowfs.out");
+        let daemon = Command::new("python3")
+            .arg(slowfs_script())
+            .arg(&back)
+            .arg(&mnt)
+            .arg("--ctl")
+            .arg(&ctl)
+            .arg("--log")
+            .arg(&delays)
+            .arg("--events")
+            .arg(&events)
+            .stdout(Stdio::null())
+            .stderr(out)
+            .spawn()
+            .expect("start slowfs");
+        let fs = SlowFs {
+            daemon,
+            mnt,
+            ctl,
+            delays,
+            events,
+        };
+        let start = Instant::now();
+        while !is_mountpoint(&fs.mnt) {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "slowfs did not mount: {}",
+                std::fs::read_to_string(dir.join("slowfs.out")).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        fs
+    }
+
+    fn loads(&self) -> usize {
+        std::fs::read_to_string(&self.events)
+            .unwrap_or_default()
+            .matches("ctl loaded")
+            .count()
+    }
+
+    /// Replaces the rules, and waits until slowfs has read them.
+    fn set_rules(&self, json: &str) {
+        let before = self.loads();
+        std::fs::write(&self.ctl, json).expect("write ctl.json");
+        let start = Instant::now();
+        while self.loads() == before {
+            assert!(
+                start.elapsed() < Duration::from_secs(5),
+                "slowfs did not reload {json}"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Rows of delays.csv: (start_epoch, end_epoch, op, base name, tid, delay_ms).
+    fn delays(&self) -> Vec<(f64, f64, String, String, u32, f64)> {
+        let text = std::fs::read_to_string(&self.delays).unwrap_or_default();
+        text.lines()
+            .skip(1)
+            .filter_map(|l| {
+                let f: Vec<&str> = l.split(',').collect();
+                if f.len() < 6 {
+                    return None;
+                }
+                let base = f[3].rsplit('/').next().unwrap_or("").to_string();
+                Some((
+                    f[0].parse().ok()?,
+                    f[1].parse().ok()?,
+                    f[2].to_string(),
+                    base,
+                    f[4].parse().ok()?,
+                    f[5].parse().ok()?,
+                ))
+            })
+            .collect()
+    }
+}
+
+impl Drop for SlowFs {
+    fn drop(&mut self) {
+        let mut unmounted = false;
+        for _ in 0..50 {
+            let ok = Command::new("fusermount")
+                .arg("-u")
+                .arg(&self.mnt)
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
+            if ok || !is_mountpoint(&self.mnt) {
+                unmounted = true;
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        if !unmounted {
+            // Still busy (a process holds a file): detach it from the tree lazily.
+            let _ = Command::new("fusermount")
+                .arg("-uz")
+                .arg(&self.mnt)
+                .stderr(Stdio::null())
+                .status();
+        }
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(5) {
+            if let Ok(Some(_)) = self.daemon.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        unsafe { libc::kill(self.daemon.id() as i32, libc::SIGTERM) };
+        let _ = self.daemon.wait();
+    }
+}
+
+/// A tiny RESP client, enough for SET/PING/CONFIG/INFO.
+struct Client {
+    r: BufReader<TcpStream>,
+    w: TcpStream,
+}
+
+impl Client {
+    fn connect(port: u16, timeout: Duration) -> std::io::Result<Client> {
+        let s = TcpStream::connect(("127.0.0.1", port))?;
+        s.set_read_timeout(Some(timeout))?;
+        Ok(Client {
+            r: BufReader::new(s.try_clone()?),
+            w: s,
+        })
+    }
+
+    /// Sends a command and returns the first line of the reply (a bulk reply's payload is
+    /// read whole and returned instead).
+    fn cmd(&mut self, args: &[&str]) -> std::io::Result<String> {
+        let mut b = format!("*{}\r\n", args.len()).into_bytes();
+        for a in args {
+            b.extend_from_slice(format!("${}\r\n{a}\r\n", a.len()).as_bytes());
+        }
+        self.w.write_all(&b)?;
+        let mut line = String::new();
+        self.r.read_line(&mut line)?;
+        let line = line.trim_end().to_string();
+        if let Some(n) = line.strip_prefix('$').and_then(|n| n.parse::<usize>().ok()) {
+            let mut body = vec![0; n + 2];
+            self.r.read_exact(&mut body)?;
+            body.truncate(n);
+            return Ok(String::from_utf8_lossy(&body).into_owned());
+        }
+        Ok(line)
+    }
+}
+
+/// A redis-server of its own, stopped by pid when the test ends.
+struct Redis {
+    child: Child,
+    port: u16,
+}
+
+impl Redis {
+    fn start(dir: &Path, args: &[&str]) -> Redis {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("free port");
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--daemonize", "no"])
+            .args(args)
+            .current_dir(dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start redis-server");
+        let r = Redis { child, port };
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(10) {
+            if r.ping_within(Duration::from_millis(300)) {
+                return r;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("redis-server did not answer PING on port {port}");
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn ping_within(&self, limit: Duration) -> bool {
+        let port = self.port;
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let ok = Client::connect(port, limit)
+                .and_then(|mut c| c.cmd(&["PING"]))
+                .is_ok_and(|r| r == "+PONG");
+            let _ = tx.send(ok);
+        });
+        rx.recv_timeout(limit + Duration::from_millis(100))
+            .unwrap_or(false)
+    }
+
+    fn tracer_pid(&self) -> u32 {
+        let s = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap_or_default();
+        s.lines()
+            .find_map(|l| l.strip_prefix("TracerPid:"))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(u32::MAX)
+    }
+
+    /// The syscall number the main thread is blocked in, if it is in one
+    /// (/proc/PID/syscall: "running", "-1 ..." in user space, "NR args..." in a call).
+    fn main_syscall(&self) -> Option<i64> {
+        let s = std::fs::read_to_string(format!("/proc/{}/syscall", self.pid())).ok()?;
+        s.split_whitespace().next()?.parse().ok()
+    }
+
+    /// Waits until the main thread is inside syscall `nr`.
+    fn wait_main_in(&self, nr: i64, limit: Duration) -> bool {
+        let start = Instant::now();
+        while start.elapsed() < limit {
+            if self.main_syscall() == Some(nr) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        false
+    }
+
+    /// Waits for a background AOF rewrite (the one redis starts to create its first AOF)
+    /// to be over, so no child runs during the test.
+    fn wait_no_rewrite(&self) {
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(10) {
+            let busy = Client::connect(self.port, Duration::from_secs(2))
+                .and_then(|mut c| c.cmd(&["INFO", "persistence"]))
+                .map(|info| {
+                    info.contains("aof_rewrite_in_progress:1")
+                        || info.contains("aof_rewrite_scheduled:1")
+                })
+                .unwrap_or(true);
+            if !busy {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("redis's initial AOF rewrite did not end");
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(10) {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A running `stallscope attach`, its stderr read line by line on a thread.
+struct Attach {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+    stderr: Vec<String>,
+}
+
+impl Attach {
+    fn start(pid: u32, extra: &[&str]) -> Attach {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_stallscope"))
+            // These edges are the ptrace backend's (a stopped thread's registers at attach,
+            // the detach of a thread blocked in a call); the default is now `auto` (perf).
+            .args(["attach", "--backend", "ptrace", "--pid", &pid.to_string()])
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start stallscope");
+        let err = child.stderr.take().expect("stderr");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for l in BufReader::new(err).lines().map_while(Result::ok) {
+                if tx.send(l).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut a = Attach {
+            child,
+            lines: rx,
+            stderr: vec![],
+        };
+        assert!(
+            a.wait_line(|l| l.contains("attached to"), Duration::from_secs(10)),
+            "stallscope did not attach: {:?}",
+            a.stderr
+        );
+        a
+    }
+
+    fn wait_line(&mut self, f: impl Fn(&str) -> bool, limit: Duration) -> bool {
+        let start = Instant::now();
+        while start.elapsed() < limit {
+            match self.lines.recv_timeout(Duration::from_millis(20)) {
+                Ok(l) => {
+                    let hit = f(&l);
+                    self.stderr.push(l);
+                    if hit {
+                        return true;
+                    }
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(_) => return false,
+            }
+        }
+        false
+    }
+
+    /// Waits for the exit; returns (exit code, stdout, stderr lines).
+    fn finish(mut self, limit: Duration) -> (Option<i32>, String, Vec<String>) {
+        let mut out = self.child.stdout.take().expect("stdout");
+        let reader = std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = out.read_to_string(&mut s);
+            s
+        });
+        let start = Instant::now();
+        let code = loop {
+            if let Ok(Some(st)) = self.child.try_wait() {
+                break st.code();
+            }
+            if start.elapsed() > limit {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                panic!(
+                    "stallscope attach did not exit within {limit:?}; stderr: {:?}",
+                    self.stderr
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        while let Ok(l) = self.lines.recv_timeout(Duration::from_millis(200)) {
+            self.stderr.push(l);
+        }
+        let stdout = reader.join().unwrap_or_default();
+        (code, stdout, std::mem::take(&mut self.stderr))
+    }
+}
+
+impl Drop for Attach {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+const SYS_CLOSE: i64 = 3;
+const SYS_FDATASYNC: i64 = 75;
+
+/// How long slowfs holds the AOF's fdatasync, and then the log file's close().
+const FSYNC_MS: u64 = 3000;
+const FLUSH_MS: u64 = 4000;
+
+/// The stalls and in-flight calls of a report, whichever list they are in.
+fn edge_calls<'a>(r: &'a serde_json::Value, which: &str) -> Vec<&'a serde_json::Value> {
+    ["stalls", "in_flight"]
+        .iter()
+        .flat_map(|k| r[*k].as_array().into_iter().flatten())
+        .filter(|s| s["in_flight"] == which)
+        .collect()
+}
+
+/// A slowfs mount and a redis-server on it (AOF with `appendfsync always`, log file on the
+/// mount), its first AOF written.
+fn redis_on_slowfs(tmp: &Path) -> (SlowFs, Redis) {
+    let fs = SlowFs::mount(tmp);
+    let data = fs.mnt.to_string_lossy().into_owned();
+    let log = fs.mnt.join("redis.log").to_string_lossy().into_owned();
+    let redis = Redis::start(
+        tmp,
+        &[
+            "--dir",
+            &data,
+            "--logfile",
+            &log,
+            "--appendonly",
+            "yes",
+            "--appendfsync",
+            "always",
+        ],
+    );
+    redis.wait_no_rewrite();
+    (fs, redis)
+}
+
+/// Makes the AOF's fdatasync take `ms`, sends a SET (its reply waits for the fsync), and
+/// returns once the main thread is blocked in that fdatasync; the thread returns the reply.
+fn block_in_aof_fsync(
+    fs: &SlowFs,
+    redis: &Redis,
+    ms: u64,
+) -> std::thread::JoinHandle<std::io::Result<String>> {
+    fs.set_rules(&format!(
+        r#"{{"rules": [{{"op": "fsync", "match": "*.aof", "ms": {ms}}}]}}"#
+    ));
+    let port = redis.port;
+    let set = std::thread::spawn(move || {
+        Client::connect(port, Duration::from_secs(20)).and_then(|mut c| c.cmd(&["SET", "k", "v"]))
+    });
+    assert!(
+        redis.wait_main_in(SYS_FDATASYNC, Duration::from_secs(3)),
+        "redis's main thread never blocked in fdatasync (in {:?})",
+        redis.main_syscall()
+    );
+    set
+}
+
+/// Parses stallscope's JSON report.
+fn json(out: &str) -> serde_json::Value {
+    serde_json::from_str(out).unwrap_or_else(|e| panic!("not JSON ({e}): {out}"))
+}
+
+#[test]
+#[cfg(target_arch = "x86_64")]
+fn calls_in_flight_at_attach_and_at_detach_are_reported_as_lower_bounds() {
+    let _g = serial();
+    if !can_run() {
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (fs, redis) = redis_on_slowfs(tmp.path());
+    let (pid, port) = (redis.pid(), redis.port);
+
+    // 1. The main thread is blocked in fdatasync of the AOF (appendfsync always: the SET's
+    //    reply waits for it) when stallscope attaches.
+    let set = block_in_aof_fsync(&fs, &redis, FSYNC_MS);
+    let attach_started = epoch_now();
+    let mut a = Attach::start(pid, &["--threshold", "200ms", "--format", "json"]);
+    assert_ne!(redis.tracer_pid(), 0, "traced while attached");
+    assert_eq!(
+        redis.main_syscall(),
+        Some(SYS_FDATASYNC),
+        "the fdatasync was still running when the attach completed (make FSYNC_MS longer)"
+    );
+    let set_reply = set.join().expect("SET thread");
+    assert_eq!(set_reply.as_deref().ok(), Some("+OK"), "{set_reply:?}");
+    assert!(
+        a.wait_line(|l| l.starts_with("stall:"), Duration::from_secs(5)),
+        "the fdatasync that ended after the attach is printed live: {:?}",
+        a.stderr
+    );
+
+    // 2. Every log line now blocks the main thread in close() of the log file; a SAVE logs
+    //    one ("DB saved on disk") before its reply, so the SAVE waits for that close().
+    //    stallscope is stopped while the close() runs.
+    fs.set_rules(&format!(
+        r#"{{"rules": [{{"op": "flush", "match": "redis.log", "ms": {FLUSH_MS}}}]}}"#
+    ));
+    let save = std::thread::spawn(move || {
+        Client::connect(port, Duration::from_secs(20)).and_then(|mut c| c.cmd(&["SAVE"]))
+    });
+    assert!(
+        redis.wait_main_in(SYS_CLOSE, Duration::from_secs(3)),
+        "redis's main thread never blocked in close() of its log (in {:?})",
+        redis.main_syscall()
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        redis.main_syscall(),
+        Some(SYS_CLOSE),
+        "still in close() when stallscope is stopped"
+    );
+    let stop_at = epoch_now();
+    unsafe { libc::kill(a.child.id() as i32, libc::SIGINT) };
+    let (code, out, stderr) = a.finish(Duration::from_secs(15));
+    assert_eq!(code, Some(1), "stalls were found; stderr: {stderr:?}");
+    let r = json(&out);
+
+    eprintln!(
+        "stalls: {}\nin_flight: {}\nstderr: {stderr:?}",
+        r["stalls"], r["in_flight"]
+    );
+
+    // Redis is unharmed: the close() ends when slowfs lets it, the SAVE is answered, and
+    // redis serves again (with a fast disk, so the log lines of its shutdown do not wait).
+    fs.set_rules(r#"{"rules": []}"#);
+    let save_reply = save.join().expect("SAVE thread");
+    assert_eq!(save_reply.as_deref().ok(), Some("+OK"), "{save_reply:?}");
+    assert!(redis.ping_within(Duration::from_secs(2)));
+    assert_eq!(redis.tracer_pid(), 0, "detached");
+
+    // Ground truth: slowfs's record of the two delays it injected into the main thread.
+    let delays = fs.delays();
+    let truth = |op: &str, base: &dyn Fn(&str) -> bool| {
+        delays
+            .iter()
+            .filter(|d| d.2 == op && base(&d.3) && d.4 == pid && d.5 > 0.0)
+            .map(|d| (d.0, d.1))
+            .next_back()
+            .unwrap_or_else(|| panic!("no {op} delay of thread {pid} in delays.csv: {delays:?}"))
+    };
+    let (fsync_start, fsync_end) = truth("fsync", &|b| b.ends_with(".aof"));
+    let (flush_start, _) = truth("flush", &|b| b == "redis.log");
+
+    let at_start = edge_calls(&r, "at_start");
+    let first = at_start
+        .iter()
+        .find(|s| s["syscall"] == "fdatasync")
+        .unwrap_or_else(|| panic!("no fdatasync in flight at start: {at_start:?}"));
+    assert_eq!(first["bound"], "at_least", "{first}");
+    assert_eq!(first["class"], "aof", "{first}");
+    assert_eq!(first["thread"], "main", "{first}");
+    assert_eq!(first["kind"], "slow_syscall", "{first}");
+    let d1 = first["duration_us"].as_i64().unwrap_or(0);
+    // Known from the attach to its end: less than the whole call, more than what was left
+    // of it once stallscope was started (minus the time attaching takes).
+    let whole = ((fsync_end - fsync_start) * 1e6) as i64;
+    let left = ((fsync_end - attach_started) * 1e6) as i64;
+    assert!(
+        d1 <= whole && d1 >= left - 1_000_000 && d1 >= 1_000_000,
+        "fdatasync known part {d1} us; whole call {whole} us, {left} us left at attach: {first}"
+    );
+    assert!(
+        r["stalls"]
+            .as_array()
+            .is_some_and(|v| v.iter().any(|s| std::ptr::eq(s, *first))),
+        "over the threshold, it is a stall: {first}"
+    );
+
+    let at_end = edge_calls(&r, "at_end");
+    let last = at_end
+        .iter()
+        .find(|s| s["syscall"] == "close")
+        .unwrap_or_else(|| panic!("no close() in flight at end: {at_end:?}"));
+    assert_eq!(last["bound"], "at_least", "{last}");
+    assert_eq!(last["class"], "log", "{last}");
+    assert_eq!(last["thread"], "main", "{last}");
+    assert!(
+        last["path"]
+            .as_str()
+            .is_some_and(|p| p.ends_with("redis.log")),
+        "{last}"
+    );
+    let d2 = last["duration_us"].as_i64().unwrap_or(0);
+    // Known from its start to the detach: at least the half second waited before SIGINT,
+    // at most the whole delay, and the stop came well before the call could end.
+    let to_stop = ((stop_at - flush_start) * 1e6) as i64;
+    assert!(
+        d2 >= 400_000 && d2 < (FLUSH_MS as i64) * 1000 && d2 <= to_stop + 1_500_000,
+        "close() known part {d2} us; {to_stop} us from its start to the SIGINT: {last}"
+    );
+    // Who waited: the SAVE, read before the close() began and not answered by the detach.
+    assert_eq!(last["waiting_by_command"]["SAVE"], 1, "{last}");
+    assert!(
+        last["waiting_clients"].as_u64() >= Some(1) && last["worst_wait_us"].as_i64() >= Some(d2),
+        "{last}"
+    );
+    assert!(
+        r["summary"]["in_flight_at_start"].as_u64() >= Some(1)
+            && r["summary"]["in_flight_at_end"].as_u64() >= Some(1),
+        "{}",
+        r["summary"]
+    );
+}
+
+/// The worst case of both edges at once: stallscope attaches during a call and is stopped
+/// before that call ends, so the thread never stops while traced. The call is still
+/// reported, known for the whole trace, rather than being silently missed.
+#[test]
+#[cfg(target_arch = "x86_64")]
+fn a_call_blocked_for_the_whole_trace_is_reported() {
+    let _g = serial();
+    if !can_run() {
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (fs, redis) = redis_on_slowfs(tmp.path());
+    let set = block_in_aof_fsync(&fs, &redis, FSYNC_MS);
+    let a = Attach::start(redis.pid(), &["--threshold", "200ms", "--format", "json"]);
+    std::thread::sleep(Duration::from_millis(600));
+    assert_eq!(
+        redis.main_syscall(),
+        Some(SYS_FDATASYNC),
+        "still in the fdatasync when stallscope is stopped (make FSYNC_MS longer)"
+    );
+    unsafe { libc::kill(a.child.id() as i32, libc::SIGINT) };
+    let (code, out, stderr) = a.finish(Duration::from_secs(15));
+    assert_eq!(code, Some(1), "a stall was found; stderr: {stderr:?}");
+    let r = json(&out);
+    fs.set_rules(r#"{"rules": []}"#);
+    let reply = set.join().expect("SET thread");
+    assert_eq!(reply.as_deref().ok(), Some("+OK"), "{reply:?}");
+    assert!(redis.ping_within(Duration::from_secs(2)));
+    assert_eq!(redis.tracer_pid(), 0, "detached");
+
+    let stall = r["stalls"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|s| s["syscall"] == "fdatasync")
+        .unwrap_or_else(|| panic!("no fdatasync stall: {}", r["stalls"]));
+    assert_eq!(stall["bound"], "at_least", "{stall}");
+    assert_eq!(stall["in_flight"], "at_end", "{stall}");
+    assert_eq!(stall["class"], "aof", "{stall}");
+    assert_eq!(stall["thread"], "main", "{stall}");
+    assert_eq!(stall["at_us"], 0, "known from the attach: {stall}");
+    let d = stall["duration_us"].as_i64().unwrap_or(0);
+    assert!(
+        d >= 500_000 && d < (FSYNC_MS as i64) * 1000,
+        "known from the attach to the stop (~600 ms): {d} us: {stall}"
+    );
+}
