@@ -197,7 +197,7 @@ pub fn parse_duration(s: &str) -> Result<i64, String> {
 
 /// `2026-11-30` or `2026-11-30+01:00` -> (date, UTC offset in seconds)
 pub fn parse_date(s: &str) -> Result<(chrono::NaiveDate, i32), String> {
-    let (d, off) = if s.len() > 10 {
+    let (d, off) = if s.len() > 10 && s.is_char_boundary(10) {
         s.split_at(10)
     } else {
         (s, "")
@@ -215,9 +215,9 @@ pub fn parse_date(s: &str) -> Result<(chrono::NaiveDate, i32), String> {
     } else if off == "Z" {
         0
     } else {
-        let sign = match &off[..1] {
-            "+" => 1,
-            "-" => -1,
+        let sign = match off.as_bytes()[0] {
+            b'+' => 1,
+            b'-' => -1,
             _ => return Err(format!("{s:?}: the offset must look like +01:00")),
         };
         let hm: Vec<&str> = off[1..].split(':').collect();
@@ -252,5 +252,7 @@ mod tests {
         assert_eq!(off, 5400);
         assert_eq!(parse_date("2026-11-30Z").unwrap().1, 0);
         assert!(parse_date("30/11/2026").is_err());
+        assert!(parse_date("2026-11-3é+01:00").is_err());
+        assert!(parse_date("2026-11-30é").is_err());
     }
 }
