@@ -111,11 +111,24 @@ pub fn stall_line(s: &Stall) -> String {
 
 /// Live timestamps are ISO 8601 (with date and offset, in the JSON); in a table the time of
 /// day is what fits and what is read.
-fn short_ts(ts: &str) -> &str {
-    match ts.split_once('T') {
-        Some((_, t)) => t.split(['+', 'Z']).next().unwrap_or(t),
-        None => ts,
+fn short_ts(ts: &str) -> std::borrow::Cow<'_, str> {
+    if let Some((_, t)) = ts.split_once('T') {
+        return t.split(['+', 'Z']).next().unwrap_or(t).into();
     }
+    // `-ttt` epoch seconds: the UTC time of day reads better (the header gives the date).
+    if let Some((secs, frac)) = ts.split_once('.') {
+        if let (Ok(secs), true) = (
+            secs.parse::<i64>(),
+            frac.bytes().all(|b| b.is_ascii_digit()),
+        ) {
+            if secs > 100_000_000 {
+                if let Some(t) = chrono::DateTime::from_timestamp(secs, 0) {
+                    return format!("{}.{frac}", t.format("%H:%M:%S")).into();
+                }
+            }
+        }
+    }
+    ts.into()
 }
 
 fn table() -> Table {
@@ -312,7 +325,9 @@ pub fn render(r: &Report, w: &mut dyn Write, color: bool) -> io::Result<()> {
             writeln!(
                 w,
                 "{} child {} at {}: {dur}{fork}",
-                ph.kind, ph.child_pid, ph.ts
+                ph.kind,
+                ph.child_pid,
+                short_ts(&ph.ts)
             )?;
             let mut t = table();
             t.set_header(vec![
