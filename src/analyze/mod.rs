@@ -337,6 +337,8 @@ pub struct Analyzer {
     main_file_seg: BTreeMap<usize, Agg>,
     bio_fsyncs: Vec<(Nanos, Nanos)>,
     main_fsync_by_file: HashMap<FileId, Agg>,
+    /// When the root process last opened a new incremental AOF (redis 7 multi-part AOF).
+    last_incr_open: Option<Nanos>,
     fork_durs: Vec<Nanos>,
     in_flight_start: u64,
     in_flight_end: u64,
@@ -396,6 +398,7 @@ impl Analyzer {
             main_file_seg: BTreeMap::new(),
             bio_fsyncs: vec![],
             main_fsync_by_file: HashMap::default(),
+            last_incr_open: None,
             fork_durs: vec![],
             in_flight_start: 0,
             in_flight_end: 0,
@@ -857,6 +860,16 @@ impl Analyzer {
             }
         }
 
+        if proc == self.root
+            && matches!(sc.name, "open" | "openat" | "openat2")
+            && sc.ret.val().is_some()
+        {
+            let p = sc.ret_path.as_deref().or(sc.path());
+            if p.is_some_and(|p| p.contains(".incr.aof")) {
+                self.last_incr_open = Some(ev.ts);
+            }
+        }
+
         // Children and phases.
         if let (Extra::Clone { thread }, Ret::Val(child)) = (&sc.extra, sc.ret) {
             if child > 0 {
@@ -938,9 +951,13 @@ impl Analyzer {
         }
     }
 
-    /// Redis 7 opens a new incr AOF just before forking the rewrite child.
-    fn kind_hint_before_fork(&self, _at: Nanos) -> Option<&'static str> {
-        None
+    /// Redis 7 opens the next `NAME.N.incr.aof` just before it forks the AOF-rewrite child:
+    /// that names the phase even when the child itself was not traced.
+    fn kind_hint_before_fork(&self, at: Nanos) -> Option<&'static str> {
+        match self.last_incr_open {
+            Some(t) if at - t <= 200_000_000 && t <= at => Some("aof_rewrite"),
+            _ => None,
+        }
     }
 
     fn on_client_io(&mut self, tid: Tid, proc: u32, fd: i32, ev: &Event, sc: &Syscall, end: Nanos) {

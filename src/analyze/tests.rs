@@ -471,3 +471,49 @@ fn request_queued_during_a_stall_at_the_start_waited_for_it() {
     let r = s.report();
     assert_eq!(r.stalls[0].waiting_commands, 1, "{:?}", r.stalls[0]);
 }
+
+#[test]
+fn untraced_child_forked_right_after_a_new_incr_aof_is_a_rewrite() {
+    let mut s = Seq::new();
+    s.open(100, 0, "/data/appendonlydir/appendonly.aof.1.incr.aof", 7);
+    s.call(100, MS, 10 * US, "epoll_wait", Some(5), 1, Extra::None);
+    s.open(
+        100,
+        500 * MS,
+        "/data/appendonlydir/appendonly.aof.2.incr.aof",
+        12,
+    );
+    s.call(
+        100,
+        501 * MS,
+        5 * MS,
+        "clone",
+        None,
+        400,
+        Extra::Clone { thread: false },
+    );
+    s.call(
+        100,
+        600 * MS,
+        10 * US,
+        "epoll_wait",
+        Some(5),
+        1,
+        Extra::None,
+    );
+    let r = s.report();
+    assert_eq!(r.phases[0].kind, "aof_rewrite");
+    // Without that open, an AOF in use leaves the kind open.
+    let mut s = Seq::new();
+    s.open(100, 0, "/data/appendonlydir/appendonly.aof.1.incr.aof", 7);
+    s.call(
+        100,
+        501 * MS,
+        5 * MS,
+        "clone",
+        None,
+        400,
+        Extra::Clone { thread: false },
+    );
+    assert_eq!(s.report().phases[0].kind, "child");
+}
