@@ -154,7 +154,8 @@ pub fn analyze(args: &AnalyzeArgs) -> Result<u64> {
     progress.finish();
     let counters = inputs.counters();
     let mut info = inputs.info();
-    if an_is_empty(&counters, &inputs) {
+    // Every line skipped: whatever this is, it is not a trace.
+    if counters.lines > 0 && counters.lines == counters.skips.total {
         let label = info
             .files
             .first()
@@ -201,10 +202,6 @@ fn pipelined(mut inputs: Inputs, mut sink: impl FnMut(&crate::event::Event)) -> 
     producer
         .join()
         .map_err(|_| anyhow::anyhow!("the parser thread panicked"))?
-}
-
-fn an_is_empty(c: &source::Counters, _inputs: &Inputs) -> bool {
-    c.lines > 0 && c.lines == c.skips.total
 }
 
 /// A closed stdout (`| head`) ends the program quietly, as ripgrep does.

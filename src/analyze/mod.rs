@@ -1255,7 +1255,7 @@ impl Analyzer {
                 .map(|t| t.proc)
                 .collect::<HashSet<_>>()
                 .len() as u64,
-            start: self.first_ts.map(|_| info_first_text(&clock, first)),
+            start: self.first_ts.map(|_| clock.format(first)),
             start_iso: clock.iso(first),
             span_us: (self.last_ts - first).max(0) / 1000,
             skipped_lines: counters.skips.total,
@@ -1534,10 +1534,6 @@ impl Analyzer {
     }
 }
 
-fn info_first_text(clock: &crate::source::Clock, first: Nanos) -> String {
-    clock.format(first)
-}
-
 /// A command counts as held by a stall if its request was in (read or queued) before the
 /// stall ended and its reply went out after the stall began.
 fn hold(c: &mut Cand, d: &DoneCmd) {
@@ -1649,9 +1645,8 @@ pub fn parse_thread_names(text: &str) -> HashMap<Tid, String> {
                     continue;
                 }
             }
-            if let Some(name) = rest.first() {
-                m.insert(tid, rest.join(" ").trim().to_string());
-                let _ = name;
+            if !rest.is_empty() {
+                m.insert(tid, rest.join(" "));
             }
         }
     }
