@@ -447,6 +447,22 @@ pub fn run_attach(args: &AttachArgs) -> Result<u64> {
     };
     let mut report = an.finish(info, counters);
     report.source.backend = Some(backend.into());
+    if backend == "perf" {
+        // Say what this backend cannot show, rather than leave empty tables unexplained.
+        report.findings.push(crate::report::Finding {
+            id: "backend-limits".into(),
+            severity: crate::report::Severity::Info,
+            title: "No per-command latency with --backend perf".into(),
+            evidence: "the perf backend never stops redis, so it cannot read request and reply \
+                       buffers: command names, per-command latency and the commands each stall held \
+                       up are not available in this report"
+                .into(),
+            advice: "If you need them, trace briefly with --backend ptrace (it slows redis about as \
+                     much as strace), or on a replica."
+                .into(),
+            stalls: 0,
+        });
+    }
     // Samples were stamped from the attach; the report's axis starts at its first call.
     let shift = (first_syscall_ts.unwrap_or(attach_mono) - attach_mono) / 1000;
     let samples = samples.into_iter().map(|mut s| {
