@@ -423,6 +423,22 @@ pub(super) fn findings(a: &Analyzer, cands: &[Cand], r: &Report) -> Vec<Finding>
             stalls: e.n,
         });
     }
+    if a.looks_filtered() {
+        out.push(Finding {
+            id: "filtered-trace".into(),
+            severity: Severity::Info,
+            title: "The trace looks filtered: gaps between syscalls are not reported".into(),
+            evidence: format!(
+                "{} syscalls and not one epoll_wait: strace was probably run with -e trace=...",
+                a.syscalls
+            ),
+            advice: "Without every syscall, the time between two traced calls may be spent in untraced \
+                     ones, so gaps cannot be told from stalls. Trace everything (no -e trace) to see \
+                     slow commands and copy-on-write stalls."
+                .into(),
+            stalls: 0,
+        });
+    }
     let unexplained = r.stalls.iter().filter(|s| s.finding.is_none()).count();
     if unexplained > 0 {
         out.push(Finding {

@@ -1154,10 +1154,16 @@ impl Analyzer {
         }
     }
 
+    /// A redis trace without a single event-loop wait was filtered (`strace -e trace=...`):
+    /// the time between two traced calls then hides untraced ones, so it is no gap.
+    fn looks_filtered(&self) -> bool {
+        self.syscalls >= 1000 && self.threads.values().all(|t| t.epoll == 0)
+    }
+
     fn keep_cand(&self, c: &Cand) -> bool {
         let role = self.role(c.tid);
         match c.kind {
-            StallKind::Gap => role != Role::Child,
+            StallKind::Gap => role != Role::Child && !self.looks_filtered(),
             StallKind::SlowSyscall => !c.syscall.is_some_and(|n| is_idle(n, role)),
         }
     }

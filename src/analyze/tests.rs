@@ -517,3 +517,28 @@ fn untraced_child_forked_right_after_a_new_incr_aof_is_a_rewrite() {
     );
     assert_eq!(s.report().phases[0].kind, "child");
 }
+
+#[test]
+fn a_filtered_trace_reports_no_gaps() {
+    // `strace -e trace=fdatasync`: only the fsyncs, 100 ms apart.
+    let mut s = Seq::new();
+    s.open(100, 0, "/data/appendonly.aof", 7);
+    for i in 0..1200 {
+        s.call(
+            100,
+            MS + i * 100 * MS,
+            150 * US,
+            "fdatasync",
+            Some(7),
+            0,
+            Extra::None,
+        );
+    }
+    let r = s.report();
+    assert!(
+        r.stalls.iter().all(|x| x.kind != StallKind::Gap),
+        "{:?}",
+        r.stalls.first()
+    );
+    assert!(ids(&r).contains(&"filtered-trace"));
+}
