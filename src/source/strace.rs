@@ -281,8 +281,44 @@ fn parse_tod(s: &[u8]) -> Option<(i64, u8, usize)> {
 /// Largest pid Linux can hand out (PID_MAX_LIMIT): a bare integer above it is a timestamp.
 const PID_MAX: u64 = 4_194_304;
 
+/// Digits at fixed positions -> value, or None if any is not a digit. Fixed-length loops
+/// unroll: a few instructions a digit, no bounds checks.
+#[inline]
+fn fixed_digits<const N: usize>(d: &[u8; N]) -> Option<u64> {
+    let mut v = 0u64;
+    let mut bad = 0u8;
+    for &b in d {
+        let x = b.wrapping_sub(b'0');
+        bad |= (x > 9) as u8;
+        v = v * 10 + x as u64;
+    }
+    (bad == 0).then_some(v)
+}
+
+/// The `-ttt` shape with no pid column, `1796078610.545264 name(...`: the commonest saved
+/// form, read without the general prefix machinery (which handles it too, slower).
+#[inline]
+fn epoch_usec_prefix(line: &[u8]) -> Option<(Prefix, &[u8])> {
+    let head: &[u8; 18] = line.get(..18)?.try_into().ok()?;
+    if head[10] != b'.' || head[17] != b' ' {
+        return None;
+    }
+    let secs = fixed_digits::<10>(head[..10].try_into().ok()?)?;
+    let usec = fixed_digits::<6>(head[11..17].try_into().ok()?)?;
+    let p = Prefix {
+        pid: None,
+        time: Some(secs as i64 * 1_000_000_000 + usec as i64 * 1_000),
+        fmt: TimeFmt::Epoch,
+        frac_digits: 6,
+    };
+    Some((p, skip_ws(&line[17..])))
+}
+
 /// Splits the `[pid N] ` / `N ` prefix and the timestamp off a line.
 pub fn parse_prefix(line: &[u8]) -> (Prefix, &[u8]) {
+    if let Some(fast) = epoch_usec_prefix(line) {
+        return fast;
+    }
     let mut p = Prefix {
         pid: None,
         time: None,
@@ -362,6 +398,21 @@ fn is_name_byte(b: u8) -> bool {
 /// `<DUR>` at the very end of a line -> ns. Any precision (6 digits default, 9 with ns).
 fn parse_dur(s: &[u8]) -> (Option<Nanos>, &[u8]) {
     let s = trim_end(s);
+    // The default `-T` shape, `<0.000071>`, read at fixed positions.
+    if s.len() >= 10 {
+        let t: &[u8; 10] = s[s.len() - 10..].try_into().expect("10 bytes");
+        if t[0] == b'<' && t[2] == b'.' && t[9] == b'>' {
+            if let (Some(sec), Some(us)) = (
+                fixed_digits::<1>(&[t[1]]),
+                fixed_digits::<6>(t[3..9].try_into().expect("6 bytes")),
+            ) {
+                return (
+                    Some(sec as i64 * 1_000_000_000 + us as i64 * 1_000),
+                    trim_end(&s[..s.len() - 10]),
+                );
+            }
+        }
+    }
     if s.last() == Some(&b'>') {
         if let Some(open) = memrchr(b'<', s) {
             let inner = &s[open + 1..s.len() - 1];
