@@ -28,6 +28,7 @@ print(f"perl {perl:.3f} s, stallscope {ours:.3f} s, wc -l {wc:.3f} s")
 print(f"speed-up over perl: {perl / ours:.2f}x (target 4x); stallscope is {ours / wc:.1f}x the wc -l floor")
 PY
 for f in "$big" "$big2"; do
-  rss=$( { /usr/bin/time -v "$bin" analyze "$f" --format json > /dev/null; } 2>&1 | awk -F': ' '/Maximum resident/ {print $2}')
+  # analyze exits 1 when it finds stalls (this file has them): not a failure here.
+  rss=$( { /usr/bin/time -v "$bin" analyze "$f" --format json > /dev/null || true; } 2>&1 | awk -F': ' '/Maximum resident/ {print $2}')
   echo "peak RSS on $(du -h "$f" | cut -f1): $((rss / 1024)) MB (target 32 MB)"
 done
