@@ -9,34 +9,10 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-static SERIAL: Mutex<()> = Mutex::new(());
-
-/// Serializes ptrace tests within this binary (the mutex) and with the other test binaries
-/// and concurrent `cargo test` runs on the machine (an flock on the same file as
-/// tests/live_edges.rs, released when the file closes).
-struct Serial {
-    _m: std::sync::MutexGuard<'static, ()>,
-    _f: Option<std::fs::File>,
-}
-
-fn serial() -> Serial {
-    let m = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let path = std::env::temp_dir().join("stallscope-ptrace-tests.lock");
-    let f = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(path)
-        .ok();
-    if let Some(f) = &f {
-        use std::os::unix::io::AsRawFd;
-        unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) };
-    }
-    Serial { _m: m, _f: f }
-}
+mod common;
+use common::serial;
 
 fn have_redis() -> bool {
     let ok = Command::new("redis-server")
