@@ -562,7 +562,7 @@ fn write_header(r: &Report, w: &mut dyn Write) -> io::Result<()> {
     }
     if s.in_flight_at_start + s.in_flight_at_end > 0 {
         line.push_str(&format!(
-            " · {} calls in flight at start, {} at end",
+            " · calls in flight: {} at the start, {} at the end",
             count(s.in_flight_at_start),
             count(s.in_flight_at_end)
         ));
