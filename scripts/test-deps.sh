@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Installs what the tests need (redis-server, strace and FUSE from Debian's packages, fusepy
-# from PyPI for ../shared/slowfs; rustfmt and clippy for CI's checks), then runs the whole
-# test suite. Run as root on Debian/Ubuntu, or with the packages already installed.
+# Installs what the tests need: redis-server, redis-tools, strace and FUSE from Debian's
+# packages, fusepy from PyPI for ../shared/slowfs, tracefs for the perf backend, rustfmt and
+# clippy for CI's checks. Run as root on Debian/Ubuntu, or with the packages installed.
+# The test command (README and .ci/run): bash scripts/test-deps.sh && cargo test --release
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -33,5 +34,3 @@ if [ ! -d /sys/kernel/tracing/events ] && [ ! -d /sys/kernel/debug/tracing/event
   mount -t tracefs nodev /sys/kernel/tracing 2>/dev/null || true
 fi
 rustup component add rustfmt clippy >/dev/null 2>&1 || true
-
-cargo test --release
