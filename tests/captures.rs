@@ -483,3 +483,18 @@ fn strict_mode_fails_on_a_bad_line_and_names_it() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains(":2:"));
 }
+
+/// The whole table report of two captures, as an on-call engineer reads it: any change to
+/// the wording, layout or figures shows up as a reviewed snapshot diff.
+#[test]
+fn table_report_snapshots() {
+    for name in ["slow-log-close-bgsave-f", "rewrite-always-nofsync-no"] {
+        let out = Command::cargo_bin("stallscope")
+            .unwrap()
+            .args(["analyze", trace(name).to_str().unwrap(), "--color", "never"])
+            .output()
+            .unwrap();
+        let text = String::from_utf8(out.stdout).unwrap();
+        insta::assert_snapshot!(name, text);
+    }
+}
