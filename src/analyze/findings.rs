@@ -423,18 +423,23 @@ pub(super) fn findings(a: &Analyzer, cands: &[Cand], r: &Report) -> Vec<Finding>
             stalls: e.n,
         });
     }
-    if a.looks_filtered() {
+    if let Some(why) = a.gaps_unreliable() {
+        let filtered = a.looks_filtered();
         out.push(Finding {
-            id: "filtered-trace".into(),
+            id: if filtered { "filtered-trace" } else { "gaps-unmeasurable" }.into(),
             severity: Severity::Info,
-            title: "The trace looks filtered: gaps between syscalls are not reported".into(),
-            evidence: format!(
-                "{} syscalls and not one epoll_wait: strace was probably run with -e trace=...",
-                a.syscalls
-            ),
-            advice: "Without every syscall, the time between two traced calls may be spent in untraced \
-                     ones, so gaps cannot be told from stalls. Trace everything (no -e trace) to see \
-                     slow commands and copy-on-write stalls."
+            title: "Gaps between syscalls are not reported for this trace".into(),
+            evidence: if filtered {
+                format!(
+                    "{} syscalls and not one epoll_wait: strace was probably run with -e trace=...",
+                    a.syscalls
+                )
+            } else {
+                why
+            },
+            advice: "Slow commands and copy-on-write stalls show as gaps in a thread's syscalls. Trace \
+                     every syscall (no -e trace) with -tt or -ttt timestamps (and -f rather than -r) \
+                     to see them."
                 .into(),
             stalls: 0,
         });

@@ -309,6 +309,8 @@ pub struct Analyzer {
     by_name: HashMap<usize, (&'static str, Agg)>,
     /// Bumped whenever evidence that decides thread roles changes.
     role_epoch: u64,
+    /// The trace's clock, once `finish` knows it.
+    clock: Option<crate::source::Clock>,
     by_file: HashMap<FileId, Agg>,
     slowest: Vec<SlowRec>,
     timeline: HashMap<Tid, TimelineSample>,
@@ -374,6 +376,7 @@ impl Analyzer {
             reconstructed: 0,
             by_name: HashMap::default(),
             role_epoch: 0,
+            clock: None,
             by_file: HashMap::default(),
             slowest: vec![],
             timeline: HashMap::default(),
@@ -1160,10 +1163,35 @@ impl Analyzer {
         self.syscalls >= 1000 && self.threads.values().all(|t| t.epoll == 0)
     }
 
+    /// Why gaps between syscalls cannot be trusted in this trace, if they cannot: a filtered
+    /// trace, a clock coarser than the threshold (`-t` prints whole seconds), or `-r` times
+    /// across threads (strace's relative time is per printed line, not per thread).
+    pub(crate) fn gaps_unreliable(&self) -> Option<String> {
+        if self.looks_filtered() {
+            return Some("the trace looks filtered (-e trace=...)".into());
+        }
+        let clock = self.clock.as_ref()?;
+        let resolution = 10i64.pow(9u32.saturating_sub(clock.frac_digits as u32).min(9));
+        let precise = clock.frac_digits > 0 || clock.wall_at_first.is_some();
+        if !precise || resolution * 2 > self.opts.threshold_ns {
+            return Some(format!(
+                "timestamps have a resolution of {} (strace -t): use -tt or -ttt",
+                findings::human(resolution / 1000)
+            ));
+        }
+        if clock.fmt == crate::source::TimeFmt::Relative && !clock.perf && self.threads.len() > 1 {
+            return Some(
+                "-r times are relative to the previous line, not to the thread's previous call"
+                    .into(),
+            );
+        }
+        None
+    }
+
     fn keep_cand(&self, c: &Cand) -> bool {
         let role = self.role(c.tid);
         match c.kind {
-            StallKind::Gap => role != Role::Child && !self.looks_filtered(),
+            StallKind::Gap => role != Role::Child && self.gaps_unreliable().is_none(),
             StallKind::SlowSyscall => !c.syscall.is_some_and(|n| is_idle(n, role)),
         }
     }
@@ -1204,6 +1232,7 @@ impl Analyzer {
     }
 
     pub fn finish(mut self, info: SourceInfo, counters: Counters) -> Report {
+        self.clock = Some(info.clock.clone());
         // Requests never answered before the trace ended waited through every stall after them.
         let end = self.last_ts;
         let unanswered: Vec<DoneCmd> = self

@@ -89,19 +89,22 @@ impl Seq {
         );
     }
     fn report(self) -> Report {
+        self.report_with(Clock {
+            fmt: TimeFmt::Epoch,
+            perf: false,
+            frac_digits: 6,
+            first: 0,
+            date: None,
+            wall_at_first: None,
+        })
+    }
+    fn report_with(self, clock: Clock) -> Report {
         let info = SourceInfo {
             kind: "strace",
             files: vec![],
             format: "test".into(),
             pid: Some(100),
-            clock: Clock {
-                fmt: TimeFmt::Epoch,
-                perf: false,
-                frac_digits: 6,
-                first: 0,
-                date: None,
-                wall_at_first: None,
-            },
+            clock,
         };
         self.a.finish(info, Counters::default())
     }
@@ -541,4 +544,22 @@ fn a_filtered_trace_reports_no_gaps() {
         r.stalls.first()
     );
     assert!(ids(&r).contains(&"filtered-trace"));
+}
+
+#[test]
+fn whole_second_timestamps_report_no_gaps() {
+    let mut s = Seq::new();
+    s.call(100, 0, 10 * US, "epoll_wait", Some(5), 0, Extra::None);
+    s.call(100, 1_000 * MS, 10 * US, "write", Some(9), 5, Extra::None);
+    let clock = Clock {
+        fmt: TimeFmt::TimeOfDay,
+        perf: false,
+        frac_digits: 0,
+        first: 0,
+        date: None,
+        wall_at_first: None,
+    };
+    let r = s.report_with(clock);
+    assert!(r.stalls.is_empty(), "{:?}", r.stalls);
+    assert!(ids(&r).contains(&"gaps-unmeasurable"));
 }
