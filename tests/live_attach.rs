@@ -823,10 +823,11 @@ fn perf_backend_reports_lost_events_with_a_tiny_ring() {
                 "never",
             ],
         );
-        let loads: Vec<_> = (0..4)
+        // Enough load to overflow a one-page ring for sure, even when the machine is slow.
+        let loads: Vec<_> = (0..8)
             .map(|_| {
                 let port = redis.port;
-                std::thread::spawn(move || set_load(port, 3000))
+                std::thread::spawn(move || set_load(port, 4000))
             })
             .collect();
         for l in loads {
