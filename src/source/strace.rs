@@ -314,9 +314,51 @@ fn epoch_usec_prefix(line: &[u8]) -> Option<(Prefix, &[u8])> {
     Some((p, skip_ws(&line[17..])))
 }
 
+/// The `-f -tt` shapes, `[pid  7313] 22:37:40.811837 name(...` and `9380  22:38:54.938004
+/// name(...`: a pid, then `HH:MM:SS.ffffff ` read at fixed positions.
+#[inline]
+fn pid_tod_usec_prefix(line: &[u8]) -> Option<(Prefix, &[u8])> {
+    let (pid, rest) = if let Some(r) = line.strip_prefix(b"[pid ") {
+        let r = skip_ws(r);
+        let (v, n) = parse_u64(r)?;
+        (v, r.get(n..)?.strip_prefix(b"]")?)
+    } else {
+        let (v, n) = parse_u64(line)?;
+        if !matches!(line.get(n), Some(b' ')) {
+            return None;
+        }
+        (v, &line[n..])
+    };
+    if pid > PID_MAX {
+        return None;
+    }
+    let t = skip_ws(rest);
+    let head: &[u8; 16] = t.get(..16)?.try_into().ok()?;
+    if head[2] != b':' || head[5] != b':' || head[8] != b'.' || head[15] != b' ' {
+        return None;
+    }
+    let h = fixed_digits::<2>(head[0..2].try_into().ok()?)?;
+    let m = fixed_digits::<2>(head[3..5].try_into().ok()?)?;
+    let sec = fixed_digits::<2>(head[6..8].try_into().ok()?)?;
+    let us = fixed_digits::<6>(head[9..15].try_into().ok()?)?;
+    if h > 23 || m > 59 || sec > 60 {
+        return None;
+    }
+    let p = Prefix {
+        pid: Some(pid as Tid),
+        time: Some(((h * 3600 + m * 60 + sec) * 1_000_000_000 + us * 1_000) as i64),
+        fmt: TimeFmt::TimeOfDayFrac,
+        frac_digits: 6,
+    };
+    Some((p, skip_ws(&t[15..])))
+}
+
 /// Splits the `[pid N] ` / `N ` prefix and the timestamp off a line.
 pub fn parse_prefix(line: &[u8]) -> (Prefix, &[u8]) {
     if let Some(fast) = epoch_usec_prefix(line) {
+        return fast;
+    }
+    if let Some(fast) = pid_tod_usec_prefix(line) {
         return fast;
     }
     let mut p = Prefix {
