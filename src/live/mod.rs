@@ -142,6 +142,50 @@ pub trait Tracer {
     }
 }
 
+/// The checks every backend makes before it touches a process: not ourselves, still there,
+/// not a zombie. Returns `/proc/PID/status` for backend-specific checks (a ptrace tracer
+/// already attached).
+pub(crate) fn check_target(pid: Tid) -> Result<String, AttachError> {
+    if pid as i32 == unsafe { libc::getpid() } {
+        return Err(AttachError::Other(
+            "refusing to trace stallscope itself".into(),
+        ));
+    }
+    let status = match std::fs::read_to_string(format!("/proc/{pid}/status")) {
+        Ok(s) => s,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(AttachError::NoSuchPid(pid))
+        }
+        Err(e) => {
+            return Err(AttachError::Other(format!(
+                "cannot read /proc/{pid}/status: {e}"
+            )))
+        }
+    };
+    let zombie = status
+        .lines()
+        .find_map(|l| l.strip_prefix("State:"))
+        .is_some_and(|v| v.trim_start().starts_with('Z'));
+    if zombie {
+        return Err(AttachError::Other(format!(
+            "process {pid} is a zombie: it has exited and has no threads to trace"
+        )));
+    }
+    Ok(status)
+}
+
+/// The process's threads, from /proc/PID/task, in tid order.
+pub(crate) fn list_tasks(pid: Tid) -> std::io::Result<Vec<Tid>> {
+    let mut v = vec![];
+    for e in std::fs::read_dir(format!("/proc/{pid}/task"))? {
+        if let Some(t) = e?.file_name().to_str().and_then(|s| s.parse().ok()) {
+            v.push(t);
+        }
+    }
+    v.sort_unstable();
+    Ok(v)
+}
+
 use crate::analyze::{Analyzer, RedisConf};
 use crate::cli::AttachArgs;
 use crate::report::{Finding, Overhead, Report, Severity};

@@ -368,7 +368,7 @@ fn open_event(attr: &mut sys::bindings::perf_event_attr, tid: Tid, cpu: i32) -> 
 impl PerfTracer {
     /// Opens the tracepoints for every thread of `cfg.pid`; returns once all are traced.
     pub fn attach(cfg: PerfConfig) -> Result<Self, AttachError> {
-        preflight(cfg.pid)?;
+        super::check_target(cfg.pid)?;
         let tp = find_tracepoints().map_err(AttachError::Other)?;
         let mut me = Self::unattached(cfg, (tp.enter, tp.exit));
         me.stats.attach_mono = now_mono();
@@ -378,7 +378,7 @@ impl PerfTracer {
         // Rescan until a pass finds no new thread: a thread created by one whose events were
         // not open yet is not inherited and must be opened itself.
         loop {
-            let tids = match list_tasks(pid) {
+            let tids = match super::list_tasks(pid) {
                 Ok(t) => t,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                     return Err(AttachError::NoSuchPid(pid))
@@ -884,7 +884,7 @@ impl PerfTracer {
     /// in the instant between a listing and the open. Opened now; what they did before is
     /// missing, and the user is told.
     fn rescan(&mut self) {
-        let tids = match list_tasks(self.cfg.pid) {
+        let tids = match super::list_tasks(self.cfg.pid) {
             Ok(t) => t,
             Err(_) => return,
         };
@@ -1075,46 +1075,6 @@ impl Drop for PerfTracer {
 }
 
 /// The checks that make common failures clear before any event is opened.
-fn preflight(pid: Tid) -> Result<(), AttachError> {
-    if pid as i32 == unsafe { libc::getpid() } {
-        return Err(AttachError::Other(
-            "refusing to trace stallscope itself".into(),
-        ));
-    }
-    let status = match std::fs::read_to_string(format!("/proc/{pid}/status")) {
-        Ok(s) => s,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(AttachError::NoSuchPid(pid))
-        }
-        Err(e) => {
-            return Err(AttachError::Other(format!(
-                "cannot read /proc/{pid}/status: {e}"
-            )))
-        }
-    };
-    let zombie = status
-        .lines()
-        .find_map(|l| l.strip_prefix("State:"))
-        .is_some_and(|v| v.trim_start().starts_with('Z'));
-    if zombie {
-        return Err(AttachError::Other(format!(
-            "process {pid} is a zombie: it has exited and has no threads to trace"
-        )));
-    }
-    Ok(())
-}
-
-fn list_tasks(pid: Tid) -> std::io::Result<Vec<Tid>> {
-    let mut v = vec![];
-    for e in std::fs::read_dir(format!("/proc/{pid}/task"))? {
-        if let Some(t) = e?.file_name().to_str().and_then(|s| s.parse().ok()) {
-            v.push(t);
-        }
-    }
-    v.sort_unstable();
-    Ok(v)
-}
-
 /// Whether the perf backend can be used here, and if not why (for `--backend auto`).
 pub fn available() -> Result<(), String> {
     find_tracepoints()?;

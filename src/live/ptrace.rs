@@ -316,43 +316,22 @@ impl Drop for PtraceTracer {
 
 /// Checks that make the common failures clear before any ptrace request is made.
 fn preflight(pid: Tid) -> Result<(), AttachError> {
-    let status = match std::fs::read_to_string(format!("/proc/{pid}/status")) {
-        Ok(s) => s,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(AttachError::NoSuchPid(pid))
-        }
-        Err(e) => {
-            return Err(AttachError::Other(format!(
-                "cannot read /proc/{pid}/status: {e}"
-            )))
-        }
-    };
-    if pid as i32 == unsafe { libc::getpid() } {
-        return Err(AttachError::Other(
-            "refusing to trace stallscope itself".into(),
-        ));
-    }
-    for line in status.lines() {
-        if let Some(v) = line.strip_prefix("TracerPid:") {
-            let t: u32 = v.trim().parse().unwrap_or(0);
-            if t != 0 {
-                let who = std::fs::read_to_string(format!("/proc/{t}/comm"))
-                    .map(|s| s.trim().to_string())
-                    .unwrap_or_default();
-                return Err(AttachError::AlreadyTraced {
-                    pid,
-                    tracer: t,
-                    tracer_name: who,
-                });
-            }
-        }
-        if let Some(v) = line.strip_prefix("State:") {
-            if v.trim_start().starts_with('Z') {
-                return Err(AttachError::Other(format!(
-                    "process {pid} is a zombie: it has exited and has no threads to trace"
-                )));
-            }
-        }
+    let status = super::check_target(pid)?;
+    // Only one tracer per process: name the one already there.
+    let tracer = status
+        .lines()
+        .find_map(|l| l.strip_prefix("TracerPid:"))
+        .and_then(|v| v.trim().parse::<u32>().ok())
+        .unwrap_or(0);
+    if tracer != 0 {
+        let who = std::fs::read_to_string(format!("/proc/{tracer}/comm"))
+            .map(|s| s.trim().to_string())
+            .unwrap_or_default();
+        return Err(AttachError::AlreadyTraced {
+            pid,
+            tracer,
+            tracer_name: who,
+        });
     }
     Ok(())
 }
@@ -449,7 +428,7 @@ impl Inner {
         self.stats.attach_wall = now_wall();
         let mut first = true;
         loop {
-            let tids = list_tasks(pid).map_err(|e| {
+            let tids = super::list_tasks(pid).map_err(|e| {
                 if e.kind() == std::io::ErrorKind::NotFound {
                     anyhow::Error::new(AttachError::NoSuchPid(pid))
                 } else {
@@ -693,15 +672,7 @@ impl Inner {
                 self.resume(tid, 0)
             }
             libc::PTRACE_EVENT_CLONE | libc::PTRACE_EVENT_FORK | libc::PTRACE_EVENT_VFORK => {
-                let mut msg: libc::c_ulong = 0;
-                unsafe {
-                    libc::ptrace(
-                        libc::PTRACE_GETEVENTMSG,
-                        tid as libc::pid_t,
-                        0usize,
-                        &mut msg as *mut libc::c_ulong,
-                    )
-                };
+                let msg = event_msg(tid);
                 let child = msg as Tid;
                 if child != 0 {
                     let tgid = if event == libc::PTRACE_EVENT_CLONE {
@@ -724,15 +695,7 @@ impl Inner {
             libc::PTRACE_EVENT_EXEC => {
                 // After a non-leader thread execs, it takes the process's tid: the old
                 // leader is gone and the former tid must be forgotten.
-                let mut msg: libc::c_ulong = 0;
-                unsafe {
-                    libc::ptrace(
-                        libc::PTRACE_GETEVENTMSG,
-                        tid as libc::pid_t,
-                        0usize,
-                        &mut msg as *mut libc::c_ulong,
-                    )
-                };
+                let msg = event_msg(tid);
                 let former = msg as Tid;
                 if former != tid {
                     // The execve entry was seen on the former tid: carry it over.
@@ -1094,15 +1057,19 @@ fn parse_proc_syscall(s: &str) -> Option<(i64, [u64; 6])> {
     Some((nr, args))
 }
 
-fn list_tasks(pid: Tid) -> std::io::Result<Vec<Tid>> {
-    let mut v = vec![];
-    for e in std::fs::read_dir(format!("/proc/{pid}/task"))? {
-        if let Some(t) = e?.file_name().to_str().and_then(|s| s.parse().ok()) {
-            v.push(t);
-        }
-    }
-    v.sort_unstable();
-    Ok(v)
+/// PTRACE_GETEVENTMSG: the new tid of a clone/fork, the former tid after an exec.
+fn event_msg(tid: Tid) -> libc::c_ulong {
+    let mut msg: libc::c_ulong = 0;
+    // SAFETY: the kernel writes one c_ulong to `msg`, which outlives the call.
+    unsafe {
+        libc::ptrace(
+            libc::PTRACE_GETEVENTMSG,
+            tid as libc::pid_t,
+            0usize,
+            &mut msg as *mut libc::c_ulong,
+        )
+    };
+    msg
 }
 
 fn read_tgid(tid: Tid) -> Option<Tid> {
