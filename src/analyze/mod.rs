@@ -320,8 +320,12 @@ pub struct Analyzer {
     cand_seq: u64,
     /// Kept stalls by length (min-heap), to find the one that makes room when full.
     by_length: std::collections::BinaryHeap<std::cmp::Reverse<(Nanos, usize)>>,
-    /// The most recent stalls (index, id), for matching commands as they complete.
-    recent: VecDeque<(usize, u64)>,
+    /// The most recent stalls (index, id, latest end of it and of every stall before it),
+    /// for matching commands as they complete. The running maximum lets a command that
+    /// arrived after all of them stop at the newest entry instead of testing every one.
+    recent: VecDeque<(usize, u64, Nanos)>,
+    /// Requests answered by the reply being handled (reused: one reply per command).
+    answered: Vec<PendingCmd>,
     /// Stalls added since the last `drain_new_stalls`.
     fresh: Vec<usize>,
     in_flight_small: Vec<Cand>,
@@ -386,6 +390,7 @@ impl Analyzer {
             cand_seq: 0,
             by_length: Default::default(),
             recent: VecDeque::new(),
+            answered: Vec::new(),
             fresh: vec![],
             in_flight_small: vec![],
             phases: vec![],
@@ -439,16 +444,25 @@ impl Analyzer {
     }
 
     fn thread(&mut self, tid: Tid) -> &mut ThreadState {
-        if self.threads.pos(tid).is_none() {
-            self.role_epoch += 1;
+        let i = self.thread_idx(tid);
+        &mut self.threads.v[i].1
+    }
+
+    /// Index of the thread's state, created on first sight. Indices are stable (states are
+    /// only ever appended), so the hot path looks a thread up once per event.
+    fn thread_idx(&mut self, tid: Tid) -> usize {
+        if let Some(i) = self.threads.pos(tid) {
+            return i;
         }
+        self.role_epoch += 1;
         let root = self.root;
         let names = &self.opts.thread_names;
         self.threads.get_or_insert_with(tid, || ThreadState {
             proc: root,
             name: names.get(&tid).cloned(),
             ..Default::default()
-        })
+        });
+        self.threads.v.len() - 1
     }
 
     /// The role a thread has on current evidence (final at `finish`).
@@ -627,7 +641,8 @@ impl Analyzer {
             DurSource::Unknown => {}
         }
         let tid = ev.tid;
-        let proc = self.thread(tid).proc;
+        let ti = self.thread_idx(tid);
+        let proc = self.threads.v[ti].1.proc;
         let resolved = self.fds.apply(proc, ev.ts, sc);
         let class = resolved.map(|r| r.class);
         let file = resolved.map(|r| r.file);
@@ -641,7 +656,7 @@ impl Analyzer {
 
         // Role evidence.
         {
-            let t = self.thread(tid);
+            let t = &mut self.threads.v[ti].1;
             t.calls += 1;
             match sc.name {
                 "epoll_wait" | "epoll_pwait" | "epoll_pwait2" => t.epoll += 1,
@@ -686,7 +701,7 @@ impl Analyzer {
         // Idle time.
         let idle = is_idle(sc.name, role) || (sc.name == "futex" && role != Role::Main);
         if idle {
-            let e = self.thread(tid).idle.entry(sc.name).or_default();
+            let e = self.threads.v[ti].1.idle.entry(sc.name).or_default();
             e.0 += 1;
             e.1 += dur;
         }
@@ -737,7 +752,7 @@ impl Analyzer {
         }
 
         // Gap since this thread's previous call.
-        let prev_end = self.thread(tid).last_end;
+        let prev_end = self.threads.v[ti].1.last_end;
         if let Some(pe) = prev_end {
             let gap = ev.ts - pe;
             if gap >= self.opts.threshold_ns
@@ -767,7 +782,7 @@ impl Analyzer {
             }
         }
         {
-            let t = self.thread(tid);
+            let t = &mut self.threads.v[ti].1;
             t.last_end = Some(t.last_end.map_or(end, |le| le.max(end)));
         }
 
@@ -805,7 +820,7 @@ impl Analyzer {
 
         // Event loop: when did the requests read next arrive?
         if matches!(sc.name, "epoll_wait" | "epoll_pwait" | "epoll_pwait2") {
-            let t = self.thread(tid);
+            let t = &mut self.threads.v[ti].1;
             t.prev_wait_end = t.cur_wait.map(|w| w.1);
             t.cur_wait = Some((ev.ts, end));
         }
@@ -815,7 +830,7 @@ impl Analyzer {
             if let Some(c) = class {
                 if c.is_disk_file() && sc.dur.is_some() {
                     self.main_file_seg.entry(self.segment).or_default().add(dur);
-                    let t = self.thread(tid);
+                    let t = &mut self.threads.v[ti].1;
                     if c.is_aof() {
                         t.aof_ns += dur;
                     } else if c == FileClass::Log {
@@ -1036,13 +1051,14 @@ impl Analyzer {
             };
             // One reply write answers every request read so far on this connection
             // (pipelined requests are answered together).
-            let pending: Vec<PendingCmd> = q.drain(..).collect();
+            let mut pending = std::mem::take(&mut self.answered);
+            pending.extend(q.drain(..));
             self.last_reply.insert(key, end);
             let (aof1, log1) = {
                 let t = self.thread(tid);
                 (t.aof_ns, t.log_ns)
             };
-            for p in pending {
+            for p in pending.drain(..) {
                 let lat = end - p.req;
                 let seg = self.segment;
                 self.cmd_stats
@@ -1064,7 +1080,10 @@ impl Analyzer {
                     reply: end,
                 };
                 // Stalls already found that this command waited through.
-                for (idx, id) in self.recent.iter() {
+                for (idx, id, max_end) in self.recent.iter().rev() {
+                    if *max_end <= d.req {
+                        break;
+                    }
                     if let Some(c) = self.cands.get_mut(*idx) {
                         if c.id == *id {
                             hold(c, &d);
@@ -1076,6 +1095,7 @@ impl Analyzer {
                 }
                 self.done.push_back(d);
             }
+            self.answered = pending;
         }
     }
 
@@ -1126,7 +1146,9 @@ impl Analyzer {
         if self.recent.len() == 64 {
             self.recent.pop_front();
         }
-        self.recent.push_back((idx, self.cand_seq));
+        let end = self.cands[idx].start + self.cands[idx].dur;
+        let max_end = self.recent.back().map_or(end, |r| r.2.max(end));
+        self.recent.push_back((idx, self.cand_seq, max_end));
         self.fresh.push(idx);
     }
 
