@@ -120,39 +120,239 @@ pub enum Extra {
     Data(Data),
 }
 
-/// The first `DATA_CAP` bytes of a buffer argument, stored inline (no allocation).
-#[derive(Clone, Copy, PartialEq, Eq)]
+/// The first bytes of a buffer argument, stored inline (no allocation). A live tracer
+/// stores the bytes themselves; the strace parser stores the quoted text as printed, C
+/// escapes and all, because only a few consumers ever look inside (a client read's command
+/// name, content sniffing of an unnamed file) and decoding every read and write line cost
+/// the parser a seventh of its time. `head()` gives the bytes either way.
+#[derive(Clone, Copy)]
 pub struct Data {
+    len: u8,
+    form: Form,
+    buf: [u8; RAW_CAP],
+}
+
+/// How much of strace's quoted text a `Data` keeps: enough for `DATA_CAP` bytes of text
+/// with the usual escapes (`\r\n`), and for a RESP command name even under `-xx`.
+pub const RAW_CAP: usize = 112;
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Form {
+    /// The bytes themselves; `truncated` as the source said.
+    Bytes { truncated: bool },
+    /// strace text after the opening quote; `cut` when the line held more than `RAW_CAP`.
+    Escaped { cut: bool },
+}
+
+/// The first `DATA_CAP` bytes of a buffer, decoded.
+#[derive(Clone, Copy)]
+pub struct Head {
     len: u8,
     /// The trace showed fewer bytes than the call transferred (`"..."...`).
     pub truncated: bool,
     buf: [u8; DATA_CAP],
 }
 
-impl Data {
-    pub fn new(bytes: &[u8], truncated: bool) -> Self {
-        let n = bytes.len().min(DATA_CAP);
-        let mut buf = [0u8; DATA_CAP];
-        buf[..n].copy_from_slice(&bytes[..n]);
-        Data {
-            len: n as u8,
-            truncated: truncated || bytes.len() > DATA_CAP,
-            buf,
-        }
-    }
+impl Head {
     pub fn bytes(&self) -> &[u8] {
         &self.buf[..self.len as usize]
     }
 }
 
+impl PartialEq for Head {
+    fn eq(&self, other: &Self) -> bool {
+        self.truncated == other.truncated && self.bytes() == other.bytes()
+    }
+}
+
+impl Data {
+    pub fn new(bytes: &[u8], truncated: bool) -> Self {
+        let n = bytes.len().min(DATA_CAP);
+        let mut buf = [0u8; RAW_CAP];
+        buf[..n].copy_from_slice(&bytes[..n]);
+        Data {
+            len: n as u8,
+            form: Form::Bytes {
+                truncated: truncated || bytes.len() > DATA_CAP,
+            },
+            buf,
+        }
+    }
+    /// From strace's text of a string argument, starting after its opening quote (the rest
+    /// of the line may follow: decoding stops at the closing quote).
+    pub fn escaped(text: &[u8]) -> Self {
+        let n = text.len().min(RAW_CAP);
+        let mut buf = [0u8; RAW_CAP];
+        buf[..n].copy_from_slice(&text[..n]);
+        Data {
+            len: n as u8,
+            form: Form::Escaped {
+                cut: text.len() > RAW_CAP,
+            },
+            buf,
+        }
+    }
+    /// The first `DATA_CAP` bytes, decoded.
+    pub fn head(&self) -> Head {
+        let mut h = Head {
+            len: 0,
+            truncated: false,
+            buf: [0; DATA_CAP],
+        };
+        let raw = &self.buf[..self.len as usize];
+        match self.form {
+            Form::Bytes { truncated } => {
+                h.buf[..raw.len()].copy_from_slice(raw);
+                h.len = raw.len() as u8;
+                h.truncated = truncated;
+            }
+            Form::Escaped { cut } => {
+                let (n, end) = decode_head(raw, &mut h.buf);
+                h.len = n as u8;
+                h.truncated = match end {
+                    End::Cap => true,
+                    // The string goes on past what was kept; or the line itself was cut off.
+                    End::OutOfText => cut,
+                    // `"...` says strace cut it; a kept text that ends too soon to show
+                    // whether the marker follows counts as cut.
+                    End::Quote(after) => {
+                        let rest = &raw[after..];
+                        rest.starts_with(b"...") || (cut && b"...".starts_with(rest))
+                    }
+                };
+            }
+        }
+        h
+    }
+}
+
+impl PartialEq for Data {
+    fn eq(&self, other: &Self) -> bool {
+        self.head() == other.head()
+    }
+}
+
 impl std::fmt::Debug for Data {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let h = self.head();
         write!(
             f,
             "Data({:?}{})",
-            String::from_utf8_lossy(self.bytes()),
-            if self.truncated { "..." } else { "" }
+            String::from_utf8_lossy(h.bytes()),
+            if h.truncated { "..." } else { "" }
         )
+    }
+}
+
+/// Where `decode_head` stopped.
+enum End {
+    /// `DATA_CAP` bytes decoded and more follow.
+    Cap,
+    /// At the closing quote; the index just after it.
+    Quote(usize),
+    /// The text ran out before the closing quote.
+    OutOfText,
+}
+
+const ONES: u64 = u64::from_le_bytes([1; 8]);
+const HIGHS: u64 = u64::from_le_bytes([0x80; 8]);
+
+/// High bit set in each byte of `x` that is a quote or a backslash. Exact for the lowest
+/// such byte (the borrow of the zero-byte trick only spills upwards), which is all
+/// `decode_head` reads.
+#[inline]
+fn quote_or_backslash(x: u64) -> u64 {
+    let q = x ^ (ONES * b'"' as u64);
+    let b = x ^ (ONES * b'\\' as u64);
+    (q.wrapping_sub(ONES) & !q | b.wrapping_sub(ONES) & !b) & HIGHS
+}
+
+/// Unescapes the first `DATA_CAP` bytes of a C string literal as strace prints it (after
+/// its opening quote) into `buf`. Runs of plain bytes are copied eight at a time.
+fn decode_head(s: &[u8], buf: &mut [u8; DATA_CAP]) -> (usize, End) {
+    let (mut n, mut i) = (0, 0);
+    loop {
+        while n + 8 <= DATA_CAP && i + 8 <= s.len() {
+            let x = u64::from_le_bytes(s[i..i + 8].try_into().expect("8 bytes"));
+            // Store all 8, keep what is plain.
+            buf[n..n + 8].copy_from_slice(&x.to_le_bytes());
+            let m = quote_or_backslash(x);
+            let k = if m == 0 {
+                8
+            } else {
+                (m.trailing_zeros() / 8) as usize
+            };
+            n += k;
+            i += k;
+            if k < 8 {
+                break;
+            }
+        }
+        let Some(&b) = s.get(i) else {
+            return (n, End::OutOfText);
+        };
+        if b == b'"' {
+            return (n, End::Quote(i + 1));
+        }
+        let (c, used) = unescape_one(s, i);
+        if n == DATA_CAP {
+            return (n, End::Cap);
+        }
+        buf[n] = c;
+        n += 1;
+        i += used;
+    }
+}
+
+/// The byte that starts at `s[i]` of a C string literal as strace prints it (an escape
+/// sequence or a plain byte) and how many bytes of text it took.
+#[inline]
+pub(crate) fn unescape_one(s: &[u8], i: usize) -> (u8, usize) {
+    let b = s[i];
+    if b != b'\\' || i + 1 == s.len() {
+        return (b, 1);
+    }
+    match s[i + 1] {
+        b'n' => (b'\n', 2),
+        b'r' => (b'\r', 2),
+        b't' => (b'\t', 2),
+        b'v' => (0x0b, 2),
+        b'f' => (0x0c, 2),
+        b'a' => (0x07, 2),
+        b'b' => (0x08, 2),
+        b'e' => (0x1b, 2),
+        b'x' => {
+            let h = s[i + 2..]
+                .iter()
+                .take(2)
+                .take_while(|b| b.is_ascii_hexdigit())
+                .count();
+            let v = s[i + 2..i + 2 + h]
+                .iter()
+                .fold(0u8, |a, d| a.wrapping_mul(16) | hex_val(*d));
+            (if h == 0 { b'?' } else { v }, 2 + h)
+        }
+        b'0'..=b'7' => {
+            let o = s[i + 1..]
+                .iter()
+                .take(3)
+                .take_while(|b| (b'0'..=b'7').contains(b))
+                .count();
+            let v = s[i + 1..i + 1 + o]
+                .iter()
+                .fold(0u32, |a, d| a * 8 + (d - b'0') as u32);
+            (v as u8, 1 + o)
+        }
+        c => (c, 2),
+    }
+}
+
+fn hex_val(d: u8) -> u8 {
+    match d {
+        b'0'..=b'9' => d - b'0',
+        b'a'..=b'f' => d - b'a' + 10,
+        b'A'..=b'F' => d - b'A' + 10,
+        _ => 0,
     }
 }
 
@@ -547,11 +747,59 @@ mod tests {
 
     #[test]
     fn data_keeps_prefix_and_marks_truncation() {
-        let d = Data::new(&[b'x'; 100], false);
+        let d = Data::new(&[b'x'; 100], false).head();
         assert_eq!(d.bytes().len(), DATA_CAP);
         assert!(d.truncated);
-        let d = Data::new(b"*1\r\n", false);
+        let d = Data::new(b"*1\r\n", false).head();
         assert_eq!(d.bytes(), b"*1\r\n");
         assert!(!d.truncated);
+    }
+
+    /// strace's text, kept as printed, decodes to the same head as the bytes themselves.
+    #[test]
+    fn escaped_text_decodes_on_demand() {
+        let head = |t: &[u8]| {
+            let h = Data::escaped(t).head();
+            (String::from_utf8_lossy(h.bytes()).into_owned(), h.truncated)
+        };
+        let s = |x: &str| x.to_string();
+        // Whole string, rest of the line after it.
+        assert_eq!(
+            head(br#"*1\r\n$4\r\nPING\r\n", 14) = 14"#),
+            (s("*1\r\n$4\r\nPING\r\n"), false)
+        );
+        // strace's own cut marker.
+        assert_eq!(
+            head(br#"abcdefghij"..., 16384) = 61"#),
+            (s("abcdefghij"), true)
+        );
+        // A quote, backslash and octal/hex escapes inside an 8-byte run.
+        assert_eq!(
+            head(br#"ab\"c\\d\0\x41\177", 9) = 9"#),
+            (s("ab\"c\\d\0A\u{7f}"), false)
+        );
+        // Past DATA_CAP bytes: the head is full and marked truncated.
+        let long = [b'x'; 60];
+        let mut t = long.to_vec();
+        t.extend_from_slice(b"\", 60) = 60");
+        let (h, tr) = head(&t);
+        assert_eq!((h.len(), tr), (DATA_CAP, true));
+        // Exactly DATA_CAP bytes then the closing quote: not truncated.
+        let mut t = vec![b'y'; DATA_CAP];
+        t.extend_from_slice(b"\", 48) = 48");
+        assert_eq!(head(&t), (s(&"y".repeat(DATA_CAP)), false));
+        // More text than is kept (all escapes, as under -xx): what fits, and truncated.
+        let t = b"\\x41".repeat(60);
+        let (h, tr) = head(&t);
+        assert_eq!((h, tr), (s(&"A".repeat(RAW_CAP / 4)), true));
+        // A line cut off inside the string (not more than is kept): not known to be longer.
+        assert_eq!(head(b"abc"), (s("abc"), false));
+        // A kept text that ends right after the closing quote cannot show the marker.
+        let mut t = b"\\x41".repeat(27);
+        t.extend_from_slice(b"zzz\"...");
+        assert_eq!(t.iter().position(|b| *b == b'"'), Some(RAW_CAP - 1));
+        assert_eq!(head(&t), (s(&format!("{}zzz", "A".repeat(27))), true));
+        // A backslash as the last byte is itself.
+        assert_eq!(head(b"a\\"), (s("a\\"), false));
     }
 }

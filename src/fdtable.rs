@@ -510,7 +510,7 @@ impl FdTable {
                     self.files[r.file as usize].path.is_none() || r.class == FileClass::Unknown;
                 if matches!(r.class, FileClass::Unknown | FileClass::Other) && unnamed {
                     let is_write = matches!(sc.name, "write" | "pwrite64" | "sendto" | "writev");
-                    if let Some(c) = sniff(d.bytes(), is_write) {
+                    if let Some(c) = sniff(d.head().bytes(), is_write) {
                         if let Some(id) = self.reclassify(pid, fd, c) {
                             resolved = Some(self.resolved(id));
                         }

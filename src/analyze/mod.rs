@@ -984,7 +984,7 @@ impl Analyzer {
         let key = (proc, fd);
         if is_read {
             let data = match sc.data() {
-                Some(d) => *d,
+                Some(d) => d.head(),
                 None => return,
             };
             let mut names: [Option<std::rc::Rc<str>>; 8] = Default::default();

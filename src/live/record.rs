@@ -199,6 +199,7 @@ impl<W: Write> Recorder<W> {
             ),
             (Extra::Socket(d), _) => format!("{d}, SOCK_STREAM, 0"),
             (Extra::Data(d), _) => {
+                let d = d.head();
                 let n = sc.ret.val().unwrap_or(d.bytes().len() as i64).max(0);
                 format!(
                     "{}, {}, {n}",

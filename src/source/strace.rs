@@ -8,7 +8,8 @@
 //! events. Every line read is either used or skipped with a reason, never lost.
 
 use crate::event::{
-    self, Data, DurSource, Event, EventKind, Extra, InFlight, Nanos, Ret, Syscall, Tid,
+    self, unescape_one, Data, DurSource, Event, EventKind, Extra, InFlight, Nanos, Ret, Syscall,
+    Tid,
 };
 use memchr::{memchr, memmem, memrchr};
 
@@ -127,6 +128,48 @@ pub struct Name {
     pub name: &'static str,
     pub fd_first: bool,
     pub has_data: bool,
+    args: ArgKind,
+}
+
+/// Which arguments `extract_args` takes from a call, decided once per name.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ArgKind {
+    /// The path is the first argument (open, unlink, stat...).
+    Path0,
+    /// The path follows a dirfd (openat, unlinkat, newfstatat...).
+    Path1,
+    Rename,
+    RenameAt,
+    Pipe,
+    Socketpair,
+    Dup2,
+    Fcntl,
+    CloseRange,
+    Clone,
+    Socket,
+    /// A buffer argument after the fd (read, write, sendto...).
+    Data,
+    Nothing,
+}
+
+fn arg_kind(name: &str) -> ArgKind {
+    match name {
+        "open" | "creat" | "unlink" | "stat" | "lstat" | "access" | "mkdir" | "rmdir"
+        | "truncate" | "chdir" | "readlink" => ArgKind::Path0,
+        "openat" | "unlinkat" | "newfstatat" | "statx" | "mkdirat" | "faccessat" | "faccessat2"
+        | "readlinkat" | "openat2" => ArgKind::Path1,
+        "rename" => ArgKind::Rename,
+        "renameat" | "renameat2" => ArgKind::RenameAt,
+        "pipe" | "pipe2" => ArgKind::Pipe,
+        "socketpair" => ArgKind::Socketpair,
+        "dup2" | "dup3" => ArgKind::Dup2,
+        "fcntl" | "fcntl64" => ArgKind::Fcntl,
+        "close_range" => ArgKind::CloseRange,
+        "clone" | "clone3" | "fork" | "vfork" | "clone2" => ArgKind::Clone,
+        "socket" => ArgKind::Socket,
+        _ if event::has_data_arg(name) => ArgKind::Data,
+        _ => ArgKind::Nothing,
+    }
 }
 
 const NAME_SLOTS: usize = 256;
@@ -154,6 +197,7 @@ pub fn name(b: &[u8]) -> Name {
             name: s,
             fd_first: event::first_arg_is_fd(s),
             has_data: event::has_data_arg(s),
+            args: arg_kind(s),
         };
         // `intern` maps garbage to "?" once its table is full: do not let that evict.
         if s.as_bytes() == b {
@@ -799,6 +843,95 @@ fn parse_call(s: &[u8]) -> Result<Body<'_>, SkipReason> {
     }
 }
 
+/// The commonest body, a finished call ending in `= N` or `= -1 ENAME (text)` and an optional
+/// six-digit `<S.UUUUUU>`, read from both ends in one pass: the name forwards to its `(`, the
+/// result backwards from the end to the `)` it follows. Anything else (hex or annotated
+/// results, other precisions, unfinished or resumed halves, a `)` that may sit inside a
+/// string) returns None and goes through `parse_body`, which gives the same answer for every
+/// line this accepts (a test checks that on every real line we have).
+#[inline]
+fn fast_call(s: &[u8]) -> Option<Body<'_>> {
+    if !s.first()?.is_ascii_alphabetic() {
+        return None;
+    }
+    let n = 1 + s[1..].iter().take_while(|b| is_name_byte(**b)).count();
+    if s.get(n) != Some(&b'(') {
+        return None;
+    }
+    let mut e = s.len();
+    let mut dur = None;
+    if s[e - 1] == b'>' {
+        let t: &[u8; 10] = s.get(e.checked_sub(10)?..e)?.try_into().ok()?;
+        if t[0] != b'<' || t[2] != b'.' {
+            return None;
+        }
+        let sec = fixed_digits::<1>(&[t[1]])?;
+        let us = fixed_digits::<6>(t[3..9].try_into().ok()?)?;
+        dur = Some(sec as i64 * 1_000_000_000 + us as i64 * 1_000);
+        e -= 10;
+        while e > 0 && s[e - 1] == b' ' {
+            e -= 1;
+        }
+    }
+    let mut ret_err = None;
+    if e > 0 && s[e - 1] == b')' {
+        // `-1 ENAME (text)`: the text must not hold a ` = ` the general path would stop at.
+        let open = memrchr(b'(', &s[..e])?;
+        if open < 2 || s[open - 1] != b' ' || memchr(b'=', &s[open..e]).is_some() {
+            return None;
+        }
+        let name_end = open - 1;
+        let mut k = name_end;
+        while k > 0 && matches!(s[k - 1], b'A'..=b'Z' | b'0'..=b'9' | b'_') {
+            k -= 1;
+        }
+        if k == name_end || s[k] != b'E' || k == 0 || s[k - 1] != b' ' {
+            return None;
+        }
+        ret_err = Some(intern(&s[k..name_end]));
+        e = k - 1;
+    }
+    let digits_end = e;
+    while e > 0 && s[e - 1].is_ascii_digit() {
+        e -= 1;
+    }
+    let (v, used) = parse_u64(&s[e..digits_end])?;
+    if used != digits_end - e {
+        return None;
+    }
+    let neg = e > 0 && s[e - 1] == b'-';
+    if neg {
+        e -= 1;
+    }
+    if e < 3 || &s[e - 3..e] != b" = " {
+        return None;
+    }
+    e -= 3;
+    while e > 0 && s[e - 1] == b' ' {
+        e -= 1;
+    }
+    if e <= n + 1 || s[e - 1] != b')' {
+        return None;
+    }
+    let args = &s[n + 1..e - 1];
+    if memchr(b'"', args).is_some() && !outside_strings(args) {
+        return None;
+    }
+    let v = v as i64;
+    Some(Body::Call {
+        name: &s[..n],
+        args,
+        tail: Tail {
+            ret: match ret_err {
+                Some(name) => Ret::Err(name),
+                None => Ret::Val(if neg { -v } else { v }),
+            },
+            ret_path: None,
+            dur,
+        },
+    })
+}
+
 /// Unescapes a C string literal as strace prints it (after its opening quote), handing
 /// each byte to `push`. Returns (closed, truncated-marker `...` after the quote).
 fn unescape_with(s: &[u8], mut push: impl FnMut(u8)) -> (bool, bool) {
@@ -814,52 +947,12 @@ fn unescape_while(s: &[u8], mut push: impl FnMut(u8) -> bool) -> (bool, bool) {
     let mut i = 0;
     let mut closed = false;
     while i < s.len() {
-        let b = s[i];
-        if b == b'"' {
+        if s[i] == b'"' {
             closed = true;
             i += 1;
             break;
         }
-        if b != b'\\' || i + 1 == s.len() {
-            if !push(b) {
-                return (false, false);
-            }
-            i += 1;
-            continue;
-        }
-        let (c, used) = match s[i + 1] {
-            b'n' => (b'\n', 2),
-            b'r' => (b'\r', 2),
-            b't' => (b'\t', 2),
-            b'v' => (0x0b, 2),
-            b'f' => (0x0c, 2),
-            b'a' => (0x07, 2),
-            b'b' => (0x08, 2),
-            b'e' => (0x1b, 2),
-            b'x' => {
-                let h = s[i + 2..]
-                    .iter()
-                    .take(2)
-                    .take_while(|b| b.is_ascii_hexdigit())
-                    .count();
-                let v = s[i + 2..i + 2 + h]
-                    .iter()
-                    .fold(0u8, |a, d| a.wrapping_mul(16) | hex_val(*d));
-                (if h == 0 { b'?' } else { v }, 2 + h)
-            }
-            b'0'..=b'7' => {
-                let o = s[i + 1..]
-                    .iter()
-                    .take(3)
-                    .take_while(|b| (b'0'..=b'7').contains(b))
-                    .count();
-                let v = s[i + 1..i + 1 + o]
-                    .iter()
-                    .fold(0u32, |a, d| a * 8 + (d - b'0') as u32);
-                (v as u8, 1 + o)
-            }
-            c => (c, 2),
-        };
+        let (c, used) = unescape_one(s, i);
         if !push(c) {
             return (false, false);
         }
@@ -867,15 +960,6 @@ fn unescape_while(s: &[u8], mut push: impl FnMut(u8) -> bool) -> (bool, bool) {
     }
     let truncated = closed && s[i..].starts_with(b"...");
     (closed, truncated)
-}
-
-fn hex_val(d: u8) -> u8 {
-    match d {
-        b'0'..=b'9' => d - b'0',
-        b'a'..=b'f' => d - b'a' + 10,
-        b'A'..=b'F' => d - b'A' + 10,
-        _ => 0,
-    }
 }
 
 /// Unescapes up to `cap` bytes into a new vector (for paths).
@@ -960,24 +1044,35 @@ pub fn extract_args(sc: &mut Syscall, args: &[u8]) {
 
 /// `extract_args` with the name facts already looked up.
 fn extract_args_named(sc: &mut Syscall, facts: Name, args: &[u8]) {
-    let name = sc.name;
-    let (a0, rest) = first_arg(args);
-    if facts.fd_first {
-        let (fd, ann) = parse_fd_arg(a0);
-        sc.fd = fd;
-        if let Some(p) = ann {
-            sc.fd_path = Some(lossy(p));
+    let plain = if facts.fd_first {
+        plain_fd_arg(args)
+    } else {
+        None
+    };
+    let (a0, rest) = match plain {
+        Some((fd, a0, rest)) => {
+            sc.fd = Some(fd);
+            (a0, rest)
         }
-    }
-    match name {
-        "open" | "creat" | "unlink" | "stat" | "lstat" | "access" | "mkdir" | "rmdir"
-        | "truncate" | "chdir" | "readlink" => {
+        _ => {
+            let (a0, rest) = first_arg(args);
+            if facts.fd_first {
+                let (fd, ann) = parse_fd_arg(a0);
+                sc.fd = fd;
+                if let Some(p) = ann {
+                    sc.fd_path = Some(lossy(p));
+                }
+            }
+            (a0, rest)
+        }
+    };
+    match facts.args {
+        ArgKind::Path0 => {
             if let Some(p) = path_arg(a0) {
                 sc.extra = Extra::Path(p);
             }
         }
-        "openat" | "unlinkat" | "newfstatat" | "statx" | "mkdirat" | "faccessat" | "faccessat2"
-        | "readlinkat" | "openat2" => {
+        ArgKind::Path1 => {
             let (a1, _) = first_arg(rest);
             if let Some(p) = path_arg(a1) {
                 if !p.is_empty() {
@@ -985,13 +1080,13 @@ fn extract_args_named(sc: &mut Syscall, facts: Name, args: &[u8]) {
                 }
             }
         }
-        "rename" => {
+        ArgKind::Rename => {
             let (a1, _) = first_arg(rest);
             if let (Some(o), Some(n)) = (path_arg(a0), path_arg(a1)) {
                 sc.extra = Extra::Rename(o, n);
             }
         }
-        "renameat" | "renameat2" => {
+        ArgKind::RenameAt => {
             let (a1, r) = first_arg(rest);
             let (_, r) = first_arg(r);
             let (a3, _) = first_arg(r);
@@ -999,8 +1094,8 @@ fn extract_args_named(sc: &mut Syscall, facts: Name, args: &[u8]) {
                 sc.extra = Extra::Rename(o, n);
             }
         }
-        "pipe" | "pipe2" | "socketpair" => {
-            let arr = if name == "socketpair" {
+        ArgKind::Pipe | ArgKind::Socketpair => {
+            let arr = if facts.args == ArgKind::Socketpair {
                 let (_, r) = first_arg(rest);
                 let (_, r) = first_arg(r);
                 first_arg(r).0
@@ -1017,19 +1112,19 @@ fn extract_args_named(sc: &mut Syscall, facts: Name, args: &[u8]) {
                 }
             }
         }
-        "dup2" | "dup3" => {
+        ArgKind::Dup2 => {
             let (a1, _) = first_arg(rest);
             if let (Some(fd), _) = parse_fd_arg(a1) {
                 sc.extra = Extra::NewFd(fd);
             }
         }
-        "fcntl" | "fcntl64" => {
+        ArgKind::Fcntl => {
             let (a1, _) = first_arg(rest);
             if skip_ws(a1).starts_with(b"F_DUPFD") {
                 sc.extra = Extra::DupFd;
             }
         }
-        "close_range" => {
+        ArgKind::CloseRange => {
             let (a1, _) = first_arg(rest);
             let lo = parse_u64(skip_ws(a0)).map(|v| v.0 as u32);
             let a1 = skip_ws(a1);
@@ -1042,40 +1137,49 @@ fn extract_args_named(sc: &mut Syscall, facts: Name, args: &[u8]) {
                 sc.extra = Extra::CloseRange(lo, hi);
             }
         }
-        "clone" | "clone3" | "fork" | "vfork" | "clone2" => {
+        ArgKind::Clone => {
             sc.extra = Extra::Clone {
                 thread: memmem::find(args, b"CLONE_THREAD").is_some(),
             };
         }
-        "socket" => {
+        ArgKind::Socket => {
             let a = skip_ws(a0);
             let n = a.iter().take_while(|b| is_name_byte(**b)).count();
             sc.extra = Extra::Socket(intern(&a[..n]));
         }
-        _ => {
-            if facts.has_data {
-                data_from(sc, rest);
-            }
-        }
+        ArgKind::Data => data_from(sc, rest),
+        ArgKind::Nothing => {}
     }
 }
 
+/// A bare fd number as the whole first argument (`8, ...` or `8`), the common case that
+/// needs none of `first_arg`'s bracket and string tracking: (fd, its text, the rest after
+/// `, `).
+#[inline]
+fn plain_fd_arg(args: &[u8]) -> Option<(i32, &[u8], &[u8])> {
+    let n = args
+        .iter()
+        .take(10)
+        .take_while(|b| b.is_ascii_digit())
+        .count();
+    if n == 0 {
+        return None;
+    }
+    let rest = match args.get(n) {
+        None => &args[n..],
+        Some(b',') => skip_ws(&args[n + 1..]),
+        _ => return None,
+    };
+    let (v, _) = parse_u64(&args[..n])?;
+    Some((i32::try_from(v).ok()?, &args[..n], rest))
+}
+
 /// Takes the buffer argument (a quoted string) at the start of `s`, if that is what it is.
+/// The text is kept as printed and decoded only if someone asks (`Data::head`).
 fn data_from(sc: &mut Syscall, s: &[u8]) {
     let s = skip_ws(s);
     if let Some(inner) = s.strip_prefix(b"\"") {
-        // Into a stack buffer: no allocation per read/write line.
-        let mut buf = [0u8; event::DATA_CAP];
-        let mut n = 0usize;
-        let (_, trunc) = unescape_while(inner, |c| {
-            if n < buf.len() {
-                buf[n] = c;
-            }
-            n += 1;
-            // One byte past the cap says "truncated"; the rest need not be decoded.
-            n <= buf.len()
-        });
-        sc.extra = Extra::Data(Data::new(&buf[..n.min(buf.len())], trunc || n > buf.len()));
+        sc.extra = Extra::Data(Data::escaped(inner));
     }
 }
 
@@ -1317,7 +1421,7 @@ impl StraceParser {
                 return LineOutcome::Skipped(SkipReason::BadTimestamp);
             }
         }
-        let body = match parse_body(body) {
+        let body = match fast_call(body).map_or_else(|| parse_body(body), Ok) {
             Ok(b) => b,
             Err(SkipReason::CutOff) => {
                 // A call line with no result and no marker: the trace was cut off there (or

@@ -88,7 +88,7 @@ fn traces_writes_with_data_fd_and_duration_then_detaches_cleanly() {
         evs.len()
     );
     let d = writes[0].data().expect("write carries its data");
-    assert_eq!(d.bytes(), b"*1 hello\n");
+    assert_eq!(d.head().bytes(), b"*1 hello\n");
     assert_eq!(writes[0].ret, Ret::Val(9));
     assert!(writes[0].dur.is_some_and(|d| d >= 0));
     // The shell forks `sleep`: the fork is followed and the child's execve seen.

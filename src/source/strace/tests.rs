@@ -836,3 +836,84 @@ fn describe_state_after_lines() {
     assert_eq!(p.clock.fmt, TimeFmt::TimeOfDayFrac);
     assert_eq!(p.clock.first_text.as_deref(), Some("22:41:05.800513"));
 }
+
+/// Every line of every capture and peer trace, plus edge shapes: wherever the fast path
+/// accepts a body, the general parser reads the same call from it.
+#[test]
+fn fast_path_agrees_with_the_general_parser() {
+    use std::io::Read;
+    let mut lines: Vec<Vec<u8>> = [
+        "read(3, \"a) = 1 <0.000001>\", 10) = 10 <0.000002>",
+        "read(3, \"a\\\") = 1\", 10) = 10",
+        "write(1, \"x\"..., 9) = -1 EAGAIN (Resource temporarily unavailable) <0.000009>",
+        "close(3) = -1 EBADF (Bad file descriptor = 3)",
+        "select(4, [3], NULL, NULL, NULL) = 1 (in [3])",
+        "mmap(NULL, 4096, PROT_READ, MAP_PRIVATE, 3, 0) = 0x7f0000000000 <0.000010>",
+        "openat(AT_FDCWD, \"/x\", O_RDONLY) = 3</x> <0.000010>",
+        "fdatasync(7)            = 0",
+        "fdatasync(7) = 0 <12.000010>",
+        "fdatasync(7) = 0 <0.000010000>",
+        "fdatasync(7) = 0\t<0.000010>",
+        "fdatasync(7) = 99999999999999999999999",
+        "fdatasync(7) = -5 <0.000010>",
+        "exit_group(0) = ?",
+        "f() = 0",
+        "f(= 0",
+        "f) = 0",
+        "x(1) = 0 ENOENT (a) <0.000001>",
+        "x(1) = -1  ENOENT (a) <0.000001>",
+        "x(1) = -1 eNOENT (a)",
+    ]
+    .iter()
+    .map(|l| l.as_bytes().to_vec())
+    .collect();
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = vec![];
+    for dir in [root.join("fixtures"), root.join("../shared/peer-strace")] {
+        let mut stack = vec![dir];
+        while let Some(d) = stack.pop() {
+            for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+                let p = e.path();
+                if p.is_dir() {
+                    stack.push(p);
+                } else {
+                    files.push(p);
+                }
+            }
+        }
+    }
+    assert!(files.len() > 10, "the fixtures are where they should be");
+    for f in files {
+        let raw = std::fs::read(&f).unwrap();
+        let text = if f.extension().is_some_and(|e| e == "gz") {
+            let mut out = vec![];
+            if flate2::read::MultiGzDecoder::new(&raw[..])
+                .read_to_end(&mut out)
+                .is_err()
+            {
+                continue;
+            }
+            out
+        } else {
+            raw
+        };
+        lines.extend(text.split(|b| *b == b'\n').map(|l| l.to_vec()));
+    }
+    let mut accepted = 0;
+    for line in &lines {
+        let (_, body) = parse_prefix(line);
+        if let Some(fast) = fast_call(body) {
+            accepted += 1;
+            assert_eq!(
+                Ok(fast),
+                parse_body(body),
+                "{}",
+                String::from_utf8_lossy(line)
+            );
+        }
+    }
+    assert!(
+        accepted > 10_000,
+        "the fast path takes the common lines ({accepted})"
+    );
+}
