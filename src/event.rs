@@ -28,6 +28,9 @@ pub struct Event {
     pub kind: EventKind,
 }
 
+// Nearly every event is a syscall: boxing it to shrink the rare variants would cost an
+// allocation per line on the hot path.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq)]
 pub enum EventKind {
     Syscall(Syscall),
