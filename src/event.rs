@@ -294,10 +294,13 @@ fn decode_head(s: &[u8], buf: &mut [u8; DATA_CAP]) -> (usize, End) {
         let Some(&b) = s.get(i) else {
             return (n, End::OutOfText);
         };
-        if b == b'"' {
-            return (n, End::Quote(i + 1));
-        }
-        let (c, used) = unescape_one(s, i);
+        let (c, used) = match b {
+            b'"' => return (n, End::Quote(i + 1)),
+            // RESP's line ends, the commonest escapes, without the general decoder.
+            b'\\' if s.get(i + 1) == Some(&b'r') => (b'\r', 2),
+            b'\\' if s.get(i + 1) == Some(&b'n') => (b'\n', 2),
+            _ => unescape_one(s, i),
+        };
         if n == DATA_CAP {
             return (n, End::Cap);
         }

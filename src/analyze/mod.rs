@@ -92,22 +92,74 @@ impl Role {
 /// threads waiting for work, sleeps. Role-aware: a futex wait in the main thread is
 /// contention, in a bio thread it is "no job queued".
 fn is_idle(name: &str, role: Role) -> bool {
-    match name {
-        "epoll_wait" | "epoll_pwait" | "epoll_pwait2" | "poll" | "ppoll" | "select"
-        | "pselect6" | "nanosleep" | "clock_nanosleep" | "pause" | "rt_sigtimedwait"
-        | "rt_sigsuspend" | "restart_syscall" => true,
-        // A process tearing down its address space on exit holds no one up.
-        "exit" | "exit_group" => true,
-        "futex" | "wait4" | "waitid" | "read" if role != Role::Main => {
-            name != "read" || role == Role::Other
-        }
-        _ => false,
-    }
+    Facts::of(name).idle(role)
 }
 
-/// Role-agnostic version for the "slowest calls" list, which is built before roles are known.
-fn is_wait_call(name: &str) -> bool {
-    is_idle(name, Role::Other) && name != "read"
+/// What the analysis asks about a syscall name, decided once per name (`Analyzer::facts`):
+/// the hot path would otherwise compare strings a dozen times per event.
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
+struct Facts(u16);
+
+impl Facts {
+    /// Waits that are idle in any thread (the event loop's, sleeps), and exits: a process
+    /// tearing down its address space holds no one up.
+    const ALWAYS_IDLE: u16 = 1;
+    /// Waits that are idle outside the main thread.
+    const BG_WAIT: u16 = 1 << 1;
+    const READ: u16 = 1 << 2;
+    const EPOLL: u16 = 1 << 3;
+    const FSYNC: u16 = 1 << 4;
+    const CLOSE: u16 = 1 << 5;
+    /// read/write/writev: evidence of a thread doing client I/O.
+    const CLIENT_RW: u16 = 1 << 6;
+    const EXIT: u16 = 1 << 7;
+    const ACCEPT: u16 = 1 << 8;
+    const OPEN: u16 = 1 << 9;
+    const WAIT_CHILD: u16 = 1 << 10;
+    /// Calls by which a child shows what it writes.
+    const WRITES: u16 = 1 << 11;
+    const RECV: u16 = 1 << 12;
+    const SEND: u16 = 1 << 13;
+
+    fn of(name: &str) -> Facts {
+        let f = match name {
+            "epoll_wait" | "epoll_pwait" | "epoll_pwait2" => Self::ALWAYS_IDLE | Self::EPOLL,
+            "poll" | "ppoll" | "select" | "pselect6" | "nanosleep" | "clock_nanosleep"
+            | "pause" | "rt_sigtimedwait" | "rt_sigsuspend" | "restart_syscall" => {
+                Self::ALWAYS_IDLE
+            }
+            "exit" | "exit_group" => Self::ALWAYS_IDLE | Self::EXIT,
+            "futex" => Self::BG_WAIT,
+            "wait4" | "waitid" => Self::BG_WAIT | Self::WAIT_CHILD,
+            "read" => Self::READ | Self::CLIENT_RW | Self::RECV,
+            "recvfrom" | "readv" | "recvmsg" => Self::RECV,
+            "write" => Self::CLIENT_RW | Self::WRITES | Self::SEND,
+            "writev" => Self::CLIENT_RW | Self::WRITES | Self::SEND,
+            "sendto" | "sendmsg" => Self::SEND,
+            "pwrite64" | "rename" | "renameat" => Self::WRITES,
+            "fdatasync" | "fsync" => Self::FSYNC | Self::WRITES,
+            "close" => Self::CLOSE,
+            "accept" | "accept4" => Self::ACCEPT,
+            "open" | "openat" | "openat2" => Self::OPEN,
+            _ => 0,
+        };
+        Facts(f)
+    }
+    fn has(self, bits: u16) -> bool {
+        self.0 & bits != 0
+    }
+    /// Whether a call of this name is waiting for work, not holding anyone up, in a thread
+    /// of this role.
+    fn idle(self, role: Role) -> bool {
+        self.has(Self::ALWAYS_IDLE)
+            || (role != Role::Main
+                && (self.has(Self::BG_WAIT) || (self.has(Self::READ) && role == Role::Other)))
+    }
+    /// Role-agnostic version for the "slowest calls" list, which is built before roles are
+    /// known.
+    fn wait_call(self) -> bool {
+        self.has(Self::ALWAYS_IDLE | Self::BG_WAIT)
+    }
 }
 
 #[derive(Default)]
@@ -349,6 +401,8 @@ pub struct Analyzer {
     in_flight_start: u64,
     in_flight_end: u64,
     lost_events: u64,
+    /// `Facts` by the address of the interned name, direct-mapped.
+    facts: [(usize, Facts); 64],
 }
 
 fn bound_of(sc: &Syscall) -> Bound {
@@ -411,6 +465,7 @@ impl Analyzer {
             in_flight_start: 0,
             in_flight_end: 0,
             lost_events: 0,
+            facts: [(0, Facts::default()); 64],
         };
         a.procs.insert(root, ProcState::default());
         a
@@ -463,6 +518,15 @@ impl Analyzer {
             ..Default::default()
         });
         self.threads.v.len() - 1
+    }
+
+    fn facts(&mut self, name: &'static str) -> Facts {
+        let key = name.as_ptr() as usize;
+        let slot = &mut self.facts[(key >> 3 ^ name.len()) & 63];
+        if slot.0 != key {
+            *slot = (key, Facts::of(name));
+        }
+        slot.1
     }
 
     /// The role a thread has on current evidence (final at `finish`).
@@ -633,9 +697,10 @@ impl Analyzer {
 
     fn on_syscall(&mut self, ev: &Event, sc: &Syscall) {
         self.syscalls += 1;
+        let f = self.facts(sc.name);
         match sc.dur_src {
             // The edges of a trace and exits are timed by pairing even under -T.
-            _ if sc.in_flight.is_some() || matches!(sc.name, "exit" | "exit_group") => {}
+            _ if sc.in_flight.is_some() || f.has(Facts::EXIT) => {}
             DurSource::Measured => self.measured += 1,
             DurSource::UpperBound | DurSource::Paired => self.reconstructed += 1,
             DurSource::Unknown => {}
@@ -658,12 +723,14 @@ impl Analyzer {
         {
             let t = &mut self.threads.v[ti].1;
             t.calls += 1;
-            match sc.name {
-                "epoll_wait" | "epoll_pwait" | "epoll_pwait2" => t.epoll += 1,
-                "fdatasync" | "fsync" if class.is_some_and(|c| c.is_aof()) => t.aof_sync += 1,
-                "close" if class.is_some_and(|c| c.is_disk_file()) => t.file_close += 1,
-                "read" | "write" | "writev" if class == Some(FileClass::Client) => t.client_io += 1,
-                _ => {}
+            if f.has(Facts::EPOLL) {
+                t.epoll += 1;
+            } else if f.has(Facts::FSYNC) && class.is_some_and(|c| c.is_aof()) {
+                t.aof_sync += 1;
+            } else if f.has(Facts::CLOSE) && class.is_some_and(|c| c.is_disk_file()) {
+                t.file_close += 1;
+            } else if f.has(Facts::CLIENT_RW) && class == Some(FileClass::Client) {
+                t.client_io += 1;
             }
             // New kinds of evidence (a first epoll_wait...) can change roles.
             if [t.epoll, t.aof_sync, t.file_close, t.client_io].contains(&1) {
@@ -699,7 +766,7 @@ impl Analyzer {
         }
 
         // Idle time.
-        let idle = is_idle(sc.name, role) || (sc.name == "futex" && role != Role::Main);
+        let idle = f.idle(role);
         if idle {
             let e = self.threads.v[ti].1.idle.entry(sc.name).or_default();
             e.0 += 1;
@@ -719,7 +786,7 @@ impl Analyzer {
         };
 
         // Slowest calls (non-waits), bounded.
-        if !is_wait_call(sc.name) && sc.dur.is_some() {
+        if !f.wait_call() && sc.dur.is_some() {
             let keep = self.opts.top.max(20);
             if self.slowest.len() < keep || self.slowest.last().is_some_and(|s| s.dur < dur) {
                 self.slowest.push(rec());
@@ -819,7 +886,7 @@ impl Analyzer {
         }
 
         // Event loop: when did the requests read next arrive?
-        if matches!(sc.name, "epoll_wait" | "epoll_pwait" | "epoll_pwait2") {
+        if f.has(Facts::EPOLL) {
             let t = &mut self.threads.v[ti].1;
             t.prev_wait_end = t.cur_wait.map(|w| w.1);
             t.cur_wait = Some((ev.ts, end));
@@ -840,14 +907,14 @@ impl Analyzer {
             }
         }
 
-        if role == Role::Main && matches!(sc.name, "fdatasync" | "fsync") && sc.dur.is_some() {
+        if role == Role::Main && f.has(Facts::FSYNC) && sc.dur.is_some() {
             if let Some(f) = file {
                 self.main_fsync_by_file.entry(f).or_default().add(dur);
             }
         }
 
         // Background fsyncs of the AOF (for aof-write-pending-fsync).
-        if matches!(sc.name, "fdatasync" | "fsync")
+        if f.has(Facts::FSYNC)
             && class.is_some_and(|c| c.is_aof())
             && role != Role::Main
             && dur >= 1_000_000
@@ -862,14 +929,14 @@ impl Analyzer {
                 self.on_client_io(tid, proc, fd, ev, sc, end);
             }
         }
-        if sc.name == "close" {
+        if f.has(Facts::CLOSE) {
             if let Some(fd) = sc.fd {
                 self.conns.remove(&(proc, fd));
                 self.conn_open.remove(&(proc, fd));
                 self.last_reply.remove(&(proc, fd));
             }
         }
-        if matches!(sc.name, "accept" | "accept4") {
+        if f.has(Facts::ACCEPT) {
             if let Ret::Val(newfd) = sc.ret {
                 let req = self.request_time(tid, ev.ts);
                 if self.conn_open.len() < 100_000 {
@@ -879,7 +946,7 @@ impl Analyzer {
         }
 
         if proc == self.root
-            && matches!(sc.name, "open" | "openat" | "openat2")
+            && f.has(Facts::OPEN)
             && sc.ret.val().is_some()
         {
             let p = sc.ret_path.as_deref().or(sc.path());
@@ -928,7 +995,7 @@ impl Analyzer {
                 }
             }
         }
-        if matches!(sc.name, "wait4" | "waitid") {
+        if f.has(Facts::WAIT_CHILD) {
             if let Ret::Val(child) = sc.ret {
                 if child > 0 {
                     self.end_phase(child as u32, end, "wait4");
@@ -937,10 +1004,7 @@ impl Analyzer {
         }
         // What the child writes tells what kind of save it is.
         if let Some(c) = class {
-            let is_write = matches!(
-                sc.name,
-                "write" | "pwrite64" | "writev" | "fsync" | "fdatasync" | "rename" | "renameat"
-            );
+            let is_write = f.has(Facts::WRITES);
             if is_write {
                 if let Some(i) = self.procs.get(&proc).and_then(|p| p.phase) {
                     if !self.phases[i].wrote.contains(&c) {
@@ -979,8 +1043,9 @@ impl Analyzer {
     }
 
     fn on_client_io(&mut self, tid: Tid, proc: u32, fd: i32, ev: &Event, sc: &Syscall, end: Nanos) {
-        let is_read = matches!(sc.name, "read" | "recvfrom" | "readv" | "recvmsg");
-        let is_write = matches!(sc.name, "write" | "writev" | "sendto" | "sendmsg");
+        let f = self.facts(sc.name);
+        let is_read = f.has(Facts::RECV);
+        let is_write = f.has(Facts::SEND);
         let key = (proc, fd);
         if is_read {
             let data = match sc.data() {
