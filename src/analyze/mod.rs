@@ -945,10 +945,7 @@ impl Analyzer {
             }
         }
 
-        if proc == self.root
-            && f.has(Facts::OPEN)
-            && sc.ret.val().is_some()
-        {
+        if proc == self.root && f.has(Facts::OPEN) && sc.ret.val().is_some() {
             let p = sc.ret_path.as_deref().or(sc.path());
             if p.is_some_and(|p| p.contains(".incr.aof")) {
                 self.last_incr_open = Some(ev.ts);

@@ -178,13 +178,18 @@ thread_local! {
     static NAMES: std::cell::RefCell<[Option<Name>; NAME_SLOTS]> = const { std::cell::RefCell::new([None; NAME_SLOTS]) };
 }
 
-/// `event::intern` through the per-thread cache.
-pub fn name(b: &[u8]) -> Name {
-    let slot = match b {
+#[inline]
+fn name_slot(b: &[u8]) -> usize {
+    match b {
         [] => 0,
         [f, .., l] => (b.len() * 31 + *f as usize * 7 + *l as usize * 3) % NAME_SLOTS,
         [f] => *f as usize % NAME_SLOTS,
-    };
+    }
+}
+
+/// `event::intern` through the per-thread cache.
+pub fn name(b: &[u8]) -> Name {
+    let slot = name_slot(b);
     NAMES.with(|c| {
         let mut c = c.borrow_mut();
         if let Some(n) = c[slot] {
@@ -325,10 +330,16 @@ fn parse_tod(s: &[u8]) -> Option<(i64, u8, usize)> {
 /// Largest pid Linux can hand out (PID_MAX_LIMIT): a bare integer above it is a timestamp.
 const PID_MAX: u64 = 4_194_304;
 
-/// Digits at fixed positions -> value, or None if any is not a digit. Fixed-length loops
-/// unroll: a few instructions a digit, no bounds checks.
+/// Digits at fixed positions -> value, or None if any is not a digit. Up to eight digits are
+/// read as one word (SWAR): the `-ttt` and `-T` fields are read this way on every line.
 #[inline]
 fn fixed_digits<const N: usize>(d: &[u8; N]) -> Option<u64> {
+    if N <= 8 {
+        // Left-pad with '0' to a whole word.
+        let mut w = [b'0'; 8];
+        w[8 - N..].copy_from_slice(d);
+        return eight_digits(u64::from_le_bytes(w));
+    }
     let mut v = 0u64;
     let mut bad = 0u8;
     for &b in d {
@@ -339,6 +350,24 @@ fn fixed_digits<const N: usize>(d: &[u8; N]) -> Option<u64> {
     (bad == 0).then_some(v)
 }
 
+/// Eight ASCII digits in a little-endian word -> their value: checked all digits, then
+/// combined pairwise (1+1 -> 2 -> 4 -> 8 digits) with three multiplications.
+#[inline]
+fn eight_digits(w: u64) -> Option<u64> {
+    const HIGH_NIBBLES: u64 = 0xF0F0_F0F0_F0F0_F0F0;
+    let digits = (w & HIGH_NIBBLES) | ((w.wrapping_add(0x0606_0606_0606_0606) & HIGH_NIBBLES) >> 4);
+    if digits != 0x3333_3333_3333_3333 {
+        return None;
+    }
+    let v = w - 0x3030_3030_3030_3030;
+    // Each byte pair: 10 * first + second, in the low byte of each 16-bit lane.
+    let v = (v * 10 + (v >> 8)) & 0x00FF_00FF_00FF_00FF;
+    // Each 32-bit lane: 100 * first pair + second pair.
+    let v = (v * 100 + (v >> 16)) & 0x0000_FFFF_0000_FFFF;
+    // The two lanes: 10000 * first + second.
+    Some((v * 10000 + (v >> 32)) & 0xFFFF_FFFF)
+}
+
 /// The `-ttt` shape with no pid column, `1796078610.545264 name(...`: the commonest saved
 /// form, read without the general prefix machinery (which handles it too, slower).
 #[inline]
@@ -347,7 +376,8 @@ fn epoch_usec_prefix(line: &[u8]) -> Option<(Prefix, &[u8])> {
     if head[10] != b'.' || head[17] != b' ' {
         return None;
     }
-    let secs = fixed_digits::<10>(head[..10].try_into().ok()?)?;
+    let secs = fixed_digits::<2>(head[..2].try_into().ok()?)? * 100_000_000
+        + eight_digits(u64::from_le_bytes(head[2..10].try_into().ok()?))?;
     let usec = fixed_digits::<6>(head[11..17].try_into().ok()?)?;
     let p = Prefix {
         pid: None,
@@ -914,7 +944,7 @@ fn fast_call(s: &[u8]) -> Option<Body<'_>> {
         return None;
     }
     let args = &s[n + 1..e - 1];
-    if memchr(b'"', args).is_some() && !outside_strings(args) {
+    if !outside_strings(args) {
         return None;
     }
     let v = v as i64;
@@ -1206,6 +1236,9 @@ pub struct StraceParser {
     pub seen_annotation: bool,
     pub seen_yy: bool,
     pub last_ts: Nanos,
+    /// The parser's own copy of the name cache: the per-thread one sits behind a
+    /// thread-local and a RefCell, which cost more than the lookup on every line.
+    names: Box<[Option<Name>; NAME_SLOTS]>,
 }
 
 /// The trace clock: turns per-line times into one monotonic-ish ns scale.
@@ -1320,7 +1353,24 @@ impl StraceParser {
             seen_annotation: false,
             seen_yy: false,
             last_ts: 0,
+            names: Box::new([None; NAME_SLOTS]),
         }
+    }
+
+    /// `name` through the parser's cache.
+    #[inline]
+    fn name(&mut self, b: &[u8]) -> Name {
+        let slot = name_slot(b);
+        if let Some(n) = self.names[slot] {
+            if n.name.as_bytes() == b {
+                return n;
+            }
+        }
+        let n = name(b);
+        if n.name.as_bytes() == b {
+            self.names[slot] = Some(n);
+        }
+        n
     }
 
     /// Parses one physical line (without its newline), pushing the events it completes.
@@ -1468,7 +1518,7 @@ impl StraceParser {
         }
         match body {
             Body::Call { name, args, tail } => {
-                let facts = self::name(name);
+                let facts = self.name(name);
                 // Built in place in `out`: an event is 200 bytes, and moving it from the
                 // stack into the vector was a visible share of the hot path.
                 out.push(Event {
@@ -1497,7 +1547,7 @@ impl StraceParser {
                 self.seen_dur |= tail.dur.is_some();
             }
             Body::Unfinished { name, args } => {
-                let facts = self::name(name);
+                let facts = self.name(name);
                 let mut sc = Syscall::new(facts.name);
                 extract_args_named(&mut sc, facts, args);
                 self.note_annotations(&sc);
@@ -1519,7 +1569,7 @@ impl StraceParser {
                 }
             }
             Body::Resumed { name, rest, tail } => {
-                let facts = self::name(name);
+                let facts = self.name(name);
                 let name = facts.name;
                 let (mut sc, start_ts, entry_line) = match self.pending.remove(&tid) {
                     Some(p) if p.sc.name == name => (p.sc, p.ts, Some(p.line)),
@@ -1578,7 +1628,7 @@ impl StraceParser {
             Body::Detached { name, args } => {
                 // strace let go (or the trace was cut) while the call ran: like an unfinished
                 // half that never resumes, it is timed up to the last event of the trace.
-                let facts = self::name(name);
+                let facts = self.name(name);
                 let mut sc = Syscall::new(facts.name);
                 extract_args_named(&mut sc, facts, args);
                 sc.in_flight = Some(InFlight::AtEnd);
@@ -1681,7 +1731,11 @@ impl StraceParser {
 /// line: only then is it strace's own message spliced into a line, not text in a string.
 fn is_process_message(s: &[u8]) -> bool {
     let s = trim_end(s);
-    s.ends_with(b" attached") || s.ends_with(b" detached") || s.ends_with(b" threads")
+    match s.last() {
+        Some(b'd') => s.ends_with(b" attached") || s.ends_with(b" detached"),
+        Some(b's') => s.ends_with(b" threads"),
+        _ => false,
+    }
 }
 
 fn looks_like_prefix(raw: &[u8]) -> bool {

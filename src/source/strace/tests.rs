@@ -917,3 +917,32 @@ fn fast_path_agrees_with_the_general_parser() {
         "the fast path takes the common lines ({accepted})"
     );
 }
+
+/// The word-at-a-time digit reader agrees with plain arithmetic, and refuses non-digits.
+#[test]
+fn eight_digits_reads_words_of_digits() {
+    for v in [
+        0u64, 7, 10, 99, 12_345_678, 99_999_999, 40_000_001, 10_203_040,
+    ] {
+        let text = format!("{v:08}");
+        let w = u64::from_le_bytes(text.as_bytes().try_into().unwrap());
+        assert_eq!(eight_digits(w), Some(v), "{text}");
+        assert_eq!(
+            fixed_digits::<8>(text.as_bytes().try_into().unwrap()),
+            Some(v)
+        );
+    }
+    assert_eq!(fixed_digits::<6>(b"000071"), Some(71));
+    assert_eq!(fixed_digits::<1>(b"9"), Some(9));
+    assert_eq!(fixed_digits::<10>(b"1354669829"), Some(1_354_669_829));
+    for bad in [
+        *b"1234567a",
+        *b"1234 678",
+        *b"/2345678",
+        *b":2345678",
+        *b"\xb012345\x007",
+    ] {
+        assert_eq!(eight_digits(u64::from_le_bytes(bad)), None, "{bad:?}");
+    }
+    assert_eq!(fixed_digits::<6>(b"00.071"), None);
+}
