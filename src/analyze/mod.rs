@@ -521,7 +521,9 @@ impl Analyzer {
 
     fn facts(&mut self, name: &'static str) -> Facts {
         let key = name.as_ptr() as usize;
-        let slot = &mut self.facts[(key >> 3 ^ name.len()) & 63];
+        // Fibonacci hashing: names are neighbours in one static table, so low address bits
+        // alone collide.
+        let slot = &mut self.facts[(key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58) & 63];
         if slot.0 != key {
             *slot = (key, Facts::of(name));
         }

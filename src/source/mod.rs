@@ -268,6 +268,8 @@ pub struct LineReader {
 /// Free room at the front of each read-ahead chunk, where the unfinished end of the previous
 /// chunk is copied so that a line never has to be stitched from two buffers.
 const PAD: usize = 4096;
+const AHEAD_CHUNK: usize = CHUNK;
+const AHEAD_DEPTH: usize = 2;
 
 /// The reading end of a reader thread: filled chunks (`PAD` bytes of room, then the data
 /// and its length), and a way to give spent chunks back for reuse.
@@ -303,10 +305,12 @@ impl LineReader {
         }
         let mut inner: Box<dyn Read + Send> =
             std::mem::replace(&mut self.inner, Box::new(std::io::empty()));
-        let (tx, chunks) = std::sync::mpsc::sync_channel(2);
+        let (tx, chunks) = std::sync::mpsc::sync_channel(AHEAD_DEPTH);
         let (spare, spares) = std::sync::mpsc::channel::<Vec<u8>>();
         std::thread::spawn(move || loop {
-            let mut c = spares.try_recv().unwrap_or_else(|_| vec![0; PAD + CHUNK]);
+            let mut c = spares
+                .try_recv()
+                .unwrap_or_else(|_| vec![0; PAD + AHEAD_CHUNK]);
             let n = loop {
                 match inner.read(&mut c[PAD..]) {
                     Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
@@ -346,7 +350,7 @@ impl LineReader {
             let old = std::mem::replace(&mut self.buf, c);
             self.start = PAD - rest;
             self.end = PAD + n;
-            if old.len() == PAD + CHUNK {
+            if old.len() == PAD + AHEAD_CHUNK {
                 let _ = a.spare.send(old);
             }
         } else {
