@@ -101,9 +101,7 @@ fn client_p50(name: &str) -> Vec<(String, i64)> {
         .collect()
 }
 
-/// Reconstructed p50 against the client's own p50 for each command the client sent.
-/// Server-side timing cannot see the client's own send/recv syscalls and loopback hops
-/// (20-40 µs for the Python client here): commands the client saw under 200 µs get 40%.
+/// Reconstructed p50 within 25% of the client's own p50 for each command the client sent.
 fn assert_command_p50s(name: &str, r: &Value) {
     for (cmd, client) in client_p50(name) {
         let ours = r["commands"]
@@ -113,7 +111,7 @@ fn assert_command_p50s(name: &str, r: &Value) {
             .find(|c| c["command"] == cmd.as_str() && c["phase"] == "all")
             .unwrap_or_else(|| panic!("{name}: no {cmd} in commands"));
         let p50 = ours["p50_us"].as_i64().unwrap();
-        let tol = if client >= 200 { 0.25 } else { 0.40 };
+        let tol = 0.25;
         assert!(
             within(p50, client, tol),
             "{name}: {cmd} p50 {p50} µs vs client {client} µs (tolerance {tol})"
@@ -208,6 +206,22 @@ fn verbose_log_during_bgsave_blames_the_log_file() {
         "{w}"
     );
     assert_eq!(w["thread"], "main");
+    // The one pair outside 25%: on this CPU-starved machine (dd and the BGSAVE child on two
+    // cores) the Python client waits to be scheduled after each reply, time no server-side
+    // trace shows. The estimate stays under the client's own figure, by less than a third.
+    let (cmd, client) = client_p50("log-verbose-bgsave-dd-y").remove(0);
+    let ours = r["commands"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["command"] == cmd.as_str() && c["phase"] == "all")
+        .unwrap()["p50_us"]
+        .as_i64()
+        .unwrap();
+    assert!(
+        ours < client && within(ours, client, 0.30),
+        "{cmd}: {ours} vs {client}"
+    );
     let phases = r["phases"].as_array().unwrap();
     assert_eq!(phases.len(), 1);
     assert_eq!(phases[0]["kind"], "bgsave");

@@ -175,9 +175,13 @@ struct ThreadState {
     aof_sync: u64,
     file_close: u64,
     client_io: u64,
-    // event-loop timing for request-arrival estimates
-    cur_wait: Option<(Nanos, Nanos)>,
+    // event-loop timing for request-arrival estimates: the last wait (start, end, whether
+    // it blocked)
+    cur_wait: Option<(Nanos, Nanos, bool)>,
     prev_wait_end: Option<Nanos>,
+    /// Running mean of this thread's non-waiting calls timed only as upper bounds (no `-T`):
+    /// what the tracer adds to every call, so to a wait that did not block too.
+    bound_call_ns: Nanos,
     aof_ns: i64,
     log_ns: i64,
     idle: BTreeMap<&'static str, (u64, i64)>,
@@ -333,7 +337,9 @@ struct TimelineSample {
 }
 
 /// An event-loop wait at least this long blocked (the request arrived at its end); a shorter
-/// one returned at once because work was already queued.
+/// one returned at once because work was already queued. Without `-T` a wait's duration is
+/// an upper bound that includes the tracer's own stop, so it must also exceed twice what
+/// the thread's other calls take under the same bound.
 const BLOCKED_WAIT: Nanos = 20_000;
 
 const DONE_KEEP: usize = 1 << 16;
@@ -890,7 +896,20 @@ impl Analyzer {
         if f.has(Facts::EPOLL) {
             let t = &mut self.threads.v[ti].1;
             t.prev_wait_end = t.cur_wait.map(|w| w.1);
-            t.cur_wait = Some((ev.ts, end));
+            let floor = if sc.dur_src == DurSource::UpperBound {
+                BLOCKED_WAIT.max(2 * t.bound_call_ns)
+            } else {
+                BLOCKED_WAIT
+            };
+            t.cur_wait = Some((ev.ts, end, dur >= floor));
+        } else if sc.dur_src == DurSource::UpperBound && !idle && dur < 1_000_000 {
+            // Stalls aside (they are not overhead): a slow mean of the tracer's cost.
+            let t = &mut self.threads.v[ti].1;
+            t.bound_call_ns = if t.bound_call_ns == 0 {
+                dur
+            } else {
+                t.bound_call_ns + (dur - t.bound_call_ns) / 16
+            };
         }
 
         // Main-thread file syscall time, for phases and per-command attribution.
@@ -1089,7 +1108,7 @@ impl Analyzer {
             let queued = self
                 .thread(tid)
                 .cur_wait
-                .is_some_and(|(s, e)| e - s < BLOCKED_WAIT);
+                .is_some_and(|(_, _, blocked)| !blocked);
             let req = match self.conn_open.remove(&key) {
                 Some(t) if queued => req.min(t),
                 _ => req,
@@ -1169,10 +1188,10 @@ impl Analyzer {
         let first = self.first_ts.unwrap_or(at);
         let t = self.thread(tid);
         let req = match t.cur_wait {
-            Some((s, e)) if e - s >= BLOCKED_WAIT => e,
+            Some((_, e, true)) => e,
             // Returned at once with no earlier wait in the trace: queued since before the
             // trace began, as far as it can tell.
-            Some((s, _)) => t.prev_wait_end.unwrap_or(first.min(s)),
+            Some((s, _, false)) => t.prev_wait_end.unwrap_or(first.min(s)),
             None => at,
         };
         req.min(at)

@@ -563,3 +563,52 @@ fn whole_second_timestamps_report_no_gaps() {
     assert!(r.stalls.is_empty(), "{:?}", r.stalls);
     assert!(ids(&r).contains(&"gaps-unmeasurable"));
 }
+
+/// Without `-T` every duration is an upper bound that includes the tracer's own stop: a wait
+/// "lasting" about what the thread's other calls take returned at once, so the request was
+/// queued since the previous reply; a wait well above that blocked until the request came.
+#[test]
+fn wait_timed_as_an_upper_bound_blocked_only_if_it_beats_the_tracers_cost() {
+    let mut s = Seq::new();
+    let mut t = 0;
+    let mut call = |s: &mut Seq, name: &'static str, fd: i32, dur: i64, data: &[u8]| {
+        let mut sc = Syscall::new(name);
+        sc.fd = Some(fd);
+        sc.ret = Ret::Val(data.len().max(1) as i64);
+        sc.dur = Some(dur);
+        sc.dur_src = DurSource::UpperBound;
+        if !data.is_empty() {
+            sc.extra = Extra::Data(Data::new(data, false));
+        }
+        s.ev(100, t, EventKind::Syscall(sc));
+        t += dur;
+    };
+    // A synchronous client under strace: every call "takes" 40 µs, the tracer's cost.
+    for _ in 0..50 {
+        call(&mut s, "epoll_wait", 5, 40 * US, b"");
+        call(
+            &mut s,
+            "read",
+            9,
+            40 * US,
+            b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n",
+        );
+        call(&mut s, "write", 9, 40 * US, b"$1\r\nv\r\n");
+    }
+    // Then a client that paused: the wait blocked for 2 ms.
+    call(&mut s, "epoll_wait", 5, 2 * MS, b"");
+    call(&mut s, "read", 9, 40 * US, b"*1\r\n$4\r\nPING\r\n");
+    call(&mut s, "write", 9, 40 * US, b"+PONG\r\n");
+    let r = s.report();
+    let p50 = |name: &str| {
+        r.commands
+            .iter()
+            .find(|c| c.command == name && c.phase == "all")
+            .unwrap()
+            .p50_us
+    };
+    // Queued since the previous reply ended: wait, read and write.
+    assert_eq!(p50("GET"), 120);
+    // Arrived when the long wait ended: read and write.
+    assert_eq!(p50("PING"), 80);
+}
