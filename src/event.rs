@@ -170,28 +170,22 @@ impl PartialEq for Head {
 
 impl Data {
     pub fn new(bytes: &[u8], truncated: bool) -> Self {
-        let n = bytes.len().min(DATA_CAP);
-        let mut buf = [0u8; RAW_CAP];
-        buf[..n].copy_from_slice(&bytes[..n]);
-        Data {
-            len: n as u8,
-            form: Form::Bytes {
-                truncated: truncated || bytes.len() > DATA_CAP,
-            },
-            buf,
-        }
+        let truncated = truncated || bytes.len() > DATA_CAP;
+        Self::keep(bytes, DATA_CAP, Form::Bytes { truncated })
     }
     /// From strace's text of a string argument, starting after its opening quote (the rest
     /// of the line may follow: decoding stops at the closing quote).
     pub fn escaped(text: &[u8]) -> Self {
-        let n = text.len().min(RAW_CAP);
+        let cut = text.len() > RAW_CAP;
+        Self::keep(text, RAW_CAP, Form::Escaped { cut })
+    }
+    fn keep(bytes: &[u8], cap: usize, form: Form) -> Self {
+        let n = bytes.len().min(cap);
         let mut buf = [0u8; RAW_CAP];
-        buf[..n].copy_from_slice(&text[..n]);
+        buf[..n].copy_from_slice(&bytes[..n]);
         Data {
             len: n as u8,
-            form: Form::Escaped {
-                cut: text.len() > RAW_CAP,
-            },
+            form,
             buf,
         }
     }

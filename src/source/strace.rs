@@ -379,6 +379,10 @@ fn epoch_usec_prefix(line: &[u8]) -> Option<(Prefix, &[u8])> {
     let secs = fixed_digits::<2>(head[..2].try_into().ok()?)? * 100_000_000
         + eight_digits(u64::from_le_bytes(head[2..10].try_into().ok()?))?;
     let usec = fixed_digits::<6>(head[11..17].try_into().ok()?)?;
+    // Past 2262 the ns clock overflows: the general path refuses such times.
+    if secs > (i64::MAX / 1_000_000_000 - 1) as u64 {
+        return None;
+    }
     let p = Prefix {
         pid: None,
         time: Some(secs as i64 * 1_000_000_000 + usec as i64 * 1_000),
@@ -1018,6 +1022,38 @@ fn fast_call(s: &[u8]) -> Option<Body<'_>> {
             dur,
         },
     })
+}
+
+/// For the fuzz target: whether the fast path, wherever it accepts a line's body, reads the
+/// same call from it as the general parser.
+#[doc(hidden)]
+pub fn fast_path_agrees(line: &[u8]) -> bool {
+    let (_, body) = parse_prefix(line);
+    match fast_call(body) {
+        Some(fast) => parse_body(body) == Ok(fast),
+        None => true,
+    }
+}
+
+/// For the fuzz target: whether a string argument kept as printed (`Data::escaped`) decodes
+/// to what decoding it at once, byte by byte, gives. `text` starts after the opening quote;
+/// only texts that fit whole in a `Data` are compared (longer ones are cut by design).
+#[doc(hidden)]
+pub fn lazy_data_agrees(text: &[u8]) -> bool {
+    if text.len() > event::RAW_CAP {
+        return true;
+    }
+    let mut buf = [0u8; event::DATA_CAP];
+    let mut n = 0usize;
+    let (_, trunc) = unescape_while(text, |c| {
+        if n < buf.len() {
+            buf[n] = c;
+        }
+        n += 1;
+        n <= buf.len()
+    });
+    let eager = Data::new(&buf[..n.min(buf.len())], trunc || n > buf.len());
+    Data::escaped(text) == eager
 }
 
 /// Unescapes a C string literal as strace prints it (after its opening quote), handing

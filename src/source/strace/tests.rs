@@ -838,7 +838,8 @@ fn describe_state_after_lines() {
 }
 
 /// Every line of every capture and peer trace, plus edge shapes: wherever the fast path
-/// accepts a body, the general parser reads the same call from it.
+/// accepts a body, the general parser reads the same call from it; and every string in
+/// them, kept as printed, decodes as the eager decoder would.
 #[test]
 fn fast_path_agrees_with_the_general_parser() {
     use std::io::Read;
@@ -901,6 +902,15 @@ fn fast_path_agrees_with_the_general_parser() {
     }
     let mut accepted = 0;
     for line in &lines {
+        // Every string argument decodes lazily to what the eager decoder gives.
+        for q in memchr::memchr_iter(b'"', line) {
+            assert!(
+                lazy_data_agrees(&line[q + 1..]),
+                "{}",
+                String::from_utf8_lossy(line)
+            );
+        }
+        assert!(fast_path_agrees(line));
         let (_, body) = parse_prefix(line);
         if let Some(fast) = fast_call(body) {
             accepted += 1;
@@ -972,4 +982,14 @@ fn outside_strings_matches_the_exact_count() {
             String::from_utf8_lossy(&s)
         );
     }
+}
+
+/// Ten-digit epoch seconds past what ns can hold (found by fuzzing): no overflow, the line
+/// goes to the general path, which refuses the time.
+#[test]
+fn epoch_seconds_past_the_ns_range_do_not_overflow() {
+    let (p, _) = parse_prefix(b"9716078611.649905 read(3, \"\", 1) = 0");
+    assert_eq!(p.time, None);
+    let (p, _) = parse_prefix(b"9223372035.000001 read(3, \"\", 1) = 0");
+    assert_eq!(p.time, Some(9_223_372_035_000_001_000));
 }
