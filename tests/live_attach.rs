@@ -5,21 +5,18 @@
 //! test binaries). Without redis-server (or, for perf, without tracefs) the tests are skipped,
 //! except under CI=true where that is a failure.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 mod common;
-use common::serial;
+use common::{ci, json, serial, Attach, Client, Redis, Reply};
 
 fn have_redis() -> bool {
     let ok = Command::new("redis-server")
         .arg("--version")
         .output()
         .is_ok_and(|o| o.status.success());
-    if !ok && std::env::var("CI").as_deref() == Ok("true") {
+    if !ok && ci() {
         panic!("redis-server is required under CI=true");
     }
     if !ok {
@@ -36,7 +33,7 @@ fn have_perf() -> bool {
                 .join("events/raw_syscalls/sys_enter/id")
                 .exists()
         });
-    if !ok && std::env::var("CI").as_deref() == Ok("true") {
+    if !ok && ci() {
         panic!("the perf backend needs tracefs (mount -t tracefs nodev /sys/kernel/tracing) under CI=true");
     }
     if !ok {
@@ -77,294 +74,11 @@ both_backends!(
     a_recording_reads_back_to_the_same_findings,
 );
 
-/// A tiny RESP client: enough for SET/EVAL/BGSAVE/INFO/PING.
-struct Client {
-    r: BufReader<TcpStream>,
-    w: TcpStream,
-}
-
-// The payloads of errors and arrays are only read through Debug, in assertion messages.
-#[allow(dead_code)]
-#[derive(Debug)]
-enum Reply {
-    Simple(String),
-    Err(String),
-    Int(i64),
-    Bulk(Option<Vec<u8>>),
-    Array(Vec<Reply>),
-}
-
-impl Client {
-    fn connect(port: u16) -> std::io::Result<Client> {
-        let s = TcpStream::connect(("127.0.0.1", port))?;
-        s.set_read_timeout(Some(Duration::from_secs(20)))?;
-        Ok(Client {
-            r: BufReader::new(s.try_clone()?),
-            w: s,
-        })
-    }
-
-    fn encode(args: &[&[u8]]) -> Vec<u8> {
-        let mut b = format!("*{}\r\n", args.len()).into_bytes();
-        for a in args {
-            b.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
-            b.extend_from_slice(a);
-            b.extend_from_slice(b"\r\n");
-        }
-        b
-    }
-
-    fn cmd(&mut self, args: &[&str]) -> std::io::Result<Reply> {
-        let a: Vec<&[u8]> = args.iter().map(|s| s.as_bytes()).collect();
-        self.w.write_all(&Self::encode(&a))?;
-        self.read()
-    }
-
-    fn read(&mut self) -> std::io::Result<Reply> {
-        let mut line = String::new();
-        self.r.read_line(&mut line)?;
-        let line = line.trim_end_matches("\r\n");
-        let (t, rest) = line.split_at(1.min(line.len()));
-        let bad = || {
-            std::io::Error::new(
-                std::io::ErrorKind::InvalidData,
-                format!("bad reply {line:?}"),
-            )
-        };
-        Ok(match t {
-            "+" => Reply::Simple(rest.to_string()),
-            "-" => Reply::Err(rest.to_string()),
-            ":" => Reply::Int(rest.parse().map_err(|_| bad())?),
-            "$" => {
-                let n: i64 = rest.parse().map_err(|_| bad())?;
-                if n < 0 {
-                    Reply::Bulk(None)
-                } else {
-                    let mut b = vec![0; n as usize + 2];
-                    self.r.read_exact(&mut b)?;
-                    b.truncate(n as usize);
-                    Reply::Bulk(Some(b))
-                }
-            }
-            "*" => {
-                let n: i64 = rest.parse().map_err(|_| bad())?;
-                let mut v = vec![];
-                for _ in 0..n.max(0) {
-                    v.push(self.read()?);
-                }
-                Reply::Array(v)
-            }
-            _ => return Err(bad()),
-        })
-    }
-
-    fn info_field(&mut self, section: &str, field: &str) -> Option<String> {
-        match self.cmd(&["INFO", section]).ok()? {
-            Reply::Bulk(Some(b)) => String::from_utf8_lossy(&b).lines().find_map(|l| {
-                l.strip_prefix(&format!("{field}:"))
-                    .map(|v| v.trim().to_string())
-            }),
-            _ => None,
-        }
-    }
-}
-
-/// A redis-server of its own, stopped by pid when the test ends.
-struct Redis {
-    child: Child,
-    port: u16,
-    dir: tempfile::TempDir,
-}
-
-impl Redis {
-    fn start(extra: &[&str]) -> Redis {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map(|a| a.port())
-            .expect("free port");
-        let mut args: Vec<String> = vec![
-            "--port".into(),
-            port.to_string(),
-            "--bind".into(),
-            "127.0.0.1".into(),
-            "--dir".into(),
-            dir.path().to_string_lossy().into_owned(),
-            "--save".into(),
-            "".into(),
-            "--logfile".into(),
-            "redis.log".into(),
-            "--daemonize".into(),
-            "no".into(),
-        ];
-        args.extend(extra.iter().map(|s| s.to_string()));
-        let child = Command::new("redis-server")
-            .args(&args)
-            .current_dir(dir.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start redis-server");
-        let r = Redis { child, port, dir };
-        let start = Instant::now();
-        while start.elapsed() < Duration::from_secs(10) {
-            if r.ping_within(Duration::from_millis(200)) {
-                return r;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        panic!("redis-server did not answer PING on port {port}");
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    fn client(&self) -> Client {
-        Client::connect(self.port).expect("connect to redis")
-    }
-
-    /// PING answered within `limit`.
-    fn ping_within(&self, limit: Duration) -> bool {
-        let port = self.port;
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            let ok = Client::connect(port)
-                .and_then(|mut c| {
-                    c.w.set_read_timeout(Some(limit))?;
-                    c.cmd(&["PING"])
-                })
-                .is_ok_and(|r| matches!(r, Reply::Simple(s) if s == "PONG"));
-            let _ = tx.send(ok);
-        });
-        rx.recv_timeout(limit + Duration::from_millis(50))
-            .unwrap_or(false)
-    }
-
-    fn tracer_pid(&self) -> u32 {
-        let s = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap_or_default();
-        s.lines()
-            .find_map(|l| l.strip_prefix("TracerPid:"))
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(u32::MAX)
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let start = Instant::now();
-        while start.elapsed() < Duration::from_secs(5) {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// A running `stallscope attach`, its stderr read line by line on a thread.
-struct Attach {
-    child: Child,
-    lines: mpsc::Receiver<String>,
-    stderr: Vec<String>,
-}
-
-impl Attach {
-    fn start(backend: &str, pid: u32, extra: &[&str]) -> Attach {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_stallscope"))
-            .arg("attach")
-            .arg("--pid")
-            .arg(pid.to_string())
-            .args(["--backend", backend])
-            .args(extra)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start stallscope");
-        let err = child.stderr.take().expect("stderr");
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for l in BufReader::new(err).lines().map_while(Result::ok) {
-                if tx.send(l).is_err() {
-                    break;
-                }
-            }
-        });
-        let mut a = Attach {
-            child,
-            lines: rx,
-            stderr: vec![],
-        };
-        a.wait_line(|l| l.contains("attached to"), Duration::from_secs(10));
-        a
-    }
-
-    fn wait_line(&mut self, f: impl Fn(&str) -> bool, limit: Duration) -> bool {
-        let start = Instant::now();
-        while start.elapsed() < limit {
-            match self.lines.recv_timeout(Duration::from_millis(50)) {
-                Ok(l) => {
-                    let hit = f(&l);
-                    self.stderr.push(l);
-                    if hit {
-                        return true;
-                    }
-                }
-                Err(mpsc::RecvTimeoutError::Timeout) => {}
-                Err(_) => return false,
-            }
-        }
-        false
-    }
-
-    /// Waits for the exit; returns (exit code, stdout).
-    fn finish(mut self, limit: Duration) -> (Option<i32>, String) {
-        let mut out = self.child.stdout.take().expect("stdout");
-        let reader = std::thread::spawn(move || {
-            let mut s = String::new();
-            let _ = out.read_to_string(&mut s);
-            s
-        });
-        let start = Instant::now();
-        let code = loop {
-            if let Ok(Some(st)) = self.child.try_wait() {
-                break st.code();
-            }
-            if start.elapsed() > limit {
-                let _ = self.child.kill();
-                let _ = self.child.wait();
-                panic!(
-                    "stallscope attach did not exit within {limit:?}; stderr: {:?}",
-                    self.stderr
-                );
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        while let Ok(l) = self.lines.recv_timeout(Duration::from_millis(200)) {
-            self.stderr.push(l);
-        }
-        let stdout = reader.join().unwrap_or_default();
-        if code == Some(2) {
-            panic!("stallscope attach failed: {:?}", self.stderr);
-        }
-        (code, stdout)
-    }
-}
-
-impl Drop for Attach {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
-fn json(s: &str) -> serde_json::Value {
-    serde_json::from_str(s).unwrap_or_else(|e| panic!("not JSON ({e}): {s}"))
+/// `Attach::finish`, failing the test on exit status 2 (an error).
+fn finish(a: Attach, limit: Duration) -> (Option<i32>, String) {
+    let (code, out, stderr) = a.finish(limit);
+    assert_ne!(code, Some(2), "stallscope attach failed: {stderr:?}");
+    (code, out)
 }
 
 fn finding_ids(r: &serde_json::Value) -> Vec<String> {
@@ -380,7 +94,7 @@ fn finding_ids(r: &serde_json::Value) -> Vec<String> {
 
 /// `n` SETs, one round trip each (every one waits for its fsync under `always`).
 fn set_load(port: u16, n: usize) {
-    let mut c = Client::connect(port).expect("connect");
+    let mut c = Client::connect(port, Duration::from_secs(20)).expect("connect");
     for i in 0..n {
         c.cmd(&[
             "SET",
@@ -410,7 +124,7 @@ fn appendfsync_always_is_found_on_the_aof(backend: &str) {
         ],
     );
     set_load(redis.port, 300);
-    let (code, out) = a.finish(Duration::from_secs(20));
+    let (code, out) = finish(a, Duration::from_secs(20));
     assert_eq!(code, Some(1), "stalls over 100us are expected");
     let r = json(&out);
     assert_eq!(r["source"]["kind"], "live");
@@ -480,7 +194,7 @@ fn a_busy_eval_is_a_main_thread_gap(backend: &str) {
         "no live stall line; stderr: {:?}",
         a.stderr
     );
-    let (code, out) = a.finish(Duration::from_secs(20));
+    let (code, out) = finish(a, Duration::from_secs(20));
     assert_eq!(code, Some(1));
     let r = json(&out);
     let gap = r["stalls"].as_array().into_iter().flatten().find(|s| {
@@ -543,7 +257,7 @@ fn bgsave_child_phase_with_fork_time(backend: &str) {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    let (_, out) = a.finish(Duration::from_secs(20));
+    let (_, out) = finish(a, Duration::from_secs(20));
     let r = json(&out);
     let phases = r["phases"].as_array().cloned().unwrap_or_default();
     let bg = phases
@@ -574,7 +288,7 @@ fn sigint_detaches_and_redis_keeps_serving(backend: &str) {
     }
     set_load(redis.port, 50);
     unsafe { libc::kill(a.child.id() as i32, libc::SIGINT) };
-    let (code, out) = a.finish(Duration::from_secs(10));
+    let (code, out) = finish(a, Duration::from_secs(10));
     assert!(matches!(code, Some(0) | Some(1)), "exit code {code:?}");
     assert!(
         out.contains("live") || out.contains("stall"),
@@ -613,7 +327,7 @@ fn a_recording_reads_back_to_the_same_findings(backend: &str) {
         return;
     }
     let redis = Redis::start(&["--appendonly", "yes", "--appendfsync", "always"]);
-    let rec = redis.dir.path().join("rec.strace");
+    let rec = redis.dir().join("rec.strace");
     let rec_s = rec.to_string_lossy().into_owned();
     let a = Attach::start(
         backend,
@@ -630,7 +344,7 @@ fn a_recording_reads_back_to_the_same_findings(backend: &str) {
         ],
     );
     set_load(redis.port, 200);
-    let (_, out) = a.finish(Duration::from_secs(20));
+    let (_, out) = finish(a, Duration::from_secs(20));
     let live = json(&out);
     let threads = format!("{rec_s}.threads");
     let back = Command::new(env!("CARGO_BIN_EXE_stallscope"))
@@ -708,7 +422,7 @@ fn attach_errors_exit_2_with_a_clear_message() {
         String::from_utf8_lossy(&out.stderr)
     );
     unsafe { libc::kill(a.child.id() as i32, libc::SIGTERM) };
-    let _ = a.finish(Duration::from_secs(10));
+    let _ = finish(a, Duration::from_secs(10));
     assert_eq!(redis.tracer_pid(), 0);
 }
 
@@ -773,7 +487,7 @@ fn perf_backend_sees_every_call_of_the_main_thread() {
     for i in 0..n {
         c.cmd(&["SET", &format!("k{i}"), "v"]).expect("SET");
     }
-    let (_, out) = a.finish(Duration::from_secs(20));
+    let (_, out) = finish(a, Duration::from_secs(20));
     let r = json(&out);
     assert_eq!(r["summary"]["lost_events"], 0);
     let calls = |name: &str| {
@@ -833,7 +547,7 @@ fn perf_backend_reports_lost_events_with_a_tiny_ring() {
         for l in loads {
             let _ = l.join();
         }
-        let (_, out) = a.finish(Duration::from_secs(20));
+        let (_, out) = finish(a, Duration::from_secs(20));
         out
     };
     let out = run("json");

@@ -10,19 +10,12 @@
 //! redis-server, python3 with fusepy, or FUSE the test is skipped, except under CI=true
 //! where that is a failure.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 mod common;
-use common::serial;
-
-fn ci() -> bool {
-    std::env::var("CI").as_deref() == Ok("true")
-}
+use common::{ci, json, serial, Attach, Client, Redis};
 
 /// What the test needs, or why it cannot run (a failure under CI=true).
 fn missing() -> Option<String> {
@@ -220,251 +213,13 @@ impl Drop for SlowFs {
     }
 }
 
-/// A tiny RESP client, enough for SET/PING/CONFIG/INFO.
-struct Client {
-    r: BufReader<TcpStream>,
-    w: TcpStream,
-}
-
-impl Client {
-    fn connect(port: u16, timeout: Duration) -> std::io::Result<Client> {
-        let s = TcpStream::connect(("127.0.0.1", port))?;
-        s.set_read_timeout(Some(timeout))?;
-        Ok(Client {
-            r: BufReader::new(s.try_clone()?),
-            w: s,
-        })
-    }
-
-    /// Sends a command and returns the first line of the reply (a bulk reply's payload is
-    /// read whole and returned instead).
-    fn cmd(&mut self, args: &[&str]) -> std::io::Result<String> {
-        let mut b = format!("*{}\r\n", args.len()).into_bytes();
-        for a in args {
-            b.extend_from_slice(format!("${}\r\n{a}\r\n", a.len()).as_bytes());
-        }
-        self.w.write_all(&b)?;
-        let mut line = String::new();
-        self.r.read_line(&mut line)?;
-        let line = line.trim_end().to_string();
-        if let Some(n) = line.strip_prefix('$').and_then(|n| n.parse::<usize>().ok()) {
-            let mut body = vec![0; n + 2];
-            self.r.read_exact(&mut body)?;
-            body.truncate(n);
-            return Ok(String::from_utf8_lossy(&body).into_owned());
-        }
-        Ok(line)
-    }
-}
-
-/// A redis-server of its own, stopped by pid when the test ends.
-struct Redis {
-    child: Child,
-    port: u16,
-}
-
-impl Redis {
-    fn start(dir: &Path, args: &[&str]) -> Redis {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map(|a| a.port())
-            .expect("free port");
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--daemonize", "no"])
-            .args(args)
-            .current_dir(dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start redis-server");
-        let r = Redis { child, port };
-        let start = Instant::now();
-        while start.elapsed() < Duration::from_secs(10) {
-            if r.ping_within(Duration::from_millis(300)) {
-                return r;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        panic!("redis-server did not answer PING on port {port}");
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    fn ping_within(&self, limit: Duration) -> bool {
-        let port = self.port;
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            let ok = Client::connect(port, limit)
-                .and_then(|mut c| c.cmd(&["PING"]))
-                .is_ok_and(|r| r == "+PONG");
-            let _ = tx.send(ok);
-        });
-        rx.recv_timeout(limit + Duration::from_millis(100))
-            .unwrap_or(false)
-    }
-
-    fn tracer_pid(&self) -> u32 {
-        let s = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap_or_default();
-        s.lines()
-            .find_map(|l| l.strip_prefix("TracerPid:"))
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(u32::MAX)
-    }
-
-    /// The syscall number the main thread is blocked in, if it is in one
-    /// (/proc/PID/syscall: "running", "-1 ..." in user space, "NR args..." in a call).
-    fn main_syscall(&self) -> Option<i64> {
-        let s = std::fs::read_to_string(format!("/proc/{}/syscall", self.pid())).ok()?;
-        s.split_whitespace().next()?.parse().ok()
-    }
-
-    /// Waits until the main thread is inside syscall `nr`.
-    fn wait_main_in(&self, nr: i64, limit: Duration) -> bool {
-        let start = Instant::now();
-        while start.elapsed() < limit {
-            if self.main_syscall() == Some(nr) {
-                return true;
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        false
-    }
-
-    /// Waits for a background AOF rewrite (the one redis starts to create its first AOF)
-    /// to be over, so no child runs during the test.
-    fn wait_no_rewrite(&self) {
-        let start = Instant::now();
-        while start.elapsed() < Duration::from_secs(10) {
-            let busy = Client::connect(self.port, Duration::from_secs(2))
-                .and_then(|mut c| c.cmd(&["INFO", "persistence"]))
-                .map(|info| {
-                    info.contains("aof_rewrite_in_progress:1")
-                        || info.contains("aof_rewrite_scheduled:1")
-                })
-                .unwrap_or(true);
-            if !busy {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        panic!("redis's initial AOF rewrite did not end");
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let start = Instant::now();
-        while start.elapsed() < Duration::from_secs(10) {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// A running `stallscope attach`, its stderr read line by line on a thread.
-struct Attach {
-    child: Child,
-    lines: mpsc::Receiver<String>,
-    stderr: Vec<String>,
-}
-
-impl Attach {
-    fn start(pid: u32, extra: &[&str]) -> Attach {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_stallscope"))
-            // These edges are the ptrace backend's (a stopped thread's registers at attach,
-            // the detach of a thread blocked in a call); the default is now `auto` (perf).
-            .args(["attach", "--backend", "ptrace", "--pid", &pid.to_string()])
-            .args(extra)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start stallscope");
-        let err = child.stderr.take().expect("stderr");
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for l in BufReader::new(err).lines().map_while(Result::ok) {
-                if tx.send(l).is_err() {
-                    break;
-                }
-            }
-        });
-        let mut a = Attach {
-            child,
-            lines: rx,
-            stderr: vec![],
-        };
-        assert!(
-            a.wait_line(|l| l.contains("attached to"), Duration::from_secs(10)),
-            "stallscope did not attach: {:?}",
-            a.stderr
-        );
-        a
-    }
-
-    fn wait_line(&mut self, f: impl Fn(&str) -> bool, limit: Duration) -> bool {
-        let start = Instant::now();
-        while start.elapsed() < limit {
-            match self.lines.recv_timeout(Duration::from_millis(20)) {
-                Ok(l) => {
-                    let hit = f(&l);
-                    self.stderr.push(l);
-                    if hit {
-                        return true;
-                    }
-                }
-                Err(mpsc::RecvTimeoutError::Timeout) => {}
-                Err(_) => return false,
-            }
-        }
-        false
-    }
-
-    /// Waits for the exit; returns (exit code, stdout, stderr lines).
-    fn finish(mut self, limit: Duration) -> (Option<i32>, String, Vec<String>) {
-        let mut out = self.child.stdout.take().expect("stdout");
-        let reader = std::thread::spawn(move || {
-            let mut s = String::new();
-            let _ = out.read_to_string(&mut s);
-            s
-        });
-        let start = Instant::now();
-        let code = loop {
-            if let Ok(Some(st)) = self.child.try_wait() {
-                break st.code();
-            }
-            if start.elapsed() > limit {
-                let _ = self.child.kill();
-                let _ = self.child.wait();
-                panic!(
-                    "stallscope attach did not exit within {limit:?}; stderr: {:?}",
-                    self.stderr
-                );
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        while let Ok(l) = self.lines.recv_timeout(Duration::from_millis(200)) {
-            self.stderr.push(l);
-        }
-        let stdout = reader.join().unwrap_or_default();
-        (code, stdout, std::mem::take(&mut self.stderr))
-    }
-}
-
-impl Drop for Attach {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
+/// `stallscope attach` with the ptrace backend: these edges are its own (a stopped
+/// thread's registers at attach, the detach of a thread blocked in a call); the default,
+/// `auto`, would choose perf.
+fn attach(pid: u32, extra: &[&str]) -> Attach {
+    let a = Attach::start("ptrace", pid, extra);
+    assert!(a.attached, "stallscope did not attach: {:?}", a.stderr);
+    a
 }
 
 const SYS_CLOSE: i64 = 3;
@@ -489,7 +244,7 @@ fn redis_on_slowfs(tmp: &Path) -> (SlowFs, Redis) {
     let fs = SlowFs::mount(tmp);
     let data = fs.mnt.to_string_lossy().into_owned();
     let log = fs.mnt.join("redis.log").to_string_lossy().into_owned();
-    let redis = Redis::start(
+    let redis = Redis::start_in(
         tmp,
         &[
             "--dir",
@@ -518,7 +273,9 @@ fn block_in_aof_fsync(
     ));
     let port = redis.port;
     let set = std::thread::spawn(move || {
-        Client::connect(port, Duration::from_secs(20)).and_then(|mut c| c.cmd(&["SET", "k", "v"]))
+        Client::connect(port, Duration::from_secs(20))
+            .and_then(|mut c| c.cmd(&["SET", "k", "v"]))
+            .map(|r| r.text())
     });
     assert!(
         redis.wait_main_in(SYS_FDATASYNC, Duration::from_secs(3)),
@@ -526,11 +283,6 @@ fn block_in_aof_fsync(
         redis.main_syscall()
     );
     set
-}
-
-/// Parses stallscope's JSON report.
-fn json(out: &str) -> serde_json::Value {
-    serde_json::from_str(out).unwrap_or_else(|e| panic!("not JSON ({e}): {out}"))
 }
 
 #[test]
@@ -548,7 +300,7 @@ fn calls_in_flight_at_attach_and_at_detach_are_reported_as_lower_bounds() {
     //    reply waits for it) when stallscope attaches.
     let set = block_in_aof_fsync(&fs, &redis, FSYNC_MS);
     let attach_started = epoch_now();
-    let mut a = Attach::start(pid, &["--threshold", "200ms", "--format", "json"]);
+    let mut a = attach(pid, &["--threshold", "200ms", "--format", "json"]);
     assert_ne!(redis.tracer_pid(), 0, "traced while attached");
     assert_eq!(
         redis.main_syscall(),
@@ -570,7 +322,9 @@ fn calls_in_flight_at_attach_and_at_detach_are_reported_as_lower_bounds() {
         r#"{{"rules": [{{"op": "flush", "match": "redis.log", "ms": {FLUSH_MS}}}]}}"#
     ));
     let save = std::thread::spawn(move || {
-        Client::connect(port, Duration::from_secs(20)).and_then(|mut c| c.cmd(&["SAVE"]))
+        Client::connect(port, Duration::from_secs(20))
+            .and_then(|mut c| c.cmd(&["SAVE"]))
+            .map(|r| r.text())
     });
     assert!(
         redis.wait_main_in(SYS_CLOSE, Duration::from_secs(3)),
@@ -689,7 +443,7 @@ fn a_call_blocked_for_the_whole_trace_is_reported() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let (fs, redis) = redis_on_slowfs(tmp.path());
     let set = block_in_aof_fsync(&fs, &redis, FSYNC_MS);
-    let a = Attach::start(redis.pid(), &["--threshold", "200ms", "--format", "json"]);
+    let a = attach(redis.pid(), &["--threshold", "200ms", "--format", "json"]);
     std::thread::sleep(Duration::from_millis(600));
     assert_eq!(
         redis.main_syscall(),

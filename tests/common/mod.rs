@@ -1,6 +1,16 @@
-//! Helpers shared by the live (ptrace/perf) integration tests.
+//! Harness shared by the live (ptrace/perf) integration tests: the lock that runs them one
+//! at a time, a redis-server of the test's own, a small RESP client, and a running
+//! `stallscope attach` whose stderr is read as it comes.
 
-use std::sync::Mutex;
+// Each test binary uses its own part of the harness.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{mpsc, Mutex};
+use std::time::{Duration, Instant};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -27,4 +37,350 @@ pub fn serial() -> Serial {
         unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) };
     }
     Serial { _m: m, _f: f }
+}
+
+/// Under CI=true a missing tool is a failure, not a skip.
+pub fn ci() -> bool {
+    std::env::var("CI").as_deref() == Ok("true")
+}
+
+/// Parses stallscope's JSON report.
+pub fn json(out: &str) -> serde_json::Value {
+    serde_json::from_str(out).unwrap_or_else(|e| panic!("not JSON ({e}): {out}"))
+}
+
+/// A tiny RESP client: enough for SET/EVAL/BGSAVE/SAVE/INFO/PING.
+pub struct Client {
+    r: BufReader<TcpStream>,
+    w: TcpStream,
+}
+
+// The payloads of errors and arrays are only read through Debug, in assertion messages.
+#[derive(Debug)]
+pub enum Reply {
+    Simple(String),
+    Err(String),
+    Int(i64),
+    Bulk(Option<Vec<u8>>),
+    Array(Vec<Reply>),
+}
+
+impl Reply {
+    /// The reply as one line, as redis-cli's raw output would start it (`+OK`, `:1`), or a
+    /// bulk reply's payload.
+    pub fn text(&self) -> String {
+        match self {
+            Reply::Simple(s) => format!("+{s}"),
+            Reply::Err(s) => format!("-{s}"),
+            Reply::Int(i) => format!(":{i}"),
+            Reply::Bulk(Some(b)) => String::from_utf8_lossy(b).into_owned(),
+            Reply::Bulk(None) => "$-1".into(),
+            Reply::Array(v) => format!("{v:?}"),
+        }
+    }
+}
+
+impl Client {
+    pub fn connect(port: u16, timeout: Duration) -> std::io::Result<Client> {
+        let s = TcpStream::connect(("127.0.0.1", port))?;
+        s.set_read_timeout(Some(timeout))?;
+        Ok(Client {
+            r: BufReader::new(s.try_clone()?),
+            w: s,
+        })
+    }
+
+    pub fn cmd(&mut self, args: &[&str]) -> std::io::Result<Reply> {
+        let mut b = format!("*{}\r\n", args.len()).into_bytes();
+        for a in args {
+            b.extend_from_slice(format!("${}\r\n{a}\r\n", a.len()).as_bytes());
+        }
+        self.w.write_all(&b)?;
+        self.read()
+    }
+
+    fn read(&mut self) -> std::io::Result<Reply> {
+        let mut line = String::new();
+        self.r.read_line(&mut line)?;
+        let line = line.trim_end_matches("\r\n");
+        let (t, rest) = line.split_at(1.min(line.len()));
+        let bad = || {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("bad reply {line:?}"),
+            )
+        };
+        Ok(match t {
+            "+" => Reply::Simple(rest.to_string()),
+            "-" => Reply::Err(rest.to_string()),
+            ":" => Reply::Int(rest.parse().map_err(|_| bad())?),
+            "$" => {
+                let n: i64 = rest.parse().map_err(|_| bad())?;
+                if n < 0 {
+                    Reply::Bulk(None)
+                } else {
+                    let mut b = vec![0; n as usize + 2];
+                    self.r.read_exact(&mut b)?;
+                    b.truncate(n as usize);
+                    Reply::Bulk(Some(b))
+                }
+            }
+            "*" => {
+                let n: i64 = rest.parse().map_err(|_| bad())?;
+                let mut v = vec![];
+                for _ in 0..n.max(0) {
+                    v.push(self.read()?);
+                }
+                Reply::Array(v)
+            }
+            _ => return Err(bad()),
+        })
+    }
+
+    pub fn info_field(&mut self, section: &str, field: &str) -> Option<String> {
+        let info = self.cmd(&["INFO", section]).ok()?.text();
+        info.lines().find_map(|l| {
+            l.strip_prefix(&format!("{field}:"))
+                .map(|v| v.trim().to_string())
+        })
+    }
+}
+
+/// A redis-server of the test's own on a free loopback port, stopped by pid at the end.
+pub struct Redis {
+    child: Child,
+    pub port: u16,
+    dir: PathBuf,
+    _tmp: Option<tempfile::TempDir>,
+}
+
+impl Redis {
+    /// In a temp dir of its own, logging to `redis.log` there, `extra` arguments added.
+    pub fn start(extra: &[&str]) -> Redis {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().to_string_lossy().into_owned();
+        let mut args = vec!["--dir", &dir, "--logfile", "redis.log"];
+        args.extend_from_slice(extra);
+        let mut r = Redis::start_in(tmp.path(), &args);
+        r._tmp = Some(tmp);
+        r
+    }
+
+    /// Run from `dir`, with exactly these arguments besides port, bind, save and daemonize.
+    pub fn start_in(dir: &Path, args: &[&str]) -> Redis {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("free port");
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--daemonize", "no"])
+            .args(args)
+            .current_dir(dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start redis-server");
+        let r = Redis {
+            child,
+            port,
+            dir: dir.to_path_buf(),
+            _tmp: None,
+        };
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(10) {
+            if r.ping_within(Duration::from_millis(300)) {
+                return r;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("redis-server did not answer PING on port {port}");
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn client(&self) -> Client {
+        Client::connect(self.port, Duration::from_secs(20)).expect("connect to redis")
+    }
+
+    /// PING answered within `limit`.
+    pub fn ping_within(&self, limit: Duration) -> bool {
+        let port = self.port;
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let ok = Client::connect(port, limit)
+                .and_then(|mut c| c.cmd(&["PING"]))
+                .is_ok_and(|r| r.text() == "+PONG");
+            let _ = tx.send(ok);
+        });
+        rx.recv_timeout(limit + Duration::from_millis(100))
+            .unwrap_or(false)
+    }
+
+    /// Who traces redis (0: nobody).
+    pub fn tracer_pid(&self) -> u32 {
+        let s = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap_or_default();
+        s.lines()
+            .find_map(|l| l.strip_prefix("TracerPid:"))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(u32::MAX)
+    }
+
+    /// The syscall number the main thread is blocked in, if it is in one
+    /// (/proc/PID/syscall: "running", "-1 ..." in user space, "NR args..." in a call).
+    pub fn main_syscall(&self) -> Option<i64> {
+        let s = std::fs::read_to_string(format!("/proc/{}/syscall", self.pid())).ok()?;
+        s.split_whitespace().next()?.parse().ok()
+    }
+
+    /// Waits until the main thread is inside syscall `nr`.
+    pub fn wait_main_in(&self, nr: i64, limit: Duration) -> bool {
+        let start = Instant::now();
+        while start.elapsed() < limit {
+            if self.main_syscall() == Some(nr) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        false
+    }
+
+    /// Waits for a background AOF rewrite (the one redis starts to create its first AOF)
+    /// to be over, so no child runs during the test.
+    pub fn wait_no_rewrite(&self) {
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(10) {
+            let busy = Client::connect(self.port, Duration::from_secs(2))
+                .and_then(|mut c| c.cmd(&["INFO", "persistence"]))
+                .map(|info| {
+                    let info = info.text();
+                    info.contains("aof_rewrite_in_progress:1")
+                        || info.contains("aof_rewrite_scheduled:1")
+                })
+                .unwrap_or(true);
+            if !busy {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("redis's initial AOF rewrite did not end");
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        // SAFETY: a signal to the child this harness started and has not reaped.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(10) {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A running `stallscope attach`, its stderr read line by line on a thread.
+pub struct Attach {
+    pub child: Child,
+    lines: mpsc::Receiver<String>,
+    pub stderr: Vec<String>,
+    /// It said "attached to" within 10 s.
+    pub attached: bool,
+}
+
+impl Attach {
+    pub fn start(backend: &str, pid: u32, extra: &[&str]) -> Attach {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_stallscope"))
+            .args(["attach", "--backend", backend, "--pid", &pid.to_string()])
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start stallscope");
+        let err = child.stderr.take().expect("stderr");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for l in BufReader::new(err).lines().map_while(Result::ok) {
+                if tx.send(l).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut a = Attach {
+            child,
+            lines: rx,
+            stderr: vec![],
+            attached: false,
+        };
+        a.attached = a.wait_line(|l| l.contains("attached to"), Duration::from_secs(10));
+        a
+    }
+
+    /// Reads stderr until a line satisfies `f` (true) or `limit` passes (false).
+    pub fn wait_line(&mut self, f: impl Fn(&str) -> bool, limit: Duration) -> bool {
+        let start = Instant::now();
+        while start.elapsed() < limit {
+            match self.lines.recv_timeout(Duration::from_millis(20)) {
+                Ok(l) => {
+                    let hit = f(&l);
+                    self.stderr.push(l);
+                    if hit {
+                        return true;
+                    }
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(_) => return false,
+            }
+        }
+        false
+    }
+
+    /// Waits for the exit; returns (exit code, stdout, stderr lines).
+    pub fn finish(mut self, limit: Duration) -> (Option<i32>, String, Vec<String>) {
+        let mut out = self.child.stdout.take().expect("stdout");
+        let reader = std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = out.read_to_string(&mut s);
+            s
+        });
+        let start = Instant::now();
+        let code = loop {
+            if let Ok(Some(st)) = self.child.try_wait() {
+                break st.code();
+            }
+            if start.elapsed() > limit {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                panic!(
+                    "stallscope attach did not exit within {limit:?}; stderr: {:?}",
+                    self.stderr
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        while let Ok(l) = self.lines.recv_timeout(Duration::from_millis(200)) {
+            self.stderr.push(l);
+        }
+        let stdout = reader.join().unwrap_or_default();
+        (code, stdout, std::mem::take(&mut self.stderr))
+    }
+}
+
+impl Drop for Attach {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
 }
