@@ -232,7 +232,7 @@ pub fn render(r: &Report, w: &mut dyn Write) -> io::Result<()> {
                 vec![
                     Cell::Mono(s.ts.clone()),
                     num(offset(s.at_us)),
-                    Cell::NoWrap(format!("{} ({})", s.thread, s.tid)),
+                    Cell::NoWrap(super::thread_label(&s.thread, s.tid, true)),
                     Cell::Mono(s.syscall.clone()),
                     num(opt(s.fd)),
                     Cell::Raw(swatch(s.class.as_deref())),
@@ -645,7 +645,7 @@ fn write_stalls(r: &Report, w: &mut dyn Write) -> io::Result<()> {
                 num((i + 1).to_string()),
                 Cell::Mono(s.ts.clone()),
                 num(offset(s.at_us)),
-                Cell::NoWrap(format!("{} ({})", s.thread, s.tid)),
+                Cell::NoWrap(super::thread_label(&s.thread, s.tid, true)),
                 Cell::Mono(what),
                 num(opt(s.fd)),
                 Cell::Raw(if s.kind == StallKind::Gap {

@@ -11,5 +11,30 @@ pub mod svg;
 pub mod table;
 pub mod trace_export;
 
+/// A thread as the tables name it: its role, and its tid when the trace gave one (a
+/// single-process trace without a pid column has none: tid 0).
+pub fn thread_label(role: &str, tid: u32, parens: bool) -> String {
+    match (tid, parens) {
+        (0, _) => role.to_string(),
+        (_, true) => format!("{role} ({tid})"),
+        (_, false) => format!("{role} {tid}"),
+    }
+}
+
+/// The file a call touched, for a table cell: `class name` for a path, or the label alone
+/// when it already says what it is (`client connections`, `TCP:[...] clients`).
+pub fn file_label(class: Option<&str>, path: Option<&str>) -> String {
+    // Not a file name: the fd table's labels for sockets, pipes and other inodes.
+    let label = |p: &str| !p.contains('/') && (p.contains(":[") || p == "client connections");
+    match (class, path) {
+        (Some(c), Some(p)) if label(p) && p.contains(c) => p.to_string(),
+        (Some(c), Some(p)) if label(p) => format!("{c} {p}"),
+        (Some(c), Some(p)) => format!("{c} {}", p.rsplit('/').next().unwrap_or(p)),
+        (Some(c), None) => c.to_string(),
+        (None, Some(p)) => p.to_string(),
+        (None, None) => String::new(),
+    }
+}
+
 #[cfg(test)]
 mod tests;

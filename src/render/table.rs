@@ -430,15 +430,11 @@ pub fn render(r: &Report, w: &mut dyn Write, color: bool) -> io::Result<()> {
         right("line"),
     ]);
     for s in r.slowest.iter().take(top.min(10)) {
-        let file = match (&s.class, &s.path) {
-            (Some(c), Some(p)) => format!("{c} {}", p.rsplit('/').next().unwrap_or(p)),
-            (Some(c), None) => c.clone(),
-            _ => String::new(),
-        };
+        let file = super::file_label(s.class.as_deref(), s.path.as_deref());
         t.add_row(vec![
             Cell::new(short_ts(&s.ts)),
             right(format!("{}{}", bound_word(s.bound), human(s.duration_us))),
-            Cell::new(format!("{} {}", s.thread, s.tid)),
+            Cell::new(super::thread_label(&s.thread, s.tid, false)),
             Cell::new(format!(
                 "{}({})",
                 s.syscall,

@@ -915,3 +915,37 @@ fn svg_caps_marks_past_max_and_draws_timeline_context() {
     // The y axis reaches down to the fastest context call.
     assert!(num(&by_class(&doc, "y-axis")[0], "data-lo-us") <= 150.0);
 }
+
+/// Table cells name a thread by role (and tid when known) and a file by class and name,
+/// without repeating the class when the label already says it.
+#[test]
+fn thread_and_file_labels() {
+    use super::{file_label, thread_label};
+    assert_eq!(thread_label("main", 0, false), "main");
+    assert_eq!(thread_label("bio_aof", 7605, false), "bio_aof 7605");
+    assert_eq!(thread_label("main", 7602, true), "main (7602)");
+    assert_eq!(
+        file_label(Some("aof"), Some("/var/lib/redis/appendonly.aof")),
+        "aof appendonly.aof"
+    );
+    assert_eq!(
+        file_label(Some("client"), Some("client connections")),
+        "client connections"
+    );
+    assert_eq!(
+        file_label(Some("client"), Some("TCP:[127.0.0.1:6394] clients")),
+        "TCP:[127.0.0.1:6394] clients"
+    );
+    assert_eq!(file_label(Some("pipe"), Some("pipe:[1234]")), "pipe:[1234]");
+    assert_eq!(
+        file_label(Some("other"), Some("anon_inode:[eventfd]")),
+        "other anon_inode:[eventfd]"
+    );
+    assert_eq!(
+        file_label(Some("aof"), Some("appendonlydir/appendonly.aof.2.incr.aof")),
+        "aof appendonly.aof.2.incr.aof"
+    );
+    assert_eq!(file_label(Some("log"), Some("redis.log")), "log redis.log");
+    assert_eq!(file_label(Some("aof"), None), "aof");
+    assert_eq!(file_label(None, None), "");
+}
