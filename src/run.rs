@@ -172,12 +172,12 @@ pub fn analyze(args: &AnalyzeArgs) -> Result<u64> {
 
 /// Parses on a second thread while the analyzer consumes on this one: the two stages cost
 /// about the same, and a machine running redis has at least two cores. Events travel in
-/// batches so the channel costs nothing per event, and big ones so that the stage that
-/// waits is woken (a futex call) rarely; the bounded channel keeps memory flat (about 1 MB a
-/// batch, a few in flight).
+/// batches so the channel costs nothing per event; a batch (about 270 KB) is small enough
+/// to still be in cache when the other stage reads it (4096-event batches measured no
+/// faster, and hold 4x the memory), and the bounded channel keeps memory flat.
 fn pipelined(mut inputs: Inputs, mut sink: impl FnMut(&crate::event::Event)) -> Result<Inputs> {
-    const BATCH: usize = 4096;
-    let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<crate::event::Event>>(2);
+    const BATCH: usize = 1024;
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<crate::event::Event>>(4);
     let (back_tx, back_rx) = std::sync::mpsc::channel::<Vec<crate::event::Event>>();
     let producer = std::thread::spawn(move || -> Result<Inputs> {
         loop {
