@@ -142,6 +142,14 @@ fn table(w: &mut dyn Write, id: &str, head: &[&str], rows: Vec<Vec<Cell>>) -> io
     writeln!(w, "</tbody></table>")
 }
 
+/// A duration with its bound: `≥ 4.2 s`, `≤ 80 µs`, `12 ms`.
+fn bounded(us: i64, b: Bound) -> String {
+    match super::bound_word(b) {
+        "" => dur(us),
+        w => format!("{w} {}", dur(us)),
+    }
+}
+
 fn severity(s: Severity) -> &'static str {
     match s {
         Severity::Critical => "critical",
@@ -223,12 +231,7 @@ pub fn render(r: &Report, w: &mut dyn Write) -> io::Result<()> {
             .slowest
             .iter()
             .map(|s| {
-                let mut d = dur(s.duration_us);
-                match s.bound {
-                    Bound::Exact => {}
-                    Bound::AtLeast => d = format!("≥ {d}"),
-                    Bound::AtMost => d = format!("≤ {d}"),
-                }
+                let d = bounded(s.duration_us, s.bound);
                 vec![
                     Cell::Mono(s.ts.clone()),
                     num(offset(s.at_us)),
@@ -635,12 +638,7 @@ fn write_stalls(r: &Report, w: &mut dyn Write) -> io::Result<()> {
                 StallKind::SlowSyscall => s.syscall.clone().unwrap_or_else(|| "syscall".into()),
                 StallKind::Gap => "gap".into(),
             };
-            let mut d = dur(s.duration_us);
-            match s.bound {
-                Bound::Exact => {}
-                Bound::AtLeast => d = format!("≥ {d}"),
-                Bound::AtMost => d = format!("≤ {d}"),
-            }
+            let d = bounded(s.duration_us, s.bound);
             vec![
                 num((i + 1).to_string()),
                 Cell::Mono(s.ts.clone()),

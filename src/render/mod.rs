@@ -11,6 +11,15 @@ pub mod svg;
 pub mod table;
 pub mod trace_export;
 
+/// `≥` for a lower bound, `≤` for an upper bound, nothing for an exact figure.
+pub fn bound_word(b: crate::report::Bound) -> &'static str {
+    match b {
+        crate::report::Bound::Exact => "",
+        crate::report::Bound::AtLeast => "≥",
+        crate::report::Bound::AtMost => "≤",
+    }
+}
+
 /// A thread as the tables name it: its role, and its tid when the trace gave one (a
 /// single-process trace without a pid column has none: tid 0).
 pub fn thread_label(role: &str, tid: u32, parens: bool) -> String {

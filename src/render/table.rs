@@ -4,7 +4,7 @@
 //! NO_COLOR.
 
 use crate::analyze::findings::human;
-use crate::report::{Bound, Report, Severity, Stall, StallKind};
+use crate::report::{Report, Severity, Stall, StallKind};
 use comfy_table::{presets, Cell, CellAlignment, ContentArrangement, Table};
 use std::io::{self, Write};
 
@@ -59,14 +59,6 @@ fn wrap(text: &str, indent: usize) -> String {
     out
 }
 
-fn bound_word(b: Bound) -> &'static str {
-    match b {
-        Bound::Exact => "",
-        Bound::AtLeast => "≥",
-        Bound::AtMost => "≤",
-    }
-}
-
 /// "held 3 clients (5 commands), worst wait 9.60 s"
 fn impact(cmds: u64, clients: u64, worst: Option<i64>) -> Option<String> {
     if cmds == 0 {
@@ -99,7 +91,7 @@ pub fn stall_line(s: &Stall) -> String {
     let mut line = format!(
         "{} {:>9} {:<8} {}",
         short_ts(&s.ts),
-        format!("{}{}", bound_word(s.bound), human(s.duration_us)),
+        format!("{}{}", super::bound_word(s.bound), human(s.duration_us)),
         s.thread,
         what
     );
@@ -433,7 +425,11 @@ pub fn render(r: &Report, w: &mut dyn Write, color: bool) -> io::Result<()> {
         let file = super::file_label(s.class.as_deref(), s.path.as_deref());
         t.add_row(vec![
             Cell::new(short_ts(&s.ts)),
-            right(format!("{}{}", bound_word(s.bound), human(s.duration_us))),
+            right(format!(
+                "{}{}",
+                super::bound_word(s.bound),
+                human(s.duration_us)
+            )),
             Cell::new(super::thread_label(&s.thread, s.tid, false)),
             Cell::new(format!(
                 "{}({})",
