@@ -298,7 +298,8 @@ impl LineReader {
 
     /// Moves the reading (the kernel's copy out of the page cache, or gunzip) to a thread of
     /// its own, so that it overlaps with parsing: for one big input the parser's thread is
-    /// the slowest stage of the pipeline. Lines are unchanged; memory grows by three chunks.
+    /// the slowest stage of the pipeline. Lines are unchanged; memory grows by a few chunks
+    /// (about 1 MB).
     pub fn read_ahead(&mut self) {
         if self.ahead.is_some() || self.eof {
             return;
