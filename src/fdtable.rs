@@ -300,6 +300,20 @@ pub struct FdTable {
     files: Vec<FileInfo>,
     index: HashMap<FileKey, FileId>,
     pub conf: Option<RedisConf>,
+    /// Live bindings found recently, direct-mapped by fd: redis's main thread touches a
+    /// handful of fds per request, and two hash lookups per event showed in profiles. An
+    /// entry holds only while `generation` is unchanged (every change to a binding bumps it).
+    recent: [std::cell::Cell<Recent>; 16],
+    generation: u32,
+}
+
+#[derive(Clone, Copy, Default)]
+struct Recent {
+    generation: u32,
+    pid: u32,
+    fd: i32,
+    file: FileId,
+    opened: Nanos,
 }
 
 /// (process, fd, path, class): what makes two bindings the same file in the report.
@@ -319,6 +333,9 @@ impl FdTable {
             files: vec![],
             index: HashMap::default(),
             conf,
+            recent: Default::default(),
+            // Above the entries' default, so that an empty entry never matches.
+            generation: 1,
         }
     }
 
@@ -370,6 +387,7 @@ impl FdTable {
                 .unwrap_or(FileClass::Unknown)
         });
         let file = self.intern(pid, fd, path, class);
+        self.generation = self.generation.wrapping_add(1).max(1);
         let p = self.procs.entry(pid).or_default();
         if let Some(old) = p.live.insert(
             fd,
@@ -392,6 +410,7 @@ impl FdTable {
     }
 
     pub fn close(&mut self, pid: u32, fd: i32, ts: Nanos) {
+        self.generation = self.generation.wrapping_add(1).max(1);
         if let Some(p) = self.procs.get_mut(&pid) {
             if let Some(b) = p.live.remove(&fd) {
                 push_past(
@@ -426,14 +445,27 @@ impl FdTable {
                 },
             );
         }
+        self.generation = self.generation.wrapping_add(1).max(1);
         self.procs.insert(child, fresh);
     }
 
     /// What `fd` of `pid` was at time `ts` (the live binding, or a closed one that covered ts).
     pub fn lookup(&self, pid: u32, fd: i32, ts: Nanos) -> Option<Resolved> {
+        let slot = &self.recent[fd as usize & 15];
+        let r = slot.get();
+        if r.generation == self.generation && r.pid == pid && r.fd == fd && r.opened <= ts {
+            return Some(self.resolved(r.file));
+        }
         let p = self.procs.get(&pid)?;
         if let Some(b) = p.live.get(&fd) {
             if b.opened <= ts {
+                slot.set(Recent {
+                    generation: self.generation,
+                    pid,
+                    fd,
+                    file: b.file,
+                    opened: b.opened,
+                });
                 return Some(self.resolved(b.file));
             }
         }
@@ -460,6 +492,7 @@ impl FdTable {
             return Some(cur.file);
         }
         let id = self.intern(pid, fd, info.path.as_deref(), class);
+        self.generation = self.generation.wrapping_add(1).max(1);
         if let Some(b) = self.procs.get_mut(&pid).and_then(|p| p.live.get_mut(&fd)) {
             b.file = id;
         }
@@ -743,6 +776,38 @@ mod tests {
         t.apply(1, 300, &call("accept4", Some(6), 8, None));
         assert_eq!(t.lookup(1, 8, 150).unwrap().class, FileClass::Proc);
         assert_eq!(t.lookup(1, 8, 350).unwrap().class, FileClass::Client);
+    }
+
+    /// The cache of recent lookups never outlives a change: a reused fd, another process
+    /// with the same fd, a fork, and a reclassification each give the current answer.
+    #[test]
+    fn recent_lookups_follow_every_change() {
+        let mut t = FdTable::new(None);
+        t.apply(
+            1,
+            100,
+            &call("openat", None, 7, Some("/data/appendonly.aof")),
+        );
+        assert_eq!(t.lookup(1, 7, 150).unwrap().class, FileClass::Aof);
+        assert_eq!(t.lookup(1, 7, 150).unwrap().class, FileClass::Aof);
+        // Same fd in another process: not the cached one.
+        t.apply(2, 160, &call("openat", None, 7, Some("/data/redis.log")));
+        assert_eq!(t.lookup(2, 7, 170).unwrap().class, FileClass::Log);
+        assert_eq!(t.lookup(1, 7, 170).unwrap().class, FileClass::Aof);
+        // Reused in process 1.
+        t.apply(1, 200, &call("close", Some(7), 0, None));
+        t.apply(1, 300, &call("openat", None, 7, Some("/data/dump.rdb")));
+        assert_eq!(t.lookup(1, 7, 350).unwrap().class, FileClass::Rdb);
+        // Before the current binding opened, the cached one does not apply.
+        assert_eq!(t.lookup(1, 7, 150).unwrap().class, FileClass::Aof);
+        // A fork copies; a reclassification is seen at once.
+        t.fork(1, 3, 400);
+        assert_eq!(t.lookup(3, 7, 450).unwrap().class, FileClass::Rdb);
+        t.apply(1, 500, &call("socket", None, 9, None));
+        let before = t.lookup(1, 9, 550).unwrap().class;
+        t.reclassify(1, 9, FileClass::Client);
+        assert_ne!(before, FileClass::Client);
+        assert_eq!(t.lookup(1, 9, 560).unwrap().class, FileClass::Client);
     }
 
     #[test]
