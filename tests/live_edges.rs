@@ -353,8 +353,7 @@ fn calls_in_flight_at_attach_and_at_detach_are_reported_as_lower_bounds() {
     fs.set_rules(r#"{"rules": []}"#);
     let save_reply = save.join().expect("SAVE thread");
     assert_eq!(save_reply.as_deref().ok(), Some("+OK"), "{save_reply:?}");
-    assert!(redis.ping_within(Duration::from_secs(2)));
-    assert_eq!(redis.tracer_pid(), 0, "detached");
+    redis.assert_unharmed(Duration::from_secs(2));
 
     // Ground truth: slowfs's record of the two delays it injected into the main thread.
     let delays = fs.delays();
@@ -457,8 +456,7 @@ fn a_call_blocked_for_the_whole_trace_is_reported() {
     fs.set_rules(r#"{"rules": []}"#);
     let reply = set.join().expect("SET thread");
     assert_eq!(reply.as_deref().ok(), Some("+OK"), "{reply:?}");
-    assert!(redis.ping_within(Duration::from_secs(2)));
-    assert_eq!(redis.tracer_pid(), 0, "detached");
+    redis.assert_unharmed(Duration::from_secs(2));
 
     let stall = r["stalls"]
         .as_array()

@@ -223,6 +223,15 @@ impl Redis {
             .unwrap_or(false)
     }
 
+    /// Redis answers PING within `limit` and nothing traces it any more.
+    pub fn assert_unharmed(&self, limit: Duration) {
+        assert!(
+            self.ping_within(limit),
+            "redis did not answer PING within {limit:?}"
+        );
+        assert_eq!(self.tracer_pid(), 0, "redis is still traced");
+    }
+
     /// Who traces redis (0: nobody).
     pub fn tracer_pid(&self) -> u32 {
         let s = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap_or_default();
