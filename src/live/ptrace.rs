@@ -961,15 +961,7 @@ impl Inner {
                     || event == libc::PTRACE_EVENT_VFORK
                 {
                     // A child born during the detach is ours too until detached.
-                    let mut msg: libc::c_ulong = 0;
-                    unsafe {
-                        libc::ptrace(
-                            libc::PTRACE_GETEVENTMSG,
-                            tid as libc::pid_t,
-                            0usize,
-                            &mut msg as *mut libc::c_ulong,
-                        )
-                    };
+                    let msg = event_msg(tid);
                     if msg != 0 && !self.threads.contains_key(&(msg as Tid)) {
                         self.register_new(msg as Tid, None);
                     }
