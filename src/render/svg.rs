@@ -637,6 +637,22 @@ fn short_count(v: f64) -> String {
     }
 }
 
+/// One legend row with its label's baseline at `y`: a glyph, then the (escaped) label.
+fn legend_item(
+    w: &mut dyn Write,
+    x: f64,
+    y: f64,
+    data: &str,
+    glyph: &str,
+    label: &str,
+) -> io::Result<()> {
+    writeln!(
+        w,
+        "<g class=\"legend-item\"{data}>{glyph}<text x=\"{:.1}\" y=\"{y:.1}\" fill=\"#333\">{label}</text></g>",
+        x + 18.0
+    )
+}
+
 fn write_legend(r: &Report, w: &mut dyn Write, g: &Geometry) -> io::Result<()> {
     let x = LEFT + g.plot_w + 40.0;
     let mut y = TOP + 6.0;
@@ -658,77 +674,69 @@ fn write_legend(r: &Report, w: &mut dyn Write, g: &Geometry) -> io::Result<()> {
         )?;
         y += 18.0;
     }
+    // Glyphs are drawn left of the label, centred 4 px above its baseline `y`.
+    let dot = |y: f64, r: f64, style: &str| {
+        format!(
+            "<circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"{r}\" {style}/>",
+            x + 6.0,
+            y - 4.0
+        )
+    };
+    let stroke = |y: f64, style: &str| {
+        format!(
+            "<line x1=\"{x:.1}\" y1=\"{:.1}\" x2=\"{:.1}\" y2=\"{:.1}\" {style}/>",
+            y - 4.0,
+            x + 12.0,
+            y - 4.0
+        )
+    };
     for (c, n) in classes.iter().take(16) {
         let color = class_color(Some(c));
-        writeln!(
-            w,
-            "<g class=\"legend-item\" data-class=\"{}\"><circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"5\" fill=\"{color}\" fill-opacity=\"0.8\" stroke=\"{color}\"/><text x=\"{:.1}\" y=\"{:.1}\" fill=\"#333\">{} ({n})</text></g>",
-            esc(c),
-            x + 6.0,
-            y - 4.0,
-            x + 18.0,
+        let glyph = dot(
             y,
-            esc(c)
-        )?;
+            5.0,
+            &format!("fill=\"{color}\" fill-opacity=\"0.8\" stroke=\"{color}\""),
+        );
+        let data = format!(" data-class=\"{}\"", esc(c));
+        legend_item(w, x, y, &data, &glyph, &format!("{} ({n})", esc(c)))?;
         y += 18.0;
     }
     if gaps > 0 {
-        writeln!(
-            w,
-            "<g class=\"legend-item\" data-kind=\"gap\"><path d=\"M{:.1} {:.1}l6 6l-6 6l-6 -6Z\" fill=\"{GAP_COLOR}\" fill-opacity=\"0.7\" stroke=\"{GAP_COLOR}\"/><text x=\"{:.1}\" y=\"{:.1}\" fill=\"#333\">gap, no syscall ({gaps})</text></g>",
+        let glyph = format!(
+            "<path d=\"M{:.1} {:.1}l6 6l-6 6l-6 -6Z\" fill=\"{GAP_COLOR}\" fill-opacity=\"0.7\" stroke=\"{GAP_COLOR}\"/>",
             x + 6.0,
-            y - 10.0,
-            x + 18.0,
-            y
-        )?;
+            y - 10.0
+        );
+        let label = format!("gap, no syscall ({gaps})");
+        legend_item(w, x, y, " data-kind=\"gap\"", &glyph, &label)?;
         y += 18.0;
     }
     if r.stalls.iter().any(|s| s.bound != Bound::Exact) {
-        writeln!(
-            w,
-            "<g class=\"legend-item\"><circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"5\" fill=\"#ffffff\" stroke=\"#555\"/><text x=\"{:.1}\" y=\"{:.1}\" fill=\"#333\">bound, not exact</text></g>",
-            x + 6.0,
-            y - 4.0,
-            x + 18.0,
-            y
-        )?;
+        let glyph = dot(y, 5.0, "fill=\"#ffffff\" stroke=\"#555\"");
+        legend_item(w, x, y, "", &glyph, "bound, not exact")?;
         y += 18.0;
     }
     if r.stalls.iter().any(|s| s.duration_us > 0) {
-        writeln!(
-            w,
-            "<g class=\"legend-item\"><line x1=\"{x:.1}\" y1=\"{:.1}\" x2=\"{:.1}\" y2=\"{:.1}\" stroke=\"#555\" stroke-opacity=\"0.55\" stroke-width=\"2\"/><text x=\"{:.1}\" y=\"{:.1}\" fill=\"#333\">extent in time</text></g>",
-            y - 4.0,
-            x + 12.0,
-            y - 4.0,
-            x + 18.0,
-            y
-        )?;
+        let glyph = stroke(
+            y,
+            "stroke=\"#555\" stroke-opacity=\"0.55\" stroke-width=\"2\"",
+        );
+        legend_item(w, x, y, "", &glyph, "extent in time")?;
         y += 18.0;
     }
     let ctx = context_calls(r).len();
     if ctx > 0 {
-        writeln!(
-            w,
-            "<g class=\"legend-item\"><circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"1.5\" fill=\"#777\" fill-opacity=\"0.5\"/><text x=\"{:.1}\" y=\"{:.1}\" fill=\"#333\">{} calls under threshold</text></g>",
-            x + 6.0,
-            y - 4.0,
-            x + 18.0,
-            y,
-            super::markup::count(ctx as u64)
-        )?;
+        let glyph = dot(y, 1.5, "fill=\"#777\" fill-opacity=\"0.5\"");
+        let label = format!("{} calls under threshold", super::markup::count(ctx as u64));
+        legend_item(w, x, y, "", &glyph, &label)?;
         y += 18.0;
     }
     y += 6.0;
-    writeln!(
-        w,
-        "<g class=\"legend-item\"><line x1=\"{x:.1}\" y1=\"{:.1}\" x2=\"{:.1}\" y2=\"{:.1}\" stroke=\"{THRESHOLD_COLOR}\" stroke-width=\"1.2\" stroke-dasharray=\"6 4\"/><text x=\"{:.1}\" y=\"{:.1}\" fill=\"#333\">threshold</text></g>",
-        y - 4.0,
-        x + 12.0,
-        y - 4.0,
-        x + 18.0,
-        y
-    )?;
+    let glyph = stroke(
+        y,
+        &format!("stroke=\"{THRESHOLD_COLOR}\" stroke-width=\"1.2\" stroke-dasharray=\"6 4\""),
+    );
+    legend_item(w, x, y, "", &glyph, "threshold")?;
     y += 18.0;
     let mut kinds: Vec<&str> = Vec::new();
     for p in &r.phases {
@@ -738,36 +746,27 @@ fn write_legend(r: &Report, w: &mut dyn Write, g: &Geometry) -> io::Result<()> {
     }
     for k in kinds {
         let (fill, label) = phase_style(k);
-        writeln!(
-            w,
-            "<g class=\"legend-item\" data-phase-kind=\"{}\"><rect x=\"{x:.1}\" y=\"{:.1}\" width=\"12\" height=\"12\" fill=\"{fill}\" fill-opacity=\"0.45\"/><text x=\"{:.1}\" y=\"{:.1}\" fill=\"#333\">{}</text></g>",
-            esc(k),
-            y - 10.0,
-            x + 18.0,
-            y,
-            esc(label)
-        )?;
+        let glyph = format!(
+            "<rect x=\"{x:.1}\" y=\"{:.1}\" width=\"12\" height=\"12\" fill=\"{fill}\" fill-opacity=\"0.45\"/>",
+            y - 10.0
+        );
+        let data = format!(" data-phase-kind=\"{}\"", esc(k));
+        legend_item(w, x, y, &data, &glyph, &esc(label))?;
         y += 18.0;
     }
     if g.has_host {
         let sy = g.strip_top() + 16.0;
-        writeln!(
-            w,
-            "<g class=\"legend-item\"><line x1=\"{x:.1}\" y1=\"{:.1}\" x2=\"{:.1}\" y2=\"{:.1}\" stroke=\"{MINFLT_COLOR}\" stroke-width=\"1.6\"/><text x=\"{:.1}\" y=\"{sy:.1}\" fill=\"#333\">minor faults/s</text></g>",
-            sy - 4.0,
-            x + 12.0,
-            sy - 4.0,
-            x + 18.0
-        )?;
+        let glyph = stroke(
+            sy,
+            &format!("stroke=\"{MINFLT_COLOR}\" stroke-width=\"1.6\""),
+        );
+        legend_item(w, x, sy, "", &glyph, "minor faults/s")?;
         let sy = sy + 18.0;
-        writeln!(
-            w,
-            "<g class=\"legend-item\"><line x1=\"{x:.1}\" y1=\"{:.1}\" x2=\"{:.1}\" y2=\"{:.1}\" stroke=\"{IOWAIT_COLOR}\" stroke-width=\"1.6\" stroke-dasharray=\"5 3\"/><text x=\"{:.1}\" y=\"{sy:.1}\" fill=\"#333\">iowait %</text></g>",
-            sy - 4.0,
-            x + 12.0,
-            sy - 4.0,
-            x + 18.0
-        )?;
+        let glyph = stroke(
+            sy,
+            &format!("stroke=\"{IOWAIT_COLOR}\" stroke-width=\"1.6\" stroke-dasharray=\"5 3\""),
+        );
+        legend_item(w, x, sy, "", &glyph, "iowait %")?;
     }
     writeln!(w, "</g>")
 }
