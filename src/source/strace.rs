@@ -120,14 +120,13 @@ impl SkipReason {
     }
 }
 
-/// Interned names with the per-name facts the hot path asks for, cached per thread in a
-/// small direct-mapped table: `event::intern` hashes with SipHash behind a lock, and the
-/// `first_arg_is_fd` / `has_data_arg` matches compare strings, both too slow per line.
+/// Interned names with the per-name facts the hot path asks for, kept in a `NameCache`:
+/// `event::intern` hashes with SipHash behind a lock, and the `first_arg_is_fd` /
+/// `has_data_arg` matches compare strings, both too slow per line.
 #[derive(Clone, Copy)]
 pub struct Name {
     pub name: &'static str,
     pub fd_first: bool,
-    pub has_data: bool,
     args: ArgKind,
 }
 
@@ -174,25 +173,25 @@ fn arg_kind(name: &str) -> ArgKind {
 
 const NAME_SLOTS: usize = 256;
 
-thread_local! {
-    static NAMES: std::cell::RefCell<[Option<Name>; NAME_SLOTS]> = const { std::cell::RefCell::new([None; NAME_SLOTS]) };
-}
+/// A small direct-mapped cache of `Name`s. The parser owns one for syscall names (no
+/// thread-local access per line); free functions share a per-thread one.
+pub struct NameCache(Box<[Option<Name>; NAME_SLOTS]>);
 
-#[inline]
-fn name_slot(b: &[u8]) -> usize {
-    match b {
-        [] => 0,
-        [f, .., l] => (b.len() * 31 + *f as usize * 7 + *l as usize * 3) % NAME_SLOTS,
-        [f] => *f as usize % NAME_SLOTS,
+impl Default for NameCache {
+    fn default() -> Self {
+        NameCache(Box::new([None; NAME_SLOTS]))
     }
 }
 
-/// `event::intern` through the per-thread cache.
-pub fn name(b: &[u8]) -> Name {
-    let slot = name_slot(b);
-    NAMES.with(|c| {
-        let mut c = c.borrow_mut();
-        if let Some(n) = c[slot] {
+impl NameCache {
+    #[inline]
+    pub fn get(&mut self, b: &[u8]) -> Name {
+        let slot = match b {
+            [] => 0,
+            [f, .., l] => (b.len() * 31 + *f as usize * 7 + *l as usize * 3) % NAME_SLOTS,
+            [f] => *f as usize % NAME_SLOTS,
+        };
+        if let Some(n) = self.0[slot] {
             if n.name.as_bytes() == b {
                 return n;
             }
@@ -201,15 +200,23 @@ pub fn name(b: &[u8]) -> Name {
         let n = Name {
             name: s,
             fd_first: event::first_arg_is_fd(s),
-            has_data: event::has_data_arg(s),
             args: arg_kind(s),
         };
         // `intern` maps garbage to "?" once its table is full: do not let that evict.
         if s.as_bytes() == b {
-            c[slot] = Some(n);
+            self.0[slot] = Some(n);
         }
         n
-    })
+    }
+}
+
+thread_local! {
+    static NAMES: std::cell::RefCell<NameCache> = std::cell::RefCell::new(NameCache::default());
+}
+
+/// `event::intern` through the per-thread cache.
+pub fn name(b: &[u8]) -> Name {
+    NAMES.with(|c| c.borrow_mut().get(b))
 }
 
 /// Interned name (syscall, errno, signal) through the per-thread cache.
@@ -1332,7 +1339,7 @@ pub struct StraceParser {
     pub last_ts: Nanos,
     /// The parser's own copy of the name cache: the per-thread one sits behind a
     /// thread-local and a RefCell, which cost more than the lookup on every line.
-    names: Box<[Option<Name>; NAME_SLOTS]>,
+    names: NameCache,
 }
 
 /// The trace clock: turns per-line times into one monotonic-ish ns scale.
@@ -1447,24 +1454,8 @@ impl StraceParser {
             seen_annotation: false,
             seen_yy: false,
             last_ts: 0,
-            names: Box::new([None; NAME_SLOTS]),
+            names: NameCache::default(),
         }
-    }
-
-    /// `name` through the parser's cache.
-    #[inline]
-    fn name(&mut self, b: &[u8]) -> Name {
-        let slot = name_slot(b);
-        if let Some(n) = self.names[slot] {
-            if n.name.as_bytes() == b {
-                return n;
-            }
-        }
-        let n = name(b);
-        if n.name.as_bytes() == b {
-            self.names[slot] = Some(n);
-        }
-        n
     }
 
     /// Parses one physical line (without its newline), pushing the events it completes.
@@ -1612,7 +1603,7 @@ impl StraceParser {
         }
         match body {
             Body::Call { name, args, tail } => {
-                let facts = self.name(name);
+                let facts = self.names.get(name);
                 // Built in place in `out`: an event is 200 bytes, and moving it from the
                 // stack into the vector was a visible share of the hot path.
                 out.push(Event {
@@ -1641,7 +1632,7 @@ impl StraceParser {
                 self.seen_dur |= tail.dur.is_some();
             }
             Body::Unfinished { name, args } => {
-                let facts = self.name(name);
+                let facts = self.names.get(name);
                 let mut sc = Syscall::new(facts.name);
                 extract_args_named(&mut sc, facts, args);
                 self.note_annotations(&sc);
@@ -1663,7 +1654,7 @@ impl StraceParser {
                 }
             }
             Body::Resumed { name, rest, tail } => {
-                let facts = self.name(name);
+                let facts = self.names.get(name);
                 let name = facts.name;
                 let (mut sc, start_ts, entry_line) = match self.pending.remove(&tid) {
                     Some(p) if p.sc.name == name => (p.sc, p.ts, Some(p.line)),
@@ -1679,7 +1670,7 @@ impl StraceParser {
                         (sc, ts, None)
                     }
                 };
-                if sc.data().is_none() && facts.has_data {
+                if sc.data().is_none() && facts.args == ArgKind::Data {
                     data_from(&mut sc, rest);
                 }
                 match tail {
@@ -1722,7 +1713,7 @@ impl StraceParser {
             Body::Detached { name, args } => {
                 // strace let go (or the trace was cut) while the call ran: like an unfinished
                 // half that never resumes, it is timed up to the last event of the trace.
-                let facts = self.name(name);
+                let facts = self.names.get(name);
                 let mut sc = Syscall::new(facts.name);
                 extract_args_named(&mut sc, facts, args);
                 sc.in_flight = Some(InFlight::AtEnd);
