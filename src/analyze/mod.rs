@@ -946,7 +946,7 @@ impl Analyzer {
         // Commands: requests read from, replies written to client connections.
         if class == Some(FileClass::Client) && !sc.ret.is_err() {
             if let Some(fd) = sc.fd {
-                self.on_client_io(tid, proc, fd, ev, sc, end);
+                self.on_client_io(tid, (proc, fd), ev, sc, f, end);
             }
         }
         if f.has(Facts::CLOSE) {
@@ -1059,11 +1059,18 @@ impl Analyzer {
         }
     }
 
-    fn on_client_io(&mut self, tid: Tid, proc: u32, fd: i32, ev: &Event, sc: &Syscall, end: Nanos) {
-        let f = self.facts(sc.name);
+    /// `key` is the connection: (process, fd).
+    fn on_client_io(
+        &mut self,
+        tid: Tid,
+        key: (u32, i32),
+        ev: &Event,
+        sc: &Syscall,
+        f: Facts,
+        end: Nanos,
+    ) {
         let is_read = f.has(Facts::RECV);
         let is_write = f.has(Facts::SEND);
-        let key = (proc, fd);
         if is_read {
             let data = match sc.data() {
                 Some(d) => d.head(),

@@ -268,7 +268,7 @@ pub struct LineReader {
 /// Free room at the front of each read-ahead chunk, where the unfinished end of the previous
 /// chunk is copied so that a line never has to be stitched from two buffers.
 const PAD: usize = 4096;
-const AHEAD_CHUNK: usize = CHUNK;
+/// Filled chunks waiting for the parser.
 const AHEAD_DEPTH: usize = 2;
 
 /// The reading end of a reader thread: filled chunks (`PAD` bytes of room, then the data
@@ -311,7 +311,7 @@ impl LineReader {
         std::thread::spawn(move || loop {
             let mut c = spares
                 .try_recv()
-                .unwrap_or_else(|_| vec![0; PAD + AHEAD_CHUNK]);
+                .unwrap_or_else(|_| vec![0; PAD + CHUNK]);
             let n = loop {
                 match inner.read(&mut c[PAD..]) {
                     Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
@@ -351,7 +351,7 @@ impl LineReader {
             let old = std::mem::replace(&mut self.buf, c);
             self.start = PAD - rest;
             self.end = PAD + n;
-            if old.len() == PAD + AHEAD_CHUNK {
+            if old.len() == PAD + CHUNK {
                 let _ = a.spare.send(old);
             }
         } else {
