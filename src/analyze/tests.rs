@@ -55,6 +55,23 @@ impl Seq {
         sc.extra = extra;
         self.ev(tid, ts, EventKind::Syscall(sc));
     }
+    /// A call the trace shows only part of: in flight at its start or end, `dur` long as
+    /// far as the trace knows (no result).
+    fn partial(
+        &mut self,
+        tid: u32,
+        ts: i64,
+        name: &'static str,
+        fd: Option<i32>,
+        dur: (i64, DurSource),
+        in_flight: InFlight,
+    ) {
+        let mut sc = Syscall::new(name);
+        sc.fd = fd;
+        (sc.dur, sc.dur_src) = (Some(dur.0), dur.1);
+        sc.in_flight = Some(in_flight);
+        self.ev(tid, ts, EventKind::Syscall(sc));
+    }
     fn open(&mut self, tid: u32, ts: i64, path: &str, fd: i64) {
         self.call(
             tid,
@@ -367,12 +384,14 @@ fn commands_are_timed_and_counted_as_held_by_a_stall() {
 fn call_still_running_at_the_end_is_listed_even_below_the_threshold() {
     let mut s = Seq::new();
     s.open(100, 0, "/data/redis.log", 11);
-    let mut sc = Syscall::new("close");
-    sc.fd = Some(11);
-    sc.dur = Some(2 * MS);
-    sc.dur_src = DurSource::Paired;
-    sc.in_flight = Some(InFlight::AtEnd);
-    s.ev(100, MS, EventKind::Syscall(sc));
+    s.partial(
+        100,
+        MS,
+        "close",
+        Some(11),
+        (2 * MS, DurSource::Paired),
+        InFlight::AtEnd,
+    );
     let r = s.report();
     assert!(r.stalls.is_empty());
     assert_eq!(r.in_flight.len(), 1);
@@ -384,12 +403,14 @@ fn call_still_running_at_the_end_is_listed_even_below_the_threshold() {
 fn call_running_before_tracing_began_becomes_an_at_least_stall() {
     let mut s = Seq::new();
     s.open(100, 0, "/data/redis.log", 11);
-    let mut sc = Syscall::new("close");
-    sc.fd = Some(11);
-    sc.dur = Some(4_800 * MS);
-    sc.dur_src = DurSource::Measured;
-    sc.in_flight = Some(InFlight::AtStart);
-    s.ev(100, MS, EventKind::Syscall(sc));
+    s.partial(
+        100,
+        MS,
+        "close",
+        Some(11),
+        (4_800 * MS, DurSource::Measured),
+        InFlight::AtStart,
+    );
     let r = s.report();
     assert_eq!(r.stalls.len(), 1);
     assert_eq!(r.stalls[0].bound, Bound::AtLeast);
@@ -425,11 +446,14 @@ fn thread_name_file_formats() {
 #[test]
 fn close_running_before_the_trace_with_unknown_fd_says_what_it_likely_is() {
     let mut s = Seq::new();
-    let mut sc = Syscall::new("close");
-    sc.dur = Some(4_800 * MS);
-    sc.dur_src = DurSource::Measured;
-    sc.in_flight = Some(InFlight::AtStart);
-    s.ev(100, 0, EventKind::Syscall(sc));
+    s.partial(
+        100,
+        0,
+        "close",
+        None,
+        (4_800 * MS, DurSource::Measured),
+        InFlight::AtStart,
+    );
     s.call(
         100,
         4_801 * MS,
@@ -454,12 +478,14 @@ fn close_running_before_the_trace_with_unknown_fd_says_what_it_likely_is() {
 fn request_queued_during_a_stall_at_the_start_waited_for_it() {
     let mut s = Seq::new();
     // fdatasync already running at attach, 0..3 s; then the loop finds a queued PING.
-    let mut sc = Syscall::new("fdatasync");
-    sc.fd = Some(7);
-    sc.dur = Some(3_000 * MS);
-    sc.dur_src = DurSource::Measured;
-    sc.in_flight = Some(InFlight::AtStart);
-    s.ev(100, 0, EventKind::Syscall(sc));
+    s.partial(
+        100,
+        0,
+        "fdatasync",
+        Some(7),
+        (3_000 * MS, DurSource::Measured),
+        InFlight::AtStart,
+    );
     s.call(
         100,
         3_000 * MS,

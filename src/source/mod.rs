@@ -309,9 +309,7 @@ impl LineReader {
         let (tx, chunks) = std::sync::mpsc::sync_channel(AHEAD_DEPTH);
         let (spare, spares) = std::sync::mpsc::channel::<Vec<u8>>();
         std::thread::spawn(move || loop {
-            let mut c = spares
-                .try_recv()
-                .unwrap_or_else(|_| vec![0; PAD + CHUNK]);
+            let mut c = spares.try_recv().unwrap_or_else(|_| vec![0; PAD + CHUNK]);
             let n = loop {
                 match inner.read(&mut c[PAD..]) {
                     Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
