@@ -32,6 +32,10 @@ pub struct Options {
     /// Keep a per-thread sample of calls at least this long for timelines (plots, trace
     /// export); None when no output needs one.
     pub timeline_floor_ns: Option<i64>,
+    /// Timestamps were taken by a ptrace tracer at its stops (strace, `attach --backend
+    /// ptrace`), not by the kernel: a call is seen to end only once the tracer has handled
+    /// the thread's exit stop.
+    pub stamped_at_stops: bool,
 }
 
 impl Default for Options {
@@ -43,6 +47,7 @@ impl Default for Options {
             redis_conf: None,
             root_pid: None,
             timeline_floor_ns: None,
+            stamped_at_stops: false,
         }
     }
 }
@@ -182,9 +187,37 @@ struct ThreadState {
     /// Running mean of this thread's non-waiting calls timed only as upper bounds (no `-T`):
     /// what the tracer adds to every call, so to a wait that did not block too.
     bound_call_ns: Nanos,
+    /// Low decile of the time between two consecutive calls (or, without `-T`, of a call's
+    /// upper bound): one tracer round trip with almost no work of the thread's own in it.
+    trip: LowDecile,
     aof_ns: i64,
     log_ns: i64,
     idle: BTreeMap<&'static str, (u64, i64)>,
+}
+
+/// A streaming estimate of a low quantile (the tenth percentile) in O(1) space: step up by
+/// a tenth of a microsecond when a sample is above the estimate and down by nine tenths
+/// when below, which settles where a tenth of the samples lie below. Deterministic, so the
+/// same trace always gives the same report.
+#[derive(Clone, Copy, Default)]
+struct LowDecile {
+    ns: Nanos,
+    seen: bool,
+}
+
+impl LowDecile {
+    const UP: Nanos = 100;
+    const DOWN: Nanos = 900;
+    fn add(&mut self, x: Nanos) {
+        if !self.seen {
+            self.ns = x;
+            self.seen = true;
+        } else if x > self.ns {
+            self.ns += Self::UP;
+        } else if x < self.ns {
+            self.ns = (self.ns - Self::DOWN).max(0);
+        }
+    }
 }
 
 /// Thread states in a vector with a one-entry cache in front of the tid index: consecutive
@@ -829,6 +862,9 @@ impl Analyzer {
         let prev_end = self.threads.v[ti].1.last_end;
         if let Some(pe) = prev_end {
             let gap = ev.ts - pe;
+            if sc.dur_src != DurSource::UpperBound && (0..1_000_000).contains(&gap) {
+                self.threads.v[ti].1.trip.add(gap);
+            }
             if gap >= self.opts.threshold_ns
                 && role != Role::Child
                 && sc.in_flight != Some(InFlight::AtStart)
@@ -905,6 +941,7 @@ impl Analyzer {
         } else if sc.dur_src == DurSource::UpperBound && !idle && dur < 1_000_000 {
             // Stalls aside (they are not overhead): a slow mean of the tracer's cost.
             let t = &mut self.threads.v[ti].1;
+            t.trip.add(dur);
             t.bound_call_ns = if t.bound_call_ns == 0 {
                 dur
             } else {
@@ -1193,8 +1230,12 @@ impl Analyzer {
     /// already queued, at the latest since the previous wait ended.
     fn request_time(&mut self, tid: Tid, at: Nanos) -> Nanos {
         let first = self.first_ts.unwrap_or(at);
+        let stamped_at_stops = self.opts.stamped_at_stops;
         let t = self.thread(tid);
         let req = match t.cur_wait {
+            // Under ptrace the wait is seen to end only after the woken thread reached its
+            // exit stop and the tracer ran: the request came about one round trip earlier.
+            Some((s, e, true)) if stamped_at_stops => e - t.trip.ns.min(e - s),
             Some((_, e, true)) => e,
             // Returned at once with no earlier wait in the trace: queued since before the
             // trace began, as far as it can tell.

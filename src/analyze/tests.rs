@@ -638,3 +638,44 @@ fn wait_timed_as_an_upper_bound_blocked_only_if_it_beats_the_tracers_cost() {
     // Arrived when the long wait ended: read and write.
     assert_eq!(p50("PING"), 80);
 }
+
+/// Under ptrace a blocked wait is stamped as ended only after the woken thread reached its
+/// exit stop and the tracer ran, so the request is counted from one tracer round trip (the
+/// thread's usual gap between calls) earlier. Kernel-stamped sources (perf) are not shifted.
+#[test]
+fn request_that_woke_the_loop_is_counted_from_a_tracer_round_trip_earlier_under_ptrace() {
+    let p50_of_pings = |stamped_at_stops: bool| {
+        let mut s = Seq::with(Options {
+            stamped_at_stops,
+            ..Default::default()
+        });
+        let mut t = 0;
+        let mut call = |s: &mut Seq, name: &'static str, dur: i64, data: &[u8]| {
+            let mut sc = Syscall::new(name);
+            sc.fd = Some(if name == "epoll_wait" { 5 } else { 9 });
+            sc.ret = Ret::Val(data.len().max(1) as i64);
+            sc.dur = Some(dur);
+            sc.dur_src = DurSource::Measured;
+            if !data.is_empty() {
+                sc.extra = Extra::Data(Data::new(data, false));
+            }
+            s.ev(100, t, EventKind::Syscall(sc));
+            // 20 µs between calls: the tracer's two stops.
+            t += dur + 20 * US;
+        };
+        for _ in 0..60 {
+            call(&mut s, "epoll_wait", 2 * MS, b"");
+            call(&mut s, "read", 10 * US, b"*1\r\n$4\r\nPING\r\n");
+            call(&mut s, "write", 10 * US, b"+PONG\r\n");
+        }
+        let r = s.report();
+        r.commands
+            .iter()
+            .find(|c| c.command == "PING" && c.phase == "all")
+            .unwrap()
+            .p50_us
+    };
+    // Wait end to reply end: gap, read, gap, write.
+    assert_eq!(p50_of_pings(false), 60);
+    assert_eq!(p50_of_pings(true), 80);
+}

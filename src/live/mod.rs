@@ -352,6 +352,7 @@ pub fn run_attach(args: &AttachArgs) -> Result<u64> {
     for (t, n) in &opts.thread_names {
         thread_names.insert(*t, n.clone());
     }
+    opts.stamped_at_stops = backend == "ptrace";
     let mut an = Analyzer::new(opts);
     for (fd, what) in &ctx.fds {
         an.seed_fd(pid, *fd, what);
