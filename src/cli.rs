@@ -59,7 +59,8 @@ pub struct OutputArgs {
     /// Colour: auto (on a terminal, unless NO_COLOR is set), always, never
     #[arg(long, value_enum, default_value_t = ColorChoice::Auto)]
     pub color: ColorChoice,
-    /// Thread names, one `TID NAME` per line (`ps -L -o tid,comm -p PID`, or /proc/PID/task/*/comm)
+    /// Thread names: `ps -L -p PID` or `top -H -b -n1 -p PID` output, `grep . /proc/PID/task/*/comm`,
+    /// or `TID NAME` lines
     #[arg(long, value_name = "FILE")]
     pub threads: Option<String>,
     /// The redis.conf in use: names the AOF, RDB and log files (dir, appendfilename, appenddirname,

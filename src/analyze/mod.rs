@@ -1812,32 +1812,57 @@ fn incidents(
         .collect()
 }
 
-/// Reads a thread-name file: `ls /proc/PID/task` style `TID NAME` lines, `ps -L -o tid,comm`
-/// output (a header line is skipped), or `# comment` lines.
+/// Reads a thread-name file. Accepted shapes, mixed freely with blank and `# comment` lines:
+/// - `TID NAME` lines (what `stallscope attach --record` writes beside a recording);
+/// - `ps` or `top -H` output with its header: the tid is the `LWP`, `TID` or `SPID` column
+///   (else `PID`, which is the tid in `top -H`), the name is everything from the `CMD`,
+///   `COMMAND` or `COMM` column on, so `ps -L -p PID`, `ps -T -p PID` and
+///   `ps -L -o tid,comm -p PID` all read right;
+/// - `grep . /proc/PID/task/*/comm`: `/proc/PID/task/TID/comm:NAME`.
 pub fn parse_thread_names(text: &str) -> HashMap<Tid, String> {
     let mut m = HashMap::default();
+    // (tid column, name column) from the last header line seen.
+    let mut columns: Option<(usize, usize)> = None;
     for line in text.lines() {
         let l = line.trim();
         if l.is_empty() || l.starts_with('#') {
             continue;
         }
-        let mut parts = l.split_whitespace();
-        let first = parts.next().unwrap_or("");
-        let rest: Vec<&str> = parts.collect();
-        if let Ok(tid) = first.parse::<Tid>() {
-            // `ps -L -o pid,tid,comm`: take the second number as the tid when there are two.
-            if rest.len() >= 2 {
-                if let Ok(t2) = rest[0].parse::<Tid>() {
-                    m.insert(t2, rest[1..].join(" "));
-                    continue;
-                }
-            }
-            if !rest.is_empty() {
-                m.insert(tid, rest.join(" "));
-            }
+        if let Some((tid, name)) = proc_comm_line(l) {
+            m.insert(tid, name.to_string());
+            continue;
+        }
+        let cols: Vec<&str> = l.split_whitespace().collect();
+        if cols[0].parse::<Tid>().is_err() {
+            columns = header_columns(&cols).or(columns);
+            continue;
+        }
+        let headerless_pid_tid = cols.len() >= 3 && cols[1].parse::<Tid>().is_ok();
+        let (tid_col, name_col) =
+            columns.unwrap_or(if headerless_pid_tid { (1, 2) } else { (0, 1) });
+        let tid = cols.get(tid_col).and_then(|c| c.parse::<Tid>().ok());
+        if let (Some(tid), Some(_)) = (tid, cols.get(name_col)) {
+            m.insert(tid, cols[name_col..].join(" "));
         }
     }
     m
+}
+
+fn header_columns(cols: &[&str]) -> Option<(usize, usize)> {
+    let find = |names: &[&str]| {
+        cols.iter()
+            .position(|c| names.iter().any(|n| c.eq_ignore_ascii_case(n)))
+    };
+    let tid = find(&["LWP", "TID", "SPID"]).or_else(|| find(&["PID"]))?;
+    let name = find(&["CMD", "COMMAND", "COMM"])?;
+    Some((tid, name))
+}
+
+/// `/proc/PID/task/TID/comm:NAME`, as `grep . /proc/PID/task/*/comm` prints it.
+fn proc_comm_line(l: &str) -> Option<(Tid, &str)> {
+    let (path, name) = l.split_once("/comm:")?;
+    let tid = path.rsplit_once("/task/")?.1.parse().ok()?;
+    Some((tid, name.trim()))
 }
 
 #[cfg(test)]
