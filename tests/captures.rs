@@ -497,3 +497,35 @@ fn table_report_snapshots() {
         insta::assert_snapshot!(name, text);
     }
 }
+
+/// Every capture's table report fits an 80-column terminal: headlines and evidence wrap,
+/// long paths break at a `/`, tables wrap their cells.
+#[test]
+fn table_reports_fit_80_columns() {
+    let names = [
+        "aof-always-getsadd",
+        "aof-always-getsadd-r",
+        "aof-always-getsadd-tt-noT",
+        "bgsave-cow-ttt",
+        "everysec-dd-yy",
+        "log-verbose-bgsave-dd-y",
+        "rewrite-always-nofsync-no",
+        "slow-log-close-bgsave-f",
+    ];
+    for name in names {
+        let out = Command::cargo_bin("stallscope")
+            .unwrap()
+            .args(["analyze", trace(name).to_str().unwrap(), "--color", "never"])
+            .output()
+            .unwrap();
+        let text = String::from_utf8(out.stdout).unwrap();
+        assert!(text.lines().count() > 20, "{name}: {text}");
+        for line in text.lines() {
+            assert!(
+                line.chars().count() <= 80,
+                "{name}: {} columns: {line}",
+                line.chars().count()
+            );
+        }
+    }
+}

@@ -8,6 +8,15 @@ use crate::fdtable::FileClass;
 use crate::report::{Bound, Finding, Report, Severity, StallKind};
 use std::collections::BTreeMap;
 
+/// The plural ending of a count's noun: `format!("{n} stall{}", plural(n))`.
+pub fn plural(n: u64) -> &'static str {
+    if n == 1 {
+        ""
+    } else {
+        "s"
+    }
+}
+
 /// A duration in µs the way a person reads it.
 ///
 /// ```
@@ -212,8 +221,9 @@ pub(super) fn findings(a: &Analyzer, cands: &[Cand], r: &Report) -> Vec<Finding>
             format!("; {} client commands waited through them", e.held.len())
         };
         format!(
-            "{} stall(s) over {}, {} in total, worst {}{path}{at}{held}",
+            "{} stall{} over {}, {} in total, worst {}{path}{at}{held}",
             e.n,
+            plural(e.n),
             human(thr),
             human(e.total),
             human(e.worst)
@@ -449,7 +459,10 @@ pub(super) fn findings(a: &Analyzer, cands: &[Cand], r: &Report) -> Vec<Finding>
         out.push(Finding {
             id: "unexplained".into(),
             severity: Severity::Info,
-            title: format!("{unexplained} stall(s) no rule explains"),
+            title: format!(
+                "{unexplained} stall{} no rule explains",
+                plural(unexplained as u64)
+            ),
             evidence: "see the stalls marked without a finding".into(),
             advice: "Look at the thread and syscall of each; a socket or pipe call that blocks usually means CPU starvation \
                      (check load and steal) or tracing overhead."

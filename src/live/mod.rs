@@ -389,7 +389,7 @@ pub fn run_attach(args: &AttachArgs) -> Result<u64> {
     eprintln!(
         "stallscope: attached to {pid} ({} thread{}) with {backend}; stalls over {} are printed as they end; Ctrl-C to stop{}",
         threads_at_attach,
-        if threads_at_attach == 1 { "" } else { "s" },
+        crate::analyze::findings::plural(threads_at_attach as u64),
         crate::analyze::findings::human(args.out.threshold / 1000),
         match args.duration {
             Some(d) => format!(" (or after {})", crate::analyze::findings::human(d / 1000)),

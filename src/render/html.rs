@@ -554,7 +554,7 @@ fn write_header(r: &Report, w: &mut dyn Write) -> io::Result<()> {
     let mut line = format!(
         "<strong>{} stall{} over {}</strong>",
         count(s.stalls),
-        if s.stalls == 1 { "" } else { "s" },
+        crate::analyze::findings::plural(s.stalls),
         esc(&dur(s.threshold_us))
     );
     if s.skipped_lines > 0 {
@@ -587,7 +587,7 @@ fn held_up(s: &crate::report::Stall) -> String {
     let mut t = format!(
         "{} client{}",
         s.waiting_clients,
-        if s.waiting_clients == 1 { "" } else { "s" }
+        crate::analyze::findings::plural(s.waiting_clients)
     );
     if !s.waiting_by_command.is_empty() {
         let cmds: Vec<String> = s

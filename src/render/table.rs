@@ -3,7 +3,7 @@
 //! incidents (who waited), then the supporting tables. Colour only on a TTY, never with
 //! NO_COLOR.
 
-use crate::analyze::findings::human;
+use crate::analyze::findings::{human, plural};
 use crate::report::{Report, Severity, Stall, StallKind};
 use comfy_table::{presets, Cell, CellAlignment, ContentArrangement, Table};
 use std::io::{self, Write};
@@ -34,12 +34,14 @@ impl Paint {
     }
 }
 
-/// Wraps `text` at WIDTH with `indent` spaces before every line.
+/// Wraps `text` at WIDTH with `indent` spaces before every line. A word too long for a line
+/// on its own (an absolute path) is broken after a `/`.
 fn wrap(text: &str, indent: usize) -> String {
     let mut out = String::new();
     let mut line = String::new();
     let pad = " ".repeat(indent);
-    for word in text.split_whitespace() {
+    let room = WIDTH.saturating_sub(indent).max(1);
+    for word in text.split_whitespace().flat_map(|w| split_long(w, room)) {
         if !line.is_empty() && indent + line.chars().count() + 1 + word.chars().count() > WIDTH {
             out.push_str(&pad);
             out.push_str(&line);
@@ -59,6 +61,24 @@ fn wrap(text: &str, indent: usize) -> String {
     out
 }
 
+/// Pieces of `word` no longer than `room` characters, cut after a `/` where there is one
+/// (else anywhere), so a path wraps at its components.
+fn split_long(word: &str, room: usize) -> Vec<&str> {
+    let mut pieces = vec![];
+    let mut rest = word;
+    while rest.chars().count() > room {
+        let limit = rest.char_indices().nth(room).map_or(rest.len(), |(i, _)| i);
+        let cut = match rest[..limit].rfind('/') {
+            Some(i) if i > 0 => i + 1,
+            _ => limit,
+        };
+        pieces.push(&rest[..cut]);
+        rest = &rest[cut..];
+    }
+    pieces.push(rest);
+    pieces
+}
+
 /// "held 3 clients (5 commands), worst wait 9.60 s"
 fn impact(cmds: u64, clients: u64, worst: Option<i64>) -> Option<String> {
     if cmds == 0 {
@@ -69,8 +89,8 @@ fn impact(cmds: u64, clients: u64, worst: Option<i64>) -> Option<String> {
         .unwrap_or_default();
     Some(format!(
         "held {clients} client{} ({cmds} command{}){w}",
-        if clients == 1 { "" } else { "s" },
-        if cmds == 1 { "" } else { "s" }
+        plural(clients),
+        plural(cmds)
     ))
 }
 
@@ -155,7 +175,7 @@ pub fn render(r: &Report, w: &mut dyn Write, color: bool) -> io::Result<()> {
         p.bold(&format!(
             "stallscope: {} stall{} over {} in {span} of {}",
             r.summary.stalls,
-            if r.summary.stalls == 1 { "" } else { "s" },
+            plural(r.summary.stalls),
             human(r.summary.threshold_us),
             r.source.format
         ))
@@ -229,7 +249,15 @@ pub fn render(r: &Report, w: &mut dyn Write, color: bool) -> io::Result<()> {
         writeln!(w, "  none: no known redis latency pattern in this trace")?;
     }
     for f in &r.findings {
-        writeln!(w, "{} {}", p.sev(f.severity), p.bold(&f.title))?;
+        // The headline wraps under itself, clear of the severity column.
+        for (i, line) in wrap(&f.title, 9).lines().enumerate() {
+            let lead = if i == 0 {
+                p.sev(f.severity)
+            } else {
+                " ".repeat(8)
+            };
+            writeln!(w, "{lead} {}", p.bold(line.trim_start()))?;
+        }
         writeln!(w, "         [{}]", f.id)?;
         w.write_all(wrap(&f.evidence, 9).as_bytes())?;
         w.write_all(wrap(&format!("Fix: {}", f.advice), 9).as_bytes())?;
@@ -240,10 +268,12 @@ pub fn render(r: &Report, w: &mut dyn Write, color: bool) -> io::Result<()> {
         w,
         "{}",
         p.bold(&format!(
-            "STALLS over {} ({} stalls, {} incidents, worst first)",
+            "STALLS over {} ({} stall{}, {} incident{}, worst first)",
             human(r.summary.threshold_us),
             r.stalls.len(),
-            r.incidents.len()
+            plural(r.stalls.len() as u64),
+            r.incidents.len(),
+            plural(r.incidents.len() as u64)
         ))
     )?;
     if r.stalls.is_empty() {
@@ -508,4 +538,26 @@ pub fn render(r: &Report, w: &mut dyn Write, color: bool) -> io::Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_paths_wrap_at_a_slash_and_nothing_is_lost() {
+        let path = "/var/lib/redis-lab/s5/everysec-dd-yy/appendonlydir/appendonly.aof.1.incr.aof";
+        let text = format!("1 stall over 10 ms, worst 28 ms on {path} (line 22810)");
+        let out = wrap(&text, 9);
+        assert!(out.lines().all(|l| l.chars().count() <= WIDTH), "{out}");
+        assert!(out.lines().count() >= 2, "{out}");
+        // The path's pieces end at a `/` and join back into it.
+        let joined: String = out.lines().map(str::trim).collect::<Vec<_>>().join(" ");
+        assert!(joined.replace("/ ", "/").contains(path), "{joined}");
+        // A word without a slash is cut where it must be.
+        let word = "x".repeat(150);
+        let out = wrap(&word, 9);
+        assert_eq!(out.lines().map(str::trim).collect::<String>(), word);
+        assert!(out.lines().all(|l| l.chars().count() <= WIDTH));
+    }
 }
