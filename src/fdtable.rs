@@ -565,7 +565,9 @@ impl FdTable {
                             c
                         }
                     });
-                    self.bind(pid, fd as i32, path, class, ts);
+                    // The file an open touches is the one it opens, not its directory fd.
+                    let id = self.bind(pid, fd as i32, path, class, ts);
+                    resolved = Some(self.resolved(id));
                 }
             }
             "socket" => {

@@ -144,7 +144,7 @@ impl Facts {
             "fdatasync" | "fsync" => Self::FSYNC | Self::WRITES,
             "close" => Self::CLOSE,
             "accept" | "accept4" => Self::ACCEPT,
-            "open" | "openat" | "openat2" => Self::OPEN,
+            "open" | "openat" | "openat2" | "creat" => Self::OPEN,
             _ => 0,
         };
         Facts(f)
@@ -751,6 +751,12 @@ impl Analyzer {
         let resolved = self.fds.apply(proc, ev.ts, sc);
         let class = resolved.map(|r| r.class);
         let file = resolved.map(|r| r.file);
+        // An open touches the fd it returns (its file is what `resolved` names).
+        let call_fd = if f.has(Facts::OPEN) {
+            sc.ret.val().and_then(|v| i32::try_from(v).ok())
+        } else {
+            sc.fd
+        };
         let dur = sc.dur.unwrap_or(0);
         let end = ev.ts + dur;
         match sc.in_flight {
@@ -818,7 +824,7 @@ impl Analyzer {
             tid,
             proc,
             name: sc.name,
-            fd: sc.fd,
+            fd: call_fd,
             file,
             ts: ev.ts,
             line: ev.line,
@@ -906,7 +912,7 @@ impl Analyzer {
                 proc,
                 kind: StallKind::SlowSyscall,
                 syscall: Some(sc.name),
-                fd: sc.fd,
+                fd: call_fd,
                 file,
                 start: ev.ts,
                 dur,

@@ -184,6 +184,32 @@ fn reused_fd_number_is_attributed_to_the_right_file() {
     assert_eq!(r.stalls[0].finding.as_deref(), Some("log-file-blocking"));
 }
 
+/// A slow open of the log file (redis reopens it for every line) touched the log file: the
+/// stall names it and the fd it returned, and the log-file finding explains it.
+#[test]
+fn slow_open_is_attributed_to_the_file_it_opens() {
+    let mut s = Seq::new();
+    s.call(100, 0, 10 * US, "epoll_wait", Some(5), 0, Extra::None);
+    s.call(
+        100,
+        MS,
+        80 * MS,
+        "openat",
+        None,
+        11,
+        Extra::Path("/data/redis.log".into()),
+    );
+    s.call(100, 82 * MS, 10 * US, "close", Some(11), 0, Extra::None);
+    let r = s.report();
+    assert_eq!(r.stalls.len(), 1, "{:?}", r.stalls);
+    let st = &r.stalls[0];
+    assert_eq!(st.syscall.as_deref(), Some("openat"));
+    assert_eq!(st.fd, Some(11));
+    assert_eq!(st.class.as_deref(), Some("log"));
+    assert_eq!(st.path.as_deref(), Some("/data/redis.log"));
+    assert_eq!(st.finding.as_deref(), Some("log-file-blocking"));
+}
+
 #[test]
 fn fsync_of_the_aof_in_main_is_aof_fsync_always_even_without_stalls() {
     let mut s = Seq::new();

@@ -429,7 +429,12 @@ pub fn render(r: &Report, w: &mut dyn Write) -> io::Result<()> {
         .iter()
         .map(|f| {
             vec![
-                num(f.pid.to_string()),
+                // 0: a trace without a pid column does not say whose fds these are.
+                num(if f.pid == 0 {
+                    "?".to_string()
+                } else {
+                    f.pid.to_string()
+                }),
                 num(f.fd.to_string()),
                 Cell::Raw(swatch(Some(&f.class))),
                 Cell::Path(opt(f.path.as_ref())),

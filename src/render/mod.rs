@@ -30,15 +30,25 @@ pub fn thread_label(role: &str, tid: u32, parens: bool) -> String {
     }
 }
 
-/// The file a call touched, for a table cell: `class name` for a path, or the label alone
-/// when it already says what it is (`client connections`, `TCP:[...] clients`).
+/// The file a call touched, for a table cell: `class name` for a path, or the name or label
+/// alone when it already says what it is (`appendonly.aof`, `client connections`).
 pub fn file_label(class: Option<&str>, path: Option<&str>) -> String {
     // Not a file name: the fd table's labels for sockets, pipes and other inodes.
     let label = |p: &str| !p.contains('/') && (p.contains(":[") || p == "client connections");
     match (class, path) {
+        // Which listener they came in on is in the FILES table; a slow call only needs to
+        // say it was a client's socket.
+        (Some("client"), Some(p)) if label(p) => "client connections".to_string(),
         (Some(c), Some(p)) if label(p) && p.contains(c) => p.to_string(),
         (Some(c), Some(p)) if label(p) => format!("{c} {p}"),
-        (Some(c), Some(p)) => format!("{c} {}", p.rsplit('/').next().unwrap_or(p)),
+        (Some(c), Some(p)) => {
+            let name = p.rsplit('/').next().unwrap_or(p);
+            if name.contains(c) {
+                name.to_string()
+            } else {
+                format!("{c} {name}")
+            }
+        }
         (Some(c), None) => c.to_string(),
         (None, Some(p)) => p.to_string(),
         (None, None) => String::new(),

@@ -143,6 +143,17 @@ fn short_ts(ts: &str) -> std::borrow::Cow<'_, str> {
     ts.into()
 }
 
+/// A time of day to the millisecond: enough to place a call (its line number locates it
+/// exactly), and three columns more for the file name beside it.
+fn to_ms(t: &str) -> String {
+    match t.split_once('.') {
+        Some((whole, frac)) if frac.len() > 3 && frac.bytes().all(|b| b.is_ascii_digit()) => {
+            format!("{whole}.{}", &frac[..3])
+        }
+        _ => t.to_string(),
+    }
+}
+
 fn table() -> Table {
     let mut t = Table::new();
     t.load_preset(presets::NOTHING)
@@ -182,19 +193,24 @@ pub fn render(r: &Report, w: &mut dyn Write, color: bool) -> io::Result<()> {
     )?;
     let mut meta = if r.source.kind == "live" {
         format!(
-            "live pid {} ({}): {} syscalls, {} threads",
+            "live pid {} ({}): {} syscalls, {} thread{}",
             r.source
                 .pid
                 .map(|p| p.to_string())
                 .unwrap_or_else(|| "?".into()),
             r.source.backend.as_deref().unwrap_or("ptrace"),
             r.summary.syscalls,
-            r.summary.threads
+            r.summary.threads,
+            plural(r.summary.threads)
         )
     } else {
         format!(
-            "{files}: {} lines, {} syscalls, {} threads; durations {}",
-            r.summary.lines, r.summary.syscalls, r.summary.threads, r.summary.durations
+            "{files}: {} lines, {} syscalls, {} thread{}; durations {}",
+            r.summary.lines,
+            r.summary.syscalls,
+            r.summary.threads,
+            plural(r.summary.threads),
+            r.summary.durations
         )
     };
     if let Some(s) = r.summary.start_iso.as_ref().or(r.summary.start.as_ref()) {
@@ -451,16 +467,20 @@ pub fn render(r: &Report, w: &mut dyn Write, color: bool) -> io::Result<()> {
         Cell::new("file"),
         right("line"),
     ]);
+    // A thread that is alone in its role is named by the role: the line column already
+    // points into the trace, and the narrow table leaves the room to the file.
+    let alone = |role: &str| r.threads.iter().filter(|t| t.role == role).count() <= 1;
     for s in r.slowest.iter().take(top.min(10)) {
         let file = super::file_label(s.class.as_deref(), s.path.as_deref());
+        let tid = if alone(&s.thread) { 0 } else { s.tid };
         t.add_row(vec![
-            Cell::new(short_ts(&s.ts)),
+            Cell::new(to_ms(&short_ts(&s.ts))),
             right(format!(
                 "{}{}",
                 super::bound_word(s.bound),
                 human(s.duration_us)
             )),
-            Cell::new(super::thread_label(&s.thread, s.tid, false)),
+            Cell::new(super::thread_label(&s.thread, tid, false)),
             Cell::new(format!(
                 "{}({})",
                 s.syscall,
@@ -510,7 +530,12 @@ pub fn render(r: &Report, w: &mut dyn Write, color: bool) -> io::Result<()> {
     ]);
     for f in r.fds.iter().take(12) {
         t.add_row(vec![
-            Cell::new(format!("{}/{}", f.pid, f.fd)),
+            // A trace without a pid column (no -f, no --pid) does not say whose fds these are.
+            Cell::new(if f.pid == 0 {
+                format!("?/{}", f.fd)
+            } else {
+                format!("{}/{}", f.pid, f.fd)
+            }),
             Cell::new(&f.class),
             Cell::new(f.path.clone().unwrap_or_else(|| "-".into())),
             right(f.calls),

@@ -926,7 +926,7 @@ fn thread_and_file_labels() {
     assert_eq!(thread_label("main", 7602, true), "main (7602)");
     assert_eq!(
         file_label(Some("aof"), Some("/var/lib/redis/appendonly.aof")),
-        "aof appendonly.aof"
+        "appendonly.aof"
     );
     assert_eq!(
         file_label(Some("client"), Some("client connections")),
@@ -934,7 +934,11 @@ fn thread_and_file_labels() {
     );
     assert_eq!(
         file_label(Some("client"), Some("TCP:[127.0.0.1:6394] clients")),
-        "TCP:[127.0.0.1:6394] clients"
+        "client connections"
+    );
+    assert_eq!(
+        file_label(Some("listener"), Some("TCP:[127.0.0.1:6394]")),
+        "listener TCP:[127.0.0.1:6394]"
     );
     assert_eq!(file_label(Some("pipe"), Some("pipe:[1234]")), "pipe:[1234]");
     assert_eq!(
@@ -943,9 +947,13 @@ fn thread_and_file_labels() {
     );
     assert_eq!(
         file_label(Some("aof"), Some("appendonlydir/appendonly.aof.2.incr.aof")),
-        "aof appendonly.aof.2.incr.aof"
+        "appendonly.aof.2.incr.aof"
     );
-    assert_eq!(file_label(Some("log"), Some("redis.log")), "log redis.log");
+    assert_eq!(file_label(Some("log"), Some("redis.log")), "redis.log");
+    assert_eq!(
+        file_label(Some("log"), Some("/var/log/redis/server.txt")),
+        "log server.txt"
+    );
     assert_eq!(file_label(Some("aof"), None), "aof");
     assert_eq!(file_label(None, None), "");
 }
