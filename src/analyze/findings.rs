@@ -126,6 +126,18 @@ pub(super) fn explain(a: &Analyzer, c: &Cand, role: Role) -> (Option<String>, St
         (Role::Main, _, "clone" | "clone3" | "fork" | "vfork") => {
             (id("fork"), "fork() copies the page tables of the whole dataset in the main thread".into())
         }
+        (Role::Child, FileClass::Proc, _)
+            if file
+                .and_then(|f| f.path.as_deref())
+                .is_some_and(|p| p.rsplit('/').next().is_some_and(|n| n.starts_with("smaps"))) =>
+        {
+            (
+                id("child-cow-report"),
+                "the save child reads /proc/self/smaps to report its copy-on-write memory, and the kernel \
+                 walks every mapping to answer; not client-facing"
+                    .into(),
+            )
+        }
         (Role::Child, _, _) if class.is_disk_file() => {
             (id("child-disk-io"), "the save child waits on the disk; not client-facing by itself".into())
         }
@@ -218,7 +230,11 @@ pub(super) fn findings(a: &Analyzer, cands: &[Cand], r: &Report) -> Vec<Finding>
         let held = if e.held.is_empty() {
             String::new()
         } else {
-            format!("; {} client commands waited through them", e.held.len())
+            format!(
+                "; {} client command{} waited through them",
+                e.held.len(),
+                plural(e.held.len() as u64)
+            )
         };
         format!(
             "{} stall{} over {}, {} in total, worst {}{path}{at}{held}",
@@ -417,6 +433,20 @@ pub(super) fn findings(a: &Analyzer, cands: &[Cand], r: &Report) -> Vec<Finding>
             evidence: stall_evidence(e),
             advice: "With appendfsync everysec redis only delays writes when one background fsync takes more than 2 s. \
                      If fsyncs approach that, give the AOF a faster or dedicated disk."
+                .into(),
+            stalls: e.n,
+        });
+    }
+    if let Some(e) = by.get("child-cow-report") {
+        out.push(Finding {
+            id: "child-cow-report".into(),
+            severity: Severity::Info,
+            title: "The save child was slow reading its own memory map (copy-on-write report)".into(),
+            evidence: stall_evidence(e),
+            advice: "Nothing to change for clients: the child, not the main thread, pays for it. Redis reads \
+                     /proc/self/smaps in the child to report copy-on-write memory (INFO `current_cow_size`) and \
+                     already spaces the reads out when they are slow; they are slow because the dataset has many \
+                     mappings. A large copy-on-write figure is the thing to act on (see cow-page-faults)."
                 .into(),
             stalls: e.n,
         });

@@ -340,6 +340,38 @@ fn fork_starts_a_phase_that_sigchld_ends_and_aof_stalls_blame_the_child() {
     assert!(r.threads.iter().any(|t| t.tid == 200 && t.role == "child"));
 }
 
+/// The save child's slow read of its own smaps (redis's copy-on-write report) is explained
+/// as that, and a slow read of another /proc file in the child is not.
+#[test]
+fn child_reading_its_smaps_is_the_copy_on_write_report() {
+    let mut s = Seq::new();
+    s.call(100, 0, 10 * US, "epoll_wait", Some(5), 1, Extra::None);
+    s.call(
+        100,
+        MS,
+        5 * MS,
+        "clone",
+        None,
+        200,
+        Extra::Clone { thread: false },
+    );
+    s.open(200, 10 * MS, "/proc/self/smaps", 12);
+    s.call(200, 11 * MS, 30 * MS, "read", Some(12), 1024, Extra::None);
+    s.open(200, 50 * MS, "/proc/self/stat", 13);
+    s.call(200, 51 * MS, 20 * MS, "read", Some(13), 300, Extra::None);
+    let r = s.report();
+    let by_fd = |fd| r.stalls.iter().find(|x| x.fd == Some(fd)).unwrap();
+    assert_eq!(by_fd(12).finding.as_deref(), Some("child-cow-report"));
+    assert_eq!(by_fd(13).finding, None);
+    let f = r
+        .findings
+        .iter()
+        .find(|f| f.id == "child-cow-report")
+        .unwrap();
+    assert_eq!(f.severity, crate::report::Severity::Info);
+    assert_eq!(f.stalls, 1);
+}
+
 #[test]
 fn gap_during_a_child_is_copy_on_write() {
     let mut s = Seq::new();
