@@ -813,7 +813,8 @@ impl Analyzer {
 
         // Idle time.
         let idle = f.idle(role);
-        if idle {
+        // An exit is not a stall either, but no wait for work: it has no place in idle time.
+        if idle && !f.has(Facts::EXIT) {
             let e = self.threads.v[ti].1.idle.entry(sc.name).or_default();
             e.0 += 1;
             e.1 += dur;
@@ -1668,11 +1669,12 @@ impl Analyzer {
         r.commands
             .sort_by(|a, b| b.calls.cmp(&a.calls).then(a.command.cmp(&b.command)));
         // Idle.
-        let mut idle: BTreeMap<(String, &'static str), (u64, i64)> = BTreeMap::new();
+        // In role order: the main thread's waits first.
+        let mut idle: BTreeMap<(Role, &'static str), (u64, i64)> = BTreeMap::new();
         for (tid, t) in self.threads.iter() {
-            let role = self.role(*tid).as_str().to_string();
+            let role = self.role(*tid);
             for (name, (n, d)) in &t.idle {
-                let e = idle.entry((role.clone(), name)).or_default();
+                let e = idle.entry((role, name)).or_default();
                 e.0 += n;
                 e.1 += d;
             }
@@ -1680,7 +1682,7 @@ impl Analyzer {
         r.idle = idle
             .into_iter()
             .map(|((role, syscall), (calls, total))| report::IdleStats {
-                role,
+                role: role.as_str().to_string(),
                 syscall: syscall.to_string(),
                 calls,
                 total_us: total / 1000,

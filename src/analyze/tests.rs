@@ -136,8 +136,12 @@ fn idle_main_thread_is_not_a_stall() {
     let mut s = Seq::new();
     s.call(100, 0, 2_000 * MS, "epoll_wait", Some(5), 0, Extra::None);
     s.call(100, 2_000 * MS, 20 * US, "getpid", None, 100, Extra::None);
+    // A long exit_group is no stall, and no idle time either.
+    s.call(100, 2_001 * MS, 50 * MS, "exit_group", None, 0, Extra::None);
     let r = s.report();
     assert!(r.stalls.is_empty(), "{:?}", r.stalls);
+    assert_eq!(r.idle.len(), 1, "{:?}", r.idle);
+    assert_eq!(r.idle[0].role, "main");
     assert_eq!(r.idle[0].syscall, "epoll_wait");
     assert_eq!(r.idle[0].total_us, 2_000_000);
 }

@@ -399,6 +399,28 @@ pub fn render(r: &Report, w: &mut dyn Write) -> io::Result<()> {
         writeln!(w, "</section>")?;
     }
 
+    if !r.idle.is_empty() {
+        writeln!(
+            w,
+            "<section id=\"idle-section\"><h2>Idle waits</h2>\
+             <p class=\"note\">Time threads spent waiting for work: never counted as stalls.</p>"
+        )?;
+        let rows = r
+            .idle
+            .iter()
+            .map(|i| {
+                vec![
+                    text(&i.role),
+                    Cell::Mono(i.syscall.clone()),
+                    num(count(i.calls)),
+                    num(dur(i.total_us)),
+                ]
+            })
+            .collect();
+        table(w, "idle", &["role", "wait", "calls", "total"], rows)?;
+        writeln!(w, "</section>")?;
+    }
+
     writeln!(w, "<section id=\"syscalls-section\"><h2>Syscalls</h2>")?;
     let rows = r
         .syscalls

@@ -492,6 +492,31 @@ pub fn render(r: &Report, w: &mut dyn Write, color: bool) -> io::Result<()> {
     }
     writeln!(w, "{t}")?;
 
+    if !r.idle.is_empty() {
+        writeln!(w)?;
+        writeln!(
+            w,
+            "{}",
+            p.bold("IDLE (waits for work, never stalls; by thread role)")
+        )?;
+        let mut t = table();
+        t.set_header(vec![
+            Cell::new("thread"),
+            Cell::new("wait"),
+            right("calls"),
+            right("total"),
+        ]);
+        for i in &r.idle {
+            t.add_row(vec![
+                Cell::new(&i.role),
+                Cell::new(&i.syscall),
+                right(i.calls),
+                right(human(i.total_us)),
+            ]);
+        }
+        writeln!(w, "{t}")?;
+    }
+
     writeln!(w)?;
     writeln!(w, "{}", p.bold("SYSCALLS (by total time)"))?;
     let mut t = table();
