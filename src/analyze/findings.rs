@@ -123,6 +123,16 @@ pub(super) fn explain(a: &Analyzer, c: &Cand, role: Role) -> (Option<String>, St
     };
     let base = format!("{who} blocked {bound}{d} in {name}(){on}{edge}");
     let (fid, why): (Option<String>, String) = match (role, class, name) {
+        (Role::Main, _, "nanosleep" | "clock_nanosleep" | "pause") => (
+            id("command"),
+            "the main thread slept: a command that sleeps (DEBUG SLEEP, a module or script) holds every client".into(),
+        ),
+        (Role::Main, _, "poll" | "ppoll" | "select" | "pselect6" | "rt_sigtimedwait" | "rt_sigsuspend") => (
+            id("command"),
+            "the main thread waited outside its event loop: synchronous I/O (MIGRATE, a replication \
+             handshake with the master, a module) holds every client"
+                .into(),
+        ),
         (Role::Main, _, "clone" | "clone3" | "fork" | "vfork") => {
             (id("fork"), "fork() copies the page tables of the whole dataset in the main thread".into())
         }
@@ -406,11 +416,12 @@ pub(super) fn findings(a: &Analyzer, cands: &[Cand], r: &Report) -> Vec<Finding>
         out.push(Finding {
             id: "command".into(),
             severity: sev(Some(e), Severity::Warning),
-            title: "The main thread ran without a syscall: slow commands or descheduling".into(),
+            title: "Commands held the main thread: slow, sleeping or blocking commands, or descheduling".into(),
             evidence: stall_evidence(e),
             advice: "Check `SLOWLOG GET` and `LATENCY LATEST` for the commands; avoid O(N) commands on big keys (KEYS, \
-                     SMEMBERS/HGETALL of large sets, long Lua scripts). If no command is slow, the process was descheduled: \
-                     check CPU steal and other processes on the same cores."
+                     SMEMBERS/HGETALL of large sets, long Lua scripts), DEBUG SLEEP and synchronous MIGRATE in \
+                     production. If no command is slow, the process was descheduled: check CPU steal and other \
+                     processes on the same cores."
                 .into(),
             stalls: e.n,
         });

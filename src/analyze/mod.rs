@@ -106,8 +106,8 @@ fn is_idle(name: &str, role: Role) -> bool {
 struct Facts(u16);
 
 impl Facts {
-    /// Waits that are idle in any thread (the event loop's, sleeps), and exits: a process
-    /// tearing down its address space holds no one up.
+    /// Waits that are idle in any thread (the event loop's), and exits: a process tearing
+    /// down its address space holds no one up.
     const ALWAYS_IDLE: u16 = 1;
     /// Waits that are idle outside the main thread.
     const BG_WAIT: u16 = 1 << 1;
@@ -125,14 +125,19 @@ impl Facts {
     const WRITES: u16 = 1 << 11;
     const RECV: u16 = 1 << 12;
     const SEND: u16 = 1 << 13;
+    const SLEEP: u16 = 1 << 14;
 
     fn of(name: &str) -> Facts {
         let f = match name {
             "epoll_wait" | "epoll_pwait" | "epoll_pwait2" => Self::ALWAYS_IDLE | Self::EPOLL,
+            // A continuation of a timed wait interrupted before tracing began.
+            "restart_syscall" => Self::ALWAYS_IDLE,
+            // In a background thread these wait for work; redis's main thread never sleeps
+            // or polls while idle (its loop waits in epoll), so there they hold every client:
+            // DEBUG SLEEP, a module's sleep, or synchronous I/O such as MIGRATE or a
+            // replication handshake (poll with a timeout).
             "poll" | "ppoll" | "select" | "pselect6" | "nanosleep" | "clock_nanosleep"
-            | "pause" | "rt_sigtimedwait" | "rt_sigsuspend" | "restart_syscall" => {
-                Self::ALWAYS_IDLE
-            }
+            | "pause" | "rt_sigtimedwait" | "rt_sigsuspend" => Self::BG_WAIT | Self::SLEEP,
             "exit" | "exit_group" => Self::ALWAYS_IDLE | Self::EXIT,
             "futex" => Self::BG_WAIT,
             "wait4" | "waitid" => Self::BG_WAIT | Self::WAIT_CHILD,
@@ -930,7 +935,8 @@ impl Analyzer {
             };
             if dur >= self.opts.threshold_ns {
                 self.add_cand(c);
-            } else if self.in_flight_small.len() < 1000 {
+            } else if self.in_flight_small.len() < 1000 && dur >= self.opts.threshold_ns / 10 {
+                // Below a tenth of the threshold, a call cut by the trace's edge says nothing.
                 self.in_flight_small.push(c);
             }
         }
@@ -1350,7 +1356,11 @@ impl Analyzer {
     fn keep_cand(&self, c: &Cand) -> bool {
         let role = self.role(c.tid);
         match c.kind {
-            StallKind::Gap => role != Role::Child && self.gaps_unreliable().is_none(),
+            // Children are not client-facing; io threads busy-wait for the main thread's
+            // hand-off without a syscall, so their gaps are waits for work.
+            StallKind::Gap => {
+                !matches!(role, Role::Child | Role::IoThread) && self.gaps_unreliable().is_none()
+            }
             StallKind::SlowSyscall => !c.syscall.is_some_and(|n| is_idle(n, role)),
         }
     }

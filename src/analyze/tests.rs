@@ -158,6 +158,85 @@ fn sleeping_bio_thread_is_not_a_stall_but_a_main_futex_is() {
     assert_eq!(r.stalls[0].thread, "main");
 }
 
+/// Sleeping is how background threads wait for work, but redis's main thread only ever
+/// waits in epoll: a sleep or poll there (DEBUG SLEEP, MIGRATE) holds every client.
+#[test]
+fn sleep_is_idle_in_a_bio_thread_and_a_stall_in_main() {
+    let mut s = Seq::new();
+    s.call(100, 0, 10 * US, "epoll_wait", Some(5), 0, Extra::None);
+    s.call(101, 0, 1_000 * MS, "clock_nanosleep", None, 0, Extra::None);
+    s.call(100, MS, 150 * MS, "clock_nanosleep", None, 0, Extra::None);
+    s.call(100, 160 * MS, 40 * MS, "poll", None, 1, Extra::None);
+    let r = s.report();
+    assert_eq!(r.stalls.len(), 2, "{:?}", r.stalls);
+    assert!(r.stalls.iter().all(|x| x.tid == 100));
+    assert!(r
+        .stalls
+        .iter()
+        .all(|x| x.finding.as_deref() == Some("command")));
+    assert!(r
+        .idle
+        .iter()
+        .any(|i| i.syscall == "clock_nanosleep" && i.total_us == 1_000_000));
+}
+
+/// io threads spin, without a syscall, until the main thread hands them clients: their
+/// gaps are waits for work. The main thread's own gap still counts.
+#[test]
+fn io_thread_gap_is_a_wait_for_work() {
+    let mut names = HashMap::default();
+    names.insert(102, "io_thd_1".to_string());
+    let mut s = Seq::with(Options {
+        root_pid: Some(100),
+        thread_names: names,
+        ..Default::default()
+    });
+    s.call(102, 0, 10 * US, "read", Some(9), 10, Extra::None);
+    s.call(100, 0, 10 * US, "epoll_wait", Some(5), 1, Extra::None);
+    s.call(102, 200 * MS, 10 * US, "write", Some(9), 5, Extra::None);
+    s.call(
+        100,
+        300 * MS,
+        10 * US,
+        "epoll_wait",
+        Some(5),
+        1,
+        Extra::None,
+    );
+    let r = s.report();
+    assert_eq!(r.stalls.len(), 1, "{:?}", r.stalls);
+    assert_eq!(r.stalls[0].thread, "main");
+    assert_eq!(r.stalls[0].kind, StallKind::Gap);
+}
+
+/// A call cut by the end of the trace is listed only when what the trace saw of it is at
+/// least a tenth of the threshold: a few microseconds say nothing.
+#[test]
+fn calls_cut_by_the_trace_end_are_listed_only_when_long_enough() {
+    let mut s = Seq::new();
+    s.call(100, 0, 10 * US, "epoll_wait", Some(5), 0, Extra::None);
+    s.partial(
+        100,
+        MS,
+        "fdatasync",
+        Some(7),
+        (40 * US, DurSource::Measured),
+        InFlight::AtEnd,
+    );
+    s.partial(
+        101,
+        MS,
+        "close",
+        Some(8),
+        (3 * MS, DurSource::Measured),
+        InFlight::AtEnd,
+    );
+    let r = s.report();
+    assert!(r.stalls.is_empty(), "{:?}", r.stalls);
+    assert_eq!(r.in_flight.len(), 1, "{:?}", r.in_flight);
+    assert_eq!(r.in_flight[0].syscall.as_deref(), Some("close"));
+}
+
 #[test]
 fn gap_in_main_thread_is_a_command_stall() {
     let mut s = Seq::new();
