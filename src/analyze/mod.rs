@@ -225,6 +225,12 @@ impl LowDecile {
     }
 }
 
+/// Why a thread has its role: its name, or a behaviour rule.
+enum Why {
+    Name,
+    Rule(&'static str),
+}
+
 /// Thread states in a vector with a one-entry cache in front of the tid index: consecutive
 /// events mostly come from the same thread, and the hot path asks for its state several
 /// times per event.
@@ -591,64 +597,61 @@ impl Analyzer {
     }
 
     fn decide_role(&self, tid: Tid, t: &ThreadState) -> Role {
-        if self.procs.get(&t.proc).is_some_and(|p| p.is_child) {
-            return Role::Child;
-        }
-        if let Some(n) = &t.name {
-            if let Some(r) = Role::from_name(n) {
-                if r != Role::Other || !n.is_empty() {
-                    return r;
-                }
-            }
-        }
-        if self.root_known && tid == self.root {
-            return Role::Main;
-        }
-        if t.epoll > 0 {
-            return Role::Main;
-        }
-        if t.aof_sync > 0 {
-            return Role::BioAof;
-        }
-        if t.file_close > 0 {
-            return Role::BioCloseFile;
-        }
-        if t.client_io > 0 {
-            return Role::IoThread;
-        }
-        if !self.root_known && tid == self.root_display() && self.threads.len() == 1 {
-            return Role::Main;
-        }
-        Role::Other
+        self.role_and_why(tid, t).0
     }
 
     fn role_why(&self, tid: Tid) -> String {
         let t = &self.threads[&tid];
+        match self.role_and_why(tid, t) {
+            (_, Why::Name) => format!("thread name {:?}", t.name.as_deref().unwrap_or("")),
+            (_, Why::Rule(why)) => why.into(),
+        }
+    }
+
+    /// A thread's role and the evidence for it, in order of trust: process, name, pid,
+    /// behaviour (README: how thread roles are inferred).
+    fn role_and_why(&self, tid: Tid, t: &ThreadState) -> (Role, Why) {
         if self.procs.get(&t.proc).is_some_and(|p| p.is_child) {
-            return "forked child process".into();
+            return (Role::Child, Why::Rule("forked child process"));
         }
         if let Some(n) = &t.name {
-            return format!("thread name {n:?}");
+            if let Some(r) = Role::from_name(n) {
+                if r != Role::Other || !n.is_empty() {
+                    return (r, Why::Name);
+                }
+            }
         }
         if self.root_known && tid == self.root {
-            return "tid == pid".into();
+            return (Role::Main, Why::Rule("tid == pid"));
         }
         if t.epoll > 0 {
-            return "runs the event loop (epoll_wait)".into();
+            return (Role::Main, Why::Rule("runs the event loop (epoll_wait)"));
+        }
+        // bio_close_file fsyncs a file only right before closing it (the old AOF after a
+        // rewrite); the AOF fsync thread fsyncs the live AOF over and over and closes
+        // rarely (redis 7.2 gives it the old AOF's close too).
+        if t.file_close > 0 && t.file_close >= t.aof_sync {
+            return (
+                Role::BioCloseFile,
+                Why::Rule("closes files outside the event loop"),
+            );
         }
         if t.aof_sync > 0 {
-            return "fsyncs the AOF outside the event loop".into();
-        }
-        if t.file_close > 0 {
-            return "closes files outside the event loop".into();
+            return (
+                Role::BioAof,
+                Why::Rule("fsyncs the AOF outside the event loop"),
+            );
         }
         if t.client_io > 0 {
-            return "reads/writes client sockets outside the event loop".into();
+            return (
+                Role::IoThread,
+                Why::Rule("reads/writes client sockets outside the event loop"),
+            );
         }
-        if self.threads.len() == 1 {
-            return "only thread in the trace".into();
+        if !self.root_known && tid == self.root_display() && self.threads.len() == 1 {
+            return (Role::Main, Why::Rule("only thread in the trace"));
         }
-        "no redis-specific behaviour seen".into()
+        (Role::Other, Why::Rule("no redis-specific behaviour seen"))
     }
 
     /// The pid shown for the traced process.

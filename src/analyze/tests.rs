@@ -558,6 +558,38 @@ fn call_running_before_tracing_began_becomes_an_at_least_stall() {
     assert_eq!(r.stalls[0].in_flight, Some(InFlight::AtStart));
 }
 
+/// Without names: the thread that fsyncs the AOF over and over is bio_aof; the one that
+/// fsyncs the old AOF only to close it (after a rewrite) is bio_close_file.
+#[test]
+fn fsync_then_close_is_bio_close_file_repeated_fsync_is_bio_aof() {
+    let mut s = Seq::new();
+    s.call(100, 0, 10 * US, "epoll_wait", Some(5), 0, Extra::None);
+    s.open(100, MS, "/data/appendonlydir/appendonly.aof.1.incr.aof", 7);
+    s.open(
+        100,
+        2 * MS,
+        "/data/appendonlydir/appendonly.aof.2.incr.aof",
+        9,
+    );
+    for i in 0..3 {
+        s.call(
+            101,
+            (10 + i) * MS,
+            100 * US,
+            "fdatasync",
+            Some(9),
+            0,
+            Extra::None,
+        );
+    }
+    s.call(102, 20 * MS, 100 * US, "fsync", Some(7), 0, Extra::None);
+    s.call(102, 21 * MS, 50 * US, "close", Some(7), 0, Extra::None);
+    let r = s.report();
+    let role = |t| r.threads.iter().find(|x| x.tid == t).unwrap().role.clone();
+    assert_eq!(role(101), "bio_aof");
+    assert_eq!(role(102), "bio_close_file");
+}
+
 #[test]
 fn thread_names_decide_roles() {
     let mut names = HashMap::default();
