@@ -529,3 +529,58 @@ fn table_reports_fit_80_columns() {
         }
     }
 }
+
+/// Roles inferred from behaviour alone (no `--threads`) never contradict the thread names
+/// recorded at capture time: a thread is either given its named role or left as `other`.
+/// The main thread is always found.
+#[test]
+fn inferred_roles_agree_with_the_recorded_thread_names() {
+    let named_role = |comm: &str| match comm {
+        "redis-server" => "main",
+        "bio_aof_fsync" => "bio_aof",
+        "bio_close_file" => "bio_close_file",
+        "bio_lazy_free" => "bio_lazy_free",
+        c if c.starts_with("io_thd") => "io_thread",
+        _ => "other",
+    };
+    let names = [
+        "aof-always-getsadd",
+        "aof-always-getsadd-r",
+        "everysec-dd-yy",
+        "log-verbose-bgsave-dd-y",
+        "rewrite-always-nofsync-no",
+        "slow-log-close-bgsave-f",
+    ];
+    for name in names {
+        let text = std::fs::read_to_string(fixture(name, &format!("{name}.threads.txt"))).unwrap();
+        let recorded: std::collections::HashMap<u64, &str> = text
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .filter_map(|l| {
+                let (tid, comm) = l.trim().split_once(' ')?;
+                Some((tid.parse().ok()?, named_role(comm.trim())))
+            })
+            .collect();
+        let (_, r) = analyze(&[trace(name).to_str().unwrap()]);
+        let mut main_found = false;
+        for t in r["threads"].as_array().unwrap() {
+            let tid = t["tid"].as_u64().unwrap();
+            let role = t["role"].as_str().unwrap();
+            if tid == 0 {
+                // No pid column (strace without -f): the one traced thread.
+                main_found |= role == "main";
+                continue;
+            }
+            let Some(want) = recorded.get(&tid) else {
+                continue; // started after the names were taken (the save child, ...)
+            };
+            main_found |= role == "main";
+            assert!(
+                role == *want || role == "other",
+                "{name}: thread {tid} inferred {role}, named {want} ({})",
+                t["why"]
+            );
+        }
+        assert!(main_found, "{name}: no main thread");
+    }
+}
