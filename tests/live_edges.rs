@@ -5,6 +5,8 @@
 //! close() of the log file. Both calls must be in the report as lower bounds, one in flight
 //! at the start and one at the end, and redis must come out unharmed. slowfs's own record of
 //! every delay it injected (delays.csv) is the ground truth the durations are checked against.
+//! The same disk also reproduces an incident at its real size: `appendfsync everysec` with a
+//! 2.5 s fdatasync, where the main thread's AOF write() waits behind the background fsync.
 //!
 //! ptrace tests run one at a time, across test binaries too (a file lock). Without
 //! redis-server, python3 with fusepy, or FUSE the test is skipped, except under CI=true
@@ -473,5 +475,113 @@ fn a_call_blocked_for_the_whole_trace_is_reported() {
     assert!(
         d >= 500_000 && d < (FSYNC_MS as i64) * 1000,
         "known from the attach to the stop (~600 ms): {d} us: {stall}"
+    );
+}
+
+/// Incident 5 at its real size: `appendfsync everysec` with an AOF whose fdatasync takes
+/// 2.5 s. Redis postpones its AOF write for up to 2 s while the background fsync runs, then
+/// writes anyway, and that write() waits for the fsync: the main thread stalls about half a
+/// second per fsync. stallscope, attached live, must name that cause on the main thread's
+/// write (not just the background fsync, which blocks no client by itself).
+#[test]
+#[cfg(target_arch = "x86_64")]
+fn everysec_on_a_slow_disk_is_a_write_pending_fsync() {
+    let _g = serial();
+    if !can_run() {
+        return;
+    }
+    const SLOW_FSYNC_MS: u64 = 2500;
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let fs = SlowFs::mount(tmp.path());
+    let data = fs.mnt.to_string_lossy().into_owned();
+    let redis = Redis::start_in(
+        tmp.path(),
+        &[
+            "--dir",
+            &data,
+            "--appendonly",
+            "yes",
+            "--appendfsync",
+            "everysec",
+        ],
+    );
+    redis.wait_no_rewrite();
+    let (pid, port) = (redis.pid(), redis.port);
+    fs.set_rules(&format!(
+        r#"{{"rules": [{{"op": "fsync", "match": "*.aof", "ms": {SLOW_FSYNC_MS}}}]}}"#
+    ));
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let load = {
+        let stop = stop.clone();
+        std::thread::spawn(move || -> std::io::Result<u64> {
+            let mut c = Client::connect(port, Duration::from_secs(20))?;
+            let mut n = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                c.cmd(&["SET", "k", "v"])?;
+                n += 1;
+            }
+            Ok(n)
+        })
+    };
+    let a = attach(
+        pid,
+        &[
+            "--threshold",
+            "100ms",
+            "--duration",
+            "7s",
+            "--format",
+            "json",
+        ],
+    );
+    let (code, out, stderr) = a.finish(Duration::from_secs(30));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let sets = load.join().expect("load thread");
+    assert!(sets.as_ref().is_ok_and(|n| *n > 100), "{sets:?}");
+    fs.set_rules(r#"{"rules": []}"#);
+    redis.assert_unharmed(Duration::from_secs(5));
+    assert_eq!(code, Some(1), "stalls were found; stderr: {stderr:?}");
+    let r = json(&out);
+
+    let stalls = r["stalls"].as_array().expect("stalls");
+    let ids: Vec<&str> = r["findings"]
+        .as_array()
+        .expect("findings")
+        .iter()
+        .filter_map(|f| f["id"].as_str())
+        .collect();
+    assert!(ids.contains(&"aof-write-pending-fsync"), "{ids:?}");
+    // The main thread's write() to the AOF, held until the fsync let go of the file.
+    let write = stalls
+        .iter()
+        .find(|s| s["finding"] == "aof-write-pending-fsync" && s["in_flight"].is_null())
+        .unwrap_or_else(|| panic!("no pending-fsync stall: {stalls:?}"));
+    assert_eq!(write["thread"], "main", "{write}");
+    assert_eq!(write["syscall"], "write", "{write}");
+    assert_eq!(write["class"], "aof", "{write}");
+    let d = write["duration_us"].as_i64().unwrap_or(0);
+    assert!(
+        (100_000..SLOW_FSYNC_MS as i64 * 1000).contains(&d),
+        "write held {d} µs: {write}"
+    );
+    assert!(write["waiting_commands"].as_u64() >= Some(1), "{write}");
+    // Its cause: the background thread's fdatasync, as long as slowfs made it.
+    let fsync = stalls
+        .iter()
+        .find(|s| {
+            s["thread"] == "bio_aof" && s["syscall"] == "fdatasync" && s["in_flight"].is_null()
+        })
+        .unwrap_or_else(|| panic!("no bio_aof fdatasync stall: {stalls:?}"));
+    assert_eq!(fsync["class"], "aof", "{fsync}");
+    let injected = fs
+        .delays()
+        .iter()
+        .filter(|x| x.2 == "fsync" && x.3.ends_with(".aof") && x.4 != pid)
+        .count();
+    assert!(injected >= 1, "slowfs injected no fsync delay");
+    let fd = fsync["duration_us"].as_i64().unwrap_or(0);
+    assert!(
+        fd >= SLOW_FSYNC_MS as i64 * 1000 && fd < SLOW_FSYNC_MS as i64 * 1000 + 500_000,
+        "fdatasync {fd} µs for a {SLOW_FSYNC_MS} ms delay: {fsync}"
     );
 }

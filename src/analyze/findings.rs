@@ -440,7 +440,11 @@ pub(super) fn findings(a: &Analyzer, cands: &[Cand], r: &Report) -> Vec<Finding>
         out.push(Finding {
             id: "aof-fsync-background".into(),
             severity: if e.worst >= 1_000_000 { Severity::Warning } else { Severity::Info },
-            title: "The background AOF fsync was slow (clients were not blocked by it)".into(),
+            title: if by.contains_key("aof-write-pending-fsync") {
+                "The background AOF fsync was slow, and the main thread's AOF writes waited for it".into()
+            } else {
+                "The background AOF fsync was slow (clients were not blocked by it)".into()
+            },
             evidence: stall_evidence(e),
             advice: "With appendfsync everysec redis only delays writes when one background fsync takes more than 2 s. \
                      If fsyncs approach that, give the AOF a faster or dedicated disk."
