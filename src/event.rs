@@ -50,6 +50,9 @@ pub enum EventKind {
     },
     /// `strace: Process N detached` (or a live detach).
     Detach,
+    /// The thread's name as the trace gives it (`strace -Y`), when it first appears or
+    /// changes.
+    ThreadName(Box<str>),
 }
 
 /// Where a syscall's duration came from.

@@ -131,3 +131,45 @@ fn captures_are_read_without_a_skipped_line() {
     }
     assert!(n >= 8, "found {n} captures");
 }
+
+/// `strace -f -Y -i -n -tt -T` to stderr (strace 6.1, redis 7.0): every line read, the
+/// format named, and the thread roles taken from the names `-Y` prints, without a
+/// `--threads` file.
+#[test]
+fn comm_ip_and_syscall_number_columns_are_read_and_name_the_threads() {
+    let f = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/lines/options-Y-i-n.strace");
+    let d = drain(&f).unwrap();
+    assert_eq!(d.skipped, 0);
+    assert_eq!(d.used, line_count(&f));
+    let out = assert_cmd::Command::cargo_bin("stallscope")
+        .unwrap()
+        .args(["analyze", f.to_str().unwrap(), "--format", "json"])
+        .output()
+        .unwrap();
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        r["source"]["format"], "strace -f -tt -T -Y",
+        "{}",
+        r["source"]
+    );
+    let role = |name: &str| {
+        r["threads"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["name"] == name)
+            .map(|t| t["role"].as_str().unwrap().to_string())
+    };
+    assert_eq!(role("redis-server").as_deref(), Some("main"));
+    assert_eq!(role("bio_aof_fsync").as_deref(), Some("bio_aof"));
+    assert_eq!(role("bio_close_file").as_deref(), Some("bio_close_file"));
+    assert_eq!(role("bio_lazy_free").as_deref(), Some("bio_lazy_free"));
+    let cmds: Vec<&str> = r["commands"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["phase"] == "all")
+        .filter_map(|c| c["command"].as_str())
+        .collect();
+    assert!(cmds.contains(&"SET") && cmds.contains(&"GET"), "{cmds:?}");
+}

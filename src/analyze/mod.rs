@@ -710,6 +710,10 @@ impl Analyzer {
                     t.last_end = None;
                 }
             }
+            EventKind::ThreadName(name) => {
+                self.thread(ev.tid);
+                self.set_thread_name(ev.tid, name);
+            }
         }
     }
 

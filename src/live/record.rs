@@ -112,8 +112,11 @@ impl<W: Write> Recorder<W> {
                     self.fds.remove(&p);
                 }
             }
-            // strace -o writes its attach/detach messages to stderr, not into the trace.
-            EventKind::Attach { .. } | EventKind::Detach => return Ok(()),
+            // strace -o writes its attach/detach messages to stderr, not into the trace;
+            // names go beside the recording (`.threads`).
+            EventKind::Attach { .. } | EventKind::Detach | EventKind::ThreadName(_) => {
+                return Ok(())
+            }
         }
         self.line.push('\n');
         self.w.write_all(self.line.as_bytes())

@@ -773,6 +773,9 @@ impl FileSource {
                 } else if p.seen_annotation {
                     s.push_str(" -y");
                 }
+                if p.seen_comm() {
+                    s.push_str(" -Y");
+                }
                 s
             }
         }

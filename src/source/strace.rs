@@ -37,6 +37,8 @@ pub struct Prefix {
     pub fmt: TimeFmt,
     /// Fraction digits of the timestamp (for printing times back as the trace did).
     pub frac_digits: u8,
+    /// `-Y` (`--decode-pids=comm`): where the thread's name sits in the line, `N<name>`.
+    pub comm: Option<(usize, usize)>,
 }
 
 /// The body of one line.
@@ -395,8 +397,9 @@ fn epoch_usec_prefix(line: &[u8]) -> Option<(Prefix, &[u8])> {
         time: Some(secs as i64 * 1_000_000_000 + usec as i64 * 1_000),
         fmt: TimeFmt::Epoch,
         frac_digits: 6,
+        comm: None,
     };
-    Some((p, skip_ws(&line[17..])))
+    Some((p, skip_extras(skip_ws(&line[17..]))))
 }
 
 /// The `-f -tt` shapes, `[pid  7313] 22:37:40.811837 name(...` and `9380  22:38:54.938004
@@ -434,8 +437,9 @@ fn pid_tod_usec_prefix(line: &[u8]) -> Option<(Prefix, &[u8])> {
         time: Some(((h * 3600 + m * 60 + sec) * 1_000_000_000 + us * 1_000) as i64),
         fmt: TimeFmt::TimeOfDayFrac,
         frac_digits: 6,
+        comm: None,
     };
-    Some((p, skip_ws(&t[15..])))
+    Some((p, skip_extras(skip_ws(&t[15..]))))
 }
 
 /// Splits the `[pid N] ` / `N ` prefix and the timestamp off a line.
@@ -451,14 +455,30 @@ pub fn parse_prefix(line: &[u8]) -> (Prefix, &[u8]) {
         time: None,
         fmt: TimeFmt::None,
         frac_digits: 0,
+        comm: None,
     };
     let mut s = line;
+    // `-Y`: the pid is followed by `<comm>`; the name ends at the last `>` before the
+    // column's end (a thread name may itself contain `>`).
+    let comm_after = |t: &[u8], n: usize, end: &[u8]| -> Option<(usize, usize)> {
+        if t.get(n) != Some(&b'<') {
+            return None;
+        }
+        let rest = &t[n + 1..t.len().min(n + 1 + 64)];
+        let close = memchr::memmem::find(rest, end)?;
+        let start = t.as_ptr() as usize - line.as_ptr() as usize + n + 1;
+        Some((start, start + close))
+    };
     if s.starts_with(b"[pid ") {
         let t = skip_ws(&s[5..]);
         if let Some((v, n)) = parse_u64(t) {
             if t.get(n) == Some(&b']') {
                 p.pid = Some(v as Tid);
                 s = skip_ws(&t[n + 1..]);
+            } else if let Some((a, b)) = comm_after(t, n, b">]") {
+                p.pid = Some(v as Tid);
+                p.comm = Some((a, b));
+                s = skip_ws(&line[b + 2..]);
             }
         }
     } else if let Some((v, n)) = parse_u64(s) {
@@ -467,6 +487,12 @@ pub fn parse_prefix(line: &[u8]) -> (Prefix, &[u8]) {
         if v <= PID_MAX && matches!(s.get(n), Some(b' ') | Some(b'\t')) {
             p.pid = Some(v as Tid);
             s = skip_ws(&s[n..]);
+        } else if v <= PID_MAX {
+            if let Some((a, b)) = comm_after(s, n, b"> ") {
+                p.pid = Some(v as Tid);
+                p.comm = Some((a, b));
+                s = skip_ws(&line[b + 1..]);
+            }
         }
     }
     // `--secontext`: `[unconfined_t]` (or a full `[user:role:type:level]`) after the pid.
@@ -515,7 +541,27 @@ pub fn parse_prefix(line: &[u8]) -> (Prefix, &[u8]) {
             s = skip_ws(&s[close + 1..]);
         }
     }
-    (p, s)
+    (p, skip_extras(s))
+}
+
+/// Skips what `-i` (`[00007f4b6d52af16] `, the instruction pointer) and `-n` (`[ 219] `,
+/// the syscall number) print between the timestamp and the call.
+#[inline]
+fn skip_extras(mut s: &[u8]) -> &[u8] {
+    while s.first() == Some(&b'[') {
+        let Some(close) = memchr(b']', &s[..s.len().min(24)]) else {
+            break;
+        };
+        let inner = &s[1..close];
+        let ip = !inner.is_empty() && inner.iter().all(u8::is_ascii_hexdigit);
+        let nr = inner.iter().any(u8::is_ascii_digit)
+            && inner.iter().all(|b| b.is_ascii_digit() || *b == b' ');
+        if !(ip || nr) || s.get(close + 1) != Some(&b' ') {
+            break;
+        }
+        s = skip_ws(&s[close + 1..]);
+    }
+    s
 }
 
 fn is_name_byte(b: u8) -> bool {
@@ -1340,6 +1386,8 @@ pub struct StraceParser {
     /// The parser's own copy of the name cache: the per-thread one sits behind a
     /// thread-local and a RefCell, which cost more than the lookup on every line.
     names: NameCache,
+    /// Thread names last given by `-Y`.
+    comms: super::TidMap<Box<[u8]>>,
 }
 
 /// The trace clock: turns per-line times into one monotonic-ish ns scale.
@@ -1442,6 +1490,11 @@ impl Default for StraceParser {
 }
 
 impl StraceParser {
+    /// Whether the trace names its threads (`-Y`).
+    pub fn seen_comm(&self) -> bool {
+        !self.comms.is_empty()
+    }
+
     pub fn new(default_pid: Tid) -> Self {
         StraceParser {
             default_pid,
@@ -1455,6 +1508,7 @@ impl StraceParser {
             seen_yy: false,
             last_ts: 0,
             names: NameCache::default(),
+            comms: Default::default(),
         }
     }
 
@@ -1526,6 +1580,7 @@ impl StraceParser {
                     time: None,
                     fmt: TimeFmt::None,
                     frac_digits: 0,
+                    comm: None,
                 };
                 self.apply(pfx, ts, body, line_no, line_no, out);
                 LineOutcome::Used
@@ -1566,6 +1621,7 @@ impl StraceParser {
                 let n = b.iter().take_while(|c| is_name_byte(**c)).count();
                 if n > 0 && b.get(n) == Some(&b'(') {
                     let ts = self.clock.map(&pfx, raw);
+                    self.note_comm(&pfx, raw, ts, line_no, out);
                     let args = &b[n + 1..];
                     let body = Body::Detached {
                         name: &b[..n],
@@ -1583,8 +1639,34 @@ impl StraceParser {
         } else {
             self.clock.map(&pfx, raw)
         };
+        self.note_comm(&pfx, raw, ts, line_no, out);
         self.apply(pfx, ts, body, start_line, line_no, out);
         LineOutcome::Used
+    }
+
+    /// `-Y` names each line's thread: an event when a thread's name is first seen or
+    /// changes, so roles come from names without a `--threads` file.
+    fn note_comm(
+        &mut self,
+        pfx: &Prefix,
+        raw: &[u8],
+        ts: Option<Nanos>,
+        line_no: u64,
+        out: &mut Vec<Event>,
+    ) {
+        let Some(name) = pfx.comm.and_then(|(a, b)| raw.get(a..b)) else {
+            return;
+        };
+        let tid = pfx.pid.unwrap_or(self.default_pid);
+        if self.comms.get(&tid).map(|n| &n[..]) != Some(name) {
+            self.comms.insert(tid, name.into());
+            out.push(Event {
+                tid,
+                ts: ts.unwrap_or(self.last_ts),
+                line: line_no,
+                kind: EventKind::ThreadName(String::from_utf8_lossy(name).into()),
+            });
+        }
     }
 
     fn apply(
@@ -1601,6 +1683,7 @@ impl StraceParser {
         if ts > self.last_ts {
             self.last_ts = ts;
         }
+
         match body {
             Body::Call { name, args, tail } => {
                 let facts = self.names.get(name);
