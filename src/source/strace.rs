@@ -1608,6 +1608,9 @@ impl StraceParser {
                     | (TimeFmt::TimeOfDayFrac, TimeFmt::TimeOfDay)
             );
             if !compatible {
+                if is_summary_line(raw) {
+                    return LineOutcome::Used;
+                }
                 return LineOutcome::Skipped(SkipReason::BadTimestamp);
             }
         }
@@ -1632,6 +1635,7 @@ impl StraceParser {
                 }
                 return LineOutcome::Skipped(SkipReason::CutOff);
             }
+            Err(_) if is_summary_line(raw) => return LineOutcome::Used,
             Err(r) => return LineOutcome::Skipped(r),
         };
         let ts = if matches!(body, Body::Noise) {
@@ -1904,6 +1908,36 @@ fn is_process_message(s: &[u8]) -> bool {
         Some(b's') => s.ends_with(b" threads"),
         _ => false,
     }
+}
+
+/// A line of the count table `strace -C` prints after the trace (`% time  seconds ...`
+/// header, `------` rules, `45.52  0.009211  12  752  write` rows): the trace's own
+/// summary, read as noise. Only asked of lines that are no call.
+fn is_summary_line(raw: &[u8]) -> bool {
+    let t = trim_end(skip_ws(raw));
+    if t.starts_with(b"% time") {
+        return true;
+    }
+    if t.starts_with(b"------") && t.iter().all(|b| *b == b'-' || *b == b' ') {
+        return true;
+    }
+    let Ok(text) = std::str::from_utf8(t) else {
+        return false;
+    };
+    let cols: Vec<&str> = text.split_whitespace().collect();
+    let decimal = |c: &str| {
+        c.split_once('.').is_some_and(|(a, b)| {
+            !a.is_empty() && a.bytes().chain(b.bytes()).all(|d| d.is_ascii_digit())
+        })
+    };
+    let name_ok = |c: &str| c.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+    matches!(cols.len(), 5 | 6)
+        && decimal(cols[0])
+        && decimal(cols[1])
+        && cols[2..cols.len() - 1]
+            .iter()
+            .all(|c| c.bytes().all(|d| d.is_ascii_digit()))
+        && name_ok(cols[cols.len() - 1])
 }
 
 fn looks_like_prefix(raw: &[u8]) -> bool {

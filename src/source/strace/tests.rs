@@ -1040,3 +1040,27 @@ fn comm_syscall_number_and_instruction_pointer_columns() {
     let (_, body) = parse_prefix(b"04:52:07.000001 [not-hex] getpid() = 1");
     assert!(body.starts_with(b"[not-hex]"));
 }
+
+/// `strace -C` prints its count table after the trace: read as noise, not skipped lines.
+/// Lines from strace 6.1.
+#[test]
+fn count_table_after_the_trace_is_noise() {
+    let lines: &[&[u8]] = &[
+        b"28471 04:55:11.056073 close(8)          = 0 <0.000008>",
+        b"% time     seconds  usecs/call     calls    errors syscall",
+        b"------ ----------- ----------- --------- --------- ----------------",
+        b" 45.52    0.009211          12       752           write",
+        b"  0.10    0.000021           2         8         3 accept4",
+        b"------ ----------- ----------- --------- --------- ----------------",
+        b"100.00    0.020237          10      1952         3 total",
+    ];
+    let (out, skips) = run_lines(lines);
+    assert!(skips.is_empty(), "{skips:?}");
+    assert_eq!(out.len(), 1);
+    // A line that only looks numeric is still skipped.
+    let (_, skips) = run_lines(&[
+        b"28471 04:55:11.056073 close(8) = 0 <0.000008>",
+        b" 45.52 oops",
+    ]);
+    assert_eq!(skips.len(), 1);
+}
