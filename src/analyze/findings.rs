@@ -481,7 +481,12 @@ pub(super) fn findings(a: &Analyzer, cands: &[Cand], r: &Report) -> Vec<Finding>
     if let Some(why) = a.gaps_unreliable() {
         let filtered = a.looks_filtered();
         out.push(Finding {
-            id: if filtered { "filtered-trace" } else { "gaps-unmeasurable" }.into(),
+            id: if filtered || a.duration_filter().is_some() {
+                "filtered-trace"
+            } else {
+                "gaps-unmeasurable"
+            }
+            .into(),
             severity: Severity::Info,
             title: "Gaps between syscalls are not reported for this trace".into(),
             evidence: if filtered {
@@ -493,8 +498,8 @@ pub(super) fn findings(a: &Analyzer, cands: &[Cand], r: &Report) -> Vec<Finding>
                 why
             },
             advice: "Slow commands and copy-on-write stalls show as gaps in a thread's syscalls. Trace \
-                     every syscall (no -e trace) with -tt or -ttt timestamps (and -f rather than -r) \
-                     to see them."
+                     every syscall (no -e trace, no --duration) with -tt or -ttt timestamps (and -f \
+                     rather than -r) to see them."
                 .into(),
             stalls: 0,
         });

@@ -404,6 +404,8 @@ pub struct Analyzer {
     first_ts: Option<Nanos>,
     last_ts: Nanos,
     measured: u64,
+    /// The shortest measured call (a trace filtered by duration has no short one).
+    min_measured: Nanos,
     reconstructed: u64,
     /// Per syscall name, keyed by the interned name's address (a hash of a pointer, not of
     /// the string); equal names from different interners are merged at the end.
@@ -480,6 +482,7 @@ impl Analyzer {
             first_ts: None,
             last_ts: 0,
             measured: 0,
+            min_measured: Nanos::MAX,
             reconstructed: 0,
             by_name: HashMap::default(),
             role_epoch: 0,
@@ -753,7 +756,10 @@ impl Analyzer {
         match sc.dur_src {
             // The edges of a trace and exits are timed by pairing even under -T.
             _ if sc.in_flight.is_some() || f.has(Facts::EXIT) => {}
-            DurSource::Measured => self.measured += 1,
+            DurSource::Measured => {
+                self.measured += 1;
+                self.min_measured = self.min_measured.min(sc.dur.unwrap_or(0));
+            }
             DurSource::UpperBound | DurSource::Paired => self.reconstructed += 1,
             DurSource::Unknown => {}
         }
@@ -1335,12 +1341,26 @@ impl Analyzer {
         self.syscalls >= 1000 && self.threads.values().all(|t| t.epoll == 0)
     }
 
+    /// A trace with no short call at all was filtered by duration (`perf trace --duration`):
+    /// redis makes calls of a few microseconds every 100 ms even when idle (serverCron reads
+    /// /proc), so between two printed calls there were unprinted ones.
+    fn duration_filter(&self) -> Option<Nanos> {
+        (self.measured >= 20 && self.min_measured >= 100_000).then_some(self.min_measured)
+    }
+
     /// Why gaps between syscalls cannot be trusted in this trace, if they cannot: a filtered
     /// trace, a clock coarser than the threshold (`-t` prints whole seconds), or `-r` times
     /// across threads (strace's relative time is per printed line, not per thread).
     pub(crate) fn gaps_unreliable(&self) -> Option<String> {
         if self.looks_filtered() {
             return Some("the trace looks filtered (-e trace=...)".into());
+        }
+        if let Some(min) = self.duration_filter() {
+            return Some(format!(
+                "no call in the trace is shorter than {}: it was filtered by duration \
+                 (perf trace --duration), so calls are missing between the ones shown",
+                findings::human(min / 1000)
+            ));
         }
         let clock = self.clock.as_ref()?;
         let resolution = 10i64.pow(9u32.saturating_sub(clock.frac_digits as u32).min(9));

@@ -888,3 +888,25 @@ fn request_that_woke_the_loop_is_counted_from_a_tracer_round_trip_earlier_under_
     assert_eq!(p50_of_pings(false), 60);
     assert_eq!(p50_of_pings(true), 80);
 }
+
+/// A trace where no call is shorter than half a millisecond was filtered by duration
+/// (`perf trace --duration`): the time between two printed calls held unprinted ones, so
+/// it is no gap, and the report says why gaps are missing.
+#[test]
+fn trace_filtered_by_duration_reports_no_gaps() {
+    let mut s = Seq::new();
+    let mut t = 0;
+    for i in 0..25 {
+        s.call(100, t, 100 * MS, "epoll_wait", Some(5), 0, Extra::None);
+        t += 100 * MS;
+        if i == 10 {
+            // 40 ms between two calls the filter let through.
+            s.call(100, t, 600 * US, "fdatasync", Some(7), 0, Extra::None);
+            t += 40 * MS;
+        }
+    }
+    let r = s.report();
+    assert!(r.stalls.is_empty(), "{:?}", r.stalls);
+    let f = r.findings.iter().find(|f| f.id == "filtered-trace").unwrap();
+    assert!(f.evidence.contains("--duration"), "{}", f.evidence);
+}

@@ -17,6 +17,9 @@ pub struct PerfParser {
     pub first_text: Option<String>,
     pub last_ts: Nanos,
     pub seen_dur: bool,
+    /// Calls before the first timestamp (`? (         ): ... [continued]`): they ended by
+    /// then, so they are given that time once it is known.
+    untimed: Vec<Event>,
 }
 
 /// (time ns, duration ns, tid, rest of the line)
@@ -139,11 +142,16 @@ impl PerfParser {
                 };
             }
         };
+        let timed = ts.is_some();
         let ts = match ts {
             Some(t) => {
                 if self.first.is_none() {
                     self.first = Some(t);
                     self.first_text = Some(format!("{:.3}", t as f64 / 1e6));
+                    for mut e in self.untimed.drain(..) {
+                        e.ts = t;
+                        out.push(e);
+                    }
                 }
                 self.last_ts = self.last_ts.max(t);
                 t
@@ -232,16 +240,22 @@ impl PerfParser {
         } else {
             start
         };
-        out.push(Event {
+        let ev = Event {
             tid,
             ts: begin,
             line: line_no,
             kind: EventKind::Syscall(sc),
-        });
+        };
+        if !timed && self.first.is_none() {
+            self.untimed.push(ev);
+        } else {
+            out.push(ev);
+        }
         Ok(())
     }
 
     pub fn finish(&mut self, out: &mut Vec<Event>) {
+        out.append(&mut self.untimed);
         let mut rest: Vec<_> = self.pending.drain().collect();
         rest.sort_by_key(|(_, (_, l, _))| *l);
         for (tid, (ts, line, mut sc)) in rest {
@@ -317,6 +331,37 @@ mod tests {
         let sc = ev[0].syscall().unwrap();
         assert_eq!(sc.name, "execve");
         assert_eq!(sc.in_flight, Some(InFlight::AtStart));
+    }
+
+    /// `perf trace -T` prints times since boot: a call already running at the start, with
+    /// no time of its own, gets the first time seen (it ended by then), never 0.
+    #[test]
+    fn call_without_a_time_before_the_first_one_takes_that_time() {
+        let mut p = PerfParser::default();
+        let mut out = vec![];
+        p.feed(
+            b"         ? (         ): redis-server/28471  ... [continued]: epoll_wait())   = 0",
+            &mut out,
+        )
+        .unwrap();
+        assert!(out.is_empty());
+        p.feed(
+            b"19274896.686 ( 0.027 ms): redis-server/28471 openat(dfd: CWD, filename: 0xd29888c5) = 8",
+            &mut out,
+        )
+        .unwrap();
+        p.finish(&mut out);
+        let names: Vec<(&str, Nanos)> = out
+            .iter()
+            .map(|e| (e.syscall().unwrap().name, e.ts))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                ("epoll_wait", 19_274_896_686_000),
+                ("openat", 19_274_896_686_000)
+            ]
+        );
     }
 
     #[test]
