@@ -84,10 +84,25 @@ impl Role {
             _ if n.starts_with("bio_close_file") => Role::BioCloseFile,
             _ if n.starts_with("bio_lazy_free") => Role::BioLazyFree,
             _ if n.starts_with("io_thd") => Role::IoThread,
-            _ if n.starts_with("redis-rdb-bgsave") || n.starts_with("redis-aof-rewrite") => {
+            // Valkey, the redis fork, names its processes the same way; a comm is cut at
+            // 15 bytes (`redis-rdb-bgsav`).
+            _ if n
+                .strip_prefix("redis-")
+                .or(n.strip_prefix("valkey-"))
+                .is_some_and(|r| {
+                    ["rdb-bg", "aof-rew", "rdb-to"]
+                        .iter()
+                        .any(|c| r.starts_with(c))
+                }) =>
+            {
                 Role::Child
             }
-            _ if n.starts_with("redis-server") || n.starts_with("redis-check") => Role::Main,
+            _ if n.starts_with("redis-server")
+                || n.starts_with("redis-check")
+                || n.starts_with("valkey-server") =>
+            {
+                Role::Main
+            }
             _ => Role::Other,
         })
     }

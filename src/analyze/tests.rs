@@ -597,6 +597,26 @@ fn fsync_then_close_is_bio_close_file_repeated_fsync_is_bio_aof() {
     assert_eq!(role(102), "bio_close_file");
 }
 
+/// Names as /proc and `strace -Y` give them: cut at 15 bytes, redis or valkey.
+#[test]
+fn role_names_of_redis_and_valkey() {
+    for (name, role) in [
+        ("redis-server", Role::Main),
+        ("valkey-server", Role::Main),
+        ("bio_aof_fsync", Role::BioAof),
+        ("bio_aof", Role::BioAof),
+        ("bio_close_file", Role::BioCloseFile),
+        ("bio_lazy_free", Role::BioLazyFree),
+        ("io_thd_3", Role::IoThread),
+        ("redis-rdb-bgsav", Role::Child),
+        ("redis-aof-rewri", Role::Child),
+        ("valkey-rdb-bgsa", Role::Child),
+        ("jemalloc_bg_thd", Role::Other),
+    ] {
+        assert_eq!(Role::from_name(name), Some(role), "{name}");
+    }
+}
+
 #[test]
 fn thread_names_decide_roles() {
     let mut names = HashMap::default();
@@ -907,6 +927,10 @@ fn trace_filtered_by_duration_reports_no_gaps() {
     }
     let r = s.report();
     assert!(r.stalls.is_empty(), "{:?}", r.stalls);
-    let f = r.findings.iter().find(|f| f.id == "filtered-trace").unwrap();
+    let f = r
+        .findings
+        .iter()
+        .find(|f| f.id == "filtered-trace")
+        .unwrap();
     assert!(f.evidence.contains("--duration"), "{}", f.evidence);
 }
