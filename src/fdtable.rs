@@ -305,6 +305,9 @@ pub struct FdTable {
     /// entry holds only while `generation` is unchanged (every change to a binding bumps it).
     recent: [std::cell::Cell<Recent>; 16],
     generation: u32,
+    /// Classes learned from what was done with a path, which win over its name the next
+    /// time it is opened (redis reopens its log file for every line).
+    learned: HashMap<Arc<str>, FileClass>,
 }
 
 #[derive(Clone, Copy, Default)]
@@ -336,6 +339,7 @@ impl FdTable {
             recent: Default::default(),
             // Above the entries' default, so that an empty entry never matches.
             generation: 1,
+            learned: HashMap::default(),
         }
     }
 
@@ -373,6 +377,14 @@ impl FdTable {
         id
     }
 
+    /// What a path is: as learned from its use, else as its name says.
+    fn class_of_path(&self, p: &str) -> FileClass {
+        self.learned
+            .get(p)
+            .copied()
+            .unwrap_or_else(|| classify_path(p, self.conf.as_ref()))
+    }
+
     /// Binds `fd` in process `pid` from time `ts`.
     pub fn bind(
         &mut self,
@@ -383,7 +395,7 @@ impl FdTable {
         ts: Nanos,
     ) -> FileId {
         let class = class.unwrap_or_else(|| {
-            path.map(|p| classify_path(p, self.conf.as_ref()))
+            path.map(|p| self.class_of_path(p))
                 .unwrap_or(FileClass::Unknown)
         });
         let file = self.intern(pid, fd, path, class);
@@ -491,7 +503,12 @@ impl FdTable {
         if info.class == class {
             return Some(cur.file);
         }
-        let id = self.intern(pid, fd, info.path.as_deref(), class);
+        // A client's shown path is the shared "client connections" label, not its own.
+        let path = match info.class {
+            FileClass::Client => None,
+            _ => info.path.as_deref(),
+        };
+        let id = self.intern(pid, fd, path, class);
         self.generation = self.generation.wrapping_add(1).max(1);
         if let Some(b) = self.procs.get_mut(&pid).and_then(|p| p.live.get_mut(&fd)) {
             b.file = id;
@@ -509,9 +526,10 @@ impl FdTable {
                 let cur = self.lookup(pid, fd, ts);
                 let same = cur.is_some_and(|r| {
                     let f = &self.files[r.file as usize];
-                    // A socket sniffed as a client keeps its class under a `socket:[N]` annotation.
+                    // A socket sniffed as a client (or found to be a replica) keeps its
+                    // class under a `socket:[N]` annotation.
                     f.path.as_deref() == Some(path)
-                        || (f.class == FileClass::Client
+                        || (matches!(f.class, FileClass::Client | FileClass::Replica)
                             && (path.contains("->") || path.starts_with("socket:")))
                 });
                 resolved = if same {
@@ -541,8 +559,19 @@ impl FdTable {
             if let (Some(r), Some(d)) = (resolved, sc.data()) {
                 let unnamed =
                     self.files[r.file as usize].path.is_none() || r.class == FileClass::Unknown;
-                if matches!(r.class, FileClass::Unknown | FileClass::Other) && unnamed {
-                    let is_write = matches!(sc.name, "write" | "pwrite64" | "sendto" | "writev");
+                let is_write = matches!(sc.name, "write" | "pwrite64" | "sendto" | "writev");
+                // An extensionless path was taken for a directory (redis fsyncs its
+                // directories), but a directory cannot be written: it is a file, such as a
+                // log file named `log`.
+                if r.class == FileClass::Dir && is_write {
+                    let c = sniff(d.head().bytes(), true).unwrap_or(FileClass::Other);
+                    if let Some(p) = self.files[r.file as usize].path.clone() {
+                        self.learned.insert(p, c);
+                    }
+                    if let Some(id) = self.reclassify(pid, fd, c) {
+                        resolved = Some(self.resolved(id));
+                    }
+                } else if matches!(r.class, FileClass::Unknown | FileClass::Other) && unnamed {
                     if let Some(c) = sniff(d.head().bytes(), is_write) {
                         if let Some(id) = self.reclassify(pid, fd, c) {
                             resolved = Some(self.resolved(id));
@@ -557,7 +586,7 @@ impl FdTable {
                 if let Some(fd) = ret {
                     let path = sc.ret_path.as_deref().or(sc.path());
                     let class = path.map(|p| {
-                        let c = classify_path(p, self.conf.as_ref());
+                        let c = self.class_of_path(p);
                         // redis fsyncs its directories after renames: opened O_DIRECTORY or not.
                         if c == FileClass::Other && p.ends_with('/') {
                             FileClass::Dir
@@ -757,6 +786,31 @@ mod tests {
         assert_eq!(c("anon_inode:[eventpoll]"), FileClass::Epoll);
         assert_eq!(c("pipe:[1234]"), FileClass::Pipe);
         assert_eq!(c("/var/lib/redis"), FileClass::Dir);
+    }
+
+    /// Without a redis.conf, an extensionless path looks like a directory until something
+    /// is written to it: a log line makes it the log file, also when it is opened again.
+    #[test]
+    fn extensionless_file_written_with_log_lines_is_the_log_from_then_on() {
+        let mut t = FdTable::new(None);
+        let open = || call("openat", None, 11, Some("/data/out"));
+        t.apply(1, 0, &open());
+        let r = t.apply(1, 1, &call("lseek", Some(11), 0, None)).unwrap();
+        assert_eq!(r.class, FileClass::Dir);
+        let mut w = call("write", Some(11), 40, None);
+        w.extra = Extra::Data(crate::event::Data::new(
+            b"2550:M 01 Dec 2026 05:05:00.705 * Ready to accept connections\n",
+            false,
+        ));
+        assert_eq!(t.apply(1, 2, &w).unwrap().class, FileClass::Log);
+        assert_eq!(
+            t.apply(1, 3, &call("close", Some(11), 0, None))
+                .unwrap()
+                .class,
+            FileClass::Log
+        );
+        let r = t.apply(1, 4, &open()).unwrap();
+        assert_eq!(r.class, FileClass::Log);
     }
 
     #[test]

@@ -1225,6 +1225,9 @@ impl Analyzer {
                 let t = self.thread(tid);
                 (t.aof_ns, t.log_ns)
             };
+            // Once a replica's PSYNC (or SYNC) is answered, the connection carries the
+            // replication stream out and REPLCONF ACKs in, which are not requests and replies.
+            let to_replica = pending.iter().any(|p| matches!(&*p.name, "PSYNC" | "SYNC"));
             for p in pending.drain(..) {
                 let lat = end - p.req;
                 let seg = self.segment;
@@ -1263,6 +1266,11 @@ impl Analyzer {
                 self.done.push_back(d);
             }
             self.answered = pending;
+            if to_replica {
+                self.fds.reclassify(key.0, key.1, FileClass::Replica);
+                self.conns.remove(&key);
+                self.last_reply.remove(&key);
+            }
         }
     }
 

@@ -617,6 +617,47 @@ fn role_names_of_redis_and_valkey() {
     }
 }
 
+/// A replica's PSYNC is a command; once it is answered the connection carries the
+/// replication stream out and REPLCONF ACKs in, which are no requests and replies.
+#[test]
+fn connection_becomes_a_replica_after_psync_is_answered() {
+    let mut s = Seq::new();
+    s.call(100, 0, 10 * US, "epoll_wait", Some(5), 1, Extra::None);
+    s.call(100, MS, 10 * US, "accept4", Some(6), 9, Extra::None);
+    s.call(100, 2 * MS, 10 * US, "epoll_wait", Some(5), 1, Extra::None);
+    s.read(
+        100,
+        3 * MS,
+        9,
+        b"*3\r\n$5\r\nPSYNC\r\n$1\r\n?\r\n$2\r\n-1\r\n",
+    );
+    s.write(100, 4 * MS, 10 * US, 9, b"+FULLRESYNC 8de1 0\r\n");
+    for i in 0..5 {
+        let t = (10 + i * 1000) * MS;
+        s.call(100, t, 10 * US, "epoll_wait", Some(5), 1, Extra::None);
+        s.read(
+            100,
+            t + MS,
+            9,
+            b"*3\r\n$8\r\nREPLCONF\r\n$3\r\nACK\r\n$1\r\n0\r\n",
+        );
+        // The replication stream, 300 ms later: no reply to the ACK.
+        s.write(100, t + 300 * MS, 10 * US, 9, b"*1\r\n$4\r\nPING\r\n");
+    }
+    let r = s.report();
+    let cmds: Vec<&str> = r
+        .commands
+        .iter()
+        .filter(|c| c.phase == "all")
+        .map(|c| c.command.as_str())
+        .collect();
+    assert_eq!(cmds, ["PSYNC"]);
+    assert!(r
+        .fds
+        .iter()
+        .any(|f| f.fd == 9 && f.class == "replica" && f.calls >= 10));
+}
+
 #[test]
 fn thread_names_decide_roles() {
     let mut names = HashMap::default();
