@@ -249,10 +249,17 @@ pub fn render(r: &Report, w: &mut dyn Write, color: bool) -> io::Result<()> {
     }
 
     if let Some(o) = &r.overhead {
-        let mut line = format!(
-            "Tracing cost: {:.0} syscalls/s traced, {:.1} µs per tracer stop",
-            o.syscalls_per_s, o.mean_stop_us
-        );
+        let mut line = if r.source.backend.as_deref() == Some("perf") {
+            format!(
+                "Tracing cost: {:.0} syscalls/s traced; redis is never stopped",
+                o.syscalls_per_s
+            )
+        } else {
+            format!(
+                "Tracing cost: {:.0} syscalls/s traced, {:.1} µs per tracer stop",
+                o.syscalls_per_s, o.mean_stop_us
+            )
+        };
         if let Some(warn) = &o.warning {
             line.push_str(&format!(". {warn}"));
         }
