@@ -140,7 +140,6 @@ impl Facts {
     const WRITES: u16 = 1 << 11;
     const RECV: u16 = 1 << 12;
     const SEND: u16 = 1 << 13;
-    const SLEEP: u16 = 1 << 14;
 
     fn of(name: &str) -> Facts {
         let f = match name {
@@ -152,7 +151,7 @@ impl Facts {
             // DEBUG SLEEP, a module's sleep, or synchronous I/O such as MIGRATE or a
             // replication handshake (poll with a timeout).
             "poll" | "ppoll" | "select" | "pselect6" | "nanosleep" | "clock_nanosleep"
-            | "pause" | "rt_sigtimedwait" | "rt_sigsuspend" => Self::BG_WAIT | Self::SLEEP,
+            | "pause" | "rt_sigtimedwait" | "rt_sigsuspend" => Self::BG_WAIT,
             "exit" | "exit_group" => Self::ALWAYS_IDLE | Self::EXIT,
             "futex" => Self::BG_WAIT,
             "wait4" | "waitid" => Self::BG_WAIT | Self::WAIT_CHILD,

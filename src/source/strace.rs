@@ -458,8 +458,8 @@ pub fn parse_prefix(line: &[u8]) -> (Prefix, &[u8]) {
         comm: None,
     };
     let mut s = line;
-    // `-Y`: the pid is followed by `<comm>`; the name ends at the last `>` before the
-    // column's end (a thread name may itself contain `>`).
+    // `-Y`: the pid is followed by `<comm>`; the name ends at the first `>` that closes the
+    // column (`>]` or `> `), since a thread name may itself contain `>`.
     let comm_after = |t: &[u8], n: usize, end: &[u8]| -> Option<(usize, usize)> {
         if t.get(n) != Some(&b'<') {
             return None;
@@ -1687,7 +1687,6 @@ impl StraceParser {
         if ts > self.last_ts {
             self.last_ts = ts;
         }
-
         match body {
             Body::Call { name, args, tail } => {
                 let facts = self.names.get(name);
