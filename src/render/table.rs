@@ -377,9 +377,9 @@ pub fn render(r: &Report, w: &mut dyn Write, color: bool) -> io::Result<()> {
             let mut t = table();
             t.set_header(vec![
                 Cell::new("main thread"),
-                right("before p50/p99"),
-                right("during p50/p99"),
-                right("after p50/p99"),
+                right("before p50/p99\nmax (count)"),
+                right("during p50/p99\nmax (count)"),
+                right("after p50/p99\nmax (count)"),
             ]);
             for st in r
                 .phase_stats
@@ -390,7 +390,13 @@ pub fn render(r: &Report, w: &mut dyn Write, color: bool) -> io::Result<()> {
                     if x.count == 0 {
                         "-".to_string()
                     } else {
-                        format!("{}/{}", human(x.p50_us), human(x.p99_us))
+                        format!(
+                            "{}/{}\n{} ({})",
+                            human(x.p50_us),
+                            human(x.p99_us),
+                            human(x.max_us),
+                            x.count
+                        )
                     }
                 };
                 let what = st.what.strip_prefix("command:").unwrap_or(
