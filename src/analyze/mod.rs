@@ -768,8 +768,11 @@ impl Analyzer {
         self.syscalls += 1;
         let f = self.facts(sc.name);
         match sc.dur_src {
-            // The edges of a trace and exits are timed by pairing even under -T.
-            _ if sc.in_flight.is_some() || f.has(Facts::EXIT) => {}
+            // The edges of a trace, exits, and the calls an exit cut short (`= ?`) are timed
+            // by pairing even under -T.
+            _ if sc.in_flight.is_some()
+                || f.has(Facts::EXIT)
+                || (sc.dur_src == DurSource::Paired && sc.ret == Ret::Unknown) => {}
             DurSource::Measured => {
                 self.measured += 1;
                 self.min_measured = self.min_measured.min(sc.dur.unwrap_or(0));
@@ -846,7 +849,9 @@ impl Analyzer {
         // Idle time.
         let idle = f.idle(role);
         // An exit is not a stall either, but no wait for work: it has no place in idle time.
-        if idle && !f.has(Facts::EXIT) {
+        // Waits are kept whatever the role is so far: the report counts them as idle by the
+        // thread's final role (a main thread is known as such only at its first epoll_wait).
+        if (idle || f.wait_call()) && !f.has(Facts::EXIT) {
             let e = self.threads.v[ti].1.idle.entry(sc.name).or_default();
             e.0 += 1;
             e.1 += dur;
@@ -1732,7 +1737,7 @@ impl Analyzer {
         let mut idle: BTreeMap<(Role, &'static str), (u64, i64)> = BTreeMap::new();
         for (tid, t) in self.threads.iter() {
             let role = self.role(*tid);
-            for (name, (n, d)) in &t.idle {
+            for (name, (n, d)) in t.idle.iter().filter(|(name, _)| is_idle(name, role)) {
                 let e = idle.entry((role, name)).or_default();
                 e.0 += n;
                 e.1 += d;

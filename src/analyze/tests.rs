@@ -975,3 +975,39 @@ fn trace_filtered_by_duration_reports_no_gaps() {
         .unwrap();
     assert!(f.evidence.contains("--duration"), "{}", f.evidence);
 }
+
+/// Under -T, the calls a process exit cuts short (`<... futex resumed>) = ?`) carry no
+/// duration of their own and are timed from their halves: the trace still counts as
+/// measured, with no note that durations were reconstructed.
+#[test]
+fn calls_cut_short_by_exit_do_not_make_a_measured_trace_mixed() {
+    let mut s = Seq::new();
+    for i in 0..10 {
+        s.call(100, i * MS, 10 * US, "epoll_wait", Some(5), 0, Extra::None);
+    }
+    let mut sc = Syscall::new("futex");
+    sc.ret = Ret::Unknown;
+    (sc.dur, sc.dur_src) = (Some(5 * MS), DurSource::Paired);
+    s.ev(101, 5 * MS, EventKind::Syscall(sc));
+    s.call(100, 11 * MS, 2 * MS, "exit_group", None, 0, Extra::None);
+    let r = s.report();
+    assert_eq!(r.summary.durations, "measured");
+}
+
+/// Idle time is counted by a thread's final role: a futex the main thread made before its
+/// first epoll_wait (when it could not yet be told from a background thread) is no idle
+/// wait of the main thread.
+#[test]
+fn idle_time_follows_the_final_role() {
+    let mut s = Seq::with(Options::default());
+    s.call(100, 0, 2 * MS, "futex", None, 0, Extra::None);
+    s.call(100, 3 * MS, 100 * MS, "epoll_wait", Some(5), 0, Extra::None);
+    s.call(101, 0, 500 * MS, "futex", None, 0, Extra::None);
+    let r = s.report();
+    let idle: Vec<(&str, &str)> = r
+        .idle
+        .iter()
+        .map(|i| (i.role.as_str(), i.syscall.as_str()))
+        .collect();
+    assert_eq!(idle, [("main", "epoll_wait"), ("other", "futex")]);
+}
