@@ -644,6 +644,17 @@ impl Analyzer {
         if t.epoll > 0 {
             return (Role::Main, Why::Rule("runs the event loop (epoll_wait)"));
         }
+        // No event loop in the trace (a filtered trace, a redis still starting or crashing):
+        // the main thread is the process's first, whatever files it closes.
+        if !self.root_known
+            && tid == self.root_display()
+            && self.threads.values().all(|t| t.epoll == 0)
+        {
+            return (
+                Role::Main,
+                Why::Rule("first thread of the process, and no thread runs the event loop"),
+            );
+        }
         // bio_close_file fsyncs a file only right before closing it (the old AOF after a
         // rewrite); the AOF fsync thread fsyncs the live AOF over and over and closes
         // rarely (redis 7.2 gives it the old AOF's close too).
@@ -664,9 +675,6 @@ impl Analyzer {
                 Role::IoThread,
                 Why::Rule("reads/writes client sockets outside the event loop"),
             );
-        }
-        if !self.root_known && tid == self.root_display() && self.threads.len() == 1 {
-            return (Role::Main, Why::Rule("only thread in the trace"));
         }
         (Role::Other, Why::Rule("no redis-specific behaviour seen"))
     }

@@ -1011,3 +1011,21 @@ fn idle_time_follows_the_final_role() {
         .collect();
     assert_eq!(idle, [("main", "epoll_wait"), ("other", "futex")]);
 }
+
+/// With no event loop in the trace and no attach line to name the process, its first
+/// thread is the main thread, even if it closes a file as bio_close_file would.
+#[test]
+fn without_an_event_loop_the_first_thread_is_main() {
+    let mut s = Seq::with(Options::default());
+    s.open(200, 0, "/data/redis.log", 9);
+    s.call(200, MS, 10 * US, "close", Some(9), 0, Extra::None);
+    s.call(205, 2 * MS, 10 * US, "futex", None, 0, Extra::None);
+    s.call(200, 50 * MS, 10 * US, "getpid", None, 200, Extra::None);
+    let r = s.report();
+    let role = |t| r.threads.iter().find(|x| x.tid == t).unwrap().role.clone();
+    assert_eq!(role(200), "main");
+    assert_eq!(role(205), "other");
+    // Its 49 ms without a syscall is a main-thread gap.
+    assert_eq!(r.stalls.len(), 1, "{:?}", r.stalls);
+    assert_eq!(r.stalls[0].thread, "main");
+}
