@@ -1418,10 +1418,12 @@ impl Analyzer {
     fn keep_cand(&self, c: &Cand) -> bool {
         let role = self.role(c.tid);
         match c.kind {
-            // Children are not client-facing; io threads busy-wait for the main thread's
-            // hand-off without a syscall, so their gaps are waits for work.
+            // A gap is time no client's request can move: that holds for the main thread
+            // (and a thread whose role is not known). A child's or a bio thread's gap is its
+            // own work (saving, freeing memory for UNLINK/FLUSHALL ASYNC); io threads spin
+            // without a syscall while they wait for the main thread's hand-off.
             StallKind::Gap => {
-                !matches!(role, Role::Child | Role::IoThread) && self.gaps_unreliable().is_none()
+                matches!(role, Role::Main | Role::Other) && self.gaps_unreliable().is_none()
             }
             StallKind::SlowSyscall => !c.syscall.is_some_and(|n| is_idle(n, role)),
         }
