@@ -173,6 +173,11 @@ pub fn classify_path(path: &str, conf: Option<&RedisConf>) -> FileClass {
         if p.contains("->") {
             return FileClass::Client;
         }
+        // A unix socket shows its bound path (`UNIX-STREAM:[475231,"/run/redis.sock"]`) only
+        // when it has one: redis's `unixsocket` listener.
+        if p.starts_with("UNIX") && p.contains(",\"") {
+            return FileClass::Listener;
+        }
         if p.starts_with("socket:") || p.starts_with("UNIX") {
             return FileClass::Unknown;
         }
@@ -783,6 +788,16 @@ mod tests {
             FileClass::Client
         );
         assert_eq!(c("TCP:[127.0.0.1:6394]"), FileClass::Listener);
+        assert_eq!(
+            c("UNIX-STREAM:[475231,\"/tmp/r.sock\"]"),
+            FileClass::Listener
+        );
+        assert_eq!(
+            c("UNIX-STREAM:[475237->476335,\"/tmp/r.sock\"]"),
+            FileClass::Client
+        );
+        assert_eq!(c("UNIX-STREAM:[475240]"), FileClass::Unknown);
+        assert_eq!(c("TCPv6:[[::1]:6434->[::1]:50102]"), FileClass::Client);
         assert_eq!(c("anon_inode:[eventpoll]"), FileClass::Epoll);
         assert_eq!(c("pipe:[1234]"), FileClass::Pipe);
         assert_eq!(c("/var/lib/redis"), FileClass::Dir);
