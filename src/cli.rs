@@ -12,7 +12,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
     about = "Explains latency stalls of a redis-server from its system calls",
     long_about = "Explains latency stalls of a redis-server from its system calls: reads saved strace or perf trace \
                   logs (or attaches to a live redis), finds every stall over a threshold (a slow syscall, or a gap in \
-                  which a thread made no syscall), names the thread, syscall and file, the client commands it held up, \
+                  which redis's main thread made no syscall), names the thread, syscall and file, the client commands it held up, \
                   and what to change.\n\nExit status: 0 no stall over the threshold, 1 stalls found, 2 error."
 )]
 pub struct Cli {
@@ -46,7 +46,7 @@ pub enum Format {
 
 #[derive(Args, Debug, Clone)]
 pub struct OutputArgs {
-    /// Report stalls at least this long: a syscall that took it, or a thread that made no
+    /// Report stalls at least this long: a syscall that took it, or the main thread making no
     /// syscall for it (units: ns, us, ms, s)
     #[arg(long, short = 't', default_value = "10ms", value_parser = parse_duration)]
     pub threshold: i64,
