@@ -608,13 +608,9 @@ impl Analyzer {
                 return role;
             }
         }
-        let role = self.decide_role(tid, t);
+        let role = self.role_and_why(tid, t).0;
         t.role_cache.set(Some((self.role_epoch, role)));
         role
-    }
-
-    fn decide_role(&self, tid: Tid, t: &ThreadState) -> Role {
-        self.role_and_why(tid, t).0
     }
 
     fn role_why(&self, tid: Tid) -> String {

@@ -1925,9 +1925,7 @@ fn is_summary_line(raw: &[u8]) -> bool {
     };
     let cols: Vec<&str> = text.split_whitespace().collect();
     let decimal = |c: &str| {
-        c.split_once('.').is_some_and(|(a, b)| {
-            !a.is_empty() && a.bytes().chain(b.bytes()).all(|d| d.is_ascii_digit())
-        })
+        parse_decimal_ns(c.as_bytes()).is_some_and(|(_, digits, n)| digits > 0 && n == c.len())
     };
     let name_ok = |c: &str| c.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
     matches!(cols.len(), 5 | 6)
