@@ -483,18 +483,22 @@ fn strict_mode_fails_on_a_bad_line_and_names_it() {
     assert!(String::from_utf8_lossy(&out.stderr).contains(":2:"));
 }
 
+/// The table report of a capture, without colour.
+fn table_report(name: &str) -> String {
+    let out = Command::cargo_bin("stallscope")
+        .unwrap()
+        .args(["analyze", trace(name).to_str().unwrap(), "--color", "never"])
+        .output()
+        .unwrap();
+    String::from_utf8(out.stdout).unwrap()
+}
+
 /// The whole table report of two captures, as an on-call engineer reads it: any change to
 /// the wording, layout or figures shows up as a reviewed snapshot diff.
 #[test]
 fn table_report_snapshots() {
     for name in ["slow-log-close-bgsave-f", "rewrite-always-nofsync-no"] {
-        let out = Command::cargo_bin("stallscope")
-            .unwrap()
-            .args(["analyze", trace(name).to_str().unwrap(), "--color", "never"])
-            .output()
-            .unwrap();
-        let text = String::from_utf8(out.stdout).unwrap();
-        insta::assert_snapshot!(name, text);
+        insta::assert_snapshot!(name, table_report(name));
     }
 }
 
@@ -513,12 +517,7 @@ fn table_reports_fit_80_columns() {
         "slow-log-close-bgsave-f",
     ];
     for name in names {
-        let out = Command::cargo_bin("stallscope")
-            .unwrap()
-            .args(["analyze", trace(name).to_str().unwrap(), "--color", "never"])
-            .output()
-            .unwrap();
-        let text = String::from_utf8(out.stdout).unwrap();
+        let text = table_report(name);
         assert!(text.lines().count() > 20, "{name}: {text}");
         for line in text.lines() {
             assert!(

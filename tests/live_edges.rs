@@ -240,9 +240,9 @@ fn edge_calls<'a>(r: &'a serde_json::Value, which: &str) -> Vec<&'a serde_json::
         .collect()
 }
 
-/// A slowfs mount and a redis-server on it (AOF with `appendfsync always`, log file on the
+/// A slowfs mount and a redis-server on it (AOF with this `appendfsync`, log file on the
 /// mount), its first AOF written.
-fn redis_on_slowfs(tmp: &Path) -> (SlowFs, Redis) {
+fn redis_on_slowfs(tmp: &Path, appendfsync: &str) -> (SlowFs, Redis) {
     let fs = SlowFs::mount(tmp);
     let data = fs.mnt.to_string_lossy().into_owned();
     let log = fs.mnt.join("redis.log").to_string_lossy().into_owned();
@@ -256,7 +256,7 @@ fn redis_on_slowfs(tmp: &Path) -> (SlowFs, Redis) {
             "--appendonly",
             "yes",
             "--appendfsync",
-            "always",
+            appendfsync,
         ],
     );
     redis.wait_no_rewrite();
@@ -295,7 +295,7 @@ fn calls_in_flight_at_attach_and_at_detach_are_reported_as_lower_bounds() {
         return;
     }
     let tmp = tempfile::tempdir().expect("tempdir");
-    let (fs, redis) = redis_on_slowfs(tmp.path());
+    let (fs, redis) = redis_on_slowfs(tmp.path(), "always");
     let (pid, port) = (redis.pid(), redis.port);
 
     // 1. The main thread is blocked in fdatasync of the AOF (appendfsync always: the SET's
@@ -442,7 +442,7 @@ fn a_call_blocked_for_the_whole_trace_is_reported() {
         return;
     }
     let tmp = tempfile::tempdir().expect("tempdir");
-    let (fs, redis) = redis_on_slowfs(tmp.path());
+    let (fs, redis) = redis_on_slowfs(tmp.path(), "always");
     let set = block_in_aof_fsync(&fs, &redis, FSYNC_MS);
     let a = attach(redis.pid(), &["--threshold", "200ms", "--format", "json"]);
     std::thread::sleep(Duration::from_millis(600));
@@ -492,20 +492,7 @@ fn everysec_on_a_slow_disk_is_a_write_pending_fsync() {
     }
     const SLOW_FSYNC_MS: u64 = 2500;
     let tmp = tempfile::tempdir().expect("tempdir");
-    let fs = SlowFs::mount(tmp.path());
-    let data = fs.mnt.to_string_lossy().into_owned();
-    let redis = Redis::start_in(
-        tmp.path(),
-        &[
-            "--dir",
-            &data,
-            "--appendonly",
-            "yes",
-            "--appendfsync",
-            "everysec",
-        ],
-    );
-    redis.wait_no_rewrite();
+    let (fs, redis) = redis_on_slowfs(tmp.path(), "everysec");
     let (pid, port) = (redis.pid(), redis.port);
     fs.set_rules(&format!(
         r#"{{"rules": [{{"op": "fsync", "match": "*.aof", "ms": {SLOW_FSYNC_MS}}}]}}"#

@@ -21,6 +21,14 @@ impl Seq {
             ..Default::default()
         })
     }
+    /// Redis's process 100 with these threads named as `--threads` would name them.
+    fn named(names: &[(Tid, &str)]) -> Self {
+        Self::with(Options {
+            root_pid: Some(100),
+            thread_names: names.iter().map(|(t, n)| (*t, n.to_string())).collect(),
+            ..Default::default()
+        })
+    }
     fn with(o: Options) -> Self {
         Seq {
             a: Analyzer::new(o),
@@ -185,14 +193,7 @@ fn sleep_is_idle_in_a_bio_thread_and_a_stall_in_main() {
 /// main thread's own gap still counts.
 #[test]
 fn io_and_bio_thread_gaps_are_not_stalls() {
-    let mut names = HashMap::default();
-    names.insert(102, "io_thd_1".to_string());
-    names.insert(103, "bio_lazy_free".to_string());
-    let mut s = Seq::with(Options {
-        root_pid: Some(100),
-        thread_names: names,
-        ..Default::default()
-    });
+    let mut s = Seq::named(&[(102, "io_thd_1"), (103, "bio_lazy_free")]);
     s.call(102, 0, 10 * US, "read", Some(9), 10, Extra::None);
     s.call(100, 0, 10 * US, "epoll_wait", Some(5), 1, Extra::None);
     s.call(102, 200 * MS, 10 * US, "write", Some(9), 5, Extra::None);
@@ -665,14 +666,7 @@ fn connection_becomes_a_replica_after_psync_is_answered() {
 
 #[test]
 fn thread_names_decide_roles() {
-    let mut names = HashMap::default();
-    names.insert(101, "bio_close_file".to_string());
-    names.insert(102, "io_thd_1".to_string());
-    let mut s = Seq::with(Options {
-        root_pid: Some(100),
-        thread_names: names,
-        ..Default::default()
-    });
+    let mut s = Seq::named(&[(101, "bio_close_file"), (102, "io_thd_1")]);
     s.call(101, 0, 20 * MS, "close", Some(12), 0, Extra::None);
     s.call(102, 0, 10 * US, "read", Some(9), 0, Extra::None);
     let r = s.report();

@@ -924,36 +924,80 @@ fn thread_and_file_labels() {
     assert_eq!(thread_label("main", 0, false), "main");
     assert_eq!(thread_label("bio_aof", 7605, false), "bio_aof 7605");
     assert_eq!(thread_label("main", 7602, true), "main (7602)");
+    let cases = [
+        (
+            Some("aof"),
+            Some("/var/lib/redis/appendonly.aof"),
+            "appendonly.aof",
+        ),
+        (
+            Some("client"),
+            Some("client connections"),
+            "client connections",
+        ),
+        (
+            Some("client"),
+            Some("TCP:[127.0.0.1:6394] clients"),
+            "client connections",
+        ),
+        (
+            Some("listener"),
+            Some("TCP:[127.0.0.1:6394]"),
+            "listener TCP:[127.0.0.1:6394]",
+        ),
+        (Some("pipe"), Some("pipe:[1234]"), "pipe:[1234]"),
+        (
+            Some("other"),
+            Some("anon_inode:[eventfd]"),
+            "other anon_inode:[eventfd]",
+        ),
+        (
+            Some("aof"),
+            Some("appendonlydir/appendonly.aof.2.incr.aof"),
+            "appendonly.aof.2.incr.aof",
+        ),
+        (Some("log"), Some("redis.log"), "redis.log"),
+        (
+            Some("log"),
+            Some("/var/log/redis/server.txt"),
+            "log server.txt",
+        ),
+        (Some("aof"), None, "aof"),
+        (None, None, ""),
+    ];
+    for (class, path, label) in cases {
+        assert_eq!(file_label(class, path), label, "{class:?} {path:?}");
+    }
+}
+
+/// The tracing-cost line names the cost the backend has: ptrace stops redis at every
+/// syscall, perf never does (so no "µs per tracer stop" for it).
+#[test]
+fn tracing_cost_line_follows_the_backend() {
+    let line = |backend: &str| {
+        let mut r = base(1_000_000);
+        r.source.kind = "live".into();
+        r.source.backend = Some(backend.into());
+        r.overhead = Some(Overhead {
+            syscalls_per_s: 3000.0,
+            mean_stop_us: 9.7,
+            warning: None,
+        });
+        let mut out = vec![];
+        super::table::render(&r, &mut out, false).unwrap();
+        String::from_utf8(out)
+            .unwrap()
+            .lines()
+            .find(|l| l.starts_with("Tracing cost"))
+            .unwrap()
+            .to_string()
+    };
     assert_eq!(
-        file_label(Some("aof"), Some("/var/lib/redis/appendonly.aof")),
-        "appendonly.aof"
+        line("ptrace"),
+        "Tracing cost: 3000 syscalls/s traced, 9.7 µs per tracer stop"
     );
     assert_eq!(
-        file_label(Some("client"), Some("client connections")),
-        "client connections"
+        line("perf"),
+        "Tracing cost: 3000 syscalls/s traced; redis is never stopped"
     );
-    assert_eq!(
-        file_label(Some("client"), Some("TCP:[127.0.0.1:6394] clients")),
-        "client connections"
-    );
-    assert_eq!(
-        file_label(Some("listener"), Some("TCP:[127.0.0.1:6394]")),
-        "listener TCP:[127.0.0.1:6394]"
-    );
-    assert_eq!(file_label(Some("pipe"), Some("pipe:[1234]")), "pipe:[1234]");
-    assert_eq!(
-        file_label(Some("other"), Some("anon_inode:[eventfd]")),
-        "other anon_inode:[eventfd]"
-    );
-    assert_eq!(
-        file_label(Some("aof"), Some("appendonlydir/appendonly.aof.2.incr.aof")),
-        "appendonly.aof.2.incr.aof"
-    );
-    assert_eq!(file_label(Some("log"), Some("redis.log")), "redis.log");
-    assert_eq!(
-        file_label(Some("log"), Some("/var/log/redis/server.txt")),
-        "log server.txt"
-    );
-    assert_eq!(file_label(Some("aof"), None), "aof");
-    assert_eq!(file_label(None, None), "");
 }
