@@ -421,7 +421,12 @@ pub fn run_attach(args: &AttachArgs) -> Result<u64> {
                     }
                 }
             }
-            an.push(ev);
+            // The end of tracing changes nothing in the analysis (no call comes after it),
+            // and a recording cannot hold it as an event (record.rs): left out, the live
+            // report and that of the recording count the same events.
+            if !matches!(ev.kind, crate::event::EventKind::Detach) {
+                an.push(ev);
+            }
             if let (Some(r), None) = (rec.as_mut(), &record_err) {
                 if let Err(e) = r.write_event(ev) {
                     record_err = Some(e);
