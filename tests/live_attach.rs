@@ -372,8 +372,38 @@ fn a_recording_reads_back_to_the_same_findings(backend: &str) {
     };
     assert_eq!(about_redis(&live), about_redis(&back));
     assert!(finding_ids(&back).contains(&"aof-fsync-always".to_string()));
-    assert_eq!(live["summary"]["stalls"], back["summary"]["stalls"]);
-    assert_eq!(live["summary"]["syscalls"], back["summary"]["syscalls"]);
+    for k in [
+        "stalls",
+        "syscalls",
+        "events",
+        "threads",
+        "span_us",
+        "in_flight_at_start",
+        "in_flight_at_end",
+    ] {
+        assert_eq!(live["summary"][k], back["summary"][k], "summary.{k}");
+    }
+    // The same stalls, to the microsecond, in the same order.
+    let stalls = |r: &serde_json::Value| -> Vec<String> {
+        ["stalls", "in_flight"]
+            .iter()
+            .flat_map(|k| r[*k].as_array().cloned().unwrap_or_default())
+            .map(|s| {
+                format!(
+                    "{} {} {} {} at {} for {} {} {}",
+                    s["tid"],
+                    s["thread"],
+                    s["kind"],
+                    s["syscall"],
+                    s["at_us"],
+                    s["duration_us"],
+                    s["bound"],
+                    s["in_flight"]
+                )
+            })
+            .collect()
+    };
+    assert_eq!(stalls(&live), stalls(&back));
 }
 
 #[test]
