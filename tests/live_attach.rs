@@ -404,6 +404,18 @@ fn a_recording_reads_back_to_the_same_findings(backend: &str) {
             .collect()
     };
     assert_eq!(stalls(&live), stalls(&back));
+    // Files named and classed alike (the config the live side read is beside the recording).
+    let fds = |r: &serde_json::Value| -> Vec<String> {
+        let mut v: Vec<String> = r["fds"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|f| format!("{} {} {} {}", f["pid"], f["fd"], f["path"], f["class"]))
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(fds(&live), fds(&back));
 }
 
 #[test]

@@ -11,7 +11,8 @@
 //! `-y` annotations come from a small fd map of its own: seeded from /proc/PID/fd at attach
 //! and kept up to date from open/close/dup results, so a file opened before the attach is
 //! still named in the recording. Thread names, which strace text cannot hold, go to a
-//! `FILE.threads` sidecar in the `--threads` format.
+//! `FILE.threads` sidecar in the `--threads` format, and the redis config the live analysis
+//! used (from /proc, or `--redis-conf`) to `FILE.redis.conf`; `analyze FILE` reads both.
 //!
 //! The edges of the trace carry what strace text has no words for. The attach is written as
 //! strace's own `Process N attached` message, stamped, so a reader knows the traced process.
@@ -29,6 +30,9 @@
 use crate::event::{Event, EventKind, Extra, InFlight, Nanos, Ret, Syscall, Tid};
 use std::collections::HashMap;
 use std::io::Write;
+
+/// Beside a recording FILE: the redis config the live analysis used (`FILE.redis.conf`).
+pub const CONF_SUFFIX: &str = ".redis.conf";
 
 pub struct Recorder<W: Write> {
     w: std::io::BufWriter<W>,
