@@ -234,7 +234,11 @@ fn bgsave_child_phase_with_fork_time(backend: &str) {
     // Redis reaps the child (and says the save is over) after the child's exit, which the
     // tracer has seen by then.
     let start = Instant::now();
-    while c.info_field("persistence", "rdb_bgsave_in_progress").as_deref() != Some("0") {
+    while c
+        .info_field("persistence", "rdb_bgsave_in_progress")
+        .as_deref()
+        != Some("0")
+    {
         assert!(start.elapsed() < DEADLINE, "the BGSAVE did not end");
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -298,7 +302,10 @@ fn sigkill_of_stallscope_leaves_redis_serving(backend: &str) {
     };
     let start = Instant::now();
     while done.load(std::sync::atomic::Ordering::Relaxed) < 50 {
-        assert!(start.elapsed() < DEADLINE, "no SET was answered under tracing");
+        assert!(
+            start.elapsed() < DEADLINE,
+            "no SET was answered under tracing"
+        );
         std::thread::sleep(Duration::from_millis(5));
     }
     a.child.kill().expect("kill stallscope");
@@ -312,7 +319,8 @@ fn sigkill_of_stallscope_leaves_redis_serving(backend: &str) {
         "the load ran to its end"
     );
     for t in std::fs::read_dir(format!("/proc/{}/task", redis.pid())).expect("tasks") {
-        let stat = std::fs::read_to_string(t.expect("task").path().join("stat")).unwrap_or_default();
+        let stat =
+            std::fs::read_to_string(t.expect("task").path().join("stat")).unwrap_or_default();
         let state = stat.rsplit(") ").next().and_then(|r| r.chars().next());
         assert!(
             !matches!(state, Some('t') | Some('T')),

@@ -147,7 +147,9 @@ impl SlowFs {
         s.set_read_timeout(Some(Duration::from_secs(30))).ok();
         writeln!(s, "{req}").expect("send rules");
         let mut ans = String::new();
-        BufReader::new(&s).read_line(&mut ans).expect("slowfs's answer");
+        BufReader::new(&s)
+            .read_line(&mut ans)
+            .expect("slowfs's answer");
         assert!(ans.contains(r#""ok": true"#), "slowfs refused {req}: {ans}");
     }
 
@@ -199,7 +201,13 @@ impl SlowFs {
 
     /// The last delay of `op` on `base` that thread `tid` waited in, waiting up to `limit`
     /// for it to be logged (its begin row comes a moment after the syscall's entry).
-    fn last_delay(&self, op: &str, base: &dyn Fn(&str) -> bool, tid: u32, limit: Duration) -> Delay {
+    fn last_delay(
+        &self,
+        op: &str,
+        base: &dyn Fn(&str) -> bool,
+        tid: u32,
+        limit: Duration,
+    ) -> Delay {
         let start = Instant::now();
         loop {
             let mut all = self.delays();
@@ -318,7 +326,10 @@ fn redis_on_slowfs(tmp: &Path, appendfsync: &str) -> (SlowFs, Redis) {
 
 /// Holds the AOF's fdatasync, sends a SET (its reply waits for the fsync), and returns once
 /// the main thread is blocked in that fdatasync; the thread returns the reply.
-fn block_in_aof_fsync(fs: &SlowFs, redis: &Redis) -> std::thread::JoinHandle<std::io::Result<String>> {
+fn block_in_aof_fsync(
+    fs: &SlowFs,
+    redis: &Redis,
+) -> std::thread::JoinHandle<std::io::Result<String>> {
     fs.hold("fsync", "*.aof");
     let port = redis.port;
     let set = std::thread::spawn(move || {
@@ -430,7 +441,10 @@ fn calls_in_flight_at_attach_and_at_detach_are_reported_as_lower_bounds() {
     // call returned after the release; it began after `attach_started` and the call
     // returned before the SET's reply.
     let d1 = first["duration_us"].as_i64().unwrap_or(0);
-    let (lo, hi) = (us(attach_seen, released_at), us(attach_started, set_answered));
+    let (lo, hi) = (
+        us(attach_seen, released_at),
+        us(attach_started, set_answered),
+    );
     assert!(
         d1 >= lo - CLOCK_SLOP_US && d1 <= hi + CLOCK_SLOP_US,
         "fdatasync known part {d1} us, not within [{lo}, {hi}]: {first}"

@@ -145,8 +145,9 @@ impl<W: Write> Recorder<W> {
                 // The moment tracing ended, on the calls it left running (see above).
                 let at = self.ts_text(ev.ts);
                 for (tid, name) in std::mem::take(&mut self.at_end) {
-                    self.line
-                        .push_str(&format!("{tid} {at} <... {name} resumed> <unfinished ...>\n"));
+                    self.line.push_str(&format!(
+                        "{tid} {at} <... {name} resumed> <unfinished ...>\n"
+                    ));
                 }
                 return self.w.write_all(self.line.as_bytes());
             }

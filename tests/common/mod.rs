@@ -393,7 +393,10 @@ impl Attach {
         };
         // The rest of stderr, up to the end of the pipe (the reader thread then hangs up).
         let start = Instant::now();
-        while let Ok(l) = self.lines.recv_timeout(DEADLINE.saturating_sub(start.elapsed())) {
+        while let Ok(l) = self
+            .lines
+            .recv_timeout(DEADLINE.saturating_sub(start.elapsed()))
+        {
             self.stderr.push(l);
         }
         let stdout = reader.join().unwrap_or_default();
