@@ -129,8 +129,15 @@ fn appendfsync_always_is_found_on_the_aof(backend: &str) {
     );
     set_load(redis.port, 300);
     let (code, out) = finish(a, DEADLINE);
-    assert_eq!(code, Some(1), "stalls over 100us are expected");
     let r = json(&out);
+    // Whether an fsync passes 100 µs is the disk's business (a tmpfs never does, and the
+    // perf backend adds nothing to it); the exit status must say what the report says.
+    let stalls = r["summary"]["stalls"].as_u64().unwrap_or(0);
+    assert_eq!(
+        code,
+        Some(i32::from(stalls > 0)),
+        "exit status for {stalls} stalls"
+    );
     assert_eq!(r["source"]["kind"], "live");
     let aof_fsync = r["fds"].as_array().into_iter().flatten().any(|f| {
         f["class"] == "aof" && f["path"].as_str().is_some_and(|p| p.contains("appendonly"))
