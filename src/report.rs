@@ -53,7 +53,7 @@ pub struct Source {
     pub pid: Option<u32>,
     /// "absolute" (wall clock with a date), "time_of_day" (no date), "relative", "none".
     pub clock: String,
-    /// Live backend ("ptrace" | "perf"), or null.
+    /// Live backend ("ptrace" | "perf" | "bpf"), or null.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub backend: Option<String>,
 }

@@ -249,7 +249,7 @@ pub fn render(r: &Report, w: &mut dyn Write, color: bool) -> io::Result<()> {
     }
 
     if let Some(o) = &r.overhead {
-        let mut line = if r.source.backend.as_deref() == Some("perf") {
+        let mut line = if matches!(r.source.backend.as_deref(), Some("perf" | "bpf")) {
             format!(
                 "Tracing cost: {:.0} syscalls/s traced; redis is never stopped",
                 o.syscalls_per_s

@@ -284,7 +284,10 @@ fn verifier_refusal(prog: &str, e: &aya::programs::ProgramError) -> AttachError 
             .lines()
             .map(str::trim)
             .filter(|l| {
-                !l.is_empty() && !l.starts_with("processed ") && !l.starts_with("verification time")
+                !l.is_empty()
+                    && !l.starts_with("processed ")
+                    && !l.starts_with("verification time")
+                    && !l.starts_with("stack depth")
             })
             .collect();
         let tail = lines[lines.len().saturating_sub(2)..].join("; ");
@@ -702,6 +705,27 @@ impl BpfTracer {
                 }
             }
         }
+        // A thread that made no call since the attach may be blocked in one that began
+        // before it (the kernel saw neither edge): /proc says which, known from the attach.
+        let mut quiet: Vec<Tid> = self
+            .threads
+            .iter()
+            .filter(|(t, th)| th.from_attach && !th.seen && !running.iter().any(|(r, _)| r == *t))
+            .map(|(t, _)| *t)
+            .collect();
+        quiet.sort_unstable();
+        for tid in quiet {
+            if let Some((nr, args)) = blocked_in_call(tid) {
+                running.push((
+                    tid,
+                    KEntry {
+                        ts: self.stats.attach_mono as u64,
+                        nr,
+                        args,
+                    },
+                ));
+            }
+        }
         running.sort_by_key(|(t, _)| *t);
         for (tid, e) in running {
             let tgid = match self.threads.get(&tid) {
@@ -736,6 +760,18 @@ impl BpfTracer {
         });
         self.done = true;
     }
+}
+
+/// The call `tid` sleeps in now, from /proc, if it sleeps inside one.
+fn blocked_in_call(tid: Tid) -> Option<(i64, [u64; 6])> {
+    let stat = std::fs::read_to_string(format!("/proc/{tid}/stat")).ok()?;
+    let state = stat.rsplit_once(')')?.1.split_whitespace().next()?;
+    if !matches!(state, "D" | "S") {
+        return None;
+    }
+    super::ptrace::parse_proc_syscall(
+        &std::fs::read_to_string(format!("/proc/{tid}/syscall")).ok()?,
+    )
 }
 
 /// The reader thread: copies records out of the ring as soon as they are there, so the
