@@ -304,6 +304,8 @@ struct Thread {
     /// Traced since the attach: its first record may be the exit of a call already running.
     from_attach: bool,
     seen: bool,
+    /// The call it slept in at the attach (from /proc): its arguments, for when it returns.
+    at_attach: Option<(i64, [u64; 6])>,
 }
 
 pub struct BpfTracer {
@@ -451,6 +453,7 @@ impl BpfTracer {
                     tgid: pid,
                     from_attach: true,
                     seen: false,
+                    at_attach: blocked_in_call(*tid),
                 },
             );
         }
@@ -542,8 +545,10 @@ impl BpfTracer {
             tgid: r.tgid,
             from_attach: false,
             seen: false,
+            at_attach: None,
         });
         let first = !th.seen && th.from_attach;
+        let at_attach = th.at_attach.take();
         match r.kind {
             REC_CALL => {
                 th.seen = true;
@@ -571,7 +576,15 @@ impl BpfTracer {
                 }
                 let mut r = r;
                 r.enter_ns = self.stats.attach_mono;
-                let mut ev = self.build(&r, Some(r.ret), false);
+                // Its arguments are known if /proc showed it sleeping in this call then.
+                let known = match at_attach {
+                    Some((nr, args)) if nr == r.nr => {
+                        r.args = args;
+                        true
+                    }
+                    _ => false,
+                };
+                let mut ev = self.build(&r, Some(r.ret), known);
                 if let EventKind::Syscall(sc) = &mut ev.kind {
                     sc.in_flight = Some(InFlight::AtStart);
                 }
@@ -604,6 +617,7 @@ impl BpfTracer {
                         tgid: if thread { r.tgid } else { child },
                         from_attach: false,
                         seen: false,
+                        at_attach: None,
                     },
                 );
             }
