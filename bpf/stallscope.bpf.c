@@ -18,6 +18,7 @@
 #include <linux/bpf.h>
 #include <linux/types.h>
 #include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -47,10 +48,32 @@ enum rec_kind {
 	REC_TASK_EXIT = 5,  // a traced task ended
 };
 
+// The scheduler's own per-task counters, read through CO-RE (the loader relocates these
+// fields against the running kernel's BTF): time on a CPU (updated at each tick and switch,
+// so up to a tick stale for a running task), time waiting on a runqueue, page faults.
+struct sched_entity {
+	unsigned long long sum_exec_runtime;
+} __attribute__((preserve_access_index));
+struct sched_info {
+	unsigned long long run_delay;
+} __attribute__((preserve_access_index));
+struct task_struct {
+	unsigned long min_flt;
+	unsigned long maj_flt;
+	struct sched_entity se;
+	struct sched_info sched_info;
+} __attribute__((preserve_access_index));
+
+// on_cpu_ns, runnable_ns, minor_faults, major_faults of the current task, cumulative.
+struct sched_snap {
+	__u64 v[4];
+};
+
 struct entry {
 	__u64 ts;
 	__s64 nr;
 	__u64 args[6];
+	struct sched_snap sched;
 };
 
 struct rec {
@@ -63,6 +86,8 @@ struct rec {
 	__u64 enter_ns;
 	__u64 exit_ns;
 	__u64 args[6];
+	struct sched_snap sched_enter;
+	struct sched_snap sched_exit;
 };
 
 struct rec_data {
@@ -118,6 +143,15 @@ struct exit_ctx {
 	__s64 ret;
 };
 
+static __always_inline void snap(struct sched_snap *s)
+{
+	struct task_struct *t = (struct task_struct *)bpf_get_current_task();
+	s->v[0] = BPF_CORE_READ(t, se.sum_exec_runtime);
+	s->v[1] = BPF_CORE_READ(t, sched_info.run_delay);
+	s->v[2] = BPF_CORE_READ(t, min_flt);
+	s->v[3] = BPF_CORE_READ(t, maj_flt);
+}
+
 static __always_inline void count_drop(void)
 {
 	__u32 zero = 0;
@@ -161,6 +195,8 @@ static __always_inline void emit_enter_only(struct entry *e, __u32 tid, __u32 tg
 	r->exit_ns = now;
 	for (int i = 0; i < 6; i++)
 		r->args[i] = e->args[i];
+	r->sched_enter = e->sched;
+	snap(&r->sched_exit);
 	submit(r);
 }
 
@@ -178,6 +214,7 @@ int sys_enter(struct enter_ctx *ctx)
 	struct entry e = { .ts = now, .nr = ctx->id };
 	for (int i = 0; i < 6; i++)
 		e.args[i] = ctx->args[i];
+	snap(&e.sched);
 	bpf_map_update_elem(&inflight, &tid, &e, BPF_ANY);
 	return 0;
 }
@@ -215,6 +252,8 @@ int sys_exit(struct exit_ctx *ctx)
 		r->exit_ns = now;
 		for (int i = 0; i < 6; i++)
 			r->args[i] = 0;
+		__builtin_memset(&r->sched_enter, 0, sizeof(r->sched_enter));
+		snap(&r->sched_exit);
 		submit(r);
 		return 0;
 	}
@@ -255,6 +294,8 @@ int sys_exit(struct exit_ctx *ctx)
 	r->exit_ns = now;
 	for (int i = 0; i < 6; i++)
 		r->args[i] = e->args[i];
+	r->sched_enter = e->sched;
+	snap(&r->sched_exit);
 	submit(r);
 	bpf_map_delete_elem(&inflight, &tid);
 	return 0;

@@ -308,6 +308,58 @@ fn a_busy_eval_holds_up_the_commands_behind_it(backend: &str) {
     assert_eq!(r["summary"]["lost_events"], 0);
 }
 
+/// The scheduler's view of a gap (bpf): a busy EVAL never blocks, so the gap is time on a
+/// CPU or waiting for one (which of the two depends on how loaded the machine is), and the
+/// parts add up to the gap.
+#[test]
+fn bpf_backend_splits_a_busy_eval_gap_into_cpu_and_runnable_time() {
+    let _g = serial();
+    if !can_run("bpf") {
+        return;
+    }
+    let redis = Redis::start(&[]);
+    let a = Attach::start(
+        "bpf",
+        redis.pid(),
+        &[
+            "--duration",
+            "2s",
+            "--threshold",
+            "20ms",
+            "--format",
+            "json",
+        ],
+    );
+    assert!(a.attached, "{:?}", a.stderr);
+    let script = "local t = redis.call('TIME') local s = t[1] * 1000000 + t[2] \
+                  while true do local n = redis.call('TIME') if n[1] * 1000000 + n[2] - s > 300000 then break end end return 1";
+    let mut c = redis.client();
+    assert!(matches!(
+        c.cmd(&["EVAL", script, "0"]).expect("EVAL"),
+        Reply::Int(1)
+    ));
+    let (_, out) = finish(a, Duration::from_secs(20));
+    let r = json(&out);
+    let gaps: Vec<&serde_json::Value> = r["stalls"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|s| s["kind"] == "gap" && s["thread"] == "main")
+        .collect();
+    assert!(!gaps.is_empty(), "no main-thread gap: {}", r["stalls"]);
+    for g in gaps {
+        let s = &g["sched"];
+        let part = |k: &str| s[k].as_i64().unwrap_or_else(|| panic!("no sched.{k}: {g}"));
+        let (on, run, blocked) = (part("on_cpu_us"), part("runnable_us"), part("blocked_us"));
+        let d = g["duration_us"].as_i64().unwrap_or(0);
+        assert!((on + run + blocked - d).abs() <= 1, "parts add up: {g}");
+        assert!(
+            on + run >= d * 8 / 10,
+            "a busy EVAL is on a CPU or waiting for one: {g}"
+        );
+    }
+}
+
 /// Every request of a synchronous client is a command in the per-command table.
 fn every_command_is_counted(backend: &str) {
     let redis = Redis::start(&[]);

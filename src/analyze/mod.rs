@@ -343,6 +343,8 @@ struct Cand {
     held: Vec<u64>,
     by_cmd: Vec<(std::rc::Rc<str>, u64)>,
     id: u64,
+    /// What the scheduler did with the thread over the stall (live bpf backend).
+    sched: Option<crate::event::SchedDelta>,
 }
 
 struct PendingCmd {
@@ -936,6 +938,7 @@ impl Analyzer {
                     held: vec![],
                     by_cmd: vec![],
                     id: 0,
+                    sched: sc.sched.as_ref().and_then(|s| s.before),
                 });
             }
         }
@@ -968,6 +971,7 @@ impl Analyzer {
                 held: vec![],
                 by_cmd: vec![],
                 id: 0,
+                sched: sc.sched.as_ref().map(|s| s.during),
             };
             if dur >= self.opts.threshold_ns {
                 self.add_cand(c);
@@ -1457,6 +1461,7 @@ impl Analyzer {
             worst_wait_us: c.worst_wait.map(|w| w / 1000),
             phase: c.phase,
             events_lost: self.lost_events > 0,
+            sched: c.sched.map(|d| report::StallSched::of(&d, c.dur)),
         }
     }
 

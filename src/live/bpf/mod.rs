@@ -52,8 +52,8 @@ const NR_READ: u32 = 1;
 const NR_WRITE: u32 = 2;
 const NR_CLONE: u32 = 3;
 const NR_CLONE3: u32 = 4;
-/// Size of a record without and with its data bytes.
-const REC_LEN: usize = 96;
+/// Size of a record without its data bytes.
+const REC_LEN: usize = 160;
 const DATA_MAX: usize = 64;
 
 #[derive(Clone, Debug)]
@@ -72,6 +72,7 @@ struct KEntry {
     ts: u64,
     nr: i64,
     args: [u64; 6],
+    sched: [u64; 4],
 }
 // SAFETY: plain old data, the layout of `struct entry` in the C source.
 unsafe impl aya::Pod for KEntry {}
@@ -87,6 +88,10 @@ struct Rec {
     enter_ns: Nanos,
     exit_ns: Nanos,
     args: [u64; 6],
+    /// The thread's scheduler counters (on CPU ns, runnable ns, minor and major faults)
+    /// at entry and at exit.
+    sched_enter: [u64; 4],
+    sched_exit: [u64; 4],
     data_len: u8,
     data: [u8; DATA_MAX],
 }
@@ -109,6 +114,12 @@ fn parse(b: &[u8]) -> Option<Rec> {
     for (i, a) in args.iter_mut().enumerate() {
         *a = u64_at(b, 48 + 8 * i);
     }
+    let mut sched_enter = [0u64; 4];
+    let mut sched_exit = [0u64; 4];
+    for i in 0..4 {
+        sched_enter[i] = u64_at(b, 96 + 8 * i);
+        sched_exit[i] = u64_at(b, 128 + 8 * i);
+    }
     let mut data = [0u8; DATA_MAX];
     let data_len = (u32_at(b, 12) as usize)
         .min(DATA_MAX)
@@ -123,6 +134,8 @@ fn parse(b: &[u8]) -> Option<Rec> {
         enter_ns: u64_at(b, 32) as Nanos,
         exit_ns: u64_at(b, 40) as Nanos,
         args,
+        sched_enter,
+        sched_exit,
         data_len: data_len as u8,
         data,
     })
@@ -306,6 +319,17 @@ struct Thread {
     seen: bool,
     /// The call it slept in at the attach (from /proc): its arguments, for when it returns.
     at_attach: Option<(i64, [u64; 6])>,
+    /// Its scheduler counters when its last call ended.
+    last_exit: Option<[u64; 4]>,
+}
+
+fn delta(from: &[u64; 4], to: &[u64; 4]) -> event::SchedDelta {
+    event::SchedDelta {
+        on_cpu_ns: to[0].saturating_sub(from[0]),
+        runnable_ns: to[1].saturating_sub(from[1]),
+        minor_faults: to[2].saturating_sub(from[2]),
+        major_faults: to[3].saturating_sub(from[3]),
+    }
 }
 
 pub struct BpfTracer {
@@ -454,6 +478,7 @@ impl BpfTracer {
                     from_attach: true,
                     seen: false,
                     at_attach: blocked_in_call(*tid),
+                    last_exit: None,
                 },
             );
         }
@@ -546,13 +571,27 @@ impl BpfTracer {
             from_attach: false,
             seen: false,
             at_attach: None,
+            last_exit: None,
         });
         let first = !th.seen && th.from_attach;
         let at_attach = th.at_attach.take();
+        // What the scheduler did in the call, and in the gap since the thread's last call.
+        let sched = (r.kind == REC_CALL || r.kind == REC_ENTER_ONLY).then(|| {
+            Box::new(event::SchedSpan {
+                during: delta(&r.sched_enter, &r.sched_exit),
+                before: th.last_exit.map(|l| delta(&l, &r.sched_enter)),
+            })
+        });
+        if matches!(r.kind, REC_CALL | REC_EXIT_ONLY) {
+            th.last_exit = Some(r.sched_exit);
+        }
         match r.kind {
             REC_CALL => {
                 th.seen = true;
-                let ev = self.build(&r, Some(r.ret), true);
+                let mut ev = self.build(&r, Some(r.ret), true);
+                if let EventKind::Syscall(sc) = &mut ev.kind {
+                    sc.sched = sched;
+                }
                 self.count(tid, Some(r.exit_ns - r.enter_ns));
                 self.queue.push_back(ev);
             }
@@ -564,7 +603,10 @@ impl BpfTracer {
                 if matches!(name, "exit" | "exit_group") {
                     self.exit_codes.insert(tid, r.args[0] as i32);
                 }
-                let ev = self.build(&r, None, true);
+                let mut ev = self.build(&r, None, true);
+                if let EventKind::Syscall(sc) = &mut ev.kind {
+                    sc.sched = sched;
+                }
                 self.count(tid, None);
                 self.queue.push_back(ev);
             }
@@ -618,6 +660,7 @@ impl BpfTracer {
                         from_attach: false,
                         seen: false,
                         at_attach: None,
+                        last_exit: None,
                     },
                 );
             }
@@ -736,6 +779,7 @@ impl BpfTracer {
                         ts: self.stats.attach_mono as u64,
                         nr,
                         args,
+                        sched: [0; 4],
                     },
                 ));
             }
@@ -755,6 +799,8 @@ impl BpfTracer {
                 enter_ns: e.ts as Nanos,
                 exit_ns: end,
                 args: e.args,
+                sched_enter: e.sched,
+                sched_exit: e.sched,
                 data_len: 0,
                 data: [0; DATA_MAX],
             };
@@ -940,5 +986,24 @@ mod tests {
         let short = parse(&b[..REC_LEN]).expect("parsed");
         assert_eq!(short.data_len, 0);
         assert!(parse(&b[..REC_LEN - 1]).is_none());
+    }
+
+    #[test]
+    fn scheduler_counters_become_a_stall_split_that_adds_up() {
+        let d = delta(&[1_000, 500, 10, 1], &[31_000, 60_500, 12, 1]);
+        assert_eq!(
+            (d.on_cpu_ns, d.runnable_ns, d.minor_faults, d.major_faults),
+            (30_000, 60_000, 2, 0)
+        );
+        let s = crate::report::StallSched::of(&d, 100_000);
+        assert_eq!((s.on_cpu_us, s.runnable_us, s.blocked_us), (30, 60, 10));
+        // On-CPU time trails by up to a tick: never more than the stall, never a negative rest.
+        let s = crate::report::StallSched::of(&d, 50_000);
+        assert_eq!((s.on_cpu_us, s.runnable_us, s.blocked_us), (30, 20, 0));
+        // Counters that went backwards (a reused tid) give zero, not a wrap.
+        assert_eq!(
+            delta(&[5, 5, 5, 5], &[1, 1, 1, 1]),
+            event::SchedDelta::default()
+        );
     }
 }
