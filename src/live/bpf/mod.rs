@@ -852,10 +852,8 @@ fn read_ring(
             if let Some(r) = parse(&item) {
                 batch.push(r);
             }
-            if batch.len() >= 4096 {
-                if tx.send(std::mem::take(&mut batch)).is_err() {
-                    return;
-                }
+            if batch.len() >= 4096 && tx.send(std::mem::take(&mut batch)).is_err() {
+                return;
             }
         }
         if !batch.is_empty() && tx.send(batch).is_err() {
