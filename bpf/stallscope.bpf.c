@@ -26,6 +26,11 @@ char LICENSE[] SEC("license") = "GPL";
 #define NR_MAX 1024
 #define CLONE_THREAD 0x00010000
 
+// What every program returns: a tracepoint program returning 0 makes the kernel drop the
+// event for every perf user of the same tracepoint (perf stat, perf trace, stallscope's own
+// perf backend would go blind while this one runs); 1 lets it through to them.
+#define KEEP 1
+
 // Set by the loader before the programs load (they are read-only after that).
 volatile const __u32 follow_forks = 1;
 volatile const __u32 fork_child_pid_off = 20;
@@ -206,7 +211,7 @@ int sys_enter(struct enter_ctx *ctx)
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tgid = id >> 32, tid = (__u32)id;
 	if (!bpf_map_lookup_elem(&tgids, &tgid))
-		return 0;
+		return KEEP;
 	__u64 now = bpf_ktime_get_ns();
 	struct entry *old = bpf_map_lookup_elem(&inflight, &tid);
 	if (old)
@@ -216,7 +221,7 @@ int sys_enter(struct enter_ctx *ctx)
 		e.args[i] = ctx->args[i];
 	snap(&e.sched);
 	bpf_map_update_elem(&inflight, &tid, &e, BPF_ANY);
-	return 0;
+	return KEEP;
 }
 
 SEC("tracepoint/raw_syscalls/sys_exit")
@@ -225,7 +230,7 @@ int sys_exit(struct exit_ctx *ctx)
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tgid = id >> 32, tid = (__u32)id;
 	if (!bpf_map_lookup_elem(&tgids, &tgid))
-		return 0;
+		return KEEP;
 	__u64 now = bpf_ktime_get_ns();
 	__s64 nr = ctx->id, ret = ctx->ret;
 	struct entry *e = bpf_map_lookup_elem(&inflight, &tid);
@@ -240,7 +245,7 @@ int sys_exit(struct exit_ctx *ctx)
 		struct rec *r = bpf_ringbuf_reserve(&events, sizeof(*r), 0);
 		if (!r) {
 			count_drop();
-			return 0;
+			return KEEP;
 		}
 		r->kind = REC_EXIT_ONLY;
 		r->tid = tid;
@@ -255,7 +260,7 @@ int sys_exit(struct exit_ctx *ctx)
 		__builtin_memset(&r->sched_enter, 0, sizeof(r->sched_enter));
 		snap(&r->sched_exit);
 		submit(r);
-		return 0;
+		return KEEP;
 	}
 	__u32 kind = nr_kind(nr);
 	__u64 avail = 0;
@@ -269,7 +274,7 @@ int sys_exit(struct exit_ctx *ctx)
 		if (!d) {
 			count_drop();
 			bpf_map_delete_elem(&inflight, &tid);
-			return 0;
+			return KEEP;
 		}
 		__u32 len = avail > DATA_MAX ? DATA_MAX : avail;
 		if (bpf_probe_read_user(d->data, len, (void *)e->args[1]) != 0)
@@ -281,7 +286,7 @@ int sys_exit(struct exit_ctx *ctx)
 		if (!r) {
 			count_drop();
 			bpf_map_delete_elem(&inflight, &tid);
-			return 0;
+			return KEEP;
 		}
 		r->data_len = 0;
 	}
@@ -298,7 +303,7 @@ int sys_exit(struct exit_ctx *ctx)
 	snap(&r->sched_exit);
 	submit(r);
 	bpf_map_delete_elem(&inflight, &tid);
-	return 0;
+	return KEEP;
 }
 
 SEC("tracepoint/sched/sched_process_fork")
@@ -307,7 +312,7 @@ int process_fork(void *ctx)
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tgid = id >> 32, tid = (__u32)id;
 	if (!bpf_map_lookup_elem(&tgids, &tgid))
-		return 0;
+		return KEEP;
 	__s32 child = 0;
 	bpf_probe_read_kernel(&child, sizeof(child), (char *)ctx + fork_child_pid_off);
 	// The parent is inside clone/clone3: its flags say thread or process.
@@ -332,7 +337,7 @@ int process_fork(void *ctx)
 	struct rec *r = bpf_ringbuf_reserve(&events, sizeof(*r), 0);
 	if (!r) {
 		count_drop();
-		return 0;
+		return KEEP;
 	}
 	__builtin_memset(r, 0, sizeof(*r));
 	r->kind = REC_FORK;
@@ -342,7 +347,7 @@ int process_fork(void *ctx)
 	r->ret = thread;
 	r->exit_ns = bpf_ktime_get_ns();
 	submit(r);
-	return 0;
+	return KEEP;
 }
 
 SEC("tracepoint/sched/sched_process_exit")
@@ -351,7 +356,7 @@ int process_exit(void *ctx)
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tgid = id >> 32, tid = (__u32)id;
 	if (!bpf_map_lookup_elem(&tgids, &tgid))
-		return 0;
+		return KEEP;
 	__u64 now = bpf_ktime_get_ns();
 	struct entry *e = bpf_map_lookup_elem(&inflight, &tid);
 	if (e) {
@@ -372,7 +377,7 @@ int process_exit(void *ctx)
 	// A traced child's last thread: its id may be reused by an unrelated process.
 	if (tid == tgid)
 		bpf_map_delete_elem(&tgids, &tgid);
-	return 0;
+	return KEEP;
 }
 
 // Never loaded, except to prove that a program the kernel refuses is reported with the

@@ -360,6 +360,59 @@ fn bpf_backend_splits_a_busy_eval_gap_into_cpu_and_runnable_time() {
     }
 }
 
+/// The bpf programs share the syscall tracepoints with other perf users: while they run, a
+/// second stallscope with the perf backend still sees every call (a tracepoint program that
+/// returned 0 would make the kernel drop the event for everyone else).
+#[test]
+fn bpf_backend_leaves_the_tracepoints_to_other_perf_users() {
+    let _g = serial();
+    if !can_run("bpf") {
+        return;
+    }
+    let redis = Redis::start(&[]);
+    let mut c = redis.client();
+    let b = Attach::start(
+        "bpf",
+        redis.pid(),
+        &["--duration", "3s", "--threshold", "1s", "--format", "json"],
+    );
+    assert!(b.attached, "{:?}", b.stderr);
+    let p = Attach::start(
+        "perf",
+        redis.pid(),
+        &[
+            "--duration",
+            "1500ms",
+            "--threshold",
+            "1s",
+            "--format",
+            "json",
+        ],
+    );
+    assert!(p.attached, "{:?}", p.stderr);
+    let n = 500;
+    for i in 0..n {
+        c.cmd(&["SET", &format!("k{i}"), "v"]).expect("SET");
+    }
+    let writes = |out: &str| {
+        json(out)["syscalls"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|s| s["name"] == "write")
+            .and_then(|s| s["calls"].as_u64())
+            .unwrap_or(0)
+    };
+    let (_, perf_out) = finish(p, Duration::from_secs(20));
+    let (_, bpf_out) = finish(b, Duration::from_secs(20));
+    assert!(
+        writes(&perf_out) >= n,
+        "perf saw {} writes",
+        writes(&perf_out)
+    );
+    assert!(writes(&bpf_out) >= n, "bpf saw {} writes", writes(&bpf_out));
+}
+
 /// Every request of a synchronous client is a command in the per-command table.
 fn every_command_is_counted(backend: &str) {
     let redis = Redis::start(&[]);

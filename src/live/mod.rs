@@ -544,8 +544,9 @@ pub fn run_attach(args: &AttachArgs) -> Result<u64> {
                        buffers: command names, per-command latency and the commands each stall held \
                        up are not available in this report"
                 .into(),
-            advice: "If you need them, trace briefly with --backend ptrace (it slows redis about as \
-                     much as strace), or on a replica."
+            advice: "If you need them, use --backend bpf (as root: it reads request buffers in the \
+                     kernel without stopping redis), or trace briefly with --backend ptrace (it slows \
+                     redis about as much as strace), or on a replica."
                 .into(),
             stalls: 0,
         });
