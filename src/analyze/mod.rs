@@ -8,16 +8,18 @@
 //! stalls, never by the number of events.
 
 pub mod findings;
+mod incidents;
 pub mod resp;
 pub mod stats;
 
 use crate::event::{DurSource, Event, EventKind, Extra, InFlight, Nanos, Ret, Syscall, Tid};
-pub use crate::fdtable::RedisConf;
 use crate::fdtable::{FdTable, FileClass, FileId};
+pub use crate::redis_conf::RedisConf;
 use crate::report::{self, Bound, Report, Stall, StallKind};
 use crate::source::{Counters, SourceInfo};
+pub use crate::threads_file::parse_thread_names;
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
-use stats::Agg;
+use stats::{Agg, LowDecile};
 use std::collections::{BTreeMap, VecDeque};
 
 #[derive(Clone, Debug)]
@@ -212,31 +214,6 @@ struct ThreadState {
     aof_ns: i64,
     log_ns: i64,
     idle: BTreeMap<&'static str, (u64, i64)>,
-}
-
-/// A streaming estimate of a low quantile (the tenth percentile) in O(1) space: step up by
-/// a tenth of a microsecond when a sample is above the estimate and down by nine tenths
-/// when below, which settles where a tenth of the samples lie below. Deterministic, so the
-/// same trace always gives the same report.
-#[derive(Clone, Copy, Default)]
-struct LowDecile {
-    ns: Nanos,
-    seen: bool,
-}
-
-impl LowDecile {
-    const UP: Nanos = 100;
-    const DOWN: Nanos = 900;
-    fn add(&mut self, x: Nanos) {
-        if !self.seen {
-            self.ns = x;
-            self.seen = true;
-        } else if x > self.ns {
-            self.ns += Self::UP;
-        } else if x < self.ns {
-            self.ns = (self.ns - Self::DOWN).max(0);
-        }
-    }
 }
 
 /// Why a thread has its role: its name, or a behaviour rule.
@@ -1784,7 +1761,7 @@ impl Analyzer {
             .collect();
         r.summary.stalls = stalls.len() as u64 + self.cands_dropped;
         r.summary.stalls_not_listed = self.cands_dropped;
-        r.incidents = incidents(&stalls, &clock, first);
+        r.incidents = incidents::incidents(&stalls, &clock, first);
         let (cands, stalls): (Vec<Cand>, Vec<Stall>) = stalls.into_iter().unzip();
         r.stalls = stalls;
         r.findings = findings::findings(&self, &cands, &r);
@@ -1837,110 +1814,6 @@ fn phase_kind(p: &PhaseState, a: &Analyzer) -> &'static str {
         return "bgsave";
     }
     "child"
-}
-
-/// Overlapping stalls merged: what clients saw as one freeze.
-fn incidents(
-    stalls: &[(Cand, Stall)],
-    clock: &crate::source::Clock,
-    first: Nanos,
-) -> Vec<report::Incident> {
-    // Each incident with the distinct commands and connections its stalls held.
-    type Open = (report::Incident, HashSet<u64>, HashSet<(u32, i32)>);
-    let mut out: Vec<Open> = vec![];
-    for (i, (c, s)) in stalls.iter().enumerate() {
-        let (start, end) = (c.start, c.start + c.dur);
-        let merge = out
-            .last()
-            .is_some_and(|(inc, _, _)| start < first + inc.end_at_us * 1000);
-        if !merge {
-            out.push((
-                report::Incident {
-                    start_at_us: (start - first) / 1000,
-                    end_at_us: (end - first) / 1000,
-                    ts: clock.format(start),
-                    duration_us: 0,
-                    stalls: vec![],
-                    waiting_commands: 0,
-                    waiting_clients: 0,
-                    worst_wait_us: None,
-                    finding: None,
-                },
-                HashSet::default(),
-                HashSet::default(),
-            ));
-        }
-        let (inc, held, clients) = out.last_mut().expect("pushed above");
-        inc.end_at_us = inc.end_at_us.max((end - first) / 1000);
-        inc.stalls.push(i);
-        held.extend(c.held.iter().copied());
-        clients.extend(c.clients.iter().copied());
-        inc.worst_wait_us = match (inc.worst_wait_us, s.worst_wait_us) {
-            (Some(a), Some(b)) => Some(a.max(b)),
-            (a, b) => a.or(b),
-        };
-    }
-    out.into_iter()
-        .map(|(mut inc, held, clients)| {
-            inc.duration_us = inc.end_at_us - inc.start_at_us;
-            inc.waiting_commands = held.len() as u64;
-            inc.waiting_clients = clients.len() as u64;
-            inc
-        })
-        .collect()
-}
-
-/// Reads a thread-name file. Accepted shapes, mixed freely with blank and `# comment` lines:
-/// - `TID NAME` lines (what `stallscope attach --record` writes beside a recording);
-/// - `ps` or `top -H` output with its header: the tid is the `LWP`, `TID` or `SPID` column
-///   (else `PID`, which is the tid in `top -H`), the name is everything from the `CMD`,
-///   `COMMAND` or `COMM` column on, so `ps -L -p PID`, `ps -T -p PID` and
-///   `ps -L -o tid,comm -p PID` all read right;
-/// - `grep . /proc/PID/task/*/comm`: `/proc/PID/task/TID/comm:NAME`.
-pub fn parse_thread_names(text: &str) -> HashMap<Tid, String> {
-    let mut m = HashMap::default();
-    // (tid column, name column) from the last header line seen.
-    let mut columns: Option<(usize, usize)> = None;
-    for line in text.lines() {
-        let l = line.trim();
-        if l.is_empty() || l.starts_with('#') {
-            continue;
-        }
-        if let Some((tid, name)) = proc_comm_line(l) {
-            m.insert(tid, name.to_string());
-            continue;
-        }
-        let cols: Vec<&str> = l.split_whitespace().collect();
-        if cols[0].parse::<Tid>().is_err() {
-            columns = header_columns(&cols).or(columns);
-            continue;
-        }
-        let headerless_pid_tid = cols.len() >= 3 && cols[1].parse::<Tid>().is_ok();
-        let (tid_col, name_col) =
-            columns.unwrap_or(if headerless_pid_tid { (1, 2) } else { (0, 1) });
-        let tid = cols.get(tid_col).and_then(|c| c.parse::<Tid>().ok());
-        if let (Some(tid), Some(_)) = (tid, cols.get(name_col)) {
-            m.insert(tid, cols[name_col..].join(" "));
-        }
-    }
-    m
-}
-
-fn header_columns(cols: &[&str]) -> Option<(usize, usize)> {
-    let find = |names: &[&str]| {
-        cols.iter()
-            .position(|c| names.iter().any(|n| c.eq_ignore_ascii_case(n)))
-    };
-    let tid = find(&["LWP", "TID", "SPID"]).or_else(|| find(&["PID"]))?;
-    let name = find(&["CMD", "COMMAND", "COMM"])?;
-    Some((tid, name))
-}
-
-/// `/proc/PID/task/TID/comm:NAME`, as `grep . /proc/PID/task/*/comm` prints it.
-fn proc_comm_line(l: &str) -> Option<(Tid, &str)> {
-    let (path, name) = l.split_once("/comm:")?;
-    let tid = path.rsplit_once("/task/")?.1.parse().ok()?;
-    Some((tid, name.trim()))
 }
 
 #[cfg(test)]
