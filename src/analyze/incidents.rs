@@ -2,21 +2,22 @@
 //! merged into one incident, what clients saw as one freeze, with the distinct commands and
 //! connections its stalls held. Pure: stalls in (sorted by start), incidents out.
 
-use super::Cand;
+use super::holds::Held;
+use super::stalls::Cand;
 use crate::event::Nanos;
 use crate::report::{self, Stall};
 use rustc_hash::FxHashSet as HashSet;
 
 /// Overlapping stalls merged: what clients saw as one freeze.
 pub(super) fn incidents(
-    stalls: &[(Cand, Stall)],
+    stalls: &[(Cand, Held, Stall)],
     clock: &crate::source::Clock,
     first: Nanos,
 ) -> Vec<report::Incident> {
     // Each incident with the distinct commands and connections its stalls held.
     type Open = (report::Incident, HashSet<u64>, HashSet<(u32, i32)>);
     let mut out: Vec<Open> = vec![];
-    for (i, (c, s)) in stalls.iter().enumerate() {
+    for (i, (c, h, s)) in stalls.iter().enumerate() {
         let (start, end) = (c.start, c.start + c.dur);
         let merge = out
             .last()
@@ -41,8 +42,8 @@ pub(super) fn incidents(
         let (inc, held, clients) = out.last_mut().expect("pushed above");
         inc.end_at_us = inc.end_at_us.max((end - first) / 1000);
         inc.stalls.push(i);
-        held.extend(c.held.iter().copied());
-        clients.extend(c.clients.iter().copied());
+        held.extend(h.seqs.iter().copied());
+        clients.extend(h.clients.iter().copied());
         inc.worst_wait_us = match (inc.worst_wait_us, s.worst_wait_us) {
             (Some(a), Some(b)) => Some(a.max(b)),
             (a, b) => a.or(b),

@@ -3,7 +3,8 @@
 #![allow(clippy::too_many_arguments)]
 
 use super::*;
-use crate::event::{Data, Event, EventKind, Extra, Ret, Syscall};
+use crate::event::{Data, DurSource, Event, EventKind, Extra, InFlight, Ret, Syscall};
+use crate::report::{Bound, StallKind};
 use crate::source::{Clock, Counters, SourceInfo, TimeFmt};
 
 const MS: i64 = 1_000_000;
