@@ -6,7 +6,7 @@
 use super::call::{Facts, ResolvedCall};
 use crate::event::{DurSource, Event, InFlight, Nanos, Ret};
 use crate::report;
-use crate::source::{Clock, Counters, TimeFmt};
+use crate::source::{Clock, Counters, SourceInfo, TimeFmt};
 use crate::units::human;
 
 #[derive(Default)]
@@ -186,6 +186,24 @@ impl Coverage {
             ..Default::default()
         }
     }
+}
+
+/// The first skipped lines, each named by its file when there are several.
+pub(crate) fn skipped(counters: &Counters, info: &SourceInfo) -> Vec<report::Skipped> {
+    counters
+        .skips
+        .first
+        .iter()
+        .map(|(file, line, reason, text)| report::Skipped {
+            line: *line,
+            reason: if info.files.len() > 1 {
+                format!("{file}: {reason}")
+            } else {
+                reason.to_string()
+            },
+            text: text.clone(),
+        })
+        .collect()
 }
 
 #[cfg(test)]

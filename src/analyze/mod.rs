@@ -17,6 +17,7 @@ mod holds;
 mod idle;
 mod incidents;
 mod latency;
+mod options;
 mod phases;
 pub mod resp;
 mod roles;
@@ -38,44 +39,12 @@ use findings::Evidence;
 use holds::{DoneCmd, Held, Holds};
 use idle::Idle;
 use latency::Latency;
+pub use options::Options;
 use phases::{AofUse, Phases};
 pub use roles::Role;
-use rustc_hash::FxHashMap as HashMap;
 use samples::Samples;
 use stalls::{Cand, StallRow, Stalls};
 use world::World;
-
-#[derive(Clone, Debug)]
-pub struct Options {
-    pub threshold_ns: i64,
-    pub top: usize,
-    /// tid -> thread name (from `--threads FILE`, or /proc live).
-    pub thread_names: HashMap<Tid, String>,
-    pub redis_conf: Option<RedisConf>,
-    /// The traced redis-server's pid, when known (live, `--pid`).
-    pub root_pid: Option<Tid>,
-    /// Keep a per-thread sample of calls at least this long for timelines (plots, trace
-    /// export); None when no output needs one.
-    pub timeline_floor_ns: Option<i64>,
-    /// Timestamps were taken by a ptrace tracer at its stops (strace, `attach --backend
-    /// ptrace`), not by the kernel: a call is seen to end only once the tracer has handled
-    /// the thread's exit stop.
-    pub stamped_at_stops: bool,
-}
-
-impl Default for Options {
-    fn default() -> Self {
-        Options {
-            threshold_ns: 10_000_000,
-            top: 20,
-            thread_names: HashMap::default(),
-            redis_conf: None,
-            root_pid: None,
-            timeline_floor_ns: None,
-            stamped_at_stops: false,
-        }
-    }
-}
 
 /// Answered commands kept for stalls found after them.
 const DONE_KEEP: usize = 1 << 16;
@@ -297,7 +266,7 @@ impl Analyzer {
             schema: report::SCHEMA,
             source: self.source_block(&info, &clock),
             summary: self.summary(&counters, &clock),
-            skipped: skipped(&counters, &info),
+            skipped: coverage::skipped(&counters, &info),
             syscalls: self.latency.syscalls(),
             fds: self.latency.fds(&self.world),
             slowest: self
@@ -306,7 +275,7 @@ impl Analyzer {
             timeline: self.samples.timeline(&self.world, first),
             threads: self.world.threads_report(),
             phases: self.phases.report(&clock, first, self.aof_use()),
-            phase_stats: self.phase_stats(),
+            phase_stats: phases::phase_stats(&self.phases, &self.file_time, &self.commands),
             commands: self
                 .commands
                 .report(self.phases.longest(self.coverage.last())),
@@ -387,47 +356,6 @@ impl Analyzer {
             conf: self.opts.redis_conf.as_ref().and_then(|c| c.appendonly),
         }
     }
-
-    /// Before/during/after each phase: the serving threads' file syscalls, then each command.
-    fn phase_stats(&self) -> Vec<report::PhaseStats> {
-        let mut out = vec![];
-        let row =
-            |phase: usize, what: String, d: &dyn Fn(usize) -> report::Dist| report::PhaseStats {
-                phase,
-                what,
-                before: d(2 * phase),
-                during: d(2 * phase + 1),
-                after: d(2 * phase + 2),
-            };
-        for i in 0..self.phases.len() {
-            out.push(row(i, "main_file_syscalls".into(), &|s| {
-                self.file_time.segment(s)
-            }));
-            for n in self.commands.names() {
-                out.push(row(i, format!("command:{n}"), &|s| {
-                    self.commands.segment(n, s)
-                }));
-            }
-        }
-        out
-    }
-}
-
-fn skipped(counters: &Counters, info: &SourceInfo) -> Vec<report::Skipped> {
-    counters
-        .skips
-        .first
-        .iter()
-        .map(|(file, line, reason, text)| report::Skipped {
-            line: *line,
-            reason: if info.files.len() > 1 {
-                format!("{file}: {reason}")
-            } else {
-                reason.to_string()
-            },
-            text: text.clone(),
-        })
-        .collect()
 }
 
 /// The whole-stage contract: small synthetic traces through `push` and `finish`.

@@ -5,6 +5,8 @@
 //! the file-time and commands units count by.
 
 use super::call::{Facts, ResolvedCall};
+use super::commands::Commands;
+use super::file_time::FileTime;
 use crate::event::{Extra, Nanos, Ret};
 use crate::fdtable::{classify_path, FileClass};
 use crate::redis_conf::RedisConf;
@@ -221,6 +223,33 @@ fn kind(p: &PhaseState, aof: AofUse) -> &'static str {
         return "bgsave";
     }
     "child"
+}
+
+/// Before/during/after each phase: the serving threads' file syscalls, then each command.
+pub(crate) fn phase_stats(
+    phases: &Phases,
+    file_time: &FileTime,
+    commands: &Commands,
+) -> Vec<report::PhaseStats> {
+    fn row(phase: usize, what: String, d: impl Fn(usize) -> report::Dist) -> report::PhaseStats {
+        report::PhaseStats {
+            phase,
+            what,
+            before: d(2 * phase),
+            during: d(2 * phase + 1),
+            after: d(2 * phase + 2),
+        }
+    }
+    let mut out = vec![];
+    for i in 0..phases.len() {
+        out.push(row(i, "main_file_syscalls".into(), |s| {
+            file_time.segment(s)
+        }));
+        for n in commands.names() {
+            out.push(row(i, format!("command:{n}"), |s| commands.segment(n, s)));
+        }
+    }
+    out
 }
 
 #[cfg(test)]
