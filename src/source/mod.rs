@@ -5,11 +5,15 @@
 //! not print (an upper bound up to the thread's next event). Live tracers live in `live` and
 //! produce the same events.
 
+mod line;
 pub mod perf;
+pub(crate) mod scan;
 pub mod strace;
 
 use crate::event::{DurSource, Event, EventKind, Nanos, Tid};
 use anyhow::{anyhow, bail, Context, Result};
+use line::LineParser;
+pub use line::{LineOutcome, SkipReason};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -208,28 +212,16 @@ impl Skips {
 /// keys and values, so their contents are replaced by `…` (the shape of the line stays).
 pub fn redact(line: &[u8]) -> String {
     let mut out = Vec::with_capacity(line.len());
-    let mut in_str = false;
-    let mut i = 0;
-    while i < line.len() {
-        let b = line[i];
-        if in_str {
-            if b == b'\\' {
-                i += 2;
-                continue;
-            }
-            if b == b'"' {
-                in_str = false;
-                out.extend_from_slice("…\"".as_bytes());
-            }
-        } else {
-            out.push(b);
-            if b == b'"' {
-                in_str = true;
-            }
+    let mut q = scan::Quoted::new(line);
+    for (_, piece) in q.by_ref() {
+        match piece {
+            scan::Piece::Code(b) => out.push(b),
+            scan::Piece::Open => out.push(b'"'),
+            scan::Piece::Close => out.extend_from_slice("…\"".as_bytes()),
+            scan::Piece::Text(..) | scan::Piece::Escape(..) => {}
         }
-        i += 1;
     }
-    if in_str {
+    if q.in_string() {
         out.extend_from_slice("…".as_bytes());
     }
     String::from_utf8_lossy(&out).into_owned()
@@ -483,16 +475,11 @@ pub fn open_input_counted(path: &str, counter: Option<ByteCounter>) -> Result<Li
 /// Bytes read so far from the input files (shared with the progress bar).
 pub type ByteCounter = std::sync::Arc<std::sync::atomic::AtomicU64>;
 
-enum Parser {
-    Strace(strace::StraceParser),
-    Perf(perf::PerfParser),
-}
-
 /// One input file read as a stream of events.
 pub struct FileSource {
     pub label: String,
     reader: LineReader,
-    parser: Parser,
+    parser: LineParser,
     queue: VecDeque<Event>,
     scratch: Vec<Event>,
     pub counters: Counters,
@@ -614,9 +601,9 @@ impl FileSource {
             },
         };
         let parser = if use_perf {
-            Parser::Perf(perf::PerfParser::default())
+            LineParser::Perf(perf::PerfParser::default())
         } else {
-            Parser::Strace(strace::StraceParser::new(default_pid.unwrap_or(0)))
+            LineParser::Strace(strace::StraceParser::new(default_pid.unwrap_or(0)))
         };
         Ok(FileSource {
             label,
@@ -632,7 +619,7 @@ impl FileSource {
     }
 
     pub fn is_perf(&self) -> bool {
-        matches!(self.parser, Parser::Perf(_))
+        self.parser.is_perf()
     }
 
     /// Reads lines until at least one event is queued or input ends.
@@ -654,10 +641,7 @@ impl FileSource {
             {
                 Some(l) => l,
                 None => {
-                    match &mut self.parser {
-                        Parser::Strace(p) => p.finish(out),
-                        Parser::Perf(p) => p.finish(out),
-                    }
+                    self.parser.finish(out);
                     self.done = true;
                     break;
                 }
@@ -667,22 +651,10 @@ impl FileSource {
             let (skip, text): (Option<&'static str>, &[u8]) = match line {
                 Line::TooLong(head) => {
                     // Keep the parser's line numbering in step.
-                    match &mut self.parser {
-                        Parser::Strace(p) => p.line += 1,
-                        Parser::Perf(p) => p.line += 1,
-                    }
-                    (Some(strace::SkipReason::TooLong.as_str()), head)
+                    self.parser.skip_line();
+                    (Some(SkipReason::TooLong.as_str()), head)
                 }
-                Line::Text(t) => {
-                    let r = match &mut self.parser {
-                        Parser::Strace(p) => match p.feed(t, out) {
-                            strace::LineOutcome::Used => None,
-                            strace::LineOutcome::Skipped(r) => Some(r.as_str()),
-                        },
-                        Parser::Perf(p) => p.feed(t, out).err().map(|r| r.as_str()),
-                    };
-                    (r, t)
-                }
+                Line::Text(t) => (self.parser.feed(t, out).skipped().map(|r| r.as_str()), t),
             };
             if let Some(reason) = skip {
                 if self.strict {
@@ -717,68 +689,16 @@ impl FileSource {
 
     /// The clock and shape seen so far (complete once the input is drained).
     pub fn clock(&self) -> Clock {
-        match &self.parser {
-            Parser::Strace(p) => Clock {
-                fmt: p.clock.fmt,
-                perf: false,
-                frac_digits: p.clock.frac_digits,
-                first: p.clock.first.unwrap_or(0),
-                date: None,
-                wall_at_first: None,
-            },
-            Parser::Perf(p) => Clock {
-                fmt: TimeFmt::Relative,
-                perf: true,
-                frac_digits: 3,
-                first: p.first.unwrap_or(0),
-                date: None,
-                wall_at_first: None,
-            },
-        }
+        self.parser.clock()
     }
 
     pub fn first_text(&self) -> Option<String> {
-        match &self.parser {
-            Parser::Strace(p) => p.clock.first_text.clone(),
-            Parser::Perf(p) => p.first_text.clone(),
-        }
+        self.parser.first_text()
     }
 
     /// The tracer command line this output most likely came from.
     pub fn describe(&self, files: usize) -> String {
-        match &self.parser {
-            Parser::Perf(_) => "perf trace".to_string(),
-            Parser::Strace(p) => {
-                let mut s = String::from("strace");
-                if files > 1 {
-                    s.push_str(" -ff");
-                } else if p.seen_pid_column {
-                    s.push_str(" -f");
-                }
-                s.push_str(match p.clock.fmt {
-                    TimeFmt::None => "",
-                    TimeFmt::TimeOfDay => " -t",
-                    TimeFmt::TimeOfDayFrac if p.clock.frac_digits > 6 => " -tt (ns)",
-                    TimeFmt::TimeOfDayFrac => " -tt",
-                    TimeFmt::Epoch if p.clock.frac_digits > 6 => " --timestamps=unix,ns",
-                    TimeFmt::Epoch if p.clock.frac_digits == 0 => " --timestamps=unix,s",
-                    TimeFmt::Epoch => " -ttt",
-                    TimeFmt::Relative => " -r",
-                });
-                if p.seen_dur {
-                    s.push_str(" -T");
-                }
-                if p.seen_yy {
-                    s.push_str(" -yy");
-                } else if p.seen_annotation {
-                    s.push_str(" -y");
-                }
-                if p.seen_comm() {
-                    s.push_str(" -Y");
-                }
-                s
-            }
-        }
+        self.parser.describe(files)
     }
 }
 

@@ -5,8 +5,10 @@
 //! A call interrupted by another thread's output is printed as `name(args) ...` and finished
 //! later by `... [continued]: name()) = ret`; the two halves are stitched per thread.
 
-use super::strace::{extract_args, parse_tail, SkipReason};
-use crate::event::{self, DurSource, Event, EventKind, InFlight, Nanos, Syscall, Tid};
+use super::line::{LineOutcome, SkipReason};
+use super::scan::{is_name_byte, lossy, skip_ws, trim_end, Piece, Quoted};
+use super::strace::{extract_args_with, parse_tail, NameCache};
+use crate::event::{DurSource, Event, EventKind, InFlight, Nanos, Syscall, Tid};
 use memchr::memmem;
 
 #[derive(Default)]
@@ -20,6 +22,10 @@ pub struct PerfParser {
     /// Calls before the first timestamp (`? (         ): ... [continued]`): they ended by
     /// then, so they are given that time once it is known.
     untimed: Vec<Event>,
+    /// Syscall names with their argument shapes, cached per parser (no lock per line).
+    names: NameCache,
+    /// The argument text without its labels, reused from line to line.
+    unlabeled: Vec<u8>,
 }
 
 /// (time ns, duration ns, tid, rest of the line)
@@ -27,39 +33,34 @@ type PerfPrefix<'a> = (Option<Nanos>, Option<Nanos>, Tid, &'a [u8]);
 
 /// `  2272.992 ( 0.037 ms): comm/tid ` -> (time ns, duration ns, tid, rest)
 fn prefix(line: &[u8]) -> Option<PerfPrefix<'_>> {
-    let s = trim_start(line);
+    let s = skip_ws(line);
     let (ts, mut s) = if let Some(r) = s.strip_prefix(b"?") {
         (None, r)
     } else {
         let (ms, n) = parse_ms(s)?;
         (Some(ms), &s[n..])
     };
-    s = trim_start(s);
+    s = skip_ws(s);
     let mut dur = None;
     if let Some(r) = s.strip_prefix(b"(") {
         let close = memchr::memchr(b')', r)?;
-        let inner = trim_start(&r[..close]);
+        let inner = skip_ws(&r[..close]);
         if let Some((d, n)) = parse_ms(inner) {
-            if trim_start(&inner[n..]).starts_with(b"ms") {
+            if skip_ws(&inner[n..]).starts_with(b"ms") {
                 dur = Some(d);
             }
         }
         s = &r[close + 1..];
         s = s.strip_prefix(b":").unwrap_or(s);
     }
-    s = trim_start(s);
+    s = skip_ws(s);
     // `comm/tid`: comm may hold spaces or slashes, the tid is the digits after the last `/`
     // before the first blank that follows digits.
     let sp = s.iter().position(|b| *b == b' ')?;
     let who = &s[..sp];
     let slash = memchr::memrchr(b'/', who)?;
     let tid: Tid = std::str::from_utf8(&who[slash + 1..]).ok()?.parse().ok()?;
-    Some((ts, dur, tid, trim_start(&s[sp..])))
-}
-
-fn trim_start(s: &[u8]) -> &[u8] {
-    let n = s.iter().take_while(|b| **b == b' ' || **b == b'\t').count();
-    &s[n..]
+    Some((ts, dur, tid, skip_ws(&s[sp..])))
 }
 
 /// `2272.992` (ms) -> ns
@@ -75,59 +76,55 @@ fn parse_ms(s: &[u8]) -> Option<(Nanos, usize)> {
     Some(((v * 1e6).round() as Nanos, n))
 }
 
-/// Drops perf's `name: ` argument labels so the strace argument extractor can read them.
-fn strip_labels(args: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(args.len());
-    let mut i = 0;
+/// Drops perf's `name: ` argument labels into `out` so the strace argument extractor can
+/// read them.
+fn strip_labels(args: &[u8], out: &mut Vec<u8>) {
+    out.clear();
     let mut at_arg_start = true;
-    let mut in_str = false;
-    while i < args.len() {
-        let b = args[i];
-        if at_arg_start && !in_str {
-            let n = args[i..]
-                .iter()
-                .take_while(|c| c.is_ascii_alphanumeric() || **c == b'_')
-                .count();
-            if n > 0 && args[i + n..].starts_with(b": ") {
-                i += n + 2;
-                at_arg_start = false;
-                continue;
-            }
-            at_arg_start = false;
-        }
-        if in_str {
-            if b == b'\\' && i + 1 < args.len() {
+    let mut q = Quoted::new(args);
+    while let Some((i, piece)) = q.next() {
+        match piece {
+            Piece::Code(b) => {
+                if at_arg_start {
+                    at_arg_start = false;
+                    let n = args[i..].iter().take_while(|c| is_name_byte(**c)).count();
+                    if n > 0 && args[i + n..].starts_with(b": ") {
+                        q.pos = i + n + 2;
+                        continue;
+                    }
+                }
                 out.push(b);
-                out.push(args[i + 1]);
-                i += 2;
-                continue;
+                if b == b',' {
+                    at_arg_start = true;
+                    let blanks = args[i + 1..].iter().take_while(|c| **c == b' ').count();
+                    out.extend_from_slice(&args[i + 1..i + 1 + blanks]);
+                    q.pos = i + 1 + blanks;
+                }
             }
-            if b == b'"' {
-                in_str = false;
+            Piece::Open | Piece::Close => {
+                at_arg_start = false;
+                out.push(b'"');
             }
-        } else if b == b'"' {
-            in_str = true;
-        } else if b == b',' {
-            at_arg_start = true;
-            out.push(b);
-            i += 1;
-            while i < args.len() && args[i] == b' ' {
-                out.push(b' ');
-                i += 1;
+            Piece::Text(a, e) | Piece::Escape(a, e) => {
+                out.extend_from_slice(&args[a..e.min(args.len())])
             }
-            continue;
         }
-        out.push(b);
-        i += 1;
     }
-    out
 }
 
 impl PerfParser {
-    pub fn feed(&mut self, raw: &[u8], out: &mut Vec<Event>) -> Result<(), SkipReason> {
+    /// Parses one line (without its newline), pushing the events it completes.
+    pub fn feed(&mut self, raw: &[u8], out: &mut Vec<Event>) -> LineOutcome {
+        match self.feed_line(raw, out) {
+            Ok(()) => LineOutcome::Used,
+            Err(r) => LineOutcome::Skipped(r),
+        }
+    }
+
+    fn feed_line(&mut self, raw: &[u8], out: &mut Vec<Event>) -> Result<(), SkipReason> {
         self.line += 1;
         let line_no = self.line;
-        let t = trim_start(raw);
+        let t = skip_ws(raw);
         if t.is_empty() {
             return Err(SkipReason::Empty);
         }
@@ -167,7 +164,7 @@ impl PerfParser {
         };
         let n = body
             .iter()
-            .take_while(|b| b.is_ascii_alphanumeric() || **b == b'_' || **b == b':')
+            .take_while(|b| is_name_byte(**b) || **b == b':')
             .count();
         if n == 0 || body.get(n) != Some(&b'(') {
             return Err(SkipReason::NoSyscall);
@@ -177,19 +174,16 @@ impl PerfParser {
             // A tracepoint event (`raw_syscalls:sys_enter(...)`), not a decoded syscall.
             return Ok(());
         }
-        let name = event::intern(name_b);
+        let facts = self.names.get(name_b);
+        let name = facts.name;
         let rest = &body[n + 1..];
-        let trimmed = {
-            let mut e = rest.len();
-            while e > 0 && matches!(rest[e - 1], b' ' | b'\t' | b'\r') {
-                e -= 1;
-            }
-            &rest[..e]
-        };
+        let trimmed = trim_end(rest);
         if !continued && trimmed.ends_with(b"...") && memmem::rfind(trimmed, b") = ").is_none() {
-            let args = strip_labels(&trimmed[..trimmed.len() - 3]);
+            let mut args = std::mem::take(&mut self.unlabeled);
+            strip_labels(&trimmed[..trimmed.len() - 3], &mut args);
             let mut sc = Syscall::new(name);
-            extract_args(&mut sc, &args);
+            extract_args_with(&mut sc, facts, &args);
+            self.unlabeled = args;
             sc.start_line = Some(line_no);
             self.pending.insert(tid, (ts, line_no, sc));
             return Ok(());
@@ -199,7 +193,7 @@ impl PerfParser {
             Some(c) => (&rest[..c], &rest[c + 1..]),
             None => return Err(SkipReason::CutOff),
         };
-        let tail_s = trim_start(tail);
+        let tail_s = skip_ws(tail);
         let tail = match tail_s.strip_prefix(b"=") {
             Some(t) => parse_tail(t).ok_or(SkipReason::BadReturn)?,
             None => return Err(SkipReason::BadReturn),
@@ -215,13 +209,15 @@ impl PerfParser {
             }
         } else {
             let mut sc = Syscall::new(name);
-            let a = strip_labels(args);
-            extract_args(&mut sc, &a);
+            let mut a = std::mem::take(&mut self.unlabeled);
+            strip_labels(args, &mut a);
+            extract_args_with(&mut sc, facts, &a);
+            self.unlabeled = a;
             (sc, ts, None)
         };
         sc.ret = tail.ret;
         if let Some(p) = tail.ret_path {
-            sc.ret_path = Some(String::from_utf8_lossy(p).into());
+            sc.ret_path = Some(lossy(p));
         }
         match dur {
             Some(d) => {
@@ -278,7 +274,7 @@ pub fn looks_like_perf(line: &[u8]) -> bool {
         Some((_, _, _, body)) => {
             let n = body
                 .iter()
-                .take_while(|b| b.is_ascii_alphanumeric() || **b == b'_' || **b == b':')
+                .take_while(|b| is_name_byte(**b) || **b == b':')
                 .count();
             n > 0 && body.get(n) == Some(&b'(') || memmem::find(body, b"[continued]").is_some()
         }
@@ -294,7 +290,7 @@ mod tests {
     fn one(line: &str) -> Vec<Event> {
         let mut p = PerfParser::default();
         let mut out = vec![];
-        p.feed(line.as_bytes(), &mut out).unwrap();
+        assert_eq!(p.feed(line.as_bytes(), &mut out), LineOutcome::Used);
         p.finish(&mut out);
         out
     }
@@ -339,17 +335,18 @@ mod tests {
     fn call_without_a_time_before_the_first_one_takes_that_time() {
         let mut p = PerfParser::default();
         let mut out = vec![];
-        p.feed(
-            b"         ? (         ): redis-server/28471  ... [continued]: epoll_wait())   = 0",
-            &mut out,
-        )
-        .unwrap();
+        assert_eq!(
+            p.feed(
+                b"         ? (         ): redis-server/28471  ... [continued]: epoll_wait())   = 0",
+                &mut out,
+            ),
+            LineOutcome::Used
+        );
         assert!(out.is_empty());
-        p.feed(
+        assert_eq!(p.feed(
             b"19274896.686 ( 0.027 ms): redis-server/28471 openat(dfd: CWD, filename: 0xd29888c5) = 8",
             &mut out,
-        )
-        .unwrap();
+        ), LineOutcome::Used);
         p.finish(&mut out);
         let names: Vec<(&str, Nanos)> = out
             .iter()
@@ -368,21 +365,27 @@ mod tests {
     fn stitches_interrupted_call_with_its_continuation() {
         let mut p = PerfParser::default();
         let mut out = vec![];
-        p.feed(
-            b"   10.000 (         ): redis-server/7 fdatasync(fd: 7) ...",
-            &mut out,
-        )
-        .unwrap();
-        p.feed(
-            b"   10.100 ( 0.010 ms): redis-server/8 read(fd: 9, buf: 0x1, count: 5) = 5",
-            &mut out,
-        )
-        .unwrap();
-        p.feed(
-            b"   10.000 (50.000 ms): redis-server/7  ... [continued]: fdatasync()) = 0",
-            &mut out,
-        )
-        .unwrap();
+        assert_eq!(
+            p.feed(
+                b"   10.000 (         ): redis-server/7 fdatasync(fd: 7) ...",
+                &mut out,
+            ),
+            LineOutcome::Used
+        );
+        assert_eq!(
+            p.feed(
+                b"   10.100 ( 0.010 ms): redis-server/8 read(fd: 9, buf: 0x1, count: 5) = 5",
+                &mut out,
+            ),
+            LineOutcome::Used
+        );
+        assert_eq!(
+            p.feed(
+                b"   10.000 (50.000 ms): redis-server/7  ... [continued]: fdatasync()) = 0",
+                &mut out,
+            ),
+            LineOutcome::Used
+        );
         let f = out
             .iter()
             .find(|e| e.syscall().unwrap().name == "fdatasync")
@@ -396,18 +399,20 @@ mod tests {
     fn callchain_frames_are_noise_not_errors() {
         let mut p = PerfParser::default();
         let mut out = vec![];
-        assert!(p
-            .feed(
+        assert_eq!(
+            p.feed(
                 b"                                   do_syscall_64 ([kernel.kallsyms])",
                 &mut out
-            )
-            .is_ok());
-        assert!(p
-            .feed(
+            ),
+            LineOutcome::Used
+        );
+        assert_eq!(
+            p.feed(
                 b"     0.011 pipewire/2290 raw_syscalls:sys_enter(id: 16, args: 1)",
                 &mut out
-            )
-            .is_ok());
+            ),
+            LineOutcome::Used
+        );
         assert!(out.is_empty());
     }
 }

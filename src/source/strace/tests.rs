@@ -1,6 +1,7 @@
 //! Table-driven tests of the strace line parser: every line shape of the captures README,
 //! DESIGN.md and issues 2/7, verbatim where a capture has it, each with the exact events.
 
+use super::body::*;
 use super::*;
 use crate::event::{Data, DurSource, Event, EventKind, Extra, InFlight, Ret, Syscall};
 
@@ -832,7 +833,7 @@ fn describe_state_after_lines() {
     let mut p = StraceParser::default();
     let mut out = vec![];
     p.feed(b"11461 22:41:05.800513 read(8<TCP:[127.0.0.1:6394->127.0.0.1:50418]>, \"\", 1) = 0 <0.000028>", &mut out);
-    assert!(p.seen_pid_column && p.seen_dur && p.seen_annotation && p.seen_yy);
+    assert!(p.shape.pid_column && p.shape.dur && p.shape.annotation && p.shape.yy);
     assert_eq!(p.clock.fmt, TimeFmt::TimeOfDayFrac);
     assert_eq!(p.clock.first_text.as_deref(), Some("22:41:05.800513"));
 }
@@ -925,62 +926,6 @@ fn fast_path_agrees_with_the_general_parser() {
         accepted > 10_000,
         "the fast path takes the common lines ({accepted})"
     );
-}
-
-/// The word-at-a-time digit reader agrees with plain arithmetic, and refuses non-digits.
-#[test]
-fn eight_digits_reads_words_of_digits() {
-    for v in [
-        0u64, 7, 10, 99, 12_345_678, 99_999_999, 40_000_001, 10_203_040,
-    ] {
-        let text = format!("{v:08}");
-        let w = u64::from_le_bytes(text.as_bytes().try_into().unwrap());
-        assert_eq!(eight_digits(w), Some(v), "{text}");
-        assert_eq!(
-            fixed_digits::<8>(text.as_bytes().try_into().unwrap()),
-            Some(v)
-        );
-    }
-    assert_eq!(fixed_digits::<6>(b"000071"), Some(71));
-    assert_eq!(fixed_digits::<1>(b"9"), Some(9));
-    assert_eq!(fixed_digits::<10>(b"1354669829"), Some(1_354_669_829));
-    for bad in [
-        *b"1234567a",
-        *b"1234 678",
-        *b"/2345678",
-        *b":2345678",
-        *b"\xb012345\x007",
-    ] {
-        assert_eq!(eight_digits(u64::from_le_bytes(bad)), None, "{bad:?}");
-    }
-    assert_eq!(fixed_digits::<6>(b"00.071"), None);
-}
-
-/// The sixteen-bytes-at-a-time quote count agrees with the byte-wise one: quotes at every
-/// position of a block, escaped quotes and backslashes, runs across block ends.
-#[test]
-fn outside_strings_matches_the_exact_count() {
-    let pieces: [&[u8]; 8] = [
-        b"\"", b"\\\"", b"\\\\", b"a", b"\\\\\"", b"xyz, ", b"\"...", b"1",
-    ];
-    let mut seed = 0x2545_f491_4f6c_dd1du64;
-    for _ in 0..20_000 {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        let mut r = seed;
-        let mut s = vec![];
-        for _ in 0..(r % 24) {
-            r = r.rotate_left(5) ^ 0x9e37_79b9;
-            s.extend_from_slice(pieces[(r % 8) as usize]);
-        }
-        assert_eq!(
-            outside_strings(&s),
-            outside_strings_exact(&s),
-            "{}",
-            String::from_utf8_lossy(&s)
-        );
-    }
 }
 
 /// Ten-digit epoch seconds past what ns can hold (found by fuzzing): no overflow, the line
