@@ -109,14 +109,6 @@ impl LineParser {
         }
     }
 
-    /// The timestamp of the first line as printed.
-    pub(crate) fn first_text(&self) -> Option<String> {
-        match self {
-            LineParser::Strace(p) => p.clock.first_text.clone(),
-            LineParser::Perf(p) => p.first_text.clone(),
-        }
-    }
-
     /// The tracer command line this output most likely came from.
     pub(crate) fn describe(&self, files: usize) -> String {
         match self {

@@ -234,8 +234,6 @@ pub struct Counters {
     /// Lines the parser read (with or without an event); `used + skips.total == lines`.
     pub used: u64,
     pub skips: Skips,
-    pub measured: u64,
-    pub reconstructed: u64,
 }
 
 /// Longest line kept whole; longer ones (a -s 1M write) are skipped, never buffered whole,
@@ -441,13 +439,8 @@ impl LineReader {
     }
 }
 
-/// Opens a file (or `-` for stdin), transparently gunzipping.
-pub fn open_input(path: &str) -> Result<LineReader> {
-    open_input_counted(path, None)
-}
-
-/// `open_input`, counting the raw bytes read from the file (under any gzip decoder) into
-/// `counter`, for a progress bar.
+/// Opens a file (or `-` for stdin), transparently gunzipping, counting the raw bytes read
+/// from the file (under any gzip decoder) into `counter`, for a progress bar.
 pub fn open_input_counted(path: &str, counter: Option<ByteCounter>) -> Result<LineReader> {
     let raw: Box<dyn Read + Send> = if path == "-" {
         Box::new(std::io::stdin())
@@ -488,6 +481,9 @@ pub struct FileSource {
     /// Detected shape, in strace's own words.
     pub format: String,
 }
+
+/// How much of an input format detection reads.
+const DETECT_BYTES: usize = 64 * 1024;
 
 /// What the first lines of an input look like.
 #[derive(Debug, PartialEq, Eq, Clone, Copy)]
@@ -543,16 +539,7 @@ fn detect(head: &[u8]) -> Detected {
 
 impl FileSource {
     /// Opens and identifies one input. `default_pid` is the pid for lines without one
-    /// (from a `-ff` file name).
-    pub fn open(
-        path: &str,
-        format: InputFormat,
-        default_pid: Option<Tid>,
-        strict: bool,
-    ) -> Result<Self> {
-        Self::open_counted(path, format, default_pid, strict, None)
-    }
-
+    /// (from a `-ff` file name); bytes read are counted into `counter`.
     pub fn open_counted(
         path: &str,
         format: InputFormat,
@@ -567,7 +554,7 @@ impl FileSource {
             path.to_string()
         };
         let head = reader
-            .peek(64 * 1024)
+            .peek(DETECT_BYTES)
             .with_context(|| format!("cannot read {label}"))?
             .to_vec();
         let detected = detect(&head);
@@ -692,10 +679,6 @@ impl FileSource {
         self.parser.clock()
     }
 
-    pub fn first_text(&self) -> Option<String> {
-        self.parser.first_text()
-    }
-
     /// The tracer command line this output most likely came from.
     pub fn describe(&self, files: usize) -> String {
         self.parser.describe(files)
@@ -805,10 +788,6 @@ impl Inputs {
             ready: VecDeque::new(),
             finished: false,
         })
-    }
-
-    pub fn files(&self) -> &[FileSource] {
-        &self.files
     }
 
     /// Next event in merged time order (across files), with durations the trace did not
@@ -962,10 +941,6 @@ impl Inputs {
             c.skips.merge(&f.counters.skips);
         }
         c
-    }
-
-    pub fn first_text(&self) -> Option<String> {
-        self.files.iter().filter_map(|f| f.first_text()).next()
     }
 }
 

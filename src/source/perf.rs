@@ -16,7 +16,6 @@ pub struct PerfParser {
     pending: super::TidMap<(Nanos, u64, Syscall)>,
     pub line: u64,
     pub first: Option<Nanos>,
-    pub first_text: Option<String>,
     pub last_ts: Nanos,
     pub seen_dur: bool,
     /// Calls before the first timestamp (`? (         ): ... [continued]`): they ended by
@@ -144,7 +143,6 @@ impl PerfParser {
             Some(t) => {
                 if self.first.is_none() {
                     self.first = Some(t);
-                    self.first_text = Some(format!("{:.3}", t as f64 / 1e6));
                     for mut e in self.untimed.drain(..) {
                         e.ts = t;
                         out.push(e);
@@ -181,7 +179,7 @@ impl PerfParser {
         if !continued && trimmed.ends_with(b"...") && memmem::rfind(trimmed, b") = ").is_none() {
             let mut args = std::mem::take(&mut self.unlabeled);
             strip_labels(&trimmed[..trimmed.len() - 3], &mut args);
-            let mut sc = Syscall::new(name);
+            let mut sc = Syscall::with(name, facts.sys);
             extract_args_with(&mut sc, facts, &args);
             self.unlabeled = args;
             sc.start_line = Some(line_no);
@@ -202,13 +200,13 @@ impl PerfParser {
             match self.pending.remove(&tid) {
                 Some((t0, l0, sc)) if sc.name == name => (sc, t0, Some(l0)),
                 _ => {
-                    let mut sc = Syscall::new(name);
+                    let mut sc = Syscall::with(name, facts.sys);
                     sc.in_flight = Some(InFlight::AtStart);
                     (sc, ts, None)
                 }
             }
         } else {
-            let mut sc = Syscall::new(name);
+            let mut sc = Syscall::with(name, facts.sys);
             let mut a = std::mem::take(&mut self.unlabeled);
             strip_labels(args, &mut a);
             extract_args_with(&mut sc, facts, &a);

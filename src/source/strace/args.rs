@@ -5,57 +5,15 @@
 use super::body::annotation;
 use crate::event::{self, Data, Extra, Syscall};
 use crate::source::scan::{is_name_byte, lossy, parse_u64, skip_ws, unescape, Piece, Quoted};
+use crate::syscalls::{self, ArgKind, SysInfo};
 use memchr::memmem;
 
-/// Interned names with the per-name facts the hot path asks for, kept in a `NameCache`:
-/// `event::intern` hashes with SipHash behind a lock, and the `first_arg_is_fd` /
-/// `has_data_arg` matches compare strings, both too slow per line.
+/// An interned name with its syscall table entry, kept in a `NameCache`: `event::intern`
+/// hashes behind a lock and `syscalls::info` hashes again, both too slow per line.
 #[derive(Clone, Copy)]
 pub struct Name {
     pub name: &'static str,
-    pub fd_first: bool,
-    pub(super) args: ArgKind,
-}
-
-/// Which arguments `extract_args` takes from a call, decided once per name.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(super) enum ArgKind {
-    /// The path is the first argument (open, unlink, stat...).
-    Path0,
-    /// The path follows a dirfd (openat, unlinkat, newfstatat...).
-    Path1,
-    Rename,
-    RenameAt,
-    Pipe,
-    Socketpair,
-    Dup2,
-    Fcntl,
-    CloseRange,
-    Clone,
-    Socket,
-    /// A buffer argument after the fd (read, write, sendto...).
-    Data,
-    Nothing,
-}
-
-fn arg_kind(name: &str) -> ArgKind {
-    match name {
-        "open" | "creat" | "unlink" | "stat" | "lstat" | "access" | "mkdir" | "rmdir"
-        | "truncate" | "chdir" | "readlink" => ArgKind::Path0,
-        "openat" | "unlinkat" | "newfstatat" | "statx" | "mkdirat" | "faccessat" | "faccessat2"
-        | "readlinkat" | "openat2" => ArgKind::Path1,
-        "rename" => ArgKind::Rename,
-        "renameat" | "renameat2" => ArgKind::RenameAt,
-        "pipe" | "pipe2" => ArgKind::Pipe,
-        "socketpair" => ArgKind::Socketpair,
-        "dup2" | "dup3" => ArgKind::Dup2,
-        "fcntl" | "fcntl64" => ArgKind::Fcntl,
-        "close_range" => ArgKind::CloseRange,
-        "clone" | "clone3" | "fork" | "vfork" | "clone2" => ArgKind::Clone,
-        "socket" => ArgKind::Socket,
-        _ if event::has_data_arg(name) => ArgKind::Data,
-        _ => ArgKind::Nothing,
-    }
+    pub sys: &'static SysInfo,
 }
 
 const NAME_SLOTS: usize = 256;
@@ -86,8 +44,7 @@ impl NameCache {
         let s = event::intern(b);
         let n = Name {
             name: s,
-            fd_first: event::first_arg_is_fd(s),
-            args: arg_kind(s),
+            sys: syscalls::info(s),
         };
         // `intern` maps garbage to "?" once its table is full: do not let that evict.
         if s.as_bytes() == b {
@@ -101,14 +58,9 @@ thread_local! {
     static NAMES: std::cell::RefCell<NameCache> = std::cell::RefCell::new(NameCache::default());
 }
 
-/// `event::intern` through the per-thread cache.
-pub(crate) fn name(b: &[u8]) -> Name {
-    NAMES.with(|c| c.borrow_mut().get(b))
-}
-
 /// Interned name (syscall, errno, signal) through the per-thread cache.
 pub fn intern(b: &[u8]) -> &'static str {
-    name(b).name
+    NAMES.with(|c| c.borrow_mut().get(b)).name
 }
 
 /// Splits off the first top-level argument: returns (arg, rest after the comma).
@@ -158,13 +110,8 @@ fn path_arg(a: &[u8]) -> Option<Box<str>> {
     )
 }
 
-/// Fills the syscall fields the analysis needs from the (entry half of the) argument text.
-pub fn extract_args(sc: &mut Syscall, args: &[u8]) {
-    let n = name(sc.name.as_bytes());
-    extract_args_named(sc, n, args)
-}
-
-/// `extract_args` with the name facts already looked up (for the perf parser's own cache).
+/// Fills the syscall fields the analysis needs from the (entry half of the) argument text,
+/// by the argument shape of the call's name (for the perf parser, which has its own cache).
 pub(crate) fn extract_args_with(sc: &mut Syscall, facts: Name, args: &[u8]) {
     extract_args_named(sc, facts, args)
 }
@@ -172,7 +119,7 @@ pub(crate) fn extract_args_with(sc: &mut Syscall, facts: Name, args: &[u8]) {
 /// `extract_args` with the name facts already looked up.
 #[inline]
 pub(super) fn extract_args_named(sc: &mut Syscall, facts: Name, args: &[u8]) {
-    let plain = if facts.fd_first {
+    let plain = if facts.sys.fd_first {
         plain_fd_arg(args)
     } else {
         None
@@ -184,7 +131,7 @@ pub(super) fn extract_args_named(sc: &mut Syscall, facts: Name, args: &[u8]) {
         }
         _ => {
             let (a0, rest) = first_arg(args);
-            if facts.fd_first {
+            if facts.sys.fd_first {
                 let (fd, ann) = parse_fd_arg(a0);
                 sc.fd = fd;
                 if let Some(p) = ann {
@@ -194,7 +141,7 @@ pub(super) fn extract_args_named(sc: &mut Syscall, facts: Name, args: &[u8]) {
             (a0, rest)
         }
     };
-    match facts.args {
+    match facts.sys.args {
         ArgKind::Path0 => {
             if let Some(p) = path_arg(a0) {
                 sc.extra = Extra::Path(p);
@@ -223,7 +170,7 @@ pub(super) fn extract_args_named(sc: &mut Syscall, facts: Name, args: &[u8]) {
             }
         }
         ArgKind::Pipe | ArgKind::Socketpair => {
-            let arr = if facts.args == ArgKind::Socketpair {
+            let arr = if facts.sys.args == ArgKind::Socketpair {
                 let (_, r) = first_arg(rest);
                 let (_, r) = first_arg(r);
                 first_arg(r).0

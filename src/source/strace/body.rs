@@ -303,27 +303,7 @@ pub fn parse_body(s: &[u8]) -> Result<Body<'_>, SkipReason> {
                 Ok(Body::Noise)
             }
         }
-        b's' if s.starts_with(b"strace: ") => {
-            let r = &s[8..];
-            if let Some(p) = r.strip_prefix(b"Process ") {
-                if let Some((pid, n)) = parse_u64(p) {
-                    let after = &p[n..];
-                    if after.starts_with(b" attached") {
-                        let threads = memmem::find(after, b"with ")
-                            .and_then(|i| parse_u64(&after[i + 5..]))
-                            .map(|(v, _)| v as u32);
-                        return Ok(Body::Attached {
-                            pid: pid as u32,
-                            threads,
-                        });
-                    }
-                    if after.starts_with(b" detached") {
-                        return Ok(Body::DetachedMsg { pid: pid as u32 });
-                    }
-                }
-            }
-            Ok(Body::Noise)
-        }
+        b's' if s.starts_with(b"strace: ") => Ok(process_message(&s[8..]).unwrap_or(Body::Noise)),
         b'>' | b'|' | b'/' | b'\\' => {
             // `-k` frames (`> lib(sym+0x..) [0x..]`), `-e write=` dumps (`| 00000 ...`) and
             // the box of `--tips`: strace's own output, with no event in it.
@@ -332,6 +312,26 @@ pub fn parse_body(s: &[u8]) -> Result<Body<'_>, SkipReason> {
         b'_' | b'[' if s.iter().all(|b| matches!(b, b'_' | b'[' | b']' | b' ')) => Ok(Body::Noise),
         _ => parse_call(s),
     }
+}
+
+/// `Process N attached [with K threads] [- interrupt to quit]` / `Process N detached`.
+fn process_message(r: &[u8]) -> Option<Body<'_>> {
+    let p = r.strip_prefix(b"Process ")?;
+    let (pid, n) = parse_u64(p)?;
+    let after = &p[n..];
+    if after.starts_with(b" attached") {
+        let threads = memmem::find(after, b"with ")
+            .and_then(|i| parse_u64(&after[i + 5..]))
+            .map(|(v, _)| v as u32);
+        return Some(Body::Attached {
+            pid: pid as u32,
+            threads,
+        });
+    }
+    if after.starts_with(b" detached") {
+        return Some(Body::DetachedMsg { pid: pid as u32 });
+    }
+    None
 }
 
 /// In a resumed half the arguments may hold a quoted string that began in the entry half;

@@ -1,10 +1,8 @@
 //! The trace clock: per-line times (time of day, epoch, relative deltas) onto one ns
 //! scale, with midnight rollovers under -t/-tt and the running sum under -r.
 
-use super::prefix::{Prefix, TimeFmt, PID_MAX};
+use super::prefix::{Prefix, TimeFmt};
 use crate::event::Nanos;
-use crate::source::scan::{parse_u64, skip_ws};
-use memchr::memchr;
 
 /// The trace clock: turns per-line times into one monotonic-ish ns scale.
 #[derive(Debug, Clone)]
@@ -18,7 +16,6 @@ pub struct ClockState {
     /// Running sum for -r.
     rel: Nanos,
     pub first: Option<Nanos>,
-    pub first_text: Option<String>,
 }
 
 const DAY_NS: i64 = 86_400 * 1_000_000_000;
@@ -32,12 +29,11 @@ impl ClockState {
             high: 0,
             rel: 0,
             first: None,
-            first_text: None,
         }
     }
 
     /// Maps a line's timestamp onto the trace scale. `None` when the line has none.
-    pub(super) fn map(&mut self, p: &Prefix, raw_line: &[u8]) -> Option<Nanos> {
+    pub(super) fn map(&mut self, p: &Prefix) -> Option<Nanos> {
         let t = p.time?;
         if self.fmt == TimeFmt::None {
             self.fmt = p.fmt;
@@ -64,29 +60,10 @@ impl ClockState {
         };
         if self.first.is_none() {
             self.first = Some(v);
-            let txt = parse_prefix_time_text(raw_line);
-            self.first_text = Some(txt);
         }
         if v > self.high || self.first == Some(v) {
             self.high = self.high.max(v);
         }
         Some(v)
     }
-}
-
-/// The timestamp text of a line as printed (for `summary.start`).
-fn parse_prefix_time_text(line: &[u8]) -> String {
-    let mut s = line;
-    if s.starts_with(b"[pid ") {
-        if let Some(c) = memchr(b']', s) {
-            s = &s[c + 1..];
-        }
-    } else if let Some((v, n)) = parse_u64(s) {
-        if v <= PID_MAX && matches!(s.get(n), Some(b' ') | Some(b'\t')) {
-            s = &s[n..];
-        }
-    }
-    let s = skip_ws(s);
-    let n = s.iter().take_while(|b| !b.is_ascii_whitespace()).count();
-    String::from_utf8_lossy(&s[..n]).into_owned()
 }

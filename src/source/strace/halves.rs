@@ -33,7 +33,7 @@ impl StraceParser {
             tid,
             ts,
             line: line_no,
-            kind: EventKind::Syscall(Syscall::new(facts.name)),
+            kind: EventKind::Syscall(Syscall::with(facts.name, facts.sys)),
         });
         let Some(Event {
             kind: EventKind::Syscall(sc),
@@ -71,7 +71,7 @@ impl StraceParser {
         out: &mut Vec<Event>,
     ) {
         let facts = self.names.get(name);
-        let mut sc = Syscall::new(facts.name);
+        let mut sc = Syscall::with(facts.name, facts.sys);
         super::args::extract_args_named(&mut sc, facts, args);
         self.opened(&mut sc);
         sc.start_line = Some(start_line);
@@ -97,7 +97,7 @@ impl StraceParser {
         out: &mut Vec<Event>,
     ) {
         let facts = self.names.get(name);
-        let mut sc = Syscall::new(facts.name);
+        let mut sc = Syscall::with(facts.name, facts.sys);
         super::args::extract_args_named(&mut sc, facts, args);
         sc.in_flight = Some(InFlight::AtEnd);
         sc.start_line = Some(start_line);
@@ -140,13 +140,13 @@ impl StraceParser {
                 }
                 // No entry half: the call was already running when tracing began.
                 // Whatever arguments the resumed half shows are all we know.
-                let mut sc = Syscall::new(name);
+                let mut sc = Syscall::with(name, facts.sys);
                 super::args::extract_args_named(&mut sc, facts, rest);
                 sc.in_flight = Some(InFlight::AtStart);
                 (sc, ts, None)
             }
         };
-        if sc.data().is_none() && facts.args == super::args::ArgKind::Data {
+        if sc.data().is_none() && facts.sys.args == crate::syscalls::ArgKind::Data {
             super::args::data_from(&mut sc, rest);
         }
         let Some(tail) = tail else {

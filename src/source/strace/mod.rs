@@ -16,19 +16,20 @@ mod prefix;
 mod shape;
 
 pub use super::line::{LineOutcome, SkipReason};
-pub(crate) use args::extract_args_with;
-pub use args::{extract_args, intern, Name, NameCache};
-pub use body::{fast_path_agrees, lazy_data_agrees, parse_body, parse_tail, Body, Tail};
+pub(crate) use args::{extract_args_with, intern, NameCache};
+pub use body::{fast_path_agrees, lazy_data_agrees};
+pub(crate) use body::{parse_body, parse_tail};
 pub use clock::ClockState;
-pub use prefix::{parse_prefix, Prefix, TimeFmt};
+pub(crate) use prefix::parse_prefix;
+pub use prefix::TimeFmt;
 pub use shape::Shape;
 
 use crate::event::{Event, EventKind, Nanos, Tid};
 use crate::source::scan::{is_name_byte, skip_ws, trim_end};
-use body::{fast_call, is_process_message, is_summary_line};
+use body::{fast_call, is_process_message, is_summary_line, Body};
 use halves::Pending;
 use memchr::memmem;
-use prefix::looks_like_prefix;
+use prefix::{looks_like_prefix, Prefix};
 
 fn splice_finder() -> &'static memmem::Finder<'static> {
     static F: std::sync::OnceLock<memmem::Finder<'static>> = std::sync::OnceLock::new();
@@ -100,7 +101,7 @@ impl StraceParser {
                 // The message happened when the open line was printed: give it that time,
                 // without moving the clock (the head is mapped again once it is finished).
                 let (pfx, _) = parse_prefix(head);
-                let ts = self.clock.clone().map(&pfx, head);
+                let ts = self.clock.clone().map(&pfx);
                 self.dangling = Some((head.to_vec(), line_no));
                 return self.feed_body_line(&raw[at..], ts, line_no, out);
             }
@@ -187,7 +188,7 @@ impl StraceParser {
                 let b = trim_end(b);
                 let n = b.iter().take_while(|c| is_name_byte(**c)).count();
                 if n > 0 && b.get(n) == Some(&b'(') {
-                    let ts = self.clock.map(&pfx, raw);
+                    let ts = self.clock.map(&pfx);
                     self.note_comm(&pfx, raw, ts, line_no, out);
                     let args = &b[n + 1..];
                     let body = Body::Detached {
@@ -205,7 +206,7 @@ impl StraceParser {
         let ts = if matches!(body, Body::Noise) {
             None
         } else {
-            self.clock.map(&pfx, raw)
+            self.clock.map(&pfx)
         };
         self.note_comm(&pfx, raw, ts, line_no, out);
         self.apply(pfx, ts, body, start_line, line_no, out);

@@ -58,7 +58,7 @@ fn parse_tod(s: &[u8]) -> Option<(i64, u8, usize)> {
 }
 
 /// Largest pid Linux can hand out (PID_MAX_LIMIT): a bare integer above it is a timestamp.
-pub(super) const PID_MAX: u64 = 4_194_304;
+const PID_MAX: u64 = 4_194_304;
 
 /// The `-ttt` shape with no pid column, `1796078610.545264 name(...`: the commonest saved
 /// form, read without the general prefix machinery (which handles it too, slower).
