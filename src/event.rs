@@ -125,6 +125,9 @@ pub enum Extra {
     Socket(&'static str),
     /// The first bytes of a read/write buffer, unescaped.
     Data(Data),
+    /// restart_syscall: the call it continues (`<... resuming interrupted nanosleep ...>`),
+    /// a wait interrupted by a signal or by the attach, now resumed.
+    Resumes(&'static str),
 }
 
 /// The first bytes of a buffer argument, stored inline (no allocation). A live tracer

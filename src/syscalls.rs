@@ -61,6 +61,8 @@ pub enum ArgKind {
     Socket,
     /// A buffer argument after the fd (read, write, sendto...).
     Data,
+    /// restart_syscall: strace names the call it continues.
+    Restart,
     Nothing,
 }
 
@@ -374,7 +376,9 @@ static TABLE: &[SysInfo] = &[
         .used_as(FdUse::Epoll)
         .facts(F::ALWAYS_IDLE | F::EPOLL),
     // A continuation of a timed wait interrupted before tracing began.
-    SysInfo::new("restart_syscall").facts(F::ALWAYS_IDLE),
+    SysInfo::new("restart_syscall")
+        .args(A::Restart)
+        .facts(F::ALWAYS_IDLE),
     // In a background thread these wait for work; redis's main thread never sleeps or
     // polls while idle (its loop waits in epoll), so there they hold every client.
     SysInfo::new("poll").facts(F::BG_WAIT),

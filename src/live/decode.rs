@@ -161,5 +161,8 @@ pub(super) fn decode_args(tid: Tid, sc: &mut Syscall, a: &[u64; 6], ret: Option<
 /// Whether `decode_args` has anything to take for this call other than its fd and buffer
 /// (paths, fd pairs, dup targets, clone flags): the perf backend decodes only those.
 pub(super) fn decodes_more(sys: &crate::syscalls::SysInfo) -> bool {
-    !matches!(sys.args, ArgKind::Data | ArgKind::Nothing)
+    !matches!(
+        sys.args,
+        ArgKind::Data | ArgKind::Restart | ArgKind::Nothing
+    )
 }

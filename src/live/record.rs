@@ -246,6 +246,7 @@ impl<W: Write> Recorder<W> {
                     quote(d.bytes(), d.truncated)
                 )
             }
+            (Extra::Resumes(n), _) => format!("<... resuming interrupted {n} ...>"),
             (Extra::None, _) => fd(self).unwrap_or_default(),
         }
     }

@@ -234,7 +234,12 @@ pub struct Counters {
     /// Lines the parser read (with or without an event); `used + skips.total == lines`.
     pub used: u64,
     pub skips: Skips,
+    /// Events the parsers produced.
+    pub events: u64,
 }
+
+/// The skip reason for the end of a cut-short compressed input.
+const CUT_SHORT: &str = "compressed input ends early: the rest of the file is missing";
 
 /// Longest line kept whole; longer ones (a -s 1M write) are skipped, never buffered whole,
 /// so memory stays bounded whatever the input.
@@ -253,6 +258,8 @@ pub struct LineReader {
     skipping_long: bool,
     /// Set by `read_ahead`: chunks come from a reader thread instead of `inner`.
     ahead: Option<ReadAhead>,
+    /// The input ended early (a truncated gzip stream).
+    cut_short: bool,
 }
 
 /// Free room at the front of each read-ahead chunk, where the unfinished end of the previous
@@ -283,6 +290,7 @@ impl LineReader {
             eof: false,
             skipping_long: false,
             ahead: None,
+            cut_short: false,
         }
     }
 
@@ -326,6 +334,10 @@ impl LineReader {
             return Ok(false);
         }
         let (mut c, n) = match a.chunks.recv() {
+            Ok(Err(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                self.cut_short = true;
+                (Vec::new(), 0)
+            }
             Ok(r) => r?,
             // The thread ended after its last chunk.
             Err(_) => (Vec::new(), 0),
@@ -381,6 +393,13 @@ impl LineReader {
                     return Ok(true);
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                    // A gzip stream that stops mid-member: the file was copied while it
+                    // was being written. What came before is good; say where it ended.
+                    self.cut_short = true;
+                    self.eof = true;
+                    return Ok(true);
+                }
                 Err(e) => return Err(e),
             }
         }
@@ -496,10 +515,17 @@ enum Detected {
     Empty,
 }
 
-fn detect(head: &[u8]) -> Detected {
+fn detect(head: &[u8], whole: bool) -> Detected {
     let mut strace_hits = 0;
     let mut perf_hits = 0;
     let mut lines = 0;
+    // The last piece of a full read-ahead is a line cut by the read (`strace -s 65536`
+    // writes lines longer than what is read here): its start is all there is to go by.
+    let cut = if whole {
+        None
+    } else {
+        memchr::memrchr(b'\n', head).map_or(Some(0), |i| Some(i + 1))
+    };
     for line in head.split(|b| *b == b'\n').take(200) {
         let t = line
             .iter()
@@ -520,9 +546,12 @@ fn detect(head: &[u8]) -> Detected {
             perf_hits += 1;
             continue;
         }
+        let is_cut = cut == Some(line.as_ptr() as usize - head.as_ptr() as usize);
         let (_, body) = strace::parse_prefix(line);
-        if strace::parse_body(body).is_ok() {
-            strace_hits += 1;
+        match strace::parse_body(body) {
+            Ok(_) => strace_hits += 1,
+            Err(SkipReason::CutOff) if is_cut => strace_hits += 1,
+            Err(_) => {}
         }
     }
     if lines == 0 {
@@ -557,7 +586,7 @@ impl FileSource {
             .peek(DETECT_BYTES)
             .with_context(|| format!("cannot read {label}"))?
             .to_vec();
-        let detected = detect(&head);
+        let detected = detect(&head, head.len() < DETECT_BYTES);
         let first_line = head
             .split(|b| *b == b'\n')
             .find(|l| !l.iter().all(|b| b.is_ascii_whitespace()));
@@ -620,6 +649,13 @@ impl FileSource {
     /// Parses lines straight into `out` until it holds `want` events or input ends: the
     /// batch path, where each event is built once in its final place.
     fn pump_into(&mut self, out: &mut Vec<Event>, want: usize) -> Result<()> {
+        let before = out.len();
+        let r = self.pump_lines(out, want);
+        self.counters.events += (out.len() - before) as u64;
+        r
+    }
+
+    fn pump_lines(&mut self, out: &mut Vec<Event>, want: usize) -> Result<()> {
         while out.len() < want && !self.done {
             let line = match self
                 .reader
@@ -630,6 +666,18 @@ impl FileSource {
                 None => {
                     self.parser.finish(out);
                     self.done = true;
+                    if self.reader.cut_short {
+                        // The report of what was read, and where it ended.
+                        let at = self.counters.lines;
+                        eprintln!(
+                            "stallscope: warning: {}: compressed stream ends early (copied while it was being written?): read up to line {at}, the report covers only that",
+                            self.label
+                        );
+                        // Counted as one more line (the missing rest), so that every line
+                        // is still either used or skipped.
+                        self.counters.lines += 1;
+                        self.counters.skips.add(&self.label, at + 1, CUT_SHORT, b"");
+                    }
                     break;
                 }
             };
@@ -938,6 +986,7 @@ impl Inputs {
         for f in &self.files {
             c.lines += f.counters.lines;
             c.used += f.counters.used;
+            c.events += f.counters.events;
             c.skips.merge(&f.counters.skips);
         }
         c
@@ -945,17 +994,29 @@ impl Inputs {
 }
 
 /// Builds an error for an input that parses to nothing usable.
-pub fn no_events_error(label: &str, c: &Counters) -> anyhow::Error {
+pub fn no_events_error(label: &str, c: &Counters, format: InputFormat) -> anyhow::Error {
     let first = c
         .skips
         .first
         .first()
         .map(|(_, l, r, t)| format!(" (line {l}: {r}: {t:?})"))
         .unwrap_or_default();
-    anyhow!(
-        "{label}: not a strace or perf trace: none of its {} lines is a syscall{first}",
-        c.lines
-    )
+    let forced = match format {
+        InputFormat::Auto => None,
+        InputFormat::Strace => Some("strace"),
+        InputFormat::Perf => Some("perf"),
+    };
+    match forced {
+        Some(f) => anyhow!(
+            "{label}: read as --input-format {f}, none of its {} lines is a {f} trace event{first}: \
+             give the format the file is in, or --input-format auto",
+            c.lines
+        ),
+        None => anyhow!(
+            "{label}: not a strace or perf trace: none of its {} lines is a syscall{first}",
+            c.lines
+        ),
+    }
 }
 
 #[cfg(test)]
@@ -1047,5 +1108,84 @@ mod line_reader_tests {
         );
         assert!(plain == ahead, "the read-ahead reader changed the lines");
         assert_eq!(lines(b"", true), vec![]);
+    }
+}
+
+#[cfg(test)]
+mod input_tests {
+    use super::*;
+    use std::io::Write;
+
+    /// A first line longer than what detection reads (`strace -s 65536`) is still strace.
+    #[test]
+    fn a_first_line_longer_than_the_detector_reads_is_detected() {
+        let mut line = b"1796078610.545264 write(8, \"".to_vec();
+        line.extend(std::iter::repeat_n(b'x', 2 * DETECT_BYTES));
+        line.extend_from_slice(b"\", 131072) = 131072 <0.000311>\n");
+        assert_eq!(detect(&line[..DETECT_BYTES], false), Detected::Strace);
+        // A whole input that is only a cut line is no trace.
+        assert_eq!(detect(&line[..100], true), Detected::Unknown);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("long.strace");
+        std::fs::write(&path, &line).unwrap();
+        let mut inp = Inputs::open(
+            &[path.to_string_lossy().into_owned()],
+            InputFormat::Auto,
+            false,
+        )
+        .unwrap();
+        let e = inp.next_event().unwrap().unwrap();
+        assert_eq!(e.syscall().unwrap().name, "write");
+    }
+
+    /// A gzip file cut short (copied while it was being written): what was read is kept,
+    /// and the missing rest is a skipped line that names the file and where it ended.
+    #[test]
+    fn a_truncated_gzip_gives_what_was_read() {
+        let mut text = Vec::new();
+        for i in 0..20_000 {
+            writeln!(
+                text,
+                "1796078610.{:06} getpid() = 7 <0.000002>",
+                i % 1_000_000
+            )
+            .unwrap();
+        }
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        gz.write_all(&text).unwrap();
+        let gz = gz.finish().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cut.strace.gz");
+        std::fs::write(&path, &gz[..gz.len() / 2]).unwrap();
+        let name = path.to_string_lossy().into_owned();
+        let mut inp = Inputs::open(std::slice::from_ref(&name), InputFormat::Auto, false).unwrap();
+        let mut n = 0;
+        while inp.next_event().unwrap().is_some() {
+            n += 1;
+        }
+        let c = inp.counters();
+        assert!(n > 1000 && n < 20_000, "{n} events");
+        assert_eq!(c.used + c.skips.total, c.lines);
+        let (file, line, reason, _) = c.skips.first.last().unwrap();
+        assert_eq!((file, *line, *reason), (&name, c.lines, CUT_SHORT));
+    }
+
+    /// A forced --input-format that reads no event from the file says so.
+    #[test]
+    fn a_forced_format_that_reads_nothing_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.strace");
+        std::fs::write(
+            &path,
+            "1796078610.545264 fdatasync(7) = 0 <0.000311>\n 1796078610.6 ( x\n",
+        )
+        .unwrap();
+        let name = path.to_string_lossy().into_owned();
+        let mut inp = Inputs::open(std::slice::from_ref(&name), InputFormat::Perf, false).unwrap();
+        while inp.next_event().unwrap().is_some() {}
+        let c = inp.counters();
+        assert_eq!((c.lines, c.events), (2, 0));
+        let e = no_events_error(&name, &c, InputFormat::Perf).to_string();
+        assert!(e.contains("--input-format perf"), "{e}");
     }
 }

@@ -41,6 +41,7 @@ fn prefix(line: &[u8]) -> Option<PerfPrefix<'_>> {
     };
     s = skip_ws(s);
     let mut dur = None;
+    let mut dur_column = false;
     if let Some(r) = s.strip_prefix(b"(") {
         let close = memchr::memchr(b')', r)?;
         let inner = skip_ws(&r[..close]);
@@ -50,9 +51,18 @@ fn prefix(line: &[u8]) -> Option<PerfPrefix<'_>> {
             }
         }
         s = &r[close + 1..];
-        s = s.strip_prefix(b":").unwrap_or(s);
+        if let Some(t) = s.strip_prefix(b":") {
+            dur_column = true;
+            s = t;
+        }
     }
     s = skip_ws(s);
+    // `perf trace -p PID` of a single thread leaves the `comm/tid` column out: the call
+    // follows the duration column. Which thread it is, the trace does not say.
+    let n = s.iter().take_while(|b| is_name_byte(**b)).count();
+    if dur_column && n > 0 && s.get(n) == Some(&b'(') {
+        return Some((ts, dur, 0, s));
+    }
     // `comm/tid`: comm may hold spaces or slashes, the tid is the digits after the last `/`
     // before the first blank that follows digits.
     let sp = s.iter().position(|b| *b == b' ')?;
@@ -174,6 +184,20 @@ impl PerfParser {
         }
         let facts = self.names.get(name_b);
         let name = facts.name;
+        if !continued || self.pending.get(&tid).is_some_and(|p| p.2.name != name) {
+            // A call printed as `name(args) ...` whose continuation never came: it ended
+            // before this, the thread's next event (an upper bound, not a call in flight).
+            if let Some((t0, l0, mut sc)) = self.pending.remove(&tid) {
+                sc.dur = Some((ts - t0).max(0));
+                sc.dur_src = DurSource::UpperBound;
+                out.push(Event {
+                    tid,
+                    ts: t0,
+                    line: l0,
+                    kind: EventKind::Syscall(sc),
+                });
+            }
+        }
         let rest = &body[n + 1..];
         let trimmed = trim_end(rest);
         if !continued && trimmed.ends_with(b"...") && memmem::rfind(trimmed, b") = ").is_none() {
@@ -412,5 +436,54 @@ mod tests {
             LineOutcome::Used
         );
         assert!(out.is_empty());
+    }
+
+    /// A call printed with an empty duration and `...` that is never continued ended before
+    /// its thread's next event: an upper bound to it, not a call in flight at the end. Only a
+    /// call with nothing after it in its thread is still running when tracing ended.
+    #[test]
+    fn uncontinued_call_is_bounded_by_the_threads_next_event() {
+        let mut p = PerfParser::default();
+        let mut out = vec![];
+        for l in [
+            "   10.000 (         ): redis-server/7 fdatasync(fd: 7) ...",
+            "   10.100 ( 0.010 ms): redis-server/8 read(fd: 9, buf: 0x1, count: 5) = 5",
+            "   12.500 ( 0.002 ms): redis-server/7 getpid() = 7",
+            "   13.000 (         ): redis-server/8 epoll_wait(epfd: 5, events: 0x1, maxevents: 128) ...",
+        ] {
+            assert_eq!(p.feed(l.as_bytes(), &mut out), LineOutcome::Used, "{l}");
+        }
+        p.finish(&mut out);
+        let by_name = |n: &str| out.iter().find(|e| e.syscall().unwrap().name == n).unwrap();
+        let f = by_name("fdatasync");
+        let sc = f.syscall().unwrap();
+        assert_eq!((f.tid, f.ts), (7, 10_000_000));
+        assert_eq!(
+            (sc.dur, sc.dur_src, sc.in_flight),
+            (Some(2_500_000), DurSource::UpperBound, None)
+        );
+        let w = by_name("epoll_wait").syscall().unwrap();
+        assert_eq!(w.in_flight, Some(InFlight::AtEnd));
+    }
+
+    /// `perf trace -p PID` of a single thread prints no `comm/tid` column.
+    #[test]
+    fn lines_without_the_comm_column_are_read() {
+        let ev = one("     0.046 ( 0.014 ms): gettimeofday(tv: 0x707d30      ) = 0");
+        let sc = ev[0].syscall().unwrap();
+        assert_eq!(
+            (ev[0].ts, sc.name, sc.dur),
+            (46_000, "gettimeofday", Some(14_000))
+        );
+        let ev = one("     1.250 ( 0.004 ms): write(fd: 9, buf: 0x7f, count: 12) = 12");
+        assert_eq!(ev[0].syscall().unwrap().fd, Some(9));
+        assert!(looks_like_perf(
+            b"     0.046 ( 0.014 ms): gettimeofday(tv: 0x707d30      ) = 0"
+        ));
+        // strace -ttt and -r lines have no duration column: never taken for perf.
+        assert!(!looks_like_perf(
+            b"1796078610.545264 fdatasync(7) = 0 <0.000311>"
+        ));
+        assert!(!looks_like_perf(b"     0.000123 read(3, \"\", 1) = 0"));
     }
 }

@@ -4,7 +4,9 @@
 
 use super::body::annotation;
 use crate::event::{self, Data, Extra, Syscall};
-use crate::source::scan::{is_name_byte, lossy, parse_u64, skip_ws, unescape, Piece, Quoted};
+use crate::source::scan::{
+    is_name_byte, lossy, parse_hex, parse_u64, skip_ws, unescape, Piece, Quoted,
+};
 use crate::syscalls::{self, ArgKind, SysInfo};
 use memchr::memmem;
 
@@ -90,8 +92,14 @@ fn first_arg(args: &[u8]) -> (&[u8], &[u8]) {
 /// `7</path>` / `7` / `AT_FDCWD<...>` -> (fd, annotation)
 fn parse_fd_arg(a: &[u8]) -> (Option<i32>, Option<&[u8]>) {
     let a = skip_ws(a);
-    // perf trace style `fd: 7` is handled by its own parser; here plain numbers only.
-    match parse_u64(a) {
+    // perf trace style `fd: 7` is handled by its own parser; here numbers only, in hex as
+    // some shims print them (`accept4(0x6, ...)`), never the `0` of a `0x`.
+    let num = if a.starts_with(b"0x") {
+        parse_hex(a)
+    } else {
+        parse_u64(a)
+    };
+    match num {
         Some((v, n)) if v <= i32::MAX as u64 => {
             (Some(v as i32), annotation(&a[n..]).map(|(p, _)| p))
         }
@@ -223,6 +231,16 @@ pub(super) fn extract_args_named(sc: &mut Syscall, facts: Name, args: &[u8]) {
             sc.extra = Extra::Socket(intern(&a[..n]));
         }
         ArgKind::Data => data_from(sc, rest),
+        ArgKind::Restart => {
+            // `<... resuming interrupted nanosleep ...>`: the call this one continues.
+            if let Some(i) = memmem::find(args, b"interrupted ") {
+                let r = &args[i + 12..];
+                let n = r.iter().take_while(|b| is_name_byte(**b)).count();
+                if n > 0 {
+                    sc.extra = Extra::Resumes(intern(&r[..n]));
+                }
+            }
+        }
         ArgKind::Nothing => {}
     }
 }

@@ -304,6 +304,8 @@ pub fn parse_body(s: &[u8]) -> Result<Body<'_>, SkipReason> {
             }
         }
         b's' if s.starts_with(b"strace: ") => Ok(process_message(&s[8..]).unwrap_or(Body::Noise)),
+        // strace 4.x prints its messages without the `strace: ` prefix.
+        b'P' if s.starts_with(b"Process ") => process_message(s).ok_or(SkipReason::NoSyscall),
         b'>' | b'|' | b'/' | b'\\' => {
             // `-k` frames (`> lib(sym+0x..) [0x..]`), `-e write=` dumps (`| 00000 ...`) and
             // the box of `--tips`: strace's own output, with no event in it.
@@ -514,6 +516,7 @@ pub(super) fn is_process_message(s: &[u8]) -> bool {
     match s.last() {
         Some(b'd') => s.ends_with(b" attached") || s.ends_with(b" detached"),
         Some(b's') => s.ends_with(b" threads"),
+        Some(b't') => s.ends_with(b" - interrupt to quit"),
         _ => false,
     }
 }

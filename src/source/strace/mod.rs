@@ -36,6 +36,20 @@ fn splice_finder() -> &'static memmem::Finder<'static> {
     F.get_or_init(|| memmem::Finder::new(b"strace: Process "))
 }
 
+/// Where strace's own `Process N ...` message starts in a line it was printed into: with
+/// the `strace: ` prefix, or (strace 4.x) without it, then a pid.
+fn splice_at(raw: &[u8]) -> Option<usize> {
+    if let Some(at) = splice_finder().find(raw) {
+        return Some(at);
+    }
+    let at = memmem::rfind(raw, b"Process ")?;
+    let digits = raw[at + 8..]
+        .iter()
+        .take_while(|b| b.is_ascii_digit())
+        .count();
+    (digits > 0 && raw[at + 8 + digits..].starts_with(b" ")).then_some(at)
+}
+
 /// Turns lines into events, keeping the per-thread state the strace grammar needs.
 pub struct StraceParser {
     /// The pid for lines that carry none (single-process traces, `-ff` files).
@@ -52,6 +66,8 @@ pub struct StraceParser {
     /// The parser's own copy of the name cache: the per-thread one sits behind a
     /// thread-local and a RefCell, which cost more than the lookup on every line.
     names: NameCache,
+    /// Whether a line other than an attach message has made an event yet.
+    any_event: bool,
     /// Thread names last given by `-Y`.
     comms: super::TidMap<Box<[u8]>>,
 }
@@ -74,6 +90,7 @@ impl StraceParser {
             last_ts: 0,
             names: NameCache::default(),
             comms: Default::default(),
+            any_event: false,
         }
     }
 
@@ -87,7 +104,7 @@ impl StraceParser {
         // The message runs to the end of the line, so test the cheap suffix before
         // searching the whole line for it.
         let spliced = if is_process_message(raw) {
-            splice_finder().find(raw)
+            splice_at(raw)
         } else {
             None
         };
@@ -95,7 +112,7 @@ impl StraceParser {
             if at > 0 && is_process_message(&raw[at..]) {
                 // A previous split line still waiting for its end never got it.
                 if let Some((head, head_line)) = self.dangling.take() {
-                    self.feed_full_line(&head, head_line, head_line, out);
+                    self.feed_full_line(&head, head_line, head_line, false, out);
                 }
                 let head = &raw[..at];
                 // The message happened when the open line was printed: give it that time,
@@ -110,6 +127,7 @@ impl StraceParser {
             let t = skip_ws(raw);
             let continues = t.starts_with(b"<unfinished ...>")
                 || t.starts_with(b"<detached ...>")
+                || (raw.first() == Some(&b')') && memmem::find(raw, b" = ").is_some())
                 || (!raw.is_empty()
                     && (raw[0] == b' ' || raw[0] == b',')
                     && !looks_like_prefix(raw));
@@ -118,7 +136,7 @@ impl StraceParser {
                     head.push(b' ');
                 }
                 head.extend_from_slice(raw);
-                let outcome = self.feed_full_line(&head, head_line, line_no, out);
+                let outcome = self.feed_full_line(&head, head_line, line_no, false, out);
                 return if outcome == LineOutcome::Used {
                     LineOutcome::Used
                 } else {
@@ -126,9 +144,9 @@ impl StraceParser {
                 };
             }
             // The split line never got its end: its head alone is a call in flight.
-            self.feed_full_line(&head, head_line, head_line, out);
+            self.feed_full_line(&head, head_line, head_line, false, out);
         }
-        self.feed_full_line(raw, line_no, line_no, out)
+        self.feed_full_line(raw, line_no, line_no, true, out)
     }
 
     fn feed_body_line(
@@ -154,11 +172,14 @@ impl StraceParser {
         }
     }
 
+    /// One whole line (or a split line put back together). `defer`: a call cut off before
+    /// its result may still get it on the next line, so keep it until then.
     fn feed_full_line(
         &mut self,
         raw: &[u8],
         start_line: u64,
         line_no: u64,
+        defer: bool,
         out: &mut Vec<Event>,
     ) -> LineOutcome {
         let (pfx, body) = parse_prefix(raw);
@@ -187,6 +208,12 @@ impl StraceParser {
                 let (_, b) = parse_prefix(raw);
                 let b = trim_end(b);
                 let n = b.iter().take_while(|c| is_name_byte(**c)).count();
+                if n > 0 && b.get(n) == Some(&b'(') && defer {
+                    // The traced program's own output printed into the line (strace and
+                    // the program share a terminal): `write(1, "hi\n", 3hi` then `) = 3`.
+                    self.dangling = Some((raw.to_vec(), line_no));
+                    return LineOutcome::Used;
+                }
                 if n > 0 && b.get(n) == Some(&b'(') {
                     let ts = self.clock.map(&pfx);
                     self.note_comm(&pfx, raw, ts, line_no, out);
@@ -253,6 +280,9 @@ impl StraceParser {
         if ts > self.last_ts {
             self.last_ts = ts;
         }
+        if !matches!(body, Body::Attached { .. } | Body::Noise) {
+            self.any_event = true;
+        }
         match body {
             Body::Call { name, args, tail } => self.call(tid, ts, line_no, (name, args, tail), out),
             Body::Unfinished { name, args } => {
@@ -283,6 +313,11 @@ impl StraceParser {
                 self.exit(tid, ts, line_no, kind, out)
             }
             Body::Attached { pid, threads } => {
+                if self.default_pid == 0 && !self.any_event {
+                    // `strace -f -p N` leaves the `[pid N]` column out while N is the only
+                    // tracee: those lines are N's, not a thread 0's.
+                    self.default_pid = pid;
+                }
                 out.push(Event {
                     tid: pid,
                     ts,
@@ -306,7 +341,7 @@ impl StraceParser {
     /// calls still in flight when the trace ended.
     pub fn finish(&mut self, out: &mut Vec<Event>) {
         if let Some((head, head_line)) = self.dangling.take() {
-            self.feed_full_line(&head, head_line, head_line, out);
+            self.feed_full_line(&head, head_line, head_line, false, out);
         }
         self.flush_pending(out);
     }
