@@ -166,9 +166,37 @@ pub fn analyze(args: &AnalyzeArgs) -> Result<u64> {
     }
     info.pid = args.pid;
     info.clock.date = args.date;
-    let report = an.finish(info, counters);
+    let mut report = an.finish(info, counters);
+    join_redis_log(&mut report, args)?;
     emit(&report, &args.out)?;
     Ok(report.summary.stalls)
+}
+
+/// Offline: redis's own log, named with `--redis-log` or found beside the trace, joined
+/// onto the stalls (`redis_evidence`).
+fn join_redis_log(report: &mut Report, args: &AnalyzeArgs) -> Result<()> {
+    let log = match &args.out.redis_log {
+        Some(p) => Some(crate::redis_evidence::LogSource {
+            path: p.clone(),
+            found: "--redis-log",
+            explicit: true,
+        }),
+        None => {
+            let conf = match &args.out.redis_conf {
+                Some(f) => std::fs::read_to_string(f).ok().map(|t| RedisConf::parse(&t)),
+                None => None,
+            };
+            crate::redis_evidence::find_log(&args.files, conf.as_ref(), report)
+        }
+    };
+    crate::redis_evidence::apply(
+        report,
+        crate::redis_evidence::Inputs {
+            log,
+            date_given: args.date.is_some(),
+            ..Default::default()
+        },
+    )
 }
 
 /// Parses on a second thread while the analyzer consumes on this one: the two stages cost
