@@ -60,7 +60,10 @@ pub fn read_reply(r: &mut impl BufRead) -> std::io::Result<Reply> {
     let bad = || {
         std::io::Error::new(
             std::io::ErrorKind::InvalidData,
-            format!("not a RESP reply: {:?}", text.chars().take(40).collect::<String>()),
+            format!(
+                "not a RESP reply: {:?}",
+                text.chars().take(40).collect::<String>()
+            ),
         )
     };
     let (kind, rest) = text.split_at(1.min(text.len()));
@@ -104,9 +107,10 @@ pub struct Conn {
 
 impl Conn {
     pub fn connect(addr: &str, timeout: Duration) -> std::io::Result<Conn> {
-        let sa = addr.to_socket_addrs()?.next().ok_or_else(|| {
-            std::io::Error::new(std::io::ErrorKind::InvalidInput, "no address")
-        })?;
+        let sa = addr
+            .to_socket_addrs()?
+            .next()
+            .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "no address"))?;
         let s = TcpStream::connect_timeout(&sa, timeout)?;
         s.set_read_timeout(Some(timeout))?;
         s.set_write_timeout(Some(timeout))?;
@@ -250,7 +254,10 @@ fn parse_slowlog(r: &Reply) -> Vec<SlowEntry> {
                 ts: it.get(1)?.as_int()?,
                 duration_us: it.get(2)?.as_int()?,
                 // A name only: a command name is a word; anything else is not kept.
-                command: if command.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b'|') {
+                command: if command
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b'|')
+                {
                     command
                 } else {
                     "?".into()
@@ -306,7 +313,8 @@ impl Poller {
             let _ = h.join();
         }
         let mut d = self.data.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        d.latency.sort_by(|a, b| (a.ts, &a.event).cmp(&(b.ts, &b.event)));
+        d.latency
+            .sort_by(|a, b| (a.ts, &a.event).cmp(&(b.ts, &b.event)));
         d.latency.dedup();
         d.slowlog.sort_by_key(|e| e.id);
         d.slowlog.dedup_by_key(|e| e.id);
@@ -412,7 +420,9 @@ fn poll_loop(addr: &str, interval: Duration, stop: &AtomicBool, data: &Mutex<Col
             Ok(())
         })();
         if let Err(e) = end {
-            note(format!("--redis {addr}: final SLOWLOG/LATENCY read failed: {e}"));
+            note(format!(
+                "--redis {addr}: final SLOWLOG/LATENCY read failed: {e}"
+            ));
         }
     }
 }
@@ -429,8 +439,16 @@ mod tests {
         assert_eq!(
             l,
             vec![
-                LatencySample { event: "command".into(), ts: 1_796_079_312, latency_ms: 301 },
-                LatencySample { event: "fork".into(), ts: 1_796_079_300, latency_ms: 5 },
+                LatencySample {
+                    event: "command".into(),
+                    ts: 1_796_079_312,
+                    latency_ms: 301
+                },
+                LatencySample {
+                    event: "fork".into(),
+                    ts: 1_796_079_300,
+                    latency_ms: 5
+                },
             ]
         );
         let mut r = &b"$-1\r\n-ERR no\r\n+OK\r\n*-1\r\n"[..];
@@ -448,7 +466,12 @@ mod tests {
         let e = parse_slowlog(&read_reply(&mut r).unwrap());
         assert_eq!(
             e,
-            vec![SlowEntry { id: 7, ts: 1_796_079_312, duration_us: 300_125, command: "SET".into() }]
+            vec![SlowEntry {
+                id: 7,
+                ts: 1_796_079_312,
+                duration_us: 300_125,
+                command: "SET".into()
+            }]
         );
     }
 
@@ -481,6 +504,10 @@ mod tests {
         std::thread::sleep(Duration::from_millis(100));
         let d = p.finish();
         assert_eq!(d.polls, 0);
-        assert!(d.errors.iter().any(|e| e.contains("cannot connect")), "{:?}", d.errors);
+        assert!(
+            d.errors.iter().any(|e| e.contains("cannot connect")),
+            "{:?}",
+            d.errors
+        );
     }
 }

@@ -86,6 +86,24 @@ impl LiveRedis {
                     }
                 }),
         };
+        // redis rewrites its argv, so /proc may not tell the config; redis itself can.
+        let src = src.or_else(|| {
+            let addr = args.redis.as_deref()?;
+            let mut c =
+                crate::redis_client::Conn::connect(addr, std::time::Duration::from_secs(2)).ok()?;
+            let r = c.cmd(&["CONFIG", "GET", "logfile"]).ok()?;
+            let lf = r.items().get(1)?.as_text().filter(|l| !l.is_empty())?;
+            let p = std::path::Path::new(&lf);
+            let full = match (&ctx.cwd, p.is_absolute()) {
+                (Some(cwd), false) => std::path::Path::new(cwd).join(p),
+                _ => p.to_path_buf(),
+            };
+            Some(LogSource {
+                path: full.to_string_lossy().into_owned(),
+                found: "CONFIG GET logfile",
+                explicit: false,
+            })
+        });
         let follower = src.map(|s| {
             let f = redis_log::Follower::start(&s.path, std::time::Duration::from_millis(200));
             (s, f)
@@ -95,7 +113,9 @@ impl LiveRedis {
             .as_deref()
             .map(|a| crate::redis_client::Poller::start(a, std::time::Duration::from_secs(1)));
         if let Some(a) = &args.redis {
-            eprintln!("stallscope: asking redis at {a} for LATENCY, INFO and SLOWLOG once a second");
+            eprintln!(
+                "stallscope: asking redis at {a} for LATENCY, INFO and SLOWLOG once a second"
+            );
         }
         LiveRedis { follower, poller }
     }
@@ -177,10 +197,7 @@ impl Axis {
         let tz = chrono::FixedOffset::east_opt(self.offset_s)
             .unwrap_or_else(|| chrono::FixedOffset::east_opt(0).expect("UTC"));
         chrono::DateTime::from_timestamp_micros(epoch_us)
-            .map(|t| {
-                t.with_timezone(&tz)
-                    .to_rfc3339_opts(f, false)
-            })
+            .map(|t| t.with_timezone(&tz).to_rfc3339_opts(f, false))
             .unwrap_or_default()
     }
 
@@ -333,7 +350,8 @@ struct Placed {
 fn read_log_file(src: &LogSource) -> Result<(Vec<LogLine>, redis_log::ReadStats)> {
     let r = redis_log::open(&src.path)?;
     let mut all = vec![];
-    let st = redis_log::read(r, |l| all.push(l)).with_context(|| format!("cannot read {}", src.path))?;
+    let st =
+        redis_log::read(r, |l| all.push(l)).with_context(|| format!("cannot read {}", src.path))?;
     Ok((all, st))
 }
 
@@ -341,7 +359,9 @@ fn read_log_file(src: &LogSource) -> Result<(Vec<LogLine>, redis_log::ReadStats)
 /// fall within the trace's span of the day.
 fn infer_date(lines: &[LogLine], t0: NaiveTime, span_us: i64) -> Option<NaiveDate> {
     let mut votes: std::collections::BTreeMap<NaiveDate, u64> = Default::default();
-    let t0_us = t0.signed_duration_since(NaiveTime::MIN).num_microseconds()?;
+    let t0_us = t0
+        .signed_duration_since(NaiveTime::MIN)
+        .num_microseconds()?;
     for l in lines {
         let LogTime::Local {
             t,
@@ -350,7 +370,10 @@ fn infer_date(lines: &[LogLine], t0: NaiveTime, span_us: i64) -> Option<NaiveDat
         else {
             continue;
         };
-        let tod = t.time().signed_duration_since(NaiveTime::MIN).num_microseconds()?;
+        let tod = t
+            .time()
+            .signed_duration_since(NaiveTime::MIN)
+            .num_microseconds()?;
         // The line's offset into the trace, for the trace starting on this line's date, the
         // day before (a trace that crossed midnight) or the day after.
         for (day_shift, base) in [(0i64, 0i64), (-1, 86_400_000_000), (1, -86_400_000_000)] {
@@ -361,7 +384,10 @@ fn infer_date(lines: &[LogLine], t0: NaiveTime, span_us: i64) -> Option<NaiveDat
             }
         }
     }
-    votes.into_iter().max_by_key(|(d, n)| (*n, *d)).map(|(d, _)| d)
+    votes
+        .into_iter()
+        .max_by_key(|(d, n)| (*n, *d))
+        .map(|(d, _)| d)
 }
 
 /// Joins redis's signals onto the report. Errors only for a log the user named that
@@ -379,7 +405,12 @@ pub fn apply(report: &mut Report, inp: Inputs) -> Result<()> {
             log_info = Some(RedisLogInfo {
                 path: src.path.clone(),
                 found: src.found.into(),
-                formats: f.stats.formats.iter().map(|(x, _)| x.describe().into()).collect(),
+                formats: f
+                    .stats
+                    .formats
+                    .iter()
+                    .map(|(x, _)| x.describe().into())
+                    .collect(),
                 lines_read: f.stats.lines,
                 unparsed_lines: f.stats.unparsed,
                 first: None,
@@ -405,7 +436,11 @@ pub fn apply(report: &mut Report, inp: Inputs) -> Result<()> {
                     log_info = Some(RedisLogInfo {
                         path: src.path.clone(),
                         found: src.found.into(),
-                        formats: st.formats.iter().map(|(x, _)| x.describe().into()).collect(),
+                        formats: st
+                            .formats
+                            .iter()
+                            .map(|(x, _)| x.describe().into())
+                            .collect(),
                         lines_read: st.lines,
                         unparsed_lines: st.unparsed,
                         first: None,
@@ -423,7 +458,9 @@ pub fn apply(report: &mut Report, inp: Inputs) -> Result<()> {
                 Err(e) if src.explicit => {
                     return Err(e.context(format!("--redis-log {}", src.path)));
                 }
-                Err(e) => sec.notes.push(format!("redis's log {} ({}): {e:#}", src.path, src.found)),
+                Err(e) => sec
+                    .notes
+                    .push(format!("redis's log {} ({}): {e:#}", src.path, src.found)),
             }
         }
     }
@@ -547,7 +584,8 @@ pub fn apply(report: &mut Report, inp: Inputs) -> Result<()> {
                 li.last.clone().unwrap_or_default()
             ));
         } else if placed.first_last.0.is_some_and(|f| f > span) {
-            sec.notes.push("redis's log begins after the trace ended".into());
+            sec.notes
+                .push("redis's log begins after the trace ended".into());
         }
     }
     // 3. The listed lines.
@@ -605,11 +643,23 @@ pub fn apply(report: &mut Report, inp: Inputs) -> Result<()> {
     sec.finding_signals = report
         .findings
         .iter()
-        .map(|f| finding_signals(f, report, &sec.stall_evidence, log_span, server, server_cov.as_ref()))
+        .map(|f| {
+            finding_signals(
+                f,
+                report,
+                &sec.stall_evidence,
+                log_span,
+                server,
+                server_cov.as_ref(),
+            )
+        })
         .collect();
     for (f, sig) in report.findings.iter_mut().zip(&sec.finding_signals) {
         if let Some(s) = sig {
-            f.evidence = format!("{}. Redis's own signals: {s}", f.evidence.trim_end_matches('.'));
+            f.evidence = format!(
+                "{}. Redis's own signals: {s}",
+                f.evidence.trim_end_matches('.')
+            );
         }
     }
     sec.log = log_info;
@@ -646,43 +696,53 @@ fn short(s: &str, n: usize) -> String {
 /// between redis and valkey, and across versions).
 pub fn classify(msg: &str) -> Option<&'static str> {
     let m = msg;
-    Some(if m.starts_with("Asynchronous AOF fsync is taking too long") {
-        "AOF fsync too long: redis wrote the AOF without waiting for the background fsync"
-    } else if m.starts_with("Background saving started") {
-        "background save started"
-    } else if m.starts_with("Background saving terminated") {
-        "background save ended"
-    } else if m.starts_with("Background saving error") {
-        "background save failed"
-    } else if m.starts_with("Background append only file rewriting started") {
-        "AOF rewrite started"
-    } else if m.starts_with("Background AOF rewrite terminated")
-        || m.starts_with("Background AOF rewrite finished")
-    {
-        "AOF rewrite ended"
-    } else if m.starts_with("Fork CoW") {
-        "copy-on-write of the save child"
-    } else if m.starts_with("DB saved on disk") {
-        "the save child finished writing"
-    } else if m.contains("fork") && m.contains("Cannot allocate memory") {
-        "fork failed"
-    } else if m.starts_with("Error writing to the AOF") || m.contains("AOF write error") {
-        "AOF write error"
-    } else {
-        return None;
-    })
+    Some(
+        if m.starts_with("Asynchronous AOF fsync is taking too long") {
+            "AOF fsync too long: redis wrote the AOF without waiting for the background fsync"
+        } else if m.starts_with("Background saving started") {
+            "background save started"
+        } else if m.starts_with("Background saving terminated") {
+            "background save ended"
+        } else if m.starts_with("Background saving error") {
+            "background save failed"
+        } else if m.starts_with("Background append only file rewriting started") {
+            "AOF rewrite started"
+        } else if m.starts_with("Background AOF rewrite terminated")
+            || m.starts_with("Background AOF rewrite finished")
+        {
+            "AOF rewrite ended"
+        } else if m.starts_with("Fork CoW") {
+            "copy-on-write of the save child"
+        } else if m.starts_with("DB saved on disk") {
+            "the save child finished writing"
+        } else if m.contains("fork") && m.contains("Cannot allocate memory") {
+            "fork failed"
+        } else if m.starts_with("Error writing to the AOF") || m.contains("AOF write error") {
+            "AOF write error"
+        } else {
+            return None;
+        },
+    )
 }
 
-fn log_what(l: &LogLine, prefix: &str) -> String {
+/// A log line as evidence: `[role pid] message`, after what it means and where it sits
+/// relative to the stall ("written just before the stall; AOF fsync too long: ...").
+fn log_what(l: &LogLine, position: &str) -> String {
     let who = match (l.role.as_str(), l.pid) {
         ("child", Some(p)) => format!("child {p}"),
         (r, Some(p)) => format!("{r} {p}"),
         (r, None) => r.to_string(),
     };
-    let label = classify(&l.message)
-        .map(|c| format!("{c}: "))
-        .unwrap_or_default();
-    format!("{prefix}{label}[{who}] {}", short(&l.message, 200))
+    let tags: Vec<&str> = [position, classify(&l.message).unwrap_or("")]
+        .into_iter()
+        .filter(|t| !t.is_empty())
+        .collect();
+    let head = if tags.is_empty() {
+        String::new()
+    } else {
+        format!("{}: ", tags.join("; "))
+    };
+    format!("{head}[{who}] {}", short(&l.message, 200))
 }
 
 fn stall_evidence(
@@ -714,9 +774,9 @@ fn stall_evidence(
         .map(|(at, l)| {
             let prefix = if Some(l.line) == before {
                 if s.class.as_deref() == Some("log") {
-                    "the line being written when the stall began: "
+                    "the line being written when the stall began"
                 } else {
-                    "written just before the stall: "
+                    "written just before the stall"
                 }
             } else {
                 ""
@@ -962,7 +1022,11 @@ fn finding_signals(
     let worst_ms = mine.iter().map(|&i| r.stalls[i].duration_us).max()? / 1000;
     let count = |src: &str| {
         mine.iter()
-            .filter(|&&i| evidence.get(i).is_some_and(|e| e.iter().any(|x| x.source == src)))
+            .filter(|&&i| {
+                evidence
+                    .get(i)
+                    .is_some_and(|e| e.iter().any(|x| x.source == src))
+            })
             .count()
     };
     let of = |k: usize| {
@@ -980,21 +1044,25 @@ fn finding_signals(
         if k > 0 {
             // The most telling line: a classified one (AOF fsync too long first), else the
             // line redis was writing or had just written.
-            let labels: Vec<&str> = mine
+            let whats: Vec<&str> = mine
                 .iter()
                 .filter_map(|&i| evidence.get(i))
                 .flat_map(|e| e.iter().filter(|x| x.source == "log"))
-                .filter_map(|x| x.what.split_once(": ").map(|(h, _)| h))
-                .filter(|h| !h.starts_with('['))
+                .map(|x| x.what.as_str())
                 .collect();
-            let pick = |p: &str| labels.iter().find(|l| l.starts_with(p)).copied();
-            let text = if let Some(t) = pick("AOF fsync too long") {
-                format!("redis's log: {t}")
-            } else if pick("the line being written").is_some() {
+            let has = |p: &str| whats.iter().any(|w| w.contains(p));
+            let too_long = classify("Asynchronous AOF fsync is taking too long").unwrap_or("");
+            let text = if has(too_long) {
+                "redis's log says \"Asynchronous AOF fsync is taking too long\"".to_string()
+            } else if has("the line being written") {
                 "redis's log has the line it was writing when the stall began".to_string()
-            } else if pick("written just before").is_some() {
+            } else if has("written just before") {
                 "redis's log has a line written just before the stall".to_string()
-            } else if let Some(t) = labels.first() {
+            } else if let Some(t) = whats
+                .iter()
+                .filter_map(|w| w.split_once(": ").map(|(h, _)| h))
+                .find(|h| !h.starts_with('['))
+            {
                 format!("redis's log: {t}")
             } else {
                 "redis's log has lines in the stall's window".to_string()
@@ -1062,7 +1130,9 @@ fn silence_reason(id: &str, silent: &[&str], server: Option<&Collected>, worst_m
     let mut why = vec![];
     if lat {
         match server.and_then(|c| c.latency_threshold_ms) {
-            Some(0) => why.push("the latency monitor is off (latency-monitor-threshold 0)".to_string()),
+            Some(0) => {
+                why.push("the latency monitor is off (latency-monitor-threshold 0)".to_string())
+            }
             Some(t) if worst_ms < t => why.push(format!(
                 "the worst stall, {worst_ms} ms, is under latency-monitor-threshold {t} ms"
             )),
@@ -1142,7 +1212,10 @@ mod tests {
     #[test]
     fn date_is_taken_from_the_lines_at_the_traces_time_of_day() {
         let lines = vec![
-            line("1:M 29 Nov 2026 22:55:00.000 * yesterday, before the window", 1),
+            line(
+                "1:M 29 Nov 2026 22:55:00.000 * yesterday, before the window",
+                1,
+            ),
             line("1:M 30 Nov 2026 22:55:12.655 - in the window", 2),
             line("1:M 30 Nov 2026 22:55:13.000 - in the window", 3),
             line("1:M 01 Dec 2026 08:00:00.000 - next morning", 4),
@@ -1155,16 +1228,32 @@ mod tests {
         // A trace that began before midnight: a line just after midnight votes for the day before.
         let lines = vec![line("1:M 01 Dec 2026 00:00:01.000 - after midnight", 1)];
         let t0 = NaiveTime::from_hms_opt(23, 59, 59).unwrap();
-        assert_eq!(infer_date(&lines, t0, 5_000_000), NaiveDate::from_ymd_opt(2026, 11, 30));
+        assert_eq!(
+            infer_date(&lines, t0, 5_000_000),
+            NaiveDate::from_ymd_opt(2026, 11, 30)
+        );
         // No dated line at that time of day: no date.
-        assert_eq!(infer_date(&lines, NaiveTime::from_hms_opt(12, 0, 0).unwrap(), 1_000_000), None);
+        assert_eq!(
+            infer_date(
+                &lines,
+                NaiveTime::from_hms_opt(12, 0, 0).unwrap(),
+                1_000_000
+            ),
+            None
+        );
     }
 
     #[test]
     fn classified_lines() {
         assert!(classify("Asynchronous AOF fsync is taking too long (disk is busy?). Writing the AOF buffer without waiting for fsync to complete, this may slow down Redis.").unwrap().starts_with("AOF fsync too long"));
-        assert_eq!(classify("Background saving started by pid 28169"), Some("background save started"));
-        assert_eq!(classify("Background saving terminated with success"), Some("background save ended"));
+        assert_eq!(
+            classify("Background saving started by pid 28169"),
+            Some("background save started")
+        );
+        assert_eq!(
+            classify("Background saving terminated with success"),
+            Some("background save ended")
+        );
         assert_eq!(classify("Accepted 127.0.0.1:47826"), None);
     }
 }

@@ -134,7 +134,9 @@ fn parse_time(s: &str) -> Option<(LogTime, i64, LogFormat)> {
     let s = s.trim();
     if s.len() >= 12 && s.bytes().all(|b| b.is_ascii_digit()) {
         return Some((
-            LogTime::Epoch { ms: s.parse().ok()? },
+            LogTime::Epoch {
+                ms: s.parse().ok()?,
+            },
             1,
             LogFormat::ValkeyMillis,
         ));
@@ -184,11 +186,9 @@ fn parse_time(s: &str) -> Option<(LogTime, i64, LogFormat)> {
         ));
     }
     // No year (redis 2.x): parse it in a leap year; the join puts the right year in.
-    let t = NaiveDateTime::parse_from_str(
-        &format!("{s} {PLACEHOLDER_YEAR}"),
-        "%d %b %H:%M:%S%.f %Y",
-    )
-    .ok()?;
+    let t =
+        NaiveDateTime::parse_from_str(&format!("{s} {PLACEHOLDER_YEAR}"), "%d %b %H:%M:%S%.f %Y")
+            .ok()?;
     Some((
         LogTime::Local {
             t,
@@ -369,7 +369,14 @@ impl Follower {
                 let mut partial: Vec<u8> = vec![];
                 loop {
                     let last = s.load(Ordering::SeqCst);
-                    if let Err(e) = follow_once(&path, &mut ino, &mut pos, &mut partial, &mut out, &mut counts) {
+                    if let Err(e) = follow_once(
+                        &path,
+                        &mut ino,
+                        &mut pos,
+                        &mut partial,
+                        &mut out,
+                        &mut counts,
+                    ) {
                         if out.error.is_none() {
                             out.error = Some(e.to_string());
                         }
@@ -501,7 +508,10 @@ mod tests {
         assert_eq!(l.level, Some("warning"));
         // redis 3.0 printed no milliseconds on some builds: one-second resolution.
         let (l, _) = one("1:S 01 Jan 2015 00:00:01 . debug line");
-        assert_eq!((l.role.as_str(), l.level, l.resolution_ms), ("replica", Some("debug"), 1000));
+        assert_eq!(
+            (l.role.as_str(), l.level, l.resolution_ms),
+            ("replica", Some("debug"), 1000)
+        );
     }
 
     #[test]
@@ -514,52 +524,89 @@ mod tests {
             panic!("{:?}", l.time)
         };
         assert!(!year_known);
-        assert_eq!(t.format("%m-%d %H:%M:%S%.3f").to_string(), "03-07 10:11:12.345");
+        assert_eq!(
+            t.format("%m-%d %H:%M:%S%.3f").to_string(),
+            "03-07 10:11:12.345"
+        );
         // Without milliseconds, and on 29 February (parsed in a leap placeholder year).
         let (l, _) = one("[7] 29 Feb 23:59:59 * DB saved on disk");
         assert_eq!(l.resolution_ms, 1000);
-        assert!(matches!(l.time, LogTime::Local { year_known: false, .. }));
+        assert!(matches!(
+            l.time,
+            LogTime::Local {
+                year_known: false,
+                ..
+            }
+        ));
     }
 
     #[test]
     fn signal_handler_lines_are_epoch_seconds() {
-        let (l, f) = one("27995:signal-handler (1796079330) Received SIGTERM scheduling shutdown...");
+        let (l, f) =
+            one("27995:signal-handler (1796079330) Received SIGTERM scheduling shutdown...");
         assert_eq!(f, LogFormat::SignalHandler);
-        assert_eq!(l.time, LogTime::Epoch { ms: 1_796_079_330_000 });
+        assert_eq!(
+            l.time,
+            LogTime::Epoch {
+                ms: 1_796_079_330_000
+            }
+        );
         assert_eq!(l.resolution_ms, 1000);
         assert_eq!(l.level, None);
     }
 
     #[test]
     fn valkey_iso8601_and_millisecond_stamps() {
-        let (l, f) = one("77:M 2026-11-30T23:55:12.655+01:00 * Background saving started by pid 78");
+        let (l, f) =
+            one("77:M 2026-11-30T23:55:12.655+01:00 * Background saving started by pid 78");
         assert_eq!(f, LogFormat::ValkeyIso);
         // 23:55 at +01:00 is 22:55 UTC.
-        let utc = local("2026-11-30 22:55:12.655").and_utc().timestamp_millis();
+        let utc = local("2026-11-30 22:55:12.655")
+            .and_utc()
+            .timestamp_millis();
         assert_eq!(l.time, LogTime::Epoch { ms: utc });
         let (l, _) = one("77:M 2026-11-30T22:55:12.655Z * x");
         assert_eq!(l.time, LogTime::Epoch { ms: utc });
         let (l, _) = one("77:M 2026-11-30T22:55:12.655+0000 * x");
         assert_eq!(l.time, LogTime::Epoch { ms: utc });
-        let (l, f) = one(&format!("77:C {utc} - Fork CoW for RDB: current 1 MB, peak 1 MB, average 1 MB"));
+        let (l, f) = one(&format!(
+            "77:C {utc} - Fork CoW for RDB: current 1 MB, peak 1 MB, average 1 MB"
+        ));
         assert_eq!(f, LogFormat::ValkeyMillis);
-        assert_eq!((l.time, l.role.as_str()), (LogTime::Epoch { ms: utc }, "child"));
+        assert_eq!(
+            (l.time, l.role.as_str()),
+            (LogTime::Epoch { ms: utc }, "child")
+        );
     }
 
     #[test]
     fn valkey_logfmt_lines() {
-        let (l, f) = one(r#"pid=77 role=master timestamp="2026-11-30T22:55:12.655+00:00" level=warning message="Asynchronous AOF fsync is taking too long (disk is busy?). Writing the AOF buffer without waiting for fsync to complete, this may slow down the server.""#);
+        let (l, f) = one(
+            r#"pid=77 role=master timestamp="2026-11-30T22:55:12.655+00:00" level=warning message="Asynchronous AOF fsync is taking too long (disk is busy?). Writing the AOF buffer without waiting for fsync to complete, this may slow down the server.""#,
+        );
         assert_eq!(f, LogFormat::Logfmt);
         assert_eq!(l.pid, Some(77));
         assert_eq!(l.role, "master");
         assert_eq!(l.level, Some("warning"));
-        assert!(l.message.starts_with("Asynchronous AOF fsync is taking too long"));
-        let utc = local("2026-11-30 22:55:12.655").and_utc().timestamp_millis();
+        assert!(l
+            .message
+            .starts_with("Asynchronous AOF fsync is taking too long"));
+        let utc = local("2026-11-30 22:55:12.655")
+            .and_utc()
+            .timestamp_millis();
         assert_eq!(l.time, LogTime::Epoch { ms: utc });
         // The child's role is valkey's "RDB/AOF"; a legacy-style stamp inside logfmt.
-        let (l, _) = one(r#"pid=78 role=RDB/AOF timestamp="30 Nov 2026 22:55:25.900" level=notice message="DB saved on disk""#);
+        let (l, _) = one(
+            r#"pid=78 role=RDB/AOF timestamp="30 Nov 2026 22:55:25.900" level=notice message="DB saved on disk""#,
+        );
         assert_eq!(l.role, "child");
-        assert!(matches!(l.time, LogTime::Local { year_known: true, .. }));
+        assert!(matches!(
+            l.time,
+            LogTime::Local {
+                year_known: true,
+                ..
+            }
+        ));
     }
 
     #[test]
@@ -607,21 +654,31 @@ mod tests {
         std::fs::write(&p, "1:M 30 Nov 2026 22:55:00.000 * before following\n").unwrap();
         let f = Follower::start(ps, std::time::Duration::from_millis(10));
         let mut w = std::fs::OpenOptions::new().append(true).open(&p).unwrap();
-        w.write_all(b"1:M 30 Nov 2026 22:55:01.000 * first\n1:M 30 Nov 2026 22:55:0").unwrap();
+        w.write_all(b"1:M 30 Nov 2026 22:55:01.000 * first\n1:M 30 Nov 2026 22:55:0")
+            .unwrap();
         w.flush().unwrap();
         std::thread::sleep(std::time::Duration::from_millis(60));
-        w.write_all(b"2.000 * second, written in two pieces\n").unwrap();
+        w.write_all(b"2.000 * second, written in two pieces\n")
+            .unwrap();
         drop(w);
         std::thread::sleep(std::time::Duration::from_millis(60));
         // Rotated: renamed away, and redis's next line creates a new file.
         std::fs::rename(&p, dir.path().join("redis.log.1")).unwrap();
-        std::fs::write(&p, "1:M 30 Nov 2026 22:55:03.000 # third, in the new file\n").unwrap();
+        std::fs::write(
+            &p,
+            "1:M 30 Nov 2026 22:55:03.000 # third, in the new file\n",
+        )
+        .unwrap();
         std::thread::sleep(std::time::Duration::from_millis(60));
         let got = f.finish();
         let msgs: Vec<&str> = got.lines.iter().map(|l| l.message.as_str()).collect();
         assert_eq!(
             msgs,
-            vec!["first", "second, written in two pieces", "third, in the new file"]
+            vec![
+                "first",
+                "second, written in two pieces",
+                "third, in the new file"
+            ]
         );
         assert!(got.error.is_none(), "{:?}", got.error);
     }

@@ -183,7 +183,9 @@ fn join_redis_log(report: &mut Report, args: &AnalyzeArgs) -> Result<()> {
         }),
         None => {
             let conf = match &args.out.redis_conf {
-                Some(f) => std::fs::read_to_string(f).ok().map(|t| RedisConf::parse(&t)),
+                Some(f) => std::fs::read_to_string(f)
+                    .ok()
+                    .map(|t| RedisConf::parse(&t)),
                 None => None,
             };
             crate::redis_evidence::find_log(&args.files, conf.as_ref(), report)

@@ -34,14 +34,32 @@ fn with_redis_evidence(report: &Report) -> serde_json::Result<serde_json::Value>
         }
     };
     let ev = |e: &Vec<crate::report::RedisEvidence>| serde_json::to_value(e).unwrap_or_default();
-    put(&mut v, "stalls", "redis_evidence", &mut red.stall_evidence.iter().map(ev));
-    put(&mut v, "in_flight", "redis_evidence", &mut red.in_flight_evidence.iter().map(ev));
-    put(&mut v, "phases", "redis_evidence", &mut red.phase_evidence.iter().map(ev));
+    put(
+        &mut v,
+        "stalls",
+        "redis_evidence",
+        &mut red.stall_evidence.iter().map(ev),
+    );
+    put(
+        &mut v,
+        "in_flight",
+        "redis_evidence",
+        &mut red.in_flight_evidence.iter().map(ev),
+    );
+    put(
+        &mut v,
+        "phases",
+        "redis_evidence",
+        &mut red.phase_evidence.iter().map(ev),
+    );
     put(
         &mut v,
         "findings",
         "redis_signals",
-        &mut red.finding_signals.iter().map(|s| serde_json::to_value(s).unwrap_or_default()),
+        &mut red
+            .finding_signals
+            .iter()
+            .map(|s| serde_json::to_value(s).unwrap_or_default()),
     );
     Ok(v)
 }
