@@ -51,9 +51,20 @@ fn lanes(r: &Report) -> Vec<Lane> {
     let mut ts: Vec<&crate::report::ThreadInfo> = r
         .threads
         .iter()
-        .filter(|t| t.role == "main" || stalls_of(t.tid) > 0 || t.role.starts_with("bio") || t.role == "child")
+        .filter(|t| {
+            t.role == "main"
+                || stalls_of(t.tid) > 0
+                || t.role.starts_with("bio")
+                || t.role == "child"
+        })
         .collect();
-    ts.sort_by_key(|t| (role_rank(&t.role), std::cmp::Reverse(stalls_of(t.tid)), t.tid));
+    ts.sort_by_key(|t| {
+        (
+            role_rank(&t.role),
+            std::cmp::Reverse(stalls_of(t.tid)),
+            t.tid,
+        )
+    });
     ts.truncate(MAX_LANES);
     let mut out: Vec<Lane> = ts
         .iter()
@@ -62,7 +73,9 @@ fn lanes(r: &Report) -> Vec<Lane> {
             tid: t.tid,
             label: match (&t.name, t.role.as_str()) {
                 (_, "child") => format!("child {}", t.pid),
-                (Some(n), role) if n != role && !n.starts_with("redis") => format!("{role} {} ({n})", t.tid),
+                (Some(n), role) if n != role && !n.starts_with("redis") => {
+                    format!("{role} {} ({n})", t.tid)
+                }
                 (_, role) => format!("{role} {}", t.tid),
             },
         })
@@ -85,7 +98,9 @@ fn lanes(r: &Report) -> Vec<Lane> {
 pub(crate) fn waits_for_fsync<'a>(r: &'a Report) -> Vec<(&'a Stall, &'a Stall)> {
     let mut out = vec![];
     for m in r.stalls.iter().filter(|s| {
-        s.thread == "main" && s.syscall.as_deref() == Some("write") && s.class.as_deref() == Some("aof")
+        s.thread == "main"
+            && s.syscall.as_deref() == Some("write")
+            && s.class.as_deref() == Some("aof")
     }) {
         let m_end = m.at_us + m.duration_us;
         let bio = r
@@ -115,7 +130,8 @@ pub fn write_lanes(r: &Report, w: &mut dyn Write) -> io::Result<()> {
     let red = r.redis.as_ref();
     let log_lines = red.map(|x| x.lines.as_slice()).unwrap_or(&[]);
     let server = red.and_then(|x| x.server.as_ref());
-    let has_marks = !log_lines.is_empty() || server.is_some_and(|s| !s.latency.is_empty() || !s.slowlog.is_empty());
+    let has_marks = !log_lines.is_empty()
+        || server.is_some_and(|s| !s.latency.is_empty() || !s.slowlog.is_empty());
     if r.stalls.is_empty() && !has_marks {
         return Ok(());
     }
@@ -143,7 +159,10 @@ pub fn write_lanes(r: &Report, w: &mut dyn Write) -> io::Result<()> {
         w,
         "<svg xmlns=\"http://www.w3.org/2000/svg\" id=\"lanes\" width=\"{WIDTH}\" height=\"{height:.0}\" viewBox=\"0 0 {WIDTH} {height:.0}\" {FONT} font-size=\"11\">"
     )?;
-    writeln!(w, "<title>Stalls per thread, with redis's own log and latency events</title>")?;
+    writeln!(
+        w,
+        "<title>Stalls per thread, with redis's own log and latency events</title>"
+    )?;
     writeln!(
         w,
         "<defs><marker id=\"arrowhead\" viewBox=\"0 0 10 10\" refX=\"9\" refY=\"5\" markerWidth=\"7\" markerHeight=\"7\" orient=\"auto-start-reverse\"><path d=\"M 0 0 L 10 5 L 0 10 z\" fill=\"{ARROW_COLOR}\"/></marker></defs>"
@@ -208,7 +227,10 @@ pub fn write_lanes(r: &Report, w: &mut dyn Write) -> io::Result<()> {
             StallKind::SlowSyscall => (class_color(s.class.as_deref()), ""),
         };
         let what = match &s.syscall {
-            Some(sc) => format!("{sc}() {}", super::file_label(s.class.as_deref(), s.path.as_deref())),
+            Some(sc) => format!(
+                "{sc}() {}",
+                super::file_label(s.class.as_deref(), s.path.as_deref())
+            ),
             None => "no syscall (gap)".into(),
         };
         writeln!(
@@ -246,7 +268,8 @@ pub fn write_lanes(r: &Report, w: &mut dyn Write) -> io::Result<()> {
     if has_marks {
         let y = TOP + MARK_LANE_H / 2.0;
         for l in log_lines {
-            let big = crate::redis_evidence::classify(&l.message).is_some() || l.level == Some("warning");
+            let big =
+                crate::redis_evidence::classify(&l.message).is_some() || l.level == Some("warning");
             let color = match l.level {
                 Some("warning") => "#c0392b",
                 Some("notice") => "#1f618d",
@@ -388,7 +411,10 @@ pub fn write_section(r: &Report, w: &mut dyn Write) -> io::Result<()> {
         .take(2_000)
         .collect();
     if rows.is_empty() {
-        return writeln!(w, "<p class=\"note\">No stall has any of redis's signals in its window.</p></section>");
+        return writeln!(
+            w,
+            "<p class=\"note\">No stall has any of redis's signals in its window.</p></section>"
+        );
     }
     writeln!(
         w,
@@ -414,7 +440,14 @@ mod tests {
     use super::*;
     use crate::report::*;
 
-    fn stall(at_us: i64, duration_us: i64, tid: u32, thread: &str, syscall: &str, class: &str) -> Stall {
+    fn stall(
+        at_us: i64,
+        duration_us: i64,
+        tid: u32,
+        thread: &str,
+        syscall: &str,
+        class: &str,
+    ) -> Stall {
         Stall {
             ts: format!("+{at_us}"),
             ts_iso: None,
@@ -459,10 +492,19 @@ mod tests {
             });
         }
         // bio fsync 1.0-4.0 s; the main write 3.0-4.01 s waits for it.
-        r.stalls.push(stall(1_000_000, 3_000_000, 103, "bio_aof", "fdatasync", "aof"));
-        r.stalls.push(stall(3_000_000, 1_010_000, 100, "main", "write", "aof"));
+        r.stalls.push(stall(
+            1_000_000,
+            3_000_000,
+            103,
+            "bio_aof",
+            "fdatasync",
+            "aof",
+        ));
+        r.stalls
+            .push(stall(3_000_000, 1_010_000, 100, "main", "write", "aof"));
         // An unrelated main-thread write that ends long after any fsync.
-        r.stalls.push(stall(7_000_000, 500_000, 100, "main", "write", "aof"));
+        r.stalls
+            .push(stall(7_000_000, 500_000, 100, "main", "write", "aof"));
         r.redis = Some(RedisSection {
             lines: vec![RedisLogLine {
                 at_us: 2_999_000,
@@ -495,9 +537,14 @@ mod tests {
         let text = String::from_utf8(out).unwrap();
         let doc = roxmltree::Document::parse(&text).expect("well-formed SVG");
         let class = |c: &str| -> Vec<roxmltree::Node> {
-            doc.descendants().filter(|n| n.attribute("class") == Some(c)).collect()
+            doc.descendants()
+                .filter(|n| n.attribute("class") == Some(c))
+                .collect()
         };
-        let lanes: Vec<&str> = class("lane").iter().map(|n| n.attribute("data-tid").unwrap()).collect();
+        let lanes: Vec<&str> = class("lane")
+            .iter()
+            .map(|n| n.attribute("data-tid").unwrap())
+            .collect();
         // The main thread first, then the bio threads.
         assert_eq!(lanes, vec!["100", "103", "104"]);
         let bars = class("stall-bar");
@@ -528,7 +575,11 @@ mod tests {
         assert_eq!(class("log-mark").len(), 1);
         assert_eq!(class("latency-mark").len(), 1);
         // The log mark is left of the main write bar's start, as its time is.
-        let lx: f64 = class("log-mark")[0].attribute("x1").unwrap().parse().unwrap();
+        let lx: f64 = class("log-mark")[0]
+            .attribute("x1")
+            .unwrap()
+            .parse()
+            .unwrap();
         let wx: f64 = bars
             .iter()
             .find(|b| b.attribute("data-stall") == Some("1"))
