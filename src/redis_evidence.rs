@@ -673,6 +673,55 @@ pub fn apply(report: &mut Report, inp: Inputs) -> Result<()> {
     Ok(())
 }
 
+/// The line of a stall's evidence a text report shows: the one that names the stall
+/// (LATENCY, SLOWLOG, INFO, the log line written just before it, or one that names a cause),
+/// never the background chatter (the save child's copy-on-write lines); the JSON and HTML
+/// reports have them all.
+pub fn headline(ev: &[RedisEvidence]) -> Option<String> {
+    let rank = |e: &RedisEvidence| -> u8 {
+        match e.source {
+            "latency" | "slowlog" => 0,
+            "info" => 1,
+            _ if e.what.starts_with("written just before")
+                || e.what.starts_with("the line being written") =>
+            {
+                0
+            }
+            _ if e.what.starts_with("copy-on-write") || e.what.starts_with('[') => 9,
+            _ => 2,
+        }
+    };
+    let e = ev
+        .iter()
+        .filter(|e| rank(e) < 9)
+        .min_by_key(|e| (rank(e), e.at_us))?;
+    let t = e.ts.get(11..23).unwrap_or(&e.ts);
+    let more = ev.len() - 1;
+    // A log line: its own words, and where it sits, without the labels the JSON carries.
+    let what = match (e.source, e.what.find("] ")) {
+        ("log", Some(i)) => {
+            let pos = if e.what.starts_with("written just before") {
+                " (written just before)"
+            } else if e.what.starts_with("the line being written") {
+                " (being written)"
+            } else {
+                ""
+            };
+            format!("{pos}: {}", short(&e.what[i + 2..], 100))
+        }
+        _ => format!(": {}", short(&e.what, 100)),
+    };
+    Some(format!(
+        "redis {} {t}{what}{}",
+        e.source,
+        if more > 0 {
+            format!(" (+{more} more)")
+        } else {
+            String::new()
+        }
+    ))
+}
+
 fn rank_level(l: Option<&str>) -> u8 {
     match l {
         Some("warning") => 0,

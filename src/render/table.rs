@@ -340,6 +340,11 @@ pub fn render(r: &Report, w: &mut dyn Write, color: bool) -> io::Result<()> {
                 line.push_str(&format!(" Waiting: {}.", by.join(", ")));
             }
             w.write_all(wrap(&format!("{}{}", s.cause, line), 2).as_bytes())?;
+            if let Some(ev) = r.redis.as_ref().and_then(|x| x.stall_evidence.get(*si)) {
+                if let Some(l) = crate::redis_evidence::headline(ev) {
+                    w.write_all(wrap(&l, 4).as_bytes())?;
+                }
+            }
         }
     }
     if r.incidents.len() > top {
