@@ -325,7 +325,7 @@ pub fn read(r: impl BufRead, mut keep: impl FnMut(LogLine)) -> Result<ReadStats>
         }
     }
     st.formats = counts.into_iter().collect();
-    st.formats.sort_by(|a, b| b.1.cmp(&a.1));
+    st.formats.sort_by_key(|f| std::cmp::Reverse(f.1));
     Ok(st)
 }
 
@@ -390,7 +390,7 @@ impl Follower {
                     }
                 }
                 out.stats.formats = counts.into_iter().collect();
-                out.stats.formats.sort_by(|a, b| b.1.cmp(&a.1));
+                out.stats.formats.sort_by_key(|f| std::cmp::Reverse(f.1));
                 out
             })
             .ok();

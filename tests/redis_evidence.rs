@@ -224,8 +224,7 @@ fn log_file_stalls_carry_the_line_redis_was_writing() {
         // The main process's last line stamped at or before the stall's start (ms truncated).
         let want = lines
             .iter()
-            .filter(|(ms, l)| *ms <= begin && l.starts_with("27995:M"))
-            .last()
+            .rfind(|(ms, l)| *ms <= begin && l.starts_with("27995:M"))
             .unwrap();
         let msg = want.1.splitn(7, ' ').nth(6).unwrap();
         let what = written[0]["what"].as_str().unwrap();

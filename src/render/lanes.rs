@@ -95,7 +95,7 @@ fn lanes(r: &Report) -> Vec<Lane> {
 
 /// A main-thread AOF write and the bio fsync of the AOF it waited for: the fsync began
 /// first and the write ended when (or just after) the fsync did.
-pub(crate) fn waits_for_fsync<'a>(r: &'a Report) -> Vec<(&'a Stall, &'a Stall)> {
+pub(crate) fn waits_for_fsync(r: &Report) -> Vec<(&Stall, &Stall)> {
     let mut out = vec![];
     for m in r.stalls.iter().filter(|s| {
         s.thread == "main"
