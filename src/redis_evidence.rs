@@ -1022,14 +1022,18 @@ struct Coverage {
 }
 
 fn coverage(c: &Collected, axis: &Axis) -> Coverage {
-    let info = match (c.first_ok_ms, c.last_ok_ms) {
-        (Some(f), Some(l)) => Some((axis.at(f * 1000), axis.at(l * 1000))),
+    // INFO only tells a change between two answered polls: covered from the first poll sent
+    // to the last answered.
+    let info = match (c.info.first(), c.info.last()) {
+        (Some(f), Some(l)) if c.info.len() >= 2 => {
+            Some((axis.at(f.sent_ms * 1000), axis.at(l.at_ms * 1000)))
+        }
         _ => None,
     };
     let history_from = if c.final_ok {
         Some(i64::MIN)
     } else {
-        info.map(|(f, _)| f)
+        c.first_ok_ms.map(|f| axis.at(f * 1000))
     };
     Coverage { info, history_from }
 }
@@ -1290,6 +1294,161 @@ mod tests {
             ),
             None
         );
+    }
+
+    fn stall(at_us: i64, duration_us: i64, class: &str, finding: &str) -> Stall {
+        Stall {
+            ts: String::new(),
+            ts_iso: None,
+            at_us,
+            pid: 1,
+            tid: 1,
+            thread: "main".into(),
+            kind: crate::report::StallKind::SlowSyscall,
+            syscall: Some("close".into()),
+            fd: Some(9),
+            path: None,
+            class: Some(class.into()),
+            duration_us,
+            line: None,
+            cause: String::new(),
+            finding: Some(finding.into()),
+            bound: crate::report::Bound::Exact,
+            in_flight: None,
+            waiting_commands: 0,
+            waiting_by_command: Default::default(),
+            waiting_clients: 0,
+            worst_wait_us: None,
+            phase: None,
+            events_lost: false,
+        }
+    }
+
+    /// A live report on the epoch axis, 30 s long, with one log-file stall at 10 s and one
+    /// DEBUG SLEEP-like gap at 20 s; redis was polled over the whole trace.
+    fn live_report(threshold_ms: i64) -> (Report, Collected) {
+        let base_s = 1_796_079_300;
+        let mut r = Report::default();
+        r.summary.start_iso = Some("2026-11-30T22:55:00.000000+00:00".into());
+        r.summary.start = Some(format!("{base_s}.000000"));
+        r.summary.span_us = 30_000_000;
+        r.source.pid = Some(1);
+        r.stalls
+            .push(stall(10_000_000, 4_000_000, "log", "log-file-blocking"));
+        r.stalls
+            .push(stall(20_000_000, 300_000, "unknown", "command"));
+        for id in ["log-file-blocking", "command"] {
+            r.findings.push(crate::report::Finding {
+                id: id.into(),
+                severity: crate::report::Severity::Critical,
+                title: String::new(),
+                evidence: "e".into(),
+                advice: String::new(),
+                stalls: 1,
+            });
+        }
+        let c = Collected {
+            addr: "127.0.0.1:1".into(),
+            latency_threshold_ms: Some(threshold_ms),
+            latency: vec![crate::redis_client::LatencySample {
+                event: "command".into(),
+                ts: base_s + 20,
+                latency_ms: 301,
+            }],
+            first_ok_ms: Some(base_s * 1000 - 500),
+            last_ok_ms: Some((base_s + 31) * 1000),
+            final_ok: true,
+            polls: 31,
+            ..Default::default()
+        };
+        (r, c)
+    }
+
+    #[test]
+    fn findings_say_which_signals_agree_and_which_were_silent() {
+        let (mut r, c) = live_report(100);
+        apply(
+            &mut r,
+            Inputs {
+                server: Some(c),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let sig = &r.redis.as_ref().unwrap().finding_signals;
+        let log = sig[0].as_deref().unwrap();
+        assert!(log.contains("LATENCY and SLOWLOG saw nothing"), "{log}");
+        assert!(
+            log.contains("a log-file stall is not a latency event in redis"),
+            "{log}"
+        );
+        // The log was not read: nothing is claimed about it.
+        assert!(
+            !log.contains("log:") && !log.contains("redis's log"),
+            "{log}"
+        );
+        let cmd = sig[1].as_deref().unwrap();
+        assert!(
+            cmd.starts_with("LATENCY command 301 ms in the same second"),
+            "{cmd}"
+        );
+        assert!(cmd.contains("SLOWLOG saw nothing"), "{cmd}");
+        assert!(r.findings[0]
+            .evidence
+            .contains("Redis's own signals: LATENCY and SLOWLOG"));
+        let ev = &r.redis.as_ref().unwrap().stall_evidence;
+        assert!(ev[0].is_empty());
+        assert_eq!(ev[1].len(), 1);
+        assert_eq!(ev[1][0].source, "latency");
+    }
+
+    #[test]
+    fn a_latency_monitor_that_is_off_is_named_as_the_reason() {
+        let (mut r, mut c) = live_report(0);
+        c.latency.clear();
+        apply(
+            &mut r,
+            Inputs {
+                server: Some(c),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let cmd = r.redis.as_ref().unwrap().finding_signals[1]
+            .clone()
+            .unwrap();
+        assert!(
+            cmd.contains("the latency monitor is off (latency-monitor-threshold 0)"),
+            "{cmd}"
+        );
+    }
+
+    #[test]
+    fn a_server_never_reached_is_not_called_silent() {
+        let (mut r, mut c) = live_report(100);
+        c.first_ok_ms = None;
+        c.last_ok_ms = None;
+        c.final_ok = false;
+        c.polls = 0;
+        c.latency.clear();
+        c.errors
+            .push("--redis 127.0.0.1:1: cannot connect: refused".into());
+        apply(
+            &mut r,
+            Inputs {
+                server: Some(c),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let red = r.redis.as_ref().unwrap();
+        assert!(
+            red.finding_signals.iter().all(|s| s.is_none()),
+            "{:?}",
+            red.finding_signals
+        );
+        assert!(red.notes.iter().any(|n| n.contains("cannot connect")));
+        assert_eq!(r.findings[0].evidence, "e");
     }
 
     #[test]

@@ -487,3 +487,75 @@ fn live_a_redis_that_cannot_be_reached_never_stops_tracing() {
         .any(|n| n.as_str().unwrap().contains("cannot connect")));
     redis.assert_unharmed();
 }
+
+#[test]
+fn html_lanes_draw_each_write_waiting_for_the_bio_fsync() {
+    let name = "everysec-slowfs";
+    let dir = tempfile::tempdir().unwrap();
+    let html = dir.path().join("r.html");
+    let t = fixture(name, &format!("{name}.strace.gz"));
+    let threads = fixture(name, &format!("{name}.threads.txt"));
+    let (_, r, _) = run(&[
+        t.to_str().unwrap(),
+        "--threads",
+        threads.to_str().unwrap(),
+        "--html",
+        html.to_str().unwrap(),
+    ]);
+    let text = std::fs::read_to_string(&html).unwrap();
+    let opts = roxmltree::ParsingOptions {
+        allow_dtd: true,
+        ..Default::default()
+    };
+    let doc = roxmltree::Document::parse_with_options(&text, opts).expect("well-formed XHTML");
+    let lanes = doc
+        .descendants()
+        .find(|n| n.attribute("id") == Some("lanes"))
+        .expect("the lanes picture");
+    let class = |c: &str| -> Vec<roxmltree::Node> {
+        lanes
+            .descendants()
+            .filter(|n| n.attribute("class") == Some(c))
+            .collect()
+    };
+    let tid_of = |role: &str| -> String {
+        r["threads"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["role"] == role)
+            .unwrap()["tid"]
+            .to_string()
+    };
+    let (main, bio) = (tid_of("main"), tid_of("bio_aof"));
+    // The main thread's lane first; one bar per stall, on its thread's lane.
+    assert_eq!(class("lane")[0].attribute("data-tid"), Some(main.as_str()));
+    assert_eq!(class("stall-bar").len(), stalls(&r).len());
+    // One arrow from the bio thread to the main thread per main-thread AOF write stall.
+    let writes = stalls(&r)
+        .iter()
+        .filter(|s| s["thread"] == "main" && s["syscall"] == "write")
+        .count();
+    let arrows = class("waits-for");
+    assert_eq!(arrows.len(), writes);
+    assert!(arrows
+        .iter()
+        .all(|a| a.attribute("data-from-tid") == Some(bio.as_str())
+            && a.attribute("data-to-tid") == Some(main.as_str())));
+    // Every log line of the trace's window is a mark; offline there is no LATENCY lane.
+    assert_eq!(
+        class("log-mark").len(),
+        r["redis"]["lines"].as_array().unwrap().len()
+    );
+    assert!(!text.contains("LATENCY / SLOWLOG"));
+    // And the evidence table lists what each stall got.
+    let rows = doc
+        .descendants()
+        .find(|n| n.attribute("id") == Some("redis-evidence"))
+        .unwrap()
+        .descendants()
+        .filter(|n| n.tag_name().name() == "tr")
+        .count();
+    let items: usize = stalls(&r).iter().map(|s| evidence(s).len()).sum();
+    assert_eq!(rows, items + 1);
+}
