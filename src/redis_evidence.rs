@@ -347,12 +347,71 @@ struct Placed {
     first_last: (Option<i64>, Option<i64>),
 }
 
-fn read_log_file(src: &LogSource) -> Result<(Vec<LogLine>, redis_log::ReadStats)> {
+fn read_log_file(
+    src: &LogSource,
+    keep: impl Fn(&LogLine) -> bool,
+) -> Result<(Vec<LogLine>, redis_log::ReadStats)> {
     let r = redis_log::open(&src.path)?;
-    let mut all = vec![];
-    let st =
-        redis_log::read(r, |l| all.push(l)).with_context(|| format!("cannot read {}", src.path))?;
-    Ok((all, st))
+    let mut kept = vec![];
+    let st = redis_log::read(r, |l| {
+        if keep(&l) {
+            kept.push(l)
+        }
+    })
+    .with_context(|| format!("cannot read {}", src.path))?;
+    Ok((kept, st))
+}
+
+/// Which lines of a log file are worth holding, decided before reading it (a log of months
+/// of verbose logging must not be read into memory): the trace's window and a margin,
+/// placed with the same clock rules as the join's; for a `-t/-tt` trace without a date, the
+/// trace's span of the day on any date (the date is chosen among those afterwards).
+fn prefilter(report: &Report, date_given: bool) -> impl Fn(&LogLine) -> bool {
+    let span = report.summary.span_us.max(0);
+    let tod = time_of_day(report);
+    let iso = report
+        .summary
+        .start_iso
+        .as_deref()
+        .and_then(|s| chrono::DateTime::parse_from_rfc3339(s).ok());
+    let abs = iso.map(|b| {
+        let base = b.timestamp_micros();
+        let off = if tod.is_some() {
+            b.offset().local_minus_utc()
+        } else {
+            local_offset_at(base)
+        };
+        Axis {
+            base_us: base,
+            offset_s: off,
+            year: chrono::Datelike::year(&b.naive_local()),
+        }
+    });
+    let t0_us = tod.and_then(|t| t.signed_duration_since(NaiveTime::MIN).num_microseconds());
+    move |l: &LogLine| {
+        if let Some(a) = &abs {
+            return a
+                .line_us(l)
+                .is_some_and(|w| (-KEEP_MARGIN_US..=span + KEEP_MARGIN_US).contains(&a.at(w)));
+        }
+        let (Some(t0), false) = (t0_us, date_given) else {
+            return false;
+        };
+        let LogTime::Local { t, .. } = l.time else {
+            return false;
+        };
+        const DAY: i64 = 86_400_000_000;
+        if span + 2 * KEEP_MARGIN_US >= DAY {
+            return true;
+        }
+        let tod = t
+            .time()
+            .signed_duration_since(NaiveTime::MIN)
+            .num_microseconds()
+            .unwrap_or(0);
+        let into = (tod - t0 + KEEP_MARGIN_US).rem_euclid(DAY);
+        into <= span + 2 * KEEP_MARGIN_US
+    }
 }
 
 /// Picks the trace's date for a time-of-day trace: the date on which the most log lines
@@ -400,6 +459,8 @@ pub fn apply(report: &mut Report, inp: Inputs) -> Result<()> {
     // 1. The log's lines.
     let mut lines: Vec<LogLine> = vec![];
     let mut log_info: Option<RedisLogInfo> = None;
+    // A file's first and last records (its lines outside the trace are not kept).
+    let mut file_ends: (Option<LogLine>, Option<LogLine>) = (None, None);
     if let Some(f) = inp.followed {
         if let Some(src) = &f.source {
             log_info = Some(RedisLogInfo {
@@ -431,8 +492,9 @@ pub fn apply(report: &mut Report, inp: Inputs) -> Result<()> {
     }
     if log_info.is_none() {
         if let Some(src) = &inp.log {
-            match read_log_file(src) {
+            match read_log_file(src, prefilter(report, inp.date_given)) {
                 Ok((l, st)) => {
+                    file_ends = (st.first.clone(), st.last.clone());
                     log_info = Some(RedisLogInfo {
                         path: src.path.clone(),
                         found: src.found.into(),
@@ -447,7 +509,7 @@ pub fn apply(report: &mut Report, inp: Inputs) -> Result<()> {
                         last: None,
                         followed: false,
                     });
-                    if st.lines > 0 && l.is_empty() {
+                    if st.lines > 0 && st.first.is_none() {
                         sec.notes.push(format!(
                             "{}: none of its {} lines is a redis log record",
                             src.path, st.lines
@@ -565,6 +627,13 @@ pub fn apply(report: &mut Report, inp: Inputs) -> Result<()> {
         lines: vec![],
         first_last: (None, None),
     };
+    for l in file_ends.0.iter().chain(file_ends.1.iter()) {
+        if let Some(w) = axis.line_us(l) {
+            let at = axis.at(w);
+            placed.first_last.0 = Some(placed.first_last.0.map_or(at, |f: i64| f.min(at)));
+            placed.first_last.1 = Some(placed.first_last.1.map_or(at, |f: i64| f.max(at)));
+        }
+    }
     for l in lines {
         let Some(w) = axis.line_us(&l) else { continue };
         let at = axis.at(w);
@@ -1449,6 +1518,44 @@ mod tests {
         );
         assert!(red.notes.iter().any(|n| n.contains("cannot connect")));
         assert_eq!(r.findings[0].evidence, "e");
+    }
+
+    #[test]
+    fn only_lines_near_the_trace_are_held() {
+        let mut r = Report::default();
+        r.summary.start = Some("22:55:09.513307".into());
+        r.summary.span_us = 20_000_000;
+        let keep = prefilter(&r, false);
+        // Time of day only: the trace's span of the day, on any date, with a minute's margin.
+        assert!(keep(&line("1:M 30 Nov 2026 22:55:12.655 - in", 1)));
+        assert!(keep(&line(
+            "1:M 29 Nov 2026 22:55:12.655 - same time, other day",
+            2
+        )));
+        assert!(keep(&line(
+            "1:M 30 Nov 2026 22:54:20.000 - within the margin",
+            3
+        )));
+        assert!(!keep(&line("1:M 30 Nov 2026 10:00:00.000 - far", 4)));
+        // With a date: that day only.
+        r.summary.start_iso = Some("2026-11-30T22:55:09.513307+00:00".into());
+        let keep = prefilter(&r, true);
+        assert!(keep(&line("1:M 30 Nov 2026 22:55:12.655 - in", 1)));
+        assert!(!keep(&line(
+            "1:M 29 Nov 2026 22:55:12.655 - a day early",
+            2
+        )));
+        assert!(keep(&line(
+            "1:signal-handler (1796079330) Received SIGTERM",
+            3
+        )));
+        // No wall clock: nothing can be placed, nothing is held.
+        r.summary.start_iso = None;
+        r.summary.start = Some("+0.000000s".into());
+        assert!(!prefilter(&r, false)(&line(
+            "1:M 30 Nov 2026 22:55:12.655 - in",
+            1
+        )));
     }
 
     #[test]

@@ -281,6 +281,9 @@ pub struct ReadStats {
     pub unparsed: u64,
     /// Every layout seen, most lines first.
     pub formats: Vec<(LogFormat, u64)>,
+    /// The file's first and last records, kept or not.
+    pub first: Option<LogLine>,
+    pub last: Option<LogLine>,
 }
 
 /// Opens a log file, plain or gzip (told by its magic bytes, not its name).
@@ -315,6 +318,10 @@ pub fn read(r: impl BufRead, mut keep: impl FnMut(LogLine)) -> Result<ReadStats>
         match parse_line(&text, st.lines) {
             Some((l, fmt)) => {
                 *counts.entry(fmt).or_default() += 1;
+                if st.first.is_none() {
+                    st.first = Some(l.clone());
+                }
+                st.last = Some(l.clone());
                 keep(l);
             }
             None => {
