@@ -159,6 +159,9 @@ const LIST_MARGIN_US: i64 = 1_000_000;
 /// formats the line, opens the log file, writes, closes (and under strace every step is
 /// slower), or logs "taking too long" just before the AOF write that then blocks.
 const LINE_BEFORE_US: i64 = 20_000;
+/// How long after a stall the stalled process's next line may be stamped and still tell
+/// what the blocked call was doing.
+const LINE_AFTER_US: i64 = 20_000;
 /// Most evidence items per stall: a long stall of a verbose redis overlaps many lines.
 const MAX_PER_STALL: usize = 12;
 /// For date inference: how far outside the trace's time of day a line may be.
@@ -751,7 +754,7 @@ pub fn headline(ev: &[RedisEvidence]) -> Option<String> {
         match e.source {
             "latency" | "slowlog" => 0,
             "info" => 1,
-            _ if e.what.starts_with("written just before")
+            _ if e.what.starts_with("written just")
                 || e.what.starts_with("the line being written") =>
             {
                 0
@@ -771,6 +774,8 @@ pub fn headline(ev: &[RedisEvidence]) -> Option<String> {
         ("log", Some(i)) => {
             let pos = if e.what.starts_with("written just before") {
                 " (written just before)"
+            } else if e.what.starts_with("written just after") {
+                " (written just after)"
             } else if e.what.starts_with("the line being written") {
                 " (being written)"
             } else {
@@ -863,6 +868,12 @@ fn log_what(l: &LogLine, position: &str) -> String {
     format!("{head}[{who}] {}", short(&l.message, 200))
 }
 
+/// Whether a log line was written by the stalled thread's process. A trace without a pid
+/// column (one process, no -f) gives its stalls pid 0: its main thread is redis's master.
+fn same_process(l: &LogLine, s: &Stall) -> bool {
+    l.pid == Some(s.pid) || (s.pid == 0 && s.thread == "main" && l.role == "master")
+}
+
 fn stall_evidence(
     s: &Stall,
     placed: &Placed,
@@ -877,14 +888,22 @@ fn stall_evidence(
         .iter()
         .filter(|(at, l)| {
             let res = l.resolution_ms * 1000;
-            *at <= b && *at + res >= a - LINE_BEFORE_US
+            // The stalled process's own lines just after it too: the first thing redis
+            // does once a blocking call returns is often to log its outcome ("Background
+            // saving started by pid N" after fork(), "DB saved on disk" after the fsync).
+            let end = if same_process(l, s) {
+                b + LINE_AFTER_US
+            } else {
+                b
+            };
+            *at <= end && *at + res >= a - LINE_BEFORE_US
         })
         .collect();
     // The line the stalled thread's process wrote last before the stall began: for a stall
     // on the log file, the line whose write or close blocked.
     let before = in_log
         .iter()
-        .filter(|(at, l)| l.pid == Some(s.pid) && *at <= a)
+        .filter(|(at, l)| same_process(l, s) && *at <= a)
         .max_by_key(|(at, l)| (*at, l.line))
         .map(|(_, l)| l.line);
     let mut items: Vec<(u8, i64, RedisEvidence)> = in_log
@@ -896,10 +915,12 @@ fn stall_evidence(
                 } else {
                     "written just before the stall"
                 }
+            } else if *at > b && same_process(l, s) {
+                "written just after the stall"
             } else {
                 ""
             };
-            let rank = if classify(&l.message).is_some() || Some(l.line) == before {
+            let rank = if classify(&l.message).is_some() || !prefix.is_empty() {
                 0
             } else {
                 rank_level(l.level) + 1
@@ -1180,6 +1201,15 @@ fn finding_signals(
                 "redis's log has the line it was writing when the stall began".to_string()
             } else if has("written just before") {
                 "redis's log has a line written just before the stall".to_string()
+            } else if let Some(t) = whats
+                .iter()
+                .filter(|w| w.starts_with("written just after"))
+                .filter_map(|w| w.split(": [").next()?.split("; ").nth(1))
+                .next()
+            {
+                format!("redis's log, just after: {t}")
+            } else if has("written just after") {
+                "redis's log has a line written just after the stall".to_string()
             } else if let Some(t) = whats
                 .iter()
                 .filter_map(|w| w.split_once(": ").map(|(h, _)| h))
