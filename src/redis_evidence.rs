@@ -1181,16 +1181,37 @@ fn finding_signals(
     };
     let mut agree = vec![];
     let mut silent: Vec<&str> = vec![];
-    // The log.
+    // The log. A line agrees when it names the stall (a cause redis logs, the line a
+    // log-file stall was writing, the outcome logged right after); other lines in the
+    // window are listed as evidence but are not agreement.
+    let named = |x: &RedisEvidence| {
+        let head = x.what.split('[').next().unwrap_or("");
+        let label = head
+            .trim_start_matches("written just before the stall")
+            .trim_start_matches("written just after the stall")
+            .trim_start_matches(';')
+            .trim_start_matches(':')
+            .trim();
+        x.source == "log" && (head.starts_with("the line being written") || !label.is_empty())
+    };
     if let Some((lf, ll)) = log_span {
-        let k = count("log");
-        if k > 0 {
+        let k = mine
+            .iter()
+            .filter(|&&i| evidence.get(i).is_some_and(|e| e.iter().any(named)))
+            .count();
+        let any = count("log");
+        if k == 0 && any > 0 {
+            agree.push(format!(
+                "redis's log has lines in the window but none that names the stall{}",
+                of(any)
+            ));
+        } else if k > 0 {
             // The most telling line: a classified one (AOF fsync too long first), else the
             // line redis was writing or had just written.
             let whats: Vec<&str> = mine
                 .iter()
                 .filter_map(|&i| evidence.get(i))
-                .flat_map(|e| e.iter().filter(|x| x.source == "log"))
+                .flat_map(|e| e.iter().filter(|x| named(x)))
                 .map(|x| x.what.as_str())
                 .collect();
             let has = |p: &str| whats.iter().any(|w| w.contains(p));
@@ -1199,8 +1220,6 @@ fn finding_signals(
                 "redis's log says \"Asynchronous AOF fsync is taking too long\"".to_string()
             } else if has("the line being written") {
                 "redis's log has the line it was writing when the stall began".to_string()
-            } else if has("written just before") {
-                "redis's log has a line written just before the stall".to_string()
             } else if let Some(t) = whats
                 .iter()
                 .filter(|w| w.starts_with("written just after"))
@@ -1220,7 +1239,7 @@ fn finding_signals(
                 "redis's log has lines in the stall's window".to_string()
             };
             agree.push(format!("{text}{}", of(k)));
-        } else if lf <= first && ll >= last {
+        } else if any == 0 && lf <= first && ll >= last {
             silent.push("redis's log");
         }
     }
@@ -1228,7 +1247,7 @@ fn finding_signals(
         let hist = cov.history_from.is_some_and(|h| h <= first);
         let k = count("latency");
         if k > 0 {
-            let ev: Vec<String> = mine
+            let mut ev: Vec<String> = mine
                 .iter()
                 .filter_map(|&i| evidence.get(i))
                 .flat_map(|e| e.iter().filter(|x| x.source == "latency"))
@@ -1237,11 +1256,18 @@ fn finding_signals(
                         .split(" in the same second")
                         .next()
                         .unwrap_or("")
+                        .trim_start_matches("LATENCY ")
                         .to_string()
                 })
-                .take(1)
                 .collect();
-            agree.push(format!("{} in the same second{}", ev.join(", "), of(k)));
+            ev.dedup();
+            let shown: Vec<&str> = ev.iter().take(3).map(|s| s.as_str()).collect();
+            agree.push(format!(
+                "LATENCY {}{} in the same second{}",
+                join_names(&shown),
+                if ev.len() > 3 { ", ..." } else { "" },
+                of(k)
+            ));
         } else if hist {
             silent.push("LATENCY");
         }
@@ -1290,6 +1316,9 @@ fn silence_reason(id: &str, silent: &[&str], server: Option<&Collected>, worst_m
             )),
             _ => {}
         }
+    }
+    if silent.contains(&"INFO") {
+        why.push("INFO only counts delayed AOF fsyncs and forks".into());
     }
     match id {
         "log-file-blocking" if lat => {

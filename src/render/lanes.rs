@@ -292,36 +292,39 @@ pub fn write_lanes(r: &Report, w: &mut dyn Write) -> io::Result<()> {
         }
         if let Some(sv) = server {
             let y = TOP + MARK_LANE_H * 1.5;
+            // Both are stamped to the second (the event ended somewhere in it): each is a
+            // bar over its second, LATENCY above the line, SLOWLOG below.
+            let second = |at: i64| {
+                (
+                    x(at as f64),
+                    (x((at + 1_000_000) as f64) - x(at as f64)).max(3.0),
+                )
+            };
             for l in &sv.latency {
-                if !(0..=r.summary.span_us).contains(&l.at_us) {
+                if !(-1_000_000..=r.summary.span_us).contains(&l.at_us) {
                     continue;
                 }
-                let xx = x(l.at_us as f64);
+                let (xx, wd) = second(l.at_us);
                 writeln!(
                     w,
-                    "<path class=\"latency-mark\" data-event=\"{}\" data-at=\"{}\" d=\"M {xx:.1} {:.1} L {:.1} {:.1} L {:.1} {:.1} z\" fill=\"#8e44ad\"><title>LATENCY {} {} ms (stamped to the second)</title></path>",
+                    "<rect class=\"latency-mark\" data-event=\"{}\" data-at=\"{}\" x=\"{xx:.1}\" y=\"{:.1}\" width=\"{wd:.1}\" height=\"7\" fill=\"#8e44ad\" fill-opacity=\"0.75\"><title>LATENCY {} {} ms, in this second (redis stamps events to the second)</title></rect>",
                     esc(&l.event),
                     l.at_us,
                     y - 8.0,
-                    xx + 6.0,
-                    y + 6.0,
-                    xx - 6.0,
-                    y + 6.0,
                     esc(&l.event),
                     l.latency_ms
                 )?;
             }
             for e in &sv.slowlog {
-                if !(0..=r.summary.span_us).contains(&e.at_us) {
+                if !(-1_000_000..=r.summary.span_us).contains(&e.at_us) {
                     continue;
                 }
-                let xx = x(e.at_us as f64);
+                let (xx, wd) = second(e.at_us);
                 writeln!(
                     w,
-                    "<rect class=\"slowlog-mark\" data-at=\"{}\" x=\"{:.1}\" y=\"{:.1}\" width=\"8\" height=\"8\" fill=\"#16a085\"><title>SLOWLOG #{} {} {}</title></rect>",
+                    "<rect class=\"slowlog-mark\" data-at=\"{}\" x=\"{xx:.1}\" y=\"{:.1}\" width=\"{wd:.1}\" height=\"7\" fill=\"#16a085\" fill-opacity=\"0.75\"><title>SLOWLOG #{} {} {}, in this second</title></rect>",
                     e.at_us,
-                    xx - 4.0,
-                    y - 4.0,
+                    y + 1.0,
                     e.id,
                     esc(&e.command),
                     dur(e.duration_us)
@@ -383,7 +386,7 @@ pub fn write_section(r: &Report, w: &mut dyn Write) -> io::Result<()> {
     writeln!(w, "</div>")?;
     writeln!(
         w,
-        "<p class=\"note\">One lane per thread, stalls as bars coloured by file class (dashed grey: a gap with no syscall); shaded bands are background saves. Above: redis's log lines (tall marks: warnings and lines that name a cause) and, with --redis, LATENCY events (triangles) and SLOWLOG entries (squares). An arrow runs from the end of a bio thread's fsync of the AOF to the end of the main thread's write that waited for it.</p>"
+        "<p class=\"note\">One lane per thread, stalls as bars coloured by file class (dashed grey: a gap with no syscall); shaded bands are background saves. Above: redis's log lines (tall marks: warnings and lines that name a cause) and, with --redis, LATENCY events (purple, above) and SLOWLOG entries (green, below), each over the second redis stamped it with. An arrow runs from the end of a bio thread's fsync of the AOF to the end of the main thread's write that waited for it.</p>"
     )?;
     let Some(red) = &r.redis else {
         return writeln!(w, "</section>");
