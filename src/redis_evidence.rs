@@ -123,7 +123,7 @@ impl LiveRedis {
     pub fn finish(self, report: &mut Report) -> Result<()> {
         let server = self.poller.map(|p| p.finish());
         let followed = self.follower.map(|(src, f)| {
-            let got = f.finish();
+            let got = f.finish(std::time::Duration::from_millis(400));
             FollowedLog {
                 source: Some(src),
                 lines: got.lines,

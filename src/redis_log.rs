@@ -339,16 +339,20 @@ pub fn read(r: impl BufRead, mut keep: impl FnMut(LogLine)) -> Result<ReadStats>
 /// Most lines a follower keeps: hours of verbose logging would otherwise grow without bound.
 pub const FOLLOW_MAX_LINES: usize = 200_000;
 
-/// Live: reads a log file's new lines as redis writes them, on a thread of its own, from
-/// where the file ended when following began. redis opens and closes the file for every
-/// line, so a rotation (a new inode) or a truncation is picked up: the new file is read from
-/// its start.
+/// Live: reads a log file's new lines as redis writes them, from where the file ended when
+/// following began, rotations and truncations included.
+///
+/// The file is read by a `tail -F` child process, never by stallscope itself: the log is
+/// often on the very disk that is stalling redis, and there every close() of the file can
+/// block for seconds (a FUSE or NFS flush waits uninterruptibly). A thread stuck there would
+/// keep stallscope from exiting; a helper process stuck there is simply left behind, and
+/// tracing, detaching and reporting go on.
 pub struct Follower {
-    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    handle: Option<std::thread::JoinHandle<Followed>>,
+    child: Option<std::process::Child>,
+    shared: std::sync::Arc<std::sync::Mutex<Followed>>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct Followed {
     pub lines: Vec<LogLine>,
     pub stats: ReadStats,
@@ -358,116 +362,104 @@ pub struct Followed {
 
 impl Follower {
     pub fn start(path: &str, every: std::time::Duration) -> Follower {
-        use std::sync::atomic::Ordering;
-        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let s = stop.clone();
-        let path = path.to_string();
+        let shared = std::sync::Arc::new(std::sync::Mutex::new(Followed::default()));
         // Where the file ends now: lines before that were written before tracing.
-        let start = std::fs::metadata(&path).ok().map(|m| {
-            use std::os::unix::fs::MetadataExt;
-            (m.ino(), m.len())
-        });
-        let handle = std::thread::Builder::new()
+        let from = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+        let child = std::process::Command::new("tail")
+            .arg("-F")
+            .arg("-s")
+            .arg(format!("{:.2}", every.as_secs_f64()))
+            .arg("-c")
+            .arg(format!("+{}", from + 1))
+            .arg("--")
+            .arg(path)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn();
+        let mut child = match child {
+            Ok(c) => c,
+            Err(e) => {
+                shared.lock().unwrap_or_else(|p| p.into_inner()).error =
+                    Some(format!("cannot start tail -F to follow it: {e}"));
+                return Follower {
+                    child: None,
+                    shared,
+                };
+            }
+        };
+        let out = child.stdout.take();
+        let sh = shared.clone();
+        let _ = std::thread::Builder::new()
             .name("redis-log".into())
             .spawn(move || {
-                let mut out = Followed::default();
+                let Some(out) = out else { return };
+                let mut r = std::io::BufReader::new(out);
+                let mut buf = vec![];
                 let mut counts: std::collections::BTreeMap<LogFormat, u64> = Default::default();
-                let (mut ino, mut pos) = start.unwrap_or((0, 0));
-                let mut partial: Vec<u8> = vec![];
                 loop {
-                    let last = s.load(Ordering::SeqCst);
-                    if let Err(e) = follow_once(
-                        &path,
-                        &mut ino,
-                        &mut pos,
-                        &mut partial,
-                        &mut out,
-                        &mut counts,
-                    ) {
-                        if out.error.is_none() {
-                            out.error = Some(e.to_string());
-                        }
+                    buf.clear();
+                    match r.read_until(b'\n', &mut buf) {
+                        Ok(0) | Err(_) => break,
+                        Ok(_) => {}
                     }
-                    if last {
+                    // A line still being written when tail stopped has no newline yet.
+                    if buf.last() != Some(&b'\n') {
                         break;
                     }
-                    let t = std::time::Instant::now();
-                    while t.elapsed() < every && !s.load(Ordering::SeqCst) {
-                        std::thread::sleep(std::time::Duration::from_millis(20));
+                    let mut f = sh.lock().unwrap_or_else(|p| p.into_inner());
+                    f.stats.lines += 1;
+                    let n = f.stats.lines;
+                    match parse_line(&String::from_utf8_lossy(&buf), n) {
+                        Some((line, fmt)) => {
+                            *counts.entry(fmt).or_default() += 1;
+                            f.stats.formats = counts.iter().map(|(k, v)| (*k, *v)).collect();
+                            f.stats.formats.sort_by_key(|x| std::cmp::Reverse(x.1));
+                            if f.lines.len() < FOLLOW_MAX_LINES {
+                                f.lines.push(line);
+                            } else {
+                                f.dropped += 1;
+                            }
+                        }
+                        None => f.stats.unparsed += 1,
                     }
                 }
-                out.stats.formats = counts.into_iter().collect();
-                out.stats.formats.sort_by_key(|f| std::cmp::Reverse(f.1));
-                out
-            })
-            .ok();
-        Follower { stop, handle }
-    }
-
-    /// Reads what was written up to now, stops, and returns every line read.
-    pub fn finish(mut self) -> Followed {
-        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
-        self.handle
-            .take()
-            .and_then(|h| h.join().ok())
-            .unwrap_or_default()
-    }
-}
-
-fn follow_once(
-    path: &str,
-    ino: &mut u64,
-    pos: &mut u64,
-    partial: &mut Vec<u8>,
-    out: &mut Followed,
-    counts: &mut std::collections::BTreeMap<LogFormat, u64>,
-) -> std::io::Result<()> {
-    use std::io::Seek;
-    use std::os::unix::fs::MetadataExt;
-    let mut f = match std::fs::File::open(path) {
-        Ok(f) => f,
-        // Not there yet, or between a rotation's rename and redis's next line.
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(e),
-    };
-    let m = f.metadata()?;
-    if m.ino() != *ino || m.len() < *pos {
-        *ino = m.ino();
-        *pos = 0;
-        partial.clear();
-    }
-    if m.len() == *pos {
-        return Ok(());
-    }
-    f.seek(std::io::SeekFrom::Start(*pos))?;
-    let mut buf = vec![];
-    f.take(64 << 20).read_to_end(&mut buf)?;
-    *pos += buf.len() as u64;
-    partial.extend_from_slice(&buf);
-    let complete = match partial.iter().rposition(|b| *b == b'\n') {
-        Some(i) => i + 1,
-        None => return Ok(()),
-    };
-    let rest = partial.split_off(complete);
-    for l in partial.split(|b| *b == b'\n') {
-        if l.is_empty() {
-            continue;
+            });
+        Follower {
+            child: Some(child),
+            shared,
         }
-        out.stats.lines += 1;
-        match parse_line(&String::from_utf8_lossy(l), out.stats.lines) {
-            Some((line, fmt)) => {
-                *counts.entry(fmt).or_default() += 1;
-                if out.lines.len() < FOLLOW_MAX_LINES {
-                    out.lines.push(line);
-                } else {
-                    out.dropped += 1;
+    }
+
+    /// How many records have been read so far.
+    pub fn records(&self) -> usize {
+        self.shared
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .lines
+            .len()
+    }
+
+    /// Gives tail a moment to pass on the last lines, stops it, and returns every line read.
+    /// Never waits on the file itself (see the type's comment).
+    pub fn finish(mut self, grace: std::time::Duration) -> Followed {
+        std::thread::sleep(grace);
+        if let Some(c) = self.child.as_mut() {
+            let _ = c.kill();
+            // Reaped if it is already gone; if it is stuck on the disk, left behind.
+            let t = std::time::Instant::now();
+            while t.elapsed() < std::time::Duration::from_millis(200) {
+                if let Ok(Some(_)) = c.try_wait() {
+                    break;
                 }
+                std::thread::sleep(std::time::Duration::from_millis(10));
             }
-            None => out.stats.unparsed += 1,
         }
+        self.shared
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
-    *partial = rest;
-    Ok(())
 }
 
 /// The date part of a line's local time, for the `-t/-tt` date inference.
@@ -659,16 +651,23 @@ mod tests {
         let p = dir.path().join("redis.log");
         let ps = p.to_str().unwrap();
         std::fs::write(&p, "1:M 30 Nov 2026 22:55:00.000 * before following\n").unwrap();
-        let f = Follower::start(ps, std::time::Duration::from_millis(10));
+        let f = Follower::start(ps, std::time::Duration::from_millis(20));
         let mut w = std::fs::OpenOptions::new().append(true).open(&p).unwrap();
         w.write_all(b"1:M 30 Nov 2026 22:55:01.000 * first\n1:M 30 Nov 2026 22:55:0")
             .unwrap();
         w.flush().unwrap();
-        std::thread::sleep(std::time::Duration::from_millis(60));
+        let wait_for = |n: usize| {
+            let t = std::time::Instant::now();
+            while f.records() < n && t.elapsed() < std::time::Duration::from_secs(20) {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            assert_eq!(f.records(), n, "tail -F passed on {} records", f.records());
+        };
+        wait_for(1);
         w.write_all(b"2.000 * second, written in two pieces\n")
             .unwrap();
         drop(w);
-        std::thread::sleep(std::time::Duration::from_millis(60));
+        wait_for(2);
         // Rotated: renamed away, and redis's next line creates a new file.
         std::fs::rename(&p, dir.path().join("redis.log.1")).unwrap();
         std::fs::write(
@@ -676,8 +675,8 @@ mod tests {
             "1:M 30 Nov 2026 22:55:03.000 # third, in the new file\n",
         )
         .unwrap();
-        std::thread::sleep(std::time::Duration::from_millis(60));
-        let got = f.finish();
+        wait_for(3);
+        let got = f.finish(std::time::Duration::from_millis(300));
         let msgs: Vec<&str> = got.lines.iter().map(|l| l.message.as_str()).collect();
         assert_eq!(
             msgs,
