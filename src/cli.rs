@@ -67,6 +67,12 @@ pub struct OutputArgs {
     /// dbfilename, logfile) so nothing is guessed
     #[arg(long, value_name = "FILE")]
     pub redis_conf: Option<String>,
+    /// redis's own log file (plain or gzip): its lines go on the timeline and each stall
+    /// lists the ones in its window. Without it, a `NAME.redis.log` or `redis.log` beside the
+    /// trace, or the logfile the redis config names, is used when it exists (live: the
+    /// config's or the fd table's, followed as it is written)
+    #[arg(long, value_name = "FILE")]
+    pub redis_log: Option<String>,
     /// Also write a self-contained HTML report (timeline plot and tables) to FILE
     #[arg(long, value_name = "FILE")]
     pub html: Option<String>,
@@ -162,6 +168,11 @@ pub struct AttachArgs {
     /// are counted and reported)
     #[arg(long, hide = true, value_name = "PAGES", value_parser = parse_pages)]
     pub perf_pages: Option<usize>,
+    /// Also ask redis itself, on a connection of its own: LATENCY LATEST and INFO
+    /// persistence/stats once a second, SLOWLOG GET at the start and the end (password from
+    /// REDISCLI_AUTH, as redis-cli). A failing connection is noted, never stops tracing
+    #[arg(long, value_name = "HOST:PORT")]
+    pub redis: Option<String>,
     #[command(flatten)]
     pub out: OutputArgs,
 }

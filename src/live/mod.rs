@@ -6,6 +6,7 @@
 //! the report at the end is rendered by the same renderers.
 
 pub mod bpf;
+mod decode;
 pub mod perf;
 pub mod procctx;
 pub mod ptrace;
@@ -384,6 +385,7 @@ pub fn run_attach(args: &AttachArgs) -> Result<u64> {
         thread_names.insert(*t, n.clone());
     }
     opts.stamped_at_stops = backend == "ptrace";
+    let redis_conf = opts.redis_conf.clone();
     let mut an = Analyzer::new(opts);
     for (fd, what) in &ctx.fds {
         an.seed_fd(pid, *fd, what);
@@ -405,6 +407,7 @@ pub fn run_attach(args: &AttachArgs) -> Result<u64> {
     };
     let interval = Duration::from_millis(100);
     let sampler = procctx::Sampler::start(pid, attach_mono, interval);
+    let redis_side = crate::redis_evidence::LiveRedis::start(args, &ctx, redis_conf.as_ref());
     let clock = Clock {
         fmt: TimeFmt::Epoch,
         perf: false,
@@ -528,11 +531,7 @@ pub fn run_attach(args: &AttachArgs) -> Result<u64> {
         pid: Some(pid),
         clock,
     };
-    let counters = Counters {
-        measured: stats.syscalls,
-        ..Default::default()
-    };
-    let mut report = an.finish(info, counters);
+    let mut report = an.finish(info, Counters::default());
     report.source.backend = Some(backend.into());
     if backend == "perf" {
         // Say what this backend cannot show, rather than leave empty tables unexplained.
@@ -559,6 +558,7 @@ pub fn run_attach(args: &AttachArgs) -> Result<u64> {
     });
     procctx::attach_host_context(&mut report, samples.collect(), interval);
     add_overhead(&mut report, &stats, backend);
+    redis_side.finish(&mut report)?;
     if let Some(e) = record_err {
         let path = args.record.as_deref().unwrap_or("");
         return Err(anyhow::anyhow!("--record {path}: cannot write it: {e}"));

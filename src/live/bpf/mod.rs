@@ -17,7 +17,7 @@
 //! calls are read from the process's memory when the record is processed, as the perf
 //! backend does.
 
-use super::ptrace::decode_args;
+use super::decode::{decode_args, decodes_more};
 use super::sysnames::{errno_name, syscall_name};
 use super::{now_mono, now_wall, AttachError, Tracer, TracerStats};
 use crate::event::{self, Data, Event, EventKind, InFlight, Nanos, Ret, Syscall, Tid};
@@ -141,57 +141,22 @@ fn parse(b: &[u8]) -> Option<Rec> {
     })
 }
 
-/// Per syscall number: its name and whether its arguments need more than the fd.
+/// Per syscall number: its name, its table entry, and whether its arguments need more
+/// than the fd.
 #[derive(Clone, Copy)]
 struct NrInfo {
     name: &'static str,
-    fd_first: bool,
+    sys: &'static crate::syscalls::SysInfo,
     decode: bool,
 }
 
 fn nr_info(nr: i64) -> NrInfo {
     let name = syscall_name(nr);
+    let sys = crate::syscalls::info(name);
     NrInfo {
         name,
-        fd_first: event::first_arg_is_fd(name),
-        decode: matches!(
-            name,
-            "open"
-                | "creat"
-                | "openat"
-                | "openat2"
-                | "rename"
-                | "renameat"
-                | "renameat2"
-                | "unlink"
-                | "unlinkat"
-                | "pipe"
-                | "pipe2"
-                | "socketpair"
-                | "dup2"
-                | "dup3"
-                | "fcntl"
-                | "close_range"
-                | "clone"
-                | "clone3"
-                | "fork"
-                | "vfork"
-                | "socket"
-                | "mkdir"
-                | "rmdir"
-                | "truncate"
-                | "stat"
-                | "lstat"
-                | "newfstatat"
-                | "statx"
-                | "access"
-                | "faccessat"
-                | "faccessat2"
-                | "chdir"
-                | "readlink"
-                | "readlinkat"
-                | "mkdirat"
-        ),
+        sys,
+        decode: decodes_more(sys),
     }
 }
 
@@ -496,7 +461,7 @@ impl BpfTracer {
 
     fn build(&mut self, r: &Rec, ret: Option<i64>, args_known: bool) -> Event {
         let info = nr_info(r.nr);
-        let mut sc = Syscall::new(info.name);
+        let mut sc = Syscall::with(info.name, info.sys);
         sc.ret = match ret {
             Some(v) if (-4095..0).contains(&v) => Ret::Err(errno_name(-v)),
             Some(v) => Ret::Val(v),
@@ -510,14 +475,14 @@ impl BpfTracer {
         } else if info.decode {
             decode_args(r.tgid, &mut sc, &r.args, ok, false);
             if let Some(v) = ok.filter(|v| *v > 0) {
-                match info.name {
-                    "open" | "creat" | "openat" | "openat2" => {
+                match info.sys.fd {
+                    crate::syscalls::FdKind::Open => {
                         // What strace -y shows: the file the new fd names, if still open.
                         if let Ok(p) = std::fs::read_link(format!("/proc/{}/fd/{v}", r.tgid)) {
                             sc.ret_path = Some(p.to_string_lossy().into_owned().into_boxed_str());
                         }
                     }
-                    "clone" | "clone3" | "fork" | "vfork" => {
+                    crate::syscalls::FdKind::Clone => {
                         if let Some(thread) = self.forked.get(&(v as Tid)) {
                             sc.extra = event::Extra::Clone { thread: *thread };
                         }
@@ -525,7 +490,7 @@ impl BpfTracer {
                     _ => {}
                 }
             }
-        } else if info.fd_first {
+        } else if info.sys.fd_first {
             let fd = r.args[0] as i64;
             if (0..=i32::MAX as i64).contains(&fd) {
                 sc.fd = Some(fd as i32);
