@@ -1426,6 +1426,7 @@ mod tests {
 
     fn stall(at_us: i64, duration_us: i64, class: &str, finding: &str) -> Stall {
         Stall {
+            sched: None,
             ts: String::new(),
             ts_iso: None,
             at_us,

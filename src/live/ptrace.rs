@@ -966,9 +966,11 @@ impl Inner {
                     }
                 }
                 if pass != 0 {
+                    // Delivered as the trace ends: stamped at the detach, not later, so no
+                    // event of the trace (nor of its recording) lies past its end.
                     self.batch.push(Event {
                         tid,
-                        ts: now,
+                        ts: now.min(detach_ts),
                         line: 0,
                         kind: EventKind::Signal {
                             name: signal_name(pass),

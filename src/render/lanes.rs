@@ -452,6 +452,7 @@ mod tests {
         class: &str,
     ) -> Stall {
         Stall {
+            sched: None,
             ts: format!("+{at_us}"),
             ts_iso: None,
             at_us,

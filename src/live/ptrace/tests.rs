@@ -140,11 +140,30 @@ fn traces_writes_with_data_fd_and_duration_then_detaches_cleanly() {
 fn a_call_running_at_attach_is_kept_as_in_flight_at_start() {
     let _g = PTRACE_LOCK.lock().unwrap_or_else(|e| e.into_inner());
     // sleep(1) is in nanosleep (restartable) for the whole attach.
+    let spawned = crate::live::now_mono();
     let child = Kill(Command::new("sleep").arg("0.6").spawn().unwrap());
     let pid = child.0.id();
-    std::thread::sleep(Duration::from_millis(150));
+    // Attach once it sleeps (clock_nanosleep is 230, nanosleep 35 on x86_64), however long
+    // a loaded machine takes to start it.
+    let in_sleep = || {
+        std::fs::read_to_string(format!("/proc/{pid}/syscall"))
+            .ok()
+            .and_then(|s| s.split_whitespace().next()?.parse::<i64>().ok())
+            .is_some_and(|nr| nr == 230 || nr == 35)
+    };
+    let start = std::time::Instant::now();
+    while !in_sleep() {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "sleep never slept"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let seen = crate::live::now_mono();
     let mut t = PtraceTracer::attach(cfg(pid)).unwrap();
-    let evs = collect(&mut t, |_| false, Duration::from_secs(5));
+    let attached = crate::live::now_mono();
+    let evs = collect(&mut t, |_| false, Duration::from_secs(30));
+    let done = crate::live::now_mono();
     assert!(t.is_done());
     let sleeps: Vec<&Syscall> = evs
         .iter()
@@ -153,9 +172,15 @@ fn a_call_running_at_attach_is_kept_as_in_flight_at_start() {
         .collect();
     assert_eq!(sleeps.len(), 1, "{evs:?}");
     assert_eq!(sleeps[0].in_flight, Some(InFlight::AtStart));
-    // It slept ~0.45 s after the attach.
+    // Known from the attach to its end: it began after `spawned` and lasts 0.6 s, the
+    // attach began after `seen` and was over by `attached`, its end was handled by `done`.
     let d = sleeps[0].dur.unwrap_or(0);
-    assert!(d > 300_000_000 && d < 600_000_000, "dur {d}");
+    let lo = (spawned + 600_000_000 - attached).max(0);
+    assert!(
+        d >= lo - 1_000_000 && d <= done - seen,
+        "dur {d}, not in [{lo}, {}]",
+        done - seen
+    );
     assert!(evs
         .iter()
         .any(|e| matches!(e.kind, EventKind::Exit { code: Some(0), .. })));
