@@ -168,7 +168,7 @@ pub struct Stall {
     pub duration_us: i64,
     pub line: Option<u64>,
     pub cause: String,
-    pub finding: Option<String>,
+    pub finding: Option<FindingId>,
     pub bound: Bound,
     pub in_flight: Option<crate::event::InFlight>,
     pub waiting_commands: u64,
@@ -193,7 +193,7 @@ pub struct Incident {
     pub waiting_commands: u64,
     pub waiting_clients: u64,
     pub worst_wait_us: Option<i64>,
-    pub finding: Option<String>,
+    pub finding: Option<FindingId>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -255,6 +255,67 @@ pub struct CommandStats {
     pub log_us: i64,
 }
 
+/// What a finding (and each stall it explains) is about: REPORT.md `findings[].id`.
+#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[serde(rename_all = "kebab-case")]
+pub enum FindingId {
+    AofFsyncAlways,
+    AofWriteActiveChild,
+    AofWritePendingFsync,
+    AofWriteAlone,
+    LogFileBlocking,
+    Fork,
+    CowPageFaults,
+    Command,
+    DiskContention,
+    AofFsyncBackground,
+    ChildCowReport,
+    ChildDiskIo,
+    FilteredTrace,
+    GapsUnmeasurable,
+    Unexplained,
+    BackendLimits,
+    TracerOverhead,
+}
+
+impl FindingId {
+    /// The id as the JSON and the table show it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FindingId::AofFsyncAlways => "aof-fsync-always",
+            FindingId::AofWriteActiveChild => "aof-write-active-child",
+            FindingId::AofWritePendingFsync => "aof-write-pending-fsync",
+            FindingId::AofWriteAlone => "aof-write-alone",
+            FindingId::LogFileBlocking => "log-file-blocking",
+            FindingId::Fork => "fork",
+            FindingId::CowPageFaults => "cow-page-faults",
+            FindingId::Command => "command",
+            FindingId::DiskContention => "disk-contention",
+            FindingId::AofFsyncBackground => "aof-fsync-background",
+            FindingId::ChildCowReport => "child-cow-report",
+            FindingId::ChildDiskIo => "child-disk-io",
+            FindingId::FilteredTrace => "filtered-trace",
+            FindingId::GapsUnmeasurable => "gaps-unmeasurable",
+            FindingId::Unexplained => "unexplained",
+            FindingId::BackendLimits => "backend-limits",
+            FindingId::TracerOverhead => "tracer-overhead",
+        }
+    }
+}
+
+/// Compares with the id as the JSON spells it.
+impl PartialEq<&str> for FindingId {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl std::fmt::Display for FindingId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 #[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq, PartialOrd, Ord)]
 #[serde(rename_all = "snake_case")]
 pub enum Severity {
@@ -265,7 +326,7 @@ pub enum Severity {
 
 #[derive(Clone, Debug, Serialize)]
 pub struct Finding {
-    pub id: String,
+    pub id: FindingId,
     pub severity: Severity,
     pub title: String,
     pub evidence: String,

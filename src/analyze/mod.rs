@@ -320,7 +320,7 @@ impl Analyzer {
             inc.finding = inc
                 .stalls
                 .iter()
-                .filter_map(|i| r.stalls[*i].finding.clone())
+                .filter_map(|i| r.stalls[*i].finding)
                 .next();
         }
     }

@@ -10,7 +10,7 @@ use super::roles::Role;
 use super::world::World;
 use crate::event::{InFlight, Nanos, Tid};
 use crate::fdtable::FileId;
-use crate::report::{Bound, Stall, StallKind};
+use crate::report::{Bound, FindingId, Stall, StallKind};
 use crate::source::Clock;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -225,7 +225,7 @@ impl StallRow<'_> {
         c: &Cand,
         held: &Held,
         role: Role,
-        explained: (Option<String>, String),
+        explained: (Option<FindingId>, String),
     ) -> Stall {
         let info = c.file.map(|f| self.world.file(f));
         let (finding, cause) = explained;

@@ -194,7 +194,7 @@ pub fn render(r: &Report, w: &mut dyn Write) -> io::Result<()> {
                         "<span class=\"sev sev-{0}\">{0}</span>",
                         severity(f.severity)
                     )),
-                    Cell::Mono(f.id.clone()),
+                    Cell::Mono(f.id.to_string()),
                     Cell::Prose(f.title.clone()),
                     Cell::Prose(f.evidence.clone()),
                     Cell::Prose(f.advice.clone()),

@@ -29,7 +29,7 @@ fn stall(at_us: i64, duration_us: i64, kind: StallKind, class: Option<&str>, tid
         duration_us,
         line: Some(100 + at_us as u64 / 1000),
         cause: "the AOF fsync waited for the disk".into(),
-        finding: Some("aof-fsync-always".into()),
+        finding: Some(FindingId::AofFsyncAlways),
         bound: Bound::Exact,
         in_flight: None,
         waiting_commands: 1,
@@ -500,7 +500,7 @@ fn svg_and_html_escape_trace_text() {
     r.stalls[0].cause = "a < b && c > d".into();
     r.source.files = vec!["x</title><script>.strace".into()];
     r.findings.push(Finding {
-        id: "aof-fsync-always".into(),
+        id: FindingId::AofFsyncAlways,
         severity: Severity::Critical,
         title: "<b>bold</b>".into(),
         evidence: "e & e".into(),
@@ -561,7 +561,7 @@ fn check_html_self_contained(text: &str, doc: &Document) {
 fn html_two_stalls_has_plot_and_tables() {
     let mut r = two_stalls();
     r.findings.push(Finding {
-        id: "aof-fsync-always".into(),
+        id: FindingId::AofFsyncAlways,
         severity: Severity::Critical,
         title: "AOF fsync in the main thread".into(),
         evidence: "1 fdatasync over 10 ms".into(),

@@ -332,7 +332,7 @@ fn a_recording_analyzes_to_the_live_report() {
     };
     assert_eq!(roles(&live), roles(&back));
     let ids = |r: &crate::report::Report| -> Vec<String> {
-        r.findings.iter().map(|f| f.id.clone()).collect()
+        r.findings.iter().map(|f| f.id.to_string()).collect()
     };
     assert_eq!(ids(&live), ids(&back));
 }
