@@ -744,6 +744,7 @@ mod tests {
             bound: Bound::Exact,
             in_flight: None,
             phase,
+            events_lost: false,
             id: 1,
         }
     }

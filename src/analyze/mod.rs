@@ -174,7 +174,9 @@ impl Analyzer {
         self.latency.on_call(&cx);
         self.idle.on_call(&cx);
         self.samples.on_call(&cx);
-        let step = self.stalls.on_call(&cx, &self.phases);
+        let step = self
+            .stalls
+            .on_call(&cx, &self.phases, self.coverage.lost() > 0);
         for a in step.added.into_iter().flatten() {
             self.holds.on_stall(a);
         }
@@ -250,7 +252,6 @@ impl Analyzer {
             world: &self.world,
             clock,
             first: self.coverage.first().unwrap_or(0),
-            events_lost: self.coverage.lost() > 0,
         }
     }
 

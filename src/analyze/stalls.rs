@@ -31,6 +31,8 @@ pub(crate) struct Cand {
     pub(crate) in_flight: Option<InFlight>,
     /// Index of the phase (background child) running when it began.
     pub(crate) phase: Option<usize>,
+    /// Events had been lost (live perf backend) when it was found: it may be incomplete.
+    pub(crate) events_lost: bool,
     pub(crate) id: u64,
 }
 
@@ -106,12 +108,19 @@ impl Stalls {
             bound: if call { cx.bound() } else { Bound::Exact },
             in_flight: if call { cx.sc.in_flight } else { None },
             phase: None,
+            events_lost: false,
             id: 0,
         }
     }
 
     #[inline]
-    pub(crate) fn on_call(&mut self, cx: &ResolvedCall<'_>, phases: &Phases) -> StallStep {
+    /// `lost`: events were lost before this call (live perf backend).
+    pub(crate) fn on_call(
+        &mut self,
+        cx: &ResolvedCall<'_>,
+        phases: &Phases,
+        lost: bool,
+    ) -> StallStep {
         let mut step = StallStep::default();
         let (ts, dur) = (cx.ts(), cx.dur);
         let last_end = self.last_end.at(cx.thread);
@@ -126,6 +135,7 @@ impl Stalls {
             {
                 let mut c = self.cand(cx, StallKind::Gap, pe, gap);
                 c.phase = phases.active_at(pe);
+                c.events_lost = lost;
                 step.added[0] = self.add(c);
             }
         }
@@ -133,6 +143,7 @@ impl Stalls {
         if !cx.idle && cx.timed && (dur >= self.threshold || at_end) {
             let mut c = self.cand(cx, StallKind::SlowSyscall, ts, dur);
             c.phase = phases.active_at(ts);
+            c.events_lost = lost;
             if dur >= self.threshold {
                 step.added[1] = self.add(c);
             } else if self.in_flight_small.len() < IN_FLIGHT_SMALL_MAX && dur >= self.threshold / 10
@@ -216,7 +227,6 @@ pub(crate) struct StallRow<'a> {
     pub(crate) world: &'a World,
     pub(crate) clock: &'a Clock,
     pub(crate) first: Nanos,
-    pub(crate) events_lost: bool,
 }
 
 impl StallRow<'_> {
@@ -256,7 +266,7 @@ impl StallRow<'_> {
             waiting_clients: held.clients.len() as u64,
             worst_wait_us: held.worst_wait.map(|w| w / 1000),
             phase: c.phase,
-            events_lost: self.events_lost,
+            events_lost: c.events_lost,
         }
     }
 }
@@ -273,10 +283,13 @@ mod tests {
         let mut s = Stalls::new(10 * MS, 8);
         let p = Phases::default();
         let a = event(1, 0, MS, "write");
-        assert!(s.on_call(&call(&a, Role::Main, None), &p).gap.is_none());
+        assert!(s
+            .on_call(&call(&a, Role::Main, None), &p, false)
+            .gap
+            .is_none());
         // 20 ms after the first call ended, a 15 ms write.
         let b = event(1, 21 * MS, 15 * MS, "write");
-        let step = s.on_call(&call(&b, Role::Main, None), &p);
+        let step = s.on_call(&call(&b, Role::Main, None), &p, false);
         assert_eq!(step.gap, Some(20 * MS));
         let kinds: Vec<StallKind> = step
             .added
@@ -287,11 +300,11 @@ mod tests {
         assert_eq!(kinds, vec![StallKind::Gap, StallKind::SlowSyscall]);
         // Idle waits and children's gaps are no candidates.
         let w = event(1, 100 * MS, 50 * MS, "epoll_wait");
-        assert!(s.on_call(&call(&w, Role::Main, None), &p).added[1].is_none());
+        assert!(s.on_call(&call(&w, Role::Main, None), &p, false).added[1].is_none());
         let c = event(2, 0, MS, "write");
-        s.on_call(&call(&c, Role::Child, None), &p);
+        s.on_call(&call(&c, Role::Child, None), &p, false);
         let c = event(2, 50 * MS, MS, "write");
-        assert!(s.on_call(&call(&c, Role::Child, None), &p).added[0].is_none());
+        assert!(s.on_call(&call(&c, Role::Child, None), &p, false).added[0].is_none());
     }
 
     #[test]
@@ -303,7 +316,7 @@ mod tests {
             // One call per thread: no gaps.
             let e = event(i as u32 + 1, 0, d * MS, "fsync");
             added += s
-                .on_call(&call(&e, Role::Main, None), &p)
+                .on_call(&call(&e, Role::Main, None), &p, false)
                 .added
                 .iter()
                 .flatten()
@@ -324,9 +337,9 @@ mod tests {
         let mut s = Stalls::new(10 * MS, 4);
         let p = Phases::default();
         let a = event(1, 0, MS, "write");
-        s.on_call(&call(&a, Role::Main, None), &p);
+        s.on_call(&call(&a, Role::Main, None), &p, false);
         let b = event(1, 30 * MS, MS, "write");
-        let step = s.on_call(&call(&b, Role::Main, None), &p);
+        let step = s.on_call(&call(&b, Role::Main, None), &p, false);
         let gap = s.get(step.added[0].unwrap().idx);
         assert!(keep(gap, Role::Main, true));
         assert!(!keep(gap, Role::Main, false));

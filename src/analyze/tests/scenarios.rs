@@ -1013,3 +1013,16 @@ fn without_an_event_loop_the_first_thread_is_main() {
     assert_eq!(r.stalls.len(), 1, "{:?}", r.stalls);
     assert_eq!(r.stalls[0].thread, "main");
 }
+
+/// Live perf: only stalls found after the first lost event say they may be incomplete.
+#[test]
+fn only_stalls_after_a_loss_are_marked_incomplete() {
+    let mut s = Seq::new();
+    s.call(100, 0, 50 * MS, "fdatasync", Some(5), 0, Extra::None);
+    s.a.add_lost_events(3);
+    s.call(100, 55 * MS, 50 * MS, "fdatasync", Some(5), 0, Extra::None);
+    let r = s.report();
+    let lost: Vec<bool> = r.stalls.iter().map(|x| x.events_lost).collect();
+    assert_eq!(lost, vec![false, true]);
+    assert_eq!(r.summary.lost_events, 3);
+}
