@@ -64,8 +64,9 @@ pub(crate) struct Stalls {
     seq: u64,
     /// Kept stalls by length (min-heap), to find the one that makes room when full.
     by_length: BinaryHeap<Reverse<(Nanos, usize)>>,
-    /// Stalls added since the last `take_fresh` (live printing).
-    fresh: Vec<usize>,
+    /// Highest candidate id handed out by `take_fresh` (live printing): a cursor, where a
+    /// list of new indices would grow with every stall of an offline trace.
+    reported: u64,
     /// Calls cut by the trace's edge, below the threshold but above a tenth of it.
     in_flight_small: Vec<Cand>,
 }
@@ -83,7 +84,7 @@ impl Stalls {
             dropped: 0,
             seq: 0,
             by_length: BinaryHeap::new(),
-            fresh: vec![],
+            reported: 0,
             in_flight_small: vec![],
         }
     }
@@ -176,7 +177,6 @@ impl Stalls {
         };
         let c = &self.cands[idx];
         self.by_length.push(Reverse((c.dur, idx)));
-        self.fresh.push(idx);
         Some(Added {
             idx,
             id: c.id,
@@ -185,9 +185,19 @@ impl Stalls {
         })
     }
 
-    /// Indices of the candidates added since the last call (live printing).
+    /// Indices of the candidates added since the last call and still stored, oldest first
+    /// (live printing, a few times a second: one pass over the bounded store).
     pub(crate) fn take_fresh(&mut self) -> Vec<usize> {
-        std::mem::take(&mut self.fresh)
+        let mut fresh: Vec<(u64, usize)> = self
+            .cands
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.id > self.reported)
+            .map(|(i, c)| (c.id, i))
+            .collect();
+        fresh.sort_unstable();
+        self.reported = self.seq;
+        fresh.into_iter().map(|(_, i)| i).collect()
     }
 
     pub(crate) fn get(&self, idx: usize) -> &Cand {
@@ -330,6 +340,27 @@ mod tests {
             added, 6,
             "11, 30, 12, 40 fill it; 13 and 50 make room; 10 does not"
         );
+    }
+
+    #[test]
+    fn fresh_stalls_are_each_handed_out_once_and_only_while_stored() {
+        let mut s = Stalls::new(10 * MS, 4);
+        let p = Phases::default();
+        let mut slow = |s: &mut Stalls, tid: u32, d: Nanos| {
+            let e = event(tid, 0, d * MS, "fsync");
+            s.on_call(&call(&e, Role::Main, None), &p, false);
+        };
+        for (i, d) in [11, 30, 12, 40, 13, 50, 10].iter().enumerate() {
+            slow(&mut s, i as u32 + 1, *d);
+        }
+        // Never drained (offline): what is handed out is what is stored, no more.
+        let ids: Vec<u64> = s.take_fresh().iter().map(|i| s.get(*i).id).collect();
+        assert_eq!(ids, vec![2, 4, 5, 6]);
+        assert!(s.take_fresh().is_empty());
+        slow(&mut s, 20, 60);
+        let fresh = s.take_fresh();
+        assert_eq!(fresh.len(), 1);
+        assert_eq!(s.get(fresh[0]).dur, 60 * MS);
     }
 
     #[test]
