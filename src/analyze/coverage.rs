@@ -131,10 +131,10 @@ impl Coverage {
 
     /// Why gaps between syscalls cannot be trusted in this trace, if they cannot: a filtered
     /// trace (`no_event_loop`: not one epoll_wait), a clock coarser than the threshold, or
-    /// `-r` times across threads. Without a clock (live, while tracing) only the first two.
+    /// `-r` times across threads. The clock is explicit: live, the caller's, while tracing.
     pub(crate) fn gap_verdict(
         &self,
-        clock: Option<&Clock>,
+        clock: &Clock,
         threshold_ns: Nanos,
         no_event_loop: bool,
         threads: usize,
@@ -147,7 +147,6 @@ impl Coverage {
         if let Some(min) = self.duration_filter() {
             return Some(GapVerdict::DurationFiltered { min });
         }
-        let clock = clock?;
         let resolution = 10i64.pow(9u32.saturating_sub(clock.frac_digits as u32).min(9));
         let precise = clock.frac_digits > 0 || clock.wall_at_first.is_some();
         if !precise || resolution * 2 > threshold_ns {
@@ -229,28 +228,28 @@ mod tests {
         }
         let epoch = clock(TimeFmt::Epoch, 6);
         assert_eq!(
-            c.gap_verdict(Some(&epoch), 10_000_000, true, 1),
+            c.gap_verdict(&epoch, 10_000_000, true, 1),
             Some(GapVerdict::Filtered { syscalls: 1000 })
         );
-        assert_eq!(c.gap_verdict(Some(&epoch), 10_000_000, false, 1), None);
+        assert_eq!(c.gap_verdict(&epoch, 10_000_000, false, 1), None);
         let secs = clock(TimeFmt::Epoch, 0);
         assert_eq!(
-            c.gap_verdict(Some(&secs), 10_000_000, false, 1),
+            c.gap_verdict(&secs, 10_000_000, false, 1),
             Some(GapVerdict::CoarseClock {
                 resolution: 1_000_000_000
             })
         );
         assert_eq!(
-            c.gap_verdict(None, 10_000_000, false, 1),
+            c.gap_verdict(&Clock::none(), 10_000_000, false, 1),
             None,
             "no clock yet"
         );
         let rel = clock(TimeFmt::Relative, 6);
         assert_eq!(
-            c.gap_verdict(Some(&rel), 10_000_000, false, 2),
+            c.gap_verdict(&rel, 10_000_000, false, 2),
             Some(GapVerdict::RelativeAcrossThreads)
         );
-        assert_eq!(c.gap_verdict(Some(&rel), 10_000_000, false, 1), None);
+        assert_eq!(c.gap_verdict(&rel, 10_000_000, false, 1), None);
     }
 
     #[test]
@@ -260,12 +259,12 @@ mod tests {
         for _ in 0..20 {
             c.on_call(&call(&e, Role::Main, None));
         }
-        let v = c.gap_verdict(None, 10_000_000, false, 1);
+        let v = c.gap_verdict(&Clock::none(), 10_000_000, false, 1);
         assert_eq!(v, Some(GapVerdict::DurationFiltered { min: 150_000 }));
         assert!(v.unwrap().is_filtered());
         let short = event(1, 0, 3_000, "read");
         c.on_call(&call(&short, Role::Main, None));
-        assert_eq!(c.gap_verdict(None, 10_000_000, false, 1), None);
+        assert_eq!(c.gap_verdict(&Clock::none(), 10_000_000, false, 1), None);
         assert_eq!(c.durations(), "measured");
     }
 }

@@ -200,7 +200,7 @@ impl Analyzer {
         self.world.after(&cx);
     }
 
-    fn gap_verdict(&self, clock: Option<&Clock>) -> Option<GapVerdict> {
+    fn gap_verdict(&self, clock: &Clock) -> Option<GapVerdict> {
         self.coverage.gap_verdict(
             clock,
             self.opts.threshold_ns,
@@ -236,8 +236,8 @@ impl Analyzer {
     /// Stalls found since the last call (live printing). Roles are the current best guess.
     pub fn drain_new_stalls(&mut self, clock: &Clock) -> Vec<Stall> {
         let fresh = self.stalls.take_fresh();
-        // Live, the clock is not the analyzer's yet: only the filtered-trace checks apply.
-        let gaps = self.gap_verdict(None);
+        // Once per drain, with the caller's clock: the same verdict `finish` will reach.
+        let gaps = self.gap_verdict(clock);
         let ev = self.evidence(gaps.as_ref());
         let row = self.stall_row(clock);
         fresh
@@ -283,7 +283,7 @@ impl Analyzer {
             idle: self.idle.report(&self.world),
             ..Default::default()
         };
-        let gaps = self.gap_verdict(Some(&info.clock));
+        let gaps = self.gap_verdict(&info.clock);
         self.stalls_into(&mut r, &clock, gaps.as_ref());
         r
     }

@@ -1026,3 +1026,23 @@ fn only_stalls_after_a_loss_are_marked_incomplete() {
     assert_eq!(lost, vec![false, true]);
     assert_eq!(r.summary.lost_events, 3);
 }
+
+/// Live printing decides whether gaps can be trusted with the clock it is given, as the final
+/// report does: a whole-second clock prints no gap as a stall.
+#[test]
+fn live_printing_judges_gaps_by_the_clock_it_is_given() {
+    let coarse = Clock {
+        fmt: TimeFmt::TimeOfDay,
+        perf: false,
+        frac_digits: 0,
+        first: 0,
+        date: None,
+        wall_at_first: None,
+    };
+    let mut s = Seq::new();
+    s.call(100, 0, 10 * US, "epoll_wait", None, 1, Extra::None);
+    s.call(100, 200 * MS, 10 * US, "getpid", None, 100, Extra::None);
+    let live = s.a.drain_new_stalls(&coarse);
+    assert!(live.iter().all(|x| x.kind != StallKind::Gap), "{live:?}");
+    assert!(s.report_with(coarse).stalls.is_empty());
+}
