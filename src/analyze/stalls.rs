@@ -346,7 +346,7 @@ mod tests {
     fn fresh_stalls_are_each_handed_out_once_and_only_while_stored() {
         let mut s = Stalls::new(10 * MS, 4);
         let p = Phases::default();
-        let mut slow = |s: &mut Stalls, tid: u32, d: Nanos| {
+        let slow = |s: &mut Stalls, tid: u32, d: Nanos| {
             let e = event(tid, 0, d * MS, "fsync");
             s.on_call(&call(&e, Role::Main, None), &p, false);
         };
