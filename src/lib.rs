@@ -17,5 +17,6 @@ pub mod render;
 pub mod report;
 pub mod run;
 pub mod source;
+pub mod syscalls;
 pub(crate) mod threads_file;
 pub mod units;

@@ -5,6 +5,7 @@
 //! go through the same `Analyzer` as `analyze`, stalls are printed as they are found, and
 //! the report at the end is rendered by the same renderers.
 
+mod decode;
 pub mod perf;
 pub mod procctx;
 pub mod ptrace;
@@ -503,11 +504,7 @@ pub fn run_attach(args: &AttachArgs) -> Result<u64> {
         pid: Some(pid),
         clock,
     };
-    let counters = Counters {
-        measured: stats.syscalls,
-        ..Default::default()
-    };
-    let mut report = an.finish(info, counters);
+    let mut report = an.finish(info, Counters::default());
     report.source.backend = Some(backend.into());
     // Samples were stamped from the attach; the report's axis starts at its first call.
     let shift = (first_syscall_ts.unwrap_or(attach_mono) - attach_mono) / 1000;
