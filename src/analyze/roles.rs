@@ -267,22 +267,30 @@ mod tests {
 
     #[test]
     fn evidence_reports_only_changes_that_can_change_a_role() {
-        use crate::analyze::call::Facts;
         use crate::fdtable::FileClass;
         let mut e = RoleEvidence::default();
-        assert!(!e.count(Facts::of("getpid"), None));
+        assert!(!e.count(crate::syscalls::info("getpid").facts, None));
         // A first close of a disk file is news; later calls of any kind are not, while the
         // counts keep their shape (this used to bump the role epoch on every call).
-        assert!(e.count(Facts::of("close"), Some(FileClass::Log)));
-        assert!(!e.count(Facts::of("getpid"), None));
-        assert!(!e.count(Facts::of("write"), Some(FileClass::Log)));
-        assert!(!e.count(Facts::of("close"), Some(FileClass::Log)));
+        assert!(e.count(crate::syscalls::info("close").facts, Some(FileClass::Log)));
+        assert!(!e.count(crate::syscalls::info("getpid").facts, None));
+        assert!(!e.count(crate::syscalls::info("write").facts, Some(FileClass::Log)));
+        assert!(!e.count(crate::syscalls::info("close").facts, Some(FileClass::Log)));
         // fsyncs overtaking closes turn bio_close_file into bio_aof: that is news again.
-        assert!(e.count(Facts::of("fdatasync"), Some(FileClass::Aof)));
-        assert!(!e.count(Facts::of("fdatasync"), Some(FileClass::Aof)));
-        assert!(e.count(Facts::of("fdatasync"), Some(FileClass::Aof)));
+        assert!(e.count(
+            crate::syscalls::info("fdatasync").facts,
+            Some(FileClass::Aof)
+        ));
+        assert!(!e.count(
+            crate::syscalls::info("fdatasync").facts,
+            Some(FileClass::Aof)
+        ));
+        assert!(e.count(
+            crate::syscalls::info("fdatasync").facts,
+            Some(FileClass::Aof)
+        ));
         assert_eq!(decide(&e, Situation::default()).0, Role::BioAof);
-        assert!(e.count(Facts::of("epoll_wait"), None));
-        assert!(!e.count(Facts::of("epoll_wait"), None));
+        assert!(e.count(crate::syscalls::info("epoll_wait").facts, None));
+        assert!(!e.count(crate::syscalls::info("epoll_wait").facts, None));
     }
 }
