@@ -7,6 +7,68 @@ use serde::Serialize;
 
 pub const SCHEMA: &str = "stallscope/1";
 
+/// A closed set of report values with one JSON spelling each.
+macro_rules! closed_set {
+    ($(#[$m:meta])* $name:ident { $($(#[$vm:meta])* $v:ident => $s:literal),+ $(,)? }) => {
+        $(#[$m])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Default)]
+        pub enum $name {
+            #[default]
+            $($(#[$vm])* #[serde(rename = $s)] $v),+
+        }
+
+        impl $name {
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($name::$v => $s),+
+                }
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl PartialEq<&str> for $name {
+            fn eq(&self, other: &&str) -> bool {
+                self.as_str() == *other
+            }
+        }
+    };
+}
+
+closed_set!(
+    /// How the trace's durations were known (`summary.durations`).
+    Durations {
+        Measured => "measured",
+        Reconstructed => "reconstructed",
+        Mixed => "mixed",
+    }
+);
+
+closed_set!(
+    /// What a background child did (`phases[].kind`).
+    PhaseKind {
+        Bgsave => "bgsave",
+        AofRewrite => "aof_rewrite",
+        /// Not known: the child was not traced and an AOF was in use.
+        Child => "child",
+    }
+);
+
+closed_set!(
+    /// Which calls a command row counts (`commands[].phase`): all, or those before, during
+    /// or after the longest phase.
+    CommandPhase {
+        All => "all",
+        Before => "before",
+        During => "during",
+        After => "after",
+    }
+);
+
 #[derive(Clone, Debug, Serialize, Default)]
 pub struct Report {
     pub schema: &'static str,
@@ -71,8 +133,7 @@ pub struct Summary {
     pub start_iso: Option<String>,
     pub span_us: i64,
     pub skipped_lines: u64,
-    /// "measured" | "reconstructed" | "mixed"
-    pub durations: String,
+    pub durations: Durations,
     pub threshold_us: i64,
     /// `--top`: how many incidents and slow calls the table shows.
     pub top: usize,
@@ -209,8 +270,7 @@ pub struct ThreadInfo {
 
 #[derive(Clone, Debug, Serialize)]
 pub struct Phase {
-    /// "bgsave" | "aof_rewrite" | "child"
-    pub kind: String,
+    pub kind: PhaseKind,
     pub child_pid: u32,
     pub start_at_us: i64,
     pub end_at_us: Option<i64>,
@@ -243,8 +303,7 @@ pub struct Dist {
 #[derive(Clone, Debug, Serialize, Default)]
 pub struct CommandStats {
     pub command: String,
-    /// "all" | "before" | "during" | "after"
-    pub phase: String,
+    pub phase: CommandPhase,
     pub calls: u64,
     pub p50_us: i64,
     pub p99_us: i64,

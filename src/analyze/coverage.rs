@@ -5,7 +5,7 @@
 
 use super::call::{Facts, ResolvedCall};
 use crate::event::{DurSource, Event, InFlight, Nanos, Ret};
-use crate::report;
+use crate::report::{self, Durations};
 use crate::source::{Clock, Counters, SourceInfo, TimeFmt};
 use crate::units::human;
 
@@ -158,11 +158,11 @@ impl Coverage {
         None
     }
 
-    fn durations(&self) -> &'static str {
+    fn durations(&self) -> Durations {
         match (self.measured, self.reconstructed) {
-            (_, 0) => "measured",
-            (0, _) => "reconstructed",
-            _ => "mixed",
+            (_, 0) => Durations::Measured,
+            (0, _) => Durations::Reconstructed,
+            _ => Durations::Mixed,
         }
     }
 
@@ -178,7 +178,7 @@ impl Coverage {
             start_iso: clock.iso(first),
             span_us: (self.last_ts - first).max(0) / 1000,
             skipped_lines: counters.skips.total,
-            durations: self.durations().to_string(),
+            durations: self.durations(),
             lost_events: self.lost_events,
             in_flight_at_end: self.in_flight_end,
             in_flight_at_start: self.in_flight_start,
@@ -265,6 +265,6 @@ mod tests {
         let short = event(1, 0, 3_000, "read");
         c.on_call(&call(&short, Role::Main, None));
         assert_eq!(c.gap_verdict(&Clock::none(), 10_000_000, false, 1), None);
-        assert_eq!(c.durations(), "measured");
+        assert_eq!(c.durations(), Durations::Measured);
     }
 }

@@ -16,7 +16,9 @@ use super::stalls::Cand;
 use super::world::World;
 use crate::fdtable::{FileClass, FileInfo};
 use crate::redis_conf::RedisConf;
-use crate::report::{Bound, CommandStats, Finding, FindingId, Severity, Stall, StallKind};
+use crate::report::{
+    Bound, CommandPhase, CommandStats, Finding, FindingId, Severity, Stall, StallKind,
+};
 pub use crate::units::{human, plural};
 use std::collections::{BTreeMap, HashSet};
 
@@ -331,7 +333,7 @@ fn fsync_always_evidence(cx: &Ctx<'_>, e: Option<&ByFinding>) -> String {
     let heavy: Vec<String> = cx
         .commands
         .iter()
-        .filter(|c| c.phase == "all" && c.aof_us > 0 && c.calls > 0)
+        .filter(|c| c.phase == CommandPhase::All && c.aof_us > 0 && c.calls > 0)
         .take(3)
         .map(|c| {
             format!(

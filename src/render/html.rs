@@ -307,7 +307,7 @@ pub fn render(r: &Report, w: &mut dyn Write) -> io::Result<()> {
             .iter()
             .map(|p| {
                 vec![
-                    text(super::markup::phase_style(&p.kind).1),
+                    text(super::markup::phase_style(p.kind.as_str()).1),
                     num(p.child_pid.to_string()),
                     Cell::Mono(p.ts.clone()),
                     num(offset(p.start_at_us)),
@@ -378,7 +378,7 @@ pub fn render(r: &Report, w: &mut dyn Write) -> io::Result<()> {
             .map(|c| {
                 vec![
                     Cell::Mono(c.command.clone()),
-                    text(&c.phase),
+                    text(c.phase.as_str()),
                     num(count(c.calls)),
                     num(dur(c.p50_us)),
                     num(dur(c.p99_us)),
@@ -576,7 +576,7 @@ fn write_header(r: &Report, w: &mut dyn Write) -> io::Result<()> {
         esc(&count(s.lines)),
         esc(&count(s.syscalls)),
         esc(&count(s.threads)),
-        esc(&s.durations)
+        esc(s.durations.as_str())
     )?;
     let mut line = format!(
         "<strong>{} stall{} over {}</strong>",

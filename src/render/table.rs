@@ -3,7 +3,7 @@
 //! incidents (who waited), then the supporting tables. Colour only on a TTY, never with
 //! NO_COLOR.
 
-use crate::report::{Report, Severity, Stall, StallKind};
+use crate::report::{CommandPhase, Durations, Report, Severity, Stall, StallKind};
 use crate::units::{human, plural};
 use comfy_table::{presets, Cell, CellAlignment, ContentArrangement, Table};
 use std::io::{self, Write};
@@ -237,7 +237,7 @@ pub fn render(r: &Report, w: &mut dyn Write, color: bool) -> io::Result<()> {
             )
         )?;
     }
-    if r.summary.durations != "measured" {
+    if r.summary.durations != Durations::Measured {
         w.write_all(
             wrap(
                 "Durations without -T are reconstructed: a paired call is timed from its entry to its end, any other \
@@ -434,7 +434,11 @@ pub fn render(r: &Report, w: &mut dyn Write, color: bool) -> io::Result<()> {
         }
     }
 
-    let all: Vec<_> = r.commands.iter().filter(|c| c.phase == "all").collect();
+    let all: Vec<_> = r
+        .commands
+        .iter()
+        .filter(|c| c.phase == CommandPhase::All)
+        .collect();
     if !all.is_empty() {
         writeln!(w)?;
         writeln!(w, "{}", p.bold("COMMANDS (read to reply, seen from redis)"))?;

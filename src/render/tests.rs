@@ -53,7 +53,7 @@ fn base(span_us: i64) -> Report {
     r.summary.span_us = span_us;
     r.summary.threshold_us = 10_000;
     r.summary.start = Some("22:38:50.000000".into());
-    r.summary.durations = "measured".into();
+    r.summary.durations = Durations::Measured;
     r.threads = vec![
         ThreadInfo {
             pid: 9380,
@@ -135,7 +135,7 @@ fn many(phases: bool, host: bool) -> Report {
     if phases {
         r.phases = vec![
             Phase {
-                kind: "bgsave".into(),
+                kind: PhaseKind::Bgsave,
                 child_pid: 9569,
                 start_at_us: 2 * S,
                 end_at_us: Some(5 * S),
@@ -145,7 +145,7 @@ fn many(phases: bool, host: bool) -> Report {
                 wrote: vec!["rdb_temp".into()],
             },
             Phase {
-                kind: "aof_rewrite".into(),
+                kind: PhaseKind::AofRewrite,
                 child_pid: 9600,
                 start_at_us: 7 * S,
                 end_at_us: None,
@@ -583,7 +583,7 @@ fn html_two_stalls_has_plot_and_tables() {
     });
     r.commands.push(CommandStats {
         command: "SET".into(),
-        phase: "all".into(),
+        phase: CommandPhase::All,
         calls: 5,
         ..Default::default()
     });
