@@ -39,6 +39,47 @@ macro_rules! closed_set {
     };
 }
 
+/// Thread roles (REPORT.md `thread`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    Main,
+    BioAof,
+    BioCloseFile,
+    BioLazyFree,
+    IoThread,
+    Child,
+    #[default]
+    Other,
+}
+
+impl Role {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Role::Main => "main",
+            Role::BioAof => "bio_aof",
+            Role::BioCloseFile => "bio_close_file",
+            Role::BioLazyFree => "bio_lazy_free",
+            Role::IoThread => "io_thread",
+            Role::Child => "child",
+            Role::Other => "other",
+        }
+    }
+}
+
+/// Compares with the role as the JSON spells it.
+impl PartialEq<&str> for Role {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl std::fmt::Display for Role {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 closed_set!(
     /// How the trace's durations were known (`summary.durations`).
     Durations {
@@ -186,7 +227,7 @@ pub struct SlowCall {
     pub at_us: i64,
     pub pid: u32,
     pub tid: u32,
-    pub thread: String,
+    pub thread: Role,
     pub syscall: String,
     pub fd: Option<i32>,
     pub path: Option<String>,
@@ -220,7 +261,7 @@ pub struct Stall {
     pub at_us: i64,
     pub pid: u32,
     pub tid: u32,
-    pub thread: String,
+    pub thread: Role,
     pub kind: StallKind,
     pub syscall: Option<String>,
     pub fd: Option<i32>,
@@ -261,7 +302,7 @@ pub struct Incident {
 pub struct ThreadInfo {
     pub pid: u32,
     pub tid: u32,
-    pub role: String,
+    pub role: Role,
     pub name: Option<String>,
     /// How the role was decided: "name", "tid==pid", "epoll_wait", "fdatasync on aof", ...
     pub why: String,
@@ -396,7 +437,7 @@ pub struct Finding {
 
 #[derive(Clone, Debug, Serialize, Default)]
 pub struct IdleStats {
-    pub role: String,
+    pub role: Role,
     pub syscall: String,
     pub calls: u64,
     pub total_us: i64,

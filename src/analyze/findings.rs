@@ -817,7 +817,7 @@ mod tests {
             at_us: 0,
             pid: 100,
             tid: 100,
-            thread: "main".into(),
+            thread: Role::Main,
             kind: StallKind::Gap,
             syscall: None,
             fd: None,

@@ -3,31 +3,9 @@
 //! pure rule that turns evidence, name and process facts into a role and the reason for it,
 //! in order of trust: process, name, pid, behaviour (README: how thread roles are inferred).
 
-/// Thread roles (REPORT.md `thread`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Role {
-    Main,
-    BioAof,
-    BioCloseFile,
-    BioLazyFree,
-    IoThread,
-    Child,
-    Other,
-}
+pub use crate::report::Role;
 
 impl Role {
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            Role::Main => "main",
-            Role::BioAof => "bio_aof",
-            Role::BioCloseFile => "bio_close_file",
-            Role::BioLazyFree => "bio_lazy_free",
-            Role::IoThread => "io_thread",
-            Role::Child => "child",
-            Role::Other => "other",
-        }
-    }
-
     pub(crate) fn from_name(name: &str) -> Option<Role> {
         let n = name.trim();
         Some(match n {

@@ -255,7 +255,7 @@ impl StallRow<'_> {
             at_us: (c.start - self.first) / 1000,
             pid: self.world.show_pid(c.proc),
             tid: c.tid,
-            thread: role.as_str().to_string(),
+            thread: role,
             kind: c.kind,
             syscall: c.syscall.map(str::to_string),
             fd: c.fd,

@@ -337,7 +337,7 @@ impl World {
             .map(|t| report::ThreadInfo {
                 pid: self.show_pid(t.proc),
                 tid: t.tid,
-                role: self.role(t.tid).as_str().to_string(),
+                role: self.role(t.tid),
                 name: t.name.clone(),
                 why: self.role_why(t),
                 syscalls: t.calls,

@@ -235,7 +235,7 @@ pub fn render(r: &Report, w: &mut dyn Write) -> io::Result<()> {
                 vec![
                     Cell::Mono(s.ts.clone()),
                     num(offset(s.at_us)),
-                    Cell::NoWrap(super::thread_label(&s.thread, s.tid, true)),
+                    Cell::NoWrap(super::thread_label(s.thread.as_str(), s.tid, true)),
                     Cell::Mono(s.syscall.clone()),
                     num(opt(s.fd)),
                     Cell::Raw(swatch(s.class.as_deref())),
@@ -410,7 +410,7 @@ pub fn render(r: &Report, w: &mut dyn Write) -> io::Result<()> {
             .iter()
             .map(|i| {
                 vec![
-                    text(&i.role),
+                    text(i.role.as_str()),
                     Cell::Mono(i.syscall.clone()),
                     num(count(i.calls)),
                     num(dur(i.total_us)),
@@ -487,7 +487,7 @@ pub fn render(r: &Report, w: &mut dyn Write) -> io::Result<()> {
                 vec![
                     num(t.pid.to_string()),
                     num(t.tid.to_string()),
-                    text(&t.role),
+                    text(t.role.as_str()),
                     text(opt(t.name.as_ref())),
                     text(&t.why),
                     num(count(t.syscalls)),
@@ -670,7 +670,7 @@ fn write_stalls(r: &Report, w: &mut dyn Write) -> io::Result<()> {
                 num((i + 1).to_string()),
                 Cell::Mono(s.ts.clone()),
                 num(offset(s.at_us)),
-                Cell::NoWrap(super::thread_label(&s.thread, s.tid, true)),
+                Cell::NoWrap(super::thread_label(s.thread.as_str(), s.tid, true)),
                 Cell::Mono(what),
                 num(opt(s.fd)),
                 Cell::Raw(if s.kind == StallKind::Gap {

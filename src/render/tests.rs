@@ -17,9 +17,9 @@ fn stall(at_us: i64, duration_us: i64, kind: StallKind, class: Option<&str>, tid
         pid: 9380,
         tid,
         thread: if tid == 9380 {
-            "main".into()
+            Role::Main
         } else {
-            "bio_aof".into()
+            Role::BioAof
         },
         kind,
         syscall: (kind == StallKind::SlowSyscall).then(|| "fdatasync".into()),
@@ -58,7 +58,7 @@ fn base(span_us: i64) -> Report {
         ThreadInfo {
             pid: 9380,
             tid: 9380,
-            role: "main".into(),
+            role: Role::Main,
             name: Some("redis-server".into()),
             why: "tid==pid".into(),
             syscalls: 10,
@@ -66,7 +66,7 @@ fn base(span_us: i64) -> Report {
         ThreadInfo {
             pid: 9380,
             tid: 9383,
-            role: "bio_aof".into(),
+            role: Role::BioAof,
             name: Some("bio_aof_fsync".into()),
             why: "name".into(),
             syscalls: 3,
@@ -320,7 +320,7 @@ fn check_svg(r: &Report, doc: &Document) {
             .parent()
             .and_then(|p| p.children().find(|c| c.tag_name().name() == "title"));
         assert!(
-            title.is_some_and(|t| t.text().unwrap_or_default().contains(&s.thread)),
+            title.is_some_and(|t| t.text().unwrap_or_default().contains(s.thread.as_str())),
             "mark {i} has a title"
         );
         pts.push((s.at_us, s.duration_us, cx, cy));

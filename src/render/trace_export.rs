@@ -69,12 +69,12 @@ pub fn render(r: &Report, w: &mut dyn Write) -> io::Result<()> {
     // when the analyzer classified it, else from the stall's own role.
     let mut tracks: BTreeMap<(u32, u32), (String, Option<String>)> = BTreeMap::new();
     for t in &r.threads {
-        tracks.insert((t.pid, t.tid), (t.role.clone(), t.name.clone()));
+        tracks.insert((t.pid, t.tid), (t.role.to_string(), t.name.clone()));
     }
     for s in &r.stalls {
         tracks
             .entry((s.pid, s.tid))
-            .or_insert_with(|| (s.thread.clone(), None));
+            .or_insert_with(|| (s.thread.to_string(), None));
     }
     if let Some(tl) = &r.timeline {
         for c in &tl.calls {
