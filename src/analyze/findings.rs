@@ -661,7 +661,7 @@ pub(crate) fn findings(
 
 /// What a live backend knows that the trace does not show.
 pub struct LiveEvidence<'a> {
-    /// The backend reads request and reply buffers (ptrace does; perf never stops redis).
+    /// The backend reads request and reply buffers (ptrace and bpf do; perf does not).
     pub sees_commands: bool,
     /// Why tracing itself slowed redis down, when it did substantially.
     pub tracing_cost: Option<&'a str>,
@@ -701,8 +701,9 @@ static LIVE_RULES: &[LiveRule] = &[
              up are not available in this report",
         ),
         advice: LiveText::Fixed(
-            "If you need them, trace briefly with --backend ptrace (it slows redis about as \
-             much as strace), or on a replica.",
+            "If you need them, use --backend bpf (as root: it reads request buffers in the \
+             kernel without stopping redis), or trace briefly with --backend ptrace (it slows \
+             redis about as much as strace), or on a replica.",
         ),
     },
     LiveRule {
@@ -748,6 +749,7 @@ mod tests {
             phase,
             events_lost: false,
             id: 1,
+            sched: None,
         }
     }
 
@@ -835,6 +837,7 @@ mod tests {
             worst_wait_us: None,
             phase: None,
             events_lost: false,
+            sched: None,
         };
         let stalls = [
             stall(Some(FindingId::Command), 20_000),

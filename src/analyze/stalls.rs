@@ -34,6 +34,8 @@ pub(crate) struct Cand {
     /// Events had been lost (live perf backend) when it was found: it may be incomplete.
     pub(crate) events_lost: bool,
     pub(crate) id: u64,
+    /// What the scheduler did with the thread over the stall (live bpf backend).
+    pub(crate) sched: Option<crate::event::SchedDelta>,
 }
 
 /// A candidate just stored, for the holds unit.
@@ -111,6 +113,11 @@ impl Stalls {
             phase: None,
             events_lost: false,
             id: 0,
+            sched: cx
+                .sc
+                .sched
+                .as_ref()
+                .and_then(|s| if call { Some(s.during) } else { s.before }),
         }
     }
 
@@ -277,6 +284,7 @@ impl StallRow<'_> {
             worst_wait_us: held.worst_wait.map(|w| w / 1000),
             phase: c.phase,
             events_lost: c.events_lost,
+            sched: c.sched.map(|d| crate::report::StallSched::of(&d, c.dur)),
         }
     }
 }
