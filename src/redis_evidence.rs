@@ -1150,7 +1150,7 @@ fn finding_signals(
         .stalls
         .iter()
         .enumerate()
-        .filter(|(_, s)| s.finding.as_deref() == Some(f.id.as_str()))
+        .filter(|(_, s)| s.finding == Some(f.id))
         .map(|(i, _)| i)
         .collect();
     if mine.is_empty() {
@@ -1450,6 +1450,7 @@ mod tests {
             worst_wait_us: None,
             phase: None,
             events_lost: false,
+            sched: None,
         }
     }
 

@@ -7,6 +7,109 @@ use serde::Serialize;
 
 pub const SCHEMA: &str = "stallscope/1";
 
+/// A closed set of report values with one JSON spelling each.
+macro_rules! closed_set {
+    ($(#[$m:meta])* $name:ident { $($(#[$vm:meta])* $v:ident => $s:literal),+ $(,)? }) => {
+        $(#[$m])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Default)]
+        pub enum $name {
+            #[default]
+            $($(#[$vm])* #[serde(rename = $s)] $v),+
+        }
+
+        impl $name {
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($name::$v => $s),+
+                }
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl PartialEq<&str> for $name {
+            fn eq(&self, other: &&str) -> bool {
+                self.as_str() == *other
+            }
+        }
+    };
+}
+
+/// Thread roles (REPORT.md `thread`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    Main,
+    BioAof,
+    BioCloseFile,
+    BioLazyFree,
+    IoThread,
+    Child,
+    #[default]
+    Other,
+}
+
+impl Role {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Role::Main => "main",
+            Role::BioAof => "bio_aof",
+            Role::BioCloseFile => "bio_close_file",
+            Role::BioLazyFree => "bio_lazy_free",
+            Role::IoThread => "io_thread",
+            Role::Child => "child",
+            Role::Other => "other",
+        }
+    }
+}
+
+/// Compares with the role as the JSON spells it.
+impl PartialEq<&str> for Role {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl std::fmt::Display for Role {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+closed_set!(
+    /// How the trace's durations were known (`summary.durations`).
+    Durations {
+        Measured => "measured",
+        Reconstructed => "reconstructed",
+        Mixed => "mixed",
+    }
+);
+
+closed_set!(
+    /// What a background child did (`phases[].kind`).
+    PhaseKind {
+        Bgsave => "bgsave",
+        AofRewrite => "aof_rewrite",
+        /// Not known: the child was not traced and an AOF was in use.
+        Child => "child",
+    }
+);
+
+closed_set!(
+    /// Which calls a command row counts (`commands[].phase`): all, or those before, during
+    /// or after the longest phase.
+    CommandPhase {
+        All => "all",
+        Before => "before",
+        During => "during",
+        After => "after",
+    }
+);
+
 #[derive(Clone, Debug, Serialize, Default)]
 pub struct Report {
     pub schema: &'static str,
@@ -76,8 +179,7 @@ pub struct Summary {
     pub start_iso: Option<String>,
     pub span_us: i64,
     pub skipped_lines: u64,
-    /// "measured" | "reconstructed" | "mixed"
-    pub durations: String,
+    pub durations: Durations,
     pub threshold_us: i64,
     /// `--top`: how many incidents and slow calls the table shows.
     pub top: usize,
@@ -130,7 +232,7 @@ pub struct SlowCall {
     pub at_us: i64,
     pub pid: u32,
     pub tid: u32,
-    pub thread: String,
+    pub thread: Role,
     pub syscall: String,
     pub fd: Option<i32>,
     pub path: Option<String>,
@@ -164,7 +266,7 @@ pub struct Stall {
     pub at_us: i64,
     pub pid: u32,
     pub tid: u32,
-    pub thread: String,
+    pub thread: Role,
     pub kind: StallKind,
     pub syscall: Option<String>,
     pub fd: Option<i32>,
@@ -173,7 +275,7 @@ pub struct Stall {
     pub duration_us: i64,
     pub line: Option<u64>,
     pub cause: String,
-    pub finding: Option<String>,
+    pub finding: Option<FindingId>,
     pub bound: Bound,
     pub in_flight: Option<crate::event::InFlight>,
     pub waiting_commands: u64,
@@ -228,14 +330,14 @@ pub struct Incident {
     pub waiting_commands: u64,
     pub waiting_clients: u64,
     pub worst_wait_us: Option<i64>,
-    pub finding: Option<String>,
+    pub finding: Option<FindingId>,
 }
 
 #[derive(Clone, Debug, Serialize)]
 pub struct ThreadInfo {
     pub pid: u32,
     pub tid: u32,
-    pub role: String,
+    pub role: Role,
     pub name: Option<String>,
     /// How the role was decided: "name", "tid==pid", "epoll_wait", "fdatasync on aof", ...
     pub why: String,
@@ -244,8 +346,7 @@ pub struct ThreadInfo {
 
 #[derive(Clone, Debug, Serialize)]
 pub struct Phase {
-    /// "bgsave" | "aof_rewrite" | "child"
-    pub kind: String,
+    pub kind: PhaseKind,
     pub child_pid: u32,
     pub start_at_us: i64,
     pub end_at_us: Option<i64>,
@@ -278,8 +379,7 @@ pub struct Dist {
 #[derive(Clone, Debug, Serialize, Default)]
 pub struct CommandStats {
     pub command: String,
-    /// "all" | "before" | "during" | "after"
-    pub phase: String,
+    pub phase: CommandPhase,
     pub calls: u64,
     pub p50_us: i64,
     pub p99_us: i64,
@@ -288,6 +388,120 @@ pub struct CommandStats {
     pub aof_us: i64,
     /// Time spent in log-file syscalls while serving this command (sum over calls).
     pub log_us: i64,
+}
+
+/// What a finding (and each stall it explains) is about: REPORT.md `findings[].id`.
+#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[serde(rename_all = "kebab-case")]
+pub enum FindingId {
+    AofFsyncAlways,
+    AofWriteActiveChild,
+    AofWritePendingFsync,
+    AofWriteAlone,
+    LogFileBlocking,
+    Fork,
+    CowPageFaults,
+    Command,
+    DiskContention,
+    AofFsyncBackground,
+    ChildCowReport,
+    ChildDiskIo,
+    FilteredTrace,
+    GapsUnmeasurable,
+    Unexplained,
+    BackendLimits,
+    TracerOverhead,
+}
+
+impl FindingId {
+    /// The id as the JSON and the table show it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FindingId::AofFsyncAlways => "aof-fsync-always",
+            FindingId::AofWriteActiveChild => "aof-write-active-child",
+            FindingId::AofWritePendingFsync => "aof-write-pending-fsync",
+            FindingId::AofWriteAlone => "aof-write-alone",
+            FindingId::LogFileBlocking => "log-file-blocking",
+            FindingId::Fork => "fork",
+            FindingId::CowPageFaults => "cow-page-faults",
+            FindingId::Command => "command",
+            FindingId::DiskContention => "disk-contention",
+            FindingId::AofFsyncBackground => "aof-fsync-background",
+            FindingId::ChildCowReport => "child-cow-report",
+            FindingId::ChildDiskIo => "child-disk-io",
+            FindingId::FilteredTrace => "filtered-trace",
+            FindingId::GapsUnmeasurable => "gaps-unmeasurable",
+            FindingId::Unexplained => "unexplained",
+            FindingId::BackendLimits => "backend-limits",
+            FindingId::TracerOverhead => "tracer-overhead",
+        }
+    }
+}
+
+impl FindingId {
+    pub const ALL: [FindingId; 17] = [
+        FindingId::AofFsyncAlways,
+        FindingId::AofWriteActiveChild,
+        FindingId::AofWritePendingFsync,
+        FindingId::AofWriteAlone,
+        FindingId::LogFileBlocking,
+        FindingId::Fork,
+        FindingId::CowPageFaults,
+        FindingId::Command,
+        FindingId::DiskContention,
+        FindingId::AofFsyncBackground,
+        FindingId::ChildCowReport,
+        FindingId::ChildDiskIo,
+        FindingId::FilteredTrace,
+        FindingId::GapsUnmeasurable,
+        FindingId::Unexplained,
+        FindingId::BackendLimits,
+        FindingId::TracerOverhead,
+    ];
+}
+
+/// Tests spell ids as the JSON does.
+#[cfg(test)]
+impl From<&str> for FindingId {
+    fn from(s: &str) -> Self {
+        *FindingId::ALL
+            .iter()
+            .find(|f| f.as_str() == s)
+            .unwrap_or_else(|| panic!("no finding id {s:?}"))
+    }
+}
+
+/// Tests spell roles as the JSON does.
+#[cfg(test)]
+impl From<&str> for Role {
+    fn from(s: &str) -> Self {
+        use Role::*;
+        *[
+            Main,
+            BioAof,
+            BioCloseFile,
+            BioLazyFree,
+            IoThread,
+            Child,
+            Other,
+        ]
+        .iter()
+        .find(|r| r.as_str() == s)
+        .unwrap_or_else(|| panic!("no role {s:?}"))
+    }
+}
+
+/// Compares with the id as the JSON spells it.
+impl PartialEq<&str> for FindingId {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl std::fmt::Display for FindingId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 #[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq, PartialOrd, Ord)]
@@ -300,7 +514,7 @@ pub enum Severity {
 
 #[derive(Clone, Debug, Serialize)]
 pub struct Finding {
-    pub id: String,
+    pub id: FindingId,
     pub severity: Severity,
     pub title: String,
     pub evidence: String,
@@ -311,7 +525,7 @@ pub struct Finding {
 
 #[derive(Clone, Debug, Serialize, Default)]
 pub struct IdleStats {
-    pub role: String,
+    pub role: Role,
     pub syscall: String,
     pub calls: u64,
     pub total_us: i64,

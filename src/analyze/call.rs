@@ -1,8 +1,8 @@
 //! The per-event context of the analysis stage: `World::observe` resolves each finished
 //! syscall once (which thread, which process, which file, what the thread is to redis) into a
 //! `ResolvedCall`, and every unit reads that instead of asking the world again. Also the dense
-//! thread index the units key their per-thread state by, and the syscall name facts (until
-//! the shared syscall table replaces them).
+//! thread index the units key their per-thread state by; the syscall facts come from the
+//! shared syscall table.
 
 use super::roles::Role;
 use crate::event::{DurSource, Event, Nanos, Syscall, Tid};
@@ -52,64 +52,10 @@ impl<T: Default> PerThread<T> {
     }
 }
 
-/// What the analysis asks about a syscall name, decided once per name (`World` caches it by
-/// the interned name's address): the hot path would otherwise compare strings a dozen times
-/// per event.
-#[derive(Clone, Copy, Default, PartialEq, Eq, Debug)]
-pub(crate) struct Facts(u16);
+/// The analyzer's facts about a call come from the syscall table (`Syscall::sys`).
+pub(crate) use crate::syscalls::Facts;
 
 impl Facts {
-    /// Waits that are idle in any thread (the event loop's), and exits: a process tearing
-    /// down its address space holds no one up.
-    pub(crate) const ALWAYS_IDLE: u16 = 1;
-    /// Waits that are idle outside the main thread.
-    pub(crate) const BG_WAIT: u16 = 1 << 1;
-    pub(crate) const READ: u16 = 1 << 2;
-    pub(crate) const EPOLL: u16 = 1 << 3;
-    pub(crate) const FSYNC: u16 = 1 << 4;
-    pub(crate) const CLOSE: u16 = 1 << 5;
-    /// read/write/writev: evidence of a thread doing client I/O.
-    pub(crate) const CLIENT_RW: u16 = 1 << 6;
-    pub(crate) const EXIT: u16 = 1 << 7;
-    pub(crate) const ACCEPT: u16 = 1 << 8;
-    pub(crate) const OPEN: u16 = 1 << 9;
-    pub(crate) const WAIT_CHILD: u16 = 1 << 10;
-    /// Calls by which a child shows what it writes.
-    pub(crate) const WRITES: u16 = 1 << 11;
-    pub(crate) const RECV: u16 = 1 << 12;
-    pub(crate) const SEND: u16 = 1 << 13;
-
-    pub(crate) fn of(name: &str) -> Facts {
-        let f = match name {
-            "epoll_wait" | "epoll_pwait" | "epoll_pwait2" => Self::ALWAYS_IDLE | Self::EPOLL,
-            // A continuation of a timed wait interrupted before tracing began.
-            "restart_syscall" => Self::ALWAYS_IDLE,
-            // In a background thread these wait for work; redis's main thread never sleeps
-            // or polls while idle (its loop waits in epoll), so there they hold every client:
-            // DEBUG SLEEP, a module's sleep, or synchronous I/O such as MIGRATE or a
-            // replication handshake (poll with a timeout).
-            "poll" | "ppoll" | "select" | "pselect6" | "nanosleep" | "clock_nanosleep"
-            | "pause" | "rt_sigtimedwait" | "rt_sigsuspend" => Self::BG_WAIT,
-            "exit" | "exit_group" => Self::ALWAYS_IDLE | Self::EXIT,
-            "futex" => Self::BG_WAIT,
-            "wait4" | "waitid" => Self::BG_WAIT | Self::WAIT_CHILD,
-            "read" => Self::READ | Self::CLIENT_RW | Self::RECV,
-            "recvfrom" | "readv" | "recvmsg" => Self::RECV,
-            "write" | "writev" => Self::CLIENT_RW | Self::WRITES | Self::SEND,
-            "sendto" | "sendmsg" => Self::SEND,
-            "pwrite64" | "rename" | "renameat" => Self::WRITES,
-            "fdatasync" | "fsync" => Self::FSYNC | Self::WRITES,
-            "close" => Self::CLOSE,
-            "accept" | "accept4" => Self::ACCEPT,
-            "open" | "openat" | "openat2" | "creat" => Self::OPEN,
-            _ => 0,
-        };
-        Facts(f)
-    }
-    #[inline]
-    pub(crate) fn has(self, bits: u16) -> bool {
-        self.0 & bits != 0
-    }
     /// Whether a call of this name is waiting for work, not holding anyone up, in a thread
     /// of this role.
     #[inline]
@@ -118,18 +64,12 @@ impl Facts {
             || (role != Role::Main
                 && (self.has(Self::BG_WAIT) || (self.has(Self::READ) && role == Role::Other)))
     }
-    /// Role-agnostic version for the "slowest calls" list, which is built before roles are
-    /// known.
-    #[inline]
-    pub(crate) fn is_wait(self) -> bool {
-        self.has(Self::ALWAYS_IDLE | Self::BG_WAIT)
-    }
 }
 
 /// Waits that are idle time, not stalls, for a call name in a thread of this role (the
 /// report builders ask by name at finish).
 pub(crate) fn is_idle(name: &str, role: Role) -> bool {
-    Facts::of(name).is_idle_in(role)
+    crate::syscalls::info(name).facts.is_idle_in(role)
 }
 
 /// The ResolvedEvent of DESIGN.md: one finished syscall with everything the units ask about
@@ -213,7 +153,7 @@ pub(crate) mod testing {
         class: Option<FileClass>,
     ) -> ResolvedCall<'e> {
         let sc = ev.syscall().expect("a syscall event");
-        let facts = Facts::of(sc.name);
+        let facts = sc.sys.facts;
         let dur = sc.dur.unwrap_or(0);
         ResolvedCall {
             ev,

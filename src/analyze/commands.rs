@@ -11,7 +11,7 @@ use super::resp;
 use super::stats::Agg;
 use crate::event::{Nanos, Ret};
 use crate::fdtable::FileClass;
-use crate::report;
+use crate::report::{self, CommandPhase};
 use rustc_hash::FxHashMap as HashMap;
 use std::collections::{BTreeMap, VecDeque};
 use std::rc::Rc;
@@ -244,7 +244,7 @@ impl Commands {
         for (n, t) in &self.all {
             out.push(report::CommandStats {
                 command: n.to_string(),
-                phase: "all".into(),
+                phase: CommandPhase::All,
                 calls: t.lat.count,
                 p50_us: t.lat.pct_us(0.5),
                 p99_us: t.lat.pct_us(0.99),
@@ -254,14 +254,14 @@ impl Commands {
             });
             if let Some(i) = longest_phase {
                 for (label, s) in [
-                    ("before", 2 * i),
-                    ("during", 2 * i + 1),
-                    ("after", 2 * i + 2),
+                    (CommandPhase::Before, 2 * i),
+                    (CommandPhase::During, 2 * i + 1),
+                    (CommandPhase::After, 2 * i + 2),
                 ] {
                     if let Some(a) = self.by_segment.get(&(n.clone(), s)) {
                         out.push(report::CommandStats {
                             command: n.to_string(),
-                            phase: label.into(),
+                            phase: label,
                             calls: a.count,
                             p50_us: a.pct_us(0.5),
                             p99_us: a.pct_us(0.99),

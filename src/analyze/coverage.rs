@@ -5,7 +5,7 @@
 
 use super::call::{Facts, ResolvedCall};
 use crate::event::{DurSource, Event, InFlight, Nanos, Ret};
-use crate::report;
+use crate::report::{self, Durations};
 use crate::source::{Clock, Counters, SourceInfo, TimeFmt};
 use crate::units::human;
 
@@ -131,10 +131,10 @@ impl Coverage {
 
     /// Why gaps between syscalls cannot be trusted in this trace, if they cannot: a filtered
     /// trace (`no_event_loop`: not one epoll_wait), a clock coarser than the threshold, or
-    /// `-r` times across threads. Without a clock (live, while tracing) only the first two.
+    /// `-r` times across threads. The clock is explicit: live, the caller's, while tracing.
     pub(crate) fn gap_verdict(
         &self,
-        clock: Option<&Clock>,
+        clock: &Clock,
         threshold_ns: Nanos,
         no_event_loop: bool,
         threads: usize,
@@ -147,7 +147,6 @@ impl Coverage {
         if let Some(min) = self.duration_filter() {
             return Some(GapVerdict::DurationFiltered { min });
         }
-        let clock = clock?;
         let resolution = 10i64.pow(9u32.saturating_sub(clock.frac_digits as u32).min(9));
         let precise = clock.frac_digits > 0 || clock.wall_at_first.is_some();
         if !precise || resolution * 2 > threshold_ns {
@@ -159,11 +158,11 @@ impl Coverage {
         None
     }
 
-    fn durations(&self) -> &'static str {
+    fn durations(&self) -> Durations {
         match (self.measured, self.reconstructed) {
-            (_, 0) => "measured",
-            (0, _) => "reconstructed",
-            _ => "mixed",
+            (_, 0) => Durations::Measured,
+            (0, _) => Durations::Reconstructed,
+            _ => Durations::Mixed,
         }
     }
 
@@ -179,7 +178,7 @@ impl Coverage {
             start_iso: clock.iso(first),
             span_us: (self.last_ts - first).max(0) / 1000,
             skipped_lines: counters.skips.total,
-            durations: self.durations().to_string(),
+            durations: self.durations(),
             lost_events: self.lost_events,
             in_flight_at_end: self.in_flight_end,
             in_flight_at_start: self.in_flight_start,
@@ -229,28 +228,28 @@ mod tests {
         }
         let epoch = clock(TimeFmt::Epoch, 6);
         assert_eq!(
-            c.gap_verdict(Some(&epoch), 10_000_000, true, 1),
+            c.gap_verdict(&epoch, 10_000_000, true, 1),
             Some(GapVerdict::Filtered { syscalls: 1000 })
         );
-        assert_eq!(c.gap_verdict(Some(&epoch), 10_000_000, false, 1), None);
+        assert_eq!(c.gap_verdict(&epoch, 10_000_000, false, 1), None);
         let secs = clock(TimeFmt::Epoch, 0);
         assert_eq!(
-            c.gap_verdict(Some(&secs), 10_000_000, false, 1),
+            c.gap_verdict(&secs, 10_000_000, false, 1),
             Some(GapVerdict::CoarseClock {
                 resolution: 1_000_000_000
             })
         );
         assert_eq!(
-            c.gap_verdict(None, 10_000_000, false, 1),
+            c.gap_verdict(&Clock::none(), 10_000_000, false, 1),
             None,
             "no clock yet"
         );
         let rel = clock(TimeFmt::Relative, 6);
         assert_eq!(
-            c.gap_verdict(Some(&rel), 10_000_000, false, 2),
+            c.gap_verdict(&rel, 10_000_000, false, 2),
             Some(GapVerdict::RelativeAcrossThreads)
         );
-        assert_eq!(c.gap_verdict(Some(&rel), 10_000_000, false, 1), None);
+        assert_eq!(c.gap_verdict(&rel, 10_000_000, false, 1), None);
     }
 
     #[test]
@@ -260,12 +259,12 @@ mod tests {
         for _ in 0..20 {
             c.on_call(&call(&e, Role::Main, None));
         }
-        let v = c.gap_verdict(None, 10_000_000, false, 1);
+        let v = c.gap_verdict(&Clock::none(), 10_000_000, false, 1);
         assert_eq!(v, Some(GapVerdict::DurationFiltered { min: 150_000 }));
         assert!(v.unwrap().is_filtered());
         let short = event(1, 0, 3_000, "read");
         c.on_call(&call(&short, Role::Main, None));
-        assert_eq!(c.gap_verdict(None, 10_000_000, false, 1), None);
-        assert_eq!(c.durations(), "measured");
+        assert_eq!(c.gap_verdict(&Clock::none(), 10_000_000, false, 1), None);
+        assert_eq!(c.durations(), Durations::Measured);
     }
 }

@@ -2,6 +2,10 @@
 //! DOCTOR event names where one fits, so users can connect the two tools) and turns the
 //! stalls and statistics into findings: a headline, the evidence, and the advice a redis
 //! expert would give with its trade-off. A stall no rule explains says so plainly.
+//!
+//! Findings are data: `RULES` (from the trace) and `LIVE_RULES` (what a live backend adds)
+//! are tables of rules, each fed by an explicit evidence input, in the order the findings
+//! are listed before they are sorted by severity.
 
 use super::coverage::GapVerdict;
 use super::file_time::FileTime;
@@ -10,12 +14,13 @@ use super::phases::Phases;
 use super::roles::Role;
 use super::stalls::Cand;
 use super::world::World;
-use crate::fdtable::FileClass;
+use crate::fdtable::{FileClass, FileInfo};
 use crate::redis_conf::RedisConf;
-use crate::report::{Bound, CommandStats, Finding, Severity, Stall, StallKind};
-use std::collections::BTreeMap;
-
+use crate::report::{
+    Bound, CommandPhase, CommandStats, Finding, FindingId, Severity, Stall, StallKind,
+};
 pub use crate::units::{human, plural};
+use std::collections::{BTreeMap, HashSet};
 
 fn class_words(c: FileClass) -> &'static str {
     match c {
@@ -49,23 +54,9 @@ pub(crate) struct Evidence<'a> {
     pub(crate) threshold_us: i64,
 }
 
-fn overlaps_bio_fsync(a: &Evidence<'_>, c: &Cand) -> bool {
-    a.file_time.overlaps_bio_fsync(c.start, c.start + c.dur)
-}
-
 /// (finding id, plain-words cause) for one stall.
-pub(crate) fn explain(a: &Evidence<'_>, c: &Cand, role: Role) -> (Option<String>, String) {
+pub(crate) fn explain(a: &Evidence<'_>, c: &Cand, role: Role) -> (Option<FindingId>, String) {
     let d = human(c.dur / 1000);
-    let bound = match c.bound {
-        Bound::AtLeast => "at least ",
-        Bound::AtMost => "at most ",
-        Bound::Exact => "",
-    };
-    let edge = match c.in_flight {
-        Some(crate::event::InFlight::AtStart) => " (already running when tracing began)",
-        Some(crate::event::InFlight::AtEnd) => " (still running when tracing ended)",
-        None => "",
-    };
     let who = match role {
         Role::Main => "main thread".to_string(),
         Role::Child => format!("background child {}", c.proc),
@@ -76,20 +67,38 @@ pub(crate) fn explain(a: &Evidence<'_>, c: &Cand, role: Role) -> (Option<String>
         .and_then(|p| a.phases.get(p))
         .map(|p| format!(" while child {} ran", p.child))
         .unwrap_or_default();
-    let id = |s: &str| Some(s.to_string());
     if c.kind == StallKind::Gap {
         return match role {
             Role::Main if c.phase.is_some() => (
-                id("cow-page-faults"),
+                Some(FindingId::CowPageFaults),
                 format!("{who} made no syscall for {d}{during}: copy-on-write page faults after fork (or CPU contention)"),
             ),
-            Role::Main => (id("command"), format!("{who} made no syscall for {d}: a slow command, or the process was descheduled")),
+            Role::Main => (Some(FindingId::Command), format!("{who} made no syscall for {d}: a slow command, or the process was descheduled")),
             _ => (None, format!("{who} made no syscall for {d} (CPU work or descheduled); no finding explains it")),
         };
     }
     let name = c.syscall.unwrap_or("?");
     let file = c.file.map(|f| a.world.file(f));
-    let class = file.map(|f| f.class).unwrap_or(FileClass::Unknown);
+    let bound = match c.bound {
+        Bound::AtLeast => "at least ",
+        Bound::AtMost => "at most ",
+        Bound::Exact => "",
+    };
+    let edge = match c.in_flight {
+        Some(crate::event::InFlight::AtStart) => " (already running when tracing began)",
+        Some(crate::event::InFlight::AtEnd) => " (still running when tracing ended)",
+        None => "",
+    };
+    let base = format!(
+        "{who} blocked {bound}{d} in {name}(){}{edge}",
+        on_what(c, file)
+    );
+    let (fid, why) = cause_of_call(a, c, role, file, &during);
+    (fid, format!("{base}: {why}"))
+}
+
+/// " on the AOF appendonly.aof", " on fd 7", or nothing.
+fn on_what(c: &Cand, file: Option<&FileInfo>) -> String {
     let what = match file {
         Some(f) => match (&f.path, f.class) {
             (Some(p), FileClass::Client) => format!("{} ({p})", class_words(f.class)),
@@ -105,25 +114,36 @@ pub(crate) fn explain(a: &Evidence<'_>, c: &Cand, role: Role) -> (Option<String>
             None => String::new(),
         },
     };
-    let on = if what.is_empty() {
-        String::new()
+    if what.is_empty() {
+        what
     } else {
         format!(" on {what}")
-    };
-    let base = format!("{who} blocked {bound}{d} in {name}(){on}{edge}");
-    let (fid, why): (Option<String>, String) = match (role, class, name) {
+    }
+}
+
+/// The rule for a slow call: by the thread's role, the file's class and the call.
+fn cause_of_call(
+    a: &Evidence<'_>,
+    c: &Cand,
+    role: Role,
+    file: Option<&FileInfo>,
+    during: &str,
+) -> (Option<FindingId>, String) {
+    let name = c.syscall.unwrap_or("?");
+    let class = file.map(|f| f.class).unwrap_or(FileClass::Unknown);
+    match (role, class, name) {
         (Role::Main, _, "nanosleep" | "clock_nanosleep" | "pause") => (
-            id("command"),
+            Some(FindingId::Command),
             "the main thread slept: a command that sleeps (DEBUG SLEEP, a module or script) holds every client".into(),
         ),
         (Role::Main, _, "poll" | "ppoll" | "select" | "pselect6" | "rt_sigtimedwait" | "rt_sigsuspend") => (
-            id("command"),
+            Some(FindingId::Command),
             "the main thread waited outside its event loop: synchronous I/O (MIGRATE, a replication \
              handshake with the master, a module) holds every client"
                 .into(),
         ),
         (Role::Main, _, "clone" | "clone3" | "fork" | "vfork") => {
-            (id("fork"), "fork() copies the page tables of the whole dataset in the main thread".into())
+            (Some(FindingId::Fork), "fork() copies the page tables of the whole dataset in the main thread".into())
         }
         (Role::Child, FileClass::Proc, _)
             if file
@@ -131,43 +151,43 @@ pub(crate) fn explain(a: &Evidence<'_>, c: &Cand, role: Role) -> (Option<String>
                 .is_some_and(|p| p.rsplit('/').next().is_some_and(|n| n.starts_with("smaps"))) =>
         {
             (
-                id("child-cow-report"),
+                Some(FindingId::ChildCowReport),
                 "the save child reads /proc/self/smaps to report its copy-on-write memory, and the kernel \
                  walks every mapping to answer; not client-facing"
                     .into(),
             )
         }
         (Role::Child, _, _) if class.is_disk_file() => {
-            (id("child-disk-io"), "the save child waits on the disk; not client-facing by itself".into())
+            (Some(FindingId::ChildDiskIo), "the save child waits on the disk; not client-facing by itself".into())
         }
         (Role::BioAof, c2, "fdatasync" | "fsync") if c2.is_aof() => (
-            id("aof-fsync-background"),
+            Some(FindingId::AofFsyncBackground),
             "the background AOF fsync waited on the disk; redis blocks writers only after 2 s".into(),
         ),
         (Role::Main | Role::IoThread, c2, _) if c2.is_aof() && c.phase.is_some() => (
-            id("aof-write-active-child"),
+            Some(FindingId::AofWriteActiveChild),
             format!("AOF I/O in the main thread competes with the child's writes{during}"),
         ),
         (Role::Main, c2, "fdatasync" | "fsync") if c2.is_aof() => {
-            (id("aof-fsync-always"), "appendfsync always: the main thread fsyncs the AOF before replying".into())
+            (Some(FindingId::AofFsyncAlways), "appendfsync always: the main thread fsyncs the AOF before replying".into())
         }
-        (Role::Main | Role::IoThread, c2, _) if c2.is_aof() && overlaps_bio_fsync(a, c) => (
-            id("aof-write-pending-fsync"),
+        (Role::Main | Role::IoThread, c2, _) if c2.is_aof() && a.file_time.overlaps_bio_fsync(c.start, c.start + c.dur) => (
+            Some(FindingId::AofWritePendingFsync),
             "write() to the AOF waited behind the background thread's fdatasync of it".into(),
         ),
         (Role::Main | Role::IoThread, c2, _) if c2.is_aof() => {
-            (id("aof-write-alone"), "write() to the AOF blocked with no fsync or child to blame: the disk is saturated".into())
+            (Some(FindingId::AofWriteAlone), "write() to the AOF blocked with no fsync or child to blame: the disk is saturated".into())
         }
         (r, FileClass::Log, _) if r != Role::Child => (
-            id("log-file-blocking"),
+            Some(FindingId::LogFileBlocking),
             format!("redis opens, writes and closes its log file per log line, in the main thread{during}"),
         ),
         (Role::Main, FileClass::Client, _) if c.phase.is_some() => (
-            id("cow-page-faults"),
+            Some(FindingId::CowPageFaults),
             format!("a socket call does not wait for the disk; slowed by page faults or CPU contention{during}"),
         ),
         (Role::Main, c2, _) if c2.is_disk_file() => {
-            (id("disk-contention"), "file I/O in the main thread waited on a busy disk".into())
+            (Some(FindingId::DiskContention), "file I/O in the main thread waited on a busy disk".into())
         }
         (Role::Main, FileClass::Unknown, "close") if c.file.is_none() && c.in_flight.is_some() => (
             None,
@@ -177,10 +197,10 @@ pub(crate) fn explain(a: &Evidence<'_>, c: &Cand, role: Role) -> (Option<String>
                 .into(),
         ),
         _ => (None, "no finding explains it".into()),
-    };
-    (fid, format!("{base}: {why}"))
+    }
 }
 
+/// What the stalls of one finding add up to.
 struct ByFinding {
     n: u64,
     total: i64,
@@ -188,20 +208,428 @@ struct ByFinding {
     worst_line: Option<u64>,
     worst_path: Option<String>,
     /// Distinct commands held by any of the stalls.
-    held: std::collections::HashSet<u64>,
+    held: HashSet<u64>,
 }
 
-/// All findings, most severe first.
+/// Everything a trace rule reads.
+struct Ctx<'a> {
+    ev: &'a Evidence<'a>,
+    commands: &'a [CommandStats],
+    by: BTreeMap<FindingId, ByFinding>,
+}
+
+/// The types of a table of rules over one input (`$cx`, read by reference whatever it
+/// borrows): a rule says when it is reported, how severe, and its words, each fixed or made
+/// from the input.
+macro_rules! rule_table_types {
+    ($rule:ident, $text:ident, $cx:ty) => {
+        enum $text {
+            Fixed(&'static str),
+            Made(fn(&$cx, Option<&ByFinding>) -> String),
+        }
+
+        struct $rule {
+            id: FindingId,
+            /// Whether it is reported; most rules report when stalls have their id.
+            applies: fn(&$cx, Option<&ByFinding>) -> bool,
+            severity: fn(&$cx, Option<&ByFinding>) -> Severity,
+            title: $text,
+            evidence: $text,
+            advice: $text,
+        }
+
+        impl $rule {
+            fn finding(&self, cx: &$cx, e: Option<&ByFinding>) -> Option<Finding> {
+                if !(self.applies)(cx, e) {
+                    return None;
+                }
+                let text = |t: &$text| match t {
+                    $text::Fixed(s) => s.to_string(),
+                    $text::Made(f) => f(cx, e),
+                };
+                Some(Finding {
+                    id: self.id,
+                    severity: (self.severity)(cx, e),
+                    title: text(&self.title),
+                    evidence: text(&self.evidence),
+                    advice: text(&self.advice),
+                    stalls: e.map_or(0, |e| e.n),
+                })
+            }
+        }
+    };
+}
+
+rule_table_types!(Rule, Text, Ctx<'_>);
+rule_table_types!(LiveRule, LiveText, LiveEvidence<'_>);
+
+fn on_stalls(_: &Ctx<'_>, e: Option<&ByFinding>) -> bool {
+    e.is_some()
+}
+
+/// Critical when one stall reached 100 ms, else at least a warning when stalls have it.
+fn by_stalls(e: Option<&ByFinding>, base: Severity) -> Severity {
+    match e {
+        Some(e) if e.worst >= 100_000 => Severity::Critical,
+        Some(_) => base.max(Severity::Warning),
+        None => base,
+    }
+}
+
+fn warning(_: &Ctx<'_>, e: Option<&ByFinding>) -> Severity {
+    by_stalls(e, Severity::Warning)
+}
+
+fn info(_: &Ctx<'_>, _: Option<&ByFinding>) -> Severity {
+    Severity::Info
+}
+
+fn stall_evidence(cx: &Ctx<'_>, e: Option<&ByFinding>) -> String {
+    let Some(e) = e else {
+        return String::new();
+    };
+    let at = e
+        .worst_line
+        .map(|l| format!(" (line {l})"))
+        .unwrap_or_default();
+    let path = e
+        .worst_path
+        .as_ref()
+        .map(|p| format!(" on {p}"))
+        .unwrap_or_default();
+    let held = if e.held.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "; {} client command{} waited through them",
+            e.held.len(),
+            plural(e.held.len() as u64)
+        )
+    };
+    format!(
+        "{} stall{} over {}, {} in total, worst {}{path}{at}{held}",
+        e.n,
+        plural(e.n),
+        human(cx.ev.threshold_us),
+        human(e.total),
+        human(e.worst)
+    )
+}
+
+// aof-fsync-always fires on the pattern even when no single fsync crosses the threshold:
+// every write command pays for one.
+fn fsync_always_applies(cx: &Ctx<'_>, e: Option<&ByFinding>) -> bool {
+    cx.ev.file_time.main_aof_fsync(cx.ev.world).0 >= 10 || e.is_some()
+}
+
+fn fsync_always_evidence(cx: &Ctx<'_>, e: Option<&ByFinding>) -> String {
+    let (n, p50, p99, max) = cx.ev.file_time.main_aof_fsync(cx.ev.world);
+    let mut ev = format!(
+        "{n} fdatasync()/fsync() calls on the AOF in the main thread: p50 {}, p99 {}, max {}",
+        human(p50),
+        human(p99),
+        human(max)
+    );
+    let heavy: Vec<String> = cx
+        .commands
+        .iter()
+        .filter(|c| c.phase == CommandPhase::All && c.aof_us > 0 && c.calls > 0)
+        .take(3)
+        .map(|c| {
+            format!(
+                "{} p50 {} ({} per call in AOF syscalls)",
+                c.command,
+                human(c.p50_us),
+                human(c.aof_us / c.calls as i64)
+            )
+        })
+        .collect();
+    if !heavy.is_empty() {
+        ev.push_str(&format!("; {}", heavy.join(", ")));
+    }
+    if e.is_some() {
+        ev.push_str(&format!("; {}", stall_evidence(cx, e)));
+    }
+    ev
+}
+
+fn active_child_advice(cx: &Ctx<'_>, _: Option<&ByFinding>) -> String {
+    let dur = cx
+        .ev
+        .phases
+        .iter()
+        .filter_map(|p| p.end.map(|end| end - p.start))
+        .max()
+        .map(|d| human(d / 1000))
+        .unwrap_or_else(|| "the child's lifetime".into());
+    format!(
+        "Set `no-appendfsync-on-rewrite yes`: redis skips the AOF fsync while a child writes. Trade-off: on a crash \
+         you can lose up to the rewrite's duration of writes (here up to {dur}). Alternatives: `appendfsync everysec`, \
+         rewrite less often (raise `auto-aof-rewrite-percentage`/`auto-aof-rewrite-min-size`) or off-peak, or give \
+         the AOF its own disk."
+    )
+}
+
+fn log_title(cx: &Ctx<'_>, _: Option<&ByFinding>) -> String {
+    let level = cx
+        .ev
+        .conf
+        .and_then(|c| c.loglevel.clone())
+        .map(|l| format!(" (loglevel {l})"))
+        .unwrap_or_default();
+    format!("Writing the log file blocks the main thread{level}")
+}
+
+fn worst_fork_us(cx: &Ctx<'_>) -> i64 {
+    cx.ev.phases.fork_durs().iter().max().copied().unwrap_or(0) / 1000
+}
+
+// fork: always worth a line when a child was forked; a stall when it crossed the threshold.
+fn fork_applies(cx: &Ctx<'_>, e: Option<&ByFinding>) -> bool {
+    !cx.ev.phases.is_empty() && (e.is_some() || worst_fork_us(cx) > 0)
+}
+
+fn fork_severity(_: &Ctx<'_>, e: Option<&ByFinding>) -> Severity {
+    if e.is_some() {
+        by_stalls(e, Severity::Warning)
+    } else {
+        Severity::Info
+    }
+}
+
+fn fork_title(cx: &Ctx<'_>, _: Option<&ByFinding>) -> String {
+    format!(
+        "fork() for a background save blocked the main thread {}",
+        human(worst_fork_us(cx))
+    )
+}
+
+fn fork_evidence(cx: &Ctx<'_>, _: Option<&ByFinding>) -> String {
+    let list: Vec<String> = cx
+        .ev
+        .phases
+        .iter()
+        .filter_map(|p| {
+            p.fork_ns
+                .map(|f| format!("{} (child {})", human(f / 1000), p.child))
+        })
+        .collect();
+    format!("fork durations: {}", list.join(", "))
+}
+
+fn background_fsync_severity(_: &Ctx<'_>, e: Option<&ByFinding>) -> Severity {
+    match e {
+        Some(e) if e.worst >= 1_000_000 => Severity::Warning,
+        _ => Severity::Info,
+    }
+}
+
+fn background_fsync_title(cx: &Ctx<'_>, _: Option<&ByFinding>) -> String {
+    if cx.by.contains_key(&FindingId::AofWritePendingFsync) {
+        "The background AOF fsync was slow, and the main thread's AOF writes waited for it".into()
+    } else {
+        "The background AOF fsync was slow (clients were not blocked by it)".into()
+    }
+}
+
+fn gaps_filtered(cx: &Ctx<'_>, _: Option<&ByFinding>) -> bool {
+    cx.ev.gaps.is_some_and(|v| v.is_filtered())
+}
+
+fn gaps_unmeasurable(cx: &Ctx<'_>, _: Option<&ByFinding>) -> bool {
+    cx.ev.gaps.is_some_and(|v| !v.is_filtered())
+}
+
+fn gaps_evidence(cx: &Ctx<'_>, _: Option<&ByFinding>) -> String {
+    match cx.ev.gaps {
+        Some(GapVerdict::Filtered { syscalls }) => format!(
+            "{syscalls} syscalls and not one epoll_wait: strace was probably run with -e trace=..."
+        ),
+        Some(v) => v.why(),
+        None => String::new(),
+    }
+}
+
+fn unexplained_title(_: &Ctx<'_>, e: Option<&ByFinding>) -> String {
+    let n = e.map_or(0, |e| e.n);
+    format!("{n} stall{} no rule explains", plural(n))
+}
+
+const GAPS_TITLE: &str = "Gaps between syscalls are not reported for this trace";
+const GAPS_ADVICE: &str =
+    "Slow commands and copy-on-write stalls show as gaps in a thread's syscalls. Trace \
+     every syscall (no -e trace, no --duration) with -tt or -ttt timestamps (and -f \
+     rather than -r) to see them.";
+
+/// A rule reported on its stalls, warning-level, with the stall summary as evidence.
+const fn on_its_stalls(id: FindingId, title: &'static str, advice: &'static str) -> Rule {
+    Rule {
+        id,
+        applies: on_stalls,
+        severity: warning,
+        title: Text::Fixed(title),
+        evidence: Text::Made(stall_evidence),
+        advice: Text::Fixed(advice),
+    }
+}
+
+/// The trace's findings, in the order they are listed before sorting by severity.
+static RULES: &[Rule] = &[
+    Rule {
+        id: FindingId::AofFsyncAlways,
+        applies: fsync_always_applies,
+        severity: warning,
+        title: Text::Fixed("appendfsync always: every write command waits for an fsync of the AOF"),
+        evidence: Text::Made(fsync_always_evidence),
+        advice: Text::Fixed(
+            "Set `appendfsync everysec`: the fsync moves to a background thread and writes stop waiting for the disk. \
+             Trade-off: up to about 1 s of acknowledged writes can be lost on a crash (none with `always`). If every \
+             write must be durable, keep `always` and put the AOF on a faster disk (local NVMe, write-back cache).",
+        ),
+    },
+    Rule {
+        id: FindingId::AofWriteActiveChild,
+        applies: on_stalls,
+        severity: warning,
+        title: Text::Fixed("AOF writes/fsyncs in the main thread stall while a BGSAVE/AOF-rewrite child writes"),
+        evidence: Text::Made(stall_evidence),
+        advice: Text::Made(active_child_advice),
+    },
+    on_its_stalls(
+        FindingId::AofWritePendingFsync,
+        "write() to the AOF blocked behind the background fsync (appendfsync everysec on a slow disk)",
+        "The bio thread's fdatasync is slow, so the main thread's write() to the same file waits for it \
+         (redis logs \"Asynchronous AOF fsync is taking too long\"). Put the AOF on a faster or less contended disk; \
+         `no-appendfsync-on-rewrite yes` helps when it happens during rewrites (with its data-loss trade-off).",
+    ),
+    on_its_stalls(
+        FindingId::AofWriteAlone,
+        "write() to the AOF blocked with no fsync or child running",
+        "Something else saturates the disk (or its page-cache writeback): find the other writer (iostat -x, \
+         pidstat -d), move the AOF to its own disk, or lower vm.dirty_bytes so writeback starts earlier.",
+    ),
+    Rule {
+        id: FindingId::LogFileBlocking,
+        applies: on_stalls,
+        severity: warning,
+        title: Text::Made(log_title),
+        evidence: Text::Made(stall_evidence),
+        advice: Text::Fixed(
+            "Redis opens, writes and closes its log file for every line, in the main thread, so a busy disk (a \
+             BGSAVE or AOF rewrite writing) stalls every client. Use `loglevel notice` (or `warning`), or log to \
+             syslog (`syslog-enabled yes`, `logfile \"\"`) or stdout; never keep the log file on the disk that saves \
+             and the AOF saturate. Trade-off: fewer log lines to debug with.",
+        ),
+    },
+    Rule {
+        id: FindingId::Fork,
+        applies: fork_applies,
+        severity: fork_severity,
+        title: Text::Made(fork_title),
+        evidence: Text::Made(fork_evidence),
+        advice: Text::Fixed(
+            "fork() copies the page tables: about 10-20 ms per GB of RSS, with the main thread stopped. Disable \
+             Transparent Huge Pages (`never`), keep instances smaller, and run BGSAVE/BGREWRITEAOF off-peak or on \
+             a replica.",
+        ),
+    },
+    on_its_stalls(
+        FindingId::CowPageFaults,
+        "The main thread slows down while a forked child runs (copy-on-write)",
+        "After fork every first write to a shared page copies it (a minor page fault in the main thread). \
+         Disable Transparent Huge Pages, schedule saves off-peak or on a replica, save less often (`save` \
+         policy), or reduce write traffic during saves. Live mode shows the minor-fault rate to confirm.",
+    ),
+    on_its_stalls(
+        FindingId::Command,
+        "Commands held the main thread: slow, sleeping or blocking commands, or descheduling",
+        "Check `SLOWLOG GET` and `LATENCY LATEST` for the commands; avoid O(N) commands on big keys (KEYS, \
+         SMEMBERS/HGETALL of large sets, long Lua scripts), DEBUG SLEEP and synchronous MIGRATE in \
+         production. If no command is slow, the process was descheduled: check CPU steal and other \
+         processes on the same cores.",
+    ),
+    on_its_stalls(
+        FindingId::DiskContention,
+        "File I/O in the main thread waited on a busy disk",
+        "Find what saturates the disk (iostat -x, pidstat -d) and move redis's files to a disk of their own.",
+    ),
+    Rule {
+        id: FindingId::AofFsyncBackground,
+        applies: on_stalls,
+        severity: background_fsync_severity,
+        title: Text::Made(background_fsync_title),
+        evidence: Text::Made(stall_evidence),
+        advice: Text::Fixed(
+            "With appendfsync everysec redis only delays writes when one background fsync takes more than 2 s. \
+             If fsyncs approach that, give the AOF a faster or dedicated disk.",
+        ),
+    },
+    Rule {
+        id: FindingId::ChildCowReport,
+        applies: on_stalls,
+        severity: info,
+        title: Text::Fixed("The save child was slow reading its own memory map (copy-on-write report)"),
+        evidence: Text::Made(stall_evidence),
+        advice: Text::Fixed(
+            "Nothing to change for clients: the child, not the main thread, pays for it. Redis reads \
+             /proc/self/smaps in the child to report copy-on-write memory (INFO `current_cow_size`) and \
+             already spaces the reads out when they are slow; they are slow because the dataset has many \
+             mappings. A large copy-on-write figure is the thing to act on (see cow-page-faults).",
+        ),
+    },
+    Rule {
+        id: FindingId::ChildDiskIo,
+        applies: on_stalls,
+        severity: info,
+        title: Text::Fixed("The background save child waited on the disk"),
+        evidence: Text::Made(stall_evidence),
+        advice: Text::Fixed(
+            "Not client-facing by itself, but it makes the save longer and fills the disk queue that the main \
+             thread's own file I/O (AOF, log) then waits in. A dedicated disk for saves helps.",
+        ),
+    },
+    Rule {
+        id: FindingId::FilteredTrace,
+        applies: gaps_filtered,
+        severity: info,
+        title: Text::Fixed(GAPS_TITLE),
+        evidence: Text::Made(gaps_evidence),
+        advice: Text::Fixed(GAPS_ADVICE),
+    },
+    Rule {
+        id: FindingId::GapsUnmeasurable,
+        applies: gaps_unmeasurable,
+        severity: info,
+        title: Text::Fixed(GAPS_TITLE),
+        evidence: Text::Made(gaps_evidence),
+        advice: Text::Fixed(GAPS_ADVICE),
+    },
+    Rule {
+        id: FindingId::Unexplained,
+        applies: on_stalls,
+        severity: info,
+        title: Text::Made(unexplained_title),
+        evidence: Text::Fixed("see the stalls marked without a finding"),
+        advice: Text::Fixed(
+            "Look at the thread and syscall of each; a socket or pipe call that blocks usually means CPU starvation \
+             (check load and steal) or tracing overhead.",
+        ),
+    },
+];
+
+/// All findings of the trace, most severe first. `held[i]` is what `stalls[i]` held.
 pub(crate) fn findings(
     a: &Evidence<'_>,
     held: &[Held],
     commands: &[CommandStats],
     stalls: &[Stall],
 ) -> Vec<Finding> {
-    let mut by: BTreeMap<String, ByFinding> = BTreeMap::new();
-    for (c, s) in held.iter().zip(stalls) {
-        if let Some(f) = &s.finding {
-            let e = by.entry(f.clone()).or_insert(ByFinding {
+    let mut by: BTreeMap<FindingId, ByFinding> = BTreeMap::new();
+    for (h, s) in held.iter().zip(stalls) {
+        // Stalls no rule explains are the `unexplained` finding's.
+        let e = by
+            .entry(s.finding.unwrap_or(FindingId::Unexplained))
+            .or_insert(ByFinding {
                 n: 0,
                 total: 0,
                 worst: 0,
@@ -209,305 +637,276 @@ pub(crate) fn findings(
                 worst_path: None,
                 held: Default::default(),
             });
-            e.n += 1;
-            e.total += s.duration_us;
-            e.held.extend(c.seqs.iter().copied());
-            if s.duration_us >= e.worst {
-                e.worst = s.duration_us;
-                e.worst_line = s.line;
-                e.worst_path = s.path.clone();
-            }
+        e.n += 1;
+        e.total += s.duration_us;
+        e.held.extend(h.seqs.iter().copied());
+        if s.duration_us >= e.worst {
+            e.worst = s.duration_us;
+            e.worst_line = s.line;
+            e.worst_path = s.path.clone();
         }
     }
-    let mut out = vec![];
-    let thr = a.threshold_us;
-    let stall_evidence = |e: &ByFinding| {
-        let at = e
-            .worst_line
-            .map(|l| format!(" (line {l})"))
-            .unwrap_or_default();
-        let path = e
-            .worst_path
-            .as_ref()
-            .map(|p| format!(" on {p}"))
-            .unwrap_or_default();
-        let held = if e.held.is_empty() {
-            String::new()
-        } else {
-            format!(
-                "; {} client command{} waited through them",
-                e.held.len(),
-                plural(e.held.len() as u64)
-            )
-        };
-        format!(
-            "{} stall{} over {}, {} in total, worst {}{path}{at}{held}",
-            e.n,
-            plural(e.n),
-            human(thr),
-            human(e.total),
-            human(e.worst)
-        )
+    let cx = Ctx {
+        ev: a,
+        commands,
+        by,
     };
-    let sev = |e: Option<&ByFinding>, base: Severity| match e {
-        Some(e) if e.worst >= 100_000 => Severity::Critical,
-        Some(_) => base.max(Severity::Warning),
-        None => base,
-    };
-
-    // aof-fsync-always fires on the pattern even when no single fsync crosses the threshold:
-    // every write command pays for one.
-    let main_aof_fsync = a.file_time.main_aof_fsync(a.world);
-    if main_aof_fsync.0 >= 10 || by.contains_key("aof-fsync-always") {
-        let e = by.get("aof-fsync-always");
-        let (n, p50, p99, max) = main_aof_fsync;
-        let mut ev = format!(
-            "{n} fdatasync()/fsync() calls on the AOF in the main thread: p50 {}, p99 {}, max {}",
-            human(p50),
-            human(p99),
-            human(max)
-        );
-        let heavy: Vec<String> = commands
-            .iter()
-            .filter(|c| c.phase == "all" && c.aof_us > 0 && c.calls > 0)
-            .take(3)
-            .map(|c| {
-                format!(
-                    "{} p50 {} ({} per call in AOF syscalls)",
-                    c.command,
-                    human(c.p50_us),
-                    human(c.aof_us / c.calls as i64)
-                )
-            })
-            .collect();
-        if !heavy.is_empty() {
-            ev.push_str(&format!("; {}", heavy.join(", ")));
-        }
-        if let Some(e) = e {
-            ev.push_str(&format!("; {}", stall_evidence(e)));
-        }
-        out.push(Finding {
-            id: "aof-fsync-always".into(),
-            severity: sev(e, Severity::Warning),
-            title: "appendfsync always: every write command waits for an fsync of the AOF".into(),
-            evidence: ev,
-            advice: "Set `appendfsync everysec`: the fsync moves to a background thread and writes stop waiting for the disk. \
-                     Trade-off: up to about 1 s of acknowledged writes can be lost on a crash (none with `always`). If every \
-                     write must be durable, keep `always` and put the AOF on a faster disk (local NVMe, write-back cache)."
-                .into(),
-            stalls: e.map_or(0, |e| e.n),
-        });
-    }
-    if let Some(e) = by.get("aof-write-active-child") {
-        let dur = a
-            .phases
-            .iter()
-            .filter_map(|p| p.end.map(|end| end - p.start))
-            .max()
-            .map(|d| human(d / 1000))
-            .unwrap_or_else(|| "the child's lifetime".into());
-        out.push(Finding {
-            id: "aof-write-active-child".into(),
-            severity: sev(Some(e), Severity::Warning),
-            title: "AOF writes/fsyncs in the main thread stall while a BGSAVE/AOF-rewrite child writes".into(),
-            evidence: stall_evidence(e),
-            advice: format!(
-                "Set `no-appendfsync-on-rewrite yes`: redis skips the AOF fsync while a child writes. Trade-off: on a crash \
-                 you can lose up to the rewrite's duration of writes (here up to {dur}). Alternatives: `appendfsync everysec`, \
-                 rewrite less often (raise `auto-aof-rewrite-percentage`/`auto-aof-rewrite-min-size`) or off-peak, or give \
-                 the AOF its own disk."
-            ),
-            stalls: e.n,
-        });
-    }
-    if let Some(e) = by.get("aof-write-pending-fsync") {
-        out.push(Finding {
-            id: "aof-write-pending-fsync".into(),
-            severity: sev(Some(e), Severity::Warning),
-            title: "write() to the AOF blocked behind the background fsync (appendfsync everysec on a slow disk)".into(),
-            evidence: stall_evidence(e),
-            advice: "The bio thread's fdatasync is slow, so the main thread's write() to the same file waits for it \
-                     (redis logs \"Asynchronous AOF fsync is taking too long\"). Put the AOF on a faster or less contended disk; \
-                     `no-appendfsync-on-rewrite yes` helps when it happens during rewrites (with its data-loss trade-off)."
-                .into(),
-            stalls: e.n,
-        });
-    }
-    if let Some(e) = by.get("aof-write-alone") {
-        out.push(Finding {
-            id: "aof-write-alone".into(),
-            severity: sev(Some(e), Severity::Warning),
-            title: "write() to the AOF blocked with no fsync or child running".into(),
-            evidence: stall_evidence(e),
-            advice: "Something else saturates the disk (or its page-cache writeback): find the other writer (iostat -x, \
-                     pidstat -d), move the AOF to its own disk, or lower vm.dirty_bytes so writeback starts earlier."
-                .into(),
-            stalls: e.n,
-        });
-    }
-    if let Some(e) = by.get("log-file-blocking") {
-        let level = a
-            .conf
-            .and_then(|c| c.loglevel.clone())
-            .map(|l| format!(" (loglevel {l})"))
-            .unwrap_or_default();
-        out.push(Finding {
-            id: "log-file-blocking".into(),
-            severity: sev(Some(e), Severity::Warning),
-            title: format!("Writing the log file blocks the main thread{level}"),
-            evidence: stall_evidence(e),
-            advice: "Redis opens, writes and closes its log file for every line, in the main thread, so a busy disk (a \
-                     BGSAVE or AOF rewrite writing) stalls every client. Use `loglevel notice` (or `warning`), or log to \
-                     syslog (`syslog-enabled yes`, `logfile \"\"`) or stdout; never keep the log file on the disk that saves \
-                     and the AOF saturate. Trade-off: fewer log lines to debug with."
-                .into(),
-            stalls: e.n,
-        });
-    }
-    // fork: always worth a line when a child was forked; a stall when it crossed the threshold.
-    if !a.phases.is_empty() {
-        let e = by.get("fork");
-        let worst = a.phases.fork_durs().iter().max().copied().unwrap_or(0) / 1000;
-        if e.is_some() || worst > 0 {
-            let list: Vec<String> = a
-                .phases
-                .iter()
-                .filter_map(|p| {
-                    p.fork_ns
-                        .map(|f| format!("{} (child {})", human(f / 1000), p.child))
-                })
-                .collect();
-            out.push(Finding {
-                id: "fork".into(),
-                severity: if e.is_some() { sev(e, Severity::Warning) } else { Severity::Info },
-                title: format!("fork() for a background save blocked the main thread {}", human(worst)),
-                evidence: format!("fork durations: {}", list.join(", ")),
-                advice: "fork() copies the page tables: about 10-20 ms per GB of RSS, with the main thread stopped. Disable \
-                         Transparent Huge Pages (`never`), keep instances smaller, and run BGSAVE/BGREWRITEAOF off-peak or on \
-                         a replica."
-                    .into(),
-                stalls: e.map_or(0, |e| e.n),
-            });
-        }
-    }
-    if let Some(e) = by.get("cow-page-faults") {
-        out.push(Finding {
-            id: "cow-page-faults".into(),
-            severity: sev(Some(e), Severity::Warning),
-            title: "The main thread slows down while a forked child runs (copy-on-write)".into(),
-            evidence: stall_evidence(e),
-            advice: "After fork every first write to a shared page copies it (a minor page fault in the main thread). \
-                     Disable Transparent Huge Pages, schedule saves off-peak or on a replica, save less often (`save` \
-                     policy), or reduce write traffic during saves. Live mode shows the minor-fault rate to confirm."
-                .into(),
-            stalls: e.n,
-        });
-    }
-    if let Some(e) = by.get("command") {
-        out.push(Finding {
-            id: "command".into(),
-            severity: sev(Some(e), Severity::Warning),
-            title: "Commands held the main thread: slow, sleeping or blocking commands, or descheduling".into(),
-            evidence: stall_evidence(e),
-            advice: "Check `SLOWLOG GET` and `LATENCY LATEST` for the commands; avoid O(N) commands on big keys (KEYS, \
-                     SMEMBERS/HGETALL of large sets, long Lua scripts), DEBUG SLEEP and synchronous MIGRATE in \
-                     production. If no command is slow, the process was descheduled: check CPU steal and other \
-                     processes on the same cores."
-                .into(),
-            stalls: e.n,
-        });
-    }
-    if let Some(e) = by.get("disk-contention") {
-        out.push(Finding {
-            id: "disk-contention".into(),
-            severity: sev(Some(e), Severity::Warning),
-            title: "File I/O in the main thread waited on a busy disk".into(),
-            evidence: stall_evidence(e),
-            advice: "Find what saturates the disk (iostat -x, pidstat -d) and move redis's files to a disk of their own.".into(),
-            stalls: e.n,
-        });
-    }
-    if let Some(e) = by.get("aof-fsync-background") {
-        out.push(Finding {
-            id: "aof-fsync-background".into(),
-            severity: if e.worst >= 1_000_000 { Severity::Warning } else { Severity::Info },
-            title: if by.contains_key("aof-write-pending-fsync") {
-                "The background AOF fsync was slow, and the main thread's AOF writes waited for it".into()
-            } else {
-                "The background AOF fsync was slow (clients were not blocked by it)".into()
-            },
-            evidence: stall_evidence(e),
-            advice: "With appendfsync everysec redis only delays writes when one background fsync takes more than 2 s. \
-                     If fsyncs approach that, give the AOF a faster or dedicated disk."
-                .into(),
-            stalls: e.n,
-        });
-    }
-    if let Some(e) = by.get("child-cow-report") {
-        out.push(Finding {
-            id: "child-cow-report".into(),
-            severity: Severity::Info,
-            title: "The save child was slow reading its own memory map (copy-on-write report)".into(),
-            evidence: stall_evidence(e),
-            advice: "Nothing to change for clients: the child, not the main thread, pays for it. Redis reads \
-                     /proc/self/smaps in the child to report copy-on-write memory (INFO `current_cow_size`) and \
-                     already spaces the reads out when they are slow; they are slow because the dataset has many \
-                     mappings. A large copy-on-write figure is the thing to act on (see cow-page-faults)."
-                .into(),
-            stalls: e.n,
-        });
-    }
-    if let Some(e) = by.get("child-disk-io") {
-        out.push(Finding {
-            id: "child-disk-io".into(),
-            severity: Severity::Info,
-            title: "The background save child waited on the disk".into(),
-            evidence: stall_evidence(e),
-            advice: "Not client-facing by itself, but it makes the save longer and fills the disk queue that the main \
-                     thread's own file I/O (AOF, log) then waits in. A dedicated disk for saves helps."
-                .into(),
-            stalls: e.n,
-        });
-    }
-    if let Some(v) = a.gaps {
-        out.push(Finding {
-            id: if v.is_filtered() {
-                "filtered-trace"
-            } else {
-                "gaps-unmeasurable"
-            }
-            .into(),
-            severity: Severity::Info,
-            title: "Gaps between syscalls are not reported for this trace".into(),
-            evidence: match v {
-                GapVerdict::Filtered { syscalls } => format!(
-                    "{syscalls} syscalls and not one epoll_wait: strace was probably run with -e trace=..."
-                ),
-                v => v.why(),
-            },
-            advice: "Slow commands and copy-on-write stalls show as gaps in a thread's syscalls. Trace \
-                     every syscall (no -e trace, no --duration) with -tt or -ttt timestamps (and -f \
-                     rather than -r) to see them."
-                .into(),
-            stalls: 0,
-        });
-    }
-    let unexplained = stalls.iter().filter(|s| s.finding.is_none()).count();
-    if unexplained > 0 {
-        out.push(Finding {
-            id: "unexplained".into(),
-            severity: Severity::Info,
-            title: format!(
-                "{unexplained} stall{} no rule explains",
-                plural(unexplained as u64)
-            ),
-            evidence: "see the stalls marked without a finding".into(),
-            advice: "Look at the thread and syscall of each; a socket or pipe call that blocks usually means CPU starvation \
-                     (check load and steal) or tracing overhead."
-                .into(),
-            stalls: unexplained as u64,
-        });
-    }
+    let mut out: Vec<Finding> = RULES
+        .iter()
+        .filter_map(|r| r.finding(&cx, cx.by.get(&r.id)))
+        .collect();
     out.sort_by(|x, y| y.severity.cmp(&x.severity).then(y.stalls.cmp(&x.stalls)));
     out
+}
+
+/// What a live backend knows that the trace does not show.
+pub struct LiveEvidence<'a> {
+    /// The backend reads request and reply buffers (ptrace and bpf do; perf does not).
+    pub sees_commands: bool,
+    /// Why tracing itself slowed redis down, when it did substantially.
+    pub tracing_cost: Option<&'a str>,
+}
+
+fn perf_cannot_see_commands(l: &LiveEvidence<'_>, _: Option<&ByFinding>) -> bool {
+    !l.sees_commands
+}
+
+fn tracing_was_costly(l: &LiveEvidence<'_>, _: Option<&ByFinding>) -> bool {
+    l.tracing_cost.is_some()
+}
+
+fn tracing_cost(l: &LiveEvidence<'_>, _: Option<&ByFinding>) -> String {
+    l.tracing_cost.unwrap_or_default().to_string()
+}
+
+fn live_info(_: &LiveEvidence<'_>, _: Option<&ByFinding>) -> Severity {
+    Severity::Info
+}
+
+fn live_warning(_: &LiveEvidence<'_>, _: Option<&ByFinding>) -> Severity {
+    Severity::Warning
+}
+
+/// What a live backend adds to the findings, after the trace's.
+static LIVE_RULES: &[LiveRule] = &[
+    // Say what this backend cannot show, rather than leave empty tables unexplained.
+    LiveRule {
+        id: FindingId::BackendLimits,
+        applies: perf_cannot_see_commands,
+        severity: live_info,
+        title: LiveText::Fixed("No per-command latency with --backend perf"),
+        evidence: LiveText::Fixed(
+            "the perf backend never stops redis, so it cannot read request and reply \
+             buffers: command names, per-command latency and the commands each stall held \
+             up are not available in this report",
+        ),
+        advice: LiveText::Fixed(
+            "If you need them, use --backend bpf (as root: it reads request buffers in the \
+             kernel without stopping redis), or trace briefly with --backend ptrace (it slows \
+             redis about as much as strace), or on a replica.",
+        ),
+    },
+    LiveRule {
+        id: FindingId::TracerOverhead,
+        applies: tracing_was_costly,
+        severity: live_warning,
+        title: LiveText::Fixed("Tracing itself slowed redis down"),
+        evidence: LiveText::Made(tracing_cost),
+        advice: LiveText::Fixed(
+            "trace for a shorter time, trace a replica, or use a backend that does not stop redis (--backend perf)",
+        ),
+    },
+];
+
+/// The live backend's findings, appended after the trace's (they explain no stall).
+pub fn live_findings(l: &LiveEvidence<'_>) -> Vec<Finding> {
+    LIVE_RULES
+        .iter()
+        .filter_map(|r| r.finding(l, None))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::{InFlight, Nanos};
+
+    const MS: Nanos = 1_000_000;
+
+    fn cand(kind: StallKind, syscall: Option<&'static str>, phase: Option<usize>) -> Cand {
+        Cand {
+            tid: 101,
+            proc: 100,
+            kind,
+            syscall,
+            fd: Some(7),
+            file: None,
+            start: 0,
+            dur: 50 * MS,
+            line: Some(3),
+            bound: Bound::Exact,
+            in_flight: None,
+            phase,
+            events_lost: false,
+            id: 1,
+            sched: None,
+        }
+    }
+
+    fn with_evidence<T>(f: impl FnOnce(&Evidence<'_>) -> T) -> T {
+        let world = World::new(Some(100), Default::default(), None);
+        let (phases, file_time) = (Phases::default(), FileTime::default());
+        f(&Evidence {
+            phases: &phases,
+            file_time: &file_time,
+            world: &world,
+            gaps: None,
+            conf: None,
+            threshold_us: 10_000,
+        })
+    }
+
+    #[test]
+    fn explain_by_role_and_call() {
+        let cases: &[(Cand, Role, Option<FindingId>)] = &[
+            (
+                cand(StallKind::Gap, None, None),
+                Role::Main,
+                Some(FindingId::Command),
+            ),
+            (
+                cand(StallKind::Gap, None, Some(0)),
+                Role::Main,
+                Some(FindingId::CowPageFaults),
+            ),
+            (cand(StallKind::Gap, None, None), Role::BioLazyFree, None),
+            (
+                cand(StallKind::SlowSyscall, Some("nanosleep"), None),
+                Role::Main,
+                Some(FindingId::Command),
+            ),
+            (
+                cand(StallKind::SlowSyscall, Some("clone"), None),
+                Role::Main,
+                Some(FindingId::Fork),
+            ),
+            (
+                cand(StallKind::SlowSyscall, Some("write"), None),
+                Role::Main,
+                None,
+            ),
+        ];
+        with_evidence(|ev| {
+            for (i, (c, role, want)) in cases.iter().enumerate() {
+                assert_eq!(explain(ev, c, *role).0, *want, "case {i}");
+            }
+            let mut c = cand(StallKind::SlowSyscall, Some("close"), None);
+            c.in_flight = Some(InFlight::AtStart);
+            let (id, why) = explain(ev, &c, Role::Main);
+            assert_eq!(id, None);
+            assert!(
+                why.starts_with("main thread blocked 50 ms in close() on fd 7 (already running"),
+                "{why}"
+            );
+        });
+    }
+
+    #[test]
+    fn stalls_of_a_rule_make_its_finding_and_the_rest_are_unexplained() {
+        let stall = |finding: Option<FindingId>, us: i64| Stall {
+            ts: String::new(),
+            ts_iso: None,
+            at_us: 0,
+            pid: 100,
+            tid: 100,
+            thread: Role::Main,
+            kind: StallKind::Gap,
+            syscall: None,
+            fd: None,
+            path: None,
+            class: None,
+            duration_us: us,
+            line: None,
+            cause: String::new(),
+            finding,
+            bound: Bound::Exact,
+            in_flight: None,
+            waiting_commands: 0,
+            waiting_by_command: Default::default(),
+            waiting_clients: 0,
+            worst_wait_us: None,
+            phase: None,
+            events_lost: false,
+            sched: None,
+        };
+        let stalls = [
+            stall(Some(FindingId::Command), 20_000),
+            stall(Some(FindingId::Command), 200_000),
+            stall(None, 30_000),
+        ];
+        let held = vec![Held::default(); 3];
+        let out = with_evidence(|ev| findings(ev, &held, &[], &stalls));
+        let got: Vec<(FindingId, Severity, u64)> =
+            out.iter().map(|f| (f.id, f.severity, f.stalls)).collect();
+        assert_eq!(
+            got,
+            vec![
+                (FindingId::Command, Severity::Critical, 2),
+                (FindingId::Unexplained, Severity::Info, 1)
+            ]
+        );
+        assert!(out[0]
+            .evidence
+            .starts_with("2 stalls over 10 ms, 220 ms in total, worst 200 ms"));
+    }
+
+    #[test]
+    fn rules_are_listed_once_each_in_a_fixed_order() {
+        let ids: Vec<FindingId> = RULES.iter().map(|r| r.id).collect();
+        let mut sorted = ids.clone();
+        sorted.sort();
+        sorted.dedup();
+        assert_eq!(
+            ids, sorted,
+            "RULES follow FindingId's order, one row per id"
+        );
+    }
+
+    #[test]
+    fn live_backend_findings() {
+        let ids = |l: &LiveEvidence<'_>| -> Vec<FindingId> {
+            live_findings(l).iter().map(|f| f.id).collect()
+        };
+        let ptrace = LiveEvidence {
+            sees_commands: true,
+            tracing_cost: None,
+        };
+        assert!(ids(&ptrace).is_empty());
+        let slow = LiveEvidence {
+            sees_commands: true,
+            tracing_cost: Some("tracing is slowing redis down"),
+        };
+        let f = live_findings(&slow);
+        assert_eq!(
+            (f[0].id, f[0].severity),
+            (FindingId::TracerOverhead, Severity::Warning)
+        );
+        assert_eq!(f[0].evidence, "tracing is slowing redis down");
+        let perf = LiveEvidence {
+            sees_commands: false,
+            tracing_cost: None,
+        };
+        assert_eq!(ids(&perf), vec![FindingId::BackendLimits]);
+    }
+
+    #[test]
+    fn finding_ids_serialize_as_their_names() {
+        let ids = RULES
+            .iter()
+            .map(|r| r.id)
+            .chain(LIVE_RULES.iter().map(|r| r.id));
+        for id in ids {
+            assert_eq!(serde_json::to_string(&id).unwrap(), format!("\"{id}\""));
+        }
+    }
 }

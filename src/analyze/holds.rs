@@ -6,6 +6,7 @@
 
 use super::stalls::Added;
 use crate::event::Nanos;
+use rustc_hash::FxHashSet as HashSet;
 use std::collections::VecDeque;
 use std::rc::Rc;
 
@@ -28,8 +29,8 @@ pub(crate) struct Held {
     start: Nanos,
     end: Nanos,
     pub(crate) waiting: u64,
-    /// Distinct connections it held (few per stall in practice; capped).
-    pub(crate) clients: Vec<(u32, i32)>,
+    /// Distinct connections it held (capped).
+    pub(crate) clients: HashSet<(u32, i32)>,
     pub(crate) worst_wait: Option<i64>,
     /// Commands (by sequence number) it held up, for merging into incidents.
     pub(crate) seqs: Vec<u64>,
@@ -44,15 +45,20 @@ impl Held {
     fn count_if_held(&mut self, d: &DoneCmd) {
         if d.req < self.end && d.reply > self.start {
             self.waiting += 1;
-            if self.clients.len() < HELD_MAX && !self.clients.contains(&d.conn) {
-                self.clients.push(d.conn);
+            if self.clients.len() < HELD_MAX {
+                self.clients.insert(d.conn);
             }
             let w = d.reply - d.req;
             self.worst_wait = Some(self.worst_wait.map_or(w, |x| x.max(w)));
             if self.seqs.len() < HELD_MAX {
                 self.seqs.push(d.seq);
             }
-            match self.by_cmd.iter_mut().find(|(n, _)| *n == d.name) {
+            // Names are interned: one pointer per command name, compared before the text.
+            match self
+                .by_cmd
+                .iter_mut()
+                .find(|(n, _)| Rc::ptr_eq(n, &d.name) || *n == d.name)
+            {
                 Some(e) => e.1 += 1,
                 None => self.by_cmd.push((d.name.clone(), 1)),
             }
@@ -208,6 +214,21 @@ mod tests {
         assert_eq!((x.waiting, x.clients.len()), (2, 2));
         assert_eq!(x.worst_wait, Some(280));
         assert_eq!(x.by_cmd, vec![("SET".into(), 2)]);
+    }
+
+    #[test]
+    fn clients_are_counted_once_each_up_to_the_cap() {
+        let mut h = Held {
+            start: 100,
+            end: 200,
+            ..Default::default()
+        };
+        for i in 0..(HELD_MAX as i32 + 500) {
+            h.count_if_held(&done(i as u64, i % (HELD_MAX as i32 + 100), 50, 150));
+        }
+        assert_eq!(h.clients.len(), HELD_MAX);
+        assert_eq!(h.waiting, HELD_MAX as u64 + 500);
+        assert_eq!(h.by_cmd.len(), 1);
     }
 
     #[test]

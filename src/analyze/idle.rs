@@ -41,7 +41,7 @@ impl Idle {
         }
         idle.into_iter()
             .map(|((role, syscall), (calls, total))| report::IdleStats {
-                role: role.as_str().to_string(),
+                role,
                 syscall: syscall.to_string(),
                 calls,
                 total_us: total / 1000,

@@ -174,7 +174,9 @@ impl Analyzer {
         self.latency.on_call(&cx);
         self.idle.on_call(&cx);
         self.samples.on_call(&cx);
-        let step = self.stalls.on_call(&cx, &self.phases);
+        let step = self
+            .stalls
+            .on_call(&cx, &self.phases, self.coverage.lost() > 0);
         for a in step.added.into_iter().flatten() {
             self.holds.on_stall(a);
         }
@@ -198,7 +200,7 @@ impl Analyzer {
         self.world.after(&cx);
     }
 
-    fn gap_verdict(&self, clock: Option<&Clock>) -> Option<GapVerdict> {
+    fn gap_verdict(&self, clock: &Clock) -> Option<GapVerdict> {
         self.coverage.gap_verdict(
             clock,
             self.opts.threshold_ns,
@@ -234,8 +236,8 @@ impl Analyzer {
     /// Stalls found since the last call (live printing). Roles are the current best guess.
     pub fn drain_new_stalls(&mut self, clock: &Clock) -> Vec<Stall> {
         let fresh = self.stalls.take_fresh();
-        // Live, the clock is not the analyzer's yet: only the filtered-trace checks apply.
-        let gaps = self.gap_verdict(None);
+        // Once per drain, with the caller's clock: the same verdict `finish` will reach.
+        let gaps = self.gap_verdict(clock);
         let ev = self.evidence(gaps.as_ref());
         let row = self.stall_row(clock);
         fresh
@@ -250,7 +252,6 @@ impl Analyzer {
             world: &self.world,
             clock,
             first: self.coverage.first().unwrap_or(0),
-            events_lost: self.coverage.lost() > 0,
         }
     }
 
@@ -282,7 +283,7 @@ impl Analyzer {
             idle: self.idle.report(&self.world),
             ..Default::default()
         };
-        let gaps = self.gap_verdict(Some(&info.clock));
+        let gaps = self.gap_verdict(&info.clock);
         self.stalls_into(&mut r, &clock, gaps.as_ref());
         r
     }
@@ -320,7 +321,7 @@ impl Analyzer {
             inc.finding = inc
                 .stalls
                 .iter()
-                .filter_map(|i| r.stalls[*i].finding.clone())
+                .filter_map(|i| r.stalls[*i].finding)
                 .next();
         }
     }

@@ -10,7 +10,7 @@ use super::file_time::FileTime;
 use crate::event::{Extra, Nanos, Ret};
 use crate::fdtable::{classify_path, FileClass};
 use crate::redis_conf::RedisConf;
-use crate::report;
+use crate::report::{self, PhaseKind};
 use crate::source::Clock;
 use rustc_hash::FxHashMap as HashMap;
 
@@ -21,7 +21,7 @@ pub(crate) struct PhaseState {
     pub(crate) end: Option<Nanos>,
     ended_by: Option<&'static str>,
     wrote: Vec<FileClass>,
-    kind_hint: Option<&'static str>,
+    kind_hint: Option<PhaseKind>,
 }
 
 #[derive(Default)]
@@ -153,8 +153,8 @@ impl Phases {
             .or_else(|| self.list.len().checked_sub(1));
         if let Some(i) = phase {
             let hint = match c {
-                FileClass::AofRewriteTemp => Some("aof_rewrite"),
-                FileClass::RdbTemp => Some("bgsave"),
+                FileClass::AofRewriteTemp => Some(PhaseKind::AofRewrite),
+                FileClass::RdbTemp => Some(PhaseKind::Bgsave),
                 _ => None,
             };
             if hint.is_some() && self.list[i].kind_hint.is_none() {
@@ -165,9 +165,9 @@ impl Phases {
 
     /// Redis 7 opens the next `NAME.N.incr.aof` just before it forks the AOF-rewrite child:
     /// that names the phase even when the child itself was not traced.
-    fn kind_hint_before_fork(&self, at: Nanos) -> Option<&'static str> {
+    fn kind_hint_before_fork(&self, at: Nanos) -> Option<PhaseKind> {
         match self.last_incr_open {
-            Some(t) if at - t <= 200_000_000 && t <= at => Some("aof_rewrite"),
+            Some(t) if at - t <= 200_000_000 && t <= at => Some(PhaseKind::AofRewrite),
             _ => None,
         }
     }
@@ -186,7 +186,7 @@ impl Phases {
         self.list
             .iter()
             .map(|p| report::Phase {
-                kind: kind(p, aof).to_string(),
+                kind: kind(p, aof),
                 child_pid: p.child,
                 start_at_us: (p.start - first) / 1000,
                 end_at_us: p.end.map(|e| (e - first) / 1000),
@@ -208,21 +208,21 @@ pub(crate) struct AofUse {
     pub(crate) conf: Option<bool>,
 }
 
-fn kind(p: &PhaseState, aof: AofUse) -> &'static str {
+fn kind(p: &PhaseState, aof: AofUse) -> PhaseKind {
     if p.wrote.contains(&FileClass::AofRewriteTemp) {
-        return "aof_rewrite";
+        return PhaseKind::AofRewrite;
     }
     if p.wrote.contains(&FileClass::RdbTemp) || p.wrote.contains(&FileClass::Rdb) {
-        return "bgsave";
+        return PhaseKind::Bgsave;
     }
     if let Some(h) = p.kind_hint {
         return h;
     }
     // The child was not traced: no AOF in use means it can only be an RDB save.
     if aof.conf == Some(false) || (aof.conf.is_none() && !aof.seen) {
-        return "bgsave";
+        return PhaseKind::Bgsave;
     }
-    "child"
+    PhaseKind::Child
 }
 
 /// Before/during/after each phase: the serving threads' file syscalls, then each command.
@@ -296,7 +296,10 @@ mod tests {
             seen: false,
             conf: None,
         };
-        assert_eq!(p.report(&Clock::none(), 0, no_aof)[0].kind, "bgsave");
+        assert_eq!(
+            p.report(&Clock::none(), 0, no_aof)[0].kind,
+            PhaseKind::Bgsave
+        );
     }
 
     #[test]
@@ -318,7 +321,10 @@ mod tests {
             seen: true,
             conf: None,
         };
-        assert_eq!(p.report(&Clock::none(), 0, aof)[0].kind, "aof_rewrite");
+        assert_eq!(
+            p.report(&Clock::none(), 0, aof)[0].kind,
+            PhaseKind::AofRewrite
+        );
         // A fork by someone else's process is no phase.
         let other = with(
             event(300, 0, MS, "clone"),

@@ -3,31 +3,9 @@
 //! pure rule that turns evidence, name and process facts into a role and the reason for it,
 //! in order of trust: process, name, pid, behaviour (README: how thread roles are inferred).
 
-/// Thread roles (REPORT.md `thread`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Role {
-    Main,
-    BioAof,
-    BioCloseFile,
-    BioLazyFree,
-    IoThread,
-    Child,
-    Other,
-}
+pub use crate::report::Role;
 
 impl Role {
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            Role::Main => "main",
-            Role::BioAof => "bio_aof",
-            Role::BioCloseFile => "bio_close_file",
-            Role::BioLazyFree => "bio_lazy_free",
-            Role::IoThread => "io_thread",
-            Role::Child => "child",
-            Role::Other => "other",
-        }
-    }
-
     pub(crate) fn from_name(name: &str) -> Option<Role> {
         let n = name.trim();
         Some(match n {
@@ -76,8 +54,22 @@ pub(crate) struct RoleEvidence {
 }
 
 impl RoleEvidence {
-    /// Counts one call; true when a count is at 1 afterwards, i.e. the evidence may have
-    /// changed a role (the caller bumps the role epoch).
+    /// What `decide` reads of the counts: which kinds were seen, and whether file closes
+    /// keep up with AOF fsyncs.
+    #[inline]
+    fn shape(&self) -> [bool; 5] {
+        [
+            self.epoll > 0,
+            self.aof_sync > 0,
+            self.file_close > 0,
+            self.client_io > 0,
+            self.file_close >= self.aof_sync,
+        ]
+    }
+
+    /// Counts one call; true when that changed what `decide` reads, i.e. the role may have
+    /// changed (the caller bumps the role epoch). Most calls change nothing: roles are
+    /// decided again only when they can differ.
     #[inline]
     pub(crate) fn count(
         &mut self,
@@ -86,6 +78,7 @@ impl RoleEvidence {
     ) -> bool {
         use super::call::Facts as F;
         use crate::fdtable::FileClass;
+        let before = self.shape();
         if facts.has(F::EPOLL) {
             self.epoll += 1;
         } else if facts.has(F::FSYNC) && class.is_some_and(|c| c.is_aof()) {
@@ -94,8 +87,10 @@ impl RoleEvidence {
             self.file_close += 1;
         } else if facts.has(F::CLIENT_RW) && class == Some(FileClass::Client) {
             self.client_io += 1;
+        } else {
+            return false;
         }
-        [self.epoll, self.aof_sync, self.file_close, self.client_io].contains(&1)
+        self.shape() != before
     }
 }
 
@@ -249,19 +244,31 @@ mod tests {
     }
 
     #[test]
-    fn evidence_reports_a_first_count() {
-        use crate::analyze::call::Facts;
+    fn evidence_reports_only_changes_that_can_change_a_role() {
         use crate::fdtable::FileClass;
         let mut e = RoleEvidence::default();
-        assert!(!e.count(Facts::of("getpid"), None));
-        assert!(e.count(Facts::of("epoll_wait"), None));
-        e.count(Facts::of("fdatasync"), Some(FileClass::Aof));
-        e.count(Facts::of("write"), Some(FileClass::Client));
-        e.count(Facts::of("close"), Some(FileClass::Log));
-        e.count(Facts::of("close"), Some(FileClass::Client));
-        assert_eq!(
-            (e.epoll, e.aof_sync, e.client_io, e.file_close),
-            (1, 1, 1, 1)
-        );
+        assert!(!e.count(crate::syscalls::info("getpid").facts, None));
+        // A first close of a disk file is news; later calls of any kind are not, while the
+        // counts keep their shape (this used to bump the role epoch on every call).
+        assert!(e.count(crate::syscalls::info("close").facts, Some(FileClass::Log)));
+        assert!(!e.count(crate::syscalls::info("getpid").facts, None));
+        assert!(!e.count(crate::syscalls::info("write").facts, Some(FileClass::Log)));
+        assert!(!e.count(crate::syscalls::info("close").facts, Some(FileClass::Log)));
+        // fsyncs overtaking closes turn bio_close_file into bio_aof: that is news again.
+        assert!(e.count(
+            crate::syscalls::info("fdatasync").facts,
+            Some(FileClass::Aof)
+        ));
+        assert!(!e.count(
+            crate::syscalls::info("fdatasync").facts,
+            Some(FileClass::Aof)
+        ));
+        assert!(e.count(
+            crate::syscalls::info("fdatasync").facts,
+            Some(FileClass::Aof)
+        ));
+        assert_eq!(decide(&e, Situation::default()).0, Role::BioAof);
+        assert!(e.count(crate::syscalls::info("epoll_wait").facts, None));
+        assert!(!e.count(crate::syscalls::info("epoll_wait").facts, None));
     }
 }

@@ -134,7 +134,7 @@ impl Samples {
                     at_us: (s.ts - first) / 1000,
                     pid: world.show_pid(s.proc),
                     tid: s.tid,
-                    thread: world.role(s.tid).as_str().to_string(),
+                    thread: world.role(s.tid),
                     syscall: s.name.to_string(),
                     fd: s.fd,
                     path: fi.and_then(|i| i.path.as_deref().map(str::to_string)),

@@ -10,7 +10,7 @@ use super::roles::Role;
 use super::world::World;
 use crate::event::{InFlight, Nanos, Tid};
 use crate::fdtable::FileId;
-use crate::report::{Bound, Stall, StallKind};
+use crate::report::{Bound, FindingId, Stall, StallKind};
 use crate::source::Clock;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -31,6 +31,8 @@ pub(crate) struct Cand {
     pub(crate) in_flight: Option<InFlight>,
     /// Index of the phase (background child) running when it began.
     pub(crate) phase: Option<usize>,
+    /// Events had been lost (live perf backend) when it was found: it may be incomplete.
+    pub(crate) events_lost: bool,
     pub(crate) id: u64,
     /// What the scheduler did with the thread over the stall (live bpf backend).
     pub(crate) sched: Option<crate::event::SchedDelta>,
@@ -64,8 +66,9 @@ pub(crate) struct Stalls {
     seq: u64,
     /// Kept stalls by length (min-heap), to find the one that makes room when full.
     by_length: BinaryHeap<Reverse<(Nanos, usize)>>,
-    /// Stalls added since the last `take_fresh` (live printing).
-    fresh: Vec<usize>,
+    /// Highest candidate id handed out by `take_fresh` (live printing): a cursor, where a
+    /// list of new indices would grow with every stall of an offline trace.
+    reported: u64,
     /// Calls cut by the trace's edge, below the threshold but above a tenth of it.
     in_flight_small: Vec<Cand>,
 }
@@ -83,7 +86,7 @@ impl Stalls {
             dropped: 0,
             seq: 0,
             by_length: BinaryHeap::new(),
-            fresh: vec![],
+            reported: 0,
             in_flight_small: vec![],
         }
     }
@@ -108,6 +111,7 @@ impl Stalls {
             bound: if call { cx.bound() } else { Bound::Exact },
             in_flight: if call { cx.sc.in_flight } else { None },
             phase: None,
+            events_lost: false,
             id: 0,
             sched: cx
                 .sc
@@ -118,7 +122,13 @@ impl Stalls {
     }
 
     #[inline]
-    pub(crate) fn on_call(&mut self, cx: &ResolvedCall<'_>, phases: &Phases) -> StallStep {
+    /// `lost`: events were lost before this call (live perf backend).
+    pub(crate) fn on_call(
+        &mut self,
+        cx: &ResolvedCall<'_>,
+        phases: &Phases,
+        lost: bool,
+    ) -> StallStep {
         let mut step = StallStep::default();
         let (ts, dur) = (cx.ts(), cx.dur);
         let last_end = self.last_end.at(cx.thread);
@@ -133,6 +143,7 @@ impl Stalls {
             {
                 let mut c = self.cand(cx, StallKind::Gap, pe, gap);
                 c.phase = phases.active_at(pe);
+                c.events_lost = lost;
                 step.added[0] = self.add(c);
             }
         }
@@ -140,6 +151,7 @@ impl Stalls {
         if !cx.idle && cx.timed && (dur >= self.threshold || at_end) {
             let mut c = self.cand(cx, StallKind::SlowSyscall, ts, dur);
             c.phase = phases.active_at(ts);
+            c.events_lost = lost;
             if dur >= self.threshold {
                 step.added[1] = self.add(c);
             } else if self.in_flight_small.len() < IN_FLIGHT_SMALL_MAX && dur >= self.threshold / 10
@@ -172,7 +184,6 @@ impl Stalls {
         };
         let c = &self.cands[idx];
         self.by_length.push(Reverse((c.dur, idx)));
-        self.fresh.push(idx);
         Some(Added {
             idx,
             id: c.id,
@@ -181,9 +192,19 @@ impl Stalls {
         })
     }
 
-    /// Indices of the candidates added since the last call (live printing).
+    /// Indices of the candidates added since the last call and still stored, oldest first
+    /// (live printing, a few times a second: one pass over the bounded store).
     pub(crate) fn take_fresh(&mut self) -> Vec<usize> {
-        std::mem::take(&mut self.fresh)
+        let mut fresh: Vec<(u64, usize)> = self
+            .cands
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.id > self.reported)
+            .map(|(i, c)| (c.id, i))
+            .collect();
+        fresh.sort_unstable();
+        self.reported = self.seq;
+        fresh.into_iter().map(|(_, i)| i).collect()
     }
 
     pub(crate) fn get(&self, idx: usize) -> &Cand {
@@ -223,7 +244,6 @@ pub(crate) struct StallRow<'a> {
     pub(crate) world: &'a World,
     pub(crate) clock: &'a Clock,
     pub(crate) first: Nanos,
-    pub(crate) events_lost: bool,
 }
 
 impl StallRow<'_> {
@@ -232,7 +252,7 @@ impl StallRow<'_> {
         c: &Cand,
         held: &Held,
         role: Role,
-        explained: (Option<String>, String),
+        explained: (Option<FindingId>, String),
     ) -> Stall {
         let info = c.file.map(|f| self.world.file(f));
         let (finding, cause) = explained;
@@ -242,7 +262,7 @@ impl StallRow<'_> {
             at_us: (c.start - self.first) / 1000,
             pid: self.world.show_pid(c.proc),
             tid: c.tid,
-            thread: role.as_str().to_string(),
+            thread: role,
             kind: c.kind,
             syscall: c.syscall.map(str::to_string),
             fd: c.fd,
@@ -263,7 +283,7 @@ impl StallRow<'_> {
             waiting_clients: held.clients.len() as u64,
             worst_wait_us: held.worst_wait.map(|w| w / 1000),
             phase: c.phase,
-            events_lost: self.events_lost,
+            events_lost: c.events_lost,
             sched: c.sched.map(|d| crate::report::StallSched::of(&d, c.dur)),
         }
     }
@@ -281,10 +301,13 @@ mod tests {
         let mut s = Stalls::new(10 * MS, 8);
         let p = Phases::default();
         let a = event(1, 0, MS, "write");
-        assert!(s.on_call(&call(&a, Role::Main, None), &p).gap.is_none());
+        assert!(s
+            .on_call(&call(&a, Role::Main, None), &p, false)
+            .gap
+            .is_none());
         // 20 ms after the first call ended, a 15 ms write.
         let b = event(1, 21 * MS, 15 * MS, "write");
-        let step = s.on_call(&call(&b, Role::Main, None), &p);
+        let step = s.on_call(&call(&b, Role::Main, None), &p, false);
         assert_eq!(step.gap, Some(20 * MS));
         let kinds: Vec<StallKind> = step
             .added
@@ -295,11 +318,11 @@ mod tests {
         assert_eq!(kinds, vec![StallKind::Gap, StallKind::SlowSyscall]);
         // Idle waits and children's gaps are no candidates.
         let w = event(1, 100 * MS, 50 * MS, "epoll_wait");
-        assert!(s.on_call(&call(&w, Role::Main, None), &p).added[1].is_none());
+        assert!(s.on_call(&call(&w, Role::Main, None), &p, false).added[1].is_none());
         let c = event(2, 0, MS, "write");
-        s.on_call(&call(&c, Role::Child, None), &p);
+        s.on_call(&call(&c, Role::Child, None), &p, false);
         let c = event(2, 50 * MS, MS, "write");
-        assert!(s.on_call(&call(&c, Role::Child, None), &p).added[0].is_none());
+        assert!(s.on_call(&call(&c, Role::Child, None), &p, false).added[0].is_none());
     }
 
     #[test]
@@ -311,7 +334,7 @@ mod tests {
             // One call per thread: no gaps.
             let e = event(i as u32 + 1, 0, d * MS, "fsync");
             added += s
-                .on_call(&call(&e, Role::Main, None), &p)
+                .on_call(&call(&e, Role::Main, None), &p, false)
                 .added
                 .iter()
                 .flatten()
@@ -328,13 +351,34 @@ mod tests {
     }
 
     #[test]
+    fn fresh_stalls_are_each_handed_out_once_and_only_while_stored() {
+        let mut s = Stalls::new(10 * MS, 4);
+        let p = Phases::default();
+        let slow = |s: &mut Stalls, tid: u32, d: Nanos| {
+            let e = event(tid, 0, d * MS, "fsync");
+            s.on_call(&call(&e, Role::Main, None), &p, false);
+        };
+        for (i, d) in [11, 30, 12, 40, 13, 50, 10].iter().enumerate() {
+            slow(&mut s, i as u32 + 1, *d);
+        }
+        // Never drained (offline): what is handed out is what is stored, no more.
+        let ids: Vec<u64> = s.take_fresh().iter().map(|i| s.get(*i).id).collect();
+        assert_eq!(ids, vec![2, 4, 5, 6]);
+        assert!(s.take_fresh().is_empty());
+        slow(&mut s, 20, 60);
+        let fresh = s.take_fresh();
+        assert_eq!(fresh.len(), 1);
+        assert_eq!(s.get(fresh[0]).dur, 60 * MS);
+    }
+
+    #[test]
     fn gaps_are_kept_only_for_serving_threads_of_a_trustworthy_trace() {
         let mut s = Stalls::new(10 * MS, 4);
         let p = Phases::default();
         let a = event(1, 0, MS, "write");
-        s.on_call(&call(&a, Role::Main, None), &p);
+        s.on_call(&call(&a, Role::Main, None), &p, false);
         let b = event(1, 30 * MS, MS, "write");
-        let step = s.on_call(&call(&b, Role::Main, None), &p);
+        let step = s.on_call(&call(&b, Role::Main, None), &p, false);
         let gap = s.get(step.added[0].unwrap().idx);
         assert!(keep(gap, Role::Main, true));
         assert!(!keep(gap, Role::Main, false));

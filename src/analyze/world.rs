@@ -1,6 +1,6 @@
 //! The world the units borrow: who made each call, in which process, on which file, and what
 //! that thread is to redis. It owns the thread and process bookkeeping, the fd table, the
-//! role evidence and the syscall facts cache, and turns each finished syscall into the one
+//! role evidence, and turns each finished syscall into the one
 //! `ResolvedCall` every unit reads (`observe`). Process structure from clone/fork is applied
 //! after the units have seen the call (`after`), as the units expect the parent's view.
 
@@ -45,8 +45,6 @@ pub(crate) struct World {
     role_epoch: u64,
     /// Some thread has run the event loop.
     any_epoll: bool,
-    /// `Facts` by the address of the interned name, direct-mapped.
-    facts: [(usize, Facts); 64],
 }
 
 impl World {
@@ -69,7 +67,6 @@ impl World {
             names,
             role_epoch: 0,
             any_epoll: false,
-            facts: [(0, Facts::default()); 64],
         }
     }
 
@@ -158,23 +155,11 @@ impl World {
         (proc == tid && proc != self.root).then_some(proc)
     }
 
-    #[inline]
-    fn facts(&mut self, name: &'static str) -> Facts {
-        let key = name.as_ptr() as usize;
-        // Fibonacci hashing: names are neighbours in one static table, so low address bits
-        // alone collide.
-        let slot = &mut self.facts[(key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58) & 63];
-        if slot.0 != key {
-            *slot = (key, Facts::of(name));
-        }
-        slot.1
-    }
-
     /// Resolves one finished syscall: thread, process, file (applying its fd effects), role
     /// evidence, and the role on the evidence so far.
     #[inline]
     pub(crate) fn observe<'e>(&mut self, ev: &'e Event, sc: &'e Syscall) -> ResolvedCall<'e> {
-        let facts = self.facts(sc.name);
+        let facts = sc.sys.facts;
         let thread = self.touch(ev.tid);
         let proc = self.threads[thread.get()].proc;
         let resolved = self.fds.apply(proc, ev.ts, sc);
@@ -352,7 +337,7 @@ impl World {
             .map(|t| report::ThreadInfo {
                 pid: self.show_pid(t.proc),
                 tid: t.tid,
-                role: self.role(t.tid).as_str().to_string(),
+                role: self.role(t.tid),
                 name: t.name.clone(),
                 why: self.role_why(t),
                 syscalls: t.calls,

@@ -188,9 +188,10 @@ pub(crate) fn list_tasks(pid: Tid) -> std::io::Result<Vec<Tid>> {
     Ok(v)
 }
 
+use crate::analyze::findings::LiveEvidence;
 use crate::analyze::{Analyzer, RedisConf};
 use crate::cli::AttachArgs;
-use crate::report::{Finding, Overhead, Report, Severity};
+use crate::report::{Overhead, Report};
 use crate::source::{Clock, Counters, SourceInfo, TimeFmt};
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -533,23 +534,6 @@ pub fn run_attach(args: &AttachArgs) -> Result<u64> {
     };
     let mut report = an.finish(info, Counters::default());
     report.source.backend = Some(backend.into());
-    if backend == "perf" {
-        // Say what this backend cannot show, rather than leave empty tables unexplained.
-        report.findings.push(crate::report::Finding {
-            id: "backend-limits".into(),
-            severity: crate::report::Severity::Info,
-            title: "No per-command latency with --backend perf".into(),
-            evidence: "the perf backend never stops redis, so it cannot read request and reply \
-                       buffers: command names, per-command latency and the commands each stall held \
-                       up are not available in this report"
-                .into(),
-            advice: "If you need them, use --backend bpf (as root: it reads request buffers in the \
-                     kernel without stopping redis), or trace briefly with --backend ptrace (it slows \
-                     redis about as much as strace), or on a replica."
-                .into(),
-            stalls: 0,
-        });
-    }
     // Samples were stamped from the attach; the report's axis starts at its first call.
     let shift = (first_syscall_ts.unwrap_or(attach_mono) - attach_mono) / 1000;
     let samples = samples.into_iter().map(|mut s| {
@@ -558,6 +542,14 @@ pub fn run_attach(args: &AttachArgs) -> Result<u64> {
     });
     procctx::attach_host_context(&mut report, samples.collect(), interval);
     add_overhead(&mut report, &stats, backend);
+    let tracing_cost = report.overhead.as_ref().and_then(|o| o.warning.clone());
+    report
+        .findings
+        .extend(crate::analyze::findings::live_findings(&LiveEvidence {
+            sees_commands: backend != "perf",
+            // Only ptrace stops redis; the other backends' warning is about lost records.
+            tracing_cost: tracing_cost.as_deref().filter(|_| backend == "ptrace"),
+        }));
     redis_side.finish(&mut report)?;
     if let Some(e) = record_err {
         let path = args.record.as_deref().unwrap_or("");
@@ -571,7 +563,8 @@ pub fn run_attach(args: &AttachArgs) -> Result<u64> {
 /// that tracing itself is slowing redis down.
 const OVERHEAD_WARN_SHARE: f64 = 0.10;
 
-/// Fills `report.overhead` (and a `tracer-overhead` finding when it is substantial).
+/// Fills `report.overhead`; its warning, when tracing cost substantially, is the evidence of
+/// the `tracer-overhead` finding (`analyze::findings::live_findings`).
 pub fn add_overhead(report: &mut Report, st: &TracerStats, backend: &str) {
     let span_ns = (st.detach_mono - st.attach_mono).max(1) as f64;
     let per_s = st.syscalls as f64 / (span_ns / 1e9);
@@ -611,16 +604,6 @@ pub fn add_overhead(report: &mut Report, st: &TracerStats, backend: &str) {
             share * 100.0
         )
     });
-    if let Some(w) = &warning {
-        report.findings.push(Finding {
-            id: "tracer-overhead".into(),
-            severity: Severity::Warning,
-            title: "Tracing itself slowed redis down".into(),
-            evidence: w.clone(),
-            advice: "trace for a shorter time, trace a replica, or use a backend that does not stop redis (--backend perf)".into(),
-            stalls: 0,
-        });
-    }
     report.overhead = Some(Overhead {
         syscalls_per_s: per_s,
         mean_stop_us,

@@ -406,7 +406,7 @@ pub fn attach_host_context(report: &mut Report, samples: Vec<HostSample>, interv
         }
         let mut s = format!(
             "during the {} (child {}): minor faults {}/s",
-            ph.kind.replace('_', " "),
+            ph.kind.as_str().replace('_', " "),
             ph.child_pid,
             thousands(during.minflt)
         );

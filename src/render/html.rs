@@ -194,7 +194,7 @@ pub fn render(r: &Report, w: &mut dyn Write) -> io::Result<()> {
                         "<span class=\"sev sev-{0}\">{0}</span>",
                         severity(f.severity)
                     )),
-                    Cell::Mono(f.id.clone()),
+                    Cell::Mono(f.id.to_string()),
                     Cell::Prose(f.title.clone()),
                     Cell::Prose(f.evidence.clone()),
                     Cell::Prose(f.advice.clone()),
@@ -236,7 +236,7 @@ pub fn render(r: &Report, w: &mut dyn Write) -> io::Result<()> {
                 vec![
                     Cell::Mono(s.ts.clone()),
                     num(offset(s.at_us)),
-                    Cell::NoWrap(super::thread_label(&s.thread, s.tid, true)),
+                    Cell::NoWrap(super::thread_label(s.thread.as_str(), s.tid, true)),
                     Cell::Mono(s.syscall.clone()),
                     num(opt(s.fd)),
                     Cell::Raw(swatch(s.class.as_deref())),
@@ -308,7 +308,7 @@ pub fn render(r: &Report, w: &mut dyn Write) -> io::Result<()> {
             .iter()
             .map(|p| {
                 vec![
-                    text(super::markup::phase_style(&p.kind).1),
+                    text(super::markup::phase_style(p.kind.as_str()).1),
                     num(p.child_pid.to_string()),
                     Cell::Mono(p.ts.clone()),
                     num(offset(p.start_at_us)),
@@ -379,7 +379,7 @@ pub fn render(r: &Report, w: &mut dyn Write) -> io::Result<()> {
             .map(|c| {
                 vec![
                     Cell::Mono(c.command.clone()),
-                    text(&c.phase),
+                    text(c.phase.as_str()),
                     num(count(c.calls)),
                     num(dur(c.p50_us)),
                     num(dur(c.p99_us)),
@@ -411,7 +411,7 @@ pub fn render(r: &Report, w: &mut dyn Write) -> io::Result<()> {
             .iter()
             .map(|i| {
                 vec![
-                    text(&i.role),
+                    text(i.role.as_str()),
                     Cell::Mono(i.syscall.clone()),
                     num(count(i.calls)),
                     num(dur(i.total_us)),
@@ -488,7 +488,7 @@ pub fn render(r: &Report, w: &mut dyn Write) -> io::Result<()> {
                 vec![
                     num(t.pid.to_string()),
                     num(t.tid.to_string()),
-                    text(&t.role),
+                    text(t.role.as_str()),
                     text(opt(t.name.as_ref())),
                     text(&t.why),
                     num(count(t.syscalls)),
@@ -577,7 +577,7 @@ fn write_header(r: &Report, w: &mut dyn Write) -> io::Result<()> {
         esc(&count(s.lines)),
         esc(&count(s.syscalls)),
         esc(&count(s.threads)),
-        esc(&s.durations)
+        esc(s.durations.as_str())
     )?;
     let mut line = format!(
         "<strong>{} stall{} over {}</strong>",
@@ -671,7 +671,7 @@ fn write_stalls(r: &Report, w: &mut dyn Write) -> io::Result<()> {
                 num((i + 1).to_string()),
                 Cell::Mono(s.ts.clone()),
                 num(offset(s.at_us)),
-                Cell::NoWrap(super::thread_label(&s.thread, s.tid, true)),
+                Cell::NoWrap(super::thread_label(s.thread.as_str(), s.tid, true)),
                 Cell::Mono(what),
                 num(opt(s.fd)),
                 Cell::Raw(if s.kind == StallKind::Gap {

@@ -54,13 +54,13 @@ fn lanes(r: &Report) -> Vec<Lane> {
         .filter(|t| {
             t.role == "main"
                 || stalls_of(t.tid) > 0
-                || t.role.starts_with("bio")
+                || t.role.as_str().starts_with("bio")
                 || t.role == "child"
         })
         .collect();
     ts.sort_by_key(|t| {
         (
-            role_rank(&t.role),
+            role_rank(t.role.as_str()),
             std::cmp::Reverse(stalls_of(t.tid)),
             t.tid,
         )
@@ -86,7 +86,7 @@ fn lanes(r: &Report) -> Vec<Lane> {
             out.push(Lane {
                 pid: s.pid,
                 tid: s.tid,
-                label: super::thread_label(&s.thread, s.tid, false),
+                label: super::thread_label(s.thread.as_str(), s.tid, false),
             });
         }
     }
@@ -107,7 +107,7 @@ pub(crate) fn waits_for_fsync(r: &Report) -> Vec<(&Stall, &Stall)> {
             .stalls
             .iter()
             .filter(|b| {
-                b.thread.starts_with("bio")
+                b.thread.as_str().starts_with("bio")
                     && matches!(b.syscall.as_deref(), Some("fdatasync" | "fsync"))
                     && b.class.as_deref() == Some("aof")
                     && b.at_us <= m.at_us
@@ -169,7 +169,7 @@ pub fn write_lanes(r: &Report, w: &mut dyn Write) -> io::Result<()> {
     )?;
     // Phases: bands across every lane.
     for (i, p) in r.phases.iter().enumerate() {
-        let (fill, label) = phase_style(&p.kind);
+        let (fill, label) = phase_style(p.kind.as_str());
         let x0 = x(p.start_at_us as f64);
         let x1 = x(p.end_at_us.unwrap_or(r.summary.span_us) as f64);
         writeln!(
@@ -476,6 +476,7 @@ mod tests {
             worst_wait_us: None,
             phase: None,
             events_lost: false,
+            sched: None,
         }
     }
 

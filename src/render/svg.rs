@@ -237,7 +237,7 @@ pub fn write_svg(r: &Report, w: &mut dyn Write) -> io::Result<()> {
         let end = p.end_at_us.map(|e| e as f64).unwrap_or(g.t1);
         let x0 = g.x(p.start_at_us as f64);
         let x1 = g.x(end).max(x0 + 1.0);
-        let (fill, label) = phase_style(&p.kind);
+        let (fill, label) = phase_style(p.kind.as_str());
         let mut title = format!(
             "{label} (child {}): {} from {}",
             p.child_pid,
@@ -259,7 +259,7 @@ pub fn write_svg(r: &Report, w: &mut dyn Write) -> io::Result<()> {
             writeln!(
                 w,
                 "<rect class=\"phase-band\" data-phase=\"{i}\" data-kind=\"{}\" data-start-us=\"{}\" data-end-us=\"{}\" x=\"{x0:.1}\" y=\"{y:.1}\" width=\"{:.1}\" height=\"{h:.1}\" fill=\"{fill}\" fill-opacity=\"0.28\"><title>{}</title></rect>",
-                esc(&p.kind),
+                esc(p.kind.as_str()),
                 p.start_at_us,
                 end as i64,
                 x1 - x0,
@@ -741,7 +741,7 @@ fn write_legend(r: &Report, w: &mut dyn Write, g: &Geometry) -> io::Result<()> {
     let mut kinds: Vec<&str> = Vec::new();
     for p in &r.phases {
         if !kinds.contains(&p.kind.as_str()) {
-            kinds.push(&p.kind);
+            kinds.push(p.kind.as_str());
         }
     }
     for k in kinds {

@@ -3,7 +3,7 @@
 //! incidents (who waited), then the supporting tables. Colour only on a TTY, never with
 //! NO_COLOR.
 
-use crate::report::{Report, Severity, Stall, StallKind};
+use crate::report::{CommandPhase, Durations, Report, Role, Severity, Stall, StallKind};
 use crate::units::{human, plural};
 use comfy_table::{presets, Cell, CellAlignment, ContentArrangement, Table};
 use std::io::{self, Write};
@@ -243,7 +243,7 @@ pub fn render(r: &Report, w: &mut dyn Write, color: bool) -> io::Result<()> {
             )
         )?;
     }
-    if r.summary.durations != "measured" {
+    if r.summary.durations != Durations::Measured {
         w.write_all(
             wrap(
                 "Durations without -T are reconstructed: a paired call is timed from its entry to its end, any other \
@@ -445,7 +445,11 @@ pub fn render(r: &Report, w: &mut dyn Write, color: bool) -> io::Result<()> {
         }
     }
 
-    let all: Vec<_> = r.commands.iter().filter(|c| c.phase == "all").collect();
+    let all: Vec<_> = r
+        .commands
+        .iter()
+        .filter(|c| c.phase == CommandPhase::All)
+        .collect();
     if !all.is_empty() {
         writeln!(w)?;
         writeln!(w, "{}", p.bold("COMMANDS (read to reply, seen from redis)"))?;
@@ -493,10 +497,10 @@ pub fn render(r: &Report, w: &mut dyn Write, color: bool) -> io::Result<()> {
     ]);
     // A thread that is alone in its role is named by the role: the line column already
     // points into the trace, and the narrow table leaves the room to the file.
-    let alone = |role: &str| r.threads.iter().filter(|t| t.role == role).count() <= 1;
+    let alone = |role: Role| r.threads.iter().filter(|t| t.role == role).count() <= 1;
     for s in r.slowest.iter().take(top.min(10)) {
         let file = super::file_label(s.class.as_deref(), s.path.as_deref());
-        let tid = if alone(&s.thread) { 0 } else { s.tid };
+        let tid = if alone(s.thread) { 0 } else { s.tid };
         t.add_row(vec![
             Cell::new(to_ms(&short_ts(&s.ts))),
             right(format!(
@@ -504,7 +508,7 @@ pub fn render(r: &Report, w: &mut dyn Write, color: bool) -> io::Result<()> {
                 super::bound_word(s.bound),
                 human(s.duration_us)
             )),
-            Cell::new(super::thread_label(&s.thread, tid, false)),
+            Cell::new(super::thread_label(s.thread.as_str(), tid, false)),
             Cell::new(format!(
                 "{}({})",
                 s.syscall,
@@ -532,7 +536,7 @@ pub fn render(r: &Report, w: &mut dyn Write, color: bool) -> io::Result<()> {
         ]);
         for i in &r.idle {
             t.add_row(vec![
-                Cell::new(&i.role),
+                Cell::new(i.role.as_str()),
                 Cell::new(&i.syscall),
                 right(i.calls),
                 right(human(i.total_us)),

@@ -17,9 +17,9 @@ fn stall(at_us: i64, duration_us: i64, kind: StallKind, class: Option<&str>, tid
         pid: 9380,
         tid,
         thread: if tid == 9380 {
-            "main".into()
+            Role::Main
         } else {
-            "bio_aof".into()
+            Role::BioAof
         },
         kind,
         syscall: (kind == StallKind::SlowSyscall).then(|| "fdatasync".into()),
@@ -29,7 +29,7 @@ fn stall(at_us: i64, duration_us: i64, kind: StallKind, class: Option<&str>, tid
         duration_us,
         line: Some(100 + at_us as u64 / 1000),
         cause: "the AOF fsync waited for the disk".into(),
-        finding: Some("aof-fsync-always".into()),
+        finding: Some(FindingId::AofFsyncAlways),
         bound: Bound::Exact,
         in_flight: None,
         waiting_commands: 1,
@@ -54,12 +54,12 @@ fn base(span_us: i64) -> Report {
     r.summary.span_us = span_us;
     r.summary.threshold_us = 10_000;
     r.summary.start = Some("22:38:50.000000".into());
-    r.summary.durations = "measured".into();
+    r.summary.durations = Durations::Measured;
     r.threads = vec![
         ThreadInfo {
             pid: 9380,
             tid: 9380,
-            role: "main".into(),
+            role: Role::Main,
             name: Some("redis-server".into()),
             why: "tid==pid".into(),
             syscalls: 10,
@@ -67,7 +67,7 @@ fn base(span_us: i64) -> Report {
         ThreadInfo {
             pid: 9380,
             tid: 9383,
-            role: "bio_aof".into(),
+            role: Role::BioAof,
             name: Some("bio_aof_fsync".into()),
             why: "name".into(),
             syscalls: 3,
@@ -136,7 +136,7 @@ fn many(phases: bool, host: bool) -> Report {
     if phases {
         r.phases = vec![
             Phase {
-                kind: "bgsave".into(),
+                kind: PhaseKind::Bgsave,
                 child_pid: 9569,
                 start_at_us: 2 * S,
                 end_at_us: Some(5 * S),
@@ -146,7 +146,7 @@ fn many(phases: bool, host: bool) -> Report {
                 wrote: vec!["rdb_temp".into()],
             },
             Phase {
-                kind: "aof_rewrite".into(),
+                kind: PhaseKind::AofRewrite,
                 child_pid: 9600,
                 start_at_us: 7 * S,
                 end_at_us: None,
@@ -321,7 +321,7 @@ fn check_svg(r: &Report, doc: &Document) {
             .parent()
             .and_then(|p| p.children().find(|c| c.tag_name().name() == "title"));
         assert!(
-            title.is_some_and(|t| t.text().unwrap_or_default().contains(&s.thread)),
+            title.is_some_and(|t| t.text().unwrap_or_default().contains(s.thread.as_str())),
             "mark {i} has a title"
         );
         pts.push((s.at_us, s.duration_us, cx, cy));
@@ -501,7 +501,7 @@ fn svg_and_html_escape_trace_text() {
     r.stalls[0].cause = "a < b && c > d".into();
     r.source.files = vec!["x</title><script>.strace".into()];
     r.findings.push(Finding {
-        id: "aof-fsync-always".into(),
+        id: FindingId::AofFsyncAlways,
         severity: Severity::Critical,
         title: "<b>bold</b>".into(),
         evidence: "e & e".into(),
@@ -562,7 +562,7 @@ fn check_html_self_contained(text: &str, doc: &Document) {
 fn html_two_stalls_has_plot_and_tables() {
     let mut r = two_stalls();
     r.findings.push(Finding {
-        id: "aof-fsync-always".into(),
+        id: FindingId::AofFsyncAlways,
         severity: Severity::Critical,
         title: "AOF fsync in the main thread".into(),
         evidence: "1 fdatasync over 10 ms".into(),
@@ -584,7 +584,7 @@ fn html_two_stalls_has_plot_and_tables() {
     });
     r.commands.push(CommandStats {
         command: "SET".into(),
-        phase: "all".into(),
+        phase: CommandPhase::All,
         calls: 5,
         ..Default::default()
     });

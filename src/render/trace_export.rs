@@ -69,12 +69,12 @@ pub fn render(r: &Report, w: &mut dyn Write) -> io::Result<()> {
     // when the analyzer classified it, else from the stall's own role.
     let mut tracks: BTreeMap<(u32, u32), (String, Option<String>)> = BTreeMap::new();
     for t in &r.threads {
-        tracks.insert((t.pid, t.tid), (t.role.clone(), t.name.clone()));
+        tracks.insert((t.pid, t.tid), (t.role.to_string(), t.name.clone()));
     }
     for s in &r.stalls {
         tracks
             .entry((s.pid, s.tid))
-            .or_insert_with(|| (s.thread.clone(), None));
+            .or_insert_with(|| (s.thread.to_string(), None));
     }
     if let Some(tl) = &r.timeline {
         for c in &tl.calls {
@@ -93,7 +93,7 @@ pub fn render(r: &Report, w: &mut dyn Write) -> io::Result<()> {
     let child_pids: HashMap<u32, &str> = r
         .phases
         .iter()
-        .map(|p| (p.child_pid, phase_style(&p.kind).1))
+        .map(|p| (p.child_pid, phase_style(p.kind.as_str()).1))
         .collect();
     let mut pids: Vec<u32> = tracks.keys().map(|k| k.0).collect();
     pids.push(main.0);
@@ -184,7 +184,7 @@ pub fn render(r: &Report, w: &mut dyn Write) -> io::Result<()> {
 
     // Phases and incidents as async slices on the redis process.
     for (i, p) in r.phases.iter().enumerate() {
-        let (_, label) = phase_style(&p.kind);
+        let (_, label) = phase_style(p.kind.as_str());
         let end = p.end_at_us.unwrap_or(p.start_at_us.max(r.summary.span_us));
         let name = format!("{label} (child {})", p.child_pid);
         let id = format!("phase-{i}");

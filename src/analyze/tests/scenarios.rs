@@ -4,7 +4,7 @@
 
 use super::*;
 use crate::event::{Data, DurSource, Event, EventKind, Extra, InFlight, Ret, Syscall};
-use crate::report::{Bound, StallKind};
+use crate::report::{Bound, FindingId, StallKind};
 use crate::source::{Clock, Counters, SourceInfo, TimeFmt};
 
 const MS: i64 = 1_000_000;
@@ -182,7 +182,7 @@ fn sleep_is_idle_in_a_bio_thread_and_a_stall_in_main() {
     assert!(r
         .stalls
         .iter()
-        .all(|x| x.finding.as_deref() == Some("command")));
+        .all(|x| x.finding.map(FindingId::as_str) == Some("command")));
     assert!(r
         .idle
         .iter()
@@ -254,7 +254,7 @@ fn gap_in_main_thread_is_a_command_stall() {
     let st = &r.stalls[0];
     assert_eq!(st.kind, StallKind::Gap);
     assert_eq!(st.duration_us, 299_990);
-    assert_eq!(st.finding.as_deref(), Some("command"));
+    assert_eq!(st.finding.map(FindingId::as_str), Some("command"));
     assert!(ids(&r).contains(&"command"));
 }
 
@@ -271,7 +271,10 @@ fn reused_fd_number_is_attributed_to_the_right_file() {
     assert_eq!(r.stalls.len(), 1);
     assert_eq!(r.stalls[0].class.as_deref(), Some("log"));
     assert_eq!(r.stalls[0].path.as_deref(), Some("/data/redis.log"));
-    assert_eq!(r.stalls[0].finding.as_deref(), Some("log-file-blocking"));
+    assert_eq!(
+        r.stalls[0].finding.map(FindingId::as_str),
+        Some("log-file-blocking")
+    );
 }
 
 /// A slow open of the log file (redis reopens it for every line) touched the log file: the
@@ -297,7 +300,7 @@ fn slow_open_is_attributed_to_the_file_it_opens() {
     assert_eq!(st.fd, Some(11));
     assert_eq!(st.class.as_deref(), Some("log"));
     assert_eq!(st.path.as_deref(), Some("/data/redis.log"));
-    assert_eq!(st.finding.as_deref(), Some("log-file-blocking"));
+    assert_eq!(st.finding.map(FindingId::as_str), Some("log-file-blocking"));
 }
 
 #[test]
@@ -342,10 +345,16 @@ fn aof_write_overlapping_background_fsync_is_pending_fsync() {
     s.write(100, 500 * MS, 510 * MS, 7, b"*3\r\n$3\r\nSET\r\n");
     let r = s.report();
     let main = r.stalls.iter().find(|x| x.thread == "main").unwrap();
-    assert_eq!(main.finding.as_deref(), Some("aof-write-pending-fsync"));
+    assert_eq!(
+        main.finding.map(FindingId::as_str),
+        Some("aof-write-pending-fsync")
+    );
     let bio = r.stalls.iter().find(|x| x.tid == 101).unwrap();
     assert_eq!(bio.thread, "bio_aof");
-    assert_eq!(bio.finding.as_deref(), Some("aof-fsync-background"));
+    assert_eq!(
+        bio.finding.map(FindingId::as_str),
+        Some("aof-fsync-background")
+    );
     // A bio stall holds up no client by itself...
     assert_eq!(bio.waiting_commands, 0);
     // ...but its finding does not claim that clients were spared.
@@ -364,7 +373,10 @@ fn aof_write_alone_when_nothing_else_runs() {
     s.call(100, MS, 10 * US, "epoll_wait", Some(5), 1, Extra::None);
     s.write(100, 2 * MS, 50 * MS, 7, b"*3\r\n$3\r\nSET\r\n");
     let r = s.report();
-    assert_eq!(r.stalls[0].finding.as_deref(), Some("aof-write-alone"));
+    assert_eq!(
+        r.stalls[0].finding.map(FindingId::as_str),
+        Some("aof-write-alone")
+    );
 }
 
 #[test]
@@ -422,17 +434,23 @@ fn fork_starts_a_phase_that_sigchld_ends_and_aof_stalls_blame_the_child() {
         .iter()
         .find(|x| x.syscall.as_deref() == Some("fdatasync") && x.duration_us == 300_000)
         .unwrap();
-    assert_eq!(during.finding.as_deref(), Some("aof-write-active-child"));
+    assert_eq!(
+        during.finding.map(FindingId::as_str),
+        Some("aof-write-active-child")
+    );
     let after = r
         .stalls
         .iter()
         .find(|x| x.duration_us == 10_000 && x.syscall.as_deref() == Some("fdatasync"))
         .unwrap();
-    assert_eq!(after.finding.as_deref(), Some("aof-fsync-always"));
+    assert_eq!(
+        after.finding.map(FindingId::as_str),
+        Some("aof-fsync-always")
+    );
     assert!(r
         .stalls
         .iter()
-        .any(|x| x.finding.as_deref() == Some("fork")));
+        .any(|x| x.finding.map(FindingId::as_str) == Some("fork")));
     // The child's thread is a child, never main.
     assert!(r.threads.iter().any(|t| t.tid == 200 && t.role == "child"));
 }
@@ -458,7 +476,10 @@ fn child_reading_its_smaps_is_the_copy_on_write_report() {
     s.call(200, 51 * MS, 20 * MS, "read", Some(13), 300, Extra::None);
     let r = s.report();
     let by_fd = |fd| r.stalls.iter().find(|x| x.fd == Some(fd)).unwrap();
-    assert_eq!(by_fd(12).finding.as_deref(), Some("child-cow-report"));
+    assert_eq!(
+        by_fd(12).finding.map(FindingId::as_str),
+        Some("child-cow-report")
+    );
     assert_eq!(by_fd(13).finding, None);
     let f = r
         .findings
@@ -493,7 +514,7 @@ fn gap_during_a_child_is_copy_on_write() {
     );
     let r = s.report();
     let gap = r.stalls.iter().find(|x| x.kind == StallKind::Gap).unwrap();
-    assert_eq!(gap.finding.as_deref(), Some("cow-page-faults"));
+    assert_eq!(gap.finding.map(FindingId::as_str), Some("cow-page-faults"));
     assert_eq!(r.phases[0].kind, "bgsave", "no AOF in use: an RDB save");
 }
 
@@ -991,4 +1012,37 @@ fn without_an_event_loop_the_first_thread_is_main() {
     // Its 49 ms without a syscall is a main-thread gap.
     assert_eq!(r.stalls.len(), 1, "{:?}", r.stalls);
     assert_eq!(r.stalls[0].thread, "main");
+}
+
+/// Live perf: only stalls found after the first lost event say they may be incomplete.
+#[test]
+fn only_stalls_after_a_loss_are_marked_incomplete() {
+    let mut s = Seq::new();
+    s.call(100, 0, 50 * MS, "fdatasync", Some(5), 0, Extra::None);
+    s.a.add_lost_events(3);
+    s.call(100, 55 * MS, 50 * MS, "fdatasync", Some(5), 0, Extra::None);
+    let r = s.report();
+    let lost: Vec<bool> = r.stalls.iter().map(|x| x.events_lost).collect();
+    assert_eq!(lost, vec![false, true]);
+    assert_eq!(r.summary.lost_events, 3);
+}
+
+/// Live printing decides whether gaps can be trusted with the clock it is given, as the final
+/// report does: a whole-second clock prints no gap as a stall.
+#[test]
+fn live_printing_judges_gaps_by_the_clock_it_is_given() {
+    let coarse = Clock {
+        fmt: TimeFmt::TimeOfDay,
+        perf: false,
+        frac_digits: 0,
+        first: 0,
+        date: None,
+        wall_at_first: None,
+    };
+    let mut s = Seq::new();
+    s.call(100, 0, 10 * US, "epoll_wait", None, 1, Extra::None);
+    s.call(100, 200 * MS, 10 * US, "getpid", None, 100, Extra::None);
+    let live = s.a.drain_new_stalls(&coarse);
+    assert!(live.iter().all(|x| x.kind != StallKind::Gap), "{live:?}");
+    assert!(s.report_with(coarse).stalls.is_empty());
 }

@@ -322,11 +322,14 @@ fn a_recording_analyzes_to_the_live_report() {
     };
     assert_eq!(counts(&live), counts(&back), "{text}");
     let roles = |r: &crate::report::Report| -> Vec<(u32, String)> {
-        r.threads.iter().map(|t| (t.tid, t.role.clone())).collect()
+        r.threads
+            .iter()
+            .map(|t| (t.tid, t.role.to_string()))
+            .collect()
     };
     assert_eq!(roles(&live), roles(&back));
     let ids = |r: &crate::report::Report| -> Vec<String> {
-        r.findings.iter().map(|f| f.id.clone()).collect()
+        r.findings.iter().map(|f| f.id.to_string()).collect()
     };
     assert_eq!(ids(&live), ids(&back));
 }
