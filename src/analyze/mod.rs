@@ -695,6 +695,10 @@ impl Analyzer {
     }
 
     pub fn push(&mut self, ev: &Event) {
+        // An unreadable line is no event of the trace (the source's mark for the analysis).
+        if matches!(ev.kind, EventKind::Unreadable) {
+            return;
+        }
         self.events += 1;
         // Only calls carry trustworthy times: strace's own messages may have none.
         if ev.syscall().is_some() {
@@ -735,6 +739,7 @@ impl Analyzer {
                 self.thread(ev.tid);
                 self.set_thread_name(ev.tid, name);
             }
+            EventKind::Unreadable => {}
         }
     }
 

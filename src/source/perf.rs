@@ -25,6 +25,8 @@ pub struct PerfParser {
     names: NameCache,
     /// The argument text without its labels, reused from line to line.
     unlabeled: Vec<u8>,
+    /// The last line that could not be read: no duration the parser reconstructs spans it.
+    broken_line: u64,
 }
 
 /// (time ns, duration ns, tid, rest of the line)
@@ -126,8 +128,19 @@ impl PerfParser {
     pub fn feed(&mut self, raw: &[u8], out: &mut Vec<Event>) -> LineOutcome {
         match self.feed_line(raw, out) {
             Ok(()) => LineOutcome::Used,
-            Err(r) => LineOutcome::Skipped(r),
+            Err(r) => {
+                if r != SkipReason::Empty {
+                    self.broken_line = self.line;
+                }
+                LineOutcome::Skipped(r)
+            }
         }
+    }
+
+    /// A line that the reader could not hand over (too long): it breaks the timeline too.
+    pub fn skip_line(&mut self) {
+        self.line += 1;
+        self.broken_line = self.line;
     }
 
     fn feed_line(&mut self, raw: &[u8], out: &mut Vec<Event>) -> Result<(), SkipReason> {
@@ -188,8 +201,12 @@ impl PerfParser {
             // A call printed as `name(args) ...` whose continuation never came: it ended
             // before this, the thread's next event (an upper bound, not a call in flight).
             if let Some((t0, l0, mut sc)) = self.pending.remove(&tid) {
-                sc.dur = Some((ts - t0).max(0));
-                sc.dur_src = DurSource::UpperBound;
+                // Unless a line that could not be read came between: it may have been the
+                // continuation. Then how long the call ran is unknown.
+                if self.broken_line <= l0 {
+                    sc.dur = Some((ts - t0).max(0));
+                    sc.dur_src = DurSource::UpperBound;
+                }
                 out.push(Event {
                     tid,
                     ts: t0,
@@ -278,8 +295,10 @@ impl PerfParser {
         rest.sort_by_key(|(_, (_, l, _))| *l);
         for (tid, (ts, line, mut sc)) in rest {
             sc.in_flight = Some(InFlight::AtEnd);
-            sc.dur = Some((self.last_ts - ts).max(0));
-            sc.dur_src = DurSource::Paired;
+            if self.broken_line <= line {
+                sc.dur = Some((self.last_ts - ts).max(0));
+                sc.dur_src = DurSource::Paired;
+            }
             out.push(Event {
                 tid,
                 ts,
