@@ -440,7 +440,7 @@ impl Event {
     /// End time: start plus duration when known.
     pub fn end(&self) -> Nanos {
         match &self.kind {
-            EventKind::Syscall(s) => self.ts + s.dur.unwrap_or(0),
+            EventKind::Syscall(s) => self.ts.saturating_add(s.dur.unwrap_or(0)),
             _ => self.ts,
         }
     }

@@ -29,6 +29,9 @@ pub struct PerfParser {
     broken_line: u64,
 }
 
+/// Longer than any call a trace can show (about 104 days).
+const MAX_PLAUSIBLE_NS: Nanos = 1 << 53;
+
 /// (time ns, duration ns, tid, rest of the line)
 type PerfPrefix<'a> = (Option<Nanos>, Option<Nanos>, Tid, &'a [u8]);
 
@@ -48,7 +51,9 @@ fn prefix(line: &[u8]) -> Option<PerfPrefix<'_>> {
         let close = memchr::memchr(b')', r)?;
         let inner = skip_ws(&r[..close]);
         if let Some((d, n)) = parse_ms(inner) {
-            if skip_ws(&inner[n..]).starts_with(b"ms") {
+            // perf prints a call whose exit it timed before its entry as a wrapped-around
+            // u64 (`18446744073702.531 ms`): no duration at all.
+            if skip_ws(&inner[n..]).starts_with(b"ms") && d < MAX_PLAUSIBLE_NS {
                 dur = Some(d);
             }
         }
@@ -483,6 +488,15 @@ mod tests {
         );
         let w = by_name("epoll_wait").syscall().unwrap();
         assert_eq!(w.in_flight, Some(InFlight::AtEnd));
+    }
+
+    /// A duration perf printed wrapped around (exit timed before entry) is no duration.
+    #[test]
+    fn a_wrapped_duration_is_unknown() {
+        let ev = one("   484.128 (18446744073702.531 ms): redis-server/7514 fdatasync(fd: 7</a.aof>)   = 0");
+        let sc = ev[0].syscall().unwrap();
+        assert_eq!((sc.name, sc.dur), ("fdatasync", None));
+        assert_eq!(ev[0].end(), ev[0].ts);
     }
 
     /// `perf trace -p PID` of a single thread prints no `comm/tid` column.
