@@ -493,7 +493,9 @@ mod tests {
     /// A duration perf printed wrapped around (exit timed before entry) is no duration.
     #[test]
     fn a_wrapped_duration_is_unknown() {
-        let ev = one("   484.128 (18446744073702.531 ms): redis-server/7514 fdatasync(fd: 7</a.aof>)   = 0");
+        let ev = one(
+            "   484.128 (18446744073702.531 ms): redis-server/7514 fdatasync(fd: 7</a.aof>)   = 0",
+        );
         let sc = ev[0].syscall().unwrap();
         assert_eq!((sc.name, sc.dur), ("fdatasync", None));
         assert_eq!(ev[0].end(), ev[0].ts);
