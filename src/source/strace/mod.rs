@@ -335,9 +335,10 @@ impl StraceParser {
                 self.exit(tid, ts, line_no, kind, out)
             }
             Body::Attached { pid, threads } => {
-                if self.default_pid == 0 && !self.any_event {
+                if self.default_pid == 0 && !self.any_event && threads.is_none_or(|n| n <= 1) {
                     // `strace -f -p N` leaves the `[pid N]` column out while N is the only
-                    // tracee: those lines are N's, not a thread 0's.
+                    // tracee: those lines are N's, not a thread 0's. (Attached with several
+                    // threads, strace prints the column on every line.)
                     self.default_pid = pid;
                 }
                 out.push(Event {
