@@ -42,7 +42,8 @@ fn prefix(line: &[u8]) -> Option<PerfPrefix<'_>> {
         (None, r)
     } else {
         let (ms, n) = parse_ms(s)?;
-        (Some(ms), &s[n..])
+        // A time printed wrapped around (`18446744073709.520`) is no time: like `?`.
+        (Some(ms).filter(|t| *t < MAX_PLAUSIBLE_NS), &s[n..])
     };
     s = skip_ws(s);
     let mut dur = None;
@@ -499,6 +500,18 @@ mod tests {
         let sc = ev[0].syscall().unwrap();
         assert_eq!((sc.name, sc.dur), ("fdatasync", None));
         assert_eq!(ev[0].end(), ev[0].ts);
+        let mut p = PerfParser::default();
+        let mut out = vec![];
+        for l in [
+            "     0.026 ( 0.003 ms): oomd/972 newfstatat(dfd: 12, filename: \"\", statbuf: 0x1, flag: 4096) = 0",
+            "18446744073709.520 ( 0.044 ms): cg/36478 openat(dfd: 4, filename: \".\", flags: RDONLY) = 5",
+        ] {
+            assert_eq!(p.feed(l.as_bytes(), &mut out), LineOutcome::Used);
+        }
+        assert_eq!(
+            out[1].ts, 26_000,
+            "a wrapped time is no time: the last one seen"
+        );
     }
 
     /// `perf trace -p PID` of a single thread prints no `comm/tid` column.
