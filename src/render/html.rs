@@ -222,6 +222,7 @@ pub fn render(r: &Report, w: &mut dyn Write) -> io::Result<()> {
         "<p class=\"note\">One mark per stall (hover for details): circles are slow syscalls coloured by file class, diamonds are gaps with no syscall, hollow marks are bounds rather than exact durations. Shaded bands are background saves.</p></section>"
     )?;
 
+    super::lanes::write_section(r, w)?;
     write_stalls(r, w)?;
 
     if !r.slowest.is_empty() {
@@ -581,7 +582,7 @@ fn write_header(r: &Report, w: &mut dyn Write) -> io::Result<()> {
     let mut line = format!(
         "<strong>{} stall{} over {}</strong>",
         count(s.stalls),
-        crate::analyze::findings::plural(s.stalls),
+        crate::units::plural(s.stalls),
         esc(&dur(s.threshold_us))
     );
     if s.skipped_lines > 0 {
@@ -614,7 +615,7 @@ fn held_up(s: &crate::report::Stall) -> String {
     let mut t = format!(
         "{} client{}",
         s.waiting_clients,
-        crate::analyze::findings::plural(s.waiting_clients)
+        crate::units::plural(s.waiting_clients)
     );
     if !s.waiting_by_command.is_empty() {
         let cmds: Vec<String> = s
