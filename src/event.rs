@@ -54,6 +54,10 @@ pub enum EventKind {
     /// The thread's name as the trace gives it (`strace -Y`), when it first appears or
     /// changes.
     ThreadName(Box<str>),
+    /// A line that could not be read (a pasted `...`, a cut line, garbage) at `line`, of no
+    /// known thread (`tid` 0): the timeline is broken there, for every thread. No duration
+    /// reconstructed by the source spans it; neither may a gap.
+    Unreadable,
 }
 
 /// Where a syscall's duration came from.
@@ -458,7 +462,7 @@ impl Event {
     /// End time: start plus duration when known.
     pub fn end(&self) -> Nanos {
         match &self.kind {
-            EventKind::Syscall(s) => self.ts + s.dur.unwrap_or(0),
+            EventKind::Syscall(s) => self.ts.saturating_add(s.dur.unwrap_or(0)),
             _ => self.ts,
         }
     }

@@ -64,3 +64,45 @@ fn truncated_gzip_reports_what_was_read() {
     let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(r["summary"]["syscalls"].as_u64().unwrap() > 1000);
 }
+
+fn report(path: &str) -> serde_json::Value {
+    let out = stallscope()
+        .args(["analyze", path, "--format", "json"])
+        .output()
+        .unwrap();
+    assert!(
+        matches!(out.status.code(), Some(0 | 1)),
+        "{path}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Our own `perf trace` captures of a redis with appendfsync always under redis-benchmark
+/// (fixtures/README.md has their ground truth): read whole, the AOF named, the fsyncs found.
+#[test]
+fn own_perf_captures() {
+    let dir = "fixtures/perf-captures";
+    for (file, calls, durations) in [
+        ("redis-always-p-dur0.perf.txt.gz", 1013, "mixed"),
+        ("redis-always-p-T.perf.txt.gz", 1272, "measured"),
+        ("redis-always-p-dur5.perf.txt.gz", 89, "measured"),
+        ("redis-always-a-dur5.perf.txt.gz", 230, "mixed"),
+    ] {
+        let r = report(&format!("{dir}/{file}"));
+        let s = &r["summary"];
+        assert_eq!(s["skipped_lines"], 0, "{file}");
+        assert_eq!(s["syscalls"], calls, "{file}");
+        assert_eq!(s["durations"], durations, "{file}");
+        // Calls printed `...` and never continued ended before their thread's next event:
+        // none of this redis's calls was still running when perf stopped.
+        assert_eq!(s["in_flight_at_end"], 0, "{file}");
+        let ids: Vec<&str> = r["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|f| f["id"].as_str())
+            .collect();
+        assert!(ids.contains(&"aof-fsync-always"), "{file}: {ids:?}");
+    }
+}

@@ -135,6 +135,10 @@ impl Analyzer {
     }
 
     pub fn push(&mut self, ev: &Event) {
+        // An unreadable line is no event of the trace (the source's mark for the analysis).
+        if matches!(ev.kind, EventKind::Unreadable) {
+            return;
+        }
         self.coverage.on_event(ev);
         match &ev.kind {
             EventKind::Syscall(sc) => self.on_syscall(ev, sc),
@@ -163,6 +167,7 @@ impl Analyzer {
                 self.world.touch(ev.tid);
                 self.world.set_name(ev.tid, name);
             }
+            EventKind::Unreadable => {}
         }
     }
 

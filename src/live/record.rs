@@ -154,6 +154,8 @@ impl<W: Write> Recorder<W> {
             }
             // Names go beside the recording (`.threads`).
             EventKind::ThreadName(_) => return Ok(()),
+            // Live tracers read no lines.
+            EventKind::Unreadable => return Ok(()),
         }
         self.line.push('\n');
         self.w.write_all(self.line.as_bytes())

@@ -70,8 +70,8 @@ impl LineParser {
     /// A line the reader did not hand over (too long): counted, to keep line numbers.
     pub(crate) fn skip_line(&mut self) {
         match self {
-            LineParser::Strace(p) => p.line += 1,
-            LineParser::Perf(p) => p.line += 1,
+            LineParser::Strace(p) => p.skip_line(),
+            LineParser::Perf(p) => p.skip_line(),
         }
     }
 
@@ -80,6 +80,14 @@ impl LineParser {
         match self {
             LineParser::Strace(p) => p.finish(out),
             LineParser::Perf(p) => p.finish(out),
+        }
+    }
+
+    /// The latest time the parser has seen.
+    pub(crate) fn last_ts(&self) -> crate::event::Nanos {
+        match self {
+            LineParser::Strace(p) => p.last_ts,
+            LineParser::Perf(p) => p.last_ts,
         }
     }
 

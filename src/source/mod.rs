@@ -651,7 +651,10 @@ impl FileSource {
     fn pump_into(&mut self, out: &mut Vec<Event>, want: usize) -> Result<()> {
         let before = out.len();
         let r = self.pump_lines(out, want);
-        self.counters.events += (out.len() - before) as u64;
+        self.counters.events += out[before..]
+            .iter()
+            .filter(|e| !matches!(e.kind, EventKind::Unreadable))
+            .count() as u64;
         r
     }
 
@@ -692,6 +695,14 @@ impl FileSource {
                 Line::Text(t) => (self.parser.feed(t, out).skipped().map(|r| r.as_str()), t),
             };
             if let Some(reason) = skip {
+                if reason != SkipReason::Empty.as_str() {
+                    out.push(Event {
+                        tid: 0,
+                        ts: self.parser.last_ts(),
+                        line: line_no,
+                        kind: EventKind::Unreadable,
+                    });
+                }
                 if self.strict {
                     bail!(
                         "{}:{}: {} (--strict): {}",
@@ -912,6 +923,15 @@ impl Inputs {
 
     /// The hold-back step of `next_event` for one event taken from the parser.
     fn route(&mut self, ev: Event) {
+        if matches!(ev.kind, EventKind::Unreadable) {
+            // What the unreadable line held is unknown: no call held for its bound may
+            // take it across. Their durations stay unknown.
+            let mut rest: Vec<Event> = self.held.drain().map(|(_, e)| e).collect();
+            rest.sort_by_key(|e| (e.ts, e.line));
+            self.ready.extend(rest);
+            self.ready.push_back(ev);
+            return;
+        }
         if let Some(mut prev) = self.held.remove(&ev.tid) {
             if let EventKind::Syscall(sc) = &mut prev.kind {
                 sc.dur = Some((ev.ts - prev.ts).max(0));
@@ -1187,5 +1207,86 @@ mod input_tests {
         assert_eq!((c.lines, c.events), (2, 0));
         let e = no_events_error(&name, &c, InputFormat::Perf).to_string();
         assert!(e.contains("--input-format perf"), "{e}");
+    }
+}
+
+#[cfg(test)]
+mod unreadable_tests {
+    use super::*;
+
+    fn events(text: &str) -> Vec<Event> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.strace");
+        std::fs::write(&path, text).unwrap();
+        let mut inp = Inputs::open(
+            &[path.to_string_lossy().into_owned()],
+            InputFormat::Auto,
+            false,
+        )
+        .unwrap();
+        let mut out = vec![];
+        while let Some(e) = inp.next_event().unwrap() {
+            out.push(e);
+        }
+        out
+    }
+
+    /// `close(3) = 0`, then a pasted `...`, then a line 5 s later: not a 5 s close(). The
+    /// unreadable line is an event of its own, where the timeline breaks.
+    #[test]
+    fn no_upper_bound_spans_an_unreadable_line() {
+        let got = events(
+            "1796078610.000000 close(3) = 0\n...\n1796078615.000000 getpid() = 7\n1796078615.100000 getpid() = 7\n",
+        );
+        let kinds: Vec<String> = got
+            .iter()
+            .map(|e| match &e.kind {
+                EventKind::Syscall(sc) => format!("{} {:?} {:?}", sc.name, sc.dur, sc.dur_src),
+                k => format!("{k:?}"),
+            })
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                "close None Unknown",
+                "Unreadable",
+                "getpid Some(100000000) UpperBound",
+                "getpid None Unknown",
+            ]
+        );
+        assert_eq!(got[1].line, 2);
+        // Without the pasted line the bound is what it was.
+        let got = events("1796078610.000000 close(3) = 0\n1796078615.000000 getpid() = 7\n");
+        assert_eq!(got[0].syscall().unwrap().dur, Some(5_000_000_000));
+    }
+
+    /// The parsers' own reconstructions stop at an unreadable line too: an unfinished call
+    /// whose resumed half may have been that line has no known duration.
+    #[test]
+    fn no_paired_duration_spans_an_unreadable_line() {
+        let got = events(
+            "1796078610.000000 close(3 <unfinished ...>\n1796078610.5 <... close resu\n1796078615.000000 close(4) = 0 <0.000010>\n",
+        );
+        let c = got
+            .iter()
+            .find(|e| e.syscall().is_some_and(|s| s.fd == Some(3)))
+            .unwrap()
+            .syscall()
+            .unwrap();
+        assert_eq!(
+            (c.dur, c.in_flight),
+            (None, Some(crate::event::InFlight::AtEnd))
+        );
+        let mut p = perf::PerfParser::default();
+        let mut out = vec![];
+        for l in [
+            "   10.000 (         ): redis-server/7 fdatasync(fd: 7) ...",
+            "   10.5 garbage",
+            "   12.500 ( 0.002 ms): redis-server/7 getpid() = 7",
+        ] {
+            p.feed(l.as_bytes(), &mut out);
+        }
+        let f = out[0].syscall().unwrap();
+        assert_eq!((f.name, f.dur, f.in_flight), ("fdatasync", None, None));
     }
 }

@@ -25,7 +25,12 @@ pub struct PerfParser {
     names: NameCache,
     /// The argument text without its labels, reused from line to line.
     unlabeled: Vec<u8>,
+    /// The last line that could not be read: no duration the parser reconstructs spans it.
+    broken_line: u64,
 }
+
+/// Longer than any call a trace can show (about 104 days).
+const MAX_PLAUSIBLE_NS: Nanos = 1 << 53;
 
 /// (time ns, duration ns, tid, rest of the line)
 type PerfPrefix<'a> = (Option<Nanos>, Option<Nanos>, Tid, &'a [u8]);
@@ -37,7 +42,8 @@ fn prefix(line: &[u8]) -> Option<PerfPrefix<'_>> {
         (None, r)
     } else {
         let (ms, n) = parse_ms(s)?;
-        (Some(ms), &s[n..])
+        // A time printed wrapped around (`18446744073709.520`) is no time: like `?`.
+        (Some(ms).filter(|t| *t < MAX_PLAUSIBLE_NS), &s[n..])
     };
     s = skip_ws(s);
     let mut dur = None;
@@ -46,7 +52,9 @@ fn prefix(line: &[u8]) -> Option<PerfPrefix<'_>> {
         let close = memchr::memchr(b')', r)?;
         let inner = skip_ws(&r[..close]);
         if let Some((d, n)) = parse_ms(inner) {
-            if skip_ws(&inner[n..]).starts_with(b"ms") {
+            // perf prints a call whose exit it timed before its entry as a wrapped-around
+            // u64 (`18446744073702.531 ms`): no duration at all.
+            if skip_ws(&inner[n..]).starts_with(b"ms") && d < MAX_PLAUSIBLE_NS {
                 dur = Some(d);
             }
         }
@@ -126,8 +134,19 @@ impl PerfParser {
     pub fn feed(&mut self, raw: &[u8], out: &mut Vec<Event>) -> LineOutcome {
         match self.feed_line(raw, out) {
             Ok(()) => LineOutcome::Used,
-            Err(r) => LineOutcome::Skipped(r),
+            Err(r) => {
+                if r != SkipReason::Empty {
+                    self.broken_line = self.line;
+                }
+                LineOutcome::Skipped(r)
+            }
         }
+    }
+
+    /// A line that the reader could not hand over (too long): it breaks the timeline too.
+    pub fn skip_line(&mut self) {
+        self.line += 1;
+        self.broken_line = self.line;
     }
 
     fn feed_line(&mut self, raw: &[u8], out: &mut Vec<Event>) -> Result<(), SkipReason> {
@@ -188,8 +207,12 @@ impl PerfParser {
             // A call printed as `name(args) ...` whose continuation never came: it ended
             // before this, the thread's next event (an upper bound, not a call in flight).
             if let Some((t0, l0, mut sc)) = self.pending.remove(&tid) {
-                sc.dur = Some((ts - t0).max(0));
-                sc.dur_src = DurSource::UpperBound;
+                // Unless a line that could not be read came between: it may have been the
+                // continuation. Then how long the call ran is unknown.
+                if self.broken_line <= l0 {
+                    sc.dur = Some((ts - t0).max(0));
+                    sc.dur_src = DurSource::UpperBound;
+                }
                 out.push(Event {
                     tid,
                     ts: t0,
@@ -278,8 +301,10 @@ impl PerfParser {
         rest.sort_by_key(|(_, (_, l, _))| *l);
         for (tid, (ts, line, mut sc)) in rest {
             sc.in_flight = Some(InFlight::AtEnd);
-            sc.dur = Some((self.last_ts - ts).max(0));
-            sc.dur_src = DurSource::Paired;
+            if self.broken_line <= line {
+                sc.dur = Some((self.last_ts - ts).max(0));
+                sc.dur_src = DurSource::Paired;
+            }
             out.push(Event {
                 tid,
                 ts,
@@ -464,6 +489,29 @@ mod tests {
         );
         let w = by_name("epoll_wait").syscall().unwrap();
         assert_eq!(w.in_flight, Some(InFlight::AtEnd));
+    }
+
+    /// A duration perf printed wrapped around (exit timed before entry) is no duration.
+    #[test]
+    fn a_wrapped_duration_is_unknown() {
+        let ev = one(
+            "   484.128 (18446744073702.531 ms): redis-server/7514 fdatasync(fd: 7</a.aof>)   = 0",
+        );
+        let sc = ev[0].syscall().unwrap();
+        assert_eq!((sc.name, sc.dur), ("fdatasync", None));
+        assert_eq!(ev[0].end(), ev[0].ts);
+        let mut p = PerfParser::default();
+        let mut out = vec![];
+        for l in [
+            "     0.026 ( 0.003 ms): oomd/972 newfstatat(dfd: 12, filename: \"\", statbuf: 0x1, flag: 4096) = 0",
+            "18446744073709.520 ( 0.044 ms): cg/36478 openat(dfd: 4, filename: \".\", flags: RDONLY) = 5",
+        ] {
+            assert_eq!(p.feed(l.as_bytes(), &mut out), LineOutcome::Used);
+        }
+        assert_eq!(
+            out[1].ts, 26_000,
+            "a wrapped time is no time: the last one seen"
+        );
     }
 
     /// `perf trace -p PID` of a single thread prints no `comm/tid` column.

@@ -220,9 +220,8 @@ fn find_close(args: &[u8]) -> Option<usize> {
     if outside_strings(&args[..cand]) {
         return Some(cand);
     }
-    let mut q = Quoted::new(args);
     let mut last = None;
-    while let Some((i, piece)) = q.next() {
+    for (i, piece) in Quoted::new(args) {
         if piece == Piece::Code(b')') && closes_at(args, i) {
             last = Some(i);
         }

@@ -117,7 +117,7 @@ impl StraceParser {
     fn park(&mut self, tid: Tid, p: Pending, out: &mut Vec<Event>) {
         let ts = p.ts;
         if let Some(prev) = self.pending.insert(tid, p) {
-            out.push(dangling_event(tid, prev, ts));
+            out.push(dangling_event(tid, prev, ts, self.broken_line));
         }
     }
 
@@ -136,7 +136,7 @@ impl StraceParser {
             Some(p) if p.sc.name == name => (p.sc, p.ts, Some(p.line)),
             other => {
                 if let Some(p) = other {
-                    out.push(dangling_event(tid, p, ts));
+                    out.push(dangling_event(tid, p, ts, self.broken_line));
                 }
                 // No entry half: the call was already running when tracing began.
                 // Whatever arguments the resumed half shows are all we know.
@@ -166,8 +166,14 @@ impl StraceParser {
             (Some(_), _) => start_ts,
             // With -T strace times the call from the attach: place it there.
             (None, Some(d)) => ts - d,
-            // No entry half and no -T: running at least since the trace began.
-            (None, None) => self.clock.first.unwrap_or(ts).min(ts),
+            // No entry half and no -T: running at least since the trace began, or since
+            // the last line that could not be read (which may have been its entry).
+            (None, None) => self
+                .clock
+                .first
+                .unwrap_or(ts)
+                .max(self.broken_at.unwrap_or(Nanos::MIN))
+                .min(ts),
         };
         if tail.dur.is_some() {
             self.shape.dur = true;
@@ -207,7 +213,12 @@ impl StraceParser {
                     kind: EventKind::Syscall(sc),
                 });
             } else {
-                out.push(dangling_event(tid, Pending { sc, ..p }, ts));
+                out.push(dangling_event(
+                    tid,
+                    Pending { sc, ..p },
+                    ts,
+                    self.broken_line,
+                ));
             }
         }
         out.push(Event {
@@ -224,17 +235,21 @@ impl StraceParser {
         rest.sort_by_key(|(_, p)| p.line);
         let end = self.last_ts;
         for (tid, p) in rest {
-            out.push(dangling_event(tid, p, end));
+            out.push(dangling_event(tid, p, end, self.broken_line));
         }
     }
 }
 
-/// An entry half that never saw its end: in flight at the end, known part up to `until`.
-fn dangling_event(tid: Tid, p: Pending, until: Nanos) -> Event {
+/// An entry half that never saw its end: in flight at the end, known part up to `until`,
+/// unless a line that could not be read (`broken_line`) came after it: that line may have
+/// been its end, so how long it ran is unknown.
+fn dangling_event(tid: Tid, p: Pending, until: Nanos, broken_line: u64) -> Event {
     let mut sc = p.sc;
     sc.in_flight = Some(InFlight::AtEnd);
-    sc.dur = Some((until - p.ts).max(0));
-    sc.dur_src = DurSource::Paired;
+    if broken_line <= p.line {
+        sc.dur = Some((until - p.ts).max(0));
+        sc.dur_src = DurSource::Paired;
+    }
     Event {
         tid,
         ts: p.ts,

@@ -66,6 +66,10 @@ pub struct StraceParser {
     /// The parser's own copy of the name cache: the per-thread one sits behind a
     /// thread-local and a RefCell, which cost more than the lookup on every line.
     names: NameCache,
+    /// The last line that could not be read, and the trace time then: no duration the
+    /// parser reconstructs spans it.
+    broken_line: u64,
+    broken_at: Option<Nanos>,
     /// Whether a line other than an attach message has made an event yet.
     any_event: bool,
     /// Thread names last given by `-Y`.
@@ -91,11 +95,29 @@ impl StraceParser {
             names: NameCache::default(),
             comms: Default::default(),
             any_event: false,
+            broken_line: 0,
+            broken_at: None,
         }
     }
 
     /// Parses one physical line (without its newline), pushing the events it completes.
     pub fn feed(&mut self, raw: &[u8], out: &mut Vec<Event>) -> LineOutcome {
+        let outcome = self.feed_line(raw, out);
+        if matches!(outcome, LineOutcome::Skipped(r) if r != SkipReason::Empty) {
+            self.broken_line = self.line;
+            self.broken_at = Some(self.last_ts);
+        }
+        outcome
+    }
+
+    /// A line that the reader could not hand over (too long): it breaks the timeline too.
+    pub fn skip_line(&mut self) {
+        self.line += 1;
+        self.broken_line = self.line;
+        self.broken_at = Some(self.last_ts);
+    }
+
+    fn feed_line(&mut self, raw: &[u8], out: &mut Vec<Event>) -> LineOutcome {
         self.line += 1;
         let line_no = self.line;
         // strace's own message printed into the middle of an open line (stderr output):
@@ -313,9 +335,10 @@ impl StraceParser {
                 self.exit(tid, ts, line_no, kind, out)
             }
             Body::Attached { pid, threads } => {
-                if self.default_pid == 0 && !self.any_event {
+                if self.default_pid == 0 && !self.any_event && threads.is_none_or(|n| n <= 1) {
                     // `strace -f -p N` leaves the `[pid N]` column out while N is the only
-                    // tracee: those lines are N's, not a thread 0's.
+                    // tracee: those lines are N's, not a thread 0's. (Attached with several
+                    // threads, strace prints the column on every line.)
                     self.default_pid = pid;
                 }
                 out.push(Event {

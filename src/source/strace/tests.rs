@@ -1043,6 +1043,13 @@ fn strace4_messages_and_the_attached_pid() {
     ]);
     let tids: Vec<Tid> = got.iter().map(|e| e.tid).collect();
     assert_eq!(tids, [4321, 4321, 4321, 4322, 4321]);
+    // Attached with several threads, strace prints the pid column: no default is taken
+    // (a line without one, from another trace pasted below, stays thread 0's).
+    let got = run(&[
+        "strace: Process 4321 attached with 3 threads",
+        "10:00:00.000100 epoll_wait(5, [], 128, 100) = 0",
+    ]);
+    assert_eq!(got[1].tid, 0);
     // An attach message printed into a line is the new child's: it names no default.
     let got = run(&[
         "read(3, \"x\", 1) = 1",
