@@ -87,6 +87,7 @@ pub struct OutputArgs {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Backend {
     Auto,
+    Bpf,
     Perf,
     Ptrace,
 }
@@ -155,14 +156,16 @@ pub struct AttachArgs {
     /// Do not trace forked children (the BGSAVE / AOF rewrite child)
     #[arg(long)]
     pub no_follow_forks: bool,
-    /// How to trace: `perf` reads the kernel's syscall tracepoints (redis is never stopped;
-    /// needs tracefs and root or CAP_PERFMON), `ptrace` stops each thread at every syscall
-    /// (works everywhere, slows a busy redis a lot), `auto` uses perf when the kernel allows
-    /// it, else ptrace, and says why
+    /// How to trace: `bpf` runs kernel programs on the syscall tracepoints (redis is never
+    /// stopped, command names are seen; needs root or CAP_BPF+CAP_PERFMON), `perf` reads the
+    /// same tracepoints without buffer contents (needs tracefs and root or CAP_PERFMON),
+    /// `ptrace` stops each thread at every syscall (works everywhere, slows a busy redis a
+    /// lot), `auto` tries bpf, then perf, then ptrace, and says why
     #[arg(long, value_enum, default_value_t = Backend::Auto)]
     pub backend: Backend,
-    /// perf backend: ring-buffer size per CPU, in pages (a power of two). Too small and the
-    /// kernel drops events under load (they are counted and reported)
+    /// perf backend: ring-buffer size per CPU, in pages (a power of two); bpf backend: the
+    /// size of its one ring buffer. Too small and the kernel drops events under load (they
+    /// are counted and reported)
     #[arg(long, hide = true, value_name = "PAGES", value_parser = parse_pages)]
     pub perf_pages: Option<usize>,
     /// Also ask redis itself, on a connection of its own: LATENCY LATEST and INFO

@@ -58,7 +58,7 @@ pub struct Source {
     pub pid: Option<u32>,
     /// "absolute" (wall clock with a date), "time_of_day" (no date), "relative", "none".
     pub clock: String,
-    /// Live backend ("ptrace" | "perf"), or null.
+    /// Live backend ("ptrace" | "perf" | "bpf"), or null.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub backend: Option<String>,
 }
@@ -185,6 +185,36 @@ pub struct Stall {
     pub phase: Option<usize>,
     /// Events were lost (live perf backend) around this stall: it may be incomplete.
     pub events_lost: bool,
+    /// Where the thread's time went over the stall (live bpf backend only; absent otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sched: Option<StallSched>,
+}
+
+/// A stall's time split by the scheduler: on a CPU, runnable (waiting for a CPU), blocked
+/// (the rest), and the page faults taken meanwhile.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct StallSched {
+    pub on_cpu_us: i64,
+    pub runnable_us: i64,
+    pub blocked_us: i64,
+    pub minor_faults: u64,
+    pub major_faults: u64,
+}
+
+impl StallSched {
+    /// From the counters over a stall of `dur_ns`. On-CPU time is updated at scheduler
+    /// ticks, so it can trail by up to one tick: the blocked rest is clamped at zero.
+    pub fn of(d: &crate::event::SchedDelta, dur_ns: i64) -> Self {
+        let on = (d.on_cpu_ns as i64).min(dur_ns.max(0));
+        let run = (d.runnable_ns as i64).min(dur_ns.max(0) - on);
+        StallSched {
+            on_cpu_us: on / 1000,
+            runnable_us: run / 1000,
+            blocked_us: (dur_ns - on - run).max(0) / 1000,
+            minor_faults: d.minor_faults,
+            major_faults: d.major_faults,
+        }
+    }
 }
 
 #[derive(Clone, Debug, Serialize)]

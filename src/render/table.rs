@@ -3,8 +3,8 @@
 //! incidents (who waited), then the supporting tables. Colour only on a TTY, never with
 //! NO_COLOR.
 
-use crate::analyze::findings::{human, plural};
 use crate::report::{Report, Severity, Stall, StallKind};
+use crate::units::{human, plural};
 use comfy_table::{presets, Cell, CellAlignment, ContentArrangement, Table};
 use std::io::{self, Write};
 
@@ -255,7 +255,7 @@ pub fn render(r: &Report, w: &mut dyn Write, color: bool) -> io::Result<()> {
     }
 
     if let Some(o) = &r.overhead {
-        let mut line = if r.source.backend.as_deref() == Some("perf") {
+        let mut line = if matches!(r.source.backend.as_deref(), Some("perf" | "bpf")) {
             format!(
                 "Tracing cost: {:.0} syscalls/s traced; redis is never stopped",
                 o.syscalls_per_s

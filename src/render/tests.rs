@@ -38,6 +38,7 @@ fn stall(at_us: i64, duration_us: i64, kind: StallKind, class: Option<&str>, tid
         worst_wait_us: Some(duration_us),
         phase: None,
         events_lost: false,
+        sched: None,
     }
 }
 
