@@ -36,6 +36,8 @@ pub struct FollowedLog {
     pub stats: redis_log::ReadStats,
     pub dropped: u64,
     pub error: Option<String>,
+    /// Followed while tracing (else read whole at the end).
+    pub followed: bool,
 }
 
 #[derive(Default)]
@@ -130,18 +132,28 @@ impl LiveRedis {
                 stats: got.stats,
                 dropped: got.dropped,
                 error: got.error,
+                followed: true,
             }
         });
-        // No config named a log: the one the trace saw redis write, read whole.
-        let log = if followed.is_none() {
-            find_log(&[], None, report)
-        } else {
-            None
-        };
+        // No config named a log: the one the trace saw redis write, read whole (through the
+        // helper too: this disk may be the one that stalls).
+        let followed = followed.or_else(|| {
+            let src = find_log(&[], None, report)?;
+            let got = redis_log::Follower::read_whole(&src.path)
+                .finish(std::time::Duration::from_secs(2));
+            Some(FollowedLog {
+                source: Some(src),
+                lines: got.lines,
+                stats: got.stats,
+                dropped: got.dropped,
+                error: got.error,
+                followed: false,
+            })
+        });
         apply(
             report,
             Inputs {
-                log,
+                log: None,
                 followed,
                 server,
                 date_given: false,
@@ -479,7 +491,7 @@ pub fn apply(report: &mut Report, inp: Inputs) -> Result<()> {
                 unparsed_lines: f.stats.unparsed,
                 first: None,
                 last: None,
-                followed: true,
+                followed: f.followed,
             });
             if let Some(e) = &f.error {
                 sec.notes.push(format!("redis's log {}: {e}", src.path));

@@ -358,17 +358,32 @@ pub struct Followed {
     pub stats: ReadStats,
     pub dropped: u64,
     pub error: Option<String>,
+    /// The helper's output ended (a whole-file read is complete).
+    pub done: bool,
 }
 
 impl Follower {
     pub fn start(path: &str, every: std::time::Duration) -> Follower {
-        let shared = std::sync::Arc::new(std::sync::Mutex::new(Followed::default()));
         // Where the file ends now: lines before that were written before tracing.
         let from = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
-        let child = std::process::Command::new("tail")
-            .arg("-F")
-            .arg("-s")
-            .arg(format!("{:.2}", every.as_secs_f64()))
+        Self::spawn(path, from, Some(every))
+    }
+
+    /// The whole file as it is now, read by the same kind of helper (`tail -c +1`), for a
+    /// live trace that learnt the log's path only from the fd table at the end.
+    pub fn read_whole(path: &str) -> Follower {
+        Self::spawn(path, 0, None)
+    }
+
+    fn spawn(path: &str, from: u64, follow: Option<std::time::Duration>) -> Follower {
+        let shared = std::sync::Arc::new(std::sync::Mutex::new(Followed::default()));
+        let mut cmd = std::process::Command::new("tail");
+        if let Some(every) = follow {
+            cmd.arg("-F")
+                .arg("-s")
+                .arg(format!("{:.2}", every.as_secs_f64()));
+        }
+        let child = cmd
             .arg("-c")
             .arg(format!("+{}", from + 1))
             .arg("--")
@@ -399,12 +414,10 @@ impl Follower {
                 let mut counts: std::collections::BTreeMap<LogFormat, u64> = Default::default();
                 loop {
                     buf.clear();
-                    match r.read_until(b'\n', &mut buf) {
-                        Ok(0) | Err(_) => break,
-                        Ok(_) => {}
-                    }
+                    let end = matches!(r.read_until(b'\n', &mut buf), Ok(0) | Err(_));
                     // A line still being written when tail stopped has no newline yet.
-                    if buf.last() != Some(&b'\n') {
+                    if end || buf.last() != Some(&b'\n') {
+                        sh.lock().unwrap_or_else(|p| p.into_inner()).done = true;
                         break;
                     }
                     let mut f = sh.lock().unwrap_or_else(|p| p.into_inner());
@@ -443,7 +456,10 @@ impl Follower {
     /// Gives tail a moment to pass on the last lines, stops it, and returns every line read.
     /// Never waits on the file itself (see the type's comment).
     pub fn finish(mut self, grace: std::time::Duration) -> Followed {
-        std::thread::sleep(grace);
+        let t = std::time::Instant::now();
+        while t.elapsed() < grace && !self.shared.lock().unwrap_or_else(|p| p.into_inner()).done {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
         if let Some(c) = self.child.as_mut() {
             let _ = c.kill();
             // Reaped if it is already gone; if it is stuck on the disk, left behind.
