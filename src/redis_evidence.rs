@@ -1462,7 +1462,6 @@ mod tests {
             worst_wait_us: None,
             phase: None,
             events_lost: false,
-            sched: None,
         }
     }
 

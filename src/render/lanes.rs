@@ -476,7 +476,6 @@ mod tests {
             worst_wait_us: None,
             phase: None,
             events_lost: false,
-            sched: None,
         }
     }
 
