@@ -16,3 +16,4 @@ pub mod render;
 pub mod report;
 pub mod run;
 pub mod source;
+pub mod watch;

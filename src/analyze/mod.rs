@@ -556,6 +556,13 @@ impl Analyzer {
         self.lost_events += n;
     }
 
+    /// `watch` metrics: the class of the file behind `fd` of thread `tid` at `ts`, as the
+    /// fd table knows it after the events pushed so far.
+    pub fn file_class_at(&self, tid: Tid, fd: i32, ts: Nanos) -> Option<FileClass> {
+        let proc = self.threads.get(&tid).map_or(self.root, |t| t.proc);
+        self.fds.lookup(proc, fd, ts).map(|r| r.class)
+    }
+
     fn proc_key(&self, pid: Tid) -> u32 {
         if self.procs.contains_key(&pid) && pid != self.root {
             pid
