@@ -34,3 +34,11 @@ if [ ! -d /sys/kernel/tracing/events ] && [ ! -d /sys/kernel/debug/tracing/event
   mount -t tracefs nodev /sys/kernel/tracing 2>/dev/null || true
 fi
 rustup component add rustfmt clippy >/dev/null 2>&1 || true
+# tests/live_watch.rs scrapes `stallscope watch --metrics` with a real Prometheus server.
+if ! command -v prometheus >/dev/null; then
+  if [ "$(id -u)" -eq 0 ]; then
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null; }
+  else
+    sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null
+  fi
+fi
