@@ -605,8 +605,16 @@ fn auto_never_falls_back_to_ptrace_and_ptrace_warns() {
             assert_eq!(redis.tracer_pid(), 0);
         }
     }
-    // Asked for: it warns about the cost, then watches.
-    let mut w = Watch::start(&["--pid", &redis.pid().to_string(), "--backend", "ptrace"]);
+    // Asked for: it warns about the cost, then watches, and sees commands.
+    let mport = free_port();
+    let mut w = Watch::start(&[
+        "--pid",
+        &redis.pid().to_string(),
+        "--backend",
+        "ptrace",
+        "--metrics",
+        &format!(":{mport}"),
+    ]);
     assert!(
         w.wait_line("watching", Duration::from_secs(20)),
         "{:?}",
@@ -619,6 +627,18 @@ fn auto_never_falls_back_to_ptrace_and_ptrace_warns() {
         "{:?}",
         w.lines()
     );
+    let mut c = redis.client();
+    for i in 0..50 {
+        c.cmd(&["SET", &format!("k{i}"), "v"]).unwrap();
+    }
+    let sets = poll(Duration::from_secs(30), || {
+        metric(
+            mport,
+            "stallscope_command_duration_seconds_count{command=\"SET\"}",
+        )
+        .filter(|n| *n >= 50.0)
+    });
+    assert!(sets.is_some(), "SETs not timed; {:?}", w.lines());
     assert_eq!(
         w.terminate(Duration::from_secs(10)),
         Some(0),

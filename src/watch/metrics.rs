@@ -132,7 +132,7 @@ impl Metrics {
         let ring_evicted = Counter::default();
         r.register(
             "ring_evicted_early",
-            "Events dropped from the history ring before --before had passed (--ring-size too small for the load)",
+            "Events dropped from the history ring while still wanted (--before, plus 10 s for long stalls): --ring-size is too small for the load",
             ring_evicted.clone(),
         );
         let ring_bytes = Gauge::default();

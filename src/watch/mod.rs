@@ -34,6 +34,9 @@ const WINDOW: Duration = Duration::from_secs(600);
 /// How long the next analyzer runs beside the old one before it takes over: a gap or a
 /// call that began before its start would otherwise be missed by both.
 const OVERLAP_NS: Nanos = 30_000_000_000;
+/// The ring keeps this much beyond --before: a stall is known only when it ends, and its
+/// incident starts --before ahead of its start.
+const LONG_STALL_NS: Nanos = 10_000_000_000;
 /// How long a restarted process is looked for between tries.
 const FOLLOW_POLL: Duration = Duration::from_millis(200);
 
@@ -449,7 +452,7 @@ pub fn run_watch(args: &WatchArgs) -> Result<u64> {
         opts,
         observer: Observer::new(metrics.clone()),
         metrics,
-        ring: Ring::new(args.ring_size, args.before),
+        ring: Ring::new(args.ring_size, args.before + LONG_STALL_NS),
         grouper: Grouper::new(args.after),
         limit: RateLimit::new(args.max_incidents_per_hour),
         events,

@@ -159,11 +159,11 @@ mod tests {
         for t in 0..20 {
             r.push(call(t), t);
         }
-        r.hold(5);
+        r.hold(12);
         for t in 20..40 {
             r.push(call(t), t);
         }
-        assert_eq!(r.since(i64::MIN).first().unwrap().ts, 5);
+        assert_eq!(r.since(i64::MIN).first().unwrap().ts, 12);
         r.release();
         r.push(call(40), 40);
         assert!(r.since(i64::MIN).first().unwrap().ts >= 29);
