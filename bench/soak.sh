@@ -12,6 +12,10 @@
 #
 #   nice bash bench/soak.sh [DURATION_S] [OUT_FILE]     (defaults 1800, bench/soak.result.txt)
 #
+# THRESHOLD (default 10ms) and MAX_INCIDENTS (default 1000 per hour: the soak checks grouping
+# and memory, not the rate limit) are passed to the watcher. bench/soak_check.py matches
+# each injected stall to the incident reports.
+#
 # Needs redis-server, redis-benchmark, redis-cli, curl, python3, root, and a release build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -38,7 +42,8 @@ trap cleanup EXIT
 for _ in $(seq 100); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sleep 0.05; done
 
 "$BIN" watch --pid "$RPID" --out "$DIR/incidents" --events "$DIR/events.jsonl" \
-  --metrics "127.0.0.1:$MPORT" --max-incidents-per-hour 120 >/dev/null 2>"$DIR/watch.err" &
+  --metrics "127.0.0.1:$MPORT" --threshold "${THRESHOLD:-10ms}" \
+  --max-incidents-per-hour "${MAX_INCIDENTS:-1000}" >/dev/null 2>"$DIR/watch.err" &
 W=$!
 for _ in $(seq 400); do grep -q "watching $RPID" "$DIR/watch.err" 2>/dev/null && break; sleep 0.05; done
 rss() { awk '/^VmRSS:/ {print $2}' /proc/"$W"/status; }
@@ -49,7 +54,7 @@ LOAD=$!
 SPIN='local t = redis.call("TIME") local s = t[1] * 1000000 + t[2] while true do local n = redis.call("TIME") if n[1] * 1000000 + n[2] - s > 300000 then break end end return 1'
 START=$(date +%s)
 INJ_SLEEP=0; INJ_SPIN=0; RSS5=""; i=0
-echo "soak: ${DUR}s, redis $RPID on port $PORT, watcher $W, started $(date -u +%FT%TZ)" | tee "$OUT"
+echo "soak: ${DUR}s, threshold ${THRESHOLD:-10ms}, redis $RPID on port $PORT, watcher $W, started $(date -u +%FT%TZ)" | tee "$OUT"
 while :; do
   now=$(date +%s); el=$((now - START))
   [ "$el" -ge "$DUR" ] && break
@@ -98,6 +103,7 @@ kill -TERM "$W"; set +e; wait "$W"; WCODE=$?; set -e; W=""
   echo "stallscope_stalls_total (all stalls over 10 ms, load included): $STALLS_METRIC"
   echo "incident reports written: $INCIDENTS for $((INJ_SLEEP + INJ_SPIN)) injected incidents; suppressed $SUPPRESSED"
   echo "lost events $LOST, ring evicted early $EVICTED, watcher CPU ${CPU}s over ${DUR}s; exit status after SIGTERM $WCODE"
+  python3 bench/soak_check.py "$DIR/events.jsonl" "$DIR/incidents"
   echo "incident files:"; ls "$DIR/incidents" | sed 's/^/  /' | head -80
   echo "watcher stderr (last 5 lines):"; tail -5 "$DIR/watch.err" | sed 's/^/  /'
 } | tee -a "$OUT"

@@ -19,6 +19,9 @@ use std::time::{Duration, Instant};
 /// An incident never grows past this: a redis that stalls every second for an hour would
 /// otherwise never get its report written (the ring is byte-bounded anyway).
 const MAX_SPAN_NS: Nanos = 60_000_000_000;
+/// Context before an incident's first stall that its report keeps at least, when the ring
+/// cannot hold --before of it.
+const KEEP_BEFORE_FIRST_NS: Nanos = 1_000_000_000;
 /// Stalls remembered per incident (for its name and the summary line); all are counted.
 const MAX_STALLS: usize = 64;
 
@@ -73,9 +76,15 @@ impl Grouper {
         }
     }
 
-    /// The incident, once `now` is past its due time.
-    pub(crate) fn take_due(&mut self, now: Nanos) -> Option<Open> {
-        if self.open.as_ref().is_some_and(|o| now >= o.due) {
+    /// The incident, once `now` is past its due time, or as soon as the history ring (whose
+    /// oldest event starts at `oldest`) is about to lose its first stall: on a busy redis
+    /// that stalls every few seconds, stalls would otherwise chain into one incident longer
+    /// than the ring holds, and its report would miss how it began.
+    pub(crate) fn take_due(&mut self, now: Nanos, oldest: Option<Nanos>) -> Option<Open> {
+        let due = self.open.as_ref().is_some_and(|o| {
+            now >= o.due || oldest.is_some_and(|t| t > o.start - KEEP_BEFORE_FIRST_NS)
+        });
+        if due {
             return self.open.take();
         }
         None
@@ -405,17 +414,17 @@ mod tests {
         let s = 1_000_000_000;
         let mut g = Grouper::new(5 * s);
         g.add(&stall(300_000, None), 10 * s, 10 * s + 300_000_000);
-        assert!(g.take_due(14 * s).is_none());
+        assert!(g.take_due(14 * s, None).is_none());
         // Within --after of the first: joins it and pushes the due time.
         g.add(&stall(500_000, Some("x")), 14 * s, 14 * s + 500_000_000);
-        assert!(g.take_due(16 * s).is_none());
-        let o = g.take_due(20 * s).expect("due");
+        assert!(g.take_due(16 * s, None).is_none());
+        let o = g.take_due(20 * s, None).expect("due");
         assert_eq!(o.count, 2);
         assert_eq!(o.worst().unwrap().duration_us, 500_000);
-        assert!(g.take_due(100 * s).is_none());
+        assert!(g.take_due(100 * s, None).is_none());
         // A later stall opens a new one.
         g.add(&stall(300_000, None), 30 * s, 30 * s + 300_000_000);
-        assert_eq!(g.take_due(36 * s).unwrap().count, 1);
+        assert_eq!(g.take_due(36 * s, None).unwrap().count, 1);
     }
 
     #[test]
@@ -425,11 +434,23 @@ mod tests {
         let mut written = 0;
         for t in 0..200 {
             g.add(&stall(100_000, None), t * s, t * s + 100_000_000);
-            if g.take_due(t * s + 200_000_000).is_some() {
+            if g.take_due(t * s + 200_000_000, None).is_some() {
                 written += 1;
             }
         }
         assert!(written >= 2, "{written}");
+    }
+
+    #[test]
+    fn an_incident_is_written_before_the_ring_loses_its_start() {
+        let s = 1_000_000_000;
+        let mut g = Grouper::new(5 * s);
+        g.add(&stall(100_000, None), 10 * s, 10 * s + 100_000_000);
+        g.add(&stall(100_000, None), 13 * s, 13 * s + 100_000_000);
+        // The ring still holds 2 s before the first stall: not yet.
+        assert!(g.take_due(14 * s, Some(8 * s)).is_none());
+        // Its oldest event is now within 1 s of the first stall: write what it holds.
+        assert_eq!(g.take_due(14 * s, Some(9 * s + s / 2)).unwrap().count, 2);
     }
 
     #[test]

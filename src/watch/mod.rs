@@ -635,7 +635,7 @@ fn watch_one(w: &mut Watcher, pid: Tid) -> Result<()> {
                 w.on_stall(s, *start, *end);
             }
             let now = now_mono();
-            if let Some(o) = w.grouper.take_due(now) {
+            if let Some(o) = w.grouper.take_due(now, w.ring.oldest()) {
                 w.submit(o, &ac, &clock, lost_total);
             }
             w.tick_metrics();

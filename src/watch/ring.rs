@@ -93,6 +93,11 @@ impl Ring {
             .collect()
     }
 
+    /// Start of the oldest event held.
+    pub(crate) fn oldest(&self) -> Option<Nanos> {
+        self.events.front().map(|e| e.ts)
+    }
+
     pub(crate) fn clear(&mut self) {
         self.events.clear();
         self.bytes = 0;
