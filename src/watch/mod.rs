@@ -434,7 +434,9 @@ pub fn run_watch(args: &WatchArgs) -> Result<u64> {
             // The report can wait; redis and the event loop must not.
             unsafe { libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 15) };
             for job in rx {
-                match incident::write(job) {
+                let outcome = incident::write(job);
+                give_back_memory();
+                match outcome {
                     Outcome::Written(p) => {
                         m2.incidents.inc();
                         eprintln!("stallscope: incident written: {}", p.display());
@@ -513,6 +515,17 @@ pub fn run_watch(args: &WatchArgs) -> Result<u64> {
     shutdown(&mut w);
     eprintln!("stallscope: watch stopped");
     Ok(0)
+}
+
+/// Returns what a finished incident analysis or a retired live analyzer freed to the
+/// system: glibc keeps freed small blocks in per-thread arenas, which would otherwise show
+/// as RSS that never comes down after the largest incident.
+fn give_back_memory() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: malloc_trim only releases free memory of the allocator's own arenas.
+    unsafe {
+        libc::malloc_trim(0);
+    }
 }
 
 /// Lets the writer finish what it was given (briefly: a stop must not hang).
@@ -643,6 +656,7 @@ fn watch_one(w: &mut Watcher, pid: Tid) -> Result<()> {
             // has surely been drained (a perf tracer holds records back briefly to order them).
             if prev.as_ref().is_some_and(|(_, s)| now > *s + 2_000_000_000) {
                 prev = None;
+                give_back_memory();
             }
             if prev.is_none() && cur.born.elapsed() >= WINDOW && !done {
                 ac.ctx = procctx::gather(pid);
