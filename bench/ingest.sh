@@ -3,22 +3,23 @@
 # today, on the same synthetic 6M-line `strace -ttt -T` log, in one hyperfine run; `wc -l` as
 # the floor; peak RSS on that file and on one twice as large.
 #   bench/ingest.sh [LINES]        (default 6000000; needs hyperfine, perl, python3)
+# The trace generator and the Perl baseline are bench/gen_trace.py and bench/gapfind.pl
+# (provenance in bench/README.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 lines=${1:-6000000}
-shared=${STALLSCOPE_SHARED:-../shared}
 dir=${TMPDIR:-/tmp}
 big="$dir/stallscope-bench-$lines.txt"
 big2="$dir/stallscope-bench-$((lines * 2)).txt"
-[ -s "$big" ] || python3 "$shared/bench/gen_trace.py" "$lines" ttt > "$big"
-[ -s "$big2" ] || python3 "$shared/bench/gen_trace.py" "$((lines * 2))" ttt > "$big2"
+[ -s "$big" ] || python3 bench/gen_trace.py "$lines" ttt > "$big"
+[ -s "$big2" ] || python3 bench/gen_trace.py "$((lines * 2))" ttt > "$big2"
 cargo build --release -q
 bin=target/release/stallscope
 echo "input: $big ($(du -h "$big" | cut -f1), $(wc -l < "$big") lines)"
 # -i: stallscope exits 1 when it finds stalls, which this file has.
 hyperfine -i -w1 -r5 --export-json "$dir/stallscope-ingest.json" \
   "wc -l < $big" \
-  "perl $shared/bench/gapfind.pl 0.2 < $big" \
+  "perl bench/gapfind.pl 0.2 < $big" \
   "$bin analyze $big --format json" 2>&1 | grep -v '^ *$' || true
 python3 - "$dir/stallscope-ingest.json" <<'PY'
 import json, sys

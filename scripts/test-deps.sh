@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs what the tests need: redis-server, redis-tools, strace and FUSE from Debian's
-# packages, fusepy from PyPI for ../shared/slowfs, tracefs for the perf backend, rustfmt and
-# clippy for CI's checks. Run as root on Debian/Ubuntu, or with the packages installed.
+# packages, fusepy from PyPI for the slow-disk harness (scripts/slowfs.py), tracefs for the
+# perf backend, rustfmt and clippy for CI's checks. Everything else the tests read is in the
+# repository (fixtures/). Run as root on Debian/Ubuntu, or with the packages installed; a
+# second run finds everything in place and changes nothing.
 # The test command (README and .ci/run): bash scripts/test-deps.sh && cargo test --release
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,7 +12,7 @@ need=()
 command -v redis-server >/dev/null || need+=(redis-server)
 command -v redis-cli >/dev/null || need+=(redis-tools)
 command -v strace >/dev/null || need+=(strace)
-# tests/live_edges.rs mounts ../shared/slowfs (FUSE through fusepy, which loads libfuse.so.2).
+# tests/live_edges.rs mounts scripts/slowfs.py (FUSE through fusepy, which loads libfuse.so.2).
 command -v fusermount >/dev/null || need+=(fuse)
 dpkg -s libfuse2 >/dev/null 2>&1 || need+=(libfuse2)
 if ! python3 -c 'import fuse' 2>/dev/null && ! python3 -m pip --version >/dev/null 2>&1; then
@@ -28,6 +30,10 @@ fi
 if ! python3 -c 'import fuse' 2>/dev/null; then
   # Debian's own python refuses system-wide pip installs (PEP 668) unless told otherwise.
   python3 -m pip install -q fusepy 2>/dev/null || python3 -m pip install -q --break-system-packages fusepy
+fi
+# FUSE needs its device; a kernel with FUSE as a module may not have loaded it yet.
+if [ ! -e /dev/fuse ] && [ "$(id -u)" -eq 0 ]; then
+  modprobe fuse 2>/dev/null || true
 fi
 # The perf backend of `attach` reads the kernel's syscall tracepoints through tracefs.
 if [ ! -d /sys/kernel/tracing/events ] && [ ! -d /sys/kernel/debug/tracing/events ] && [ "$(id -u)" -eq 0 ]; then

@@ -1,5 +1,5 @@
 //! The report: built once by the analyzers at the end of the pipeline, serializable, and the
-//! JSON schema of `../shared/REPORT.md` (`stallscope/1`). Renderers (table, JSON, SVG/HTML,
+//! JSON schema documented in `docs/REPORT.md` (`stallscope/1`). Renderers (table, JSON, SVG/HTML,
 //! trace export) take `&Report` and a writer, nothing else. Keys named in REPORT.md are never
 //! renamed or dropped; extra keys are added freely. Times are µs unless named otherwise.
 

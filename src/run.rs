@@ -127,6 +127,13 @@ pub fn analyze(args: &AnalyzeArgs) -> Result<u64> {
             opts.thread_names = analyze::parse_thread_names(&text);
         }
     }
+    // ... and the redis config the live analysis used.
+    if args.out.redis_conf.is_none() && args.files.len() == 1 {
+        let side = format!("{}{}", args.files[0], crate::live::record::CONF_SUFFIX);
+        if let Ok(text) = std::fs::read_to_string(&side) {
+            opts.redis_conf = Some(RedisConf::parse(&text));
+        }
+    }
     opts.root_pid = args.pid;
     // Progress on stderr for big files read from a terminal session (silent otherwise).
     let total: u64 = args

@@ -1,6 +1,7 @@
-//! End-to-end checks of `stallscope analyze` on the real captures in `fixtures/` (copied from
-//! ../shared/captures, gzip-compressed). Every figure asserted here comes from that README,
-//! the capture's EXPECTED.md or its client round-trip logs, never from stallscope's own output.
+//! End-to-end checks of `stallscope analyze` on the real captures in `fixtures/` (whole,
+//! gzip-compressed; provenance in fixtures/README.md). Every figure asserted here comes from
+//! the captures' ground truth (fixtures/CAPTURES.md), the capture's EXPECTED.md or its client
+//! round-trip logs, never from stallscope's own output.
 
 use assert_cmd::Command;
 use serde_json::Value;

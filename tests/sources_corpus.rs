@@ -1,31 +1,33 @@
-//! Every strace / perf trace text written by others (`../shared/peer-strace`) and every
-//! capture (`../shared/captures/*/*.strace`) read through `source::Inputs`: no panic, no
-//! line lost (used + skipped = lines = the file's line count), and on the real captures no
-//! line skipped at all. The corpus lives outside the repository (its licences vary); the
-//! tests skip when it is absent, except under `CI=true`, where that is a failure.
+//! Every strace / perf trace text written by others (`fixtures/peer-strace`, sources and
+//! licences in its SOURCES.md) and every bundled capture (`fixtures/*/*.strace.gz`) read
+//! through `source::Inputs`: no panic, no line lost (used + skipped = lines = the file's line
+//! count), and on the real captures no line skipped at all.
 
 use stallscope::source::{InputFormat, Inputs};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
-fn shared() -> Option<PathBuf> {
-    let dir = std::env::var_os("STALLSCOPE_SHARED")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared"));
-    if dir.join("peer-strace").is_dir() {
-        return Some(dir);
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures")
+}
+
+/// The file's bytes, gunzipped when it is a `.gz`.
+fn text_of(path: &Path) -> Vec<u8> {
+    let raw = std::fs::read(path).unwrap();
+    if path.extension().is_some_and(|e| e == "gz") {
+        let mut out = vec![];
+        flate2::read::MultiGzDecoder::new(&raw[..])
+            .read_to_end(&mut out)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        out
+    } else {
+        raw
     }
-    assert!(
-        std::env::var("CI").as_deref() != Ok("true"),
-        "{}: shared corpus missing under CI=true",
-        dir.display()
-    );
-    eprintln!("skipping: {} not found", dir.display());
-    None
 }
 
 /// Physical lines as a line reader sees them (a last line without newline counts).
 fn line_count(path: &Path) -> u64 {
-    let b = std::fs::read(path).unwrap();
+    let b = text_of(path);
     let n = b.iter().filter(|c| **c == b'\n').count() as u64;
     n + u64::from(!b.is_empty() && b.last() != Some(&b'\n'))
 }
@@ -58,8 +60,7 @@ fn drain(path: &Path) -> anyhow::Result<Drained> {
 
 #[test]
 fn peer_strace_files_lose_no_line() {
-    let Some(dir) = shared() else { return };
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir.join("peer-strace"))
+    let mut files: Vec<PathBuf> = std::fs::read_dir(fixtures().join("peer-strace"))
         .unwrap()
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|e| e == "txt"))
@@ -105,16 +106,15 @@ fn peer_strace_files_lose_no_line() {
 
 #[test]
 fn captures_are_read_without_a_skipped_line() {
-    let Some(dir) = shared() else { return };
     let mut n = 0;
-    for cap in std::fs::read_dir(dir.join("captures")).unwrap() {
+    for cap in std::fs::read_dir(fixtures()).unwrap() {
         let cap = cap.unwrap().path();
         let Ok(rd) = std::fs::read_dir(&cap) else {
             continue;
         };
         for f in rd {
             let f = f.unwrap().path();
-            if f.extension().is_some_and(|e| e == "strace") {
+            if f.to_string_lossy().ends_with(".strace.gz") {
                 let d = drain(&f).unwrap();
                 assert_eq!(d.lines, line_count(&f), "{}", f.display());
                 assert_eq!((d.used, d.skipped), (d.lines, 0), "{}", f.display());

@@ -351,6 +351,11 @@ pub fn run_attach(args: &AttachArgs) -> Result<u64> {
     if !user_conf && !ctx.redis_conf.is_empty() {
         opts.redis_conf = Some(RedisConf::parse(&ctx.redis_conf));
     }
+    // The config the analysis used (it names the AOF, RDB and log files), for the recording.
+    let conf_text = match &args.out.redis_conf {
+        Some(f) => std::fs::read_to_string(f).ok(),
+        None => Some(ctx.redis_conf.clone()).filter(|t| !t.is_empty()),
+    };
     let mut thread_names = ctx.thread_names.clone();
     for (t, n) in &opts.thread_names {
         thread_names.insert(*t, n.clone());
@@ -424,7 +429,12 @@ pub fn run_attach(args: &AttachArgs) -> Result<u64> {
                     }
                 }
             }
-            an.push(ev);
+            // The end of tracing changes nothing in the analysis (no call comes after it),
+            // and a recording cannot hold it as an event (record.rs): left out, the live
+            // report and that of the recording count the same events.
+            if !matches!(ev.kind, crate::event::EventKind::Detach) {
+                an.push(ev);
+            }
             if let (Some(r), None) = (rec.as_mut(), &record_err) {
                 if let Err(e) = r.write_event(ev) {
                     record_err = Some(e);
@@ -473,6 +483,12 @@ pub fn run_attach(args: &AttachArgs) -> Result<u64> {
         let tpath = format!("{path}.threads");
         if let Err(e) = record::Recorder::<std::fs::File>::write_threads(&tpath, &thread_names) {
             eprintln!("stallscope: warning: --record: cannot write {tpath}: {e}");
+        }
+        if let Some(text) = &conf_text {
+            let cpath = format!("{path}{}", record::CONF_SUFFIX);
+            if let Err(e) = std::fs::write(&cpath, text) {
+                eprintln!("stallscope: warning: --record: cannot write {cpath}: {e}");
+            }
         }
     }
     let info = SourceInfo {

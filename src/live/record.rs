@@ -1,23 +1,38 @@
 //! `attach --record FILE`: writes the live events as strace text in the shape of
-//! `strace -f -ttt -T -y`, so `stallscope analyze FILE` (or any strace reader) can read the
-//! incident again later. It sits beside the analyzer at the end of the live pipeline and sees
-//! the same events in the same order (each call is written when it returns, stamped with
-//! its start, as strace does for a call that no other thread interrupted).
+//! `strace -f --timestamps=unix,ns -T --syscall-times=ns -y`, so `stallscope analyze FILE`
+//! (or any strace reader) can read the incident again later, and `analyze` gives the report
+//! `attach` gave. It sits beside the analyzer at the end of the live pipeline and sees the
+//! same events in the same order (each call is written when it returns, stamped with its
+//! start, as strace does for a call that no other thread interrupted).
+//!
+//! Times are written to the nanosecond, as the live clock has them: truncated to µs, a gap
+//! between two calls could read back up to 2 µs longer than it was, and cross the threshold.
 //!
 //! `-y` annotations come from a small fd map of its own: seeded from /proc/PID/fd at attach
 //! and kept up to date from open/close/dup results, so a file opened before the attach is
 //! still named in the recording. Thread names, which strace text cannot hold, go to a
-//! `FILE.threads` sidecar in the `--threads` format.
+//! `FILE.threads` sidecar in the `--threads` format, and the redis config the live analysis
+//! used (from /proc, or `--redis-conf`) to `FILE.redis.conf`; `analyze FILE` reads both.
 //!
-//! Two shapes carry what strace text has no words for. A call already running at attach is
-//! written as strace writes it, a resumed half with no entry (`<... close resumed>`), with
-//! its fd inside it and its duration measured from the attach. A call still running at
-//! detach is written as an entry half that never resumes (`close(7</x> <unfinished ...>`),
-//! which readers treat as in flight at the end.
+//! The edges of the trace carry what strace text has no words for. The attach is written as
+//! strace's own `Process N attached` message, stamped, so a reader knows the traced process.
+//! A call already running at attach is written as strace writes it, a resumed half with no
+//! entry (`<... close resumed>`), with its fd inside it and its duration measured from the
+//! attach. A call still running at detach is written as an entry half that never resumes
+//! (`close(7</x> <unfinished ...>`), which readers treat as in flight at the end and time up
+//! to the last timestamp of the trace; at the detach each such call gets one more line,
+//! `<... close resumed> <unfinished ...>` stamped with the detach, so that last timestamp is
+//! the moment tracing ended, which is how long the live side timed the call. The detach is
+//! not written as a `Process N detached` message: a reader would put it before the calls it
+//! leaves in flight (it only emits those at the end of input), and the gap before them would
+//! be lost.
 
 use crate::event::{Event, EventKind, Extra, InFlight, Nanos, Ret, Syscall, Tid};
 use std::collections::HashMap;
 use std::io::Write;
+
+/// Beside a recording FILE: the redis config the live analysis used (`FILE.redis.conf`).
+pub const CONF_SUFFIX: &str = ".redis.conf";
 
 pub struct Recorder<W: Write> {
     w: std::io::BufWriter<W>,
@@ -30,6 +45,8 @@ pub struct Recorder<W: Write> {
     fds: HashMap<Tid, HashMap<i32, String>>,
     cwd: Option<String>,
     line: String,
+    /// Calls written as still running at the end, to be stamped again at the detach.
+    at_end: Vec<(Tid, &'static str)>,
 }
 
 impl<W: Write> Recorder<W> {
@@ -46,6 +63,7 @@ impl<W: Write> Recorder<W> {
             fds,
             cwd,
             line: String::with_capacity(256),
+            at_end: vec![],
         }
     }
 
@@ -64,9 +82,9 @@ impl<W: Write> Recorder<W> {
     fn ts_text(&self, ts: Nanos) -> String {
         let w = self.wall_at_first + (ts - self.first);
         format!(
-            "{}.{:06}",
+            "{}.{:09}",
             w.div_euclid(1_000_000_000),
-            w.rem_euclid(1_000_000_000) / 1000
+            w.rem_euclid(1_000_000_000)
         )
     }
 
@@ -112,11 +130,29 @@ impl<W: Write> Recorder<W> {
                     self.fds.remove(&p);
                 }
             }
-            // strace -o writes its attach/detach messages to stderr, not into the trace;
-            // names go beside the recording (`.threads`).
-            EventKind::Attach { .. } | EventKind::Detach | EventKind::ThreadName(_) => {
-                return Ok(())
+            EventKind::Attach { threads } => {
+                let with = threads
+                    .map(|n| format!(" with {n} thread{}", if n == 1 { "" } else { "s" }))
+                    .unwrap_or_default();
+                self.line = format!(
+                    "{} {} strace: Process {} attached{with}",
+                    ev.tid,
+                    self.ts_text(ev.ts),
+                    ev.tid
+                );
             }
+            EventKind::Detach => {
+                // The moment tracing ended, on the calls it left running (see above).
+                let at = self.ts_text(ev.ts);
+                for (tid, name) in std::mem::take(&mut self.at_end) {
+                    self.line.push_str(&format!(
+                        "{tid} {at} <... {name} resumed> <unfinished ...>\n"
+                    ));
+                }
+                return self.w.write_all(self.line.as_bytes());
+            }
+            // Names go beside the recording (`.threads`).
+            EventKind::ThreadName(_) => return Ok(()),
         }
         self.line.push('\n');
         self.w.write_all(self.line.as_bytes())
@@ -128,7 +164,7 @@ impl<W: Write> Recorder<W> {
         let ret = self.ret_text(tid, sc);
         let dur = sc
             .dur
-            .map(|d| format!(" <{}.{:06}>", d / 1_000_000_000, (d % 1_000_000_000) / 1000))
+            .map(|d| format!(" <{}.{:09}>", d / 1_000_000_000, d % 1_000_000_000))
             .unwrap_or_default();
         self.line = match sc.in_flight {
             Some(InFlight::AtStart) => {
@@ -141,11 +177,14 @@ impl<W: Write> Recorder<W> {
                     sc.name
                 )
             }
-            Some(InFlight::AtEnd) => format!(
-                "{tid} {} {}({args} <unfinished ...>",
-                self.ts_text(ev.ts),
-                sc.name
-            ),
+            Some(InFlight::AtEnd) => {
+                self.at_end.push((tid, sc.name));
+                format!(
+                    "{tid} {} {}({args} <unfinished ...>",
+                    self.ts_text(ev.ts),
+                    sc.name
+                )
+            }
             None => format!(
                 "{tid} {} {}({args}) = {ret}{dur}",
                 self.ts_text(ev.ts),
