@@ -8,7 +8,8 @@
 # Each round measures untraced right before and right after the watched run and takes their
 # mean as that round's baseline (throughput on a shared VM drifts); the median round's ratio
 # is the figure, beside the ratio of the totals. Also prints the watcher's CPU seconds and
-# RSS after each watched run, from its own metrics.
+# RSS after each watched run, from its own metrics, and how long it took to exit on SIGTERM
+# (with its exit status and redis's TracerPid afterwards).
 # Needs redis-server, redis-benchmark, redis-cli, curl, python3, root (perf tracepoints), and
 # a release build (cargo build --release; CARGO_TARGET_DIR is honoured).
 set -euo pipefail
@@ -68,14 +69,17 @@ for round in $(seq "$ROUNDS"); do
   CPU=$(metric stallscope_watcher_cpu_seconds_total)
   RSS=$(metric stallscope_watcher_resident_bytes)
   LOST=$(metric stallscope_lost_events_total)
-  kill -TERM "$W"; wait "$W"; W=""
+  T0=$(date +%s.%N)
+  kill -TERM "$W"; set +e; wait "$W"; WCODE=$?; set -e; W=""
+  STOP_S=$(python3 -c "print(f'{$(date +%s.%N) - $T0:.3f}')")
+  TRACED=$(awk '/^TracerPid:/ {print $2}' /proc/"$RPID"/status)
   BASE2=$(rps)
   BASE=$(python3 -c "print(f'{($BASE1 + $BASE2) / 2:.2f}')")
   R=$(python3 -c "print(f'{$WR / $BASE:.3f}')")
   RATIOS+=("$R")
   SUM_BASE=$(python3 -c "print($SUM_BASE + $BASE)")
   SUM_W=$(python3 -c "print($SUM_W + $WR)")
-  echo "round $round: untraced $BASE rps ($BASE1, $BASE2) | watch $WR rps ($R); watcher CPU ${CPU}s, RSS $(python3 -c "print(f'{$RSS/1048576:.0f}')") MiB, $LOST lost"
+  echo "round $round: untraced $BASE rps ($BASE1, $BASE2) | watch $WR rps ($R); watcher CPU ${CPU}s, RSS $(python3 -c "print(f'{$RSS/1048576:.0f}')") MiB, $LOST lost; SIGTERM: exit $WCODE after ${STOP_S}s, TracerPid $TRACED"
 done
 echo "watch, total over all rounds: $(python3 -c "print(f'{$SUM_W / $SUM_BASE:.3f}')") of untraced"
 echo "median ratio to untraced: $(printf '%s\n' "${RATIOS[@]}" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')"

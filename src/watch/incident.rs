@@ -133,6 +133,8 @@ pub(crate) struct Job {
     pub fds: Vec<(i32, String)>,
     pub thread_names: Vec<(Tid, String)>,
     pub cwd: Option<String>,
+    /// The redis config the live analysis used, kept beside a recording.
+    pub conf_text: Option<String>,
     pub clock: Clock,
     pub backend: &'static str,
     pub follow_forks: bool,
@@ -372,6 +374,13 @@ fn write_inner(job: Job) -> Result<PathBuf, String> {
             Ok(())
         })
         .map_err(|e| fail("strace.threads", e))?;
+        if let Some(text) = &job.conf_text {
+            let suffix = crate::live::record::CONF_SUFFIX;
+            write_atomic(&job.dir, &format!("{base}.strace{suffix}"), |w| {
+                w.write_all(text.as_bytes())
+            })
+            .map_err(|e| fail(&format!("strace{suffix}"), e))?;
+        }
     }
     Ok(json)
 }

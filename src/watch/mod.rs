@@ -275,6 +275,8 @@ fn find_target(args: &WatchArgs) -> Result<Option<Tid>, String> {
 struct Watcher<'a> {
     args: &'a WatchArgs,
     opts: Options,
+    /// `--redis-conf`'s text, kept beside recordings.
+    user_conf: Option<String>,
     metrics: Metrics,
     observer: Observer,
     ring: Ring,
@@ -342,6 +344,7 @@ impl Watcher<'_> {
             fds: ctx.ctx.fds.clone(),
             thread_names: ctx.names.iter().map(|(t, n)| (*t, n.clone())).collect(),
             cwd: ctx.ctx.cwd.clone(),
+            conf_text: ctx.conf_text.clone(),
             clock: clock.clone(),
             backend: ctx.backend,
             follow_forks: !self.args.no_follow_forks,
@@ -378,6 +381,8 @@ impl Watcher<'_> {
 /// What belongs to one attachment.
 struct AttachCtx {
     pid: Tid,
+    /// The redis config the analysis uses (`--redis-conf`, or from /proc), as text.
+    conf_text: Option<String>,
     backend: &'static str,
     ctx: procctx::ProcContext,
     names: HashMap<Tid, String>,
@@ -390,10 +395,12 @@ pub fn run_watch(args: &WatchArgs) -> Result<u64> {
         threshold_ns: args.threshold,
         ..Default::default()
     };
+    let mut user_conf = None;
     if let Some(f) = &args.redis_conf {
         let text = std::fs::read_to_string(f)
             .with_context(|| format!("--redis-conf {f}: cannot read it"))?;
         opts.redis_conf = Some(RedisConf::parse(&text));
+        user_conf = Some(text);
     }
     let follow = args.pid.is_none();
     let first_pid = match find_target(args) {
@@ -452,6 +459,7 @@ pub fn run_watch(args: &WatchArgs) -> Result<u64> {
     let mut w = Watcher {
         args,
         opts,
+        user_conf,
         observer: Observer::new(metrics.clone()),
         metrics,
         ring: Ring::new(args.ring_size, args.before + LONG_STALL_NS),
@@ -567,8 +575,13 @@ fn watch_one(w: &mut Watcher, pid: Tid) -> Result<()> {
     if opts.redis_conf.is_none() && !ctx.redis_conf.is_empty() {
         opts.redis_conf = Some(RedisConf::parse(&ctx.redis_conf));
     }
+    let conf_text = w
+        .user_conf
+        .clone()
+        .or_else(|| (!ctx.redis_conf.is_empty()).then(|| ctx.redis_conf.clone()));
     let mut ac = AttachCtx {
         pid,
+        conf_text,
         backend,
         names: ctx.thread_names.clone(),
         ctx,
