@@ -4,7 +4,11 @@
 # alternately `DEBUG SLEEP 0.3` (a slow syscall of the main thread) and an EVAL that spins
 # 300 ms without a syscall (a gap). The watcher runs with --out, --events and --metrics as a
 # service would. Prints, at the end:
-#   - the watcher's RSS at 5 minutes and at the end (from /proc), and their ratio;
+#   - the watcher's RSS at 5 minutes and at the end (from /proc), and their ratio; RSS is
+#     sampled every 5 s, and an incident being analysed holds a copy of the ring for a few
+#     seconds, so each figure is given as the floor (what stays: leaks would raise it) and
+#     the peak (bounded by design: about twice --ring-size plus the analyzers) of the minute
+#     before it;
 #   - injected stalls vs those the watcher counted (--events lines of >= 250 ms of the
 #     injected kinds) and the stallscope_stalls_total sum;
 #   - incident reports written vs incidents injected (each injection is 60 s after the
@@ -58,6 +62,7 @@ echo "soak: ${DUR}s, threshold ${THRESHOLD:-10ms}, redis $RPID on port $PORT, wa
 while :; do
   now=$(date +%s); el=$((now - START))
   [ "$el" -ge "$DUR" ] && break
+  if [ $((el % 5)) -eq 0 ] && [ "$el" != "${LAST_SAMPLE:-}" ]; then echo "$el $(rss)" >>"$DIR/rss.txt"; LAST_SAMPLE=$el; fi
   if [ -z "$RSS5" ] && [ "$el" -ge 300 ]; then RSS5=$(rss); echo "RSS at ${el}s: ${RSS5} kB" | tee -a "$OUT"; fi
   # One injection per minute, at 30 s past each minute of the run.
   if [ "$el" -ge $((i * 60 + 30)) ]; then
@@ -99,6 +104,17 @@ kill -TERM "$W"; set +e; wait "$W"; WCODE=$?; set -e; W=""
 {
   echo "ended $(date -u +%FT%TZ)"
   echo "watcher RSS: ${RSS5} kB at 5 min, ${RSSEND} kB at the end: $(python3 -c "print(f'{$RSSEND / $RSS5:.3f}')")x"
+  python3 - "$DIR/rss.txt" "$DUR" <<'PY'
+import sys
+rows = [tuple(map(int, l.split())) for l in open(sys.argv[1]) if len(l.split()) == 2]
+end = max(t for t, _ in rows)
+def window(a, b):
+    v = [r for t, r in rows if a <= t < b]
+    return min(v), max(v)
+f5, p5 = window(240, 300)
+fe, pe = window(end - 60, end + 1)
+print(f"watcher RSS floor/peak over the minute before 5 min: {f5}/{p5} kB; before the end: {fe}/{pe} kB; floor ratio {fe / f5:.3f}, peak ratio {pe / p5:.3f}")
+PY
   echo "injected: $INJ_SLEEP DEBUG SLEEP 0.3, $INJ_SPIN EVAL 300 ms spins; seen by the watcher (--events, main thread, >= 250 ms): $SEEN_SLEEP sleeps, $SEEN_SPIN gaps"
   echo "stallscope_stalls_total (all stalls over 10 ms, load included): $STALLS_METRIC"
   echo "incident reports written: $INCIDENTS for $((INJ_SLEEP + INJ_SPIN)) injected incidents; suppressed $SUPPRESSED"
