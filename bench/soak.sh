@@ -62,7 +62,7 @@ echo "soak: ${DUR}s, threshold ${THRESHOLD:-10ms}, redis $RPID on port $PORT, wa
 while :; do
   now=$(date +%s); el=$((now - START))
   [ "$el" -ge "$DUR" ] && break
-  if [ $((el % 5)) -eq 0 ] && [ "$el" != "${LAST_SAMPLE:-}" ]; then echo "$el $(rss)" >>"$DIR/rss.txt"; LAST_SAMPLE=$el; fi
+  if [ $((el - ${LAST_SAMPLE:--5})) -ge 5 ]; then echo "$el $(rss)" >>"$DIR/rss.txt"; LAST_SAMPLE=$el; fi
   if [ -z "$RSS5" ] && [ "$el" -ge 300 ]; then RSS5=$(rss); echo "RSS at ${el}s: ${RSS5} kB" | tee -a "$OUT"; fi
   # One injection per minute, at 30 s past each minute of the run.
   if [ "$el" -ge $((i * 60 + 30)) ]; then
