@@ -2,7 +2,7 @@
 //! files and prints every line it skipped, with the reason, so that lines the parser should
 //! have read stand out. `cargo run --example skipped -- [--perf] FILE...`
 
-use stallscope::source::{perf::PerfParser, strace::LineOutcome, strace::StraceParser};
+use stallscope::source::{perf::PerfParser, strace::StraceParser};
 use std::io::BufRead;
 
 fn main() {
@@ -37,13 +37,12 @@ fn main() {
             }
             lines += 1;
             let skip = if perf {
-                pp.feed(&buf, &mut out).err().map(|r| r.as_str())
+                pp.feed(&buf, &mut out)
             } else {
-                match sp.feed(&buf, &mut out) {
-                    LineOutcome::Used => None,
-                    LineOutcome::Skipped(r) => Some(r.as_str()),
-                }
-            };
+                sp.feed(&buf, &mut out)
+            }
+            .skipped()
+            .map(|r| r.as_str());
             if let Some(r) = skip {
                 skipped += 1;
                 println!(

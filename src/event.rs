@@ -7,6 +7,7 @@
 //! bytes of a buffer), pulled out by the source, so that an event never owns a copy of the
 //! whole line and the hot path allocates only when a path is present.
 
+use crate::syscalls::SysInfo;
 use std::sync::Mutex;
 
 /// Thread id as printed by the tracer (strace prints tids, not tgids).
@@ -124,6 +125,9 @@ pub enum Extra {
     Socket(&'static str),
     /// The first bytes of a read/write buffer, unescaped.
     Data(Data),
+    /// restart_syscall: the call it continues (`<... resuming interrupted nanosleep ...>`),
+    /// a wait interrupted by a signal or by the attach, now resumed.
+    Resumes(&'static str),
 }
 
 /// The first bytes of a buffer argument, stored inline (no allocation). A live tracer
@@ -369,6 +373,8 @@ fn hex_val(d: u8) -> u8 {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Syscall {
     pub name: &'static str,
+    /// The syscall table's entry for `name`, looked up once when the call was made.
+    pub sys: &'static SysInfo,
     /// The fd argument, for syscalls whose first argument is an fd.
     pub fd: Option<i32>,
     /// strace `-y` annotation of that fd (ground truth when present).
@@ -385,9 +391,15 @@ pub struct Syscall {
 }
 
 impl Syscall {
+    /// A call by name (its table entry is looked up: parsers with a name cache use `with`).
     pub fn new(name: &'static str) -> Self {
+        Self::with(name, crate::syscalls::info(name))
+    }
+    #[inline]
+    pub fn with(name: &'static str, sys: &'static SysInfo) -> Self {
         Syscall {
             name,
+            sys,
             fd: None,
             fd_path: None,
             ret: Ret::Unknown,
@@ -431,13 +443,18 @@ impl Event {
 }
 
 /// Syscall, signal and errno names live for the whole run: interning them once lets every
-/// event carry a `&'static str` instead of an owned copy. Names come from a fixed list of
-/// the common ones; anything else (other architectures, garbage) is leaked once, and only a
+/// event carry a `&'static str` instead of an owned copy. Names come from the syscall table
+/// and a list of signals and errnos; anything else (other architectures, garbage) is leaked once, and only a
 /// bounded number of distinct names is ever leaked so corrupt input cannot grow memory.
 pub fn intern(name: &[u8]) -> &'static str {
     static TABLE: std::sync::OnceLock<std::collections::HashMap<&'static [u8], &'static str>> =
         std::sync::OnceLock::new();
-    let table = TABLE.get_or_init(|| KNOWN.iter().map(|k| (k.as_bytes(), *k)).collect());
+    let table = TABLE.get_or_init(|| {
+        crate::syscalls::names()
+            .chain(crate::syscalls::OTHER_NAMES.iter().copied())
+            .map(|k| (k.as_bytes(), k))
+            .collect()
+    });
     if let Some(s) = table.get(name) {
         return s;
     }
@@ -452,295 +469,6 @@ pub fn intern(name: &[u8]) -> &'static str {
     let s: &'static str = Box::leak(String::from_utf8_lossy(name).into_owned().into_boxed_str());
     extra.push(s);
     s
-}
-
-const KNOWN: &[&str] = &[
-    "read",
-    "write",
-    "epoll_wait",
-    "epoll_pwait",
-    "epoll_pwait2",
-    "fdatasync",
-    "fsync",
-    "close",
-    "openat",
-    "open",
-    "lseek",
-    "getpid",
-    "newfstatat",
-    "fstat",
-    "stat",
-    "lstat",
-    "futex",
-    "accept",
-    "accept4",
-    "setsockopt",
-    "getsockopt",
-    "getpeername",
-    "getsockname",
-    "epoll_ctl",
-    "clone",
-    "clone3",
-    "fork",
-    "vfork",
-    "wait4",
-    "waitid",
-    "rename",
-    "renameat",
-    "renameat2",
-    "unlink",
-    "unlinkat",
-    "pread64",
-    "pwrite64",
-    "readv",
-    "writev",
-    "sendto",
-    "recvfrom",
-    "sendmsg",
-    "recvmsg",
-    "sync_file_range",
-    "mmap",
-    "munmap",
-    "madvise",
-    "mprotect",
-    "brk",
-    "restart_syscall",
-    "nanosleep",
-    "clock_nanosleep",
-    "exit",
-    "exit_group",
-    "socket",
-    "connect",
-    "bind",
-    "listen",
-    "pipe",
-    "pipe2",
-    "dup",
-    "dup2",
-    "dup3",
-    "fcntl",
-    "close_range",
-    "kill",
-    "tgkill",
-    "rt_sigaction",
-    "rt_sigprocmask",
-    "rt_sigreturn",
-    "set_robust_list",
-    "prctl",
-    "getrusage",
-    "sched_yield",
-    "ioctl",
-    "poll",
-    "ppoll",
-    "select",
-    "pselect6",
-    "creat",
-    "ftruncate",
-    "fallocate",
-    "getdents64",
-    "execve",
-    "arch_prctl",
-    "set_tid_address",
-    "rseq",
-    "prlimit64",
-    "sysinfo",
-    "gettid",
-    "getuid",
-    "mremap",
-    "statx",
-    "access",
-    "faccessat",
-    "faccessat2",
-    "readlink",
-    "readlinkat",
-    "eventfd2",
-    "epoll_create",
-    "epoll_create1",
-    "timerfd_create",
-    "signalfd4",
-    "memfd_create",
-    "socketpair",
-    "shutdown",
-    "sendfile",
-    "splice",
-    "uname",
-    "chdir",
-    "getcwd",
-    "mkdir",
-    "mkdirat",
-    "rmdir",
-    "syncfs",
-    "sync",
-    "msync",
-    "fadvise64",
-    "getrandom",
-    "umask",
-    "SIGCHLD",
-    "SIGTERM",
-    "SIGINT",
-    "SIGKILL",
-    "SIGPIPE",
-    "SIGSEGV",
-    "SIGUSR1",
-    "SIGUSR2",
-    "SIGHUP",
-    "SIGALRM",
-    "SIGSTOP",
-    "SIGCONT",
-    "SIGWINCH",
-    "SIGQUIT",
-    "SIGABRT",
-    "SIGBUS",
-    "SIGSYS",
-    "SIGTRAP",
-    "SIGURG",
-    "SIGPROF",
-    "SIGVTALRM",
-    "SIGXCPU",
-    "SIGXFSZ",
-    "SIGIO",
-    "EAGAIN",
-    "ENOENT",
-    "EINTR",
-    "EBADF",
-    "EINVAL",
-    "EEXIST",
-    "EPIPE",
-    "ECONNRESET",
-    "ETIMEDOUT",
-    "ECHILD",
-    "ENOTCONN",
-    "EINPROGRESS",
-    "ERESTARTSYS",
-    "ERESTARTNOINTR",
-    "ERESTARTNOHAND",
-    "ERESTART_RESTARTBLOCK",
-    "EACCES",
-    "EPERM",
-    "ENOSYS",
-    "ENOTTY",
-    "ESPIPE",
-    "ENOSPC",
-    "EIO",
-    "EFAULT",
-    "ENOMEM",
-    "EBUSY",
-    "ESRCH",
-    "ENOTDIR",
-    "EISDIR",
-    "EXDEV",
-    "ERANGE",
-    "ENXIO",
-    "EOPNOTSUPP",
-    "ECONNREFUSED",
-    "EADDRINUSE",
-    "ENODATA",
-];
-
-/// Syscalls whose first argument is a file descriptor. Used by every source to know when
-/// the first argument names an fd (and so can be resolved through the fd table).
-pub fn first_arg_is_fd(name: &str) -> bool {
-    matches!(
-        name,
-        "read"
-            | "write"
-            | "pread64"
-            | "pwrite64"
-            | "readv"
-            | "writev"
-            | "preadv"
-            | "pwritev"
-            | "preadv2"
-            | "pwritev2"
-            | "fdatasync"
-            | "fsync"
-            | "close"
-            | "lseek"
-            | "_llseek"
-            | "fstat"
-            | "fstat64"
-            | "newfstatat"
-            | "statx"
-            | "epoll_wait"
-            | "epoll_pwait"
-            | "epoll_pwait2"
-            | "epoll_ctl"
-            | "accept"
-            | "accept4"
-            | "setsockopt"
-            | "getsockopt"
-            | "getpeername"
-            | "getsockname"
-            | "sendto"
-            | "recvfrom"
-            | "sendmsg"
-            | "recvmsg"
-            | "sendmmsg"
-            | "recvmmsg"
-            | "connect"
-            | "bind"
-            | "listen"
-            | "shutdown"
-            | "sync_file_range"
-            | "ftruncate"
-            | "fallocate"
-            | "getdents64"
-            | "getdents"
-            | "fcntl"
-            | "fcntl64"
-            | "ioctl"
-            | "dup"
-            | "dup2"
-            | "dup3"
-            | "fadvise64"
-            | "syncfs"
-            | "flock"
-            | "fchmod"
-            | "fchown"
-            | "openat"
-            | "unlinkat"
-            | "renameat"
-            | "renameat2"
-            | "mkdirat"
-            | "faccessat"
-            | "faccessat2"
-            | "readlinkat"
-            | "fstatfs"
-            | "splice"
-            | "sendfile"
-            | "fgetxattr"
-            | "fsetxattr"
-            | "fchdir"
-            | "copy_file_range"
-    )
-}
-
-/// Read/write-like syscalls whose second argument is the data buffer.
-pub fn has_data_arg(name: &str) -> bool {
-    matches!(
-        name,
-        "read" | "write" | "pread64" | "pwrite64" | "sendto" | "recvfrom"
-    )
-}
-
-/// Calls that add bytes to a file or push them to disk: the ones that stall on slow disks.
-pub fn is_write_like(name: &str) -> bool {
-    matches!(
-        name,
-        "write"
-            | "pwrite64"
-            | "writev"
-            | "pwritev"
-            | "pwritev2"
-            | "fdatasync"
-            | "fsync"
-            | "sync_file_range"
-            | "ftruncate"
-            | "fallocate"
-            | "close"
-            | "syncfs"
-            | "sync"
-    )
 }
 
 #[cfg(test)]

@@ -11,7 +11,8 @@
 //! kept, and files are interned in a registry keyed by (process, fd, path) with client
 //! connections folded into one entry per fd.
 
-use crate::event::{Extra, Nanos, Syscall};
+use crate::event::{Nanos, Syscall};
+use crate::syscalls::{fd_effect, FdEffect, FdKind, FdUse, NewFd};
 use rustc_hash::FxHashMap as HashMap;
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -78,80 +79,8 @@ impl FileClass {
     }
 }
 
-/// The file names redis was configured with (from `--redis-conf` or, live, the process's
-/// config), so classification need not guess.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct RedisConf {
-    pub dir: Option<String>,
-    pub appendfilename: Option<String>,
-    pub appenddirname: Option<String>,
-    pub dbfilename: Option<String>,
-    pub logfile: Option<String>,
-    pub appendonly: Option<bool>,
-    pub appendfsync: Option<String>,
-    pub no_appendfsync_on_rewrite: Option<bool>,
-    pub loglevel: Option<String>,
-}
-
-impl RedisConf {
-    /// Parses redis.conf text (`directive value`, quotes allowed, `#` comments).
-    pub fn parse(text: &str) -> Self {
-        let mut c = RedisConf::default();
-        for line in text.lines() {
-            let line = line.trim();
-            if line.is_empty() || line.starts_with('#') {
-                continue;
-            }
-            let mut it = line.splitn(2, char::is_whitespace);
-            let key = it.next().unwrap_or("").to_ascii_lowercase();
-            let val = it
-                .next()
-                .unwrap_or("")
-                .trim()
-                .trim_matches('"')
-                .trim_matches('\'')
-                .to_string();
-            c.set(&key, val);
-        }
-        c
-    }
-
-    /// Applies one directive (also used for `--key value` redis-server arguments).
-    pub fn set(&mut self, key: &str, val: String) {
-        let yes = |v: &str| v.eq_ignore_ascii_case("yes");
-        match key {
-            "dir" => self.dir = Some(val),
-            "appendfilename" => self.appendfilename = Some(val),
-            "appenddirname" => self.appenddirname = Some(val),
-            "dbfilename" => self.dbfilename = Some(val),
-            "logfile" if !val.is_empty() => self.logfile = Some(val),
-            "appendonly" => self.appendonly = Some(yes(&val)),
-            "appendfsync" => self.appendfsync = Some(val.to_ascii_lowercase()),
-            "no-appendfsync-on-rewrite" => self.no_appendfsync_on_rewrite = Some(yes(&val)),
-            "loglevel" => self.loglevel = Some(val.to_ascii_lowercase()),
-            _ => {}
-        }
-    }
-
-    fn names(&self, path: &str, name: &Option<String>) -> bool {
-        match name {
-            Some(n) if !n.is_empty() => {
-                let base = basename(path);
-                path == n
-                    || base == basename(n)
-                    || self
-                        .dir
-                        .as_ref()
-                        .is_some_and(|d| path == format!("{d}/{n}"))
-            }
-            _ => false,
-        }
-    }
-}
-
-fn basename(p: &str) -> &str {
-    p.rsplit('/').next().unwrap_or(p)
-}
+use crate::redis_conf::basename;
+pub use crate::redis_conf::RedisConf;
 
 /// Classifies a path or a strace `-y` annotation.
 pub fn classify_path(path: &str, conf: Option<&RedisConf>) -> FileClass {
@@ -545,17 +474,13 @@ impl FdTable {
                 };
             } else {
                 resolved = self.lookup(pid, fd, ts);
-                if resolved.is_none() && sc.name != "close" {
+                if resolved.is_none() && sc.sys.fd != FdKind::Close {
                     // An fd from before the trace: known only by what it is used for.
-                    let class = match sc.name {
-                        "accept" | "accept4" | "listen" => Some(FileClass::Listener),
-                        "epoll_wait" | "epoll_pwait" | "epoll_ctl" | "epoll_pwait2" => {
-                            Some(FileClass::Epoll)
-                        }
-                        "fdatasync" | "fsync" | "lseek" | "sync_file_range" | "ftruncate" => {
-                            Some(FileClass::Other)
-                        }
-                        _ => None,
+                    let class = match sc.sys.fd_use {
+                        FdUse::Listener => Some(FileClass::Listener),
+                        FdUse::Epoll => Some(FileClass::Epoll),
+                        FdUse::File => Some(FileClass::Other),
+                        FdUse::None => None,
                     };
                     let id = self.bind(pid, fd, None, class, ts);
                     resolved = Some(self.resolved(id));
@@ -564,7 +489,7 @@ impl FdTable {
             if let (Some(r), Some(d)) = (resolved, sc.data()) {
                 let unnamed =
                     self.files[r.file as usize].path.is_none() || r.class == FileClass::Unknown;
-                let is_write = matches!(sc.name, "write" | "pwrite64" | "sendto" | "writev");
+                let is_write = sc.sys.puts;
                 // An extensionless path was taken for a directory (redis fsyncs its
                 // directories), but a directory cannot be written: it is a file, such as a
                 // log file named `log`.
@@ -585,137 +510,83 @@ impl FdTable {
                 }
             }
         }
-        let ret = sc.ret.val();
-        match sc.name {
-            "open" | "openat" | "creat" | "openat2" => {
-                if let Some(fd) = ret {
-                    let path = sc.ret_path.as_deref().or(sc.path());
-                    let class = path.map(|p| {
-                        let c = self.class_of_path(p);
-                        // redis fsyncs its directories after renames: opened O_DIRECTORY or not.
-                        if c == FileClass::Other && p.ends_with('/') {
-                            FileClass::Dir
-                        } else {
-                            c
-                        }
-                    });
-                    // The file an open touches is the one it opens, not its directory fd.
-                    let id = self.bind(pid, fd as i32, path, class, ts);
-                    resolved = Some(self.resolved(id));
-                }
-            }
-            "socket" => {
-                if let Some(fd) = ret {
-                    self.bind(
-                        pid,
-                        fd as i32,
-                        sc.ret_path.as_deref(),
-                        Some(FileClass::Unknown),
-                        ts,
-                    );
-                }
-            }
-            "accept" | "accept4" => {
-                if let Some(fd) = ret {
-                    self.bind(
-                        pid,
-                        fd as i32,
-                        sc.ret_path.as_deref(),
-                        Some(FileClass::Client),
-                        ts,
-                    );
-                }
-            }
-            "listen" => {
-                if let Some(fd) = sc.fd {
-                    if let Some(r) = self.lookup(pid, fd, ts) {
-                        if r.class == FileClass::Unknown {
-                            self.reclassify(pid, fd, FileClass::Listener);
-                        }
-                    }
-                }
-            }
-            "connect" => {
-                if let Some(fd) = sc.fd {
-                    if self
-                        .lookup(pid, fd, ts)
-                        .is_some_and(|r| r.class == FileClass::Unknown)
-                    {
-                        self.reclassify(pid, fd, FileClass::Replica);
-                    }
-                }
-            }
-            "epoll_create" | "epoll_create1" => {
-                if let Some(fd) = ret {
-                    self.bind(
-                        pid,
-                        fd as i32,
-                        sc.ret_path.as_deref(),
-                        Some(FileClass::Epoll),
-                        ts,
-                    );
-                }
-            }
-            "eventfd2" | "eventfd" | "timerfd_create" | "signalfd4" | "memfd_create"
-            | "inotify_init1" => {
-                if let Some(fd) = ret {
-                    self.bind(
-                        pid,
-                        fd as i32,
-                        sc.ret_path.as_deref(),
-                        Some(FileClass::Other),
-                        ts,
-                    );
-                }
-            }
-            "pipe" | "pipe2" | "socketpair" => {
-                if let (Extra::FdPair(a, b), Some(_)) = (&sc.extra, ret) {
-                    let class = if sc.name == "socketpair" {
-                        FileClass::Other
+        match fd_effect(sc) {
+            FdEffect::Open { fd, path } => {
+                let class = path.map(|p| {
+                    let c = self.class_of_path(p);
+                    // redis fsyncs its directories after renames: opened O_DIRECTORY or not.
+                    if c == FileClass::Other && p.ends_with('/') {
+                        FileClass::Dir
                     } else {
-                        FileClass::Pipe
+                        c
+                    }
+                });
+                // The file an open touches is the one it opens, not its directory fd.
+                let id = self.bind(pid, fd, path, class, ts);
+                resolved = Some(self.resolved(id));
+            }
+            FdEffect::New { fd, kind, path } => {
+                let class = match kind {
+                    NewFd::Socket => FileClass::Unknown,
+                    NewFd::Accepted => FileClass::Client,
+                    NewFd::Epoll => FileClass::Epoll,
+                    NewFd::Other => FileClass::Other,
+                };
+                self.bind(pid, fd, path, Some(class), ts);
+            }
+            FdEffect::Listen(fd) => {
+                if let Some(r) = self.lookup(pid, fd, ts) {
+                    if r.class == FileClass::Unknown {
+                        self.reclassify(pid, fd, FileClass::Listener);
+                    }
+                }
+            }
+            FdEffect::Connect(fd) => {
+                if self
+                    .lookup(pid, fd, ts)
+                    .is_some_and(|r| r.class == FileClass::Unknown)
+                {
+                    self.reclassify(pid, fd, FileClass::Replica);
+                }
+            }
+            FdEffect::Pair { a, b, socket } => {
+                let class = if socket {
+                    FileClass::Other
+                } else {
+                    FileClass::Pipe
+                };
+                self.bind(pid, a, None, Some(class), ts);
+                self.bind(pid, b, None, Some(class), ts);
+            }
+            FdEffect::Dup { src, dst } => {
+                if dst != src {
+                    let from = self
+                        .lookup(pid, src, ts)
+                        .map(|r| self.files[r.file as usize].clone());
+                    let (path, class) = match &from {
+                        Some(f) => (f.path.as_deref().map(str::to_string), Some(f.class)),
+                        None => (None, None),
                     };
-                    self.bind(pid, *a, None, Some(class), ts);
-                    self.bind(pid, *b, None, Some(class), ts);
+                    self.bind(pid, dst, path.as_deref(), class, ts);
                 }
             }
-            "dup" | "dup2" | "dup3" | "fcntl" | "fcntl64" => {
-                let is_dup = sc.name.starts_with("dup") || matches!(sc.extra, Extra::DupFd);
-                if let (true, Some(newfd), Some(old)) = (is_dup, ret, sc.fd) {
-                    if newfd != old as i64 {
-                        let src = self
-                            .lookup(pid, old, ts)
-                            .map(|r| self.files[r.file as usize].clone());
-                        let (path, class) = match &src {
-                            Some(f) => (f.path.as_deref().map(str::to_string), Some(f.class)),
-                            None => (None, None),
-                        };
-                        self.bind(pid, newfd as i32, path.as_deref(), class, ts);
+            // The kernel frees the number at the start of close(), before any flush.
+            FdEffect::Close(fd) => self.close(pid, fd, ts),
+            FdEffect::CloseRange(lo, hi) => {
+                if let Some(p) = self.procs.get(&pid) {
+                    let fds: Vec<i32> = p
+                        .live
+                        .keys()
+                        .copied()
+                        .filter(|f| *f >= 0 && (*f as u32) >= lo && (*f as u32) <= hi)
+                        .collect();
+                    for fd in fds {
+                        self.close(pid, fd, ts);
                     }
                 }
             }
-            "close" => {
-                // The kernel frees the number at the start of close(), before any flush.
-                if let Some(fd) = sc.fd {
-                    self.close(pid, fd, ts);
-                }
-            }
-            "close_range" => {
-                if let Extra::CloseRange(lo, hi) = sc.extra {
-                    if let Some(p) = self.procs.get(&pid) {
-                        let fds: Vec<i32> = p
-                            .live
-                            .keys()
-                            .copied()
-                            .filter(|f| *f >= 0 && (*f as u32) >= lo && (*f as u32) <= hi)
-                            .collect();
-                        for fd in fds {
-                            self.close(pid, fd, ts);
-                        }
-                    }
-                }
-            }
-            _ => {}
+            // Threads and processes are followed by the analyzer (`fork`).
+            FdEffect::Clone { .. } | FdEffect::None => {}
         }
         resolved
     }
@@ -743,7 +614,7 @@ fn client_label(path: Option<&str>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::{Ret, Syscall};
+    use crate::event::{Extra, Ret, Syscall};
 
     fn call(name: &'static str, fd: Option<i32>, ret: i64, path: Option<&str>) -> Syscall {
         let mut sc = Syscall::new(name);

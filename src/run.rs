@@ -162,14 +162,19 @@ pub fn analyze(args: &AnalyzeArgs) -> Result<u64> {
     progress.finish();
     let counters = inputs.counters();
     let mut info = inputs.info();
-    // Every line skipped: whatever this is, it is not a trace.
-    if counters.lines > 0 && counters.lines == counters.skips.total {
+    // Every line skipped, or none made an event: whatever this is, it is not a trace (of
+    // the format it was read as).
+    if counters.lines > 0 && (counters.lines == counters.skips.total || counters.events == 0) {
         let label = info
             .files
             .first()
             .cloned()
             .unwrap_or_else(|| "<stdin>".into());
-        return Err(source::no_events_error(&label, &counters));
+        return Err(source::no_events_error(
+            &label,
+            &counters,
+            args.input_format,
+        ));
     }
     info.pid = args.pid;
     info.clock.date = args.date;

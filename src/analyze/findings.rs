@@ -3,41 +3,19 @@
 //! stalls and statistics into findings: a headline, the evidence, and the advice a redis
 //! expert would give with its trade-off. A stall no rule explains says so plainly.
 
-use super::{Analyzer, Cand, Role};
+use super::coverage::GapVerdict;
+use super::file_time::FileTime;
+use super::holds::Held;
+use super::phases::Phases;
+use super::roles::Role;
+use super::stalls::Cand;
+use super::world::World;
 use crate::fdtable::FileClass;
-use crate::report::{Bound, Finding, Report, Severity, StallKind};
+use crate::redis_conf::RedisConf;
+use crate::report::{Bound, CommandStats, Finding, Severity, Stall, StallKind};
 use std::collections::BTreeMap;
 
-/// The plural ending of a count's noun: `format!("{n} stall{}", plural(n))`.
-pub fn plural(n: u64) -> &'static str {
-    if n == 1 {
-        ""
-    } else {
-        "s"
-    }
-}
-
-/// A duration in µs the way a person reads it.
-///
-/// ```
-/// use stallscope::analyze::findings::human;
-/// assert_eq!(human(4_827_551), "4.83 s");
-/// assert_eq!(human(446_945), "447 ms");
-/// assert_eq!(human(1_500), "1.5 ms");
-/// assert_eq!(human(153), "153 µs");
-/// ```
-pub fn human(us: i64) -> String {
-    let us = us.max(0);
-    if us >= 1_000_000 {
-        format!("{:.2} s", us as f64 / 1e6)
-    } else if us >= 10_000 {
-        format!("{:.0} ms", us as f64 / 1e3)
-    } else if us >= 1_000 {
-        format!("{:.1} ms", us as f64 / 1e3)
-    } else {
-        format!("{us} µs")
-    }
-}
+pub use crate::units::{human, plural};
 
 fn class_words(c: FileClass) -> &'static str {
     match c {
@@ -59,13 +37,24 @@ fn class_words(c: FileClass) -> &'static str {
     }
 }
 
-fn overlaps_bio_fsync(a: &Analyzer, c: &Cand) -> bool {
-    let (s, e) = (c.start, c.start + c.dur);
-    a.bio_fsyncs.iter().any(|(fs, fe)| *fs < e && *fe > s)
+/// What the findings read from the other units: an explicit input instead of the
+/// analyzer's fields.
+pub(crate) struct Evidence<'a> {
+    pub(crate) phases: &'a Phases,
+    pub(crate) file_time: &'a FileTime,
+    pub(crate) world: &'a World,
+    /// Why gaps cannot be trusted, when they cannot.
+    pub(crate) gaps: Option<&'a GapVerdict>,
+    pub(crate) conf: Option<&'a RedisConf>,
+    pub(crate) threshold_us: i64,
+}
+
+fn overlaps_bio_fsync(a: &Evidence<'_>, c: &Cand) -> bool {
+    a.file_time.overlaps_bio_fsync(c.start, c.start + c.dur)
 }
 
 /// (finding id, plain-words cause) for one stall.
-pub(super) fn explain(a: &Analyzer, c: &Cand, role: Role) -> (Option<String>, String) {
+pub(crate) fn explain(a: &Evidence<'_>, c: &Cand, role: Role) -> (Option<String>, String) {
     let d = human(c.dur / 1000);
     let bound = match c.bound {
         Bound::AtLeast => "at least ",
@@ -99,7 +88,7 @@ pub(super) fn explain(a: &Analyzer, c: &Cand, role: Role) -> (Option<String>, St
         };
     }
     let name = c.syscall.unwrap_or("?");
-    let file = c.file.map(|f| a.fds.file(f));
+    let file = c.file.map(|f| a.world.file(f));
     let class = file.map(|f| f.class).unwrap_or(FileClass::Unknown);
     let what = match file {
         Some(f) => match (&f.path, f.class) {
@@ -192,7 +181,7 @@ pub(super) fn explain(a: &Analyzer, c: &Cand, role: Role) -> (Option<String>, St
     (fid, format!("{base}: {why}"))
 }
 
-struct Agg {
+struct ByFinding {
     n: u64,
     total: i64,
     worst: i64,
@@ -203,11 +192,16 @@ struct Agg {
 }
 
 /// All findings, most severe first.
-pub(super) fn findings(a: &Analyzer, cands: &[Cand], r: &Report) -> Vec<Finding> {
-    let mut by: BTreeMap<String, Agg> = BTreeMap::new();
-    for (c, s) in cands.iter().zip(&r.stalls) {
+pub(crate) fn findings(
+    a: &Evidence<'_>,
+    held: &[Held],
+    commands: &[CommandStats],
+    stalls: &[Stall],
+) -> Vec<Finding> {
+    let mut by: BTreeMap<String, ByFinding> = BTreeMap::new();
+    for (c, s) in held.iter().zip(stalls) {
         if let Some(f) = &s.finding {
-            let e = by.entry(f.clone()).or_insert(Agg {
+            let e = by.entry(f.clone()).or_insert(ByFinding {
                 n: 0,
                 total: 0,
                 worst: 0,
@@ -217,7 +211,7 @@ pub(super) fn findings(a: &Analyzer, cands: &[Cand], r: &Report) -> Vec<Finding>
             });
             e.n += 1;
             e.total += s.duration_us;
-            e.held.extend(c.held.iter().copied());
+            e.held.extend(c.seqs.iter().copied());
             if s.duration_us >= e.worst {
                 e.worst = s.duration_us;
                 e.worst_line = s.line;
@@ -226,8 +220,8 @@ pub(super) fn findings(a: &Analyzer, cands: &[Cand], r: &Report) -> Vec<Finding>
         }
     }
     let mut out = vec![];
-    let thr = a.opts.threshold_ns / 1000;
-    let stall_evidence = |e: &Agg| {
+    let thr = a.threshold_us;
+    let stall_evidence = |e: &ByFinding| {
         let at = e
             .worst_line
             .map(|l| format!(" (line {l})"))
@@ -255,7 +249,7 @@ pub(super) fn findings(a: &Analyzer, cands: &[Cand], r: &Report) -> Vec<Finding>
             human(e.worst)
         )
     };
-    let sev = |e: Option<&Agg>, base: Severity| match e {
+    let sev = |e: Option<&ByFinding>, base: Severity| match e {
         Some(e) if e.worst >= 100_000 => Severity::Critical,
         Some(_) => base.max(Severity::Warning),
         None => base,
@@ -263,7 +257,7 @@ pub(super) fn findings(a: &Analyzer, cands: &[Cand], r: &Report) -> Vec<Finding>
 
     // aof-fsync-always fires on the pattern even when no single fsync crosses the threshold:
     // every write command pays for one.
-    let main_aof_fsync = main_aof_fsync_stats(a);
+    let main_aof_fsync = a.file_time.main_aof_fsync(a.world);
     if main_aof_fsync.0 >= 10 || by.contains_key("aof-fsync-always") {
         let e = by.get("aof-fsync-always");
         let (n, p50, p99, max) = main_aof_fsync;
@@ -273,8 +267,7 @@ pub(super) fn findings(a: &Analyzer, cands: &[Cand], r: &Report) -> Vec<Finding>
             human(p99),
             human(max)
         );
-        let heavy: Vec<String> = r
-            .commands
+        let heavy: Vec<String> = commands
             .iter()
             .filter(|c| c.phase == "all" && c.aof_us > 0 && c.calls > 0)
             .take(3)
@@ -354,9 +347,7 @@ pub(super) fn findings(a: &Analyzer, cands: &[Cand], r: &Report) -> Vec<Finding>
     }
     if let Some(e) = by.get("log-file-blocking") {
         let level = a
-            .opts
-            .redis_conf
-            .as_ref()
+            .conf
             .and_then(|c| c.loglevel.clone())
             .map(|l| format!(" (loglevel {l})"))
             .unwrap_or_default();
@@ -376,7 +367,7 @@ pub(super) fn findings(a: &Analyzer, cands: &[Cand], r: &Report) -> Vec<Finding>
     // fork: always worth a line when a child was forked; a stall when it crossed the threshold.
     if !a.phases.is_empty() {
         let e = by.get("fork");
-        let worst = a.fork_durs.iter().max().copied().unwrap_or(0) / 1000;
+        let worst = a.phases.fork_durs().iter().max().copied().unwrap_or(0) / 1000;
         if e.is_some() || worst > 0 {
             let list: Vec<String> = a
                 .phases
@@ -478,10 +469,9 @@ pub(super) fn findings(a: &Analyzer, cands: &[Cand], r: &Report) -> Vec<Finding>
             stalls: e.n,
         });
     }
-    if let Some(why) = a.gaps_unreliable() {
-        let filtered = a.looks_filtered();
+    if let Some(v) = a.gaps {
         out.push(Finding {
-            id: if filtered || a.duration_filter().is_some() {
+            id: if v.is_filtered() {
                 "filtered-trace"
             } else {
                 "gaps-unmeasurable"
@@ -489,13 +479,11 @@ pub(super) fn findings(a: &Analyzer, cands: &[Cand], r: &Report) -> Vec<Finding>
             .into(),
             severity: Severity::Info,
             title: "Gaps between syscalls are not reported for this trace".into(),
-            evidence: if filtered {
-                format!(
-                    "{} syscalls and not one epoll_wait: strace was probably run with -e trace=...",
-                    a.syscalls
-                )
-            } else {
-                why
+            evidence: match v {
+                GapVerdict::Filtered { syscalls } => format!(
+                    "{syscalls} syscalls and not one epoll_wait: strace was probably run with -e trace=..."
+                ),
+                v => v.why(),
             },
             advice: "Slow commands and copy-on-write stalls show as gaps in a thread's syscalls. Trace \
                      every syscall (no -e trace, no --duration) with -tt or -ttt timestamps (and -f \
@@ -504,7 +492,7 @@ pub(super) fn findings(a: &Analyzer, cands: &[Cand], r: &Report) -> Vec<Finding>
             stalls: 0,
         });
     }
-    let unexplained = r.stalls.iter().filter(|s| s.finding.is_none()).count();
+    let unexplained = stalls.iter().filter(|s| s.finding.is_none()).count();
     if unexplained > 0 {
         out.push(Finding {
             id: "unexplained".into(),
@@ -522,15 +510,4 @@ pub(super) fn findings(a: &Analyzer, cands: &[Cand], r: &Report) -> Vec<Finding>
     }
     out.sort_by(|x, y| y.severity.cmp(&x.severity).then(y.stalls.cmp(&x.stalls)));
     out
-}
-
-/// (count, p50 µs, p99 µs, max µs) of fdatasync/fsync on the AOF by main-thread calls.
-fn main_aof_fsync_stats(a: &Analyzer) -> (u64, i64, i64, i64) {
-    let mut agg = super::stats::Agg::default();
-    for (f, s) in &a.main_fsync_by_file {
-        if a.fds.file(*f).class.is_aof() {
-            agg.merge(s);
-        }
-    }
-    (agg.count, agg.pct_us(0.5), agg.pct_us(0.99), agg.max_us())
 }

@@ -2,6 +2,7 @@
 //! (µs, 2 significant digits) for percentiles, so that statistics over a 20 GB trace cost the
 //! same memory as over a small one. No sorted copy of the samples is ever kept.
 
+use crate::event::Nanos;
 use crate::report::Dist;
 use hdrhistogram::Histogram;
 
@@ -68,6 +69,31 @@ impl Agg {
             p50_us: self.pct_us(0.5),
             p99_us: self.pct_us(0.99),
             max_us: self.max_us(),
+        }
+    }
+}
+
+/// A streaming estimate of a low quantile (the tenth percentile) in O(1) space: step up by
+/// a tenth of a microsecond when a sample is above the estimate and down by nine tenths
+/// when below, which settles where a tenth of the samples lie below. Deterministic, so the
+/// same trace always gives the same report.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct LowDecile {
+    pub(crate) ns: Nanos,
+    seen: bool,
+}
+
+impl LowDecile {
+    const UP: Nanos = 100;
+    const DOWN: Nanos = 900;
+    pub(crate) fn add(&mut self, x: Nanos) {
+        if !self.seen {
+            self.ns = x;
+            self.seen = true;
+        } else if x > self.ns {
+            self.ns += Self::UP;
+        } else if x < self.ns {
+            self.ns = (self.ns - Self::DOWN).max(0);
         }
     }
 }

@@ -5,6 +5,7 @@
 //! go through the same `Analyzer` as `analyze`, stalls are printed as they are found, and
 //! the report at the end is rendered by the same renderers.
 
+mod decode;
 pub mod perf;
 pub mod procctx;
 pub mod ptrace;
@@ -505,11 +506,7 @@ pub fn run_attach(args: &AttachArgs) -> Result<u64> {
         pid: Some(pid),
         clock,
     };
-    let counters = Counters {
-        measured: stats.syscalls,
-        ..Default::default()
-    };
-    let mut report = an.finish(info, counters);
+    let mut report = an.finish(info, Counters::default());
     report.source.backend = Some(backend.into());
     if backend == "perf" {
         // Say what this backend cannot show, rather than leave empty tables unexplained.

@@ -23,10 +23,11 @@
 //! racy, but the returned fd's `/proc/PID/fd` link is read too and preferred, as strace -y
 //! does.
 
-use super::ptrace::decode_args;
+use super::decode::{decode_args, decodes_more};
 use super::sysnames::{errno_name, syscall_name};
 use super::{now_mono, now_wall, AttachError, Tracer, TracerStats};
 use crate::event::{self, Event, EventKind, InFlight, Nanos, Ret, Syscall, Tid};
+use crate::syscalls::{FdKind, SysInfo};
 use anyhow::Result;
 use perf_event_open_sys as sys;
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -308,11 +309,12 @@ struct Thread {
     seen: bool,
 }
 
-/// Per syscall number: its name and whether its arguments need more than the fd.
+/// Per syscall number: its name, its table entry and whether its arguments need more than
+/// the fd.
 #[derive(Clone, Copy)]
 struct NrInfo {
     name: &'static str,
-    fd_first: bool,
+    sys: &'static SysInfo,
     decode: bool,
 }
 
@@ -652,47 +654,11 @@ impl PerfTracer {
             }
         }
         let name = syscall_name(nr);
+        let sys = crate::syscalls::info(name);
         let x = NrInfo {
             name,
-            fd_first: event::first_arg_is_fd(name),
-            decode: matches!(
-                name,
-                "open"
-                    | "creat"
-                    | "openat"
-                    | "openat2"
-                    | "rename"
-                    | "renameat"
-                    | "renameat2"
-                    | "unlink"
-                    | "unlinkat"
-                    | "pipe"
-                    | "pipe2"
-                    | "socketpair"
-                    | "dup2"
-                    | "dup3"
-                    | "fcntl"
-                    | "close_range"
-                    | "clone"
-                    | "clone3"
-                    | "fork"
-                    | "vfork"
-                    | "socket"
-                    | "mkdir"
-                    | "rmdir"
-                    | "truncate"
-                    | "stat"
-                    | "lstat"
-                    | "newfstatat"
-                    | "statx"
-                    | "access"
-                    | "faccessat"
-                    | "faccessat2"
-                    | "chdir"
-                    | "readlink"
-                    | "readlinkat"
-                    | "mkdirat"
-            ),
+            sys,
+            decode: decodes_more(sys),
         };
         if nr >= 0 && i < 4096 {
             if self.nr_info.len() <= i {
@@ -718,7 +684,7 @@ impl PerfTracer {
         args_known: bool,
     ) -> Event {
         let info = self.info(e.nr);
-        let mut sc = Syscall::new(info.name);
+        let mut sc = Syscall::with(info.name, info.sys);
         sc.ret = match ret {
             Some(r) if (-4095..0).contains(&r) => Ret::Err(errno_name(-r)),
             Some(r) => Ret::Val(r),
@@ -732,14 +698,14 @@ impl PerfTracer {
         } else if info.decode {
             decode_args(tgid, &mut sc, &e.args, ok, false);
             if let Some(r) = ok.filter(|r| *r > 0) {
-                match info.name {
-                    "open" | "creat" | "openat" | "openat2" => {
+                match info.sys.fd {
+                    FdKind::Open => {
                         // What strace -y shows: the file the new fd names, if still open.
                         if let Ok(p) = std::fs::read_link(format!("/proc/{tgid}/fd/{r}")) {
                             sc.ret_path = Some(p.to_string_lossy().into_owned().into_boxed_str());
                         }
                     }
-                    "clone" | "clone3" | "fork" | "vfork" => {
+                    FdKind::Clone => {
                         if let Some(thread) = self.forked.get(&(r as Tid)) {
                             sc.extra = event::Extra::Clone { thread: *thread };
                         }
@@ -747,7 +713,7 @@ impl PerfTracer {
                     _ => {}
                 }
             }
-        } else if info.fd_first {
+        } else if info.sys.fd_first {
             let fd = e.args[0] as i64;
             if (0..=i32::MAX as i64).contains(&fd) {
                 sc.fd = Some(fd as i32);

@@ -13,11 +13,10 @@
 //! tracer runs on its own thread and hands batches of events over a channel; the analysis
 //! runs on the caller's thread and never delays a stopped redis thread.
 
+use super::decode::decode_args;
 use super::sysnames::{errno_name, is_restart_errno, signal_name, syscall_name};
 use super::{now_mono, now_wall, AttachError, Tracer, TracerStats};
-use crate::event::{
-    self, Data, Event, EventKind, Extra, InFlight, Nanos, Ret, Syscall, Tid, DATA_CAP,
-};
+use crate::event::{self, Event, EventKind, InFlight, Nanos, Ret, Syscall, Tid};
 use anyhow::Result;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
@@ -1102,153 +1101,6 @@ fn siginfo_pid(tid: Tid) -> Option<u32> {
     }
     let p = unsafe { si.si_pid() };
     (p > 0).then_some(p as u32)
-}
-
-/// Reads up to `buf.len()` bytes of the tracee's memory at `addr`.
-pub(super) fn read_mem(tid: Tid, addr: u64, buf: &mut [u8]) -> usize {
-    if addr == 0 || buf.is_empty() {
-        return 0;
-    }
-    let local = libc::iovec {
-        iov_base: buf.as_mut_ptr() as *mut libc::c_void,
-        iov_len: buf.len(),
-    };
-    let remote = libc::iovec {
-        iov_base: addr as *mut libc::c_void,
-        iov_len: buf.len(),
-    };
-    let n = unsafe { libc::process_vm_readv(tid as libc::pid_t, &local, 1, &remote, 1, 0) };
-    if n < 0 {
-        0
-    } else {
-        n as usize
-    }
-}
-
-/// A NUL-terminated string of the tracee, read a page piece at a time (a read crossing
-/// into an unmapped page would fail whole).
-pub(super) fn read_cstr(tid: Tid, addr: u64) -> Option<Box<str>> {
-    if addr == 0 {
-        return None;
-    }
-    let mut out = Vec::new();
-    let mut at = addr;
-    let mut chunk = [0u8; 4096];
-    while out.len() < 4096 {
-        let to_page_end = 4096 - (at % 4096) as usize;
-        let n = read_mem(tid, at, &mut chunk[..to_page_end]);
-        if n == 0 {
-            break;
-        }
-        if let Some(z) = chunk[..n].iter().position(|b| *b == 0) {
-            out.extend_from_slice(&chunk[..z]);
-            return Some(String::from_utf8_lossy(&out).into_owned().into_boxed_str());
-        }
-        out.extend_from_slice(&chunk[..n]);
-        at += n as u64;
-    }
-    if out.is_empty() {
-        None
-    } else {
-        Some(String::from_utf8_lossy(&out).into_owned().into_boxed_str())
-    }
-}
-
-const AT_FDCWD: i64 = -100;
-
-/// Fills fd, path, data and the other `Extra`s from raw arguments. `ret`: the result when
-/// the call succeeded (read-like buffers are only valid then). `data`: read the first bytes
-/// of read/write buffers (only meaningful while the thread is still stopped at the exit).
-pub(super) fn decode_args(tid: Tid, sc: &mut Syscall, a: &[u64; 6], ret: Option<i64>, data: bool) {
-    let name = sc.name;
-    if event::first_arg_is_fd(name) {
-        let fd = a[0] as i64 as i32;
-        if fd >= 0 && (a[0] as i64) != AT_FDCWD {
-            sc.fd = Some(fd);
-        }
-    }
-    match name {
-        "open" | "creat" | "unlink" | "stat" | "lstat" | "access" | "mkdir" | "rmdir"
-        | "truncate" | "chdir" | "readlink" => {
-            if let Some(p) = read_cstr(tid, a[0]) {
-                sc.extra = Extra::Path(p);
-            }
-        }
-        "openat" | "unlinkat" | "newfstatat" | "statx" | "mkdirat" | "faccessat" | "faccessat2"
-        | "readlinkat" | "openat2" => {
-            if let Some(p) = read_cstr(tid, a[1]) {
-                if !p.is_empty() {
-                    sc.extra = Extra::Path(p);
-                }
-            }
-        }
-        "rename" => {
-            if let (Some(o), Some(n)) = (read_cstr(tid, a[0]), read_cstr(tid, a[1])) {
-                sc.extra = Extra::Rename(o, n);
-            }
-        }
-        "renameat" | "renameat2" => {
-            if let (Some(o), Some(n)) = (read_cstr(tid, a[1]), read_cstr(tid, a[3])) {
-                sc.extra = Extra::Rename(o, n);
-            }
-        }
-        "pipe" | "pipe2" | "socketpair" if ret.is_some() => {
-            let addr = if name == "socketpair" { a[3] } else { a[0] };
-            let mut b = [0u8; 8];
-            if read_mem(tid, addr, &mut b) == 8 {
-                let x = i32::from_ne_bytes([b[0], b[1], b[2], b[3]]);
-                let y = i32::from_ne_bytes([b[4], b[5], b[6], b[7]]);
-                sc.extra = Extra::FdPair(x, y);
-            }
-        }
-        "dup2" | "dup3" => sc.extra = Extra::NewFd(a[1] as i64 as i32),
-        "fcntl" if a[1] as i32 == libc::F_DUPFD || a[1] as i32 == libc::F_DUPFD_CLOEXEC => {
-            sc.extra = Extra::DupFd;
-        }
-        "close_range" => {
-            sc.extra = Extra::CloseRange(a[0] as u32, a[1].min(u32::MAX as u64) as u32)
-        }
-        "clone" => {
-            sc.extra = Extra::Clone {
-                thread: a[0] & libc::CLONE_THREAD as u64 != 0,
-            }
-        }
-        "clone3" => {
-            let mut b = [0u8; 8];
-            let thread = read_mem(tid, a[0], &mut b) == 8
-                && u64::from_ne_bytes(b) & libc::CLONE_THREAD as u64 != 0;
-            sc.extra = Extra::Clone { thread };
-        }
-        "fork" | "vfork" => sc.extra = Extra::Clone { thread: false },
-        "socket" => {
-            sc.extra = Extra::Socket(match a[0] as i32 {
-                libc::AF_INET => "AF_INET",
-                libc::AF_INET6 => "AF_INET6",
-                libc::AF_UNIX => "AF_UNIX",
-                libc::AF_NETLINK => "AF_NETLINK",
-                _ => "AF_UNSPEC",
-            })
-        }
-        _ if data && event::has_data_arg(name) => {
-            // Writes: the buffer holds the data whatever the outcome; reads: only what the
-            // call returned.
-            let is_read = matches!(name, "read" | "pread64" | "recvfrom");
-            let avail = match (is_read, ret) {
-                (true, Some(n)) if n > 0 => n as usize,
-                (true, _) => 0,
-                (false, _) => a[2] as usize,
-            };
-            let want = avail.min(DATA_CAP);
-            if want > 0 {
-                let mut b = [0u8; DATA_CAP];
-                let n = read_mem(tid, a[1], &mut b[..want]);
-                if n > 0 {
-                    sc.extra = Extra::Data(Data::new(&b[..n], avail > n));
-                }
-            }
-        }
-        _ => {}
-    }
 }
 
 #[cfg(test)]

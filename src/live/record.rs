@@ -28,6 +28,7 @@
 //! be lost.
 
 use crate::event::{Event, EventKind, Extra, InFlight, Nanos, Ret, Syscall, Tid};
+use crate::syscalls::{fd_effect, ArgKind, FdEffect, FdKind};
 use std::collections::HashMap;
 use std::io::Write;
 
@@ -198,11 +199,7 @@ impl<W: Write> Recorder<W> {
         let fd = |s: &Self| sc.fd.map(|f| s.fd_text(tid, f));
         let dirfd = |s: &Self| fd(s).unwrap_or_else(|| "AT_FDCWD".to_string());
         match (&sc.extra, sc.name) {
-            (
-                Extra::Path(p),
-                "openat" | "unlinkat" | "newfstatat" | "statx" | "mkdirat" | "faccessat"
-                | "faccessat2" | "readlinkat" | "openat2",
-            ) => {
+            (Extra::Path(p), _) if sc.sys.args == ArgKind::Path1 => {
                 format!("{}, {}", dirfd(self), quote(p.as_bytes(), false))
             }
             (Extra::Path(p), _) => quote(p.as_bytes(), false),
@@ -249,6 +246,7 @@ impl<W: Write> Recorder<W> {
                     quote(d.bytes(), d.truncated)
                 )
             }
+            (Extra::Resumes(n), _) => format!("<... resuming interrupted {n} ...>"),
             (Extra::None, _) => fd(self).unwrap_or_default(),
         }
     }
@@ -257,7 +255,7 @@ impl<W: Write> Recorder<W> {
         match sc.ret {
             Ret::Val(v) => {
                 // strace -y annotates a returned fd too.
-                if is_open(sc.name) {
+                if sc.sys.fd == FdKind::Open {
                     if let Extra::Path(p) = &sc.extra {
                         return format!("{v}<{}>", escape_annotation(&self.absolute(p)));
                     }
@@ -283,66 +281,53 @@ impl<W: Write> Recorder<W> {
     fn apply_effects(&mut self, tid: Tid, sc: &Syscall) {
         let p = self.proc_of(tid);
         let ok = sc.ret.val();
-        match sc.name {
-            n if is_open(n) => {
-                if let (Some(fd), Extra::Path(path)) = (ok, &sc.extra) {
+        match fd_effect(sc) {
+            FdEffect::Open { fd, .. } => {
+                if let Extra::Path(path) = &sc.extra {
                     let abs = self.absolute(path);
-                    self.fds.entry(p).or_default().insert(fd as i32, abs);
+                    self.fds.entry(p).or_default().insert(fd, abs);
                 }
             }
-            "close" => {
-                if let (Some(fd), Some(_)) = (sc.fd, ok) {
+            FdEffect::Close(fd) => {
+                if ok.is_some() {
                     if let Some(m) = self.fds.get_mut(&p) {
                         m.remove(&fd);
                     }
                 }
             }
-            "dup" | "dup2" | "dup3" | "fcntl" => {
-                let target = match sc.extra {
-                    Extra::NewFd(n) => Some(n),
-                    Extra::DupFd => ok.map(|v| v as i32),
-                    _ if sc.name == "dup" => ok.map(|v| v as i32),
-                    _ => None,
+            FdEffect::Dup { src, dst } => {
+                let m = self.fds.entry(p).or_default();
+                match m.get(&src).cloned() {
+                    Some(what) => m.insert(dst, what),
+                    None => m.remove(&dst),
                 };
-                if let (Some(src), Some(dst), Some(_)) = (sc.fd, target, ok) {
-                    let m = self.fds.entry(p).or_default();
-                    match m.get(&src).cloned() {
-                        Some(what) => m.insert(dst, what),
-                        None => m.remove(&dst),
-                    };
+            }
+            FdEffect::Clone { child, thread } => {
+                if thread {
+                    self.proc_of.insert(child, p);
+                } else {
+                    self.proc_of.insert(child, child);
+                    let copy = self.fds.get(&p).cloned().unwrap_or_default();
+                    self.fds.insert(child, copy);
                 }
             }
-            "clone" | "clone3" | "fork" | "vfork" => {
-                if let (Some(child), Extra::Clone { thread }) = (ok, &sc.extra) {
-                    let child = child as Tid;
-                    if child > 0 {
-                        if *thread {
-                            self.proc_of.insert(child, p);
-                        } else {
-                            self.proc_of.insert(child, child);
-                            let copy = self.fds.get(&p).cloned().unwrap_or_default();
-                            self.fds.insert(child, copy);
-                        }
-                    }
+            // Any other call returning a new fd (socket, accept, pipe...) replaces whatever
+            // that number was: forget the old name rather than mislabel it.
+            FdEffect::New { fd, .. } => {
+                if let Some(m) = self.fds.get_mut(&p) {
+                    m.remove(&fd);
                 }
             }
-            _ => {
-                // Any other call returning a new fd (socket, accept, pipe...) replaces
-                // whatever that number was: forget the old name rather than mislabel it.
-                if returns_fd(sc.name) {
-                    if let Some(fd) = ok {
-                        if let Some(m) = self.fds.get_mut(&p) {
-                            m.remove(&(fd as i32));
-                        }
-                    }
-                }
-                if let Extra::FdPair(a, b) = sc.extra {
-                    if let Some(m) = self.fds.get_mut(&p) {
-                        m.remove(&a);
-                        m.remove(&b);
-                    }
+            FdEffect::Pair { a, b, .. } => {
+                if let Some(m) = self.fds.get_mut(&p) {
+                    m.remove(&a);
+                    m.remove(&b);
                 }
             }
+            FdEffect::CloseRange(..)
+            | FdEffect::Listen(_)
+            | FdEffect::Connect(_)
+            | FdEffect::None => {}
         }
     }
 
@@ -360,25 +345,6 @@ impl<W: Write> Recorder<W> {
     pub fn finish(mut self) -> std::io::Result<()> {
         self.w.flush()
     }
-}
-
-fn is_open(name: &str) -> bool {
-    matches!(name, "open" | "openat" | "creat" | "openat2")
-}
-
-fn returns_fd(name: &str) -> bool {
-    matches!(
-        name,
-        "socket"
-            | "accept"
-            | "accept4"
-            | "epoll_create"
-            | "epoll_create1"
-            | "eventfd2"
-            | "timerfd_create"
-            | "signalfd4"
-            | "memfd_create"
-    )
 }
 
 /// A C string literal as strace prints it; `...` after the quote when cut short.

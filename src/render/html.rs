@@ -581,7 +581,7 @@ fn write_header(r: &Report, w: &mut dyn Write) -> io::Result<()> {
     let mut line = format!(
         "<strong>{} stall{} over {}</strong>",
         count(s.stalls),
-        crate::analyze::findings::plural(s.stalls),
+        crate::units::plural(s.stalls),
         esc(&dur(s.threshold_us))
     );
     if s.skipped_lines > 0 {
@@ -614,7 +614,7 @@ fn held_up(s: &crate::report::Stall) -> String {
     let mut t = format!(
         "{} client{}",
         s.waiting_clients,
-        crate::analyze::findings::plural(s.waiting_clients)
+        crate::units::plural(s.waiting_clients)
     );
     if !s.waiting_by_command.is_empty() {
         let cmds: Vec<String> = s

@@ -193,7 +193,7 @@ pub fn write_svg(r: &Report, w: &mut dyn Write) -> io::Result<()> {
     let heading = format!(
         "{} stall{} over {} in {} of trace",
         super::markup::count(r.stalls.len() as u64),
-        crate::analyze::findings::plural(r.stalls.len() as u64),
+        crate::units::plural(r.stalls.len() as u64),
         dur(r.summary.threshold_us),
         dur(r.summary.span_us)
     );

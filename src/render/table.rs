@@ -3,8 +3,8 @@
 //! incidents (who waited), then the supporting tables. Colour only on a TTY, never with
 //! NO_COLOR.
 
-use crate::analyze::findings::{human, plural};
 use crate::report::{Report, Severity, Stall, StallKind};
+use crate::units::{human, plural};
 use comfy_table::{presets, Cell, CellAlignment, ContentArrangement, Table};
 use std::io::{self, Write};
 

@@ -5,11 +5,15 @@
 //! not print (an upper bound up to the thread's next event). Live tracers live in `live` and
 //! produce the same events.
 
+mod line;
 pub mod perf;
+pub(crate) mod scan;
 pub mod strace;
 
 use crate::event::{DurSource, Event, EventKind, Nanos, Tid};
 use anyhow::{anyhow, bail, Context, Result};
+use line::LineParser;
+pub use line::{LineOutcome, SkipReason};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -208,28 +212,16 @@ impl Skips {
 /// keys and values, so their contents are replaced by `…` (the shape of the line stays).
 pub fn redact(line: &[u8]) -> String {
     let mut out = Vec::with_capacity(line.len());
-    let mut in_str = false;
-    let mut i = 0;
-    while i < line.len() {
-        let b = line[i];
-        if in_str {
-            if b == b'\\' {
-                i += 2;
-                continue;
-            }
-            if b == b'"' {
-                in_str = false;
-                out.extend_from_slice("…\"".as_bytes());
-            }
-        } else {
-            out.push(b);
-            if b == b'"' {
-                in_str = true;
-            }
+    let mut q = scan::Quoted::new(line);
+    for (_, piece) in q.by_ref() {
+        match piece {
+            scan::Piece::Code(b) => out.push(b),
+            scan::Piece::Open => out.push(b'"'),
+            scan::Piece::Close => out.extend_from_slice("…\"".as_bytes()),
+            scan::Piece::Text(..) | scan::Piece::Escape(..) => {}
         }
-        i += 1;
     }
-    if in_str {
+    if q.in_string() {
         out.extend_from_slice("…".as_bytes());
     }
     String::from_utf8_lossy(&out).into_owned()
@@ -242,9 +234,12 @@ pub struct Counters {
     /// Lines the parser read (with or without an event); `used + skips.total == lines`.
     pub used: u64,
     pub skips: Skips,
-    pub measured: u64,
-    pub reconstructed: u64,
+    /// Events the parsers produced.
+    pub events: u64,
 }
+
+/// The skip reason for the end of a cut-short compressed input.
+const CUT_SHORT: &str = "compressed input ends early: the rest of the file is missing";
 
 /// Longest line kept whole; longer ones (a -s 1M write) are skipped, never buffered whole,
 /// so memory stays bounded whatever the input.
@@ -263,6 +258,8 @@ pub struct LineReader {
     skipping_long: bool,
     /// Set by `read_ahead`: chunks come from a reader thread instead of `inner`.
     ahead: Option<ReadAhead>,
+    /// The input ended early (a truncated gzip stream).
+    cut_short: bool,
 }
 
 /// Free room at the front of each read-ahead chunk, where the unfinished end of the previous
@@ -293,6 +290,7 @@ impl LineReader {
             eof: false,
             skipping_long: false,
             ahead: None,
+            cut_short: false,
         }
     }
 
@@ -336,6 +334,10 @@ impl LineReader {
             return Ok(false);
         }
         let (mut c, n) = match a.chunks.recv() {
+            Ok(Err(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                self.cut_short = true;
+                (Vec::new(), 0)
+            }
             Ok(r) => r?,
             // The thread ended after its last chunk.
             Err(_) => (Vec::new(), 0),
@@ -391,6 +393,13 @@ impl LineReader {
                     return Ok(true);
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                    // A gzip stream that stops mid-member: the file was copied while it
+                    // was being written. What came before is good; say where it ended.
+                    self.cut_short = true;
+                    self.eof = true;
+                    return Ok(true);
+                }
                 Err(e) => return Err(e),
             }
         }
@@ -449,13 +458,8 @@ impl LineReader {
     }
 }
 
-/// Opens a file (or `-` for stdin), transparently gunzipping.
-pub fn open_input(path: &str) -> Result<LineReader> {
-    open_input_counted(path, None)
-}
-
-/// `open_input`, counting the raw bytes read from the file (under any gzip decoder) into
-/// `counter`, for a progress bar.
+/// Opens a file (or `-` for stdin), transparently gunzipping, counting the raw bytes read
+/// from the file (under any gzip decoder) into `counter`, for a progress bar.
 pub fn open_input_counted(path: &str, counter: Option<ByteCounter>) -> Result<LineReader> {
     let raw: Box<dyn Read + Send> = if path == "-" {
         Box::new(std::io::stdin())
@@ -483,16 +487,11 @@ pub fn open_input_counted(path: &str, counter: Option<ByteCounter>) -> Result<Li
 /// Bytes read so far from the input files (shared with the progress bar).
 pub type ByteCounter = std::sync::Arc<std::sync::atomic::AtomicU64>;
 
-enum Parser {
-    Strace(strace::StraceParser),
-    Perf(perf::PerfParser),
-}
-
 /// One input file read as a stream of events.
 pub struct FileSource {
     pub label: String,
     reader: LineReader,
-    parser: Parser,
+    parser: LineParser,
     queue: VecDeque<Event>,
     scratch: Vec<Event>,
     pub counters: Counters,
@@ -501,6 +500,9 @@ pub struct FileSource {
     /// Detected shape, in strace's own words.
     pub format: String,
 }
+
+/// How much of an input format detection reads.
+const DETECT_BYTES: usize = 64 * 1024;
 
 /// What the first lines of an input look like.
 #[derive(Debug, PartialEq, Eq, Clone, Copy)]
@@ -513,10 +515,17 @@ enum Detected {
     Empty,
 }
 
-fn detect(head: &[u8]) -> Detected {
+fn detect(head: &[u8], whole: bool) -> Detected {
     let mut strace_hits = 0;
     let mut perf_hits = 0;
     let mut lines = 0;
+    // The last piece of a full read-ahead is a line cut by the read (`strace -s 65536`
+    // writes lines longer than what is read here): its start is all there is to go by.
+    let cut = if whole {
+        None
+    } else {
+        memchr::memrchr(b'\n', head).map_or(Some(0), |i| Some(i + 1))
+    };
     for line in head.split(|b| *b == b'\n').take(200) {
         let t = line
             .iter()
@@ -537,9 +546,12 @@ fn detect(head: &[u8]) -> Detected {
             perf_hits += 1;
             continue;
         }
+        let is_cut = cut == Some(line.as_ptr() as usize - head.as_ptr() as usize);
         let (_, body) = strace::parse_prefix(line);
-        if strace::parse_body(body).is_ok() {
-            strace_hits += 1;
+        match strace::parse_body(body) {
+            Ok(_) => strace_hits += 1,
+            Err(SkipReason::CutOff) if is_cut => strace_hits += 1,
+            Err(_) => {}
         }
     }
     if lines == 0 {
@@ -556,16 +568,7 @@ fn detect(head: &[u8]) -> Detected {
 
 impl FileSource {
     /// Opens and identifies one input. `default_pid` is the pid for lines without one
-    /// (from a `-ff` file name).
-    pub fn open(
-        path: &str,
-        format: InputFormat,
-        default_pid: Option<Tid>,
-        strict: bool,
-    ) -> Result<Self> {
-        Self::open_counted(path, format, default_pid, strict, None)
-    }
-
+    /// (from a `-ff` file name); bytes read are counted into `counter`.
     pub fn open_counted(
         path: &str,
         format: InputFormat,
@@ -580,10 +583,10 @@ impl FileSource {
             path.to_string()
         };
         let head = reader
-            .peek(64 * 1024)
+            .peek(DETECT_BYTES)
             .with_context(|| format!("cannot read {label}"))?
             .to_vec();
-        let detected = detect(&head);
+        let detected = detect(&head, head.len() < DETECT_BYTES);
         let first_line = head
             .split(|b| *b == b'\n')
             .find(|l| !l.iter().all(|b| b.is_ascii_whitespace()));
@@ -614,9 +617,9 @@ impl FileSource {
             },
         };
         let parser = if use_perf {
-            Parser::Perf(perf::PerfParser::default())
+            LineParser::Perf(perf::PerfParser::default())
         } else {
-            Parser::Strace(strace::StraceParser::new(default_pid.unwrap_or(0)))
+            LineParser::Strace(strace::StraceParser::new(default_pid.unwrap_or(0)))
         };
         Ok(FileSource {
             label,
@@ -632,7 +635,7 @@ impl FileSource {
     }
 
     pub fn is_perf(&self) -> bool {
-        matches!(self.parser, Parser::Perf(_))
+        self.parser.is_perf()
     }
 
     /// Reads lines until at least one event is queued or input ends.
@@ -646,6 +649,13 @@ impl FileSource {
     /// Parses lines straight into `out` until it holds `want` events or input ends: the
     /// batch path, where each event is built once in its final place.
     fn pump_into(&mut self, out: &mut Vec<Event>, want: usize) -> Result<()> {
+        let before = out.len();
+        let r = self.pump_lines(out, want);
+        self.counters.events += (out.len() - before) as u64;
+        r
+    }
+
+    fn pump_lines(&mut self, out: &mut Vec<Event>, want: usize) -> Result<()> {
         while out.len() < want && !self.done {
             let line = match self
                 .reader
@@ -654,11 +664,20 @@ impl FileSource {
             {
                 Some(l) => l,
                 None => {
-                    match &mut self.parser {
-                        Parser::Strace(p) => p.finish(out),
-                        Parser::Perf(p) => p.finish(out),
-                    }
+                    self.parser.finish(out);
                     self.done = true;
+                    if self.reader.cut_short {
+                        // The report of what was read, and where it ended.
+                        let at = self.counters.lines;
+                        eprintln!(
+                            "stallscope: warning: {}: compressed stream ends early (copied while it was being written?): read up to line {at}, the report covers only that",
+                            self.label
+                        );
+                        // Counted as one more line (the missing rest), so that every line
+                        // is still either used or skipped.
+                        self.counters.lines += 1;
+                        self.counters.skips.add(&self.label, at + 1, CUT_SHORT, b"");
+                    }
                     break;
                 }
             };
@@ -667,22 +686,10 @@ impl FileSource {
             let (skip, text): (Option<&'static str>, &[u8]) = match line {
                 Line::TooLong(head) => {
                     // Keep the parser's line numbering in step.
-                    match &mut self.parser {
-                        Parser::Strace(p) => p.line += 1,
-                        Parser::Perf(p) => p.line += 1,
-                    }
-                    (Some(strace::SkipReason::TooLong.as_str()), head)
+                    self.parser.skip_line();
+                    (Some(SkipReason::TooLong.as_str()), head)
                 }
-                Line::Text(t) => {
-                    let r = match &mut self.parser {
-                        Parser::Strace(p) => match p.feed(t, out) {
-                            strace::LineOutcome::Used => None,
-                            strace::LineOutcome::Skipped(r) => Some(r.as_str()),
-                        },
-                        Parser::Perf(p) => p.feed(t, out).err().map(|r| r.as_str()),
-                    };
-                    (r, t)
-                }
+                Line::Text(t) => (self.parser.feed(t, out).skipped().map(|r| r.as_str()), t),
             };
             if let Some(reason) = skip {
                 if self.strict {
@@ -717,68 +724,12 @@ impl FileSource {
 
     /// The clock and shape seen so far (complete once the input is drained).
     pub fn clock(&self) -> Clock {
-        match &self.parser {
-            Parser::Strace(p) => Clock {
-                fmt: p.clock.fmt,
-                perf: false,
-                frac_digits: p.clock.frac_digits,
-                first: p.clock.first.unwrap_or(0),
-                date: None,
-                wall_at_first: None,
-            },
-            Parser::Perf(p) => Clock {
-                fmt: TimeFmt::Relative,
-                perf: true,
-                frac_digits: 3,
-                first: p.first.unwrap_or(0),
-                date: None,
-                wall_at_first: None,
-            },
-        }
-    }
-
-    pub fn first_text(&self) -> Option<String> {
-        match &self.parser {
-            Parser::Strace(p) => p.clock.first_text.clone(),
-            Parser::Perf(p) => p.first_text.clone(),
-        }
+        self.parser.clock()
     }
 
     /// The tracer command line this output most likely came from.
     pub fn describe(&self, files: usize) -> String {
-        match &self.parser {
-            Parser::Perf(_) => "perf trace".to_string(),
-            Parser::Strace(p) => {
-                let mut s = String::from("strace");
-                if files > 1 {
-                    s.push_str(" -ff");
-                } else if p.seen_pid_column {
-                    s.push_str(" -f");
-                }
-                s.push_str(match p.clock.fmt {
-                    TimeFmt::None => "",
-                    TimeFmt::TimeOfDay => " -t",
-                    TimeFmt::TimeOfDayFrac if p.clock.frac_digits > 6 => " -tt (ns)",
-                    TimeFmt::TimeOfDayFrac => " -tt",
-                    TimeFmt::Epoch if p.clock.frac_digits > 6 => " --timestamps=unix,ns",
-                    TimeFmt::Epoch if p.clock.frac_digits == 0 => " --timestamps=unix,s",
-                    TimeFmt::Epoch => " -ttt",
-                    TimeFmt::Relative => " -r",
-                });
-                if p.seen_dur {
-                    s.push_str(" -T");
-                }
-                if p.seen_yy {
-                    s.push_str(" -yy");
-                } else if p.seen_annotation {
-                    s.push_str(" -y");
-                }
-                if p.seen_comm() {
-                    s.push_str(" -Y");
-                }
-                s
-            }
-        }
+        self.parser.describe(files)
     }
 }
 
@@ -885,10 +836,6 @@ impl Inputs {
             ready: VecDeque::new(),
             finished: false,
         })
-    }
-
-    pub fn files(&self) -> &[FileSource] {
-        &self.files
     }
 
     /// Next event in merged time order (across files), with durations the trace did not
@@ -1039,28 +986,37 @@ impl Inputs {
         for f in &self.files {
             c.lines += f.counters.lines;
             c.used += f.counters.used;
+            c.events += f.counters.events;
             c.skips.merge(&f.counters.skips);
         }
         c
     }
-
-    pub fn first_text(&self) -> Option<String> {
-        self.files.iter().filter_map(|f| f.first_text()).next()
-    }
 }
 
 /// Builds an error for an input that parses to nothing usable.
-pub fn no_events_error(label: &str, c: &Counters) -> anyhow::Error {
+pub fn no_events_error(label: &str, c: &Counters, format: InputFormat) -> anyhow::Error {
     let first = c
         .skips
         .first
         .first()
         .map(|(_, l, r, t)| format!(" (line {l}: {r}: {t:?})"))
         .unwrap_or_default();
-    anyhow!(
-        "{label}: not a strace or perf trace: none of its {} lines is a syscall{first}",
-        c.lines
-    )
+    let forced = match format {
+        InputFormat::Auto => None,
+        InputFormat::Strace => Some("strace"),
+        InputFormat::Perf => Some("perf"),
+    };
+    match forced {
+        Some(f) => anyhow!(
+            "{label}: read as --input-format {f}, none of its {} lines is a {f} trace event{first}: \
+             give the format the file is in, or --input-format auto",
+            c.lines
+        ),
+        None => anyhow!(
+            "{label}: not a strace or perf trace: none of its {} lines is a syscall{first}",
+            c.lines
+        ),
+    }
 }
 
 #[cfg(test)]
@@ -1152,5 +1108,84 @@ mod line_reader_tests {
         );
         assert!(plain == ahead, "the read-ahead reader changed the lines");
         assert_eq!(lines(b"", true), vec![]);
+    }
+}
+
+#[cfg(test)]
+mod input_tests {
+    use super::*;
+    use std::io::Write;
+
+    /// A first line longer than what detection reads (`strace -s 65536`) is still strace.
+    #[test]
+    fn a_first_line_longer_than_the_detector_reads_is_detected() {
+        let mut line = b"1796078610.545264 write(8, \"".to_vec();
+        line.extend(std::iter::repeat_n(b'x', 2 * DETECT_BYTES));
+        line.extend_from_slice(b"\", 131072) = 131072 <0.000311>\n");
+        assert_eq!(detect(&line[..DETECT_BYTES], false), Detected::Strace);
+        // A whole input that is only a cut line is no trace.
+        assert_eq!(detect(&line[..100], true), Detected::Unknown);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("long.strace");
+        std::fs::write(&path, &line).unwrap();
+        let mut inp = Inputs::open(
+            &[path.to_string_lossy().into_owned()],
+            InputFormat::Auto,
+            false,
+        )
+        .unwrap();
+        let e = inp.next_event().unwrap().unwrap();
+        assert_eq!(e.syscall().unwrap().name, "write");
+    }
+
+    /// A gzip file cut short (copied while it was being written): what was read is kept,
+    /// and the missing rest is a skipped line that names the file and where it ended.
+    #[test]
+    fn a_truncated_gzip_gives_what_was_read() {
+        let mut text = Vec::new();
+        for i in 0..20_000 {
+            writeln!(
+                text,
+                "1796078610.{:06} getpid() = 7 <0.000002>",
+                i % 1_000_000
+            )
+            .unwrap();
+        }
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        gz.write_all(&text).unwrap();
+        let gz = gz.finish().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cut.strace.gz");
+        std::fs::write(&path, &gz[..gz.len() / 2]).unwrap();
+        let name = path.to_string_lossy().into_owned();
+        let mut inp = Inputs::open(std::slice::from_ref(&name), InputFormat::Auto, false).unwrap();
+        let mut n = 0;
+        while inp.next_event().unwrap().is_some() {
+            n += 1;
+        }
+        let c = inp.counters();
+        assert!(n > 1000 && n < 20_000, "{n} events");
+        assert_eq!(c.used + c.skips.total, c.lines);
+        let (file, line, reason, _) = c.skips.first.last().unwrap();
+        assert_eq!((file, *line, *reason), (&name, c.lines, CUT_SHORT));
+    }
+
+    /// A forced --input-format that reads no event from the file says so.
+    #[test]
+    fn a_forced_format_that_reads_nothing_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.strace");
+        std::fs::write(
+            &path,
+            "1796078610.545264 fdatasync(7) = 0 <0.000311>\n 1796078610.6 ( x\n",
+        )
+        .unwrap();
+        let name = path.to_string_lossy().into_owned();
+        let mut inp = Inputs::open(std::slice::from_ref(&name), InputFormat::Perf, false).unwrap();
+        while inp.next_event().unwrap().is_some() {}
+        let c = inp.counters();
+        assert_eq!((c.lines, c.events), (2, 0));
+        let e = no_events_error(&name, &c, InputFormat::Perf).to_string();
+        assert!(e.contains("--input-format perf"), "{e}");
     }
 }

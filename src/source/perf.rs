@@ -5,8 +5,10 @@
 //! A call interrupted by another thread's output is printed as `name(args) ...` and finished
 //! later by `... [continued]: name()) = ret`; the two halves are stitched per thread.
 
-use super::strace::{extract_args, parse_tail, SkipReason};
-use crate::event::{self, DurSource, Event, EventKind, InFlight, Nanos, Syscall, Tid};
+use super::line::{LineOutcome, SkipReason};
+use super::scan::{is_name_byte, lossy, skip_ws, trim_end, Piece, Quoted};
+use super::strace::{extract_args_with, parse_tail, NameCache};
+use crate::event::{DurSource, Event, EventKind, InFlight, Nanos, Syscall, Tid};
 use memchr::memmem;
 
 #[derive(Default)]
@@ -14,12 +16,15 @@ pub struct PerfParser {
     pending: super::TidMap<(Nanos, u64, Syscall)>,
     pub line: u64,
     pub first: Option<Nanos>,
-    pub first_text: Option<String>,
     pub last_ts: Nanos,
     pub seen_dur: bool,
     /// Calls before the first timestamp (`? (         ): ... [continued]`): they ended by
     /// then, so they are given that time once it is known.
     untimed: Vec<Event>,
+    /// Syscall names with their argument shapes, cached per parser (no lock per line).
+    names: NameCache,
+    /// The argument text without its labels, reused from line to line.
+    unlabeled: Vec<u8>,
 }
 
 /// (time ns, duration ns, tid, rest of the line)
@@ -27,39 +32,44 @@ type PerfPrefix<'a> = (Option<Nanos>, Option<Nanos>, Tid, &'a [u8]);
 
 /// `  2272.992 ( 0.037 ms): comm/tid ` -> (time ns, duration ns, tid, rest)
 fn prefix(line: &[u8]) -> Option<PerfPrefix<'_>> {
-    let s = trim_start(line);
+    let s = skip_ws(line);
     let (ts, mut s) = if let Some(r) = s.strip_prefix(b"?") {
         (None, r)
     } else {
         let (ms, n) = parse_ms(s)?;
         (Some(ms), &s[n..])
     };
-    s = trim_start(s);
+    s = skip_ws(s);
     let mut dur = None;
+    let mut dur_column = false;
     if let Some(r) = s.strip_prefix(b"(") {
         let close = memchr::memchr(b')', r)?;
-        let inner = trim_start(&r[..close]);
+        let inner = skip_ws(&r[..close]);
         if let Some((d, n)) = parse_ms(inner) {
-            if trim_start(&inner[n..]).starts_with(b"ms") {
+            if skip_ws(&inner[n..]).starts_with(b"ms") {
                 dur = Some(d);
             }
         }
         s = &r[close + 1..];
-        s = s.strip_prefix(b":").unwrap_or(s);
+        if let Some(t) = s.strip_prefix(b":") {
+            dur_column = true;
+            s = t;
+        }
     }
-    s = trim_start(s);
+    s = skip_ws(s);
+    // `perf trace -p PID` of a single thread leaves the `comm/tid` column out: the call
+    // follows the duration column. Which thread it is, the trace does not say.
+    let n = s.iter().take_while(|b| is_name_byte(**b)).count();
+    if dur_column && n > 0 && s.get(n) == Some(&b'(') {
+        return Some((ts, dur, 0, s));
+    }
     // `comm/tid`: comm may hold spaces or slashes, the tid is the digits after the last `/`
     // before the first blank that follows digits.
     let sp = s.iter().position(|b| *b == b' ')?;
     let who = &s[..sp];
     let slash = memchr::memrchr(b'/', who)?;
     let tid: Tid = std::str::from_utf8(&who[slash + 1..]).ok()?.parse().ok()?;
-    Some((ts, dur, tid, trim_start(&s[sp..])))
-}
-
-fn trim_start(s: &[u8]) -> &[u8] {
-    let n = s.iter().take_while(|b| **b == b' ' || **b == b'\t').count();
-    &s[n..]
+    Some((ts, dur, tid, skip_ws(&s[sp..])))
 }
 
 /// `2272.992` (ms) -> ns
@@ -75,59 +85,55 @@ fn parse_ms(s: &[u8]) -> Option<(Nanos, usize)> {
     Some(((v * 1e6).round() as Nanos, n))
 }
 
-/// Drops perf's `name: ` argument labels so the strace argument extractor can read them.
-fn strip_labels(args: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(args.len());
-    let mut i = 0;
+/// Drops perf's `name: ` argument labels into `out` so the strace argument extractor can
+/// read them.
+fn strip_labels(args: &[u8], out: &mut Vec<u8>) {
+    out.clear();
     let mut at_arg_start = true;
-    let mut in_str = false;
-    while i < args.len() {
-        let b = args[i];
-        if at_arg_start && !in_str {
-            let n = args[i..]
-                .iter()
-                .take_while(|c| c.is_ascii_alphanumeric() || **c == b'_')
-                .count();
-            if n > 0 && args[i + n..].starts_with(b": ") {
-                i += n + 2;
-                at_arg_start = false;
-                continue;
-            }
-            at_arg_start = false;
-        }
-        if in_str {
-            if b == b'\\' && i + 1 < args.len() {
+    let mut q = Quoted::new(args);
+    while let Some((i, piece)) = q.next() {
+        match piece {
+            Piece::Code(b) => {
+                if at_arg_start {
+                    at_arg_start = false;
+                    let n = args[i..].iter().take_while(|c| is_name_byte(**c)).count();
+                    if n > 0 && args[i + n..].starts_with(b": ") {
+                        q.pos = i + n + 2;
+                        continue;
+                    }
+                }
                 out.push(b);
-                out.push(args[i + 1]);
-                i += 2;
-                continue;
+                if b == b',' {
+                    at_arg_start = true;
+                    let blanks = args[i + 1..].iter().take_while(|c| **c == b' ').count();
+                    out.extend_from_slice(&args[i + 1..i + 1 + blanks]);
+                    q.pos = i + 1 + blanks;
+                }
             }
-            if b == b'"' {
-                in_str = false;
+            Piece::Open | Piece::Close => {
+                at_arg_start = false;
+                out.push(b'"');
             }
-        } else if b == b'"' {
-            in_str = true;
-        } else if b == b',' {
-            at_arg_start = true;
-            out.push(b);
-            i += 1;
-            while i < args.len() && args[i] == b' ' {
-                out.push(b' ');
-                i += 1;
+            Piece::Text(a, e) | Piece::Escape(a, e) => {
+                out.extend_from_slice(&args[a..e.min(args.len())])
             }
-            continue;
         }
-        out.push(b);
-        i += 1;
     }
-    out
 }
 
 impl PerfParser {
-    pub fn feed(&mut self, raw: &[u8], out: &mut Vec<Event>) -> Result<(), SkipReason> {
+    /// Parses one line (without its newline), pushing the events it completes.
+    pub fn feed(&mut self, raw: &[u8], out: &mut Vec<Event>) -> LineOutcome {
+        match self.feed_line(raw, out) {
+            Ok(()) => LineOutcome::Used,
+            Err(r) => LineOutcome::Skipped(r),
+        }
+    }
+
+    fn feed_line(&mut self, raw: &[u8], out: &mut Vec<Event>) -> Result<(), SkipReason> {
         self.line += 1;
         let line_no = self.line;
-        let t = trim_start(raw);
+        let t = skip_ws(raw);
         if t.is_empty() {
             return Err(SkipReason::Empty);
         }
@@ -147,7 +153,6 @@ impl PerfParser {
             Some(t) => {
                 if self.first.is_none() {
                     self.first = Some(t);
-                    self.first_text = Some(format!("{:.3}", t as f64 / 1e6));
                     for mut e in self.untimed.drain(..) {
                         e.ts = t;
                         out.push(e);
@@ -167,7 +172,7 @@ impl PerfParser {
         };
         let n = body
             .iter()
-            .take_while(|b| b.is_ascii_alphanumeric() || **b == b'_' || **b == b':')
+            .take_while(|b| is_name_byte(**b) || **b == b':')
             .count();
         if n == 0 || body.get(n) != Some(&b'(') {
             return Err(SkipReason::NoSyscall);
@@ -177,19 +182,30 @@ impl PerfParser {
             // A tracepoint event (`raw_syscalls:sys_enter(...)`), not a decoded syscall.
             return Ok(());
         }
-        let name = event::intern(name_b);
-        let rest = &body[n + 1..];
-        let trimmed = {
-            let mut e = rest.len();
-            while e > 0 && matches!(rest[e - 1], b' ' | b'\t' | b'\r') {
-                e -= 1;
+        let facts = self.names.get(name_b);
+        let name = facts.name;
+        if !continued || self.pending.get(&tid).is_some_and(|p| p.2.name != name) {
+            // A call printed as `name(args) ...` whose continuation never came: it ended
+            // before this, the thread's next event (an upper bound, not a call in flight).
+            if let Some((t0, l0, mut sc)) = self.pending.remove(&tid) {
+                sc.dur = Some((ts - t0).max(0));
+                sc.dur_src = DurSource::UpperBound;
+                out.push(Event {
+                    tid,
+                    ts: t0,
+                    line: l0,
+                    kind: EventKind::Syscall(sc),
+                });
             }
-            &rest[..e]
-        };
+        }
+        let rest = &body[n + 1..];
+        let trimmed = trim_end(rest);
         if !continued && trimmed.ends_with(b"...") && memmem::rfind(trimmed, b") = ").is_none() {
-            let args = strip_labels(&trimmed[..trimmed.len() - 3]);
-            let mut sc = Syscall::new(name);
-            extract_args(&mut sc, &args);
+            let mut args = std::mem::take(&mut self.unlabeled);
+            strip_labels(&trimmed[..trimmed.len() - 3], &mut args);
+            let mut sc = Syscall::with(name, facts.sys);
+            extract_args_with(&mut sc, facts, &args);
+            self.unlabeled = args;
             sc.start_line = Some(line_no);
             self.pending.insert(tid, (ts, line_no, sc));
             return Ok(());
@@ -199,7 +215,7 @@ impl PerfParser {
             Some(c) => (&rest[..c], &rest[c + 1..]),
             None => return Err(SkipReason::CutOff),
         };
-        let tail_s = trim_start(tail);
+        let tail_s = skip_ws(tail);
         let tail = match tail_s.strip_prefix(b"=") {
             Some(t) => parse_tail(t).ok_or(SkipReason::BadReturn)?,
             None => return Err(SkipReason::BadReturn),
@@ -208,20 +224,22 @@ impl PerfParser {
             match self.pending.remove(&tid) {
                 Some((t0, l0, sc)) if sc.name == name => (sc, t0, Some(l0)),
                 _ => {
-                    let mut sc = Syscall::new(name);
+                    let mut sc = Syscall::with(name, facts.sys);
                     sc.in_flight = Some(InFlight::AtStart);
                     (sc, ts, None)
                 }
             }
         } else {
-            let mut sc = Syscall::new(name);
-            let a = strip_labels(args);
-            extract_args(&mut sc, &a);
+            let mut sc = Syscall::with(name, facts.sys);
+            let mut a = std::mem::take(&mut self.unlabeled);
+            strip_labels(args, &mut a);
+            extract_args_with(&mut sc, facts, &a);
+            self.unlabeled = a;
             (sc, ts, None)
         };
         sc.ret = tail.ret;
         if let Some(p) = tail.ret_path {
-            sc.ret_path = Some(String::from_utf8_lossy(p).into());
+            sc.ret_path = Some(lossy(p));
         }
         match dur {
             Some(d) => {
@@ -278,7 +296,7 @@ pub fn looks_like_perf(line: &[u8]) -> bool {
         Some((_, _, _, body)) => {
             let n = body
                 .iter()
-                .take_while(|b| b.is_ascii_alphanumeric() || **b == b'_' || **b == b':')
+                .take_while(|b| is_name_byte(**b) || **b == b':')
                 .count();
             n > 0 && body.get(n) == Some(&b'(') || memmem::find(body, b"[continued]").is_some()
         }
@@ -294,7 +312,7 @@ mod tests {
     fn one(line: &str) -> Vec<Event> {
         let mut p = PerfParser::default();
         let mut out = vec![];
-        p.feed(line.as_bytes(), &mut out).unwrap();
+        assert_eq!(p.feed(line.as_bytes(), &mut out), LineOutcome::Used);
         p.finish(&mut out);
         out
     }
@@ -339,17 +357,18 @@ mod tests {
     fn call_without_a_time_before_the_first_one_takes_that_time() {
         let mut p = PerfParser::default();
         let mut out = vec![];
-        p.feed(
-            b"         ? (         ): redis-server/28471  ... [continued]: epoll_wait())   = 0",
-            &mut out,
-        )
-        .unwrap();
+        assert_eq!(
+            p.feed(
+                b"         ? (         ): redis-server/28471  ... [continued]: epoll_wait())   = 0",
+                &mut out,
+            ),
+            LineOutcome::Used
+        );
         assert!(out.is_empty());
-        p.feed(
+        assert_eq!(p.feed(
             b"19274896.686 ( 0.027 ms): redis-server/28471 openat(dfd: CWD, filename: 0xd29888c5) = 8",
             &mut out,
-        )
-        .unwrap();
+        ), LineOutcome::Used);
         p.finish(&mut out);
         let names: Vec<(&str, Nanos)> = out
             .iter()
@@ -368,21 +387,27 @@ mod tests {
     fn stitches_interrupted_call_with_its_continuation() {
         let mut p = PerfParser::default();
         let mut out = vec![];
-        p.feed(
-            b"   10.000 (         ): redis-server/7 fdatasync(fd: 7) ...",
-            &mut out,
-        )
-        .unwrap();
-        p.feed(
-            b"   10.100 ( 0.010 ms): redis-server/8 read(fd: 9, buf: 0x1, count: 5) = 5",
-            &mut out,
-        )
-        .unwrap();
-        p.feed(
-            b"   10.000 (50.000 ms): redis-server/7  ... [continued]: fdatasync()) = 0",
-            &mut out,
-        )
-        .unwrap();
+        assert_eq!(
+            p.feed(
+                b"   10.000 (         ): redis-server/7 fdatasync(fd: 7) ...",
+                &mut out,
+            ),
+            LineOutcome::Used
+        );
+        assert_eq!(
+            p.feed(
+                b"   10.100 ( 0.010 ms): redis-server/8 read(fd: 9, buf: 0x1, count: 5) = 5",
+                &mut out,
+            ),
+            LineOutcome::Used
+        );
+        assert_eq!(
+            p.feed(
+                b"   10.000 (50.000 ms): redis-server/7  ... [continued]: fdatasync()) = 0",
+                &mut out,
+            ),
+            LineOutcome::Used
+        );
         let f = out
             .iter()
             .find(|e| e.syscall().unwrap().name == "fdatasync")
@@ -396,18 +421,69 @@ mod tests {
     fn callchain_frames_are_noise_not_errors() {
         let mut p = PerfParser::default();
         let mut out = vec![];
-        assert!(p
-            .feed(
+        assert_eq!(
+            p.feed(
                 b"                                   do_syscall_64 ([kernel.kallsyms])",
                 &mut out
-            )
-            .is_ok());
-        assert!(p
-            .feed(
+            ),
+            LineOutcome::Used
+        );
+        assert_eq!(
+            p.feed(
                 b"     0.011 pipewire/2290 raw_syscalls:sys_enter(id: 16, args: 1)",
                 &mut out
-            )
-            .is_ok());
+            ),
+            LineOutcome::Used
+        );
         assert!(out.is_empty());
+    }
+
+    /// A call printed with an empty duration and `...` that is never continued ended before
+    /// its thread's next event: an upper bound to it, not a call in flight at the end. Only a
+    /// call with nothing after it in its thread is still running when tracing ended.
+    #[test]
+    fn uncontinued_call_is_bounded_by_the_threads_next_event() {
+        let mut p = PerfParser::default();
+        let mut out = vec![];
+        for l in [
+            "   10.000 (         ): redis-server/7 fdatasync(fd: 7) ...",
+            "   10.100 ( 0.010 ms): redis-server/8 read(fd: 9, buf: 0x1, count: 5) = 5",
+            "   12.500 ( 0.002 ms): redis-server/7 getpid() = 7",
+            "   13.000 (         ): redis-server/8 epoll_wait(epfd: 5, events: 0x1, maxevents: 128) ...",
+        ] {
+            assert_eq!(p.feed(l.as_bytes(), &mut out), LineOutcome::Used, "{l}");
+        }
+        p.finish(&mut out);
+        let by_name = |n: &str| out.iter().find(|e| e.syscall().unwrap().name == n).unwrap();
+        let f = by_name("fdatasync");
+        let sc = f.syscall().unwrap();
+        assert_eq!((f.tid, f.ts), (7, 10_000_000));
+        assert_eq!(
+            (sc.dur, sc.dur_src, sc.in_flight),
+            (Some(2_500_000), DurSource::UpperBound, None)
+        );
+        let w = by_name("epoll_wait").syscall().unwrap();
+        assert_eq!(w.in_flight, Some(InFlight::AtEnd));
+    }
+
+    /// `perf trace -p PID` of a single thread prints no `comm/tid` column.
+    #[test]
+    fn lines_without_the_comm_column_are_read() {
+        let ev = one("     0.046 ( 0.014 ms): gettimeofday(tv: 0x707d30      ) = 0");
+        let sc = ev[0].syscall().unwrap();
+        assert_eq!(
+            (ev[0].ts, sc.name, sc.dur),
+            (46_000, "gettimeofday", Some(14_000))
+        );
+        let ev = one("     1.250 ( 0.004 ms): write(fd: 9, buf: 0x7f, count: 12) = 12");
+        assert_eq!(ev[0].syscall().unwrap().fd, Some(9));
+        assert!(looks_like_perf(
+            b"     0.046 ( 0.014 ms): gettimeofday(tv: 0x707d30      ) = 0"
+        ));
+        // strace -ttt and -r lines have no duration column: never taken for perf.
+        assert!(!looks_like_perf(
+            b"1796078610.545264 fdatasync(7) = 0 <0.000311>"
+        ));
+        assert!(!looks_like_perf(b"     0.000123 read(3, \"\", 1) = 0"));
     }
 }

@@ -256,11 +256,7 @@ fn write_inner(job: Job) -> Result<PathBuf, String> {
     if job.lost_events > 0 {
         an.add_lost_events(job.lost_events);
     }
-    let mut syscalls = 0u64;
     for ev in &job.events {
-        if ev.syscall().is_some() {
-            syscalls += 1;
-        }
         an.push(ev);
     }
     let first_ts = job
@@ -285,11 +281,7 @@ fn write_inner(job: Job) -> Result<PathBuf, String> {
         pid: Some(job.pid),
         clock: job.clock.clone(),
     };
-    let counters = Counters {
-        measured: syscalls,
-        ..Default::default()
-    };
-    let mut report = an.finish(info, counters);
+    let mut report = an.finish(info, Counters::default());
     report.source.backend = Some(job.backend.into());
     let span = job.events.last().map_or(0, |e| e.end()) - first_ts;
     report.findings.push(Finding {

@@ -277,14 +277,15 @@ impl Observer {
         let Extra::Data(data) = &sc.extra else {
             return;
         };
-        let reading = matches!(sc.name, "read" | "recvfrom" | "readv" | "recvmsg");
-        if reading {
+        let facts = crate::syscalls::info(sc.name).facts;
+        use crate::syscalls::Facts;
+        if facts.has(Facts::RECV) {
             if sc.ret.val().is_some_and(|n| n > 0) {
                 if let Some(name) = command_name(data.head().bytes()) {
                     self.pending.entry(fd).or_insert((name.into(), ev.ts));
                 }
             }
-        } else if crate::event::is_write_like(sc.name) {
+        } else if facts.has(Facts::SEND) {
             if let Some((name, at)) = self.pending.remove(&fd) {
                 let n = self.by_cmd.len();
                 let h = match self.by_cmd.get(&name) {

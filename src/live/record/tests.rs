@@ -268,13 +268,7 @@ fn a_recording_analyzes_to_the_live_report() {
         pid: Some(100),
         clock,
     };
-    let live = an.finish(
-        info,
-        Counters {
-            measured: 8,
-            ..Default::default()
-        },
-    );
+    let live = an.finish(info, Counters::default());
 
     // Replay, as `stallscope analyze rec.strace` reads it.
     let mut inp = Inputs::open(

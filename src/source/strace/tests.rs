@@ -1,6 +1,7 @@
 //! Table-driven tests of the strace line parser: every line shape of the captures README,
 //! DESIGN.md and issues 2/7, verbatim where a capture has it, each with the exact events.
 
+use super::body::*;
 use super::*;
 use crate::event::{Data, DurSource, Event, EventKind, Extra, InFlight, Ret, Syscall};
 
@@ -585,6 +586,7 @@ fn restart_syscall_is_in_flight_at_start() {
         got,
         vec![
             call(8176, tod(22, 38, 10, 39_239), 2, "restart_syscall")
+                .extra(Extra::Resumes("read"))
                 .ret(Ret::Err("ETIMEDOUT"))
                 .measured(9_492_123 * US)
                 .in_flight(InFlight::AtStart)
@@ -832,9 +834,8 @@ fn describe_state_after_lines() {
     let mut p = StraceParser::default();
     let mut out = vec![];
     p.feed(b"11461 22:41:05.800513 read(8<TCP:[127.0.0.1:6394->127.0.0.1:50418]>, \"\", 1) = 0 <0.000028>", &mut out);
-    assert!(p.seen_pid_column && p.seen_dur && p.seen_annotation && p.seen_yy);
+    assert!(p.shape.pid_column && p.shape.dur && p.shape.annotation && p.shape.yy);
     assert_eq!(p.clock.fmt, TimeFmt::TimeOfDayFrac);
-    assert_eq!(p.clock.first_text.as_deref(), Some("22:41:05.800513"));
 }
 
 /// Every line of every capture and peer trace, plus edge shapes: wherever the fast path
@@ -927,62 +928,6 @@ fn fast_path_agrees_with_the_general_parser() {
     );
 }
 
-/// The word-at-a-time digit reader agrees with plain arithmetic, and refuses non-digits.
-#[test]
-fn eight_digits_reads_words_of_digits() {
-    for v in [
-        0u64, 7, 10, 99, 12_345_678, 99_999_999, 40_000_001, 10_203_040,
-    ] {
-        let text = format!("{v:08}");
-        let w = u64::from_le_bytes(text.as_bytes().try_into().unwrap());
-        assert_eq!(eight_digits(w), Some(v), "{text}");
-        assert_eq!(
-            fixed_digits::<8>(text.as_bytes().try_into().unwrap()),
-            Some(v)
-        );
-    }
-    assert_eq!(fixed_digits::<6>(b"000071"), Some(71));
-    assert_eq!(fixed_digits::<1>(b"9"), Some(9));
-    assert_eq!(fixed_digits::<10>(b"1354669829"), Some(1_354_669_829));
-    for bad in [
-        *b"1234567a",
-        *b"1234 678",
-        *b"/2345678",
-        *b":2345678",
-        *b"\xb012345\x007",
-    ] {
-        assert_eq!(eight_digits(u64::from_le_bytes(bad)), None, "{bad:?}");
-    }
-    assert_eq!(fixed_digits::<6>(b"00.071"), None);
-}
-
-/// The sixteen-bytes-at-a-time quote count agrees with the byte-wise one: quotes at every
-/// position of a block, escaped quotes and backslashes, runs across block ends.
-#[test]
-fn outside_strings_matches_the_exact_count() {
-    let pieces: [&[u8]; 8] = [
-        b"\"", b"\\\"", b"\\\\", b"a", b"\\\\\"", b"xyz, ", b"\"...", b"1",
-    ];
-    let mut seed = 0x2545_f491_4f6c_dd1du64;
-    for _ in 0..20_000 {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        let mut r = seed;
-        let mut s = vec![];
-        for _ in 0..(r % 24) {
-            r = r.rotate_left(5) ^ 0x9e37_79b9;
-            s.extend_from_slice(pieces[(r % 8) as usize]);
-        }
-        assert_eq!(
-            outside_strings(&s),
-            outside_strings_exact(&s),
-            "{}",
-            String::from_utf8_lossy(&s)
-        );
-    }
-}
-
 /// Ten-digit epoch seconds past what ns can hold (found by fuzzing): no overflow, the line
 /// goes to the general path, which refuses the time.
 #[test]
@@ -1063,4 +1008,132 @@ fn count_table_after_the_trace_is_noise() {
         b" 45.52 oops",
     ]);
     assert_eq!(skips.len(), 1);
+}
+
+/// strace 4.x prints its own messages without the `strace: ` prefix; they are the same
+/// attach and detach, not skipped lines. Until a second tracee exists strace leaves the
+/// `[pid N]` column out: those lines are the attached pid's, not a thread 0's.
+#[test]
+fn strace4_messages_and_the_attached_pid() {
+    let (got, skips) = run_lines(&[
+        b"Process 4321 attached - interrupt to quit",
+        b"read(3, \"x\", 1) = 1",
+        b"Process 4321 detached",
+    ]);
+    assert!(skips.is_empty(), "{skips:?}");
+    let kinds: Vec<(Tid, &str)> = got
+        .iter()
+        .map(|e| {
+            let k = match &e.kind {
+                EventKind::Attach { .. } => "attach",
+                EventKind::Detach => "detach",
+                EventKind::Syscall(sc) => sc.name,
+                _ => "other",
+            };
+            (e.tid, k)
+        })
+        .collect();
+    assert_eq!(kinds, [(4321, "attach"), (4321, "read"), (4321, "detach")]);
+    let got = run(&[
+        "strace: Process 4321 attached",
+        "10:00:00.000100 epoll_wait(5, [], 128, 100) = 0",
+        "10:00:00.000200 clone(child_stack=NULL, flags=CLONE_VM|CLONE_THREAD) = 4322",
+        "[pid  4322] 10:00:00.000300 futex(0x1, FUTEX_WAIT, 0, NULL) = 0",
+        "[pid  4321] 10:00:00.000400 getpid() = 4321",
+    ]);
+    let tids: Vec<Tid> = got.iter().map(|e| e.tid).collect();
+    assert_eq!(tids, [4321, 4321, 4321, 4322, 4321]);
+    // An attach message printed into a line is the new child's: it names no default.
+    let got = run(&[
+        "read(3, \"x\", 1) = 1",
+        "clone(child_stack=NULL, flags=SIGCHLDstrace: Process 7049 attached",
+        ", child_tidptr=0x7f60) = 7049",
+    ]);
+    assert_eq!(got[0].tid, 0);
+    assert_eq!(got.last().unwrap().tid, 0);
+}
+
+/// strace 4.x's `Process N attached` (no prefix) spliced into a clone line, the rest of the
+/// call on the next line: stitched back, the child tid from the clone's return.
+#[test]
+fn strace4_attach_message_spliced_into_clone() {
+    let got = run(&[
+        "[pid  7040] 22:30:00.100000 clone(child_stack=NULL, flags=CLONE_CHILD_CLEARTID|CLONE_CHILD_SETTID|SIGCHLDProcess 7049 attached",
+        ", child_tidptr=0x7f604bcf2510) = 7049 <0.006527>",
+    ]);
+    assert_eq!(
+        got,
+        vec![
+            ev(
+                7049,
+                tod(22, 30, 0, 100_000),
+                1,
+                EventKind::Attach { threads: None }
+            ),
+            call(7040, tod(22, 30, 0, 100_000), 2, "clone")
+                .extra(Extra::Clone { thread: false })
+                .val(7049)
+                .measured(6_527 * US)
+                .0,
+        ]
+    );
+}
+
+/// `restart_syscall(<... resuming interrupted nanosleep ...>)` carries the wait it resumes.
+#[test]
+fn restart_syscall_names_the_call_it_resumes() {
+    let got = run(&["restart_syscall(<... resuming interrupted clock_nanosleep ...>) = 0"]);
+    assert_eq!(
+        got[0],
+        call(0, 0, 1, "restart_syscall")
+            .extra(Extra::Resumes("clock_nanosleep"))
+            .val(0)
+            .in_flight(InFlight::AtStart)
+            .0
+    );
+}
+
+/// The traced program's own output printed into its `write(1, ...` line (strace and the
+/// program share a terminal): the `) = N` on the next line closes that write, which is
+/// neither a call in flight nor a skipped line.
+#[test]
+fn program_output_spliced_into_a_write_is_stitched() {
+    let (got, skips) = run_lines(&[
+        b"10:00:00.000100 write(1, \"hello world\\n\", 12hello world",
+        b") = 12 <0.000020>",
+        b"10:00:00.000300 getpid() = 77 <0.000002>",
+    ]);
+    assert!(skips.is_empty(), "{skips:?}");
+    assert_eq!(got.len(), 2);
+    let w = got[0].syscall().unwrap();
+    assert_eq!(
+        (w.name, w.fd, w.ret, w.in_flight),
+        ("write", Some(1), Ret::Val(12), None)
+    );
+    assert_eq!((w.dur, w.dur_src), (Some(20 * US), DurSource::Measured));
+    assert_eq!(w.data().unwrap().head().bytes(), b"hello world\n");
+    // Without its end the line is still a call in flight, and the next line is read.
+    let (got, skips) = run_lines(&[
+        b"10:00:00.000100 write(1, \"hello\\n\", 6hello",
+        b"10:00:00.000300 getpid() = 77 <0.000002>",
+    ]);
+    assert!(skips.is_empty(), "{skips:?}");
+    assert_eq!(got.len(), 2);
+    assert_eq!(got[0].syscall().unwrap().name, "getpid");
+    assert_eq!(got[1].syscall().unwrap().in_flight, Some(InFlight::AtEnd));
+}
+
+/// Hex fds (`accept4(0x6, ...)`, from non-Linux shims) are read as numbers, never as the
+/// `0` of `0x`.
+#[test]
+fn hex_fds_are_numbers() {
+    let got = run(&[
+        "accept4(0x6, NULL, NULL, SOCK_CLOEXEC) = 0x9",
+        "close(0x1f) = 0",
+        "pipe2([0x3, 0x4], O_CLOEXEC) = 0",
+    ]);
+    assert_eq!(got[0].syscall().unwrap().fd, Some(6));
+    assert_eq!(got[0].syscall().unwrap().ret, Ret::Val(9));
+    assert_eq!(got[1].syscall().unwrap().fd, Some(31));
+    assert_eq!(got[2].syscall().unwrap().extra, Extra::FdPair(3, 4));
 }

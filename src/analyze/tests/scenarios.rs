@@ -3,7 +3,8 @@
 #![allow(clippy::too_many_arguments)]
 
 use super::*;
-use crate::event::{Data, Event, EventKind, Extra, Ret, Syscall};
+use crate::event::{Data, DurSource, Event, EventKind, Extra, InFlight, Ret, Syscall};
+use crate::report::{Bound, StallKind};
 use crate::source::{Clock, Counters, SourceInfo, TimeFmt};
 
 const MS: i64 = 1_000_000;
@@ -673,43 +674,6 @@ fn thread_names_decide_roles() {
     let role = |t| r.threads.iter().find(|x| x.tid == t).unwrap().role.clone();
     assert_eq!(role(101), "bio_close_file");
     assert_eq!(role(102), "io_thread");
-}
-
-#[test]
-fn thread_name_file_formats() {
-    let m = parse_thread_names("# header\n7313 redis-server\n7317 bio_close_file\n");
-    assert_eq!(m.get(&7317).map(String::as_str), Some("bio_close_file"));
-    let m = parse_thread_names("  PID   TID COMMAND\n 7313  7318 bio_aof_fsync\n");
-    assert_eq!(m.get(&7318).map(String::as_str), Some("bio_aof_fsync"));
-}
-
-/// The shapes an engineer pastes from a shell: `ps -L`, `ps -T` (time and tty columns
-/// between the tid and the name), `top -H` (preamble, PID is the tid) and the comm files.
-#[test]
-fn thread_names_from_ps_top_and_proc_comm() {
-    let name = |m: &HashMap<Tid, String>, t: Tid| m.get(&t).cloned();
-    let ps_l = "  PID   LWP TTY          TIME CMD\n\
-                 7313  7313 ?        00:00:01 redis-server\n\
-                 7313  7318 ?        00:00:00 bio_aof_fsync\n";
-    let m = parse_thread_names(ps_l);
-    assert_eq!(name(&m, 7318).as_deref(), Some("bio_aof_fsync"));
-    assert_eq!(name(&m, 7313).as_deref(), Some("redis-server"));
-    assert_eq!(m.len(), 2);
-    let ps_t = "  PID  SPID TTY          TIME CMD\n 7313  7317 ?        00:00:00 bio_close_file\n";
-    let m = parse_thread_names(ps_t);
-    assert_eq!(name(&m, 7317).as_deref(), Some("bio_close_file"));
-    let top = "top - 04:10:01 up 1 day,  1 user,  load average: 0.10, 0.20, 0.30\n\
-               Threads:   5 total,   0 running,   5 sleeping\n\
-               \n\
-                   PID USER      PR  NI    VIRT    RES    SHR S  %CPU  %MEM     TIME+ COMMAND\n\
-                  7319 redis     20   0  123456  45678   1234 S   0.0   0.1   0:00.00 bio_lazy_free\n";
-    let m = parse_thread_names(top);
-    assert_eq!(name(&m, 7319).as_deref(), Some("bio_lazy_free"));
-    assert_eq!(m.len(), 1);
-    let comm = "/proc/7313/task/7313/comm:redis-server\n/proc/7313/task/7318/comm:bio_aof_fsync\n";
-    let m = parse_thread_names(comm);
-    assert_eq!(name(&m, 7318).as_deref(), Some("bio_aof_fsync"));
-    assert_eq!(m.len(), 2);
 }
 
 #[test]

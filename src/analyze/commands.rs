@@ -1,0 +1,373 @@
+//! Commands: how long each command waited, before, during and after a save. Requests are
+//! read from client connections (RESP command names, never keys or values), timed from when
+//! they most likely arrived (the arrivals unit) to the reply write that answered them, and
+//! charged the AOF and log-file time their thread spent meanwhile (the file-time unit).
+
+use super::arrivals::Arrivals;
+use super::call::{Facts, ResolvedCall};
+use super::file_time::{FileNs, FileTime};
+use super::holds::DoneCmd;
+use super::resp;
+use super::stats::Agg;
+use crate::event::{Nanos, Ret};
+use crate::fdtable::FileClass;
+use crate::report;
+use rustc_hash::FxHashMap as HashMap;
+use std::collections::{BTreeMap, VecDeque};
+use std::rc::Rc;
+
+/// (process, fd) of a client connection.
+type Conn = (u32, i32);
+
+struct PendingCmd {
+    seq: u64,
+    name: Rc<str>,
+    req: Nanos,
+    at_req: FileNs,
+}
+
+/// The bounds of the command state: requests queued per connection, and connections
+/// accepted but not yet read from.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct CommandCaps {
+    pub(crate) queue: usize,
+    pub(crate) open: usize,
+}
+
+impl Default for CommandCaps {
+    fn default() -> Self {
+        CommandCaps {
+            queue: 1024,
+            open: 100_000,
+        }
+    }
+}
+
+/// Totals of one command over the whole trace.
+#[derive(Default)]
+struct Totals {
+    lat: Agg,
+    aof: i64,
+    log: i64,
+}
+
+/// What the commands unit reads from the others for one call.
+pub(crate) struct CmdInputs<'a> {
+    pub(crate) arrivals: &'a Arrivals,
+    pub(crate) file_time: &'a FileTime,
+    pub(crate) first: Option<Nanos>,
+    pub(crate) segment: usize,
+}
+
+#[derive(Default)]
+pub(crate) struct Commands {
+    caps: CommandCaps,
+    conns: HashMap<Conn, VecDeque<PendingCmd>>,
+    /// Connections accepted but not yet read from: when their connect was noticed.
+    conn_open: HashMap<Conn, Nanos>,
+    last_reply: HashMap<Conn, Nanos>,
+    seq: u64,
+    intern: HashMap<Box<[u8]>, Rc<str>>,
+    by_segment: HashMap<(Rc<str>, usize), Agg>,
+    all: BTreeMap<Rc<str>, Totals>,
+}
+
+impl Commands {
+    pub(crate) fn new(caps: CommandCaps) -> Self {
+        Commands {
+            caps,
+            ..Default::default()
+        }
+    }
+
+    /// Client-socket reads and writes, accepts and closes. Commands answered by this call
+    /// go to `answered`; returns the connection that just became a replication link.
+    #[inline]
+    pub(crate) fn on_call(
+        &mut self,
+        cx: &ResolvedCall<'_>,
+        inp: &CmdInputs<'_>,
+        answered: &mut Vec<DoneCmd>,
+    ) -> Option<Conn> {
+        let (sc, f) = (cx.sc, cx.facts);
+        let mut replica = None;
+        if cx.class == Some(FileClass::Client) && !sc.ret.is_err() {
+            if let Some(fd) = sc.fd {
+                let conn = (cx.proc, fd);
+                if f.has(Facts::RECV) {
+                    self.on_request(cx, conn, inp);
+                } else if f.has(Facts::SEND) {
+                    replica = self.on_reply(cx, conn, inp, answered);
+                }
+            }
+        }
+        if f.has(Facts::CLOSE) {
+            if let Some(fd) = sc.fd {
+                let conn = (cx.proc, fd);
+                self.conns.remove(&conn);
+                self.conn_open.remove(&conn);
+                self.last_reply.remove(&conn);
+            }
+        }
+        if f.has(Facts::ACCEPT) {
+            if let Ret::Val(newfd) = sc.ret {
+                let req = inp.arrivals.request_time(cx.thread, cx.ts(), inp.first);
+                if self.conn_open.len() < self.caps.open {
+                    self.conn_open.insert((cx.proc, newfd as i32), req);
+                }
+            }
+        }
+        replica
+    }
+
+    fn on_request(&mut self, cx: &ResolvedCall<'_>, conn: Conn, inp: &CmdInputs<'_>) {
+        let Some(data) = cx.sc.data().map(|d| d.head()) else {
+            return;
+        };
+        let mut names: [Option<Rc<str>>; 8] = Default::default();
+        let mut n = 0;
+        let intern = &mut self.intern;
+        resp::for_each_command(data.bytes(), data.truncated, |raw| {
+            if n < names.len() {
+                let mut up = [0u8; resp::NAME_MAX];
+                up[..raw.len()].copy_from_slice(raw);
+                up[..raw.len()].make_ascii_uppercase();
+                let key = &up[..raw.len()];
+                let name = match intern.get(key) {
+                    Some(r) => r.clone(),
+                    None => {
+                        let r: Rc<str> = String::from_utf8_lossy(key).into();
+                        intern.insert(key.into(), r.clone());
+                        r
+                    }
+                };
+                names[n] = Some(name);
+                n += 1;
+            }
+        });
+        if n == 0 {
+            return;
+        }
+        let ts = cx.ts();
+        let mut req = inp.arrivals.request_time(cx.thread, ts, inp.first);
+        // A client cannot have sent what it sends after a reply before that reply: for
+        // synchronous clients this bounds the estimate tightly.
+        if let Some(last) = self.last_reply.get(&conn) {
+            req = req.max((*last).min(ts));
+        }
+        let at_req = inp.file_time.so_far(cx.thread);
+        // A new connection's first request, found by a wait that returned at once, may
+        // have been queued since the connect: it waited for the accept too.
+        let queued = inp.arrivals.woke_on_queued(cx.thread);
+        let req = match self.conn_open.remove(&conn) {
+            Some(t) if queued => req.min(t),
+            _ => req,
+        };
+        let q = self.conns.entry(conn).or_default();
+        for name in names.into_iter().flatten() {
+            self.seq += 1;
+            if q.len() < self.caps.queue {
+                q.push_back(PendingCmd {
+                    seq: self.seq,
+                    name,
+                    req,
+                    at_req,
+                });
+            }
+        }
+    }
+
+    fn on_reply(
+        &mut self,
+        cx: &ResolvedCall<'_>,
+        conn: Conn,
+        inp: &CmdInputs<'_>,
+        answered: &mut Vec<DoneCmd>,
+    ) -> Option<Conn> {
+        let q = match self.conns.get_mut(&conn) {
+            Some(q) if !q.is_empty() => q,
+            _ => return None,
+        };
+        let end = cx.end;
+        self.last_reply.insert(conn, end);
+        let now = inp.file_time.so_far(cx.thread);
+        // Once a replica's PSYNC (or SYNC) is answered, the connection carries the
+        // replication stream out and REPLCONF ACKs in, which are not requests and replies.
+        let to_replica = q.iter().any(|p| matches!(&*p.name, "PSYNC" | "SYNC"));
+        // One reply write answers every request read so far on this connection (pipelined
+        // requests are answered together).
+        for p in q.drain(..) {
+            let lat = end - p.req;
+            self.by_segment
+                .entry((p.name.clone(), inp.segment))
+                .or_default()
+                .add(lat);
+            let e = self.all.entry(p.name.clone()).or_default();
+            e.lat.add(lat);
+            e.aof += now.aof - p.at_req.aof;
+            e.log += now.log - p.at_req.log;
+            answered.push(DoneCmd {
+                seq: p.seq,
+                name: p.name,
+                conn,
+                req: p.req,
+                reply: end,
+            });
+        }
+        if to_replica {
+            self.conns.remove(&conn);
+            self.last_reply.remove(&conn);
+            return Some(conn);
+        }
+        None
+    }
+
+    /// Requests still unanswered when the trace ended (`end`), as if answered just after.
+    pub(crate) fn unanswered(&self, end: Nanos) -> Vec<DoneCmd> {
+        self.conns
+            .iter()
+            .flat_map(|(k, q)| {
+                q.iter().map(|p| DoneCmd {
+                    seq: p.seq,
+                    name: p.name.clone(),
+                    conn: *k,
+                    req: p.req,
+                    reply: end + 1,
+                })
+            })
+            .collect()
+    }
+
+    /// Per command: all calls, and before/during/after the longest phase (its index).
+    pub(crate) fn report(&self, longest_phase: Option<usize>) -> Vec<report::CommandStats> {
+        let mut out = vec![];
+        for (n, t) in &self.all {
+            out.push(report::CommandStats {
+                command: n.to_string(),
+                phase: "all".into(),
+                calls: t.lat.count,
+                p50_us: t.lat.pct_us(0.5),
+                p99_us: t.lat.pct_us(0.99),
+                max_us: t.lat.max_us(),
+                aof_us: t.aof / 1000,
+                log_us: t.log / 1000,
+            });
+            if let Some(i) = longest_phase {
+                for (label, s) in [
+                    ("before", 2 * i),
+                    ("during", 2 * i + 1),
+                    ("after", 2 * i + 2),
+                ] {
+                    if let Some(a) = self.by_segment.get(&(n.clone(), s)) {
+                        out.push(report::CommandStats {
+                            command: n.to_string(),
+                            phase: label.into(),
+                            calls: a.count,
+                            p50_us: a.pct_us(0.5),
+                            p99_us: a.pct_us(0.99),
+                            max_us: a.max_us(),
+                            aof_us: 0,
+                            log_us: 0,
+                        });
+                    }
+                }
+            }
+        }
+        out.sort_by(|a, b| b.calls.cmp(&a.calls).then(a.command.cmp(&b.command)));
+        out
+    }
+
+    /// Command names in order, for the per-phase rows.
+    pub(crate) fn names(&self) -> impl Iterator<Item = &Rc<str>> {
+        self.all.keys()
+    }
+
+    /// Latency distribution of one command in one segment.
+    pub(crate) fn segment(&self, name: &Rc<str>, s: usize) -> report::Dist {
+        self.by_segment
+            .get(&(name.clone(), s))
+            .map(|a| a.dist())
+            .unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analyze::call::testing::{call, event};
+    use crate::analyze::roles::Role;
+    use crate::event::{Data, Event, EventKind, Extra};
+
+    fn io(ts: Nanos, name: &'static str, fd: i32, data: &[u8], ret: i64) -> Event {
+        let mut e = event(1, ts, 1_000, name);
+        if let EventKind::Syscall(sc) = &mut e.kind {
+            sc.fd = Some(fd);
+            sc.ret = Ret::Val(ret);
+            sc.extra = Extra::Data(Data::new(data, false));
+        }
+        e
+    }
+
+    fn run(c: &mut Commands, evs: &[Event]) -> (Vec<DoneCmd>, Option<Conn>) {
+        let (arrivals, file_time) = (Arrivals::default(), FileTime::default());
+        let inp = CmdInputs {
+            arrivals: &arrivals,
+            file_time: &file_time,
+            first: Some(0),
+            segment: 0,
+        };
+        let mut out = vec![];
+        let mut replica = None;
+        for e in evs {
+            let class = (e.syscall().unwrap().name != "accept").then_some(FileClass::Client);
+            replica = replica.or(c.on_call(&call(e, Role::Main, class), &inp, &mut out));
+        }
+        (out, replica)
+    }
+
+    #[test]
+    fn pipelined_requests_are_answered_by_one_write() {
+        let mut c = Commands::default();
+        let req = b"*1\r\n$4\r\nPING\r\n*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n";
+        let (done, _) = run(
+            &mut c,
+            &[
+                io(0, "read", 7, req, req.len() as i64),
+                io(5_000, "write", 7, b"+PONG\r\n+OK\r\n", 12),
+            ],
+        );
+        let names: Vec<&str> = done.iter().map(|d| &*d.name).collect();
+        assert_eq!(names, vec!["PING", "SET"]);
+        assert_eq!(done[0].reply, 6_000);
+        assert_eq!(c.report(None).len(), 2);
+        assert!(c.unanswered(10).is_empty());
+    }
+
+    #[test]
+    fn an_answered_psync_makes_a_replica() {
+        let mut c = Commands::default();
+        let req = b"*3\r\n$5\r\nPSYNC\r\n$1\r\n?\r\n$2\r\n-1\r\n";
+        let (_, replica) = run(
+            &mut c,
+            &[
+                io(0, "read", 9, req, req.len() as i64),
+                io(5_000, "write", 9, b"+FULLRESYNC\r\n", 13),
+            ],
+        );
+        assert_eq!(replica, Some((100, 9)));
+    }
+
+    #[test]
+    fn the_queue_cap_bounds_what_one_connection_keeps() {
+        let mut c = Commands::new(CommandCaps { queue: 2, open: 1 });
+        let req = b"*1\r\n$4\r\nPING\r\n*1\r\n$4\r\nPING\r\n*1\r\n$4\r\nPING\r\n";
+        run(&mut c, &[io(0, "read", 7, req, req.len() as i64)]);
+        assert_eq!(c.unanswered(10).len(), 2);
+        // Only one accepted connection is remembered before its first read.
+        run(
+            &mut c,
+            &[io(0, "accept", 3, b"", 11), io(0, "accept", 3, b"", 12)],
+        );
+        assert_eq!(c.conn_open.len(), 1);
+    }
+}

@@ -1,0 +1,271 @@
+//! Coverage: how much of this trace can be measured. It counts events and calls, how their
+//! durations were known (measured by the tracer or reconstructed), the calls cut by the
+//! trace's edges and the events a live backend lost, and decides once, at the end, whether
+//! gaps between calls can be trusted at all (`GapVerdict`).
+
+use super::call::{Facts, ResolvedCall};
+use crate::event::{DurSource, Event, InFlight, Nanos, Ret};
+use crate::report;
+use crate::source::{Clock, Counters, SourceInfo, TimeFmt};
+use crate::units::human;
+
+#[derive(Default)]
+pub(crate) struct Coverage {
+    events: u64,
+    syscalls: u64,
+    first_ts: Option<Nanos>,
+    last_ts: Nanos,
+    measured: u64,
+    /// The shortest measured call (a trace filtered by duration has no short one).
+    min_measured: Nanos,
+    reconstructed: u64,
+    in_flight_start: u64,
+    in_flight_end: u64,
+    lost_events: u64,
+}
+
+/// Why the gaps between a thread's calls cannot be trusted in a trace.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum GapVerdict {
+    /// Not one event-loop wait in a long trace: `strace -e trace=...`.
+    Filtered { syscalls: u64 },
+    /// No call shorter than this: `perf trace --duration`.
+    DurationFiltered { min: Nanos },
+    /// Timestamps coarser than the threshold (`-t`).
+    CoarseClock { resolution: Nanos },
+    /// `-r` times are per printed line, not per thread.
+    RelativeAcrossThreads,
+}
+
+impl GapVerdict {
+    /// The sentence the findings show.
+    pub(crate) fn why(&self) -> String {
+        match self {
+            GapVerdict::Filtered { .. } => "the trace looks filtered (-e trace=...)".into(),
+            GapVerdict::DurationFiltered { min } => format!(
+                "no call in the trace is shorter than {}: it was filtered by duration \
+                 (perf trace --duration), so calls are missing between the ones shown",
+                human(min / 1000)
+            ),
+            GapVerdict::CoarseClock { resolution } => format!(
+                "timestamps have a resolution of {} (strace -t): use -tt or -ttt",
+                human(resolution / 1000)
+            ),
+            GapVerdict::RelativeAcrossThreads => {
+                "-r times are relative to the previous line, not to the thread's previous call"
+                    .into()
+            }
+        }
+    }
+    /// Calls are missing from the trace (rather than times being imprecise).
+    pub(crate) fn is_filtered(&self) -> bool {
+        matches!(
+            self,
+            GapVerdict::Filtered { .. } | GapVerdict::DurationFiltered { .. }
+        )
+    }
+}
+
+impl Coverage {
+    pub(crate) fn new() -> Self {
+        Coverage {
+            min_measured: Nanos::MAX,
+            ..Default::default()
+        }
+    }
+
+    #[inline]
+    pub(crate) fn on_event(&mut self, ev: &Event) {
+        self.events += 1;
+        // Only calls carry trustworthy times: strace's own messages may have none.
+        if ev.syscall().is_some() {
+            self.first_ts = Some(self.first_ts.map_or(ev.ts, |f| f.min(ev.ts)));
+            self.last_ts = self.last_ts.max(ev.end());
+        }
+    }
+
+    #[inline]
+    pub(crate) fn on_call(&mut self, cx: &ResolvedCall<'_>) {
+        let sc = cx.sc;
+        self.syscalls += 1;
+        match sc.dur_src {
+            // The edges of a trace, exits, and the calls an exit cut short (`= ?`) are timed
+            // by pairing even under -T.
+            _ if sc.in_flight.is_some()
+                || cx.facts.has(Facts::EXIT)
+                || (sc.dur_src == DurSource::Paired && sc.ret == Ret::Unknown) => {}
+            DurSource::Measured => {
+                self.measured += 1;
+                self.min_measured = self.min_measured.min(sc.dur.unwrap_or(0));
+            }
+            DurSource::UpperBound | DurSource::Paired => self.reconstructed += 1,
+            DurSource::Unknown => {}
+        }
+        match sc.in_flight {
+            Some(InFlight::AtStart) => self.in_flight_start += 1,
+            Some(InFlight::AtEnd) => self.in_flight_end += 1,
+            None => {}
+        }
+    }
+
+    /// Live perf backend: events lost to ring-buffer overflow.
+    pub(crate) fn add_lost(&mut self, n: u64) {
+        self.lost_events += n;
+    }
+    pub(crate) fn lost(&self) -> u64 {
+        self.lost_events
+    }
+    pub(crate) fn first(&self) -> Option<Nanos> {
+        self.first_ts
+    }
+    pub(crate) fn last(&self) -> Nanos {
+        self.last_ts
+    }
+
+    /// A trace with no short call at all was filtered by duration (`perf trace --duration`):
+    /// redis makes calls of a few microseconds every 100 ms even when idle (serverCron reads
+    /// /proc), so between two printed calls there were unprinted ones.
+    fn duration_filter(&self) -> Option<Nanos> {
+        (self.measured >= 20 && self.min_measured >= 100_000).then_some(self.min_measured)
+    }
+
+    /// Why gaps between syscalls cannot be trusted in this trace, if they cannot: a filtered
+    /// trace (`no_event_loop`: not one epoll_wait), a clock coarser than the threshold, or
+    /// `-r` times across threads. Without a clock (live, while tracing) only the first two.
+    pub(crate) fn gap_verdict(
+        &self,
+        clock: Option<&Clock>,
+        threshold_ns: Nanos,
+        no_event_loop: bool,
+        threads: usize,
+    ) -> Option<GapVerdict> {
+        if self.syscalls >= 1000 && no_event_loop {
+            return Some(GapVerdict::Filtered {
+                syscalls: self.syscalls,
+            });
+        }
+        if let Some(min) = self.duration_filter() {
+            return Some(GapVerdict::DurationFiltered { min });
+        }
+        let clock = clock?;
+        let resolution = 10i64.pow(9u32.saturating_sub(clock.frac_digits as u32).min(9));
+        let precise = clock.frac_digits > 0 || clock.wall_at_first.is_some();
+        if !precise || resolution * 2 > threshold_ns {
+            return Some(GapVerdict::CoarseClock { resolution });
+        }
+        if clock.fmt == TimeFmt::Relative && !clock.perf && threads > 1 {
+            return Some(GapVerdict::RelativeAcrossThreads);
+        }
+        None
+    }
+
+    fn durations(&self) -> &'static str {
+        match (self.measured, self.reconstructed) {
+            (_, 0) => "measured",
+            (0, _) => "reconstructed",
+            _ => "mixed",
+        }
+    }
+
+    /// The summary block, but for the stall counts (known once stalls are kept) and the
+    /// thread counts (the world's).
+    pub(crate) fn summary(&self, counters: &Counters, clock: &Clock) -> report::Summary {
+        let first = self.first_ts.unwrap_or(0);
+        report::Summary {
+            lines: counters.lines,
+            events: self.events,
+            syscalls: self.syscalls,
+            start: self.first_ts.map(|_| clock.format(first)),
+            start_iso: clock.iso(first),
+            span_us: (self.last_ts - first).max(0) / 1000,
+            skipped_lines: counters.skips.total,
+            durations: self.durations().to_string(),
+            lost_events: self.lost_events,
+            in_flight_at_end: self.in_flight_end,
+            in_flight_at_start: self.in_flight_start,
+            ..Default::default()
+        }
+    }
+}
+
+/// The first skipped lines, each named by its file when there are several.
+pub(crate) fn skipped(counters: &Counters, info: &SourceInfo) -> Vec<report::Skipped> {
+    counters
+        .skips
+        .first
+        .iter()
+        .map(|(file, line, reason, text)| report::Skipped {
+            line: *line,
+            reason: if info.files.len() > 1 {
+                format!("{file}: {reason}")
+            } else {
+                reason.to_string()
+            },
+            text: text.clone(),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analyze::call::testing::{call, event};
+    use crate::analyze::roles::Role;
+
+    fn clock(fmt: TimeFmt, frac_digits: u8) -> Clock {
+        Clock {
+            fmt,
+            frac_digits,
+            ..Clock::none()
+        }
+    }
+
+    #[test]
+    fn verdicts() {
+        let mut c = Coverage::new();
+        let e = event(1, 0, 5_000, "read");
+        for _ in 0..1000 {
+            c.on_call(&call(&e, Role::Main, None));
+        }
+        let epoch = clock(TimeFmt::Epoch, 6);
+        assert_eq!(
+            c.gap_verdict(Some(&epoch), 10_000_000, true, 1),
+            Some(GapVerdict::Filtered { syscalls: 1000 })
+        );
+        assert_eq!(c.gap_verdict(Some(&epoch), 10_000_000, false, 1), None);
+        let secs = clock(TimeFmt::Epoch, 0);
+        assert_eq!(
+            c.gap_verdict(Some(&secs), 10_000_000, false, 1),
+            Some(GapVerdict::CoarseClock {
+                resolution: 1_000_000_000
+            })
+        );
+        assert_eq!(
+            c.gap_verdict(None, 10_000_000, false, 1),
+            None,
+            "no clock yet"
+        );
+        let rel = clock(TimeFmt::Relative, 6);
+        assert_eq!(
+            c.gap_verdict(Some(&rel), 10_000_000, false, 2),
+            Some(GapVerdict::RelativeAcrossThreads)
+        );
+        assert_eq!(c.gap_verdict(Some(&rel), 10_000_000, false, 1), None);
+    }
+
+    #[test]
+    fn only_long_calls_mean_a_duration_filter() {
+        let mut c = Coverage::new();
+        let e = event(1, 0, 150_000, "read");
+        for _ in 0..20 {
+            c.on_call(&call(&e, Role::Main, None));
+        }
+        let v = c.gap_verdict(None, 10_000_000, false, 1);
+        assert_eq!(v, Some(GapVerdict::DurationFiltered { min: 150_000 }));
+        assert!(v.unwrap().is_filtered());
+        let short = event(1, 0, 3_000, "read");
+        c.on_call(&call(&short, Role::Main, None));
+        assert_eq!(c.gap_verdict(None, 10_000_000, false, 1), None);
+        assert_eq!(c.durations(), "measured");
+    }
+}

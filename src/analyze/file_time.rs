@@ -1,0 +1,139 @@
+//! File time: how much of the serving threads' time went to disk files, by phase segment
+//! (before, during and after each background child) and per thread as running totals that
+//! commands read at request and reply; plus the main thread's fsyncs per file and when the
+//! background fsyncs of the AOF ran (for aof-fsync-always and aof-write-pending-fsync).
+
+use super::call::{Facts, PerThread, ResolvedCall, ThreadIdx};
+use super::roles::Role;
+use super::stats::Agg;
+use super::world::World;
+use crate::event::Nanos;
+use crate::fdtable::{FileClass, FileId};
+use crate::report::Dist;
+use rustc_hash::FxHashMap as HashMap;
+use std::collections::BTreeMap;
+
+/// A serving thread's running totals in AOF and log-file syscalls.
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub(crate) struct FileNs {
+    pub(crate) aof: i64,
+    pub(crate) log: i64,
+}
+
+/// Most background fsyncs remembered.
+const BIO_FSYNCS_MAX: usize = 1 << 20;
+
+#[derive(Default)]
+pub(crate) struct FileTime {
+    /// Serving threads' disk-file syscalls by phase segment.
+    seg: BTreeMap<usize, Agg>,
+    per: PerThread<FileNs>,
+    main_fsync_by_file: HashMap<FileId, Agg>,
+    /// (start, end) of background fsyncs of the AOF of at least 1 ms, in trace order.
+    bio_fsyncs: Vec<(Nanos, Nanos)>,
+}
+
+impl FileTime {
+    #[inline]
+    pub(crate) fn on_call(&mut self, cx: &ResolvedCall<'_>, segment: usize) {
+        let role = cx.role;
+        let Some(c) = cx.class else {
+            return;
+        };
+        if (role == Role::Main || role == Role::IoThread) && c.is_disk_file() && cx.timed {
+            self.seg.entry(segment).or_default().add(cx.dur);
+            let t = self.per.at(cx.thread);
+            if c.is_aof() {
+                t.aof += cx.dur;
+            } else if c == FileClass::Log {
+                t.log += cx.dur;
+            }
+        }
+        let fsync = cx.facts.has(Facts::FSYNC);
+        if role == Role::Main && fsync && cx.timed {
+            if let Some(f) = cx.file {
+                self.main_fsync_by_file.entry(f).or_default().add(cx.dur);
+            }
+        }
+        if fsync
+            && c.is_aof()
+            && role != Role::Main
+            && cx.dur >= 1_000_000
+            && self.bio_fsyncs.len() < BIO_FSYNCS_MAX
+        {
+            self.bio_fsyncs.push((cx.ts(), cx.end));
+        }
+    }
+
+    /// The thread's totals so far.
+    pub(crate) fn so_far(&self, t: ThreadIdx) -> FileNs {
+        self.per.get(t).copied().unwrap_or_default()
+    }
+
+    /// Distribution of the serving threads' disk-file syscalls in one segment.
+    pub(crate) fn segment(&self, s: usize) -> Dist {
+        self.seg.get(&s).map(|a| a.dist()).unwrap_or_default()
+    }
+
+    /// (count, p50 µs, p99 µs, max µs) of fdatasync/fsync on the AOF by main-thread calls.
+    pub(crate) fn main_aof_fsync(&self, world: &World) -> (u64, i64, i64, i64) {
+        let mut agg = Agg::default();
+        for (f, s) in &self.main_fsync_by_file {
+            if world.file(*f).class.is_aof() {
+                agg.merge(s);
+            }
+        }
+        (agg.count, agg.pct_us(0.5), agg.pct_us(0.99), agg.max_us())
+    }
+
+    /// A background fsync of the AOF ran at some time in [start, end).
+    pub(crate) fn overlaps_bio_fsync(&self, start: Nanos, end: Nanos) -> bool {
+        self.bio_fsyncs
+            .iter()
+            .any(|(fs, fe)| *fs < end && *fe > start)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analyze::call::testing::{call, event};
+
+    const MS: Nanos = 1_000_000;
+
+    #[test]
+    fn serving_threads_file_time_by_segment_and_thread() {
+        let mut f = FileTime::default();
+        let w = event(1, 0, 2 * MS, "write");
+        f.on_call(&call(&w, Role::Main, Some(FileClass::Aof)), 1);
+        f.on_call(&call(&w, Role::Main, Some(FileClass::Log)), 1);
+        f.on_call(&call(&w, Role::Main, Some(FileClass::Client)), 1);
+        // A child's disk time is its own.
+        f.on_call(&call(&w, Role::Child, Some(FileClass::Aof)), 1);
+        let cx = call(&w, Role::Main, None);
+        assert_eq!(
+            f.so_far(cx.thread),
+            FileNs {
+                aof: 2 * MS,
+                log: 2 * MS
+            }
+        );
+        assert_eq!(f.segment(1).count, 2);
+        assert_eq!(f.segment(0).count, 0);
+    }
+
+    #[test]
+    fn background_fsyncs_are_remembered_for_overlaps() {
+        let mut f = FileTime::default();
+        let s = event(2, 10 * MS, 5 * MS, "fdatasync");
+        f.on_call(&call(&s, Role::BioAof, Some(FileClass::Aof)), 0);
+        let short = event(2, 30 * MS, MS / 2, "fdatasync");
+        f.on_call(&call(&short, Role::BioAof, Some(FileClass::Aof)), 0);
+        assert!(f.overlaps_bio_fsync(12 * MS, 20 * MS));
+        assert!(!f.overlaps_bio_fsync(15 * MS, 20 * MS));
+        assert!(
+            !f.overlaps_bio_fsync(30 * MS, 31 * MS),
+            "under 1 ms: not kept"
+        );
+    }
+}

@@ -1,0 +1,232 @@
+//! Holds: which commands each stall held up, the one join between stalls and commands. A
+//! command counts as held by a stall if its request was in (read or queued) before the stall
+//! ended and its reply went out after the stall began. Stalls and commands complete in
+//! either order, so both sides are remembered for a while: the answered commands in a ring,
+//! the recent stalls in a window.
+
+use super::stalls::Added;
+use crate::event::Nanos;
+use std::collections::VecDeque;
+use std::rc::Rc;
+
+/// A command answered (or, at the end, never answered: `reply` after the trace's end).
+#[derive(Clone, Debug)]
+pub(crate) struct DoneCmd {
+    pub(crate) seq: u64,
+    pub(crate) name: Rc<str>,
+    /// (process, fd) of the connection.
+    pub(crate) conn: (u32, i32),
+    pub(crate) req: Nanos,
+    pub(crate) reply: Nanos,
+}
+
+/// What one stall held up.
+#[derive(Clone, Default, Debug)]
+pub(crate) struct Held {
+    /// The candidate this belongs to (a full stall store reuses indices).
+    id: u64,
+    start: Nanos,
+    end: Nanos,
+    pub(crate) waiting: u64,
+    /// Distinct connections it held (few per stall in practice; capped).
+    pub(crate) clients: Vec<(u32, i32)>,
+    pub(crate) worst_wait: Option<i64>,
+    /// Commands (by sequence number) it held up, for merging into incidents.
+    pub(crate) seqs: Vec<u64>,
+    pub(crate) by_cmd: Vec<(Rc<str>, u64)>,
+}
+
+/// Most clients and command numbers remembered per stall.
+const HELD_MAX: usize = 4096;
+
+impl Held {
+    /// Counts the command if the stall held it.
+    fn count_if_held(&mut self, d: &DoneCmd) {
+        if d.req < self.end && d.reply > self.start {
+            self.waiting += 1;
+            if self.clients.len() < HELD_MAX && !self.clients.contains(&d.conn) {
+                self.clients.push(d.conn);
+            }
+            let w = d.reply - d.req;
+            self.worst_wait = Some(self.worst_wait.map_or(w, |x| x.max(w)));
+            if self.seqs.len() < HELD_MAX {
+                self.seqs.push(d.seq);
+            }
+            match self.by_cmd.iter_mut().find(|(n, _)| *n == d.name) {
+                Some(e) => e.1 += 1,
+                None => self.by_cmd.push((d.name.clone(), 1)),
+            }
+        }
+    }
+
+    /// Only the threads that serve clients hold them up: a child or bio thread's stall that
+    /// overlaps a command did not delay it (had it, the main thread would have stalled too).
+    pub(crate) fn client_facing_only(&mut self) {
+        self.waiting = 0;
+        self.clients.clear();
+        self.worst_wait = None;
+        self.seqs.clear();
+        self.by_cmd.clear();
+    }
+}
+
+pub(crate) struct Holds {
+    /// Answered commands, newest last, at most `done_keep`.
+    done: VecDeque<DoneCmd>,
+    done_keep: usize,
+    /// The most recent stalls (index, id, latest end of it and of every stall before it),
+    /// for matching commands as they complete. The running maximum lets a command that
+    /// arrived after all of them stop at the newest entry instead of testing every one.
+    recent: VecDeque<(usize, u64, Nanos)>,
+    recent_keep: usize,
+    /// By stall index.
+    held: Vec<Held>,
+}
+
+impl Holds {
+    pub(crate) fn new(done_keep: usize, recent_keep: usize) -> Self {
+        Holds {
+            done: VecDeque::new(),
+            done_keep,
+            recent: VecDeque::new(),
+            recent_keep,
+            held: vec![],
+        }
+    }
+
+    /// A stall was stored: the commands already answered that waited through it.
+    pub(crate) fn on_stall(&mut self, a: Added) {
+        let mut h = Held {
+            id: a.id,
+            start: a.start,
+            end: a.end,
+            ..Default::default()
+        };
+        for d in self.done.iter().rev() {
+            if d.reply < a.start {
+                break;
+            }
+            h.count_if_held(d);
+        }
+        if a.idx >= self.held.len() {
+            self.held.resize_with(a.idx + 1, Held::default);
+        }
+        self.held[a.idx] = h;
+        if self.recent.len() == self.recent_keep {
+            self.recent.pop_front();
+        }
+        let max_end = self.recent.back().map_or(a.end, |r| r.2.max(a.end));
+        self.recent.push_back((a.idx, a.id, max_end));
+    }
+
+    /// A command was answered: the stalls already found that it waited through.
+    pub(crate) fn on_answered(&mut self, d: DoneCmd) {
+        for (idx, id, max_end) in self.recent.iter().rev() {
+            if *max_end <= d.req {
+                break;
+            }
+            if let Some(h) = self.held.get_mut(*idx) {
+                if h.id == *id {
+                    h.count_if_held(&d);
+                }
+            }
+        }
+        if self.done.len() == self.done_keep {
+            self.done.pop_front();
+        }
+        self.done.push_back(d);
+    }
+
+    /// Requests never answered before the trace ended waited through every stall after them.
+    pub(crate) fn unanswered(&mut self, cmds: &[DoneCmd]) {
+        for d in cmds {
+            for h in self.held.iter_mut() {
+                h.count_if_held(d);
+            }
+        }
+    }
+
+    /// What the stall at this index held.
+    pub(crate) fn held(&self, idx: usize) -> Held {
+        self.held.get(idx).cloned().unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn done(seq: u64, conn: i32, req: Nanos, reply: Nanos) -> DoneCmd {
+        DoneCmd {
+            seq,
+            name: "SET".into(),
+            conn: (1, conn),
+            req,
+            reply,
+        }
+    }
+    fn added(idx: usize, id: u64, start: Nanos, end: Nanos) -> Added {
+        Added {
+            idx,
+            id,
+            start,
+            end,
+        }
+    }
+
+    #[test]
+    fn held_through_truth_table() {
+        // Stall [100, 200).
+        for (req, reply, held) in [
+            (50, 150, true),   // in before, out during
+            (150, 250, true),  // in during, out after
+            (50, 250, true),   // spans it
+            (50, 100, false),  // answered as it began
+            (200, 300, false), // read as it ended
+            (10, 20, false),
+        ] {
+            let mut h = Held {
+                start: 100,
+                end: 200,
+                ..Default::default()
+            };
+            h.count_if_held(&done(1, 5, req, reply));
+            assert_eq!(h.waiting == 1, held, "req {req} reply {reply}");
+        }
+    }
+
+    #[test]
+    fn either_order_counts_once() {
+        let mut h = Holds::new(16, 4);
+        // Answered before the stall is found.
+        h.on_answered(done(1, 5, 50, 150));
+        h.on_stall(added(0, 1, 100, 200));
+        // Answered after.
+        h.on_answered(done(2, 6, 120, 400));
+        h.on_answered(done(3, 6, 300, 400));
+        let x = h.held(0);
+        assert_eq!((x.waiting, x.clients.len()), (2, 2));
+        assert_eq!(x.worst_wait, Some(280));
+        assert_eq!(x.by_cmd, vec![("SET".into(), 2)]);
+    }
+
+    #[test]
+    fn a_reused_index_starts_afresh_and_the_windows_are_bounded() {
+        let mut h = Holds::new(2, 1);
+        h.on_stall(added(0, 1, 100, 200));
+        h.on_answered(done(1, 5, 150, 250));
+        // The store evicted stall 1; index 0 is now stall 2, which held nothing yet.
+        h.on_stall(added(0, 2, 1000, 1100));
+        assert_eq!(h.held(0).waiting, 0);
+        // Only the newest answered commands are remembered.
+        h.on_answered(done(2, 5, 10, 20));
+        h.on_answered(done(3, 5, 10, 20));
+        h.on_answered(done(4, 5, 1050, 1200));
+        assert_eq!(h.done.len(), 2);
+        h.on_stall(added(1, 3, 1000, 1100));
+        assert_eq!(h.held(1).seqs, vec![4]);
+        assert_eq!(h.recent.len(), 1);
+        h.unanswered(&[done(5, 7, 1090, 5000)]);
+        assert_eq!(h.held(1).waiting, 2);
+    }
+}

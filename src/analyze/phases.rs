@@ -1,0 +1,331 @@
+//! Phases: which background children ran, when, doing what. A fork by the traced process
+//! starts a phase (BGSAVE, AOF rewrite); SIGCHLD, wait4 or the child's exit ends it. What
+//! the child writes and renames, or the incremental AOF redis opens just before forking,
+//! tells the kind. Phases cut the trace into segments (before, during, after each) that
+//! the file-time and commands units count by.
+
+use super::call::{Facts, ResolvedCall};
+use super::commands::Commands;
+use super::file_time::FileTime;
+use crate::event::{Extra, Nanos, Ret};
+use crate::fdtable::{classify_path, FileClass};
+use crate::redis_conf::RedisConf;
+use crate::report;
+use crate::source::Clock;
+use rustc_hash::FxHashMap as HashMap;
+
+pub(crate) struct PhaseState {
+    pub(crate) child: u32,
+    pub(crate) start: Nanos,
+    pub(crate) fork_ns: Option<Nanos>,
+    pub(crate) end: Option<Nanos>,
+    ended_by: Option<&'static str>,
+    wrote: Vec<FileClass>,
+    kind_hint: Option<&'static str>,
+}
+
+#[derive(Default)]
+pub(crate) struct Phases {
+    list: Vec<PhaseState>,
+    /// Segment of the trace now: 2i+1 while phase i runs, 2i+2 after it ended (0 before any).
+    segment: usize,
+    /// The phase each forked child process runs.
+    child_phase: HashMap<u32, usize>,
+    /// When the root process last opened a new incremental AOF (redis 7 multi-part AOF).
+    last_incr_open: Option<Nanos>,
+    fork_durs: Vec<Nanos>,
+}
+
+impl Phases {
+    pub(crate) fn end(&mut self, child: u32, at: Nanos, by: &'static str) {
+        if let Some(i) = self
+            .list
+            .iter()
+            .rposition(|p| p.child == child && p.end.is_none())
+        {
+            self.list[i].end = Some(at);
+            self.list[i].ended_by = Some(by);
+            self.segment = 2 * i + 2;
+        }
+    }
+
+    /// The phase running at `at`.
+    pub(crate) fn active_at(&self, at: Nanos) -> Option<usize> {
+        self.list
+            .iter()
+            .rposition(|p| p.start <= at && p.end.is_none_or(|e| at < e))
+    }
+
+    #[inline]
+    pub(crate) fn segment(&self) -> usize {
+        self.segment
+    }
+
+    pub(crate) fn get(&self, i: usize) -> Option<&PhaseState> {
+        self.list.get(i)
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.list.is_empty()
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.list.len()
+    }
+
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &PhaseState> {
+        self.list.iter()
+    }
+
+    pub(crate) fn fork_durs(&self) -> &[Nanos] {
+        &self.fork_durs
+    }
+
+    /// `is_root`: the call is the traced process's.
+    #[inline]
+    pub(crate) fn on_call(
+        &mut self,
+        cx: &ResolvedCall<'_>,
+        is_root: bool,
+        conf: Option<&RedisConf>,
+    ) {
+        let (sc, f) = (cx.sc, cx.facts);
+        if is_root && f.has(Facts::OPEN) && sc.ret.val().is_some() {
+            let p = sc.ret_path.as_deref().or(sc.path());
+            if p.is_some_and(|p| p.contains(".incr.aof")) {
+                self.last_incr_open = Some(cx.ts());
+            }
+        }
+        if let (Extra::Clone { thread: false }, Ret::Val(child)) = (&sc.extra, sc.ret) {
+            if child > 0 {
+                self.on_fork(cx, child as u32, is_root);
+            }
+        }
+        if f.has(Facts::WAIT_CHILD) {
+            if let Ret::Val(child) = sc.ret {
+                if child > 0 {
+                    self.end(child as u32, cx.end, "wait4");
+                }
+            }
+        }
+        // What the child writes tells what kind of save it is.
+        if let (Some(c), true) = (cx.class, f.has(Facts::WRITES)) {
+            if let Some(&i) = self.child_phase.get(&cx.proc) {
+                if !self.list[i].wrote.contains(&c) {
+                    self.list[i].wrote.push(c);
+                }
+            }
+        }
+        if let Extra::Rename(old, _) = &sc.extra {
+            self.on_rename(cx.proc, classify_path(old, conf));
+        }
+    }
+
+    fn on_fork(&mut self, cx: &ResolvedCall<'_>, child: u32, is_root: bool) {
+        // A child of a child runs no phase of its own (and a reused pid forgets its old one).
+        self.child_phase.remove(&child);
+        if !is_root {
+            return;
+        }
+        let at = cx.ts();
+        let idx = self.list.len();
+        self.list.push(PhaseState {
+            child,
+            start: at,
+            fork_ns: cx.sc.dur,
+            end: None,
+            ended_by: None,
+            wrote: vec![],
+            kind_hint: self.kind_hint_before_fork(at),
+        });
+        self.child_phase.insert(child, idx);
+        self.segment = 2 * idx + 1;
+        if let Some(d) = cx.sc.dur {
+            self.fork_durs.push(d);
+        }
+    }
+
+    fn on_rename(&mut self, proc: u32, c: FileClass) {
+        let phase = self
+            .child_phase
+            .get(&proc)
+            .copied()
+            .or_else(|| self.list.len().checked_sub(1));
+        if let Some(i) = phase {
+            let hint = match c {
+                FileClass::AofRewriteTemp => Some("aof_rewrite"),
+                FileClass::RdbTemp => Some("bgsave"),
+                _ => None,
+            };
+            if hint.is_some() && self.list[i].kind_hint.is_none() {
+                self.list[i].kind_hint = hint;
+            }
+        }
+    }
+
+    /// Redis 7 opens the next `NAME.N.incr.aof` just before it forks the AOF-rewrite child:
+    /// that names the phase even when the child itself was not traced.
+    fn kind_hint_before_fork(&self, at: Nanos) -> Option<&'static str> {
+        match self.last_incr_open {
+            Some(t) if at - t <= 200_000_000 && t <= at => Some("aof_rewrite"),
+            _ => None,
+        }
+    }
+
+    /// The longest phase (a running one lasts until `last`, the trace's end).
+    pub(crate) fn longest(&self, last: Nanos) -> Option<usize> {
+        self.list
+            .iter()
+            .enumerate()
+            .max_by_key(|(_, p)| p.end.unwrap_or(last) - p.start)
+            .map(|(i, _)| i)
+    }
+
+    /// `aof`: whether an AOF was in use (from the files seen and the configuration).
+    pub(crate) fn report(&self, clock: &Clock, first: Nanos, aof: AofUse) -> Vec<report::Phase> {
+        self.list
+            .iter()
+            .map(|p| report::Phase {
+                kind: kind(p, aof).to_string(),
+                child_pid: p.child,
+                start_at_us: (p.start - first) / 1000,
+                end_at_us: p.end.map(|e| (e - first) / 1000),
+                fork_us: p.fork_ns.map(|f| f / 1000),
+                ts: clock.format(p.start),
+                ended_by: p.ended_by.map(str::to_string),
+                wrote: p.wrote.iter().map(|c| c.as_str().to_string()).collect(),
+            })
+            .collect()
+    }
+}
+
+/// Whether the traced redis used an AOF, for naming a child that was not traced.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct AofUse {
+    /// An AOF file was seen in the trace.
+    pub(crate) seen: bool,
+    /// `appendonly` in the configuration, when known.
+    pub(crate) conf: Option<bool>,
+}
+
+fn kind(p: &PhaseState, aof: AofUse) -> &'static str {
+    if p.wrote.contains(&FileClass::AofRewriteTemp) {
+        return "aof_rewrite";
+    }
+    if p.wrote.contains(&FileClass::RdbTemp) || p.wrote.contains(&FileClass::Rdb) {
+        return "bgsave";
+    }
+    if let Some(h) = p.kind_hint {
+        return h;
+    }
+    // The child was not traced: no AOF in use means it can only be an RDB save.
+    if aof.conf == Some(false) || (aof.conf.is_none() && !aof.seen) {
+        return "bgsave";
+    }
+    "child"
+}
+
+/// Before/during/after each phase: the serving threads' file syscalls, then each command.
+pub(crate) fn phase_stats(
+    phases: &Phases,
+    file_time: &FileTime,
+    commands: &Commands,
+) -> Vec<report::PhaseStats> {
+    fn row(phase: usize, what: String, d: impl Fn(usize) -> report::Dist) -> report::PhaseStats {
+        report::PhaseStats {
+            phase,
+            what,
+            before: d(2 * phase),
+            during: d(2 * phase + 1),
+            after: d(2 * phase + 2),
+        }
+    }
+    let mut out = vec![];
+    for i in 0..phases.len() {
+        out.push(row(i, "main_file_syscalls".into(), |s| {
+            file_time.segment(s)
+        }));
+        for n in commands.names() {
+            out.push(row(i, format!("command:{n}"), |s| commands.segment(n, s)));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analyze::call::testing::{call, event};
+    use crate::analyze::roles::Role;
+    use crate::event::{Event, EventKind};
+
+    const MS: Nanos = 1_000_000;
+
+    fn with(mut e: Event, ret: i64, extra: Extra) -> Event {
+        if let EventKind::Syscall(sc) = &mut e.kind {
+            sc.ret = Ret::Val(ret);
+            sc.extra = extra;
+        }
+        e
+    }
+
+    #[test]
+    fn a_fork_starts_a_phase_and_wait4_ends_it() {
+        let mut p = Phases::default();
+        let fork = with(
+            event(100, 10 * MS, 3 * MS, "clone"),
+            200,
+            Extra::Clone { thread: false },
+        );
+        p.on_call(&call(&fork, Role::Main, None), true, None);
+        assert_eq!((p.segment(), p.active_at(20 * MS)), (1, Some(0)));
+        let wait = with(event(100, 50 * MS, MS, "wait4"), 200, Extra::None);
+        p.on_call(&call(&wait, Role::Main, None), true, None);
+        assert_eq!((p.segment(), p.active_at(60 * MS)), (2, None));
+        assert_eq!(p.fork_durs(), &[3 * MS]);
+        let aof = AofUse {
+            seen: true,
+            conf: None,
+        };
+        let r = p.report(&Clock::none(), 0, aof);
+        assert_eq!(
+            (r[0].kind.as_str(), r[0].ended_by.as_deref()),
+            ("child", Some("wait4"))
+        );
+        let no_aof = AofUse {
+            seen: false,
+            conf: None,
+        };
+        assert_eq!(p.report(&Clock::none(), 0, no_aof)[0].kind, "bgsave");
+    }
+
+    #[test]
+    fn a_new_incremental_aof_just_before_the_fork_names_a_rewrite() {
+        let mut p = Phases::default();
+        let open = with(
+            event(100, 0, 10_000, "openat"),
+            9,
+            Extra::Path("appendonly.aof.2.incr.aof".into()),
+        );
+        p.on_call(&call(&open, Role::Main, None), true, None);
+        let fork = with(
+            event(100, 100 * MS, MS, "clone"),
+            200,
+            Extra::Clone { thread: false },
+        );
+        p.on_call(&call(&fork, Role::Main, None), true, None);
+        let aof = AofUse {
+            seen: true,
+            conf: None,
+        };
+        assert_eq!(p.report(&Clock::none(), 0, aof)[0].kind, "aof_rewrite");
+        // A fork by someone else's process is no phase.
+        let other = with(
+            event(300, 0, MS, "clone"),
+            301,
+            Extra::Clone { thread: false },
+        );
+        p.on_call(&call(&other, Role::Other, None), false, None);
+        assert_eq!(p.len(), 1);
+    }
+}

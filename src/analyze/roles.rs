@@ -1,0 +1,267 @@
+//! Roles: what each thread is to redis (main event loop, a bio thread, an io thread, a
+//! forked child). The evidence a thread gives, call by call, is counted here; `decide` is the
+//! pure rule that turns evidence, name and process facts into a role and the reason for it,
+//! in order of trust: process, name, pid, behaviour (README: how thread roles are inferred).
+
+/// Thread roles (REPORT.md `thread`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Role {
+    Main,
+    BioAof,
+    BioCloseFile,
+    BioLazyFree,
+    IoThread,
+    Child,
+    Other,
+}
+
+impl Role {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Role::Main => "main",
+            Role::BioAof => "bio_aof",
+            Role::BioCloseFile => "bio_close_file",
+            Role::BioLazyFree => "bio_lazy_free",
+            Role::IoThread => "io_thread",
+            Role::Child => "child",
+            Role::Other => "other",
+        }
+    }
+
+    pub(crate) fn from_name(name: &str) -> Option<Role> {
+        let n = name.trim();
+        Some(match n {
+            _ if n.starts_with("bio_aof") => Role::BioAof,
+            _ if n.starts_with("bio_close_file") => Role::BioCloseFile,
+            _ if n.starts_with("bio_lazy_free") => Role::BioLazyFree,
+            _ if n.starts_with("io_thd") => Role::IoThread,
+            // Valkey, the redis fork, names its processes the same way; a comm is cut at
+            // 15 bytes (`redis-rdb-bgsav`).
+            _ if n
+                .strip_prefix("redis-")
+                .or(n.strip_prefix("valkey-"))
+                .is_some_and(|r| {
+                    ["rdb-bg", "aof-rew", "rdb-to"]
+                        .iter()
+                        .any(|c| r.starts_with(c))
+                }) =>
+            {
+                Role::Child
+            }
+            _ if n.starts_with("redis-server")
+                || n.starts_with("redis-check")
+                || n.starts_with("valkey-server") =>
+            {
+                Role::Main
+            }
+            _ => Role::Other,
+        })
+    }
+}
+
+/// Why a thread has its role: its name, or a behaviour rule.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Why {
+    Name,
+    Rule(&'static str),
+}
+
+/// The behaviour counts that decide a thread's role.
+#[derive(Clone, Copy, Default, Debug)]
+pub(crate) struct RoleEvidence {
+    pub(crate) epoll: u64,
+    pub(crate) aof_sync: u64,
+    pub(crate) file_close: u64,
+    pub(crate) client_io: u64,
+}
+
+impl RoleEvidence {
+    /// Counts one call; true when a count is at 1 afterwards, i.e. the evidence may have
+    /// changed a role (the caller bumps the role epoch).
+    #[inline]
+    pub(crate) fn count(
+        &mut self,
+        facts: super::call::Facts,
+        class: Option<crate::fdtable::FileClass>,
+    ) -> bool {
+        use super::call::Facts as F;
+        use crate::fdtable::FileClass;
+        if facts.has(F::EPOLL) {
+            self.epoll += 1;
+        } else if facts.has(F::FSYNC) && class.is_some_and(|c| c.is_aof()) {
+            self.aof_sync += 1;
+        } else if facts.has(F::CLOSE) && class.is_some_and(|c| c.is_disk_file()) {
+            self.file_close += 1;
+        } else if facts.has(F::CLIENT_RW) && class == Some(FileClass::Client) {
+            self.client_io += 1;
+        }
+        [self.epoll, self.aof_sync, self.file_close, self.client_io].contains(&1)
+    }
+}
+
+/// What `decide` knows about a thread beside its evidence.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Situation<'a> {
+    pub(crate) name: Option<&'a str>,
+    /// Its process was forked by the traced one.
+    pub(crate) is_child: bool,
+    /// The traced process's pid is known and this is its first thread (tid == pid).
+    pub(crate) is_root_tid: bool,
+    /// The pid is not known, this is the lowest tid of the traced process, and no thread
+    /// anywhere runs an event loop.
+    pub(crate) first_without_loop: bool,
+}
+
+/// A thread's role and the evidence for it, in order of trust: process, name, pid,
+/// behaviour.
+pub(crate) fn decide(ev: &RoleEvidence, s: Situation<'_>) -> (Role, Why) {
+    if s.is_child {
+        return (Role::Child, Why::Rule("forked child process"));
+    }
+    if let Some(n) = s.name {
+        if let Some(r) = Role::from_name(n) {
+            if r != Role::Other || !n.is_empty() {
+                return (r, Why::Name);
+            }
+        }
+    }
+    if s.is_root_tid {
+        return (Role::Main, Why::Rule("tid == pid"));
+    }
+    if ev.epoll > 0 {
+        return (Role::Main, Why::Rule("runs the event loop (epoll_wait)"));
+    }
+    // No event loop in the trace (a filtered trace, a redis still starting or crashing):
+    // the main thread is the process's first, whatever files it closes.
+    if s.first_without_loop {
+        return (
+            Role::Main,
+            Why::Rule("first thread of the process, and no thread runs the event loop"),
+        );
+    }
+    // bio_close_file fsyncs a file only right before closing it (the old AOF after a
+    // rewrite); the AOF fsync thread fsyncs the live AOF over and over and closes
+    // rarely (redis 7.2 gives it the old AOF's close too).
+    if ev.file_close > 0 && ev.file_close >= ev.aof_sync {
+        return (
+            Role::BioCloseFile,
+            Why::Rule("closes files outside the event loop"),
+        );
+    }
+    if ev.aof_sync > 0 {
+        return (
+            Role::BioAof,
+            Why::Rule("fsyncs the AOF outside the event loop"),
+        );
+    }
+    if ev.client_io > 0 {
+        return (
+            Role::IoThread,
+            Why::Rule("reads/writes client sockets outside the event loop"),
+        );
+    }
+    (Role::Other, Why::Rule("no redis-specific behaviour seen"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(epoll: u64, aof_sync: u64, file_close: u64, client_io: u64) -> RoleEvidence {
+        RoleEvidence {
+            epoll,
+            aof_sync,
+            file_close,
+            client_io,
+        }
+    }
+
+    #[test]
+    fn decide_truth_table() {
+        let none = Situation::default();
+        let cases: &[(RoleEvidence, Situation, Role)] = &[
+            (ev(0, 0, 0, 0), none, Role::Other),
+            (ev(1, 0, 0, 0), none, Role::Main),
+            (ev(0, 3, 1, 0), none, Role::BioAof),
+            (ev(0, 1, 1, 0), none, Role::BioCloseFile),
+            (ev(0, 0, 0, 5), none, Role::IoThread),
+            // The process decides before the name, the name before behaviour.
+            (
+                ev(1, 0, 0, 0),
+                Situation {
+                    is_child: true,
+                    ..none
+                },
+                Role::Child,
+            ),
+            (
+                ev(1, 0, 0, 0),
+                Situation {
+                    name: Some("bio_aof_fsync"),
+                    ..none
+                },
+                Role::BioAof,
+            ),
+            (
+                ev(0, 0, 0, 0),
+                Situation {
+                    is_root_tid: true,
+                    ..none
+                },
+                Role::Main,
+            ),
+            (
+                ev(0, 0, 1, 0),
+                Situation {
+                    first_without_loop: true,
+                    ..none
+                },
+                Role::Main,
+            ),
+            // An empty name says nothing.
+            (
+                ev(0, 0, 0, 5),
+                Situation {
+                    name: Some(""),
+                    ..none
+                },
+                Role::IoThread,
+            ),
+        ];
+        for (i, (e, s, want)) in cases.iter().enumerate() {
+            assert_eq!(decide(e, *s).0, *want, "case {i}");
+        }
+    }
+
+    #[test]
+    fn names_of_redis_and_valkey_threads() {
+        for (n, r) in [
+            ("redis-server", Role::Main),
+            ("valkey-server", Role::Main),
+            ("redis-rdb-bgsav", Role::Child),
+            ("valkey-aof-rewrite", Role::Child),
+            ("bio_close_file", Role::BioCloseFile),
+            ("io_thd_3", Role::IoThread),
+            ("node", Role::Other),
+        ] {
+            assert_eq!(Role::from_name(n), Some(r), "{n}");
+        }
+    }
+
+    #[test]
+    fn evidence_reports_a_first_count() {
+        use crate::analyze::call::Facts;
+        use crate::fdtable::FileClass;
+        let mut e = RoleEvidence::default();
+        assert!(!e.count(Facts::of("getpid"), None));
+        assert!(e.count(Facts::of("epoll_wait"), None));
+        e.count(Facts::of("fdatasync"), Some(FileClass::Aof));
+        e.count(Facts::of("write"), Some(FileClass::Client));
+        e.count(Facts::of("close"), Some(FileClass::Log));
+        e.count(Facts::of("close"), Some(FileClass::Client));
+        assert_eq!(
+            (e.epoll, e.aof_sync, e.client_io, e.file_close),
+            (1, 1, 1, 1)
+        );
+    }
+}

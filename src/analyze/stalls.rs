@@ -1,0 +1,335 @@
+//! Stalls: which calls and gaps crossed the threshold. Each call is checked twice: the gap
+//! since its thread's previous call ended, and its own duration. Candidates are decided as
+//! stalls only at the end, once thread roles are final (`keep`). The store is bounded: past
+//! its cap the shortest candidate makes room, and the rest are counted.
+
+use super::call::{is_idle, PerThread, ResolvedCall};
+use super::holds::Held;
+use super::phases::Phases;
+use super::roles::Role;
+use super::world::World;
+use crate::event::{InFlight, Nanos, Tid};
+use crate::fdtable::FileId;
+use crate::report::{Bound, Stall, StallKind};
+use crate::source::Clock;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+/// A stall candidate: decided as a stall at `finish`, once thread roles are known.
+#[derive(Clone)]
+pub(crate) struct Cand {
+    pub(crate) tid: Tid,
+    pub(crate) proc: u32,
+    pub(crate) kind: StallKind,
+    pub(crate) syscall: Option<&'static str>,
+    pub(crate) fd: Option<i32>,
+    pub(crate) file: Option<FileId>,
+    pub(crate) start: Nanos,
+    pub(crate) dur: Nanos,
+    pub(crate) line: Option<u64>,
+    pub(crate) bound: Bound,
+    pub(crate) in_flight: Option<InFlight>,
+    /// Index of the phase (background child) running when it began.
+    pub(crate) phase: Option<usize>,
+    pub(crate) id: u64,
+}
+
+/// A candidate just stored, for the holds unit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Added {
+    pub(crate) idx: usize,
+    pub(crate) id: u64,
+    pub(crate) start: Nanos,
+    pub(crate) end: Nanos,
+}
+
+/// What one call did to the stall store.
+#[derive(Default)]
+pub(crate) struct StallStep {
+    /// Time since the thread's previous call ended, when there was one.
+    pub(crate) gap: Option<Nanos>,
+    /// Candidates stored (a gap before the call, the call itself).
+    pub(crate) added: [Option<Added>; 2],
+}
+
+pub(crate) struct Stalls {
+    threshold: Nanos,
+    /// Most candidates kept in detail.
+    cap: usize,
+    last_end: PerThread<Option<Nanos>>,
+    cands: Vec<Cand>,
+    dropped: u64,
+    seq: u64,
+    /// Kept stalls by length (min-heap), to find the one that makes room when full.
+    by_length: BinaryHeap<Reverse<(Nanos, usize)>>,
+    /// Stalls added since the last `take_fresh` (live printing).
+    fresh: Vec<usize>,
+    /// Calls cut by the trace's edge, below the threshold but above a tenth of it.
+    in_flight_small: Vec<Cand>,
+}
+
+/// Calls cut by the trace's edge listed below the threshold, at most.
+const IN_FLIGHT_SMALL_MAX: usize = 1000;
+
+impl Stalls {
+    pub(crate) fn new(threshold: Nanos, cap: usize) -> Self {
+        Stalls {
+            threshold,
+            cap,
+            last_end: PerThread::default(),
+            cands: vec![],
+            dropped: 0,
+            seq: 0,
+            by_length: BinaryHeap::new(),
+            fresh: vec![],
+            in_flight_small: vec![],
+        }
+    }
+
+    /// A thread attached or detached: the time before is no gap of its own.
+    pub(crate) fn forget_last_end(&mut self, t: super::call::ThreadIdx) {
+        *self.last_end.at(t) = None;
+    }
+
+    fn cand(&self, cx: &ResolvedCall<'_>, kind: StallKind, start: Nanos, dur: Nanos) -> Cand {
+        let call = kind == StallKind::SlowSyscall;
+        Cand {
+            tid: cx.tid,
+            proc: cx.proc,
+            kind,
+            syscall: call.then_some(cx.sc.name),
+            fd: if call { cx.call_fd } else { None },
+            file: if call { cx.file } else { None },
+            start,
+            dur,
+            line: cx.line(),
+            bound: if call { cx.bound() } else { Bound::Exact },
+            in_flight: if call { cx.sc.in_flight } else { None },
+            phase: None,
+            id: 0,
+        }
+    }
+
+    #[inline]
+    pub(crate) fn on_call(&mut self, cx: &ResolvedCall<'_>, phases: &Phases) -> StallStep {
+        let mut step = StallStep::default();
+        let (ts, dur) = (cx.ts(), cx.dur);
+        let last_end = self.last_end.at(cx.thread);
+        let prev_end = *last_end;
+        *last_end = Some(prev_end.map_or(cx.end, |le| le.max(cx.end)));
+        if let Some(pe) = prev_end {
+            let gap = ts - pe;
+            step.gap = Some(gap);
+            if gap >= self.threshold
+                && cx.role != Role::Child
+                && cx.sc.in_flight != Some(InFlight::AtStart)
+            {
+                let mut c = self.cand(cx, StallKind::Gap, pe, gap);
+                c.phase = phases.active_at(pe);
+                step.added[0] = self.add(c);
+            }
+        }
+        let at_end = cx.sc.in_flight == Some(InFlight::AtEnd);
+        if !cx.idle && cx.timed && (dur >= self.threshold || at_end) {
+            let mut c = self.cand(cx, StallKind::SlowSyscall, ts, dur);
+            c.phase = phases.active_at(ts);
+            if dur >= self.threshold {
+                step.added[1] = self.add(c);
+            } else if self.in_flight_small.len() < IN_FLIGHT_SMALL_MAX && dur >= self.threshold / 10
+            {
+                // Below a tenth of the threshold, a call cut by the trace's edge says nothing.
+                self.in_flight_small.push(c);
+            }
+        }
+        step
+    }
+
+    fn add(&mut self, mut c: Cand) -> Option<Added> {
+        self.seq += 1;
+        c.id = self.seq;
+        let idx = if self.cands.len() < self.cap {
+            self.cands.push(c);
+            self.cands.len() - 1
+        } else {
+            // Full: the shortest kept stall makes room, or the new one is the shortest.
+            self.dropped += 1;
+            match self.by_length.peek() {
+                Some(Reverse((min_dur, min_idx))) if c.dur > *min_dur => {
+                    let i = *min_idx;
+                    self.by_length.pop();
+                    self.cands[i] = c;
+                    i
+                }
+                _ => return None,
+            }
+        };
+        let c = &self.cands[idx];
+        self.by_length.push(Reverse((c.dur, idx)));
+        self.fresh.push(idx);
+        Some(Added {
+            idx,
+            id: c.id,
+            start: c.start,
+            end: c.start + c.dur,
+        })
+    }
+
+    /// Indices of the candidates added since the last call (live printing).
+    pub(crate) fn take_fresh(&mut self) -> Vec<usize> {
+        std::mem::take(&mut self.fresh)
+    }
+
+    pub(crate) fn get(&self, idx: usize) -> &Cand {
+        &self.cands[idx]
+    }
+
+    /// Candidates stored, by index (the holds unit keeps a `Held` per index).
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (usize, &Cand)> {
+        self.cands.iter().enumerate()
+    }
+
+    pub(crate) fn in_flight_small(&self) -> &[Cand] {
+        &self.in_flight_small
+    }
+
+    /// Candidates that made no room in the full store.
+    pub(crate) fn dropped(&self) -> u64 {
+        self.dropped
+    }
+}
+
+/// Whether a candidate is a stall for a thread of this role; `gaps_ok`: the trace's gaps
+/// can be trusted.
+pub(crate) fn keep(c: &Cand, role: Role, gaps_ok: bool) -> bool {
+    match c.kind {
+        // A gap is time no client's request can move: that holds for the main thread (and a
+        // thread whose role is not known). A child's or a bio thread's gap is its own work
+        // (saving, freeing memory for UNLINK/FLUSHALL ASYNC); io threads spin without a
+        // syscall while they wait for the main thread's hand-off.
+        StallKind::Gap => matches!(role, Role::Main | Role::Other) && gaps_ok,
+        StallKind::SlowSyscall => !c.syscall.is_some_and(|n| is_idle(n, role)),
+    }
+}
+
+/// The report's row for a kept stall.
+pub(crate) struct StallRow<'a> {
+    pub(crate) world: &'a World,
+    pub(crate) clock: &'a Clock,
+    pub(crate) first: Nanos,
+    pub(crate) events_lost: bool,
+}
+
+impl StallRow<'_> {
+    pub(crate) fn stall(
+        &self,
+        c: &Cand,
+        held: &Held,
+        role: Role,
+        explained: (Option<String>, String),
+    ) -> Stall {
+        let info = c.file.map(|f| self.world.file(f));
+        let (finding, cause) = explained;
+        Stall {
+            ts: self.clock.format(c.start),
+            ts_iso: self.clock.iso(c.start),
+            at_us: (c.start - self.first) / 1000,
+            pid: self.world.show_pid(c.proc),
+            tid: c.tid,
+            thread: role.as_str().to_string(),
+            kind: c.kind,
+            syscall: c.syscall.map(str::to_string),
+            fd: c.fd,
+            path: info.and_then(|i| i.path.as_deref().map(str::to_string)),
+            class: info.map(|i| i.class.as_str().to_string()),
+            duration_us: c.dur / 1000,
+            line: c.line,
+            cause,
+            finding,
+            bound: c.bound,
+            in_flight: c.in_flight,
+            waiting_commands: held.waiting,
+            waiting_by_command: held
+                .by_cmd
+                .iter()
+                .map(|(k, v)| (k.to_string(), *v))
+                .collect(),
+            waiting_clients: held.clients.len() as u64,
+            worst_wait_us: held.worst_wait.map(|w| w / 1000),
+            phase: c.phase,
+            events_lost: self.events_lost,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analyze::call::testing::{call, event};
+
+    const MS: Nanos = 1_000_000;
+
+    #[test]
+    fn a_gap_and_a_slow_call_over_the_threshold_are_candidates() {
+        let mut s = Stalls::new(10 * MS, 8);
+        let p = Phases::default();
+        let a = event(1, 0, MS, "write");
+        assert!(s.on_call(&call(&a, Role::Main, None), &p).gap.is_none());
+        // 20 ms after the first call ended, a 15 ms write.
+        let b = event(1, 21 * MS, 15 * MS, "write");
+        let step = s.on_call(&call(&b, Role::Main, None), &p);
+        assert_eq!(step.gap, Some(20 * MS));
+        let kinds: Vec<StallKind> = step
+            .added
+            .iter()
+            .flatten()
+            .map(|a| s.get(a.idx).kind)
+            .collect();
+        assert_eq!(kinds, vec![StallKind::Gap, StallKind::SlowSyscall]);
+        // Idle waits and children's gaps are no candidates.
+        let w = event(1, 100 * MS, 50 * MS, "epoll_wait");
+        assert!(s.on_call(&call(&w, Role::Main, None), &p).added[1].is_none());
+        let c = event(2, 0, MS, "write");
+        s.on_call(&call(&c, Role::Child, None), &p);
+        let c = event(2, 50 * MS, MS, "write");
+        assert!(s.on_call(&call(&c, Role::Child, None), &p).added[0].is_none());
+    }
+
+    #[test]
+    fn a_full_store_keeps_the_longest_and_counts_the_rest() {
+        let mut s = Stalls::new(10 * MS, 4);
+        let p = Phases::default();
+        let mut added = 0;
+        for (i, d) in [11, 30, 12, 40, 13, 50, 10].iter().enumerate() {
+            // One call per thread: no gaps.
+            let e = event(i as u32 + 1, 0, d * MS, "fsync");
+            added += s
+                .on_call(&call(&e, Role::Main, None), &p)
+                .added
+                .iter()
+                .flatten()
+                .count();
+        }
+        let mut kept: Vec<Nanos> = s.iter().map(|(_, c)| c.dur / MS).collect();
+        kept.sort();
+        assert_eq!(kept, vec![13, 30, 40, 50]);
+        assert_eq!(s.dropped(), 3);
+        assert_eq!(
+            added, 6,
+            "11, 30, 12, 40 fill it; 13 and 50 make room; 10 does not"
+        );
+    }
+
+    #[test]
+    fn gaps_are_kept_only_for_serving_threads_of_a_trustworthy_trace() {
+        let mut s = Stalls::new(10 * MS, 4);
+        let p = Phases::default();
+        let a = event(1, 0, MS, "write");
+        s.on_call(&call(&a, Role::Main, None), &p);
+        let b = event(1, 30 * MS, MS, "write");
+        let step = s.on_call(&call(&b, Role::Main, None), &p);
+        let gap = s.get(step.added[0].unwrap().idx);
+        assert!(keep(gap, Role::Main, true));
+        assert!(!keep(gap, Role::Main, false));
+        assert!(!keep(gap, Role::BioLazyFree, true));
+    }
+}

@@ -1,0 +1,444 @@
+//! The world the units borrow: who made each call, in which process, on which file, and what
+//! that thread is to redis. It owns the thread and process bookkeeping, the fd table, the
+//! role evidence and the syscall facts cache, and turns each finished syscall into the one
+//! `ResolvedCall` every unit reads (`observe`). Process structure from clone/fork is applied
+//! after the units have seen the call (`after`), as the units expect the parent's view.
+
+use super::call::{Facts, ResolvedCall, ThreadIdx};
+use super::roles::{decide, Role, RoleEvidence, Situation, Why};
+use crate::event::{Event, Extra, Nanos, Ret, Syscall, Tid};
+use crate::fdtable::{FdTable, FileClass, FileId, FileInfo};
+use crate::redis_conf::RedisConf;
+use crate::report;
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
+use std::cell::Cell;
+
+/// Key of the traced process while its pid is unknown.
+const ROOT_UNKNOWN: u32 = u32::MAX;
+
+#[derive(Default)]
+struct ThreadRec {
+    tid: Tid,
+    proc: u32,
+    calls: u64,
+    name: Option<String>,
+    evidence: RoleEvidence,
+    /// (evidence epoch, role) of the last role decision: roles change rarely, the hot path
+    /// asks for them on every event.
+    role_cache: Cell<Option<(u64, Role)>>,
+}
+
+pub(crate) struct World {
+    threads: Vec<ThreadRec>,
+    index: HashMap<Tid, ThreadIdx>,
+    /// One-entry cache in front of `index`: consecutive events mostly come from one thread.
+    last: Cell<(Tid, u32)>,
+    /// Processes by key: the traced one and every child forked in the trace (true).
+    procs: HashMap<u32, bool>,
+    /// Key of the traced process for tids whose origin the trace does not show.
+    root: u32,
+    root_known: bool,
+    fds: FdTable,
+    /// tid -> thread name: from `--threads FILE`, /proc live, or `-Y` names in the trace.
+    names: HashMap<Tid, String>,
+    /// Bumped whenever evidence that decides thread roles changes.
+    role_epoch: u64,
+    /// Some thread has run the event loop.
+    any_epoll: bool,
+    /// `Facts` by the address of the interned name, direct-mapped.
+    facts: [(usize, Facts); 64],
+}
+
+impl World {
+    pub(crate) fn new(
+        root_pid: Option<Tid>,
+        names: HashMap<Tid, String>,
+        conf: Option<RedisConf>,
+    ) -> Self {
+        let root = root_pid.unwrap_or(ROOT_UNKNOWN);
+        let mut procs = HashMap::default();
+        procs.insert(root, false);
+        World {
+            threads: vec![],
+            index: HashMap::default(),
+            last: Cell::new((0, u32::MAX)),
+            procs,
+            root,
+            root_known: root_pid.is_some(),
+            fds: FdTable::new(conf),
+            names,
+            role_epoch: 0,
+            any_epoll: false,
+            facts: [(0, Facts::default()); 64],
+        }
+    }
+
+    /// Live: the fd table as /proc/PID/fd showed it at attach.
+    pub(crate) fn seed_fd(&mut self, pid: Tid, fd: i32, path: &str) {
+        let key = self.proc_key(pid);
+        self.fds.bind(key, fd, Some(path), None, i64::MIN / 4);
+    }
+
+    pub(crate) fn set_name(&mut self, tid: Tid, name: &str) {
+        self.names.insert(tid, name.to_string());
+        if let Some(t) = self.known(tid) {
+            self.threads[t.get()].name = Some(name.to_string());
+            self.role_epoch += 1;
+        }
+    }
+
+    fn proc_key(&self, pid: Tid) -> u32 {
+        if self.procs.contains_key(&pid) && pid != self.root {
+            pid
+        } else {
+            self.root
+        }
+    }
+
+    #[inline]
+    pub(crate) fn known(&self, tid: Tid) -> Option<ThreadIdx> {
+        let (lt, li) = self.last.get();
+        if lt == tid && (li as usize) < self.threads.len() {
+            return Some(ThreadIdx(li));
+        }
+        let i = *self.index.get(&tid)?;
+        self.last.set((tid, i.0));
+        Some(i)
+    }
+
+    /// The thread's index, its state created on first sight (in the traced process).
+    #[inline]
+    pub(crate) fn touch(&mut self, tid: Tid) -> ThreadIdx {
+        if let Some(i) = self.known(tid) {
+            return i;
+        }
+        self.role_epoch += 1;
+        let i = ThreadIdx(self.threads.len() as u32);
+        self.threads.push(ThreadRec {
+            tid,
+            proc: self.root,
+            name: self.names.get(&tid).cloned(),
+            ..Default::default()
+        });
+        self.index.insert(tid, i);
+        self.last.set((tid, i.0));
+        i
+    }
+
+    /// strace's first "Process N attached" names the traced process.
+    pub(crate) fn on_attach(&mut self, tid: Tid) -> Option<ThreadIdx> {
+        if !self.root_known && self.threads.is_empty() {
+            self.rename_root(tid);
+        }
+        self.known(tid)
+    }
+
+    fn rename_root(&mut self, pid: Tid) {
+        let old = self.root;
+        if old == pid {
+            return;
+        }
+        if let Some(p) = self.procs.remove(&old) {
+            self.procs.insert(pid, p);
+        }
+        self.root = pid;
+        self.root_known = true;
+        for t in &mut self.threads {
+            if t.proc == old {
+                t.proc = pid;
+                self.role_epoch += 1;
+            }
+        }
+    }
+
+    /// The child process whose first thread this is, when that thread exits.
+    pub(crate) fn exiting_child(&mut self, tid: Tid) -> Option<u32> {
+        let t = self.touch(tid);
+        let proc = self.threads[t.get()].proc;
+        (proc == tid && proc != self.root).then_some(proc)
+    }
+
+    #[inline]
+    fn facts(&mut self, name: &'static str) -> Facts {
+        let key = name.as_ptr() as usize;
+        // Fibonacci hashing: names are neighbours in one static table, so low address bits
+        // alone collide.
+        let slot = &mut self.facts[(key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58) & 63];
+        if slot.0 != key {
+            *slot = (key, Facts::of(name));
+        }
+        slot.1
+    }
+
+    /// Resolves one finished syscall: thread, process, file (applying its fd effects), role
+    /// evidence, and the role on the evidence so far.
+    #[inline]
+    pub(crate) fn observe<'e>(&mut self, ev: &'e Event, sc: &'e Syscall) -> ResolvedCall<'e> {
+        let facts = self.facts(sc.name);
+        let thread = self.touch(ev.tid);
+        let proc = self.threads[thread.get()].proc;
+        let resolved = self.fds.apply(proc, ev.ts, sc);
+        let class = resolved.map(|r| r.class);
+        // An open touches the fd it returns (its file is what `resolved` names).
+        let call_fd = if facts.has(Facts::OPEN) {
+            sc.ret.val().and_then(|v| i32::try_from(v).ok())
+        } else {
+            sc.fd
+        };
+        let t = &mut self.threads[thread.get()];
+        t.calls += 1;
+        if t.evidence.count(facts, class) {
+            self.role_epoch += 1;
+        }
+        self.any_epoll |= t.evidence.epoll > 0;
+        let role = self.role_at(thread);
+        let dur = sc.dur.unwrap_or(0);
+        ResolvedCall {
+            ev,
+            sc,
+            tid: ev.tid,
+            thread,
+            proc,
+            facts,
+            role,
+            idle: facts.is_idle_in(role),
+            file: resolved.map(|r| r.file),
+            class,
+            call_fd,
+            dur,
+            timed: sc.dur.is_some(),
+            end: ev.ts + dur,
+        }
+    }
+
+    /// The process structure a clone or fork creates, applied once every unit has seen the
+    /// call.
+    pub(crate) fn after(&mut self, cx: &ResolvedCall<'_>) {
+        let (Extra::Clone { thread }, Ret::Val(child)) = (&cx.sc.extra, cx.sc.ret) else {
+            return;
+        };
+        if child <= 0 {
+            return;
+        }
+        let child = child as u32;
+        if *thread {
+            let t = self.touch(child);
+            self.threads[t.get()].proc = cx.proc;
+        } else {
+            self.fds.fork(cx.proc, child, cx.ts());
+            self.procs.insert(child, true);
+            let t = self.touch(child);
+            self.threads[t.get()].proc = child;
+        }
+        self.role_epoch += 1;
+    }
+
+    /// What `fd` of thread `tid` was at `ts` (`watch`'s per-syscall metrics).
+    pub(crate) fn file_class_at(&self, tid: Tid, fd: i32, ts: Nanos) -> Option<FileClass> {
+        let proc = self
+            .known(tid)
+            .map_or(self.root, |t| self.threads[t.get()].proc);
+        self.fds.lookup(proc, fd, ts).map(|r| r.class)
+    }
+
+    /// An answered PSYNC/SYNC turned a client connection into a replication link.
+    pub(crate) fn became_replica(&mut self, conn: (u32, i32)) {
+        self.fds.reclassify(conn.0, conn.1, FileClass::Replica);
+    }
+
+    /// The role a thread has on current evidence (final at `finish`).
+    pub(crate) fn role(&self, tid: Tid) -> Role {
+        match self.known(tid) {
+            Some(t) => self.role_at(t),
+            None => Role::Other,
+        }
+    }
+
+    #[inline]
+    fn role_at(&self, i: ThreadIdx) -> Role {
+        let t = &self.threads[i.get()];
+        if let Some((epoch, role)) = t.role_cache.get() {
+            if epoch == self.role_epoch {
+                return role;
+            }
+        }
+        let role = self.role_and_why(t).0;
+        t.role_cache.set(Some((self.role_epoch, role)));
+        role
+    }
+
+    fn role_and_why(&self, t: &ThreadRec) -> (Role, Why) {
+        // The first-thread rule needs a scan of every thread: only asked for when the pid is
+        // unknown and no thread runs the event loop.
+        let first_without_loop = !self.root_known
+            && t.evidence.epoll == 0
+            && !self.any_epoll
+            && t.tid == self.root_display();
+        decide(
+            &t.evidence,
+            Situation {
+                name: t.name.as_deref(),
+                is_child: self.procs.get(&t.proc).is_some_and(|c| *c),
+                is_root_tid: self.root_known && t.tid == self.root,
+                first_without_loop,
+            },
+        )
+    }
+
+    fn role_why(&self, t: &ThreadRec) -> String {
+        match self.role_and_why(t) {
+            (_, Why::Name) => format!("thread name {:?}", t.name.as_deref().unwrap_or("")),
+            (_, Why::Rule(why)) => why.into(),
+        }
+    }
+
+    /// The pid shown for the traced process.
+    fn root_display(&self) -> u32 {
+        if self.root != ROOT_UNKNOWN {
+            return self.root;
+        }
+        self.threads
+            .iter()
+            .filter(|t| t.proc == self.root)
+            .map(|t| t.tid)
+            .min()
+            .unwrap_or(0)
+    }
+
+    /// The pid the report shows for a process key.
+    pub(crate) fn show_pid(&self, proc: u32) -> u32 {
+        if proc == ROOT_UNKNOWN {
+            self.root_display()
+        } else {
+            proc
+        }
+    }
+
+    /// The traced process's pid, when known.
+    pub(crate) fn root_pid(&self) -> Option<u32> {
+        (self.root != ROOT_UNKNOWN).then_some(self.root)
+    }
+
+    pub(crate) fn is_root(&self, proc: u32) -> bool {
+        proc == self.root
+    }
+
+    /// No thread has run the event loop (so far).
+    pub(crate) fn no_event_loop(&self) -> bool {
+        !self.any_epoll
+    }
+
+    pub(crate) fn thread_count(&self) -> usize {
+        self.threads.len()
+    }
+
+    pub(crate) fn process_count(&self) -> usize {
+        self.threads
+            .iter()
+            .map(|t| t.proc)
+            .collect::<HashSet<_>>()
+            .len()
+    }
+
+    pub(crate) fn file(&self, id: FileId) -> &FileInfo {
+        self.fds.file(id)
+    }
+
+    pub(crate) fn files(&self) -> &[FileInfo] {
+        self.fds.files()
+    }
+
+    pub(crate) fn conf(&self) -> Option<&RedisConf> {
+        self.fds.conf.as_ref()
+    }
+
+    /// Every thread by tid, with its final role and why.
+    pub(crate) fn threads_report(&self) -> Vec<report::ThreadInfo> {
+        let mut v: Vec<&ThreadRec> = self.threads.iter().collect();
+        v.sort_by_key(|t| t.tid);
+        v.into_iter()
+            .map(|t| report::ThreadInfo {
+                pid: self.show_pid(t.proc),
+                tid: t.tid,
+                role: self.role(t.tid).as_str().to_string(),
+                name: t.name.clone(),
+                why: self.role_why(t),
+                syscalls: t.calls,
+            })
+            .collect()
+    }
+
+    /// Final roles of every thread seen, for the report builders.
+    pub(crate) fn roles(&self) -> impl Iterator<Item = (ThreadIdx, Role)> + '_ {
+        (0..self.threads.len() as u32).map(|i| (ThreadIdx(i), self.role_at(ThreadIdx(i))))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analyze::call::testing::event;
+    use crate::event::{EventKind, Nanos, Syscall};
+
+    fn clone_ev(tid: Tid, ts: Nanos, child: i64, thread: bool) -> Event {
+        let mut sc = Syscall::new("clone");
+        sc.ret = Ret::Val(child);
+        sc.dur = Some(1000);
+        sc.extra = Extra::Clone { thread };
+        Event {
+            tid,
+            ts,
+            line: 1,
+            kind: EventKind::Syscall(sc),
+        }
+    }
+
+    #[test]
+    fn thread_indices_are_dense_and_stable() {
+        let mut w = World::new(Some(100), HashMap::default(), None);
+        let a = w.touch(100);
+        let b = w.touch(101);
+        assert_eq!((a, b), (ThreadIdx(0), ThreadIdx(1)));
+        assert_eq!(w.touch(100), a);
+        assert_eq!(w.known(101), Some(b));
+        assert_eq!(w.known(102), None);
+    }
+
+    #[test]
+    fn attach_names_the_traced_process() {
+        let mut w = World::new(None, HashMap::default(), None);
+        assert_eq!(w.root_pid(), None);
+        w.on_attach(4242);
+        assert_eq!(w.root_pid(), Some(4242));
+        let t = w.touch(4242);
+        assert_eq!(w.role_at(t), Role::Main, "tid == pid");
+    }
+
+    #[test]
+    fn fork_makes_a_child_process_and_clone_a_thread() {
+        let mut w = World::new(Some(100), HashMap::default(), None);
+        for (child, thread) in [(200, false), (101, true)] {
+            let ev = clone_ev(100, 1000, child, thread);
+            let cx = w.observe(&ev, ev.syscall().unwrap());
+            w.after(&cx);
+        }
+        assert_eq!(w.role(200), Role::Child);
+        assert_ne!(w.role(101), Role::Child);
+        assert_eq!(w.process_count(), 2);
+        assert_eq!(w.exiting_child(200), Some(200));
+        assert_eq!(w.exiting_child(101), None);
+    }
+
+    #[test]
+    fn the_event_loop_decides_main_and_the_cache_follows_new_evidence() {
+        let mut w = World::new(None, HashMap::default(), None);
+        let e = event(7, 0, 10, "futex");
+        let cx = w.observe(&e, e.syscall().unwrap());
+        // No event loop anywhere: the first thread is main.
+        assert_eq!(cx.role, Role::Main);
+        let e = event(8, 10, 10, "epoll_wait");
+        assert_eq!(w.observe(&e, e.syscall().unwrap()).role, Role::Main);
+        assert_eq!(w.role(7), Role::Other, "8 runs the loop now");
+        assert!(!w.no_event_loop());
+    }
+}

@@ -1,0 +1,168 @@
+//! Live decoders: a call's raw arguments (six registers, from ptrace or a perf raw_syscalls
+//! record) -> the `Syscall` fields the analysis needs, by the argument shape the syscall
+//! table gives its name, reading the tracee's memory for paths and buffers. Shared by the
+//! live backends, so none imports from another.
+
+use crate::event::{Data, Extra, Syscall, Tid, DATA_CAP};
+use crate::syscalls::{ArgKind, DataArg};
+
+/// Reads up to `buf.len()` bytes of the tracee's memory at `addr`.
+fn read_mem(tid: Tid, addr: u64, buf: &mut [u8]) -> usize {
+    if addr == 0 || buf.is_empty() {
+        return 0;
+    }
+    let local = libc::iovec {
+        iov_base: buf.as_mut_ptr() as *mut libc::c_void,
+        iov_len: buf.len(),
+    };
+    let remote = libc::iovec {
+        iov_base: addr as *mut libc::c_void,
+        iov_len: buf.len(),
+    };
+    let n = unsafe { libc::process_vm_readv(tid as libc::pid_t, &local, 1, &remote, 1, 0) };
+    if n < 0 {
+        0
+    } else {
+        n as usize
+    }
+}
+
+/// A NUL-terminated string of the tracee, read a page piece at a time (a read crossing
+/// into an unmapped page would fail whole).
+fn read_cstr(tid: Tid, addr: u64) -> Option<Box<str>> {
+    if addr == 0 {
+        return None;
+    }
+    let mut out = Vec::new();
+    let mut at = addr;
+    let mut chunk = [0u8; 4096];
+    while out.len() < 4096 {
+        let to_page_end = 4096 - (at % 4096) as usize;
+        let n = read_mem(tid, at, &mut chunk[..to_page_end]);
+        if n == 0 {
+            break;
+        }
+        if let Some(z) = chunk[..n].iter().position(|b| *b == 0) {
+            out.extend_from_slice(&chunk[..z]);
+            return Some(String::from_utf8_lossy(&out).into_owned().into_boxed_str());
+        }
+        out.extend_from_slice(&chunk[..n]);
+        at += n as u64;
+    }
+    if out.is_empty() {
+        None
+    } else {
+        Some(String::from_utf8_lossy(&out).into_owned().into_boxed_str())
+    }
+}
+
+const AT_FDCWD: i64 = -100;
+
+/// Fills fd, path, data and the other `Extra`s from raw arguments. `ret`: the result when
+/// the call succeeded (read-like buffers are only valid then). `data`: read the first bytes
+/// of read/write buffers (only meaningful while the thread is still stopped at the exit).
+pub(super) fn decode_args(tid: Tid, sc: &mut Syscall, a: &[u64; 6], ret: Option<i64>, data: bool) {
+    let name = sc.name;
+    let sys = sc.sys;
+    if sys.fd_first {
+        let fd = a[0] as i64 as i32;
+        if fd >= 0 && (a[0] as i64) != AT_FDCWD {
+            sc.fd = Some(fd);
+        }
+    }
+    match sys.args {
+        ArgKind::Path0 => {
+            if let Some(p) = read_cstr(tid, a[0]) {
+                sc.extra = Extra::Path(p);
+            }
+        }
+        ArgKind::Path1 => {
+            if let Some(p) = read_cstr(tid, a[1]) {
+                if !p.is_empty() {
+                    sc.extra = Extra::Path(p);
+                }
+            }
+        }
+        ArgKind::Rename => {
+            if let (Some(o), Some(n)) = (read_cstr(tid, a[0]), read_cstr(tid, a[1])) {
+                sc.extra = Extra::Rename(o, n);
+            }
+        }
+        ArgKind::RenameAt => {
+            if let (Some(o), Some(n)) = (read_cstr(tid, a[1]), read_cstr(tid, a[3])) {
+                sc.extra = Extra::Rename(o, n);
+            }
+        }
+        ArgKind::Pipe | ArgKind::Socketpair if ret.is_some() => {
+            let addr = if sys.args == ArgKind::Socketpair {
+                a[3]
+            } else {
+                a[0]
+            };
+            let mut b = [0u8; 8];
+            if read_mem(tid, addr, &mut b) == 8 {
+                let x = i32::from_ne_bytes([b[0], b[1], b[2], b[3]]);
+                let y = i32::from_ne_bytes([b[4], b[5], b[6], b[7]]);
+                sc.extra = Extra::FdPair(x, y);
+            }
+        }
+        ArgKind::Dup2 => sc.extra = Extra::NewFd(a[1] as i64 as i32),
+        ArgKind::Fcntl
+            if name == "fcntl"
+                && (a[1] as i32 == libc::F_DUPFD || a[1] as i32 == libc::F_DUPFD_CLOEXEC) =>
+        {
+            sc.extra = Extra::DupFd;
+        }
+        ArgKind::CloseRange => {
+            sc.extra = Extra::CloseRange(a[0] as u32, a[1].min(u32::MAX as u64) as u32)
+        }
+        ArgKind::Clone => {
+            let thread = match name {
+                "clone3" => {
+                    let mut b = [0u8; 8];
+                    read_mem(tid, a[0], &mut b) == 8
+                        && u64::from_ne_bytes(b) & libc::CLONE_THREAD as u64 != 0
+                }
+                "fork" | "vfork" => false,
+                _ => a[0] & libc::CLONE_THREAD as u64 != 0,
+            };
+            sc.extra = Extra::Clone { thread };
+        }
+        ArgKind::Socket => {
+            sc.extra = Extra::Socket(match a[0] as i32 {
+                libc::AF_INET => "AF_INET",
+                libc::AF_INET6 => "AF_INET6",
+                libc::AF_UNIX => "AF_UNIX",
+                libc::AF_NETLINK => "AF_NETLINK",
+                _ => "AF_UNSPEC",
+            })
+        }
+        ArgKind::Data if data => {
+            // Writes: the buffer holds the data whatever the outcome; reads: only what the
+            // call returned.
+            let avail = match (sys.data, ret) {
+                (DataArg::In, Some(n)) if n > 0 => n as usize,
+                (DataArg::In, _) => 0,
+                _ => a[2] as usize,
+            };
+            let want = avail.min(DATA_CAP);
+            if want > 0 {
+                let mut b = [0u8; DATA_CAP];
+                let n = read_mem(tid, a[1], &mut b[..want]);
+                if n > 0 {
+                    sc.extra = Extra::Data(Data::new(&b[..n], avail > n));
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Whether `decode_args` has anything to take for this call other than its fd and buffer
+/// (paths, fd pairs, dup targets, clone flags): the perf backend decodes only those.
+pub(super) fn decodes_more(sys: &crate::syscalls::SysInfo) -> bool {
+    !matches!(
+        sys.args,
+        ArgKind::Data | ArgKind::Restart | ArgKind::Nothing
+    )
+}

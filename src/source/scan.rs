@@ -1,0 +1,452 @@
+//! Byte scanning shared by the text parsers (strace, perf trace): numbers, decimals,
+//! blanks, and one scanner that knows about strace's quoted strings. Every parser walks
+//! its lines with these, so a line is cut the same way whatever the tracer, and the few
+//! tricks that make the hot path fast (SWAR digits, SSE2 quote counting) live in one place.
+
+use crate::event::unescape_one;
+
+#[inline]
+pub(crate) fn is_digit(b: u8) -> bool {
+    b.is_ascii_digit()
+}
+
+/// A byte of a syscall, signal or errno name.
+#[inline]
+pub(crate) fn is_name_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b == b'_'
+}
+
+#[inline]
+pub(crate) fn skip_ws(s: &[u8]) -> &[u8] {
+    let n = s.iter().take_while(|b| **b == b' ' || **b == b'\t').count();
+    &s[n..]
+}
+
+#[inline]
+pub(crate) fn trim_end(s: &[u8]) -> &[u8] {
+    let n = s
+        .iter()
+        .rev()
+        .take_while(|b| matches!(**b, b' ' | b'\t' | b'\r'))
+        .count();
+    &s[..s.len() - n]
+}
+
+#[inline]
+pub(crate) fn parse_u64(s: &[u8]) -> Option<(u64, usize)> {
+    let mut v: u64 = 0;
+    let mut i = 0;
+    // 19 digits always fit in a u64: no overflow checks in the loop (this runs several
+    // times per line); longer numbers take the checked path.
+    let fast = s.len().min(19);
+    while i < fast {
+        let d = s[i].wrapping_sub(b'0');
+        if d > 9 {
+            break;
+        }
+        v = v * 10 + d as u64;
+        i += 1;
+    }
+    while i < s.len() && is_digit(s[i]) {
+        v = v.checked_mul(10)?.checked_add((s[i] - b'0') as u64)?;
+        i += 1;
+    }
+    if i == 0 {
+        None
+    } else {
+        Some((v, i))
+    }
+}
+
+/// `0x1f` -> (31, bytes used): a hex number with its prefix, as strace prints addresses,
+/// flags and, in traces from some shims, fds.
+pub(crate) fn parse_hex(s: &[u8]) -> Option<(u64, usize)> {
+    let hex = s.strip_prefix(b"0x")?;
+    let n = hex.iter().take_while(|b| b.is_ascii_hexdigit()).count();
+    if n == 0 {
+        return None;
+    }
+    let mut v = 0u64;
+    for d in &hex[..n] {
+        let x = match d {
+            b'0'..=b'9' => d - b'0',
+            b'a'..=b'f' => d - b'a' + 10,
+            _ => d - b'A' + 10,
+        };
+        if v >> 60 != 0 {
+            return None;
+        }
+        v = v << 4 | x as u64;
+    }
+    Some((v, n + 2))
+}
+
+const POW10: [i64; 10] = [
+    1,
+    10,
+    100,
+    1_000,
+    10_000,
+    100_000,
+    1_000_000,
+    10_000_000,
+    100_000_000,
+    1_000_000_000,
+];
+
+/// `123.456789` -> (ns, digits after the point, bytes used). Any number of fraction digits.
+pub(crate) fn parse_decimal_ns(s: &[u8]) -> Option<(i64, u8, usize)> {
+    let (whole, n) = parse_u64(s)?;
+    let mut ns = (whole as i64).checked_mul(1_000_000_000)?;
+    if s.get(n) != Some(&b'.') {
+        return Some((ns, 0, n));
+    }
+    let mut i = n + 1;
+    let mut frac: i64 = 0;
+    let mut digits = 0u8;
+    while i < s.len() && is_digit(s[i]) {
+        // Digits past ns precision are read and dropped.
+        if digits < 9 {
+            frac = frac * 10 + (s[i] - b'0') as i64;
+        }
+        digits = digits.saturating_add(1);
+        i += 1;
+    }
+    if digits < 9 {
+        frac *= POW10[9 - digits as usize];
+    }
+    ns += frac;
+    if digits == 0 {
+        return None;
+    }
+    Some((ns, digits, i))
+}
+
+/// Digits at fixed positions -> value, or None if any is not a digit. Up to eight digits are
+/// read as one word (SWAR): the `-ttt` and `-T` fields are read this way on every line.
+#[inline]
+pub(crate) fn fixed_digits<const N: usize>(d: &[u8; N]) -> Option<u64> {
+    if N <= 8 {
+        // Left-pad with '0' to a whole word.
+        let mut w = [b'0'; 8];
+        w[8 - N..].copy_from_slice(d);
+        return eight_digits(u64::from_le_bytes(w));
+    }
+    let mut v = 0u64;
+    let mut bad = 0u8;
+    for &b in d {
+        let x = b.wrapping_sub(b'0');
+        bad |= (x > 9) as u8;
+        v = v * 10 + x as u64;
+    }
+    (bad == 0).then_some(v)
+}
+
+/// Eight ASCII digits in a little-endian word -> their value: checked all digits, then
+/// combined pairwise (1+1 -> 2 -> 4 -> 8 digits) with three multiplications.
+#[inline]
+pub(crate) fn eight_digits(w: u64) -> Option<u64> {
+    const HIGH_NIBBLES: u64 = 0xF0F0_F0F0_F0F0_F0F0;
+    let digits = (w & HIGH_NIBBLES) | ((w.wrapping_add(0x0606_0606_0606_0606) & HIGH_NIBBLES) >> 4);
+    if digits != 0x3333_3333_3333_3333 {
+        return None;
+    }
+    let v = w - 0x3030_3030_3030_3030;
+    // Each byte pair: 10 * first + second, in the low byte of each 16-bit lane.
+    let v = (v * 10 + (v >> 8)) & 0x00FF_00FF_00FF_00FF;
+    // Each 32-bit lane: 100 * first pair + second pair.
+    let v = (v * 100 + (v >> 16)) & 0x0000_FFFF_0000_FFFF;
+    // The two lanes: 10000 * first + second.
+    Some((v * 10000 + (v >> 32)) & 0xFFFF_FFFF)
+}
+
+/// Whether the end of `s` lies outside any quoted string: quotes counted sixteen bytes at a
+/// time with SSE2 (part of every x86_64). A quote right after a backslash (escaped, or after
+/// an escaped backslash) sends the string to the exact byte-wise count. This runs on every
+/// line with a string argument, where memchr's per-call setup cost more than the scan.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+pub(crate) fn outside_strings(s: &[u8]) -> bool {
+    use std::arch::x86_64::{
+        __m128i, _mm_cmpeq_epi8, _mm_loadu_si128, _mm_movemask_epi8, _mm_set1_epi8,
+    };
+    // Quote and backslash bit masks of the 16 bytes at `at`.
+    let masks = |at: usize| -> (u32, u32) {
+        debug_assert!(at + 16 <= s.len());
+        // SAFETY: SSE2 is in the x86_64 baseline, and every caller keeps `at + 16 <= s.len()`,
+        // so the unaligned 16-byte load stays inside `s`.
+        unsafe {
+            let v = _mm_loadu_si128(s.as_ptr().add(at) as *const __m128i);
+            (
+                _mm_movemask_epi8(_mm_cmpeq_epi8(v, _mm_set1_epi8(b'"' as i8))) as u32,
+                _mm_movemask_epi8(_mm_cmpeq_epi8(v, _mm_set1_epi8(b'\\' as i8))) as u32,
+            )
+        }
+    };
+    if s.len() < 16 {
+        return outside_strings_exact(s);
+    }
+    // Only the parity of the count matters, and count_ones(a) + count_ones(b) has the parity
+    // of count_ones(a ^ b): one popcount at the end (software on baseline x86_64).
+    let mut quotes = 0u32;
+    // Whether the byte before the current block is a backslash.
+    let mut carry = 0u32;
+    let mut i = 0;
+    loop {
+        let (q, b) = if i + 16 <= s.len() {
+            masks(i)
+        } else if i < s.len() {
+            // The last bytes: the final 16 of `s`, less those already counted.
+            let done = 16 - (s.len() - i) as u32;
+            let (q, b) = masks(s.len() - 16);
+            (q >> done, b >> done)
+        } else {
+            break;
+        };
+        if ((b << 1) | carry) & q != 0 {
+            return outside_strings_exact(s);
+        }
+        carry = (b >> 15) & 1;
+        quotes ^= q;
+        i += 16;
+    }
+    quotes.count_ones() % 2 == 0
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+pub(crate) fn outside_strings(s: &[u8]) -> bool {
+    outside_strings_exact(s)
+}
+
+/// `outside_strings`, byte by byte: a quote counts unless an odd run of backslashes
+/// precedes it.
+pub(crate) fn outside_strings_exact(s: &[u8]) -> bool {
+    let mut open = false;
+    for q in memchr::memchr_iter(b'"', s) {
+        let bs = s[..q].iter().rev().take_while(|b| **b == b'\\').count();
+        if bs % 2 == 0 {
+            open = !open;
+        }
+    }
+    !open
+}
+
+/// One step of `Quoted`: what the bytes at the scanner's position are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Piece {
+    /// A byte outside any string (never a quote).
+    Code(u8),
+    /// The quote that opens a string.
+    Open,
+    /// A run of plain bytes inside a string (no quote, no backslash).
+    Text(usize, usize),
+    /// A backslash and the byte it escapes inside a string (`end` may be past the text
+    /// when the backslash is its last byte).
+    Escape(usize, usize),
+    /// The quote that closes a string.
+    Close,
+}
+
+/// A walk over strace text that knows whether it is inside a quoted string: strace escapes
+/// every quote and backslash inside a string, so a backslash there always takes the next
+/// byte with it. The argument splitter, the redactor and the perf label stripper all walk
+/// lines this way; `pos` may be moved forward by the caller (to skip an `<annotation>`).
+pub(crate) struct Quoted<'a> {
+    s: &'a [u8],
+    pub pos: usize,
+    in_str: bool,
+}
+
+impl<'a> Quoted<'a> {
+    #[inline]
+    pub(crate) fn new(s: &'a [u8]) -> Self {
+        Quoted {
+            s,
+            pos: 0,
+            in_str: false,
+        }
+    }
+
+    /// Whether the scanner stands inside a string (a text cut off there ends inside one).
+    #[inline]
+    pub(crate) fn in_string(&self) -> bool {
+        self.in_str
+    }
+}
+
+impl Iterator for Quoted<'_> {
+    type Item = (usize, Piece);
+
+    #[inline]
+    fn next(&mut self) -> Option<(usize, Piece)> {
+        let at = self.pos;
+        let b = *self.s.get(at)?;
+        let piece = if self.in_str {
+            match b {
+                b'\\' => {
+                    self.pos += 2;
+                    Piece::Escape(at, at + 2)
+                }
+                b'"' => {
+                    self.in_str = false;
+                    self.pos += 1;
+                    Piece::Close
+                }
+                _ => {
+                    let n =
+                        memchr::memchr2(b'"', b'\\', &self.s[at..]).unwrap_or(self.s.len() - at);
+                    self.pos += n;
+                    Piece::Text(at, at + n)
+                }
+            }
+        } else if b == b'"' {
+            self.in_str = true;
+            self.pos += 1;
+            Piece::Open
+        } else {
+            self.pos += 1;
+            Piece::Code(b)
+        };
+        Some((at, piece))
+    }
+}
+
+/// Unescapes a C string literal as strace prints it (after its opening quote), handing
+/// each byte to `push`. Returns (closed, truncated-marker `...` after the quote).
+pub(crate) fn unescape_with(s: &[u8], mut push: impl FnMut(u8)) -> (bool, bool) {
+    unescape_while(s, |c| {
+        push(c);
+        true
+    })
+}
+
+/// `unescape_with`, stopping early when `push` returns false (then nothing is known about
+/// the end of the string: both flags are false).
+pub(crate) fn unescape_while(s: &[u8], mut push: impl FnMut(u8) -> bool) -> (bool, bool) {
+    let mut i = 0;
+    let mut closed = false;
+    while i < s.len() {
+        if s[i] == b'"' {
+            closed = true;
+            i += 1;
+            break;
+        }
+        let (c, used) = unescape_one(s, i);
+        if !push(c) {
+            return (false, false);
+        }
+        i += used;
+    }
+    let truncated = closed && s[i..].starts_with(b"...");
+    (closed, truncated)
+}
+
+/// Unescapes up to `cap` bytes into a new vector (for paths).
+pub(crate) fn unescape(s: &[u8], cap: usize) -> (Vec<u8>, bool, bool) {
+    let mut out = Vec::new();
+    let (closed, truncated) = unescape_with(s, |c| {
+        if out.len() < cap {
+            out.push(c)
+        }
+    });
+    (out, closed, truncated)
+}
+
+pub(crate) fn lossy(b: &[u8]) -> Box<str> {
+    String::from_utf8_lossy(b).into_owned().into_boxed_str()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pieces(s: &[u8]) -> Vec<Piece> {
+        Quoted::new(s).map(|(_, p)| p).collect()
+    }
+
+    #[test]
+    fn quoted_scanner_steps_over_strings_and_escapes() {
+        use Piece::*;
+        assert_eq!(
+            pieces(br#"a"b\"c"d"#),
+            [
+                Code(b'a'),
+                Open,
+                Text(2, 3),
+                Escape(3, 5),
+                Text(5, 6),
+                Close,
+                Code(b'd')
+            ]
+        );
+        // Cut off inside a string, and after a lone backslash.
+        let mut q = Quoted::new(br#"x, "abc"#);
+        assert_eq!(q.by_ref().count(), 5);
+        assert!(q.in_string());
+        assert_eq!(pieces(br#""\"#), [Open, Escape(1, 3)]);
+    }
+
+    #[test]
+    fn hex_numbers() {
+        assert_eq!(parse_hex(b"0x6, "), Some((6, 3)));
+        assert_eq!(parse_hex(b"0xfF"), Some((255, 4)));
+        assert_eq!(parse_hex(b"0x"), None);
+        assert_eq!(parse_hex(b"12"), None);
+    }
+
+    /// The word-at-a-time digit reader agrees with plain arithmetic, and refuses non-digits.
+    #[test]
+    fn eight_digits_reads_words_of_digits() {
+        for v in [
+            0u64, 7, 10, 99, 12_345_678, 99_999_999, 40_000_001, 10_203_040,
+        ] {
+            let text = format!("{v:08}");
+            let w = u64::from_le_bytes(text.as_bytes().try_into().unwrap());
+            assert_eq!(eight_digits(w), Some(v), "{text}");
+            assert_eq!(
+                fixed_digits::<8>(text.as_bytes().try_into().unwrap()),
+                Some(v)
+            );
+        }
+        assert_eq!(fixed_digits::<6>(b"000071"), Some(71));
+        assert_eq!(fixed_digits::<1>(b"9"), Some(9));
+        assert_eq!(fixed_digits::<10>(b"1354669829"), Some(1_354_669_829));
+        for bad in [
+            *b"1234567a",
+            *b"1234 678",
+            *b"/2345678",
+            *b":2345678",
+            *b"\xb012345\x007",
+        ] {
+            assert_eq!(eight_digits(u64::from_le_bytes(bad)), None, "{bad:?}");
+        }
+        assert_eq!(fixed_digits::<6>(b"00.071"), None);
+    }
+
+    /// The sixteen-bytes-at-a-time quote count agrees with the byte-wise one: quotes at every
+    /// position of a block, escaped quotes and backslashes, runs across block ends.
+    #[test]
+    fn outside_strings_matches_the_exact_count() {
+        let pieces: [&[u8]; 8] = [
+            b"\"", b"\\\"", b"\\\\", b"a", b"\\\\\"", b"xyz, ", b"\"...", b"1",
+        ];
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        for _ in 0..20_000 {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            let mut r = seed;
+            let mut s = vec![];
+            for _ in 0..(r % 24) {
+                r = r.rotate_left(5) ^ 0x9e37_79b9;
+                s.extend_from_slice(pieces[(r % 8) as usize]);
+            }
+            assert_eq!(
+                outside_strings(&s),
+                outside_strings_exact(&s),
+                "{}",
+                String::from_utf8_lossy(&s)
+            );
+        }
+    }
+}

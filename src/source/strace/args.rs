@@ -1,0 +1,277 @@
+//! Call arguments: the few the analysis needs (the fd and its `-y` path, a pathname, the
+//! two fds of a pipe, a dup target, the first bytes of a buffer) taken from a call's
+//! argument text, by the argument shape its name has, decided once per name.
+
+use super::body::annotation;
+use crate::event::{self, Data, Extra, Syscall};
+use crate::source::scan::{
+    is_name_byte, lossy, parse_hex, parse_u64, skip_ws, unescape, Piece, Quoted,
+};
+use crate::syscalls::{self, ArgKind, SysInfo};
+use memchr::memmem;
+
+/// An interned name with its syscall table entry, kept in a `NameCache`: `event::intern`
+/// hashes behind a lock and `syscalls::info` hashes again, both too slow per line.
+#[derive(Clone, Copy)]
+pub struct Name {
+    pub name: &'static str,
+    pub sys: &'static SysInfo,
+}
+
+const NAME_SLOTS: usize = 256;
+
+/// A small direct-mapped cache of `Name`s. The parser owns one for syscall names (no
+/// thread-local access per line); free functions share a per-thread one.
+pub struct NameCache(Box<[Option<Name>; NAME_SLOTS]>);
+
+impl Default for NameCache {
+    fn default() -> Self {
+        NameCache(Box::new([None; NAME_SLOTS]))
+    }
+}
+
+impl NameCache {
+    #[inline]
+    pub fn get(&mut self, b: &[u8]) -> Name {
+        let slot = match b {
+            [] => 0,
+            [f, .., l] => (b.len() * 31 + *f as usize * 7 + *l as usize * 3) % NAME_SLOTS,
+            [f] => *f as usize % NAME_SLOTS,
+        };
+        if let Some(n) = self.0[slot] {
+            if n.name.as_bytes() == b {
+                return n;
+            }
+        }
+        let s = event::intern(b);
+        let n = Name {
+            name: s,
+            sys: syscalls::info(s),
+        };
+        // `intern` maps garbage to "?" once its table is full: do not let that evict.
+        if s.as_bytes() == b {
+            self.0[slot] = Some(n);
+        }
+        n
+    }
+}
+
+thread_local! {
+    static NAMES: std::cell::RefCell<NameCache> = std::cell::RefCell::new(NameCache::default());
+}
+
+/// Interned name (syscall, errno, signal) through the per-thread cache.
+pub fn intern(b: &[u8]) -> &'static str {
+    NAMES.with(|c| c.borrow_mut().get(b)).name
+}
+
+/// Splits off the first top-level argument: returns (arg, rest after the comma).
+fn first_arg(args: &[u8]) -> (&[u8], &[u8]) {
+    let mut depth = 0i32;
+    let mut q = Quoted::new(args);
+    while let Some((i, piece)) = q.next() {
+        let Piece::Code(b) = piece else {
+            continue;
+        };
+        match b {
+            b'[' | b'{' | b'(' => depth += 1,
+            b']' | b'}' | b')' => depth -= 1,
+            b'<' if i > 0 && args[i - 1].is_ascii_alphanumeric() => {
+                // an fd annotation: skip it whole (it may hold commas and brackets)
+                if let Some((_, used)) = annotation(&args[i..]) {
+                    q.pos = i + used;
+                }
+            }
+            b',' if depth <= 0 => return (&args[..i], skip_ws(&args[i + 1..])),
+            _ => {}
+        }
+    }
+    (args, &[])
+}
+
+/// `7</path>` / `7` / `AT_FDCWD<...>` -> (fd, annotation)
+fn parse_fd_arg(a: &[u8]) -> (Option<i32>, Option<&[u8]>) {
+    let a = skip_ws(a);
+    // perf trace style `fd: 7` is handled by its own parser; here numbers only, in hex as
+    // some shims print them (`accept4(0x6, ...)`), never the `0` of a `0x`.
+    let num = if a.starts_with(b"0x") {
+        parse_hex(a)
+    } else {
+        parse_u64(a)
+    };
+    match num {
+        Some((v, n)) if v <= i32::MAX as u64 => {
+            (Some(v as i32), annotation(&a[n..]).map(|(p, _)| p))
+        }
+        _ => (None, None),
+    }
+}
+
+fn path_arg(a: &[u8]) -> Option<Box<str>> {
+    let a = skip_ws(a);
+    let inner = a.strip_prefix(b"\"")?;
+    let (bytes, _, _) = unescape(inner, 4096);
+    Some(
+        String::from_utf8_lossy(&bytes)
+            .into_owned()
+            .into_boxed_str(),
+    )
+}
+
+/// Fills the syscall fields the analysis needs from the (entry half of the) argument text,
+/// by the argument shape of the call's name (for the perf parser, which has its own cache).
+pub(crate) fn extract_args_with(sc: &mut Syscall, facts: Name, args: &[u8]) {
+    extract_args_named(sc, facts, args)
+}
+
+/// `extract_args` with the name facts already looked up.
+#[inline]
+pub(super) fn extract_args_named(sc: &mut Syscall, facts: Name, args: &[u8]) {
+    let plain = if facts.sys.fd_first {
+        plain_fd_arg(args)
+    } else {
+        None
+    };
+    let (a0, rest) = match plain {
+        Some((fd, a0, rest)) => {
+            sc.fd = Some(fd);
+            (a0, rest)
+        }
+        _ => {
+            let (a0, rest) = first_arg(args);
+            if facts.sys.fd_first {
+                let (fd, ann) = parse_fd_arg(a0);
+                sc.fd = fd;
+                if let Some(p) = ann {
+                    sc.fd_path = Some(lossy(p));
+                }
+            }
+            (a0, rest)
+        }
+    };
+    match facts.sys.args {
+        ArgKind::Path0 => {
+            if let Some(p) = path_arg(a0) {
+                sc.extra = Extra::Path(p);
+            }
+        }
+        ArgKind::Path1 => {
+            let (a1, _) = first_arg(rest);
+            if let Some(p) = path_arg(a1) {
+                if !p.is_empty() {
+                    sc.extra = Extra::Path(p);
+                }
+            }
+        }
+        ArgKind::Rename => {
+            let (a1, _) = first_arg(rest);
+            if let (Some(o), Some(n)) = (path_arg(a0), path_arg(a1)) {
+                sc.extra = Extra::Rename(o, n);
+            }
+        }
+        ArgKind::RenameAt => {
+            let (a1, r) = first_arg(rest);
+            let (_, r) = first_arg(r);
+            let (a3, _) = first_arg(r);
+            if let (Some(o), Some(n)) = (path_arg(a1), path_arg(a3)) {
+                sc.extra = Extra::Rename(o, n);
+            }
+        }
+        ArgKind::Pipe | ArgKind::Socketpair => {
+            let arr = if facts.sys.args == ArgKind::Socketpair {
+                let (_, r) = first_arg(rest);
+                let (_, r) = first_arg(r);
+                first_arg(r).0
+            } else {
+                a0
+            };
+            let arr = skip_ws(arr);
+            if let Some(inner) = arr.strip_prefix(b"[") {
+                let (x, r) = first_arg(inner);
+                let (a, _) = parse_fd_arg(x);
+                let (b, _) = parse_fd_arg(r);
+                if let (Some(a), Some(b)) = (a, b) {
+                    sc.extra = Extra::FdPair(a, b);
+                }
+            }
+        }
+        ArgKind::Dup2 => {
+            let (a1, _) = first_arg(rest);
+            if let (Some(fd), _) = parse_fd_arg(a1) {
+                sc.extra = Extra::NewFd(fd);
+            }
+        }
+        ArgKind::Fcntl => {
+            let (a1, _) = first_arg(rest);
+            if skip_ws(a1).starts_with(b"F_DUPFD") {
+                sc.extra = Extra::DupFd;
+            }
+        }
+        ArgKind::CloseRange => {
+            let (a1, _) = first_arg(rest);
+            let lo = parse_u64(skip_ws(a0)).map(|v| v.0 as u32);
+            let a1 = skip_ws(a1);
+            let hi = if a1.starts_with(b"~0") || a1.starts_with(b"4294967295") {
+                Some(u32::MAX)
+            } else {
+                parse_u64(a1).map(|v| v.0.min(u32::MAX as u64) as u32)
+            };
+            if let (Some(lo), Some(hi)) = (lo, hi) {
+                sc.extra = Extra::CloseRange(lo, hi);
+            }
+        }
+        ArgKind::Clone => {
+            sc.extra = Extra::Clone {
+                thread: memmem::find(args, b"CLONE_THREAD").is_some(),
+            };
+        }
+        ArgKind::Socket => {
+            let a = skip_ws(a0);
+            let n = a.iter().take_while(|b| is_name_byte(**b)).count();
+            sc.extra = Extra::Socket(intern(&a[..n]));
+        }
+        ArgKind::Data => data_from(sc, rest),
+        ArgKind::Restart => {
+            // `<... resuming interrupted nanosleep ...>`: the call this one continues.
+            if let Some(i) = memmem::find(args, b"interrupted ") {
+                let r = &args[i + 12..];
+                let n = r.iter().take_while(|b| is_name_byte(**b)).count();
+                if n > 0 {
+                    sc.extra = Extra::Resumes(intern(&r[..n]));
+                }
+            }
+        }
+        ArgKind::Nothing => {}
+    }
+}
+
+/// A bare fd number as the whole first argument (`8, ...` or `8`), the common case that
+/// needs none of `first_arg`'s bracket and string tracking: (fd, its text, the rest after
+/// `, `).
+#[inline]
+fn plain_fd_arg(args: &[u8]) -> Option<(i32, &[u8], &[u8])> {
+    let n = args
+        .iter()
+        .take(10)
+        .take_while(|b| b.is_ascii_digit())
+        .count();
+    if n == 0 {
+        return None;
+    }
+    let rest = match args.get(n) {
+        None => &args[n..],
+        Some(b',') => skip_ws(&args[n + 1..]),
+        _ => return None,
+    };
+    let (v, _) = parse_u64(&args[..n])?;
+    Some((i32::try_from(v).ok()?, &args[..n], rest))
+}
+
+/// Takes the buffer argument (a quoted string) at the start of `s`, if that is what it is.
+/// The text is kept as printed and decoded only if someone asks (`Data::head`).
+pub(super) fn data_from(sc: &mut Syscall, s: &[u8]) {
+    let s = skip_ws(s);
+    if let Some(inner) = s.strip_prefix(b"\"") {
+        sc.extra = Extra::Data(Data::escaped(inner));
+    }
+}

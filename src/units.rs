@@ -1,0 +1,33 @@
+//! How durations and counts read to a person: the one place the report's words for time and
+//! plurals are made, shared by the findings, the renderers and the live console.
+
+/// The plural ending of a count's noun: `format!("{n} stall{}", plural(n))`.
+pub fn plural(n: u64) -> &'static str {
+    if n == 1 {
+        ""
+    } else {
+        "s"
+    }
+}
+
+/// A duration in µs the way a person reads it.
+///
+/// ```
+/// use stallscope::units::human;
+/// assert_eq!(human(4_827_551), "4.83 s");
+/// assert_eq!(human(446_945), "447 ms");
+/// assert_eq!(human(1_500), "1.5 ms");
+/// assert_eq!(human(153), "153 µs");
+/// ```
+pub fn human(us: i64) -> String {
+    let us = us.max(0);
+    if us >= 1_000_000 {
+        format!("{:.2} s", us as f64 / 1e6)
+    } else if us >= 10_000 {
+        format!("{:.0} ms", us as f64 / 1e3)
+    } else if us >= 1_000 {
+        format!("{:.1} ms", us as f64 / 1e3)
+    } else {
+        format!("{us} µs")
+    }
+}
