@@ -18,7 +18,8 @@
 #
 # THRESHOLD (default 10ms) and MAX_INCIDENTS (default 1000 per hour: the soak checks grouping
 # and memory, not the rate limit) are passed to the watcher. bench/soak_check.py matches
-# each injected stall to the incident reports.
+# each injected stall to the incident reports. WATCH_EXTRA adds watcher flags (e.g.
+# `--perf-pages 8192` on a loaded machine, where a descheduled watcher loses records).
 #
 # Needs redis-server, redis-benchmark, redis-cli, curl, python3, root, and a release build.
 set -euo pipefail
@@ -47,7 +48,7 @@ for _ in $(seq 100); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; slee
 
 "$BIN" watch --pid "$RPID" --out "$DIR/incidents" --events "$DIR/events.jsonl" \
   --metrics "127.0.0.1:$MPORT" --threshold "${THRESHOLD:-10ms}" \
-  --max-incidents-per-hour "${MAX_INCIDENTS:-1000}" >/dev/null 2>"$DIR/watch.err" &
+  --max-incidents-per-hour "${MAX_INCIDENTS:-1000}" ${WATCH_EXTRA:-} >/dev/null 2>"$DIR/watch.err" &
 W=$!
 for _ in $(seq 400); do grep -q "watching $RPID" "$DIR/watch.err" 2>/dev/null && break; sleep 0.05; done
 rss() { awk '/^VmRSS:/ {print $2}' /proc/"$W"/status; }

@@ -288,6 +288,9 @@ struct Watcher<'a> {
     writer: Option<std::thread::JoinHandle<()>>,
     ring_evicted_seen: u64,
     deadline: Option<Instant>,
+    /// Where the last incident report's events ended: the next one starts after it, so
+    /// that no stall is in two reports.
+    reported_upto: Option<Nanos>,
 }
 
 impl Watcher<'_> {
@@ -333,8 +336,10 @@ impl Watcher<'_> {
             );
             return;
         }
-        let from = o.start - self.args.before;
+        let from =
+            (o.start - self.args.before).max(self.reported_upto.map_or(Nanos::MIN, |t| t + 1));
         let events = self.ring.since(from);
+        self.reported_upto = self.ring.newest();
         let ring_short = events.first().is_some_and(|e| e.ts > from + 100_000_000)
             && self.ring.evicted_early > 0;
         let job = Job {
@@ -470,6 +475,7 @@ pub fn run_watch(args: &WatchArgs) -> Result<u64> {
         jobs: Some(tx),
         writer: Some(writer),
         ring_evicted_seen: 0,
+        reported_upto: None,
         deadline: args
             .duration
             .map(|d| Instant::now() + Duration::from_nanos(d as u64)),
@@ -560,6 +566,7 @@ fn watch_one(w: &mut Watcher, pid: Tid) -> Result<()> {
     w.metrics.attaches.inc();
     w.observer.reset_process();
     w.ring.clear();
+    w.reported_upto = None;
     let st = tracer.stats();
     let clock = Clock {
         fmt: TimeFmt::Epoch,

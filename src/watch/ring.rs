@@ -93,6 +93,11 @@ impl Ring {
             .collect()
     }
 
+    /// End of the newest event held.
+    pub(crate) fn newest(&self) -> Option<Nanos> {
+        self.events.back().map(|e| e.end())
+    }
+
     /// Start of the oldest event held.
     pub(crate) fn oldest(&self) -> Option<Nanos> {
         self.events.front().map(|e| e.ts)
