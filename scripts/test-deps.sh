@@ -39,6 +39,11 @@ fi
 if [ ! -d /sys/kernel/tracing/events ] && [ ! -d /sys/kernel/debug/tracing/events ] && [ "$(id -u)" -eq 0 ]; then
   mount -t tracefs nodev /sys/kernel/tracing 2>/dev/null || true
 fi
+# .ci/run rebuilds the embedded BPF object with clang (scripts/build-bpf.sh --check).
+if ! command -v clang >/dev/null || ! command -v llvm-strip >/dev/null || [ ! -f /usr/include/bpf/bpf_helpers.h ]; then
+  if [ "$(id -u)" -eq 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq clang llvm libbpf-dev >/dev/null
+  else sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq clang llvm libbpf-dev >/dev/null; fi
+fi
 rustup component add rustfmt clippy >/dev/null 2>&1 || true
 # tests/live_watch.rs scrapes `stallscope watch --metrics` with a real Prometheus server.
 if ! command -v prometheus >/dev/null; then

@@ -70,6 +70,12 @@ pub struct OutputArgs {
     /// dbfilename, logfile) so nothing is guessed
     #[arg(long, value_name = "FILE")]
     pub redis_conf: Option<String>,
+    /// redis's own log file (plain or gzip): its lines go on the timeline and each stall
+    /// lists the ones in its window. Without it, a `NAME.redis.log` or `redis.log` beside the
+    /// trace, or the logfile the redis config names, is used when it exists (live: the
+    /// config's or the fd table's, followed as it is written)
+    #[arg(long, value_name = "FILE")]
+    pub redis_log: Option<String>,
     /// Also write a self-contained HTML report (timeline plot and tables) to FILE
     #[arg(long, value_name = "FILE")]
     pub html: Option<String>,
@@ -84,6 +90,7 @@ pub struct OutputArgs {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Backend {
     Auto,
+    Bpf,
     Perf,
     Ptrace,
 }
@@ -152,16 +159,23 @@ pub struct AttachArgs {
     /// Do not trace forked children (the BGSAVE / AOF rewrite child)
     #[arg(long)]
     pub no_follow_forks: bool,
-    /// How to trace: `perf` reads the kernel's syscall tracepoints (redis is never stopped;
-    /// needs tracefs and root or CAP_PERFMON), `ptrace` stops each thread at every syscall
-    /// (works everywhere, slows a busy redis a lot), `auto` uses perf when the kernel allows
-    /// it, else ptrace, and says why
+    /// How to trace: `bpf` runs kernel programs on the syscall tracepoints (redis is never
+    /// stopped, command names are seen; needs root or CAP_BPF+CAP_PERFMON), `perf` reads the
+    /// same tracepoints without buffer contents (needs tracefs and root or CAP_PERFMON),
+    /// `ptrace` stops each thread at every syscall (works everywhere, slows a busy redis a
+    /// lot), `auto` tries bpf, then perf, then ptrace, and says why
     #[arg(long, value_enum, default_value_t = Backend::Auto)]
     pub backend: Backend,
-    /// perf backend: ring-buffer size per CPU, in pages (a power of two). Too small and the
-    /// kernel drops events under load (they are counted and reported)
+    /// perf backend: ring-buffer size per CPU, in pages (a power of two); bpf backend: the
+    /// size of its one ring buffer. Too small and the kernel drops events under load (they
+    /// are counted and reported)
     #[arg(long, hide = true, value_name = "PAGES", value_parser = parse_pages)]
     pub perf_pages: Option<usize>,
+    /// Also ask redis itself, on a connection of its own: LATENCY LATEST and INFO
+    /// persistence/stats once a second, SLOWLOG GET at the start and the end (password from
+    /// REDISCLI_AUTH, as redis-cli). A failing connection is noted, never stops tracing
+    #[arg(long, value_name = "HOST:PORT")]
+    pub redis: Option<String>,
     #[command(flatten)]
     pub out: OutputArgs,
 }
@@ -177,8 +191,8 @@ pub struct WatchArgs {
     /// again to the new process when it restarts
     #[arg(long)]
     pub name: Option<String>,
-    /// How to trace: `auto` picks the cheapest backend the kernel allows (perf) and never
-    /// falls back to ptrace; `ptrace` must be asked for, it slows a busy redis several times
+    /// How to trace: `auto` picks the cheapest backend the kernel allows (bpf, else perf) and
+    /// never falls back to ptrace; `ptrace` must be asked for, it slows a busy redis several times
     #[arg(long, value_enum, default_value_t = Backend::Auto)]
     pub backend: Backend,
     /// A stall is a syscall at least this long, or the main thread making no syscall for it

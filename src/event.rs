@@ -388,6 +388,27 @@ pub struct Syscall {
     pub extra: Extra,
     /// Line of the entry half when the call was split (unfinished ... resumed).
     pub start_line: Option<u64>,
+    /// What the scheduler did with the thread during the call and in the gap before it
+    /// (live bpf backend only).
+    pub sched: Option<Box<SchedSpan>>,
+}
+
+/// The scheduler's counters of one thread over a span of time: time on a CPU, time waiting
+/// for one (runnable), and page faults. The rest of the span the thread was blocked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct SchedDelta {
+    pub on_cpu_ns: u64,
+    pub runnable_ns: u64,
+    pub minor_faults: u64,
+    pub major_faults: u64,
+}
+
+/// `during`: from the call's entry to its exit; `before`: from the end of the thread's
+/// previous call to this one's entry (the gap), when that call was seen.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct SchedSpan {
+    pub during: SchedDelta,
+    pub before: Option<SchedDelta>,
 }
 
 impl Syscall {
@@ -409,6 +430,7 @@ impl Syscall {
             in_flight: None,
             extra: Extra::None,
             start_line: None,
+            sched: None,
         }
     }
     pub fn data(&self) -> Option<&Data> {

@@ -41,6 +41,11 @@ pub struct Report {
     /// the slowest calls at or above a floor. None when the analyzer did not keep one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub timeline: Option<Timeline>,
+    /// What redis itself said (its log, LATENCY, INFO, SLOWLOG) on the trace's time axis,
+    /// when any of it was read (`redis_evidence`). Its per-stall, per-phase and per-finding
+    /// parts are written into those objects as `redis_evidence` / `redis_signals`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub redis: Option<RedisSection>,
 }
 
 #[derive(Clone, Debug, Serialize, Default)]
@@ -53,7 +58,7 @@ pub struct Source {
     pub pid: Option<u32>,
     /// "absolute" (wall clock with a date), "time_of_day" (no date), "relative", "none".
     pub clock: String,
-    /// Live backend ("ptrace" | "perf"), or null.
+    /// Live backend ("ptrace" | "perf" | "bpf"), or null.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub backend: Option<String>,
 }
@@ -180,6 +185,36 @@ pub struct Stall {
     pub phase: Option<usize>,
     /// Events were lost (live perf backend) around this stall: it may be incomplete.
     pub events_lost: bool,
+    /// Where the thread's time went over the stall (live bpf backend only; absent otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sched: Option<StallSched>,
+}
+
+/// A stall's time split by the scheduler: on a CPU, runnable (waiting for a CPU), blocked
+/// (the rest), and the page faults taken meanwhile.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct StallSched {
+    pub on_cpu_us: i64,
+    pub runnable_us: i64,
+    pub blocked_us: i64,
+    pub minor_faults: u64,
+    pub major_faults: u64,
+}
+
+impl StallSched {
+    /// From the counters over a stall of `dur_ns`. On-CPU time is updated at scheduler
+    /// ticks, so it can trail by up to one tick: the blocked rest is clamped at zero.
+    pub fn of(d: &crate::event::SchedDelta, dur_ns: i64) -> Self {
+        let on = (d.on_cpu_ns as i64).min(dur_ns.max(0));
+        let run = (d.runnable_ns as i64).min(dur_ns.max(0) - on);
+        StallSched {
+            on_cpu_us: on / 1000,
+            runnable_us: run / 1000,
+            blocked_us: (dur_ns - on - run).max(0) / 1000,
+            minor_faults: d.minor_faults,
+            major_faults: d.major_faults,
+        }
+    }
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -339,4 +374,112 @@ pub struct TimelineCall {
     pub bound: Bound,
     /// Input line where the call ends, null live.
     pub line: Option<u64>,
+}
+
+/// One thing redis said that falls in a stall's (or a phase's) window.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct RedisEvidence {
+    /// "log" | "latency" | "info" | "slowlog"
+    pub source: &'static str,
+    /// ISO 8601 (or, when the trace has no date, the log's own stamp).
+    pub ts: String,
+    /// On the report's axis (µs since the first event).
+    pub at_us: i64,
+    pub what: String,
+}
+
+/// The top-level `redis` section.
+#[derive(Clone, Debug, Serialize, Default)]
+pub struct RedisSection {
+    pub log: Option<RedisLogInfo>,
+    /// How redis's times were put on the trace's axis, in words (which clock, which offset).
+    pub clock: String,
+    /// The trace's date, when it was taken from the log (`-t/-tt` trace without --date).
+    pub date_from_log: Option<String>,
+    /// The UTC offset assumed for log times that do not carry one ("+00:00").
+    pub utc_offset: Option<String>,
+    /// Log lines in the trace's window (at most `LOG_LINES_MAX`).
+    pub lines: Vec<RedisLogLine>,
+    pub lines_not_listed: u64,
+    /// `--redis HOST:PORT`, when given.
+    pub server: Option<RedisServerInfo>,
+    /// Things the reader should know (a log that ends before the trace, a failed poll).
+    pub notes: Vec<String>,
+    /// Parallel to `stalls`, `phases`, `findings`: written into those objects.
+    #[serde(skip)]
+    pub stall_evidence: Vec<Vec<RedisEvidence>>,
+    #[serde(skip)]
+    pub in_flight_evidence: Vec<Vec<RedisEvidence>>,
+    #[serde(skip)]
+    pub phase_evidence: Vec<Vec<RedisEvidence>>,
+    #[serde(skip)]
+    pub finding_signals: Vec<Option<String>>,
+}
+
+pub const LOG_LINES_MAX: usize = 2000;
+
+#[derive(Clone, Debug, Serialize, Default)]
+pub struct RedisLogInfo {
+    pub path: String,
+    /// How it was found: "--redis-log", "beside the trace", "redis.conf logfile",
+    /// "the trace's log file", "/proc fd table".
+    pub found: String,
+    /// The layouts seen, most lines first ("redis 3+ (...)").
+    pub formats: Vec<String>,
+    pub lines_read: u64,
+    pub unparsed_lines: u64,
+    /// First and last record of the file, as printed.
+    pub first: Option<String>,
+    pub last: Option<String>,
+    /// Live: the file was followed while tracing (new lines read as written).
+    pub followed: bool,
+}
+
+#[derive(Clone, Debug, Serialize, Default)]
+pub struct RedisLogLine {
+    pub at_us: i64,
+    /// As printed in the log.
+    pub ts: String,
+    pub line: u64,
+    pub pid: Option<u32>,
+    pub role: String,
+    pub level: Option<&'static str>,
+    pub message: String,
+}
+
+#[derive(Clone, Debug, Serialize, Default)]
+pub struct RedisServerInfo {
+    pub addr: String,
+    pub polls: u64,
+    pub latency_monitor_threshold_ms: Option<i64>,
+    pub slowlog_log_slower_than_us: Option<i64>,
+    pub latency: Vec<RedisLatency>,
+    pub slowlog: Vec<RedisSlow>,
+    pub info: Vec<RedisInfoSample>,
+    pub errors: Vec<String>,
+}
+
+#[derive(Clone, Debug, Serialize, Default)]
+pub struct RedisLatency {
+    pub event: String,
+    /// Epoch seconds, as redis stamped it.
+    pub ts: i64,
+    pub at_us: i64,
+    pub latency_ms: i64,
+}
+
+#[derive(Clone, Debug, Serialize, Default)]
+pub struct RedisSlow {
+    pub id: i64,
+    pub ts: i64,
+    pub at_us: i64,
+    pub duration_us: i64,
+    /// The command name only (never its arguments).
+    pub command: String,
+}
+
+#[derive(Clone, Debug, Serialize, Default)]
+pub struct RedisInfoSample {
+    pub at_us: i64,
+    pub fields: std::collections::BTreeMap<String, i64>,
 }

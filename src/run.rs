@@ -148,6 +148,7 @@ pub fn analyze(args: &AnalyzeArgs) -> Result<u64> {
     let inputs =
         Inputs::open_counted(&args.files, args.input_format, args.strict, counter.clone())?;
     opts.stamped_at_stops = inputs.info().kind == "strace";
+    let conf = opts.redis_conf.clone();
     let mut an = Analyzer::new(opts);
     let mut n = 0u32;
     let inputs = pipelined(inputs, |ev| {
@@ -178,9 +179,31 @@ pub fn analyze(args: &AnalyzeArgs) -> Result<u64> {
     }
     info.pid = args.pid;
     info.clock.date = args.date;
-    let report = an.finish(info, counters);
+    let mut report = an.finish(info, counters);
+    join_redis_log(&mut report, args, conf.as_ref())?;
     emit(&report, &args.out)?;
     Ok(report.summary.stalls)
+}
+
+/// Offline: redis's own log, named with `--redis-log` or found beside the trace, joined
+/// onto the stalls (`redis_evidence`).
+fn join_redis_log(report: &mut Report, args: &AnalyzeArgs, conf: Option<&RedisConf>) -> Result<()> {
+    let log = match &args.out.redis_log {
+        Some(p) => Some(crate::redis_evidence::LogSource {
+            path: p.clone(),
+            found: "--redis-log",
+            explicit: true,
+        }),
+        None => crate::redis_evidence::find_log(&args.files, conf, report),
+    };
+    crate::redis_evidence::apply(
+        report,
+        crate::redis_evidence::Inputs {
+            log,
+            date_given: args.date.is_some(),
+            ..Default::default()
+        },
+    )
 }
 
 /// Parses on a second thread while the analyzer consumes on this one: the two stages cost

@@ -1,9 +1,10 @@
 //! `stallscope attach` against a real redis-server: each test starts its own redis on a free
 //! loopback port in a temp dir, attaches, drives a bounded load, and checks the report and
-//! that redis is unharmed. Each test runs with both backends (`<test>::ptrace`,
-//! `<test>::perf`), one at a time (a static lock and a file lock shared with the other ptrace
-//! test binaries). Without redis-server (or, for perf, without tracefs) the tests are skipped,
-//! except under CI=true where that is a failure.
+//! that redis is unharmed. Each test runs with every backend (`<test>::ptrace`,
+//! `<test>::perf`, `<test>::bpf`; tests of what only buffers show run with ptrace and bpf),
+//! one at a time (a static lock and a file lock shared with the other ptrace test binaries).
+//! Without redis-server (or, for perf and bpf, without tracefs; for bpf, without root) the
+//! tests are skipped, except under CI=true where that is a failure.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -42,9 +43,29 @@ fn have_perf() -> bool {
     ok
 }
 
+/// The bpf backend loads kernel programs: root (or CAP_BPF and CAP_PERFMON) and tracefs.
+fn have_bpf() -> bool {
+    if !have_perf() {
+        return false;
+    }
+    let ok = unsafe { libc::geteuid() } == 0;
+    if !ok && ci() {
+        panic!("the bpf backend's tests need root under CI=true");
+    }
+    if !ok {
+        eprintln!("skipping: the bpf backend needs root");
+    }
+    ok
+}
+
 /// Whether this test can run with `backend`.
 fn can_run(backend: &str) -> bool {
-    have_redis() && (backend != "perf" || have_perf())
+    have_redis()
+        && match backend {
+            "perf" => have_perf(),
+            "bpf" => have_bpf(),
+            _ => true,
+        }
 }
 
 /// Runs a test body with the right to trace, if this machine can run it with `backend`.
@@ -55,8 +76,8 @@ fn gated(backend: &str, body: fn(&str)) {
     }
 }
 
-/// Runs a test body once per backend, as `<name>::ptrace` and `<name>::perf`.
-macro_rules! both_backends {
+/// Runs a test body once per backend, as `<name>::ptrace`, `<name>::perf`, `<name>::bpf`.
+macro_rules! all_backends {
     ($($name:ident),* $(,)?) => {
         $(
             mod $name {
@@ -68,12 +89,39 @@ macro_rules! both_backends {
                 fn perf() {
                     super::gated("perf", super::$name)
                 }
+                #[test]
+                fn bpf() {
+                    super::gated("bpf", super::$name)
+                }
             }
         )*
     };
 }
 
-both_backends!(
+/// Runs a test body with the backends that read request buffers (command names).
+macro_rules! command_backends {
+    ($($name:ident),* $(,)?) => {
+        $(
+            mod $name {
+                #[test]
+                fn ptrace() {
+                    super::gated("ptrace", super::$name)
+                }
+                #[test]
+                fn bpf() {
+                    super::gated("bpf", super::$name)
+                }
+            }
+        )*
+    };
+}
+
+command_backends!(
+    a_busy_eval_holds_up_the_commands_behind_it,
+    every_command_is_counted,
+);
+
+all_backends!(
     appendfsync_always_is_found_on_the_aof,
     a_busy_eval_is_a_main_thread_gap,
     bgsave_child_phase_with_fork_time,
@@ -200,6 +248,202 @@ fn a_busy_eval_is_a_main_thread_gap(backend: &str) {
         "no main-thread gap >= 250ms: {}",
         r["stalls"]
     );
+}
+
+/// The commands that waited through a gap are named: the EVAL that made it and a PING sent
+/// by another client while it ran.
+fn a_busy_eval_holds_up_the_commands_behind_it(backend: &str) {
+    let redis = Redis::start(&[]);
+    let a = Attach::start(
+        backend,
+        redis.pid(),
+        &[
+            "--duration",
+            "2s",
+            "--threshold",
+            "50ms",
+            "--format",
+            "json",
+        ],
+    );
+    assert!(a.attached, "{:?}", a.stderr);
+    let mut pinger = redis.client();
+    let script = "local t = redis.call('TIME') local s = t[1] * 1000000 + t[2] \
+                  while true do local n = redis.call('TIME') if n[1] * 1000000 + n[2] - s > 400000 then break end end return 1";
+    let port = redis.port;
+    let eval = std::thread::spawn(move || {
+        let mut c = Client::connect(port, Duration::from_secs(20)).expect("connect");
+        c.cmd(&["EVAL", script, "0"]).expect("EVAL")
+    });
+    // The PING goes out while the EVAL runs: wait until redis is busy with it (a PING on a
+    // second connection takes long), then send the one that must be held up.
+    let start = Instant::now();
+    loop {
+        let t = Instant::now();
+        pinger.cmd(&["PING"]).expect("PING");
+        if t.elapsed() >= Duration::from_millis(100) || start.elapsed() > Duration::from_secs(5) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(matches!(eval.join().expect("EVAL thread"), Reply::Int(1)));
+    let (code, out) = finish(a, Duration::from_secs(20));
+    assert_eq!(code, Some(1));
+    let r = json(&out);
+    let gap = r["stalls"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|s| s["kind"] == "gap" && s["thread"] == "main")
+        .unwrap_or_else(|| panic!("no main-thread gap: {}", r["stalls"]));
+    assert!(
+        gap["waiting_by_command"]["EVAL"].as_u64() >= Some(1),
+        "the EVAL itself waited: {gap}"
+    );
+    assert!(
+        gap["waiting_by_command"]["PING"].as_u64() >= Some(1),
+        "the PING sent during the EVAL waited: {gap}"
+    );
+    assert!(gap["worst_wait_us"].as_i64() >= gap["duration_us"].as_i64().map(|d| d / 2));
+    assert_eq!(r["summary"]["lost_events"], 0);
+}
+
+/// The scheduler's view of a gap (bpf): a busy EVAL never blocks, so the gap is time on a
+/// CPU or waiting for one (which of the two depends on how loaded the machine is), and the
+/// parts add up to the gap.
+#[test]
+fn bpf_backend_splits_a_busy_eval_gap_into_cpu_and_runnable_time() {
+    let _g = serial();
+    if !can_run("bpf") {
+        return;
+    }
+    let redis = Redis::start(&[]);
+    let a = Attach::start(
+        "bpf",
+        redis.pid(),
+        &[
+            "--duration",
+            "2s",
+            "--threshold",
+            "20ms",
+            "--format",
+            "json",
+        ],
+    );
+    assert!(a.attached, "{:?}", a.stderr);
+    let script = "local t = redis.call('TIME') local s = t[1] * 1000000 + t[2] \
+                  while true do local n = redis.call('TIME') if n[1] * 1000000 + n[2] - s > 300000 then break end end return 1";
+    let mut c = redis.client();
+    assert!(matches!(
+        c.cmd(&["EVAL", script, "0"]).expect("EVAL"),
+        Reply::Int(1)
+    ));
+    let (_, out) = finish(a, Duration::from_secs(20));
+    let r = json(&out);
+    let gaps: Vec<&serde_json::Value> = r["stalls"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|s| s["kind"] == "gap" && s["thread"] == "main")
+        .collect();
+    assert!(!gaps.is_empty(), "no main-thread gap: {}", r["stalls"]);
+    for g in gaps {
+        let s = &g["sched"];
+        let part = |k: &str| s[k].as_i64().unwrap_or_else(|| panic!("no sched.{k}: {g}"));
+        let (on, run, blocked) = (part("on_cpu_us"), part("runnable_us"), part("blocked_us"));
+        let d = g["duration_us"].as_i64().unwrap_or(0);
+        assert!((on + run + blocked - d).abs() <= 1, "parts add up: {g}");
+        assert!(
+            on + run >= d * 8 / 10,
+            "a busy EVAL is on a CPU or waiting for one: {g}"
+        );
+    }
+}
+
+/// The bpf programs share the syscall tracepoints with other perf users: while they run, a
+/// second stallscope with the perf backend still sees every call (a tracepoint program that
+/// returned 0 would make the kernel drop the event for everyone else).
+#[test]
+fn bpf_backend_leaves_the_tracepoints_to_other_perf_users() {
+    let _g = serial();
+    if !can_run("bpf") {
+        return;
+    }
+    let redis = Redis::start(&[]);
+    let mut c = redis.client();
+    let b = Attach::start(
+        "bpf",
+        redis.pid(),
+        &["--duration", "3s", "--threshold", "1s", "--format", "json"],
+    );
+    assert!(b.attached, "{:?}", b.stderr);
+    let p = Attach::start(
+        "perf",
+        redis.pid(),
+        &[
+            "--duration",
+            "1500ms",
+            "--threshold",
+            "1s",
+            "--format",
+            "json",
+        ],
+    );
+    assert!(p.attached, "{:?}", p.stderr);
+    let n = 500;
+    for i in 0..n {
+        c.cmd(&["SET", &format!("k{i}"), "v"]).expect("SET");
+    }
+    let writes = |out: &str| {
+        json(out)["syscalls"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|s| s["name"] == "write")
+            .and_then(|s| s["calls"].as_u64())
+            .unwrap_or(0)
+    };
+    let (_, perf_out) = finish(p, Duration::from_secs(20));
+    let (_, bpf_out) = finish(b, Duration::from_secs(20));
+    assert!(
+        writes(&perf_out) >= n,
+        "perf saw {} writes",
+        writes(&perf_out)
+    );
+    assert!(writes(&bpf_out) >= n, "bpf saw {} writes", writes(&bpf_out));
+}
+
+/// Every request of a synchronous client is a command in the per-command table.
+fn every_command_is_counted(backend: &str) {
+    let redis = Redis::start(&[]);
+    let mut c = redis.client();
+    let a = Attach::start(
+        backend,
+        redis.pid(),
+        &["--duration", "2s", "--threshold", "1s", "--format", "json"],
+    );
+    assert!(a.attached, "{:?}", a.stderr);
+    let n = 1500;
+    for i in 0..n {
+        c.cmd(&["SET", &format!("k{i}"), "v"]).expect("SET");
+        c.cmd(&["GET", &format!("k{i}")]).expect("GET");
+    }
+    let (_, out) = finish(a, Duration::from_secs(20));
+    let r = json(&out);
+    assert_eq!(r["summary"]["lost_events"], 0);
+    let calls = |name: &str| {
+        r["commands"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|c| c["command"] == name && c["phase"] == "all")
+            .filter_map(|c| c["calls"].as_u64())
+            .sum::<u64>()
+    };
+    assert_eq!(calls("SET"), n, "{}", r["commands"]);
+    assert_eq!(calls("GET"), n, "{}", r["commands"]);
+    // Keys and values never reach the report.
+    assert!(!out.contains("k1499"), "a key is in the report");
 }
 
 fn bgsave_child_phase_with_fork_time(backend: &str) {
@@ -493,10 +737,12 @@ fn perf_backend_errors_and_the_auto_choice() {
         .output()
         .expect("run");
     assert_eq!(out.status.code(), Some(2), "3 pages is not a power of two");
-    // auto picks perf here (tracefs, root) and says so.
+    // auto picks bpf here (tracefs, root) and says so; when the kernel refuses a bpf
+    // program, it says why and takes perf.
     let redis = Redis::start(&[]);
-    let out = Command::new(env!("CARGO_BIN_EXE_stallscope"))
-        .args([
+    let auto = |refuse: bool| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_stallscope"));
+        cmd.args([
             "attach",
             "--pid",
             &redis.pid().to_string(),
@@ -504,13 +750,68 @@ fn perf_backend_errors_and_the_auto_choice() {
             "300ms",
             "--format",
             "json",
+        ]);
+        if refuse {
+            cmd.env("STALLSCOPE_BPF_TEST_REFUSE", "1");
+        }
+        let out = cmd.output().expect("run");
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        (json(&String::from_utf8_lossy(&out.stdout)), err)
+    };
+    if have_bpf() {
+        let (r, err) = auto(false);
+        assert!(err.contains("backend bpf (auto)"), "{err}");
+        assert_eq!(r["source"]["backend"], "bpf");
+    }
+    let (r, err) = auto(true);
+    assert!(err.contains("backend perf (auto)"), "{err}");
+    if have_bpf() {
+        assert!(
+            err.contains("the bpf backend cannot be used")
+                && err.contains("the verifier said")
+                && err.contains("invalid mem access"),
+            "the verifier's reason is given: {err}"
+        );
+    }
+    assert_eq!(r["source"]["backend"], "perf");
+    redis.assert_unharmed();
+}
+
+/// A program the kernel refuses (forced: a deliberately invalid one) makes `--backend bpf`
+/// exit 2 with the verifier's own message, and leaves redis untouched.
+#[test]
+fn bpf_backend_refused_by_the_verifier_exits_2_with_the_reason() {
+    let _g = serial();
+    if !can_run("bpf") {
+        return;
+    }
+    let redis = Redis::start(&[]);
+    let out = Command::new(env!("CARGO_BIN_EXE_stallscope"))
+        .args([
+            "attach",
+            "--backend",
+            "bpf",
+            "--pid",
+            &redis.pid().to_string(),
         ])
+        .env("STALLSCOPE_BPF_TEST_REFUSE", "1")
         .output()
         .expect("run");
+    assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("backend perf (auto)"), "{err}");
-    let r = json(&String::from_utf8_lossy(&out.stdout));
-    assert_eq!(r["source"]["backend"], "perf");
+    assert!(
+        err.contains("stallscope: error: cannot attach to process")
+            && err.contains("the kernel refused BPF program refused_by_verifier")
+            && err.contains("invalid mem access")
+            && err.ends_with('\n'),
+        "{err}"
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_stallscope"))
+        .args(["attach", "--backend", "bpf", "--pid", "4000000"])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no such process"));
     redis.assert_unharmed();
 }
 
@@ -566,13 +867,24 @@ fn perf_backend_sees_every_call_of_the_main_thread() {
 #[test]
 fn perf_backend_reports_lost_events_with_a_tiny_ring() {
     let _g = serial();
-    if !can_run("perf") {
-        return;
+    if can_run("perf") {
+        lost_events_with_a_tiny_ring("perf");
     }
+}
+
+#[test]
+fn bpf_backend_reports_lost_events_with_a_tiny_ring() {
+    let _g = serial();
+    if can_run("bpf") {
+        lost_events_with_a_tiny_ring("bpf");
+    }
+}
+
+fn lost_events_with_a_tiny_ring(backend: &str) {
     let redis = Redis::start(&[]);
     let run = |format: &str| -> String {
         let a = Attach::start(
-            "perf",
+            backend,
             redis.pid(),
             &[
                 "--duration",

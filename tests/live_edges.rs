@@ -9,7 +9,8 @@
 //! The same disk also reproduces an incident at its real size: `appendfsync everysec` with a
 //! 2.5 s fdatasync, where the main thread's AOF write() waits behind the background fsync.
 //!
-//! ptrace tests run one at a time, across test binaries too (a file lock). Without
+//! Each test runs with the ptrace and the bpf backends (`<test>::ptrace`, `<test>::bpf`).
+//! Live tests run one at a time, across test binaries too (a file lock). Without
 //! redis-server, python3 with fusepy, or FUSE the test is skipped, except under CI=true
 //! where that is a failure.
 
@@ -47,7 +48,14 @@ fn missing() -> Option<String> {
     None
 }
 
-fn can_run() -> bool {
+fn can_run(backend: &str) -> bool {
+    if backend == "bpf" && unsafe { libc::geteuid() } != 0 {
+        if ci() {
+            panic!("the bpf backend's tests need root under CI=true");
+        }
+        eprintln!("skipping: the bpf backend needs root");
+        return false;
+    }
     match missing() {
         None => true,
         Some(why) if ci() => panic!("required under CI=true: {why}"),
@@ -270,11 +278,11 @@ impl Drop for SlowFs {
     }
 }
 
-/// `stallscope attach` with the ptrace backend: these edges are its own (a stopped
-/// thread's registers at attach, the detach of a thread blocked in a call); the default,
-/// `auto`, would choose perf.
-fn attach(pid: u32, extra: &[&str]) -> Attach {
-    let a = Attach::start("ptrace", pid, extra);
+/// `stallscope attach` with `backend`: ptrace (a stopped thread's registers at attach, the
+/// detach of a thread blocked in a call) and bpf (the kernel's in-flight map, /proc for a
+/// call that began before the attach) each have their own way to these edges.
+fn attach(backend: &str, pid: u32, extra: &[&str]) -> Attach {
+    let a = Attach::start(backend, pid, extra);
     assert!(a.attached, "stallscope did not attach: {:?}", a.stderr);
     a
 }
@@ -350,13 +358,26 @@ fn us(from: f64, to: f64) -> i64 {
     ((to - from) * 1e6) as i64
 }
 
-#[test]
 #[cfg(target_arch = "x86_64")]
-fn calls_in_flight_at_attach_and_at_detach_are_reported_as_lower_bounds() {
-    let _g = serial();
-    if !can_run() {
-        return;
+mod calls_in_flight_at_attach_and_at_detach_are_reported_as_lower_bounds {
+    #[test]
+    fn ptrace() {
+        let _g = super::serial();
+        if super::can_run("ptrace") {
+            super::calls_in_flight_at_attach_and_at_detach_are_reported_as_lower_bounds("ptrace");
+        }
     }
+    #[test]
+    fn bpf() {
+        let _g = super::serial();
+        if super::can_run("bpf") {
+            super::calls_in_flight_at_attach_and_at_detach_are_reported_as_lower_bounds("bpf");
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+fn calls_in_flight_at_attach_and_at_detach_are_reported_as_lower_bounds(backend: &str) {
     let tmp = tempfile::tempdir().expect("tempdir");
     let (fs, redis) = redis_on_slowfs(tmp.path(), "always");
     let (pid, port) = (redis.pid(), redis.port);
@@ -365,9 +386,11 @@ fn calls_in_flight_at_attach_and_at_detach_are_reported_as_lower_bounds() {
     //    reply waits for it) when stallscope attaches; HOLD after the attach it is let go.
     let set = block_in_aof_fsync(&fs, &redis);
     let attach_started = epoch_now();
-    let mut a = attach(pid, &["--threshold", "200ms", "--format", "json"]);
+    let mut a = attach(backend, pid, &["--threshold", "200ms", "--format", "json"]);
     let attach_seen = epoch_now();
-    assert_ne!(redis.tracer_pid(), 0, "traced while attached");
+    if backend == "ptrace" {
+        assert_ne!(redis.tracer_pid(), 0, "traced while attached");
+    }
     assert_eq!(
         redis.main_syscall(),
         Some(SYS_FDATASYNC),
@@ -499,18 +522,35 @@ fn calls_in_flight_at_attach_and_at_detach_are_reported_as_lower_bounds() {
 /// The worst case of both edges at once: stallscope attaches during a call and is stopped
 /// before that call ends, so the thread never stops while traced. The call is still
 /// reported, known for the whole trace, rather than being silently missed.
-#[test]
 #[cfg(target_arch = "x86_64")]
-fn a_call_blocked_for_the_whole_trace_is_reported() {
-    let _g = serial();
-    if !can_run() {
-        return;
+mod a_call_blocked_for_the_whole_trace_is_reported {
+    #[test]
+    fn ptrace() {
+        let _g = super::serial();
+        if super::can_run("ptrace") {
+            super::a_call_blocked_for_the_whole_trace_is_reported("ptrace");
+        }
     }
+    #[test]
+    fn bpf() {
+        let _g = super::serial();
+        if super::can_run("bpf") {
+            super::a_call_blocked_for_the_whole_trace_is_reported("bpf");
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+fn a_call_blocked_for_the_whole_trace_is_reported(backend: &str) {
     let tmp = tempfile::tempdir().expect("tempdir");
     let (fs, redis) = redis_on_slowfs(tmp.path(), "always");
     let set = block_in_aof_fsync(&fs, &redis);
     let attach_started = epoch_now();
-    let a = attach(redis.pid(), &["--threshold", "200ms", "--format", "json"]);
+    let a = attach(
+        backend,
+        redis.pid(),
+        &["--threshold", "200ms", "--format", "json"],
+    );
     let attach_seen = epoch_now();
     std::thread::sleep(HOLD);
     assert_eq!(
@@ -555,13 +595,26 @@ fn a_call_blocked_for_the_whole_trace_is_reported() {
 /// writes anyway, and that write() waits for the fsync: the main thread stalls about half a
 /// second per fsync. stallscope, attached live, must name that cause on the main thread's
 /// write (not just the background fsync, which blocks no client by itself).
-#[test]
 #[cfg(target_arch = "x86_64")]
-fn everysec_on_a_slow_disk_is_a_write_pending_fsync() {
-    let _g = serial();
-    if !can_run() {
-        return;
+mod everysec_on_a_slow_disk_is_a_write_pending_fsync {
+    #[test]
+    fn ptrace() {
+        let _g = super::serial();
+        if super::can_run("ptrace") {
+            super::everysec_on_a_slow_disk_is_a_write_pending_fsync("ptrace");
+        }
     }
+    #[test]
+    fn bpf() {
+        let _g = super::serial();
+        if super::can_run("bpf") {
+            super::everysec_on_a_slow_disk_is_a_write_pending_fsync("bpf");
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+fn everysec_on_a_slow_disk_is_a_write_pending_fsync(backend: &str) {
     const SLOW_FSYNC_MS: u64 = 2500;
     let tmp = tempfile::tempdir().expect("tempdir");
     let (fs, redis) = redis_on_slowfs(tmp.path(), "everysec");
@@ -583,6 +636,7 @@ fn everysec_on_a_slow_disk_is_a_write_pending_fsync() {
         })
     };
     let a = attach(
+        backend,
         pid,
         &[
             "--threshold",

@@ -32,6 +32,8 @@ pub(crate) struct Cand {
     /// Index of the phase (background child) running when it began.
     pub(crate) phase: Option<usize>,
     pub(crate) id: u64,
+    /// What the scheduler did with the thread over the stall (live bpf backend).
+    pub(crate) sched: Option<crate::event::SchedDelta>,
 }
 
 /// A candidate just stored, for the holds unit.
@@ -107,6 +109,11 @@ impl Stalls {
             in_flight: if call { cx.sc.in_flight } else { None },
             phase: None,
             id: 0,
+            sched: cx
+                .sc
+                .sched
+                .as_ref()
+                .and_then(|s| if call { Some(s.during) } else { s.before }),
         }
     }
 
@@ -257,6 +264,7 @@ impl StallRow<'_> {
             worst_wait_us: held.worst_wait.map(|w| w / 1000),
             phase: c.phase,
             events_lost: self.events_lost,
+            sched: c.sched.map(|d| crate::report::StallSched::of(&d, c.dur)),
         }
     }
 }

@@ -5,6 +5,7 @@
 //! go through the same `Analyzer` as `analyze`, stalls are printed as they are found, and
 //! the report at the end is rendered by the same renderers.
 
+pub mod bpf;
 mod decode;
 pub mod perf;
 pub mod procctx;
@@ -272,14 +273,19 @@ fn resolve_pid(args: &AttachArgs) -> Result<Tid> {
     }
 }
 
-/// Starts the tracer `--backend` asks for (for `auto`: perf if the kernel allows it, else
-/// ptrace), saying on stderr which one and why. Returns it, its name, and how many threads
-/// it traced at attach.
+/// Starts the tracer `--backend` asks for (for `auto`: bpf if the kernel loads its
+/// programs, else perf if it allows the tracepoints, else ptrace), saying on stderr which
+/// one and why. Returns it, its name, and how many threads it traced at attach.
 pub(crate) fn start_tracer(
     pid: Tid,
     args: &AttachArgs,
 ) -> Result<(Box<dyn Tracer>, &'static str, u32)> {
     use crate::cli::Backend;
+    let bpf_cfg = bpf::BpfConfig {
+        pid,
+        follow_forks: !args.no_follow_forks,
+        pages: args.perf_pages.unwrap_or(bpf::DEFAULT_PAGES),
+    };
     let perf_cfg = perf::PerfConfig {
         pid,
         follow_forks: !args.no_follow_forks,
@@ -297,11 +303,27 @@ pub(crate) fn start_tracer(
         let n = t.threads_at_attach;
         Ok((Box::new(t), "ptrace", n))
     };
+    let bpf_why = "BPF programs on the syscall tracepoints, filtered and paired in the kernel: \
+                   redis is never stopped, and command names are read from its requests";
     let perf_why = "syscall tracepoints through perf_event_open: redis is never stopped";
+    let no_such = |e: AttachError| match e {
+        AttachError::NoSuchPid(p) => Err(anyhow::anyhow!(
+            "cannot attach to process {pid}: {}",
+            AttachError::NoSuchPid(p)
+        )),
+        e => Ok(e.to_string()),
+    };
     match args.backend {
         Backend::Ptrace => start_ptrace(
             "chosen with --backend ptrace (every syscall stops the traced thread twice)",
         ),
+        Backend::Bpf => {
+            eprintln!("stallscope: backend bpf: {bpf_why}");
+            let t = bpf::BpfTracer::attach(bpf_cfg)
+                .map_err(|e| anyhow::anyhow!("cannot attach to process {pid} with bpf: {e}"))?;
+            let n = t.threads_at_attach;
+            Ok((Box::new(t), "bpf", n))
+        }
         Backend::Perf => {
             eprintln!("stallscope: backend perf: {perf_why}");
             let t = perf::PerfTracer::attach(perf_cfg)
@@ -310,25 +332,29 @@ pub(crate) fn start_tracer(
             Ok((Box::new(t), "perf", n))
         }
         Backend::Auto => {
-            let why_not = match perf::available() {
+            let bpf_not = match bpf::BpfTracer::attach(bpf_cfg) {
+                Ok(t) => {
+                    eprintln!("stallscope: backend bpf (auto): {bpf_why}");
+                    let n = t.threads_at_attach;
+                    return Ok((Box::new(t), "bpf", n));
+                }
+                Err(e) => no_such(e)?,
+            };
+            let perf_not = match perf::available() {
                 Ok(()) => match perf::PerfTracer::attach(perf_cfg) {
                     Ok(t) => {
-                        eprintln!("stallscope: backend perf (auto): {perf_why}");
+                        eprintln!(
+                            "stallscope: backend perf (auto): {perf_why}; the bpf backend cannot be used: {bpf_not}"
+                        );
                         let n = t.threads_at_attach;
                         return Ok((Box::new(t), "perf", n));
                     }
-                    Err(AttachError::NoSuchPid(p)) => {
-                        return Err(anyhow::anyhow!(
-                            "cannot attach to process {pid}: {}",
-                            AttachError::NoSuchPid(p)
-                        ))
-                    }
-                    Err(e) => e.to_string(),
+                    Err(e) => no_such(e)?,
                 },
                 Err(why) => why,
             };
             start_ptrace(&format!(
-                "(auto) the perf backend cannot be used: {why_not}"
+                "(auto) the bpf backend cannot be used: {bpf_not}; the perf backend cannot be used: {perf_not}"
             ))
         }
     }
@@ -362,6 +388,7 @@ pub fn run_attach(args: &AttachArgs) -> Result<u64> {
         thread_names.insert(*t, n.clone());
     }
     opts.stamped_at_stops = backend == "ptrace";
+    let redis_conf = opts.redis_conf.clone();
     let mut an = Analyzer::new(opts);
     for (fd, what) in &ctx.fds {
         an.seed_fd(pid, *fd, what);
@@ -383,6 +410,7 @@ pub fn run_attach(args: &AttachArgs) -> Result<u64> {
     };
     let interval = Duration::from_millis(100);
     let sampler = procctx::Sampler::start(pid, attach_mono, interval);
+    let redis_side = crate::redis_evidence::LiveRedis::start(args, &ctx, redis_conf.as_ref());
     let clock = Clock {
         fmt: TimeFmt::Epoch,
         perf: false,
@@ -518,8 +546,9 @@ pub fn run_attach(args: &AttachArgs) -> Result<u64> {
                        buffers: command names, per-command latency and the commands each stall held \
                        up are not available in this report"
                 .into(),
-            advice: "If you need them, trace briefly with --backend ptrace (it slows redis about as \
-                     much as strace), or on a replica."
+            advice: "If you need them, use --backend bpf (as root: it reads request buffers in the \
+                     kernel without stopping redis), or trace briefly with --backend ptrace (it slows \
+                     redis about as much as strace), or on a replica."
                 .into(),
             stalls: 0,
         });
@@ -532,6 +561,7 @@ pub fn run_attach(args: &AttachArgs) -> Result<u64> {
     });
     procctx::attach_host_context(&mut report, samples.collect(), interval);
     add_overhead(&mut report, &stats, backend);
+    redis_side.finish(&mut report)?;
     if let Some(e) = record_err {
         let path = args.record.as_deref().unwrap_or("");
         return Err(anyhow::anyhow!("--record {path}: cannot write it: {e}"));
@@ -548,13 +578,13 @@ const OVERHEAD_WARN_SHARE: f64 = 0.10;
 pub fn add_overhead(report: &mut Report, st: &TracerStats, backend: &str) {
     let span_ns = (st.detach_mono - st.attach_mono).max(1) as f64;
     let per_s = st.syscalls as f64 / (span_ns / 1e9);
-    if backend == "perf" {
+    if backend != "ptrace" {
         // Nothing is stopped: the cost is the kernel writing two records per syscall,
         // not something a traced duration shows. What can go wrong is losing records.
         let warning = (st.lost_events > 0).then(|| {
             format!(
                 "the kernel dropped {} syscall records because the ring buffers filled up: the trace is incomplete \
-                 (stalls found after the first loss say so); trace again with a larger --perf-pages",
+                 (stalls found after the first loss say so); trace again with a larger --perf-pages (ring-buffer pages)",
                 st.lost_events
             )
         });

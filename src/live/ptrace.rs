@@ -1034,7 +1034,7 @@ fn blocked_since_attach(tid: Tid, attach_ts: Nanos) -> Option<Entry> {
 
 /// `/proc/TID/syscall`: "NR ARG1..ARG6 SP PC" (hex args) while in a call, "-1 SP PC" when
 /// blocked outside one, "running" when on a CPU.
-fn parse_proc_syscall(s: &str) -> Option<(i64, [u64; 6])> {
+pub(super) fn parse_proc_syscall(s: &str) -> Option<(i64, [u64; 6])> {
     let mut it = s.split_whitespace();
     let nr: i64 = it.next()?.parse().ok()?;
     if nr < 0 {

@@ -222,6 +222,7 @@ pub fn render(r: &Report, w: &mut dyn Write) -> io::Result<()> {
         "<p class=\"note\">One mark per stall (hover for details): circles are slow syscalls coloured by file class, diamonds are gaps with no syscall, hollow marks are bounds rather than exact durations. Shaded bands are background saves.</p></section>"
     )?;
 
+    super::lanes::write_section(r, w)?;
     write_stalls(r, w)?;
 
     if !r.slowest.is_empty() {

@@ -6,6 +6,7 @@
 
 pub mod html;
 pub mod json;
+pub mod lanes;
 pub mod markup;
 pub mod svg;
 pub mod table;

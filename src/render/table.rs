@@ -216,7 +216,13 @@ pub fn render(r: &Report, w: &mut dyn Write, color: bool) -> io::Result<()> {
     if let Some(s) = r.summary.start_iso.as_ref().or(r.summary.start.as_ref()) {
         meta.push_str(&format!("; starts {s}"));
     }
-    if r.source.clock == "relative" || r.source.clock == "none" || r.source.clock == "time_of_day" {
+    let dated_by_log = r.redis.as_ref().and_then(|x| x.date_from_log.as_ref());
+    if let Some(d) = dated_by_log {
+        meta.push_str(&format!(" (date {d} from redis's log; --date to set it)"));
+    } else if r.source.clock == "relative"
+        || r.source.clock == "none"
+        || r.source.clock == "time_of_day"
+    {
         meta.push_str(match r.source.clock.as_str() {
             "time_of_day" => " (time of day only: give --date for absolute times)",
             "relative" => " (relative times only)",
@@ -249,7 +255,7 @@ pub fn render(r: &Report, w: &mut dyn Write, color: bool) -> io::Result<()> {
     }
 
     if let Some(o) = &r.overhead {
-        let mut line = if r.source.backend.as_deref() == Some("perf") {
+        let mut line = if matches!(r.source.backend.as_deref(), Some("perf" | "bpf")) {
             format!(
                 "Tracing cost: {:.0} syscalls/s traced; redis is never stopped",
                 o.syscalls_per_s
@@ -334,6 +340,11 @@ pub fn render(r: &Report, w: &mut dyn Write, color: bool) -> io::Result<()> {
                 line.push_str(&format!(" Waiting: {}.", by.join(", ")));
             }
             w.write_all(wrap(&format!("{}{}", s.cause, line), 2).as_bytes())?;
+            if let Some(ev) = r.redis.as_ref().and_then(|x| x.stall_evidence.get(*si)) {
+                if let Some(l) = crate::redis_evidence::headline(ev) {
+                    w.write_all(wrap(&l, 4).as_bytes())?;
+                }
+            }
         }
     }
     if r.incidents.len() > top {

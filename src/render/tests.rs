@@ -38,6 +38,7 @@ fn stall(at_us: i64, duration_us: i64, kind: StallKind, class: Option<&str>, tid
         worst_wait_us: Some(duration_us),
         phase: None,
         events_lost: false,
+        sched: None,
     }
 }
 
@@ -591,11 +592,15 @@ fn html_two_stalls_has_plot_and_tables() {
     let doc = parse(&text);
     check_html_self_contained(&text, &doc);
     assert_eq!(doc.root_element().tag_name().name(), "html");
+    // The scatter plot, and the per-thread lanes (render::lanes) after it.
     let svgs: Vec<_> = doc
         .descendants()
-        .filter(|n| n.tag_name().name() == "svg")
+        .filter(|n| n.tag_name().name() == "svg" && n.attribute("id") != Some("lanes"))
         .collect();
     assert_eq!(svgs.len(), 1);
+    assert!(doc
+        .descendants()
+        .any(|n| n.attribute("id") == Some("lanes")));
     assert_eq!(
         svgs[0]
             .descendants()

@@ -228,6 +228,30 @@ fn write_atomic(
     Ok(path)
 }
 
+/// The event as a recording may keep it: a buffer's bytes (bpf and ptrace read the first
+/// bytes of requests and replies, keys and values included) become the command name alone,
+/// or nothing.
+fn redacted(ev: &Event) -> std::borrow::Cow<'_, Event> {
+    use crate::event::{Data, EventKind, Extra};
+    let EventKind::Syscall(sc) = &ev.kind else {
+        return std::borrow::Cow::Borrowed(ev);
+    };
+    let Extra::Data(d) = &sc.extra else {
+        return std::borrow::Cow::Borrowed(ev);
+    };
+    let mut e = ev.clone();
+    if let EventKind::Syscall(sc2) = &mut e.kind {
+        sc2.extra = match super::metrics::command_name(d.head().bytes()) {
+            Some(name) => Extra::Data(Data::new(
+                format!("*1\r\n${}\r\n{name}\r\n", name.len()).as_bytes(),
+                true,
+            )),
+            None => Extra::None,
+        };
+    }
+    std::borrow::Cow::Owned(e)
+}
+
 /// Runs the analysis over the incident's events and writes its files. Returns the JSON
 /// report's path.
 pub(crate) fn write(job: Job) -> Outcome {
@@ -325,8 +349,9 @@ fn write_inner(job: Job) -> Result<PathBuf, String> {
                        buffers: command names, per-command latency and the commands each stall held \
                        up are not available in this report"
                 .into(),
-            advice: "If you need them, trace briefly with --backend ptrace (it slows redis about as \
-                     much as strace), or on a replica."
+            advice: "If you need them, use --backend bpf (as root: it reads request buffers in the \
+                     kernel without stopping redis), or watch briefly with --backend ptrace (it slows \
+                     redis about as much as strace), or on a replica."
                 .into(),
             stalls: 0,
         });
@@ -354,7 +379,7 @@ fn write_inner(job: Job) -> Result<PathBuf, String> {
                 r.seed_fd(*fd, what);
             }
             for ev in &job.events {
-                r.write_event(ev)?;
+                r.write_event(&redacted(ev))?;
             }
             r.finish()
         })

@@ -88,7 +88,7 @@ impl Metrics {
         let commands: HistFamily<CommandLabels> = Family::new_with_constructor(histogram);
         r.register(
             "command_duration_seconds",
-            "Command latency inside redis, from the request's read to the reply's write (backends that see buffers: ptrace)",
+            "Command latency inside redis, from the request's read to the reply's write (backends that see buffers: bpf, ptrace)",
             commands.clone(),
         );
         let lost_events = Counter::default();

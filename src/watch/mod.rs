@@ -213,8 +213,9 @@ fn attach_args(pid: Tid, args: &WatchArgs) -> Result<AttachArgs> {
 /// ptrace would slow redis that whole time.
 fn start(pid: Tid, args: &WatchArgs) -> Result<(Box<dyn Tracer>, &'static str, u32)> {
     if args.backend == Backend::Auto {
-        // perf is the cheap backend today; a backend added to `auto` later (bpf) is chosen
-        // by `live::start_tracer` before it would fall back to ptrace.
+        // `live::start_tracer`'s auto tries bpf, then perf, then ptrace. bpf needs what perf
+        // needs (tracefs and root or CAP_PERFMON) and more, so when perf cannot be used
+        // neither can bpf, and auto would end on ptrace: refuse before touching redis.
         if let Err(why) = live::perf::available() {
             anyhow::bail!(
                 "--backend auto: no backend that leaves redis running at full speed can be used: {why}; \

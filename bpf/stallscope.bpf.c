@@ -1,0 +1,394 @@
+// SPDX-License-Identifier: GPL-2.0
+//
+// stallscope's kernel side for `attach --backend bpf`: every syscall of the traced process
+// (its threads, and its forked children unless told not to) paired in the kernel into one
+// record, with the first bytes of read and write buffers, sent to stallscope through one BPF
+// ring buffer. Nothing here stops or slows the traced process beyond the programs' own run
+// time; records that do not fit in the ring are counted, never silently dropped.
+//
+// GPL because bpf_probe_read_user (the client's request bytes) is a GPL-only helper.
+//
+// Built by scripts/build-bpf.sh into bpf/stallscope.bpf.o, which is committed and embedded
+// in the binary; .ci/run rebuilds it and checks that it matches byte for byte.
+//
+// Tracepoint layouts: raw_syscalls' fields have sat at the same offsets since they exist;
+// sched_process_fork's child_pid moved (6.x made the comms __data_loc), so its offset is a
+// constant the loader sets from /sys/kernel/tracing/events/sched/sched_process_fork/format.
+
+#include <linux/bpf.h>
+#include <linux/types.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
+
+char LICENSE[] SEC("license") = "GPL";
+
+#define DATA_MAX 64
+#define NR_MAX 1024
+#define CLONE_THREAD 0x00010000
+
+// What every program returns: a tracepoint program returning 0 makes the kernel drop the
+// event for every perf user of the same tracepoint (perf stat, perf trace, stallscope's own
+// perf backend would go blind while this one runs); 1 lets it through to them.
+#define KEEP 1
+
+// Set by the loader before the programs load (they are read-only after that).
+volatile const __u32 follow_forks = 1;
+volatile const __u32 fork_child_pid_off = 20;
+
+// What a syscall number needs beyond its arguments (filled by the loader from its syscall
+// table, so that the numbers of any architecture work).
+enum nr_kind {
+	NR_PLAIN = 0,
+	NR_READ = 1,   // first bytes of args[1], as many as the call returned
+	NR_WRITE = 2,  // first bytes of args[1], as many as args[2] says
+	NR_CLONE = 3,  // flags in args[0]
+	NR_CLONE3 = 4, // flags in the struct clone_args that args[0] points to
+};
+
+enum rec_kind {
+	REC_CALL = 1,       // entry and exit of one call
+	REC_ENTER_ONLY = 2, // a call that did not return (exit, exit_group, the task ended)
+	REC_EXIT_ONLY = 3,  // a call whose entry was not seen (running at attach; a clone's child)
+	REC_FORK = 4,       // nr: the new task's id; ret: 1 thread, 0 process, -1 unknown
+	REC_TASK_EXIT = 5,  // a traced task ended
+};
+
+// The scheduler's own per-task counters, read through CO-RE (the loader relocates these
+// fields against the running kernel's BTF): time on a CPU (updated at each tick and switch,
+// so up to a tick stale for a running task), time waiting on a runqueue, page faults.
+struct sched_entity {
+	unsigned long long sum_exec_runtime;
+} __attribute__((preserve_access_index));
+struct sched_info {
+	unsigned long long run_delay;
+} __attribute__((preserve_access_index));
+struct task_struct {
+	unsigned long min_flt;
+	unsigned long maj_flt;
+	struct sched_entity se;
+	struct sched_info sched_info;
+} __attribute__((preserve_access_index));
+
+// on_cpu_ns, runnable_ns, minor_faults, major_faults of the current task, cumulative.
+struct sched_snap {
+	__u64 v[4];
+};
+
+struct entry {
+	__u64 ts;
+	__s64 nr;
+	__u64 args[6];
+	struct sched_snap sched;
+};
+
+struct rec {
+	__u32 kind;
+	__u32 tid;
+	__u32 tgid;
+	__u32 data_len;
+	__s64 nr;
+	__s64 ret;
+	__u64 enter_ns;
+	__u64 exit_ns;
+	__u64 args[6];
+	struct sched_snap sched_enter;
+	struct sched_snap sched_exit;
+};
+
+struct rec_data {
+	struct rec r;
+	__u8 data[DATA_MAX];
+};
+
+// The processes traced: the attached one and, when following forks, its children.
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u32);
+	__type(value, __u32);
+} tgids SEC(".maps");
+
+// Calls in progress, by thread.
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, struct entry);
+} inflight SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, NR_MAX);
+	__type(key, __u32);
+	__type(value, __u32);
+} nr_kinds SEC(".maps");
+
+// Records the ring had no room for (one per call, fork or exit).
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} drops SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 16 << 20);
+} events SEC(".maps");
+
+struct enter_ctx {
+	__u64 common;
+	__s64 id;
+	__u64 args[6];
+};
+
+struct exit_ctx {
+	__u64 common;
+	__s64 id;
+	__s64 ret;
+};
+
+static __always_inline void snap(struct sched_snap *s)
+{
+	struct task_struct *t = (struct task_struct *)bpf_get_current_task();
+	s->v[0] = BPF_CORE_READ(t, se.sum_exec_runtime);
+	s->v[1] = BPF_CORE_READ(t, sched_info.run_delay);
+	s->v[2] = BPF_CORE_READ(t, min_flt);
+	s->v[3] = BPF_CORE_READ(t, maj_flt);
+}
+
+static __always_inline void count_drop(void)
+{
+	__u32 zero = 0;
+	__u64 *n = bpf_map_lookup_elem(&drops, &zero);
+	if (n)
+		*n += 1;
+}
+
+// Wake the reader only when a quarter of the ring is used: a wakeup per record would cost
+// redis more than the record itself; the reader also polls on a short timer.
+static __always_inline void submit(void *r)
+{
+	__u64 avail = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
+	__u64 size = bpf_ringbuf_query(&events, BPF_RB_RING_SIZE);
+	bpf_ringbuf_submit(r, avail > size / 4 ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP);
+}
+
+static __always_inline __u32 nr_kind(__s64 nr)
+{
+	if (nr < 0 || nr >= NR_MAX)
+		return NR_PLAIN;
+	__u32 i = nr;
+	__u32 *k = bpf_map_lookup_elem(&nr_kinds, &i);
+	return k ? *k : NR_PLAIN;
+}
+
+static __always_inline void emit_enter_only(struct entry *e, __u32 tid, __u32 tgid, __u64 now)
+{
+	struct rec *r = bpf_ringbuf_reserve(&events, sizeof(*r), 0);
+	if (!r) {
+		count_drop();
+		return;
+	}
+	r->kind = REC_ENTER_ONLY;
+	r->tid = tid;
+	r->tgid = tgid;
+	r->data_len = 0;
+	r->nr = e->nr;
+	r->ret = 0;
+	r->enter_ns = e->ts;
+	r->exit_ns = now;
+	for (int i = 0; i < 6; i++)
+		r->args[i] = e->args[i];
+	r->sched_enter = e->sched;
+	snap(&r->sched_exit);
+	submit(r);
+}
+
+SEC("tracepoint/raw_syscalls/sys_enter")
+int sys_enter(struct enter_ctx *ctx)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tgid = id >> 32, tid = (__u32)id;
+	if (!bpf_map_lookup_elem(&tgids, &tgid))
+		return KEEP;
+	__u64 now = bpf_ktime_get_ns();
+	struct entry *old = bpf_map_lookup_elem(&inflight, &tid);
+	if (old)
+		emit_enter_only(old, tid, tgid, now);
+	struct entry e = { .ts = now, .nr = ctx->id };
+	for (int i = 0; i < 6; i++)
+		e.args[i] = ctx->args[i];
+	snap(&e.sched);
+	bpf_map_update_elem(&inflight, &tid, &e, BPF_ANY);
+	return KEEP;
+}
+
+SEC("tracepoint/raw_syscalls/sys_exit")
+int sys_exit(struct exit_ctx *ctx)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tgid = id >> 32, tid = (__u32)id;
+	if (!bpf_map_lookup_elem(&tgids, &tgid))
+		return KEEP;
+	__u64 now = bpf_ktime_get_ns();
+	__s64 nr = ctx->id, ret = ctx->ret;
+	struct entry *e = bpf_map_lookup_elem(&inflight, &tid);
+	if (e && e->nr != nr) {
+		// Not the call that entered (cannot happen with both tracepoints attached; kept
+		// so that a surprise shows as two half-known calls, not a wrong pair).
+		emit_enter_only(e, tid, tgid, now);
+		bpf_map_delete_elem(&inflight, &tid);
+		e = 0;
+	}
+	if (!e) {
+		struct rec *r = bpf_ringbuf_reserve(&events, sizeof(*r), 0);
+		if (!r) {
+			count_drop();
+			return KEEP;
+		}
+		r->kind = REC_EXIT_ONLY;
+		r->tid = tid;
+		r->tgid = tgid;
+		r->data_len = 0;
+		r->nr = nr;
+		r->ret = ret;
+		r->enter_ns = 0;
+		r->exit_ns = now;
+		for (int i = 0; i < 6; i++)
+			r->args[i] = 0;
+		__builtin_memset(&r->sched_enter, 0, sizeof(r->sched_enter));
+		snap(&r->sched_exit);
+		submit(r);
+		return KEEP;
+	}
+	__u32 kind = nr_kind(nr);
+	__u64 avail = 0;
+	if (kind == NR_READ && ret > 0)
+		avail = ret;
+	else if (kind == NR_WRITE)
+		avail = e->args[2];
+	struct rec *r;
+	if (avail > 0) {
+		struct rec_data *d = bpf_ringbuf_reserve(&events, sizeof(*d), 0);
+		if (!d) {
+			count_drop();
+			bpf_map_delete_elem(&inflight, &tid);
+			return KEEP;
+		}
+		__u32 len = avail > DATA_MAX ? DATA_MAX : avail;
+		if (bpf_probe_read_user(d->data, len, (void *)e->args[1]) != 0)
+			len = 0;
+		d->r.data_len = len;
+		r = &d->r;
+	} else {
+		r = bpf_ringbuf_reserve(&events, sizeof(*r), 0);
+		if (!r) {
+			count_drop();
+			bpf_map_delete_elem(&inflight, &tid);
+			return KEEP;
+		}
+		r->data_len = 0;
+	}
+	r->kind = REC_CALL;
+	r->tid = tid;
+	r->tgid = tgid;
+	r->nr = nr;
+	r->ret = ret;
+	r->enter_ns = e->ts;
+	r->exit_ns = now;
+	for (int i = 0; i < 6; i++)
+		r->args[i] = e->args[i];
+	r->sched_enter = e->sched;
+	snap(&r->sched_exit);
+	submit(r);
+	bpf_map_delete_elem(&inflight, &tid);
+	return KEEP;
+}
+
+SEC("tracepoint/sched/sched_process_fork")
+int process_fork(void *ctx)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tgid = id >> 32, tid = (__u32)id;
+	if (!bpf_map_lookup_elem(&tgids, &tgid))
+		return KEEP;
+	__s32 child = 0;
+	bpf_probe_read_kernel(&child, sizeof(child), (char *)ctx + fork_child_pid_off);
+	// The parent is inside clone/clone3: its flags say thread or process.
+	__s64 thread = -1;
+	struct entry *e = bpf_map_lookup_elem(&inflight, &tid);
+	if (e) {
+		__u32 kind = nr_kind(e->nr);
+		if (kind == NR_CLONE) {
+			thread = (e->args[0] & CLONE_THREAD) != 0;
+		} else if (kind == NR_CLONE3) {
+			__u64 flags = 0;
+			if (bpf_probe_read_user(&flags, sizeof(flags), (void *)e->args[0]) == 0)
+				thread = (flags & CLONE_THREAD) != 0;
+		} else {
+			thread = 0; // fork, vfork
+		}
+	}
+	if (thread != 1 && follow_forks && child > 0) {
+		__u32 c = child, one = 1;
+		bpf_map_update_elem(&tgids, &c, &one, BPF_ANY);
+	}
+	struct rec *r = bpf_ringbuf_reserve(&events, sizeof(*r), 0);
+	if (!r) {
+		count_drop();
+		return KEEP;
+	}
+	__builtin_memset(r, 0, sizeof(*r));
+	r->kind = REC_FORK;
+	r->tid = tid;
+	r->tgid = tgid;
+	r->nr = child;
+	r->ret = thread;
+	r->exit_ns = bpf_ktime_get_ns();
+	submit(r);
+	return KEEP;
+}
+
+SEC("tracepoint/sched/sched_process_exit")
+int process_exit(void *ctx)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tgid = id >> 32, tid = (__u32)id;
+	if (!bpf_map_lookup_elem(&tgids, &tgid))
+		return KEEP;
+	__u64 now = bpf_ktime_get_ns();
+	struct entry *e = bpf_map_lookup_elem(&inflight, &tid);
+	if (e) {
+		emit_enter_only(e, tid, tgid, now);
+		bpf_map_delete_elem(&inflight, &tid);
+	}
+	struct rec *r = bpf_ringbuf_reserve(&events, sizeof(*r), 0);
+	if (r) {
+		__builtin_memset(r, 0, sizeof(*r));
+		r->kind = REC_TASK_EXIT;
+		r->tid = tid;
+		r->tgid = tgid;
+		r->exit_ns = now;
+		submit(r);
+	} else {
+		count_drop();
+	}
+	// A traced child's last thread: its id may be reused by an unrelated process.
+	if (tid == tgid)
+		bpf_map_delete_elem(&tgids, &tgid);
+	return KEEP;
+}
+
+// Never loaded, except to prove that a program the kernel refuses is reported with the
+// verifier's own words (STALLSCOPE_BPF_TEST_REFUSE=1): it reads a hash map's value without
+// checking that the lookup found one, which every verifier rejects. (A hash map: recent
+// verifiers know that an array lookup with a constant in-range key cannot fail. A section
+// of its own: aya takes one program per section.)
+SEC("tracepoint/raw_syscalls/refused")
+int refused_by_verifier(struct enter_ctx *ctx)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct entry *e = bpf_map_lookup_elem(&inflight, &tid);
+	return e->nr != 0;
+}

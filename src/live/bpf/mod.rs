@@ -1,0 +1,972 @@
+//! The bpf backend of `attach`: kernel programs on the `raw_syscalls` and `sched` process
+//! tracepoints (bpf/stallscope.bpf.c, embedded as a compiled object and loaded with aya),
+//! turned into the same `Event`s as the perf and ptrace backends and the text sources.
+//!
+//! Why this shape: the programs filter by process in the kernel (a map of traced tgids, to
+//! which a traced process's forked children are added as they are created, so threads and
+//! children are followed from their first instruction), pair each call's entry and exit
+//! there, and copy the first bytes of read and write buffers while the call's thread is
+//! still in the kernel (`bpf_probe_read_user`), so command names are known without
+//! stopping redis. One record per call goes through one BPF ring buffer, shared by every
+//! CPU and ordered by when calls ended; records that find it full are counted in the kernel
+//! (`drops`) and reported like the perf backend's lost records. A reader thread empties
+//! the ring into memory so a slow analysis never makes the kernel drop. Calls still running
+//! when tracing ends are read from the in-flight map.
+//!
+//! What it cannot see: signals (no signal tracepoint is attached), and paths of `open`-like
+//! calls are read from the process's memory when the record is processed, as the perf
+//! backend does.
+
+use super::decode::{decode_args, decodes_more};
+use super::sysnames::{errno_name, syscall_name};
+use super::{now_mono, now_wall, AttachError, Tracer, TracerStats};
+use crate::event::{self, Data, Event, EventKind, InFlight, Nanos, Ret, Syscall, Tid};
+use anyhow::Result;
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The compiled programs (scripts/build-bpf.sh; .ci/run checks they match the source).
+static OBJECT: &[u8] = aya::include_bytes_aligned!("../../../bpf/stallscope.bpf.o");
+
+/// Default ring size in pages: 32 MiB holds about 250,000 calls (~130 bytes each), most of
+/// a second of a saturated redis, while the reader empties it every few ms.
+pub const DEFAULT_PAGES: usize = 8192;
+
+/// Set to 1 to make the loader submit a program the verifier refuses (tests of the error
+/// path and of `--backend auto`'s fallback; the refusal and its message are the kernel's).
+pub const REFUSE_ENV: &str = "STALLSCOPE_BPF_TEST_REFUSE";
+
+const CHECK_EVERY: Duration = Duration::from_millis(100);
+
+// Record kinds and syscall kinds, as in bpf/stallscope.bpf.c.
+const REC_CALL: u32 = 1;
+const REC_ENTER_ONLY: u32 = 2;
+const REC_EXIT_ONLY: u32 = 3;
+const REC_FORK: u32 = 4;
+const REC_TASK_EXIT: u32 = 5;
+const NR_MAX: i64 = 1024;
+const NR_READ: u32 = 1;
+const NR_WRITE: u32 = 2;
+const NR_CLONE: u32 = 3;
+const NR_CLONE3: u32 = 4;
+/// Size of a record without its data bytes.
+const REC_LEN: usize = 160;
+const DATA_MAX: usize = 64;
+
+#[derive(Clone, Debug)]
+pub struct BpfConfig {
+    pub pid: Tid,
+    /// Trace forked children (the BGSAVE / AOF rewrite child).
+    pub follow_forks: bool,
+    /// Ring-buffer size in pages (a power of two).
+    pub pages: usize,
+}
+
+/// A call in progress, as the kernel keeps it in `inflight`.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct KEntry {
+    ts: u64,
+    nr: i64,
+    args: [u64; 6],
+    sched: [u64; 4],
+}
+// SAFETY: plain old data, the layout of `struct entry` in the C source.
+unsafe impl aya::Pod for KEntry {}
+
+/// One ring record, copied out of the ring.
+#[derive(Clone, Copy)]
+struct Rec {
+    kind: u32,
+    tid: Tid,
+    tgid: Tid,
+    nr: i64,
+    ret: i64,
+    enter_ns: Nanos,
+    exit_ns: Nanos,
+    args: [u64; 6],
+    /// The thread's scheduler counters (on CPU ns, runnable ns, minor and major faults)
+    /// at entry and at exit.
+    sched_enter: [u64; 4],
+    sched_exit: [u64; 4],
+    data_len: u8,
+    data: [u8; DATA_MAX],
+}
+
+fn u32_at(b: &[u8], o: usize) -> u32 {
+    u32::from_ne_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]])
+}
+
+fn u64_at(b: &[u8], o: usize) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[o..o + 8]);
+    u64::from_ne_bytes(a)
+}
+
+fn parse(b: &[u8]) -> Option<Rec> {
+    if b.len() < REC_LEN {
+        return None;
+    }
+    let mut args = [0u64; 6];
+    for (i, a) in args.iter_mut().enumerate() {
+        *a = u64_at(b, 48 + 8 * i);
+    }
+    let mut sched_enter = [0u64; 4];
+    let mut sched_exit = [0u64; 4];
+    for i in 0..4 {
+        sched_enter[i] = u64_at(b, 96 + 8 * i);
+        sched_exit[i] = u64_at(b, 128 + 8 * i);
+    }
+    let mut data = [0u8; DATA_MAX];
+    let data_len = (u32_at(b, 12) as usize)
+        .min(DATA_MAX)
+        .min(b.len() - REC_LEN);
+    data[..data_len].copy_from_slice(&b[REC_LEN..REC_LEN + data_len]);
+    Some(Rec {
+        kind: u32_at(b, 0),
+        tid: u32_at(b, 4),
+        tgid: u32_at(b, 8),
+        nr: u64_at(b, 16) as i64,
+        ret: u64_at(b, 24) as i64,
+        enter_ns: u64_at(b, 32) as Nanos,
+        exit_ns: u64_at(b, 40) as Nanos,
+        args,
+        sched_enter,
+        sched_exit,
+        data_len: data_len as u8,
+        data,
+    })
+}
+
+/// Per syscall number: its name, its table entry, and whether its arguments need more
+/// than the fd.
+#[derive(Clone, Copy)]
+struct NrInfo {
+    name: &'static str,
+    sys: &'static crate::syscalls::SysInfo,
+    decode: bool,
+}
+
+fn nr_info(nr: i64) -> NrInfo {
+    let name = syscall_name(nr);
+    let sys = crate::syscalls::info(name);
+    NrInfo {
+        name,
+        sys,
+        decode: decodes_more(sys),
+    }
+}
+
+/// What the kernel programs need to know of a syscall number.
+fn kernel_kind(name: &str) -> u32 {
+    match name {
+        "read" | "pread64" | "recvfrom" => NR_READ,
+        "write" | "pwrite64" | "sendto" => NR_WRITE,
+        "clone" => NR_CLONE,
+        "clone3" => NR_CLONE3,
+        _ => 0,
+    }
+}
+
+/// Where tracefs is, for the format files.
+fn tracefs_events() -> Result<std::path::PathBuf, String> {
+    super::perf::find_tracepoints().map(|t| t.root.join("events"))
+}
+
+/// `offset` of `field` in a tracepoint's format file.
+fn field_offset(format: &str, field: &str) -> Option<u32> {
+    format.lines().find_map(|l| {
+        let decl = l.trim().strip_prefix("field:")?;
+        let (decl, rest) = decl.split_once(';')?;
+        let name = decl.trim().rsplit(' ').next()?;
+        let name = name.split('[').next()?;
+        if name != field {
+            return None;
+        }
+        rest.trim()
+            .strip_prefix("offset:")?
+            .split(';')
+            .next()?
+            .trim()
+            .parse()
+            .ok()
+    })
+}
+
+/// Checks the layouts the programs assume and returns sched_process_fork's child_pid offset.
+fn check_layouts() -> Result<u32, String> {
+    let ev = tracefs_events()?;
+    let read = |cat: &str, name: &str| {
+        let p = ev.join(cat).join(name).join("format");
+        std::fs::read_to_string(&p).map_err(|e| format!("cannot read {}: {e}", p.display()))
+    };
+    for (cat, name, field, want) in [
+        ("raw_syscalls", "sys_enter", "id", 8),
+        ("raw_syscalls", "sys_enter", "args", 16),
+        ("raw_syscalls", "sys_exit", "id", 8),
+        ("raw_syscalls", "sys_exit", "ret", 16),
+    ] {
+        let f = read(cat, name)?;
+        if field_offset(&f, field) != Some(want) {
+            return Err(format!(
+                "the kernel's {cat}:{name} tracepoint does not have `{field}` at offset {want} (its format file differs from what the programs read)"
+            ));
+        }
+    }
+    read("sched", "sched_process_exit")?;
+    let f = read("sched", "sched_process_fork")?;
+    field_offset(&f, "child_pid")
+        .ok_or_else(|| "sched:sched_process_fork has no child_pid field".to_string())
+}
+
+/// Turns aya's load and attach errors into the reason a user can act on.
+fn load_error(what: &str, e: &dyn std::fmt::Display, errno: Option<i32>) -> AttachError {
+    let root = unsafe { libc::geteuid() } == 0;
+    let hint = match errno {
+        Some(libc::EPERM) | Some(libc::EACCES) if !root => {
+            ": BPF needs root (or CAP_BPF and CAP_PERFMON)"
+        }
+        Some(libc::EPERM) | Some(libc::EACCES) => {
+            ": refused even to root (kernel.unprivileged_bpf_disabled does not apply to root: a lockdown, a security module, or a container without CAP_BPF)"
+        }
+        Some(libc::ENOSYS) => ": this kernel has no bpf() system call (CONFIG_BPF_SYSCALL)",
+        _ => "",
+    };
+    AttachError::Other(format!("{what}: {e}{hint}"))
+}
+
+/// The errno inside an aya error, if it carries one.
+fn errno_of(e: &(dyn std::error::Error + 'static)) -> Option<i32> {
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(x) = cur {
+        if let Some(io) = x.downcast_ref::<std::io::Error>() {
+            return io.raw_os_error();
+        }
+        cur = x.source();
+    }
+    None
+}
+
+/// The verifier's refusal in its own words: the last lines of its log say why.
+fn verifier_refusal(prog: &str, e: &aya::programs::ProgramError) -> AttachError {
+    if let aya::programs::ProgramError::LoadError {
+        io_error,
+        verifier_log,
+    } = e
+    {
+        let log = verifier_log.to_string();
+        let lines: Vec<&str> = log
+            .lines()
+            .map(str::trim)
+            .filter(|l| {
+                !l.is_empty()
+                    && !l.starts_with("processed ")
+                    && !l.starts_with("verification time")
+                    && !l.starts_with("stack depth")
+            })
+            .collect();
+        let tail = lines[lines.len().saturating_sub(2)..].join("; ");
+        return AttachError::Other(format!(
+            "the kernel refused BPF program {prog} ({io_error}); the verifier said: {}",
+            if tail.is_empty() { "nothing" } else { &tail }
+        ));
+    }
+    load_error(&format!("cannot load BPF program {prog}"), e, errno_of(e))
+}
+
+struct Thread {
+    tgid: Tid,
+    /// Traced since the attach: its first record may be the exit of a call already running.
+    from_attach: bool,
+    seen: bool,
+    /// The call it slept in at the attach (from /proc): its arguments, for when it returns.
+    at_attach: Option<(i64, [u64; 6])>,
+    /// Its scheduler counters when its last call ended.
+    last_exit: Option<[u64; 4]>,
+}
+
+fn delta(from: &[u64; 4], to: &[u64; 4]) -> event::SchedDelta {
+    event::SchedDelta {
+        on_cpu_ns: to[0].saturating_sub(from[0]),
+        runnable_ns: to[1].saturating_sub(from[1]),
+        minor_faults: to[2].saturating_sub(from[2]),
+        major_faults: to[3].saturating_sub(from[3]),
+    }
+}
+
+pub struct BpfTracer {
+    cfg: BpfConfig,
+    bpf: Option<aya::Ebpf>,
+    links: Vec<(&'static str, aya::programs::trace_point::TracePointLinkId)>,
+    reader: Option<std::thread::JoinHandle<()>>,
+    reader_stop: Arc<AtomicBool>,
+    rx: mpsc::Receiver<Vec<Rec>>,
+    threads: HashMap<Tid, Thread>,
+    /// New tasks, with whether they are threads, from the fork records.
+    forked: HashMap<Tid, bool>,
+    exit_codes: HashMap<Tid, i32>,
+    queue: VecDeque<Event>,
+    stats: TracerStats,
+    drops_seen: u64,
+    lost_unreported: u64,
+    stop_requested: bool,
+    done: bool,
+    warnings: Vec<String>,
+    last_check: std::time::Instant,
+    pub threads_at_attach: u32,
+}
+
+const PROGRAMS: [(&str, &str, &str); 4] = [
+    ("sys_enter", "raw_syscalls", "sys_enter"),
+    ("sys_exit", "raw_syscalls", "sys_exit"),
+    ("process_fork", "sched", "sched_process_fork"),
+    ("process_exit", "sched", "sched_process_exit"),
+];
+
+impl BpfTracer {
+    /// Loads and attaches the programs, then starts tracing every thread of `cfg.pid` at
+    /// once (putting its tgid in the filter map).
+    pub fn attach(cfg: BpfConfig) -> Result<Self, AttachError> {
+        super::check_target(cfg.pid)?;
+        let child_off = check_layouts().map_err(AttachError::Other)?;
+        let ring_bytes = (cfg.pages * page_size()) as u32;
+        let follow = cfg.follow_forks as u32;
+        let mut bpf = aya::EbpfLoader::new()
+            .set_global("follow_forks", &follow, true)
+            .set_global("fork_child_pid_off", &child_off, true)
+            .set_max_entries("events", ring_bytes)
+            .load(OBJECT)
+            .map_err(|e| load_error("cannot load the BPF object", &e, errno_of(&e)))?;
+        if std::env::var(REFUSE_ENV).is_ok_and(|v| v == "1") {
+            let p: &mut aya::programs::TracePoint = bpf
+                .program_mut("refused_by_verifier")
+                .ok_or_else(|| {
+                    AttachError::Other("the BPF object lacks refused_by_verifier".into())
+                })?
+                .try_into()
+                .map_err(|e| load_error("refused_by_verifier", &e, None))?;
+            if let Err(e) = p.load() {
+                return Err(verifier_refusal("refused_by_verifier", &e));
+            }
+        }
+        {
+            let mut kinds: aya::maps::Array<_, u32> = aya::maps::Array::try_from(
+                bpf.map_mut("nr_kinds")
+                    .ok_or_else(|| AttachError::Other("the BPF object lacks nr_kinds".into()))?,
+            )
+            .map_err(|e| load_error("nr_kinds", &e, None))?;
+            for nr in 0..NR_MAX {
+                let k = kernel_kind(syscall_name(nr));
+                if k != 0 {
+                    kinds
+                        .set(nr as u32, k, 0)
+                        .map_err(|e| load_error("cannot fill nr_kinds", &e, errno_of(&e)))?;
+                }
+            }
+        }
+        let mut links = vec![];
+        for (prog, cat, name) in PROGRAMS {
+            let p: &mut aya::programs::TracePoint = bpf
+                .program_mut(prog)
+                .ok_or_else(|| AttachError::Other(format!("the BPF object lacks {prog}")))?
+                .try_into()
+                .map_err(|e| load_error(prog, &e, None))?;
+            p.load().map_err(|e| verifier_refusal(prog, &e))?;
+            let id = p.attach(cat, name).map_err(|e| {
+                load_error(
+                    &format!("cannot attach BPF program {prog} to {cat}:{name}"),
+                    &e,
+                    errno_of(&e),
+                )
+            })?;
+            links.push((prog, id));
+        }
+        let ring = bpf
+            .take_map("events")
+            .ok_or_else(|| AttachError::Other("the BPF object lacks events".into()))?;
+        let ring = aya::maps::RingBuf::try_from(ring)
+            .map_err(|e| load_error("cannot map the BPF ring buffer", &e, errno_of(&e)))?;
+        let (tx, rx) = mpsc::channel();
+        let reader_stop = Arc::new(AtomicBool::new(false));
+        let stop = reader_stop.clone();
+        let reader = std::thread::Builder::new()
+            .name("stallscope-bpf".into())
+            .spawn(move || read_ring(ring, tx, stop))
+            .map_err(|e| AttachError::Other(format!("cannot start the ring reader: {e}")))?;
+        let mut me = BpfTracer {
+            cfg,
+            bpf: Some(bpf),
+            links,
+            reader: Some(reader),
+            reader_stop,
+            rx,
+            threads: HashMap::new(),
+            forked: HashMap::new(),
+            exit_codes: HashMap::new(),
+            queue: VecDeque::new(),
+            stats: TracerStats::default(),
+            drops_seen: 0,
+            lost_unreported: 0,
+            stop_requested: false,
+            done: false,
+            warnings: vec![],
+            last_check: std::time::Instant::now(),
+            threads_at_attach: 0,
+        };
+        let pid = me.cfg.pid;
+        me.stats.attach_mono = now_mono();
+        me.stats.attach_wall = now_wall();
+        // From here every thread of the process is traced, including those born meanwhile.
+        {
+            let bpf = me.bpf.as_mut().expect("loaded");
+            let mut tgids: aya::maps::HashMap<_, u32, u32> = aya::maps::HashMap::try_from(
+                bpf.map_mut("tgids")
+                    .ok_or_else(|| AttachError::Other("the BPF object lacks tgids".into()))?,
+            )
+            .map_err(|e| load_error("tgids", &e, None))?;
+            tgids
+                .insert(pid, 1, 0)
+                .map_err(|e| load_error("cannot start tracing", &e, errno_of(&e)))?;
+        }
+        let tids = match super::list_tasks(pid) {
+            Ok(t) if !t.is_empty() => t,
+            _ => return Err(AttachError::NoSuchPid(pid)),
+        };
+        for tid in &tids {
+            me.threads.insert(
+                *tid,
+                Thread {
+                    tgid: pid,
+                    from_attach: true,
+                    seen: false,
+                    at_attach: blocked_in_call(*tid),
+                    last_exit: None,
+                },
+            );
+        }
+        me.threads_at_attach = tids.len() as u32;
+        me.queue.push_back(Event {
+            tid: pid,
+            ts: me.stats.attach_mono,
+            line: 0,
+            kind: EventKind::Attach {
+                threads: Some(me.threads_at_attach),
+            },
+        });
+        Ok(me)
+    }
+
+    fn build(&mut self, r: &Rec, ret: Option<i64>, args_known: bool) -> Event {
+        let info = nr_info(r.nr);
+        let mut sc = Syscall::with(info.name, info.sys);
+        sc.ret = match ret {
+            Some(v) if (-4095..0).contains(&v) => Ret::Err(errno_name(-v)),
+            Some(v) => Ret::Val(v),
+            None => Ret::Unknown,
+        };
+        sc.dur = Some((r.exit_ns - r.enter_ns).max(0));
+        sc.dur_src = event::DurSource::Measured;
+        let ok = sc.ret.val();
+        if !args_known {
+            // Only the result of a call already running at attach is known.
+        } else if info.decode {
+            decode_args(r.tgid, &mut sc, &r.args, ok, false);
+            if let Some(v) = ok.filter(|v| *v > 0) {
+                match info.sys.fd {
+                    crate::syscalls::FdKind::Open => {
+                        // What strace -y shows: the file the new fd names, if still open.
+                        if let Ok(p) = std::fs::read_link(format!("/proc/{}/fd/{v}", r.tgid)) {
+                            sc.ret_path = Some(p.to_string_lossy().into_owned().into_boxed_str());
+                        }
+                    }
+                    crate::syscalls::FdKind::Clone => {
+                        if let Some(thread) = self.forked.get(&(v as Tid)) {
+                            sc.extra = event::Extra::Clone { thread: *thread };
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        } else if info.sys.fd_first {
+            let fd = r.args[0] as i64;
+            if (0..=i32::MAX as i64).contains(&fd) {
+                sc.fd = Some(fd as i32);
+            }
+        }
+        if args_known && r.data_len > 0 {
+            let avail = if kernel_kind(info.name) == NR_READ {
+                ok.unwrap_or(0).max(0) as u64
+            } else {
+                r.args[2]
+            };
+            let n = r.data_len as usize;
+            sc.extra = event::Extra::Data(Data::new(&r.data[..n], avail > n as u64));
+        }
+        Event {
+            tid: r.tid,
+            ts: r.enter_ns,
+            line: 0,
+            kind: EventKind::Syscall(sc),
+        }
+    }
+
+    fn count(&mut self, tid: Tid, dur: Option<Nanos>) {
+        self.stats.syscalls += 1;
+        if let Some(d) = dur {
+            let d = d.max(1) as u64;
+            if self.stats.min_call_ns == 0 || d < self.stats.min_call_ns {
+                self.stats.min_call_ns = d;
+            }
+            if tid == self.cfg.pid {
+                self.stats.main_call_log2[(63 - d.leading_zeros() as usize).min(31)] += 1;
+            }
+        }
+        if tid == self.cfg.pid {
+            self.stats.main_syscalls += 1;
+        }
+    }
+
+    fn process(&mut self, r: Rec) {
+        let tid = r.tid;
+        let th = self.threads.entry(tid).or_insert(Thread {
+            tgid: r.tgid,
+            from_attach: false,
+            seen: false,
+            at_attach: None,
+            last_exit: None,
+        });
+        let first = !th.seen && th.from_attach;
+        let at_attach = th.at_attach.take();
+        // What the scheduler did in the call, and in the gap since the thread's last call.
+        let sched = (r.kind == REC_CALL || r.kind == REC_ENTER_ONLY).then(|| {
+            Box::new(event::SchedSpan {
+                during: delta(&r.sched_enter, &r.sched_exit),
+                before: th.last_exit.map(|l| delta(&l, &r.sched_enter)),
+            })
+        });
+        if matches!(r.kind, REC_CALL | REC_EXIT_ONLY) {
+            th.last_exit = Some(r.sched_exit);
+        }
+        match r.kind {
+            REC_CALL => {
+                th.seen = true;
+                let mut ev = self.build(&r, Some(r.ret), true);
+                if let EventKind::Syscall(sc) = &mut ev.kind {
+                    sc.sched = sched;
+                }
+                self.count(tid, Some(r.exit_ns - r.enter_ns));
+                self.queue.push_back(ev);
+            }
+            REC_ENTER_ONLY => {
+                th.seen = true;
+                // It never returned (exit, exit_group, or the task ended inside it): known
+                // from its entry to when that was seen.
+                let name = syscall_name(r.nr);
+                if matches!(name, "exit" | "exit_group") {
+                    self.exit_codes.insert(tid, r.args[0] as i32);
+                }
+                let mut ev = self.build(&r, None, true);
+                if let EventKind::Syscall(sc) = &mut ev.kind {
+                    sc.sched = sched;
+                }
+                self.count(tid, None);
+                self.queue.push_back(ev);
+            }
+            REC_EXIT_ONLY => {
+                th.seen = true;
+                if !first {
+                    // The child's side of a clone (returns 0 with no entry).
+                    return;
+                }
+                let mut r = r;
+                r.enter_ns = self.stats.attach_mono;
+                // Its arguments are known if /proc showed it sleeping in this call then.
+                let known = match at_attach {
+                    Some((nr, args)) if nr == r.nr => {
+                        r.args = args;
+                        true
+                    }
+                    _ => false,
+                };
+                let mut ev = self.build(&r, Some(r.ret), known);
+                if let EventKind::Syscall(sc) = &mut ev.kind {
+                    sc.in_flight = Some(InFlight::AtStart);
+                }
+                self.count(tid, None);
+                self.queue.push_back(ev);
+            }
+            REC_FORK => {
+                let child = r.nr as Tid;
+                let thread = match r.ret {
+                    1 => true,
+                    0 => false,
+                    // Created without a clone call the programs saw (a kernel-made worker):
+                    // the same process means a thread.
+                    _ => std::fs::read_to_string(format!("/proc/{child}/status"))
+                        .ok()
+                        .and_then(|s| {
+                            s.lines()
+                                .find_map(|l| l.strip_prefix("Tgid:"))
+                                .and_then(|v| v.trim().parse::<Tid>().ok())
+                        })
+                        .is_some_and(|t| t == r.tgid),
+                };
+                if !thread && !self.cfg.follow_forks {
+                    return;
+                }
+                self.forked.insert(child, thread);
+                self.threads.insert(
+                    child,
+                    Thread {
+                        tgid: if thread { r.tgid } else { child },
+                        from_attach: false,
+                        seen: false,
+                        at_attach: None,
+                        last_exit: None,
+                    },
+                );
+            }
+            REC_TASK_EXIT => {
+                self.threads.remove(&tid);
+                let code = self.exit_codes.remove(&tid);
+                self.queue.push_back(Event {
+                    tid,
+                    ts: r.exit_ns,
+                    line: 0,
+                    kind: EventKind::Exit { code, signal: None },
+                });
+            }
+            _ => {}
+        }
+    }
+
+    /// Takes what the reader has copied out of the ring.
+    fn take_records(&mut self, wait: Duration) {
+        let mut got = false;
+        if let Ok(batch) = self.rx.recv_timeout(wait) {
+            got = true;
+            for r in batch {
+                self.process(r);
+            }
+        }
+        while let Ok(batch) = self.rx.try_recv() {
+            got = true;
+            for r in batch {
+                self.process(r);
+            }
+        }
+        if got || self.stop_requested {
+            self.read_drops();
+        }
+    }
+
+    /// Adds what the kernel counted as dropped since the last read.
+    fn read_drops(&mut self) {
+        let Some(bpf) = self.bpf.as_ref() else {
+            return;
+        };
+        let Some(m) = bpf.map("drops") else { return };
+        let Ok(arr) = aya::maps::PerCpuArray::<_, u64>::try_from(m) else {
+            return;
+        };
+        let total: u64 = match arr.get(&0, 0) {
+            Ok(v) => v.iter().sum(),
+            Err(_) => return,
+        };
+        if total > self.drops_seen {
+            let d = total - self.drops_seen;
+            self.drops_seen = total;
+            self.stats.lost_events += d;
+            self.lost_unreported += d;
+        }
+    }
+
+    fn process_gone(&self) -> bool {
+        match std::fs::read_to_string(format!("/proc/{}/stat", self.cfg.pid)) {
+            Ok(s) => s
+                .rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().next())
+                .is_some_and(|st| st == "Z" || st == "X"),
+            Err(_) => true,
+        }
+    }
+
+    /// Ends tracing: detaches the programs, empties the ring, reports calls still running.
+    fn finish(&mut self) {
+        let end = now_mono();
+        self.stats.detach_mono = end;
+        if let Some(bpf) = self.bpf.as_mut() {
+            for (prog, id) in self.links.drain(..) {
+                if let Some(p) = bpf.program_mut(prog) {
+                    let p: Result<&mut aya::programs::TracePoint, _> = p.try_into();
+                    if let Ok(p) = p {
+                        let _ = p.detach(id);
+                    }
+                }
+            }
+        }
+        // No program runs any more: what the reader finds now is everything.
+        self.reader_stop.store(true, Ordering::SeqCst);
+        if let Some(h) = self.reader.take() {
+            let _ = h.join();
+        }
+        while let Ok(batch) = self.rx.try_recv() {
+            for r in batch {
+                self.process(r);
+            }
+        }
+        self.read_drops();
+        let mut running: Vec<(Tid, KEntry)> = vec![];
+        if let Some(bpf) = self.bpf.as_ref() {
+            if let Some(m) = bpf.map("inflight") {
+                if let Ok(h) = aya::maps::HashMap::<_, u32, KEntry>::try_from(m) {
+                    running.extend(h.iter().flatten());
+                }
+            }
+        }
+        // A thread that made no call since the attach may be blocked in one that began
+        // before it (the kernel saw neither edge): /proc says which, known from the attach.
+        let mut quiet: Vec<Tid> = self
+            .threads
+            .iter()
+            .filter(|(t, th)| th.from_attach && !th.seen && !running.iter().any(|(r, _)| r == *t))
+            .map(|(t, _)| *t)
+            .collect();
+        quiet.sort_unstable();
+        for tid in quiet {
+            if let Some((nr, args)) = blocked_in_call(tid) {
+                running.push((
+                    tid,
+                    KEntry {
+                        ts: self.stats.attach_mono as u64,
+                        nr,
+                        args,
+                        sched: [0; 4],
+                    },
+                ));
+            }
+        }
+        running.sort_by_key(|(t, _)| *t);
+        for (tid, e) in running {
+            let tgid = match self.threads.get(&tid) {
+                Some(t) => t.tgid,
+                None => continue,
+            };
+            let r = Rec {
+                kind: REC_ENTER_ONLY,
+                tid,
+                tgid,
+                nr: e.nr,
+                ret: 0,
+                enter_ns: e.ts as Nanos,
+                exit_ns: end,
+                args: e.args,
+                sched_enter: e.sched,
+                sched_exit: e.sched,
+                data_len: 0,
+                data: [0; DATA_MAX],
+            };
+            let mut ev = self.build(&r, None, true);
+            if let EventKind::Syscall(sc) = &mut ev.kind {
+                sc.in_flight = Some(InFlight::AtEnd);
+            }
+            self.count(tid, None);
+            self.queue.push_back(ev);
+        }
+        self.bpf = None;
+        self.queue.push_back(Event {
+            tid: self.cfg.pid,
+            ts: end,
+            line: 0,
+            kind: EventKind::Detach,
+        });
+        self.done = true;
+    }
+}
+
+/// The call `tid` sleeps in now, from /proc, if it sleeps inside one.
+fn blocked_in_call(tid: Tid) -> Option<(i64, [u64; 6])> {
+    let stat = std::fs::read_to_string(format!("/proc/{tid}/stat")).ok()?;
+    let state = stat.rsplit_once(')')?.1.split_whitespace().next()?;
+    if !matches!(state, "D" | "S") {
+        return None;
+    }
+    super::ptrace::parse_proc_syscall(
+        &std::fs::read_to_string(format!("/proc/{tid}/syscall")).ok()?,
+    )
+}
+
+/// The reader thread: copies records out of the ring as soon as they are there, so the
+/// kernel finds room even while the analysis is busy. Sleeps in poll between wakeups (the
+/// programs wake it when a quarter of the ring is used; the timeout bounds the delay).
+fn read_ring(
+    mut ring: aya::maps::RingBuf<aya::maps::MapData>,
+    tx: mpsc::Sender<Vec<Rec>>,
+    stop: Arc<AtomicBool>,
+) {
+    use std::os::fd::AsRawFd;
+    let fd = ring.as_raw_fd();
+    loop {
+        // Read after the flag: once it is set no program runs, so this pass is the last.
+        let last = stop.load(Ordering::SeqCst);
+        let mut batch = vec![];
+        while let Some(item) = ring.next() {
+            if let Some(r) = parse(&item) {
+                batch.push(r);
+            }
+            if batch.len() >= 4096 && tx.send(std::mem::take(&mut batch)).is_err() {
+                return;
+            }
+        }
+        if !batch.is_empty() && tx.send(batch).is_err() {
+            return;
+        }
+        if last {
+            return;
+        }
+        let mut pfd = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        unsafe { libc::poll(&mut pfd, 1, 5) };
+    }
+}
+
+fn page_size() -> usize {
+    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if p > 0 {
+        p as usize
+    } else {
+        4096
+    }
+}
+
+impl Tracer for BpfTracer {
+    fn next_event_timeout(&mut self, timeout: Duration) -> Result<Option<Event>> {
+        let start = std::time::Instant::now();
+        loop {
+            if let Some(e) = self.queue.pop_front() {
+                return Ok(Some(e));
+            }
+            if self.done {
+                return Ok(None);
+            }
+            if self.stop_requested {
+                self.finish();
+                continue;
+            }
+            if self.last_check.elapsed() >= CHECK_EVERY {
+                self.last_check = std::time::Instant::now();
+                if self.process_gone() {
+                    self.finish();
+                    continue;
+                }
+            }
+            let left = timeout.saturating_sub(start.elapsed());
+            self.take_records(left.min(Duration::from_millis(20)));
+            if self.queue.is_empty() && start.elapsed() >= timeout {
+                return Ok(None);
+            }
+        }
+    }
+
+    fn is_done(&self) -> bool {
+        self.done && self.queue.is_empty()
+    }
+
+    fn stop(&mut self) {
+        self.stop_requested = true;
+    }
+
+    fn take_lost(&mut self) -> u64 {
+        std::mem::take(&mut self.lost_unreported)
+    }
+
+    fn stats(&self) -> TracerStats {
+        self.stats.clone()
+    }
+
+    fn warnings(&mut self) -> Vec<String> {
+        let mut w = std::mem::take(&mut self.warnings);
+        if self.stats.lost_events > 0 {
+            w.push(format!(
+                "the kernel dropped {} syscall records (the BPF ring buffer of {} pages filled up): the trace is incomplete; \
+                 give --perf-pages a larger power of two",
+                self.stats.lost_events, self.cfg.pages
+            ));
+        }
+        w
+    }
+}
+
+impl Drop for BpfTracer {
+    fn drop(&mut self) {
+        self.reader_stop.store(true, Ordering::SeqCst);
+        // Dropping the object detaches and unloads every program.
+        self.bpf = None;
+        if let Some(h) = self.reader.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn format_offsets_are_read_from_tracefs_text() {
+        let f = "name: sched_process_fork\nformat:\n\
+                 \tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n\
+                 \tfield:__data_loc char[] parent_comm;\toffset:8;\tsize:4;\tsigned:0;\n\
+                 \tfield:pid_t child_pid;\toffset:20;\tsize:4;\tsigned:1;\n\
+                 \tfield:unsigned long args[6];\toffset:16;\tsize:48;\tsigned:0;\n";
+        assert_eq!(field_offset(f, "child_pid"), Some(20));
+        assert_eq!(field_offset(f, "parent_comm"), Some(8));
+        assert_eq!(field_offset(f, "args"), Some(16));
+        assert_eq!(field_offset(f, "child_comm"), None);
+    }
+
+    #[test]
+    fn a_record_with_data_keeps_its_bytes_and_nothing_past_them() {
+        let mut b = vec![0u8; REC_LEN + DATA_MAX];
+        b[0..4].copy_from_slice(&REC_CALL.to_ne_bytes());
+        b[4..8].copy_from_slice(&7u32.to_ne_bytes());
+        b[12..16].copy_from_slice(&14u32.to_ne_bytes());
+        b[24..32].copy_from_slice(&14i64.to_ne_bytes());
+        b[32..40].copy_from_slice(&100u64.to_ne_bytes());
+        b[40..48].copy_from_slice(&250u64.to_ne_bytes());
+        b[REC_LEN..REC_LEN + 14].copy_from_slice(b"*1\r\n$4\r\nPING\r\n");
+        let r = parse(&b).expect("parsed");
+        assert_eq!((r.kind, r.tid, r.ret), (REC_CALL, 7, 14));
+        assert_eq!((r.enter_ns, r.exit_ns), (100, 250));
+        assert_eq!(&r.data[..r.data_len as usize], b"*1\r\n$4\r\nPING\r\n");
+        // A record without data space claims none, whatever data_len says.
+        let short = parse(&b[..REC_LEN]).expect("parsed");
+        assert_eq!(short.data_len, 0);
+        assert!(parse(&b[..REC_LEN - 1]).is_none());
+    }
+
+    #[test]
+    fn scheduler_counters_become_a_stall_split_that_adds_up() {
+        let d = delta(&[1_000, 500, 10, 1], &[31_000, 60_500, 12, 1]);
+        assert_eq!(
+            (d.on_cpu_ns, d.runnable_ns, d.minor_faults, d.major_faults),
+            (30_000, 60_000, 2, 0)
+        );
+        let s = crate::report::StallSched::of(&d, 100_000);
+        assert_eq!((s.on_cpu_us, s.runnable_us, s.blocked_us), (30, 60, 10));
+        // On-CPU time trails by up to a tick: never more than the stall, never a negative rest.
+        let s = crate::report::StallSched::of(&d, 50_000);
+        assert_eq!((s.on_cpu_us, s.runnable_us, s.blocked_us), (30, 20, 0));
+        // Counters that went backwards (a reused tid) give zero, not a wrap.
+        assert_eq!(
+            delta(&[5, 5, 5, 5], &[1, 1, 1, 1]),
+            event::SchedDelta::default()
+        );
+    }
+}

@@ -1,0 +1,513 @@
+//! `--redis HOST:PORT`: what redis itself says while it is traced, the live input of the
+//! redis-evidence join. One job: a background thread that asks redis, on its own
+//! connection, for `LATENCY LATEST`, `INFO persistence` and `INFO stats` once a second, and
+//! `SLOWLOG GET` / `LATENCY HISTORY` at the start and the end, and keeps the answers with the
+//! wall-clock time they came. Three commands a second at most; a connection that fails is
+//! retried every few seconds and noted, and never stops the tracing.
+//!
+//! Only names and numbers are kept: command names from SLOWLOG, never their arguments (keys
+//! and values are user data).
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// A RESP reply.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Reply {
+    Simple(String),
+    Err(String),
+    Int(i64),
+    Bulk(Option<Vec<u8>>),
+    Array(Option<Vec<Reply>>),
+}
+
+impl Reply {
+    pub fn as_int(&self) -> Option<i64> {
+        match self {
+            Reply::Int(i) => Some(*i),
+            Reply::Bulk(Some(b)) => std::str::from_utf8(b).ok()?.trim().parse().ok(),
+            Reply::Simple(s) => s.trim().parse().ok(),
+            _ => None,
+        }
+    }
+    pub fn as_text(&self) -> Option<String> {
+        match self {
+            Reply::Simple(s) => Some(s.clone()),
+            Reply::Bulk(Some(b)) => Some(String::from_utf8_lossy(b).into_owned()),
+            _ => None,
+        }
+    }
+    pub fn items(&self) -> &[Reply] {
+        match self {
+            Reply::Array(Some(v)) => v,
+            _ => &[],
+        }
+    }
+}
+
+/// Reads one RESP2 (or the RESP3 scalars redis may send) reply.
+pub fn read_reply(r: &mut impl BufRead) -> std::io::Result<Reply> {
+    let mut line = Vec::new();
+    r.read_until(b'\n', &mut line)?;
+    if line.is_empty() {
+        return Err(std::io::ErrorKind::UnexpectedEof.into());
+    }
+    let text = String::from_utf8_lossy(&line);
+    let text = text.trim_end_matches(['\r', '\n']);
+    let bad = || {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!(
+                "not a RESP reply: {:?}",
+                text.chars().take(40).collect::<String>()
+            ),
+        )
+    };
+    let (kind, rest) = text.split_at(1.min(text.len()));
+    Ok(match kind {
+        "+" => Reply::Simple(rest.into()),
+        "-" => Reply::Err(rest.into()),
+        ":" => Reply::Int(rest.parse().map_err(|_| bad())?),
+        "$" => {
+            let n: i64 = rest.parse().map_err(|_| bad())?;
+            if n < 0 {
+                Reply::Bulk(None)
+            } else {
+                let mut b = vec![0; n as usize + 2];
+                r.read_exact(&mut b)?;
+                b.truncate(n as usize);
+                Reply::Bulk(Some(b))
+            }
+        }
+        "*" => {
+            let n: i64 = rest.parse().map_err(|_| bad())?;
+            if n < 0 {
+                Reply::Array(None)
+            } else {
+                let mut v = Vec::with_capacity(n.min(1024) as usize);
+                for _ in 0..n {
+                    v.push(read_reply(r)?);
+                }
+                Reply::Array(Some(v))
+            }
+        }
+        _ => return Err(bad()),
+    })
+}
+
+/// One connection to redis, with short timeouts: a redis stalled for seconds (the very thing
+/// being traced) makes a poll time out rather than pile up.
+pub struct Conn {
+    r: BufReader<TcpStream>,
+    w: TcpStream,
+}
+
+impl Conn {
+    pub fn connect(addr: &str, timeout: Duration) -> std::io::Result<Conn> {
+        let sa = addr
+            .to_socket_addrs()?
+            .next()
+            .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "no address"))?;
+        let s = TcpStream::connect_timeout(&sa, timeout)?;
+        s.set_read_timeout(Some(timeout))?;
+        s.set_write_timeout(Some(timeout))?;
+        s.set_nodelay(true)?;
+        let mut c = Conn {
+            r: BufReader::new(s.try_clone()?),
+            w: s,
+        };
+        // As redis-cli does: the password comes from REDISCLI_AUTH, never the command line.
+        if let Some(pw) = std::env::var_os("REDISCLI_AUTH").filter(|p| !p.is_empty()) {
+            let pw = pw.to_string_lossy().into_owned();
+            if let Reply::Err(e) = c.cmd(&["AUTH", &pw])? {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::PermissionDenied,
+                    format!("AUTH with REDISCLI_AUTH refused: {e}"),
+                ));
+            }
+        }
+        Ok(c)
+    }
+
+    pub fn cmd(&mut self, args: &[&str]) -> std::io::Result<Reply> {
+        let mut b = format!("*{}\r\n", args.len()).into_bytes();
+        for a in args {
+            b.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+            b.extend_from_slice(a.as_bytes());
+            b.extend_from_slice(b"\r\n");
+        }
+        self.w.write_all(&b)?;
+        read_reply(&mut self.r)
+    }
+}
+
+/// One `LATENCY LATEST` row or `LATENCY HISTORY` sample.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LatencySample {
+    pub event: String,
+    /// Epoch seconds redis stamped the event with (when it ended, to the second).
+    pub ts: i64,
+    pub latency_ms: i64,
+}
+
+/// A `SLOWLOG GET` entry, its arguments dropped.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SlowEntry {
+    pub id: i64,
+    /// Epoch seconds when redis logged it (just after the command ended).
+    pub ts: i64,
+    pub duration_us: i64,
+    pub command: String,
+}
+
+/// One `INFO persistence` + `INFO stats` poll: the fields that tell of stalls.
+#[derive(Clone, Debug, PartialEq)]
+pub struct InfoSample {
+    /// Wall clock (epoch ms) when the reply had arrived, and when the poll was sent.
+    pub at_ms: i64,
+    pub sent_ms: i64,
+    pub fields: Vec<(String, i64)>,
+}
+
+/// The INFO fields kept: the ones whose changes name a stall's cause.
+pub const INFO_FIELDS: &[&str] = &[
+    "aof_delayed_fsync",
+    "aof_pending_bio_fsync",
+    "rdb_bgsave_in_progress",
+    "aof_rewrite_in_progress",
+    "current_cow_size",
+    "latest_fork_usec",
+    "total_forks",
+];
+
+#[derive(Clone, Debug, Default)]
+pub struct Collected {
+    pub addr: String,
+    /// CONFIG GET latency-monitor-threshold (ms), when redis answered it.
+    pub latency_threshold_ms: Option<i64>,
+    pub slowlog_threshold_us: Option<i64>,
+    pub latency: Vec<LatencySample>,
+    pub slowlog: Vec<SlowEntry>,
+    pub info: Vec<InfoSample>,
+    /// Wall clock (epoch ms) of the first and last successful poll.
+    pub first_ok_ms: Option<i64>,
+    pub last_ok_ms: Option<i64>,
+    /// Connection failures and refused commands, in words.
+    pub errors: Vec<String>,
+    pub polls: u64,
+    /// The last round (SLOWLOG GET, LATENCY HISTORY) was read at the end.
+    pub final_ok: bool,
+}
+
+pub fn wall_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+fn parse_latency(r: &Reply) -> Vec<LatencySample> {
+    r.items()
+        .iter()
+        .filter_map(|row| {
+            let it = row.items();
+            Some(LatencySample {
+                event: it.first()?.as_text()?,
+                ts: it.get(1)?.as_int()?,
+                latency_ms: it.get(2)?.as_int()?,
+            })
+        })
+        .collect()
+}
+
+fn parse_history(event: &str, r: &Reply) -> Vec<LatencySample> {
+    r.items()
+        .iter()
+        .filter_map(|row| {
+            let it = row.items();
+            Some(LatencySample {
+                event: event.into(),
+                ts: it.first()?.as_int()?,
+                latency_ms: it.get(1)?.as_int()?,
+            })
+        })
+        .collect()
+}
+
+fn parse_slowlog(r: &Reply) -> Vec<SlowEntry> {
+    r.items()
+        .iter()
+        .filter_map(|e| {
+            let it = e.items();
+            let command = it
+                .get(3)?
+                .items()
+                .first()
+                .and_then(|a| a.as_text())
+                .map(|c| c.to_ascii_uppercase())
+                .unwrap_or_default();
+            Some(SlowEntry {
+                id: it.first()?.as_int()?,
+                ts: it.get(1)?.as_int()?,
+                duration_us: it.get(2)?.as_int()?,
+                // A name only: a command name is a word; anything else is not kept.
+                command: if command
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b'|')
+                {
+                    command
+                } else {
+                    "?".into()
+                },
+            })
+        })
+        .collect()
+}
+
+fn parse_info(text: &str, into: &mut Vec<(String, i64)>) {
+    for l in text.lines() {
+        if let Some((k, v)) = l.split_once(':') {
+            if INFO_FIELDS.contains(&k) {
+                if let Ok(v) = v.trim().parse() {
+                    into.push((k.to_string(), v));
+                }
+            }
+        }
+    }
+}
+
+fn config_int(c: &mut Conn, name: &str) -> Option<i64> {
+    let r = c.cmd(&["CONFIG", "GET", name]).ok()?;
+    r.items().get(1)?.as_int()
+}
+
+/// The polling thread; `finish` stops it and returns what it gathered.
+pub struct Poller {
+    stop: Arc<AtomicBool>,
+    data: Arc<Mutex<Collected>>,
+    handle: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Poller {
+    pub fn start(addr: &str, interval: Duration) -> Poller {
+        let stop = Arc::new(AtomicBool::new(false));
+        let data = Arc::new(Mutex::new(Collected {
+            addr: addr.to_string(),
+            ..Default::default()
+        }));
+        let (s, d, a) = (stop.clone(), data.clone(), addr.to_string());
+        let handle = std::thread::Builder::new()
+            .name("redis-poller".into())
+            .spawn(move || poll_loop(&a, interval, &s, &d))
+            .ok();
+        Poller { stop, data, handle }
+    }
+
+    /// Stops polling after one last round (SLOWLOG, LATENCY HISTORY) and returns the data.
+    pub fn finish(mut self) -> Collected {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+        let mut d = self.data.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        d.latency
+            .sort_by(|a, b| (a.ts, &a.event).cmp(&(b.ts, &b.event)));
+        d.latency.dedup();
+        d.slowlog.sort_by_key(|e| e.id);
+        d.slowlog.dedup_by_key(|e| e.id);
+        d
+    }
+}
+
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+const RETRY_EVERY: Duration = Duration::from_secs(3);
+
+fn poll_loop(addr: &str, interval: Duration, stop: &AtomicBool, data: &Mutex<Collected>) {
+    let lock = || data.lock().unwrap_or_else(|e| e.into_inner());
+    let note = |msg: String| {
+        let mut d = lock();
+        // The same failure every few seconds is one note.
+        if d.errors.last() != Some(&msg) && d.errors.len() < 20 {
+            d.errors.push(msg);
+        }
+    };
+    let mut conn: Option<Conn> = None;
+    let mut last_try: Option<Instant> = None;
+    let mut started = false;
+    let mut seen_events: Vec<String> = vec![];
+    let mut next = Instant::now();
+    loop {
+        let stopping = stop.load(Ordering::SeqCst);
+        if conn.is_none() && last_try.is_none_or(|t| t.elapsed() >= RETRY_EVERY || stopping) {
+            last_try = Some(Instant::now());
+            match Conn::connect(addr, CONNECT_TIMEOUT) {
+                Ok(c) => conn = Some(c),
+                Err(e) => note(format!("--redis {addr}: cannot connect: {e}")),
+            }
+        }
+        if let Some(c) = conn.as_mut() {
+            let round = (|| -> std::io::Result<()> {
+                if !started {
+                    let lt = config_int(c, "latency-monitor-threshold");
+                    let st = config_int(c, "slowlog-log-slower-than");
+                    let sl = parse_slowlog(&c.cmd(&["SLOWLOG", "GET", "128"])?);
+                    let mut d = lock();
+                    d.latency_threshold_ms = lt;
+                    d.slowlog_threshold_us = st;
+                    d.slowlog.extend(sl);
+                    started = true;
+                }
+                let sent = wall_ms();
+                let lat = c.cmd(&["LATENCY", "LATEST"])?;
+                let pers = c.cmd(&["INFO", "persistence"])?;
+                let stats = c.cmd(&["INFO", "stats"])?;
+                let at = wall_ms();
+                let mut fields = vec![];
+                for r in [&pers, &stats] {
+                    if let Some(t) = r.as_text() {
+                        parse_info(&t, &mut fields);
+                    }
+                }
+                let lat = parse_latency(&lat);
+                let mut d = lock();
+                for l in &lat {
+                    if !seen_events.contains(&l.event) {
+                        seen_events.push(l.event.clone());
+                    }
+                }
+                d.latency.extend(lat);
+                d.info.push(InfoSample {
+                    at_ms: at,
+                    sent_ms: sent,
+                    fields,
+                });
+                d.polls += 1;
+                d.first_ok_ms.get_or_insert(sent);
+                d.last_ok_ms = Some(at);
+                Ok(())
+            })();
+            if let Err(e) = round {
+                note(format!("--redis {addr}: poll failed: {e}"));
+                conn = None;
+            }
+        }
+        if stopping {
+            break;
+        }
+        next += interval;
+        while Instant::now() < next && !stop.load(Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(20).min(interval));
+        }
+        if Instant::now() > next + interval {
+            next = Instant::now();
+        }
+    }
+    // The last round: what happened since the last poll, at full resolution.
+    if let Some(c) = conn.as_mut() {
+        let end = (|| -> std::io::Result<()> {
+            let sl = parse_slowlog(&c.cmd(&["SLOWLOG", "GET", "128"])?);
+            let mut hist = vec![];
+            for ev in &seen_events {
+                hist.extend(parse_history(ev, &c.cmd(&["LATENCY", "HISTORY", ev])?));
+            }
+            let mut d = lock();
+            d.slowlog.extend(sl);
+            d.latency.extend(hist);
+            d.final_ok = true;
+            Ok(())
+        })();
+        if let Err(e) = end {
+            note(format!(
+                "--redis {addr}: final SLOWLOG/LATENCY read failed: {e}"
+            ));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resp_replies() {
+        let mut r = &b"*2\r\n*4\r\n$7\r\ncommand\r\n:1796079312\r\n:301\r\n:301\r\n*4\r\n$4\r\nfork\r\n:1796079300\r\n:5\r\n:9\r\n"[..];
+        let rep = read_reply(&mut r).unwrap();
+        let l = parse_latency(&rep);
+        assert_eq!(
+            l,
+            vec![
+                LatencySample {
+                    event: "command".into(),
+                    ts: 1_796_079_312,
+                    latency_ms: 301
+                },
+                LatencySample {
+                    event: "fork".into(),
+                    ts: 1_796_079_300,
+                    latency_ms: 5
+                },
+            ]
+        );
+        let mut r = &b"$-1\r\n-ERR no\r\n+OK\r\n*-1\r\n"[..];
+        assert_eq!(read_reply(&mut r).unwrap(), Reply::Bulk(None));
+        assert_eq!(read_reply(&mut r).unwrap(), Reply::Err("ERR no".into()));
+        assert_eq!(read_reply(&mut r).unwrap(), Reply::Simple("OK".into()));
+        assert_eq!(read_reply(&mut r).unwrap(), Reply::Array(None));
+        assert!(read_reply(&mut &b"?what\r\n"[..]).is_err());
+    }
+
+    #[test]
+    fn slowlog_keeps_the_command_name_only() {
+        // id, time, µs, [args], client, name (redis 4+)
+        let mut r = &b"*1\r\n*6\r\n:7\r\n:1796079312\r\n:300125\r\n*3\r\n$3\r\nset\r\n$6\r\nsecret\r\n$5\r\nvalue\r\n$15\r\n127.0.0.1:50000\r\n$0\r\n\r\n"[..];
+        let e = parse_slowlog(&read_reply(&mut r).unwrap());
+        assert_eq!(
+            e,
+            vec![SlowEntry {
+                id: 7,
+                ts: 1_796_079_312,
+                duration_us: 300_125,
+                command: "SET".into()
+            }]
+        );
+    }
+
+    #[test]
+    fn info_fields_kept() {
+        let mut f = vec![];
+        parse_info(
+            "# Persistence\r\nloading:0\r\naof_delayed_fsync:3\r\nrdb_bgsave_in_progress:1\r\n# Stats\r\nlatest_fork_usec:4810\r\nused_memory_human:1M\r\n",
+            &mut f,
+        );
+        assert_eq!(
+            f,
+            vec![
+                ("aof_delayed_fsync".into(), 3),
+                ("rdb_bgsave_in_progress".into(), 1),
+                ("latest_fork_usec".into(), 4810)
+            ]
+        );
+    }
+
+    #[test]
+    fn a_refused_connection_is_noted_not_fatal() {
+        // A port nothing listens on: bind one, learn it, close it.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let p = Poller::start(&format!("127.0.0.1:{port}"), Duration::from_millis(50));
+        std::thread::sleep(Duration::from_millis(100));
+        let d = p.finish();
+        assert_eq!(d.polls, 0);
+        assert!(
+            d.errors.iter().any(|e| e.contains("cannot connect")),
+            "{:?}",
+            d.errors
+        );
+    }
+}
