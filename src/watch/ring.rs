@@ -38,8 +38,13 @@ pub(crate) fn event_bytes(ev: &Event) -> usize {
 
 impl Ring {
     pub(crate) fn new(max_bytes: usize, keep_ns: Nanos) -> Ring {
+        // Sized once for the most events the byte bound admits: a VecDeque that regrows
+        // doubles, and as its head wraps through the whole allocation every page of it
+        // becomes resident, so RSS would step up by the old size (the second soak's floor
+        // rose 245 -> 322 MB in one step at 20 min).
+        let most = max_bytes / std::mem::size_of::<Event>() + 1;
         Ring {
-            events: VecDeque::new(),
+            events: VecDeque::with_capacity(most),
             bytes: 0,
             max_bytes,
             keep_ns,
@@ -68,10 +73,6 @@ impl Ring {
             }
             let ev = self.events.pop_front().expect("front exists");
             self.bytes -= event_bytes(&ev);
-        }
-        // A burst can leave a large allocation behind; give it back once the ring is small.
-        if self.events.capacity() > 4096 && self.events.len() * 4 < self.events.capacity() {
-            self.events.shrink_to(self.events.len() * 2);
         }
     }
 
