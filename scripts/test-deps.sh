@@ -45,3 +45,11 @@ if ! command -v clang >/dev/null || ! command -v llvm-strip >/dev/null || [ ! -f
   else sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq clang llvm libbpf-dev >/dev/null; fi
 fi
 rustup component add rustfmt clippy >/dev/null 2>&1 || true
+# tests/live_watch.rs scrapes `stallscope watch --metrics` with a real Prometheus server.
+if ! command -v prometheus >/dev/null; then
+  if [ "$(id -u)" -eq 0 ]; then
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null; }
+  else
+    sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null
+  fi
+fi

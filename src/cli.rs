@@ -26,6 +26,9 @@ pub enum Command {
     Analyze(AnalyzeArgs),
     /// Attach to a running redis-server (perf tracepoints or ptrace), print stalls as they happen and the full report at the end
     Attach(AttachArgs),
+    /// Stay attached: write an incident report for each stall, export Prometheus metrics and
+    /// JSON event lines, follow restarts; runs until SIGINT or SIGTERM
+    Watch(WatchArgs),
     /// Print a shell completion script (bash, zsh or fish) to stdout
     Completions {
         #[arg(value_enum)]
@@ -177,6 +180,89 @@ pub struct AttachArgs {
     pub out: OutputArgs,
 }
 
+#[derive(Args, Debug)]
+#[command(group(clap::ArgGroup::new("target").args(["pid", "name"])))]
+pub struct WatchArgs {
+    /// The process to watch (every thread; forked children too unless --no-follow-forks).
+    /// When it exits, metrics go on with `stallscope_attached 0`
+    #[arg(long, short = 'p')]
+    pub pid: Option<u32>,
+    /// Watch the process of this name (comm or argv[0]; default redis-server), and attach
+    /// again to the new process when it restarts
+    #[arg(long)]
+    pub name: Option<String>,
+    /// How to trace: `auto` picks the cheapest backend the kernel allows (bpf, else perf) and
+    /// never falls back to ptrace; `ptrace` must be asked for, it slows a busy redis several times
+    #[arg(long, value_enum, default_value_t = Backend::Auto)]
+    pub backend: Backend,
+    /// A stall is a syscall at least this long, or the main thread making no syscall for it
+    #[arg(long, short = 't', default_value = "10ms", value_parser = parse_duration)]
+    pub threshold: i64,
+    /// Write one incident report (JSON and HTML) into DIR for each stall, or group of
+    /// overlapping stalls; files are readable by owner and group only
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<std::path::PathBuf>,
+    /// Keep this much history before a stall for its incident report
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub before: i64,
+    /// After a stall ends, keep recording this long before writing its incident (a stall
+    /// in that time joins the same incident)
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pub after: i64,
+    /// Memory for the history ring (--before): under heavy load it covers less time than
+    /// --before, and the report's span says how much (units: KiB, MiB, GiB)
+    #[arg(long, default_value = "128MiB", value_name = "SIZE", value_parser = parse_bytes)]
+    pub ring_size: usize,
+    /// Also keep each incident's raw recording (strace text) beside its report
+    #[arg(long)]
+    pub record: bool,
+    /// Incident reports written per hour at most; the rest are counted
+    /// (stallscope_incidents_suppressed_total)
+    #[arg(long, default_value_t = 12)]
+    pub max_incidents_per_hour: u32,
+    /// Serve Prometheus/OpenMetrics metrics on ADDR (`127.0.0.1:9323`; a bare port or
+    /// `:PORT` binds loopback)
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<String>,
+    /// Write one JSON line per stall as it ends to FILE (appended), or `-` for stdout
+    #[arg(long, value_name = "FILE")]
+    pub events: Option<String>,
+    /// The redis.conf in use (default: found from the process's command line)
+    #[arg(long, value_name = "FILE")]
+    pub redis_conf: Option<String>,
+    /// Do not trace forked children (the BGSAVE / AOF rewrite child)
+    #[arg(long)]
+    pub no_follow_forks: bool,
+    /// Stop after this long (default: until SIGINT or SIGTERM)
+    #[arg(long, short = 'd', value_parser = parse_duration)]
+    pub duration: Option<i64>,
+    /// perf backend: ring-buffer size per CPU, in pages (a power of two)
+    #[arg(long, hide = true, value_name = "PAGES", value_parser = parse_pages)]
+    pub perf_pages: Option<usize>,
+}
+
+/// `64MiB`, `512KiB`, `1GiB`, `1000000` (bytes) -> bytes
+pub fn parse_bytes(s: &str) -> Result<usize, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let v: usize = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a size: use e.g. 64MiB, 512KiB, 1GiB"))?;
+    let mult: usize = match unit.trim() {
+        "" | "B" => 1,
+        "K" | "KB" | "KiB" | "k" => 1 << 10,
+        "M" | "MB" | "MiB" => 1 << 20,
+        "G" | "GB" | "GiB" => 1 << 30,
+        u => return Err(format!("unknown unit {u:?} in {s:?}: use KiB, MiB, GiB")),
+    };
+    match v.checked_mul(mult) {
+        Some(n) if n >= 1 << 20 => Ok(n),
+        Some(_) => Err(format!("{s:?}: the ring needs at least 1MiB")),
+        None => Err(format!("{s:?} is out of range")),
+    }
+}
+
 /// `500us`, `10ms`, `0.2s`, `1500000ns`, `2m` -> ns
 ///
 /// ```
@@ -258,6 +344,15 @@ mod tests {
         assert!(parse_duration("10").unwrap_err().contains("no unit"));
         assert!(parse_duration("10parsecs").is_err());
         assert!(parse_duration("-1s").is_err());
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_bytes("64MiB"), Ok(64 << 20));
+        assert_eq!(parse_bytes("1G"), Ok(1 << 30));
+        assert_eq!(parse_bytes("2097152"), Ok(2 << 20));
+        assert!(parse_bytes("10KiB").unwrap_err().contains("at least"));
+        assert!(parse_bytes("5 parsecs").is_err());
     }
 
     #[test]

@@ -23,3 +23,4 @@ pub mod source;
 pub mod syscalls;
 pub(crate) mod threads_file;
 pub mod units;
+pub mod watch;

@@ -9,6 +9,7 @@ fn main() {
     let result = match cli.command {
         Command::Analyze(args) => stallscope::run::analyze(&args),
         Command::Attach(args) => stallscope::live::run_attach(&args),
+        Command::Watch(args) => stallscope::watch::run_watch(&args),
         Command::Completions { shell } => {
             stallscope::run::completions(Cli::command(), shell).map(|_| 0)
         }

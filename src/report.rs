@@ -411,6 +411,7 @@ pub enum FindingId {
     Unexplained,
     BackendLimits,
     TracerOverhead,
+    WatchIncident,
 }
 
 impl FindingId {
@@ -434,12 +435,13 @@ impl FindingId {
             FindingId::Unexplained => "unexplained",
             FindingId::BackendLimits => "backend-limits",
             FindingId::TracerOverhead => "tracer-overhead",
+            FindingId::WatchIncident => "watch-incident",
         }
     }
 }
 
 impl FindingId {
-    pub const ALL: [FindingId; 17] = [
+    pub const ALL: [FindingId; 18] = [
         FindingId::AofFsyncAlways,
         FindingId::AofWriteActiveChild,
         FindingId::AofWritePendingFsync,
@@ -457,6 +459,7 @@ impl FindingId {
         FindingId::Unexplained,
         FindingId::BackendLimits,
         FindingId::TracerOverhead,
+        FindingId::WatchIncident,
     ];
 }
 

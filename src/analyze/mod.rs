@@ -134,6 +134,17 @@ impl Analyzer {
         self.coverage.add_lost(n);
     }
 
+    /// `watch` metrics: the class of the file behind `fd` of thread `tid` at `ts`, as the
+    /// fd table knows it after the events pushed so far.
+    pub fn file_class_at(
+        &self,
+        tid: Tid,
+        fd: i32,
+        ts: crate::event::Nanos,
+    ) -> Option<crate::fdtable::FileClass> {
+        self.world.file_class_at(tid, fd, ts)
+    }
+
     pub fn push(&mut self, ev: &Event) {
         // An unreadable line is no event of the trace (the source's mark for the analysis).
         if matches!(ev.kind, EventKind::Unreadable) {

@@ -6,7 +6,7 @@
 
 use super::call::{Facts, ResolvedCall, ThreadIdx};
 use super::roles::{decide, Role, RoleEvidence, Situation, Why};
-use crate::event::{Event, Extra, Ret, Syscall, Tid};
+use crate::event::{Event, Extra, Nanos, Ret, Syscall, Tid};
 use crate::fdtable::{FdTable, FileClass, FileId, FileInfo};
 use crate::redis_conf::RedisConf;
 use crate::report;
@@ -216,6 +216,14 @@ impl World {
             self.threads[t.get()].proc = child;
         }
         self.role_epoch += 1;
+    }
+
+    /// What `fd` of thread `tid` was at `ts` (`watch`'s per-syscall metrics).
+    pub(crate) fn file_class_at(&self, tid: Tid, fd: i32, ts: Nanos) -> Option<FileClass> {
+        let proc = self
+            .known(tid)
+            .map_or(self.root, |t| self.threads[t.get()].proc);
+        self.fds.lookup(proc, fd, ts).map(|r| r.class)
     }
 
     /// An answered PSYNC/SYNC turned a client connection into a replication link.

@@ -277,7 +277,10 @@ fn resolve_pid(args: &AttachArgs) -> Result<Tid> {
 /// Starts the tracer `--backend` asks for (for `auto`: bpf if the kernel loads its
 /// programs, else perf if it allows the tracepoints, else ptrace), saying on stderr which
 /// one and why. Returns it, its name, and how many threads it traced at attach.
-fn start_tracer(pid: Tid, args: &AttachArgs) -> Result<(Box<dyn Tracer>, &'static str, u32)> {
+pub(crate) fn start_tracer(
+    pid: Tid,
+    args: &AttachArgs,
+) -> Result<(Box<dyn Tracer>, &'static str, u32)> {
     use crate::cli::Backend;
     let bpf_cfg = bpf::BpfConfig {
         pid,

@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# Soak test of `stallscope watch`: a fresh redis-server under steady load (redis-benchmark
+# SET/GET from 4 clients, looping) for DURATION seconds, with a stall injected every minute,
+# alternately `DEBUG SLEEP 0.3` (a slow syscall of the main thread) and an EVAL that spins
+# 300 ms without a syscall (a gap). The watcher runs with --out, --events and --metrics as a
+# service would. Prints, at the end:
+#   - the watcher's RSS at 5 minutes and at the end (from /proc), and their ratio; RSS is
+#     sampled every 5 s, and an incident being analysed holds a copy of the ring for a few
+#     seconds, so each figure is given as the floor (what stays: leaks would raise it) and
+#     the peak (bounded by design: about twice --ring-size plus the analyzers) of the minute
+#     before it;
+#   - injected stalls vs those the watcher counted (--events lines of >= 250 ms of the
+#     injected kinds) and the stallscope_stalls_total sum;
+#   - incident reports written vs incidents injected (each injection is 60 s after the
+#     previous one, beyond --before + --after, so each is one incident).
+#
+#   nice bash bench/soak.sh [DURATION_S] [OUT_FILE]     (defaults 1800, bench/soak.result.txt)
+#
+# THRESHOLD (default 10ms) and MAX_INCIDENTS (default 1000 per hour: the soak checks grouping
+# and memory, not the rate limit) are passed to the watcher. bench/soak_check.py matches
+# each injected stall to the incident reports. WATCH_EXTRA adds watcher flags (e.g.
+# `--perf-pages 8192` on a loaded machine, where a descheduled watcher loses records).
+#
+# Needs redis-server, redis-benchmark, redis-cli, curl, python3, root, and a release build.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DUR=${1:-1800}
+OUT=${2:-bench/soak.result.txt}
+BIN=${CARGO_TARGET_DIR:-target}/release/stallscope
+[ -x "$BIN" ] || { echo "build first: cargo build --release ($BIN missing)" >&2; exit 2; }
+DIR=$(mktemp -d)
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+PORT=$(free_port)
+MPORT=$(free_port)
+redis-server --port "$PORT" --bind 127.0.0.1 --dir "$DIR" --save "" --appendonly yes \
+  --appendfsync everysec --enable-debug-command yes --logfile "$DIR/redis.log" --daemonize no >/dev/null 2>&1 &
+RPID=$!
+W=""; LOAD=""
+cleanup() {
+  [ -n "$LOAD" ] && kill "$LOAD" 2>/dev/null || true
+  [ -n "$W" ] && kill "$W" 2>/dev/null || true
+  kill "$RPID" 2>/dev/null || true
+  wait 2>/dev/null || true
+  rm -rf "$DIR"
+}
+trap cleanup EXIT
+for _ in $(seq 100); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sleep 0.05; done
+
+"$BIN" watch --pid "$RPID" --out "$DIR/incidents" --events "$DIR/events.jsonl" \
+  --metrics "127.0.0.1:$MPORT" --threshold "${THRESHOLD:-10ms}" \
+  --max-incidents-per-hour "${MAX_INCIDENTS:-1000}" ${WATCH_EXTRA:-} >/dev/null 2>"$DIR/watch.err" &
+W=$!
+for _ in $(seq 400); do grep -q "watching $RPID" "$DIR/watch.err" 2>/dev/null && break; sleep 0.05; done
+rss() { awk '/^VmRSS:/ {print $2}' /proc/"$W"/status; }
+metric_sum() { curl -s "http://127.0.0.1:$MPORT/metrics" | awk -v m="$1" 'index($1, m) == 1 {s += $2} END {print s + 0}'; }
+
+( while true; do redis-benchmark -p "$PORT" -t set,get -n 2000000 -c 4 -r 100000 -q >/dev/null 2>&1 || sleep 1; done ) &
+LOAD=$!
+SPIN='local t = redis.call("TIME") local s = t[1] * 1000000 + t[2] while true do local n = redis.call("TIME") if n[1] * 1000000 + n[2] - s > 300000 then break end end return 1'
+START=$(date +%s)
+INJ_SLEEP=0; INJ_SPIN=0; RSS5=""; i=0
+echo "soak: ${DUR}s, threshold ${THRESHOLD:-10ms}, redis $RPID on port $PORT, watcher $W, started $(date -u +%FT%TZ)" | tee "$OUT"
+while :; do
+  now=$(date +%s); el=$((now - START))
+  [ "$el" -ge "$DUR" ] && break
+  if [ $((el - ${LAST_SAMPLE:--5})) -ge 5 ]; then echo "$el $(rss)" >>"$DIR/rss.txt"; LAST_SAMPLE=$el; fi
+  if [ -z "$RSS5" ] && [ "$el" -ge 300 ]; then RSS5=$(rss); echo "RSS at ${el}s: ${RSS5} kB" | tee -a "$OUT"; fi
+  # One injection per minute, at 30 s past each minute of the run.
+  if [ "$el" -ge $((i * 60 + 30)) ]; then
+    if [ $((i % 2)) -eq 0 ]; then
+      redis-cli -p "$PORT" DEBUG SLEEP 0.3 >/dev/null && INJ_SLEEP=$((INJ_SLEEP + 1))
+    else
+      redis-cli -p "$PORT" EVAL "$SPIN" 0 >/dev/null && INJ_SPIN=$((INJ_SPIN + 1))
+    fi
+    i=$((i + 1))
+    echo "$(date -u +%T) injected $i; watcher RSS $(rss) kB" >>"$OUT"
+  fi
+  sleep 1
+done
+# Let the last incident finish (--after 5 s, then the report is written).
+sleep 10
+RSSEND=$(rss)
+kill "$LOAD" 2>/dev/null || true; wait "$LOAD" 2>/dev/null || true; LOAD=""
+STALLS_METRIC=$(metric_sum stallscope_stalls_total)
+INCIDENTS=$(find "$DIR/incidents" -name '*.json' | wc -l)
+SUPPRESSED=$(metric_sum stallscope_incidents_suppressed_total)
+LOST=$(metric_sum stallscope_lost_events_total)
+EVICTED=$(metric_sum stallscope_ring_evicted_early_total)
+CPU=$(metric_sum stallscope_watcher_cpu_seconds_total)
+read -r SEEN_SLEEP SEEN_SPIN < <(python3 - "$DIR/events.jsonl" <<'PY'
+import json, sys
+sl = sp = 0
+for line in open(sys.argv[1]):
+    e = json.loads(line)
+    if e["thread"] != "main" or e["duration_s"] < 0.25:
+        continue
+    if e["kind"] == "slow_syscall" and e["syscall"] in ("clock_nanosleep", "nanosleep"):
+        sl += 1
+    elif e["kind"] == "gap":
+        sp += 1
+print(sl, sp)
+PY
+)
+kill -TERM "$W"; set +e; wait "$W"; WCODE=$?; set -e; W=""
+{
+  echo "ended $(date -u +%FT%TZ)"
+  echo "watcher RSS: ${RSS5} kB at 5 min, ${RSSEND} kB at the end: $(python3 -c "print(f'{$RSSEND / $RSS5:.3f}')")x"
+  python3 - "$DIR/rss.txt" "$DUR" <<'PY'
+import sys
+rows = [tuple(map(int, l.split())) for l in open(sys.argv[1]) if len(l.split()) == 2]
+end = max(t for t, _ in rows)
+def window(a, b):
+    v = [r for t, r in rows if a <= t < b]
+    return min(v), max(v)
+f5, p5 = window(240, 300)
+fe, pe = window(end - 60, end + 1)
+print(f"watcher RSS floor/peak over the minute before 5 min: {f5}/{p5} kB; before the end: {fe}/{pe} kB; floor ratio {fe / f5:.3f}, peak ratio {pe / p5:.3f}")
+PY
+  echo "injected: $INJ_SLEEP DEBUG SLEEP 0.3, $INJ_SPIN EVAL 300 ms spins; seen by the watcher (--events, main thread, >= 250 ms): $SEEN_SLEEP sleeps, $SEEN_SPIN gaps"
+  echo "stallscope_stalls_total (all stalls over 10 ms, load included): $STALLS_METRIC"
+  echo "incident reports written: $INCIDENTS for $((INJ_SLEEP + INJ_SPIN)) injected incidents; suppressed $SUPPRESSED"
+  echo "lost events $LOST, ring evicted early $EVICTED, watcher CPU ${CPU}s over ${DUR}s; exit status after SIGTERM $WCODE"
+  python3 bench/soak_check.py "$DIR/events.jsonl" "$DIR/incidents"
+  echo "incident files:"; ls "$DIR/incidents" | sed 's/^/  /' | head -80
+  echo "watcher stderr (last 5 lines):"; tail -5 "$DIR/watch.err" | sed 's/^/  /'
+} | tee -a "$OUT"

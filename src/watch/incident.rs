@@ -1,0 +1,518 @@
+//! `watch`'s incidents: which stalls make one incident (a stall opens it, stalls ending
+//! within `--after` of the last one join it), when it is complete, the hourly rate limit,
+//! and the writer thread that turns the incident's events (taken from the history ring)
+//! into a report by running a fresh `Analyzer` over them: the same JSON and HTML as
+//! `analyze`, plus the raw recording with `--record`. Files are created mode 0640 and
+//! written under a temporary name, so a reader never sees half a report.
+
+use crate::analyze::{Analyzer, Options};
+use crate::event::{Event, Nanos, Tid};
+use crate::live::record::Recorder;
+use crate::report::{Finding, Severity, Stall};
+use crate::source::{Clock, Counters, SourceInfo};
+use std::collections::VecDeque;
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// An incident never grows past this: a redis that stalls every second for an hour would
+/// otherwise never get its report written (the ring is byte-bounded anyway).
+const MAX_SPAN_NS: Nanos = 60_000_000_000;
+/// Context before an incident's first stall that its report keeps at least, when the ring
+/// cannot hold --before of it.
+const KEEP_BEFORE_FIRST_NS: Nanos = 1_000_000_000;
+/// Stalls remembered per incident (for its name and the summary line); all are counted.
+const MAX_STALLS: usize = 64;
+
+/// An incident being recorded.
+pub(crate) struct Open {
+    /// Start of its first stall and end of its last one (tracer clock).
+    pub start: Nanos,
+    pub end: Nanos,
+    /// Write it when the tracer clock passes this.
+    pub due: Nanos,
+    pub stalls: Vec<Stall>,
+    pub count: u64,
+}
+
+impl Open {
+    pub(crate) fn worst(&self) -> Option<&Stall> {
+        self.stalls.iter().max_by_key(|s| s.duration_us)
+    }
+}
+
+/// Groups stalls into incidents.
+pub(crate) struct Grouper {
+    after: Nanos,
+    pub open: Option<Open>,
+}
+
+impl Grouper {
+    pub(crate) fn new(after: Nanos) -> Grouper {
+        Grouper { after, open: None }
+    }
+
+    /// A stall that ran from `start` to `end` (tracer clock).
+    pub(crate) fn add(&mut self, s: &Stall, start: Nanos, end: Nanos) {
+        match &mut self.open {
+            Some(o) => {
+                o.end = o.end.max(end);
+                o.due = (o.end + self.after).min(o.start + MAX_SPAN_NS).max(o.due);
+                o.count += 1;
+                if o.stalls.len() < MAX_STALLS {
+                    o.stalls.push(s.clone());
+                }
+            }
+            None => {
+                self.open = Some(Open {
+                    start,
+                    end,
+                    due: end + self.after,
+                    stalls: vec![s.clone()],
+                    count: 1,
+                })
+            }
+        }
+    }
+
+    /// The incident, once `now` is past its due time, or as soon as the history ring (whose
+    /// oldest event starts at `oldest`) is about to lose its first stall: on a busy redis
+    /// that stalls every few seconds, stalls would otherwise chain into one incident longer
+    /// than the ring holds, and its report would miss how it began.
+    pub(crate) fn take_due(&mut self, now: Nanos, oldest: Option<Nanos>) -> Option<Open> {
+        let due = self.open.as_ref().is_some_and(|o| {
+            now >= o.due || oldest.is_some_and(|t| t > o.start - KEEP_BEFORE_FIRST_NS)
+        });
+        if due {
+            return self.open.take();
+        }
+        None
+    }
+}
+
+/// `--max-incidents-per-hour`: the times of the reports written in the last hour.
+pub(crate) struct RateLimit {
+    max: u32,
+    written: VecDeque<Instant>,
+    /// Incidents not written since the last one that was.
+    pub suppressed: u64,
+}
+
+impl RateLimit {
+    pub(crate) fn new(max: u32) -> RateLimit {
+        RateLimit {
+            max,
+            written: VecDeque::new(),
+            suppressed: 0,
+        }
+    }
+
+    pub(crate) fn allow(&mut self, now: Instant) -> bool {
+        while self
+            .written
+            .front()
+            .is_some_and(|t| now.duration_since(*t) >= Duration::from_secs(3600))
+        {
+            self.written.pop_front();
+        }
+        if self.written.len() >= self.max as usize {
+            self.suppressed += 1;
+            return false;
+        }
+        self.written.push_back(now);
+        true
+    }
+}
+
+/// Everything the writer needs to make one incident's files.
+pub(crate) struct Job {
+    pub events: Vec<Event>,
+    pub pid: Tid,
+    pub opts: Options,
+    pub fds: Vec<(i32, String)>,
+    pub thread_names: Vec<(Tid, String)>,
+    pub cwd: Option<String>,
+    /// The redis config the live analysis used, kept beside a recording.
+    pub conf_text: Option<String>,
+    pub clock: Clock,
+    pub backend: &'static str,
+    pub follow_forks: bool,
+    pub lost_events: u64,
+    /// The incident's first stall, as the live analysis saw it: names the files.
+    pub first: Stall,
+    pub worst: Stall,
+    pub count: u64,
+    /// Incidents not written (rate limit) since the previous report.
+    pub suppressed: u64,
+    /// Events the history ring dropped for lack of room before --before had passed.
+    pub ring_short: bool,
+    pub dir: PathBuf,
+    pub record: bool,
+}
+
+/// What became of a job.
+pub(crate) enum Outcome {
+    Written(PathBuf),
+    Failed(String),
+}
+
+/// `2026-12-01T07-30-12.345Z-debug-sleep`: the time (UTC, sortable, no `:` for the sake of
+/// other file systems and tools) and the finding.
+pub(crate) fn base_name(first: &Stall, worst: &Stall) -> String {
+    let t = first
+        .ts_iso
+        .as_deref()
+        .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+        .map(|t| {
+            t.with_timezone(&chrono::Utc)
+                .format("%Y-%m-%dT%H-%M-%S%.3fZ")
+                .to_string()
+        })
+        .unwrap_or_else(|| {
+            chrono::Utc::now()
+                .format("%Y-%m-%dT%H-%M-%S%.3fZ")
+                .to_string()
+        });
+    let what = worst.finding.map(|f| f.as_str().to_string()).unwrap_or_else(|| match worst.kind {
+        crate::report::StallKind::Gap => "gap".into(),
+        crate::report::StallKind::SlowSyscall => {
+            format!("slow-{}", worst.syscall.as_deref().unwrap_or("syscall"))
+        }
+    });
+    let what: String = what
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .take(48)
+        .collect();
+    format!("{t}-{what}")
+}
+
+/// Creates `path` for writing, mode 0640 (owner and group: an incident names files and
+/// commands of the service, which is not for every user of the host).
+fn create_private(path: &Path) -> std::io::Result<std::fs::File> {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o640)
+        .open(path)
+}
+
+/// Writes with `f` to `DIR/NAME.stallscope-tmp`, then renames it to `DIR/NAME`.
+fn write_atomic(
+    dir: &Path,
+    name: &str,
+    f: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
+) -> std::io::Result<PathBuf> {
+    let path = dir.join(name);
+    let tmp = dir.join(format!(".{name}.stallscope-tmp"));
+    let res = (|| {
+        let file = create_private(&tmp)?;
+        let mut w = std::io::BufWriter::new(file);
+        f(&mut w)?;
+        w.flush()?;
+        w.get_ref().sync_data()?;
+        std::fs::rename(&tmp, &path)
+    })();
+    if let Err(e) = res {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
+    Ok(path)
+}
+
+/// The event as a recording may keep it: a buffer's bytes (bpf and ptrace read the first
+/// bytes of requests and replies, keys and values included) become the command name alone,
+/// or nothing.
+fn redacted(ev: &Event) -> std::borrow::Cow<'_, Event> {
+    use crate::event::{Data, EventKind, Extra};
+    let EventKind::Syscall(sc) = &ev.kind else {
+        return std::borrow::Cow::Borrowed(ev);
+    };
+    let Extra::Data(d) = &sc.extra else {
+        return std::borrow::Cow::Borrowed(ev);
+    };
+    let mut e = ev.clone();
+    if let EventKind::Syscall(sc2) = &mut e.kind {
+        sc2.extra = match super::metrics::command_name(d.head().bytes()) {
+            Some(name) => Extra::Data(Data::new(
+                format!("*1\r\n${}\r\n{name}\r\n", name.len()).as_bytes(),
+                true,
+            )),
+            None => Extra::None,
+        };
+    }
+    std::borrow::Cow::Owned(e)
+}
+
+/// Runs the analysis over the incident's events and writes its files. Returns the JSON
+/// report's path.
+pub(crate) fn write(job: Job) -> Outcome {
+    match write_inner(job) {
+        Ok(p) => Outcome::Written(p),
+        Err(e) => Outcome::Failed(e),
+    }
+}
+
+fn write_inner(job: Job) -> Result<PathBuf, String> {
+    let base = base_name(&job.first, &job.worst);
+    std::fs::create_dir_all(&job.dir)
+        .map_err(|e| format!("--out {}: cannot create it: {e}", job.dir.display()))?;
+    let mut opts = job.opts.clone();
+    opts.root_pid = Some(job.pid);
+    opts.stamped_at_stops = job.backend == "ptrace";
+    // The report's plot wants its context calls, as `attach --html` keeps them.
+    opts.timeline_floor_ns = Some((opts.threshold_ns / 10).max(100_000));
+    let mut an = Analyzer::new(opts);
+    for (fd, what) in &job.fds {
+        an.seed_fd(job.pid, *fd, what);
+    }
+    for (t, n) in &job.thread_names {
+        an.set_thread_name(*t, n);
+    }
+    if job.lost_events > 0 {
+        an.add_lost_events(job.lost_events);
+    }
+    for ev in &job.events {
+        an.push(ev);
+    }
+    let first_ts = job
+        .events
+        .iter()
+        .filter(|e| e.syscall().is_some())
+        .map(|e| e.ts)
+        .min()
+        .unwrap_or(job.clock.first);
+    let info = SourceInfo {
+        kind: "live",
+        files: vec![],
+        format: format!(
+            "stallscope watch ({}{})",
+            job.backend,
+            if job.follow_forks {
+                ", following forks"
+            } else {
+                ""
+            }
+        ),
+        pid: Some(job.pid),
+        clock: job.clock.clone(),
+    };
+    let mut report = an.finish(info, Counters::default());
+    report.source.backend = Some(job.backend.into());
+    let span = job.events.last().map_or(0, |e| e.end()) - first_ts;
+    report.findings.push(Finding {
+        id: crate::report::FindingId::WatchIncident,
+        severity: Severity::Info,
+        title: format!(
+            "Incident caught by stallscope watch: {} stall{} over {}",
+            job.count,
+            crate::analyze::findings::plural(job.count),
+            crate::analyze::findings::human(job.opts.threshold_ns / 1000)
+        ),
+        evidence: format!(
+            "this report covers the {} of events the watcher held when the incident ended{}{}",
+            crate::analyze::findings::human(span.max(0) / 1000),
+            if job.ring_short {
+                " (less than --before: the history ring was full; raise --ring-size)"
+            } else {
+                ""
+            },
+            if job.suppressed > 0 {
+                format!(
+                    "; {} incident{} before this one were not written (--max-incidents-per-hour)",
+                    job.suppressed,
+                    crate::analyze::findings::plural(job.suppressed)
+                )
+            } else {
+                String::new()
+            }
+        ),
+        advice: "The stalls and findings above are from this window only; the watcher's metrics \
+                 count every stall."
+            .into(),
+        stalls: job.count,
+    });
+    if job.backend == "perf" {
+        report.findings.push(Finding {
+            id: crate::report::FindingId::BackendLimits,
+            severity: Severity::Info,
+            title: "No per-command latency with --backend perf".into(),
+            evidence: "the perf backend never stops redis, so it cannot read request and reply \
+                       buffers: command names, per-command latency and the commands each stall held \
+                       up are not available in this report"
+                .into(),
+            advice: "If you need them, use --backend bpf (as root: it reads request buffers in the \
+                     kernel without stopping redis), or watch briefly with --backend ptrace (it slows \
+                     redis about as much as strace), or on a replica."
+                .into(),
+            stalls: 0,
+        });
+    }
+    let fail = |what: &str, e: std::io::Error| {
+        format!(
+            "--out {}: cannot write {base}.{what}: {e}",
+            job.dir.display()
+        )
+    };
+    let json = write_atomic(&job.dir, &format!("{base}.json"), |w| {
+        crate::render::json::render(&report, w)
+    })
+    .map_err(|e| fail("json", e))?;
+    write_atomic(&job.dir, &format!("{base}.html"), |w| {
+        crate::render::html::render(&report, w)
+    })
+    .map_err(|e| fail("html", e))?;
+    if job.record {
+        let first = job.clock.first;
+        let wall = job.clock.wall_at_first.unwrap_or(0);
+        write_atomic(&job.dir, &format!("{base}.strace"), |w| {
+            let mut r = Recorder::new(w, job.pid, first, wall, job.cwd.clone());
+            for (fd, what) in &job.fds {
+                r.seed_fd(*fd, what);
+            }
+            for ev in &job.events {
+                r.write_event(&redacted(ev))?;
+            }
+            r.finish()
+        })
+        .map_err(|e| fail("strace", e))?;
+        write_atomic(&job.dir, &format!("{base}.strace.threads"), |w| {
+            for (t, n) in &job.thread_names {
+                writeln!(w, "{t} {n}")?;
+            }
+            Ok(())
+        })
+        .map_err(|e| fail("strace.threads", e))?;
+        if let Some(text) = &job.conf_text {
+            let suffix = crate::live::record::CONF_SUFFIX;
+            write_atomic(&job.dir, &format!("{base}.strace{suffix}"), |w| {
+                w.write_all(text.as_bytes())
+            })
+            .map_err(|e| fail(&format!("strace{suffix}"), e))?;
+        }
+    }
+    Ok(json)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::{Bound, StallKind};
+
+    fn stall(dur_us: i64, finding: Option<&str>) -> Stall {
+        Stall {
+            ts: "07:30:12.345678".into(),
+            ts_iso: Some("2026-12-01T08:30:12.345678+01:00".into()),
+            at_us: 0,
+            pid: 1,
+            tid: 1,
+            thread: "main".into(),
+            kind: StallKind::SlowSyscall,
+            syscall: Some("nanosleep".into()),
+            fd: None,
+            path: None,
+            class: None,
+            duration_us: dur_us,
+            line: None,
+            cause: String::new(),
+            finding: finding.map(crate::report::FindingId::from),
+            bound: Bound::Exact,
+            in_flight: None,
+            waiting_commands: 0,
+            waiting_by_command: Default::default(),
+            waiting_clients: 0,
+            worst_wait_us: None,
+            phase: None,
+            events_lost: false,
+            sched: None,
+        }
+    }
+
+    #[test]
+    fn overlapping_stalls_make_one_incident() {
+        let s = 1_000_000_000;
+        let mut g = Grouper::new(5 * s);
+        g.add(&stall(300_000, None), 10 * s, 10 * s + 300_000_000);
+        assert!(g.take_due(14 * s, None).is_none());
+        // Within --after of the first: joins it and pushes the due time.
+        g.add(&stall(500_000, Some("x")), 14 * s, 14 * s + 500_000_000);
+        assert!(g.take_due(16 * s, None).is_none());
+        let o = g.take_due(20 * s, None).expect("due");
+        assert_eq!(o.count, 2);
+        assert_eq!(o.worst().unwrap().duration_us, 500_000);
+        assert!(g.take_due(100 * s, None).is_none());
+        // A later stall opens a new one.
+        g.add(&stall(300_000, None), 30 * s, 30 * s + 300_000_000);
+        assert_eq!(g.take_due(36 * s, None).unwrap().count, 1);
+    }
+
+    #[test]
+    fn an_incident_that_never_ends_is_still_written() {
+        let s = 1_000_000_000;
+        let mut g = Grouper::new(5 * s);
+        let mut written = 0;
+        for t in 0..200 {
+            g.add(&stall(100_000, None), t * s, t * s + 100_000_000);
+            if g.take_due(t * s + 200_000_000, None).is_some() {
+                written += 1;
+            }
+        }
+        assert!(written >= 2, "{written}");
+    }
+
+    #[test]
+    fn an_incident_is_written_before_the_ring_loses_its_start() {
+        let s = 1_000_000_000;
+        let mut g = Grouper::new(5 * s);
+        g.add(&stall(100_000, None), 10 * s, 10 * s + 100_000_000);
+        g.add(&stall(100_000, None), 13 * s, 13 * s + 100_000_000);
+        // The ring still holds 2 s before the first stall: not yet.
+        assert!(g.take_due(14 * s, Some(8 * s)).is_none());
+        // Its oldest event is now within 1 s of the first stall: write what it holds.
+        assert_eq!(g.take_due(14 * s, Some(9 * s + s / 2)).unwrap().count, 2);
+    }
+
+    #[test]
+    fn rate_limit_counts_what_it_drops() {
+        let mut r = RateLimit::new(2);
+        let t0 = Instant::now();
+        assert!(r.allow(t0));
+        assert!(r.allow(t0 + Duration::from_secs(1)));
+        assert!(!r.allow(t0 + Duration::from_secs(2)));
+        assert_eq!(r.suppressed, 1);
+        assert!(r.allow(t0 + Duration::from_secs(3601)));
+    }
+
+    #[test]
+    fn names_sort_by_utc_time_and_say_the_finding() {
+        assert_eq!(
+            base_name(&stall(1, None), &stall(1, Some("debug-sleep"))),
+            "2026-12-01T07-30-12.345Z-debug-sleep"
+        );
+        assert_eq!(
+            base_name(&stall(1, None), &stall(1, None)),
+            "2026-12-01T07-30-12.345Z-slow-nanosleep"
+        );
+    }
+
+    #[test]
+    fn unwritable_dir_is_an_error_not_a_panic() {
+        let tmp = tempfile::tempdir().unwrap();
+        let file = tmp.path().join("not-a-dir");
+        std::fs::write(&file, "x").unwrap();
+        let err = write_atomic(&file, "a.json", |w| w.write_all(b"{}")).unwrap_err();
+        assert!(err.kind() != std::io::ErrorKind::Other || !err.to_string().is_empty());
+        let p = write_atomic(tmp.path(), "b.json", |w| w.write_all(b"{}")).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode & 0o007, 0, "{mode:o}");
+    }
+}

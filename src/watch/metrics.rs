@@ -1,0 +1,475 @@
+//! `watch`'s Prometheus/OpenMetrics endpoint: the counters and histograms the watch loop
+//! updates, and the small HTTP server that serves them on `--metrics ADDR`. Label values
+//! come only from closed sets (thread roles, stall kinds, file classes, finding ids,
+//! syscall names, command names capped in number): never pids, paths, keys or values.
+
+use crate::event::{Event, EventKind, Extra, Nanos};
+use crate::fdtable::FileClass;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+use rustc_hash::FxHashMap as HashMap;
+use std::io::{BufRead, BufReader, Write};
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
+
+/// 10 µs to 10 s, 1-2.5-5 per decade: the threshold people pick (1 ms, 10 ms, 100 ms) is
+/// always a bucket edge.
+pub(crate) const BUCKETS: [f64; 19] = [
+    10e-6, 25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 0.1,
+    0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+fn histogram() -> Histogram {
+    Histogram::new(BUCKETS)
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct StallLabels {
+    pub role: String,
+    pub kind: String,
+    pub file_class: String,
+    pub finding: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SyscallLabels {
+    syscall: &'static str,
+    file_class: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CommandLabels {
+    command: String,
+}
+
+type HistFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+
+/// Every metric, cheap to clone (handles share their values).
+#[derive(Clone)]
+pub(crate) struct Metrics {
+    registry: Arc<Registry>,
+    pub stalls: Family<StallLabels, Counter>,
+    syscalls: HistFamily<SyscallLabels>,
+    commands: HistFamily<CommandLabels>,
+    pub lost_events: Counter,
+    pub attached: Gauge,
+    pub attaches: Counter,
+    pub incidents: Counter,
+    pub incidents_suppressed: Counter,
+    pub incident_errors: Counter,
+    pub event_log_errors: Counter,
+    pub ring_evicted: Counter,
+    pub ring_bytes: Gauge,
+    cpu: Counter<f64, AtomicU64>,
+    rss: Gauge,
+    /// CPU seconds already added to `cpu` (it is a counter, fed by differences).
+    cpu_seen: Arc<Mutex<f64>>,
+}
+
+impl Metrics {
+    pub(crate) fn new() -> Metrics {
+        let mut r = Registry::with_prefix("stallscope");
+        let stalls = Family::<StallLabels, Counter>::default();
+        r.register(
+            "stalls",
+            "Stalls over the threshold, by thread role, kind (slow_syscall or gap), file class and finding",
+            stalls.clone(),
+        );
+        let syscalls: HistFamily<SyscallLabels> = Family::new_with_constructor(histogram);
+        r.register(
+            "syscall_duration_seconds",
+            "Traced syscall durations by syscall and file class",
+            syscalls.clone(),
+        );
+        let commands: HistFamily<CommandLabels> = Family::new_with_constructor(histogram);
+        r.register(
+            "command_duration_seconds",
+            "Command latency inside redis, from the request's read to the reply's write (backends that see buffers: bpf, ptrace)",
+            commands.clone(),
+        );
+        let lost_events = Counter::default();
+        r.register(
+            "lost_events",
+            "Syscall records the kernel dropped (perf ring buffer full)",
+            lost_events.clone(),
+        );
+        let attached = Gauge::default();
+        r.register(
+            "attached",
+            "1 while the watcher traces the process, 0 while it is gone",
+            attached.clone(),
+        );
+        let attaches = Counter::default();
+        r.register(
+            "attaches",
+            "Times the watcher attached (more than 1: the process restarted)",
+            attaches.clone(),
+        );
+        let incidents = Counter::default();
+        r.register("incidents", "Incident reports written", incidents.clone());
+        let incidents_suppressed = Counter::default();
+        r.register(
+            "incidents_suppressed",
+            "Incidents not written: over --max-incidents-per-hour, or the writer was still busy",
+            incidents_suppressed.clone(),
+        );
+        let incident_errors = Counter::default();
+        r.register(
+            "incident_write_errors",
+            "Incident reports that could not be written (full disk, unwritable --out)",
+            incident_errors.clone(),
+        );
+        let event_log_errors = Counter::default();
+        r.register(
+            "event_log_errors",
+            "Stall lines that could not be written to --events",
+            event_log_errors.clone(),
+        );
+        let ring_evicted = Counter::default();
+        r.register(
+            "ring_evicted_early",
+            "Events dropped from the history ring while still wanted (--before, plus 10 s for long stalls): --ring-size is too small for the load",
+            ring_evicted.clone(),
+        );
+        let ring_bytes = Gauge::default();
+        r.register(
+            "ring_bytes",
+            "Bytes held by the history ring",
+            ring_bytes.clone(),
+        );
+        let cpu = Counter::<f64, AtomicU64>::default();
+        r.register(
+            "watcher_cpu_seconds",
+            "CPU time (user + system) used by the watcher itself",
+            cpu.clone(),
+        );
+        let rss = Gauge::default();
+        r.register(
+            "watcher_resident_bytes",
+            "Resident memory of the watcher itself",
+            rss.clone(),
+        );
+        Metrics {
+            registry: Arc::new(r),
+            stalls,
+            syscalls,
+            commands,
+            lost_events,
+            attached,
+            attaches,
+            incidents,
+            incidents_suppressed,
+            incident_errors,
+            event_log_errors,
+            ring_evicted,
+            ring_bytes,
+            cpu,
+            rss,
+            cpu_seen: Arc::new(Mutex::new(0.0)),
+        }
+    }
+
+    /// The OpenMetrics text of every metric, with the watcher's own CPU and memory read now.
+    pub(crate) fn encode(&self) -> String {
+        if let Some(now) = self_cpu_seconds() {
+            let mut seen = self.cpu_seen.lock().unwrap_or_else(|e| e.into_inner());
+            if now > *seen {
+                self.cpu.inc_by(now - *seen);
+                *seen = now;
+            }
+        }
+        if let Some(rss) = self_rss_bytes() {
+            self.rss.set(rss as i64);
+        }
+        let mut s = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut s, &self.registry);
+        s
+    }
+}
+
+fn self_cpu_seconds() -> Option<f64> {
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage writes into the struct it is given.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
+        return None;
+    }
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    Some(tv(ru.ru_utime) + tv(ru.ru_stime))
+}
+
+/// VmRSS of this process, in bytes.
+pub(crate) fn self_rss_bytes() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kb: u64 = s
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kb * 1024)
+}
+
+/// Command names become label values only while there are few of them: a client sending
+/// garbage must not grow the label set.
+const MAX_COMMANDS: usize = 256;
+
+/// The watch loop's side of the metrics: per-event observation with the label handles
+/// cached (a family lookup per syscall would take a lock and hash a label set), and the
+/// request-to-reply timing of commands for backends that see buffers.
+pub(crate) struct Observer {
+    m: Metrics,
+    by_call: HashMap<(usize, FileClass), Histogram>,
+    by_cmd: HashMap<Box<str>, Histogram>,
+    /// Client fd -> (command name, when its request was read). The first command of a
+    /// read is timed: pipelined ones after it share its reply writes.
+    pending: HashMap<i32, (Box<str>, Nanos)>,
+}
+
+impl Observer {
+    pub(crate) fn new(m: Metrics) -> Observer {
+        Observer {
+            m,
+            by_call: HashMap::default(),
+            by_cmd: HashMap::default(),
+            pending: HashMap::default(),
+        }
+    }
+
+    /// A new process (restart): the fds of the old one mean nothing.
+    pub(crate) fn reset_process(&mut self) {
+        self.pending.clear();
+    }
+
+    /// One traced event; `class` is what its fd argument was, as the analyzer's fd table
+    /// resolved it.
+    pub(crate) fn observe(&mut self, ev: &Event, class: Option<FileClass>) {
+        let EventKind::Syscall(sc) = &ev.kind else {
+            return;
+        };
+        let Some(dur) = sc.dur else { return };
+        let class = class.unwrap_or(FileClass::Unknown);
+        let key = (sc.name.as_ptr() as usize, class);
+        let m = &self.m;
+        self.by_call
+            .entry(key)
+            .or_insert_with(|| {
+                m.syscalls.get_or_create_owned(&SyscallLabels {
+                    syscall: sc.name,
+                    file_class: class.as_str(),
+                })
+            })
+            .observe(dur as f64 / 1e9);
+        let Some(fd) = sc.fd else { return };
+        if sc.name == "close" {
+            self.pending.remove(&fd);
+            return;
+        }
+        if class != FileClass::Client {
+            return;
+        }
+        let Extra::Data(data) = &sc.extra else {
+            return;
+        };
+        let facts = crate::syscalls::info(sc.name).facts;
+        use crate::syscalls::Facts;
+        if facts.has(Facts::RECV) {
+            if sc.ret.val().is_some_and(|n| n > 0) {
+                if let Some(name) = command_name(data.head().bytes()) {
+                    self.pending.entry(fd).or_insert((name.into(), ev.ts));
+                }
+            }
+        } else if facts.has(Facts::SEND) {
+            if let Some((name, at)) = self.pending.remove(&fd) {
+                let n = self.by_cmd.len();
+                let h = match self.by_cmd.get(&name) {
+                    Some(h) => h.clone(),
+                    None if n < MAX_COMMANDS => {
+                        let h = m.commands.get_or_create_owned(&CommandLabels {
+                            command: name.to_string(),
+                        });
+                        self.by_cmd.insert(name, h.clone());
+                        h
+                    }
+                    None => return,
+                };
+                h.observe((ev.end() - at).max(0) as f64 / 1e9);
+            }
+        }
+    }
+}
+
+/// The command name of a RESP request (`*N\r\n$L\r\nNAME\r\n...`), upper-cased; inline
+/// commands (`PING\r\n`) too. Only letters, digits, `_`, `-`, `|` and `.`, up to 32 bytes:
+/// anything else is not a command name and never becomes a label.
+pub(crate) fn command_name(b: &[u8]) -> Option<String> {
+    let name: &[u8] = if b.first() == Some(&b'*') {
+        let mut it = b.splitn(3, |c| *c == b'\n');
+        it.next()?;
+        let len_line = it.next()?;
+        if len_line.first() != Some(&b'$') {
+            return None;
+        }
+        let rest = it.next()?;
+        let end = rest.iter().position(|c| *c == b'\r')?;
+        &rest[..end]
+    } else {
+        let end = b.iter().position(|c| *c == b' ' || *c == b'\r')?;
+        &b[..end]
+    };
+    let ok = !name.is_empty()
+        && name.len() <= 32
+        && name
+            .iter()
+            .all(|c| c.is_ascii_alphanumeric() || b"_-|.".contains(c))
+        && name[0].is_ascii_alphabetic();
+    ok.then(|| String::from_utf8_lossy(name).to_ascii_uppercase())
+}
+
+/// `--metrics`: `127.0.0.1:9323`, `[::1]:9323`, or a bare port / `:PORT` on loopback.
+pub(crate) fn parse_addr(s: &str) -> Result<std::net::SocketAddr, String> {
+    let t = s.trim();
+    let port_only = t.strip_prefix(':').unwrap_or(t);
+    if let Ok(p) = port_only.parse::<u16>() {
+        return Ok(std::net::SocketAddr::from(([127, 0, 0, 1], p)));
+    }
+    t.parse()
+        .map_err(|_| format!("{s:?} is not an address: use 127.0.0.1:9323 or :9323"))
+}
+
+/// Serves `GET /metrics` on a thread of its own until the process ends. One connection at
+/// a time, each with a short timeout: a scraper is one client every few seconds.
+pub(crate) fn serve(listener: std::net::TcpListener, m: Metrics) {
+    std::thread::Builder::new()
+        .name("metrics".into())
+        .spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(mut s) = conn else { continue };
+                let _ = s.set_read_timeout(Some(std::time::Duration::from_secs(5)));
+                let _ = s.set_write_timeout(Some(std::time::Duration::from_secs(5)));
+                let mut line = String::new();
+                let mut r = BufReader::new(match s.try_clone() {
+                    Ok(c) => c,
+                    Err(_) => continue,
+                });
+                if r.read_line(&mut line).is_err() {
+                    continue;
+                }
+                // The headers are not needed, only consumed (bounded: a few KB at most).
+                let mut h = String::new();
+                let mut total = 0;
+                while total < 16 << 10 {
+                    h.clear();
+                    match r.read_line(&mut h) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => total += n,
+                    }
+                    if h == "\r\n" || h == "\n" {
+                        break;
+                    }
+                }
+                let mut parts = line.split_whitespace();
+                let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+                let path = path.split('?').next().unwrap_or("");
+                let (status, ctype, body) = match (method, path) {
+                    ("GET", "/metrics") => (
+                        "200 OK",
+                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                        m.encode(),
+                    ),
+                    ("GET", "/") => (
+                        "200 OK",
+                        "text/plain; charset=utf-8",
+                        "stallscope watch: metrics at /metrics\n".to_string(),
+                    ),
+                    _ => (
+                        "404 Not Found",
+                        "text/plain; charset=utf-8",
+                        "not found: try /metrics\n".to_string(),
+                    ),
+                };
+                let _ = write!(
+                    s,
+                    "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = s.flush();
+            }
+        })
+        .expect("spawn the metrics thread");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn command_names_from_requests() {
+        assert_eq!(
+            command_name(b"*3\r\n$3\r\nset\r\n$1\r\nk\r\n").as_deref(),
+            Some("SET")
+        );
+        assert_eq!(command_name(b"PING\r\n").as_deref(), Some("PING"));
+        assert_eq!(
+            command_name(b"*1\r\n$5\r\nDEBUG"),
+            None,
+            "cut before its end"
+        );
+        assert_eq!(command_name(b"*2\r\n$4\r\n\x01\x02xy\r\n"), None);
+        assert_eq!(
+            command_name(b"GET /metrics HTTP/1.1\r\n").as_deref(),
+            Some("GET")
+        );
+    }
+
+    #[test]
+    fn addresses() {
+        assert_eq!(parse_addr(":9323").unwrap().to_string(), "127.0.0.1:9323");
+        assert_eq!(parse_addr("9323").unwrap().to_string(), "127.0.0.1:9323");
+        assert_eq!(
+            parse_addr("0.0.0.0:9000").unwrap().to_string(),
+            "0.0.0.0:9000"
+        );
+        assert!(parse_addr("localhost").is_err());
+    }
+
+    #[test]
+    fn encodes_the_contract_names() {
+        let m = Metrics::new();
+        m.stalls
+            .get_or_create(&StallLabels {
+                role: "main".into(),
+                kind: "slow_syscall".into(),
+                file_class: "none".into(),
+                finding: "debug-sleep".into(),
+            })
+            .inc();
+        let mut o = Observer::new(m.clone());
+        let mut sc = crate::event::Syscall::new("fdatasync");
+        sc.dur = Some(30_000_000);
+        o.observe(
+            &Event {
+                tid: 1,
+                ts: 0,
+                line: 0,
+                kind: EventKind::Syscall(sc),
+            },
+            Some(FileClass::Aof),
+        );
+        let text = m.encode();
+        assert!(text.contains("stallscope_stalls_total{role=\"main\",kind=\"slow_syscall\",file_class=\"none\",finding=\"debug-sleep\"} 1"), "{text}");
+        assert!(text.contains("stallscope_syscall_duration_seconds_bucket{le=\"0.05\",syscall=\"fdatasync\",file_class=\"aof\"} 1") || text.contains("stallscope_syscall_duration_seconds_bucket{syscall=\"fdatasync\",file_class=\"aof\",le=\"0.05\"} 1"), "{text}");
+        assert!(text.contains("stallscope_attached 0"), "{text}");
+        assert!(
+            text.contains("stallscope_watcher_cpu_seconds_total"),
+            "{text}"
+        );
+        assert!(text.contains("stallscope_lost_events_total 0"), "{text}");
+    }
+}

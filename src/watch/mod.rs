@@ -1,0 +1,713 @@
+//! `stallscope watch`: stays attached to a redis for days. The live tracer's events (the
+//! same `Event`s `attach` reads) go three ways: into a live `Analyzer` that finds stalls as
+//! they end (each one counted in the metrics, printed, written as a JSON line to
+//! `--events`, and grouped into incidents), into the metrics' per-syscall histograms, and
+//! into a byte-bounded history ring (`ring`) from which each incident's report is made by a
+//! fresh `Analyzer` on the writer thread (`incident`). Memory stays bounded over days: the
+//! live analyzer accumulates per-phase and per-file state, so it is replaced every
+//! `WINDOW` by a new one that ran beside it for `OVERLAP` (stalls ending before the switch
+//! are the old one's, after it the new one's), and everything else is bounded by count
+//! (label sets, rate limit) or bytes (ring).
+
+pub(crate) mod incident;
+pub(crate) mod metrics;
+pub(crate) mod ring;
+
+use crate::analyze::{Analyzer, Options, RedisConf};
+use crate::cli::{AttachArgs, Backend, WatchArgs};
+use crate::event::{Nanos, Tid};
+use crate::live::{self, now_mono, procctx, Tracer};
+use crate::report::Stall;
+use crate::source::{Clock, TimeFmt};
+use anyhow::{Context, Result};
+use incident::{Grouper, Job, Outcome, RateLimit};
+use metrics::{Metrics, Observer, StallLabels};
+use ring::Ring;
+use std::collections::{HashMap, HashSet};
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// How long one live analyzer runs before it is replaced (its per-phase, per-file and
+/// per-thread state is what would otherwise grow over days).
+const WINDOW: Duration = Duration::from_secs(600);
+/// How long the next analyzer runs beside the old one before it takes over: a gap or a
+/// call that began before its start would otherwise be missed by both.
+const OVERLAP_NS: Nanos = 30_000_000_000;
+/// The ring keeps this much beyond --before: a stall is known only when it ends, and its
+/// incident starts --before ahead of its start.
+const LONG_STALL_NS: Nanos = 10_000_000_000;
+/// How long a restarted process is looked for between tries.
+const FOLLOW_POLL: Duration = Duration::from_millis(200);
+
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_stop_signal(_: libc::c_int) {
+    STOP.store(true, Ordering::SeqCst);
+}
+
+fn install_stop_handlers() {
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: the handler only stores to an atomic.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = on_stop_signal as *const () as usize;
+            libc::sigemptyset(&mut sa.sa_mask);
+            libc::sigaction(sig, &sa, std::ptr::null_mut());
+        }
+    }
+}
+
+/// `--events`: where stall lines go.
+enum EventLog {
+    Stdout,
+    File(std::fs::File, String),
+}
+
+impl EventLog {
+    fn open(spec: &str) -> Result<EventLog> {
+        if spec == "-" {
+            return Ok(EventLog::Stdout);
+        }
+        use std::os::unix::fs::OpenOptionsExt;
+        let f = std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .mode(0o640)
+            .open(spec)
+            .with_context(|| format!("--events {spec}: cannot open it for appending"))?;
+        Ok(EventLog::File(f, spec.to_string()))
+    }
+
+    fn write_line(&mut self, line: &str) -> std::io::Result<()> {
+        match self {
+            EventLog::Stdout => {
+                let mut o = std::io::stdout().lock();
+                o.write_all(line.as_bytes())?;
+                o.write_all(b"\n")?;
+                o.flush()
+            }
+            // One write per line: lines of concurrent writers (or a log shipper reading
+            // mid-write) are never interleaved.
+            EventLog::File(f, _) => f.write_all(format!("{line}\n").as_bytes()),
+        }
+    }
+}
+
+/// One stall as a log line for shippers: ISO 8601 time, who, what, how long, why, and the
+/// names (never the keys) of the commands it held up.
+pub(crate) fn event_line(s: &Stall) -> String {
+    serde_json::json!({
+        "time": s.ts_iso,
+        "pid": s.pid,
+        "tid": s.tid,
+        "thread": s.thread,
+        "kind": s.kind,
+        "syscall": s.syscall,
+        "file_class": s.class,
+        "path": s.path,
+        "duration_s": s.duration_us as f64 / 1e6,
+        "bound": s.bound,
+        "finding": s.finding,
+        "cause": s.cause,
+        "commands": s.waiting_by_command,
+        "waiting_clients": s.waiting_clients,
+        "events_lost": s.events_lost,
+    })
+    .to_string()
+}
+
+fn stall_labels(s: &Stall) -> StallLabels {
+    StallLabels {
+        role: s.thread.to_string(),
+        kind: match s.kind {
+            crate::report::StallKind::SlowSyscall => "slow_syscall".into(),
+            crate::report::StallKind::Gap => "gap".into(),
+        },
+        file_class: s.class.clone().unwrap_or_else(|| "none".into()),
+        finding: s.finding.map_or_else(|| "none".to_string(), |f| f.as_str().to_string()),
+    }
+}
+
+/// A live analyzer and what is needed to place its stalls in time.
+struct Window {
+    an: Analyzer,
+    /// The smallest syscall start it was given: the origin of its stalls' `at_us`.
+    first_ts: Option<Nanos>,
+    born: Instant,
+}
+
+impl Window {
+    fn new(
+        opts: &Options,
+        pid: Tid,
+        ctx: &procctx::ProcContext,
+        names: &HashMap<Tid, String>,
+    ) -> Window {
+        let mut an = Analyzer::new(opts.clone());
+        for (fd, what) in &ctx.fds {
+            an.seed_fd(pid, *fd, what);
+        }
+        for (t, n) in names {
+            an.set_thread_name(*t, n);
+        }
+        Window {
+            an,
+            first_ts: None,
+            born: Instant::now(),
+        }
+    }
+
+    fn push(&mut self, ev: &crate::event::Event) {
+        if ev.syscall().is_some() {
+            self.first_ts = Some(self.first_ts.map_or(ev.ts, |f| f.min(ev.ts)));
+        }
+        self.an.push(ev);
+    }
+
+    /// New stalls with their start and end on the tracer clock.
+    fn drain(&mut self, clock: &Clock) -> Vec<(Stall, Nanos, Nanos)> {
+        let first = self.first_ts.unwrap_or(clock.first);
+        self.an
+            .drain_new_stalls(clock)
+            .into_iter()
+            .map(|s| {
+                let start = first + s.at_us * 1000;
+                let end = start + s.duration_us * 1000;
+                (s, start, end)
+            })
+            .collect()
+    }
+}
+
+/// An `AttachArgs` for the live module's backend choice, built through clap so that flags
+/// added to `attach` later (a new backend's options) take their defaults here.
+fn attach_args(pid: Tid, args: &WatchArgs) -> Result<AttachArgs> {
+    use clap::{Args, FromArgMatches, ValueEnum};
+    let backend = args
+        .backend
+        .to_possible_value()
+        .map(|v| v.get_name().to_string())
+        .unwrap_or_else(|| "auto".into());
+    let mut argv = vec![
+        "watch".to_string(),
+        "--pid".into(),
+        pid.to_string(),
+        "--backend".into(),
+        backend,
+    ];
+    if args.no_follow_forks {
+        argv.push("--no-follow-forks".into());
+    }
+    if let Some(p) = args.perf_pages {
+        argv.push("--perf-pages".into());
+        argv.push(p.to_string());
+    }
+    let m = AttachArgs::augment_args(clap::Command::new("watch"))
+        .try_get_matches_from(argv)
+        .map_err(|e| anyhow::anyhow!("internal: attach options: {e}"))?;
+    AttachArgs::from_arg_matches(&m).map_err(|e| anyhow::anyhow!("internal: attach options: {e}"))
+}
+
+/// Starts the tracer. `auto` must never end up on ptrace: a watcher runs for days, and
+/// ptrace would slow redis that whole time.
+fn start(pid: Tid, args: &WatchArgs) -> Result<(Box<dyn Tracer>, &'static str, u32)> {
+    if args.backend == Backend::Auto {
+        // `live::start_tracer`'s auto tries bpf, then perf, then ptrace. bpf needs what perf
+        // needs (tracefs and root or CAP_PERFMON) and more, so when perf cannot be used
+        // neither can bpf, and auto would end on ptrace: refuse before touching redis.
+        if let Err(why) = live::perf::available() {
+            anyhow::bail!(
+                "--backend auto: no backend that leaves redis running at full speed can be used: {why}; \
+                 --backend ptrace works everywhere but stops redis at every syscall"
+            );
+        }
+    }
+    if args.backend == Backend::Ptrace {
+        eprintln!(
+            "stallscope: warning: --backend ptrace stops every redis thread twice per syscall: a busy redis \
+             runs at a fraction of its throughput (about 0.07x under redis-benchmark -t set -c 50) for as \
+             long as the watch lasts; use it for short watches only"
+        );
+    }
+    let aargs = attach_args(pid, args)?;
+    let (mut t, backend, n) = live::start_tracer(pid, &aargs)?;
+    if args.backend == Backend::Auto && backend == "ptrace" {
+        t.stop();
+        while !t.is_done() {
+            if t.next_event_timeout(Duration::from_millis(50)).is_err() {
+                break;
+            }
+        }
+        anyhow::bail!(
+            "--backend auto: the cheap backends could not attach to process {pid} (see above); \
+             refusing to watch with ptrace unless asked (--backend ptrace)"
+        );
+    }
+    Ok((t, backend, n))
+}
+
+/// The process to watch now: `--pid`, or the one process named `--name` (None: none yet).
+fn find_target(args: &WatchArgs) -> Result<Option<Tid>, String> {
+    if let Some(p) = args.pid {
+        return Ok(Some(p));
+    }
+    let name = args.name.as_deref().unwrap_or("redis-server");
+    // A process that has exited but is not yet reaped keeps its name: not a candidate.
+    let found: Vec<(Tid, String)> = live::find_by_name(name)
+        .into_iter()
+        .filter(|(p, _)| live::check_target(*p).is_ok())
+        .collect();
+    match found.len() {
+        0 => Ok(None),
+        1 => Ok(Some(found[0].0)),
+        _ => {
+            let list: Vec<String> = found.iter().map(|(p, c)| format!("  {p}  {c}")).collect();
+            Err(format!(
+                "--name {name}: {} processes match; choose one with --pid:\n{}",
+                found.len(),
+                list.join("\n")
+            ))
+        }
+    }
+}
+
+/// State that lives across attachments.
+struct Watcher<'a> {
+    args: &'a WatchArgs,
+    opts: Options,
+    /// `--redis-conf`'s text, kept beside recordings.
+    user_conf: Option<String>,
+    metrics: Metrics,
+    observer: Observer,
+    ring: Ring,
+    grouper: Grouper,
+    limit: RateLimit,
+    events: Option<EventLog>,
+    event_err_said: bool,
+    jobs: Option<std::sync::mpsc::SyncSender<Job>>,
+    writer: Option<std::thread::JoinHandle<()>>,
+    ring_evicted_seen: u64,
+    deadline: Option<Instant>,
+    /// Where the last incident report's events ended: the next one starts after it, so
+    /// that no stall is in two reports.
+    reported_upto: Option<Nanos>,
+}
+
+impl Watcher<'_> {
+    fn want_stop(&self) -> bool {
+        STOP.load(Ordering::SeqCst) || self.deadline.is_some_and(|d| Instant::now() >= d)
+    }
+
+    fn on_stall(&mut self, s: &Stall, start: Nanos, end: Nanos) {
+        self.metrics.stalls.get_or_create(&stall_labels(s)).inc();
+        eprintln!("stall: {}", crate::render::table::stall_line(s));
+        if let Some(log) = &mut self.events {
+            if let Err(e) = log.write_line(&event_line(s)) {
+                self.metrics.event_log_errors.inc();
+                if !self.event_err_said {
+                    let what = match log {
+                        EventLog::Stdout => "-".to_string(),
+                        EventLog::File(_, p) => p.clone(),
+                    };
+                    eprintln!("stallscope: warning: --events {what}: cannot write: {e} (counted in stallscope_event_log_errors_total; watching goes on)");
+                    self.event_err_said = true;
+                }
+            } else {
+                self.event_err_said = false;
+            }
+        }
+        self.grouper.add(s, start, end);
+        self.ring.hold(start - self.args.before);
+    }
+
+    /// Hands a finished incident to the writer (or counts why it is not written).
+    fn submit(&mut self, o: incident::Open, ctx: &AttachCtx, clock: &Clock, lost: u64) {
+        self.ring.release();
+        let Some(dir) = &self.args.out else { return };
+        let (Some(first), Some(worst)) = (o.stalls.first().cloned(), o.worst().cloned()) else {
+            return;
+        };
+        if !self.limit.allow(Instant::now()) {
+            self.metrics.incidents_suppressed.inc();
+            eprintln!(
+                "stallscope: incident at {} not written: {} already written in the last hour (--max-incidents-per-hour); counted in stallscope_incidents_suppressed_total",
+                first.ts_iso.as_deref().unwrap_or(&first.ts),
+                self.args.max_incidents_per_hour
+            );
+            return;
+        }
+        let from =
+            (o.start - self.args.before).max(self.reported_upto.map_or(Nanos::MIN, |t| t + 1));
+        let events = self.ring.since(from);
+        self.reported_upto = self.ring.newest();
+        let ring_short = events.first().is_some_and(|e| e.ts > from + 100_000_000)
+            && self.ring.evicted_early > 0;
+        let job = Job {
+            events,
+            pid: ctx.pid,
+            opts: self.opts.clone(),
+            fds: ctx.ctx.fds.clone(),
+            thread_names: ctx.names.iter().map(|(t, n)| (*t, n.clone())).collect(),
+            cwd: ctx.ctx.cwd.clone(),
+            conf_text: ctx.conf_text.clone(),
+            clock: clock.clone(),
+            backend: ctx.backend,
+            follow_forks: !self.args.no_follow_forks,
+            lost_events: lost,
+            first,
+            worst,
+            count: o.count,
+            suppressed: std::mem::take(&mut self.limit.suppressed),
+            ring_short,
+            dir: dir.clone(),
+            record: self.args.record,
+        };
+        if let Some(tx) = &self.jobs {
+            if let Err(std::sync::mpsc::TrySendError::Full(job)) = tx.try_send(job) {
+                self.metrics.incidents_suppressed.inc();
+                self.limit.suppressed += job.suppressed + 1;
+                eprintln!("stallscope: incident not written: the previous ones are still being written (counted in stallscope_incidents_suppressed_total)");
+            }
+        }
+    }
+
+    fn tick_metrics(&mut self) {
+        let ev = self.ring.evicted_early;
+        if ev > self.ring_evicted_seen {
+            self.metrics
+                .ring_evicted
+                .inc_by(ev - self.ring_evicted_seen);
+            self.ring_evicted_seen = ev;
+        }
+        self.metrics.ring_bytes.set(self.ring.bytes() as i64);
+    }
+}
+
+/// What belongs to one attachment.
+struct AttachCtx {
+    pid: Tid,
+    /// The redis config the analysis uses (`--redis-conf`, or from /proc), as text.
+    conf_text: Option<String>,
+    backend: &'static str,
+    ctx: procctx::ProcContext,
+    names: HashMap<Tid, String>,
+}
+
+/// `stallscope watch`. Returns 0 (for the exit status) when stopped by a signal or
+/// `--duration`; errors are setup errors (bad flags, no process, no backend).
+pub fn run_watch(args: &WatchArgs) -> Result<u64> {
+    let mut opts = Options {
+        threshold_ns: args.threshold,
+        ..Default::default()
+    };
+    let mut user_conf = None;
+    if let Some(f) = &args.redis_conf {
+        let text = std::fs::read_to_string(f)
+            .with_context(|| format!("--redis-conf {f}: cannot read it"))?;
+        opts.redis_conf = Some(RedisConf::parse(&text));
+        user_conf = Some(text);
+    }
+    let follow = args.pid.is_none();
+    let first_pid = match find_target(args) {
+        Ok(Some(p)) => p,
+        Ok(None) => anyhow::bail!(
+            "--name {}: no running process has that name",
+            args.name.as_deref().unwrap_or("redis-server")
+        ),
+        Err(e) => anyhow::bail!(e),
+    };
+    let metrics = Metrics::new();
+    if let Some(addr) = &args.metrics {
+        let a = metrics::parse_addr(addr).map_err(|e| anyhow::anyhow!("--metrics {e}"))?;
+        let l = std::net::TcpListener::bind(a)
+            .with_context(|| format!("--metrics {addr}: cannot listen on {a}"))?;
+        eprintln!(
+            "stallscope: metrics on http://{}/metrics",
+            l.local_addr().unwrap_or(a)
+        );
+        metrics::serve(l, metrics.clone());
+    }
+    let events = args.events.as_deref().map(EventLog::open).transpose()?;
+    if let Some(dir) = &args.out {
+        if let Err(e) = std::fs::create_dir_all(dir) {
+            // Reported, not fatal: the disk may come back, and metrics go on meanwhile.
+            eprintln!(
+                "stallscope: warning: --out {}: cannot create it: {e}; incidents will be counted as write errors until it can be",
+                dir.display()
+            );
+        }
+    }
+    install_stop_handlers();
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Job>(1);
+    let m2 = metrics.clone();
+    let writer = std::thread::Builder::new()
+        .name("incidents".into())
+        .spawn(move || {
+            // The report can wait; redis and the event loop must not.
+            unsafe { libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 15) };
+            for job in rx {
+                let outcome = incident::write(job);
+                give_back_memory();
+                match outcome {
+                    Outcome::Written(p) => {
+                        m2.incidents.inc();
+                        eprintln!("stallscope: incident written: {}", p.display());
+                    }
+                    Outcome::Failed(e) => {
+                        m2.incident_errors.inc();
+                        eprintln!("stallscope: warning: incident not written: {e} (counted in stallscope_incident_write_errors_total; watching goes on)");
+                    }
+                }
+            }
+        })
+        .context("cannot start the incident writer thread")?;
+    let mut w = Watcher {
+        args,
+        opts,
+        user_conf,
+        observer: Observer::new(metrics.clone()),
+        metrics,
+        ring: Ring::new(args.ring_size, args.before + LONG_STALL_NS),
+        grouper: Grouper::new(args.after),
+        limit: RateLimit::new(args.max_incidents_per_hour),
+        events,
+        event_err_said: false,
+        jobs: Some(tx),
+        writer: Some(writer),
+        ring_evicted_seen: 0,
+        reported_upto: None,
+        deadline: args
+            .duration
+            .map(|d| Instant::now() + Duration::from_nanos(d as u64)),
+    };
+    let mut pid = Some(first_pid);
+    let mut first = true;
+    let mut said_waiting = false;
+    let mut gone_pid: Option<Tid> = None;
+    while !w.want_stop() {
+        let Some(p) = pid else {
+            std::thread::sleep(FOLLOW_POLL);
+            if follow {
+                match find_target(args) {
+                    Ok(Some(p)) if Some(p) != gone_pid => pid = Some(p),
+                    Ok(_) => {}
+                    Err(e) => {
+                        if !said_waiting {
+                            eprintln!("stallscope: waiting: {e}");
+                            said_waiting = true;
+                        }
+                    }
+                }
+            }
+            continue;
+        };
+        said_waiting = false;
+        match watch_one(&mut w, p) {
+            Ok(()) => {}
+            Err(e) if first => {
+                shutdown(&mut w);
+                return Err(e);
+            }
+            Err(e) => eprintln!("stallscope: warning: {e:#}; trying again"),
+        }
+        first = false;
+        w.metrics.attached.set(0);
+        if w.want_stop() {
+            break;
+        }
+        gone_pid = Some(p);
+        pid = None;
+        if follow {
+            eprintln!(
+                "stallscope: process {p} is gone; stallscope_attached is 0 until a process named {} runs again",
+                args.name.as_deref().unwrap_or("redis-server")
+            );
+        } else {
+            eprintln!("stallscope: process {p} is gone (--pid: not followed); metrics stay up until SIGINT or SIGTERM");
+        }
+    }
+    shutdown(&mut w);
+    eprintln!("stallscope: watch stopped");
+    Ok(0)
+}
+
+/// Returns what a finished incident analysis or a retired live analyzer freed to the
+/// system: glibc keeps freed small blocks in per-thread arenas, which would otherwise show
+/// as RSS that never comes down after the largest incident.
+fn give_back_memory() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: malloc_trim only releases free memory of the allocator's own arenas.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+/// Lets the writer finish what it was given (briefly: a stop must not hang).
+fn shutdown(w: &mut Watcher) {
+    w.jobs = None;
+    if let Some(h) = w.writer.take() {
+        // Redis is already detached; SIGTERM must still end the watcher within 2 s.
+        let deadline = Instant::now() + Duration::from_millis(1000);
+        while !h.is_finished() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if h.is_finished() {
+            let _ = h.join();
+        } else {
+            eprintln!("stallscope: warning: an incident report was still being written at exit; it is lost");
+        }
+    }
+}
+
+/// Traces process `pid` until it is gone or a stop is asked for.
+fn watch_one(w: &mut Watcher, pid: Tid) -> Result<()> {
+    let (mut tracer, backend, nthreads) = start(pid, w.args)?;
+    w.metrics.attached.set(1);
+    w.metrics.attaches.inc();
+    w.observer.reset_process();
+    w.ring.clear();
+    w.reported_upto = None;
+    let st = tracer.stats();
+    let clock = Clock {
+        fmt: TimeFmt::Epoch,
+        perf: false,
+        frac_digits: 6,
+        first: st.attach_mono,
+        date: None,
+        wall_at_first: Some(st.attach_wall),
+    };
+    let ctx = procctx::gather(pid);
+    let mut opts = w.opts.clone();
+    opts.root_pid = Some(pid);
+    opts.stamped_at_stops = backend == "ptrace";
+    if opts.redis_conf.is_none() && !ctx.redis_conf.is_empty() {
+        opts.redis_conf = Some(RedisConf::parse(&ctx.redis_conf));
+    }
+    let conf_text = w
+        .user_conf
+        .clone()
+        .or_else(|| (!ctx.redis_conf.is_empty()).then(|| ctx.redis_conf.clone()));
+    let mut ac = AttachCtx {
+        pid,
+        conf_text,
+        backend,
+        names: ctx.thread_names.clone(),
+        ctx,
+    };
+    let mut cur = Window::new(&opts, pid, &ac.ctx, &ac.names);
+    let mut prev: Option<(Window, Nanos)> = None;
+    eprintln!(
+        "stallscope: watching {pid} ({nthreads} thread{}) with {backend}; stalls over {}{}",
+        crate::analyze::findings::plural(nthreads as u64),
+        crate::analyze::findings::human(w.args.threshold / 1000),
+        match &w.args.out {
+            Some(d) => format!(", incidents into {}", d.display()),
+            None => String::new(),
+        }
+    );
+    let mut seen_tids: HashSet<Tid> = HashSet::new();
+    let mut last_drain = Instant::now();
+    let mut last_stop_req: Option<Instant> = None;
+    let mut lost_total = 0u64;
+    let mut latest: Nanos = st.attach_mono;
+    loop {
+        let ev = tracer.next_event_timeout(Duration::from_millis(100))?;
+        let lost = tracer.take_lost();
+        if lost > 0 {
+            lost_total += lost;
+            w.metrics.lost_events.inc_by(lost);
+            cur.an.add_lost_events(lost);
+            if let Some((p, _)) = &mut prev {
+                p.an.add_lost_events(lost);
+            }
+        }
+        if let Some(ev) = ev {
+            if let Some(sc) = ev.syscall() {
+                if seen_tids.insert(ev.tid) && !ac.names.contains_key(&ev.tid) {
+                    // A thread born while tracing: its name is in /proc now.
+                    if let Ok(n) =
+                        std::fs::read_to_string(format!("/proc/{pid}/task/{}/comm", ev.tid))
+                    {
+                        let n = n.trim_end().to_string();
+                        cur.an.set_thread_name(ev.tid, &n);
+                        if let Some((p, _)) = &mut prev {
+                            p.an.set_thread_name(ev.tid, &n);
+                        }
+                        ac.names.insert(ev.tid, n);
+                    }
+                }
+                cur.push(&ev);
+                if let Some((p, _)) = &mut prev {
+                    p.push(&ev);
+                }
+                let class = sc.fd.and_then(|fd| cur.an.file_class_at(ev.tid, fd, ev.ts));
+                w.observer.observe(&ev, class);
+            } else {
+                cur.push(&ev);
+                if let Some((p, _)) = &mut prev {
+                    p.push(&ev);
+                }
+            }
+            latest = latest.max(ev.end());
+            w.ring.push(ev, latest);
+        }
+        let done = tracer.is_done();
+        if done || last_drain.elapsed() >= Duration::from_millis(200) {
+            last_drain = Instant::now();
+            let mut found = vec![];
+            let switch_at = prev.as_ref().map(|(_, s)| *s);
+            if let Some((p, s)) = &mut prev {
+                found.extend(p.drain(&clock).into_iter().filter(|x| x.2 < *s));
+            }
+            found.extend(
+                cur.drain(&clock)
+                    .into_iter()
+                    .filter(|x| switch_at.is_none_or(|s| x.2 >= s)),
+            );
+            found.sort_by_key(|x| x.1);
+            for (s, start, end) in &found {
+                w.on_stall(s, *start, *end);
+            }
+            let now = now_mono();
+            if let Some(o) = w.grouper.take_due(now, w.ring.oldest()) {
+                w.submit(o, &ac, &clock, lost_total);
+            }
+            w.tick_metrics();
+            // The old analyzer has handed over once every stall ending before the switch
+            // has surely been drained (a perf tracer holds records back briefly to order them).
+            if prev.as_ref().is_some_and(|(_, s)| now > *s + 2_000_000_000) {
+                prev = None;
+                give_back_memory();
+            }
+            if prev.is_none() && cur.born.elapsed() >= WINDOW && !done {
+                ac.ctx = procctx::gather(pid);
+                ac.names = procctx::thread_names(pid);
+                seen_tids.clear();
+                let next = Window::new(&opts, pid, &ac.ctx, &ac.names);
+                prev = Some((std::mem::replace(&mut cur, next), now + OVERLAP_NS));
+            }
+        }
+        if done {
+            break;
+        }
+        if w.want_stop() && last_stop_req.is_none_or(|t| t.elapsed() >= Duration::from_millis(100))
+        {
+            tracer.stop();
+            last_stop_req = Some(Instant::now());
+        }
+    }
+    for warning in tracer.warnings() {
+        eprintln!("stallscope: warning: {warning}");
+    }
+    // The process is gone or we are stopping: an incident being recorded is complete.
+    if let Some(o) = w.grouper.open.take() {
+        w.submit(o, &ac, &clock, lost_total);
+    }
+    let st = tracer.stats();
+    eprintln!(
+        "stallscope: detached from {pid}: traced {} syscalls; {} lost",
+        st.syscalls, st.lost_events
+    );
+    Ok(())
+}

@@ -1,0 +1,182 @@
+//! `watch`'s history: the last `--before` of traced events, bounded in bytes, so that an
+//! incident report can be made from what happened before the stall was noticed. Events
+//! are kept as they came from the tracer; time bound and byte bound both evict the oldest.
+
+use crate::event::{Event, EventKind, Extra, Nanos};
+use std::collections::VecDeque;
+
+pub(crate) struct Ring {
+    events: VecDeque<Event>,
+    bytes: usize,
+    max_bytes: usize,
+    /// How long events are kept at least (when bytes allow): `--before`, or longer while an
+    /// incident is being recorded (`hold_from`).
+    keep_ns: Nanos,
+    hold_from: Option<Nanos>,
+    /// Events evicted for lack of room while still wanted by time (ring too small for the load).
+    pub(crate) evicted_early: u64,
+}
+
+/// What an event costs in the ring: its inline size and the strings it owns.
+pub(crate) fn event_bytes(ev: &Event) -> usize {
+    let mut n = std::mem::size_of::<Event>();
+    match &ev.kind {
+        EventKind::Syscall(sc) => {
+            n += sc.fd_path.as_ref().map_or(0, |p| p.len());
+            n += sc.ret_path.as_ref().map_or(0, |p| p.len());
+            n += match &sc.extra {
+                Extra::Path(p) => p.len(),
+                Extra::Rename(a, b) => a.len() + b.len(),
+                _ => 0,
+            };
+        }
+        EventKind::ThreadName(s) => n += s.len(),
+        _ => {}
+    }
+    n
+}
+
+impl Ring {
+    pub(crate) fn new(max_bytes: usize, keep_ns: Nanos) -> Ring {
+        // Sized once for the most events the byte bound admits: a VecDeque that regrows
+        // doubles, and as its head wraps through the whole allocation every page of it
+        // becomes resident, so RSS would step up by the old size (the second soak's floor
+        // rose 245 -> 322 MB in one step at 20 min).
+        let most = max_bytes / std::mem::size_of::<Event>() + 1;
+        Ring {
+            events: VecDeque::with_capacity(most),
+            bytes: 0,
+            max_bytes,
+            keep_ns,
+            hold_from: None,
+            evicted_early: 0,
+        }
+    }
+
+    /// Adds an event at time `now` (the tracer's clock) and evicts what is too old or does
+    /// not fit.
+    pub(crate) fn push(&mut self, ev: Event, now: Nanos) {
+        self.bytes += event_bytes(&ev);
+        self.events.push_back(ev);
+        let horizon = match self.hold_from {
+            Some(h) => h.min(now - self.keep_ns),
+            None => now - self.keep_ns,
+        };
+        while let Some(front) = self.events.front() {
+            let too_old = front.end() < horizon;
+            let too_big = self.bytes > self.max_bytes;
+            if !(too_old || too_big) {
+                break;
+            }
+            if !too_old {
+                self.evicted_early += 1;
+            }
+            let ev = self.events.pop_front().expect("front exists");
+            self.bytes -= event_bytes(&ev);
+        }
+    }
+
+    /// Keeps everything from `from` on (an incident being recorded) until `release`.
+    pub(crate) fn hold(&mut self, from: Nanos) {
+        self.hold_from = Some(self.hold_from.map_or(from, |h| h.min(from)));
+    }
+
+    pub(crate) fn release(&mut self) {
+        self.hold_from = None;
+    }
+
+    /// Copies of the events that end at or after `from`, oldest first.
+    pub(crate) fn since(&self, from: Nanos) -> Vec<Event> {
+        self.events
+            .iter()
+            .filter(|e| e.end() >= from)
+            .cloned()
+            .collect()
+    }
+
+    /// End of the newest event held.
+    pub(crate) fn newest(&self) -> Option<Nanos> {
+        self.events.back().map(|e| e.end())
+    }
+
+    /// Start of the oldest event held.
+    pub(crate) fn oldest(&self) -> Option<Nanos> {
+        self.events.front().map(|e| e.ts)
+    }
+
+    pub(crate) fn clear(&mut self) {
+        self.events.clear();
+        self.bytes = 0;
+        self.hold_from = None;
+    }
+
+    pub(crate) fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.events.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::Syscall;
+
+    fn call(ts: Nanos) -> Event {
+        let mut sc = Syscall::new("read");
+        sc.dur = Some(0);
+        Event {
+            tid: 1,
+            ts,
+            line: 0,
+            kind: EventKind::Syscall(sc),
+        }
+    }
+
+    #[test]
+    fn keeps_the_last_window_by_time() {
+        let mut r = Ring::new(1 << 30, 10);
+        for t in 0..100 {
+            r.push(call(t), t);
+        }
+        let kept = r.since(i64::MIN);
+        assert!(
+            kept.first().unwrap().ts >= 89,
+            "{}",
+            kept.first().unwrap().ts
+        );
+        assert_eq!(kept.last().unwrap().ts, 99);
+        assert_eq!(r.evicted_early, 0);
+    }
+
+    #[test]
+    fn bytes_bound_wins_over_time_and_is_counted() {
+        let one = event_bytes(&call(0));
+        let mut r = Ring::new(one * 5, 1_000_000);
+        for t in 0..50 {
+            r.push(call(t), t);
+        }
+        assert_eq!(r.len(), 5);
+        assert!(r.bytes() <= one * 5);
+        assert_eq!(r.evicted_early, 45);
+    }
+
+    #[test]
+    fn hold_keeps_an_incident_beyond_the_window() {
+        let mut r = Ring::new(1 << 30, 10);
+        for t in 0..20 {
+            r.push(call(t), t);
+        }
+        r.hold(12);
+        for t in 20..40 {
+            r.push(call(t), t);
+        }
+        assert_eq!(r.since(i64::MIN).first().unwrap().ts, 12);
+        r.release();
+        r.push(call(40), 40);
+        assert!(r.since(i64::MIN).first().unwrap().ts >= 29);
+    }
+}

@@ -1,0 +1,654 @@
+//! `stallscope watch` against a real redis-server (and, for the metrics, a real Prometheus
+//! server): each test starts its own redis on a free loopback port in a temp dir, starts
+//! the watcher with the perf backend, injects a stall with `DEBUG SLEEP`, and polls with
+//! deadlines for what should follow: an incident directory, `--events` lines, metrics,
+//! Prometheus's view of them, a restart followed, a clean exit on SIGTERM. Tests hold the
+//! shared tracing lock (`serial()`). Without redis-server, tracefs or prometheus the tests
+//! are skipped, except under CI=true where that is a failure.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+mod common;
+use common::{ci, serial, Client, Redis};
+
+fn have(tool: &str, arg: &str) -> bool {
+    let ok = Command::new(tool)
+        .arg(arg)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok && ci() {
+        panic!("{tool} is required under CI=true (scripts/test-deps.sh installs it)");
+    }
+    if !ok {
+        eprintln!("skipping: {tool} is not installed");
+    }
+    ok
+}
+
+fn have_perf() -> bool {
+    let ok = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"]
+        .iter()
+        .any(|r| {
+            Path::new(r)
+                .join("events/raw_syscalls/sys_enter/id")
+                .exists()
+        })
+        && unsafe { libc::geteuid() } == 0;
+    if !ok && ci() {
+        panic!("watch needs the perf backend: tracefs with raw_syscalls tracepoints, as root, under CI=true");
+    }
+    if !ok {
+        eprintln!("skipping: the perf backend is not available (tracefs, root)");
+    }
+    ok
+}
+
+fn can_run() -> bool {
+    have("redis-server", "--version") && have_perf()
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+/// Polls `f` until it gives Some or `limit` passes.
+fn poll<T>(limit: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        if start.elapsed() > limit {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A plain HTTP/1.0 GET on loopback: (status, body).
+fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").ok()?;
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).ok()?;
+    let status = buf.split_whitespace().nth(1)?.parse().ok()?;
+    let body = buf.split_once("\r\n\r\n").map(|x| x.1.to_string())?;
+    Some((status, body))
+}
+
+/// The value of one sample line of the watcher's metrics (`name{labels}` exactly as printed,
+/// or the sum over every sample of the family when `name` has no labels).
+fn metric(port: u16, name: &str) -> Option<f64> {
+    let (code, body) = http_get(port, "/metrics")?;
+    if code != 200 {
+        return None;
+    }
+    let mut sum = None;
+    for l in body.lines().filter(|l| !l.starts_with('#')) {
+        let (k, v) = l.rsplit_once(' ')?;
+        let family = k.split('{').next().unwrap_or(k);
+        if k == name || (!name.contains('{') && family == name) {
+            *sum.get_or_insert(0.0) += v.parse::<f64>().ok()?;
+        }
+    }
+    sum
+}
+
+/// A running `stallscope watch`, its stderr collected on a thread.
+struct Watch {
+    child: Child,
+    stderr: Arc<Mutex<Vec<String>>>,
+}
+
+impl Watch {
+    fn start(args: &[&str]) -> Watch {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_stallscope"))
+            .arg("watch")
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start stallscope watch");
+        let err = child.stderr.take().expect("stderr");
+        let stderr = Arc::new(Mutex::new(vec![]));
+        let s2 = stderr.clone();
+        std::thread::spawn(move || {
+            for l in BufReader::new(err).lines().map_while(Result::ok) {
+                s2.lock().unwrap().push(l);
+            }
+        });
+        Watch { child, stderr }
+    }
+
+    fn lines(&self) -> Vec<String> {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    fn wait_line(&self, what: &str, limit: Duration) -> bool {
+        poll(limit, || {
+            self.lines().iter().any(|l| l.contains(what)).then_some(())
+        })
+        .is_some()
+    }
+
+    /// SIGTERM, then the exit status within `limit`.
+    fn terminate(&mut self, limit: Duration) -> Option<i32> {
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let code = poll(limit, || self.child.try_wait().ok().flatten());
+        code.map(|c| c.code().unwrap_or(-1))
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+fn debug_redis() -> Redis {
+    Redis::start(&["--enable-debug-command", "yes"])
+}
+
+fn debug_sleep(port: u16) {
+    let mut c = Client::connect(port, Duration::from_secs(20)).expect("connect");
+    let r = c.cmd(&["DEBUG", "SLEEP", "0.3"]).expect("DEBUG SLEEP");
+    assert_eq!(r.text(), "+OK");
+}
+
+fn incident_reports(dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn prometheus_counts_an_injected_stall() {
+    let _g = serial();
+    if !(can_run() && have("prometheus", "--version")) {
+        return;
+    }
+    let redis = debug_redis();
+    let mport = free_port();
+    let maddr = format!("127.0.0.1:{mport}");
+    let w = Watch::start(&["--pid", &redis.pid().to_string(), "--metrics", &maddr]);
+    assert!(
+        w.wait_line("watching", Duration::from_secs(20)),
+        "{:?}",
+        w.lines()
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let conf = tmp.path().join("prometheus.yml");
+    std::fs::write(
+        &conf,
+        format!(
+            "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: stallscope\n    \
+             scrape_interval: 1s\n    static_configs:\n      - targets: [\"{maddr}\"]\n"
+        ),
+    )
+    .unwrap();
+    let pport = free_port();
+    let mut prom = Command::new("prometheus")
+        .arg(format!("--config.file={}", conf.display()))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            tmp.path().join("data").display()
+        ))
+        .arg(format!("--web.listen-address=127.0.0.1:{pport}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start prometheus");
+    struct Kill<'a>(&'a mut Child);
+    impl Drop for Kill<'_> {
+        fn drop(&mut self) {
+            unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
+            if poll(Duration::from_secs(10), || self.0.try_wait().ok().flatten()).is_none() {
+                let _ = self.0.kill();
+                let _ = self.0.wait();
+            }
+        }
+    }
+    let _prom = Kill(&mut prom);
+    let ready = poll(Duration::from_secs(60), || {
+        http_get(pport, "/-/ready").and_then(|(c, _)| (c == 200).then_some(()))
+    });
+    assert!(ready.is_some(), "prometheus did not become ready");
+    // The watcher is up as Prometheus sees it before the stall, so the counter's rise is
+    // what the query shows.
+    let up = poll(Duration::from_secs(60), || {
+        let (_, body) = http_get(pport, "/api/v1/query?query=stallscope_attached")?;
+        body.contains("\"1\"").then_some(())
+    });
+    assert!(
+        up.is_some(),
+        "prometheus never scraped stallscope_attached 1"
+    );
+    debug_sleep(redis.port);
+    let seen = poll(Duration::from_secs(60), || {
+        let (code, body) = http_get(pport, "/api/v1/query?query=sum(stallscope_stalls_total)")?;
+        if code != 200 {
+            return None;
+        }
+        let v: serde_json::Value = serde_json::from_str(&body).ok()?;
+        let n: f64 = v["data"]["result"][0]["value"][1].as_str()?.parse().ok()?;
+        (n >= 1.0).then_some(n)
+    });
+    assert!(
+        seen.is_some(),
+        "Prometheus never saw stallscope_stalls_total >= 1; watcher: {:?}",
+        w.lines()
+    );
+    // The stall's labels say what it was, from closed sets.
+    let (_, body) = http_get(
+        pport,
+        "/api/v1/query?query=stallscope_stalls_total%7Brole%3D%22main%22%2Ckind%3D%22slow_syscall%22%7D",
+    )
+    .expect("query");
+    assert!(body.contains("\"finding\""), "{body}");
+}
+
+#[test]
+fn an_injected_stall_leaves_an_incident_report_and_an_event_line() {
+    let _g = serial();
+    if !can_run() {
+        return;
+    }
+    let redis = debug_redis();
+    {
+        let mut c = redis.client();
+        c.cmd(&["SET", "secret-key-4242", "secret-value-4242"])
+            .unwrap();
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("incidents");
+    let events = tmp.path().join("stalls.jsonl");
+    let mport = free_port();
+    let w = Watch::start(&[
+        "--pid",
+        &redis.pid().to_string(),
+        "--out",
+        out.to_str().unwrap(),
+        "--events",
+        events.to_str().unwrap(),
+        "--after",
+        "1s",
+        "--record",
+        "--metrics",
+        &format!(":{mport}"),
+    ]);
+    assert!(
+        w.wait_line("watching", Duration::from_secs(20)),
+        "{:?}",
+        w.lines()
+    );
+    debug_sleep(redis.port);
+    let reports = poll(Duration::from_secs(60), || {
+        let v = incident_reports(&out);
+        (!v.is_empty()).then_some(v)
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "no incident report in {}; watcher: {:?}",
+            out.display(),
+            w.lines()
+        )
+    });
+    assert_eq!(reports.len(), 1, "{reports:?}");
+    let json_path = &reports[0];
+    let name = json_path.file_name().unwrap().to_string_lossy().to_string();
+    // Named by time and finding: 2026-12-01T07-43-54.360Z-command.json
+    assert!(
+        name.len() > 25 && name.as_bytes()[4] == b'-' && name.as_bytes()[10] == b'T',
+        "{name}"
+    );
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(json_path).unwrap()).unwrap();
+    assert_eq!(r["source"]["kind"], "live");
+    // auto: bpf or perf, never ptrace.
+    assert!(
+        r["source"]["backend"] == "perf" || r["source"]["backend"] == "bpf",
+        "{}",
+        r["source"]
+    );
+    let stalls = r["stalls"].as_array().expect("stalls");
+    let sleep = stalls
+        .iter()
+        .find(|s| s["thread"] == "main" && s["duration_us"].as_i64().unwrap_or(0) >= 250_000)
+        .unwrap_or_else(|| panic!("no 300 ms main-thread stall in {stalls:?}"));
+    let finding = sleep["finding"].as_str().expect("the stall has a finding");
+    assert!(name.contains(finding), "{name} does not name {finding}");
+    let stem = json_path.to_str().unwrap().strip_suffix(".json").unwrap();
+    let html = PathBuf::from(format!("{stem}.html"));
+    let strace = PathBuf::from(format!("{stem}.strace"));
+    for p in [json_path, &html, &strace] {
+        use std::os::unix::fs::PermissionsExt;
+        let meta = std::fs::metadata(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+        assert_eq!(
+            meta.permissions().mode() & 0o007,
+            0,
+            "{} is world-readable",
+            p.display()
+        );
+        let text = std::fs::read_to_string(p).unwrap();
+        assert!(
+            !text.contains("secret-"),
+            "{} holds a key or value",
+            p.display()
+        );
+    }
+    // The recording reads back to a report with the same stall.
+    let again = Command::new(env!("CARGO_BIN_EXE_stallscope"))
+        .args(["analyze", strace.to_str().unwrap(), "--format", "json"])
+        .output()
+        .unwrap();
+    let again: serde_json::Value = serde_json::from_slice(&again.stdout).unwrap();
+    assert!(
+        again["summary"]["stalls"].as_u64().unwrap_or(0) >= 1,
+        "{}",
+        again["summary"]
+    );
+    // One --events line for the stall, as it ended.
+    let lines = std::fs::read_to_string(&events).unwrap();
+    let ev: Vec<serde_json::Value> = lines
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let e = ev
+        .iter()
+        .find(|e| e["duration_s"].as_f64().unwrap_or(0.0) >= 0.25)
+        .unwrap_or_else(|| panic!("no 300 ms stall line in {lines}"));
+    assert_eq!(e["thread"], "main");
+    assert_eq!(e["finding"], finding);
+    assert!(
+        chrono::DateTime::parse_from_rfc3339(e["time"].as_str().unwrap()).is_ok(),
+        "{e}"
+    );
+    assert_eq!(metric(mport, "stallscope_incidents_total"), Some(1.0));
+}
+
+#[test]
+fn unwritable_out_is_counted_and_rate_limit_too_and_watching_goes_on() {
+    let _g = serial();
+    if !can_run() {
+        return;
+    }
+    let redis = debug_redis();
+    let tmp = tempfile::tempdir().unwrap();
+    // A directory under a regular file cannot be created, even by root.
+    let blocker = tmp.path().join("a-file");
+    std::fs::write(&blocker, "x").unwrap();
+    let bad = blocker.join("incidents");
+    let mport = free_port();
+    let w = Watch::start(&[
+        "--pid",
+        &redis.pid().to_string(),
+        "--out",
+        bad.to_str().unwrap(),
+        "--after",
+        "200ms",
+        "--max-incidents-per-hour",
+        "1",
+        "--metrics",
+        &format!("127.0.0.1:{mport}"),
+    ]);
+    assert!(
+        w.wait_line("watching", Duration::from_secs(20)),
+        "{:?}",
+        w.lines()
+    );
+    debug_sleep(redis.port);
+    let err = poll(Duration::from_secs(60), || {
+        metric(mport, "stallscope_incident_write_errors_total").filter(|n| *n >= 1.0)
+    });
+    assert!(err.is_some(), "write error not counted; {:?}", w.lines());
+    assert!(
+        w.lines()
+            .iter()
+            .any(|l| l.contains("incident not written") && l.contains("--out")),
+        "{:?}",
+        w.lines()
+    );
+    // Still watching: the next stall is counted, and its incident is over the hourly limit.
+    debug_sleep(redis.port);
+    let n = poll(Duration::from_secs(60), || {
+        metric(mport, "stallscope_stalls_total").filter(|n| *n >= 2.0)
+    });
+    assert!(n.is_some(), "{:?}", w.lines());
+    let sup = poll(Duration::from_secs(60), || {
+        metric(mport, "stallscope_incidents_suppressed_total").filter(|n| *n >= 1.0)
+    });
+    assert!(sup.is_some(), "rate limit not counted; {:?}", w.lines());
+}
+
+/// A copy of redis-server under a name of its own (`redis-server-XX`: the comm keeps its
+/// role as main), so that `--name` finds this test's redis and no other on the machine.
+fn named_redis(dir: &Path, bin: &Path, port: u16) -> Child {
+    let child = Command::new(bin)
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        .args([
+            "--save",
+            "",
+            "--daemonize",
+            "no",
+            "--enable-debug-command",
+            "yes",
+        ])
+        .args(["--dir", dir.to_str().unwrap(), "--logfile", "redis.log"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start the renamed redis-server");
+    let ok = poll(Duration::from_secs(10), || {
+        Client::connect(port, Duration::from_millis(500))
+            .and_then(|mut c| c.cmd(&["PING"]))
+            .ok()
+            .filter(|r| r.text() == "+PONG")
+    });
+    assert!(ok.is_some(), "the renamed redis-server did not answer PING");
+    child
+}
+
+fn stop_child(c: &mut Child) {
+    unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+    if poll(Duration::from_secs(10), || c.try_wait().ok().flatten()).is_none() {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+}
+
+#[test]
+fn name_follows_a_restart() {
+    let _g = serial();
+    if !can_run() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let src = Command::new("sh")
+        .args(["-c", "command -v redis-server"])
+        .output()
+        .unwrap();
+    let src = String::from_utf8_lossy(&src.stdout).trim().to_string();
+    let tag = format!("{:02}", std::process::id() % 100);
+    let name = format!("redis-server-{tag}");
+    let bin = tmp.path().join(&name);
+    std::fs::copy(&src, &bin).unwrap();
+    let port = free_port();
+    let mut r1 = named_redis(tmp.path(), &bin, port);
+    let mport = free_port();
+    let w = Watch::start(&["--name", &name, "--metrics", &format!(":{mport}")]);
+    let attached = |want: f64| {
+        poll(Duration::from_secs(30), || {
+            metric(mport, "stallscope_attached").filter(|v| *v == want)
+        })
+        .is_some()
+    };
+    assert!(attached(1.0), "{:?}", w.lines());
+    let pid1 = r1.id();
+    stop_child(&mut r1);
+    assert!(
+        attached(0.0),
+        "still attached after redis exited; {:?}",
+        w.lines()
+    );
+    let mut r2 = named_redis(tmp.path(), &bin, port);
+    assert_ne!(r2.id(), pid1);
+    assert!(
+        attached(1.0),
+        "did not attach to the new redis; {:?}",
+        w.lines()
+    );
+    assert_eq!(metric(mport, "stallscope_attaches_total"), Some(2.0));
+    debug_sleep(port);
+    let n = poll(Duration::from_secs(60), || {
+        metric(mport, "stallscope_stalls_total").filter(|n| *n >= 1.0)
+    });
+    assert!(
+        n.is_some(),
+        "the new redis's stall was not counted; {:?}",
+        w.lines()
+    );
+    assert!(
+        w.lines()
+            .iter()
+            .any(|l| l.contains(&format!("watching {}", r2.id()))),
+        "{:?}",
+        w.lines()
+    );
+    drop(w);
+    stop_child(&mut r2);
+}
+
+#[test]
+fn sigterm_detaches_exits_0_and_redis_is_untouched() {
+    let _g = serial();
+    if !can_run() {
+        return;
+    }
+    let redis = debug_redis();
+    let mut w = Watch::start(&["--pid", &redis.pid().to_string()]);
+    assert!(
+        w.wait_line("watching", Duration::from_secs(20)),
+        "{:?}",
+        w.lines()
+    );
+    // Traffic while attached, so the tracer has something in flight when it is stopped.
+    let port = redis.port;
+    let load = std::thread::spawn(move || {
+        let mut c = Client::connect(port, Duration::from_secs(20)).unwrap();
+        for i in 0..2000 {
+            c.cmd(&["SET", &format!("k{i}"), "v"]).unwrap();
+        }
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    // How fast is measured by bench/watch.sh (the issue asks for 2 s); on a loaded machine a
+    // test only asks that it exits, with 0, before a generous deadline.
+    let t0 = Instant::now();
+    let code = w.terminate(common::DEADLINE);
+    assert_eq!(
+        code,
+        Some(0),
+        "did not exit 0 within {:?} of SIGTERM; {:?}",
+        common::DEADLINE,
+        w.lines()
+    );
+    eprintln!("exited {:?} after SIGTERM", t0.elapsed());
+    load.join().unwrap();
+    redis.assert_unharmed();
+    assert!(
+        w.lines().iter().any(|l| l.contains("detached from")),
+        "{:?}",
+        w.lines()
+    );
+}
+
+#[test]
+fn auto_never_falls_back_to_ptrace_and_ptrace_warns() {
+    let _g = serial();
+    if !have("redis-server", "--version") {
+        return;
+    }
+    let redis = Redis::start(&[]);
+    // As an unprivileged user perf is refused (paranoid >= 0, no CAP_PERFMON): auto must say
+    // so rather than stop redis at every syscall. Root runs it as `nobody` to see that.
+    if unsafe { libc::geteuid() } == 0 {
+        let paranoid: i32 = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(2);
+        let have_setpriv = Command::new("setpriv").arg("--version").output().is_ok();
+        if paranoid > -1 && have_setpriv {
+            let out = Command::new("setpriv")
+                .args([
+                    "--reuid=65534",
+                    "--regid=65534",
+                    "--clear-groups",
+                    "--inh-caps=-all",
+                ])
+                .arg(env!("CARGO_BIN_EXE_stallscope"))
+                .args(["watch", "--pid", &redis.pid().to_string()])
+                .output()
+                .unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{err}");
+            assert!(err.contains("--backend ptrace"), "{err}");
+            assert!(!err.contains("backend ptrace:"), "auto chose ptrace: {err}");
+            assert_eq!(redis.tracer_pid(), 0);
+        }
+    }
+    // Asked for: it warns about the cost, then watches, and sees commands.
+    let mport = free_port();
+    let mut w = Watch::start(&[
+        "--pid",
+        &redis.pid().to_string(),
+        "--backend",
+        "ptrace",
+        "--metrics",
+        &format!(":{mport}"),
+    ]);
+    assert!(
+        w.wait_line("watching", Duration::from_secs(20)),
+        "{:?}",
+        w.lines()
+    );
+    assert!(
+        w.lines()
+            .iter()
+            .any(|l| l.contains("warning") && l.contains("fraction of its throughput")),
+        "{:?}",
+        w.lines()
+    );
+    let mut c = redis.client();
+    for i in 0..50 {
+        c.cmd(&["SET", &format!("k{i}"), "v"]).unwrap();
+    }
+    let sets = poll(Duration::from_secs(30), || {
+        metric(
+            mport,
+            "stallscope_command_duration_seconds_count{command=\"SET\"}",
+        )
+        .filter(|n| *n >= 50.0)
+    });
+    assert!(sets.is_some(), "SETs not timed; {:?}", w.lines());
+    assert_eq!(w.terminate(common::DEADLINE), Some(0), "{:?}", w.lines());
+    redis.assert_unharmed();
+}
