@@ -174,12 +174,15 @@ pub(crate) fn base_name(first: &Stall, worst: &Stall) -> String {
                 .format("%Y-%m-%dT%H-%M-%S%.3fZ")
                 .to_string()
         });
-    let what = worst.finding.map(|f| f.as_str().to_string()).unwrap_or_else(|| match worst.kind {
-        crate::report::StallKind::Gap => "gap".into(),
-        crate::report::StallKind::SlowSyscall => {
-            format!("slow-{}", worst.syscall.as_deref().unwrap_or("syscall"))
-        }
-    });
+    let what = worst
+        .finding
+        .map(|f| f.as_str().to_string())
+        .unwrap_or_else(|| match worst.kind {
+            crate::report::StallKind::Gap => "gap".into(),
+            crate::report::StallKind::SlowSyscall => {
+                format!("slow-{}", worst.syscall.as_deref().unwrap_or("syscall"))
+            }
+        });
     let what: String = what
         .chars()
         .map(|c| {

@@ -125,7 +125,9 @@ fn stall_labels(s: &Stall) -> StallLabels {
             crate::report::StallKind::Gap => "gap".into(),
         },
         file_class: s.class.clone().unwrap_or_else(|| "none".into()),
-        finding: s.finding.map_or_else(|| "none".to_string(), |f| f.as_str().to_string()),
+        finding: s
+            .finding
+            .map_or_else(|| "none".to_string(), |f| f.as_str().to_string()),
     }
 }
 

@@ -620,7 +620,7 @@ fn fsync_then_close_is_bio_close_file_repeated_fsync_is_bio_aof() {
     s.call(102, 20 * MS, 100 * US, "fsync", Some(7), 0, Extra::None);
     s.call(102, 21 * MS, 50 * US, "close", Some(7), 0, Extra::None);
     let r = s.report();
-    let role = |t| r.threads.iter().find(|x| x.tid == t).unwrap().role.clone();
+    let role = |t| r.threads.iter().find(|x| x.tid == t).unwrap().role;
     assert_eq!(role(101), "bio_aof");
     assert_eq!(role(102), "bio_close_file");
 }
@@ -692,7 +692,7 @@ fn thread_names_decide_roles() {
     s.call(101, 0, 20 * MS, "close", Some(12), 0, Extra::None);
     s.call(102, 0, 10 * US, "read", Some(9), 0, Extra::None);
     let r = s.report();
-    let role = |t| r.threads.iter().find(|x| x.tid == t).unwrap().role.clone();
+    let role = |t| r.threads.iter().find(|x| x.tid == t).unwrap().role;
     assert_eq!(role(101), "bio_close_file");
     assert_eq!(role(102), "io_thread");
 }
@@ -1006,7 +1006,7 @@ fn without_an_event_loop_the_first_thread_is_main() {
     s.call(205, 2 * MS, 10 * US, "futex", None, 0, Extra::None);
     s.call(200, 50 * MS, 10 * US, "getpid", None, 200, Extra::None);
     let r = s.report();
-    let role = |t| r.threads.iter().find(|x| x.tid == t).unwrap().role.clone();
+    let role = |t| r.threads.iter().find(|x| x.tid == t).unwrap().role;
     assert_eq!(role(200), "main");
     assert_eq!(role(205), "other");
     // Its 49 ms without a syscall is a main-thread gap.
