@@ -1449,6 +1449,7 @@ mod tests {
             worst_wait_us: None,
             phase: None,
             events_lost: false,
+            sched: None,
         }
     }
 

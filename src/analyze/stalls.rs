@@ -264,9 +264,7 @@ impl StallRow<'_> {
             worst_wait_us: held.worst_wait.map(|w| w / 1000),
             phase: c.phase,
             events_lost: self.events_lost,
-            sched: c
-                .sched
-                .map(|d| crate::report::StallSched::of(&d, c.dur)),
+            sched: c.sched.map(|d| crate::report::StallSched::of(&d, c.dur)),
         }
     }
 }

@@ -475,6 +475,7 @@ mod tests {
             worst_wait_us: None,
             phase: None,
             events_lost: false,
+            sched: None,
         }
     }
 
