@@ -157,7 +157,7 @@ pub(crate) enum Outcome {
     Failed(String),
 }
 
-/// `2026-12-01T07-30-12.345Z-debug-sleep`: the time (UTC, sortable, no `:` for the sake of
+/// `2026-12-01T07-30-12.345Z-command`: the time (UTC, sortable, no `:` for the sake of
 /// other file systems and tools) and the finding.
 pub(crate) fn base_name(first: &Stall, worst: &Stall) -> String {
     let t = first
@@ -446,7 +446,11 @@ mod tests {
         g.add(&stall(300_000, None), 10 * s, 10 * s + 300_000_000);
         assert!(g.take_due(14 * s, None).is_none());
         // Within --after of the first: joins it and pushes the due time.
-        g.add(&stall(500_000, Some("x")), 14 * s, 14 * s + 500_000_000);
+        g.add(
+            &stall(500_000, Some("command")),
+            14 * s,
+            14 * s + 500_000_000,
+        );
         assert!(g.take_due(16 * s, None).is_none());
         let o = g.take_due(20 * s, None).expect("due");
         assert_eq!(o.count, 2);
@@ -497,8 +501,8 @@ mod tests {
     #[test]
     fn names_sort_by_utc_time_and_say_the_finding() {
         assert_eq!(
-            base_name(&stall(1, None), &stall(1, Some("debug-sleep"))),
-            "2026-12-01T07-30-12.345Z-debug-sleep"
+            base_name(&stall(1, None), &stall(1, Some("command"))),
+            "2026-12-01T07-30-12.345Z-command"
         );
         assert_eq!(
             base_name(&stall(1, None), &stall(1, None)),
