@@ -389,7 +389,8 @@ fn bpf_backend_splits_a_busy_eval_gap_into_cpu_and_runnable_time() {
         let part = |k: &str| s[k].as_i64().unwrap_or_else(|| panic!("no sched.{k}: {g}"));
         let (on, run, blocked) = (part("on_cpu_us"), part("runnable_us"), part("blocked_us"));
         let d = g["duration_us"].as_i64().unwrap_or(0);
-        assert!((on + run + blocked - d).abs() <= 1, "parts add up: {g}");
+        // Each part is rounded down to a whole µs on its own: up to 3 µs go missing in the sum.
+        assert!((on + run + blocked - d).abs() <= 3, "parts add up: {g}");
         assert!(
             on + run >= d * 8 / 10,
             "a busy EVAL is on a CPU or waiting for one: {g}"
