@@ -613,3 +613,14 @@ pub fn add_overhead(report: &mut Report, st: &TracerStats, backend: &str) {
         warning,
     });
 }
+
+/// The kernel's page size, in which perf and BPF ring buffers are sized.
+pub(crate) fn page_size() -> usize {
+    // SAFETY: sysconf reads a constant of the running kernel.
+    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if p > 0 {
+        p as usize
+    } else {
+        4096
+    }
+}

@@ -514,7 +514,8 @@ impl PerfTracer {
         a.set_task(task as u64);
         a.set_watermark(1);
         // Wake the reader when a quarter of the buffer is used.
-        a.__bindgen_anon_2.wakeup_watermark = (self.cfg.pages * page_size() / 4).max(1) as u32;
+        a.__bindgen_anon_2.wakeup_watermark =
+            (self.cfg.pages * super::page_size() / 4).max(1) as u32;
         a
     }
 
@@ -567,7 +568,7 @@ impl PerfTracer {
     }
 
     fn map_ring(&self, fd: i32) -> Result<Ring, i32> {
-        let ps = page_size();
+        let ps = super::page_size();
         let len = (1 + self.cfg.pages) * ps;
         let p = unsafe {
             libc::mmap(
@@ -944,15 +945,6 @@ impl PerfTracer {
                 timeout.as_millis().min(i32::MAX as u128) as i32,
             )
         };
-    }
-}
-
-fn page_size() -> usize {
-    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    if p > 0 {
-        p as usize
-    } else {
-        4096
     }
 }
 

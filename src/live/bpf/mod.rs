@@ -332,7 +332,7 @@ impl BpfTracer {
     pub fn attach(cfg: BpfConfig) -> Result<Self, AttachError> {
         super::check_target(cfg.pid)?;
         let child_off = check_layouts().map_err(AttachError::Other)?;
-        let ring_bytes = (cfg.pages * page_size()) as u32;
+        let ring_bytes = (cfg.pages * crate::live::page_size()) as u32;
         let follow = cfg.follow_forks as u32;
         let mut bpf = aya::EbpfLoader::new()
             .set_global("follow_forks", &follow, true)
@@ -833,15 +833,6 @@ fn read_ring(
             revents: 0,
         };
         unsafe { libc::poll(&mut pfd, 1, 5) };
-    }
-}
-
-fn page_size() -> usize {
-    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    if p > 0 {
-        p as usize
-    } else {
-        4096
     }
 }
 
