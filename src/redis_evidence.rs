@@ -1455,6 +1455,7 @@ mod tests {
             cause: String::new(),
             finding: Some(finding.into()),
             bound: crate::report::Bound::Exact,
+            duration_known: crate::report::DurationKnown::Measured,
             in_flight: None,
             waiting_commands: 0,
             waiting_by_command: Default::default(),

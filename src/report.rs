@@ -252,6 +252,28 @@ pub enum Bound {
     AtMost,
 }
 
+closed_set!(
+    /// How a stall's duration is known (`stalls[].duration_known`): only `measured` and
+    /// `paired` durations can carry a critical finding.
+    DurationKnown {
+        /// `-T`, perf trace's duration, a live tracer's clock; for a gap: both of its edges.
+        Measured => "measured",
+        /// An unfinished call paired with its resumed line.
+        Paired => "paired",
+        /// Up to the thread's next event: the call (or gap) took at most this long.
+        UpperBound => "upper_bound",
+        /// Not known at all (a call cut by the trace's end or by an unreadable line).
+        Unknown => "unknown",
+    }
+);
+
+impl DurationKnown {
+    /// Measured or paired: a duration that can carry a critical finding.
+    pub fn is_known(self) -> bool {
+        matches!(self, DurationKnown::Measured | DurationKnown::Paired)
+    }
+}
+
 #[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum StallKind {
@@ -277,6 +299,8 @@ pub struct Stall {
     pub cause: String,
     pub finding: Option<FindingId>,
     pub bound: Bound,
+    /// How `duration_us` is known.
+    pub duration_known: DurationKnown,
     pub in_flight: Option<crate::event::InFlight>,
     pub waiting_commands: u64,
     /// The waiting commands by command name.

@@ -207,6 +207,9 @@ struct ByFinding {
     worst: i64,
     worst_line: Option<u64>,
     worst_path: Option<String>,
+    /// The longest stall whose duration was measured or paired: only these can make a
+    /// finding critical (an upper bound supports a warning at most).
+    worst_known: Option<i64>,
     /// Distinct commands held by any of the stalls.
     held: HashSet<u64>,
 }
@@ -267,10 +270,11 @@ fn on_stalls(_: &Ctx<'_>, e: Option<&ByFinding>) -> bool {
     e.is_some()
 }
 
-/// Critical when one stall reached 100 ms, else at least a warning when stalls have it.
+/// Critical when one stall of measured or paired duration reached 100 ms, else at least a
+/// warning when stalls have it: an upper bound supports a warning at most.
 fn by_stalls(e: Option<&ByFinding>, base: Severity) -> Severity {
     match e {
-        Some(e) if e.worst >= 100_000 => Severity::Critical,
+        Some(e) if e.worst_known.is_some_and(|w| w >= 100_000) => Severity::Critical,
         Some(_) => base.max(Severity::Warning),
         None => base,
     }
@@ -307,13 +311,24 @@ fn stall_evidence(cx: &Ctx<'_>, e: Option<&ByFinding>) -> String {
         )
     };
     format!(
-        "{} stall{} over {}, {} in total, worst {}{path}{at}{held}",
+        "{} stall{} over {}, {} in total, worst {}{path}{at}{held}{}",
         e.n,
         plural(e.n),
         human(cx.ev.threshold_us),
         human(e.total),
-        human(e.worst)
+        human(e.worst),
+        upper_bounds_only(e)
     )
+}
+
+/// What the evidence adds when no stall of a finding has a measured or paired duration.
+fn upper_bounds_only(e: &ByFinding) -> &'static str {
+    if e.worst_known.is_some() {
+        ""
+    } else {
+        "; every one of these durations is an upper bound (up to the thread's next event) or \
+         not known, so they support a warning at most: rerun strace with -T"
+    }
 }
 
 // aof-fsync-always fires on the pattern even when no single fsync crosses the threshold:
@@ -635,8 +650,12 @@ pub(crate) fn findings(
                 worst: 0,
                 worst_line: None,
                 worst_path: None,
+                worst_known: None,
                 held: Default::default(),
             });
+        if s.duration_known.is_known() {
+            e.worst_known = Some(e.worst_known.unwrap_or(0).max(s.duration_us));
+        }
         e.n += 1;
         e.total += s.duration_us;
         e.held.extend(h.seqs.iter().copied());
@@ -745,6 +764,7 @@ mod tests {
             dur: 50 * MS,
             line: Some(3),
             bound: Bound::Exact,
+            known: crate::report::DurationKnown::Measured,
             in_flight: None,
             phase,
             events_lost: false,
@@ -830,6 +850,7 @@ mod tests {
             cause: String::new(),
             finding,
             bound: Bound::Exact,
+            duration_known: crate::report::DurationKnown::Measured,
             in_flight: None,
             waiting_commands: 0,
             waiting_by_command: Default::default(),

@@ -8,9 +8,9 @@ use super::holds::Held;
 use super::phases::Phases;
 use super::roles::Role;
 use super::world::World;
-use crate::event::{InFlight, Nanos, Tid};
+use crate::event::{DurSource, InFlight, Nanos, Tid};
 use crate::fdtable::FileId;
-use crate::report::{Bound, FindingId, Stall, StallKind};
+use crate::report::{Bound, DurationKnown, FindingId, Stall, StallKind};
 use crate::source::Clock;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -28,6 +28,7 @@ pub(crate) struct Cand {
     pub(crate) dur: Nanos,
     pub(crate) line: Option<u64>,
     pub(crate) bound: Bound,
+    pub(crate) known: DurationKnown,
     pub(crate) in_flight: Option<InFlight>,
     /// Index of the phase (background child) running when it began.
     pub(crate) phase: Option<usize>,
@@ -61,6 +62,9 @@ pub(crate) struct Stalls {
     /// Most candidates kept in detail.
     cap: usize,
     last_end: PerThread<Option<Nanos>>,
+    /// Whether the thread's last end is known (its call's duration measured or paired): a
+    /// gap from an end that is not is only an upper bound.
+    last_end_known: PerThread<bool>,
     cands: Vec<Cand>,
     dropped: u64,
     seq: u64,
@@ -82,6 +86,7 @@ impl Stalls {
             threshold,
             cap,
             last_end: PerThread::default(),
+            last_end_known: PerThread::default(),
             cands: vec![],
             dropped: 0,
             seq: 0,
@@ -109,6 +114,11 @@ impl Stalls {
             dur,
             line: cx.line(),
             bound: if call { cx.bound() } else { Bound::Exact },
+            known: if call {
+                call_known(cx)
+            } else {
+                DurationKnown::Measured
+            },
             in_flight: if call { cx.sc.in_flight } else { None },
             phase: None,
             events_lost: false,
@@ -134,6 +144,8 @@ impl Stalls {
         let last_end = self.last_end.at(cx.thread);
         let prev_end = *last_end;
         *last_end = Some(prev_end.map_or(cx.end, |le| le.max(cx.end)));
+        let end_known = self.last_end_known.at(cx.thread);
+        let prev_known = std::mem::replace(end_known, call_known(cx).is_known());
         if let Some(pe) = prev_end {
             let gap = ts - pe;
             step.gap = Some(gap);
@@ -142,6 +154,12 @@ impl Stalls {
                 && cx.sc.in_flight != Some(InFlight::AtStart)
             {
                 let mut c = self.cand(cx, StallKind::Gap, pe, gap);
+                if !prev_known {
+                    // From the start of a call of unknown length: the gap is what is left
+                    // of that time once the call is taken out, at most this.
+                    c.known = DurationKnown::UpperBound;
+                    c.bound = Bound::AtMost;
+                }
                 c.phase = phases.active_at(pe);
                 c.events_lost = lost;
                 step.added[0] = self.add(c);
@@ -226,6 +244,19 @@ impl Stalls {
     }
 }
 
+/// How a call's duration is known, from the source's own account of it.
+fn call_known(cx: &ResolvedCall<'_>) -> DurationKnown {
+    if !cx.timed {
+        return DurationKnown::Unknown;
+    }
+    match cx.dur_src() {
+        DurSource::Measured => DurationKnown::Measured,
+        DurSource::Paired => DurationKnown::Paired,
+        DurSource::UpperBound => DurationKnown::UpperBound,
+        DurSource::Unknown => DurationKnown::Unknown,
+    }
+}
+
 /// Whether a candidate is a stall for a thread of this role; `gaps_ok`: the trace's gaps
 /// can be trusted.
 pub(crate) fn keep(c: &Cand, role: Role, gaps_ok: bool) -> bool {
@@ -273,6 +304,7 @@ impl StallRow<'_> {
             cause,
             finding,
             bound: c.bound,
+            duration_known: c.known,
             in_flight: c.in_flight,
             waiting_commands: held.waiting,
             waiting_by_command: held

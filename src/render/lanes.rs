@@ -469,6 +469,7 @@ mod tests {
             cause: "c".into(),
             finding: None,
             bound: Bound::Exact,
+            duration_known: crate::report::DurationKnown::Measured,
             in_flight: None,
             waiting_commands: 0,
             waiting_by_command: Default::default(),

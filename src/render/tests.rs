@@ -31,6 +31,7 @@ fn stall(at_us: i64, duration_us: i64, kind: StallKind, class: Option<&str>, tid
         cause: "the AOF fsync waited for the disk".into(),
         finding: Some(FindingId::AofFsyncAlways),
         bound: Bound::Exact,
+        duration_known: crate::report::DurationKnown::Measured,
         in_flight: None,
         waiting_commands: 1,
         waiting_by_command: [("SET".to_string(), 1)].into_iter().collect(),

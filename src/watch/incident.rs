@@ -428,6 +428,7 @@ mod tests {
             cause: String::new(),
             finding: finding.map(crate::report::FindingId::from),
             bound: Bound::Exact,
+            duration_known: crate::report::DurationKnown::Measured,
             in_flight: None,
             waiting_commands: 0,
             waiting_by_command: Default::default(),

@@ -1046,3 +1046,75 @@ fn live_printing_judges_gaps_by_the_clock_it_is_given() {
     assert!(live.iter().all(|x| x.kind != StallKind::Gap), "{live:?}");
     assert!(s.report_with(coarse).stalls.is_empty());
 }
+
+/// Issue 13: each stall says how its duration is known, and upper bounds carry no critical.
+#[test]
+fn stalls_say_how_their_duration_is_known_and_upper_bounds_cap_severity() {
+    use crate::report::{DurationKnown, Severity};
+    let bounded = |src: DurSource| {
+        let mut s = Seq::new();
+        s.open(100, 0, "/data/appendonly.aof", 7);
+        s.call(100, MS, 10 * US, "epoll_wait", Some(5), 1, Extra::None);
+        let mut sc = Syscall::new("fdatasync");
+        sc.fd = Some(7);
+        sc.ret = Ret::Val(0);
+        (sc.dur, sc.dur_src) = (Some(500 * MS), src);
+        s.ev(100, 2 * MS, EventKind::Syscall(sc));
+        s.call(
+            100,
+            503 * MS,
+            10 * US,
+            "epoll_wait",
+            Some(5),
+            1,
+            Extra::None,
+        );
+        s.report()
+    };
+    let r = bounded(DurSource::UpperBound);
+    assert_eq!(r.stalls.len(), 1, "{:?}", r.stalls);
+    assert_eq!(r.stalls[0].duration_known, DurationKnown::UpperBound);
+    let f = r.findings.iter().find(|f| f.stalls > 0).expect("a finding");
+    assert!(f.severity <= Severity::Warning, "{f:?}");
+    assert!(f.evidence.contains("upper bound"), "{}", f.evidence);
+    for (src, known) in [
+        (DurSource::Measured, DurationKnown::Measured),
+        (DurSource::Paired, DurationKnown::Paired),
+    ] {
+        let r = bounded(src);
+        assert_eq!(r.stalls[0].duration_known, known);
+        let f = r.findings.iter().find(|f| f.stalls > 0).expect("a finding");
+        assert_eq!(f.severity, Severity::Critical, "{f:?}");
+        assert!(!f.evidence.contains("upper bound"), "{}", f.evidence);
+    }
+    // A gap after a call of unknown duration is an upper bound; after a measured call it is
+    // measured by its two timestamps.
+    let gap_after = |src: DurSource| {
+        let mut s = Seq::new();
+        s.call(100, 0, 10 * US, "epoll_wait", Some(5), 1, Extra::None);
+        let mut sc = Syscall::new("getpid");
+        sc.ret = Ret::Val(100);
+        if src == DurSource::Measured {
+            (sc.dur, sc.dur_src) = (Some(10 * US), src);
+        }
+        s.ev(100, MS, EventKind::Syscall(sc));
+        s.call(
+            100,
+            300 * MS,
+            10 * US,
+            "epoll_wait",
+            Some(5),
+            1,
+            Extra::None,
+        );
+        s.report()
+    };
+    let r = gap_after(DurSource::Unknown);
+    let g = r.stalls.iter().find(|x| x.kind == StallKind::Gap).unwrap();
+    assert_eq!(g.duration_known, DurationKnown::UpperBound);
+    assert_eq!(g.bound, Bound::AtMost);
+    assert!(r.findings.iter().all(|f| f.severity < Severity::Critical));
+    let r = gap_after(DurSource::Measured);
+    let g = r.stalls.iter().find(|x| x.kind == StallKind::Gap).unwrap();
+    assert_eq!(g.duration_known, DurationKnown::Measured);
+}
