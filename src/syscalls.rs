@@ -31,6 +31,8 @@ impl Facts {
     pub const WRITES: u16 = 1 << 11;
     pub const RECV: u16 = 1 << 12;
     pub const SEND: u16 = 1 << 13;
+    /// select/poll: the event loop of a process that never waits in epoll.
+    pub const POLL: u16 = 1 << 14;
 
     #[inline]
     pub fn has(self, bits: u16) -> bool {
@@ -381,10 +383,10 @@ static TABLE: &[SysInfo] = &[
         .facts(F::ALWAYS_IDLE),
     // In a background thread these wait for work; redis's main thread never sleeps or
     // polls while idle (its loop waits in epoll), so there they hold every client.
-    SysInfo::new("poll").facts(F::BG_WAIT),
-    SysInfo::new("ppoll").facts(F::BG_WAIT),
-    SysInfo::new("select").facts(F::BG_WAIT),
-    SysInfo::new("pselect6").facts(F::BG_WAIT),
+    SysInfo::new("poll").facts(F::BG_WAIT | F::POLL),
+    SysInfo::new("ppoll").facts(F::BG_WAIT | F::POLL),
+    SysInfo::new("select").facts(F::BG_WAIT | F::POLL),
+    SysInfo::new("pselect6").facts(F::BG_WAIT | F::POLL),
     SysInfo::new("nanosleep").facts(F::BG_WAIT),
     SysInfo::new("clock_nanosleep").facts(F::BG_WAIT),
     SysInfo::new("pause").facts(F::BG_WAIT),

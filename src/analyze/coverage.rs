@@ -27,7 +27,7 @@ pub(crate) struct Coverage {
 /// Why the gaps between a thread's calls cannot be trusted in a trace.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) enum GapVerdict {
-    /// Not one event-loop wait in a long trace: `strace -e trace=...`.
+    /// Not one event-loop wait (epoll, select/poll): `strace -e trace=...`, or a few lines.
     Filtered { syscalls: u64 },
     /// No call shorter than this: `perf trace --duration`.
     DurationFiltered { min: Nanos },
@@ -139,7 +139,9 @@ impl Coverage {
         no_event_loop: bool,
         threads: usize,
     ) -> Option<GapVerdict> {
-        if self.syscalls >= 1000 && no_event_loop {
+        // Gaps are time between waits for work: with no such wait at all the trace was
+        // filtered (-e trace=...) or cut to a few lines, and a gap may be untraced calls.
+        if self.syscalls > 0 && no_event_loop {
             return Some(GapVerdict::Filtered {
                 syscalls: self.syscalls,
             });

@@ -458,7 +458,8 @@ fn gaps_unmeasurable(cx: &Ctx<'_>, _: Option<&ByFinding>) -> bool {
 fn gaps_evidence(cx: &Ctx<'_>, _: Option<&ByFinding>) -> String {
     match cx.ev.gaps {
         Some(GapVerdict::Filtered { syscalls }) => format!(
-            "{syscalls} syscalls and not one epoll_wait: strace was probably run with -e trace=..."
+            "{syscalls} syscalls and not one wait of an event loop (epoll_wait, or select/poll): \
+             strace was probably run with -e trace=..., or the trace is cut to a few lines"
         ),
         Some(v) => v.why(),
         None => String::new(),

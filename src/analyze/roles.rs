@@ -51,6 +51,8 @@ pub(crate) struct RoleEvidence {
     pub(crate) aof_sync: u64,
     pub(crate) file_close: u64,
     pub(crate) client_io: u64,
+    /// select/poll waits (an event loop only where no thread of the process waits in epoll).
+    pub(crate) poll: u64,
 }
 
 impl RoleEvidence {
@@ -81,6 +83,10 @@ impl RoleEvidence {
         let before = self.shape();
         if facts.has(F::EPOLL) {
             self.epoll += 1;
+        } else if facts.has(F::POLL) {
+            // Whether any thread waits for work at all is read by the first-thread rule.
+            self.poll += 1;
+            return self.poll == 1;
         } else if facts.has(F::FSYNC) && class.is_some_and(|c| c.is_aof()) {
             self.aof_sync += 1;
         } else if facts.has(F::CLOSE) && class.is_some_and(|c| c.is_disk_file()) {
@@ -102,8 +108,9 @@ pub(crate) struct Situation<'a> {
     pub(crate) is_child: bool,
     /// The traced process's pid is known and this is its first thread (tid == pid).
     pub(crate) is_root_tid: bool,
-    /// The pid is not known, this is the lowest tid of the traced process, and no thread
-    /// anywhere runs an event loop.
+    /// The pid is not known, this is the lowest tid of the traced process (of more than one
+    /// thread: being alone says nothing), and no thread anywhere waits in an event loop
+    /// (epoll, or select/poll).
     pub(crate) first_without_loop: bool,
 }
 
@@ -168,6 +175,7 @@ mod tests {
             aof_sync,
             file_close,
             client_io,
+            poll: 0,
         }
     }
 

@@ -45,6 +45,8 @@ pub(crate) struct World {
     role_epoch: u64,
     /// Some thread has run the event loop.
     any_epoll: bool,
+    /// Some thread waited in select/poll.
+    any_poll: bool,
 }
 
 impl World {
@@ -67,6 +69,7 @@ impl World {
             names,
             role_epoch: 0,
             any_epoll: false,
+            any_poll: false,
         }
     }
 
@@ -176,6 +179,7 @@ impl World {
             self.role_epoch += 1;
         }
         self.any_epoll |= t.evidence.epoll > 0;
+        self.any_poll |= t.evidence.poll > 0;
         let role = self.role_at(thread);
         let dur = sc.dur.unwrap_or(0);
         ResolvedCall {
@@ -255,10 +259,18 @@ impl World {
     fn role_and_why(&self, t: &ThreadRec) -> (Role, Why) {
         // The first-thread rule needs a scan of every thread: only asked for when the pid is
         // unknown and no thread runs the event loop.
+        // The only thread seen is not main for that alone: a filtered or cut trace of any
+        // program has one.
         let first_without_loop = !self.root_known
             && t.evidence.epoll == 0
-            && !self.any_epoll
-            && t.tid == self.root_display();
+            && self.no_event_loop()
+            && t.tid == self.root_display()
+            && self
+                .threads
+                .iter()
+                .filter(|o| o.proc == t.proc)
+                .nth(1)
+                .is_some();
         decide(
             &t.evidence,
             Situation {
@@ -308,9 +320,9 @@ impl World {
         proc == self.root
     }
 
-    /// No thread has run the event loop (so far).
+    /// No thread has waited in an event loop (so far): no epoll wait, and no select/poll.
     pub(crate) fn no_event_loop(&self) -> bool {
-        !self.any_epoll
+        !self.any_epoll && !self.any_poll
     }
 
     pub(crate) fn thread_count(&self) -> usize {
@@ -419,8 +431,12 @@ mod tests {
         let mut w = World::new(None, HashMap::default(), None);
         let e = event(7, 0, 10, "futex");
         let cx = w.observe(&e, e.syscall().unwrap());
-        // No event loop anywhere: the first thread is main.
-        assert_eq!(cx.role, Role::Main);
+        // No event loop anywhere, and the only thread seen: not main for that alone.
+        assert_eq!(cx.role, Role::Other);
+        let e = event(9, 5, 10, "futex");
+        w.observe(&e, e.syscall().unwrap());
+        // Two threads, no event loop: the first is main.
+        assert_eq!(w.role(7), Role::Main);
         let e = event(8, 10, 10, "epoll_wait");
         assert_eq!(w.observe(&e, e.syscall().unwrap()).role, Role::Main);
         assert_eq!(w.role(7), Role::Other, "8 runs the loop now");
