@@ -86,6 +86,8 @@ closed_set!(
         Measured => "measured",
         Reconstructed => "reconstructed",
         Mixed => "mixed",
+        /// No timestamps and no -T: nothing is measured, and no stall is reported.
+        None => "none",
     }
 );
 

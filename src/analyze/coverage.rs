@@ -35,7 +35,12 @@ pub(crate) enum GapVerdict {
     CoarseClock { resolution: Nanos },
     /// `-r` times are per printed line, not per thread.
     RelativeAcrossThreads,
+    /// No timestamps at all; `measured`: `-T` still timed each call.
+    NoTimestamps { measured: bool },
 }
+
+/// How to rerun strace so that a trace measures its calls and the time between them.
+pub(crate) const RERUN: &str = "rerun strace with -ttt -T (strace -f -ttt -T -p PID -o FILE)";
 
 impl GapVerdict {
     /// The sentence the findings show.
@@ -48,8 +53,22 @@ impl GapVerdict {
                 human(min / 1000)
             ),
             GapVerdict::CoarseClock { resolution } => format!(
-                "timestamps have a resolution of {} (strace -t): use -tt or -ttt",
-                human(resolution / 1000)
+                "timestamps have a resolution of {}{}",
+                human(resolution / 1000),
+                // Only strace -t prints whole seconds.
+                if *resolution >= 1_000_000_000 {
+                    " (strace -t): use -tt or -ttt"
+                } else {
+                    ""
+                }
+            ),
+            GapVerdict::NoTimestamps { measured: true } => format!(
+                "the trace has no timestamps: gaps between calls cannot be measured, only \
+                 each call's own -T time; {RERUN}"
+            ),
+            GapVerdict::NoTimestamps { measured: false } => format!(
+                "the trace has no timestamps and no -T: no duration can be known, so no \
+                 stall can be found; {RERUN}"
             ),
             GapVerdict::RelativeAcrossThreads => {
                 "-r times are relative to the previous line, not to the thread's previous call"
@@ -139,6 +158,11 @@ impl Coverage {
         no_event_loop: bool,
         threads: usize,
     ) -> Option<GapVerdict> {
+        if !has_timestamps(clock) {
+            return Some(GapVerdict::NoTimestamps {
+                measured: self.measured > 0,
+            });
+        }
         // Gaps are time between waits for work: with no such wait at all the trace was
         // filtered (-e trace=...) or cut to a few lines, and a gap may be untraced calls.
         if self.syscalls > 0 && no_event_loop {
@@ -149,7 +173,10 @@ impl Coverage {
         if let Some(min) = self.duration_filter() {
             return Some(GapVerdict::DurationFiltered { min });
         }
-        let resolution = 10i64.pow(9u32.saturating_sub(clock.frac_digits as u32).min(9));
+        // perf trace prints milliseconds: its fraction digits count from 1 ms, strace's
+        // from 1 s.
+        let unit: u32 = if clock.perf { 6 } else { 9 };
+        let resolution = 10i64.pow(unit.saturating_sub(clock.frac_digits as u32).min(9));
         let precise = clock.frac_digits > 0 || clock.wall_at_first.is_some();
         if !precise || resolution * 2 > threshold_ns {
             return Some(GapVerdict::CoarseClock { resolution });
@@ -160,7 +187,15 @@ impl Coverage {
         None
     }
 
-    fn durations(&self) -> Durations {
+    /// Nothing in the trace measures time: no timestamps and no -T.
+    pub(crate) fn measures_nothing(&self, clock: &Clock) -> bool {
+        !has_timestamps(clock) && self.measured == 0
+    }
+
+    fn durations(&self, clock: &Clock) -> Durations {
+        if self.measures_nothing(clock) {
+            return Durations::None;
+        }
         match (self.measured, self.reconstructed) {
             (_, 0) => Durations::Measured,
             (0, _) => Durations::Reconstructed,
@@ -180,13 +215,18 @@ impl Coverage {
             start_iso: clock.iso(first),
             span_us: (self.last_ts - first).max(0) / 1000,
             skipped_lines: counters.skips.total,
-            durations: self.durations(),
+            durations: self.durations(clock),
             lost_events: self.lost_events,
             in_flight_at_end: self.in_flight_end,
             in_flight_at_start: self.in_flight_start,
             ..Default::default()
         }
     }
+}
+
+/// Whether the trace's events carry times (live sources always do).
+fn has_timestamps(clock: &Clock) -> bool {
+    clock.fmt != TimeFmt::None || clock.perf || clock.wall_at_first.is_some()
 }
 
 /// The first skipped lines, each named by its file when there are several.
@@ -243,8 +283,8 @@ mod tests {
         );
         assert_eq!(
             c.gap_verdict(&Clock::none(), 10_000_000, false, 1),
-            None,
-            "no clock yet"
+            Some(GapVerdict::NoTimestamps { measured: true }),
+            "-T but no timestamps"
         );
         let rel = clock(TimeFmt::Relative, 6);
         assert_eq!(
@@ -261,12 +301,23 @@ mod tests {
         for _ in 0..20 {
             c.on_call(&call(&e, Role::Main, None));
         }
-        let v = c.gap_verdict(&Clock::none(), 10_000_000, false, 1);
+        let epoch = clock(TimeFmt::Epoch, 6);
+        let v = c.gap_verdict(&epoch, 10_000_000, false, 1);
         assert_eq!(v, Some(GapVerdict::DurationFiltered { min: 150_000 }));
         assert!(v.unwrap().is_filtered());
         let short = event(1, 0, 3_000, "read");
         c.on_call(&call(&short, Role::Main, None));
-        assert_eq!(c.gap_verdict(&Clock::none(), 10_000_000, false, 1), None);
-        assert_eq!(c.durations(), Durations::Measured);
+        assert_eq!(c.gap_verdict(&epoch, 10_000_000, false, 1), None);
+        assert_eq!(c.durations(&epoch), Durations::Measured);
+        assert_eq!(
+            c.durations(&Clock::none()),
+            Durations::Measured,
+            "-T measures"
+        );
+        assert_eq!(
+            Coverage::new().durations(&Clock::none()),
+            Durations::None,
+            "nothing measures"
+        );
     }
 }

@@ -33,6 +33,7 @@ use crate::source::{Clock, Counters, SourceInfo};
 pub use crate::threads_file::parse_thread_names;
 use arrivals::Arrivals;
 use commands::{CmdInputs, CommandCaps, Commands};
+pub(crate) use coverage::RERUN;
 use coverage::{Coverage, GapVerdict};
 use file_time::FileTime;
 use findings::Evidence;
@@ -317,6 +318,10 @@ impl Analyzer {
                 (c, h, s)
             })
             .collect();
+        // Without timestamps or -T every duration is a guess at 0: no stall can be shown.
+        if self.coverage.measures_nothing(clock) {
+            kept.clear();
+        }
         kept.sort_by_key(|(c, _, _)| (c.start, c.tid));
         r.in_flight = self
             .stalls

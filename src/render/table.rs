@@ -180,17 +180,24 @@ pub fn render(r: &Report, w: &mut dyn Write, color: bool) -> io::Result<()> {
             .join(", ")
     };
     let span = human(r.summary.span_us);
-    writeln!(
-        w,
-        "{}",
-        p.bold(&format!(
+    let headline = if r.summary.durations == Durations::None {
+        // Not "0 stalls": a trace that measures nothing is not a clean one.
+        format!(
+            "stallscope: durations cannot be known in this {}: it has no timestamps and no \
+             -T; {}",
+            r.source.format,
+            crate::analyze::RERUN
+        )
+    } else {
+        format!(
             "stallscope: {} stall{} over {} in {span} of {}",
             r.summary.stalls,
             plural(r.summary.stalls),
             human(r.summary.threshold_us),
             r.source.format
-        ))
-    )?;
+        )
+    };
+    writeln!(w, "{}", p.bold(&headline))?;
     let mut meta = if r.source.kind == "live" {
         format!(
             "live pid {} ({}): {} syscalls, {} thread{}",
@@ -243,7 +250,7 @@ pub fn render(r: &Report, w: &mut dyn Write, color: bool) -> io::Result<()> {
             )
         )?;
     }
-    if r.summary.durations != Durations::Measured {
+    if !matches!(r.summary.durations, Durations::Measured | Durations::None) {
         w.write_all(
             wrap(
                 "Durations without -T are reconstructed: a paired call is timed from its entry to its end, any other \

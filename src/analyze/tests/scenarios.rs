@@ -1173,3 +1173,67 @@ fn a_short_filtered_trace_has_no_gaps_and_no_main_by_default() {
     assert_ne!(role_of(&r, 500), "main", "{:?}", r.threads);
     assert!(r.stalls.is_empty(), "{:?}", r.stalls);
 }
+
+/// Issue 13: a trace with no timestamps and no -T measures nothing: durations `none`, no
+/// stall, the reason said once with how to rerun strace, and a table headline that is not
+/// "0 stalls".
+#[test]
+fn a_trace_without_timestamps_or_t_measures_nothing() {
+    let mut s = Seq::new();
+    let plain = |name: &'static str, fd: Option<i32>| {
+        let mut sc = Syscall::new(name);
+        sc.fd = fd;
+        sc.ret = Ret::Val(0);
+        EventKind::Syscall(sc)
+    };
+    s.ev(100, 0, plain("epoll_wait", Some(5)));
+    s.ev(100, 0, plain("read", Some(9)));
+    s.ev(100, 0, plain("fdatasync", Some(7)));
+    // The one thing such a trace can time is an unfinished/resumed pair: at 0 ns apart.
+    let mut sc = Syscall::new("close");
+    sc.fd = Some(8);
+    (sc.dur, sc.dur_src) = (Some(0), DurSource::Paired);
+    s.ev(100, 0, EventKind::Syscall(sc));
+    let r = s.report_with(Clock::none());
+    assert_eq!(r.summary.durations, crate::report::Durations::None);
+    assert!(r.stalls.is_empty(), "{:?}", r.stalls);
+    let f = r
+        .findings
+        .iter()
+        .find(|f| f.id == FindingId::GapsUnmeasurable)
+        .expect("said once");
+    assert!(f.evidence.contains("-ttt -T"), "{}", f.evidence);
+    assert!(!f.evidence.contains("strace -t)"), "{}", f.evidence);
+    let mut out = Vec::new();
+    crate::render::table::render(&r, &mut out, false).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    let head = text.lines().next().unwrap();
+    assert!(head.contains("durations cannot be known"), "{head}");
+    assert!(!head.contains("0 stalls"), "{head}");
+    let json = serde_json::to_value(&r).unwrap();
+    assert_eq!(json["summary"]["durations"], "none");
+}
+
+/// perf trace text prints milliseconds with three decimals: a resolution of 1 µs, never
+/// "1 ms (strace -t)".
+#[test]
+fn perf_text_has_microsecond_resolution() {
+    let mut s = Seq::with(Options {
+        root_pid: Some(100),
+        threshold_ns: MS,
+        ..Default::default()
+    });
+    s.call(100, 0, 10 * US, "epoll_wait", Some(5), 0, Extra::None);
+    s.call(100, 5 * MS, 10 * US, "write", Some(9), 5, Extra::None);
+    let clock = Clock {
+        fmt: TimeFmt::Relative,
+        perf: true,
+        frac_digits: 3,
+        first: 0,
+        date: None,
+        wall_at_first: None,
+    };
+    let r = s.report_with(clock);
+    assert!(!ids(&r).contains(&"gaps-unmeasurable"), "{:?}", r.findings);
+    assert_eq!(r.stalls.len(), 1, "the 5 ms gap: {:?}", r.stalls);
+}
