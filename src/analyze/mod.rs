@@ -243,6 +243,14 @@ impl Analyzer {
         if !stalls::keep(c, role, gaps_ok) {
             return None;
         }
+        // A process that never waits in epoll waits for work in select/poll: idle there.
+        if c.kind == report::StallKind::SlowSyscall
+            && c.syscall
+                .is_some_and(|n| crate::syscalls::info(n).facts.has(call::Facts::POLL))
+            && self.world.loop_is_poll(c.proc)
+        {
+            return None;
+        }
         let mut held = held;
         if !matches!(role, Role::Main | Role::IoThread) {
             held.client_facing_only();

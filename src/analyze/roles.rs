@@ -112,6 +112,9 @@ pub(crate) struct Situation<'a> {
     /// thread: being alone says nothing), and no thread anywhere waits in an event loop
     /// (epoll, or select/poll).
     pub(crate) first_without_loop: bool,
+    /// Another thread of the process is its main thread (tid == pid, named so, or it waited
+    /// in epoll too with a lower tid): one main per process.
+    pub(crate) other_main: bool,
 }
 
 /// A thread's role and the evidence for it, in order of trust: process, name, pid,
@@ -130,7 +133,8 @@ pub(crate) fn decide(ev: &RoleEvidence, s: Situation<'_>) -> (Role, Why) {
     if s.is_root_tid {
         return (Role::Main, Why::Rule("tid == pid"));
     }
-    if ev.epoll > 0 {
+    // redis 8's io threads run event loops of their own: a second epoll thread is not main.
+    if ev.epoll > 0 && !s.other_main {
         return (Role::Main, Why::Rule("runs the event loop (epoll_wait)"));
     }
     // No event loop in the trace (a filtered trace, a redis still starting or crashing):
@@ -220,6 +224,15 @@ mod tests {
                     ..none
                 },
                 Role::Main,
+            ),
+            // One main per process: a second epoll thread with client I/O is an io thread.
+            (
+                ev(1, 0, 0, 5),
+                Situation {
+                    other_main: true,
+                    ..none
+                },
+                Role::IoThread,
             ),
             // An empty name says nothing.
             (

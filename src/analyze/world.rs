@@ -271,6 +271,14 @@ impl World {
                 .filter(|o| o.proc == t.proc)
                 .nth(1)
                 .is_some();
+        let other_main = t.evidence.epoll > 0
+            && self.threads.iter().any(|o| {
+                o.tid != t.tid
+                    && o.proc == t.proc
+                    && ((self.root_known && o.tid == self.root)
+                        || o.name.as_deref().and_then(Role::from_name) == Some(Role::Main)
+                        || (o.evidence.epoll > 0 && o.tid < t.tid))
+            });
         decide(
             &t.evidence,
             Situation {
@@ -278,6 +286,7 @@ impl World {
                 is_child: self.procs.get(&t.proc).is_some_and(|c| *c),
                 is_root_tid: self.root_known && t.tid == self.root,
                 first_without_loop,
+                other_main,
             },
         )
     }
@@ -323,6 +332,12 @@ impl World {
     /// No thread has waited in an event loop (so far): no epoll wait, and no select/poll.
     pub(crate) fn no_event_loop(&self) -> bool {
         !self.any_epoll && !self.any_poll
+    }
+
+    /// select/poll is this process's event loop: it waits there and never in epoll.
+    pub(crate) fn loop_is_poll(&self, proc: u32) -> bool {
+        let mine = || self.threads.iter().filter(|t| t.proc == proc);
+        mine().all(|t| t.evidence.epoll == 0) && mine().any(|t| t.evidence.poll > 0)
     }
 
     pub(crate) fn thread_count(&self) -> usize {

@@ -1237,3 +1237,53 @@ fn perf_text_has_microsecond_resolution() {
     assert!(!ids(&r).contains(&"gaps-unmeasurable"), "{:?}", r.findings);
     assert_eq!(r.stalls.len(), 1, "the 5 ms gap: {:?}", r.stalls);
 }
+
+/// Issue 13: one main thread per process; a second thread waiting in epoll (redis 8's io
+/// threads run their own loops) is not main for that alone.
+#[test]
+fn a_second_epoll_thread_is_not_a_second_main() {
+    let mut s = Seq::new();
+    s.call(100, 0, 10 * US, "epoll_wait", Some(5), 1, Extra::None);
+    s.call(101, 10 * US, 10 * US, "epoll_wait", Some(6), 1, Extra::None);
+    s.call(102, 20 * US, 10 * US, "epoll_wait", Some(7), 1, Extra::None);
+    let r = s.report();
+    assert_eq!(role_of(&r, 100), "main");
+    assert_ne!(role_of(&r, 101), "main", "{:?}", r.threads);
+    assert_ne!(role_of(&r, 102), "main", "{:?}", r.threads);
+    // Pid not known: the lowest-tid thread of the loop is main, only it.
+    let mut s = Seq::with(Options::default());
+    s.call(201, 0, 10 * US, "epoll_wait", Some(6), 1, Extra::None);
+    s.call(200, 10 * US, 10 * US, "epoll_wait", Some(5), 1, Extra::None);
+    let r = s.report();
+    let mains = r.threads.iter().filter(|t| t.role == "main").count();
+    assert_eq!(mains, 1, "{:?}", r.threads);
+    assert_eq!(role_of(&r, 200), "main");
+}
+
+/// Issue 13: in a process that never waits in epoll, select/poll is its event loop: idle.
+#[test]
+fn select_is_the_event_loop_of_a_process_without_epoll() {
+    let mut s = Seq::new();
+    for i in 0..5 {
+        let t = i * 1_000 * MS;
+        s.call(100, t, 990 * MS, "select", None, 0, Extra::None);
+        s.call(100, t + 995 * MS, 10 * US, "write", Some(9), 5, Extra::None);
+    }
+    let r = s.report();
+    assert!(
+        r.stalls
+            .iter()
+            .all(|x| x.syscall.as_deref() != Some("select")),
+        "{:?}",
+        r.stalls
+    );
+    // With an epoll loop, a select in the main thread still holds every client.
+    let mut s = Seq::new();
+    s.call(100, 0, 10 * US, "epoll_wait", Some(5), 1, Extra::None);
+    s.call(100, MS, 500 * MS, "select", None, 0, Extra::None);
+    let r = s.report();
+    assert!(r
+        .stalls
+        .iter()
+        .any(|x| x.syscall.as_deref() == Some("select")));
+}
