@@ -73,7 +73,7 @@ pub(crate) struct Stalls {
     /// Highest candidate id handed out by `take_fresh` (live printing): a cursor, where a
     /// list of new indices would grow with every stall of an offline trace.
     reported: u64,
-    /// Calls cut by the trace's edge, below the threshold but above a tenth of it.
+    /// Calls still running at the trace's end, below the threshold (or of unknown length).
     in_flight_small: Vec<Cand>,
 }
 
@@ -166,15 +166,17 @@ impl Stalls {
             }
         }
         let at_end = cx.sc.in_flight == Some(InFlight::AtEnd);
-        if !cx.idle && cx.timed && (dur >= self.threshold || at_end) {
+        let over = cx.timed && dur >= self.threshold;
+        if !cx.idle && (over || at_end) {
             let mut c = self.cand(cx, StallKind::SlowSyscall, ts, dur);
             c.phase = phases.active_at(ts);
             c.events_lost = lost;
-            if dur >= self.threshold {
+            if over {
                 step.added[1] = self.add(c);
-            } else if self.in_flight_small.len() < IN_FLIGHT_SMALL_MAX && dur >= self.threshold / 10
-            {
-                // Below a tenth of the threshold, a call cut by the trace's edge says nothing.
+            } else if self.in_flight_small.len() < IN_FLIGHT_SMALL_MAX {
+                // Listed whatever its known part: a close() of the log still running when
+                // strace detached (`<detached ...>`, nothing known of it) can be the whole
+                // incident.
                 self.in_flight_small.push(c);
             }
         }

@@ -94,6 +94,49 @@ fn impact(cmds: u64, clients: u64, worst: Option<i64>) -> Option<String> {
     ))
 }
 
+/// The calls cut by the trace's end below the threshold, each named, and how many calls were
+/// still blocked when it ended (idle waits too): a hang in which every thread is parked
+/// shows as exactly that, and a close() of unknown length still running can be the incident.
+fn in_flight_section(r: &Report, w: &mut dyn Write, p: &Paint) -> io::Result<()> {
+    let n = r.summary.in_flight_at_end;
+    if r.in_flight.is_empty() && n == 0 {
+        return Ok(());
+    }
+    writeln!(w)?;
+    writeln!(
+        w,
+        "{}",
+        p.bold("STILL RUNNING at the edges of the trace (below the threshold)")
+    )?;
+    for s in r.in_flight.iter().take(10) {
+        w.write_all(wrap(&s.cause, 2).as_bytes())?;
+    }
+    if r.in_flight.len() > 10 {
+        writeln!(
+            w,
+            "  ... {} more (--format json for all)",
+            r.in_flight.len() - 10
+        )?;
+    }
+    if n > 0 {
+        let listed = r
+            .in_flight
+            .iter()
+            .chain(&r.stalls)
+            .filter(|s| s.in_flight == Some(crate::event::InFlight::AtEnd))
+            .count();
+        let line = format!(
+            "{n} call{} still blocked when the trace ended, in {} thread{} traced ({listed} \
+             listed as stalls or above; the rest are waits for work)",
+            plural(n),
+            r.summary.threads,
+            plural(r.summary.threads)
+        );
+        w.write_all(wrap(&line, 2).as_bytes())?;
+    }
+    Ok(())
+}
+
 /// One line per stall, for live printing and the stall list.
 pub fn stall_line(s: &Stall) -> String {
     let what = match s.kind {
@@ -361,17 +404,7 @@ pub fn render(r: &Report, w: &mut dyn Write, color: bool) -> io::Result<()> {
             r.incidents.len() - top
         )?;
     }
-    if !r.in_flight.is_empty() {
-        writeln!(w)?;
-        writeln!(
-            w,
-            "{}",
-            p.bold("STILL RUNNING at the edges of the trace (below the threshold)")
-        )?;
-        for s in r.in_flight.iter().take(10) {
-            w.write_all(wrap(&s.cause, 2).as_bytes())?;
-        }
-    }
+    in_flight_section(r, w, &p)?;
 
     if !r.phases.is_empty() {
         writeln!(w)?;
