@@ -147,8 +147,10 @@ impl Analyzer {
     }
 
     pub fn push(&mut self, ev: &Event) {
-        // An unreadable line is no event of the trace (the source's mark for the analysis).
+        // An unreadable line is no event of the trace, but the timeline breaks there: what
+        // it held is unknown, so no gap may span it, in any thread.
         if matches!(ev.kind, EventKind::Unreadable) {
+            self.stalls.forget_all_last_ends();
             return;
         }
         self.coverage.on_event(ev);

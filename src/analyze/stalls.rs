@@ -96,6 +96,12 @@ impl Stalls {
         }
     }
 
+    /// The timeline broke (an unreadable line): no thread's gap may span the break.
+    pub(crate) fn forget_all_last_ends(&mut self) {
+        self.last_end = PerThread::default();
+        self.last_end_known = PerThread::default();
+    }
+
     /// A thread attached or detached: the time before is no gap of its own.
     pub(crate) fn forget_last_end(&mut self, t: super::call::ThreadIdx) {
         *self.last_end.at(t) = None;

@@ -1344,3 +1344,31 @@ fn a_detached_call_of_unknown_duration_is_listed_and_named_in_the_table() {
         "{section}"
     );
 }
+
+/// Issue 13: a line that could not be read breaks the timeline: `close(3) = 0`, a pasted
+/// `...`, then a line 5 s later is no 5 s gap (nor a 5 s close(): the source's part).
+#[test]
+fn no_gap_spans_an_unreadable_line() {
+    let trace = |cut: bool| {
+        let mut s = Seq::new();
+        s.call(100, 0, 10 * US, "epoll_wait", Some(5), 1, Extra::None);
+        s.call(100, MS, 10 * US, "close", Some(3), 0, Extra::None);
+        if cut {
+            s.ev(0, MS, EventKind::Unreadable);
+        }
+        s.call(100, 5_000 * MS, 10 * US, "getpid", None, 100, Extra::None);
+        s.call(
+            100,
+            5_001 * MS,
+            10 * US,
+            "epoll_wait",
+            Some(5),
+            1,
+            Extra::None,
+        );
+        s.report()
+    };
+    assert_eq!(trace(false).stalls.len(), 1, "without the cut: a 5 s gap");
+    let r = trace(true);
+    assert!(r.stalls.is_empty(), "{:?}", r.stalls);
+}
