@@ -47,6 +47,19 @@ impl Arrivals {
         }
     }
 
+    /// The timeline broke (an unreadable line; `t`: only that thread, attached or detached):
+    /// a wait before the break says nothing of when a request read after it arrived.
+    pub(crate) fn forget(&mut self, t: Option<ThreadIdx>) {
+        let clear = |s: &mut LoopState| {
+            s.cur_wait = None;
+            s.prev_wait_end = None;
+        };
+        match t {
+            Some(t) => clear(self.per.at(t)),
+            None => self.per.iter_mut().for_each(clear),
+        }
+    }
+
     /// `gap`: the time since the thread's previous call ended (stalls unit).
     #[inline]
     pub(crate) fn on_call(&mut self, cx: &ResolvedCall<'_>, gap: Option<Nanos>) {
@@ -109,6 +122,15 @@ impl Arrivals {
             None => at,
         };
         req.min(at)
+    }
+
+    /// The thread waited for work (a wait before its last one ended) after `at`: whatever it
+    /// had registered by `at` would have been returned by that wait.
+    pub(crate) fn waited_since(&self, t: ThreadIdx, at: Nanos) -> bool {
+        self.per
+            .get(t)
+            .and_then(|s| s.prev_wait_end)
+            .is_some_and(|e| e > at)
     }
 
     /// The thread's last wait returned at once: work was already queued.

@@ -44,6 +44,9 @@ impl<T: Default> PerThread<T> {
     pub(crate) fn get(&self, t: ThreadIdx) -> Option<&T> {
         self.0.get(t.get())
     }
+    pub(crate) fn iter_mut(&mut self) -> impl Iterator<Item = &mut T> {
+        self.0.iter_mut()
+    }
     pub(crate) fn iter(&self) -> impl Iterator<Item = (ThreadIdx, &T)> {
         self.0
             .iter()

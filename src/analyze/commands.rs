@@ -63,8 +63,9 @@ pub(crate) struct CmdInputs<'a> {
 pub(crate) struct Commands {
     caps: CommandCaps,
     conns: HashMap<Conn, VecDeque<PendingCmd>>,
-    /// Connections accepted but not yet read from: when their connect was noticed.
-    conn_open: HashMap<Conn, Nanos>,
+    /// Connections accepted but not yet read from: when their connect was noticed, and when
+    /// the accept was made.
+    conn_open: HashMap<Conn, (Nanos, Nanos)>,
     last_reply: HashMap<Conn, Nanos>,
     seq: u64,
     intern: HashMap<Box<[u8]>, Rc<str>>,
@@ -113,7 +114,8 @@ impl Commands {
             if let Ret::Val(newfd) = sc.ret {
                 let req = inp.arrivals.request_time(cx.thread, cx.ts(), inp.first);
                 if self.conn_open.len() < self.caps.open {
-                    self.conn_open.insert((cx.proc, newfd as i32), req);
+                    self.conn_open
+                        .insert((cx.proc, newfd as i32), (req, cx.ts()));
                 }
             }
         }
@@ -157,10 +159,15 @@ impl Commands {
         }
         let at_req = inp.file_time.so_far(cx.thread);
         // A new connection's first request, found by a wait that returned at once, may
-        // have been queued since the connect: it waited for the accept too.
+        // have been queued since the connect: it waited for the accept too. Only if no
+        // wait came between the accept and the one that found it: the connection was
+        // registered for that wait, which would have returned a request already there, so
+        // the request came after it (never before a stall that ended before then).
         let queued = inp.arrivals.woke_on_queued(cx.thread);
         let req = match self.conn_open.remove(&conn) {
-            Some(t) if queued => req.min(t),
+            Some((t, accepted)) if queued && !inp.arrivals.waited_since(cx.thread, accepted) => {
+                req.min(t)
+            }
             _ => req,
         };
         let q = self.conns.entry(conn).or_default();

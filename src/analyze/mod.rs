@@ -151,6 +151,7 @@ impl Analyzer {
         // it held is unknown, so no gap may span it, in any thread.
         if matches!(ev.kind, EventKind::Unreadable) {
             self.stalls.forget_all_last_ends();
+            self.arrivals.forget(None);
             return;
         }
         self.coverage.on_event(ev);
@@ -170,11 +171,13 @@ impl Analyzer {
             EventKind::Attach { .. } => {
                 if let Some(t) = self.world.on_attach(ev.tid) {
                     self.stalls.forget_last_end(t);
+                    self.arrivals.forget(Some(t));
                 }
             }
             EventKind::Detach => {
                 if let Some(t) = self.world.known(ev.tid) {
                     self.stalls.forget_last_end(t);
+                    self.arrivals.forget(Some(t));
                 }
             }
             EventKind::ThreadName(name) => {

@@ -1372,3 +1372,69 @@ fn no_gap_spans_an_unreadable_line() {
     let r = trace(true);
     assert!(r.stalls.is_empty(), "{:?}", r.stalls);
 }
+
+/// Issue 13: a command's latency starts when its request could have arrived. A new
+/// connection's first request found by a wait that returned at once may have been queued
+/// since the connect, but only if no wait came between: the connection was registered for
+/// the wait after its accept, so a request already there would have been returned by it.
+/// It never starts before a stall that ended before that wait.
+#[test]
+fn a_first_request_is_not_dated_before_a_wait_that_would_have_returned_it() {
+    let mut s = Seq::new();
+    s.call(100, 0, 5 * MS, "epoll_wait", Some(5), 1, Extra::None);
+    s.call(100, 5 * MS, 10 * US, "accept4", Some(6), 9, Extra::None);
+    s.call(100, 6 * MS, 500 * MS, "fdatasync", Some(7), 0, Extra::None);
+    // Blocked until another client's request at 600 ms; the new connection was registered.
+    s.call(
+        100,
+        506 * MS,
+        94 * MS,
+        "epoll_wait",
+        Some(5),
+        1,
+        Extra::None,
+    );
+    s.call(100, 700 * MS, 5 * US, "epoll_wait", Some(5), 1, Extra::None);
+    s.read(100, 700 * MS + 10 * US, 9, b"*1\r\n$4\r\nPING\r\n");
+    s.write(100, 701 * MS, 10 * US, 9, b"+PONG\r\n");
+    let r = s.report();
+    let fsync = r
+        .stalls
+        .iter()
+        .find(|x| x.syscall.as_deref() == Some("fdatasync"))
+        .expect("the fdatasync stall");
+    assert_eq!(fsync.waiting_commands, 0, "{fsync:?}");
+    let ping = r.commands.iter().find(|c| c.command == "PING").unwrap();
+    // From the end of the wait before the one that found it (600 ms) to the reply.
+    assert_eq!(ping.p50_us, 101_010);
+    // With no wait between the accept and the one that found it, it was queued since the
+    // connect: it waited through the fdatasync.
+    let mut s = Seq::new();
+    s.call(100, 0, 5 * MS, "epoll_wait", Some(5), 1, Extra::None);
+    s.call(100, 5 * MS, 10 * US, "accept4", Some(6), 9, Extra::None);
+    s.call(100, 6 * MS, 500 * MS, "fdatasync", Some(7), 0, Extra::None);
+    s.call(100, 506 * MS, 5 * US, "epoll_wait", Some(5), 1, Extra::None);
+    s.read(100, 506 * MS + 10 * US, 9, b"*1\r\n$4\r\nPING\r\n");
+    s.write(100, 507 * MS, 10 * US, 9, b"+PONG\r\n");
+    let r = s.report();
+    let fsync = r
+        .stalls
+        .iter()
+        .find(|x| x.syscall.as_deref() == Some("fdatasync"))
+        .unwrap();
+    assert_eq!(fsync.waiting_commands, 1, "{fsync:?}");
+}
+
+/// Issue 13: across a line that could not be read, the wait before it says nothing of when
+/// a request read after it arrived: its latency starts no earlier than the break.
+#[test]
+fn no_latency_spans_an_unreadable_line() {
+    let mut s = Seq::new();
+    s.call(100, 0, MS, "epoll_wait", Some(5), 1, Extra::None);
+    s.ev(0, MS, EventKind::Unreadable);
+    s.read(100, 5_000 * MS, 9, b"*1\r\n$4\r\nPING\r\n");
+    s.write(100, 5_001 * MS, 10 * US, 9, b"+PONG\r\n");
+    let r = s.report();
+    let ping = r.commands.iter().find(|c| c.command == "PING").unwrap();
+    assert!(ping.p50_us < 5_000_000, "{ping:?}");
+}
