@@ -11,8 +11,8 @@
 //! kept, and files are interned in a registry keyed by (process, fd, path) with client
 //! connections folded into one entry per fd.
 
-use crate::event::{Nanos, Syscall};
-use crate::syscalls::{fd_effect, FdEffect, FdKind, FdUse, NewFd};
+use crate::event::{Nanos, Ret, Syscall};
+use crate::syscalls::{fd_effect, Facts, FdEffect, FdKind, FdUse, NewFd};
 use rustc_hash::FxHashMap as HashMap;
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -224,7 +224,14 @@ struct ProcFds {
     live: HashMap<i32, Binding>,
     /// Recently closed bindings per fd, newest last (bounded).
     past: HashMap<i32, VecDeque<Binding>>,
+    /// Fds of files no path names that were written to (a few): one fsynced next is the AOF.
+    written: Vec<i32>,
+    /// Forked in the trace: a child's written and fsynced file is its save, not the AOF.
+    forked: bool,
 }
+
+/// Most unnamed written fds remembered per process.
+const WRITTEN_KEEP: usize = 8;
 
 const PAST_KEEP: usize = 4;
 
@@ -335,6 +342,7 @@ impl FdTable {
         let file = self.intern(pid, fd, path, class);
         self.generation = self.generation.wrapping_add(1).max(1);
         let p = self.procs.entry(pid).or_default();
+        p.written.retain(|w| *w != fd);
         if let Some(old) = p.live.insert(
             fd,
             Binding {
@@ -358,6 +366,7 @@ impl FdTable {
     pub fn close(&mut self, pid: u32, fd: i32, ts: Nanos) {
         self.generation = self.generation.wrapping_add(1).max(1);
         if let Some(p) = self.procs.get_mut(&pid) {
+            p.written.retain(|w| *w != fd);
             if let Some(b) = p.live.remove(&fd) {
                 push_past(
                     p,
@@ -392,6 +401,7 @@ impl FdTable {
             );
         }
         self.generation = self.generation.wrapping_add(1).max(1);
+        fresh.forked = true;
         self.procs.insert(child, fresh);
     }
 
@@ -448,6 +458,34 @@ impl FdTable {
             b.file = id;
         }
         Some(id)
+    }
+
+    /// Classes a file no path names by what the process does with it when its content says
+    /// nothing (perf trace prints no buffers; strace without -y sniffs them instead): a
+    /// file written and then fsynced by the traced process is the AOF. Only the AOF and the
+    /// saves are, and a file no path names was opened before the trace: a save is a forked
+    /// child's or opened while traced (named then), the AOF stays open for the process's
+    /// life. The new file, when reclassified.
+    fn by_behaviour(&mut self, pid: u32, fd: i32, r: Resolved, sc: &Syscall) -> Option<FileId> {
+        let info = &self.files[r.file as usize];
+        if info.path.is_some() || !matches!(r.class, FileClass::Unknown | FileClass::Other) {
+            return None;
+        }
+        // A failed call says nothing of the file (fsync of a socket or pipe is EINVAL).
+        if matches!(sc.ret, Ret::Err(_)) {
+            return None;
+        }
+        let p = self.procs.get_mut(&pid)?;
+        if sc.sys.puts {
+            if !p.written.contains(&fd) && p.written.len() < WRITTEN_KEEP {
+                p.written.push(fd);
+            }
+            None
+        } else if sc.sys.facts.has(Facts::FSYNC) && p.written.contains(&fd) && !p.forked {
+            self.reclassify(pid, fd, FileClass::Aof)
+        } else {
+            None
+        }
     }
 
     /// Applies the fd-table effect of a finished syscall of process `pid`.
@@ -508,6 +546,11 @@ impl FdTable {
                         }
                     }
                 }
+            }
+        }
+        if let (Some(fd), Some(r)) = (sc.fd, resolved) {
+            if let Some(id) = self.by_behaviour(pid, fd, r, sc) {
+                resolved = Some(self.resolved(id));
             }
         }
         match fd_effect(sc) {
@@ -788,5 +831,33 @@ mod tests {
         w.fd_path = Some("/d/redis.log".into());
         let r = t.apply(1, 20, &w).unwrap();
         assert_eq!(r.class, FileClass::Log);
+    }
+
+    /// perf trace prints no buffers and, without augmentation, no path: a file the traced
+    /// process writes and then fsyncs is the AOF (issue 13), as sniffing its writes would
+    /// say under strace without -y. Not a socket (its fsync fails), not a child's save.
+    #[test]
+    fn a_file_written_then_fsynced_is_the_aof() {
+        let mut t = FdTable::new(None);
+        let class = |t: &FdTable, pid, fd| t.lookup(pid, fd, 100).map(|r| r.class);
+        t.apply(1, 10, &call("write", Some(7), 45, None));
+        assert_eq!(class(&t, 1, 7), Some(FileClass::Unknown));
+        let r = t.apply(1, 20, &call("fdatasync", Some(7), 0, None));
+        assert_eq!(r.map(|r| r.class), Some(FileClass::Aof), "the call itself");
+        assert_eq!(class(&t, 1, 7), Some(FileClass::Aof));
+        // Never written: an fsynced directory or file says nothing.
+        t.apply(1, 30, &call("fsync", Some(8), 0, None));
+        assert_eq!(class(&t, 1, 8), Some(FileClass::Other));
+        // A socket: its fsync fails.
+        t.apply(1, 40, &call("write", Some(9), 5, None));
+        let mut bad = call("fdatasync", Some(9), 0, None);
+        bad.ret = Ret::Err("EINVAL");
+        t.apply(1, 50, &bad);
+        assert_eq!(class(&t, 1, 9), Some(FileClass::Unknown));
+        // A forked child's written and fsynced file is its save.
+        t.fork(1, 2, 60);
+        t.apply(2, 70, &call("write", Some(10), 4096, None));
+        t.apply(2, 80, &call("fsync", Some(10), 0, None));
+        assert_ne!(class(&t, 2, 10), Some(FileClass::Aof));
     }
 }
