@@ -7,7 +7,7 @@
 use assert_cmd::Command;
 use serde_json::Value;
 use std::io::Read;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 fn analyze(path: &Path, extra: &[&str]) -> (Option<i32>, Value, String) {
     let out = Command::cargo_bin("stallscope")
@@ -21,6 +21,37 @@ fn analyze(path: &Path, extra: &[&str]) -> (Option<i32>, Value, String) {
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     let json = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
     (out.status.code(), json, stderr)
+}
+
+/// Every trace file under fixtures/ (the shapes scripts/golden.sh reads).
+fn traces() -> Vec<PathBuf> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                walk(&p, out);
+                continue;
+            }
+            let name = p.file_name().unwrap().to_string_lossy().into_owned();
+            let peer = p.to_string_lossy().contains("peer")
+                && name.ends_with(".txt")
+                && !name.starts_with("SOURCES")
+                && !name.starts_with("README");
+            let trace = name.ends_with(".strace")
+                || name.ends_with(".strace.gz")
+                || name.contains(".strace.")
+                    && name.rsplit('.').next().unwrap().parse::<u32>().is_ok()
+                || name.ends_with(".perf.txt")
+                || name.ends_with(".perf.txt.gz");
+            if peer || trace {
+                out.push(p);
+            }
+        }
+    }
+    let mut out = vec![];
+    walk(Path::new("fixtures"), &mut out);
+    out.sort();
+    out
 }
 
 /// The text of a trace, gunzipped.
@@ -88,6 +119,135 @@ fn check(name: &str, code: Option<i32>, r: &Value, stderr: &str) {
             "{name}: {s}"
         );
     }
+}
+
+#[test]
+fn every_fixture_and_peer_trace_keeps_the_reports_promises() {
+    let all = traces();
+    assert!(all.len() > 40, "fixtures found: {}", all.len());
+    for path in &all {
+        let name = path.display().to_string();
+        let (code, r, stderr) = analyze(path, &[]);
+        check(&name, code, &r, &stderr);
+    }
+}
+
+/// Every fixture cut by an unreadable line (its middle line replaced by a pasted `...`): no
+/// gap and no reconstructed call spans the cut. Taking a line out merges its thread's time
+/// around it into one span, so every gap and every upper-bound call of the cut trace must
+/// be one of the uncut trace, at the same time and of the same length.
+#[test]
+fn no_gap_or_reconstructed_duration_spans_an_unreadable_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cut_traces = 0;
+    let key = |s: &Value| {
+        (
+            s["tid"].as_u64(),
+            s["kind"].as_str().map(str::to_string),
+            s["at_us"].as_i64(),
+            s["duration_us"].as_i64(),
+        )
+    };
+    for path in traces() {
+        let t = text(&path);
+        let lines: Vec<&[u8]> = t.split(|b| *b == b'\n').collect();
+        if lines.len() < 3 {
+            continue;
+        }
+        let (code0, r0, _) = analyze(&path, &[]);
+        if code0 == Some(2) {
+            continue;
+        }
+        let mid = lines.len() / 2;
+        let mut out: Vec<u8> = vec![];
+        for (i, l) in lines.iter().enumerate() {
+            out.extend_from_slice(if i == mid { b"..." } else { l });
+            if i + 1 < lines.len() {
+                out.push(b'\n');
+            }
+        }
+        let name = path
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .replace(".gz", "");
+        let cut = dir.path().join(&name);
+        std::fs::write(&cut, &out).unwrap();
+        let (code, r, stderr) = analyze(&cut, &[]);
+        let label = format!("{} cut at line {}", path.display(), mid + 1);
+        check(&label, code, &r, &stderr);
+        if code == Some(2) {
+            continue;
+        }
+        cut_traces += 1;
+        let before: std::collections::HashSet<_> =
+            r0["stalls"].as_array().unwrap().iter().map(key).collect();
+        for s in r["stalls"].as_array().unwrap() {
+            let spans = s["kind"] == "gap" || s["duration_known"] == "upper_bound";
+            assert!(
+                !spans || before.contains(&key(s)),
+                "{label}: spans the cut: {s}"
+            );
+        }
+    }
+    assert!(cut_traces > 20, "traces cut: {cut_traces}");
+}
+
+/// Every fixture with its timestamps and `-T` durations taken away measures nothing: no
+/// stall, `durations` none, and a headline that says so.
+#[test]
+fn a_trace_with_no_timestamps_has_no_stall() {
+    let dir = tempfile::tempdir().unwrap();
+    let stamp = regex::bytes::Regex::new(
+        r"(?m)^((?:\[pid +\d+\] |\d+ +)?)(?:\d+:\d\d:\d\d(?:\.\d+)?|\d{9,}\.\d+|\d+\.\d{6}) ",
+    )
+    .unwrap();
+    let dur = regex::bytes::Regex::new(r" <\d+\.\d+>(\s*)$").unwrap();
+    let mut stripped = 0;
+    for path in traces() {
+        let name = path.to_string_lossy();
+        if name.contains(".perf.") || name.contains("perf-trace") {
+            continue; // perf trace always prints times
+        }
+        let t = text(&path);
+        let mut out = vec![];
+        for l in t.split(|b| *b == b'\n') {
+            let l = stamp.replace(l, &b"$1"[..]);
+            let l = dur.replace(&l, &b"$1"[..]);
+            out.extend_from_slice(&l);
+            out.push(b'\n');
+        }
+        let file = dir.path().join(
+            path.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .replace(".gz", ""),
+        );
+        std::fs::write(&file, &out).unwrap();
+        let (code, r, stderr) = analyze(&file, &[]);
+        let label = format!("{name} without timestamps");
+        check(&label, code, &r, &stderr);
+        if code == Some(2) || r["source"]["clock"] != "none" {
+            continue;
+        }
+        stripped += 1;
+        assert_eq!(r["summary"]["durations"], "none", "{label}");
+        assert!(r["stalls"].as_array().unwrap().is_empty(), "{label}");
+        assert_eq!(code, Some(0), "{label}");
+        let table = Command::cargo_bin("stallscope")
+            .unwrap()
+            .arg("analyze")
+            .arg(&file)
+            .output()
+            .unwrap();
+        let head = String::from_utf8_lossy(&table.stdout);
+        let head = head.lines().next().unwrap_or("");
+        assert!(
+            head.contains("durations cannot be known"),
+            "{label}: {head}"
+        );
+    }
+    assert!(stripped > 20, "traces stripped: {stripped}");
 }
 
 /// `perf trace` without fd paths (no augmentation: `fd: 7` alone): the file the main thread
