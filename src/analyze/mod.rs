@@ -150,7 +150,7 @@ impl Analyzer {
         // An unreadable line is no event of the trace, but the timeline breaks there: what
         // it held is unknown, so no gap may span it, in any thread.
         if matches!(ev.kind, EventKind::Unreadable) {
-            self.stalls.forget_all_last_ends();
+            self.stalls.forget_all_last_ends(ev.ts);
             self.arrivals.forget(None);
             return;
         }

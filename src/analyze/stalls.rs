@@ -65,6 +65,8 @@ pub(crate) struct Stalls {
     /// Whether the thread's last end is known (its call's duration measured or paired): a
     /// gap from an end that is not is only an upper bound.
     last_end_known: PerThread<bool>,
+    /// The time of the last break in the timeline: no gap starts before it.
+    broken_at: Nanos,
     cands: Vec<Cand>,
     dropped: u64,
     seq: u64,
@@ -87,6 +89,7 @@ impl Stalls {
             cap,
             last_end: PerThread::default(),
             last_end_known: PerThread::default(),
+            broken_at: Nanos::MIN,
             cands: vec![],
             dropped: 0,
             seq: 0,
@@ -96,10 +99,13 @@ impl Stalls {
         }
     }
 
-    /// The timeline broke (an unreadable line): no thread's gap may span the break.
-    pub(crate) fn forget_all_last_ends(&mut self) {
+    /// The timeline broke at `at` (an unreadable line): no thread's gap may span the break,
+    /// nor start at a call from before it that the source hands over later (an unfinished
+    /// call whose resumed half was in what could not be read).
+    pub(crate) fn forget_all_last_ends(&mut self, at: Nanos) {
         self.last_end = PerThread::default();
         self.last_end_known = PerThread::default();
+        self.broken_at = self.broken_at.max(at);
     }
 
     /// A thread attached or detached: the time before is no gap of its own.
@@ -152,7 +158,7 @@ impl Stalls {
         *last_end = Some(prev_end.map_or(cx.end, |le| le.max(cx.end)));
         let end_known = self.last_end_known.at(cx.thread);
         let prev_known = std::mem::replace(end_known, call_known(cx).is_known());
-        if let Some(pe) = prev_end {
+        if let Some(pe) = prev_end.filter(|pe| *pe >= self.broken_at) {
             let gap = ts - pe;
             step.gap = Some(gap);
             if gap >= self.threshold

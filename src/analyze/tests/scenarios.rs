@@ -1438,3 +1438,23 @@ fn no_latency_spans_an_unreadable_line() {
     let ping = r.commands.iter().find(|c| c.command == "PING").unwrap();
     assert!(ping.p50_us < 5_000_000, "{ping:?}");
 }
+
+/// An unfinished call whose resumed half was in the unreadable part reaches the analyzer
+/// after the break (the source hands it over when it gives up on it): no gap starts there.
+#[test]
+fn no_gap_starts_at_a_call_from_before_the_break() {
+    let mut s = Seq::new();
+    s.call(100, 0, 10 * US, "epoll_wait", Some(5), 1, Extra::None);
+    s.ev(0, 2 * MS, EventKind::Unreadable);
+    // wait4 entered at 1 ms, its end lost in the cut.
+    let mut sc = Syscall::new("wait4");
+    sc.ret = Ret::Unknown;
+    s.ev(100, MS, EventKind::Syscall(sc));
+    s.call(100, 200 * MS, 10 * US, "getpid", None, 100, Extra::None);
+    let r = s.report();
+    assert!(
+        r.stalls.iter().all(|x| x.kind != StallKind::Gap),
+        "{:?}",
+        r.stalls
+    );
+}
