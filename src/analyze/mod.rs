@@ -286,6 +286,7 @@ impl Analyzer {
     }
 
     pub fn finish(mut self, info: SourceInfo, counters: Counters) -> Report {
+        self.world.finish();
         let unanswered = self.commands.unanswered(self.coverage.last());
         self.holds.unanswered(&unanswered);
         let first = self.coverage.first().unwrap_or(0);

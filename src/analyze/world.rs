@@ -47,6 +47,8 @@ pub(crate) struct World {
     any_epoll: bool,
     /// Some thread waited in select/poll.
     any_poll: bool,
+    /// The trace is read: roles are decided on what it showed as a whole.
+    finished: bool,
 }
 
 impl World {
@@ -70,6 +72,7 @@ impl World {
             role_epoch: 0,
             any_epoll: false,
             any_poll: false,
+            finished: false,
         }
     }
 
@@ -259,18 +262,20 @@ impl World {
     fn role_and_why(&self, t: &ThreadRec) -> (Role, Why) {
         // The first-thread rule needs a scan of every thread: only asked for when the pid is
         // unknown and no thread runs the event loop.
-        // The only thread seen is not main for that alone: a filtered or cut trace of any
-        // program has one.
+        // The only thread seen is not main for that alone (a filtered or cut trace of any
+        // program has one) once the whole trace is read; while it is, a trace's first
+        // thread is the best guess for the calls it makes before its first wait.
         let first_without_loop = !self.root_known
             && t.evidence.epoll == 0
             && self.no_event_loop()
             && t.tid == self.root_display()
-            && self
-                .threads
-                .iter()
-                .filter(|o| o.proc == t.proc)
-                .nth(1)
-                .is_some();
+            && (!self.finished
+                || self
+                    .threads
+                    .iter()
+                    .filter(|o| o.proc == t.proc)
+                    .nth(1)
+                    .is_some());
         let other_main = t.evidence.epoll > 0
             && self.threads.iter().any(|o| {
                 o.tid != t.tid
@@ -332,6 +337,12 @@ impl World {
     /// No thread has waited in an event loop (so far): no epoll wait, and no select/poll.
     pub(crate) fn no_event_loop(&self) -> bool {
         !self.any_epoll && !self.any_poll
+    }
+
+    /// The whole trace is read: roles from here on are final.
+    pub(crate) fn finish(&mut self) {
+        self.finished = true;
+        self.role_epoch += 1;
     }
 
     /// select/poll is this process's event loop: it waits there and never in epoll.
@@ -446,12 +457,17 @@ mod tests {
         let mut w = World::new(None, HashMap::default(), None);
         let e = event(7, 0, 10, "futex");
         let cx = w.observe(&e, e.syscall().unwrap());
-        // No event loop anywhere, and the only thread seen: not main for that alone.
-        assert_eq!(cx.role, Role::Other);
-        let e = event(9, 5, 10, "futex");
-        w.observe(&e, e.syscall().unwrap());
+        // No event loop anywhere: the first thread is main while the trace is read...
+        assert_eq!(cx.role, Role::Main);
+        let mut alone = World::new(None, HashMap::default(), None);
+        alone.observe(&e, e.syscall().unwrap());
+        alone.finish();
+        // ...but once it is read, not for being the only thread seen.
+        assert_eq!(alone.role(7), Role::Other);
+        let e9 = event(9, 5, 10, "futex");
+        alone.observe(&e9, e9.syscall().unwrap());
         // Two threads, no event loop: the first is main.
-        assert_eq!(w.role(7), Role::Main);
+        assert_eq!(alone.role(7), Role::Main);
         let e = event(8, 10, 10, "epoll_wait");
         assert_eq!(w.observe(&e, e.syscall().unwrap()).role, Role::Main);
         assert_eq!(w.role(7), Role::Other, "8 runs the loop now");

@@ -125,12 +125,21 @@ fn in_flight_section(r: &Report, w: &mut dyn Write, p: &Paint) -> io::Result<()>
             .chain(&r.stalls)
             .filter(|s| s.in_flight == Some(crate::event::InFlight::AtEnd))
             .count();
+        let waits = n.saturating_sub(listed as u64);
         let line = format!(
-            "{n} call{} still blocked when the trace ended, in {} thread{} traced ({listed} \
-             listed as stalls or above; the rest are waits for work)",
+            "{n} call{} still blocked when the trace ended ({} thread{} traced): {}",
             plural(n),
             r.summary.threads,
-            plural(r.summary.threads)
+            plural(r.summary.threads),
+            match (listed, waits) {
+                (0, _) if n == 1 => "a wait for work".to_string(),
+                (0, _) => "each a wait for work".to_string(),
+                (_, 0) => format!("{listed} listed here or as stalls"),
+                _ => format!(
+                    "{listed} listed here or as stalls, {waits} wait{} for work",
+                    plural(waits)
+                ),
+            }
         );
         w.write_all(wrap(&line, 2).as_bytes())?;
     }
