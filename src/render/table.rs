@@ -236,7 +236,7 @@ pub fn render(r: &Report, w: &mut dyn Write, color: bool) -> io::Result<()> {
         // Not "0 stalls": a trace that measures nothing is not a clean one.
         format!(
             "stallscope: durations cannot be known in this {}: it has no timestamps and no \
-             -T; {}",
+             -T; {}.",
             r.source.format,
             crate::analyze::RERUN
         )
@@ -249,7 +249,13 @@ pub fn render(r: &Report, w: &mut dyn Write, color: bool) -> io::Result<()> {
             r.source.format
         )
     };
-    writeln!(w, "{}", p.bold(&headline))?;
+    if r.summary.durations == Durations::None {
+        for l in wrap(&headline, 0).lines() {
+            writeln!(w, "{}", p.bold(l))?;
+        }
+    } else {
+        writeln!(w, "{}", p.bold(&headline))?;
+    }
     let mut meta = if r.source.kind == "live" {
         format!(
             "live pid {} ({}): {} syscalls, {} thread{}",
