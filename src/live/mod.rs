@@ -7,6 +7,7 @@
 
 pub mod bpf;
 mod decode;
+mod fed;
 pub mod perf;
 pub mod procctx;
 pub mod ptrace;
