@@ -12,7 +12,9 @@
 //! and kept up to date from open/close/dup results, so a file opened before the attach is
 //! still named in the recording. Thread names, which strace text cannot hold, go to a
 //! `FILE.threads` sidecar in the `--threads` format, and the redis config the live analysis
-//! used (from /proc, or `--redis-conf`) to `FILE.redis.conf`; `analyze FILE` reads both.
+//! used (from /proc, or `--redis-conf`) to `FILE.redis.conf`, and the records the kernel
+//! dropped (perf and bpf backends), with where in the stream, to `FILE.lost`; `analyze FILE`
+//! reads all three.
 //!
 //! The edges of the trace carry what strace text has no words for. The attach is written as
 //! strace's own `Process N attached` message, stamped, so a reader knows the traced process.
@@ -35,6 +37,62 @@ use std::io::Write;
 /// Beside a recording FILE: the redis config the live analysis used (`FILE.redis.conf`).
 pub const CONF_SUFFIX: &str = ".redis.conf";
 
+/// Beside a recording FILE: the records the kernel dropped while it was made (`FILE.lost`),
+/// as `LINE COUNT` lines: COUNT were lost before the event on LINE of FILE. Where in the
+/// stream matters as much as how many: the live analysis marks the stalls it finds after a
+/// loss as possibly incomplete, and the replay must mark the same ones. A recording without
+/// the file lost nothing (or was made before losses were recorded).
+pub const LOST_SUFFIX: &str = ".lost";
+
+const LOST_HEADER: &str = "# stallscope attach --record: records the kernel dropped, as `LINE COUNT`: \
+                           COUNT were lost before the event on LINE of the recording\n";
+
+/// The losses of a recording, applied to the replay at the same places in the stream.
+#[derive(Debug, Default)]
+pub struct LostMarks {
+    marks: Vec<(u64, u64)>,
+    next: usize,
+}
+
+impl LostMarks {
+    /// Reads a `FILE.lost` sidecar; `#` lines are comments.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let mut marks = vec![];
+        for (i, l) in text.lines().enumerate() {
+            let l = l.trim();
+            if l.is_empty() || l.starts_with('#') {
+                continue;
+            }
+            let mark = l
+                .split_once(' ')
+                .and_then(|(a, b)| Some((a.parse().ok()?, b.trim().parse().ok()?)));
+            match mark {
+                Some(m) => marks.push(m),
+                None => return Err(format!("line {}: not `LINE COUNT`: {l:?}", i + 1)),
+            }
+        }
+        marks.sort_by_key(|m: &(u64, u64)| m.0);
+        Ok(LostMarks { marks, next: 0 })
+    }
+    /// Records lost before an event that ends on `line` (events come in the recording's
+    /// order; each mark is given once).
+    pub fn before(&mut self, line: u64) -> u64 {
+        let mut n = 0;
+        while let Some(&(at, c)) = self.marks.get(self.next) {
+            if at > line {
+                break;
+            }
+            n += c;
+            self.next += 1;
+        }
+        n
+    }
+    /// Records lost after the last event.
+    pub fn rest(&mut self) -> u64 {
+        self.before(u64::MAX)
+    }
+}
+
 pub struct Recorder<W: Write> {
     w: std::io::BufWriter<W>,
     first: Nanos,
@@ -48,6 +106,10 @@ pub struct Recorder<W: Write> {
     line: String,
     /// Calls written as still running at the end, to be stamped again at the detach.
     at_end: Vec<(Tid, &'static str)>,
+    /// Lines written so far.
+    lines: u64,
+    /// (line of the next event, records lost before it), for `FILE.lost`.
+    lost: Vec<(u64, u64)>,
 }
 
 impl<W: Write> Recorder<W> {
@@ -65,6 +127,8 @@ impl<W: Write> Recorder<W> {
             cwd,
             line: String::with_capacity(256),
             at_end: vec![],
+            lines: 0,
+            lost: vec![],
         }
     }
 
@@ -104,6 +168,30 @@ impl<W: Write> Recorder<W> {
             Some(c) => format!("{}/{}", c.trim_end_matches('/'), p),
             None => p.to_string(),
         }
+    }
+
+    /// The tracer dropped `n` records before the next event written.
+    pub fn note_lost(&mut self, n: u64) {
+        if n == 0 {
+            return;
+        }
+        let at = self.lines + 1;
+        match self.lost.last_mut() {
+            Some((l, c)) if *l == at => *c += n,
+            _ => self.lost.push((at, n)),
+        }
+    }
+
+    /// The `FILE.lost` sidecar's text, if anything was lost.
+    pub fn lost_text(&self) -> Option<String> {
+        if self.lost.is_empty() {
+            return None;
+        }
+        let mut s = LOST_HEADER.to_string();
+        for (l, n) in &self.lost {
+            s.push_str(&format!("{l} {n}\n"));
+        }
+        Some(s)
     }
 
     /// Writes one event.
@@ -149,6 +237,7 @@ impl<W: Write> Recorder<W> {
                     self.line.push_str(&format!(
                         "{tid} {at} <... {name} resumed> <unfinished ...>\n"
                     ));
+                    self.lines += 1;
                 }
                 return self.w.write_all(self.line.as_bytes());
             }
@@ -158,6 +247,7 @@ impl<W: Write> Recorder<W> {
             EventKind::Unreadable => return Ok(()),
         }
         self.line.push('\n');
+        self.lines += 1;
         self.w.write_all(self.line.as_bytes())
     }
 

@@ -333,3 +333,43 @@ fn a_recording_analyzes_to_the_live_report() {
     };
     assert_eq!(ids(&live), ids(&back));
 }
+
+/// Losses are written beside the recording at the line of the event that followed them, and
+/// read back to be applied before the event read from that line: the replay marks the same
+/// stalls as found after a loss, and counts the same total.
+#[test]
+fn lost_records_are_placed_at_the_event_that_followed_them() {
+    let mut buf = vec![];
+    let mut r = Recorder::new(&mut buf, 100, FIRST, WALL, None);
+    let attach = Event {
+        tid: 100,
+        ts: FIRST,
+        line: 0,
+        kind: EventKind::Attach { threads: Some(1) },
+    };
+    assert_eq!(r.lost_text(), None, "nothing lost, no sidecar");
+    r.write_event(&attach).unwrap();
+    r.write_event(&ev(100, 1_000, sc("read", Some(8), Ret::Val(3), 100)))
+        .unwrap();
+    r.note_lost(5);
+    r.write_event(&ev(100, 2_000, sc("write", Some(8), Ret::Val(3), 100)))
+        .unwrap();
+    // Two reports before the same event are one mark; the last is after every event.
+    r.note_lost(1);
+    r.note_lost(2);
+    let text = r.lost_text().expect("losses");
+    r.finish().unwrap();
+    let rec = String::from_utf8(buf).unwrap();
+    assert_eq!(rec.lines().count(), 3, "{rec}");
+    let body: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
+    assert_eq!(body, ["3 5", "4 3"], "{text}");
+    // Read back: each event gets what was lost before its line, once.
+    let events = read_back(&rec);
+    let mut marks = LostMarks::parse(&text).unwrap();
+    let got: Vec<(u64, u64)> = events.iter().map(|e| (e.line, marks.before(e.line))).collect();
+    assert_eq!(got, [(1, 0), (2, 0), (3, 5)]);
+    assert_eq!(marks.rest(), 3);
+    assert_eq!(marks.rest(), 0, "given once");
+    assert!(LostMarks::parse("3 five\n").is_err());
+    assert_eq!(LostMarks::parse("# only a comment\n\n").unwrap().rest(), 0);
+}
