@@ -110,9 +110,10 @@ struct SchedSplit {
     major_faults: u64,
 }
 
-/// What one copy-on-write fault costs the faulting thread, about: a page allocated and 4 KiB
-/// copied, a few µs. With it, a fault count says how much of a stall's CPU time was faults.
-const COW_FAULT_NS: i64 = 2_000;
+/// A burst: a minor fault for every 20 µs on a CPU, or more often. A copy-on-write fault (a
+/// page allocated, 4 KiB copied) costs the thread a few µs, so at that rate faults are a
+/// tenth of its time or more; a command busy on its own data faults far less often.
+const FAULT_EVERY_NS: i64 = 20_000;
 /// Fewer faults than this are no burst, whatever the time on a CPU.
 const FAULT_BURST_MIN: u64 = 100;
 
@@ -136,10 +137,10 @@ impl SchedSplit {
     fn busy(&self, dur: i64) -> bool {
         self.on_ns * 2 >= dur
     }
-    /// Enough minor faults to account for a quarter of the time on a CPU, at least.
+    /// Minor faults at the rate of a burst (`FAULT_EVERY_NS`) over the time on a CPU.
     fn fault_burst(&self) -> bool {
         self.minor_faults >= FAULT_BURST_MIN
-            && self.minor_faults as i64 * COW_FAULT_NS * 4 >= self.on_ns
+            && self.minor_faults as i64 * FAULT_EVERY_NS >= self.on_ns
     }
     /// "240 ms waiting for a CPU, 60 ms on one, 1200 minor page faults"
     fn words(&self) -> String {
@@ -953,6 +954,9 @@ mod tests {
             (with(gap, None, Some(0), 45, 5, 10_000), Role::Main, Some(FindingId::CowPageFaults), "copy-on-write page faults after fork (5.0 ms waiting for a CPU, 45 ms on one, 10000 minor"),
             // A child ran, but too few faults to matter: the command itself.
             (with(gap, None, Some(0), 45, 5, 50), Role::Main, Some(FindingId::Command), "a slow command, on a CPU"),
+            // A fault per 45 µs on a CPU is no burst; one per 15 µs is.
+            (with(gap, None, Some(0), 45, 5, 1000), Role::Main, Some(FindingId::Command), "1000 minor page faults"),
+            (with(gap, None, Some(0), 45, 5, 3000), Role::Main, Some(FindingId::CowPageFaults), "3000 minor page faults"),
             // Faults without a child are no copy-on-write.
             (with(gap, None, None, 45, 5, 10_000), Role::Main, Some(FindingId::Command), "on a CPU"),
             (with(gap, None, None, 10, 40, 0), Role::IoThread, Some(FindingId::CpuStarvation), "CPU starvation"),
