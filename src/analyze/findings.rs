@@ -180,7 +180,9 @@ fn sched_of_gap(
     if c.phase.is_some() && s.fault_burst() {
         return Some((
             Some(FindingId::CowPageFaults),
-            format!("{who} made no syscall for {d}{during}: copy-on-write page faults after fork ({w})"),
+            format!(
+                "{who} made no syscall for {d}{during}: copy-on-write page faults after fork ({w})"
+            ),
         ));
     }
     if role == Role::Main && s.busy(c.dur) {

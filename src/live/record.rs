@@ -44,7 +44,8 @@ pub const CONF_SUFFIX: &str = ".redis.conf";
 /// the file lost nothing (or was made before losses were recorded).
 pub const LOST_SUFFIX: &str = ".lost";
 
-const LOST_HEADER: &str = "# stallscope attach --record: records the kernel dropped, as `LINE COUNT`: \
+const LOST_HEADER: &str =
+    "# stallscope attach --record: records the kernel dropped, as `LINE COUNT`: \
                            COUNT were lost before the event on LINE of the recording\n";
 
 /// The losses of a recording, applied to the replay at the same places in the stream.

@@ -366,7 +366,10 @@ fn lost_records_are_placed_at_the_event_that_followed_them() {
     // Read back: each event gets what was lost before its line, once.
     let events = read_back(&rec);
     let mut marks = LostMarks::parse(&text).unwrap();
-    let got: Vec<(u64, u64)> = events.iter().map(|e| (e.line, marks.before(e.line))).collect();
+    let got: Vec<(u64, u64)> = events
+        .iter()
+        .map(|e| (e.line, marks.before(e.line)))
+        .collect();
     assert_eq!(got, [(1, 0), (2, 0), (3, 5)]);
     assert_eq!(marks.rest(), 3);
     assert_eq!(marks.rest(), 0, "given once");
