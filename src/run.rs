@@ -143,6 +143,15 @@ pub fn analyze(args: &AnalyzeArgs) -> Result<u64> {
                 .map_err(|e| anyhow::anyhow!("{side}: {e}"))?;
         }
     }
+    // ... and the scheduler's split of its longer calls and gaps (bpf).
+    let mut sched = std::collections::HashMap::new();
+    if args.files.len() == 1 {
+        let side = format!("{}{}", args.files[0], crate::live::record::SCHED_SUFFIX);
+        if let Ok(text) = std::fs::read_to_string(&side) {
+            sched = crate::live::record::parse_sched(&text)
+                .map_err(|e| anyhow::anyhow!("{side}: {e}"))?;
+        }
+    }
     opts.root_pid = args.pid;
     // Progress on stderr for big files read from a terminal session (silent otherwise).
     let total: u64 = args
@@ -165,7 +174,16 @@ pub fn analyze(args: &AnalyzeArgs) -> Result<u64> {
         if dropped > 0 {
             an.add_lost_events(dropped);
         }
-        an.push(ev);
+        match sched.remove(&ev.line) {
+            Some(s) if ev.syscall().is_some() => {
+                let mut ev = ev.clone();
+                if let crate::event::EventKind::Syscall(sc) = &mut ev.kind {
+                    sc.sched = Some(Box::new(s));
+                }
+                an.push(&ev);
+            }
+            _ => an.push(ev),
+        }
         n = n.wrapping_add(1);
         if n % 4096 == 0 {
             if let Some(c) = &counter {

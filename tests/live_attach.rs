@@ -696,8 +696,9 @@ fn a_recording_reads_back_to_the_same_findings(backend: &str) {
             .iter()
             .flat_map(|k| r[*k].as_array().cloned().unwrap_or_default())
             .map(|s| {
+                // With bpf, the scheduler's split and the cause it names, too.
                 format!(
-                    "{} {} {} {} at {} for {} {} {}",
+                    "{} {} {} {} at {} for {} {} {} {} {}",
                     s["tid"],
                     s["thread"],
                     s["kind"],
@@ -705,7 +706,9 @@ fn a_recording_reads_back_to_the_same_findings(backend: &str) {
                     s["at_us"],
                     s["duration_us"],
                     s["bound"],
-                    s["in_flight"]
+                    s["in_flight"],
+                    s["finding"],
+                    s["sched"]
                 )
             })
             .collect()

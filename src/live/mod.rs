@@ -406,6 +406,21 @@ pub fn run_attach(args: &AttachArgs) -> Result<u64> {
             for (fd, what) in &ctx.fds {
                 r.seed_fd(*fd, what);
             }
+            // Only bpf splits calls by the scheduler; no stale split of another recording.
+            let spath = format!("{path}{}", record::SCHED_SUFFIX);
+            if backend == "bpf" {
+                let f = std::fs::File::create(&spath)
+                    .map_err(|e| anyhow::anyhow!("--record {path}: cannot create {spath}: {e}"))?;
+                r.record_sched(
+                    Box::new(std::io::BufWriter::new(f)),
+                    args.out.threshold / 10,
+                )
+                .map_err(|e| anyhow::anyhow!("--record {path}: cannot write {spath}: {e}"))?;
+            } else if let Err(e) = std::fs::remove_file(&spath) {
+                if e.kind() != std::io::ErrorKind::NotFound {
+                    anyhow::bail!("--record {path}: cannot remove the stale {spath}: {e}");
+                }
+            }
             Some(r)
         }
         None => None,

@@ -13,8 +13,9 @@
 //! still named in the recording. Thread names, which strace text cannot hold, go to a
 //! `FILE.threads` sidecar in the `--threads` format, and the redis config the live analysis
 //! used (from /proc, or `--redis-conf`) to `FILE.redis.conf`, and the records the kernel
-//! dropped (perf and bpf backends), with where in the stream, to `FILE.lost`; `analyze FILE`
-//! reads all three.
+//! dropped (perf and bpf backends), with where in the stream, to `FILE.lost`, and the
+//! scheduler's split of the longer calls and gaps (bpf backend) to `FILE.sched`; `analyze
+//! FILE` reads them all.
 //!
 //! The edges of the trace carry what strace text has no words for. The attach is written as
 //! strace's own `Process N attached` message, stamped, so a reader knows the traced process.
@@ -29,7 +30,9 @@
 //! leaves in flight (it only emits those at the end of input), and the gap before them would
 //! be lost.
 
-use crate::event::{Event, EventKind, Extra, InFlight, Nanos, Ret, Syscall, Tid};
+use crate::event::{
+    Event, EventKind, Extra, InFlight, Nanos, Ret, SchedDelta, SchedSpan, Syscall, Tid,
+};
 use crate::syscalls::{fd_effect, ArgKind, FdEffect, FdKind};
 use std::collections::HashMap;
 use std::io::Write;
@@ -43,6 +46,52 @@ pub const CONF_SUFFIX: &str = ".redis.conf";
 /// loss as possibly incomplete, and the replay must mark the same ones. A recording without
 /// the file lost nothing (or was made before losses were recorded).
 pub const LOST_SUFFIX: &str = ".lost";
+
+/// Beside a recording FILE: what the scheduler did with the thread in each call and in the
+/// gap before it (bpf backend), as `LINE` and four numbers for the call (ns on a CPU, ns
+/// runnable, minor and major faults), then four for the gap or `-`: kept for the calls and
+/// gaps at least as long as a tenth of the threshold (the shortest the report lists), so that
+/// the replay names the same causes (`cpu-starvation`, `cow-page-faults`) as the live run.
+pub const SCHED_SUFFIX: &str = ".sched";
+
+/// Reads a `FILE.sched` sidecar: the split of the call that ends on each line.
+pub fn parse_sched(text: &str) -> Result<HashMap<u64, SchedSpan>, String> {
+    let mut out = HashMap::new();
+    for (i, l) in text.lines().enumerate() {
+        let l = l.trim();
+        if l.is_empty() || l.starts_with('#') {
+            continue;
+        }
+        let bad = || {
+            format!(
+                "line {}: not `LINE ON RUN MINOR MAJOR [ON RUN MINOR MAJOR | -]`: {l:?}",
+                i + 1
+            )
+        };
+        let f: Vec<&str> = l.split_whitespace().collect();
+        let num = |k: usize| f.get(k).and_then(|v| v.parse::<u64>().ok());
+        let delta = |k: usize| -> Option<SchedDelta> {
+            Some(SchedDelta {
+                on_cpu_ns: num(k)?,
+                runnable_ns: num(k + 1)?,
+                minor_faults: num(k + 2)?,
+                major_faults: num(k + 3)?,
+            })
+        };
+        let line = num(0).ok_or_else(bad)?;
+        let during = delta(1).ok_or_else(bad)?;
+        let before = match f.get(5) {
+            Some(&"-") if f.len() == 6 => None,
+            Some(_) if f.len() == 9 => Some(delta(5).ok_or_else(bad)?),
+            _ => return Err(bad()),
+        };
+        out.insert(line, SchedSpan { during, before });
+    }
+    Ok(out)
+}
+
+const SCHED_HEADER: &str = "# stallscope attach --record: the scheduler's split (bpf), as `LINE` then, for the call on \
+                            that line and for the gap before it (or -): ns on a CPU, ns runnable, minor faults, major faults\n";
 
 const LOST_HEADER: &str =
     "# stallscope attach --record: records the kernel dropped, as `LINE COUNT`: \
@@ -111,6 +160,10 @@ pub struct Recorder<W: Write> {
     lines: u64,
     /// (line of the next event, records lost before it), for `FILE.lost`.
     lost: Vec<(u64, u64)>,
+    /// `FILE.sched`, and the shortest call or gap whose split it keeps.
+    sched: Option<(Box<dyn Write>, Nanos)>,
+    /// When each thread's last call ended (for the length of the gap before the next).
+    last_end: HashMap<Tid, Nanos>,
 }
 
 impl<W: Write> Recorder<W> {
@@ -130,6 +183,8 @@ impl<W: Write> Recorder<W> {
             at_end: vec![],
             lines: 0,
             lost: vec![],
+            sched: None,
+            last_end: HashMap::new(),
         }
     }
 
@@ -171,6 +226,42 @@ impl<W: Write> Recorder<W> {
         }
     }
 
+    /// Keeps the scheduler's split of calls and gaps of at least `floor` in `w` (`FILE.sched`).
+    pub fn record_sched(&mut self, mut w: Box<dyn Write>, floor: Nanos) -> std::io::Result<()> {
+        w.write_all(SCHED_HEADER.as_bytes())?;
+        self.sched = Some((w, floor));
+        Ok(())
+    }
+
+    /// The call about to be written on the next line: its split, if it is long enough, or
+    /// the gap before it is.
+    fn write_sched(&mut self, ev: &Event, sc: &Syscall) -> std::io::Result<()> {
+        let Some((w, floor)) = self.sched.as_mut() else {
+            return Ok(());
+        };
+        let dur = sc.dur.unwrap_or(0);
+        let prev = if sc.in_flight == Some(InFlight::AtStart) {
+            None
+        } else {
+            self.last_end.insert(ev.tid, ev.ts + dur)
+        };
+        let Some(s) = sc.sched.as_deref() else {
+            return Ok(());
+        };
+        let gap = prev.map_or(0, |p| ev.ts - p);
+        if dur < *floor && gap < *floor {
+            return Ok(());
+        }
+        let d = |x: &SchedDelta| {
+            format!(
+                "{} {} {} {}",
+                x.on_cpu_ns, x.runnable_ns, x.minor_faults, x.major_faults
+            )
+        };
+        let before = s.before.as_ref().map_or_else(|| "-".to_string(), d);
+        writeln!(w, "{} {} {before}", self.lines + 1, d(&s.during))
+    }
+
     /// The tracer dropped `n` records before the next event written.
     pub fn note_lost(&mut self, n: u64) {
         if n == 0 {
@@ -199,7 +290,10 @@ impl<W: Write> Recorder<W> {
     pub fn write_event(&mut self, ev: &Event) -> std::io::Result<()> {
         self.line.clear();
         match &ev.kind {
-            EventKind::Syscall(sc) => self.syscall_line(ev, sc),
+            EventKind::Syscall(sc) => {
+                self.write_sched(ev, sc)?;
+                self.syscall_line(ev, sc)
+            }
             EventKind::Signal { name, si_pid } => {
                 let extra = si_pid.map(|p| format!(", si_pid={p}")).unwrap_or_default();
                 self.line = format!(
@@ -436,6 +530,9 @@ impl<W: Write> Recorder<W> {
     }
 
     pub fn finish(mut self) -> std::io::Result<()> {
+        if let Some((w, _)) = self.sched.as_mut() {
+            w.flush()?;
+        }
         self.w.flush()
     }
 }
