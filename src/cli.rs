@@ -211,7 +211,7 @@ pub struct WatchArgs {
     pub after: i64,
     /// Memory for the history ring (--before): under heavy load it covers less time than
     /// --before, and the report's span says how much (units: KiB, MiB, GiB)
-    #[arg(long, default_value = "128MiB", value_name = "SIZE", value_parser = parse_bytes)]
+    #[arg(long, default_value = "32MiB", value_name = "SIZE", value_parser = parse_bytes)]
     pub ring_size: usize,
     /// Also keep each incident's raw recording (strace text) beside its report
     #[arg(long)]
