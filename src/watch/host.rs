@@ -228,7 +228,10 @@ mod tests {
             r(200_000_000, 10_000_000, 80_000_000),
         ];
         let n = sched_note(&raw, 150_000_000, 160_000_000, "x").unwrap();
-        assert!(n.contains("ran 0.0 ms") && n.contains("waited 80.0 ms"), "{n}");
+        assert!(
+            n.contains("ran 0.0 ms") && n.contains("waited 80.0 ms"),
+            "{n}"
+        );
         assert!(n.contains("RSS 2 MB"), "{n}");
     }
 }

@@ -268,7 +268,12 @@ fn add_host(report: &mut crate::report::Report, raw: &[super::host::Raw], first_
     crate::live::procctx::attach_host_context(report, samples, super::host::INTERVAL);
     let mut notes = vec![];
     if let (Some(a), Some(b)) = (raw.first(), raw.last()) {
-        notes.extend(super::host::sched_note(raw, a.mono, b.mono, "over the incident"));
+        notes.extend(super::host::sched_note(
+            raw,
+            a.mono,
+            b.mono,
+            "over the incident",
+        ));
     }
     let mut longest: Vec<&Stall> = report.stalls.iter().collect();
     longest.sort_by_key(|s| std::cmp::Reverse(s.duration_us));

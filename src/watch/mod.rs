@@ -516,7 +516,10 @@ pub fn run_watch(args: &WatchArgs) -> Result<u64> {
                 }
             } else if let (Some(id), Some(g)) = (&w.identity, gone_pid) {
                 if let Some(np) = id.find(g) {
-                    eprintln!("stallscope: process {np} is the restarted redis ({}); attaching", id.describe());
+                    eprintln!(
+                        "stallscope: process {np} is the restarted redis ({}); attaching",
+                        id.describe()
+                    );
                     pid = Some(np);
                 }
             }
