@@ -110,16 +110,28 @@ impl LiveRedis {
             let f = redis_log::Follower::start(&s.path, std::time::Duration::from_millis(200));
             (s, f)
         });
-        let poller = args
-            .redis
-            .as_deref()
-            .map(|a| crate::redis_client::Poller::start(a, std::time::Duration::from_secs(1)));
+        let poller = args.redis.as_deref().map(|a| {
+            crate::redis_client::Poller::start_for(
+                a,
+                std::time::Duration::from_secs(1),
+                Some(ctx.pid),
+            )
+        });
         if let Some(a) = &args.redis {
             eprintln!(
                 "stallscope: asking redis at {a} for LATENCY, INFO and SLOWLOG once a second"
             );
         }
         LiveRedis { follower, poller }
+    }
+
+    /// The traced redis's fds of the poller's connections made since the last call (see
+    /// `Poller::take_own_conns`), for `Analyzer::mark_own_connection`.
+    pub fn take_own_conns(&self) -> Vec<(i32, i64)> {
+        self.poller
+            .as_ref()
+            .map(|p| p.take_own_conns())
+            .unwrap_or_default()
     }
 
     pub fn finish(self, report: &mut Report) -> Result<()> {

@@ -462,6 +462,71 @@ fn live_debug_sleep_carries_latencys_command_event() {
 }
 
 #[test]
+fn live_the_pollers_own_commands_are_not_clients_waiting() {
+    let _g = serial();
+    if !have_redis() {
+        return;
+    }
+    let redis = Redis::start(&["--enable-debug-command", "yes"]);
+    let addr = format!("127.0.0.1:{}", redis.port);
+    let mut a = Attach::start(
+        "ptrace",
+        redis.pid(),
+        &["--redis", &addr, "--format", "json", "--threshold", "100ms"],
+    );
+    assert!(a.attached, "{:?}", a.stderr);
+    // The poller asks once a second: during a 2 s sleep one of its commands is queued
+    // behind it, and so is this client's PING.
+    let port = redis.port;
+    let pinger = std::thread::spawn(move || {
+        let mut c = common::Client::connect(port, Duration::from_secs(20)).unwrap();
+        std::thread::sleep(Duration::from_millis(600));
+        c.cmd(&["PING"]).unwrap().text()
+    });
+    let mut c = redis.client();
+    assert_eq!(c.cmd(&["DEBUG", "SLEEP", "2"]).unwrap().text(), "+OK");
+    assert_eq!(pinger.join().unwrap(), "+PONG");
+    assert!(
+        a.wait_line(|l| l.starts_with("stall:"), Duration::from_secs(30)),
+        "no stall printed: {:?}",
+        a.stderr
+    );
+    stop(&a);
+    let (code, out, err) = a.finish(Duration::from_secs(60));
+    assert_eq!(code, Some(1), "{err:?}");
+    let r = json(&out);
+    assert!(
+        r["redis"]["server"]["polls"].as_u64().unwrap() >= 2,
+        "{}",
+        r["redis"]
+    );
+    let sleep = stalls(&r)
+        .iter()
+        .find(|s| s["thread"] == "main" && s["duration_us"].as_i64().unwrap() >= 1_900_000)
+        .unwrap_or_else(|| panic!("no DEBUG SLEEP stall: {}", r["stalls"]));
+    let waiting = sleep["waiting_by_command"].as_object().unwrap();
+    assert!(waiting.contains_key("PING"), "{waiting:?}");
+    for own in ["LATENCY", "INFO", "SLOWLOG", "CONFIG"] {
+        assert!(
+            !waiting.contains_key(own),
+            "the poller's {own} is counted as waiting: {waiting:?}"
+        );
+    }
+    let names: Vec<&str> = r["commands"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c["command"].as_str())
+        .collect();
+    assert!(names.contains(&"DEBUG"), "{names:?}");
+    assert!(
+        !names.contains(&"LATENCY"),
+        "the poller's commands are in the client stats: {names:?}"
+    );
+    redis.assert_unharmed();
+}
+
+#[test]
 fn live_a_redis_that_cannot_be_reached_never_stops_tracing() {
     let _g = serial();
     if !have_redis() {
