@@ -450,6 +450,13 @@ impl Poller {
         std::mem::take(&mut o.new)
     }
 
+    /// Stops polling without waiting for the thread (`watch` must exit within 2 s of a
+    /// SIGTERM, and a stalled redis can hold a round for seconds).
+    pub fn stop_detached(mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        self.handle.take();
+    }
+
     /// Stops polling after one last round (SLOWLOG, LATENCY HISTORY) and returns the data.
     pub fn finish(mut self) -> Collected {
         self.stop.store(true, Ordering::SeqCst);

@@ -555,6 +555,82 @@ fn name_follows_a_restart() {
 }
 
 #[test]
+fn incidents_carry_redis_latency_events_and_log_lines() {
+    let _g = serial();
+    if !can_run() {
+        return;
+    }
+    let redis = Redis::start(&[
+        "--enable-debug-command",
+        "yes",
+        "--latency-monitor-threshold",
+        "100",
+    ]);
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("incidents");
+    let addr = format!("127.0.0.1:{}", redis.port);
+    let w = Watch::start(&[
+        "--pid",
+        &redis.pid().to_string(),
+        "--out",
+        out.to_str().unwrap(),
+        "--after",
+        "1s",
+        "--redis",
+        &addr,
+    ]);
+    assert!(
+        w.wait_line("watching", Duration::from_secs(20)),
+        "{:?}",
+        w.lines()
+    );
+    assert!(
+        w.wait_line("following redis's log", Duration::from_secs(5)),
+        "{:?}",
+        w.lines()
+    );
+    // A log line in the incident's window: a BGSAVE logs its start and end.
+    let mut c = redis.client();
+    c.cmd(&["BGSAVE"]).unwrap();
+    debug_sleep(redis.port);
+    let reports = poll(Duration::from_secs(60), || {
+        let v = incident_reports(&out);
+        (!v.is_empty()).then_some(v)
+    })
+    .unwrap_or_else(|| panic!("no incident report; watcher: {:?}", w.lines()));
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&reports[0]).unwrap()).unwrap();
+    let sec = &r["redis"];
+    assert_eq!(sec["log"]["followed"], true, "{sec}");
+    assert!(
+        sec["lines"]
+            .as_array()
+            .is_some_and(|l| l.iter().any(|x| x["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("Background saving")))),
+        "no BGSAVE line in the incident: {sec}"
+    );
+    assert_eq!(sec["server"]["latency_monitor_threshold_ms"], 100, "{sec}");
+    let stalls = r["stalls"].as_array().unwrap();
+    let sleep = stalls
+        .iter()
+        .find(|s| s["thread"] == "main" && s["duration_us"].as_i64().unwrap_or(0) >= 250_000)
+        .unwrap_or_else(|| panic!("no 300 ms main-thread stall in {stalls:?}"));
+    let ev = sleep["redis_evidence"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        ev.iter().any(|e| e["source"] == "latency"
+            && e["what"]
+                .as_str()
+                .is_some_and(|w| w.starts_with("LATENCY command"))),
+        "the stall lacks LATENCY's command event: {ev:?}; redis: {sec}"
+    );
+    redis.assert_unharmed();
+}
+
+#[test]
 fn pid_follows_a_restart_by_its_listening_port() {
     let _g = serial();
     if !can_run() {

@@ -150,6 +150,10 @@ pub(crate) struct Job {
     pub ring_short: bool,
     /// /proc readings over the events' span (`host`).
     pub host: Vec<super::host::Raw>,
+    /// redis's log lines and the --redis poller (`redis`).
+    pub redis: Option<super::redis::IncidentRedis>,
+    /// The traced redis's fds of stallscope's own poller connections.
+    pub own_conns: Vec<(i32, Nanos)>,
     pub dir: PathBuf,
     pub record: bool,
 }
@@ -307,7 +311,7 @@ pub(crate) fn write(job: Job) -> Outcome {
     }
 }
 
-fn write_inner(job: Job) -> Result<PathBuf, String> {
+fn write_inner(mut job: Job) -> Result<PathBuf, String> {
     let base = base_name(&job.first, &job.worst);
     std::fs::create_dir_all(&job.dir)
         .map_err(|e| format!("--out {}: cannot create it: {e}", job.dir.display()))?;
@@ -322,6 +326,9 @@ fn write_inner(job: Job) -> Result<PathBuf, String> {
     }
     for (t, n) in &job.thread_names {
         an.set_thread_name(*t, n);
+    }
+    for (fd, since) in &job.own_conns {
+        an.mark_own_connection(*fd, *since);
     }
     if job.lost_events > 0 {
         an.add_lost_events(job.lost_events);
@@ -402,6 +409,12 @@ fn write_inner(job: Job) -> Result<PathBuf, String> {
                 .into(),
             stalls: 0,
         });
+    }
+    if let Some(r) = job.redis.take() {
+        // A log that cannot be read is a note in the report, never a lost incident.
+        if let Err(e) = r.apply(&mut report) {
+            eprintln!("stallscope: warning: incident: redis's own signals not joined: {e:#}");
+        }
     }
     let fail = |what: &str, e: std::io::Error| {
         format!(

@@ -13,6 +13,7 @@ pub(crate) mod follow;
 pub(crate) mod host;
 pub(crate) mod incident;
 pub(crate) mod metrics;
+pub(crate) mod redis;
 pub(crate) mod ring;
 
 use crate::analyze::{Analyzer, Options, RedisConf};
@@ -147,10 +148,14 @@ impl Window {
         pid: Tid,
         ctx: &procctx::ProcContext,
         names: &HashMap<Tid, String>,
+        own: &[(i32, Nanos)],
     ) -> Window {
         let mut an = Analyzer::new(opts.clone());
         for (fd, what) in &ctx.fds {
             an.seed_fd(pid, *fd, what);
+        }
+        for (fd, since) in own {
+            an.mark_own_connection(*fd, *since);
         }
         for (t, n) in names {
             an.set_thread_name(*t, n);
@@ -372,6 +377,8 @@ impl Watcher<'_> {
             suppressed: std::mem::take(&mut self.limit.suppressed),
             ring_short,
             host,
+            redis: ctx.redis.as_ref().and_then(|r| r.for_incident(from)),
+            own_conns: ctx.own.clone(),
             dir: dir.clone(),
             record: self.args.record,
         };
@@ -406,6 +413,11 @@ struct AttachCtx {
     names: HashMap<Tid, String>,
     /// /proc readings of the last minute or so, for the incidents' host sections.
     host: Option<host::HostRing>,
+    /// redis's log and the --redis poller.
+    redis: Option<redis::WatchRedis>,
+    /// The traced redis's fds of the poller's connections (the last few), with when each
+    /// became the poller's: marked in every analyzer (`Analyzer::mark_own_connection`).
+    own: Vec<(i32, Nanos)>,
 }
 
 /// `stallscope watch`. Returns 0 (for the exit status) when stopped by a signal or
@@ -641,8 +653,29 @@ fn watch_one(w: &mut Watcher, pid: Tid) -> Result<()> {
                 (w.args.before + LONG_STALL_NS + incident::MAX_SPAN_NS + w.args.after) as u64,
             ),
         )),
+        redis: None,
+        own: vec![],
     };
-    let mut cur = Window::new(&opts, pid, &ac.ctx, &ac.names);
+    if w.args.redis.is_some()
+        || w.args.redis_log.is_some()
+        || opts
+            .redis_conf
+            .as_ref()
+            .is_some_and(|c| c.logfile.is_some())
+    {
+        let r = redis::WatchRedis::start(w.args, &ac.ctx, opts.redis_conf.as_ref());
+        if let Some(src) = r.log_source() {
+            eprintln!(
+                "stallscope: following redis's log {} ({})",
+                src.path, src.found
+            );
+        }
+        if let Some(a) = &w.args.redis {
+            eprintln!("stallscope: asking redis at {a} for LATENCY and INFO once a second, SLOWLOG and LATENCY HISTORY once per incident");
+        }
+        ac.redis = Some(r);
+    }
+    let mut cur = Window::new(&opts, pid, &ac.ctx, &ac.names, &ac.own);
     let mut prev: Option<(Window, Nanos)> = None;
     eprintln!(
         "stallscope: watching {pid} ({nthreads} thread{}) with {backend}; stalls over {}{}",
@@ -717,6 +750,23 @@ fn watch_one(w: &mut Watcher, pid: Tid) -> Result<()> {
                 w.on_stall(s, *start, *end);
             }
             let now = now_mono();
+            if let Some(r) = &mut ac.redis {
+                r.tick(
+                    now,
+                    w.args.before + LONG_STALL_NS + incident::MAX_SPAN_NS + w.args.after,
+                );
+                for (fd, since) in r.take_own_conns() {
+                    cur.an.mark_own_connection(fd, since);
+                    if let Some((p, _)) = &mut prev {
+                        p.an.mark_own_connection(fd, since);
+                    }
+                    ac.own.retain(|(f, _)| *f != fd);
+                    if ac.own.len() >= 8 {
+                        ac.own.remove(0);
+                    }
+                    ac.own.push((fd, since));
+                }
+            }
             if let Some(o) = w.grouper.take_due(now, w.ring.evicted_upto()) {
                 w.submit(o, &ac, &clock, lost_total);
             }
@@ -731,7 +781,7 @@ fn watch_one(w: &mut Watcher, pid: Tid) -> Result<()> {
                 ac.ctx = procctx::gather(pid);
                 ac.names = procctx::thread_names(pid);
                 seen_tids.clear();
-                let next = Window::new(&opts, pid, &ac.ctx, &ac.names);
+                let next = Window::new(&opts, pid, &ac.ctx, &ac.names, &ac.own);
                 prev = Some((std::mem::replace(&mut cur, next), now + OVERLAP_NS));
             }
         }
@@ -753,6 +803,9 @@ fn watch_one(w: &mut Watcher, pid: Tid) -> Result<()> {
     }
     if let Some(h) = ac.host.take() {
         h.stop();
+    }
+    if let Some(r) = ac.redis.take() {
+        r.stop();
     }
     let st = tracer.stats();
     eprintln!(
