@@ -628,3 +628,50 @@ fn html_lanes_draw_each_write_waiting_for_the_bio_fsync() {
     let items: usize = stalls(&r).iter().map(|s| evidence(s).len()).sum();
     assert_eq!(rows, items + 1);
 }
+
+#[test]
+fn svg_draws_the_lanes_below_the_scatter_plot() {
+    let name = "everysec-slowfs";
+    let dir = tempfile::tempdir().unwrap();
+    let svg = dir.path().join("r.svg");
+    let t = fixture(name, &format!("{name}.strace.gz"));
+    let threads = fixture(name, &format!("{name}.threads.txt"));
+    let (_, r, _) = run(&[
+        t.to_str().unwrap(),
+        "--threads",
+        threads.to_str().unwrap(),
+        "--svg",
+        svg.to_str().unwrap(),
+    ]);
+    let text = std::fs::read_to_string(&svg).unwrap();
+    let doc = roxmltree::Document::parse(&text).expect("well-formed SVG");
+    let root = doc.root_element();
+    let kids: Vec<roxmltree::Node> = root.children().filter(|n| n.is_element()).collect();
+    assert_eq!(kids.len(), 2, "the plot and the lanes");
+    assert_eq!(kids[0].attribute("class"), Some("stallscope-timeline"));
+    assert_eq!(kids[1].attribute("id"), Some("lanes"));
+    let h = |n: &roxmltree::Node, a: &str| -> f64 { n.attribute(a).unwrap().parse().unwrap() };
+    // Stacked: the lanes start where the plot ends, and the whole is both.
+    assert_eq!(h(&kids[1], "y"), h(&kids[0], "height"));
+    assert_eq!(
+        h(&root, "height"),
+        h(&kids[0], "height") + h(&kids[1], "height")
+    );
+    let in_lanes = |c: &str| {
+        kids[1]
+            .descendants()
+            .filter(|n| n.attribute("class") == Some(c))
+            .count()
+    };
+    assert_eq!(in_lanes("stall-bar"), stalls(&r).len());
+    let writes = stalls(&r)
+        .iter()
+        .filter(|s| s["thread"] == "main" && s["syscall"] == "write")
+        .count();
+    assert!(writes > 0);
+    assert_eq!(in_lanes("waits-for"), writes);
+    assert_eq!(
+        in_lanes("log-mark"),
+        r["redis"]["lines"].as_array().unwrap().len()
+    );
+}
