@@ -476,16 +476,21 @@ fn live_the_pollers_own_commands_are_not_clients_waiting() {
     );
     assert!(a.attached, "{:?}", a.stderr);
     // The poller asks once a second: during a 2 s sleep one of its commands is queued
-    // behind it, and so is this client's PING.
-    let port = redis.port;
-    let pinger = std::thread::spawn(move || {
-        let mut c = common::Client::connect(port, Duration::from_secs(20)).unwrap();
-        std::thread::sleep(Duration::from_millis(600));
-        c.cmd(&["PING"]).unwrap().text()
-    });
+    // behind it, and so is this client's PING, sent once redis is seen sleeping (both
+    // clients are served once before, so that redis has accepted them).
+    let mut pinger = redis.client();
+    assert_eq!(pinger.cmd(&["PING"]).unwrap().text(), "+PONG");
     let mut c = redis.client();
-    assert_eq!(c.cmd(&["DEBUG", "SLEEP", "2"]).unwrap().text(), "+OK");
-    assert_eq!(pinger.join().unwrap(), "+PONG");
+    assert_eq!(c.cmd(&["PING"]).unwrap().text(), "+PONG");
+    let sleeper = std::thread::spawn(move || c.cmd(&["DEBUG", "SLEEP", "2"]).unwrap().text());
+    let t = Instant::now();
+    while !matches!(redis.main_syscall(), Some(n) if n == libc::SYS_clock_nanosleep || n == libc::SYS_nanosleep)
+    {
+        assert!(t.elapsed() < Duration::from_secs(20), "redis never slept");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(pinger.cmd(&["PING"]).unwrap().text(), "+PONG");
+    assert_eq!(sleeper.join().unwrap(), "+OK");
     assert!(
         a.wait_line(|l| l.starts_with("stall:"), Duration::from_secs(30)),
         "no stall printed: {:?}",
