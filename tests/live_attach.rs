@@ -1323,15 +1323,27 @@ fn lost_events_read_back_from_a_recording(backend: &str) {
     let script = "local t = redis.call('TIME') local s = t[1] * 1000000 + t[2] \
                   while true do local n = redis.call('TIME') if n[1] * 1000000 + n[2] - s > 50000 then break end end return 1";
     let mut c = redis.client();
-    assert!(matches!(
-        c.cmd(&["EVAL", script, "0"]).expect("EVAL"),
-        Reply::Int(1)
-    ));
-    assert!(
-        a.wait_line(|l| l.starts_with("stall:") && l.contains("gap"), DEADLINE),
-        "no live stall line; stderr: {:?}",
-        a.stderr
-    );
+    // The script's gap is seen whole once the ring keeps up again: while the analysis works
+    // through the load's backlog a one-page ring may still drop the calls around it, so the
+    // script is run again until its gap is printed.
+    let start = Instant::now();
+    loop {
+        assert!(matches!(
+            c.cmd(&["EVAL", script, "0"]).expect("EVAL"),
+            Reply::Int(1)
+        ));
+        if a.wait_line(
+            |l| l.starts_with("stall:") && l.contains("gap"),
+            Duration::from_secs(10),
+        ) {
+            break;
+        }
+        assert!(
+            start.elapsed() < DEADLINE,
+            "no live stall line; stderr: {:?}",
+            a.stderr
+        );
+    }
     // SAFETY: a signal to the stallscope this test started.
     unsafe { libc::kill(a.child.id() as i32, libc::SIGINT) };
     let (_, out) = finish(a, DEADLINE);
