@@ -422,10 +422,6 @@ fn write_inner(mut job: Job) -> Result<PathBuf, String> {
             job.dir.display()
         )
     };
-    let json = write_atomic(&job.dir, &format!("{base}.json"), |w| {
-        crate::render::json::render(&report, w)
-    })
-    .map_err(|e| fail("json", e))?;
     write_atomic(&job.dir, &format!("{base}.html"), |w| {
         crate::render::html::render(&report, w)
     })
@@ -459,6 +455,12 @@ fn write_inner(mut job: Job) -> Result<PathBuf, String> {
             .map_err(|e| fail(&format!("strace{suffix}"), e))?;
         }
     }
+    // The JSON is written last: whoever picks incidents up by their .json (a script, an
+    // alert's runbook, the tests) finds the HTML and the recording already beside it.
+    let json = write_atomic(&job.dir, &format!("{base}.json"), |w| {
+        crate::render::json::render(&report, w)
+    })
+    .map_err(|e| fail("json", e))?;
     Ok(json)
 }
 
