@@ -115,6 +115,10 @@ pub(crate) struct Situation<'a> {
     /// Another thread of the process is its main thread (tid == pid, named so, or it waited
     /// in epoll too with a lower tid): one main per process.
     pub(crate) other_main: bool,
+    /// Another thread of the process waits in an event loop (epoll, or select/poll): only
+    /// beside one is "outside the event loop" a role (a lone thread of any program closes
+    /// files).
+    pub(crate) loop_beside: bool,
 }
 
 /// A thread's role and the evidence for it, in order of trust: process, name, pid,
@@ -148,7 +152,7 @@ pub(crate) fn decide(ev: &RoleEvidence, s: Situation<'_>) -> (Role, Why) {
     // bio_close_file fsyncs a file only right before closing it (the old AOF after a
     // rewrite); the AOF fsync thread fsyncs the live AOF over and over and closes
     // rarely (redis 7.2 gives it the old AOF's close too).
-    if ev.file_close > 0 && ev.file_close >= ev.aof_sync {
+    if s.loop_beside && ev.file_close > 0 && ev.file_close >= ev.aof_sync {
         return (
             Role::BioCloseFile,
             Why::Rule("closes files outside the event loop"),
@@ -190,7 +194,17 @@ mod tests {
             (ev(0, 0, 0, 0), none, Role::Other),
             (ev(1, 0, 0, 0), none, Role::Main),
             (ev(0, 3, 1, 0), none, Role::BioAof),
-            (ev(0, 1, 1, 0), none, Role::BioCloseFile),
+            (
+                ev(0, 1, 1, 0),
+                Situation {
+                    loop_beside: true,
+                    ..none
+                },
+                Role::BioCloseFile,
+            ),
+            // Closing files is no role without an event loop beside it; an AOF fsync is.
+            (ev(0, 0, 3, 0), none, Role::Other),
+            (ev(0, 1, 1, 0), none, Role::BioAof),
             (ev(0, 0, 0, 5), none, Role::IoThread),
             // The process decides before the name, the name before behaviour.
             (

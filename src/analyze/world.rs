@@ -284,6 +284,9 @@ impl World {
                         || o.name.as_deref().and_then(Role::from_name) == Some(Role::Main)
                         || (o.evidence.epoll > 0 && o.tid < t.tid))
             });
+        let loop_beside = self.threads.iter().any(|o| {
+            o.tid != t.tid && o.proc == t.proc && (o.evidence.epoll > 0 || o.evidence.poll > 0)
+        });
         decide(
             &t.evidence,
             Situation {
@@ -292,6 +295,7 @@ impl World {
                 is_root_tid: self.root_known && t.tid == self.root,
                 first_without_loop,
                 other_main,
+                loop_beside,
             },
         )
     }
