@@ -23,6 +23,8 @@ pub struct FileSource {
     pub(super) done: bool,
     /// Detected shape, in strace's own words.
     pub format: String,
+    /// `Unreadable` marks pushed so far (no events of the trace: not in `counters.events`).
+    unreadable: u64,
 }
 
 impl FileSource {
@@ -90,6 +92,7 @@ impl FileSource {
             strict,
             done: false,
             format: String::new(),
+            unreadable: 0,
         })
     }
 
@@ -108,12 +111,10 @@ impl FileSource {
     /// Parses lines straight into `out` until it holds `want` events or input ends: the
     /// batch path, where each event is built once in its final place.
     pub(super) fn pump_into(&mut self, out: &mut Vec<Event>, want: usize) -> Result<()> {
-        let before = out.len();
+        let before = (out.len(), self.unreadable);
         let r = self.pump_lines(out, want);
-        self.counters.events += out[before..]
-            .iter()
-            .filter(|e| !matches!(e.kind, EventKind::Unreadable))
-            .count() as u64;
+        // Counted as they are pushed: a second pass over the batch cost more than the count.
+        self.counters.events += (out.len() - before.0) as u64 - (self.unreadable - before.1);
         r
     }
 
@@ -155,6 +156,7 @@ impl FileSource {
             };
             if let Some(reason) = skip {
                 if reason != SkipReason::Empty.as_str() {
+                    self.unreadable += 1;
                     out.push(Event {
                         tid: 0,
                         ts: self.parser.last_ts(),

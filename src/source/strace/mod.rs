@@ -264,7 +264,23 @@ impl StraceParser {
 
     /// `-Y` names each line's thread: an event when a thread's name is first seen or
     /// changes, so roles come from names without a `--threads` file.
+    #[inline]
     fn note_comm(
+        &mut self,
+        pfx: &Prefix,
+        raw: &[u8],
+        ts: Option<Nanos>,
+        line_no: u64,
+        out: &mut Vec<Event>,
+    ) {
+        // Most traces have no `-Y` column: test for it without a call.
+        if pfx.comm.is_some() {
+            self.note_named(pfx, raw, ts, line_no, out);
+        }
+    }
+
+    #[inline(never)]
+    fn note_named(
         &mut self,
         pfx: &Prefix,
         raw: &[u8],
