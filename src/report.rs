@@ -401,6 +401,7 @@ pub enum FindingId {
     LogFileBlocking,
     Fork,
     CowPageFaults,
+    CpuStarvation,
     Command,
     DiskContention,
     AofFsyncBackground,
@@ -425,6 +426,7 @@ impl FindingId {
             FindingId::LogFileBlocking => "log-file-blocking",
             FindingId::Fork => "fork",
             FindingId::CowPageFaults => "cow-page-faults",
+            FindingId::CpuStarvation => "cpu-starvation",
             FindingId::Command => "command",
             FindingId::DiskContention => "disk-contention",
             FindingId::AofFsyncBackground => "aof-fsync-background",
@@ -441,7 +443,7 @@ impl FindingId {
 }
 
 impl FindingId {
-    pub const ALL: [FindingId; 18] = [
+    pub const ALL: [FindingId; 19] = [
         FindingId::AofFsyncAlways,
         FindingId::AofWriteActiveChild,
         FindingId::AofWritePendingFsync,
@@ -449,6 +451,7 @@ impl FindingId {
         FindingId::LogFileBlocking,
         FindingId::Fork,
         FindingId::CowPageFaults,
+        FindingId::CpuStarvation,
         FindingId::Command,
         FindingId::DiskContention,
         FindingId::AofFsyncBackground,

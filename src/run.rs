@@ -134,6 +134,24 @@ pub fn analyze(args: &AnalyzeArgs) -> Result<u64> {
             opts.redis_conf = Some(RedisConf::parse(&text));
         }
     }
+    // ... and where the live tracer lost records, if it did.
+    let mut lost = crate::live::record::LostMarks::default();
+    if args.files.len() == 1 {
+        let side = format!("{}{}", args.files[0], crate::live::record::LOST_SUFFIX);
+        if let Ok(text) = std::fs::read_to_string(&side) {
+            lost = crate::live::record::LostMarks::parse(&text)
+                .map_err(|e| anyhow::anyhow!("{side}: {e}"))?;
+        }
+    }
+    // ... and the scheduler's split of its longer calls and gaps (bpf).
+    let mut sched = std::collections::HashMap::new();
+    if args.files.len() == 1 {
+        let side = format!("{}{}", args.files[0], crate::live::record::SCHED_SUFFIX);
+        if let Ok(text) = std::fs::read_to_string(&side) {
+            sched = crate::live::record::parse_sched(&text)
+                .map_err(|e| anyhow::anyhow!("{side}: {e}"))?;
+        }
+    }
     opts.root_pid = args.pid;
     // Progress on stderr for big files read from a terminal session (silent otherwise).
     let total: u64 = args
@@ -152,7 +170,20 @@ pub fn analyze(args: &AnalyzeArgs) -> Result<u64> {
     let mut an = Analyzer::new(opts);
     let mut n = 0u32;
     let inputs = pipelined(inputs, |ev| {
-        an.push(ev);
+        let dropped = lost.before(ev.line);
+        if dropped > 0 {
+            an.add_lost_events(dropped);
+        }
+        match sched.remove(&ev.line) {
+            Some(s) if ev.syscall().is_some() => {
+                let mut ev = ev.clone();
+                if let crate::event::EventKind::Syscall(sc) = &mut ev.kind {
+                    sc.sched = Some(Box::new(s));
+                }
+                an.push(&ev);
+            }
+            _ => an.push(ev),
+        }
         n = n.wrapping_add(1);
         if n % 4096 == 0 {
             if let Some(c) = &counter {
@@ -161,6 +192,10 @@ pub fn analyze(args: &AnalyzeArgs) -> Result<u64> {
         }
     })?;
     progress.finish();
+    let dropped = lost.rest();
+    if dropped > 0 {
+        an.add_lost_events(dropped);
+    }
     let counters = inputs.counters();
     let mut info = inputs.info();
     // Every line skipped, or none made an event: whatever this is, it is not a trace (of

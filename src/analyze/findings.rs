@@ -68,6 +68,9 @@ pub(crate) fn explain(a: &Evidence<'_>, c: &Cand, role: Role) -> (Option<Finding
         .map(|p| format!(" while child {} ran", p.child))
         .unwrap_or_default();
     if c.kind == StallKind::Gap {
+        if let Some(v) = sched_of_gap(c, role, &who, &d, &during) {
+            return v;
+        }
         return match role {
             Role::Main if c.phase.is_some() => (
                 Some(FindingId::CowPageFaults),
@@ -95,6 +98,100 @@ pub(crate) fn explain(a: &Evidence<'_>, c: &Cand, role: Role) -> (Option<Finding
     );
     let (fid, why) = cause_of_call(a, c, role, file, &during);
     (fid, format!("{base}: {why}"))
+}
+
+/// Where a stall's time went, by the scheduler's counters of the thread (live bpf backend):
+/// the input of the rules that tell a thread waiting for a CPU (`cpu-starvation`), one
+/// copying pages after a fork (`cow-page-faults`) and one busy in a command apart.
+struct SchedSplit {
+    on_ns: i64,
+    runnable_ns: i64,
+    minor_faults: u64,
+    major_faults: u64,
+}
+
+/// A burst: a minor fault for every 20 µs on a CPU, or more often. A copy-on-write fault (a
+/// page allocated, 4 KiB copied) costs the thread a few µs, so at that rate faults are a
+/// tenth of its time or more; a command busy on its own data faults far less often.
+const FAULT_EVERY_NS: i64 = 20_000;
+/// Fewer faults than this are no burst, whatever the time on a CPU.
+const FAULT_BURST_MIN: u64 = 100;
+
+impl SchedSplit {
+    /// Clamped as the JSON's `sched` is (on-CPU time trails by up to a tick).
+    fn of(c: &Cand) -> Option<Self> {
+        let d = c.sched?;
+        let on = (d.on_cpu_ns as i64).min(c.dur.max(0));
+        Some(SchedSplit {
+            on_ns: on,
+            runnable_ns: (d.runnable_ns as i64).min(c.dur.max(0) - on),
+            minor_faults: d.minor_faults,
+            major_faults: d.major_faults,
+        })
+    }
+    /// Waiting for a CPU took at least half of the stall.
+    fn starved(&self, dur: i64) -> bool {
+        self.runnable_ns * 2 >= dur
+    }
+    /// On a CPU for at least half of it.
+    fn busy(&self, dur: i64) -> bool {
+        self.on_ns * 2 >= dur
+    }
+    /// Minor faults at the rate of a burst (`FAULT_EVERY_NS`) over the time on a CPU.
+    fn fault_burst(&self) -> bool {
+        self.minor_faults >= FAULT_BURST_MIN
+            && self.minor_faults as i64 * FAULT_EVERY_NS >= self.on_ns
+    }
+    /// "240 ms waiting for a CPU, 60 ms on one, 1200 minor page faults"
+    fn words(&self) -> String {
+        let mut w = format!(
+            "{} waiting for a CPU, {} on one",
+            human(self.runnable_ns / 1000),
+            human(self.on_ns / 1000)
+        );
+        for (n, what) in [(self.minor_faults, "minor"), (self.major_faults, "major")] {
+            if n > 0 {
+                w.push_str(&format!(", {n} {what} page fault{}", plural(n)));
+            }
+        }
+        w
+    }
+}
+
+/// A gap of a client-facing thread explained by the scheduler, when it says enough.
+fn sched_of_gap(
+    c: &Cand,
+    role: Role,
+    who: &str,
+    d: &str,
+    during: &str,
+) -> Option<(Option<FindingId>, String)> {
+    if !matches!(role, Role::Main | Role::IoThread) {
+        return None;
+    }
+    let s = SchedSplit::of(c)?;
+    let w = s.words();
+    if s.starved(c.dur) {
+        return Some((
+            Some(FindingId::CpuStarvation),
+            format!("{who} made no syscall for {d}{during}: it was waiting for a CPU ({w}): CPU starvation"),
+        ));
+    }
+    if c.phase.is_some() && s.fault_burst() {
+        return Some((
+            Some(FindingId::CowPageFaults),
+            format!(
+                "{who} made no syscall for {d}{during}: copy-on-write page faults after fork ({w})"
+            ),
+        ));
+    }
+    if role == Role::Main && s.busy(c.dur) {
+        return Some((
+            Some(FindingId::Command),
+            format!("{who} made no syscall for {d}: a slow command, on a CPU ({w})"),
+        ));
+    }
+    None
 }
 
 /// " on the AOF appendonly.aof", " on fd 7", or nothing.
@@ -131,7 +228,22 @@ fn cause_of_call(
 ) -> (Option<FindingId>, String) {
     let name = c.syscall.unwrap_or("?");
     let class = file.map(|f| f.class).unwrap_or(FileClass::Unknown);
+    let sched = SchedSplit::of(c);
     match (role, class, name) {
+        (Role::Main | Role::IoThread, _, _) if sched.as_ref().is_some_and(|s| s.starved(c.dur)) => (
+            Some(FindingId::CpuStarvation),
+            format!(
+                "the call was ready to go on but waited for a CPU ({}): CPU starvation{during}",
+                sched.as_ref().map(SchedSplit::words).unwrap_or_default()
+            ),
+        ),
+        (Role::Main, FileClass::Client, _) if c.phase.is_some() && sched.as_ref().is_some_and(SchedSplit::fault_burst) => (
+            Some(FindingId::CowPageFaults),
+            format!(
+                "copy-on-write page faults after fork, in the kernel's copy of the buffer ({}){during}",
+                sched.as_ref().map(SchedSplit::words).unwrap_or_default()
+            ),
+        ),
         (Role::Main, _, "nanosleep" | "clock_nanosleep" | "pause") => (
             Some(FindingId::Command),
             "the main thread slept: a command that sleeps (DEBUG SLEEP, a module or script) holds every client".into(),
@@ -541,6 +653,14 @@ static RULES: &[Rule] = &[
          policy), or reduce write traffic during saves. Live mode shows the minor-fault rate to confirm.",
     ),
     on_its_stalls(
+        FindingId::CpuStarvation,
+        "The main thread waited for a CPU (CPU starvation)",
+        "Redis was ready to run but other work had the CPUs: find it (top, pidstat -u, \
+         /proc/pressure/cpu; on a VM, steal time) and give redis a core of its own (taskset, cpusets, \
+         CPUAffinity) or lower the others' priority (nice). Save and rewrite children, io-threads \
+         beyond the free cores and busy neighbours on the same cores all compete for it.",
+    ),
+    on_its_stalls(
         FindingId::Command,
         "Commands held the main thread: slow, sleeping or blocking commands, or descheduling",
         "Check `SLOWLOG GET` and `LATENCY LATEST` for the commands; avoid O(N) commands on big keys (KEYS, \
@@ -808,6 +928,51 @@ mod tests {
                 why.starts_with("main thread blocked 50 ms in close() on fd 7 (already running"),
                 "{why}"
             );
+        });
+    }
+
+    /// The scheduler's split of a stall (bpf) decides between a thread waiting for a CPU,
+    /// copying pages after a fork, and busy in a command; without it the rules are as before.
+    #[test]
+    fn the_scheduler_split_names_starvation_copy_on_write_or_a_command() {
+        use crate::event::SchedDelta;
+        let with = |kind, syscall, phase, on_ms: u64, run_ms: u64, minor: u64| {
+            let mut c = cand(kind, syscall, phase);
+            c.sched = Some(SchedDelta {
+                on_cpu_ns: on_ms * MS as u64,
+                runnable_ns: run_ms * MS as u64,
+                minor_faults: minor,
+                major_faults: 0,
+            });
+            c
+        };
+        let gap = StallKind::Gap;
+        let call = StallKind::SlowSyscall;
+        // (stall of 50 ms, role, finding, words the cause must have)
+        let cases: &[(Cand, Role, Option<FindingId>, &str)] = &[
+            (with(gap, None, None, 10, 40, 0), Role::Main, Some(FindingId::CpuStarvation), "40 ms waiting for a CPU, 10 ms on one"),
+            // Waiting for a CPU wins over faults: the thread was not running most of the time.
+            (with(gap, None, Some(0), 5, 45, 5000), Role::Main, Some(FindingId::CpuStarvation), "5000 minor page faults"),
+            (with(gap, None, Some(0), 45, 5, 10_000), Role::Main, Some(FindingId::CowPageFaults), "copy-on-write page faults after fork (5.0 ms waiting for a CPU, 45 ms on one, 10000 minor"),
+            // A child ran, but too few faults to matter: the command itself.
+            (with(gap, None, Some(0), 45, 5, 50), Role::Main, Some(FindingId::Command), "a slow command, on a CPU"),
+            // A fault per 45 µs on a CPU is no burst; one per 15 µs is.
+            (with(gap, None, Some(0), 45, 5, 1000), Role::Main, Some(FindingId::Command), "1000 minor page faults"),
+            (with(gap, None, Some(0), 45, 5, 3000), Role::Main, Some(FindingId::CowPageFaults), "3000 minor page faults"),
+            // Faults without a child are no copy-on-write.
+            (with(gap, None, None, 45, 5, 10_000), Role::Main, Some(FindingId::Command), "on a CPU"),
+            (with(gap, None, None, 10, 40, 0), Role::IoThread, Some(FindingId::CpuStarvation), "CPU starvation"),
+            (with(gap, None, None, 10, 40, 0), Role::BioAof, None, "no finding explains it"),
+            (with(call, Some("write"), None, 1, 30, 0), Role::Main, Some(FindingId::CpuStarvation), "waited for a CPU (30 ms"),
+            // Mostly blocked: the rules of the call, as without the split.
+            (with(call, Some("nanosleep"), None, 1, 2, 0), Role::Main, Some(FindingId::Command), "slept"),
+        ];
+        with_evidence(|ev| {
+            for (i, (c, role, want, words)) in cases.iter().enumerate() {
+                let (id, why) = explain(ev, c, *role);
+                assert_eq!(id, *want, "case {i}: {why}");
+                assert!(why.contains(words), "case {i}: {why}");
+            }
         });
     }
 

@@ -7,6 +7,7 @@
 
 pub mod bpf;
 mod decode;
+mod fed;
 pub mod perf;
 pub mod procctx;
 pub mod ptrace;
@@ -405,6 +406,21 @@ pub fn run_attach(args: &AttachArgs) -> Result<u64> {
             for (fd, what) in &ctx.fds {
                 r.seed_fd(*fd, what);
             }
+            // Only bpf splits calls by the scheduler; no stale split of another recording.
+            let spath = format!("{path}{}", record::SCHED_SUFFIX);
+            if backend == "bpf" {
+                let f = std::fs::File::create(&spath)
+                    .map_err(|e| anyhow::anyhow!("--record {path}: cannot create {spath}: {e}"))?;
+                r.record_sched(
+                    Box::new(std::io::BufWriter::new(f)),
+                    args.out.threshold / 10,
+                )
+                .map_err(|e| anyhow::anyhow!("--record {path}: cannot write {spath}: {e}"))?;
+            } else if let Err(e) = std::fs::remove_file(&spath) {
+                if e.kind() != std::io::ErrorKind::NotFound {
+                    anyhow::bail!("--record {path}: cannot remove the stale {spath}: {e}");
+                }
+            }
             Some(r)
         }
         None => None,
@@ -444,6 +460,9 @@ pub fn run_attach(args: &AttachArgs) -> Result<u64> {
         let lost = tracer.take_lost();
         if lost > 0 {
             an.add_lost_events(lost);
+            if let Some(r) = rec.as_mut() {
+                r.note_lost(lost);
+            }
         }
         if let Some(ev) = &ev {
             if ev.syscall().is_some() {
@@ -474,6 +493,10 @@ pub fn run_attach(args: &AttachArgs) -> Result<u64> {
         let done = tracer.is_done();
         if done || ev.is_none() || last_drain.elapsed() >= Duration::from_millis(200) {
             last_drain = std::time::Instant::now();
+            // The --redis poller's commands are ours, not a client's.
+            for (fd, since) in redis_side.take_own_conns() {
+                an.mark_own_connection(fd, since);
+            }
             let fresh = an.drain_new_stalls(&clock);
             if !fresh.is_empty() {
                 let mut w = stderr.lock();
@@ -502,6 +525,7 @@ pub fn run_attach(args: &AttachArgs) -> Result<u64> {
         stats.syscalls, stats.main_syscalls, stats.lost_events
     );
     let samples = sampler.finish();
+    let lost_text = rec.as_ref().and_then(|r| r.lost_text());
     if let Some(r) = rec {
         if record_err.is_none() {
             if let Err(e) = r.finish() {
@@ -509,10 +533,27 @@ pub fn run_attach(args: &AttachArgs) -> Result<u64> {
             }
         }
     }
+    let mut lost_err = None;
     if let (Some(path), None) = (&args.record, &record_err) {
         let tpath = format!("{path}.threads");
         if let Err(e) = record::Recorder::<std::fs::File>::write_threads(&tpath, &thread_names) {
             eprintln!("stallscope: warning: --record: cannot write {tpath}: {e}");
+        }
+        // Without losses no sidecar, and none left from an earlier recording to this name.
+        let lpath = format!("{path}{}", record::LOST_SUFFIX);
+        let written = match &lost_text {
+            Some(text) => std::fs::write(&lpath, text),
+            None => std::fs::remove_file(&lpath).or_else(|e| match e.kind() {
+                std::io::ErrorKind::NotFound => Ok(()),
+                _ => Err(e),
+            }),
+        };
+        if let Err(e) = written {
+            // A replay without it would not say what the live report said was lost.
+            lost_err = Some(std::io::Error::new(
+                e.kind(),
+                format!("{lpath} (the lost-records sidecar): {e}"),
+            ));
         }
         if let Some(text) = &conf_text {
             let cpath = format!("{path}{}", record::CONF_SUFFIX);
@@ -554,7 +595,7 @@ pub fn run_attach(args: &AttachArgs) -> Result<u64> {
             tracing_cost: tracing_cost.as_deref().filter(|_| backend == "ptrace"),
         }));
     redis_side.finish(&mut report)?;
-    if let Some(e) = record_err {
+    if let Some(e) = record_err.or(lost_err) {
         let path = args.record.as_deref().unwrap_or("");
         return Err(anyhow::anyhow!("--record {path}: cannot write it: {e}"));
     }

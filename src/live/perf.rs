@@ -43,8 +43,7 @@ pub const DEFAULT_PAGES: usize = 2048;
 /// an older record of the same thread (the time is taken before the record is committed).
 const HOLD_BACK: Nanos = 3_000_000;
 
-/// How often the process is checked for exit and /proc/PID/task rescanned.
-const CHECK_EVERY: Duration = Duration::from_millis(100);
+/// How often /proc/PID/task is rescanned for threads the events missed.
 const RESCAN_EVERY: Duration = Duration::from_secs(1);
 
 #[derive(Clone, Debug)]
@@ -948,42 +947,47 @@ impl PerfTracer {
     }
 }
 
+impl super::fed::KernelFed for PerfTracer {
+    fn queue(&mut self) -> &mut VecDeque<Event> {
+        &mut self.queue
+    }
+    fn ended(&self) -> bool {
+        self.done
+    }
+    fn stop_requested(&self) -> bool {
+        self.stop_requested
+    }
+    fn finish(&mut self) {
+        PerfTracer::finish(self)
+    }
+    fn last_check(&mut self) -> &mut std::time::Instant {
+        &mut self.last_check
+    }
+    /// Also looks for threads the events missed, now and then.
+    fn check(&mut self) -> bool {
+        if self.process_gone() {
+            return true;
+        }
+        if self.last_rescan.elapsed() >= RESCAN_EVERY {
+            self.last_rescan = std::time::Instant::now();
+            self.read_rings();
+            self.rescan();
+        }
+        false
+    }
+    /// Records are taken up to `HOLD_BACK` ago (see the module's comment).
+    fn gather(&mut self, wait: Duration) {
+        self.fill(now_mono() - HOLD_BACK);
+        if self.queue.is_empty() && !wait.is_zero() {
+            self.poll(wait);
+            self.fill(now_mono() - HOLD_BACK);
+        }
+    }
+}
+
 impl Tracer for PerfTracer {
     fn next_event_timeout(&mut self, timeout: Duration) -> Result<Option<Event>> {
-        let start = std::time::Instant::now();
-        loop {
-            if let Some(e) = self.queue.pop_front() {
-                return Ok(Some(e));
-            }
-            if self.done {
-                return Ok(None);
-            }
-            if self.stop_requested {
-                self.finish();
-                continue;
-            }
-            if self.last_check.elapsed() >= CHECK_EVERY {
-                self.last_check = std::time::Instant::now();
-                if self.process_gone() {
-                    self.finish();
-                    continue;
-                }
-                if self.last_rescan.elapsed() >= RESCAN_EVERY {
-                    self.last_rescan = std::time::Instant::now();
-                    self.read_rings();
-                    self.rescan();
-                }
-            }
-            self.fill(now_mono() - HOLD_BACK);
-            if !self.queue.is_empty() {
-                continue;
-            }
-            let left = timeout.saturating_sub(start.elapsed());
-            if left.is_zero() {
-                return Ok(None);
-            }
-            self.poll(left.min(Duration::from_millis(20)));
-        }
+        Ok(super::fed::next_event_timeout(self, timeout))
     }
 
     fn is_done(&self) -> bool {

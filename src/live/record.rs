@@ -12,7 +12,10 @@
 //! and kept up to date from open/close/dup results, so a file opened before the attach is
 //! still named in the recording. Thread names, which strace text cannot hold, go to a
 //! `FILE.threads` sidecar in the `--threads` format, and the redis config the live analysis
-//! used (from /proc, or `--redis-conf`) to `FILE.redis.conf`; `analyze FILE` reads both.
+//! used (from /proc, or `--redis-conf`) to `FILE.redis.conf`, and the records the kernel
+//! dropped (perf and bpf backends), with where in the stream, to `FILE.lost`, and the
+//! scheduler's split of the longer calls and gaps (bpf backend) to `FILE.sched`; `analyze
+//! FILE` reads them all.
 //!
 //! The edges of the trace carry what strace text has no words for. The attach is written as
 //! strace's own `Process N attached` message, stamped, so a reader knows the traced process.
@@ -27,13 +30,118 @@
 //! leaves in flight (it only emits those at the end of input), and the gap before them would
 //! be lost.
 
-use crate::event::{Event, EventKind, Extra, InFlight, Nanos, Ret, Syscall, Tid};
+use crate::event::{
+    Event, EventKind, Extra, InFlight, Nanos, Ret, SchedDelta, SchedSpan, Syscall, Tid,
+};
 use crate::syscalls::{fd_effect, ArgKind, FdEffect, FdKind};
 use std::collections::HashMap;
 use std::io::Write;
 
 /// Beside a recording FILE: the redis config the live analysis used (`FILE.redis.conf`).
 pub const CONF_SUFFIX: &str = ".redis.conf";
+
+/// Beside a recording FILE: the records the kernel dropped while it was made (`FILE.lost`),
+/// as `LINE COUNT` lines: COUNT were lost before the event on LINE of FILE. Where in the
+/// stream matters as much as how many: the live analysis marks the stalls it finds after a
+/// loss as possibly incomplete, and the replay must mark the same ones. A recording without
+/// the file lost nothing (or was made before losses were recorded).
+pub const LOST_SUFFIX: &str = ".lost";
+
+/// Beside a recording FILE: what the scheduler did with the thread in each call and in the
+/// gap before it (bpf backend), as `LINE` and four numbers for the call (ns on a CPU, ns
+/// runnable, minor and major faults), then four for the gap or `-`: kept for the calls and
+/// gaps at least as long as a tenth of the threshold (the shortest the report lists), so that
+/// the replay names the same causes (`cpu-starvation`, `cow-page-faults`) as the live run.
+pub const SCHED_SUFFIX: &str = ".sched";
+
+/// Reads a `FILE.sched` sidecar: the split of the call that ends on each line.
+pub fn parse_sched(text: &str) -> Result<HashMap<u64, SchedSpan>, String> {
+    let mut out = HashMap::new();
+    for (i, l) in text.lines().enumerate() {
+        let l = l.trim();
+        if l.is_empty() || l.starts_with('#') {
+            continue;
+        }
+        let bad = || {
+            format!(
+                "line {}: not `LINE ON RUN MINOR MAJOR [ON RUN MINOR MAJOR | -]`: {l:?}",
+                i + 1
+            )
+        };
+        let f: Vec<&str> = l.split_whitespace().collect();
+        let num = |k: usize| f.get(k).and_then(|v| v.parse::<u64>().ok());
+        let delta = |k: usize| -> Option<SchedDelta> {
+            Some(SchedDelta {
+                on_cpu_ns: num(k)?,
+                runnable_ns: num(k + 1)?,
+                minor_faults: num(k + 2)?,
+                major_faults: num(k + 3)?,
+            })
+        };
+        let line = num(0).ok_or_else(bad)?;
+        let during = delta(1).ok_or_else(bad)?;
+        let before = match f.get(5) {
+            Some(&"-") if f.len() == 6 => None,
+            Some(_) if f.len() == 9 => Some(delta(5).ok_or_else(bad)?),
+            _ => return Err(bad()),
+        };
+        out.insert(line, SchedSpan { during, before });
+    }
+    Ok(out)
+}
+
+const SCHED_HEADER: &str = "# stallscope attach --record: the scheduler's split (bpf), as `LINE` then, for the call on \
+                            that line and for the gap before it (or -): ns on a CPU, ns runnable, minor faults, major faults\n";
+
+const LOST_HEADER: &str =
+    "# stallscope attach --record: records the kernel dropped, as `LINE COUNT`: \
+                           COUNT were lost before the event on LINE of the recording\n";
+
+/// The losses of a recording, applied to the replay at the same places in the stream.
+#[derive(Debug, Default)]
+pub struct LostMarks {
+    marks: Vec<(u64, u64)>,
+    next: usize,
+}
+
+impl LostMarks {
+    /// Reads a `FILE.lost` sidecar; `#` lines are comments.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let mut marks = vec![];
+        for (i, l) in text.lines().enumerate() {
+            let l = l.trim();
+            if l.is_empty() || l.starts_with('#') {
+                continue;
+            }
+            let mark = l
+                .split_once(' ')
+                .and_then(|(a, b)| Some((a.parse().ok()?, b.trim().parse().ok()?)));
+            match mark {
+                Some(m) => marks.push(m),
+                None => return Err(format!("line {}: not `LINE COUNT`: {l:?}", i + 1)),
+            }
+        }
+        marks.sort_by_key(|m: &(u64, u64)| m.0);
+        Ok(LostMarks { marks, next: 0 })
+    }
+    /// Records lost before an event that ends on `line` (events come in the recording's
+    /// order; each mark is given once).
+    pub fn before(&mut self, line: u64) -> u64 {
+        let mut n = 0;
+        while let Some(&(at, c)) = self.marks.get(self.next) {
+            if at > line {
+                break;
+            }
+            n += c;
+            self.next += 1;
+        }
+        n
+    }
+    /// Records lost after the last event.
+    pub fn rest(&mut self) -> u64 {
+        self.before(u64::MAX)
+    }
+}
 
 pub struct Recorder<W: Write> {
     w: std::io::BufWriter<W>,
@@ -48,6 +156,14 @@ pub struct Recorder<W: Write> {
     line: String,
     /// Calls written as still running at the end, to be stamped again at the detach.
     at_end: Vec<(Tid, &'static str)>,
+    /// Lines written so far.
+    lines: u64,
+    /// (line of the next event, records lost before it), for `FILE.lost`.
+    lost: Vec<(u64, u64)>,
+    /// `FILE.sched`, and the shortest call or gap whose split it keeps.
+    sched: Option<(Box<dyn Write>, Nanos)>,
+    /// When each thread's last call ended (for the length of the gap before the next).
+    last_end: HashMap<Tid, Nanos>,
 }
 
 impl<W: Write> Recorder<W> {
@@ -65,6 +181,10 @@ impl<W: Write> Recorder<W> {
             cwd,
             line: String::with_capacity(256),
             at_end: vec![],
+            lines: 0,
+            lost: vec![],
+            sched: None,
+            last_end: HashMap::new(),
         }
     }
 
@@ -106,11 +226,74 @@ impl<W: Write> Recorder<W> {
         }
     }
 
+    /// Keeps the scheduler's split of calls and gaps of at least `floor` in `w` (`FILE.sched`).
+    pub fn record_sched(&mut self, mut w: Box<dyn Write>, floor: Nanos) -> std::io::Result<()> {
+        w.write_all(SCHED_HEADER.as_bytes())?;
+        self.sched = Some((w, floor));
+        Ok(())
+    }
+
+    /// The call about to be written on the next line: its split, if it is long enough, or
+    /// the gap before it is.
+    fn write_sched(&mut self, ev: &Event, sc: &Syscall) -> std::io::Result<()> {
+        let Some((w, floor)) = self.sched.as_mut() else {
+            return Ok(());
+        };
+        let dur = sc.dur.unwrap_or(0);
+        let prev = if sc.in_flight == Some(InFlight::AtStart) {
+            None
+        } else {
+            self.last_end.insert(ev.tid, ev.ts + dur)
+        };
+        let Some(s) = sc.sched.as_deref() else {
+            return Ok(());
+        };
+        let gap = prev.map_or(0, |p| ev.ts - p);
+        if dur < *floor && gap < *floor {
+            return Ok(());
+        }
+        let d = |x: &SchedDelta| {
+            format!(
+                "{} {} {} {}",
+                x.on_cpu_ns, x.runnable_ns, x.minor_faults, x.major_faults
+            )
+        };
+        let before = s.before.as_ref().map_or_else(|| "-".to_string(), d);
+        writeln!(w, "{} {} {before}", self.lines + 1, d(&s.during))
+    }
+
+    /// The tracer dropped `n` records before the next event written.
+    pub fn note_lost(&mut self, n: u64) {
+        if n == 0 {
+            return;
+        }
+        let at = self.lines + 1;
+        match self.lost.last_mut() {
+            Some((l, c)) if *l == at => *c += n,
+            _ => self.lost.push((at, n)),
+        }
+    }
+
+    /// The `FILE.lost` sidecar's text, if anything was lost.
+    pub fn lost_text(&self) -> Option<String> {
+        if self.lost.is_empty() {
+            return None;
+        }
+        let mut s = LOST_HEADER.to_string();
+        for (l, n) in &self.lost {
+            s.push_str(&format!("{l} {n}\n"));
+        }
+        Some(s)
+    }
+
     /// Writes one event.
     pub fn write_event(&mut self, ev: &Event) -> std::io::Result<()> {
         self.line.clear();
         match &ev.kind {
-            EventKind::Syscall(sc) => self.syscall_line(ev, sc),
+            EventKind::Syscall(sc) => {
+                self.write_sched(ev, sc)?;
+                self.syscall_line(ev, sc)
+            }
             EventKind::Signal { name, si_pid } => {
                 let extra = si_pid.map(|p| format!(", si_pid={p}")).unwrap_or_default();
                 self.line = format!(
@@ -149,6 +332,7 @@ impl<W: Write> Recorder<W> {
                     self.line.push_str(&format!(
                         "{tid} {at} <... {name} resumed> <unfinished ...>\n"
                     ));
+                    self.lines += 1;
                 }
                 return self.w.write_all(self.line.as_bytes());
             }
@@ -158,6 +342,7 @@ impl<W: Write> Recorder<W> {
             EventKind::Unreadable => return Ok(()),
         }
         self.line.push('\n');
+        self.lines += 1;
         self.w.write_all(self.line.as_bytes())
     }
 
@@ -345,6 +530,9 @@ impl<W: Write> Recorder<W> {
     }
 
     pub fn finish(mut self) -> std::io::Result<()> {
+        if let Some((w, _)) = self.sched.as_mut() {
+            w.flush()?;
+        }
         self.w.flush()
     }
 }

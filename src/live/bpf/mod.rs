@@ -39,8 +39,6 @@ pub const DEFAULT_PAGES: usize = 8192;
 /// path and of `--backend auto`'s fallback; the refusal and its message are the kernel's).
 pub const REFUSE_ENV: &str = "STALLSCOPE_BPF_TEST_REFUSE";
 
-const CHECK_EVERY: Duration = Duration::from_millis(100);
-
 // Record kinds and syscall kinds, as in bpf/stallscope.bpf.c.
 const REC_CALL: u32 = 1;
 const REC_ENTER_ONLY: u32 = 2;
@@ -836,33 +834,33 @@ fn read_ring(
     }
 }
 
+impl super::fed::KernelFed for BpfTracer {
+    fn queue(&mut self) -> &mut VecDeque<Event> {
+        &mut self.queue
+    }
+    fn ended(&self) -> bool {
+        self.done
+    }
+    fn stop_requested(&self) -> bool {
+        self.stop_requested
+    }
+    fn finish(&mut self) {
+        BpfTracer::finish(self)
+    }
+    fn last_check(&mut self) -> &mut std::time::Instant {
+        &mut self.last_check
+    }
+    fn check(&mut self) -> bool {
+        self.process_gone()
+    }
+    fn gather(&mut self, wait: Duration) {
+        self.take_records(wait)
+    }
+}
+
 impl Tracer for BpfTracer {
     fn next_event_timeout(&mut self, timeout: Duration) -> Result<Option<Event>> {
-        let start = std::time::Instant::now();
-        loop {
-            if let Some(e) = self.queue.pop_front() {
-                return Ok(Some(e));
-            }
-            if self.done {
-                return Ok(None);
-            }
-            if self.stop_requested {
-                self.finish();
-                continue;
-            }
-            if self.last_check.elapsed() >= CHECK_EVERY {
-                self.last_check = std::time::Instant::now();
-                if self.process_gone() {
-                    self.finish();
-                    continue;
-                }
-            }
-            let left = timeout.saturating_sub(start.elapsed());
-            self.take_records(left.min(Duration::from_millis(20)));
-            if self.queue.is_empty() && start.elapsed() >= timeout {
-                return Ok(None);
-            }
-        }
+        Ok(super::fed::next_event_timeout(self, timeout))
     }
 
     fn is_done(&self) -> bool {

@@ -333,3 +333,110 @@ fn a_recording_analyzes_to_the_live_report() {
     };
     assert_eq!(ids(&live), ids(&back));
 }
+
+/// Losses are written beside the recording at the line of the event that followed them, and
+/// read back to be applied before the event read from that line: the replay marks the same
+/// stalls as found after a loss, and counts the same total.
+#[test]
+fn lost_records_are_placed_at_the_event_that_followed_them() {
+    let mut buf = vec![];
+    let mut r = Recorder::new(&mut buf, 100, FIRST, WALL, None);
+    let attach = Event {
+        tid: 100,
+        ts: FIRST,
+        line: 0,
+        kind: EventKind::Attach { threads: Some(1) },
+    };
+    assert_eq!(r.lost_text(), None, "nothing lost, no sidecar");
+    r.write_event(&attach).unwrap();
+    r.write_event(&ev(100, 1_000, sc("read", Some(8), Ret::Val(3), 100)))
+        .unwrap();
+    r.note_lost(5);
+    r.write_event(&ev(100, 2_000, sc("write", Some(8), Ret::Val(3), 100)))
+        .unwrap();
+    // Two reports before the same event are one mark; the last is after every event.
+    r.note_lost(1);
+    r.note_lost(2);
+    let text = r.lost_text().expect("losses");
+    r.finish().unwrap();
+    let rec = String::from_utf8(buf).unwrap();
+    assert_eq!(rec.lines().count(), 3, "{rec}");
+    let body: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
+    assert_eq!(body, ["3 5", "4 3"], "{text}");
+    // Read back: each event gets what was lost before its line, once.
+    let events = read_back(&rec);
+    let mut marks = LostMarks::parse(&text).unwrap();
+    let got: Vec<(u64, u64)> = events
+        .iter()
+        .map(|e| (e.line, marks.before(e.line)))
+        .collect();
+    assert_eq!(got, [(1, 0), (2, 0), (3, 5)]);
+    assert_eq!(marks.rest(), 3);
+    assert_eq!(marks.rest(), 0, "given once");
+    assert!(LostMarks::parse("3 five\n").is_err());
+    assert_eq!(LostMarks::parse("# only a comment\n\n").unwrap().rest(), 0);
+}
+
+/// The bpf split of a call and of the gap before it goes beside the recording when either is
+/// at least the floor, at the call's line, and reads back to the same split.
+#[test]
+fn the_scheduler_split_of_long_calls_and_gaps_reads_back_at_their_lines() {
+    use crate::event::{SchedDelta, SchedSpan};
+    let dir = tempfile::tempdir().unwrap();
+    let side = dir.path().join("rec.strace.sched");
+    let mut buf = vec![];
+    let mut r = Recorder::new(&mut buf, 100, FIRST, WALL, None);
+    r.record_sched(Box::new(std::fs::File::create(&side).unwrap()), 1_000_000)
+        .unwrap();
+    let split = |on: u64, run: u64, minor: u64| SchedDelta {
+        on_cpu_ns: on,
+        runnable_ns: run,
+        minor_faults: minor,
+        major_faults: 0,
+    };
+    let with = |at: Nanos, dur: Nanos, during, before| {
+        let mut s = sc("read", Some(8), Ret::Val(3), dur);
+        s.sched = Some(Box::new(SchedSpan { during, before }));
+        ev(100, at, s)
+    };
+    // Line 1: short, no gap known; line 2: a 5 ms gap before it; line 3: short after a short
+    // gap; line 4: a 2 ms call.
+    r.write_event(&with(0, 1_000, split(1, 0, 0), None))
+        .unwrap();
+    r.write_event(&with(
+        5_001_000,
+        1_000,
+        split(1, 0, 0),
+        Some(split(1_000_000, 4_000_000, 7)),
+    ))
+    .unwrap();
+    r.write_event(&with(
+        5_003_000,
+        1_000,
+        split(1, 0, 0),
+        Some(split(2_000, 0, 0)),
+    ))
+    .unwrap();
+    r.write_event(&with(
+        5_005_000,
+        2_000_000,
+        split(500_000, 1_500_000, 0),
+        Some(split(1_000, 0, 0)),
+    ))
+    .unwrap();
+    r.finish().unwrap();
+    let got = parse_sched(&std::fs::read_to_string(&side).unwrap()).unwrap();
+    let mut lines: Vec<u64> = got.keys().copied().collect();
+    lines.sort();
+    assert_eq!(lines, [2, 4]);
+    assert_eq!(got[&2].before, Some(split(1_000_000, 4_000_000, 7)));
+    assert_eq!(got[&4].during, split(500_000, 1_500_000, 0));
+    // The lines are those the strace reader gives the calls.
+    let events = read_back(&String::from_utf8(buf).unwrap());
+    assert_eq!(
+        events.iter().map(|e| e.line).collect::<Vec<_>>(),
+        [1, 2, 3, 4]
+    );
+    assert!(parse_sched("2 1 2 3\n").is_err());
+    assert!(parse_sched("2 1 2 3 4 -\n").unwrap()[&2].before.is_none());
+}

@@ -1,0 +1,158 @@
+//! The event loop of the backends the kernel feeds without stopping the tracee (perf, bpf):
+//! between the kernel's buffers and `Tracer::next_event_timeout`. It owns the order of the
+//! few things such a backend does while waiting for events (return what is ready, end on a
+//! stop request or when the process is gone, check on the process now and then, take in
+//! what the kernel wrote), so that the two backends differ only in how they read their
+//! buffers. (ptrace has its own loop: it resumes stopped threads.)
+
+use crate::event::Event;
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+/// How often the process is checked for exit (and whatever else a backend does then).
+const CHECK_EVERY: Duration = Duration::from_millis(100);
+
+/// The longest single wait for the kernel: stop requests and the process check are never
+/// later than this.
+const WAIT_AT_MOST: Duration = Duration::from_millis(20);
+
+/// A backend fed by kernel buffers.
+pub(crate) trait KernelFed {
+    /// Events ready to be returned, in order.
+    fn queue(&mut self) -> &mut VecDeque<Event>;
+    /// Tracing has ended: every event left is in the queue.
+    fn ended(&self) -> bool;
+    fn stop_requested(&self) -> bool;
+    /// Ends tracing: takes what the kernel still holds, the calls still running, the detach.
+    fn finish(&mut self);
+    /// When the process was last checked on.
+    fn last_check(&mut self) -> &mut Instant;
+    /// The periodic check: whether the traced process is gone.
+    fn check(&mut self) -> bool;
+    /// Moves what the kernel wrote into the queue, waiting at most `wait` for it to come.
+    fn gather(&mut self, wait: Duration);
+}
+
+/// `Tracer::next_event_timeout` of a kernel-fed backend.
+pub(crate) fn next_event_timeout<T: KernelFed>(t: &mut T, timeout: Duration) -> Option<Event> {
+    let start = Instant::now();
+    loop {
+        if let Some(e) = t.queue().pop_front() {
+            return Some(e);
+        }
+        if t.ended() {
+            return None;
+        }
+        if t.stop_requested() {
+            t.finish();
+            continue;
+        }
+        if t.last_check().elapsed() >= CHECK_EVERY {
+            *t.last_check() = Instant::now();
+            if t.check() {
+                t.finish();
+                continue;
+            }
+        }
+        let left = timeout.saturating_sub(start.elapsed());
+        t.gather(left.min(WAIT_AT_MOST));
+        if t.queue().is_empty() && start.elapsed() >= timeout {
+            return None;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::EventKind;
+
+    /// A backend whose kernel delivers one event per gather, up to `left`, and whose
+    /// process is gone once `gone_after` checks have been made.
+    struct Fake {
+        queue: VecDeque<Event>,
+        left: u32,
+        ended: bool,
+        stop: bool,
+        finished: u32,
+        checks: u32,
+        gone_after: u32,
+        last: Instant,
+    }
+
+    fn fake(left: u32, gone_after: u32) -> Fake {
+        Fake {
+            queue: VecDeque::new(),
+            left,
+            ended: false,
+            stop: false,
+            finished: 0,
+            checks: 0,
+            gone_after,
+            // Due for a check at the first call.
+            last: Instant::now() - CHECK_EVERY,
+        }
+    }
+
+    fn ev(ts: i64, kind: EventKind) -> Event {
+        Event {
+            tid: 1,
+            ts,
+            line: 0,
+            kind,
+        }
+    }
+
+    impl KernelFed for Fake {
+        fn queue(&mut self) -> &mut VecDeque<Event> {
+            &mut self.queue
+        }
+        fn ended(&self) -> bool {
+            self.ended
+        }
+        fn stop_requested(&self) -> bool {
+            self.stop
+        }
+        fn finish(&mut self) {
+            self.finished += 1;
+            self.ended = true;
+            self.queue.push_back(ev(-1, EventKind::Detach));
+        }
+        fn last_check(&mut self) -> &mut Instant {
+            &mut self.last
+        }
+        fn check(&mut self) -> bool {
+            self.checks += 1;
+            self.checks > self.gone_after
+        }
+        fn gather(&mut self, _: Duration) {
+            if self.left > 0 {
+                self.left -= 1;
+                self.queue
+                    .push_back(ev(self.left as i64, EventKind::Attach { threads: None }));
+            }
+        }
+    }
+
+    #[test]
+    fn events_then_a_quiet_timeout_then_the_detach_once_stopped() {
+        let mut f = fake(2, u32::MAX);
+        let t = Duration::from_millis(1);
+        assert_eq!(next_event_timeout(&mut f, t).map(|e| e.ts), Some(1));
+        assert_eq!(next_event_timeout(&mut f, t).map(|e| e.ts), Some(0));
+        assert_eq!(next_event_timeout(&mut f, t), None, "nothing more came");
+        assert_eq!(f.finished, 0);
+        f.stop = true;
+        let d = next_event_timeout(&mut f, t).expect("the detach");
+        assert_eq!(d.kind, EventKind::Detach);
+        assert_eq!(next_event_timeout(&mut f, t), None);
+        assert_eq!(f.finished, 1, "finished once");
+    }
+
+    #[test]
+    fn a_process_gone_at_the_check_ends_tracing() {
+        let mut f = fake(0, 0);
+        let d = next_event_timeout(&mut f, Duration::from_secs(5)).expect("the detach");
+        assert_eq!((d.kind, f.checks, f.finished), (EventKind::Detach, 1, 1));
+    }
+}
