@@ -26,11 +26,14 @@ r = {x["command"]: x for x in json.load(open(sys.argv[1]))["results"]}
 def fig(n):
     t = r[n]["times"]
     return min(t), statistics.median(t)
+# CPU seconds (user + system, mean): what a run costs, less at the mercy of other load than
+# the wall time.
+cpu = {n: r[n]["user"] + r[n]["system"] for n in r}
 pm, pmed = fig("perl")
 for n in ("old", "new"):
     m, med = fig(n)
-    print(f"{n}: min {m:.3f} s, median {med:.3f} s; over perl: {pm / m:.2f}x (min), {pmed / med:.2f}x (median)")
+    print(f"{n}: min {m:.3f} s, median {med:.3f} s, cpu {cpu[n]:.3f} s; over perl: {pm / m:.2f}x (min), {pmed / med:.2f}x (median), {cpu['perl'] / cpu[n]:.2f}x (cpu)")
 om, omed = fig("old")
 nm, nmed = fig("new")
-print(f"new/old: {nm / om:.3f} (min), {nmed / omed:.3f} (median)")
+print(f"new/old: {nm / om:.3f} (min), {nmed / omed:.3f} (median), {cpu['new'] / cpu['old']:.3f} (cpu)")
 PY

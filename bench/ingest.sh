@@ -1,35 +1,67 @@
 #!/usr/bin/env bash
-# Issue 2's figures: `stallscope analyze --format json` against the Perl gap finder people use
-# today, on the same synthetic 6M-line `strace -ttt -T` log, in one hyperfine run; `wc -l` as
-# the floor; peak RSS on that file and on one twice as large.
-#   bench/ingest.sh [LINES]        (default 6000000; needs hyperfine, perl, python3)
+# Issue 17's figures: `stallscope analyze --format json` against the Perl gap finder people use
+# today and `wc -l` (the floor: nothing line-based reads faster), on the same synthetic
+# 6M-line traces in ONE hyperfine run: the `strace -ttt -T` shape, the `strace -f -tt -T`
+# shape (`[pid N]` column) and the `-ttt` file gzipped (perl and wc read it through
+# `gzip -dc`, stallscope reads the .gz itself). Min and median of each, ratios to perl; then
+# peak RSS on the 6M-line file and on one twice as large.
+#   bench/ingest.sh [LINES]        (default 6000000; needs hyperfine, perl, python3, gzip)
+#   BIN=path/to/stallscope RUNS=5 bench/ingest.sh   (default: a fresh `cargo build --release`)
 # The trace generator and the Perl baseline are bench/gen_trace.py and bench/gapfind.pl
-# (provenance in bench/README.md).
+# (provenance in bench/README.md). Traces are generated once into $TMPDIR.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 lines=${1:-6000000}
+runs=${RUNS:-5}
 dir=${TMPDIR:-/tmp}
-big="$dir/stallscope-bench-$lines.txt"
-big2="$dir/stallscope-bench-$((lines * 2)).txt"
-[ -s "$big" ] || python3 bench/gen_trace.py "$lines" ttt > "$big"
+ttt="$dir/stallscope-ingest-$lines-ttt.txt"
+ttf="$dir/stallscope-ingest-$lines-tt-f.txt"
+gz="$ttt.gz"
+big2="$dir/stallscope-ingest-$((lines * 2))-ttt.txt"
+[ -s "$ttt" ] || python3 bench/gen_trace.py "$lines" ttt > "$ttt"
+[ -s "$ttf" ] || python3 bench/gen_trace.py "$lines" tt-f > "$ttf"
+[ -s "$gz" ] || gzip -c < "$ttt" > "$gz"
 [ -s "$big2" ] || python3 bench/gen_trace.py "$((lines * 2))" ttt > "$big2"
-cargo build --release -q
-bin=target/release/stallscope
-echo "input: $big ($(du -h "$big" | cut -f1), $(wc -l < "$big") lines)"
-# -i: stallscope exits 1 when it finds stalls, which this file has.
-hyperfine -i -w1 -r5 --export-json "$dir/stallscope-ingest.json" \
-  "wc -l < $big" \
-  "perl bench/gapfind.pl 0.2 < $big" \
-  "$bin analyze $big --format json" 2>&1 | grep -v '^ *$' || true
+if [ -z "${BIN:-}" ]; then
+  cargo build --release -q
+  BIN=target/release/stallscope
+fi
+bin=$(realpath "$BIN")
+for f in "$ttt" "$ttf" "$gz"; do
+  echo "input: $f ($(du -h "$f" | cut -f1))"
+done
+# -i: stallscope exits 1 when it finds stalls, which these files have.
+hyperfine -i -w1 -r"$runs" --export-json "$dir/stallscope-ingest.json" \
+  -n "wc ttt" "wc -l < $ttt" \
+  -n "perl ttt" "perl bench/gapfind.pl 0.2 < $ttt" \
+  -n "stallscope ttt" "$bin analyze $ttt --format json" \
+  -n "wc tt-f" "wc -l < $ttf" \
+  -n "perl tt-f" "perl bench/gapfind.pl 0.2 < $ttf" \
+  -n "stallscope tt-f" "$bin analyze $ttf --format json" \
+  -n "wc gz" "gzip -dc < $gz | wc -l" \
+  -n "perl gz" "gzip -dc < $gz | perl bench/gapfind.pl 0.2" \
+  -n "stallscope gz" "$bin analyze $gz --format json" 2>&1 | grep -v '^ *$' || true
 python3 - "$dir/stallscope-ingest.json" <<'PY'
-import json, sys
-r = {x["command"].split()[0].split("/")[-1]: x for x in json.load(open(sys.argv[1]))["results"]}
-perl, ours, wc = r["perl"]["mean"], r["stallscope"]["mean"], r["wc"]["mean"]
-print(f"perl {perl:.3f} s, stallscope {ours:.3f} s, wc -l {wc:.3f} s")
-print(f"speed-up over perl: {perl / ours:.2f}x (target 4x); stallscope is {ours / wc:.1f}x the wc -l floor")
+import json, statistics, sys
+res = {x["command"]: x for x in json.load(open(sys.argv[1]))["results"]}
+r = {k: v["times"] for k, v in res.items()}
+# CPU seconds (user + system, mean over the runs, children included): on a machine shared with
+# other work the wall times of a one-thread perl and a three-thread stallscope are squeezed
+# differently; CPU time says what each one costs whatever the load.
+cpu = {k: v["user"] + v["system"] for k, v in res.items()}
+print(f"{'shape':6} {'':10} {'min s':>7} {'median s':>9} {'perl/x min':>11} {'perl/x median':>14} {'cpu s':>7} {'perl/x cpu':>11}")
+for shape in ("ttt", "tt-f", "gz"):
+    p = r[f"perl {shape}"]
+    pm, pmed, pc = min(p), statistics.median(p), cpu[f"perl {shape}"]
+    for who in ("perl", "stallscope", "wc"):
+        k = f"{who} {shape}"
+        m, med = min(r[k]), statistics.median(r[k])
+        print(f"{shape:6} {who:10} {m:7.3f} {med:9.3f} {pm / m:10.2f}x {pmed / med:13.2f}x {cpu[k]:7.3f} {pc / cpu[k]:10.2f}x")
+    s = r[f"stallscope {shape}"]
+    print(f"{shape:6} speed-up over perl: {pm / min(s):.2f}x (min), {pmed / statistics.median(s):.2f}x (median); target 6x, goal 8x")
 PY
-for f in "$big" "$big2"; do
+for f in "$ttt" "$big2"; do
   # analyze exits 1 when it finds stalls (this file has them): not a failure here.
   rss=$( { /usr/bin/time -v "$bin" analyze "$f" --format json > /dev/null || true; } 2>&1 | awk -F': ' '/Maximum resident/ {print $2}')
-  echo "peak RSS on $(du -h "$f" | cut -f1): $((rss / 1024)) MB (target 32 MB)"
+  echo "peak RSS on $(basename "$f") ($(du -h "$f" | cut -f1)): $((rss / 1024)) MB (target 32 MB)"
 done

@@ -275,3 +275,37 @@ pub(super) fn data_from(sc: &mut Syscall, s: &[u8]) {
         sc.extra = Extra::Data(Data::escaped(inner));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::*;
+
+    /// `restart_syscall(<... resuming interrupted nanosleep ...>)` carries the wait it resumes.
+    #[test]
+    fn restart_syscall_names_the_call_it_resumes() {
+        let got = run(&["restart_syscall(<... resuming interrupted clock_nanosleep ...>) = 0"]);
+        assert_eq!(
+            got[0],
+            call(0, 0, 1, "restart_syscall")
+                .extra(Extra::Resumes("clock_nanosleep"))
+                .val(0)
+                .in_flight(InFlight::AtStart)
+                .0
+        );
+    }
+
+    /// Hex fds (`accept4(0x6, ...)`, from non-Linux shims) are read as numbers, never as the
+    /// `0` of `0x`.
+    #[test]
+    fn hex_fds_are_numbers() {
+        let got = run(&[
+            "accept4(0x6, NULL, NULL, SOCK_CLOEXEC) = 0x9",
+            "close(0x1f) = 0",
+            "pipe2([0x3, 0x4], O_CLOEXEC) = 0",
+        ]);
+        assert_eq!(got[0].syscall().unwrap().fd, Some(6));
+        assert_eq!(got[0].syscall().unwrap().ret, Ret::Val(9));
+        assert_eq!(got[1].syscall().unwrap().fd, Some(31));
+        assert_eq!(got[2].syscall().unwrap().extra, Extra::FdPair(3, 4));
+    }
+}

@@ -547,3 +547,360 @@ pub(super) fn is_summary_line(raw: &[u8]) -> bool {
             .all(|c| c.bytes().all(|d| d.is_ascii_digit()))
         && name_ok(cols[cols.len() - 1])
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::*;
+
+    /// One line, one event: the table of single-line shapes.
+    #[test]
+    fn single_line_shapes() {
+        let table: Vec<(&str, Event)> = vec![
+            // -f to stderr: `[pid N]`, -tt, -T.
+            (
+                "[pid  7313] 22:37:40.811837 fdatasync(7) = 0 <0.000311>",
+                call(7313, tod(22, 37, 40, 811_837), 1, "fdatasync").fd(7).val(0).measured(311 * US).0,
+            ),
+            // -r: right-aligned time since the previous line, no pid.
+            (
+                r#"     0.000151 write(8, "$901\r\n# Persistence\r\nloading:0\r\n"..., 909) = 909 <0.000067>"#,
+                call(0, 151 * US, 1, "write")
+                    .fd(8)
+                    .data(b"$901\r\n# Persistence\r\nloading:0\r\n", true)
+                    .val(909)
+                    .measured(67 * US)
+                    .0,
+            ),
+            // -ttt.
+            (
+                "1796078610.545264 clone(child_stack=NULL, flags=CLONE_CHILD_CLEARTID|CLONE_CHILD_SETTID|SIGCHLD, child_tidptr=0x7fae39d06510) = 13504 <0.017751>",
+                call(0, 1_796_078_610_545_264_000, 1, "clone")
+                    .extra(Extra::Clone { thread: false })
+                    .val(13504)
+                    .measured(17_751 * US)
+                    .0,
+            ),
+            // -tt without -T: aligned result column, no duration.
+            ("22:37:51.226702 fdatasync(7)            = 0", call(0, tod(22, 37, 51, 226_702), 1, "fdatasync").fd(7).val(0).0),
+            // -y on the fd.
+            (
+                r#"[pid  8169] 22:38:11.273154 write(11<WORKDIR/redis.log>, "8169:M 30 Nov 2026 22:38:11.272 "..., 59) = 59 <0.000031>"#,
+                call(8169, tod(22, 38, 11, 273_154), 1, "write")
+                    .fd(11)
+                    .fd_path("WORKDIR/redis.log")
+                    .data(b"8169:M 30 Nov 2026 22:38:11.272 ", true)
+                    .val(59)
+                    .measured(31 * US)
+                    .0,
+            ),
+            // -y on AT_FDCWD and on the returned fd.
+            (
+                r#"[pid  8169] 22:38:10.102487 openat(AT_FDCWD<WORKDIR>, "/proc/self/stat", O_RDONLY) = 8</proc/8169/stat> <0.000036>"#,
+                call(8169, tod(22, 38, 10, 102_487), 1, "openat")
+                    .path("/proc/self/stat")
+                    .val(8)
+                    .ret_path("/proc/8169/stat")
+                    .measured(36 * US)
+                    .0,
+            ),
+            // -yy: `->` inside the annotation; bare pid column (-o FILE -f).
+            (
+                r#"11461 22:41:05.800513 read(8<TCP:[127.0.0.1:6394->127.0.0.1:50418]>, "*2\r\n$4\r\nINFO\r\n$11\r\npersistence\r\n", 20474) = 32 <0.000028>"#,
+                call(11461, tod(22, 41, 5, 800_513), 1, "read")
+                    .fd(8)
+                    .fd_path("TCP:[127.0.0.1:6394->127.0.0.1:50418]")
+                    .data(b"*2\r\n$4\r\nINFO\r\n$11\r\npersistence\r\n", false)
+                    .val(32)
+                    .measured(28 * US)
+                    .0,
+            ),
+            // An errno.
+            (
+                "1796078608.540434 accept4(6, 0x7ffd77cb23d0, [128], SOCK_CLOEXEC|SOCK_NONBLOCK) = -1 EAGAIN (Resource temporarily unavailable) <0.000014>",
+                call(0, 1_796_078_608_540_434_000, 1, "accept4").fd(6).ret(Ret::Err("EAGAIN")).measured(14 * US).0,
+            ),
+            // -t: whole seconds, bare pid, aligned hex result.
+            (
+                "46099 15:53:49 brk(NULL)                = 0x5607bac04000",
+                call(46099, tod(15, 53, 49, 0), 1, "brk").val(0x5607bac04000).0,
+            ),
+            // --timestamps=unix,s / unix,ms / unix,ns, and -T at ns precision.
+            ("1796078610 fdatasync(7) = 0 <0.000311>", call(0, 1_796_078_610 * S, 1, "fdatasync").fd(7).val(0).measured(311 * US).0),
+            (
+                "1796078610.545 fdatasync(7) = 0 <0.000311>",
+                call(0, 1_796_078_610 * S + 545 * MS, 1, "fdatasync").fd(7).val(0).measured(311 * US).0,
+            ),
+            (
+                "1796078610.545264123 fdatasync(7) = 0 <0.000311123>",
+                call(0, 1_796_078_610_545_264_123, 1, "fdatasync").fd(7).val(0).measured(311_123).0,
+            ),
+            // -T with fewer digits, and several seconds.
+            ("[pid  8176] 22:38:19.531396 fsync(6) = 0 <9.5>", call(8176, tod(22, 38, 19, 531_396), 1, "fsync").fd(6).val(0).measured(9_500 * MS).0),
+            // -tt -r combined: the relative part is ignored, the time of day is the clock.
+            (
+                "20:37:49.050065 (+     0.000012) semop(9928704, [{sem_num=0, sem_op=-1, sem_flg=SEM_UNDO}], 1) = 0 <5.030807>",
+                call(0, tod(20, 37, 49, 50_065), 1, "semop").val(0).measured(5_030_807 * US).0,
+            ),
+            // No timestamps at all.
+            ("getpid()                                = 19349", call(0, 0, 1, "getpid").val(19349).0),
+            // A path that was deleted.
+            (
+                r#"write(7</var/lib/redis/appendonly.aof (deleted)>, "*1\r\n", 4) = 4"#,
+                call(0, 0, 1, "write").fd(7).fd_path("/var/lib/redis/appendonly.aof (deleted)").data(b"*1\r\n", false).val(4).0,
+            ),
+            // `= ?`
+            ("exit_group(0)                           = ?", call(0, 0, 1, "exit_group").0),
+            ("26695 _exit(0)                          = ?", call(26695, 0, 1, "_exit").0),
+            // ERESTARTSYS (`= ?` plus an errno-like name).
+            (
+                "[pid  9386] 22:38:55.152372 futex(0x55, FUTEX_WAIT_PRIVATE, 0, NULL) = ? ERESTARTSYS (To be restarted if SA_RESTART is set) <2.208605>",
+                call(9386, tod(22, 38, 55, 152_372), 1, "futex").ret(Ret::Err("ERESTARTSYS")).measured(2_208_605 * US).0,
+            ),
+            // (INJECTED) after the errno text.
+            (
+                r#"chdir(".")  = -1 ENOENT (No such file or directory) (INJECTED)"#,
+                call(0, 0, 1, "chdir").path(".").ret(Ret::Err("ENOENT")).0,
+            ),
+            (
+                "exit_group(42)                          = -1 ENOSYS (Function not implemented) (INJECTED)",
+                call(0, 0, 1, "exit_group").ret(Ret::Err("ENOSYS")).0,
+            ),
+            // wait4 status with `&&` and `==`.
+            (
+                "9380  22:38:57.215446 wait4(-1, [{WIFEXITED(s) && WEXITSTATUS(s) == 0}], WNOHANG, NULL) = 9569 <0.000049>",
+                call(9380, tod(22, 38, 57, 215_446), 1, "wait4").val(9569).measured(49 * US).0,
+            ),
+            // A string that contains `) = `.
+            (
+                r#"write(1, "f(x) = 5\n", 9) = 9 <0.000010>"#,
+                call(0, 0, 1, "write").fd(1).data(b"f(x) = 5\n", false).val(9).measured(10 * US).0,
+            ),
+            // `) = ` inside a string and an aligned result column after it.
+            (
+                r#"write(1, "f(x) = 5\n", 9)            = 9"#,
+                call(0, 0, 1, "write").fd(1).data(b"f(x) = 5\n", false).val(9).0,
+            ),
+            // 32-bit _llseek (leading underscore), result column aligned.
+            ("31442 _llseek(3, 0, [3564], SEEK_CUR)   = 0", call(31442, 0, 1, "_llseek").fd(3).val(0).0),
+            // --secontext after the pid and after an fd annotation.
+            (
+                r#"151020 [unconfined_t] 14:37:21.990449 connect(3<UNIX-STREAM:[524197]> [unconfined_t], {sa_family=AF_UNIX, sun_path="/run/dbus/system_bus_socket" [system_dbusd_var_run_t]}, 30) = 0 <0.000033>"#,
+                call(151020, tod(14, 37, 21, 990_449), 1, "connect").fd(3).fd_path("UNIX-STREAM:[524197]").val(0).measured(33 * US).0,
+            ),
+            // -yy on a returned socket fd.
+            (
+                "accept4(3<socket:[15157]>, {sa_family=AF_INET, sin_port=htons(62958), sin_addr=inet_addr(\"1.2.3.4\")}, [16], SOCK_CLOEXEC) = 29<socket:[91704707]>",
+                call(0, 0, 1, "accept4").fd(3).fd_path("socket:[15157]").val(29).ret_path("socket:[91704707]").0,
+            ),
+            // pipe and dup2 arguments the fd table needs.
+            ("pipe([0, 1]) = 0", call(0, 0, 1, "pipe").extra(Extra::FdPair(0, 1)).val(0).0),
+            ("dup2(5, 1) = 1", call(0, 0, 1, "dup2").fd(5).extra(Extra::NewFd(1)).val(1).0),
+            (
+                r#"rename("temp-8335.rdb", "dump.rdb") = 0 <0.000040>"#,
+                call(0, 0, 1, "rename").extra(Extra::Rename("temp-8335.rdb".into(), "dump.rdb".into())).val(0).measured(40 * US).0,
+            ),
+        ];
+        for (line, want) in table {
+            let got = run(&[line]);
+            assert_eq!(got, vec![want], "line: {line}");
+        }
+    }
+
+    /// Raw non-UTF-8 bytes (and in a path annotation) are read as bytes, never rejected.
+    #[test]
+    fn non_utf8_bytes() {
+        let (got, skips) = run_lines(&[
+            b"[pid  7313] 22:37:40.811837 write(7</tmp/\xff>, \"\xff\xfe\\x00\", 3) = 3 <0.000010>",
+        ]);
+        assert!(skips.is_empty());
+        assert_eq!(
+            got,
+            vec![
+                call(7313, tod(22, 37, 40, 811_837), 1, "write")
+                    .fd(7)
+                    .fd_path("/tmp/\u{fffd}")
+                    .data(&[0xff, 0xfe, 0], false)
+                    .val(3)
+                    .measured(10 * US)
+                    .0
+            ]
+        );
+    }
+
+    #[test]
+    fn signals_exits_and_strace_messages() {
+        let table: Vec<(&str, Event)> = vec![
+            (
+                "9380  22:38:57.152385 --- SIGCHLD {si_signo=SIGCHLD, si_code=CLD_EXITED, si_pid=9569, si_uid=0, si_status=0, si_utime=98 /* 0.98 s */, si_stime=20 /* 0.20 s */} ---",
+                ev(9380, tod(22, 38, 57, 152_385), 1, EventKind::Signal { name: "SIGCHLD", si_pid: Some(9569) }),
+            ),
+            (
+                "--- SIGUSR1 {si_signo=SIGUSR1, si_code=SI_KERNEL} ---",
+                ev(0, 0, 1, EventKind::Signal { name: "SIGUSR1", si_pid: None }),
+            ),
+            (
+                "9569  22:38:57.152275 +++ exited with 0 +++",
+                ev(9569, tod(22, 38, 57, 152_275), 1, EventKind::Exit { code: Some(0), signal: None }),
+            ),
+            (
+                "10031 21:14:55.795950 +++ killed by SIGTERM +++",
+                ev(10031, tod(21, 14, 55, 795_950), 1, EventKind::Exit { code: None, signal: Some("SIGTERM") }),
+            ),
+            ("+++ killed by SIGSEGV (core dumped) +++", ev(0, 0, 1, EventKind::Exit { code: None, signal: Some("SIGSEGV") })),
+            ("strace: Process 8169 attached with 5 threads", ev(8169, 0, 1, EventKind::Attach { threads: Some(5) })),
+            ("strace: Process 8335 attached", ev(8335, 0, 1, EventKind::Attach { threads: None })),
+            ("strace: Process 7317 detached", ev(7317, 0, 1, EventKind::Detach)),
+        ];
+        for (line, want) in table {
+            assert_eq!(run(&[line]), vec![want], "line: {line}");
+        }
+    }
+
+    #[test]
+    fn noise_lines_are_used_without_events() {
+        for line in [
+            " > /usr/lib64/libc.so.6(_exit+0x1d) [0xdb44d] ../sysdeps/unix/sysv/linux/_exit.c:30",
+            " | 00000  61 62 63 64 65 66 67 68  69 6a 6b 6c 6d 6e 6f 70  abcdefghijklmnop |",
+            "strace: System call limit has been reached, detaching tracees",
+            "  ______________________________________________         ____",
+            " /                                              \\       /    \\",
+            "                                                         [  ]",
+        ] {
+            assert_eq!(run(&[line]), vec![], "line: {line}");
+        }
+    }
+
+    #[test]
+    fn garbage_is_skipped_with_a_reason() {
+        let (out, skips) = run_lines(&[
+            b"this line is not valid strace output and should be skipped",
+            b"",
+            b"27369 <... no really why am I doin this",
+            b"1796078610.545264 write(1, \"x\", 1) = banana",
+        ]);
+        assert_eq!(out, vec![]);
+        assert_eq!(
+            skips,
+            vec![
+                (1, SkipReason::NoSyscall),
+                (2, SkipReason::Empty),
+                (3, SkipReason::ResumedWithoutName),
+                (4, SkipReason::BadReturn),
+            ]
+        );
+    }
+
+    /// `strace -C` prints its count table after the trace: read as noise, not skipped lines.
+    /// Lines from strace 6.1.
+    #[test]
+    fn count_table_after_the_trace_is_noise() {
+        let lines: &[&[u8]] = &[
+            b"28471 04:55:11.056073 close(8)          = 0 <0.000008>",
+            b"% time     seconds  usecs/call     calls    errors syscall",
+            b"------ ----------- ----------- --------- --------- ----------------",
+            b" 45.52    0.009211          12       752           write",
+            b"  0.10    0.000021           2         8         3 accept4",
+            b"------ ----------- ----------- --------- --------- ----------------",
+            b"100.00    0.020237          10      1952         3 total",
+        ];
+        let (out, skips) = run_lines(lines);
+        assert!(skips.is_empty(), "{skips:?}");
+        assert_eq!(out.len(), 1);
+        // A line that only looks numeric is still skipped.
+        let (_, skips) = run_lines(&[
+            b"28471 04:55:11.056073 close(8) = 0 <0.000008>",
+            b" 45.52 oops",
+        ]);
+        assert_eq!(skips.len(), 1);
+    }
+
+    /// Every line of every capture and peer trace, plus edge shapes: wherever the fast path
+    /// accepts a body, the general parser reads the same call from it; and every string in
+    /// them, kept as printed, decodes as the eager decoder would.
+    #[test]
+    fn fast_path_agrees_with_the_general_parser() {
+        use std::io::Read;
+        let mut lines: Vec<Vec<u8>> = [
+            "read(3, \"a) = 1 <0.000001>\", 10) = 10 <0.000002>",
+            "read(3, \"a\\\") = 1\", 10) = 10",
+            "write(1, \"x\"..., 9) = -1 EAGAIN (Resource temporarily unavailable) <0.000009>",
+            "close(3) = -1 EBADF (Bad file descriptor = 3)",
+            "select(4, [3], NULL, NULL, NULL) = 1 (in [3])",
+            "mmap(NULL, 4096, PROT_READ, MAP_PRIVATE, 3, 0) = 0x7f0000000000 <0.000010>",
+            "openat(AT_FDCWD, \"/x\", O_RDONLY) = 3</x> <0.000010>",
+            "fdatasync(7)            = 0",
+            "fdatasync(7) = 0 <12.000010>",
+            "fdatasync(7) = 0 <0.000010000>",
+            "fdatasync(7) = 0\t<0.000010>",
+            "fdatasync(7) = 99999999999999999999999",
+            "fdatasync(7) = -5 <0.000010>",
+            "exit_group(0) = ?",
+            "f() = 0",
+            "f(= 0",
+            "f) = 0",
+            "x(1) = 0 ENOENT (a) <0.000001>",
+            "x(1) = -1  ENOENT (a) <0.000001>",
+            "x(1) = -1 eNOENT (a)",
+        ]
+        .iter()
+        .map(|l| l.as_bytes().to_vec())
+        .collect();
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut files = vec![];
+        for dir in [root.join("fixtures")] {
+            let mut stack = vec![dir];
+            while let Some(d) = stack.pop() {
+                for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+                    let p = e.path();
+                    if p.is_dir() {
+                        stack.push(p);
+                    } else {
+                        files.push(p);
+                    }
+                }
+            }
+        }
+        assert!(files.len() > 10, "the fixtures are where they should be");
+        for f in files {
+            let raw = std::fs::read(&f).unwrap();
+            let text = if f.extension().is_some_and(|e| e == "gz") {
+                let mut out = vec![];
+                if flate2::read::MultiGzDecoder::new(&raw[..])
+                    .read_to_end(&mut out)
+                    .is_err()
+                {
+                    continue;
+                }
+                out
+            } else {
+                raw
+            };
+            lines.extend(text.split(|b| *b == b'\n').map(|l| l.to_vec()));
+        }
+        let mut accepted = 0;
+        for line in &lines {
+            // Every string argument decodes lazily to what the eager decoder gives.
+            for q in memchr::memchr_iter(b'"', line) {
+                assert!(
+                    lazy_data_agrees(&line[q + 1..]),
+                    "{}",
+                    String::from_utf8_lossy(line)
+                );
+            }
+            let (_, body) = parse_prefix(line);
+            if let Some(fast) = fast_call(body) {
+                accepted += 1;
+                assert_eq!(
+                    Ok(fast),
+                    parse_body(body),
+                    "{}",
+                    String::from_utf8_lossy(line)
+                );
+            }
+        }
+        assert!(
+            accepted > 10_000,
+            "the fast path takes the common lines ({accepted})"
+        );
+    }
+}

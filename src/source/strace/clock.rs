@@ -67,3 +67,69 @@ impl ClockState {
         Some(v)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::*;
+
+    #[test]
+    fn midnight_rollover_under_tt_and_t() {
+        let got = run(&[
+            "23:59:59.900000 fdatasync(7) = 0 <0.000100>",
+            "00:00:00.100000 fdatasync(7) = 0 <0.000100>",
+            // printed late, from before midnight
+            "23:59:59.950000 getpid() = 1 <0.000001>",
+            "00:00:01.000000 getpid() = 1 <0.000001>",
+        ]);
+        let ts: Vec<i64> = got.iter().map(|e| e.ts).collect();
+        assert_eq!(
+            ts,
+            vec![
+                tod(23, 59, 59, 900_000),
+                DAY + 100 * MS,
+                tod(23, 59, 59, 950_000),
+                DAY + S
+            ]
+        );
+        let got = run(&["23:59:59 fdatasync(7) = 0", "00:00:02 fdatasync(7) = 0"]);
+        assert_eq!(
+            got.iter().map(|e| e.ts).collect::<Vec<_>>(),
+            vec![tod(23, 59, 59, 0), DAY + 2 * S]
+        );
+    }
+
+    #[test]
+    fn relative_times_accumulate() {
+        let got = run(&[
+            "     0.000000 epoll_wait(5, [], 10128, 81) = 0 <0.081163>",
+            "     0.081200 getpid() = 7 <0.000003>",
+            "     0.000151 close(8) = 0 <0.000057>",
+        ]);
+        assert_eq!(
+            got.iter().map(|e| e.ts).collect::<Vec<_>>(),
+            vec![0, 81_200 * US, 81_351 * US]
+        );
+    }
+
+    /// Lines with a different timestamp format than the trace's are skipped, not misplaced.
+    #[test]
+    fn mixed_timestamp_formats_are_skipped() {
+        let (got, skips) = run_lines(&[
+            b"1000 1700000052.321000 openat(AT_FDCWD, \"/etc/passwd\", O_RDONLY) = 3",
+            b"1000 14:32:01 read(3, \"root:x:0:0\"..., 1024) = 312",
+            b"1000 1700000052.321100 write(1, \"hi\", 2) = 2",
+        ]);
+        assert_eq!(got.len(), 2);
+        assert_eq!(skips, vec![(2, SkipReason::BadTimestamp)]);
+    }
+
+    /// Ten-digit epoch seconds past what ns can hold (found by fuzzing): no overflow, the line
+    /// goes to the general path, which refuses the time.
+    #[test]
+    fn epoch_seconds_past_the_ns_range_do_not_overflow() {
+        let (p, _) = parse_prefix(b"9716078611.649905 read(3, \"\", 1) = 0");
+        assert_eq!(p.time, None);
+        let (p, _) = parse_prefix(b"9223372035.000001 read(3, \"\", 1) = 0");
+        assert_eq!(p.time, Some(9_223_372_035_000_001_000));
+    }
+}

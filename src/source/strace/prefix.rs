@@ -251,3 +251,122 @@ pub(super) fn looks_like_prefix(raw: &[u8]) -> bool {
     let (p, _) = parse_prefix(raw);
     p.pid.is_some() || p.time.is_some()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::*;
+
+    #[test]
+    fn parse_prefix_shapes() {
+        type Case<'a> = (&'a str, Option<Tid>, Option<i64>, TimeFmt, &'a str);
+        let cases: Vec<Case> = vec![
+            (
+                "[pid  7313] 22:37:40.811837 x()",
+                Some(7313),
+                Some(tod(22, 37, 40, 811_837)),
+                TimeFmt::TimeOfDayFrac,
+                "x()",
+            ),
+            (
+                "9380  22:38:54.938004 x()",
+                Some(9380),
+                Some(tod(22, 38, 54, 938_004)),
+                TimeFmt::TimeOfDayFrac,
+                "x()",
+            ),
+            (
+                "     0.000151 x()",
+                None,
+                Some(151 * US),
+                TimeFmt::Relative,
+                "x()",
+            ),
+            (
+                "9380       0.000151 x()",
+                Some(9380),
+                Some(151 * US),
+                TimeFmt::Relative,
+                "x()",
+            ),
+            (
+                "1796078610.545264 x()",
+                None,
+                Some(1_796_078_610_545_264_000),
+                TimeFmt::Epoch,
+                "x()",
+            ),
+            (
+                "1796078610 x()",
+                None,
+                Some(1_796_078_610 * S),
+                TimeFmt::Epoch,
+                "x()",
+            ),
+            (
+                "22:37:51 x()",
+                None,
+                Some(tod(22, 37, 51, 0)),
+                TimeFmt::TimeOfDay,
+                "x()",
+            ),
+            ("x()", None, None, TimeFmt::None, "x()"),
+            ("4194304 x()", Some(4_194_304), None, TimeFmt::None, "x()"),
+        ];
+        for (line, pid, time, fmt, body) in cases {
+            let (p, b) = parse_prefix(line.as_bytes());
+            assert_eq!(
+                (p.pid, p.time, p.fmt, b),
+                (pid, time, fmt, body.as_bytes()),
+                "line: {line}"
+            );
+        }
+    }
+
+    /// `-Y` names the thread beside its pid (`[pid N<comm>]` on stderr, `N<comm>` with -o), once
+    /// per thread as an event before its first call and again if the name changes; `-n`
+    /// (`[ 202]`) and `-i` (`[00007f4b6d52af16]`) between the time and the call are skipped.
+    /// Lines from strace 6.1 on redis-server 7.0.
+    #[test]
+    fn comm_syscall_number_and_instruction_pointer_columns() {
+        let out = run(&[
+            "[pid 28473<bio_aof_fsync>] 04:52:04.985231 [ 202] [00007f4b6d52af16] fdatasync(7) = 0 <0.000311>",
+            "[pid 28473<bio_aof_fsync>] 04:52:05.985231 [ 202] [00007f4b6d52af16] fdatasync(7) = 0 <0.000200>",
+            "28471<redis-server> 04:52:06.000001 [00007f4b6d508f36] epoll_wait(5, [], 10128, 91) = 0 <0.091215>",
+            "28471<redis-serv>er> 04:52:07.000001 [ 232] getpid() = 28471 <0.000003>",
+        ]);
+        let names: Vec<(Tid, &str)> = out
+            .iter()
+            .filter_map(|e| match &e.kind {
+                EventKind::ThreadName(n) => Some((e.tid, &n[..])),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            names,
+            [
+                (28473, "bio_aof_fsync"),
+                (28471, "redis-server"),
+                (28471, "redis-serv>er")
+            ]
+        );
+        let calls: Vec<(Tid, i64, &str, Option<i64>)> = out
+            .iter()
+            .filter_map(|e| match &e.kind {
+                EventKind::Syscall(sc) => Some((e.tid, e.ts, sc.name, sc.dur)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            calls,
+            [
+                (28473, tod(4, 52, 4, 985_231), "fdatasync", Some(311 * US)),
+                (28473, tod(4, 52, 5, 985_231), "fdatasync", Some(200 * US)),
+                (28471, tod(4, 52, 6, 1), "epoll_wait", Some(91_215 * US)),
+                (28471, tod(4, 52, 7, 1), "getpid", Some(3 * US)),
+            ]
+        );
+        // A bracket that is neither (a secontext, text) is left alone.
+        let (_, body) = parse_prefix(b"04:52:07.000001 [not-hex] getpid() = 1");
+        assert!(body.starts_with(b"[not-hex]"));
+    }
+}

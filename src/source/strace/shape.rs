@@ -53,3 +53,17 @@ impl Shape {
         s
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::*;
+
+    #[test]
+    fn describe_state_after_lines() {
+        let mut p = StraceParser::default();
+        let mut out = vec![];
+        p.feed(b"11461 22:41:05.800513 read(8<TCP:[127.0.0.1:6394->127.0.0.1:50418]>, \"\", 1) = 0 <0.000028>", &mut out);
+        assert!(p.shape.pid_column && p.shape.dur && p.shape.annotation && p.shape.yy);
+        assert_eq!(p.clock.fmt, TimeFmt::TimeOfDayFrac);
+    }
+}

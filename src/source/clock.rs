@@ -1,0 +1,123 @@
+//! The trace's clock as the report shows it: which timestamp format the lines had, where
+//! the trace starts, and how a time on that scale is printed or turned into wall-clock time
+//! (with `--date` for time-of-day traces). Sources fill it in; the analysis and renderers
+//! only read it.
+
+use super::strace::TimeFmt;
+use crate::event::Nanos;
+
+/// The trace's clock, as far as the source knows it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Clock {
+    pub fmt: TimeFmt,
+    /// perf trace: milliseconds since perf started.
+    pub perf: bool,
+    pub frac_digits: u8,
+    /// First timestamp on the trace's scale.
+    pub first: Nanos,
+    /// For time-of-day clocks: the date of the first line and the UTC offset (seconds), from
+    /// `--date`, to turn times into absolute ones.
+    pub date: Option<(chrono::NaiveDate, i32)>,
+    /// For live sources: wall-clock ns since the epoch of `first`.
+    pub wall_at_first: Option<Nanos>,
+}
+
+impl Clock {
+    pub fn none() -> Self {
+        Clock {
+            fmt: TimeFmt::None,
+            perf: false,
+            frac_digits: 6,
+            first: 0,
+            date: None,
+            wall_at_first: None,
+        }
+    }
+
+    /// A timestamp as the trace would have printed it.
+    pub fn format(&self, ts: Nanos) -> String {
+        let digits = if self.frac_digits == 0 {
+            6
+        } else {
+            self.frac_digits.min(9)
+        } as usize;
+        let frac = |ns: i64| -> String {
+            let s = format!("{:09}", ns.rem_euclid(1_000_000_000));
+            s[..digits].to_string()
+        };
+        if let Some(iso) = self.iso(ts) {
+            if self.fmt == TimeFmt::None || self.perf || self.wall_at_first.is_some() {
+                return iso;
+            }
+        }
+        match self.fmt {
+            TimeFmt::TimeOfDay | TimeFmt::TimeOfDayFrac => {
+                let d = ts.rem_euclid(86_400 * 1_000_000_000);
+                let s = d / 1_000_000_000;
+                format!(
+                    "{:02}:{:02}:{:02}.{}",
+                    s / 3600,
+                    (s % 3600) / 60,
+                    s % 60,
+                    frac(d)
+                )
+            }
+            TimeFmt::Epoch => format!("{}.{}", ts.div_euclid(1_000_000_000), frac(ts)),
+            _ => {
+                let r = ts - self.first;
+                format!("+{}.{}s", r.div_euclid(1_000_000_000), frac(r))
+            }
+        }
+    }
+
+    /// Wall-clock time in ns since the epoch, where the source allows it.
+    pub fn wall_ns(&self, ts: Nanos) -> Option<Nanos> {
+        if let Some(w) = self.wall_at_first {
+            return Some(w + (ts - self.first));
+        }
+        if self.perf {
+            return None;
+        }
+        match self.fmt {
+            TimeFmt::Epoch => Some(ts),
+            TimeFmt::TimeOfDay | TimeFmt::TimeOfDayFrac => {
+                let (date, off) = self.date?;
+                let midnight = date.and_hms_opt(0, 0, 0)?.and_utc().timestamp();
+                Some((midnight - off as i64) * 1_000_000_000 + ts)
+            }
+            _ => None,
+        }
+    }
+
+    /// ISO 8601 with date and UTC offset, where the source allows it.
+    pub fn iso(&self, ts: Nanos) -> Option<String> {
+        let w = self.wall_ns(ts)?;
+        let off = self.date.map(|d| d.1).unwrap_or(0);
+        let tz = chrono::FixedOffset::east_opt(off)?;
+        let t = chrono::DateTime::from_timestamp(
+            w.div_euclid(1_000_000_000),
+            w.rem_euclid(1_000_000_000) as u32,
+        )?;
+        Some(
+            t.with_timezone(&tz)
+                .to_rfc3339_opts(chrono::SecondsFormat::Micros, false),
+        )
+    }
+
+    /// "absolute" | "time_of_day" | "relative" | "none"
+    pub fn describe(&self) -> &'static str {
+        if self.wall_at_first.is_some() {
+            return "absolute";
+        }
+        if self.perf {
+            return "relative";
+        }
+        match self.fmt {
+            TimeFmt::Epoch => "absolute",
+            TimeFmt::TimeOfDay | TimeFmt::TimeOfDayFrac if self.date.is_some() => "absolute",
+            TimeFmt::TimeOfDay | TimeFmt::TimeOfDayFrac => "time_of_day",
+            TimeFmt::Relative => "relative",
+            TimeFmt::None => "none",
+        }
+    }
+}

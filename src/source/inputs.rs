@@ -1,0 +1,421 @@
+//! The inputs of one run as one stream: several files (`strace -ff` sets, or any several
+//! traces) merged by time, and durations the trace did not print filled in as an upper bound
+//! up to the thread's next event (never across an unreadable line).
+
+use super::counters::Counters;
+use super::file::FileSource;
+use super::{ByteCounter, InputFormat, SourceInfo, TidMap};
+use crate::event::{DurSource, Event, EventKind, Tid};
+use anyhow::{bail, Result};
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+
+/// A finished call whose duration the trace did not print: it waits for the thread's next
+/// event, which bounds it.
+fn needs_hold(e: &Event) -> bool {
+    matches!(&e.kind, EventKind::Syscall(sc) if sc.dur.is_none() && sc.in_flight.is_none())
+}
+
+/// Several `strace -ff` files (or any several inputs) merged by time into one stream.
+pub struct Inputs {
+    files: Vec<FileSource>,
+    heads: Vec<Option<Event>>,
+    started: bool,
+    /// Per-thread hold-back for calls without a printed duration (see `next`).
+    held: TidMap<Event>,
+    ready: VecDeque<Event>,
+    finished: bool,
+}
+
+/// Expands the command line's inputs: a prefix whose `PREFIX.PID` files exist stands for
+/// them all; each such file gets its pid from its name.
+pub fn expand_inputs(args: &[String]) -> Result<Vec<(String, Option<Tid>)>> {
+    let mut out = vec![];
+    for a in args {
+        if a == "-" || Path::new(a).is_file() {
+            out.push((a.clone(), pid_suffix(a)));
+            continue;
+        }
+        let p = PathBuf::from(a);
+        let dir = p
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        let base = p
+            .file_name()
+            .map(|f| f.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let mut found = vec![];
+        if let Ok(rd) = std::fs::read_dir(dir) {
+            for e in rd.flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                if let Some(rest) = name.strip_prefix(&format!("{base}.")) {
+                    if let Ok(pid) = rest.parse::<Tid>() {
+                        found.push((dir.join(&name).to_string_lossy().into_owned(), Some(pid)));
+                    }
+                }
+            }
+        }
+        if found.is_empty() {
+            // Neither a file nor an -ff prefix: let opening it report why.
+            out.push((a.clone(), None));
+            continue;
+        }
+        found.sort();
+        out.extend(found);
+    }
+    if out.is_empty() {
+        bail!("no input: give a trace file, `-` for stdin, or an `strace -ff` prefix");
+    }
+    Ok(out)
+}
+
+fn pid_suffix(path: &str) -> Option<Tid> {
+    let ext = Path::new(path).extension()?.to_str()?;
+    ext.parse().ok()
+}
+
+impl Inputs {
+    pub fn open(args: &[String], format: InputFormat, strict: bool) -> Result<Self> {
+        Self::open_counted(args, format, strict, None)
+    }
+
+    /// `open`, counting bytes read from the files into `counter` (see `ByteCounter`).
+    pub fn open_counted(
+        args: &[String],
+        format: InputFormat,
+        strict: bool,
+        counter: Option<ByteCounter>,
+    ) -> Result<Self> {
+        let expanded = expand_inputs(args)?;
+        let many = expanded.len() > 1;
+        let mut files = vec![];
+        for (path, pid) in expanded {
+            // A pid suffix only names the process for -ff sets; a lone `trace.1234` file
+            // may well have a pid column of its own, which wins anyway.
+            files.push(FileSource::open_counted(
+                &path,
+                format,
+                if many || pid.is_some() { pid } else { None },
+                strict,
+                counter.clone(),
+            )?);
+        }
+        let n = files.len();
+        if let [one] = &mut files[..] {
+            one.reader.read_ahead();
+        }
+        Ok(Inputs {
+            files,
+            heads: vec![None; n],
+            started: false,
+            held: TidMap::default(),
+            ready: VecDeque::new(),
+            finished: false,
+        })
+    }
+
+    /// Next event in merged time order (across files), with durations the trace did not
+    /// print reconstructed as an upper bound: up to the next event of the same thread.
+    pub fn next_event(&mut self) -> Result<Option<Event>> {
+        loop {
+            if let Some(e) = self.ready.pop_front() {
+                return Ok(Some(e));
+            }
+            if self.finished {
+                return Ok(None);
+            }
+            let ev = match self.next_merged()? {
+                Some(e) => e,
+                None => {
+                    let mut rest: Vec<Event> = self.held.drain().map(|(_, e)| e).collect();
+                    rest.sort_by_key(|e| (e.ts, e.line));
+                    self.ready.extend(rest);
+                    self.finished = true;
+                    continue;
+                }
+            };
+            // Most events need no hold-back: hand them over without the queue.
+            if self.held.is_empty() && self.ready.is_empty() && !needs_hold(&ev) {
+                return Ok(Some(ev));
+            }
+            self.route(ev);
+        }
+    }
+
+    /// Appends up to `max` events to `out` (fewer only at the end of input); false once
+    /// the input is exhausted. The same events, in the same order, as `next_event`, but a
+    /// single input with printed durations is parsed straight into `out`.
+    pub fn next_batch(&mut self, out: &mut Vec<Event>, max: usize) -> Result<bool> {
+        let fast = self.files.len() == 1
+            && self.held.is_empty()
+            && self.ready.is_empty()
+            && !self.finished;
+        if fast && self.files[0].queue.is_empty() && self.files[0].scratch.is_empty() {
+            let start = out.len();
+            self.files[0].pump_into(out, start + max)?;
+            if let Some(first) = out[start..].iter().position(needs_hold) {
+                // A call without a printed duration: from here on, the per-thread hold-back
+                // of `next_event` decides the order.
+                let tail: Vec<Event> = out.drain(start + first..).collect();
+                for ev in tail {
+                    self.route(ev);
+                }
+                while let Some(e) = self.ready.pop_front() {
+                    out.push(e);
+                }
+            }
+            if self.files[0].done
+                && self.files[0].queue.is_empty()
+                && self.files[0].scratch.is_empty()
+            {
+                // Flush what is held (nothing, unless durations were missing).
+                while let Some(e) = self.next_event()? {
+                    out.push(e);
+                }
+                return Ok(false);
+            }
+            return Ok(true);
+        }
+        let target = out.len() + max;
+        while out.len() < target {
+            match self.next_event()? {
+                Some(e) => out.push(e),
+                None => return Ok(false),
+            }
+        }
+        Ok(true)
+    }
+
+    /// The hold-back step of `next_event` for one event taken from the parser.
+    fn route(&mut self, ev: Event) {
+        if matches!(ev.kind, EventKind::Unreadable) {
+            // What the unreadable line held is unknown: no call held for its bound may
+            // take it across. Their durations stay unknown.
+            let mut rest: Vec<Event> = self.held.drain().map(|(_, e)| e).collect();
+            rest.sort_by_key(|e| (e.ts, e.line));
+            self.ready.extend(rest);
+            self.ready.push_back(ev);
+            return;
+        }
+        if let Some(mut prev) = self.held.remove(&ev.tid) {
+            if let EventKind::Syscall(sc) = &mut prev.kind {
+                sc.dur = Some((ev.ts - prev.ts).max(0));
+                sc.dur_src = DurSource::UpperBound;
+            }
+            self.ready.push_back(prev);
+        }
+        if needs_hold(&ev) {
+            self.held.insert(ev.tid, ev);
+        } else {
+            self.ready.push_back(ev);
+        }
+    }
+
+    fn next_merged(&mut self) -> Result<Option<Event>> {
+        if self.files.len() == 1 {
+            return self.files[0].next_event();
+        }
+        if !self.started {
+            for i in 0..self.files.len() {
+                self.heads[i] = self.files[i].next_event()?;
+            }
+            self.started = true;
+        }
+        // Few files (one per thread): a scan beats a heap.
+        let mut best: Option<usize> = None;
+        for (i, h) in self.heads.iter().enumerate() {
+            if let Some(e) = h {
+                if best.is_none_or(|b| self.heads[b].as_ref().is_some_and(|be| e.end() < be.end()))
+                {
+                    best = Some(i);
+                }
+            }
+        }
+        match best {
+            None => Ok(None),
+            Some(i) => {
+                let e = self.heads[i].take();
+                self.heads[i] = self.files[i].next_event()?;
+                Ok(e)
+            }
+        }
+    }
+
+    /// Everything the report's `source` block needs; call after draining.
+    pub fn info(&self) -> SourceInfo {
+        let f = &self.files[0];
+        let mut clock = f.clock();
+        clock.first = self
+            .files
+            .iter()
+            .map(|f| f.clock().first)
+            .filter(|v| *v != 0)
+            .min()
+            .unwrap_or(clock.first);
+        SourceInfo {
+            kind: if f.is_perf() { "perf" } else { "strace" },
+            files: self
+                .files
+                .iter()
+                .filter(|f| f.label != "<stdin>")
+                .map(|f| f.label.clone())
+                .collect(),
+            format: f.describe(self.files.len()),
+            pid: None,
+            clock,
+        }
+    }
+
+    pub fn counters(&self) -> Counters {
+        let mut c = Counters::default();
+        for f in &self.files {
+            c.lines += f.counters.lines;
+            c.used += f.counters.used;
+            c.events += f.counters.events;
+            c.skips.merge(&f.counters.skips);
+        }
+        c
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::source::counters::CUT_SHORT;
+    use crate::source::no_events_error;
+    use std::io::Write;
+
+    /// A gzip file cut short (copied while it was being written): what was read is kept,
+    /// and the missing rest is a skipped line that names the file and where it ended.
+    #[test]
+    fn a_truncated_gzip_gives_what_was_read() {
+        let mut text = Vec::new();
+        for i in 0..20_000 {
+            writeln!(
+                text,
+                "1796078610.{:06} getpid() = 7 <0.000002>",
+                i % 1_000_000
+            )
+            .unwrap();
+        }
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        gz.write_all(&text).unwrap();
+        let gz = gz.finish().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cut.strace.gz");
+        std::fs::write(&path, &gz[..gz.len() / 2]).unwrap();
+        let name = path.to_string_lossy().into_owned();
+        let mut inp = Inputs::open(std::slice::from_ref(&name), InputFormat::Auto, false).unwrap();
+        let mut n = 0;
+        while inp.next_event().unwrap().is_some() {
+            n += 1;
+        }
+        let c = inp.counters();
+        assert!(n > 1000 && n < 20_000, "{n} events");
+        assert_eq!(c.used + c.skips.total, c.lines);
+        let (file, line, reason, _) = c.skips.first.last().unwrap();
+        assert_eq!((file, *line, *reason), (&name, c.lines, CUT_SHORT));
+    }
+
+    /// A forced --input-format that reads no event from the file says so.
+    #[test]
+    fn a_forced_format_that_reads_nothing_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.strace");
+        std::fs::write(
+            &path,
+            "1796078610.545264 fdatasync(7) = 0 <0.000311>\n 1796078610.6 ( x\n",
+        )
+        .unwrap();
+        let name = path.to_string_lossy().into_owned();
+        let mut inp = Inputs::open(std::slice::from_ref(&name), InputFormat::Perf, false).unwrap();
+        while inp.next_event().unwrap().is_some() {}
+        let c = inp.counters();
+        assert_eq!((c.lines, c.events), (2, 0));
+        let e = no_events_error(&name, &c, InputFormat::Perf).to_string();
+        assert!(e.contains("--input-format perf"), "{e}");
+    }
+}
+
+#[cfg(test)]
+mod unreadable_tests {
+    use super::*;
+    use crate::source::perf;
+
+    fn events(text: &str) -> Vec<Event> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.strace");
+        std::fs::write(&path, text).unwrap();
+        let mut inp = Inputs::open(
+            &[path.to_string_lossy().into_owned()],
+            InputFormat::Auto,
+            false,
+        )
+        .unwrap();
+        let mut out = vec![];
+        while let Some(e) = inp.next_event().unwrap() {
+            out.push(e);
+        }
+        out
+    }
+
+    /// `close(3) = 0`, then a pasted `...`, then a line 5 s later: not a 5 s close(). The
+    /// unreadable line is an event of its own, where the timeline breaks.
+    #[test]
+    fn no_upper_bound_spans_an_unreadable_line() {
+        let got = events(
+            "1796078610.000000 close(3) = 0\n...\n1796078615.000000 getpid() = 7\n1796078615.100000 getpid() = 7\n",
+        );
+        let kinds: Vec<String> = got
+            .iter()
+            .map(|e| match &e.kind {
+                EventKind::Syscall(sc) => format!("{} {:?} {:?}", sc.name, sc.dur, sc.dur_src),
+                k => format!("{k:?}"),
+            })
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                "close None Unknown",
+                "Unreadable",
+                "getpid Some(100000000) UpperBound",
+                "getpid None Unknown",
+            ]
+        );
+        assert_eq!(got[1].line, 2);
+        // Without the pasted line the bound is what it was.
+        let got = events("1796078610.000000 close(3) = 0\n1796078615.000000 getpid() = 7\n");
+        assert_eq!(got[0].syscall().unwrap().dur, Some(5_000_000_000));
+    }
+
+    /// The parsers' own reconstructions stop at an unreadable line too: an unfinished call
+    /// whose resumed half may have been that line has no known duration.
+    #[test]
+    fn no_paired_duration_spans_an_unreadable_line() {
+        let got = events(
+            "1796078610.000000 close(3 <unfinished ...>\n1796078610.5 <... close resu\n1796078615.000000 close(4) = 0 <0.000010>\n",
+        );
+        let c = got
+            .iter()
+            .find(|e| e.syscall().is_some_and(|s| s.fd == Some(3)))
+            .unwrap()
+            .syscall()
+            .unwrap();
+        assert_eq!(
+            (c.dur, c.in_flight),
+            (None, Some(crate::event::InFlight::AtEnd))
+        );
+        let mut p = perf::PerfParser::default();
+        let mut out = vec![];
+        for l in [
+            "   10.000 (         ): redis-server/7 fdatasync(fd: 7) ...",
+            "   10.5 garbage",
+            "   12.500 ( 0.002 ms): redis-server/7 getpid() = 7",
+        ] {
+            p.feed(l.as_bytes(), &mut out);
+        }
+        let f = out[0].syscall().unwrap();
+        assert_eq!((f.name, f.dur, f.in_flight), ("fdatasync", None, None));
+    }
+}
