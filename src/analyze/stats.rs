@@ -1,28 +1,41 @@
-//! Fixed-size latency aggregates for the analyzers: count, total, max and a log-linear
-//! histogram (µs, 2 significant digits) for percentiles, so that statistics over a 20 GB trace
-//! cost the same memory as over a small one. No sorted copy of the samples is ever kept.
+//! Fixed-size latency aggregates for the analyzers: count, total, max and an HDR histogram
+//! (µs, 2 significant digits) for percentiles, so that statistics over a 20 GB trace cost the
+//! same memory as over a small one. No sorted copy of the samples is ever kept.
 
 use crate::event::Nanos;
 use crate::report::Dist;
+use hdrhistogram::Histogram;
 
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct Agg {
     pub count: u64,
     pub errors: u64,
     pub total_ns: i64,
     pub max_ns: i64,
-    hist: Hist,
+    hist: Histogram<u64>,
+}
+
+impl Default for Agg {
+    fn default() -> Self {
+        Agg {
+            count: 0,
+            errors: 0,
+            total_ns: 0,
+            max_ns: 0,
+            // Auto-resizing: it only grows as far as the largest value recorded.
+            hist: Histogram::new(2).expect("2 significant digits is a valid histogram"),
+        }
+    }
 }
 
 impl Agg {
-    #[inline]
     pub fn add(&mut self, ns: i64) {
         let ns = ns.max(0);
         self.count += 1;
         self.total_ns += ns;
         self.max_ns = self.max_ns.max(ns);
         // Histogram in µs; sub-µs calls count as 1 µs bucket 0..1.
-        self.hist.record((ns / 1000) as u64);
+        let _ = self.hist.record((ns / 1000) as u64);
     }
 
     /// Percentile in µs (the histogram's value for that quantile, never above the max).
@@ -39,7 +52,7 @@ impl Agg {
         self.errors += o.errors;
         self.total_ns += o.total_ns;
         self.max_ns = self.max_ns.max(o.max_ns);
-        self.hist.add(&o.hist);
+        let _ = self.hist.add(&o.hist);
     }
 
     pub fn total_us(&self) -> i64 {
@@ -57,87 +70,6 @@ impl Agg {
             p99_us: self.pct_us(0.99),
             max_us: self.max_us(),
         }
-    }
-}
-
-/// Sub-buckets per power of two: 2 significant digits need 200 distinct values at unit
-/// resolution, rounded up to a power of two.
-const SUB_MAG: u32 = 8;
-const HALF_MAG: u32 = SUB_MAG - 1;
-const SUB_MASK: u64 = (1 << SUB_MAG) - 1;
-
-/// The counts of an HDR histogram of 2 significant digits with unit resolution (the layout of
-/// `hdrhistogram::Histogram::new(2)`: the same bucket for every value, so the same
-/// percentiles), recorded inline: the analyzers add two or three samples per event, and the
-/// general crate's checked, resizable recording path was a tenth of the analyzer's time.
-/// Grows only as far as the largest value recorded.
-#[derive(Clone, Default)]
-struct Hist {
-    counts: Vec<u64>,
-    total: u64,
-}
-
-/// Index of the bucket that counts `v`.
-#[inline]
-fn index_for(v: u64) -> usize {
-    let bucket = (64 - SUB_MAG) - (v | SUB_MASK).leading_zeros();
-    let sub = v >> bucket;
-    (((bucket + 1) << HALF_MAG) as u64 + sub - (1 << HALF_MAG)) as usize
-}
-
-/// The lowest value counted at `index`, and the width of its range.
-fn value_for(index: usize) -> (u64, u64) {
-    let mut bucket = (index >> HALF_MAG) as i64 - 1;
-    let mut sub = (index as u64 & ((1 << HALF_MAG) - 1)) + (1 << HALF_MAG);
-    if bucket < 0 {
-        sub -= 1 << HALF_MAG;
-        bucket = 0;
-    }
-    (sub << bucket, 1 << bucket)
-}
-
-impl Hist {
-    #[inline]
-    fn record(&mut self, v: u64) {
-        let i = index_for(v);
-        if i >= self.counts.len() {
-            self.grow(i);
-        }
-        self.counts[i] += 1;
-        self.total += 1;
-    }
-
-    #[cold]
-    fn grow(&mut self, i: usize) {
-        // Whole powers of two at a time, as the histogram's own auto-resize does.
-        let len = ((i >> HALF_MAG) + 1) << HALF_MAG;
-        self.counts.resize(len.max(1 << SUB_MAG), 0);
-    }
-
-    fn add(&mut self, o: &Hist) {
-        if o.counts.len() > self.counts.len() {
-            self.counts.resize(o.counts.len(), 0);
-        }
-        for (a, b) in self.counts.iter_mut().zip(&o.counts) {
-            *a += b;
-        }
-        self.total += o.total;
-    }
-
-    /// `hdrhistogram::Histogram::value_at_quantile`: the highest value equivalent to the
-    /// bucket where the cumulative count first reaches the quantile's share (0 when empty).
-    fn value_at_quantile(&self, q: f64) -> u64 {
-        let q = q.min(1.0);
-        let want = ((q * self.total as f64).ceil() as u64).max(1);
-        let mut seen = 0;
-        for (i, c) in self.counts.iter().enumerate() {
-            seen += c;
-            if seen >= want {
-                let (low, width) = value_for(i);
-                return if q == 0.0 { low } else { low + (width - 1) };
-            }
-        }
-        0
     }
 }
 
@@ -183,55 +115,6 @@ mod tests {
         assert!((985..=995).contains(&p99), "{p99}");
         assert_eq!(a.max_us(), 1000);
         assert_eq!(a.total_us(), 500_500);
-    }
-
-    /// The inline histogram gives the percentiles `hdrhistogram` gives for the same samples
-    /// (it replaced that crate on the hot path; reports must not move by a microsecond),
-    /// across bucket edges, merges and huge values.
-    #[test]
-    fn percentiles_are_those_of_hdrhistogram() {
-        let mut seed = 0x2545_f491_4f6c_dd1du64;
-        let mut next = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
-        for round in 0..40 {
-            let mut ours = Hist::default();
-            let mut other = Hist::default();
-            let mut theirs = hdrhistogram::Histogram::<u64>::new(2).unwrap();
-            let n = 1 + next() % 3000;
-            for k in 0..n {
-                let r = next();
-                // Mostly small values, some at bucket edges, a few huge.
-                let v = match r % 7 {
-                    // (µs of an i64 of ns stay below 2^54.)
-                    0 => (r >> 10) >> (r % 54),
-                    1 => (1u64 << (r % 40)).saturating_sub(r >> 62),
-                    _ => (r >> 20) % (1 << (4 + round % 20)),
-                };
-                theirs.record(v).unwrap();
-                if k % 3 == 0 {
-                    other.record(v);
-                } else {
-                    ours.record(v);
-                }
-            }
-            ours.add(&other);
-            for q in [0.0, 0.01, 0.1, 0.5, 0.9, 0.99, 0.999, 1.0] {
-                assert_eq!(
-                    ours.value_at_quantile(q),
-                    theirs.value_at_quantile(q),
-                    "round {round}, q {q}"
-                );
-            }
-        }
-        let empty = hdrhistogram::Histogram::<u64>::new(2).unwrap();
-        assert_eq!(
-            Hist::default().value_at_quantile(0.5),
-            empty.value_at_quantile(0.5)
-        );
     }
 
     #[test]
