@@ -10,7 +10,7 @@ use super::file_time::FileTime;
 use crate::event::{Extra, Nanos, Ret};
 use crate::fdtable::{classify_path, FileClass};
 use crate::redis_conf::RedisConf;
-use crate::report::{self, PhaseKind};
+use crate::report::{self, EndedBy, PhaseKind, PhaseStatsOf};
 use crate::source::Clock;
 use rustc_hash::FxHashMap as HashMap;
 
@@ -19,7 +19,7 @@ pub(crate) struct PhaseState {
     pub(crate) start: Nanos,
     pub(crate) fork_ns: Option<Nanos>,
     pub(crate) end: Option<Nanos>,
-    ended_by: Option<&'static str>,
+    ended_by: Option<EndedBy>,
     wrote: Vec<FileClass>,
     kind_hint: Option<PhaseKind>,
 }
@@ -37,7 +37,7 @@ pub(crate) struct Phases {
 }
 
 impl Phases {
-    pub(crate) fn end(&mut self, child: u32, at: Nanos, by: &'static str) {
+    pub(crate) fn end(&mut self, child: u32, at: Nanos, by: EndedBy) {
         if let Some(i) = self
             .list
             .iter()
@@ -104,7 +104,7 @@ impl Phases {
         if f.has(Facts::WAIT_CHILD) {
             if let Ret::Val(child) = sc.ret {
                 if child > 0 {
-                    self.end(child as u32, cx.end, "wait4");
+                    self.end(child as u32, cx.end, EndedBy::Wait4);
                 }
             }
         }
@@ -192,8 +192,8 @@ impl Phases {
                 end_at_us: p.end.map(|e| (e - first) / 1000),
                 fork_us: p.fork_ns.map(|f| f / 1000),
                 ts: clock.format(p.start),
-                ended_by: p.ended_by.map(str::to_string),
-                wrote: p.wrote.iter().map(|c| c.as_str().to_string()).collect(),
+                ended_by: p.ended_by,
+                wrote: p.wrote.clone(),
             })
             .collect()
     }
@@ -231,7 +231,7 @@ pub(crate) fn phase_stats(
     file_time: &FileTime,
     commands: &Commands,
 ) -> Vec<report::PhaseStats> {
-    fn row(phase: usize, what: String, d: impl Fn(usize) -> report::Dist) -> report::PhaseStats {
+    fn row(phase: usize, what: PhaseStatsOf, d: impl Fn(usize) -> report::Dist) -> report::PhaseStats {
         report::PhaseStats {
             phase,
             what,
@@ -242,11 +242,13 @@ pub(crate) fn phase_stats(
     }
     let mut out = vec![];
     for i in 0..phases.len() {
-        out.push(row(i, "main_file_syscalls".into(), |s| {
+        out.push(row(i, PhaseStatsOf::MainFileSyscalls, |s| {
             file_time.segment(s)
         }));
         for n in commands.names() {
-            out.push(row(i, format!("command:{n}"), |s| commands.segment(n, s)));
+            out.push(row(i, PhaseStatsOf::Command(n.to_string()), |s| {
+                commands.segment(n, s)
+            }));
         }
     }
     out
@@ -289,8 +291,8 @@ mod tests {
         };
         let r = p.report(&Clock::none(), 0, aof);
         assert_eq!(
-            (r[0].kind.as_str(), r[0].ended_by.as_deref()),
-            ("child", Some("wait4"))
+            (r[0].kind, r[0].ended_by),
+            (PhaseKind::Child, Some(EndedBy::Wait4))
         );
         let no_aof = AofUse {
             seen: false,

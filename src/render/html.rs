@@ -8,7 +8,7 @@
 //! named entities) so that it is also valid XHTML and tests can parse it with an XML parser.
 
 use super::markup::{count, dur, esc, offset};
-use crate::report::{Bound, Report, Severity, StallKind};
+use crate::report::{Bound, FileClass, Report, Severity, StallKind};
 use std::io::{self, Write};
 
 /// Most stall rows written out: beyond that the page gets slow to open and the JSON report
@@ -239,7 +239,7 @@ pub fn render(r: &Report, w: &mut dyn Write) -> io::Result<()> {
                     Cell::NoWrap(super::thread_label(s.thread.as_str(), s.tid, true)),
                     Cell::Mono(s.syscall.clone()),
                     num(opt(s.fd)),
-                    Cell::Raw(swatch(s.class.as_deref())),
+                    Cell::Raw(swatch(s.class)),
                     Cell::Path(opt(s.path.as_ref())),
                     num(d),
                 ]
@@ -308,7 +308,7 @@ pub fn render(r: &Report, w: &mut dyn Write) -> io::Result<()> {
             .iter()
             .map(|p| {
                 vec![
-                    text(super::markup::phase_style(p.kind.as_str()).1),
+                    text(super::markup::phase_style(p.kind).1),
                     num(p.child_pid.to_string()),
                     Cell::Mono(p.ts.clone()),
                     num(offset(p.start_at_us)),
@@ -322,7 +322,13 @@ pub fn render(r: &Report, w: &mut dyn Write) -> io::Result<()> {
                         .unwrap_or_else(|| "–".into())),
                     num(p.fork_us.map(dur).unwrap_or_else(|| "–".into())),
                     text(opt(p.ended_by.as_ref())),
-                    text(p.wrote.join(", ")),
+                    text(
+                        p.wrote
+                            .iter()
+                            .map(|c| c.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", "),
+                    ),
                 ]
             })
             .collect();
@@ -355,7 +361,7 @@ pub fn render(r: &Report, w: &mut dyn Write) -> io::Result<()> {
                 };
                 vec![
                     num(s.phase.to_string()),
-                    text(&s.what),
+                    text(s.what.to_string()),
                     num(d(&s.before)),
                     num(d(&s.during)),
                     num(d(&s.after)),
@@ -459,7 +465,7 @@ pub fn render(r: &Report, w: &mut dyn Write) -> io::Result<()> {
                     f.pid.to_string()
                 }),
                 num(f.fd.to_string()),
-                Cell::Raw(swatch(Some(&f.class))),
+                Cell::Raw(swatch(Some(f.class))),
                 Cell::Path(opt(f.path.as_ref())),
                 num(count(f.calls)),
                 num(dur(f.total_us)),
@@ -538,12 +544,12 @@ pub fn render(r: &Report, w: &mut dyn Write) -> io::Result<()> {
     writeln!(w, "</body></html>")
 }
 
-fn swatch(class: Option<&str>) -> String {
-    let c = class.unwrap_or("unknown");
+fn swatch(class: Option<FileClass>) -> String {
+    let c = class.unwrap_or(FileClass::Unknown);
     format!(
         "<span class=\"swatch\" style=\"background:{}\"></span>{}",
         super::markup::class_color(Some(c)),
-        esc(c)
+        esc(c.as_str())
     )
 }
 
@@ -552,7 +558,7 @@ fn write_header(r: &Report, w: &mut dyn Write) -> io::Result<()> {
     writeln!(w, "<header><h1>stallscope report</h1>")?;
     let mut src = String::new();
     if r.source.files.is_empty() {
-        src.push_str(&r.source.kind);
+        src.push_str(r.source.kind.as_str());
     } else {
         src.push_str(&r.source.files.join(", "));
     }
@@ -677,7 +683,7 @@ fn write_stalls(r: &Report, w: &mut dyn Write) -> io::Result<()> {
                 Cell::Raw(if s.kind == StallKind::Gap {
                     String::new()
                 } else {
-                    swatch(s.class.as_deref())
+                    swatch(s.class)
                 }),
                 Cell::Path(opt(s.path.as_ref())),
                 num(d),

@@ -33,10 +33,11 @@ pub fn thread_label(role: &str, tid: u32, parens: bool) -> String {
 
 /// The file a call touched, for a table cell: `class name` for a path, or the name or label
 /// alone when it already says what it is (`appendonly.aof`, `client connections`).
-pub fn file_label(class: Option<&str>, path: Option<&str>) -> String {
+pub fn file_label(class: Option<crate::report::FileClass>, path: Option<&str>) -> String {
+    use crate::report::FileClass;
     // Not a file name: the fd table's labels for sockets, pipes and other inodes.
     let label = |p: &str| !p.contains('/') && (p.contains(":[") || p == "client connections");
-    match (class, path) {
+    match (class.as_ref().map(FileClass::as_str), path) {
         // Which listener they came in on is in the FILES table; a slow call only needs to
         // say it was a client's socket.
         (Some("client"), Some(p)) if label(p) => "client connections".to_string(),

@@ -3,7 +3,10 @@
 //! incidents (who waited), then the supporting tables. Colour only on a TTY, never with
 //! NO_COLOR.
 
-use crate::report::{CommandPhase, Durations, Report, Role, Severity, Stall, StallKind};
+use crate::report::{
+    ClockKind, CommandPhase, Durations, LiveBackend, PhaseStatsOf, Report, Role, Severity,
+    SourceKind, Stall, StallKind,
+};
 use crate::units::{human, plural};
 use comfy_table::{presets, Cell, CellAlignment, ContentArrangement, Table};
 use std::io::{self, Write};
@@ -191,14 +194,14 @@ pub fn render(r: &Report, w: &mut dyn Write, color: bool) -> io::Result<()> {
             r.source.format
         ))
     )?;
-    let mut meta = if r.source.kind == "live" {
+    let mut meta = if r.source.kind == SourceKind::Live {
         format!(
             "live pid {} ({}): {} syscalls, {} thread{}",
             r.source
                 .pid
                 .map(|p| p.to_string())
                 .unwrap_or_else(|| "?".into()),
-            r.source.backend.as_deref().unwrap_or("ptrace"),
+            r.source.backend.unwrap_or(LiveBackend::Ptrace),
             r.summary.syscalls,
             r.summary.threads,
             plural(r.summary.threads)
@@ -219,14 +222,12 @@ pub fn render(r: &Report, w: &mut dyn Write, color: bool) -> io::Result<()> {
     let dated_by_log = r.redis.as_ref().and_then(|x| x.date_from_log.as_ref());
     if let Some(d) = dated_by_log {
         meta.push_str(&format!(" (date {d} from redis's log; --date to set it)"));
-    } else if r.source.clock == "relative"
-        || r.source.clock == "none"
-        || r.source.clock == "time_of_day"
-    {
-        meta.push_str(match r.source.clock.as_str() {
-            "time_of_day" => " (time of day only: give --date for absolute times)",
-            "relative" => " (relative times only)",
-            _ => " (no timestamps)",
+    } else {
+        meta.push_str(match r.source.clock {
+            ClockKind::TimeOfDay => " (time of day only: give --date for absolute times)",
+            ClockKind::Relative => " (relative times only)",
+            ClockKind::None => " (no timestamps)",
+            ClockKind::Absolute => "",
         });
     }
     w.write_all(wrap(&meta, 0).as_bytes())?;
@@ -255,7 +256,10 @@ pub fn render(r: &Report, w: &mut dyn Write, color: bool) -> io::Result<()> {
     }
 
     if let Some(o) = &r.overhead {
-        let mut line = if matches!(r.source.backend.as_deref(), Some("perf" | "bpf")) {
+        let mut line = if matches!(
+            r.source.backend,
+            Some(LiveBackend::Perf | LiveBackend::Bpf)
+        ) {
             format!(
                 "Tracing cost: {:.0} syscalls/s traced; redis is never stopped",
                 o.syscalls_per_s
@@ -410,13 +414,10 @@ pub fn render(r: &Report, w: &mut dyn Write, color: bool) -> io::Result<()> {
                         )
                     }
                 };
-                let what = st.what.strip_prefix("command:").unwrap_or(
-                    if st.what == "main_file_syscalls" {
-                        "file syscalls"
-                    } else {
-                        &st.what
-                    },
-                );
+                let what = match &st.what {
+                    PhaseStatsOf::MainFileSyscalls => "file syscalls",
+                    PhaseStatsOf::Command(c) => c,
+                };
                 t.add_row(vec![
                     Cell::new(what),
                     right(d(&st.before)),
@@ -499,7 +500,7 @@ pub fn render(r: &Report, w: &mut dyn Write, color: bool) -> io::Result<()> {
     // points into the trace, and the narrow table leaves the room to the file.
     let alone = |role: Role| r.threads.iter().filter(|t| t.role == role).count() <= 1;
     for s in r.slowest.iter().take(top.min(10)) {
-        let file = super::file_label(s.class.as_deref(), s.path.as_deref());
+        let file = super::file_label(s.class, s.path.as_deref());
         let tid = if alone(s.thread) { 0 } else { s.tid };
         t.add_row(vec![
             Cell::new(to_ms(&short_ts(&s.ts))),
@@ -589,7 +590,7 @@ pub fn render(r: &Report, w: &mut dyn Write, color: bool) -> io::Result<()> {
             } else {
                 format!("{}/{}", f.pid, f.fd)
             }),
-            Cell::new(&f.class),
+            Cell::new(f.class),
             Cell::new(f.path.clone().unwrap_or_else(|| "-".into())),
             right(f.calls),
             right(human(f.p99_us)),

@@ -36,7 +36,7 @@ fn bound_str(b: Bound) -> &'static str {
 fn file_args(
     fd: Option<i32>,
     path: &Option<String>,
-    class: &Option<String>,
+    class: &Option<crate::report::FileClass>,
     bound: Bound,
     line: Option<u64>,
 ) -> Map<String, Value> {
@@ -93,7 +93,7 @@ pub fn render(r: &Report, w: &mut dyn Write) -> io::Result<()> {
     let child_pids: HashMap<u32, &str> = r
         .phases
         .iter()
-        .map(|p| (p.child_pid, phase_style(p.kind.as_str()).1))
+        .map(|p| (p.child_pid, phase_style(p.kind).1))
         .collect();
     let mut pids: Vec<u32> = tracks.keys().map(|k| k.0).collect();
     pids.push(main.0);
@@ -184,7 +184,7 @@ pub fn render(r: &Report, w: &mut dyn Write) -> io::Result<()> {
 
     // Phases and incidents as async slices on the redis process.
     for (i, p) in r.phases.iter().enumerate() {
-        let (_, label) = phase_style(p.kind.as_str());
+        let (_, label) = phase_style(p.kind);
         let end = p.end_at_us.unwrap_or(p.start_at_us.max(r.summary.span_us));
         let name = format!("{label} (child {})", p.child_pid);
         let id = format!("phase-{i}");

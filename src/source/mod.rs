@@ -11,6 +11,7 @@ pub(crate) mod scan;
 pub mod strace;
 
 use crate::event::{DurSource, Event, EventKind, Nanos, Tid};
+use crate::report::{ClockKind, SourceKind};
 use anyhow::{anyhow, bail, Context, Result};
 use line::LineParser;
 pub use line::{LineOutcome, SkipReason};
@@ -147,20 +148,22 @@ impl Clock {
         )
     }
 
-    /// "absolute" | "time_of_day" | "relative" | "none"
-    pub fn describe(&self) -> &'static str {
+    /// What these timestamps can say (the report's `source.clock`).
+    pub fn describe(&self) -> ClockKind {
         if self.wall_at_first.is_some() {
-            return "absolute";
+            return ClockKind::Absolute;
         }
         if self.perf {
-            return "relative";
+            return ClockKind::Relative;
         }
         match self.fmt {
-            TimeFmt::Epoch => "absolute",
-            TimeFmt::TimeOfDay | TimeFmt::TimeOfDayFrac if self.date.is_some() => "absolute",
-            TimeFmt::TimeOfDay | TimeFmt::TimeOfDayFrac => "time_of_day",
-            TimeFmt::Relative => "relative",
-            TimeFmt::None => "none",
+            TimeFmt::Epoch => ClockKind::Absolute,
+            TimeFmt::TimeOfDay | TimeFmt::TimeOfDayFrac if self.date.is_some() => {
+                ClockKind::Absolute
+            }
+            TimeFmt::TimeOfDay | TimeFmt::TimeOfDayFrac => ClockKind::TimeOfDay,
+            TimeFmt::Relative => ClockKind::Relative,
+            TimeFmt::None => ClockKind::None,
         }
     }
 }
@@ -168,7 +171,7 @@ impl Clock {
 /// What the source is, for the report's `source` block.
 #[derive(Clone, Debug)]
 pub struct SourceInfo {
-    pub kind: &'static str,
+    pub kind: SourceKind,
     pub files: Vec<String>,
     pub format: String,
     pub pid: Option<Tid>,
@@ -988,7 +991,11 @@ impl Inputs {
             .min()
             .unwrap_or(clock.first);
         SourceInfo {
-            kind: if f.is_perf() { "perf" } else { "strace" },
+            kind: if f.is_perf() {
+                SourceKind::Perf
+            } else {
+                SourceKind::Strace
+            },
             files: self
                 .files
                 .iter()

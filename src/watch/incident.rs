@@ -136,7 +136,7 @@ pub(crate) struct Job {
     /// The redis config the live analysis used, kept beside a recording.
     pub conf_text: Option<String>,
     pub clock: Clock,
-    pub backend: &'static str,
+    pub backend: crate::report::LiveBackend,
     pub follow_forks: bool,
     pub lost_events: u64,
     /// The incident's first stall, as the live analysis saw it: names the files.
@@ -294,7 +294,7 @@ fn write_inner(job: Job) -> Result<PathBuf, String> {
         .min()
         .unwrap_or(job.clock.first);
     let info = SourceInfo {
-        kind: "live",
+        kind: crate::report::SourceKind::Live,
         files: vec![],
         format: format!(
             "stallscope watch ({}{})",
@@ -309,7 +309,7 @@ fn write_inner(job: Job) -> Result<PathBuf, String> {
         clock: job.clock.clone(),
     };
     let mut report = an.finish(info, Counters::default());
-    report.source.backend = Some(job.backend.into());
+    report.source.backend = Some(job.backend);
     let span = job.events.last().map_or(0, |e| e.end()) - first_ts;
     report.findings.push(Finding {
         id: crate::report::FindingId::WatchIncident,

@@ -17,7 +17,7 @@ use crate::analyze::{Analyzer, Options, RedisConf};
 use crate::cli::{AttachArgs, Backend, WatchArgs};
 use crate::event::{Nanos, Tid};
 use crate::live::{self, now_mono, procctx, Tracer};
-use crate::report::Stall;
+use crate::report::{LiveBackend, Stall};
 use crate::source::{Clock, TimeFmt};
 use anyhow::{Context, Result};
 use incident::{Grouper, Job, Outcome, RateLimit};
@@ -124,7 +124,7 @@ fn stall_labels(s: &Stall) -> StallLabels {
             crate::report::StallKind::SlowSyscall => "slow_syscall".into(),
             crate::report::StallKind::Gap => "gap".into(),
         },
-        file_class: s.class.clone().unwrap_or_else(|| "none".into()),
+        file_class: s.class.map_or("none", |c| c.as_str()).to_string(),
         finding: s
             .finding
             .map_or_else(|| "none".to_string(), |f| f.as_str().to_string()),
@@ -213,7 +213,7 @@ fn attach_args(pid: Tid, args: &WatchArgs) -> Result<AttachArgs> {
 
 /// Starts the tracer. `auto` must never end up on ptrace: a watcher runs for days, and
 /// ptrace would slow redis that whole time.
-fn start(pid: Tid, args: &WatchArgs) -> Result<(Box<dyn Tracer>, &'static str, u32)> {
+fn start(pid: Tid, args: &WatchArgs) -> Result<(Box<dyn Tracer>, LiveBackend, u32)> {
     if args.backend == Backend::Auto {
         // `live::start_tracer`'s auto tries bpf, then perf, then ptrace. bpf needs what perf
         // needs (tracefs and root or CAP_PERFMON) and more, so when perf cannot be used
@@ -391,7 +391,7 @@ struct AttachCtx {
     pid: Tid,
     /// The redis config the analysis uses (`--redis-conf`, or from /proc), as text.
     conf_text: Option<String>,
-    backend: &'static str,
+    backend: LiveBackend,
     ctx: procctx::ProcContext,
     names: HashMap<Tid, String>,
 }
