@@ -2,12 +2,15 @@
 //! nothing else, so every output format shows exactly the same analysis: `table` and `json`
 //! (the text report), `svg` (the timeline picture), `html` (a self-contained page with the
 //! picture and the tables), `trace_export` (Chrome trace-event JSON for Perfetto /
-//! chrome://tracing). `markup` holds what the picture renderers share.
+//! chrome://tracing). `markup` holds what the picture renderers share; `sections` decides
+//! which sections the table and the HTML page show and with which rows, so those two
+//! renderers only format.
 
 pub mod html;
 pub mod json;
 pub mod lanes;
 pub mod markup;
+pub mod sections;
 pub mod svg;
 pub mod table;
 pub mod trace_export;
