@@ -18,6 +18,9 @@ macro_rules! closed_set {
         }
 
         impl $name {
+            /// Every value, in declaration order.
+            pub const ALL: &'static [$name] = &[$($name::$v),+];
+
             pub fn as_str(self) -> &'static str {
                 match self {
                     $($name::$v => $s),+
@@ -41,7 +44,7 @@ macro_rules! closed_set {
         #[cfg(test)]
         impl From<&str> for $name {
             fn from(s: &str) -> Self {
-                *[$($name::$v),+]
+                *$name::ALL
                     .iter()
                     .find(|v| v.as_str() == s)
                     .unwrap_or_else(|| panic!("no {} {s:?}", stringify!($name)))
@@ -817,4 +820,84 @@ pub struct RedisSlow {
 pub struct RedisInfoSample {
     pub at_us: i64,
     pub fields: std::collections::BTreeMap<String, i64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spelled<T: Serialize>(v: T) -> String {
+        serde_json::to_string(&v).unwrap().replace('"', "`")
+    }
+
+    /// REPORT.md is the contract: every value a closed set can take is listed there, so a
+    /// variant added here without its documentation fails.
+    #[test]
+    fn report_md_lists_every_closed_value() {
+        let doc = include_str!("../docs/REPORT.md");
+        let sets = doc
+            .split("## Closed value sets")
+            .nth(1)
+            .and_then(|s| s.split("\n## ").next())
+            .expect("REPORT.md has a closed value sets section");
+        let mut values: Vec<String> = vec![];
+        values.extend(Durations::ALL.iter().map(|v| spelled(v)));
+        values.extend(PhaseKind::ALL.iter().map(|v| spelled(v)));
+        values.extend(CommandPhase::ALL.iter().map(|v| spelled(v)));
+        values.extend(SourceKind::ALL.iter().map(|v| spelled(v)));
+        values.extend(ClockKind::ALL.iter().map(|v| spelled(v)));
+        values.extend(LiveBackend::ALL.iter().map(|v| spelled(v)));
+        values.extend(EndedBy::ALL.iter().map(|v| spelled(v)));
+        values.extend(EvidenceSource::ALL.iter().map(|v| spelled(v)));
+        values.extend(FindingId::ALL.iter().map(|v| spelled(v)));
+        values.extend(
+            [
+                "main",
+                "bio_aof",
+                "bio_close_file",
+                "bio_lazy_free",
+                "io_thread",
+                "child",
+                "other",
+            ]
+            .map(|r| spelled(Role::from(r))),
+        );
+        values.extend(
+            [
+                "aof",
+                "aof_manifest",
+                "aof_rewrite_temp",
+                "rdb",
+                "rdb_temp",
+                "log",
+                "client",
+                "listener",
+                "replica",
+                "pipe",
+                "epoll",
+                "dir",
+                "proc",
+                "other",
+                "unknown",
+            ]
+            .map(|c| spelled(FileClass::from(c))),
+        );
+        values.extend([Severity::Info, Severity::Warning, Severity::Critical].map(spelled));
+        values.extend([Bound::Exact, Bound::AtLeast, Bound::AtMost].map(spelled));
+        values.extend([StallKind::SlowSyscall, StallKind::Gap].map(spelled));
+        let missing: Vec<&String> = values
+            .iter()
+            .filter(|v| !sets.contains(v.as_str()))
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "not in REPORT.md's closed value sets: {missing:?}"
+        );
+        // A literal check that `spelled` is the JSON spelling.
+        assert_eq!(spelled(EndedBy::Sigchld), "`SIGCHLD`");
+        assert_eq!(
+            serde_json::to_string(&PhaseStatsOf::Command("SET".into())).unwrap(),
+            "\"command:SET\""
+        );
+    }
 }
