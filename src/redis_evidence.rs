@@ -12,11 +12,10 @@
 
 use crate::redis_client::Collected;
 use crate::redis_log::{self, LogLine, LogTime};
+use crate::report::{EvidenceSource, FileClass};
 use crate::report::{
     RedisEvidence, RedisInfoSample, RedisLatency, RedisLogInfo, RedisLogLine, RedisSection,
     RedisServerInfo, RedisSlow, Report, Stall, LOG_LINES_MAX,
-};
-use crate::report::{EvidenceSource, FileClass
 };
 use anyhow::{Context, Result};
 use chrono::{NaiveDate, NaiveDateTime, NaiveTime};
@@ -1206,7 +1205,8 @@ fn finding_signals(
             .trim_start_matches(';')
             .trim_start_matches(':')
             .trim();
-        x.source == EvidenceSource::Log && (head.starts_with("the line being written") || !label.is_empty())
+        x.source == EvidenceSource::Log
+            && (head.starts_with("the line being written") || !label.is_empty())
     };
     if let Some((lf, ll)) = log_span {
         let k = mine

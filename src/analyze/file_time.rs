@@ -4,10 +4,10 @@
 //! background fsyncs of the AOF ran (for aof-fsync-always and aof-write-pending-fsync).
 
 use super::call::{Facts, PerThread, ResolvedCall, ThreadIdx};
+use super::phases::Segment;
 use super::roles::Role;
 use super::stats::Agg;
 use super::world::World;
-use super::phases::Segment;
 use crate::event::Nanos;
 use crate::fdtable::{FileClass, FileId};
 use crate::report::Dist;
@@ -106,11 +106,23 @@ mod tests {
     fn serving_threads_file_time_by_segment_and_thread() {
         let mut f = FileTime::default();
         let w = event(1, 0, 2 * MS, "write");
-        f.on_call(&call(&w, Role::Main, Some(FileClass::Aof)), Segment::during(0));
-        f.on_call(&call(&w, Role::Main, Some(FileClass::Log)), Segment::during(0));
-        f.on_call(&call(&w, Role::Main, Some(FileClass::Client)), Segment::during(0));
+        f.on_call(
+            &call(&w, Role::Main, Some(FileClass::Aof)),
+            Segment::during(0),
+        );
+        f.on_call(
+            &call(&w, Role::Main, Some(FileClass::Log)),
+            Segment::during(0),
+        );
+        f.on_call(
+            &call(&w, Role::Main, Some(FileClass::Client)),
+            Segment::during(0),
+        );
         // A child's disk time is its own.
-        f.on_call(&call(&w, Role::Child, Some(FileClass::Aof)), Segment::during(0));
+        f.on_call(
+            &call(&w, Role::Child, Some(FileClass::Aof)),
+            Segment::during(0),
+        );
         let cx = call(&w, Role::Main, None);
         assert_eq!(
             f.so_far(cx.thread),
@@ -127,9 +139,15 @@ mod tests {
     fn background_fsyncs_are_remembered_for_overlaps() {
         let mut f = FileTime::default();
         let s = event(2, 10 * MS, 5 * MS, "fdatasync");
-        f.on_call(&call(&s, Role::BioAof, Some(FileClass::Aof)), Segment::before(0));
+        f.on_call(
+            &call(&s, Role::BioAof, Some(FileClass::Aof)),
+            Segment::before(0),
+        );
         let short = event(2, 30 * MS, MS / 2, "fdatasync");
-        f.on_call(&call(&short, Role::BioAof, Some(FileClass::Aof)), Segment::before(0));
+        f.on_call(
+            &call(&short, Role::BioAof, Some(FileClass::Aof)),
+            Segment::before(0),
+        );
         assert!(f.overlaps_bio_fsync(12 * MS, 20 * MS));
         assert!(!f.overlaps_bio_fsync(15 * MS, 20 * MS));
         assert!(

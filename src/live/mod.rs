@@ -551,7 +551,9 @@ pub fn run_attach(args: &AttachArgs) -> Result<u64> {
         .extend(crate::analyze::findings::live_findings(&LiveEvidence {
             sees_commands: backend != LiveBackend::Perf,
             // Only ptrace stops redis; the other backends' warning is about lost records.
-            tracing_cost: tracing_cost.as_deref().filter(|_| backend == LiveBackend::Ptrace),
+            tracing_cost: tracing_cost
+                .as_deref()
+                .filter(|_| backend == LiveBackend::Ptrace),
         }));
     redis_side.finish(&mut report)?;
     if let Some(e) = record_err {

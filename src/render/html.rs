@@ -15,7 +15,6 @@ use crate::report::{
 };
 use std::io::{self, Write};
 
-
 const STYLE: &str = r#"
 body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 24px 32px; color: #222; background: #fff; }
 h1 { font-size: 22px; margin: 0 0 4px 0; }
@@ -369,7 +368,10 @@ fn phases(blocks: &[PhaseBlock], w: &mut dyn Write) -> io::Result<()> {
             rows,
         )?;
     }
-    let stats: Vec<&PhaseStats> = blocks.iter().flat_map(|b| b.stats.iter().copied()).collect();
+    let stats: Vec<&PhaseStats> = blocks
+        .iter()
+        .flat_map(|b| b.stats.iter().copied())
+        .collect();
     if !stats.is_empty() {
         writeln!(
             w,

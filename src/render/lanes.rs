@@ -227,10 +227,7 @@ pub fn write_lanes(r: &Report, w: &mut dyn Write) -> io::Result<()> {
             StallKind::SlowSyscall => (class_color(s.class), ""),
         };
         let what = match &s.syscall {
-            Some(sc) => format!(
-                "{sc}() {}",
-                super::file_label(s.class, s.path.as_deref())
-            ),
+            Some(sc) => format!("{sc}() {}", super::file_label(s.class, s.path.as_deref())),
             None => "no syscall (gap)".into(),
         };
         writeln!(

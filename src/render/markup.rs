@@ -2,9 +2,9 @@
 //! markup, short human durations, the file-class palette and axis ticks. Everything here is
 //! pure; the renderers in this folder own the layout.
 
+use crate::report::{FileClass, PhaseKind};
 use std::borrow::Cow;
 use std::fmt::Write as _;
-use crate::report::{FileClass, PhaseKind};
 
 /// Escapes text for XML/HTML element content and quoted attribute values.
 ///

@@ -46,7 +46,10 @@ pub enum Section<'r> {
     /// Background children, each with its before/during/after rows.
     Phases(Vec<PhaseBlock<'r>>),
     /// What /proc said over the trace (live).
-    Host { interval_ms: u64, notes: &'r [String] },
+    Host {
+        interval_ms: u64,
+        notes: &'r [String],
+    },
     Commands(Vec<&'r CommandStats>),
     Slowest(&'r [SlowCall]),
     Idle(&'r [IdleStats]),
@@ -54,7 +57,10 @@ pub enum Section<'r> {
     Files(&'r [FdStats]),
     Threads(&'r [ThreadInfo]),
     /// Lines that could not be read: how many, and the first few.
-    Skipped { lines: u64, first: &'r [Skipped] },
+    Skipped {
+        lines: u64,
+        first: &'r [Skipped],
+    },
 }
 
 /// The terminal's incidents: at most `summary.top` (20 when unset), worst first.
@@ -264,7 +270,14 @@ mod tests {
         let r = Report::default();
         assert_eq!(
             names(&sections(&r, View::Terminal)),
-            ["header", "findings", "incidents", "slowest", "syscalls", "files"]
+            [
+                "header",
+                "findings",
+                "incidents",
+                "slowest",
+                "syscalls",
+                "files"
+            ]
         );
         assert_eq!(
             names(&sections(&r, View::Page)),
@@ -276,7 +289,12 @@ mod tests {
     fn the_terminal_shows_the_worst_incidents_first_up_to_top() {
         let mut r = Report::default();
         r.summary.top = 2;
-        r.incidents = vec![incident(0, 5), incident(10, 9), incident(20, 5), incident(30, 7)];
+        r.incidents = vec![
+            incident(0, 5),
+            incident(10, 9),
+            incident(20, 5),
+            incident(30, 7),
+        ];
         let s = sections(&r, View::Terminal);
         let Some(Section::Incidents(i)) = s.iter().find(|s| matches!(s, Section::Incidents(_)))
         else {
@@ -287,7 +305,8 @@ mod tests {
         assert_eq!((i.total, i.more), (4, 2));
         // The page lists them all, in time order.
         let s = sections(&r, View::Page);
-        let Some(Section::IncidentList(l)) = s.iter().find(|s| matches!(s, Section::IncidentList(_)))
+        let Some(Section::IncidentList(l)) =
+            s.iter().find(|s| matches!(s, Section::IncidentList(_)))
         else {
             panic!("no incident list");
         };

@@ -9,9 +9,7 @@
 //! attached to an incident ticket as is. Every mark carries a `<title>` (hover text) and
 //! `data-*` attributes so the picture can be checked against the report.
 
-use super::markup::{
-    class_color, decade_label, dur, esc, nice_ticks, phase_style, tick_label,
-};
+use super::markup::{class_color, decade_label, dur, esc, nice_ticks, phase_style, tick_label};
 use crate::report::{Bound, FileClass, PhaseKind, Report, StallKind};
 use std::io::{self, Write};
 
@@ -702,7 +700,14 @@ fn write_legend(r: &Report, w: &mut dyn Write, g: &Geometry) -> io::Result<()> {
             &format!("fill=\"{color}\" fill-opacity=\"0.8\" stroke=\"{color}\""),
         );
         let data = format!(" data-class=\"{}\"", esc(c.as_str()));
-        legend_item(w, x, y, &data, &glyph, &format!("{} ({n})", esc(c.as_str())))?;
+        legend_item(
+            w,
+            x,
+            y,
+            &data,
+            &glyph,
+            &format!("{} ({n})", esc(c.as_str())),
+        )?;
         y += 18.0;
     }
     if gaps > 0 {

@@ -283,10 +283,7 @@ fn header(r: &Report, w: &mut dyn Write, p: &Paint) -> io::Result<()> {
     }
 
     if let Some(o) = &r.overhead {
-        let mut line = if matches!(
-            r.source.backend,
-            Some(LiveBackend::Perf | LiveBackend::Bpf)
-        ) {
+        let mut line = if matches!(r.source.backend, Some(LiveBackend::Perf | LiveBackend::Bpf)) {
             format!(
                 "Tracing cost: {:.0} syscalls/s traced; redis is never stopped",
                 o.syscalls_per_s

@@ -971,7 +971,11 @@ fn thread_and_file_labels() {
         (None, None, ""),
     ];
     for (class, path, label) in cases {
-        assert_eq!(file_label(class.map(FileClass::from), path), label, "{class:?} {path:?}");
+        assert_eq!(
+            file_label(class.map(FileClass::from), path),
+            label,
+            "{class:?} {path:?}"
+        );
     }
 }
 
