@@ -884,7 +884,8 @@ fn log_what(l: &LogLine, position: &str) -> String {
 /// Whether a log line was written by the stalled thread's process. A trace without a pid
 /// column (one process, no -f) gives its stalls pid 0: its main thread is redis's master.
 fn same_process(l: &LogLine, s: &Stall) -> bool {
-    l.pid == Some(s.pid) || (s.pid == 0 && s.thread == "main" && l.role == "master")
+    l.pid == Some(s.pid)
+        || (s.pid == 0 && s.thread == crate::report::Role::Main && l.role == "master")
 }
 
 fn stall_evidence(

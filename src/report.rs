@@ -34,6 +34,7 @@ macro_rules! closed_set {
             }
         }
 
+        #[cfg(test)]
         impl PartialEq<&str> for $name {
             fn eq(&self, other: &&str) -> bool {
                 self.as_str() == *other
@@ -82,6 +83,7 @@ impl Role {
 }
 
 /// Compares with the role as the JSON spells it.
+#[cfg(test)]
 impl PartialEq<&str> for Role {
     fn eq(&self, other: &&str) -> bool {
         self.as_str() == *other
@@ -617,6 +619,7 @@ impl From<&str> for Role {
 }
 
 /// Compares with the id as the JSON spells it.
+#[cfg(test)]
 impl PartialEq<&str> for FindingId {
     fn eq(&self, other: &&str) -> bool {
         self.as_str() == *other

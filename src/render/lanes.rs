@@ -9,7 +9,7 @@
 //! attributes, so tests parse it and check it against the report.
 
 use super::markup::{class_color, dur, esc, nice_ticks, phase_style, tick_label};
-use crate::report::{FileClass, Report, Stall, StallKind};
+use crate::report::{FileClass, Report, Role, Stall, StallKind};
 use std::io::{self, Write};
 
 const WIDTH: f64 = 1200.0;
@@ -52,10 +52,15 @@ fn lanes(r: &Report) -> Vec<Lane> {
         .threads
         .iter()
         .filter(|t| {
-            t.role == "main"
-                || stalls_of(t.tid) > 0
-                || t.role.as_str().starts_with("bio")
-                || t.role == "child"
+            stalls_of(t.tid) > 0
+                || matches!(
+                    t.role,
+                    Role::Main
+                        | Role::BioAof
+                        | Role::BioCloseFile
+                        | Role::BioLazyFree
+                        | Role::Child
+                )
         })
         .collect();
     ts.sort_by_key(|t| {
@@ -98,7 +103,7 @@ fn lanes(r: &Report) -> Vec<Lane> {
 pub(crate) fn waits_for_fsync(r: &Report) -> Vec<(&Stall, &Stall)> {
     let mut out = vec![];
     for m in r.stalls.iter().filter(|s| {
-        s.thread == "main"
+        s.thread == Role::Main
             && s.syscall.as_deref() == Some("write")
             && s.class == Some(FileClass::Aof)
     }) {

@@ -270,7 +270,7 @@ fn write_inner(job: Job) -> Result<PathBuf, String> {
         .map_err(|e| format!("--out {}: cannot create it: {e}", job.dir.display()))?;
     let mut opts = job.opts.clone();
     opts.root_pid = Some(job.pid);
-    opts.stamped_at_stops = job.backend == "ptrace";
+    opts.stamped_at_stops = job.backend == crate::report::LiveBackend::Ptrace;
     // The report's plot wants its context calls, as `attach --html` keeps them.
     opts.timeline_floor_ns = Some((opts.threshold_ns / 10).max(100_000));
     let mut an = Analyzer::new(opts);
@@ -343,7 +343,7 @@ fn write_inner(job: Job) -> Result<PathBuf, String> {
             .into(),
         stalls: job.count,
     });
-    if job.backend == "perf" {
+    if job.backend == crate::report::LiveBackend::Perf {
         report.findings.push(Finding {
             id: crate::report::FindingId::BackendLimits,
             severity: Severity::Info,

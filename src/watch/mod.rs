@@ -234,7 +234,7 @@ fn start(pid: Tid, args: &WatchArgs) -> Result<(Box<dyn Tracer>, LiveBackend, u3
     }
     let aargs = attach_args(pid, args)?;
     let (mut t, backend, n) = live::start_tracer(pid, &aargs)?;
-    if args.backend == Backend::Auto && backend == "ptrace" {
+    if args.backend == Backend::Auto && backend == LiveBackend::Ptrace {
         t.stop();
         while !t.is_done() {
             if t.next_event_timeout(Duration::from_millis(50)).is_err() {
@@ -582,7 +582,7 @@ fn watch_one(w: &mut Watcher, pid: Tid) -> Result<()> {
     let ctx = procctx::gather(pid);
     let mut opts = w.opts.clone();
     opts.root_pid = Some(pid);
-    opts.stamped_at_stops = backend == "ptrace";
+    opts.stamped_at_stops = backend == LiveBackend::Ptrace;
     if opts.redis_conf.is_none() && !ctx.redis_conf.is_empty() {
         opts.redis_conf = Some(RedisConf::parse(&ctx.redis_conf));
     }
