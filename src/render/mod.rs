@@ -10,7 +10,7 @@ pub mod html;
 pub mod json;
 pub mod lanes;
 pub mod markup;
-pub mod sections;
+pub(crate) mod sections;
 pub mod svg;
 pub mod table;
 pub mod trace_export;
