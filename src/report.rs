@@ -844,15 +844,15 @@ mod tests {
             .and_then(|s| s.split("\n## ").next())
             .expect("REPORT.md has a closed value sets section");
         let mut values: Vec<String> = vec![];
-        values.extend(Durations::ALL.iter().map(|v| spelled(v)));
-        values.extend(PhaseKind::ALL.iter().map(|v| spelled(v)));
-        values.extend(CommandPhase::ALL.iter().map(|v| spelled(v)));
-        values.extend(SourceKind::ALL.iter().map(|v| spelled(v)));
-        values.extend(ClockKind::ALL.iter().map(|v| spelled(v)));
-        values.extend(LiveBackend::ALL.iter().map(|v| spelled(v)));
-        values.extend(EndedBy::ALL.iter().map(|v| spelled(v)));
-        values.extend(EvidenceSource::ALL.iter().map(|v| spelled(v)));
-        values.extend(FindingId::ALL.iter().map(|v| spelled(v)));
+        values.extend(Durations::ALL.iter().map(spelled));
+        values.extend(PhaseKind::ALL.iter().map(spelled));
+        values.extend(CommandPhase::ALL.iter().map(spelled));
+        values.extend(SourceKind::ALL.iter().map(spelled));
+        values.extend(ClockKind::ALL.iter().map(spelled));
+        values.extend(LiveBackend::ALL.iter().map(spelled));
+        values.extend(EndedBy::ALL.iter().map(spelled));
+        values.extend(EvidenceSource::ALL.iter().map(spelled));
+        values.extend(FindingId::ALL.iter().map(spelled));
         values.extend(
             [
                 "main",

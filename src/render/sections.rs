@@ -358,8 +358,10 @@ mod tests {
 
     #[test]
     fn row_caps_are_the_views() {
-        let mut r = Report::default();
-        r.syscalls = (0..20).map(|_| SyscallStats::default()).collect();
+        let mut r = Report {
+            syscalls: (0..20).map(|_| SyscallStats::default()).collect(),
+            ..Default::default()
+        };
         r.summary.skipped_lines = 9;
         let count = |v: View| {
             sections(&r, v)
