@@ -211,7 +211,7 @@ pub struct WatchArgs {
     pub after: i64,
     /// Memory for the history ring (--before): under heavy load it covers less time than
     /// --before, and the report's span says how much (units: KiB, MiB, GiB)
-    #[arg(long, default_value = "128MiB", value_name = "SIZE", value_parser = parse_bytes)]
+    #[arg(long, default_value = "32MiB", value_name = "SIZE", value_parser = parse_bytes)]
     pub ring_size: usize,
     /// Also keep each incident's raw recording (strace text) beside its report
     #[arg(long)]
@@ -239,6 +239,16 @@ pub struct WatchArgs {
     /// perf backend: ring-buffer size per CPU, in pages (a power of two)
     #[arg(long, hide = true, value_name = "PAGES", value_parser = parse_pages)]
     pub perf_pages: Option<usize>,
+    /// Also ask redis itself, on a connection of its own: LATENCY LATEST and INFO
+    /// persistence/stats once a second, SLOWLOG GET and LATENCY HISTORY once per incident
+    /// (password from REDISCLI_AUTH, as redis-cli); each incident report says which of
+    /// redis's signals saw its stalls. A failing connection is noted, never stops watching
+    #[arg(long, value_name = "HOST:PORT")]
+    pub redis: Option<String>,
+    /// redis's own log file, followed as it is written; its lines go into the incidents
+    /// they fall in (default: the logfile the redis config names)
+    #[arg(long, value_name = "FILE")]
+    pub redis_log: Option<String>,
 }
 
 /// `64MiB`, `512KiB`, `1GiB`, `1000000` (bytes) -> bytes

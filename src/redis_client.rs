@@ -107,6 +107,12 @@ pub struct Conn {
 
 impl Conn {
     pub fn connect(addr: &str, timeout: Duration) -> std::io::Result<Conn> {
+        let mut c = Self::connect_unauthenticated(addr, timeout)?;
+        c.auth()?;
+        Ok(c)
+    }
+
+    fn connect_unauthenticated(addr: &str, timeout: Duration) -> std::io::Result<Conn> {
         let sa = addr
             .to_socket_addrs()?
             .next()
@@ -115,10 +121,14 @@ impl Conn {
         s.set_read_timeout(Some(timeout))?;
         s.set_write_timeout(Some(timeout))?;
         s.set_nodelay(true)?;
-        let mut c = Conn {
+        Ok(Conn {
             r: BufReader::new(s.try_clone()?),
             w: s,
-        };
+        })
+    }
+
+    fn auth(&mut self) -> std::io::Result<()> {
+        let c = self;
         // As redis-cli does: the password comes from REDISCLI_AUTH, never the command line.
         if let Some(pw) = std::env::var_os("REDISCLI_AUTH").filter(|p| !p.is_empty()) {
             let pw = pw.to_string_lossy().into_owned();
@@ -129,7 +139,7 @@ impl Conn {
                 ));
             }
         }
-        Ok(c)
+        Ok(())
     }
 
     pub fn cmd(&mut self, args: &[&str]) -> std::io::Result<Reply> {
@@ -284,26 +294,167 @@ fn config_int(c: &mut Conn, name: &str) -> Option<i64> {
     r.items().get(1)?.as_int()
 }
 
+/// The fd of process `pid` that is the server side of the connection whose client end is
+/// `local` (the poller's own address), once redis has accepted it (an unaccepted
+/// connection has no inode in the kernel's table yet).
+pub fn server_side_fd(pid: u32, local: std::net::SocketAddr) -> Option<i32> {
+    use procfs::process::{FDTarget, Process};
+    let p = Process::new(pid as i32).ok()?;
+    let inode = [p.tcp(), p.tcp6()]
+        .into_iter()
+        .flatten()
+        .flatten()
+        .find(|e| e.remote_address == local && e.inode != 0)?
+        .inode;
+    p.fd()
+        .ok()?
+        .flatten()
+        .find(|f| matches!(f.target, FDTarget::Socket(i) if i == inode))
+        .map(|f| f.fd)
+}
+
+/// The poller's connections as the traced redis sees them, handed to the analysis so that
+/// the poller's own commands are not taken for clients' (`Poller::take_own_conns`).
+#[derive(Default)]
+struct OwnConns {
+    /// (redis-side fd, monotonic ns from when it is known) not yet taken.
+    new: Vec<(i32, i64)>,
+    published: u64,
+    taken: u64,
+}
+
 /// The polling thread; `finish` stops it and returns what it gathered.
 pub struct Poller {
     stop: Arc<AtomicBool>,
     data: Arc<Mutex<Collected>>,
+    own: Arc<Mutex<OwnConns>>,
+    history: Arc<History>,
     handle: Option<std::thread::JoinHandle<()>>,
 }
 
+/// `watch`: requests for a SLOWLOG/LATENCY HISTORY round (one per incident), served at
+/// the next poll.
+#[derive(Default)]
+struct History {
+    asked: std::sync::atomic::AtomicU64,
+    done: std::sync::atomic::AtomicU64,
+}
+
+/// What a `watch` incident writer holds of a poller: its data so far, and the means to ask
+/// for the end-of-incident round.
+#[derive(Clone)]
+pub struct PollerView {
+    data: Arc<Mutex<Collected>>,
+    history: Arc<History>,
+}
+
+impl PollerView {
+    /// Asks for a SLOWLOG GET and LATENCY HISTORY round now and waits for it (at most
+    /// `limit`: a stalled or unreachable redis does not hold the report up).
+    pub fn history_round(&self, limit: Duration) -> bool {
+        let want = self.history.asked.fetch_add(1, Ordering::SeqCst) + 1;
+        let t = Instant::now();
+        while t.elapsed() < limit {
+            if self.history.done.load(Ordering::SeqCst) >= want {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+
+    /// What was gathered from `from_ms` (wall clock) on, sorted as `Poller::finish` gives it.
+    pub fn since(&self, from_ms: i64) -> Collected {
+        let mut d = self.data.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        d.info.retain(|s| s.at_ms >= from_ms);
+        d.latency.retain(|l| l.ts * 1000 >= from_ms - 1000);
+        d.slowlog.retain(|e| e.ts * 1000 >= from_ms - 1000);
+        sort_dedup(&mut d);
+        d
+    }
+
+    /// Forgets what was gathered before `from_ms`: a poller running for days keeps only the
+    /// window the next incidents can reach.
+    pub fn forget_before(&self, from_ms: i64) {
+        let mut d = self.data.lock().unwrap_or_else(|e| e.into_inner());
+        d.info.retain(|s| s.at_ms >= from_ms);
+        d.latency.retain(|l| l.ts * 1000 >= from_ms - 1000);
+        d.slowlog.retain(|e| e.ts * 1000 >= from_ms - 1000);
+        if d.latency.len() > 4096 || d.slowlog.len() > 4096 {
+            sort_dedup(&mut d);
+        }
+    }
+}
+
+fn sort_dedup(d: &mut Collected) {
+    d.latency
+        .sort_by(|a, b| (a.ts, &a.event).cmp(&(b.ts, &b.event)));
+    d.latency.dedup();
+    d.slowlog.sort_by_key(|e| e.id);
+    d.slowlog.dedup_by_key(|e| e.id);
+}
+
+/// How long the poller waits for the analysis to take a new connection's fd before it sends
+/// anything on it (and for redis to accept it, to learn that fd).
+const OWN_WAIT: Duration = Duration::from_secs(2);
+
 impl Poller {
     pub fn start(addr: &str, interval: Duration) -> Poller {
+        Self::start_for(addr, interval, None)
+    }
+
+    /// Polls redis at `addr`, which is traced process `traced` when given: each connection's
+    /// redis-side fd is then found and handed out (`take_own_conns`) before the first
+    /// command is sent on it.
+    pub fn start_for(addr: &str, interval: Duration, traced: Option<u32>) -> Poller {
         let stop = Arc::new(AtomicBool::new(false));
         let data = Arc::new(Mutex::new(Collected {
             addr: addr.to_string(),
             ..Default::default()
         }));
-        let (s, d, a) = (stop.clone(), data.clone(), addr.to_string());
+        let own = Arc::new(Mutex::new(OwnConns::default()));
+        let history = Arc::new(History::default());
+        let (s, d, a, o, h) = (
+            stop.clone(),
+            data.clone(),
+            addr.to_string(),
+            own.clone(),
+            history.clone(),
+        );
         let handle = std::thread::Builder::new()
             .name("redis-poller".into())
-            .spawn(move || poll_loop(&a, interval, &s, &d))
+            .spawn(move || poll_loop(&a, interval, &s, &d, traced.map(|p| (p, &*o)), &h))
             .ok();
-        Poller { stop, data, handle }
+        Poller {
+            stop,
+            data,
+            own,
+            history,
+            handle,
+        }
+    }
+
+    pub fn view(&self) -> PollerView {
+        PollerView {
+            data: self.data.clone(),
+            history: self.history.clone(),
+        }
+    }
+
+    /// The redis-side fds of connections made since the last call, with the monotonic time
+    /// from which each is the poller's. Taking them lets the poller use the connection:
+    /// the caller marks them in its analyzers before it reads further events.
+    pub fn take_own_conns(&self) -> Vec<(i32, i64)> {
+        let mut o = self.own.lock().unwrap_or_else(|e| e.into_inner());
+        o.taken = o.published;
+        std::mem::take(&mut o.new)
+    }
+
+    /// Stops polling without waiting for the thread (`watch` must exit within 2 s of a
+    /// SIGTERM, and a stalled redis can hold a round for seconds).
+    pub fn stop_detached(mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        self.handle.take();
     }
 
     /// Stops polling after one last round (SLOWLOG, LATENCY HISTORY) and returns the data.
@@ -313,11 +464,7 @@ impl Poller {
             let _ = h.join();
         }
         let mut d = self.data.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        d.latency
-            .sort_by(|a, b| (a.ts, &a.event).cmp(&(b.ts, &b.event)));
-        d.latency.dedup();
-        d.slowlog.sort_by_key(|e| e.id);
-        d.slowlog.dedup_by_key(|e| e.id);
+        sort_dedup(&mut d);
         d
     }
 }
@@ -325,7 +472,43 @@ impl Poller {
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 const RETRY_EVERY: Duration = Duration::from_secs(3);
 
-fn poll_loop(addr: &str, interval: Duration, stop: &AtomicBool, data: &Mutex<Collected>) {
+/// After a connect to the traced redis: finds and publishes the connection's redis-side fd,
+/// then waits for it to be taken (both bounded by `OWN_WAIT`, and by a stop).
+fn hand_over(c: &Conn, pid: u32, own: &Mutex<OwnConns>, stop: &AtomicBool) {
+    let Ok(local) = c.w.local_addr() else { return };
+    let t = Instant::now();
+    let fd = loop {
+        if let Some(fd) = server_side_fd(pid, local) {
+            break fd;
+        }
+        if t.elapsed() >= OWN_WAIT || stop.load(Ordering::SeqCst) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let want = {
+        let mut o = own.lock().unwrap_or_else(|e| e.into_inner());
+        o.new.push((fd, crate::live::now_mono()));
+        o.published += 1;
+        o.published
+    };
+    let t = Instant::now();
+    while t.elapsed() < OWN_WAIT && !stop.load(Ordering::SeqCst) {
+        if own.lock().unwrap_or_else(|e| e.into_inner()).taken >= want {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn poll_loop(
+    addr: &str,
+    interval: Duration,
+    stop: &AtomicBool,
+    data: &Mutex<Collected>,
+    traced: Option<(u32, &Mutex<OwnConns>)>,
+    history: &History,
+) {
     let lock = || data.lock().unwrap_or_else(|e| e.into_inner());
     let note = |msg: String| {
         let mut d = lock();
@@ -343,7 +526,14 @@ fn poll_loop(addr: &str, interval: Duration, stop: &AtomicBool, data: &Mutex<Col
         let stopping = stop.load(Ordering::SeqCst);
         if conn.is_none() && last_try.is_none_or(|t| t.elapsed() >= RETRY_EVERY || stopping) {
             last_try = Some(Instant::now());
-            match Conn::connect(addr, CONNECT_TIMEOUT) {
+            // The connection is handed over before AUTH: that is a command of ours too.
+            match Conn::connect_unauthenticated(addr, CONNECT_TIMEOUT).and_then(|mut c| {
+                if let Some((pid, own)) = traced {
+                    hand_over(&c, pid, own, stop);
+                }
+                c.auth()?;
+                Ok(c)
+            }) {
                 Ok(c) => conn = Some(c),
                 Err(e) => note(format!("--redis {addr}: cannot connect: {e}")),
             }
@@ -397,8 +587,23 @@ fn poll_loop(addr: &str, interval: Duration, stop: &AtomicBool, data: &Mutex<Col
         if stopping {
             break;
         }
+        let asked = history.asked.load(Ordering::SeqCst);
+        if asked > history.done.load(Ordering::SeqCst) {
+            if let Some(c) = conn.as_mut() {
+                if let Err(e) = history_round(c, &seen_events, data) {
+                    note(format!(
+                        "--redis {addr}: SLOWLOG/LATENCY HISTORY read failed: {e}"
+                    ));
+                    conn = None;
+                }
+            }
+            // Served, or not to be served by this connection: the asker does not wait on.
+            history.done.store(asked, Ordering::SeqCst);
+        }
         next += interval;
-        while Instant::now() < next && !stop.load(Ordering::SeqCst) {
+        let asked_more =
+            || history.asked.load(Ordering::SeqCst) > history.done.load(Ordering::SeqCst);
+        while Instant::now() < next && !stop.load(Ordering::SeqCst) && !asked_more() {
             std::thread::sleep(Duration::from_millis(20).min(interval));
         }
         if Instant::now() > next + interval {
@@ -407,24 +612,31 @@ fn poll_loop(addr: &str, interval: Duration, stop: &AtomicBool, data: &Mutex<Col
     }
     // The last round: what happened since the last poll, at full resolution.
     if let Some(c) = conn.as_mut() {
-        let end = (|| -> std::io::Result<()> {
-            let sl = parse_slowlog(&c.cmd(&["SLOWLOG", "GET", "128"])?);
-            let mut hist = vec![];
-            for ev in &seen_events {
-                hist.extend(parse_history(ev, &c.cmd(&["LATENCY", "HISTORY", ev])?));
-            }
-            let mut d = lock();
-            d.slowlog.extend(sl);
-            d.latency.extend(hist);
-            d.final_ok = true;
-            Ok(())
-        })();
-        if let Err(e) = end {
+        if let Err(e) = history_round(c, &seen_events, data) {
             note(format!(
                 "--redis {addr}: final SLOWLOG/LATENCY read failed: {e}"
             ));
         }
     }
+}
+
+/// SLOWLOG GET and LATENCY HISTORY of every latency event seen: what happened since the
+/// last poll at full resolution (at the end, and in `watch` once per incident).
+fn history_round(
+    c: &mut Conn,
+    seen_events: &[String],
+    data: &Mutex<Collected>,
+) -> std::io::Result<()> {
+    let sl = parse_slowlog(&c.cmd(&["SLOWLOG", "GET", "128"])?);
+    let mut hist = vec![];
+    for ev in seen_events {
+        hist.extend(parse_history(ev, &c.cmd(&["LATENCY", "HISTORY", ev])?));
+    }
+    let mut d = data.lock().unwrap_or_else(|e| e.into_inner());
+    d.slowlog.extend(sl);
+    d.latency.extend(hist);
+    d.final_ok = true;
+    Ok(())
 }
 
 #[cfg(test)]

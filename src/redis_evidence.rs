@@ -52,6 +52,57 @@ pub struct Inputs {
     pub date_given: bool,
 }
 
+/// Live: the log to follow is `--redis-log`, else the config's `logfile` (relative to the
+/// process's working directory, which redis has changed to its `dir`), else what redis at
+/// `--redis` says its logfile is.
+pub fn live_log_source(
+    explicit: Option<&str>,
+    redis: Option<&str>,
+    ctx: &crate::live::procctx::ProcContext,
+    conf: Option<&crate::fdtable::RedisConf>,
+) -> Option<LogSource> {
+    let src = match explicit {
+        Some(p) => Some(LogSource {
+            path: p.to_string(),
+            found: "--redis-log",
+            explicit: true,
+        }),
+        None => conf
+            .and_then(|c| c.logfile.as_deref())
+            .filter(|l| !l.is_empty())
+            .map(|l| {
+                let p = std::path::Path::new(l);
+                let full = match (&ctx.cwd, p.is_absolute()) {
+                    (Some(cwd), false) => std::path::Path::new(cwd).join(p),
+                    _ => p.to_path_buf(),
+                };
+                LogSource {
+                    path: full.to_string_lossy().into_owned(),
+                    found: "redis.conf logfile",
+                    explicit: false,
+                }
+            }),
+    };
+    // redis rewrites its argv, so /proc may not tell the config; redis itself can.
+    src.or_else(|| {
+        let addr = redis?;
+        let mut c =
+            crate::redis_client::Conn::connect(addr, std::time::Duration::from_secs(2)).ok()?;
+        let r = c.cmd(&["CONFIG", "GET", "logfile"]).ok()?;
+        let lf = r.items().get(1)?.as_text().filter(|l| !l.is_empty())?;
+        let p = std::path::Path::new(&lf);
+        let full = match (&ctx.cwd, p.is_absolute()) {
+            (Some(cwd), false) => std::path::Path::new(cwd).join(p),
+            _ => p.to_path_buf(),
+        };
+        Some(LogSource {
+            path: full.to_string_lossy().into_owned(),
+            found: "CONFIG GET logfile",
+            explicit: false,
+        })
+    })
+}
+
 /// Live (`attach`): the log followed while tracing and the `--redis` poller, started at
 /// attach and joined onto the report at the end.
 pub struct LiveRedis {
@@ -67,60 +118,38 @@ impl LiveRedis {
         ctx: &crate::live::procctx::ProcContext,
         conf: Option<&crate::fdtable::RedisConf>,
     ) -> LiveRedis {
-        let src = match &args.out.redis_log {
-            Some(p) => Some(LogSource {
-                path: p.clone(),
-                found: "--redis-log",
-                explicit: true,
-            }),
-            None => conf
-                .and_then(|c| c.logfile.as_deref())
-                .filter(|l| !l.is_empty())
-                .map(|l| {
-                    let p = std::path::Path::new(l);
-                    let full = match (&ctx.cwd, p.is_absolute()) {
-                        (Some(cwd), false) => std::path::Path::new(cwd).join(p),
-                        _ => p.to_path_buf(),
-                    };
-                    LogSource {
-                        path: full.to_string_lossy().into_owned(),
-                        found: "redis.conf logfile",
-                        explicit: false,
-                    }
-                }),
-        };
-        // redis rewrites its argv, so /proc may not tell the config; redis itself can.
-        let src = src.or_else(|| {
-            let addr = args.redis.as_deref()?;
-            let mut c =
-                crate::redis_client::Conn::connect(addr, std::time::Duration::from_secs(2)).ok()?;
-            let r = c.cmd(&["CONFIG", "GET", "logfile"]).ok()?;
-            let lf = r.items().get(1)?.as_text().filter(|l| !l.is_empty())?;
-            let p = std::path::Path::new(&lf);
-            let full = match (&ctx.cwd, p.is_absolute()) {
-                (Some(cwd), false) => std::path::Path::new(cwd).join(p),
-                _ => p.to_path_buf(),
-            };
-            Some(LogSource {
-                path: full.to_string_lossy().into_owned(),
-                found: "CONFIG GET logfile",
-                explicit: false,
-            })
-        });
+        let src = live_log_source(
+            args.out.redis_log.as_deref(),
+            args.redis.as_deref(),
+            ctx,
+            conf,
+        );
         let follower = src.map(|s| {
             let f = redis_log::Follower::start(&s.path, std::time::Duration::from_millis(200));
             (s, f)
         });
-        let poller = args
-            .redis
-            .as_deref()
-            .map(|a| crate::redis_client::Poller::start(a, std::time::Duration::from_secs(1)));
+        let poller = args.redis.as_deref().map(|a| {
+            crate::redis_client::Poller::start_for(
+                a,
+                std::time::Duration::from_secs(1),
+                Some(ctx.pid),
+            )
+        });
         if let Some(a) = &args.redis {
             eprintln!(
                 "stallscope: asking redis at {a} for LATENCY, INFO and SLOWLOG once a second"
             );
         }
         LiveRedis { follower, poller }
+    }
+
+    /// The traced redis's fds of the poller's connections made since the last call (see
+    /// `Poller::take_own_conns`), for `Analyzer::mark_own_connection`.
+    pub fn take_own_conns(&self) -> Vec<(i32, i64)> {
+        self.poller
+            .as_ref()
+            .map(|p| p.take_own_conns())
+            .unwrap_or_default()
     }
 
     pub fn finish(self, report: &mut Report) -> Result<()> {

@@ -453,6 +453,19 @@ impl Follower {
             .len()
     }
 
+    /// `watch`: the lines read since the last call (moved out, so that a follower running
+    /// for days holds only what came since), with the counts so far.
+    pub fn take_lines(&self) -> Followed {
+        let mut f = self.shared.lock().unwrap_or_else(|p| p.into_inner());
+        Followed {
+            lines: std::mem::take(&mut f.lines),
+            stats: f.stats.clone(),
+            dropped: f.dropped,
+            error: f.error.clone(),
+            done: f.done,
+        }
+    }
+
     /// Gives tail a moment to pass on the last lines, stops it, and returns every line read.
     /// Never waits on the file itself (see the type's comment).
     pub fn finish(mut self, grace: std::time::Duration) -> Followed {

@@ -337,6 +337,22 @@ fn an_injected_stall_leaves_an_incident_report_and_an_event_line() {
         .unwrap_or_else(|| panic!("no 300 ms main-thread stall in {stalls:?}"));
     let finding = sleep["finding"].as_str().expect("the stall has a finding");
     assert!(name.contains(finding), "{name} does not name {finding}");
+    // The incident's own /proc samples, as attach has them, and the main thread's schedstat.
+    let host = &r["host"];
+    assert!(
+        host["samples"].as_array().is_some_and(|s| s.len() >= 2),
+        "no /proc samples in the incident: {host}"
+    );
+    let notes: Vec<&str> = host["notes"]
+        .as_array()
+        .map(|n| n.iter().filter_map(|x| x.as_str()).collect())
+        .unwrap_or_default();
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains("stall of main") && n.contains("schedstat")),
+        "no schedstat note for the stall: {notes:?}"
+    );
     let stem = json_path.to_str().unwrap().strip_suffix(".json").unwrap();
     let html = PathBuf::from(format!("{stem}.html"));
     let strace = PathBuf::from(format!("{stem}.strace"));
@@ -536,6 +552,189 @@ fn name_follows_a_restart() {
     );
     drop(w);
     stop_child(&mut r2);
+}
+
+#[test]
+fn incidents_carry_redis_latency_events_and_log_lines() {
+    let _g = serial();
+    if !can_run() {
+        return;
+    }
+    let redis = Redis::start(&[
+        "--enable-debug-command",
+        "yes",
+        "--latency-monitor-threshold",
+        "100",
+    ]);
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("incidents");
+    let addr = format!("127.0.0.1:{}", redis.port);
+    let w = Watch::start(&[
+        "--pid",
+        &redis.pid().to_string(),
+        "--out",
+        out.to_str().unwrap(),
+        "--after",
+        "1s",
+        "--redis",
+        &addr,
+    ]);
+    assert!(
+        w.wait_line("watching", Duration::from_secs(20)),
+        "{:?}",
+        w.lines()
+    );
+    assert!(
+        w.wait_line("following redis's log", Duration::from_secs(5)),
+        "{:?}",
+        w.lines()
+    );
+    // A log line in the incident's window: a BGSAVE logs its start and end.
+    let mut c = redis.client();
+    c.cmd(&["BGSAVE"]).unwrap();
+    debug_sleep(redis.port);
+    let reports = poll(Duration::from_secs(60), || {
+        let v = incident_reports(&out);
+        (!v.is_empty()).then_some(v)
+    })
+    .unwrap_or_else(|| panic!("no incident report; watcher: {:?}", w.lines()));
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&reports[0]).unwrap()).unwrap();
+    let sec = &r["redis"];
+    assert_eq!(sec["log"]["followed"], true, "{sec}");
+    assert!(
+        sec["lines"]
+            .as_array()
+            .is_some_and(|l| l.iter().any(|x| x["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("Background saving")))),
+        "no BGSAVE line in the incident: {sec}"
+    );
+    assert_eq!(sec["server"]["latency_monitor_threshold_ms"], 100, "{sec}");
+    let stalls = r["stalls"].as_array().unwrap();
+    let sleep = stalls
+        .iter()
+        .find(|s| s["thread"] == "main" && s["duration_us"].as_i64().unwrap_or(0) >= 250_000)
+        .unwrap_or_else(|| panic!("no 300 ms main-thread stall in {stalls:?}"));
+    let ev = sleep["redis_evidence"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        ev.iter().any(|e| e["source"] == "latency"
+            && e["what"]
+                .as_str()
+                .is_some_and(|w| w.starts_with("LATENCY command"))),
+        "the stall lacks LATENCY's command event: {ev:?}; redis: {sec}"
+    );
+    redis.assert_unharmed();
+}
+
+#[test]
+fn pid_follows_a_restart_by_its_listening_port() {
+    let _g = serial();
+    if !can_run() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let src = Command::new("sh")
+        .args(["-c", "command -v redis-server"])
+        .output()
+        .unwrap();
+    let bin = PathBuf::from(String::from_utf8_lossy(&src.stdout).trim());
+    let port = free_port();
+    let mut r1 = named_redis(tmp.path(), &bin, port);
+    let pid1 = r1.id();
+    let mport = free_port();
+    let w = Watch::start(&[
+        "--pid",
+        &pid1.to_string(),
+        "--metrics",
+        &format!(":{mport}"),
+    ]);
+    let attached = |want: f64| {
+        poll(Duration::from_secs(30), || {
+            metric(mport, "stallscope_attached").filter(|v| *v == want)
+        })
+        .is_some()
+    };
+    assert!(attached(1.0), "{:?}", w.lines());
+    stop_child(&mut r1);
+    assert!(
+        attached(0.0),
+        "still attached after redis exited; {:?}",
+        w.lines()
+    );
+    assert!(
+        w.wait_line(
+            &format!("listening on 127.0.0.1:{port}"),
+            Duration::from_secs(10)
+        ),
+        "{:?}",
+        w.lines()
+    );
+    let mut r2 = named_redis(tmp.path(), &bin, port);
+    assert_ne!(r2.id(), pid1);
+    assert!(
+        attached(1.0),
+        "did not attach to the restarted redis; {:?}",
+        w.lines()
+    );
+    assert!(
+        w.wait_line(&format!("watching {}", r2.id()), Duration::from_secs(10)),
+        "{:?}",
+        w.lines()
+    );
+    drop(w);
+    stop_child(&mut r2);
+}
+
+#[test]
+fn pid_without_a_port_or_pidfile_exits_saying_why() {
+    let _g = serial();
+    if !can_run() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let sock = tmp.path().join("r.sock");
+    let mut r = Command::new("redis-server")
+        .args(["--port", "0", "--unixsocket", sock.to_str().unwrap()])
+        .args([
+            "--save",
+            "",
+            "--daemonize",
+            "no",
+            "--dir",
+            tmp.path().to_str().unwrap(),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start redis-server");
+    assert!(
+        poll(Duration::from_secs(10), || sock.exists().then_some(())).is_some(),
+        "redis did not create its socket"
+    );
+    let mut w = Watch::start(&["--pid", &r.id().to_string()]);
+    assert!(
+        w.wait_line("watching", Duration::from_secs(20)),
+        "{:?}",
+        w.lines()
+    );
+    stop_child(&mut r);
+    let code = poll(Duration::from_secs(20), || {
+        w.child.try_wait().ok().flatten()
+    });
+    assert_eq!(code.and_then(|c| c.code()), Some(2), "{:?}", w.lines());
+    let lines = w.lines();
+    let err = lines
+        .iter()
+        .find(|l| l.starts_with("stallscope: error: --pid"))
+        .unwrap_or_else(|| panic!("{lines:?}"));
+    assert!(
+        err.contains("cannot be followed") && err.contains("--name"),
+        "{err}"
+    );
 }
 
 #[test]

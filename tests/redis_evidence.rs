@@ -462,6 +462,76 @@ fn live_debug_sleep_carries_latencys_command_event() {
 }
 
 #[test]
+fn live_the_pollers_own_commands_are_not_clients_waiting() {
+    let _g = serial();
+    if !have_redis() {
+        return;
+    }
+    let redis = Redis::start(&["--enable-debug-command", "yes"]);
+    let addr = format!("127.0.0.1:{}", redis.port);
+    let mut a = Attach::start(
+        "ptrace",
+        redis.pid(),
+        &["--redis", &addr, "--format", "json", "--threshold", "100ms"],
+    );
+    assert!(a.attached, "{:?}", a.stderr);
+    // The poller asks once a second: during a 2 s sleep one of its commands is queued
+    // behind it, and so is this client's PING, sent once redis is seen sleeping (both
+    // clients are served once before, so that redis has accepted them).
+    let mut pinger = redis.client();
+    assert_eq!(pinger.cmd(&["PING"]).unwrap().text(), "+PONG");
+    let mut c = redis.client();
+    assert_eq!(c.cmd(&["PING"]).unwrap().text(), "+PONG");
+    let sleeper = std::thread::spawn(move || c.cmd(&["DEBUG", "SLEEP", "2"]).unwrap().text());
+    let t = Instant::now();
+    while !matches!(redis.main_syscall(), Some(n) if n == libc::SYS_clock_nanosleep || n == libc::SYS_nanosleep)
+    {
+        assert!(t.elapsed() < Duration::from_secs(20), "redis never slept");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(pinger.cmd(&["PING"]).unwrap().text(), "+PONG");
+    assert_eq!(sleeper.join().unwrap(), "+OK");
+    assert!(
+        a.wait_line(|l| l.starts_with("stall:"), Duration::from_secs(30)),
+        "no stall printed: {:?}",
+        a.stderr
+    );
+    stop(&a);
+    let (code, out, err) = a.finish(Duration::from_secs(60));
+    assert_eq!(code, Some(1), "{err:?}");
+    let r = json(&out);
+    assert!(
+        r["redis"]["server"]["polls"].as_u64().unwrap() >= 2,
+        "{}",
+        r["redis"]
+    );
+    let sleep = stalls(&r)
+        .iter()
+        .find(|s| s["thread"] == "main" && s["duration_us"].as_i64().unwrap() >= 1_900_000)
+        .unwrap_or_else(|| panic!("no DEBUG SLEEP stall: {}", r["stalls"]));
+    let waiting = sleep["waiting_by_command"].as_object().unwrap();
+    assert!(waiting.contains_key("PING"), "{waiting:?}");
+    for own in ["LATENCY", "INFO", "SLOWLOG", "CONFIG"] {
+        assert!(
+            !waiting.contains_key(own),
+            "the poller's {own} is counted as waiting: {waiting:?}"
+        );
+    }
+    let names: Vec<&str> = r["commands"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c["command"].as_str())
+        .collect();
+    assert!(names.contains(&"DEBUG"), "{names:?}");
+    assert!(
+        !names.contains(&"LATENCY"),
+        "the poller's commands are in the client stats: {names:?}"
+    );
+    redis.assert_unharmed();
+}
+
+#[test]
 fn live_a_redis_that_cannot_be_reached_never_stops_tracing() {
     let _g = serial();
     if !have_redis() {
@@ -562,4 +632,51 @@ fn html_lanes_draw_each_write_waiting_for_the_bio_fsync() {
         .count();
     let items: usize = stalls(&r).iter().map(|s| evidence(s).len()).sum();
     assert_eq!(rows, items + 1);
+}
+
+#[test]
+fn svg_draws_the_lanes_below_the_scatter_plot() {
+    let name = "everysec-slowfs";
+    let dir = tempfile::tempdir().unwrap();
+    let svg = dir.path().join("r.svg");
+    let t = fixture(name, &format!("{name}.strace.gz"));
+    let threads = fixture(name, &format!("{name}.threads.txt"));
+    let (_, r, _) = run(&[
+        t.to_str().unwrap(),
+        "--threads",
+        threads.to_str().unwrap(),
+        "--svg",
+        svg.to_str().unwrap(),
+    ]);
+    let text = std::fs::read_to_string(&svg).unwrap();
+    let doc = roxmltree::Document::parse(&text).expect("well-formed SVG");
+    let root = doc.root_element();
+    let kids: Vec<roxmltree::Node> = root.children().filter(|n| n.is_element()).collect();
+    assert_eq!(kids.len(), 2, "the plot and the lanes");
+    assert_eq!(kids[0].attribute("class"), Some("stallscope-timeline"));
+    assert_eq!(kids[1].attribute("id"), Some("lanes"));
+    let h = |n: &roxmltree::Node, a: &str| -> f64 { n.attribute(a).unwrap().parse().unwrap() };
+    // Stacked: the lanes start where the plot ends, and the whole is both.
+    assert_eq!(h(&kids[1], "y"), h(&kids[0], "height"));
+    assert_eq!(
+        h(&root, "height"),
+        h(&kids[0], "height") + h(&kids[1], "height")
+    );
+    let in_lanes = |c: &str| {
+        kids[1]
+            .descendants()
+            .filter(|n| n.attribute("class") == Some(c))
+            .count()
+    };
+    assert_eq!(in_lanes("stall-bar"), stalls(&r).len());
+    let writes = stalls(&r)
+        .iter()
+        .filter(|s| s["thread"] == "main" && s["syscall"] == "write")
+        .count();
+    assert!(writes > 0);
+    assert_eq!(in_lanes("waits-for"), writes);
+    assert_eq!(
+        in_lanes("log-mark"),
+        r["redis"]["lines"].as_array().unwrap().len()
+    );
 }

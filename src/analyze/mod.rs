@@ -91,6 +91,10 @@ pub struct Analyzer {
     phases: Phases,
     /// Commands answered by the call being handled (reused: no allocation per event).
     answered: Vec<DoneCmd>,
+    /// Live: the traced process's fds of stallscope's own `--redis` poller connections,
+    /// from when each was known: its LATENCY/INFO/SLOWLOG are not client commands, and no
+    /// stall held them up.
+    own_conns: Vec<(i32, crate::event::Nanos)>,
 }
 
 impl Analyzer {
@@ -116,8 +120,36 @@ impl Analyzer {
             commands: Commands::new(caps.commands),
             phases: Phases::default(),
             answered: Vec::new(),
+            own_conns: Vec::new(),
             opts,
         }
+    }
+
+    /// Live: fd `fd` of the traced process is stallscope's own connection (the `--redis`
+    /// poller's, found by its peer address) from `since` on, until it is closed.
+    pub fn mark_own_connection(&mut self, fd: i32, since: crate::event::Nanos) {
+        self.own_conns.retain(|(f, _)| *f != fd);
+        self.own_conns.push((fd, since));
+    }
+
+    /// Whether the call reads or writes one of `own_conns` (a close ends the mark).
+    fn on_own_connection(&mut self, cx: &call::ResolvedCall<'_>) -> bool {
+        let Some(fd) = cx.sc.fd else { return false };
+        let Some(i) = self
+            .own_conns
+            .iter()
+            .position(|(f, since)| *f == fd && cx.ts() >= *since)
+        else {
+            return false;
+        };
+        if !self.world.is_root(cx.proc) {
+            return false;
+        }
+        if cx.facts.has(call::Facts::CLOSE) {
+            self.own_conns.swap_remove(i);
+            return false;
+        }
+        true
     }
 
     /// Live: the fd table as /proc/PID/fd showed it at attach.
@@ -198,13 +230,18 @@ impl Analyzer {
         }
         self.arrivals.on_call(&cx, step.gap);
         self.file_time.on_call(&cx, self.phases.segment());
+        let own = !self.own_conns.is_empty() && self.on_own_connection(&cx);
         let inputs = CmdInputs {
             arrivals: &self.arrivals,
             file_time: &self.file_time,
             first: self.coverage.first(),
             segment: self.phases.segment(),
         };
-        let replica = self.commands.on_call(&cx, &inputs, &mut self.answered);
+        let replica = if own {
+            None
+        } else {
+            self.commands.on_call(&cx, &inputs, &mut self.answered)
+        };
         for d in self.answered.drain(..) {
             self.holds.on_answered(d);
         }

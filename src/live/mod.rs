@@ -474,6 +474,10 @@ pub fn run_attach(args: &AttachArgs) -> Result<u64> {
         let done = tracer.is_done();
         if done || ev.is_none() || last_drain.elapsed() >= Duration::from_millis(200) {
             last_drain = std::time::Instant::now();
+            // The --redis poller's commands are ours, not a client's.
+            for (fd, since) in redis_side.take_own_conns() {
+                an.mark_own_connection(fd, since);
+            }
             let fresh = an.drain_new_stalls(&clock);
             if !fresh.is_empty() {
                 let mut w = stderr.lock();

@@ -131,6 +131,12 @@ pub(crate) fn waits_for_fsync(r: &Report) -> Vec<(&Stall, &Stall)> {
 /// Writes the lanes picture (an inline `<svg>` element), or nothing when there is no stall
 /// and nothing of redis's to show.
 pub fn write_lanes(r: &Report, w: &mut dyn Write) -> io::Result<()> {
+    write_lanes_at(r, w, None).map(|_| ())
+}
+
+/// The same, placed at `y` inside an enclosing picture when given (`--svg` draws it below
+/// the scatter plot); returns its height, 0 when nothing was written.
+pub(crate) fn write_lanes_at(r: &Report, w: &mut dyn Write, y: Option<f64>) -> io::Result<f64> {
     let lanes = lanes(r);
     let red = r.redis.as_ref();
     let log_lines = red.map(|x| x.lines.as_slice()).unwrap_or(&[]);
@@ -138,7 +144,7 @@ pub fn write_lanes(r: &Report, w: &mut dyn Write) -> io::Result<()> {
     let has_marks = !log_lines.is_empty()
         || server.is_some_and(|s| !s.latency.is_empty() || !s.slowlog.is_empty());
     if r.stalls.is_empty() && !has_marks {
-        return Ok(());
+        return Ok(0.0);
     }
     let span = r.summary.span_us.max(1) as f64;
     let (t0, t1) = (0f64, span);
@@ -162,7 +168,8 @@ pub fn write_lanes(r: &Report, w: &mut dyn Write) -> io::Result<()> {
     };
     writeln!(
         w,
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" id=\"lanes\" width=\"{WIDTH}\" height=\"{height:.0}\" viewBox=\"0 0 {WIDTH} {height:.0}\" {FONT} font-size=\"11\">"
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" id=\"lanes\"{pos} width=\"{WIDTH}\" height=\"{height:.0}\" viewBox=\"0 0 {WIDTH} {height:.0}\" {FONT} font-size=\"11\">",
+        pos = y.map(|y| format!(" x=\"0\" y=\"{y:.0}\"")).unwrap_or_default()
     )?;
     writeln!(
         w,
@@ -372,7 +379,8 @@ pub fn write_lanes(r: &Report, w: &mut dyn Write) -> io::Result<()> {
         base + 32.0,
         esc(start)
     )?;
-    writeln!(w, "</svg>")
+    writeln!(w, "</svg>")?;
+    Ok(height)
 }
 
 /// The HTML section: the lanes, how redis's clock was read, and each stall's evidence

@@ -36,10 +36,24 @@ pub const MAX_MARKS: usize = 20_000;
 pub const MAX_CONTEXT: usize = 30_000;
 const FONT: &str = "font-family=\"sans-serif\"";
 
-/// Writes a standalone SVG document.
+/// Writes a standalone SVG document: the scatter plot and, below it, the per-thread lanes
+/// with redis's own signals (`lanes`), as the HTML report shows them one after the other.
 pub fn render(report: &Report, w: &mut dyn Write) -> io::Result<()> {
     writeln!(w, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>")?;
-    write_svg(report, w)
+    let top = Geometry::new(report).height.round();
+    let mut lanes = Vec::new();
+    let lanes_h = super::lanes::write_lanes_at(report, &mut lanes, Some(top))?;
+    if lanes_h == 0.0 {
+        return write_svg(report, w);
+    }
+    let h = top + lanes_h.round();
+    writeln!(
+        w,
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"stallscope-report\" width=\"{WIDTH}\" height=\"{h:.0}\" viewBox=\"0 0 {WIDTH} {h:.0}\" {FONT}>"
+    )?;
+    write_svg(report, w)?;
+    w.write_all(&lanes)?;
+    writeln!(w, "</svg>")
 }
 
 /// Maps report times and durations to picture coordinates.

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 /// An incident never grows past this: a redis that stalls every second for an hour would
 /// otherwise never get its report written (the ring is byte-bounded anyway).
-const MAX_SPAN_NS: Nanos = 60_000_000_000;
+pub(crate) const MAX_SPAN_NS: Nanos = 60_000_000_000;
 /// Context before an incident's first stall that its report keeps at least, when the ring
 /// cannot hold --before of it.
 const KEEP_BEFORE_FIRST_NS: Nanos = 1_000_000_000;
@@ -76,13 +76,14 @@ impl Grouper {
         }
     }
 
-    /// The incident, once `now` is past its due time, or as soon as the history ring (whose
-    /// oldest event starts at `oldest`) is about to lose its first stall: on a busy redis
-    /// that stalls every few seconds, stalls would otherwise chain into one incident longer
-    /// than the ring holds, and its report would miss how it began.
-    pub(crate) fn take_due(&mut self, now: Nanos, oldest: Option<Nanos>) -> Option<Open> {
+    /// The incident, once `now` is past its due time, or as soon as the history ring has
+    /// had to drop (for lack of room) an event ending within `KEEP_BEFORE_FIRST_NS` of its
+    /// first stall, `evicted_upto` being the newest such end: on a busy redis that stalls
+    /// every few seconds, stalls would otherwise chain into one incident longer than the
+    /// ring holds, and its report would miss how it began.
+    pub(crate) fn take_due(&mut self, now: Nanos, evicted_upto: Option<Nanos>) -> Option<Open> {
         let due = self.open.as_ref().is_some_and(|o| {
-            now >= o.due || oldest.is_some_and(|t| t > o.start - KEEP_BEFORE_FIRST_NS)
+            now >= o.due || evicted_upto.is_some_and(|t| t > o.start - KEEP_BEFORE_FIRST_NS)
         });
         if due {
             return self.open.take();
@@ -147,6 +148,12 @@ pub(crate) struct Job {
     pub suppressed: u64,
     /// Events the history ring dropped for lack of room before --before had passed.
     pub ring_short: bool,
+    /// /proc readings over the events' span (`host`).
+    pub host: Vec<super::host::Raw>,
+    /// redis's log lines and the --redis poller (`redis`).
+    pub redis: Option<super::redis::IncidentRedis>,
+    /// The traced redis's fds of stallscope's own poller connections.
+    pub own_conns: Vec<(i32, Nanos)>,
     pub dir: PathBuf,
     pub record: bool,
 }
@@ -255,6 +262,46 @@ fn redacted(ev: &Event) -> std::borrow::Cow<'_, Event> {
     std::borrow::Cow::Owned(e)
 }
 
+/// The incident's /proc samples and what they say, as `attach` puts them in its report,
+/// plus the main thread's scheduling over the incident and over its longest stalls.
+fn add_host(report: &mut crate::report::Report, raw: &[super::host::Raw], first_ts: Nanos) {
+    if raw.len() < 2 {
+        return;
+    }
+    let samples = super::host::samples(raw, first_ts);
+    crate::live::procctx::attach_host_context(report, samples, super::host::INTERVAL);
+    let mut notes = vec![];
+    if let (Some(a), Some(b)) = (raw.first(), raw.last()) {
+        notes.extend(super::host::sched_note(
+            raw,
+            a.mono,
+            b.mono,
+            "over the incident",
+        ));
+    }
+    let mut longest: Vec<&Stall> = report.stalls.iter().collect();
+    longest.sort_by_key(|s| std::cmp::Reverse(s.duration_us));
+    for s in longest.into_iter().take(3) {
+        let from = first_ts + s.at_us * 1000;
+        let what = format!(
+            "during the {:.1} ms {} stall of {} at {}",
+            s.duration_us as f64 / 1000.0,
+            s.syscall.as_deref().unwrap_or("gap"),
+            s.thread,
+            s.ts
+        );
+        notes.extend(super::host::sched_note(
+            raw,
+            from,
+            from + s.duration_us * 1000,
+            &what,
+        ));
+    }
+    if let Some(h) = &mut report.host {
+        h.notes.extend(notes);
+    }
+}
+
 /// Runs the analysis over the incident's events and writes its files. Returns the JSON
 /// report's path.
 pub(crate) fn write(job: Job) -> Outcome {
@@ -264,7 +311,7 @@ pub(crate) fn write(job: Job) -> Outcome {
     }
 }
 
-fn write_inner(job: Job) -> Result<PathBuf, String> {
+fn write_inner(mut job: Job) -> Result<PathBuf, String> {
     let base = base_name(&job.first, &job.worst);
     std::fs::create_dir_all(&job.dir)
         .map_err(|e| format!("--out {}: cannot create it: {e}", job.dir.display()))?;
@@ -279,6 +326,9 @@ fn write_inner(job: Job) -> Result<PathBuf, String> {
     }
     for (t, n) in &job.thread_names {
         an.set_thread_name(*t, n);
+    }
+    for (fd, since) in &job.own_conns {
+        an.mark_own_connection(*fd, *since);
     }
     if job.lost_events > 0 {
         an.add_lost_events(job.lost_events);
@@ -310,6 +360,7 @@ fn write_inner(job: Job) -> Result<PathBuf, String> {
     };
     let mut report = an.finish(info, Counters::default());
     report.source.backend = Some(job.backend);
+    add_host(&mut report, &job.host, first_ts);
     let span = job.events.last().map_or(0, |e| e.end()) - first_ts;
     report.findings.push(Finding {
         id: crate::report::FindingId::WatchIncident,
@@ -358,6 +409,12 @@ fn write_inner(job: Job) -> Result<PathBuf, String> {
                 .into(),
             stalls: 0,
         });
+    }
+    if let Some(r) = job.redis.take() {
+        // A log that cannot be read is a note in the report, never a lost incident.
+        if let Err(e) = r.apply(&mut report) {
+            eprintln!("stallscope: warning: incident: redis's own signals not joined: {e:#}");
+        }
     }
     let fail = |what: &str, e: std::io::Error| {
         format!(
@@ -481,9 +538,9 @@ mod tests {
         let mut g = Grouper::new(5 * s);
         g.add(&stall(100_000, None), 10 * s, 10 * s + 100_000_000);
         g.add(&stall(100_000, None), 13 * s, 13 * s + 100_000_000);
-        // The ring still holds 2 s before the first stall: not yet.
+        // The ring has dropped only what ended 2 s before the first stall: not yet.
         assert!(g.take_due(14 * s, Some(8 * s)).is_none());
-        // Its oldest event is now within 1 s of the first stall: write what it holds.
+        // It dropped an event ending within 1 s of the first stall: write what it holds.
         assert_eq!(g.take_due(14 * s, Some(9 * s + s / 2)).unwrap().count, 2);
     }
 

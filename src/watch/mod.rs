@@ -9,8 +9,11 @@
 //! are the old one's, after it the new one's), and everything else is bounded by count
 //! (label sets, rate limit) or bytes (ring).
 
+pub(crate) mod follow;
+pub(crate) mod host;
 pub(crate) mod incident;
 pub(crate) mod metrics;
+pub(crate) mod redis;
 pub(crate) mod ring;
 
 use crate::analyze::{Analyzer, Options, RedisConf};
@@ -145,10 +148,14 @@ impl Window {
         pid: Tid,
         ctx: &procctx::ProcContext,
         names: &HashMap<Tid, String>,
+        own: &[(i32, Nanos)],
     ) -> Window {
         let mut an = Analyzer::new(opts.clone());
         for (fd, what) in &ctx.fds {
             an.seed_fd(pid, *fd, what);
+        }
+        for (fd, since) in own {
+            an.mark_own_connection(*fd, *since);
         }
         for (t, n) in names {
             an.set_thread_name(*t, n);
@@ -294,6 +301,9 @@ struct Watcher<'a> {
     /// Where the last incident report's events ended: the next one starts after it, so
     /// that no stall is in two reports.
     reported_upto: Option<Nanos>,
+    /// What the process attached last listened on and its pidfile: how `--pid` finds it
+    /// again after a restart.
+    identity: Option<follow::Identity>,
 }
 
 impl Watcher<'_> {
@@ -341,8 +351,12 @@ impl Watcher<'_> {
         }
         let from =
             (o.start - self.args.before).max(self.reported_upto.map_or(Nanos::MIN, |t| t + 1));
-        let events = self.ring.since(from);
         self.reported_upto = self.ring.newest();
+        let events = self.ring.take_since(from);
+        let host = match (&ctx.host, events.first(), events.last()) {
+            (Some(h), Some(a), Some(b)) => h.window(a.ts, b.end()),
+            _ => vec![],
+        };
         let ring_short = events.first().is_some_and(|e| e.ts > from + 100_000_000)
             && self.ring.evicted_early > 0;
         let job = Job {
@@ -362,6 +376,9 @@ impl Watcher<'_> {
             count: o.count,
             suppressed: std::mem::take(&mut self.limit.suppressed),
             ring_short,
+            host,
+            redis: ctx.redis.as_ref().and_then(|r| r.for_incident(from)),
+            own_conns: ctx.own.clone(),
             dir: dir.clone(),
             record: self.args.record,
         };
@@ -394,6 +411,13 @@ struct AttachCtx {
     backend: LiveBackend,
     ctx: procctx::ProcContext,
     names: HashMap<Tid, String>,
+    /// /proc readings of the last minute or so, for the incidents' host sections.
+    host: Option<host::HostRing>,
+    /// redis's log and the --redis poller.
+    redis: Option<redis::WatchRedis>,
+    /// The traced redis's fds of the poller's connections (the last few), with when each
+    /// became the poller's: marked in every analyzer (`Analyzer::mark_own_connection`).
+    own: Vec<(i32, Nanos)>,
 }
 
 /// `stallscope watch`. Returns 0 (for the exit status) when stopped by a signal or
@@ -479,6 +503,7 @@ pub fn run_watch(args: &WatchArgs) -> Result<u64> {
         writer: Some(writer),
         ring_evicted_seen: 0,
         reported_upto: None,
+        identity: None,
         deadline: args
             .duration
             .map(|d| Instant::now() + Duration::from_nanos(d as u64)),
@@ -500,6 +525,14 @@ pub fn run_watch(args: &WatchArgs) -> Result<u64> {
                             said_waiting = true;
                         }
                     }
+                }
+            } else if let (Some(id), Some(g)) = (&w.identity, gone_pid) {
+                if let Some(np) = id.find(g) {
+                    eprintln!(
+                        "stallscope: process {np} is the restarted redis ({}); attaching",
+                        id.describe()
+                    );
+                    pid = Some(np);
                 }
             }
             continue;
@@ -526,7 +559,20 @@ pub fn run_watch(args: &WatchArgs) -> Result<u64> {
                 args.name.as_deref().unwrap_or("redis-server")
             );
         } else {
-            eprintln!("stallscope: process {p} is gone (--pid: not followed); metrics stay up until SIGINT or SIGTERM");
+            match w.identity.as_ref().filter(|id| id.followable()) {
+                Some(id) => eprintln!(
+                    "stallscope: process {p} is gone; stallscope_attached is 0 until a {} {} runs again (--pid follows it by that)",
+                    if id.comm.is_empty() { "process" } else { &id.comm },
+                    id.describe()
+                ),
+                None => {
+                    shutdown(&mut w);
+                    anyhow::bail!(
+                        "--pid {p}: the process exited, and it cannot be followed to its restart: it listened on no \
+                         TCP port and its config names no pidfile; watch it with --name to follow restarts by name"
+                    );
+                }
+            }
         }
     }
     shutdown(&mut w);
@@ -580,6 +626,11 @@ fn watch_one(w: &mut Watcher, pid: Tid) -> Result<()> {
         wall_at_first: Some(st.attach_wall),
     };
     let ctx = procctx::gather(pid);
+    w.identity = Some(follow::Identity::of(
+        pid,
+        &ctx.redis_conf,
+        ctx.cwd.as_deref(),
+    ));
     let mut opts = w.opts.clone();
     opts.root_pid = Some(pid);
     opts.stamped_at_stops = backend == LiveBackend::Ptrace;
@@ -596,8 +647,35 @@ fn watch_one(w: &mut Watcher, pid: Tid) -> Result<()> {
         backend,
         names: ctx.thread_names.clone(),
         ctx,
+        host: Some(host::HostRing::start(
+            pid,
+            Duration::from_nanos(
+                (w.args.before + LONG_STALL_NS + incident::MAX_SPAN_NS + w.args.after) as u64,
+            ),
+        )),
+        redis: None,
+        own: vec![],
     };
-    let mut cur = Window::new(&opts, pid, &ac.ctx, &ac.names);
+    if w.args.redis.is_some()
+        || w.args.redis_log.is_some()
+        || opts
+            .redis_conf
+            .as_ref()
+            .is_some_and(|c| c.logfile.is_some())
+    {
+        let r = redis::WatchRedis::start(w.args, &ac.ctx, opts.redis_conf.as_ref());
+        if let Some(src) = r.log_source() {
+            eprintln!(
+                "stallscope: following redis's log {} ({})",
+                src.path, src.found
+            );
+        }
+        if let Some(a) = &w.args.redis {
+            eprintln!("stallscope: asking redis at {a} for LATENCY and INFO once a second, SLOWLOG and LATENCY HISTORY once per incident");
+        }
+        ac.redis = Some(r);
+    }
+    let mut cur = Window::new(&opts, pid, &ac.ctx, &ac.names, &ac.own);
     let mut prev: Option<(Window, Nanos)> = None;
     eprintln!(
         "stallscope: watching {pid} ({nthreads} thread{}) with {backend}; stalls over {}{}",
@@ -672,7 +750,24 @@ fn watch_one(w: &mut Watcher, pid: Tid) -> Result<()> {
                 w.on_stall(s, *start, *end);
             }
             let now = now_mono();
-            if let Some(o) = w.grouper.take_due(now, w.ring.oldest()) {
+            if let Some(r) = &mut ac.redis {
+                r.tick(
+                    now,
+                    w.args.before + LONG_STALL_NS + incident::MAX_SPAN_NS + w.args.after,
+                );
+                for (fd, since) in r.take_own_conns() {
+                    cur.an.mark_own_connection(fd, since);
+                    if let Some((p, _)) = &mut prev {
+                        p.an.mark_own_connection(fd, since);
+                    }
+                    ac.own.retain(|(f, _)| *f != fd);
+                    if ac.own.len() >= 8 {
+                        ac.own.remove(0);
+                    }
+                    ac.own.push((fd, since));
+                }
+            }
+            if let Some(o) = w.grouper.take_due(now, w.ring.evicted_upto()) {
                 w.submit(o, &ac, &clock, lost_total);
             }
             w.tick_metrics();
@@ -686,7 +781,7 @@ fn watch_one(w: &mut Watcher, pid: Tid) -> Result<()> {
                 ac.ctx = procctx::gather(pid);
                 ac.names = procctx::thread_names(pid);
                 seen_tids.clear();
-                let next = Window::new(&opts, pid, &ac.ctx, &ac.names);
+                let next = Window::new(&opts, pid, &ac.ctx, &ac.names, &ac.own);
                 prev = Some((std::mem::replace(&mut cur, next), now + OVERLAP_NS));
             }
         }
@@ -705,6 +800,12 @@ fn watch_one(w: &mut Watcher, pid: Tid) -> Result<()> {
     // The process is gone or we are stopping: an incident being recorded is complete.
     if let Some(o) = w.grouper.open.take() {
         w.submit(o, &ac, &clock, lost_total);
+    }
+    if let Some(h) = ac.host.take() {
+        h.stop();
+    }
+    if let Some(r) = ac.redis.take() {
+        r.stop();
     }
     let st = tracer.stats();
     eprintln!(

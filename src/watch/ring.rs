@@ -15,6 +15,9 @@ pub(crate) struct Ring {
     hold_from: Option<Nanos>,
     /// Events evicted for lack of room while still wanted by time (ring too small for the load).
     pub(crate) evicted_early: u64,
+    /// End of the newest event evicted for lack of room: an incident starting within a
+    /// moment of it is losing its beginning.
+    evicted_upto: Option<Nanos>,
 }
 
 /// What an event costs in the ring: its inline size and the strings it owns.
@@ -50,6 +53,7 @@ impl Ring {
             keep_ns,
             hold_from: None,
             evicted_early: 0,
+            evicted_upto: None,
         }
     }
 
@@ -68,10 +72,11 @@ impl Ring {
             if !(too_old || too_big) {
                 break;
             }
+            let ev = self.events.pop_front().expect("front exists");
             if !too_old {
                 self.evicted_early += 1;
+                self.evicted_upto = Some(ev.end());
             }
-            let ev = self.events.pop_front().expect("front exists");
             self.bytes -= event_bytes(&ev);
         }
     }
@@ -85,13 +90,26 @@ impl Ring {
         self.hold_from = None;
     }
 
-    /// Copies of the events that end at or after `from`, oldest first.
-    pub(crate) fn since(&self, from: Nanos) -> Vec<Event> {
-        self.events
-            .iter()
-            .filter(|e| e.end() >= from)
-            .cloned()
-            .collect()
+    /// Hands over the events that end at or after `from`, oldest first, and empties the
+    /// ring. Moved, not copied: an incident's report is made from them while the ring
+    /// refills, and a copy would double the ring's memory at every incident. Nothing held is
+    /// wanted again: the next report starts after this one's last event.
+    pub(crate) fn take_since(&mut self, from: Nanos) -> Vec<Event> {
+        // The next allocation is as large, but only the pages the ring refills become
+        // resident; the handed-over one is freed when its report is written.
+        let cap = self.events.capacity();
+        let mut out = std::mem::replace(&mut self.events, VecDeque::with_capacity(cap));
+        self.bytes = 0;
+        self.hold_from = None;
+        while out.front().is_some_and(|e| e.end() < from) {
+            out.pop_front();
+        }
+        out.into()
+    }
+
+    /// End of the newest event dropped for lack of room (see `evicted_upto`).
+    pub(crate) fn evicted_upto(&self) -> Option<Nanos> {
+        self.evicted_upto
     }
 
     /// End of the newest event held.
@@ -100,6 +118,7 @@ impl Ring {
     }
 
     /// Start of the oldest event held.
+    #[cfg(test)]
     pub(crate) fn oldest(&self) -> Option<Nanos> {
         self.events.front().map(|e| e.ts)
     }
@@ -142,7 +161,7 @@ mod tests {
         for t in 0..100 {
             r.push(call(t), t);
         }
-        let kept = r.since(i64::MIN);
+        let kept: Vec<Event> = r.events.iter().cloned().collect();
         assert!(
             kept.first().unwrap().ts >= 89,
             "{}",
@@ -162,6 +181,21 @@ mod tests {
         assert_eq!(r.len(), 5);
         assert!(r.bytes() <= one * 5);
         assert_eq!(r.evicted_early, 45);
+        assert_eq!(r.evicted_upto(), Some(44));
+    }
+
+    #[test]
+    fn take_since_moves_the_events_out_and_empties_the_ring() {
+        let mut r = Ring::new(1 << 30, 1_000);
+        for t in 0..100 {
+            r.push(call(t), t);
+        }
+        let got = r.take_since(40);
+        assert_eq!(got.first().unwrap().ts, 40);
+        assert_eq!(got.len(), 60);
+        assert_eq!((r.len(), r.bytes(), r.newest()), (0, 0, None));
+        r.push(call(100), 100);
+        assert_eq!(r.oldest(), Some(100));
     }
 
     #[test]
@@ -174,9 +208,10 @@ mod tests {
         for t in 20..40 {
             r.push(call(t), t);
         }
-        assert_eq!(r.since(i64::MIN).first().unwrap().ts, 12);
+        assert_eq!(r.oldest(), Some(12));
         r.release();
         r.push(call(40), 40);
-        assert!(r.since(i64::MIN).first().unwrap().ts >= 29);
+        assert!(r.oldest().unwrap() >= 29);
+        assert_eq!(r.evicted_upto(), None);
     }
 }
