@@ -9,6 +9,8 @@
 # Every trace is read as a user would read it: plain, and, when the capture carries one, with
 # its --threads file too. Dates are pinned (--date) so that -t/-tt traces give the same output on
 # any day. Exit statuses are recorded beside the outputs (0, 1 and 2 are all valid results).
+# With GOLDEN_PICTURES=1 the --html, --svg and --export-trace files are written too (for a
+# renderer refactor; off by default so that older golden directories still compare).
 set -euo pipefail
 if [ $# -lt 2 ]; then
   echo "usage: $0 BINARY OUT_DIR [EXTRA_DIR...]" >&2
@@ -38,6 +40,11 @@ while IFS= read -r t; do
     "$bin" analyze "$t" --format "$fmt" --date 2026-11-30Z </dev/null >"$out/$name.$fmt" 2>"$out/$name.$fmt.stderr" || rc=$?
     echo "$rc" >"$out/$name.$fmt.rc"
   done
+  if [ "${GOLDEN_PICTURES:-0}" = 1 ]; then
+    "$bin" analyze "$t" --format json --date 2026-11-30Z --html "$out/$name.html" \
+      --svg "$out/$name.svg" --export-trace "$out/$name.trace.json" </dev/null \
+      >/dev/null 2>"$out/$name.pictures.stderr" || true
+  fi
   threads="${t%%.strace*}.threads.txt"
   if [ -f "$threads" ]; then
     rc=0

@@ -18,7 +18,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 /// What a file descriptor points at, in redis terms (REPORT.md `class`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum FileClass {
     Aof,
@@ -35,6 +35,7 @@ pub enum FileClass {
     Dir,
     Proc,
     Other,
+    #[default]
     Unknown,
 }
 

@@ -12,6 +12,7 @@
 
 use crate::redis_client::Collected;
 use crate::redis_log::{self, LogLine, LogTime};
+use crate::report::{EvidenceSource, FileClass};
 use crate::report::{
     RedisEvidence, RedisInfoSample, RedisLatency, RedisLogInfo, RedisLogLine, RedisSection,
     RedisServerInfo, RedisSlow, Report, Stall, LOG_LINES_MAX,
@@ -378,7 +379,7 @@ pub fn find_log(
     report
         .fds
         .iter()
-        .filter(|f| f.class == "log")
+        .filter(|f| f.class == FileClass::Log)
         .filter_map(|f| f.path.as_deref())
         .find(|p| exists(std::path::Path::new(p)))
         .map(|p| found(p.into(), "the trace's log file"))
@@ -793,8 +794,8 @@ pub fn apply(report: &mut Report, inp: Inputs) -> Result<()> {
 pub fn headline(ev: &[RedisEvidence]) -> Option<String> {
     let rank = |e: &RedisEvidence| -> u8 {
         match e.source {
-            "latency" | "slowlog" => 0,
-            "info" => 1,
+            EvidenceSource::Latency | EvidenceSource::Slowlog => 0,
+            EvidenceSource::Info => 1,
             _ if e.what.starts_with("written just")
                 || e.what.starts_with("the line being written") =>
             {
@@ -812,7 +813,7 @@ pub fn headline(ev: &[RedisEvidence]) -> Option<String> {
     let more = ev.len() - 1;
     // A log line: its own words, and where it sits, without the labels the JSON carries.
     let what = match (e.source, e.what.find("] ")) {
-        ("log", Some(i)) => {
+        (EvidenceSource::Log, Some(i)) => {
             let pos = if e.what.starts_with("written just before") {
                 " (written just before)"
             } else if e.what.starts_with("written just after") {
@@ -912,7 +913,8 @@ fn log_what(l: &LogLine, position: &str) -> String {
 /// Whether a log line was written by the stalled thread's process. A trace without a pid
 /// column (one process, no -f) gives its stalls pid 0: its main thread is redis's master.
 fn same_process(l: &LogLine, s: &Stall) -> bool {
-    l.pid == Some(s.pid) || (s.pid == 0 && s.thread == "main" && l.role == "master")
+    l.pid == Some(s.pid)
+        || (s.pid == 0 && s.thread == crate::report::Role::Main && l.role == "master")
 }
 
 fn stall_evidence(
@@ -951,7 +953,7 @@ fn stall_evidence(
         .iter()
         .map(|(at, l)| {
             let prefix = if Some(l.line) == before {
-                if s.class.as_deref() == Some("log") {
+                if s.class == Some(FileClass::Log) {
                     "the line being written when the stall began"
                 } else {
                     "written just before the stall"
@@ -970,7 +972,7 @@ fn stall_evidence(
                 rank,
                 *at,
                 RedisEvidence {
-                    source: "log",
+                    source: EvidenceSource::Log,
                     ts: axis.iso(axis.base_us + at),
                     at_us: *at,
                     what: log_what(l, prefix),
@@ -990,7 +992,7 @@ fn stall_evidence(
                     0,
                     at,
                     RedisEvidence {
-                        source: "latency",
+                        source: EvidenceSource::Latency,
                         ts: axis.iso(l.ts * 1_000_000),
                         at_us: at,
                         what: format!(
@@ -1010,7 +1012,7 @@ fn stall_evidence(
                     0,
                     at,
                     RedisEvidence {
-                        source: "slowlog",
+                        source: EvidenceSource::Slowlog,
                         ts: axis.iso(e.ts * 1_000_000),
                         at_us: at,
                         what: format!(
@@ -1030,7 +1032,7 @@ fn stall_evidence(
                     0,
                     at,
                     RedisEvidence {
-                        source: "info",
+                        source: EvidenceSource::Info,
                         ts: axis.iso(hi_ms * 1000),
                         at_us: at,
                         what: format!(
@@ -1106,7 +1108,7 @@ fn phase_evidence(
         }
         if own || end_line {
             out.push(RedisEvidence {
-                source: "log",
+                source: EvidenceSource::Log,
                 ts: axis.iso(axis.base_us + at),
                 at_us: *at,
                 what: log_what(l, ""),
@@ -1120,7 +1122,7 @@ fn phase_evidence(
             let lo_at = axis.at(lo * 1000);
             if at >= start && lo_at <= end + 2_000_000 {
                 out.push(RedisEvidence {
-                    source: "info",
+                    source: EvidenceSource::Info,
                     ts: axis.iso(hi * 1000),
                     at_us: at,
                     what: format!("INFO {field} {from} -> {to}"),
@@ -1131,7 +1133,7 @@ fn phase_evidence(
             let at = axis.at(l.ts * 1_000_000);
             if (start - 1_000_000..=start + 1_000_000).contains(&at) {
                 out.push(RedisEvidence {
-                    source: "latency",
+                    source: EvidenceSource::Latency,
                     ts: axis.iso(l.ts * 1_000_000),
                     at_us: at,
                     what: format!("LATENCY fork {} ms", l.latency_ms),
@@ -1204,7 +1206,7 @@ fn finding_signals(
         .map(|&i| r.stalls[i].at_us + r.stalls[i].duration_us)
         .max()?;
     let worst_ms = mine.iter().map(|&i| r.stalls[i].duration_us).max()? / 1000;
-    let count = |src: &str| {
+    let count = |src: EvidenceSource| {
         mine.iter()
             .filter(|&&i| {
                 evidence
@@ -1233,14 +1235,15 @@ fn finding_signals(
             .trim_start_matches(';')
             .trim_start_matches(':')
             .trim();
-        x.source == "log" && (head.starts_with("the line being written") || !label.is_empty())
+        x.source == EvidenceSource::Log
+            && (head.starts_with("the line being written") || !label.is_empty())
     };
     if let Some((lf, ll)) = log_span {
         let k = mine
             .iter()
             .filter(|&&i| evidence.get(i).is_some_and(|e| e.iter().any(named)))
             .count();
-        let any = count("log");
+        let any = count(EvidenceSource::Log);
         if k == 0 && any > 0 {
             agree.push(format!(
                 "redis's log has lines in the window but none that names the stall{}",
@@ -1286,12 +1289,12 @@ fn finding_signals(
     }
     if let Some(cov) = cov {
         let hist = cov.history_from.is_some_and(|h| h <= first);
-        let k = count("latency");
+        let k = count(EvidenceSource::Latency);
         if k > 0 {
             let mut ev: Vec<String> = mine
                 .iter()
                 .filter_map(|&i| evidence.get(i))
-                .flat_map(|e| e.iter().filter(|x| x.source == "latency"))
+                .flat_map(|e| e.iter().filter(|x| x.source == EvidenceSource::Latency))
                 .map(|x| {
                     x.what
                         .split(" in the same second")
@@ -1312,13 +1315,13 @@ fn finding_signals(
         } else if hist {
             silent.push("LATENCY");
         }
-        let k = count("slowlog");
+        let k = count(EvidenceSource::Slowlog);
         if k > 0 {
             agree.push(format!("SLOWLOG has an entry in the same second{}", of(k)));
         } else if hist {
             silent.push("SLOWLOG");
         }
-        let k = count("info");
+        let k = count(EvidenceSource::Info);
         if k > 0 {
             agree.push(format!("INFO counters changed across the stall{}", of(k)));
         } else if cov.info.is_some_and(|(f0, l0)| f0 <= first && l0 >= last) {

@@ -18,6 +18,9 @@ macro_rules! closed_set {
         }
 
         impl $name {
+            /// Every value, in declaration order.
+            pub const ALL: &'static [$name] = &[$($name::$v),+];
+
             pub fn as_str(self) -> &'static str {
                 match self {
                     $($name::$v => $s),+
@@ -31,9 +34,21 @@ macro_rules! closed_set {
             }
         }
 
+        #[cfg(test)]
         impl PartialEq<&str> for $name {
             fn eq(&self, other: &&str) -> bool {
                 self.as_str() == *other
+            }
+        }
+
+        /// Tests spell values as the JSON does.
+        #[cfg(test)]
+        impl From<&str> for $name {
+            fn from(s: &str) -> Self {
+                *$name::ALL
+                    .iter()
+                    .find(|v| v.as_str() == s)
+                    .unwrap_or_else(|| panic!("no {} {s:?}", stringify!($name)))
             }
         }
     };
@@ -68,6 +83,7 @@ impl Role {
 }
 
 /// Compares with the role as the JSON spells it.
+#[cfg(test)]
 impl PartialEq<&str> for Role {
     fn eq(&self, other: &&str) -> bool {
         self.as_str() == *other
@@ -112,6 +128,89 @@ closed_set!(
     }
 );
 
+closed_set!(
+    /// What was read (`source.kind`).
+    SourceKind {
+        Strace => "strace",
+        Perf => "perf",
+        /// `attach`, and `watch`'s incident reports.
+        Live => "live",
+    }
+);
+
+closed_set!(
+    /// What the trace's timestamps can say (`source.clock`).
+    ClockKind {
+        /// Wall clock with a date.
+        Absolute => "absolute",
+        /// `-t`/`-tt` without `--date`.
+        TimeOfDay => "time_of_day",
+        /// `-r`, and perf's timestamps.
+        Relative => "relative",
+        None => "none",
+    }
+);
+
+closed_set!(
+    /// The live backend that traced (`source.backend`).
+    LiveBackend {
+        Ptrace => "ptrace",
+        Perf => "perf",
+        Bpf => "bpf",
+    }
+);
+
+closed_set!(
+    /// What ended a background child's phase (`phases[].ended_by`).
+    EndedBy {
+        Exit => "exit",
+        Sigchld => "SIGCHLD",
+        Wait4 => "wait4",
+    }
+);
+
+closed_set!(
+    /// Which of redis's own sources said it (`redis_evidence[].source`).
+    EvidenceSource {
+        Log => "log",
+        Latency => "latency",
+        Info => "info",
+        Slowlog => "slowlog",
+    }
+);
+
+/// What a `phase_stats` row measures: the main thread's file syscalls, or one command
+/// (`main_file_syscalls` | `command:NAME` in the JSON).
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub enum PhaseStatsOf {
+    #[default]
+    MainFileSyscalls,
+    Command(String),
+}
+
+impl std::fmt::Display for PhaseStatsOf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PhaseStatsOf::MainFileSyscalls => f.write_str("main_file_syscalls"),
+            PhaseStatsOf::Command(c) => write!(f, "command:{c}"),
+        }
+    }
+}
+
+impl Serialize for PhaseStatsOf {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+pub use crate::fdtable::FileClass;
+
+impl std::fmt::Display for FileClass {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 #[derive(Clone, Debug, Serialize, Default)]
 pub struct Report {
     pub schema: &'static str,
@@ -155,17 +254,15 @@ pub struct Report {
 
 #[derive(Clone, Debug, Serialize, Default)]
 pub struct Source {
-    /// "strace" | "perf" | "live"
-    pub kind: String,
+    pub kind: SourceKind,
     pub files: Vec<String>,
     /// What was detected, in the tracer's own words, e.g. "strace -f -tt -T -y".
     pub format: String,
     pub pid: Option<u32>,
-    /// "absolute" (wall clock with a date), "time_of_day" (no date), "relative", "none".
-    pub clock: String,
-    /// Live backend ("ptrace" | "perf" | "bpf"), or null.
+    pub clock: ClockKind,
+    /// Live only.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub backend: Option<String>,
+    pub backend: Option<LiveBackend>,
 }
 
 #[derive(Clone, Debug, Serialize, Default)]
@@ -220,7 +317,7 @@ pub struct FdStats {
     pub pid: u32,
     pub fd: i32,
     pub path: Option<String>,
-    pub class: String,
+    pub class: FileClass,
     pub calls: u64,
     pub total_us: i64,
     pub p50_us: i64,
@@ -238,7 +335,7 @@ pub struct SlowCall {
     pub syscall: String,
     pub fd: Option<i32>,
     pub path: Option<String>,
-    pub class: Option<String>,
+    pub class: Option<FileClass>,
     pub duration_us: i64,
     pub line: Option<u64>,
     pub bound: Bound,
@@ -295,7 +392,7 @@ pub struct Stall {
     pub syscall: Option<String>,
     pub fd: Option<i32>,
     pub path: Option<String>,
-    pub class: Option<String>,
+    pub class: Option<FileClass>,
     pub duration_us: i64,
     pub line: Option<u64>,
     pub cause: String,
@@ -378,17 +475,16 @@ pub struct Phase {
     pub end_at_us: Option<i64>,
     pub fork_us: Option<i64>,
     pub ts: String,
-    /// What ended it: "exit", "SIGCHLD", "wait4", or null while still running at trace end.
-    pub ended_by: Option<String>,
+    /// What ended it; null while still running at trace end.
+    pub ended_by: Option<EndedBy>,
     /// Files the child wrote, by class.
-    pub wrote: Vec<String>,
+    pub wrote: Vec<FileClass>,
 }
 
 #[derive(Clone, Debug, Serialize, Default)]
 pub struct PhaseStats {
     pub phase: usize,
-    /// "main_file_syscalls" | "command:SET" ...
-    pub what: String,
+    pub what: PhaseStatsOf,
     pub before: Dist,
     pub during: Dist,
     pub after: Dist,
@@ -503,6 +599,34 @@ impl From<&str> for FindingId {
     }
 }
 
+/// Tests spell classes as the JSON does.
+#[cfg(test)]
+impl From<&str> for FileClass {
+    fn from(s: &str) -> Self {
+        use FileClass::*;
+        *[
+            Aof,
+            AofManifest,
+            AofRewriteTemp,
+            Rdb,
+            RdbTemp,
+            Log,
+            Client,
+            Listener,
+            Replica,
+            Pipe,
+            Epoll,
+            Dir,
+            Proc,
+            Other,
+            Unknown,
+        ]
+        .iter()
+        .find(|c| c.as_str() == s)
+        .unwrap_or_else(|| panic!("no file class {s:?}"))
+    }
+}
+
 /// Tests spell roles as the JSON does.
 #[cfg(test)]
 impl From<&str> for Role {
@@ -524,6 +648,7 @@ impl From<&str> for Role {
 }
 
 /// Compares with the id as the JSON spells it.
+#[cfg(test)]
 impl PartialEq<&str> for FindingId {
     fn eq(&self, other: &&str) -> bool {
         self.as_str() == *other
@@ -615,7 +740,7 @@ pub struct TimelineCall {
     pub syscall: String,
     pub fd: Option<i32>,
     pub path: Option<String>,
-    pub class: Option<String>,
+    pub class: Option<FileClass>,
     pub duration_us: i64,
     pub bound: Bound,
     /// Input line where the call ends, null live.
@@ -625,8 +750,7 @@ pub struct TimelineCall {
 /// One thing redis said that falls in a stall's (or a phase's) window.
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct RedisEvidence {
-    /// "log" | "latency" | "info" | "slowlog"
-    pub source: &'static str,
+    pub source: EvidenceSource,
     /// ISO 8601 (or, when the trace has no date, the log's own stamp).
     pub ts: String,
     /// On the report's axis (µs since the first event).
@@ -728,4 +852,84 @@ pub struct RedisSlow {
 pub struct RedisInfoSample {
     pub at_us: i64,
     pub fields: std::collections::BTreeMap<String, i64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spelled<T: Serialize>(v: T) -> String {
+        serde_json::to_string(&v).unwrap().replace('"', "`")
+    }
+
+    /// REPORT.md is the contract: every value a closed set can take is listed there, so a
+    /// variant added here without its documentation fails.
+    #[test]
+    fn report_md_lists_every_closed_value() {
+        let doc = include_str!("../docs/REPORT.md");
+        let sets = doc
+            .split("## Closed value sets")
+            .nth(1)
+            .and_then(|s| s.split("\n## ").next())
+            .expect("REPORT.md has a closed value sets section");
+        let mut values: Vec<String> = vec![];
+        values.extend(Durations::ALL.iter().map(spelled));
+        values.extend(PhaseKind::ALL.iter().map(spelled));
+        values.extend(CommandPhase::ALL.iter().map(spelled));
+        values.extend(SourceKind::ALL.iter().map(spelled));
+        values.extend(ClockKind::ALL.iter().map(spelled));
+        values.extend(LiveBackend::ALL.iter().map(spelled));
+        values.extend(EndedBy::ALL.iter().map(spelled));
+        values.extend(EvidenceSource::ALL.iter().map(spelled));
+        values.extend(FindingId::ALL.iter().map(spelled));
+        values.extend(
+            [
+                "main",
+                "bio_aof",
+                "bio_close_file",
+                "bio_lazy_free",
+                "io_thread",
+                "child",
+                "other",
+            ]
+            .map(|r| spelled(Role::from(r))),
+        );
+        values.extend(
+            [
+                "aof",
+                "aof_manifest",
+                "aof_rewrite_temp",
+                "rdb",
+                "rdb_temp",
+                "log",
+                "client",
+                "listener",
+                "replica",
+                "pipe",
+                "epoll",
+                "dir",
+                "proc",
+                "other",
+                "unknown",
+            ]
+            .map(|c| spelled(FileClass::from(c))),
+        );
+        values.extend([Severity::Info, Severity::Warning, Severity::Critical].map(spelled));
+        values.extend([Bound::Exact, Bound::AtLeast, Bound::AtMost].map(spelled));
+        values.extend([StallKind::SlowSyscall, StallKind::Gap].map(spelled));
+        let missing: Vec<&String> = values
+            .iter()
+            .filter(|v| !sets.contains(v.as_str()))
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "not in REPORT.md's closed value sets: {missing:?}"
+        );
+        // A literal check that `spelled` is the JSON spelling.
+        assert_eq!(spelled(EndedBy::Sigchld), "`SIGCHLD`");
+        assert_eq!(
+            serde_json::to_string(&PhaseStatsOf::Command("SET".into())).unwrap(),
+            "\"command:SET\""
+        );
+    }
 }

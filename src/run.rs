@@ -165,7 +165,7 @@ pub fn analyze(args: &AnalyzeArgs) -> Result<u64> {
     let counter = progress.is_active().then(source::ByteCounter::default);
     let inputs =
         Inputs::open_counted(&args.files, args.input_format, args.strict, counter.clone())?;
-    opts.stamped_at_stops = inputs.info().kind == "strace";
+    opts.stamped_at_stops = inputs.info().kind == crate::report::SourceKind::Strace;
     let conf = opts.redis_conf.clone();
     let mut an = Analyzer::new(opts);
     let mut n = 0u32;

@@ -7,6 +7,7 @@ use super::arrivals::Arrivals;
 use super::call::{Facts, ResolvedCall};
 use super::file_time::{FileNs, FileTime};
 use super::holds::DoneCmd;
+use super::phases::Segment;
 use super::resp;
 use super::stats::Agg;
 use crate::event::{Nanos, Ret};
@@ -56,7 +57,7 @@ pub(crate) struct CmdInputs<'a> {
     pub(crate) arrivals: &'a Arrivals,
     pub(crate) file_time: &'a FileTime,
     pub(crate) first: Option<Nanos>,
-    pub(crate) segment: usize,
+    pub(crate) segment: Segment,
 }
 
 #[derive(Default)]
@@ -69,7 +70,7 @@ pub(crate) struct Commands {
     last_reply: HashMap<Conn, Nanos>,
     seq: u64,
     intern: HashMap<Box<[u8]>, Rc<str>>,
-    by_segment: HashMap<(Rc<str>, usize), Agg>,
+    by_segment: HashMap<(Rc<str>, Segment), Agg>,
     all: BTreeMap<Rc<str>, Totals>,
 }
 
@@ -261,9 +262,9 @@ impl Commands {
             });
             if let Some(i) = longest_phase {
                 for (label, s) in [
-                    (CommandPhase::Before, 2 * i),
-                    (CommandPhase::During, 2 * i + 1),
-                    (CommandPhase::After, 2 * i + 2),
+                    (CommandPhase::Before, Segment::before(i)),
+                    (CommandPhase::During, Segment::during(i)),
+                    (CommandPhase::After, Segment::after(i)),
                 ] {
                     if let Some(a) = self.by_segment.get(&(n.clone(), s)) {
                         out.push(report::CommandStats {
@@ -290,7 +291,7 @@ impl Commands {
     }
 
     /// Latency distribution of one command in one segment.
-    pub(crate) fn segment(&self, name: &Rc<str>, s: usize) -> report::Dist {
+    pub(crate) fn segment(&self, name: &Rc<str>, s: Segment) -> report::Dist {
         self.by_segment
             .get(&(name.clone(), s))
             .map(|a| a.dist())
@@ -321,7 +322,7 @@ mod tests {
             arrivals: &arrivals,
             file_time: &file_time,
             first: Some(0),
-            segment: 0,
+            segment: Segment::default(),
         };
         let mut out = vec![];
         let mut replica = None;

@@ -4,6 +4,7 @@
 //! background fsyncs of the AOF ran (for aof-fsync-always and aof-write-pending-fsync).
 
 use super::call::{Facts, PerThread, ResolvedCall, ThreadIdx};
+use super::phases::Segment;
 use super::roles::Role;
 use super::stats::Agg;
 use super::world::World;
@@ -26,7 +27,7 @@ const BIO_FSYNCS_MAX: usize = 1 << 20;
 #[derive(Default)]
 pub(crate) struct FileTime {
     /// Serving threads' disk-file syscalls by phase segment.
-    seg: BTreeMap<usize, Agg>,
+    seg: BTreeMap<Segment, Agg>,
     per: PerThread<FileNs>,
     main_fsync_by_file: HashMap<FileId, Agg>,
     /// (start, end) of background fsyncs of the AOF of at least 1 ms, in trace order.
@@ -35,7 +36,7 @@ pub(crate) struct FileTime {
 
 impl FileTime {
     #[inline]
-    pub(crate) fn on_call(&mut self, cx: &ResolvedCall<'_>, segment: usize) {
+    pub(crate) fn on_call(&mut self, cx: &ResolvedCall<'_>, segment: Segment) {
         let role = cx.role;
         let Some(c) = cx.class else {
             return;
@@ -71,7 +72,7 @@ impl FileTime {
     }
 
     /// Distribution of the serving threads' disk-file syscalls in one segment.
-    pub(crate) fn segment(&self, s: usize) -> Dist {
+    pub(crate) fn segment(&self, s: Segment) -> Dist {
         self.seg.get(&s).map(|a| a.dist()).unwrap_or_default()
     }
 
@@ -105,11 +106,23 @@ mod tests {
     fn serving_threads_file_time_by_segment_and_thread() {
         let mut f = FileTime::default();
         let w = event(1, 0, 2 * MS, "write");
-        f.on_call(&call(&w, Role::Main, Some(FileClass::Aof)), 1);
-        f.on_call(&call(&w, Role::Main, Some(FileClass::Log)), 1);
-        f.on_call(&call(&w, Role::Main, Some(FileClass::Client)), 1);
+        f.on_call(
+            &call(&w, Role::Main, Some(FileClass::Aof)),
+            Segment::during(0),
+        );
+        f.on_call(
+            &call(&w, Role::Main, Some(FileClass::Log)),
+            Segment::during(0),
+        );
+        f.on_call(
+            &call(&w, Role::Main, Some(FileClass::Client)),
+            Segment::during(0),
+        );
         // A child's disk time is its own.
-        f.on_call(&call(&w, Role::Child, Some(FileClass::Aof)), 1);
+        f.on_call(
+            &call(&w, Role::Child, Some(FileClass::Aof)),
+            Segment::during(0),
+        );
         let cx = call(&w, Role::Main, None);
         assert_eq!(
             f.so_far(cx.thread),
@@ -118,17 +131,23 @@ mod tests {
                 log: 2 * MS
             }
         );
-        assert_eq!(f.segment(1).count, 2);
-        assert_eq!(f.segment(0).count, 0);
+        assert_eq!(f.segment(Segment::during(0)).count, 2);
+        assert_eq!(f.segment(Segment::before(0)).count, 0);
     }
 
     #[test]
     fn background_fsyncs_are_remembered_for_overlaps() {
         let mut f = FileTime::default();
         let s = event(2, 10 * MS, 5 * MS, "fdatasync");
-        f.on_call(&call(&s, Role::BioAof, Some(FileClass::Aof)), 0);
+        f.on_call(
+            &call(&s, Role::BioAof, Some(FileClass::Aof)),
+            Segment::before(0),
+        );
         let short = event(2, 30 * MS, MS / 2, "fdatasync");
-        f.on_call(&call(&short, Role::BioAof, Some(FileClass::Aof)), 0);
+        f.on_call(
+            &call(&short, Role::BioAof, Some(FileClass::Aof)),
+            Segment::before(0),
+        );
         assert!(f.overlaps_bio_fsync(12 * MS, 20 * MS));
         assert!(!f.overlaps_bio_fsync(15 * MS, 20 * MS));
         assert!(

@@ -70,7 +70,7 @@ impl Latency {
                     pid: world.show_pid(i.pid),
                     fd: i.fd,
                     path: i.path.as_deref().map(str::to_string),
-                    class: i.class.as_str().to_string(),
+                    class: i.class,
                     calls: a.count,
                     total_us: a.total_us(),
                     p50_us: a.pct_us(0.5),

@@ -191,13 +191,13 @@ impl Analyzer {
             EventKind::Syscall(sc) => self.on_syscall(ev, sc),
             EventKind::Signal { name, si_pid } => {
                 if let (&"SIGCHLD", Some(pid)) = (name, si_pid) {
-                    self.phases.end(*pid, ev.ts, "SIGCHLD");
+                    self.phases.end(*pid, ev.ts, report::EndedBy::Sigchld);
                 }
                 self.world.touch(ev.tid);
             }
             EventKind::Exit { .. } => {
                 if let Some(child) = self.world.exiting_child(ev.tid) {
-                    self.phases.end(child, ev.ts, "exit");
+                    self.phases.end(child, ev.ts, report::EndedBy::Exit);
                 }
             }
             EventKind::Attach { .. } => {
@@ -400,11 +400,11 @@ impl Analyzer {
 
     fn source_block(&self, info: &SourceInfo, clock: &Clock) -> report::Source {
         report::Source {
-            kind: info.kind.to_string(),
+            kind: info.kind,
             files: info.files.clone(),
             format: info.format.clone(),
             pid: info.pid.or(self.world.root_pid()),
-            clock: clock.describe().to_string(),
+            clock: clock.describe(),
             backend: None,
         }
     }

@@ -10,7 +10,7 @@ use super::file_time::FileTime;
 use crate::event::{Extra, Nanos, Ret};
 use crate::fdtable::{classify_path, FileClass};
 use crate::redis_conf::RedisConf;
-use crate::report::{self, PhaseKind};
+use crate::report::{self, EndedBy, PhaseKind, PhaseStatsOf};
 use crate::source::Clock;
 use rustc_hash::FxHashMap as HashMap;
 
@@ -19,16 +19,35 @@ pub(crate) struct PhaseState {
     pub(crate) start: Nanos,
     pub(crate) fork_ns: Option<Nanos>,
     pub(crate) end: Option<Nanos>,
-    ended_by: Option<&'static str>,
+    ended_by: Option<EndedBy>,
     wrote: Vec<FileClass>,
     kind_hint: Option<PhaseKind>,
+}
+
+/// A stretch of the trace between background phases, the unit the before/during/after
+/// statistics are kept by: before phase i (which is also after phase i-1), or during it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) struct Segment(usize);
+
+impl Segment {
+    /// Before phase `i`: from the end of phase i-1 (or the trace's start) to its fork.
+    pub(crate) fn before(i: usize) -> Self {
+        Segment(2 * i)
+    }
+    pub(crate) fn during(i: usize) -> Self {
+        Segment(2 * i + 1)
+    }
+    /// After phase `i`: until the next one starts.
+    pub(crate) fn after(i: usize) -> Self {
+        Segment(2 * i + 2)
+    }
 }
 
 #[derive(Default)]
 pub(crate) struct Phases {
     list: Vec<PhaseState>,
-    /// Segment of the trace now: 2i+1 while phase i runs, 2i+2 after it ended (0 before any).
-    segment: usize,
+    /// Segment of the trace now.
+    segment: Segment,
     /// The phase each forked child process runs.
     child_phase: HashMap<u32, usize>,
     /// When the root process last opened a new incremental AOF (redis 7 multi-part AOF).
@@ -37,7 +56,7 @@ pub(crate) struct Phases {
 }
 
 impl Phases {
-    pub(crate) fn end(&mut self, child: u32, at: Nanos, by: &'static str) {
+    pub(crate) fn end(&mut self, child: u32, at: Nanos, by: EndedBy) {
         if let Some(i) = self
             .list
             .iter()
@@ -45,7 +64,7 @@ impl Phases {
         {
             self.list[i].end = Some(at);
             self.list[i].ended_by = Some(by);
-            self.segment = 2 * i + 2;
+            self.segment = Segment::after(i);
         }
     }
 
@@ -57,7 +76,7 @@ impl Phases {
     }
 
     #[inline]
-    pub(crate) fn segment(&self) -> usize {
+    pub(crate) fn segment(&self) -> Segment {
         self.segment
     }
 
@@ -104,7 +123,7 @@ impl Phases {
         if f.has(Facts::WAIT_CHILD) {
             if let Ret::Val(child) = sc.ret {
                 if child > 0 {
-                    self.end(child as u32, cx.end, "wait4");
+                    self.end(child as u32, cx.end, EndedBy::Wait4);
                 }
             }
         }
@@ -139,7 +158,7 @@ impl Phases {
             kind_hint: self.kind_hint_before_fork(at),
         });
         self.child_phase.insert(child, idx);
-        self.segment = 2 * idx + 1;
+        self.segment = Segment::during(idx);
         if let Some(d) = cx.sc.dur {
             self.fork_durs.push(d);
         }
@@ -192,8 +211,8 @@ impl Phases {
                 end_at_us: p.end.map(|e| (e - first) / 1000),
                 fork_us: p.fork_ns.map(|f| f / 1000),
                 ts: clock.format(p.start),
-                ended_by: p.ended_by.map(str::to_string),
-                wrote: p.wrote.iter().map(|c| c.as_str().to_string()).collect(),
+                ended_by: p.ended_by,
+                wrote: p.wrote.clone(),
             })
             .collect()
     }
@@ -231,22 +250,28 @@ pub(crate) fn phase_stats(
     file_time: &FileTime,
     commands: &Commands,
 ) -> Vec<report::PhaseStats> {
-    fn row(phase: usize, what: String, d: impl Fn(usize) -> report::Dist) -> report::PhaseStats {
+    fn row(
+        phase: usize,
+        what: PhaseStatsOf,
+        d: impl Fn(Segment) -> report::Dist,
+    ) -> report::PhaseStats {
         report::PhaseStats {
             phase,
             what,
-            before: d(2 * phase),
-            during: d(2 * phase + 1),
-            after: d(2 * phase + 2),
+            before: d(Segment::before(phase)),
+            during: d(Segment::during(phase)),
+            after: d(Segment::after(phase)),
         }
     }
     let mut out = vec![];
     for i in 0..phases.len() {
-        out.push(row(i, "main_file_syscalls".into(), |s| {
+        out.push(row(i, PhaseStatsOf::MainFileSyscalls, |s| {
             file_time.segment(s)
         }));
         for n in commands.names() {
-            out.push(row(i, format!("command:{n}"), |s| commands.segment(n, s)));
+            out.push(row(i, PhaseStatsOf::Command(n.to_string()), |s| {
+                commands.segment(n, s)
+            }));
         }
     }
     out
@@ -278,10 +303,16 @@ mod tests {
             Extra::Clone { thread: false },
         );
         p.on_call(&call(&fork, Role::Main, None), true, None);
-        assert_eq!((p.segment(), p.active_at(20 * MS)), (1, Some(0)));
+        assert_eq!(
+            (p.segment(), p.active_at(20 * MS)),
+            (Segment::during(0), Some(0))
+        );
         let wait = with(event(100, 50 * MS, MS, "wait4"), 200, Extra::None);
         p.on_call(&call(&wait, Role::Main, None), true, None);
-        assert_eq!((p.segment(), p.active_at(60 * MS)), (2, None));
+        assert_eq!(
+            (p.segment(), p.active_at(60 * MS)),
+            (Segment::after(0), None)
+        );
         assert_eq!(p.fork_durs(), &[3 * MS]);
         let aof = AofUse {
             seen: true,
@@ -289,8 +320,8 @@ mod tests {
         };
         let r = p.report(&Clock::none(), 0, aof);
         assert_eq!(
-            (r[0].kind.as_str(), r[0].ended_by.as_deref()),
-            ("child", Some("wait4"))
+            (r[0].kind, r[0].ended_by),
+            (PhaseKind::Child, Some(EndedBy::Wait4))
         );
         let no_aof = AofUse {
             seen: false,

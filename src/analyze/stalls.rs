@@ -312,7 +312,7 @@ impl StallRow<'_> {
             syscall: c.syscall.map(str::to_string),
             fd: c.fd,
             path: info.and_then(|i| i.path.as_deref().map(str::to_string)),
-            class: info.map(|i| i.class.as_str().to_string()),
+            class: info.map(|i| i.class),
             duration_us: c.dur / 1000,
             line: c.line,
             cause,

@@ -192,7 +192,7 @@ pub(crate) fn list_tasks(pid: Tid) -> std::io::Result<Vec<Tid>> {
 use crate::analyze::findings::LiveEvidence;
 use crate::analyze::{Analyzer, RedisConf};
 use crate::cli::AttachArgs;
-use crate::report::{Overhead, Report};
+use crate::report::{LiveBackend, Overhead, Report};
 use crate::source::{Clock, Counters, SourceInfo, TimeFmt};
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -281,7 +281,7 @@ fn resolve_pid(args: &AttachArgs) -> Result<Tid> {
 pub(crate) fn start_tracer(
     pid: Tid,
     args: &AttachArgs,
-) -> Result<(Box<dyn Tracer>, &'static str, u32)> {
+) -> Result<(Box<dyn Tracer>, LiveBackend, u32)> {
     use crate::cli::Backend;
     let bpf_cfg = bpf::BpfConfig {
         pid,
@@ -298,12 +298,12 @@ pub(crate) fn start_tracer(
         follow_forks: !args.no_follow_forks,
         detach_wait: Duration::from_millis(1000),
     };
-    let start_ptrace = |why: &str| -> Result<(Box<dyn Tracer>, &'static str, u32)> {
+    let start_ptrace = |why: &str| -> Result<(Box<dyn Tracer>, LiveBackend, u32)> {
         eprintln!("stallscope: backend ptrace: {why}");
         let t = ptrace::PtraceTracer::attach(ptrace_cfg.clone())
             .map_err(|e| anyhow::anyhow!("cannot attach to process {pid}: {e}"))?;
         let n = t.threads_at_attach;
-        Ok((Box::new(t), "ptrace", n))
+        Ok((Box::new(t), LiveBackend::Ptrace, n))
     };
     let bpf_why = "BPF programs on the syscall tracepoints, filtered and paired in the kernel: \
                    redis is never stopped, and command names are read from its requests";
@@ -324,21 +324,21 @@ pub(crate) fn start_tracer(
             let t = bpf::BpfTracer::attach(bpf_cfg)
                 .map_err(|e| anyhow::anyhow!("cannot attach to process {pid} with bpf: {e}"))?;
             let n = t.threads_at_attach;
-            Ok((Box::new(t), "bpf", n))
+            Ok((Box::new(t), LiveBackend::Bpf, n))
         }
         Backend::Perf => {
             eprintln!("stallscope: backend perf: {perf_why}");
             let t = perf::PerfTracer::attach(perf_cfg)
                 .map_err(|e| anyhow::anyhow!("cannot attach to process {pid} with perf: {e}"))?;
             let n = t.threads_at_attach;
-            Ok((Box::new(t), "perf", n))
+            Ok((Box::new(t), LiveBackend::Perf, n))
         }
         Backend::Auto => {
             let bpf_not = match bpf::BpfTracer::attach(bpf_cfg) {
                 Ok(t) => {
                     eprintln!("stallscope: backend bpf (auto): {bpf_why}");
                     let n = t.threads_at_attach;
-                    return Ok((Box::new(t), "bpf", n));
+                    return Ok((Box::new(t), LiveBackend::Bpf, n));
                 }
                 Err(e) => no_such(e)?,
             };
@@ -349,7 +349,7 @@ pub(crate) fn start_tracer(
                             "stallscope: backend perf (auto): {perf_why}; the bpf backend cannot be used: {bpf_not}"
                         );
                         let n = t.threads_at_attach;
-                        return Ok((Box::new(t), "perf", n));
+                        return Ok((Box::new(t), LiveBackend::Perf, n));
                     }
                     Err(e) => no_such(e)?,
                 },
@@ -389,7 +389,7 @@ pub fn run_attach(args: &AttachArgs) -> Result<u64> {
     for (t, n) in &opts.thread_names {
         thread_names.insert(*t, n.clone());
     }
-    opts.stamped_at_stops = backend == "ptrace";
+    opts.stamped_at_stops = backend == LiveBackend::Ptrace;
     let redis_conf = opts.redis_conf.clone();
     let mut an = Analyzer::new(opts);
     for (fd, what) in &ctx.fds {
@@ -408,7 +408,7 @@ pub fn run_attach(args: &AttachArgs) -> Result<u64> {
             }
             // Only bpf splits calls by the scheduler; no stale split of another recording.
             let spath = format!("{path}{}", record::SCHED_SUFFIX);
-            if backend == "bpf" {
+            if backend == crate::report::LiveBackend::Bpf {
                 let f = std::fs::File::create(&spath)
                     .map_err(|e| anyhow::anyhow!("--record {path}: cannot create {spath}: {e}"))?;
                 r.record_sched(
@@ -563,7 +563,7 @@ pub fn run_attach(args: &AttachArgs) -> Result<u64> {
         }
     }
     let info = SourceInfo {
-        kind: "live",
+        kind: crate::report::SourceKind::Live,
         files: vec![],
         format: format!(
             "stallscope attach ({backend}{})",
@@ -577,7 +577,7 @@ pub fn run_attach(args: &AttachArgs) -> Result<u64> {
         clock,
     };
     let mut report = an.finish(info, Counters::default());
-    report.source.backend = Some(backend.into());
+    report.source.backend = Some(backend);
     // Samples were stamped from the attach; the report's axis starts at its first call.
     let shift = (first_syscall_ts.unwrap_or(attach_mono) - attach_mono) / 1000;
     let samples = samples.into_iter().map(|mut s| {
@@ -590,9 +590,11 @@ pub fn run_attach(args: &AttachArgs) -> Result<u64> {
     report
         .findings
         .extend(crate::analyze::findings::live_findings(&LiveEvidence {
-            sees_commands: backend != "perf",
+            sees_commands: backend != LiveBackend::Perf,
             // Only ptrace stops redis; the other backends' warning is about lost records.
-            tracing_cost: tracing_cost.as_deref().filter(|_| backend == "ptrace"),
+            tracing_cost: tracing_cost
+                .as_deref()
+                .filter(|_| backend == LiveBackend::Ptrace),
         }));
     redis_side.finish(&mut report)?;
     if let Some(e) = record_err.or(lost_err) {
@@ -609,10 +611,10 @@ const OVERHEAD_WARN_SHARE: f64 = 0.10;
 
 /// Fills `report.overhead`; its warning, when tracing cost substantially, is the evidence of
 /// the `tracer-overhead` finding (`analyze::findings::live_findings`).
-pub fn add_overhead(report: &mut Report, st: &TracerStats, backend: &str) {
+pub fn add_overhead(report: &mut Report, st: &TracerStats, backend: LiveBackend) {
     let span_ns = (st.detach_mono - st.attach_mono).max(1) as f64;
     let per_s = st.syscalls as f64 / (span_ns / 1e9);
-    if backend != "ptrace" {
+    if backend != LiveBackend::Ptrace {
         // Nothing is stopped: the cost is the kernel writing two records per syscall,
         // not something a traced duration shows. What can go wrong is losing records.
         let warning = (st.lost_events > 0).then(|| {

@@ -9,7 +9,7 @@
 //! attributes, so tests parse it and check it against the report.
 
 use super::markup::{class_color, dur, esc, nice_ticks, phase_style, tick_label};
-use crate::report::{Report, Stall, StallKind};
+use crate::report::{FileClass, Report, Role, Stall, StallKind};
 use std::io::{self, Write};
 
 const WIDTH: f64 = 1200.0;
@@ -52,10 +52,15 @@ fn lanes(r: &Report) -> Vec<Lane> {
         .threads
         .iter()
         .filter(|t| {
-            t.role == "main"
-                || stalls_of(t.tid) > 0
-                || t.role.as_str().starts_with("bio")
-                || t.role == "child"
+            stalls_of(t.tid) > 0
+                || matches!(
+                    t.role,
+                    Role::Main
+                        | Role::BioAof
+                        | Role::BioCloseFile
+                        | Role::BioLazyFree
+                        | Role::Child
+                )
         })
         .collect();
     ts.sort_by_key(|t| {
@@ -98,9 +103,9 @@ fn lanes(r: &Report) -> Vec<Lane> {
 pub(crate) fn waits_for_fsync(r: &Report) -> Vec<(&Stall, &Stall)> {
     let mut out = vec![];
     for m in r.stalls.iter().filter(|s| {
-        s.thread == "main"
+        s.thread == Role::Main
             && s.syscall.as_deref() == Some("write")
-            && s.class.as_deref() == Some("aof")
+            && s.class == Some(FileClass::Aof)
     }) {
         let m_end = m.at_us + m.duration_us;
         let bio = r
@@ -109,7 +114,7 @@ pub(crate) fn waits_for_fsync(r: &Report) -> Vec<(&Stall, &Stall)> {
             .filter(|b| {
                 b.thread.as_str().starts_with("bio")
                     && matches!(b.syscall.as_deref(), Some("fdatasync" | "fsync"))
-                    && b.class.as_deref() == Some("aof")
+                    && b.class == Some(FileClass::Aof)
                     && b.at_us <= m.at_us
                     // The write is released by the fsync's end: the two ends meet (the
                     // main thread needs a moment to be scheduled again).
@@ -176,7 +181,7 @@ pub(crate) fn write_lanes_at(r: &Report, w: &mut dyn Write, y: Option<f64>) -> i
     )?;
     // Phases: bands across every lane.
     for (i, p) in r.phases.iter().enumerate() {
-        let (fill, label) = phase_style(p.kind.as_str());
+        let (fill, label) = phase_style(p.kind);
         let x0 = x(p.start_at_us as f64);
         let x1 = x(p.end_at_us.unwrap_or(r.summary.span_us) as f64);
         writeln!(
@@ -231,13 +236,10 @@ pub(crate) fn write_lanes_at(r: &Report, w: &mut dyn Write, y: Option<f64>) -> i
         let x1 = x((s.at_us + s.duration_us) as f64);
         let (fill, extra) = match s.kind {
             StallKind::Gap => ("#4d4d4d", " stroke-dasharray=\"3,2\" fill-opacity=\"0.5\""),
-            StallKind::SlowSyscall => (class_color(s.class.as_deref()), ""),
+            StallKind::SlowSyscall => (class_color(s.class), ""),
         };
         let what = match &s.syscall {
-            Some(sc) => format!(
-                "{sc}() {}",
-                super::file_label(s.class.as_deref(), s.path.as_deref())
-            ),
+            Some(sc) => format!("{sc}() {}", super::file_label(s.class, s.path.as_deref())),
             None => "no syscall (gap)".into(),
         };
         writeln!(
@@ -381,11 +383,9 @@ pub(crate) fn write_lanes_at(r: &Report, w: &mut dyn Write, y: Option<f64>) -> i
     Ok(height)
 }
 
-/// The HTML section: the lanes, how redis's clock was read, and each stall's evidence.
+/// The HTML section: the lanes, how redis's clock was read, and each stall's evidence
+/// (`sections` writes it when there is a stall or something redis said).
 pub fn write_section(r: &Report, w: &mut dyn Write) -> io::Result<()> {
-    if r.stalls.is_empty() && r.redis.is_none() {
-        return Ok(());
-    }
     writeln!(
         w,
         "<section id=\"lanes-section\"><h2>Threads and redis's own signals</h2><div class=\"plot\">"

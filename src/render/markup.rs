@@ -2,6 +2,7 @@
 //! markup, short human durations, the file-class palette and axis ticks. Everything here is
 //! pure; the renderers in this folder own the layout.
 
+use crate::report::{FileClass, PhaseKind};
 use std::borrow::Cow;
 use std::fmt::Write as _;
 
@@ -81,57 +82,32 @@ pub fn count(n: u64) -> String {
 
 /// Colour of a file class. The classes that explain redis stalls (AOF, log, RDB) get the
 /// strongest, most distinct hues; the rest share quieter ones. Unknown classes are grey.
-pub fn class_color(class: Option<&str>) -> &'static str {
-    match class.unwrap_or("unknown") {
-        "aof" => "#d62728",
-        "aof_manifest" => "#e377c2",
-        "aof_rewrite_temp" => "#9467bd",
-        "rdb" => "#1f77b4",
-        "rdb_temp" => "#17becf",
-        "log" => "#ff7f0e",
-        "client" => "#2ca02c",
-        "listener" => "#98df8a",
-        "replica" => "#bcbd22",
-        "pipe" => "#8c564b",
-        "epoll" => "#c49c94",
-        "dir" => "#393b79",
-        "proc" => "#ad494a",
-        "other" => "#636363",
-        _ => "#9a9a9a",
+pub fn class_color(class: Option<FileClass>) -> &'static str {
+    match class.unwrap_or(FileClass::Unknown) {
+        FileClass::Aof => "#d62728",
+        FileClass::AofManifest => "#e377c2",
+        FileClass::AofRewriteTemp => "#9467bd",
+        FileClass::Rdb => "#1f77b4",
+        FileClass::RdbTemp => "#17becf",
+        FileClass::Log => "#ff7f0e",
+        FileClass::Client => "#2ca02c",
+        FileClass::Listener => "#98df8a",
+        FileClass::Replica => "#bcbd22",
+        FileClass::Pipe => "#8c564b",
+        FileClass::Epoll => "#c49c94",
+        FileClass::Dir => "#393b79",
+        FileClass::Proc => "#ad494a",
+        FileClass::Other => "#636363",
+        FileClass::Unknown => "#9a9a9a",
     }
 }
 
-/// Order of classes in legends: the palette order above, then anything else by name.
-pub fn class_rank(class: &str) -> usize {
-    const ORDER: &[&str] = &[
-        "aof",
-        "aof_manifest",
-        "aof_rewrite_temp",
-        "rdb",
-        "rdb_temp",
-        "log",
-        "client",
-        "listener",
-        "replica",
-        "pipe",
-        "epoll",
-        "dir",
-        "proc",
-        "other",
-        "unknown",
-    ];
-    ORDER
-        .iter()
-        .position(|c| *c == class)
-        .unwrap_or(ORDER.len())
-}
-
 /// Background-phase fill colour and label.
-pub fn phase_style(kind: &str) -> (&'static str, &'static str) {
+pub fn phase_style(kind: PhaseKind) -> (&'static str, &'static str) {
     match kind {
-        "bgsave" => ("#f2c14e", "BGSAVE"),
-        "aof_rewrite" => ("#7fb3d5", "AOF rewrite"),
-        _ => ("#c8c8c8", "child"),
+        PhaseKind::Bgsave => ("#f2c14e", "BGSAVE"),
+        PhaseKind::AofRewrite => ("#7fb3d5", "AOF rewrite"),
+        PhaseKind::Child => ("#c8c8c8", "child"),
     }
 }
 

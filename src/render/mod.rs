@@ -2,12 +2,15 @@
 //! nothing else, so every output format shows exactly the same analysis: `table` and `json`
 //! (the text report), `svg` (the timeline picture), `html` (a self-contained page with the
 //! picture and the tables), `trace_export` (Chrome trace-event JSON for Perfetto /
-//! chrome://tracing). `markup` holds what the picture renderers share.
+//! chrome://tracing). `markup` holds what the picture renderers share; `sections` decides
+//! which sections the table and the HTML page show and with which rows, so those two
+//! renderers only format.
 
 pub mod html;
 pub mod json;
 pub mod lanes;
 pub mod markup;
+pub(crate) mod sections;
 pub mod svg;
 pub mod table;
 pub mod trace_export;
@@ -33,10 +36,11 @@ pub fn thread_label(role: &str, tid: u32, parens: bool) -> String {
 
 /// The file a call touched, for a table cell: `class name` for a path, or the name or label
 /// alone when it already says what it is (`appendonly.aof`, `client connections`).
-pub fn file_label(class: Option<&str>, path: Option<&str>) -> String {
+pub fn file_label(class: Option<crate::report::FileClass>, path: Option<&str>) -> String {
+    use crate::report::FileClass;
     // Not a file name: the fd table's labels for sockets, pipes and other inodes.
     let label = |p: &str| !p.contains('/') && (p.contains(":[") || p == "client connections");
-    match (class, path) {
+    match (class.as_ref().map(FileClass::as_str), path) {
         // Which listener they came in on is in the FILES table; a slow call only needs to
         // say it was a client's socket.
         (Some("client"), Some(p)) if label(p) => "client connections".to_string(),

@@ -9,10 +9,8 @@
 //! attached to an incident ticket as is. Every mark carries a `<title>` (hover text) and
 //! `data-*` attributes so the picture can be checked against the report.
 
-use super::markup::{
-    class_color, class_rank, decade_label, dur, esc, nice_ticks, phase_style, tick_label,
-};
-use crate::report::{Bound, Report, StallKind};
+use super::markup::{class_color, decade_label, dur, esc, nice_ticks, phase_style, tick_label};
+use crate::report::{Bound, FileClass, PhaseKind, Report, StallKind};
 use std::io::{self, Write};
 
 const WIDTH: f64 = 1200.0;
@@ -219,8 +217,8 @@ pub fn write_svg(r: &Report, w: &mut dyn Write) -> io::Result<()> {
     let mut sub = String::new();
     if !r.source.files.is_empty() {
         sub.push_str(&r.source.files.join(", "));
-    } else if !r.source.kind.is_empty() {
-        sub.push_str(&r.source.kind);
+    } else {
+        sub.push_str(r.source.kind.as_str());
     }
     if let Some(start) = r.summary.start_iso.as_ref().or(r.summary.start.as_ref()) {
         if !sub.is_empty() {
@@ -251,7 +249,7 @@ pub fn write_svg(r: &Report, w: &mut dyn Write) -> io::Result<()> {
         let end = p.end_at_us.map(|e| e as f64).unwrap_or(g.t1);
         let x0 = g.x(p.start_at_us as f64);
         let x1 = g.x(end).max(x0 + 1.0);
-        let (fill, label) = phase_style(p.kind.as_str());
+        let (fill, label) = phase_style(p.kind);
         let mut title = format!(
             "{label} (child {}): {} from {}",
             p.child_pid,
@@ -374,7 +372,7 @@ pub fn write_svg(r: &Report, w: &mut dyn Write) -> io::Result<()> {
         let y = g.y(s.duration_us.max(1) as f64);
         let x_end = g.x((s.at_us + s.duration_us.max(0)) as f64);
         let (color, kind_class) = match s.kind {
-            StallKind::SlowSyscall => (class_color(s.class.as_deref()), "slow"),
+            StallKind::SlowSyscall => (class_color(s.class), "slow"),
             StallKind::Gap => (GAP_COLOR, "gap"),
         };
         let exact = s.bound == Bound::Exact;
@@ -416,7 +414,7 @@ pub fn write_svg(r: &Report, w: &mut dyn Write) -> io::Result<()> {
             "data-i=\"{i}\" data-at-us=\"{}\" data-duration-us=\"{}\" data-class=\"{}\"",
             s.at_us,
             s.duration_us,
-            esc(s.class.as_deref().unwrap_or(""))
+            esc(s.class.as_ref().map_or("", FileClass::as_str))
         );
         match s.kind {
             StallKind::SlowSyscall => writeln!(
@@ -492,26 +490,29 @@ fn write_context(r: &Report, w: &mut dyn Write, g: &Geometry) -> io::Result<()> 
     if calls.is_empty() {
         return Ok(());
     }
-    let mut by_class: std::collections::BTreeMap<&str, (usize, String)> = Default::default();
+    // By name: the order the paths are drawn in.
+    let mut by_class: std::collections::BTreeMap<&str, (FileClass, usize, String)> =
+        Default::default();
     for c in &calls {
+        let class = c.class.unwrap_or(FileClass::Unknown);
         let e = by_class
-            .entry(c.class.as_deref().unwrap_or("unknown"))
-            .or_default();
-        e.0 += 1;
-        e.1.push_str(&format!(
+            .entry(class.as_str())
+            .or_insert((class, 0, String::new()));
+        e.1 += 1;
+        e.2.push_str(&format!(
             "M{:.1} {:.1}h0",
             g.x(c.at_us as f64),
             g.y(c.duration_us.max(1) as f64)
         ));
     }
     writeln!(w, "<g class=\"context\" data-calls=\"{}\">", calls.len())?;
-    for (class, (n, d)) in by_class {
+    for (name, (class, n, d)) in by_class {
         writeln!(
             w,
             "<path class=\"context-dots\" data-class=\"{}\" data-calls=\"{n}\" d=\"{d}\" stroke=\"{}\" stroke-opacity=\"0.35\" stroke-width=\"3\" stroke-linecap=\"round\" fill=\"none\"><title>{}</title></path>",
-            esc(class),
+            esc(name),
             class_color(Some(class)),
-            esc(&format!("{n} {class} calls under the threshold"))
+            esc(&format!("{n} {name} calls under the threshold"))
         )?;
     }
     writeln!(w, "</g>")
@@ -671,15 +672,16 @@ fn write_legend(r: &Report, w: &mut dyn Write, g: &Geometry) -> io::Result<()> {
     let x = LEFT + g.plot_w + 40.0;
     let mut y = TOP + 6.0;
     writeln!(w, "<g class=\"legend\">")?;
-    let mut classes: Vec<(String, usize)> = Vec::new();
+    let mut classes: Vec<(FileClass, usize)> = Vec::new();
     for s in r.stalls.iter().filter(|s| s.kind == StallKind::SlowSyscall) {
-        let c = s.class.clone().unwrap_or_else(|| "unknown".into());
+        let c = s.class.unwrap_or(FileClass::Unknown);
         match classes.iter_mut().find(|(k, _)| *k == c) {
             Some((_, n)) => *n += 1,
             None => classes.push((c, 1)),
         }
     }
-    classes.sort_by(|a, b| class_rank(&a.0).cmp(&class_rank(&b.0)).then(a.0.cmp(&b.0)));
+    // The palette's order, which is the enum's.
+    classes.sort_by_key(|c| c.0);
     let gaps = r.stalls.iter().filter(|s| s.kind == StallKind::Gap).count();
     if !classes.is_empty() || gaps > 0 {
         writeln!(
@@ -705,14 +707,21 @@ fn write_legend(r: &Report, w: &mut dyn Write, g: &Geometry) -> io::Result<()> {
         )
     };
     for (c, n) in classes.iter().take(16) {
-        let color = class_color(Some(c));
+        let color = class_color(Some(*c));
         let glyph = dot(
             y,
             5.0,
             &format!("fill=\"{color}\" fill-opacity=\"0.8\" stroke=\"{color}\""),
         );
-        let data = format!(" data-class=\"{}\"", esc(c));
-        legend_item(w, x, y, &data, &glyph, &format!("{} ({n})", esc(c)))?;
+        let data = format!(" data-class=\"{}\"", esc(c.as_str()));
+        legend_item(
+            w,
+            x,
+            y,
+            &data,
+            &glyph,
+            &format!("{} ({n})", esc(c.as_str())),
+        )?;
         y += 18.0;
     }
     if gaps > 0 {
@@ -752,10 +761,10 @@ fn write_legend(r: &Report, w: &mut dyn Write, g: &Geometry) -> io::Result<()> {
     );
     legend_item(w, x, y, "", &glyph, "threshold")?;
     y += 18.0;
-    let mut kinds: Vec<&str> = Vec::new();
+    let mut kinds: Vec<PhaseKind> = Vec::new();
     for p in &r.phases {
-        if !kinds.contains(&p.kind.as_str()) {
-            kinds.push(p.kind.as_str());
+        if !kinds.contains(&p.kind) {
+            kinds.push(p.kind);
         }
     }
     for k in kinds {
@@ -764,7 +773,7 @@ fn write_legend(r: &Report, w: &mut dyn Write, g: &Geometry) -> io::Result<()> {
             "<rect x=\"{x:.1}\" y=\"{:.1}\" width=\"12\" height=\"12\" fill=\"{fill}\" fill-opacity=\"0.45\"/>",
             y - 10.0
         );
-        let data = format!(" data-phase-kind=\"{}\"", esc(k));
+        let data = format!(" data-phase-kind=\"{}\"", esc(k.as_str()));
         legend_item(w, x, y, &data, &glyph, &esc(label))?;
         y += 18.0;
     }

@@ -3,7 +3,11 @@
 //! incidents (who waited), then the supporting tables. Colour only on a TTY, never with
 //! NO_COLOR.
 
-use crate::report::{CommandPhase, Durations, Report, Role, Severity, Stall, StallKind};
+use super::sections::{sections, InFlightRows, Incidents, PhaseBlock, Section, View};
+use crate::report::{
+    ClockKind, CommandStats, Durations, FdStats, Finding, IdleStats, LiveBackend, PhaseStatsOf,
+    Report, Role, Severity, Skipped, SlowCall, SourceKind, Stall, StallKind, SyscallStats,
+};
 use crate::units::{human, plural};
 use comfy_table::{presets, Cell, CellAlignment, ContentArrangement, Table};
 use std::io::{self, Write};
@@ -94,58 +98,6 @@ fn impact(cmds: u64, clients: u64, worst: Option<i64>) -> Option<String> {
     ))
 }
 
-/// The calls cut by the trace's end below the threshold, each named, and how many calls were
-/// still blocked when it ended (idle waits too): a hang in which every thread is parked
-/// shows as exactly that, and a close() of unknown length still running can be the incident.
-fn in_flight_section(r: &Report, w: &mut dyn Write, p: &Paint) -> io::Result<()> {
-    let n = r.summary.in_flight_at_end;
-    if r.in_flight.is_empty() && n == 0 {
-        return Ok(());
-    }
-    writeln!(w)?;
-    writeln!(
-        w,
-        "{}",
-        p.bold("STILL RUNNING at the edges of the trace (below the threshold)")
-    )?;
-    for s in r.in_flight.iter().take(10) {
-        w.write_all(wrap(&s.cause, 2).as_bytes())?;
-    }
-    if r.in_flight.len() > 10 {
-        writeln!(
-            w,
-            "  ... {} more (--format json for all)",
-            r.in_flight.len() - 10
-        )?;
-    }
-    if n > 0 {
-        let listed = r
-            .in_flight
-            .iter()
-            .chain(&r.stalls)
-            .filter(|s| s.in_flight == Some(crate::event::InFlight::AtEnd))
-            .count();
-        let waits = n.saturating_sub(listed as u64);
-        let line = format!(
-            "{n} call{} still blocked when the trace ended ({} thread{} traced): {}",
-            plural(n),
-            r.summary.threads,
-            plural(r.summary.threads),
-            match (listed, waits) {
-                (0, _) if n == 1 => "a wait for work".to_string(),
-                (0, _) => "each a wait for work".to_string(),
-                (_, 0) => format!("{listed} listed here or as stalls"),
-                _ => format!(
-                    "{listed} listed here or as stalls, {waits} wait{} for work",
-                    plural(waits)
-                ),
-            }
-        );
-        w.write_all(wrap(&line, 2).as_bytes())?;
-    }
-    Ok(())
-}
-
 /// One line per stall, for live printing and the stall list.
 pub fn stall_line(s: &Stall) -> String {
     let what = match s.kind {
@@ -220,6 +172,32 @@ fn right(s: impl ToString) -> Cell {
 
 pub fn render(r: &Report, w: &mut dyn Write, color: bool) -> io::Result<()> {
     let p = Paint { on: color };
+    for s in sections(r, View::Terminal) {
+        match s {
+            Section::Header => header(r, w, &p)?,
+            Section::Findings(f) => findings(f, w, &p)?,
+            Section::Incidents(i) => incidents(r, &i, w, &p)?,
+            Section::InFlight(s) => in_flight(&s, w, &p)?,
+            Section::Phases(b) => phases(&b, w, &p)?,
+            Section::Host { interval_ms, notes } => host(interval_ms, notes, w, &p)?,
+            Section::Commands(c) => commands(&c, w, &p)?,
+            Section::Slowest(s) => slowest(r, s, w, &p)?,
+            Section::Idle(i) => idle(i, w, &p)?,
+            Section::Syscalls(s) => syscalls(s, w, &p)?,
+            Section::Files(f) => files(f, w, &p)?,
+            Section::Skipped { lines, first } => skipped(lines, first, w, &p)?,
+            // The page's views of the same data: the terminal has its own above.
+            Section::Timeline
+            | Section::Lanes
+            | Section::Stalls(_)
+            | Section::IncidentList(_)
+            | Section::Threads(_) => {}
+        }
+    }
+    Ok(())
+}
+
+fn header(r: &Report, w: &mut dyn Write, p: &Paint) -> io::Result<()> {
     // File names only: full paths are in the JSON, and a long one cannot wrap.
     let files = if r.source.files.is_empty() {
         "stdin".to_string()
@@ -232,38 +210,38 @@ pub fn render(r: &Report, w: &mut dyn Write, color: bool) -> io::Result<()> {
             .join(", ")
     };
     let span = human(r.summary.span_us);
-    let headline = if r.summary.durations == Durations::None {
+    if r.summary.durations == Durations::None {
         // Not "0 stalls": a trace that measures nothing is not a clean one.
-        format!(
+        let headline = format!(
             "stallscope: durations cannot be known in this {}: it has no timestamps and no \
              -T; {}.",
             r.source.format,
             crate::analyze::RERUN
-        )
-    } else {
-        format!(
-            "stallscope: {} stall{} over {} in {span} of {}",
-            r.summary.stalls,
-            plural(r.summary.stalls),
-            human(r.summary.threshold_us),
-            r.source.format
-        )
-    };
-    if r.summary.durations == Durations::None {
+        );
         for l in wrap(&headline, 0).lines() {
             writeln!(w, "{}", p.bold(l))?;
         }
     } else {
-        writeln!(w, "{}", p.bold(&headline))?;
+        writeln!(
+            w,
+            "{}",
+            p.bold(&format!(
+                "stallscope: {} stall{} over {} in {span} of {}",
+                r.summary.stalls,
+                plural(r.summary.stalls),
+                human(r.summary.threshold_us),
+                r.source.format
+            ))
+        )?;
     }
-    let mut meta = if r.source.kind == "live" {
+    let mut meta = if r.source.kind == SourceKind::Live {
         format!(
             "live pid {} ({}): {} syscalls, {} thread{}",
             r.source
                 .pid
                 .map(|p| p.to_string())
                 .unwrap_or_else(|| "?".into()),
-            r.source.backend.as_deref().unwrap_or("ptrace"),
+            r.source.backend.unwrap_or(LiveBackend::Ptrace),
             r.summary.syscalls,
             r.summary.threads,
             plural(r.summary.threads)
@@ -284,14 +262,12 @@ pub fn render(r: &Report, w: &mut dyn Write, color: bool) -> io::Result<()> {
     let dated_by_log = r.redis.as_ref().and_then(|x| x.date_from_log.as_ref());
     if let Some(d) = dated_by_log {
         meta.push_str(&format!(" (date {d} from redis's log; --date to set it)"));
-    } else if r.source.clock == "relative"
-        || r.source.clock == "none"
-        || r.source.clock == "time_of_day"
-    {
-        meta.push_str(match r.source.clock.as_str() {
-            "time_of_day" => " (time of day only: give --date for absolute times)",
-            "relative" => " (relative times only)",
-            _ => " (no timestamps)",
+    } else {
+        meta.push_str(match r.source.clock {
+            ClockKind::TimeOfDay => " (time of day only: give --date for absolute times)",
+            ClockKind::Relative => " (relative times only)",
+            ClockKind::None => " (no timestamps)",
+            ClockKind::Absolute => "",
         });
     }
     w.write_all(wrap(&meta, 0).as_bytes())?;
@@ -320,7 +296,7 @@ pub fn render(r: &Report, w: &mut dyn Write, color: bool) -> io::Result<()> {
     }
 
     if let Some(o) = &r.overhead {
-        let mut line = if matches!(r.source.backend.as_deref(), Some("perf" | "bpf")) {
+        let mut line = if matches!(r.source.backend, Some(LiveBackend::Perf | LiveBackend::Bpf)) {
             format!(
                 "Tracing cost: {:.0} syscalls/s traced; redis is never stopped",
                 o.syscalls_per_s
@@ -336,13 +312,16 @@ pub fn render(r: &Report, w: &mut dyn Write, color: bool) -> io::Result<()> {
         }
         w.write_all(wrap(&line, 0).as_bytes())?;
     }
+    Ok(())
+}
 
+fn findings(fs: &[Finding], w: &mut dyn Write, p: &Paint) -> io::Result<()> {
     writeln!(w)?;
     writeln!(w, "{}", p.bold("FINDINGS"))?;
-    if r.findings.is_empty() {
+    if fs.is_empty() {
         writeln!(w, "  none: no known redis latency pattern in this trace")?;
     }
-    for f in &r.findings {
+    for f in fs {
         // The headline wraps under itself, clear of the severity column.
         for (i, line) in wrap(&f.title, 9).lines().enumerate() {
             let lead = if i == 0 {
@@ -356,7 +335,10 @@ pub fn render(r: &Report, w: &mut dyn Write, color: bool) -> io::Result<()> {
         w.write_all(wrap(&f.evidence, 9).as_bytes())?;
         w.write_all(wrap(&format!("Fix: {}", f.advice), 9).as_bytes())?;
     }
+    Ok(())
+}
 
+fn incidents(r: &Report, inc: &Incidents, w: &mut dyn Write, p: &Paint) -> io::Result<()> {
     writeln!(w)?;
     writeln!(
         w,
@@ -364,37 +346,28 @@ pub fn render(r: &Report, w: &mut dyn Write, color: bool) -> io::Result<()> {
         p.bold(&format!(
             "STALLS over {} ({} stall{}, {} incident{}, worst first)",
             human(r.summary.threshold_us),
-            r.stalls.len(),
-            plural(r.stalls.len() as u64),
-            r.incidents.len(),
-            plural(r.incidents.len() as u64)
+            inc.stalls.len(),
+            plural(inc.stalls.len() as u64),
+            inc.total,
+            plural(inc.total as u64)
         ))
     )?;
-    if r.stalls.is_empty() {
+    if inc.stalls.is_empty() {
         writeln!(w, "  none")?;
     }
-    // Worst incidents first, at most `top` of them.
-    let mut order: Vec<usize> = (0..r.incidents.len()).collect();
-    order.sort_by_key(|i| std::cmp::Reverse(r.incidents[*i].duration_us));
-    let top = if r.summary.top == 0 {
-        20
-    } else {
-        r.summary.top
-    };
-    for i in order.iter().take(top) {
-        let inc = &r.incidents[*i];
-        let mut head = format!("{}  {}", short_ts(&inc.ts), human(inc.duration_us));
-        if inc.stalls.len() > 1 {
-            head.push_str(&format!(" ({} overlapping stalls)", inc.stalls.len()));
+    for i in &inc.worst {
+        let mut head = format!("{}  {}", short_ts(&i.ts), human(i.duration_us));
+        if i.stalls.len() > 1 {
+            head.push_str(&format!(" ({} overlapping stalls)", i.stalls.len()));
         }
-        if let Some(im) = impact(inc.waiting_commands, inc.waiting_clients, inc.worst_wait_us) {
+        if let Some(im) = impact(i.waiting_commands, i.waiting_clients, i.worst_wait_us) {
             head.push_str(&format!("  {im}"));
         }
         for l in wrap(&head, 0).lines() {
             writeln!(w, "{}", p.bold(l))?;
         }
-        for si in &inc.stalls {
-            let s = &r.stalls[*si];
+        for si in &i.stalls {
+            let s = &inc.stalls[*si];
             let mut line = s.line.map(|l| format!(" [line {l}]")).unwrap_or_default();
             if !s.waiting_by_command.is_empty() {
                 let by: Vec<String> = s
@@ -412,133 +385,157 @@ pub fn render(r: &Report, w: &mut dyn Write, color: bool) -> io::Result<()> {
             }
         }
     }
-    if r.incidents.len() > top {
+    if inc.more > 0 {
         writeln!(
             w,
             "  ... {} more incidents (--top, or --format json for all)",
-            r.incidents.len() - top
+            inc.more
         )?;
     }
-    in_flight_section(r, w, &p)?;
+    Ok(())
+}
 
-    if !r.phases.is_empty() {
-        writeln!(w)?;
-        writeln!(w, "{}", p.bold("BACKGROUND CHILDREN"))?;
-        for (i, ph) in r.phases.iter().enumerate() {
-            let dur = ph
-                .end_at_us
-                .map(|e| human(e - ph.start_at_us))
-                .unwrap_or_else(|| "still running at the end".into());
-            let fork = ph
-                .fork_us
-                .map(|f| format!(", fork {}", human(f)))
-                .unwrap_or_default();
-            writeln!(
-                w,
-                "{} child {} at {}: {dur}{fork}",
-                ph.kind,
-                ph.child_pid,
-                short_ts(&ph.ts)
-            )?;
-            let mut t = table();
-            t.set_header(vec![
-                Cell::new("main thread"),
-                right("before p50/p99\nmax (count)"),
-                right("during p50/p99\nmax (count)"),
-                right("after p50/p99\nmax (count)"),
-            ]);
-            for st in r
-                .phase_stats
-                .iter()
-                .filter(|s| s.phase == i && (s.before.count + s.during.count + s.after.count) > 0)
-            {
-                let d = |x: &crate::report::Dist| {
-                    if x.count == 0 {
-                        "-".to_string()
-                    } else {
-                        format!(
-                            "{}/{}\n{} ({})",
-                            human(x.p50_us),
-                            human(x.p99_us),
-                            human(x.max_us),
-                            x.count
-                        )
-                    }
-                };
-                let what = st.what.strip_prefix("command:").unwrap_or(
-                    if st.what == "main_file_syscalls" {
-                        "file syscalls"
-                    } else {
-                        &st.what
-                    },
-                );
-                t.add_row(vec![
-                    Cell::new(what),
-                    right(d(&st.before)),
-                    right(d(&st.during)),
-                    right(d(&st.after)),
-                ]);
-            }
-            writeln!(w, "{t}")?;
-        }
+fn in_flight(f: &InFlightRows, w: &mut dyn Write, p: &Paint) -> io::Result<()> {
+    writeln!(w)?;
+    writeln!(
+        w,
+        "{}",
+        p.bold("STILL RUNNING at the edges of the trace (below the threshold)")
+    )?;
+    for s in f.rows {
+        w.write_all(wrap(&s.cause, 2).as_bytes())?;
     }
-
-    if let Some(h) = &r.host {
-        if !h.notes.is_empty() {
-            writeln!(w)?;
-            writeln!(
-                w,
-                "{}",
-                p.bold(&format!(
-                    "HOST (sampled every {} ms from /proc)",
-                    h.sample_interval_ms
-                ))
-            )?;
-            for n in &h.notes {
-                w.write_all(wrap(n, 2).as_bytes())?;
-            }
-        }
+    if f.more > 0 {
+        writeln!(w, "  ... {} more (--format json for all)", f.more)?;
     }
+    let (n, listed) = (f.blocked_at_end, f.listed_at_end);
+    if n > 0 {
+        let waits = n.saturating_sub(listed as u64);
+        let what = match (listed, waits) {
+            (0, _) if n == 1 => "a wait for work".to_string(),
+            (0, _) => "each a wait for work".to_string(),
+            (_, 0) => format!("{listed} listed here or as stalls"),
+            _ => format!(
+                "{listed} listed here or as stalls, {waits} wait{} for work",
+                plural(waits)
+            ),
+        };
+        let line = format!(
+            "{n} call{} still blocked when the trace ended ({} thread{} traced): {what}",
+            plural(n),
+            f.threads,
+            plural(f.threads)
+        );
+        w.write_all(wrap(&line, 2).as_bytes())?;
+    }
+    Ok(())
+}
 
-    let all: Vec<_> = r
-        .commands
-        .iter()
-        .filter(|c| c.phase == CommandPhase::All)
-        .collect();
-    if !all.is_empty() {
-        writeln!(w)?;
-        writeln!(w, "{}", p.bold("COMMANDS (read to reply, seen from redis)"))?;
+fn phases(blocks: &[PhaseBlock], w: &mut dyn Write, p: &Paint) -> io::Result<()> {
+    writeln!(w)?;
+    writeln!(w, "{}", p.bold("BACKGROUND CHILDREN"))?;
+    for b in blocks {
+        let ph = b.phase;
+        let dur = ph
+            .end_at_us
+            .map(|e| human(e - ph.start_at_us))
+            .unwrap_or_else(|| "still running at the end".into());
+        let fork = ph
+            .fork_us
+            .map(|f| format!(", fork {}", human(f)))
+            .unwrap_or_default();
+        writeln!(
+            w,
+            "{} child {} at {}: {dur}{fork}",
+            ph.kind,
+            ph.child_pid,
+            short_ts(&ph.ts)
+        )?;
         let mut t = table();
         t.set_header(vec![
-            Cell::new("command"),
-            right("calls"),
-            right("p50"),
-            right("p99"),
-            right("max"),
-            right("AOF/call"),
-            right("log/call"),
+            Cell::new("main thread"),
+            right("before p50/p99\nmax (count)"),
+            right("during p50/p99\nmax (count)"),
+            right("after p50/p99\nmax (count)"),
         ]);
-        for c in all.iter().take(10) {
-            let per = |x: i64| {
-                if c.calls == 0 || x == 0 {
-                    "-".into()
+        for st in &b.stats {
+            let d = |x: &crate::report::Dist| {
+                if x.count == 0 {
+                    "-".to_string()
                 } else {
-                    human(x / c.calls as i64)
+                    format!(
+                        "{}/{}\n{} ({})",
+                        human(x.p50_us),
+                        human(x.p99_us),
+                        human(x.max_us),
+                        x.count
+                    )
                 }
             };
+            let what = match &st.what {
+                PhaseStatsOf::MainFileSyscalls => "file syscalls",
+                PhaseStatsOf::Command(c) => c,
+            };
             t.add_row(vec![
-                Cell::new(&c.command),
-                right(c.calls),
-                right(human(c.p50_us)),
-                right(human(c.p99_us)),
-                right(human(c.max_us)),
-                right(per(c.aof_us)),
-                right(per(c.log_us)),
+                Cell::new(what),
+                right(d(&st.before)),
+                right(d(&st.during)),
+                right(d(&st.after)),
             ]);
         }
         writeln!(w, "{t}")?;
     }
+    Ok(())
+}
 
+fn host(interval_ms: u64, notes: &[String], w: &mut dyn Write, p: &Paint) -> io::Result<()> {
+    writeln!(w)?;
+    writeln!(
+        w,
+        "{}",
+        p.bold(&format!("HOST (sampled every {interval_ms} ms from /proc)"))
+    )?;
+    for n in notes {
+        w.write_all(wrap(n, 2).as_bytes())?;
+    }
+    Ok(())
+}
+
+fn commands(rows: &[&CommandStats], w: &mut dyn Write, p: &Paint) -> io::Result<()> {
+    writeln!(w)?;
+    writeln!(w, "{}", p.bold("COMMANDS (read to reply, seen from redis)"))?;
+    let mut t = table();
+    t.set_header(vec![
+        Cell::new("command"),
+        right("calls"),
+        right("p50"),
+        right("p99"),
+        right("max"),
+        right("AOF/call"),
+        right("log/call"),
+    ]);
+    for c in rows {
+        let per = |x: i64| {
+            if c.calls == 0 || x == 0 {
+                "-".into()
+            } else {
+                human(x / c.calls as i64)
+            }
+        };
+        t.add_row(vec![
+            Cell::new(&c.command),
+            right(c.calls),
+            right(human(c.p50_us)),
+            right(human(c.p99_us)),
+            right(human(c.max_us)),
+            right(per(c.aof_us)),
+            right(per(c.log_us)),
+        ]);
+    }
+    writeln!(w, "{t}")
+}
+
+fn slowest(r: &Report, rows: &[SlowCall], w: &mut dyn Write, p: &Paint) -> io::Result<()> {
     writeln!(w)?;
     writeln!(w, "{}", p.bold("SLOWEST CALLS (idle waits excluded)"))?;
     let mut t = table();
@@ -553,8 +550,8 @@ pub fn render(r: &Report, w: &mut dyn Write, color: bool) -> io::Result<()> {
     // A thread that is alone in its role is named by the role: the line column already
     // points into the trace, and the narrow table leaves the room to the file.
     let alone = |role: Role| r.threads.iter().filter(|t| t.role == role).count() <= 1;
-    for s in r.slowest.iter().take(top.min(10)) {
-        let file = super::file_label(s.class.as_deref(), s.path.as_deref());
+    for s in rows {
+        let file = super::file_label(s.class, s.path.as_deref());
         let tid = if alone(s.thread) { 0 } else { s.tid };
         t.add_row(vec![
             Cell::new(to_ms(&short_ts(&s.ts))),
@@ -573,33 +570,35 @@ pub fn render(r: &Report, w: &mut dyn Write, color: bool) -> io::Result<()> {
             right(s.line.map(|l| l.to_string()).unwrap_or_default()),
         ]);
     }
-    writeln!(w, "{t}")?;
+    writeln!(w, "{t}")
+}
 
-    if !r.idle.is_empty() {
-        writeln!(w)?;
-        writeln!(
-            w,
-            "{}",
-            p.bold("IDLE (waits for work, never stalls; by thread role)")
-        )?;
-        let mut t = table();
-        t.set_header(vec![
-            Cell::new("thread"),
-            Cell::new("wait"),
-            right("calls"),
-            right("total"),
+fn idle(rows: &[IdleStats], w: &mut dyn Write, p: &Paint) -> io::Result<()> {
+    writeln!(w)?;
+    writeln!(
+        w,
+        "{}",
+        p.bold("IDLE (waits for work, never stalls; by thread role)")
+    )?;
+    let mut t = table();
+    t.set_header(vec![
+        Cell::new("thread"),
+        Cell::new("wait"),
+        right("calls"),
+        right("total"),
+    ]);
+    for i in rows {
+        t.add_row(vec![
+            Cell::new(i.role.as_str()),
+            Cell::new(&i.syscall),
+            right(i.calls),
+            right(human(i.total_us)),
         ]);
-        for i in &r.idle {
-            t.add_row(vec![
-                Cell::new(i.role.as_str()),
-                Cell::new(&i.syscall),
-                right(i.calls),
-                right(human(i.total_us)),
-            ]);
-        }
-        writeln!(w, "{t}")?;
     }
+    writeln!(w, "{t}")
+}
 
+fn syscalls(rows: &[SyscallStats], w: &mut dyn Write, p: &Paint) -> io::Result<()> {
     writeln!(w)?;
     writeln!(w, "{}", p.bold("SYSCALLS (by total time)"))?;
     let mut t = table();
@@ -612,7 +611,7 @@ pub fn render(r: &Report, w: &mut dyn Write, color: bool) -> io::Result<()> {
         right("p99"),
         right("max"),
     ]);
-    for s in r.syscalls.iter().take(12) {
+    for s in rows {
         t.add_row(vec![
             Cell::new(&s.name),
             right(s.calls),
@@ -623,8 +622,10 @@ pub fn render(r: &Report, w: &mut dyn Write, color: bool) -> io::Result<()> {
             right(human(s.max_us)),
         ]);
     }
-    writeln!(w, "{t}")?;
+    writeln!(w, "{t}")
+}
 
+fn files(rows: &[FdStats], w: &mut dyn Write, p: &Paint) -> io::Result<()> {
     writeln!(w)?;
     writeln!(w, "{}", p.bold("FILES (by total time)"))?;
     let mut t = table();
@@ -636,7 +637,7 @@ pub fn render(r: &Report, w: &mut dyn Write, color: bool) -> io::Result<()> {
         right("p99"),
         right("max"),
     ]);
-    for f in r.fds.iter().take(12) {
+    for f in rows {
         t.add_row(vec![
             // A trace without a pid column (no -f, no --pid) does not say whose fds these are.
             Cell::new(if f.pid == 0 {
@@ -644,31 +645,27 @@ pub fn render(r: &Report, w: &mut dyn Write, color: bool) -> io::Result<()> {
             } else {
                 format!("{}/{}", f.pid, f.fd)
             }),
-            Cell::new(&f.class),
+            Cell::new(f.class),
             Cell::new(f.path.clone().unwrap_or_else(|| "-".into())),
             right(f.calls),
             right(human(f.p99_us)),
             right(human(f.max_us)),
         ]);
     }
-    writeln!(w, "{t}")?;
+    writeln!(w, "{t}")
+}
 
-    if r.summary.skipped_lines > 0 {
-        writeln!(w)?;
+fn skipped(lines: u64, first: &[Skipped], w: &mut dyn Write, p: &Paint) -> io::Result<()> {
+    writeln!(w)?;
+    writeln!(w, "{}", p.bold(&format!("SKIPPED {lines} lines")))?;
+    for s in first {
         writeln!(
             w,
-            "{}",
-            p.bold(&format!("SKIPPED {} lines", r.summary.skipped_lines))
+            "  line {}: {}: {}",
+            s.line,
+            s.reason,
+            s.text.chars().take(50).collect::<String>()
         )?;
-        for s in r.skipped.iter().take(5) {
-            writeln!(
-                w,
-                "  line {}: {}: {}",
-                s.line,
-                s.reason,
-                s.text.chars().take(50).collect::<String>()
-            )?;
-        }
     }
     Ok(())
 }

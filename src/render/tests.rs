@@ -25,7 +25,7 @@ fn stall(at_us: i64, duration_us: i64, kind: StallKind, class: Option<&str>, tid
         syscall: (kind == StallKind::SlowSyscall).then(|| "fdatasync".into()),
         fd: (kind == StallKind::SlowSyscall).then_some(12),
         path: class.map(|c| format!("/data/appendonlydir/{c}.file")),
-        class: class.map(String::from),
+        class: class.map(FileClass::from),
         duration_us,
         line: Some(100 + at_us as u64 / 1000),
         cause: "the AOF fsync waited for the disk".into(),
@@ -972,7 +972,11 @@ fn thread_and_file_labels() {
         (None, None, ""),
     ];
     for (class, path, label) in cases {
-        assert_eq!(file_label(class, path), label, "{class:?} {path:?}");
+        assert_eq!(
+            file_label(class.map(FileClass::from), path),
+            label,
+            "{class:?} {path:?}"
+        );
     }
 }
 

@@ -11,7 +11,7 @@
 //! as counter tracks (`ph: C`). Timestamps are µs since the first event, as in the report.
 
 use super::markup::{dur, phase_style};
-use crate::report::{Bound, Report, StallKind};
+use crate::report::{Bound, Report, Role, StallKind};
 use serde_json::{json, Map, Value};
 use std::collections::{BTreeMap, HashMap};
 use std::io::{self, Write};
@@ -25,18 +25,10 @@ struct Slice {
     args: Map<String, Value>,
 }
 
-fn bound_str(b: Bound) -> &'static str {
-    match b {
-        Bound::Exact => "exact",
-        Bound::AtLeast => "at_least",
-        Bound::AtMost => "at_most",
-    }
-}
-
 fn file_args(
     fd: Option<i32>,
     path: &Option<String>,
-    class: &Option<String>,
+    class: &Option<crate::report::FileClass>,
     bound: Bound,
     line: Option<u64>,
 ) -> Map<String, Value> {
@@ -44,7 +36,7 @@ fn file_args(
     a.insert("fd".into(), json!(fd));
     a.insert("path".into(), json!(path));
     a.insert("class".into(), json!(class));
-    a.insert("bound".into(), json!(bound_str(bound)));
+    a.insert("bound".into(), json!(bound));
     if let Some(l) = line {
         a.insert("line".into(), json!(l));
     }
@@ -52,13 +44,13 @@ fn file_args(
 }
 
 /// Rank of a thread role in the track list: the main thread first, background threads next.
-fn role_rank(role: &str) -> i64 {
+fn role_rank(role: Role) -> i64 {
     match role {
-        "main" => 0,
-        r if r.starts_with("bio") => 1,
-        "io_thread" => 2,
-        "child" => 5,
-        _ => 9,
+        Role::Main => 0,
+        Role::BioAof | Role::BioCloseFile | Role::BioLazyFree => 1,
+        Role::IoThread => 2,
+        Role::Child => 5,
+        Role::Other => 9,
     }
 }
 
@@ -67,25 +59,21 @@ pub fn render(r: &Report, w: &mut dyn Write) -> io::Result<()> {
 
     // Tracks: every (pid, tid) that any event lands on gets a name, from the thread table
     // when the analyzer classified it, else from the stall's own role.
-    let mut tracks: BTreeMap<(u32, u32), (String, Option<String>)> = BTreeMap::new();
+    let mut tracks: BTreeMap<(u32, u32), (Role, Option<String>)> = BTreeMap::new();
     for t in &r.threads {
-        tracks.insert((t.pid, t.tid), (t.role.to_string(), t.name.clone()));
+        tracks.insert((t.pid, t.tid), (t.role, t.name.clone()));
     }
     for s in &r.stalls {
-        tracks
-            .entry((s.pid, s.tid))
-            .or_insert_with(|| (s.thread.to_string(), None));
+        tracks.entry((s.pid, s.tid)).or_insert((s.thread, None));
     }
     if let Some(tl) = &r.timeline {
         for c in &tl.calls {
-            tracks
-                .entry((c.pid, c.tid))
-                .or_insert_with(|| ("other".into(), None));
+            tracks.entry((c.pid, c.tid)).or_insert((Role::Other, None));
         }
     }
     let main = tracks
         .iter()
-        .find(|(_, (role, _))| role == "main")
+        .find(|(_, (role, _))| *role == Role::Main)
         .map(|(k, _)| *k)
         .or_else(|| r.source.pid.map(|p| (p, p)))
         .or_else(|| tracks.keys().next().copied())
@@ -93,7 +81,7 @@ pub fn render(r: &Report, w: &mut dyn Write) -> io::Result<()> {
     let child_pids: HashMap<u32, &str> = r
         .phases
         .iter()
-        .map(|p| (p.child_pid, phase_style(p.kind.as_str()).1))
+        .map(|p| (p.child_pid, phase_style(p.kind).1))
         .collect();
     let mut pids: Vec<u32> = tracks.keys().map(|k| k.0).collect();
     pids.push(main.0);
@@ -113,11 +101,11 @@ pub fn render(r: &Report, w: &mut dyn Write) -> io::Result<()> {
     }
     for ((pid, tid), (role, name)) in &tracks {
         let label = match name {
-            Some(n) if n != role => format!("{role} {tid} ({n})"),
+            Some(n) if n != role.as_str() => format!("{role} {tid} ({n})"),
             _ => format!("{role} {tid}"),
         };
         events.push(json!({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": label}}));
-        events.push(json!({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid, "args": {"sort_index": role_rank(role)}}));
+        events.push(json!({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid, "args": {"sort_index": role_rank(*role)}}));
     }
 
     // Slices per thread.
@@ -184,7 +172,7 @@ pub fn render(r: &Report, w: &mut dyn Write) -> io::Result<()> {
 
     // Phases and incidents as async slices on the redis process.
     for (i, p) in r.phases.iter().enumerate() {
-        let (_, label) = phase_style(p.kind.as_str());
+        let (_, label) = phase_style(p.kind);
         let end = p.end_at_us.unwrap_or(p.start_at_us.max(r.summary.span_us));
         let name = format!("{label} (child {})", p.child_pid);
         let id = format!("phase-{i}");

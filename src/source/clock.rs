@@ -5,6 +5,7 @@
 
 use super::strace::TimeFmt;
 use crate::event::Nanos;
+use crate::report::ClockKind;
 
 /// The trace's clock, as far as the source knows it.
 #[derive(Clone, Debug, PartialEq)]
@@ -104,20 +105,22 @@ impl Clock {
         )
     }
 
-    /// "absolute" | "time_of_day" | "relative" | "none"
-    pub fn describe(&self) -> &'static str {
+    /// What these timestamps can say (the report's `source.clock`).
+    pub fn describe(&self) -> ClockKind {
         if self.wall_at_first.is_some() {
-            return "absolute";
+            return ClockKind::Absolute;
         }
         if self.perf {
-            return "relative";
+            return ClockKind::Relative;
         }
         match self.fmt {
-            TimeFmt::Epoch => "absolute",
-            TimeFmt::TimeOfDay | TimeFmt::TimeOfDayFrac if self.date.is_some() => "absolute",
-            TimeFmt::TimeOfDay | TimeFmt::TimeOfDayFrac => "time_of_day",
-            TimeFmt::Relative => "relative",
-            TimeFmt::None => "none",
+            TimeFmt::Epoch => ClockKind::Absolute,
+            TimeFmt::TimeOfDay | TimeFmt::TimeOfDayFrac if self.date.is_some() => {
+                ClockKind::Absolute
+            }
+            TimeFmt::TimeOfDay | TimeFmt::TimeOfDayFrac => ClockKind::TimeOfDay,
+            TimeFmt::Relative => ClockKind::Relative,
+            TimeFmt::None => ClockKind::None,
         }
     }
 }

@@ -254,7 +254,11 @@ impl Inputs {
             .min()
             .unwrap_or(clock.first);
         SourceInfo {
-            kind: if f.is_perf() { "perf" } else { "strace" },
+            kind: if f.is_perf() {
+                crate::report::SourceKind::Perf
+            } else {
+                crate::report::SourceKind::Strace
+            },
             files: self
                 .files
                 .iter()

@@ -64,7 +64,7 @@ pub enum InputFormat {
 /// What the source is, for the report's `source` block.
 #[derive(Clone, Debug)]
 pub struct SourceInfo {
-    pub kind: &'static str,
+    pub kind: crate::report::SourceKind,
     pub files: Vec<String>,
     pub format: String,
     pub pid: Option<Tid>,

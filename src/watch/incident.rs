@@ -137,7 +137,7 @@ pub(crate) struct Job {
     /// The redis config the live analysis used, kept beside a recording.
     pub conf_text: Option<String>,
     pub clock: Clock,
-    pub backend: &'static str,
+    pub backend: crate::report::LiveBackend,
     pub follow_forks: bool,
     pub lost_events: u64,
     /// The incident's first stall, as the live analysis saw it: names the files.
@@ -317,7 +317,7 @@ fn write_inner(mut job: Job) -> Result<PathBuf, String> {
         .map_err(|e| format!("--out {}: cannot create it: {e}", job.dir.display()))?;
     let mut opts = job.opts.clone();
     opts.root_pid = Some(job.pid);
-    opts.stamped_at_stops = job.backend == "ptrace";
+    opts.stamped_at_stops = job.backend == crate::report::LiveBackend::Ptrace;
     // The report's plot wants its context calls, as `attach --html` keeps them.
     opts.timeline_floor_ns = Some((opts.threshold_ns / 10).max(100_000));
     let mut an = Analyzer::new(opts);
@@ -344,7 +344,7 @@ fn write_inner(mut job: Job) -> Result<PathBuf, String> {
         .min()
         .unwrap_or(job.clock.first);
     let info = SourceInfo {
-        kind: "live",
+        kind: crate::report::SourceKind::Live,
         files: vec![],
         format: format!(
             "stallscope watch ({}{})",
@@ -359,7 +359,7 @@ fn write_inner(mut job: Job) -> Result<PathBuf, String> {
         clock: job.clock.clone(),
     };
     let mut report = an.finish(info, Counters::default());
-    report.source.backend = Some(job.backend.into());
+    report.source.backend = Some(job.backend);
     add_host(&mut report, &job.host, first_ts);
     let span = job.events.last().map_or(0, |e| e.end()) - first_ts;
     report.findings.push(Finding {
@@ -394,7 +394,7 @@ fn write_inner(mut job: Job) -> Result<PathBuf, String> {
             .into(),
         stalls: job.count,
     });
-    if job.backend == "perf" {
+    if job.backend == crate::report::LiveBackend::Perf {
         report.findings.push(Finding {
             id: crate::report::FindingId::BackendLimits,
             severity: Severity::Info,

@@ -20,7 +20,7 @@ use crate::analyze::{Analyzer, Options, RedisConf};
 use crate::cli::{AttachArgs, Backend, WatchArgs};
 use crate::event::{Nanos, Tid};
 use crate::live::{self, now_mono, procctx, Tracer};
-use crate::report::Stall;
+use crate::report::{LiveBackend, Stall};
 use crate::source::{Clock, TimeFmt};
 use anyhow::{Context, Result};
 use incident::{Grouper, Job, Outcome, RateLimit};
@@ -127,7 +127,7 @@ fn stall_labels(s: &Stall) -> StallLabels {
             crate::report::StallKind::SlowSyscall => "slow_syscall".into(),
             crate::report::StallKind::Gap => "gap".into(),
         },
-        file_class: s.class.clone().unwrap_or_else(|| "none".into()),
+        file_class: s.class.map_or("none", |c| c.as_str()).to_string(),
         finding: s
             .finding
             .map_or_else(|| "none".to_string(), |f| f.as_str().to_string()),
@@ -220,7 +220,7 @@ fn attach_args(pid: Tid, args: &WatchArgs) -> Result<AttachArgs> {
 
 /// Starts the tracer. `auto` must never end up on ptrace: a watcher runs for days, and
 /// ptrace would slow redis that whole time.
-fn start(pid: Tid, args: &WatchArgs) -> Result<(Box<dyn Tracer>, &'static str, u32)> {
+fn start(pid: Tid, args: &WatchArgs) -> Result<(Box<dyn Tracer>, LiveBackend, u32)> {
     if args.backend == Backend::Auto {
         // `live::start_tracer`'s auto tries bpf, then perf, then ptrace. bpf needs what perf
         // needs (tracefs and root or CAP_PERFMON) and more, so when perf cannot be used
@@ -241,7 +241,7 @@ fn start(pid: Tid, args: &WatchArgs) -> Result<(Box<dyn Tracer>, &'static str, u
     }
     let aargs = attach_args(pid, args)?;
     let (mut t, backend, n) = live::start_tracer(pid, &aargs)?;
-    if args.backend == Backend::Auto && backend == "ptrace" {
+    if args.backend == Backend::Auto && backend == LiveBackend::Ptrace {
         t.stop();
         while !t.is_done() {
             if t.next_event_timeout(Duration::from_millis(50)).is_err() {
@@ -408,7 +408,7 @@ struct AttachCtx {
     pid: Tid,
     /// The redis config the analysis uses (`--redis-conf`, or from /proc), as text.
     conf_text: Option<String>,
-    backend: &'static str,
+    backend: LiveBackend,
     ctx: procctx::ProcContext,
     names: HashMap<Tid, String>,
     /// /proc readings of the last minute or so, for the incidents' host sections.
@@ -633,7 +633,7 @@ fn watch_one(w: &mut Watcher, pid: Tid) -> Result<()> {
     ));
     let mut opts = w.opts.clone();
     opts.root_pid = Some(pid);
-    opts.stamped_at_stops = backend == "ptrace";
+    opts.stamped_at_stops = backend == LiveBackend::Ptrace;
     if opts.redis_conf.is_none() && !ctx.redis_conf.is_empty() {
         opts.redis_conf = Some(RedisConf::parse(&ctx.redis_conf));
     }

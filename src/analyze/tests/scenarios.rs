@@ -4,7 +4,7 @@
 
 use super::*;
 use crate::event::{Data, DurSource, Event, EventKind, Extra, InFlight, Ret, Syscall};
-use crate::report::{Bound, FindingId, StallKind};
+use crate::report::{Bound, FileClass, FindingId, StallKind};
 use crate::source::{Clock, Counters, SourceInfo, TimeFmt};
 
 const MS: i64 = 1_000_000;
@@ -126,7 +126,7 @@ impl Seq {
     }
     fn report_with(self, clock: Clock) -> Report {
         let info = SourceInfo {
-            kind: "strace",
+            kind: crate::report::SourceKind::Strace,
             files: vec![],
             format: "test".into(),
             pid: Some(100),
@@ -275,7 +275,7 @@ fn reused_fd_number_is_attributed_to_the_right_file() {
     s.call(100, 4_005 * MS, 10 * US, "accept4", Some(6), 8, Extra::None);
     let r = s.report();
     assert_eq!(r.stalls.len(), 1);
-    assert_eq!(r.stalls[0].class.as_deref(), Some("log"));
+    assert_eq!(r.stalls[0].class, Some(FileClass::Log));
     assert_eq!(r.stalls[0].path.as_deref(), Some("/data/redis.log"));
     assert_eq!(
         r.stalls[0].finding.map(FindingId::as_str),
@@ -304,7 +304,7 @@ fn slow_open_is_attributed_to_the_file_it_opens() {
     let st = &r.stalls[0];
     assert_eq!(st.syscall.as_deref(), Some("openat"));
     assert_eq!(st.fd, Some(11));
-    assert_eq!(st.class.as_deref(), Some("log"));
+    assert_eq!(st.class, Some(FileClass::Log));
     assert_eq!(st.path.as_deref(), Some("/data/redis.log"));
     assert_eq!(st.finding.map(FindingId::as_str), Some("log-file-blocking"));
 }
@@ -434,7 +434,7 @@ fn fork_starts_a_phase_that_sigchld_ends_and_aof_stalls_blame_the_child() {
     assert_eq!(p.child_pid, 200);
     assert_eq!(p.fork_us, Some(25_000));
     assert_eq!(p.end_at_us, Some(900_000));
-    assert_eq!(p.ended_by.as_deref(), Some("exit"));
+    assert_eq!(p.ended_by, Some(report::EndedBy::Exit));
     let during = r
         .stalls
         .iter()
@@ -578,7 +578,7 @@ fn call_still_running_at_the_end_is_listed_even_below_the_threshold() {
     assert!(r.stalls.is_empty());
     assert_eq!(r.in_flight.len(), 1);
     assert_eq!(r.in_flight[0].bound, Bound::AtLeast);
-    assert_eq!(r.in_flight[0].class.as_deref(), Some("log"));
+    assert_eq!(r.in_flight[0].class, Some(FileClass::Log));
 }
 
 #[test]
@@ -689,7 +689,7 @@ fn connection_becomes_a_replica_after_psync_is_answered() {
     assert!(r
         .fds
         .iter()
-        .any(|f| f.fd == 9 && f.class == "replica" && f.calls >= 10));
+        .any(|f| f.fd == 9 && f.class == FileClass::Replica && f.calls >= 10));
 }
 
 #[test]

@@ -262,7 +262,7 @@ fn a_recording_analyzes_to_the_live_report() {
         wall_at_first: Some(WALL),
     };
     let info = SourceInfo {
-        kind: "live",
+        kind: crate::report::SourceKind::Live,
         files: vec![],
         format: "stallscope attach (ptrace)".into(),
         pid: Some(100),
