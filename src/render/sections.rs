@@ -143,7 +143,7 @@ fn terminal(r: &Report) -> Vec<Section<'_>> {
                 .chain(&r.stalls)
                 .filter(|s| s.in_flight == Some(crate::event::InFlight::AtEnd))
                 .count(),
-            threads: r.summary.threads as u64,
+            threads: r.summary.threads,
         }));
     }
     if !r.phases.is_empty() {
