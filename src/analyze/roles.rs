@@ -115,9 +115,8 @@ pub(crate) struct Situation<'a> {
     /// Another thread of the process is its main thread (tid == pid, named so, or it waited
     /// in epoll too with a lower tid): one main per process.
     pub(crate) other_main: bool,
-    /// Another thread of the process waits in an event loop (epoll, or select/poll): only
-    /// beside one is "outside the event loop" a role (a lone thread of any program closes
-    /// files).
+    /// Another thread of the process waits in epoll, redis's event loop: only beside one is
+    /// "outside the event loop" a role (a lone thread of any program closes files).
     pub(crate) loop_beside: bool,
 }
 

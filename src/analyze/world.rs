@@ -284,9 +284,12 @@ impl World {
                         || o.name.as_deref().and_then(Role::from_name) == Some(Role::Main)
                         || (o.evidence.epoll > 0 && o.tid < t.tid))
             });
-        let loop_beside = self.threads.iter().any(|o| {
-            o.tid != t.tid && o.proc == t.proc && (o.evidence.epoll > 0 || o.evidence.poll > 0)
-        });
+        // redis's event loop is epoll on Linux: a poll() loop beside a thread (any program's
+        // worker waiting on a pipe) does not make that thread a redis background thread.
+        let loop_beside = self
+            .threads
+            .iter()
+            .any(|o| o.tid != t.tid && o.proc == t.proc && o.evidence.epoll > 0);
         decide(
             &t.evidence,
             Situation {

@@ -631,6 +631,22 @@ fn fsync_then_close_is_bio_close_file_repeated_fsync_is_bio_aof() {
     assert_eq!(role(102), "bio_close_file");
 }
 
+/// A thread that closes files is bio_close_file only beside redis's epoll loop: a worker of
+/// any program waiting in poll() beside it does not make it one.
+#[test]
+fn closing_files_is_no_redis_role_without_an_epoll_loop_beside() {
+    let closer = |loop_call: &'static str| {
+        let mut s = Seq::new();
+        s.call(101, 0, 10 * US, loop_call, Some(5), 1, Extra::None);
+        s.open(102, MS, "/tmp/artifact.txt", 7);
+        s.call(102, 2 * MS, 50 * US, "close", Some(7), 0, Extra::None);
+        let r = s.report();
+        r.threads.iter().find(|x| x.tid == 102).unwrap().role
+    };
+    assert_eq!(closer("epoll_wait"), "bio_close_file");
+    assert_ne!(closer("poll"), "bio_close_file");
+}
+
 /// Names as /proc and `strace -Y` give them: cut at 15 bytes, redis or valkey.
 #[test]
 fn role_names_of_redis_and_valkey() {
