@@ -63,6 +63,24 @@ pub struct TracerStats {
 }
 
 impl TracerStats {
+    /// Counts one syscall of `tid` (of the process whose pid is `main`), with its duration
+    /// when the kernel measured one.
+    pub(crate) fn count(&mut self, tid: Tid, main: Tid, dur: Option<Nanos>) {
+        self.syscalls += 1;
+        if let Some(d) = dur {
+            let d = d.max(1) as u64;
+            if self.min_call_ns == 0 || d < self.min_call_ns {
+                self.min_call_ns = d;
+            }
+            if tid == main {
+                self.main_call_log2[(63 - d.leading_zeros() as usize).min(31)] += 1;
+            }
+        }
+        if tid == main {
+            self.main_syscalls += 1;
+        }
+    }
+
     /// Median traced duration of the main thread's calls (ns), from the log2 histogram:
     /// most of redis's calls are non-blocking reads and writes whose traced duration is
     /// mostly the ptrace round trip itself.

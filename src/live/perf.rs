@@ -728,19 +728,7 @@ impl PerfTracer {
     }
 
     fn count(&mut self, tid: Tid, dur: Option<Nanos>) {
-        self.stats.syscalls += 1;
-        if let Some(d) = dur {
-            let d = d.max(1) as u64;
-            if self.stats.min_call_ns == 0 || d < self.stats.min_call_ns {
-                self.stats.min_call_ns = d;
-            }
-            if tid == self.cfg.pid {
-                self.stats.main_call_log2[(63 - d.leading_zeros() as usize).min(31)] += 1;
-            }
-        }
-        if tid == self.cfg.pid {
-            self.stats.main_syscalls += 1;
-        }
+        self.stats.count(tid, self.cfg.pid, dur);
     }
 
     fn process(&mut self, r: Rec) {
