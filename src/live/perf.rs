@@ -20,10 +20,10 @@
 //! read/write buffers (no RESP command names: per-command latency and the commands held up
 //! by a stall are not available), and signals. Paths of `open`-like calls and `rename`
 //! are read from the process's memory when the record is processed (a few ms later):
-//! racy, but the returned fd's `/proc/PID/fd` link is read too and preferred, as strace -y
-//! does.
+//! racy, and so is the returned fd's `/proc/PID/fd` link, read too and preferred as strace
+//! -y does only while it still fits the call (`decode::open_name`).
 
-use super::decode::{decode_args, decodes_more};
+use super::decode::{decode_args, decodes_more, open_name};
 use super::sysnames::{errno_name, syscall_name};
 use super::{now_mono, now_wall, AttachError, Tracer, TracerStats};
 use crate::event::{self, Event, EventKind, InFlight, Nanos, Ret, Syscall, Tid};
@@ -699,12 +699,8 @@ impl PerfTracer {
             decode_args(tgid, &mut sc, &e.args, ok, false);
             if let Some(r) = ok.filter(|r| *r > 0) {
                 match info.sys.fd {
-                    FdKind::Open => {
-                        // What strace -y shows: the file the new fd names, if still open.
-                        if let Ok(p) = std::fs::read_link(format!("/proc/{tgid}/fd/{r}")) {
-                            sc.ret_path = Some(p.to_string_lossy().into_owned().into_boxed_str());
-                        }
-                    }
+                    // Read late: the fd may name another file by now (see open_name).
+                    FdKind::Open => sc.ret_path = open_name(tgid, &sc, r),
                     FdKind::Clone => {
                         if let Some(thread) = self.forked.get(&(r as Tid)) {
                             sc.extra = event::Extra::Clone { thread: *thread };

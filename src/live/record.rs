@@ -443,8 +443,8 @@ impl<W: Write> Recorder<W> {
             Ret::Val(v) => {
                 // strace -y annotates a returned fd too.
                 if sc.sys.fd == FdKind::Open {
-                    if let Extra::Path(p) = &sc.extra {
-                        return format!("{v}<{}>", escape_annotation(&self.absolute(p)));
+                    if let Some(p) = self.opened_name(sc) {
+                        return format!("{v}<{}>", escape_annotation(&p));
                     }
                 }
                 if matches!(sc.name, "dup" | "fcntl") || matches!(sc.extra, Extra::NewFd(_)) {
@@ -464,15 +464,25 @@ impl<W: Write> Recorder<W> {
         }
     }
 
+    /// The name an open's new fd is written with: the one the live fd table bound (the
+    /// backend's `ret_path`, see `decode::open_name`), so that the replay binds the same;
+    /// else the path it opened, made absolute as strace -y shows it.
+    fn opened_name(&self, sc: &Syscall) -> Option<String> {
+        match (&sc.ret_path, &sc.extra) {
+            (Some(p), _) => Some(p.to_string()),
+            (None, Extra::Path(p)) => Some(self.absolute(p)),
+            _ => None,
+        }
+    }
+
     /// Keeps the recorder's own fd map and process map in step with the call's result.
     fn apply_effects(&mut self, tid: Tid, sc: &Syscall) {
         let p = self.proc_of(tid);
         let ok = sc.ret.val();
         match fd_effect(sc) {
             FdEffect::Open { fd, .. } => {
-                if let Extra::Path(path) = &sc.extra {
-                    let abs = self.absolute(path);
-                    self.fds.entry(p).or_default().insert(fd, abs);
+                if let Some(name) = self.opened_name(sc) {
+                    self.fds.entry(p).or_default().insert(fd, name);
                 }
             }
             FdEffect::Close(fd) => {

@@ -17,7 +17,7 @@
 //! calls are read from the process's memory when the record is processed, as the perf
 //! backend does.
 
-use super::decode::{decode_args, decodes_more};
+use super::decode::{decode_args, decodes_more, open_name};
 use super::sysnames::{errno_name, syscall_name};
 use super::{now_mono, now_wall, AttachError, Tracer, TracerStats};
 use crate::event::{self, Data, Event, EventKind, InFlight, Nanos, Ret, Syscall, Tid};
@@ -474,12 +474,8 @@ impl BpfTracer {
             decode_args(r.tgid, &mut sc, &r.args, ok, false);
             if let Some(v) = ok.filter(|v| *v > 0) {
                 match info.sys.fd {
-                    crate::syscalls::FdKind::Open => {
-                        // What strace -y shows: the file the new fd names, if still open.
-                        if let Ok(p) = std::fs::read_link(format!("/proc/{}/fd/{v}", r.tgid)) {
-                            sc.ret_path = Some(p.to_string_lossy().into_owned().into_boxed_str());
-                        }
-                    }
+                    // Read late: the fd may name another file by now (see open_name).
+                    crate::syscalls::FdKind::Open => sc.ret_path = open_name(r.tgid, &sc, v),
                     crate::syscalls::FdKind::Clone => {
                         if let Some(thread) = self.forked.get(&(v as Tid)) {
                             sc.extra = event::Extra::Clone { thread: *thread };

@@ -299,3 +299,68 @@ fn tracefs_lookup_names_both_places_when_missing() {
         Err(e) => assert!(e.contains("tracing"), "{e}"),
     }
 }
+
+/// Under load the exit of an open is processed well after the call: redis has closed the fd
+/// and an accepted client took its number. The fd's link then names a socket; the open must
+/// still bind what it opened (the link read late must not name it), in this process, whose
+/// memory holds the path and whose fd table holds the socket.
+#[test]
+fn an_open_processed_after_its_fd_was_reused_names_what_was_opened() {
+    let me = std::process::id();
+    let mut t = PerfTracer::unattached(
+        PerfConfig {
+            pid: me,
+            follow_forks: true,
+            pages: 1,
+        },
+        (ENTER, EXIT),
+    );
+    t.threads.insert(
+        me,
+        Thread {
+            tgid: me,
+            entry: None,
+            from_attach: false,
+            seen: true,
+        },
+    );
+    let path = std::ffi::CString::new("/proc/self/stat").unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a loopback socket");
+    let reused = std::os::unix::io::AsRawFd::as_raw_fd(&listener) as i64;
+    let o = nr("openat");
+    let args = [(-100i64) as u64, path.as_ptr() as u64, 0, 0, 0, 0];
+    let evs = feed(
+        &mut t,
+        &[
+            sample(me, me, 2_000, &enter_raw(o, args)),
+            sample(me, me, 9_000, &exit_raw(o, reused)),
+        ],
+    );
+    let sc = evs[0].syscall().expect("the openat");
+    assert_eq!(sc.path(), Some("/proc/self/stat"));
+    assert_eq!(
+        crate::syscalls::fd_effect(sc),
+        crate::syscalls::FdEffect::Open {
+            fd: reused as i32,
+            path: Some("/proc/self/stat")
+        },
+        "ret_path {:?}",
+        sc.ret_path
+    );
+    // Still open as what the call opened: the link names it.
+    let f = std::fs::File::open("/proc/self/stat").unwrap();
+    let fd = std::os::unix::io::AsRawFd::as_raw_fd(&f) as i64;
+    let evs = feed(
+        &mut t,
+        &[
+            sample(me, me, 10_000, &enter_raw(o, args)),
+            sample(me, me, 11_000, &exit_raw(o, fd)),
+        ],
+    );
+    let want = format!("/proc/{me}/stat");
+    assert_eq!(
+        evs[0].syscall().and_then(|s| s.ret_path.as_deref()),
+        Some(want.as_str())
+    );
+    drop(listener);
+}
