@@ -14,7 +14,7 @@
 //! `FILE.threads` sidecar in the `--threads` format, and the redis config the live analysis
 //! used (from /proc, or `--redis-conf`) to `FILE.redis.conf`, and the records the kernel
 //! dropped (perf and bpf backends), with where in the stream, to `FILE.lost`, and the
-//! scheduler's split of the longer calls and gaps (bpf backend) to `FILE.sched`; `analyze
+//! scheduler's split of the longer calls and gaps (bpf and perf backends) to `FILE.sched`; `analyze
 //! FILE` reads them all.
 //!
 //! The edges of the trace carry what strace text has no words for. The attach is written as
@@ -48,7 +48,7 @@ pub const CONF_SUFFIX: &str = ".redis.conf";
 pub const LOST_SUFFIX: &str = ".lost";
 
 /// Beside a recording FILE: what the scheduler did with the thread in each call and in the
-/// gap before it (bpf backend), as `LINE` and four numbers for the call (ns on a CPU, ns
+/// gap before it (bpf and perf backends), as `LINE` and four numbers for the call (ns on a CPU, ns
 /// runnable, minor and major faults), then four for the gap or `-`: kept for the calls and
 /// gaps at least as long as a tenth of the threshold (the shortest the report lists), so that
 /// the replay names the same causes (`cpu-starvation`, `cow-page-faults`) as the live run.
@@ -90,7 +90,7 @@ pub fn parse_sched(text: &str) -> Result<HashMap<u64, SchedSpan>, String> {
     Ok(out)
 }
 
-const SCHED_HEADER: &str = "# stallscope attach --record: the scheduler's split (bpf), as `LINE` then, for the call on \
+const SCHED_HEADER: &str = "# stallscope attach --record: the scheduler's split (bpf, perf), as `LINE` then, for the call on \
                             that line and for the gap before it (or -): ns on a CPU, ns runnable, minor faults, major faults\n";
 
 const LOST_HEADER: &str =
