@@ -276,10 +276,10 @@ fn a_busy_eval_is_a_main_thread_gap(backend: &str) {
         "main-thread gaps during the EVAL: {held} µs in all: {}",
         r["stalls"]
     );
-    // A busy script is a command; with the bpf backend's scheduler split, a gap the machine's
-    // load kept mostly waiting for a CPU is CPU starvation instead.
+    // A busy script is a command; with the bpf and perf backends' scheduler split, a gap the
+    // machine's load kept mostly waiting for a CPU is CPU starvation instead.
     let starved = |s: &serde_json::Value| {
-        backend == "bpf"
+        backend != "ptrace"
             && s["sched"]["runnable_us"].as_i64().unwrap_or(0) * 2
                 >= s["duration_us"].as_i64().unwrap_or(0) - 2
     };
@@ -1142,6 +1142,63 @@ fn sched_part(g: &serde_json::Value, k: &str) -> i64 {
     g["sched"][k]
         .as_i64()
         .unwrap_or_else(|| panic!("no sched.{k}: {g}"))
+}
+
+/// A gap mostly on a CPU is a slow command, named when the backend reads requests (bpf):
+/// the busy EVAL's gap says EVAL in its cause, and the command finding names it. The main
+/// thread runs in the real-time class so that, on a busy machine, the gap is still mostly on
+/// a CPU (mostly waiting for one would be CPU starvation).
+#[test]
+fn bpf_backend_names_the_command_a_busy_gap_ran() {
+    let _g = serial();
+    if !can_run("bpf") {
+        return;
+    }
+    let redis = Redis::start(&[]);
+    realtime(redis.pid());
+    let mut a = Attach::start(
+        "bpf",
+        redis.pid(),
+        &["--threshold", "20ms", "--format", "json"],
+    );
+    assert!(a.attached, "{:?}", a.stderr);
+    let script = "local t = redis.call('TIME') local s = t[1] * 1000000 + t[2] \
+                  while true do local n = redis.call('TIME') if n[1] * 1000000 + n[2] - s > 300000 then break end end return 1";
+    let mut c = redis.client();
+    assert!(matches!(
+        c.cmd(&["EVAL", script, "0"]).expect("EVAL"),
+        Reply::Int(1)
+    ));
+    assert!(
+        a.wait_line(|l| l.starts_with("stall:") && l.contains("gap"), DEADLINE),
+        "no live stall line; stderr: {:?}",
+        a.stderr
+    );
+    // SAFETY: a signal to the stallscope this test started.
+    unsafe { libc::kill(a.child.id() as i32, libc::SIGINT) };
+    let (_, out) = finish(a, DEADLINE);
+    let r = json(&out);
+    let gaps = main_gaps(&r);
+    let g = gaps
+        .iter()
+        .max_by_key(|g| g["duration_us"].as_i64())
+        .unwrap_or_else(|| panic!("no main-thread gap: {}", r["stalls"]));
+    assert_eq!(g["finding"], "command", "{g}");
+    let cause = g["cause"].as_str().unwrap_or("");
+    assert!(cause.contains("a slow command (EVAL), on a CPU"), "{cause}");
+    let f = r["findings"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|f| f["id"] == "command")
+        .unwrap_or_else(|| panic!("no command finding: {}", r["findings"]));
+    assert!(
+        f["evidence"]
+            .as_str()
+            .is_some_and(|e| e.contains("running through them: EVAL")),
+        "{f}"
+    );
+    redis.assert_unharmed();
 }
 
 /// A thread waiting for a CPU (bpf, perf): redis's main thread, niced, shares one CPU with

@@ -310,7 +310,9 @@ impl Analyzer {
         fresh
             .into_iter()
             .filter_map(|i| self.kept(self.stalls.get(i), self.holds.held(i), gaps.is_none()))
-            .map(|(c, h, role)| row.stall(&c, &h, role, findings::explain(&ev, &c, role)))
+            .map(|(c, h, role)| {
+                row.stall(&c, &h, role, findings::explain(&ev, &c, role, h.running()))
+            })
             .collect()
     }
 
@@ -365,7 +367,7 @@ impl Analyzer {
             .iter()
             .filter_map(|(i, c)| self.kept(c, self.holds.held(i), gaps.is_none()))
             .map(|(c, h, role)| {
-                let s = row.stall(&c, &h, role, findings::explain(&ev, &c, role));
+                let s = row.stall(&c, &h, role, findings::explain(&ev, &c, role, h.running()));
                 (c, h, s)
             })
             .collect();
@@ -379,7 +381,9 @@ impl Analyzer {
             .in_flight_small()
             .iter()
             .filter_map(|c| self.kept(c, Held::default(), gaps.is_none()))
-            .map(|(c, h, role)| row.stall(&c, &h, role, findings::explain(&ev, &c, role)))
+            .map(|(c, h, role)| {
+                row.stall(&c, &h, role, findings::explain(&ev, &c, role, h.running()))
+            })
             .collect();
         let dropped = self.stalls.dropped();
         r.summary.stalls = kept.len() as u64 + dropped;
