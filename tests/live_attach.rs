@@ -378,6 +378,7 @@ sched_backends!(
     splits_a_busy_eval_gap_into_cpu_and_runnable_time,
     names_a_gap_spent_waiting_for_a_cpu,
     counts_the_copy_on_write_faults_after_a_bgsave_fork,
+    counts_the_wait_for_a_cpu_after_a_wakeup_as_runnable,
 );
 
 /// The scheduler's view of a gap (bpf, perf): a busy EVAL never blocks, so the gap is time
@@ -1253,6 +1254,59 @@ fn names_a_gap_spent_waiting_for_a_cpu(backend: &str) {
         finding_ids(&r).contains(&"cpu-starvation".to_string()),
         "{:?}",
         finding_ids(&r)
+    );
+    redis.assert_unharmed();
+}
+
+/// A call that sleeps and is woken while its CPU is busy (bpf, perf): `DEBUG SLEEP` puts the
+/// main thread in nanosleep; the timer wakes it while a busy loop that is not niced holds
+/// the one CPU it may use, so it waits for the CPU before it returns. That wait is runnable
+/// time in the call's split, not blocked time (perf sees it only through sched_wakeup of
+/// the thread, whoever wakes it).
+fn counts_the_wait_for_a_cpu_after_a_wakeup_as_runnable(backend: &str) {
+    let redis = Redis::start(&["--enable-debug-command", "yes"]);
+    let cpu = a_cpu();
+    pin(redis.pid(), cpu);
+    renice(redis.pid(), 19);
+    let hog = Hog::on_cpu(cpu);
+    let a = Attach::start(
+        backend,
+        redis.pid(),
+        &["--threshold", "50ms", "--format", "json"],
+    );
+    assert!(a.attached, "{:?}", a.stderr);
+    let mut c = redis.client();
+    for _ in 0..3 {
+        let r = c.cmd(&["DEBUG", "SLEEP", "0.2"]).expect("DEBUG SLEEP");
+        assert_eq!(r.text(), "+OK");
+    }
+    drop(hog);
+    // SAFETY: a signal to the stallscope this test started.
+    unsafe { libc::kill(a.child.id() as i32, libc::SIGINT) };
+    let (_, out) = finish(a, DEADLINE);
+    let r = json(&out);
+    let sleeps: Vec<&serde_json::Value> = r["stalls"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|s| {
+            s["thread"] == "main" && s["syscall"].as_str().is_some_and(|n| n.contains("sleep"))
+        })
+        .collect();
+    assert!(!sleeps.is_empty(), "no sleep among {}", r["stalls"]);
+    for s in &sleeps {
+        let d = s["duration_us"].as_i64().unwrap_or(0);
+        let (on, run, blocked) = (
+            sched_part(s, "on_cpu_us"),
+            sched_part(s, "runnable_us"),
+            sched_part(s, "blocked_us"),
+        );
+        assert!((on + run + blocked - d).abs() <= 3, "parts add up: {s}");
+        assert!(blocked >= 150_000, "asleep for most of it: {s}");
+    }
+    assert!(
+        sleeps.iter().any(|s| sched_part(s, "runnable_us") > 0),
+        "woken on a busy CPU, it waited for it: {sleeps:?}"
     );
     redis.assert_unharmed();
 }

@@ -46,6 +46,9 @@ pub const DEFAULT_PAGES: usize = 2048;
 /// an older record of the same thread (the time is taken before the record is committed).
 const HOLD_BACK: Nanos = 3_000_000;
 
+/// Most threads the wakeup filter names (a filter is at most a page of text).
+const WAKEUP_FILTER_MAX: usize = 200;
+
 /// How often /proc/PID/task is rescanned for threads the events missed.
 const RESCAN_EVERY: Duration = Duration::from_secs(1);
 
@@ -532,6 +535,9 @@ pub struct PerfTracer {
     fds: Vec<i32>,
     /// The scheduler's records are read (the split of calls and gaps, `SchedClock`).
     sched: Option<SchedIds>,
+    /// The per-CPU `sched:sched_wakeup` events and the tids their filter keeps.
+    wakeup_fds: Vec<i32>,
+    wakeup_tids: Vec<Tid>,
     /// Tids with events of their own (opened at attach or by a rescan).
     opened: HashSet<Tid>,
     /// Tids the kernel gave the events to through inheritance, with whether they are
@@ -636,6 +642,7 @@ impl PerfTracer {
             }
         }
         me.threads_at_attach = me.opened.len() as u32;
+        me.open_wakeups();
         me.queue.push_back(Event {
             tid: pid,
             ts: me.stats.attach_mono,
@@ -666,6 +673,8 @@ impl PerfTracer {
             inherit_thread: true,
             nr_info: vec![],
             sched: None,
+            wakeup_fds: vec![],
+            wakeup_tids: vec![],
             stop_requested: false,
             done: false,
             warnings: vec![],
@@ -738,8 +747,9 @@ impl PerfTracer {
             ..Default::default()
         };
         a.__bindgen_anon_1.sample_period = 1;
-        a.set_inherit(1);
-        if !self.cfg.follow_forks && self.inherit_thread {
+        // The wakeup event is per CPU, not per task (see `open_wakeups`).
+        a.set_inherit((ev != Ev::Wakeup) as u64);
+        if ev != Ev::Wakeup && !self.cfg.follow_forks && self.inherit_thread {
             // Only threads inherit the events; a forked child runs untraced (Linux 5.13+;
             // before that children inherit them and their records are dropped here).
             a.set_inherit_thread(1);
@@ -758,7 +768,7 @@ impl PerfTracer {
     }
 
     /// Opens the events of `tid` on every CPU, into the CPUs' rings: the syscall enter and
-    /// exit tracepoints, and for the scheduler's split its wakeups and page faults. If those
+    /// exit tracepoints, and for the scheduler's split its page faults. If those
     /// cannot be opened the trace goes on without the split, and the user is told.
     fn open_thread(&mut self, tid: Tid) -> Result<(), i32> {
         let mut new_fds = vec![];
@@ -766,8 +776,8 @@ impl PerfTracer {
         let mut sched_err = None;
         let result = (|| {
             for (i, &cpu) in self.cpus.clone().iter().enumerate() {
-                for ev in [Ev::Enter, Ev::Exit, Ev::Wakeup, Ev::Minor, Ev::Major] {
-                    let for_sched = matches!(ev, Ev::Wakeup | Ev::Minor | Ev::Major);
+                for ev in [Ev::Enter, Ev::Exit, Ev::Minor, Ev::Major] {
+                    let for_sched = matches!(ev, Ev::Minor | Ev::Major);
                     if for_sched && (self.sched.is_none() || sched_err.is_some()) {
                         continue;
                     }
@@ -835,7 +845,7 @@ impl PerfTracer {
             }
             self.sched = None;
             self.warnings.push(format!(
-                "no scheduler split of calls and gaps (sched): the page-fault or sched_wakeup events of thread {tid} could not be opened ({})",
+                "no scheduler split of calls and gaps (sched): the page-fault events of thread {tid} could not be opened ({})",
                 std::io::Error::from_raw_os_error(e)
             ));
         }
@@ -856,6 +866,93 @@ impl PerfTracer {
                 Err(e)
             }
         }
+    }
+
+    /// The thread's wakeups, for the time it then waits for a CPU. `sched:sched_wakeup` of a
+    /// per-task event only fires while that task runs (Linux 6.18 delivers no wakeup of the
+    /// task itself to it: `perf record -e sched:sched_wakeup -p PID` shows only the wakeups
+    /// PID makes), so it is opened once per CPU for every task, and a tracepoint filter on
+    /// the woken pid keeps only the traced threads' (`refresh_wakeup_filter`). Without it
+    /// the split still has each thread's switches: time runnable after a wakeup counts as
+    /// blocked, and the user is told.
+    fn open_wakeups(&mut self) {
+        if self.sched.is_none() {
+            return;
+        }
+        let mut err = None;
+        for (i, &cpu) in self.cpus.clone().iter().enumerate() {
+            let mut attr = self.attr(Ev::Wakeup);
+            let fd = match open_event(&mut attr, -1i32 as Tid, cpu) {
+                Ok(fd) => fd,
+                Err(e) => {
+                    err = Some(e);
+                    break;
+                }
+            };
+            self.wakeup_fds.push(fd);
+            let r = match self.rings.get(i) {
+                Some(ring) => unsafe { sys::ioctls::SET_OUTPUT(fd, ring.fd as libc::c_int) },
+                None => -1,
+            };
+            if r != 0 {
+                err = Some(
+                    std::io::Error::last_os_error()
+                        .raw_os_error()
+                        .unwrap_or(libc::EINVAL),
+                );
+                break;
+            }
+        }
+        if err.is_none() && !self.refresh_wakeup_filter() {
+            err = Some(libc::EINVAL);
+        }
+        if let Some(e) = err {
+            self.close_wakeups();
+            self.warnings.push(format!(
+                "the scheduler split counts time runnable after a wakeup as blocked: sched:sched_wakeup could not be opened per CPU with a pid filter ({})",
+                std::io::Error::from_raw_os_error(e)
+            ));
+        }
+    }
+
+    fn close_wakeups(&mut self) {
+        for fd in self.wakeup_fds.drain(..) {
+            unsafe { libc::close(fd) };
+        }
+        self.wakeup_tids.clear();
+    }
+
+    /// Sets the wakeup events' filter to the traced threads, when they changed. False if
+    /// the kernel refused it (the events would record every wakeup of the machine).
+    fn refresh_wakeup_filter(&mut self) -> bool {
+        if self.wakeup_fds.is_empty() {
+            return true;
+        }
+        let mut tids: Vec<Tid> = self.threads.keys().copied().collect();
+        tids.sort_unstable();
+        // A filter is at most a page: past that many threads the list stays as it was.
+        tids.truncate(WAKEUP_FILTER_MAX);
+        if tids == self.wakeup_tids {
+            return true;
+        }
+        let text = if tids.is_empty() {
+            "pid == 0".to_string()
+        } else {
+            tids.iter()
+                .map(|t| format!("pid == {t}"))
+                .collect::<Vec<_>>()
+                .join(" || ")
+        };
+        let Ok(c) = std::ffi::CString::new(text) else {
+            return false;
+        };
+        for &fd in &self.wakeup_fds {
+            if unsafe { sys::ioctls::SET_FILTER(fd, c.as_ptr() as *mut libc::c_char) } != 0 {
+                return false;
+            }
+        }
+        self.wakeup_tids = tids;
+        true
     }
 
     fn map_ring(&self, fd: i32) -> Result<Ring, i32> {
@@ -936,6 +1033,13 @@ impl PerfTracer {
                 self.processed_upto = r.ts;
             }
             self.process(r);
+        }
+        // Threads come and go: the wakeups kept follow them.
+        if !self.refresh_wakeup_filter() {
+            self.close_wakeups();
+            self.warnings.push(
+                "the scheduler split counts time runnable after a wakeup as blocked from here: the kernel refused the sched_wakeup filter for the new threads".into(),
+            );
         }
     }
 
@@ -1232,6 +1336,7 @@ impl PerfTracer {
         self.stats.detach_mono = end;
         // Closing the events stops the records (inherited copies go with their parent);
         // the rings stay mapped until read once more.
+        self.close_wakeups();
         for fd in self.fds.drain(..) {
             if !self.rings.iter().any(|r| r.fd == fd) {
                 unsafe { libc::close(fd) };
@@ -1378,6 +1483,7 @@ impl Drop for PerfTracer {
     fn drop(&mut self) {
         // Unmap before closing; `fds` holds the rings' fds too (after `finish` both are empty).
         self.rings.clear();
+        self.close_wakeups();
         for fd in self.fds.drain(..) {
             unsafe { libc::close(fd) };
         }
