@@ -11,14 +11,14 @@ use super::phases::Segment;
 use super::resp;
 use super::stats::Agg;
 use crate::event::{Nanos, Ret};
-use crate::fdtable::FileClass;
+use crate::fdtable::{FileClass, ProcKey};
 use crate::report::{self, CommandPhase};
 use rustc_hash::FxHashMap as HashMap;
 use std::collections::{BTreeMap, VecDeque};
 use std::rc::Rc;
 
 /// (process, fd) of a client connection.
-type Conn = (u32, i32);
+type Conn = (ProcKey, i32);
 
 struct PendingCmd {
     seq: u64,
@@ -362,7 +362,7 @@ mod tests {
                 io(5_000, "write", 9, b"+FULLRESYNC\r\n", 13),
             ],
         );
-        assert_eq!(replica, Some((100, 9)));
+        assert_eq!(replica, Some((ProcKey::Root, 9)));
     }
 
     #[test]

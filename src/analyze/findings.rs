@@ -59,7 +59,7 @@ pub(crate) fn explain(a: &Evidence<'_>, c: &Cand, role: Role) -> (Option<Finding
     let d = human(c.dur / 1000);
     let who = match role {
         Role::Main => "main thread".to_string(),
-        Role::Child => format!("background child {}", c.proc),
+        Role::Child => format!("background child {}", a.world.show_pid(c.proc)),
         r => format!("{} thread {}", r.as_str(), c.tid),
     };
     let during = c
@@ -876,7 +876,7 @@ mod tests {
     fn cand(kind: StallKind, syscall: Option<&'static str>, phase: Option<usize>) -> Cand {
         Cand {
             tid: 101,
-            proc: 100,
+            proc: crate::fdtable::ProcKey::Root,
             kind,
             syscall,
             fd: Some(7),

@@ -6,6 +6,7 @@
 
 use super::stalls::Added;
 use crate::event::Nanos;
+use crate::fdtable::ProcKey;
 use rustc_hash::FxHashSet as HashSet;
 use std::collections::VecDeque;
 use std::rc::Rc;
@@ -16,7 +17,7 @@ pub(crate) struct DoneCmd {
     pub(crate) seq: u64,
     pub(crate) name: Rc<str>,
     /// (process, fd) of the connection.
-    pub(crate) conn: (u32, i32),
+    pub(crate) conn: (ProcKey, i32),
     pub(crate) req: Nanos,
     pub(crate) reply: Nanos,
 }
@@ -30,7 +31,7 @@ pub(crate) struct Held {
     end: Nanos,
     pub(crate) waiting: u64,
     /// Distinct connections it held (capped).
-    pub(crate) clients: HashSet<(u32, i32)>,
+    pub(crate) clients: HashSet<(ProcKey, i32)>,
     pub(crate) worst_wait: Option<i64>,
     /// Commands (by sequence number) it held up, for merging into incidents.
     pub(crate) seqs: Vec<u64>,
@@ -166,7 +167,7 @@ mod tests {
         DoneCmd {
             seq,
             name: "SET".into(),
-            conn: (1, conn),
+            conn: (ProcKey::Root, conn),
             req,
             reply,
         }

@@ -15,7 +15,11 @@ pub(super) fn incidents(
     first: Nanos,
 ) -> Vec<report::Incident> {
     // Each incident with the distinct commands and connections its stalls held.
-    type Open = (report::Incident, HashSet<u64>, HashSet<(u32, i32)>);
+    type Open = (
+        report::Incident,
+        HashSet<u64>,
+        HashSet<(crate::fdtable::ProcKey, i32)>,
+    );
     let mut out: Vec<Open> = vec![];
     for (i, (c, h, s)) in stalls.iter().enumerate() {
         let (start, end) = (c.start, c.start + c.dur);

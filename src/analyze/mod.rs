@@ -143,7 +143,7 @@ impl Analyzer {
         else {
             return false;
         };
-        if !self.world.is_root(cx.proc) {
+        if !cx.proc.is_root() {
             return false;
         }
         if cx.facts.has(call::Facts::CLOSE) {
@@ -254,8 +254,7 @@ impl Analyzer {
         if let Some(conn) = replica {
             self.world.became_replica(conn);
         }
-        let is_root = self.world.is_root(cx.proc);
-        self.phases.on_call(&cx, is_root, self.world.conf());
+        self.phases.on_call(&cx, self.world.conf());
         self.world.after(&cx);
     }
 

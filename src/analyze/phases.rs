@@ -8,7 +8,7 @@ use super::call::{Facts, ResolvedCall};
 use super::commands::Commands;
 use super::file_time::FileTime;
 use crate::event::{Extra, Nanos, Ret};
-use crate::fdtable::{classify_path, FileClass};
+use crate::fdtable::{classify_path, FileClass, ProcKey};
 use crate::redis_conf::RedisConf;
 use crate::report::{self, EndedBy, PhaseKind, PhaseStatsOf};
 use crate::source::Clock;
@@ -100,15 +100,10 @@ impl Phases {
         &self.fork_durs
     }
 
-    /// `is_root`: the call is the traced process's.
     #[inline]
-    pub(crate) fn on_call(
-        &mut self,
-        cx: &ResolvedCall<'_>,
-        is_root: bool,
-        conf: Option<&RedisConf>,
-    ) {
+    pub(crate) fn on_call(&mut self, cx: &ResolvedCall<'_>, conf: Option<&RedisConf>) {
         let (sc, f) = (cx.sc, cx.facts);
+        let is_root = cx.proc.is_root();
         if is_root && f.has(Facts::OPEN) && sc.ret.val().is_some() {
             let p = sc.ret_path.as_deref().or(sc.path());
             if p.is_some_and(|p| p.contains(".incr.aof")) {
@@ -129,7 +124,7 @@ impl Phases {
         }
         // What the child writes tells what kind of save it is.
         if let (Some(c), true) = (cx.class, f.has(Facts::WRITES)) {
-            if let Some(&i) = self.child_phase.get(&cx.proc) {
+            if let Some(&i) = cx.proc.child_pid().and_then(|p| self.child_phase.get(&p)) {
                 if !self.list[i].wrote.contains(&c) {
                     self.list[i].wrote.push(c);
                 }
@@ -164,10 +159,10 @@ impl Phases {
         }
     }
 
-    fn on_rename(&mut self, proc: u32, c: FileClass) {
-        let phase = self
-            .child_phase
-            .get(&proc)
+    fn on_rename(&mut self, proc: ProcKey, c: FileClass) {
+        let phase = proc
+            .child_pid()
+            .and_then(|p| self.child_phase.get(&p))
             .copied()
             .or_else(|| self.list.len().checked_sub(1));
         if let Some(i) = phase {
@@ -302,13 +297,13 @@ mod tests {
             200,
             Extra::Clone { thread: false },
         );
-        p.on_call(&call(&fork, Role::Main, None), true, None);
+        p.on_call(&call(&fork, Role::Main, None), None);
         assert_eq!(
             (p.segment(), p.active_at(20 * MS)),
             (Segment::during(0), Some(0))
         );
         let wait = with(event(100, 50 * MS, MS, "wait4"), 200, Extra::None);
-        p.on_call(&call(&wait, Role::Main, None), true, None);
+        p.on_call(&call(&wait, Role::Main, None), None);
         assert_eq!(
             (p.segment(), p.active_at(60 * MS)),
             (Segment::after(0), None)
@@ -341,13 +336,13 @@ mod tests {
             9,
             Extra::Path("appendonly.aof.2.incr.aof".into()),
         );
-        p.on_call(&call(&open, Role::Main, None), true, None);
+        p.on_call(&call(&open, Role::Main, None), None);
         let fork = with(
             event(100, 100 * MS, MS, "clone"),
             200,
             Extra::Clone { thread: false },
         );
-        p.on_call(&call(&fork, Role::Main, None), true, None);
+        p.on_call(&call(&fork, Role::Main, None), None);
         let aof = AofUse {
             seen: true,
             conf: None,
@@ -362,7 +357,9 @@ mod tests {
             301,
             Extra::Clone { thread: false },
         );
-        p.on_call(&call(&other, Role::Other, None), false, None);
+        let mut cx = call(&other, Role::Other, None);
+        cx.proc = ProcKey::Pid(300);
+        p.on_call(&cx, None);
         assert_eq!(p.len(), 1);
     }
 }

@@ -19,7 +19,7 @@ use std::collections::BinaryHeap;
 #[derive(Clone)]
 pub(crate) struct Cand {
     pub(crate) tid: Tid,
-    pub(crate) proc: u32,
+    pub(crate) proc: crate::fdtable::ProcKey,
     pub(crate) kind: StallKind,
     pub(crate) syscall: Option<&'static str>,
     pub(crate) fd: Option<i32>,
