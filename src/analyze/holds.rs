@@ -4,18 +4,18 @@
 //! either order, so both sides are remembered for a while: the answered commands in a ring,
 //! the recent stalls in a window.
 
+use super::commands::CmdId;
 use super::stalls::Added;
 use crate::event::Nanos;
 use crate::fdtable::ProcKey;
 use rustc_hash::FxHashSet as HashSet;
 use std::collections::VecDeque;
-use std::rc::Rc;
 
 /// A command answered (or, at the end, never answered: `reply` after the trace's end).
 #[derive(Clone, Debug)]
 pub(crate) struct DoneCmd {
     pub(crate) seq: u64,
-    pub(crate) name: Rc<str>,
+    pub(crate) name: CmdId,
     /// (process, fd) of the connection.
     pub(crate) conn: (ProcKey, i32),
     pub(crate) req: Nanos,
@@ -35,7 +35,7 @@ pub(crate) struct Held {
     pub(crate) worst_wait: Option<i64>,
     /// Commands (by sequence number) it held up, for merging into incidents.
     pub(crate) seqs: Vec<u64>,
-    pub(crate) by_cmd: Vec<(Rc<str>, u64)>,
+    pub(crate) by_cmd: Vec<(CmdId, u64)>,
 }
 
 /// Most clients and command numbers remembered per stall.
@@ -54,14 +54,9 @@ impl Held {
             if self.seqs.len() < HELD_MAX {
                 self.seqs.push(d.seq);
             }
-            // Names are interned: one pointer per command name, compared before the text.
-            match self
-                .by_cmd
-                .iter_mut()
-                .find(|(n, _)| Rc::ptr_eq(n, &d.name) || *n == d.name)
-            {
+            match self.by_cmd.iter_mut().find(|(n, _)| *n == d.name) {
                 Some(e) => e.1 += 1,
-                None => self.by_cmd.push((d.name.clone(), 1)),
+                None => self.by_cmd.push((d.name, 1)),
             }
         }
     }
@@ -162,11 +157,16 @@ impl Holds {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::analyze::commands::CmdNames;
+
+    fn set() -> CmdId {
+        CmdNames::default().intern(b"SET")
+    }
 
     fn done(seq: u64, conn: i32, req: Nanos, reply: Nanos) -> DoneCmd {
         DoneCmd {
             seq,
-            name: "SET".into(),
+            name: set(),
             conn: (ProcKey::Root, conn),
             req,
             reply,
@@ -214,7 +214,7 @@ mod tests {
         let x = h.held(0);
         assert_eq!((x.waiting, x.clients.len()), (2, 2));
         assert_eq!(x.worst_wait, Some(280));
-        assert_eq!(x.by_cmd, vec![("SET".into(), 2)]);
+        assert_eq!(x.by_cmd, vec![(set(), 2)]);
     }
 
     #[test]

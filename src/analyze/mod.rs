@@ -316,6 +316,7 @@ impl Analyzer {
     fn stall_row<'a>(&'a self, clock: &'a Clock) -> StallRow<'a> {
         StallRow {
             world: &self.world,
+            names: self.commands.names(),
             clock,
             first: self.coverage.first().unwrap_or(0),
         }

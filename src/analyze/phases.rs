@@ -263,8 +263,9 @@ pub(crate) fn phase_stats(
         out.push(row(i, PhaseStatsOf::MainFileSyscalls, |s| {
             file_time.segment(s)
         }));
-        for n in commands.names() {
-            out.push(row(i, PhaseStatsOf::Command(n.to_string()), |s| {
+        for n in commands.in_name_order() {
+            let name = commands.names().name(n).to_string();
+            out.push(row(i, PhaseStatsOf::Command(name), |s| {
                 commands.segment(n, s)
             }));
         }

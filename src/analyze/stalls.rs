@@ -4,6 +4,7 @@
 //! its cap the shortest candidate makes room, and the rest are counted.
 
 use super::call::{is_idle, PerThread, ResolvedCall};
+use super::commands::CmdNames;
 use super::holds::Held;
 use super::phases::Phases;
 use super::roles::Role;
@@ -287,6 +288,8 @@ pub(crate) fn keep(c: &Cand, role: Role, gaps_ok: bool) -> bool {
 /// The report's row for a kept stall.
 pub(crate) struct StallRow<'a> {
     pub(crate) world: &'a World,
+    /// Command ids to names, for what each stall held up.
+    pub(crate) names: &'a CmdNames,
     pub(crate) clock: &'a Clock,
     pub(crate) first: Nanos,
 }
@@ -324,7 +327,7 @@ impl StallRow<'_> {
             waiting_by_command: held
                 .by_cmd
                 .iter()
-                .map(|(k, v)| (k.to_string(), *v))
+                .map(|(k, v)| (self.names.name(*k).to_string(), *v))
                 .collect(),
             waiting_clients: held.clients.len() as u64,
             worst_wait_us: held.worst_wait.map(|w| w / 1000),
