@@ -799,12 +799,15 @@ pub(crate) fn findings(
     out
 }
 
-/// What a live backend knows that the trace does not show.
+/// What a live backend knows that the trace does not show: the input of `LIVE_RULES`, for
+/// `attach` and for each incident report of `watch`.
 pub struct LiveEvidence<'a> {
     /// The backend reads request and reply buffers (ptrace and bpf do; perf does not).
     pub sees_commands: bool,
     /// Why tracing itself slowed redis down, when it did substantially.
     pub tracing_cost: Option<&'a str>,
+    /// The report is a `watch` incident's (the advice says "watch", not "trace").
+    pub watching: bool,
 }
 
 fn perf_cannot_see_commands(l: &LiveEvidence<'_>, _: Option<&ByFinding>) -> bool {
@@ -827,6 +830,15 @@ fn live_warning(_: &LiveEvidence<'_>, _: Option<&ByFinding>) -> Severity {
     Severity::Warning
 }
 
+fn backend_limits_advice(l: &LiveEvidence<'_>, _: Option<&ByFinding>) -> String {
+    let verb = if l.watching { "watch" } else { "trace" };
+    format!(
+        "If you need them, use --backend bpf (as root: it reads request buffers in the \
+         kernel without stopping redis), or {verb} briefly with --backend ptrace (it slows \
+         redis about as much as strace), or on a replica."
+    )
+}
+
 /// What a live backend adds to the findings, after the trace's.
 static LIVE_RULES: &[LiveRule] = &[
     // Say what this backend cannot show, rather than leave empty tables unexplained.
@@ -840,11 +852,7 @@ static LIVE_RULES: &[LiveRule] = &[
              buffers: command names, per-command latency and the commands each stall held \
              up are not available in this report",
         ),
-        advice: LiveText::Fixed(
-            "If you need them, use --backend bpf (as root: it reads request buffers in the \
-             kernel without stopping redis), or trace briefly with --backend ptrace (it slows \
-             redis about as much as strace), or on a replica.",
-        ),
+        advice: LiveText::Made(backend_limits_advice),
     },
     LiveRule {
         id: FindingId::TracerOverhead,
@@ -1067,11 +1075,13 @@ mod tests {
         let ptrace = LiveEvidence {
             sees_commands: true,
             tracing_cost: None,
+            watching: false,
         };
         assert!(ids(&ptrace).is_empty());
         let slow = LiveEvidence {
             sees_commands: true,
             tracing_cost: Some("tracing is slowing redis down"),
+            watching: false,
         };
         let f = live_findings(&slow);
         assert_eq!(
@@ -1079,11 +1089,15 @@ mod tests {
             (FindingId::TracerOverhead, Severity::Warning)
         );
         assert_eq!(f[0].evidence, "tracing is slowing redis down");
-        let perf = LiveEvidence {
+        let perf = |watching| LiveEvidence {
             sees_commands: false,
             tracing_cost: None,
+            watching,
         };
-        assert_eq!(ids(&perf), vec![FindingId::BackendLimits]);
+        assert_eq!(ids(&perf(false)), vec![FindingId::BackendLimits]);
+        let advice = |watching| live_findings(&perf(watching))[0].advice.clone();
+        assert!(advice(false).contains("or trace briefly with --backend ptrace"));
+        assert!(advice(true).contains("or watch briefly with --backend ptrace"));
     }
 
     #[test]
