@@ -9,7 +9,7 @@
 //! attributes, so tests parse it and check it against the report.
 
 use super::markup::{class_color, dur, esc, nice_ticks, phase_style, tick_label};
-use crate::report::{FileClass, Report, Role, Stall, StallKind};
+use crate::report::{FileClass, LogLevel, Report, Role, Stall, StallKind};
 use std::io::{self, Write};
 
 const WIDTH: f64 = 1200.0;
@@ -277,11 +277,11 @@ pub(crate) fn write_lanes_at(r: &Report, w: &mut dyn Write, y: Option<f64>) -> i
     if has_marks {
         let y = TOP + MARK_LANE_H / 2.0;
         for l in log_lines {
-            let big =
-                crate::redis_evidence::classify(&l.message).is_some() || l.level == Some("warning");
+            let big = crate::redis_evidence::classify(&l.message).is_some()
+                || l.level == Some(LogLevel::Warning);
             let color = match l.level {
-                Some("warning") => "#c0392b",
-                Some("notice") => "#1f618d",
+                Some(LogLevel::Warning) => "#c0392b",
+                Some(LogLevel::Notice) => "#1f618d",
                 _ => "#95a5a6",
             };
             let xx = x(l.at_us as f64);
@@ -294,7 +294,7 @@ pub(crate) fn write_lanes_at(r: &Report, w: &mut dyn Write, y: Option<f64>) -> i
                 y - h,
                 y + h,
                 esc(&l.ts),
-                esc(&l.role),
+                esc(l.role.as_str()),
                 l.pid.map(|p| p.to_string()).unwrap_or_default(),
                 esc(&l.message)
             )?;
@@ -524,8 +524,8 @@ mod tests {
                 ts: "x".into(),
                 line: 9,
                 pid: Some(100),
-                role: "master".into(),
-                level: Some("notice"),
+                role: LogRole::Master,
+                level: Some(LogLevel::Notice),
                 message: "Asynchronous AOF fsync is taking too long (disk is busy?).".into(),
             }],
             server: Some(RedisServerInfo {
