@@ -64,8 +64,8 @@ pub(crate) fn explain(a: &Evidence<'_>, c: &Cand, role: Role) -> (Option<Finding
     };
     let during = c
         .phase
-        .and_then(|p| a.phases.get(p))
-        .map(|p| format!(" while child {} ran", p.child))
+        .and_then(|p| a.phases.child(p))
+        .map(|child| format!(" while child {child} ran"))
         .unwrap_or_default();
     if c.kind == StallKind::Gap {
         if let Some(v) = sched_of_gap(c, role, &who, &d, &during) {
@@ -82,12 +82,12 @@ pub(crate) fn explain(a: &Evidence<'_>, c: &Cand, role: Role) -> (Option<Finding
     }
     let name = c.syscall.unwrap_or("?");
     let file = c.file.map(|f| a.world.file(f));
-    let bound = match c.bound {
+    let bound = match c.dur_facts.bound {
         Bound::AtLeast => "at least ",
         Bound::AtMost => "at most ",
         Bound::Exact => "",
     };
-    let edge = match c.in_flight {
+    let edge = match c.dur_facts.in_flight {
         Some(crate::event::InFlight::AtStart) => " (already running when tracing began)",
         Some(crate::event::InFlight::AtEnd) => " (still running when tracing ended)",
         None => "",
@@ -301,7 +301,7 @@ fn cause_of_call(
         (Role::Main, c2, _) if c2.is_disk_file() => {
             (Some(FindingId::DiskContention), "file I/O in the main thread waited on a busy disk".into())
         }
-        (Role::Main, FileClass::Unknown, "close") if c.file.is_none() && c.in_flight.is_some() => (
+        (Role::Main, FileClass::Unknown, "close") if c.file.is_none() && c.dur_facts.in_flight.is_some() => (
             None,
             "the fd was opened before tracing began, so its file is unknown; in redis a close() \
              that blocks the main thread for long is most often the log file, which is closed \
@@ -484,9 +484,7 @@ fn active_child_advice(cx: &Ctx<'_>, _: Option<&ByFinding>) -> String {
     let dur = cx
         .ev
         .phases
-        .iter()
-        .filter_map(|p| p.end.map(|end| end - p.start))
-        .max()
+        .longest_ended()
         .map(|d| human(d / 1000))
         .unwrap_or_else(|| "the child's lifetime".into());
     format!(
@@ -535,11 +533,8 @@ fn fork_evidence(cx: &Ctx<'_>, _: Option<&ByFinding>) -> String {
     let list: Vec<String> = cx
         .ev
         .phases
-        .iter()
-        .filter_map(|p| {
-            p.fork_ns
-                .map(|f| format!("{} (child {})", human(f / 1000), p.child))
-        })
+        .forks()
+        .map(|(f, child)| format!("{} (child {child})", human(f / 1000)))
         .collect();
     format!("fork durations: {}", list.join(", "))
 }
@@ -892,9 +887,11 @@ mod tests {
             start: 0,
             dur: 50 * MS,
             line: Some(3),
-            bound: Bound::Exact,
-            known: crate::report::DurationKnown::Measured,
-            in_flight: None,
+            dur_facts: crate::analyze::stalls::DurFacts {
+                bound: Bound::Exact,
+                known: crate::report::DurationKnown::Measured,
+                in_flight: None,
+            },
             phase,
             events_lost: false,
             id: 1,
@@ -950,7 +947,7 @@ mod tests {
                 assert_eq!(explain(ev, c, *role).0, *want, "case {i}");
             }
             let mut c = cand(StallKind::SlowSyscall, Some("close"), None);
-            c.in_flight = Some(InFlight::AtStart);
+            c.dur_facts.in_flight = Some(InFlight::AtStart);
             let (id, why) = explain(ev, &c, Role::Main);
             assert_eq!(id, None);
             assert!(

@@ -62,3 +62,10 @@ pub(super) fn incidents(
         })
         .collect()
 }
+
+/// Each incident is named by the first finding among its stalls.
+pub(super) fn name_findings(incidents: &mut [report::Incident], stalls: &[Stall]) {
+    for inc in incidents {
+        inc.finding = inc.stalls.iter().filter_map(|i| stalls[*i].finding).next();
+    }
+}

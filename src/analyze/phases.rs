@@ -14,11 +14,11 @@ use crate::report::{self, EndedBy, PhaseKind, PhaseStatsOf};
 use crate::source::Clock;
 use rustc_hash::FxHashMap as HashMap;
 
-pub(crate) struct PhaseState {
-    pub(crate) child: u32,
-    pub(crate) start: Nanos,
-    pub(crate) fork_ns: Option<Nanos>,
-    pub(crate) end: Option<Nanos>,
+struct PhaseState {
+    child: u32,
+    start: Nanos,
+    fork_ns: Option<Nanos>,
+    end: Option<Nanos>,
     ended_by: Option<EndedBy>,
     wrote: Vec<FileClass>,
     kind_hint: Option<PhaseKind>,
@@ -80,8 +80,9 @@ impl Phases {
         self.segment
     }
 
-    pub(crate) fn get(&self, i: usize) -> Option<&PhaseState> {
-        self.list.get(i)
+    /// The child process of phase `i`.
+    pub(crate) fn child(&self, i: usize) -> Option<u32> {
+        self.list.get(i).map(|p| p.child)
     }
 
     pub(crate) fn is_empty(&self) -> bool {
@@ -92,8 +93,19 @@ impl Phases {
         self.list.len()
     }
 
-    pub(crate) fn iter(&self) -> impl Iterator<Item = &PhaseState> {
-        self.list.iter()
+    /// The longest phase that ended in the trace, how long it ran.
+    pub(crate) fn longest_ended(&self) -> Option<Nanos> {
+        self.list
+            .iter()
+            .filter_map(|p| p.end.map(|end| end - p.start))
+            .max()
+    }
+
+    /// (fork duration, child) of every phase whose fork was timed, in order.
+    pub(crate) fn forks(&self) -> impl Iterator<Item = (Nanos, u32)> + '_ {
+        self.list
+            .iter()
+            .filter_map(|p| p.fork_ns.map(|f| (f, p.child)))
     }
 
     pub(crate) fn fork_durs(&self) -> &[Nanos] {

@@ -343,8 +343,9 @@ impl World {
         self.fds.file(id)
     }
 
-    pub(crate) fn files(&self) -> &[FileInfo] {
-        self.fds.files()
+    /// Some file of the trace is an AOF.
+    pub(crate) fn aof_seen(&self) -> bool {
+        self.fds.files().iter().any(|f| f.class == FileClass::Aof)
     }
 
     pub(crate) fn conf(&self) -> Option<&RedisConf> {
