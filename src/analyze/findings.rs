@@ -65,13 +65,13 @@ pub(crate) fn explain(
     let d = human(c.dur / 1000);
     let who = match role {
         Role::Main => "main thread".to_string(),
-        Role::Child => format!("background child {}", c.proc),
+        Role::Child => format!("background child {}", a.world.show_pid(c.proc)),
         r => format!("{} thread {}", r.as_str(), c.tid),
     };
     let during = c
         .phase
-        .and_then(|p| a.phases.get(p))
-        .map(|p| format!(" while child {} ran", p.child))
+        .and_then(|p| a.phases.child(p))
+        .map(|child| format!(" while child {child} ran"))
         .unwrap_or_default();
     if c.kind == StallKind::Gap {
         if let Some(v) = sched_of_gap(c, role, &who, &d, &during, running) {
@@ -88,12 +88,12 @@ pub(crate) fn explain(
     }
     let name = c.syscall.unwrap_or("?");
     let file = c.file.map(|f| a.world.file(f));
-    let bound = match c.bound {
+    let bound = match c.dur_facts.bound {
         Bound::AtLeast => "at least ",
         Bound::AtMost => "at most ",
         Bound::Exact => "",
     };
-    let edge = match c.in_flight {
+    let edge = match c.dur_facts.in_flight {
         Some(crate::event::InFlight::AtStart) => " (already running when tracing began)",
         Some(crate::event::InFlight::AtEnd) => " (still running when tracing ended)",
         None => "",
@@ -309,7 +309,7 @@ fn cause_of_call(
         (Role::Main, c2, _) if c2.is_disk_file() => {
             (Some(FindingId::DiskContention), "file I/O in the main thread waited on a busy disk".into())
         }
-        (Role::Main, FileClass::Unknown, "close") if c.file.is_none() && c.in_flight.is_some() => (
+        (Role::Main, FileClass::Unknown, "close") if c.file.is_none() && c.dur_facts.in_flight.is_some() => (
             None,
             "the fd was opened before tracing began, so its file is unknown; in redis a close() \
              that blocks the main thread for long is most often the log file, which is closed \
@@ -501,9 +501,7 @@ fn active_child_advice(cx: &Ctx<'_>, _: Option<&ByFinding>) -> String {
     let dur = cx
         .ev
         .phases
-        .iter()
-        .filter_map(|p| p.end.map(|end| end - p.start))
-        .max()
+        .longest_ended()
         .map(|d| human(d / 1000))
         .unwrap_or_else(|| "the child's lifetime".into());
     format!(
@@ -552,11 +550,8 @@ fn fork_evidence(cx: &Ctx<'_>, _: Option<&ByFinding>) -> String {
     let list: Vec<String> = cx
         .ev
         .phases
-        .iter()
-        .filter_map(|p| {
-            p.fork_ns
-                .map(|f| format!("{} (child {})", human(f / 1000), p.child))
-        })
+        .forks()
+        .map(|(f, child)| format!("{} (child {child})", human(f / 1000)))
         .collect();
     format!("fork durations: {}", list.join(", "))
 }
@@ -774,6 +769,7 @@ static RULES: &[Rule] = &[
 pub(crate) fn findings(
     a: &Evidence<'_>,
     held: &[Held],
+    names: &super::commands::CmdNames,
     commands: &[CommandStats],
     stalls: &[Stall],
 ) -> Vec<Finding> {
@@ -799,7 +795,7 @@ pub(crate) fn findings(
         e.total += s.duration_us;
         e.held.extend(h.seqs.iter().copied());
         if let (Some(n), Some(_)) = (h.running(), &s.sched) {
-            e.running.insert(n.to_string());
+            e.running.insert(names.name(n).to_string());
         }
         if s.duration_us >= e.worst {
             e.worst = s.duration_us;
@@ -820,12 +816,15 @@ pub(crate) fn findings(
     out
 }
 
-/// What a live backend knows that the trace does not show.
+/// What a live backend knows that the trace does not show: the input of `LIVE_RULES`, for
+/// `attach` and for each incident report of `watch`.
 pub struct LiveEvidence<'a> {
     /// The backend reads request and reply buffers (ptrace and bpf do; perf does not).
     pub sees_commands: bool,
     /// Why tracing itself slowed redis down, when it did substantially.
     pub tracing_cost: Option<&'a str>,
+    /// The report is a `watch` incident's (the advice says "watch", not "trace").
+    pub watching: bool,
 }
 
 fn perf_cannot_see_commands(l: &LiveEvidence<'_>, _: Option<&ByFinding>) -> bool {
@@ -848,6 +847,15 @@ fn live_warning(_: &LiveEvidence<'_>, _: Option<&ByFinding>) -> Severity {
     Severity::Warning
 }
 
+fn backend_limits_advice(l: &LiveEvidence<'_>, _: Option<&ByFinding>) -> String {
+    let verb = if l.watching { "watch" } else { "trace" };
+    format!(
+        "If you need them, use --backend bpf (as root: it reads request buffers in the \
+         kernel without stopping redis), or {verb} briefly with --backend ptrace (it slows \
+         redis about as much as strace), or on a replica."
+    )
+}
+
 /// What a live backend adds to the findings, after the trace's.
 static LIVE_RULES: &[LiveRule] = &[
     // Say what this backend cannot show, rather than leave empty tables unexplained.
@@ -861,11 +869,7 @@ static LIVE_RULES: &[LiveRule] = &[
              buffers: command names, per-command latency and the commands each stall held \
              up are not available in this report",
         ),
-        advice: LiveText::Fixed(
-            "If you need them, use --backend bpf (as root: it reads request buffers in the \
-             kernel without stopping redis), or trace briefly with --backend ptrace (it slows \
-             redis about as much as strace), or on a replica.",
-        ),
+        advice: LiveText::Made(backend_limits_advice),
     },
     LiveRule {
         id: FindingId::TracerOverhead,
@@ -897,7 +901,7 @@ mod tests {
     fn cand(kind: StallKind, syscall: Option<&'static str>, phase: Option<usize>) -> Cand {
         Cand {
             tid: 101,
-            proc: 100,
+            proc: crate::fdtable::ProcKey::Root,
             kind,
             syscall,
             fd: Some(7),
@@ -905,9 +909,11 @@ mod tests {
             start: 0,
             dur: 50 * MS,
             line: Some(3),
-            bound: Bound::Exact,
-            known: crate::report::DurationKnown::Measured,
-            in_flight: None,
+            dur_facts: crate::analyze::stalls::DurFacts {
+                bound: Bound::Exact,
+                known: crate::report::DurationKnown::Measured,
+                in_flight: None,
+            },
             phase,
             events_lost: false,
             id: 1,
@@ -963,7 +969,7 @@ mod tests {
                 assert_eq!(explain(ev, c, *role, None).0, *want, "case {i}");
             }
             let mut c = cand(StallKind::SlowSyscall, Some("close"), None);
-            c.in_flight = Some(InFlight::AtStart);
+            c.dur_facts.in_flight = Some(InFlight::AtStart);
             let (id, why) = explain(ev, &c, Role::Main, None);
             assert_eq!(id, None);
             assert!(
@@ -1057,7 +1063,7 @@ mod tests {
             stall(None, 30_000),
         ];
         let held = vec![Held::default(); 3];
-        let out = with_evidence(|ev| findings(ev, &held, &[], &stalls));
+        let out = with_evidence(|ev| findings(ev, &held, &Default::default(), &[], &stalls));
         let got: Vec<(FindingId, Severity, u64)> =
             out.iter().map(|f| (f.id, f.severity, f.stalls)).collect();
         assert_eq!(
@@ -1092,11 +1098,13 @@ mod tests {
         let ptrace = LiveEvidence {
             sees_commands: true,
             tracing_cost: None,
+            watching: false,
         };
         assert!(ids(&ptrace).is_empty());
         let slow = LiveEvidence {
             sees_commands: true,
             tracing_cost: Some("tracing is slowing redis down"),
+            watching: false,
         };
         let f = live_findings(&slow);
         assert_eq!(
@@ -1104,11 +1112,15 @@ mod tests {
             (FindingId::TracerOverhead, Severity::Warning)
         );
         assert_eq!(f[0].evidence, "tracing is slowing redis down");
-        let perf = LiveEvidence {
+        let perf = |watching| LiveEvidence {
             sees_commands: false,
             tracing_cost: None,
+            watching,
         };
-        assert_eq!(ids(&perf), vec![FindingId::BackendLimits]);
+        assert_eq!(ids(&perf(false)), vec![FindingId::BackendLimits]);
+        let advice = |watching| live_findings(&perf(watching))[0].advice.clone();
+        assert!(advice(false).contains("or trace briefly with --backend ptrace"));
+        assert!(advice(true).contains("or watch briefly with --backend ptrace"));
     }
 
     #[test]
