@@ -852,6 +852,20 @@ fn auto_never_falls_back_to_ptrace_and_ptrace_warns() {
     redis.assert_unharmed();
 }
 
+/// A stall's time in µs since the epoch: a live report has it in ISO 8601, the replay of
+/// a recording (epoch timestamps) as the recording's text.
+fn micros(t: &serde_json::Value) -> i64 {
+    let t = t.as_str().unwrap_or_default();
+    match chrono::DateTime::parse_from_rfc3339(t) {
+        Ok(d) => d.timestamp_micros(),
+        Err(_) => {
+            let (s, f) = t.split_once('.').unwrap_or((t, "0"));
+            let f = format!("{f:0<6}");
+            s.parse::<i64>().unwrap_or(0) * 1_000_000 + f[..6].parse::<i64>().unwrap_or(0)
+        }
+    }
+}
+
 /// What a report says of its stalls and findings, to compare an incident with its replay.
 fn stalls_and_findings(r: &serde_json::Value) -> (Vec<String>, Vec<String>) {
     let stalls = r["stalls"]
@@ -861,7 +875,7 @@ fn stalls_and_findings(r: &serde_json::Value) -> (Vec<String>, Vec<String>) {
         .map(|s| {
             format!(
                 "{} {} {} {} {} {} lost={}",
-                s["ts"],
+                micros(&s["ts"]),
                 s["thread"],
                 s["kind"],
                 s["duration_us"],
@@ -1026,5 +1040,7 @@ fn the_redis_pollers_connections_are_not_client_commands() {
             "{ours} is the watcher's, not a client's: {cmds:?}"
         );
     }
+    let mut w = w;
+    assert_eq!(w.terminate(common::DEADLINE), Some(0), "{:?}", w.lines());
     redis.assert_unharmed();
 }

@@ -659,4 +659,114 @@ pub(crate) mod tests {
         let mode = std::fs::metadata(&p).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode & 0o007, 0, "{mode:o}");
     }
+
+    /// A job of three calls of the main thread, the middle one slow, with records lost
+    /// before it and (bpf) its scheduler split.
+    fn job(dir: &Path, backend: crate::report::LiveBackend) -> Job {
+        use crate::event::{EventKind, SchedDelta, SchedSpan, Syscall};
+        let ms = 1_000_000;
+        let call = |name: &'static str, ts: Nanos, dur: Nanos, sched: bool| {
+            let mut sc = Syscall::new(name);
+            sc.dur = Some(dur);
+            sc.ret = crate::event::Ret::Val(0);
+            if sched {
+                let d = SchedDelta {
+                    on_cpu_ns: 1_000,
+                    runnable_ns: dur as u64 - 1_000,
+                    minor_faults: 0,
+                    major_faults: 0,
+                };
+                sc.sched = Some(Box::new(SchedSpan {
+                    during: d,
+                    before: None,
+                }));
+            }
+            Event {
+                tid: 100,
+                ts,
+                line: 0,
+                kind: EventKind::Syscall(sc),
+            }
+        };
+        let events = vec![
+            call("getpid", 10 * ms, ms / 10, false),
+            call("getppid", 11 * ms, ms / 10, false),
+            call("sched_yield", 12 * ms, 300 * ms, true),
+            call("getpid", 313 * ms, ms / 10, false),
+        ];
+        Job {
+            events,
+            lost: vec![(2, 5)],
+            pid: 100,
+            opts: Options::default(),
+            fds: vec![],
+            thread_names: vec![(100, "redis-server".into())],
+            cwd: None,
+            conf_text: None,
+            clock: Clock {
+                fmt: crate::source::TimeFmt::Epoch,
+                perf: false,
+                frac_digits: 6,
+                first: 0,
+                date: None,
+                wall_at_first: Some(1_700_000_000_000_000_000),
+            },
+            backend,
+            follow_forks: true,
+            first: stall(300_000, None),
+            worst: stall(300_000, None),
+            count: 1,
+            joined: 0,
+            suppressed: 0,
+            ring_short: false,
+            host: vec![],
+            redis: None,
+            own_conns: vec![],
+            dir: dir.to_path_buf(),
+            record: true,
+        }
+    }
+
+    #[test]
+    fn a_recording_has_its_losses_and_scheduler_split_at_their_lines() {
+        let tmp = tempfile::tempdir().unwrap();
+        let Outcome::Written(json) = write(job(tmp.path(), crate::report::LiveBackend::Bpf)) else {
+            panic!("not written")
+        };
+        let report: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        assert_eq!(report["summary"]["lost_events"], 5);
+        let stem = json.to_str().unwrap().strip_suffix(".json").unwrap();
+        let rec = std::fs::read_to_string(format!("{stem}.strace")).unwrap();
+        let line_of = |what: &str| {
+            rec.lines()
+                .position(|l| l.contains(what))
+                .unwrap_or_else(|| panic!("no {what} in {rec}")) as u64
+                + 1
+        };
+        let lost = std::fs::read_to_string(format!("{stem}.strace.lost")).unwrap();
+        let mut marks = crate::live::record::LostMarks::parse(&lost).unwrap();
+        // The five lost records came before the slow call, after the second.
+        let at = line_of("sched_yield(");
+        assert_eq!(marks.before(at - 1), 0, "{lost}");
+        assert_eq!(marks.before(at), 5, "{lost}");
+        let sched = std::fs::read_to_string(format!("{stem}.strace.sched")).unwrap();
+        let split = crate::live::record::parse_sched(&sched).unwrap();
+        assert_eq!(
+            split.keys().copied().collect::<Vec<_>>(),
+            vec![at],
+            "{sched}"
+        );
+        // Without bpf there is no split to keep, and without losses no .lost.
+        let mut j = job(tmp.path(), crate::report::LiveBackend::Perf);
+        j.lost.clear();
+        j.first.ts_iso = Some("2026-12-01T09:30:12.345678+01:00".into());
+        let Outcome::Written(json) = write(j) else {
+            panic!("not written")
+        };
+        let stem = json.to_str().unwrap().strip_suffix(".json").unwrap();
+        assert!(Path::new(&format!("{stem}.strace")).exists());
+        assert!(!Path::new(&format!("{stem}.strace.lost")).exists());
+        assert!(!Path::new(&format!("{stem}.strace.sched")).exists());
+    }
 }
