@@ -769,9 +769,9 @@ static RULES: &[Rule] = &[
 pub(crate) fn findings(
     a: &Evidence<'_>,
     held: &[Held],
-    names: &super::commands::CmdNames,
     commands: &[CommandStats],
     stalls: &[Stall],
+    names: &super::commands::CmdNames,
 ) -> Vec<Finding> {
     let mut by: BTreeMap<FindingId, ByFinding> = BTreeMap::new();
     for (h, s) in held.iter().zip(stalls) {
@@ -1063,7 +1063,7 @@ mod tests {
             stall(None, 30_000),
         ];
         let held = vec![Held::default(); 3];
-        let out = with_evidence(|ev| findings(ev, &held, &Default::default(), &[], &stalls));
+        let out = with_evidence(|ev| findings(ev, &held, &[], &stalls, &Default::default()));
         let got: Vec<(FindingId, Severity, u64)> =
             out.iter().map(|f| (f.id, f.severity, f.stalls)).collect();
         assert_eq!(

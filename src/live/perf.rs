@@ -1026,6 +1026,12 @@ impl PerfTracer {
         self.pending.sort_by_key(|r| r.ts);
         let n = self.pending.partition_point(|r| r.ts <= upto);
         let ready: Vec<Rec> = self.pending.drain(..n).collect();
+        // As the event queue (`fed::QUEUE_KEEP`): no room kept for the largest backlog.
+        if self.pending.capacity() > 4 * super::fed::QUEUE_KEEP
+            && self.pending.len() < super::fed::QUEUE_KEEP
+        {
+            self.pending.shrink_to(super::fed::QUEUE_KEEP);
+        }
         for r in ready {
             if r.ts < self.processed_upto {
                 self.late_records += 1;
