@@ -7,8 +7,9 @@
 #   - the watcher's RSS at 5 minutes and at the end (from /proc), and their ratio; RSS is
 #     sampled every 5 s, and an incident being analysed holds the ring's events for a few
 #     seconds (handed over, not copied) while the ring refills, so each figure is given as
-#     the floor (what stays: leaks would raise it) and the peak (bounded by design: at most
-#     twice --ring-size plus the analyzers) of the minute before it;
+#     the floor (what stays: leaks would raise it) and the peak (bounded by design: the ring
+#     and one incident's events, two when the ring is dropping what a waiting incident needs,
+#     plus the analyzers: at most three times --ring-size) of the minute before it;
 #   - injected stalls vs those the watcher counted (--events lines of >= 250 ms of the
 #     injected kinds) and the stallscope_stalls_total sum;
 #   - incident reports written vs incidents injected (each injection is 60 s after the

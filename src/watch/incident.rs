@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 pub(crate) const MAX_SPAN_NS: Nanos = 60_000_000_000;
 /// Context before an incident's first stall that its report keeps at least, when the ring
 /// cannot hold --before of it.
-const KEEP_BEFORE_FIRST_NS: Nanos = 1_000_000_000;
+pub(crate) const KEEP_BEFORE_FIRST_NS: Nanos = 1_000_000_000;
 /// Stalls remembered per incident (for its name and the summary line); all are counted.
 const MAX_STALLS: usize = 64;
 
