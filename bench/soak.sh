@@ -20,7 +20,8 @@
 # THRESHOLD (default 10ms) and MAX_INCIDENTS (default 1000 per hour: the soak checks grouping
 # and memory, not the rate limit) are passed to the watcher. bench/soak_check.py matches
 # each injected stall to the incident reports. WATCH_EXTRA adds watcher flags (e.g.
-# `--perf-pages 8192` on a loaded machine, where a descheduled watcher loses records).
+# `--perf-pages 8192` on a loaded machine, where a descheduled watcher loses records). KEEP=1
+# keeps the run's directory (incident reports, --events log, RSS samples) for a look after.
 #
 # Needs redis-server, redis-benchmark, redis-cli, curl, python3, root, and a release build.
 set -euo pipefail
@@ -42,7 +43,7 @@ cleanup() {
   [ -n "$W" ] && kill "$W" 2>/dev/null || true
   kill "$RPID" 2>/dev/null || true
   wait 2>/dev/null || true
-  rm -rf "$DIR"
+  if [ -n "${KEEP:-}" ]; then echo "soak: kept $DIR (incidents, events.jsonl, rss.txt, watch.err)" >&2; else rm -rf "$DIR"; fi
 }
 trap cleanup EXIT
 for _ in $(seq 100); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sleep 0.05; done
