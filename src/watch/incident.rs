@@ -440,22 +440,16 @@ fn write_inner(mut job: Job) -> Result<PathBuf, String> {
             .into(),
         stalls: job.count,
     });
-    if job.backend == crate::report::LiveBackend::Perf {
-        report.findings.push(Finding {
-            id: crate::report::FindingId::BackendLimits,
-            severity: Severity::Info,
-            title: "No per-command latency with --backend perf".into(),
-            evidence: "the perf backend never stops redis, so it cannot read request and reply \
-                       buffers: command names, per-command latency and the commands each stall held \
-                       up are not available in this report"
-                .into(),
-            advice: "If you need them, use --backend bpf (as root: it reads request buffers in the \
-                     kernel without stopping redis), or watch briefly with --backend ptrace (it slows \
-                     redis about as much as strace), or on a replica."
-                .into(),
-            stalls: 0,
-        });
-    }
+    // What the backend cannot see: the live rules of the findings table. The watcher does
+    // not measure its own cost per incident (its metrics do).
+    let live = crate::analyze::findings::LiveEvidence {
+        sees_commands: job.backend != crate::report::LiveBackend::Perf,
+        tracing_cost: None,
+        watching: true,
+    };
+    report
+        .findings
+        .extend(crate::analyze::findings::live_findings(&live));
     if let Some(r) = job.redis.take() {
         // A log that cannot be read is a note in the report, never a lost incident.
         if let Err(e) = r.apply(&mut report) {
