@@ -430,6 +430,7 @@ impl Watcher<'_> {
             conf_text: ctx.conf_text.clone(),
             clock: clock.clone(),
             backend: ctx.backend,
+            splits_sched: ctx.splits_sched,
             follow_forks: !self.args.no_follow_forks,
             first,
             worst,
@@ -494,6 +495,8 @@ struct AttachCtx {
     /// The redis config the analysis uses (`--redis-conf`, or from /proc), as text.
     conf_text: Option<String>,
     backend: LiveBackend,
+    /// The tracer splits calls by the scheduler (`Tracer::splits_sched`).
+    splits_sched: bool,
     ctx: procctx::ProcContext,
     names: HashMap<Tid, String>,
     /// /proc readings of the last minute or so, for the incidents' host sections.
@@ -745,6 +748,7 @@ fn watch_one(w: &mut Watcher, pid: Tid) -> Result<()> {
         pid,
         conf_text,
         backend,
+        splits_sched: tracer.splits_sched(),
         names: ctx.thread_names.clone(),
         ctx,
         host: Some(host::HostRing::start(
@@ -972,6 +976,7 @@ mod tests {
             pid: 1,
             conf_text: None,
             backend: LiveBackend::Perf,
+            splits_sched: false,
             ctx: procctx::ProcContext::default(),
             names: HashMap::new(),
             host: None,
