@@ -7,8 +7,9 @@
 #   - the watcher's RSS at 5 minutes and at the end (from /proc), and their ratio; RSS is
 #     sampled every 5 s, and an incident being analysed holds the ring's events for a few
 #     seconds (handed over, not copied) while the ring refills, so each figure is given as
-#     the floor (what stays: leaks would raise it) and the peak (bounded by design: at most
-#     twice --ring-size plus the analyzers) of the minute before it;
+#     the floor (what stays: leaks would raise it) and the peak (bounded by design: the ring
+#     and one incident's events, two when the ring is dropping what a waiting incident needs,
+#     plus the analyzers: at most three times --ring-size) of the minute before it;
 #   - injected stalls vs those the watcher counted (--events lines of >= 250 ms of the
 #     injected kinds) and the stallscope_stalls_total sum;
 #   - incident reports written vs incidents injected (each injection is 60 s after the
@@ -19,7 +20,8 @@
 # THRESHOLD (default 10ms) and MAX_INCIDENTS (default 1000 per hour: the soak checks grouping
 # and memory, not the rate limit) are passed to the watcher. bench/soak_check.py matches
 # each injected stall to the incident reports. WATCH_EXTRA adds watcher flags (e.g.
-# `--perf-pages 8192` on a loaded machine, where a descheduled watcher loses records).
+# `--perf-pages 8192` on a loaded machine, where a descheduled watcher loses records). KEEP=1
+# keeps the run's directory (incident reports, --events log, RSS samples) for a look after.
 #
 # Needs redis-server, redis-benchmark, redis-cli, curl, python3, root, and a release build.
 set -euo pipefail
@@ -41,7 +43,7 @@ cleanup() {
   [ -n "$W" ] && kill "$W" 2>/dev/null || true
   kill "$RPID" 2>/dev/null || true
   wait 2>/dev/null || true
-  rm -rf "$DIR"
+  if [ -n "${KEEP:-}" ]; then echo "soak: kept $DIR (incidents, events.jsonl, rss.txt, watch.err)" >&2; else rm -rf "$DIR"; fi
 }
 trap cleanup EXIT
 for _ in $(seq 100); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sleep 0.05; done

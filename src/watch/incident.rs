@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 pub(crate) const MAX_SPAN_NS: Nanos = 60_000_000_000;
 /// Context before an incident's first stall that its report keeps at least, when the ring
 /// cannot hold --before of it.
-const KEEP_BEFORE_FIRST_NS: Nanos = 1_000_000_000;
+pub(crate) const KEEP_BEFORE_FIRST_NS: Nanos = 1_000_000_000;
 /// Stalls remembered per incident (for its name and the summary line); all are counted.
 const MAX_STALLS: usize = 64;
 
@@ -149,6 +149,9 @@ pub(crate) struct Job {
     pub conf_text: Option<String>,
     pub clock: Clock,
     pub backend: crate::report::LiveBackend,
+    /// The tracer splits calls by the scheduler (`Tracer::splits_sched`): the recording
+    /// keeps the split in its `.sched` sidecar.
+    pub splits_sched: bool,
     pub follow_forks: bool,
     /// The incident's first stall, as the live analysis saw it: names the files.
     pub first: Stall,
@@ -471,7 +474,7 @@ fn write_inner(mut job: Job) -> Result<PathBuf, String> {
         let wall = job.clock.wall_at_first.unwrap_or(0);
         // The sidecars `attach --record` leaves, so that `analyze` of the recording marks
         // the same stalls as possibly incomplete (`.lost`) and names the same scheduler
-        // causes (`.sched`, bpf) as this report.
+        // causes (`.sched`, bpf and perf) as this report.
         let sched = SharedBuf::default();
         let mut lost_text = None;
         write_atomic(&job.dir, &format!("{base}.strace"), |w| {
@@ -479,7 +482,7 @@ fn write_inner(mut job: Job) -> Result<PathBuf, String> {
             for (fd, what) in &job.fds {
                 r.seed_fd(*fd, what);
             }
-            if job.backend == crate::report::LiveBackend::Bpf {
+            if job.splits_sched {
                 r.record_sched(Box::new(sched.clone()), job.opts.threshold_ns / 10)?;
             }
             let mut marks = job.lost.iter().peekable();
@@ -503,7 +506,7 @@ fn write_inner(mut job: Job) -> Result<PathBuf, String> {
             })
             .map_err(|e| fail(&format!("strace{suffix}"), e))?;
         }
-        if job.backend == crate::report::LiveBackend::Bpf {
+        if job.splits_sched {
             let suffix = crate::live::record::SCHED_SUFFIX;
             let text = std::mem::take(&mut *sched.0.lock().unwrap_or_else(|e| e.into_inner()));
             write_atomic(&job.dir, &format!("{base}.strace{suffix}"), |w| {
@@ -706,6 +709,7 @@ pub(crate) mod tests {
                 wall_at_first: Some(1_700_000_000_000_000_000),
             },
             backend,
+            splits_sched: backend == crate::report::LiveBackend::Bpf,
             follow_forks: true,
             first: stall(300_000, None),
             worst: stall(300_000, None),
@@ -751,7 +755,7 @@ pub(crate) mod tests {
             vec![at],
             "{sched}"
         );
-        // Without bpf there is no split to keep, and without losses no .lost.
+        // A tracer that does not split calls leaves no .sched, and without losses no .lost.
         let mut j = job(tmp.path(), crate::report::LiveBackend::Perf);
         j.lost.clear();
         j.first.ts_iso = Some("2026-12-01T09:30:12.345678+01:00".into());
