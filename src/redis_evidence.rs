@@ -103,6 +103,26 @@ pub fn live_log_source(
     })
 }
 
+/// The log `attach --redis` follows when redis itself has to say (`CONFIG GET logfile`),
+/// found before the tracer attaches: once traced, that one-off connection's command would
+/// count as a client's. `None` without `--redis`.
+pub fn ask_log_source(
+    args: &crate::cli::AttachArgs,
+    pid: u32,
+    conf: Option<&crate::fdtable::RedisConf>,
+) -> Option<LogSource> {
+    let addr = args.redis.as_deref()?;
+    let pre = crate::live::procctx::gather(pid);
+    let pre_conf =
+        (!pre.redis_conf.is_empty()).then(|| crate::fdtable::RedisConf::parse(&pre.redis_conf));
+    live_log_source(
+        args.out.redis_log.as_deref(),
+        Some(addr),
+        &pre,
+        conf.or(pre_conf.as_ref()),
+    )
+}
+
 /// Live (`attach`): the log followed while tracing and the `--redis` poller, started at
 /// attach and joined onto the report at the end.
 pub struct LiveRedis {
@@ -113,17 +133,14 @@ pub struct LiveRedis {
 impl LiveRedis {
     /// The log is `--redis-log`, else the config's `logfile` (relative to the process's
     /// working directory, which redis has changed to its `dir`).
+    /// `asked`: the log found before the attach (`ask_log_source`), if redis was asked.
     pub fn start(
         args: &crate::cli::AttachArgs,
         ctx: &crate::live::procctx::ProcContext,
         conf: Option<&crate::fdtable::RedisConf>,
+        asked: Option<LogSource>,
     ) -> LiveRedis {
-        let src = live_log_source(
-            args.out.redis_log.as_deref(),
-            args.redis.as_deref(),
-            ctx,
-            conf,
-        );
+        let src = asked.or_else(|| live_log_source(args.out.redis_log.as_deref(), None, ctx, conf));
         let follower = src.map(|s| {
             let f = redis_log::Follower::start(&s.path, std::time::Duration::from_millis(200));
             (s, f)

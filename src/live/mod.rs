@@ -404,6 +404,7 @@ pub fn run_attach(args: &AttachArgs) -> Result<u64> {
     opts.root_pid = Some(pid);
     let user_conf = opts.redis_conf.is_some();
     install_stop_handlers();
+    let asked_log = crate::redis_evidence::ask_log_source(args, pid, opts.redis_conf.as_ref());
     let (mut tracer, backend, threads_at_attach) = start_tracer(pid, args)?;
     // The analysis may lag; redis and the tracer thread that resumes it must not. On a
     // small machine the analyzer would otherwise take CPU from them (nice is per thread).
@@ -462,7 +463,8 @@ pub fn run_attach(args: &AttachArgs) -> Result<u64> {
     };
     let interval = Duration::from_millis(100);
     let sampler = procctx::Sampler::start(pid, attach_mono, interval);
-    let redis_side = crate::redis_evidence::LiveRedis::start(args, &ctx, redis_conf.as_ref());
+    let redis_side =
+        crate::redis_evidence::LiveRedis::start(args, &ctx, redis_conf.as_ref(), asked_log);
     let clock = Clock {
         fmt: TimeFmt::Epoch,
         perf: false,
