@@ -8,7 +8,7 @@ use super::phases::Segment;
 use super::roles::Role;
 use super::stats::Agg;
 use super::world::World;
-use crate::event::Nanos;
+use crate::event::{DurSource, Nanos};
 use crate::fdtable::{FileClass, FileId};
 use crate::report::Dist;
 use rustc_hash::FxHashMap as HashMap;
@@ -21,6 +21,17 @@ pub(crate) struct FileNs {
     pub(crate) log: i64,
 }
 
+/// The main thread's fsyncs of the AOF: how many, their distribution, and how many of them
+/// were timed only as upper bounds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct MainFsyncs {
+    pub(crate) n: u64,
+    pub(crate) p50_us: i64,
+    pub(crate) p99_us: i64,
+    pub(crate) max_us: i64,
+    pub(crate) upper: u64,
+}
+
 /// Most background fsyncs remembered.
 const BIO_FSYNCS_MAX: usize = 1 << 20;
 
@@ -30,6 +41,11 @@ pub(crate) struct FileTime {
     seg: BTreeMap<Segment, Agg>,
     per: PerThread<FileNs>,
     main_fsync_by_file: HashMap<FileId, Agg>,
+    /// Of those, the calls timed only as upper bounds (no -T: up to the thread's next event).
+    main_fsync_upper: HashMap<FileId, u64>,
+    /// Serving threads' AOF calls timed only as upper bounds: the AOF time charged to
+    /// commands is then at most what it says.
+    aof_upper: u64,
     /// (start, end) of background fsyncs of the AOF of at least 1 ms, in trace order.
     bio_fsyncs: Vec<(Nanos, Nanos)>,
 }
@@ -46,6 +62,7 @@ impl FileTime {
             let t = self.per.at(cx.thread);
             if c.is_aof() {
                 t.aof += cx.dur;
+                self.aof_upper += u64::from(cx.dur_src() == DurSource::UpperBound);
             } else if c == FileClass::Log {
                 t.log += cx.dur;
             }
@@ -54,6 +71,9 @@ impl FileTime {
         if role == Role::Main && fsync && cx.timed {
             if let Some(f) = cx.file {
                 self.main_fsync_by_file.entry(f).or_default().add(cx.dur);
+                if cx.dur_src() == DurSource::UpperBound {
+                    *self.main_fsync_upper.entry(f).or_default() += 1;
+                }
             }
         }
         if fsync
@@ -76,15 +96,28 @@ impl FileTime {
         self.seg.get(&s).map(|a| a.dist()).unwrap_or_default()
     }
 
-    /// (count, p50 µs, p99 µs, max µs) of fdatasync/fsync on the AOF by main-thread calls.
-    pub(crate) fn main_aof_fsync(&self, world: &World) -> (u64, i64, i64, i64) {
+    /// fdatasync/fsync on the AOF by main-thread calls.
+    pub(crate) fn main_aof_fsync(&self, world: &World) -> MainFsyncs {
         let mut agg = Agg::default();
+        let mut upper = 0;
         for (f, s) in &self.main_fsync_by_file {
             if world.file(*f).class.is_aof() {
                 agg.merge(s);
+                upper += self.main_fsync_upper.get(f).copied().unwrap_or(0);
             }
         }
-        (agg.count, agg.pct_us(0.5), agg.pct_us(0.99), agg.max_us())
+        MainFsyncs {
+            n: agg.count,
+            p50_us: agg.pct_us(0.5),
+            p99_us: agg.pct_us(0.99),
+            max_us: agg.max_us(),
+            upper,
+        }
+    }
+
+    /// Some serving thread's AOF call was timed only as an upper bound.
+    pub(crate) fn aof_time_is_upper_bound(&self) -> bool {
+        self.aof_upper > 0
     }
 
     /// A background fsync of the AOF ran at some time in [start, end).

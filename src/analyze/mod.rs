@@ -116,7 +116,7 @@ impl Analyzer {
             samples: Samples::new(opts.top.max(20), timeline),
             stalls: Stalls::new(opts.threshold_ns, caps.stalls),
             holds: Holds::new(caps.done, caps.recent_stalls),
-            arrivals: Arrivals::new(opts.stamped_at_stops),
+            arrivals: Arrivals::new(opts.stamped_at_stops, opts.threshold_ns),
             file_time: FileTime::default(),
             commands: Commands::new(caps.commands),
             phases: Phases::default(),
@@ -240,7 +240,6 @@ impl Analyzer {
         let inputs = CmdInputs {
             arrivals: &self.arrivals,
             file_time: &self.file_time,
-            first: self.coverage.first(),
             segment: self.phases.segment(),
         };
         let replica = if own {

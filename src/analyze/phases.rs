@@ -18,6 +18,8 @@ pub(crate) struct PhaseState {
     pub(crate) child: u32,
     pub(crate) start: Nanos,
     pub(crate) fork_ns: Option<Nanos>,
+    /// The fork's duration is only an upper bound (no -T: up to the thread's next event).
+    pub(crate) fork_upper: bool,
     pub(crate) end: Option<Nanos>,
     ended_by: Option<EndedBy>,
     wrote: Vec<FileClass>,
@@ -152,6 +154,7 @@ impl Phases {
             child,
             start: at,
             fork_ns: cx.sc.dur,
+            fork_upper: cx.dur_src() == crate::event::DurSource::UpperBound,
             end: None,
             ended_by: None,
             wrote: vec![],
