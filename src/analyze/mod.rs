@@ -380,6 +380,35 @@ impl Analyzer {
             .filter_map(|c| self.kept(c, Held::default(), gaps.is_none()))
             .map(|(c, h, role)| row.stall(&c, &h, role, findings::explain(&ev, &c, role)))
             .collect();
+        // Calls still blocked at the end that are waits for work on the final roles: those
+        // that were waits when made, and those that were not but are now. A wait when made
+        // that is not one on the final role is listed with the other in-flight calls.
+        let mut parked = vec![];
+        for c in self.stalls.parked() {
+            match self.kept(c, Held::default(), gaps.is_none()) {
+                Some((c, h, role)) => {
+                    let s = row.stall(&c, &h, role, findings::explain(&ev, &c, role));
+                    r.in_flight.push(s);
+                }
+                None => parked.push(c),
+            }
+        }
+        let at_end = |c: &&Cand| c.in_flight == Some(crate::event::InFlight::AtEnd);
+        let gaps_ok = gaps.is_none();
+        parked.extend(
+            self.stalls
+                .in_flight_small()
+                .iter()
+                .chain(self.stalls.iter().map(|(_, c)| c))
+                .filter(at_end)
+                .filter(|c| c.kind == report::StallKind::SlowSyscall)
+                .filter(|c| self.kept(c, Held::default(), gaps_ok).is_none()),
+        );
+        parked.sort_by_key(|c| (c.tid, c.start));
+        r.parked_at_end = parked
+            .into_iter()
+            .map(|c| row.parked(c, self.world.role(c.tid)))
+            .collect();
         let dropped = self.stalls.dropped();
         r.summary.stalls = kept.len() as u64 + dropped;
         r.summary.stalls_not_listed = dropped;

@@ -77,6 +77,8 @@ pub(crate) struct Stalls {
     reported: u64,
     /// Calls still running at the trace's end, below the threshold (or of unknown length).
     in_flight_small: Vec<Cand>,
+    /// Calls still running at the trace's end that were a wait for work when made.
+    parked: Vec<Cand>,
 }
 
 /// Calls cut by the trace's edge listed below the threshold, at most.
@@ -96,6 +98,7 @@ impl Stalls {
             by_length: BinaryHeap::new(),
             reported: 0,
             in_flight_small: vec![],
+            parked: vec![],
         }
     }
 
@@ -191,6 +194,12 @@ impl Stalls {
                 // incident.
                 self.in_flight_small.push(c);
             }
+        } else if at_end && self.parked.len() < IN_FLIGHT_SMALL_MAX {
+            // A thread parked in its wait for work when the trace ended: no stall, but a
+            // hang in which every thread is parked is exactly that, so it is named.
+            let mut c = self.cand(cx, StallKind::SlowSyscall, ts, dur);
+            c.phase = phases.active_at(ts);
+            self.parked.push(c);
         }
         step
     }
@@ -252,6 +261,11 @@ impl Stalls {
         &self.in_flight_small
     }
 
+    /// Calls still running at the trace's end that were idle waits when made.
+    pub(crate) fn parked(&self) -> &[Cand] {
+        &self.parked
+    }
+
     /// Candidates that made no room in the full store.
     pub(crate) fn dropped(&self) -> u64 {
         self.dropped
@@ -281,6 +295,26 @@ pub(crate) fn keep(c: &Cand, role: Role, gaps_ok: bool) -> bool {
         // syscall while they wait for the main thread's hand-off.
         StallKind::Gap => matches!(role, Role::Main | Role::Other) && gaps_ok,
         StallKind::SlowSyscall => !c.syscall.is_some_and(|n| is_idle(n, role)),
+    }
+}
+
+impl StallRow<'_> {
+    /// The report's row for a call still blocked at the end in a wait for work.
+    pub(crate) fn parked(&self, c: &Cand, role: Role) -> crate::report::Parked {
+        let info = c.file.map(|f| self.world.file(f));
+        crate::report::Parked {
+            ts: self.clock.format(c.start),
+            at_us: (c.start - self.first) / 1000,
+            pid: self.world.show_pid(c.proc),
+            tid: c.tid,
+            thread: role,
+            syscall: c.syscall.unwrap_or("?").to_string(),
+            fd: c.fd,
+            path: info.and_then(|i| i.path.as_deref().map(str::to_string)),
+            class: info.map(|i| i.class),
+            known_us: c.dur / 1000,
+            line: c.line,
+        }
     }
 }
 

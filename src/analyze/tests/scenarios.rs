@@ -1748,3 +1748,70 @@ fn gaps_forks_and_unexplained_stalls_say_their_upper_bounds() {
         f.evidence
     );
 }
+
+/// Issue 13: calls still blocked when the trace ends are shown in the table, not only
+/// counted: in a hang in which every thread is parked, each thread is named with what it
+/// waits in (syscall, fd and file), in the JSON's `parked_at_end` and the table.
+#[test]
+fn every_thread_parked_at_the_end_is_named_with_what_it_waits_in() {
+    let mut s = Seq::new();
+    s.call(100, 0, 5 * MS, "epoll_wait", Some(5), 1, Extra::None);
+    s.read(100, 5 * MS, 9, b"*1\r\n$4\r\nPING\r\n");
+    s.write(100, 6 * MS, 10 * US, 9, b"+PONG\r\n");
+    s.partial(
+        100,
+        7 * MS,
+        "epoll_wait",
+        Some(5),
+        (900 * MS, DurSource::Paired),
+        InFlight::AtEnd,
+    );
+    for tid in [101, 102] {
+        s.partial(
+            tid,
+            2 * MS,
+            "futex",
+            None,
+            (905 * MS, DurSource::Paired),
+            InFlight::AtEnd,
+        );
+    }
+    let r = s.report();
+    assert!(r.stalls.is_empty() && r.in_flight.is_empty(), "{r:?}");
+    let got: Vec<(u32, &str, Option<i32>)> = r
+        .parked_at_end
+        .iter()
+        .map(|p| (p.tid, p.syscall.as_str(), p.fd))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            (100, "epoll_wait", Some(5)),
+            (101, "futex", None),
+            (102, "futex", None)
+        ]
+    );
+    assert_eq!(r.parked_at_end[0].class, Some(FileClass::Epoll));
+    assert_eq!(r.parked_at_end[0].known_us, 900_000);
+    let mut out = Vec::new();
+    crate::render::table::render(&r, &mut out, false).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    let section = text
+        .split("STILL RUNNING")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no in-flight section: {text}"));
+    assert!(
+        section.contains("3 calls still blocked when the trace ended (3 threads traced)"),
+        "{section}"
+    );
+    assert!(
+        section.contains("main thread 100 waits in epoll_wait(5) (epoll) since"),
+        "{section}"
+    );
+    for tid in [101, 102] {
+        assert!(
+            section.contains(&format!("thread {tid} waits in futex() since")),
+            "{section}"
+        );
+    }
+}
