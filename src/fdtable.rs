@@ -899,7 +899,9 @@ mod tests {
         let mut t = FdTable::new(None);
         let first = t.apply(1, 10, &call("write", Some(7), 45, None)).unwrap();
         assert_eq!(first.class, FileClass::Unknown);
-        let r = t.apply(1, 20, &call("fdatasync", Some(7), 0, None)).unwrap();
+        let r = t
+            .apply(1, 20, &call("fdatasync", Some(7), 0, None))
+            .unwrap();
         assert_eq!(r.file, first.file, "the same file, now the AOF");
         assert_eq!(t.file(first.file).class, FileClass::Aof);
         // A later unnamed binding of another fd number that is closed, reused and only then
@@ -908,7 +910,9 @@ mod tests {
         t.apply(1, 40, &call("close", Some(8), 0, None));
         let b = t.apply(1, 50, &call("write", Some(8), 45, None)).unwrap();
         assert_eq!(a.file, b.file, "one row per (fd, class) in the report");
-        let r = t.apply(1, 60, &call("fdatasync", Some(8), 0, None)).unwrap();
+        let r = t
+            .apply(1, 60, &call("fdatasync", Some(8), 0, None))
+            .unwrap();
         assert_eq!(r.class, FileClass::Aof);
         assert_ne!(r.file, a.file);
         assert_eq!(t.file(a.file).class, FileClass::Unknown);

@@ -65,6 +65,10 @@ pub(crate) struct Stalls {
     /// Whether the thread's last end is known (its call's duration measured or paired): a
     /// gap from an end that is not is only an upper bound.
     last_end_known: PerThread<bool>,
+    /// Whether the thread's last call was a wait for work of unknown length (no -T, e.g.
+    /// `restart_syscall(<... resuming interrupted nanosleep ...>)`): the time after its
+    /// printed start is that wait's as far as the trace shows, not CPU work.
+    last_wait_unknown: PerThread<bool>,
     /// The time of the last break in the timeline: no gap starts before it.
     broken_at: Nanos,
     cands: Vec<Cand>,
@@ -91,6 +95,7 @@ impl Stalls {
             cap,
             last_end: PerThread::default(),
             last_end_known: PerThread::default(),
+            last_wait_unknown: PerThread::default(),
             broken_at: Nanos::MIN,
             cands: vec![],
             dropped: 0,
@@ -161,10 +166,13 @@ impl Stalls {
         *last_end = Some(prev_end.map_or(cx.end, |le| le.max(cx.end)));
         let end_known = self.last_end_known.at(cx.thread);
         let prev_known = std::mem::replace(end_known, call_known(cx).is_known());
+        let after_wait =
+            std::mem::replace(self.last_wait_unknown.at(cx.thread), cx.idle && !cx.timed);
         if let Some(pe) = prev_end.filter(|pe| *pe >= self.broken_at) {
             let gap = ts - pe;
             step.gap = Some(gap);
             if gap >= self.threshold
+                && !after_wait
                 && cx.role != Role::Child
                 && cx.sc.in_flight != Some(InFlight::AtStart)
             {

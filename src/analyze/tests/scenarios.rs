@@ -1815,3 +1815,45 @@ fn every_thread_parked_at_the_end_is_named_with_what_it_waits_in() {
         );
     }
 }
+
+/// Issue 13: `restart_syscall(<... resuming interrupted nanosleep ...>)` is that wait
+/// resumed: idle time for its thread, not CPU work, with or without -T. Without -T its
+/// length is not known (it was running when tracing began), and the time to the thread's
+/// next call was a 950 ms gap stall.
+#[test]
+fn a_resumed_sleep_is_idle_time_with_or_without_t() {
+    for measured in [true, false] {
+        let mut s = Seq::new();
+        s.call(100, 0, 100 * MS, "epoll_wait", Some(5), 0, Extra::None);
+        for (tid, at, wait) in [(101, 50 * MS, 950 * MS), (100, 101 * MS, 500 * MS)] {
+            let mut sc = Syscall::new("restart_syscall");
+            sc.ret = Ret::Val(0);
+            sc.extra = Extra::Resumes("clock_nanosleep");
+            sc.in_flight = Some(InFlight::AtStart);
+            if measured {
+                (sc.dur, sc.dur_src) = (Some(wait), DurSource::Measured);
+            }
+            s.ev(tid, at, EventKind::Syscall(sc));
+            s.call(
+                tid,
+                at + wait + 100 * US,
+                5 * US,
+                "getpid",
+                None,
+                100,
+                Extra::None,
+            );
+        }
+        s.call(
+            100,
+            602 * MS,
+            100 * MS,
+            "epoll_wait",
+            Some(5),
+            0,
+            Extra::None,
+        );
+        let r = s.report();
+        assert!(r.stalls.is_empty(), "-T {measured}: {:?}", r.stalls);
+    }
+}
