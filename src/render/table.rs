@@ -5,8 +5,9 @@
 
 use super::sections::{sections, InFlightRows, Incidents, PhaseBlock, Section, View};
 use crate::report::{
-    ClockKind, CommandStats, Durations, FdStats, Finding, IdleStats, LiveBackend, PhaseStatsOf,
-    Report, Role, Severity, Skipped, SlowCall, SourceKind, Stall, StallKind, SyscallStats,
+    Bound, ClockKind, CommandStats, Durations, FdStats, Finding, IdleStats, LiveBackend,
+    PhaseStatsOf, Report, Role, Severity, Skipped, SlowCall, SourceKind, Stall, StallKind,
+    SyscallStats,
 };
 use crate::units::{human, plural};
 use comfy_table::{presets, Cell, CellAlignment, ContentArrangement, Table};
@@ -356,7 +357,14 @@ fn incidents(r: &Report, inc: &Incidents, w: &mut dyn Write, p: &Paint) -> io::R
         writeln!(w, "  none")?;
     }
     for i in &inc.worst {
-        let mut head = format!("{}  {}", short_ts(&i.ts), human(i.duration_us));
+        // The incident spans its stalls: bounded the way they all are.
+        let bounds = |b| i.stalls.iter().any(|si| inc.stalls[*si].bound == b);
+        let mark = match (bounds(Bound::AtMost), bounds(Bound::AtLeast)) {
+            (true, false) => super::bound_word(Bound::AtMost),
+            (false, true) => super::bound_word(Bound::AtLeast),
+            _ => "",
+        };
+        let mut head = format!("{}  {mark}{}", short_ts(&i.ts), human(i.duration_us));
         if i.stalls.len() > 1 {
             head.push_str(&format!(" ({} overlapping stalls)", i.stalls.len()));
         }

@@ -1663,7 +1663,20 @@ fn upper_bound_figures_are_marked_in_findings_and_only_there() {
         "{}",
         r.stalls[0].cause
     );
+    // And the table's incident, which spans only that stall.
+    let table = |r: &Report| {
+        let mut out = Vec::new();
+        crate::render::table::render(r, &mut out, false).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        text.split("STALLS over").nth(1).unwrap().to_string()
+    };
+    assert!(table(&r).contains("  ≤300 ms"), "{}", table(&r));
     let r = run(DurSource::Measured, true);
+    assert!(
+        table(&r).contains("  300 ms") && !table(&r).contains('≤'),
+        "{}",
+        table(&r)
+    );
     let f = fsync(&r);
     assert!(
         f.evidence.contains("300 ms in total, worst 300 ms") && !f.evidence.contains("at most"),
