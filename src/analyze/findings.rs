@@ -54,23 +54,29 @@ pub(crate) struct Evidence<'a> {
     pub(crate) threshold_us: i64,
 }
 
-/// (finding id, plain-words cause) for one stall.
-pub(crate) fn explain(a: &Evidence<'_>, c: &Cand, role: Role) -> (Option<FindingId>, String) {
-    let bound = bound_words(c.bound);
+/// (finding id, plain-words cause) for one stall. `running`: the command its thread ran
+/// through all of it, when known (`Held::running`).
+pub(crate) fn explain(
+    a: &Evidence<'_>,
+    c: &Cand,
+    role: Role,
+    running: Option<&str>,
+) -> (Option<FindingId>, String) {
+    let bound = bound_words(c.dur_facts.bound);
     let who = match role {
         Role::Main => "main thread".to_string(),
-        Role::Child => format!("background child {}", c.proc),
+        Role::Child => format!("background child {}", a.world.show_pid(c.proc)),
         r => format!("{} thread {}", r.as_str(), c.tid),
     };
     let during = c
         .phase
-        .and_then(|p| a.phases.get(p))
-        .map(|p| format!(" while child {} ran", p.child))
+        .and_then(|p| a.phases.child(p))
+        .map(|child| format!(" while child {child} ran"))
         .unwrap_or_default();
     if c.kind == StallKind::Gap {
         // A gap from a call of unknown length is at most what it says.
         let d = format!("{bound}{}", human(c.dur / 1000));
-        if let Some(v) = sched_of_gap(c, role, &who, &d, &during) {
+        if let Some(v) = sched_of_gap(c, role, &who, &d, &during, running) {
             return v;
         }
         return match role {
@@ -85,7 +91,7 @@ pub(crate) fn explain(a: &Evidence<'_>, c: &Cand, role: Role) -> (Option<Finding
     let d = human(c.dur / 1000);
     let name = c.syscall.unwrap_or("?");
     let file = c.file.map(|f| a.world.file(f));
-    let edge = match c.in_flight {
+    let edge = match c.dur_facts.in_flight {
         Some(crate::event::InFlight::AtStart) => " (already running when tracing began)",
         Some(crate::event::InFlight::AtEnd) => " (still running when tracing ended)",
         None => "",
@@ -185,6 +191,7 @@ fn sched_of_gap(
     who: &str,
     d: &str,
     during: &str,
+    running: Option<&str>,
 ) -> Option<(Option<FindingId>, String)> {
     if !matches!(role, Role::Main | Role::IoThread) {
         return None;
@@ -206,9 +213,10 @@ fn sched_of_gap(
         ));
     }
     if role == Role::Main && s.busy(c.dur) {
+        let cmd = running.map(|n| format!(" ({n})")).unwrap_or_default();
         return Some((
             Some(FindingId::Command),
-            format!("{who} made no syscall for {d}: a slow command, on a CPU ({w})"),
+            format!("{who} made no syscall for {d}: a slow command{cmd}, on a CPU ({w})"),
         ));
     }
     None
@@ -321,7 +329,7 @@ fn cause_of_call(
         (Role::Main, c2, _) if c2.is_disk_file() => {
             (Some(FindingId::DiskContention), "file I/O in the main thread waited on a busy disk".into())
         }
-        (Role::Main, FileClass::Unknown, "close") if c.file.is_none() && c.in_flight.is_some() => (
+        (Role::Main, FileClass::Unknown, "close") if c.file.is_none() && c.dur_facts.in_flight.is_some() => (
             None,
             "the fd was opened before tracing began, so its file is unknown; in redis a close() \
              that blocks the main thread for long is most often the log file, which is closed \
@@ -349,6 +357,9 @@ struct ByFinding {
     worst_known: Option<i64>,
     /// Distinct commands held by any of the stalls.
     held: HashSet<u64>,
+    /// The commands the threads ran through stalls the scheduler split (live bpf and perf
+    /// backends; a stall without the split names none, so offline reports stay as they were).
+    running: std::collections::BTreeSet<String>,
 }
 
 /// Everything a trace rule reads.
@@ -447,6 +458,12 @@ fn stall_evidence(cx: &Ctx<'_>, e: Option<&ByFinding>) -> String {
             plural(e.held.len() as u64)
         )
     };
+    let running = if e.running.is_empty() {
+        String::new()
+    } else {
+        let names: Vec<&str> = e.running.iter().map(String::as_str).collect();
+        format!("; running through them: {}", names.join(", "))
+    };
     // A sum with upper bounds in it is one too (and with lower bounds, one of those).
     let total = match (e.at_most, e.at_least) {
         (0, 0) => Bound::Exact,
@@ -455,7 +472,7 @@ fn stall_evidence(cx: &Ctx<'_>, e: Option<&ByFinding>) -> String {
         _ => Bound::Exact,
     };
     format!(
-        "{} stall{} over {}, {}{} in total, worst {}{}{path}{at}{held}{}",
+        "{} stall{} over {}, {}{} in total, worst {}{}{path}{at}{held}{running}{}",
         e.n,
         plural(e.n),
         human(cx.ev.threshold_us),
@@ -525,9 +542,7 @@ fn active_child_advice(cx: &Ctx<'_>, _: Option<&ByFinding>) -> String {
     let dur = cx
         .ev
         .phases
-        .iter()
-        .filter_map(|p| p.end.map(|end| end - p.start))
-        .max()
+        .longest_ended()
         .map(|d| human(d / 1000))
         .unwrap_or_else(|| "the child's lifetime".into());
     format!(
@@ -556,8 +571,8 @@ fn worst_fork_us(cx: &Ctx<'_>) -> i64 {
 fn worst_fork_upper(cx: &Ctx<'_>) -> bool {
     cx.ev
         .phases
-        .iter()
-        .filter_map(|p| p.fork_ns.map(|f| (f, p.fork_upper)))
+        .forks_bounded()
+        .map(|(f, upper, _)| (f, upper))
         .max_by_key(|(f, upper)| (*f, !upper))
         .is_some_and(|(_, upper)| upper)
 }
@@ -584,12 +599,7 @@ fn fork_title(cx: &Ctx<'_>, _: Option<&ByFinding>) -> String {
 }
 
 fn fork_evidence(cx: &Ctx<'_>, e: Option<&ByFinding>) -> String {
-    let forks: Vec<(i64, bool, u32)> = cx
-        .ev
-        .phases
-        .iter()
-        .filter_map(|p| p.fork_ns.map(|f| (f, p.fork_upper, p.child)))
-        .collect();
+    let forks: Vec<(i64, bool, u32)> = cx.ev.phases.forks_bounded().collect();
     let list: Vec<String> = forks
         .iter()
         .map(|(f, upper, child)| format!("{}{} (child {child})", at_most(*upper), human(f / 1000)))
@@ -823,6 +833,7 @@ pub(crate) fn findings(
     held: &[Held],
     commands: &[CommandStats],
     stalls: &[Stall],
+    names: &super::commands::CmdNames,
 ) -> Vec<Finding> {
     let mut by: BTreeMap<FindingId, ByFinding> = BTreeMap::new();
     for (h, s) in held.iter().zip(stalls) {
@@ -840,6 +851,7 @@ pub(crate) fn findings(
                 at_least: 0,
                 worst_known: None,
                 held: Default::default(),
+                running: Default::default(),
             });
         if s.duration_known.is_known() {
             e.worst_known = Some(e.worst_known.unwrap_or(0).max(s.duration_us));
@@ -851,6 +863,9 @@ pub(crate) fn findings(
             Bound::AtMost => e.at_most += 1,
             Bound::AtLeast => e.at_least += 1,
             Bound::Exact => {}
+        }
+        if let (Some(n), Some(_)) = (h.running(), &s.sched) {
+            e.running.insert(names.name(n).to_string());
         }
         if s.duration_us >= e.worst {
             e.worst = s.duration_us;
@@ -872,12 +887,15 @@ pub(crate) fn findings(
     out
 }
 
-/// What a live backend knows that the trace does not show.
+/// What a live backend knows that the trace does not show: the input of `LIVE_RULES`, for
+/// `attach` and for each incident report of `watch`.
 pub struct LiveEvidence<'a> {
     /// The backend reads request and reply buffers (ptrace and bpf do; perf does not).
     pub sees_commands: bool,
     /// Why tracing itself slowed redis down, when it did substantially.
     pub tracing_cost: Option<&'a str>,
+    /// The report is a `watch` incident's (the advice says "watch", not "trace").
+    pub watching: bool,
 }
 
 fn perf_cannot_see_commands(l: &LiveEvidence<'_>, _: Option<&ByFinding>) -> bool {
@@ -900,6 +918,15 @@ fn live_warning(_: &LiveEvidence<'_>, _: Option<&ByFinding>) -> Severity {
     Severity::Warning
 }
 
+fn backend_limits_advice(l: &LiveEvidence<'_>, _: Option<&ByFinding>) -> String {
+    let verb = if l.watching { "watch" } else { "trace" };
+    format!(
+        "If you need them, use --backend bpf (as root: it reads request buffers in the \
+         kernel without stopping redis), or {verb} briefly with --backend ptrace (it slows \
+         redis about as much as strace), or on a replica."
+    )
+}
+
 /// What a live backend adds to the findings, after the trace's.
 static LIVE_RULES: &[LiveRule] = &[
     // Say what this backend cannot show, rather than leave empty tables unexplained.
@@ -913,11 +940,7 @@ static LIVE_RULES: &[LiveRule] = &[
              buffers: command names, per-command latency and the commands each stall held \
              up are not available in this report",
         ),
-        advice: LiveText::Fixed(
-            "If you need them, use --backend bpf (as root: it reads request buffers in the \
-             kernel without stopping redis), or trace briefly with --backend ptrace (it slows \
-             redis about as much as strace), or on a replica.",
-        ),
+        advice: LiveText::Made(backend_limits_advice),
     },
     LiveRule {
         id: FindingId::TracerOverhead,
@@ -949,7 +972,7 @@ mod tests {
     fn cand(kind: StallKind, syscall: Option<&'static str>, phase: Option<usize>) -> Cand {
         Cand {
             tid: 101,
-            proc: 100,
+            proc: crate::fdtable::ProcKey::Root,
             kind,
             syscall,
             fd: Some(7),
@@ -957,9 +980,11 @@ mod tests {
             start: 0,
             dur: 50 * MS,
             line: Some(3),
-            bound: Bound::Exact,
-            known: crate::report::DurationKnown::Measured,
-            in_flight: None,
+            dur_facts: crate::analyze::stalls::DurFacts {
+                bound: Bound::Exact,
+                known: crate::report::DurationKnown::Measured,
+                in_flight: None,
+            },
             phase,
             events_lost: false,
             id: 1,
@@ -1012,11 +1037,11 @@ mod tests {
         ];
         with_evidence(|ev| {
             for (i, (c, role, want)) in cases.iter().enumerate() {
-                assert_eq!(explain(ev, c, *role).0, *want, "case {i}");
+                assert_eq!(explain(ev, c, *role, None).0, *want, "case {i}");
             }
             let mut c = cand(StallKind::SlowSyscall, Some("close"), None);
-            c.in_flight = Some(InFlight::AtStart);
-            let (id, why) = explain(ev, &c, Role::Main);
+            c.dur_facts.in_flight = Some(InFlight::AtStart);
+            let (id, why) = explain(ev, &c, Role::Main, None);
             assert_eq!(id, None);
             assert!(
                 why.starts_with("main thread blocked 50 ms in close() on fd 7 (already running"),
@@ -1063,10 +1088,14 @@ mod tests {
         ];
         with_evidence(|ev| {
             for (i, (c, role, want, words)) in cases.iter().enumerate() {
-                let (id, why) = explain(ev, c, *role);
+                let (id, why) = explain(ev, c, *role, None);
                 assert_eq!(id, *want, "case {i}: {why}");
                 assert!(why.contains(words), "case {i}: {why}");
             }
+            // The command the thread ran through a gap mostly on a CPU is named.
+            let (id, why) = explain(ev, &cases[3].0, Role::Main, Some("EVAL"));
+            assert_eq!(id, Some(FindingId::Command));
+            assert!(why.contains("a slow command (EVAL), on a CPU"), "{why}");
         });
     }
 
@@ -1105,7 +1134,7 @@ mod tests {
             stall(None, 30_000),
         ];
         let held = vec![Held::default(); 3];
-        let out = with_evidence(|ev| findings(ev, &held, &[], &stalls));
+        let out = with_evidence(|ev| findings(ev, &held, &[], &stalls, &Default::default()));
         let got: Vec<(FindingId, Severity, u64)> =
             out.iter().map(|f| (f.id, f.severity, f.stalls)).collect();
         assert_eq!(
@@ -1140,11 +1169,13 @@ mod tests {
         let ptrace = LiveEvidence {
             sees_commands: true,
             tracing_cost: None,
+            watching: false,
         };
         assert!(ids(&ptrace).is_empty());
         let slow = LiveEvidence {
             sees_commands: true,
             tracing_cost: Some("tracing is slowing redis down"),
+            watching: false,
         };
         let f = live_findings(&slow);
         assert_eq!(
@@ -1152,11 +1183,15 @@ mod tests {
             (FindingId::TracerOverhead, Severity::Warning)
         );
         assert_eq!(f[0].evidence, "tracing is slowing redis down");
-        let perf = LiveEvidence {
+        let perf = |watching| LiveEvidence {
             sees_commands: false,
             tracing_cost: None,
+            watching,
         };
-        assert_eq!(ids(&perf), vec![FindingId::BackendLimits]);
+        assert_eq!(ids(&perf(false)), vec![FindingId::BackendLimits]);
+        let advice = |watching| live_findings(&perf(watching))[0].advice.clone();
+        assert!(advice(false).contains("or trace briefly with --backend ptrace"));
+        assert!(advice(true).contains("or watch briefly with --backend ptrace"));
     }
 
     #[test]
