@@ -265,6 +265,9 @@ const PAST_KEEP: usize = 4;
 pub struct FdTable {
     procs: HashMap<ProcKey, ProcFds>,
     files: Vec<FileInfo>,
+    /// Per file, how many bindings ever pointed at it: a file of one binding is one fd's
+    /// lifetime, which a class learned later may be given back to.
+    bindings: Vec<u32>,
     index: HashMap<FileKey, FileId>,
     pub conf: Option<RedisConf>,
     /// Live bindings found recently, direct-mapped by fd: redis's main thread touches a
@@ -301,6 +304,7 @@ impl FdTable {
         FdTable {
             procs: HashMap::default(),
             files: vec![],
+            bindings: vec![],
             index: HashMap::default(),
             conf,
             recent: Default::default(),
@@ -340,6 +344,7 @@ impl FdTable {
             path: shown,
             class,
         });
+        self.bindings.push(0);
         self.index.insert(key, id);
         id
     }
@@ -366,6 +371,7 @@ impl FdTable {
                 .unwrap_or(FileClass::Unknown)
         });
         let file = self.intern(proc, fd, path, class);
+        self.bindings[file as usize] += 1;
         self.generation = self.generation.wrapping_add(1).max(1);
         let p = self.procs.entry(proc).or_default();
         p.written.retain(|w| *w != fd);
@@ -417,6 +423,7 @@ impl FdTable {
         for (fd, file) in src {
             let info = self.files[file as usize].clone();
             let id = self.intern(child, fd, info.path.as_deref(), info.class);
+            self.bindings[id as usize] += 1;
             fresh.live.insert(
                 fd,
                 Binding {
@@ -479,11 +486,32 @@ impl FdTable {
             _ => info.path.as_deref(),
         };
         let id = self.intern(proc, fd, path, class);
+        self.bindings[id as usize] += 1;
         self.generation = self.generation.wrapping_add(1).max(1);
         if let Some(b) = self.procs.get_mut(&proc).and_then(|p| p.live.get_mut(&fd)) {
             b.file = id;
         }
         Some(id)
+    }
+
+    /// Gives the live binding of `fd` a class learned from its use, back to the binding's
+    /// start: when its file is its alone (one binding ever: the same fd, with no close or
+    /// reuse since it was bound), the file itself takes the class, so the calls made before
+    /// the class was known count for it too. Otherwise as `reclassify`, from now on.
+    fn reclassify_binding(&mut self, proc: ProcKey, fd: i32, class: FileClass) -> Option<FileId> {
+        let cur = self.procs.get(&proc)?.live.get(&fd)?.file;
+        let info = &self.files[cur as usize];
+        if self.bindings[cur as usize] != 1 || info.path.is_some() || info.class == class {
+            return self.reclassify(proc, fd, class);
+        }
+        let old_key = (proc, fd, None, info.class);
+        if self.index.get(&old_key) == Some(&cur) {
+            self.index.remove(&old_key);
+        }
+        self.index.entry((proc, fd, None, class)).or_insert(cur);
+        self.files[cur as usize].class = class;
+        self.generation = self.generation.wrapping_add(1).max(1);
+        Some(cur)
     }
 
     /// Classes a file no path names by what the process does with it when its content says
@@ -514,7 +542,8 @@ impl FdTable {
             }
             None
         } else if sc.sys.facts.has(Facts::FSYNC) && p.written.contains(&fd) && !p.forked {
-            self.reclassify(proc, fd, FileClass::Aof)
+            // The writes before this fsync were to the AOF too.
+            self.reclassify_binding(proc, fd, FileClass::Aof)
         } else {
             None
         }
@@ -895,5 +924,32 @@ mod tests {
         t.apply(P2, 70, &call("write", Some(10), 4096, None));
         t.apply(P2, 80, &call("fsync", Some(10), 0, None));
         assert_ne!(class(&t, P2, 10), Some(FileClass::Aof));
+    }
+
+    /// Issue 13: once the fd is known as the AOF by what is done with it, the calls made on
+    /// it before, in the same fd lifetime, are the AOF's too (the first write before the
+    /// first fdatasync was "unknown"); not across a close and a reuse of the number.
+    #[test]
+    fn the_aof_found_by_behaviour_takes_its_earlier_calls_in_the_same_lifetime() {
+        let mut t = FdTable::new(None);
+        let first = t.apply(P1, 10, &call("write", Some(7), 45, None)).unwrap();
+        assert_eq!(first.class, FileClass::Unknown);
+        let r = t
+            .apply(P1, 20, &call("fdatasync", Some(7), 0, None))
+            .unwrap();
+        assert_eq!(r.file, first.file, "the same file, now the AOF");
+        assert_eq!(t.file(first.file).class, FileClass::Aof);
+        // A later unnamed binding of another fd number that is closed, reused and only then
+        // written and fsynced: the first lifetime keeps what it was.
+        let a = t.apply(P1, 30, &call("write", Some(8), 45, None)).unwrap();
+        t.apply(P1, 40, &call("close", Some(8), 0, None));
+        let b = t.apply(P1, 50, &call("write", Some(8), 45, None)).unwrap();
+        assert_eq!(a.file, b.file, "one row per (fd, class) in the report");
+        let r = t
+            .apply(P1, 60, &call("fdatasync", Some(8), 0, None))
+            .unwrap();
+        assert_eq!(r.class, FileClass::Aof);
+        assert_ne!(r.file, a.file);
+        assert_eq!(t.file(a.file).class, FileClass::Unknown);
     }
 }

@@ -226,6 +226,9 @@ pub struct Report {
     /// Calls still running when the trace ended (or already running when it began) whose
     /// known part is below the threshold: listed so a call still blocked is never silent.
     pub in_flight: Vec<Stall>,
+    /// Calls still blocked when the trace ended that are their thread's wait for work (no
+    /// stall, so not in `in_flight`): what each parked thread waits in.
+    pub parked_at_end: Vec<Parked>,
     /// Stalls that overlap in time, merged: what a client saw as one freeze.
     pub incidents: Vec<Incident>,
     pub threads: Vec<ThreadInfo>,
@@ -414,6 +417,24 @@ pub struct Stall {
     /// Where the thread's time went over the stall (live bpf backend only; absent otherwise).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sched: Option<StallSched>,
+}
+
+/// A thread's wait for work still blocked when the trace ended (`Report::parked_at_end`).
+#[derive(Clone, Debug, Serialize)]
+pub struct Parked {
+    /// When the wait began.
+    pub ts: String,
+    pub at_us: i64,
+    pub pid: u32,
+    pub tid: u32,
+    pub thread: Role,
+    pub syscall: String,
+    pub fd: Option<i32>,
+    pub path: Option<String>,
+    pub class: Option<FileClass>,
+    /// How long it had waited when the trace ended, as far as the trace knows (at least).
+    pub known_us: i64,
+    pub line: Option<u64>,
 }
 
 /// A stall's time split by the scheduler: on a CPU, runnable (waiting for a CPU), blocked

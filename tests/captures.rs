@@ -344,22 +344,27 @@ fn slow_log_close_matches_expected_md() {
 #[test]
 fn slow_log_close_says_who_waited_for_each_stall() {
     // Client logs: SET sent 22:55:12.654804 (4.23 s) and 22:55:16.884790 (9.60 s); health
-    // checks sent 22:55:12.654615 (4.23 s) and 22:55:17.033128 (9.45 s). So stall 1 held one
-    // SET and one health check, stalls 2 and 3 each held the second SET and health check.
+    // checks sent 22:55:12.654615 (4.23 s) and 22:55:17.033128 (9.45 s). The report claims
+    // only what the trace shows (issue 13: a latency never starts before a stall that ended
+    // before the wait that found the request). Stall 1 held the SET that the wait before it
+    // returned (fd 8); the health check's PING, on a connection accepted just before it, was
+    // found only by the wait after it. Stall 2 held the INFO read just before it; the second
+    // SET and health check were found only by waits after it (the client logs show them sent
+    // during it, which the trace cannot). Stall 3 held that SET, read just before it.
     let (_, r) = analyze_capture("slow-log-close-bgsave-f");
     let main: Vec<&Value> = stalls(&r)
         .into_iter()
         .filter(|s| s["thread"] == "main")
         .collect();
-    for (i, s) in main.iter().enumerate() {
-        assert_eq!(s["waiting_by_command"]["SET"], 1, "stall {i}: {s}");
-        assert_eq!(s["waiting_by_command"]["PING"], 1, "stall {i}: {s}");
-        assert!(s["waiting_clients"].as_u64().unwrap() >= 2);
+    for (i, cmd) in ["SET", "INFO", "SET"].iter().enumerate() {
+        let s = main[i];
+        assert_eq!(s["waiting_by_command"][cmd], 1, "stall {i}: {s}");
+        assert_eq!(s["waiting_commands"], 1, "stall {i}: {s}");
     }
     let worst = |i: usize| main[i]["worst_wait_us"].as_i64().unwrap();
     assert!(within(worst(0), 4_228_000, 0.02), "{}", worst(0));
-    assert!(within(worst(1), 9_598_625, 0.02), "{}", worst(1));
-    assert!(within(worst(2), 9_598_625, 0.02), "{}", worst(2));
+    assert!(within(worst(1), 4_829_000, 0.02), "{}", worst(1));
+    assert!(within(worst(2), 4_771_000, 0.02), "{}", worst(2));
 }
 
 #[test]
@@ -384,7 +389,7 @@ fn table_output_leads_with_the_finding_and_fits_80_columns() {
             .contains("log file"),
         "{text}"
     );
-    assert!(text.contains("held 3 clients"), "{text}");
+    assert!(text.contains("held 1 client (1 command)"), "{text}");
     assert!(!text.contains('\x1b'), "no colour with NO_COLOR");
     for l in text.lines() {
         assert!(l.chars().count() <= 80, "line over 80 columns: {l:?}");

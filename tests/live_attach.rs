@@ -298,8 +298,7 @@ fn a_busy_eval_is_a_main_thread_gap(backend: &str) {
     }
 }
 
-/// The commands that waited through a gap are named: the EVAL that made it and a PING sent
-/// by another client while it ran.
+/// The commands that waited through a gap are named: the EVAL that made it.
 fn a_busy_eval_holds_up_the_commands_behind_it(backend: &str) {
     let redis = Redis::start(&[]);
     let a = Attach::start(
@@ -346,10 +345,10 @@ fn a_busy_eval_holds_up_the_commands_behind_it(backend: &str) {
         gap["waiting_by_command"]["EVAL"].as_u64() >= Some(1),
         "the EVAL itself waited: {gap}"
     );
-    assert!(
-        gap["waiting_by_command"]["PING"].as_u64() >= Some(1),
-        "the PING sent during the EVAL waited: {gap}"
-    );
+    // A PING sent during the EVAL is held only if the trace shows it was in before the gap
+    // ended (returned by the wait that returned the EVAL); one found by the wait after it,
+    // which returned at once, is shown queued only from the end of the call before that
+    // wait (issue 13). Which of the two happens depends on timing, so neither is asserted.
     assert!(gap["worst_wait_us"].as_i64() >= gap["duration_us"].as_i64().map(|d| d / 2));
     assert_eq!(r["summary"]["lost_events"], 0);
 }

@@ -8,7 +8,7 @@ use super::phases::Segment;
 use super::roles::Role;
 use super::stats::Agg;
 use super::world::World;
-use crate::event::Nanos;
+use crate::event::{DurSource, Nanos};
 use crate::fdtable::{FileClass, FileId};
 use crate::report::Dist;
 use rustc_hash::FxHashMap as HashMap;
@@ -21,6 +21,29 @@ pub(crate) struct FileNs {
     pub(crate) log: i64,
 }
 
+/// The main thread's fsyncs of the AOF: how many, their distribution, and how many of them
+/// were timed only as upper bounds (and the longest of those).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct MainFsyncs {
+    pub(crate) n: u64,
+    pub(crate) p50_us: i64,
+    pub(crate) p99_us: i64,
+    pub(crate) max_us: i64,
+    pub(crate) upper: u64,
+    pub(crate) upper_max_us: i64,
+}
+
+impl MainFsyncs {
+    /// Which of p50, p99 and max rest on upper bounds: a figure does when some call timed
+    /// only up to its thread's next event is at least as long (its real, shorter length
+    /// could lower the figure); calls below a quantile can only get shorter, which leaves
+    /// the quantile where it is.
+    pub(crate) fn upper_bounds(&self) -> (bool, bool, bool) {
+        let rests = |x: i64| self.upper > 0 && self.upper_max_us >= x;
+        (rests(self.p50_us), rests(self.p99_us), rests(self.max_us))
+    }
+}
+
 /// Most background fsyncs remembered.
 const BIO_FSYNCS_MAX: usize = 1 << 20;
 
@@ -30,6 +53,12 @@ pub(crate) struct FileTime {
     seg: BTreeMap<Segment, Agg>,
     per: PerThread<FileNs>,
     main_fsync_by_file: HashMap<FileId, Agg>,
+    /// Of those, the calls timed only as upper bounds (no -T: up to the thread's next event).
+    main_fsync_upper: HashMap<FileId, (u64, Nanos)>,
+    /// Serving threads' time in AOF calls, and the part of it timed only as upper bounds:
+    /// the AOF time charged to commands rests on those when they are most of it.
+    aof_ns: i64,
+    aof_upper_ns: i64,
     /// (start, end) of background fsyncs of the AOF of at least 1 ms, in trace order.
     bio_fsyncs: Vec<(Nanos, Nanos)>,
 }
@@ -46,6 +75,10 @@ impl FileTime {
             let t = self.per.at(cx.thread);
             if c.is_aof() {
                 t.aof += cx.dur;
+                self.aof_ns += cx.dur;
+                if cx.dur_src() == DurSource::UpperBound {
+                    self.aof_upper_ns += cx.dur;
+                }
             } else if c == FileClass::Log {
                 t.log += cx.dur;
             }
@@ -54,6 +87,11 @@ impl FileTime {
         if role == Role::Main && fsync && cx.timed {
             if let Some(f) = cx.file {
                 self.main_fsync_by_file.entry(f).or_default().add(cx.dur);
+                if cx.dur_src() == DurSource::UpperBound {
+                    let u = self.main_fsync_upper.entry(f).or_default();
+                    u.0 += 1;
+                    u.1 = u.1.max(cx.dur);
+                }
             }
         }
         if fsync
@@ -76,15 +114,31 @@ impl FileTime {
         self.seg.get(&s).map(|a| a.dist()).unwrap_or_default()
     }
 
-    /// (count, p50 µs, p99 µs, max µs) of fdatasync/fsync on the AOF by main-thread calls.
-    pub(crate) fn main_aof_fsync(&self, world: &World) -> (u64, i64, i64, i64) {
+    /// fdatasync/fsync on the AOF by main-thread calls.
+    pub(crate) fn main_aof_fsync(&self, world: &World) -> MainFsyncs {
         let mut agg = Agg::default();
+        let (mut upper, mut upper_max) = (0, 0);
         for (f, s) in &self.main_fsync_by_file {
             if world.file(*f).class.is_aof() {
                 agg.merge(s);
+                let (n, max) = self.main_fsync_upper.get(f).copied().unwrap_or_default();
+                upper += n;
+                upper_max = upper_max.max(max);
             }
         }
-        (agg.count, agg.pct_us(0.5), agg.pct_us(0.99), agg.max_us())
+        MainFsyncs {
+            n: agg.count,
+            p50_us: agg.pct_us(0.5),
+            p99_us: agg.pct_us(0.99),
+            max_us: agg.max_us(),
+            upper,
+            upper_max_us: upper_max / 1000,
+        }
+    }
+
+    /// Most of the serving threads' AOF time was timed only as upper bounds.
+    pub(crate) fn aof_time_is_upper_bound(&self) -> bool {
+        self.aof_upper_ns > 0 && self.aof_upper_ns * 2 >= self.aof_ns
     }
 
     /// A background fsync of the AOF ran at some time in [start, end).
@@ -154,5 +208,26 @@ mod tests {
             !f.overlaps_bio_fsync(30 * MS, 31 * MS),
             "under 1 ms: not kept"
         );
+    }
+
+    /// Issue 13: a figure is marked as an upper bound only where it rests on upper bounds:
+    /// a perf trace's few interrupted fsyncs (no duration printed) mark only the figures
+    /// they reach.
+    #[test]
+    fn only_figures_that_rest_on_upper_bounds_are_marked() {
+        let f = |n, upper, upper_max_us| MainFsyncs {
+            n,
+            p50_us: 150,
+            p99_us: 900,
+            max_us: 2_000,
+            upper,
+            upper_max_us,
+        };
+        assert_eq!(f(100, 0, 0).upper_bounds(), (false, false, false));
+        assert_eq!(f(100, 100, 2_000).upper_bounds(), (true, true, true));
+        assert_eq!(f(300, 2, 2_000).upper_bounds(), (true, true, true));
+        assert_eq!(f(100, 2, 900).upper_bounds(), (true, true, false));
+        assert_eq!(f(100, 60, 300).upper_bounds(), (true, false, false));
+        assert_eq!(f(100, 2, 100).upper_bounds(), (false, false, false));
     }
 }

@@ -62,7 +62,7 @@ pub(crate) fn explain(
     role: Role,
     running: Option<&str>,
 ) -> (Option<FindingId>, String) {
-    let d = human(c.dur / 1000);
+    let bound = bound_words(c.dur_facts.bound);
     let who = match role {
         Role::Main => "main thread".to_string(),
         Role::Child => format!("background child {}", a.world.show_pid(c.proc)),
@@ -74,6 +74,8 @@ pub(crate) fn explain(
         .map(|child| format!(" while child {child} ran"))
         .unwrap_or_default();
     if c.kind == StallKind::Gap {
+        // A gap from a call of unknown length is at most what it says.
+        let d = format!("{bound}{}", human(c.dur / 1000));
         if let Some(v) = sched_of_gap(c, role, &who, &d, &during, running) {
             return v;
         }
@@ -86,13 +88,9 @@ pub(crate) fn explain(
             _ => (None, format!("{who} made no syscall for {d} (CPU work or descheduled); no finding explains it")),
         };
     }
+    let d = human(c.dur / 1000);
     let name = c.syscall.unwrap_or("?");
     let file = c.file.map(|f| a.world.file(f));
-    let bound = match c.dur_facts.bound {
-        Bound::AtLeast => "at least ",
-        Bound::AtMost => "at most ",
-        Bound::Exact => "",
-    };
     let edge = match c.dur_facts.in_flight {
         Some(crate::event::InFlight::AtStart) => " (already running when tracing began)",
         Some(crate::event::InFlight::AtEnd) => " (still running when tracing ended)",
@@ -105,6 +103,28 @@ pub(crate) fn explain(
     let (fid, why) = cause_of_call(a, c, role, file, &during);
     (fid, format!("{base}: {why}"))
 }
+
+/// "at most " for an upper bound, "at least " for a lower one, nothing for an exact figure.
+fn bound_words(b: Bound) -> &'static str {
+    match b {
+        Bound::AtLeast => "at least ",
+        Bound::AtMost => "at most ",
+        Bound::Exact => "",
+    }
+}
+
+/// "≤" before a figure that is only an upper bound (a list of figures: the table's mark).
+fn at_most(upper: bool) -> &'static str {
+    if upper {
+        "≤"
+    } else {
+        ""
+    }
+}
+
+/// The sentence a finding built only on upper bounds adds to its evidence.
+const UPPER_BOUNDS_ONLY: &str = "every one of these durations is an upper bound (up to the \
+     thread's next event) or not known, so they support a warning at most: rerun strace with -T";
 
 /// Where a stall's time went, by the scheduler's counters of the thread (live bpf backend):
 /// the input of the rules that tell a thread waiting for a CPU (`cpu-starvation`), one
@@ -327,6 +347,11 @@ struct ByFinding {
     worst: i64,
     worst_line: Option<u64>,
     worst_path: Option<String>,
+    /// How the worst stall's duration is bounded.
+    worst_bound: Bound,
+    /// Stalls whose duration is only an upper bound, and only a lower bound.
+    at_most: u64,
+    at_least: u64,
     /// The longest stall whose duration was measured or paired: only these can make a
     /// finding critical (an upper bound supports a warning at most).
     worst_known: Option<i64>,
@@ -439,41 +464,54 @@ fn stall_evidence(cx: &Ctx<'_>, e: Option<&ByFinding>) -> String {
         let names: Vec<&str> = e.running.iter().map(String::as_str).collect();
         format!("; running through them: {}", names.join(", "))
     };
+    // A sum with upper bounds in it is one too (and with lower bounds, one of those).
+    let total = match (e.at_most, e.at_least) {
+        (0, 0) => Bound::Exact,
+        (_, 0) => Bound::AtMost,
+        (0, _) => Bound::AtLeast,
+        _ => Bound::Exact,
+    };
     format!(
-        "{} stall{} over {}, {} in total, worst {}{path}{at}{held}{running}{}",
+        "{} stall{} over {}, {}{} in total, worst {}{}{path}{at}{held}{running}{}",
         e.n,
         plural(e.n),
         human(cx.ev.threshold_us),
+        bound_words(total),
         human(e.total),
+        bound_words(e.worst_bound),
         human(e.worst),
         upper_bounds_only(e)
     )
 }
 
 /// What the evidence adds when no stall of a finding has a measured or paired duration.
-fn upper_bounds_only(e: &ByFinding) -> &'static str {
+fn upper_bounds_only(e: &ByFinding) -> String {
     if e.worst_known.is_some() {
-        ""
+        String::new()
     } else {
-        "; every one of these durations is an upper bound (up to the thread's next event) or \
-         not known, so they support a warning at most: rerun strace with -T"
+        format!("; {UPPER_BOUNDS_ONLY}")
     }
 }
 
 // aof-fsync-always fires on the pattern even when no single fsync crosses the threshold:
 // every write command pays for one.
 fn fsync_always_applies(cx: &Ctx<'_>, e: Option<&ByFinding>) -> bool {
-    cx.ev.file_time.main_aof_fsync(cx.ev.world).0 >= 10 || e.is_some()
+    cx.ev.file_time.main_aof_fsync(cx.ev.world).n >= 10 || e.is_some()
 }
 
 fn fsync_always_evidence(cx: &Ctx<'_>, e: Option<&ByFinding>) -> String {
-    let (n, p50, p99, max) = cx.ev.file_time.main_aof_fsync(cx.ev.world);
+    let f = cx.ev.file_time.main_aof_fsync(cx.ev.world);
+    // Figures from calls timed only up to the thread's next event are at most what they say.
+    let (p50, p99, max) = f.upper_bounds();
+    let (m50, m99, mmax) = (at_most(p50), at_most(p99), at_most(max));
     let mut ev = format!(
-        "{n} fdatasync()/fsync() calls on the AOF in the main thread: p50 {}, p99 {}, max {}",
-        human(p50),
-        human(p99),
-        human(max)
+        "{} fdatasync()/fsync() calls on the AOF in the main thread: p50 {m50}{}, p99 {m99}{}, max {mmax}{}",
+        f.n,
+        human(f.p50_us),
+        human(f.p99_us),
+        human(f.max_us)
     );
+    let aof = at_most(cx.ev.file_time.aof_time_is_upper_bound());
     let heavy: Vec<String> = cx
         .commands
         .iter()
@@ -481,7 +519,7 @@ fn fsync_always_evidence(cx: &Ctx<'_>, e: Option<&ByFinding>) -> String {
         .take(3)
         .map(|c| {
             format!(
-                "{} p50 {} ({} per call in AOF syscalls)",
+                "{} p50 {} ({aof}{} per call in AOF syscalls)",
                 c.command,
                 human(c.p50_us),
                 human(c.aof_us / c.calls as i64)
@@ -491,8 +529,11 @@ fn fsync_always_evidence(cx: &Ctx<'_>, e: Option<&ByFinding>) -> String {
     if !heavy.is_empty() {
         ev.push_str(&format!("; {}", heavy.join(", ")));
     }
-    if e.is_some() {
-        ev.push_str(&format!("; {}", stall_evidence(cx, e)));
+    match e {
+        Some(_) => ev.push_str(&format!("; {}", stall_evidence(cx, e))),
+        // Built on the fsyncs alone: say when every one of them is only an upper bound.
+        None if f.n > 0 && f.upper == f.n => ev.push_str(&format!("; {UPPER_BOUNDS_ONLY}")),
+        None => {}
     }
     ev
 }
@@ -526,6 +567,16 @@ fn worst_fork_us(cx: &Ctx<'_>) -> i64 {
     cx.ev.phases.fork_durs().iter().max().copied().unwrap_or(0) / 1000
 }
 
+/// The longest fork's duration is only an upper bound.
+fn worst_fork_upper(cx: &Ctx<'_>) -> bool {
+    cx.ev
+        .phases
+        .forks_bounded()
+        .map(|(f, upper, _)| (f, upper))
+        .max_by_key(|(f, upper)| (*f, !upper))
+        .is_some_and(|(_, upper)| upper)
+}
+
 // fork: always worth a line when a child was forked; a stall when it crossed the threshold.
 fn fork_applies(cx: &Ctx<'_>, e: Option<&ByFinding>) -> bool {
     !cx.ev.phases.is_empty() && (e.is_some() || worst_fork_us(cx) > 0)
@@ -540,20 +591,26 @@ fn fork_severity(_: &Ctx<'_>, e: Option<&ByFinding>) -> Severity {
 }
 
 fn fork_title(cx: &Ctx<'_>, _: Option<&ByFinding>) -> String {
+    let bound = if worst_fork_upper(cx) { "at most " } else { "" };
     format!(
-        "fork() for a background save blocked the main thread {}",
+        "fork() for a background save blocked the main thread {bound}{}",
         human(worst_fork_us(cx))
     )
 }
 
-fn fork_evidence(cx: &Ctx<'_>, _: Option<&ByFinding>) -> String {
-    let list: Vec<String> = cx
-        .ev
-        .phases
-        .forks()
-        .map(|(f, child)| format!("{} (child {child})", human(f / 1000)))
+fn fork_evidence(cx: &Ctx<'_>, e: Option<&ByFinding>) -> String {
+    let forks: Vec<(i64, bool, u32)> = cx.ev.phases.forks_bounded().collect();
+    let list: Vec<String> = forks
+        .iter()
+        .map(|(f, upper, child)| format!("{}{} (child {child})", at_most(*upper), human(f / 1000)))
         .collect();
-    format!("fork durations: {}", list.join(", "))
+    let mut ev = format!("fork durations: {}", list.join(", "));
+    // Only upper bounds, and no stall of measured or paired duration beside them.
+    let known_stall = e.is_some_and(|e| e.worst_known.is_some());
+    if !forks.is_empty() && forks.iter().all(|(_, upper, _)| *upper) && !known_stall {
+        ev.push_str(&format!("; {UPPER_BOUNDS_ONLY}"));
+    }
+    ev
 }
 
 fn background_fsync_severity(_: &Ctx<'_>, e: Option<&ByFinding>) -> Severity {
@@ -593,6 +650,11 @@ fn gaps_evidence(cx: &Ctx<'_>, _: Option<&ByFinding>) -> String {
 fn unexplained_title(_: &Ctx<'_>, e: Option<&ByFinding>) -> String {
     let n = e.map_or(0, |e| e.n);
     format!("{n} stall{} no rule explains", plural(n))
+}
+
+fn unexplained_evidence(_: &Ctx<'_>, e: Option<&ByFinding>) -> String {
+    let only = e.map(upper_bounds_only).unwrap_or_default();
+    format!("see the stalls marked without a finding{only}")
 }
 
 const GAPS_TITLE: &str = "Gaps between syscalls are not reported for this trace";
@@ -757,7 +819,7 @@ static RULES: &[Rule] = &[
         applies: on_stalls,
         severity: info,
         title: Text::Made(unexplained_title),
-        evidence: Text::Fixed("see the stalls marked without a finding"),
+        evidence: Text::Made(unexplained_evidence),
         advice: Text::Fixed(
             "Look at the thread and syscall of each; a socket or pipe call that blocks usually means CPU starvation \
              (check load and steal) or tracing overhead.",
@@ -784,6 +846,9 @@ pub(crate) fn findings(
                 worst: 0,
                 worst_line: None,
                 worst_path: None,
+                worst_bound: Bound::Exact,
+                at_most: 0,
+                at_least: 0,
                 worst_known: None,
                 held: Default::default(),
                 running: Default::default(),
@@ -794,6 +859,11 @@ pub(crate) fn findings(
         e.n += 1;
         e.total += s.duration_us;
         e.held.extend(h.seqs.iter().copied());
+        match s.bound {
+            Bound::AtMost => e.at_most += 1,
+            Bound::AtLeast => e.at_least += 1,
+            Bound::Exact => {}
+        }
         if let (Some(n), Some(_)) = (h.running(), &s.sched) {
             e.running.insert(names.name(n).to_string());
         }
@@ -801,6 +871,7 @@ pub(crate) fn findings(
             e.worst = s.duration_us;
             e.worst_line = s.line;
             e.worst_path = s.path.clone();
+            e.worst_bound = s.bound;
         }
     }
     let cx = Ctx {

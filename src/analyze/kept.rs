@@ -11,8 +11,8 @@ use super::holds::{Held, Holds};
 use super::roles::Role;
 use super::stalls::{self, Cand, Stalls};
 use super::world::World;
-use crate::event::Nanos;
-use crate::report::{Stall, StallKind};
+use crate::event::{InFlight, Nanos};
+use crate::report::{Parked, Stall, StallKind};
 use crate::source::Clock;
 
 /// What deciding and writing stall rows reads.
@@ -90,6 +90,53 @@ impl Kept<'_> {
                 Some(self.row(c, &h, role))
             })
             .collect()
+    }
+
+    /// Calls still blocked at the end that are waits for work on the final roles (those
+    /// that were waits when made, and those that were not but are now), as `parked_at_end`
+    /// rows; and the waits when made that are not one on the final role, as in-flight rows.
+    pub(crate) fn parked(&self, stalls: &Stalls) -> (Vec<Stall>, Vec<Parked>) {
+        let mut in_flight = vec![];
+        let mut parked: Vec<&Cand> = vec![];
+        for c in stalls.parked() {
+            match self.kept(c, Held::default()) {
+                Some((h, role)) => in_flight.push(self.row(c, &h, role)),
+                None => parked.push(c),
+            }
+        }
+        parked.extend(
+            stalls
+                .in_flight_small()
+                .iter()
+                .chain(stalls.iter().map(|(_, c)| c))
+                .filter(|c| c.dur_facts.in_flight == Some(InFlight::AtEnd))
+                .filter(|c| c.kind == StallKind::SlowSyscall)
+                .filter(|c| self.kept(c, Held::default()).is_none()),
+        );
+        parked.sort_by_key(|c| (c.tid, c.start));
+        let rows = parked
+            .into_iter()
+            .map(|c| self.parked_row(c, self.world.role(c.tid)))
+            .collect();
+        (in_flight, rows)
+    }
+
+    /// The report's row for a call still blocked at the end in a wait for work.
+    fn parked_row(&self, c: &Cand, role: Role) -> Parked {
+        let info = c.file.map(|f| self.world.file(f));
+        Parked {
+            ts: self.clock.format(c.start),
+            at_us: (c.start - self.first) / 1000,
+            pid: self.world.show_pid(c.proc),
+            tid: c.tid,
+            thread: role,
+            syscall: c.syscall.unwrap_or("?").to_string(),
+            fd: c.fd,
+            path: info.and_then(|i| i.path.as_deref().map(str::to_string)),
+            class: info.map(|i| i.class),
+            known_us: c.dur / 1000,
+            line: c.line,
+        }
     }
 
     /// The report's row for a kept stall.

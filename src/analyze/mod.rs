@@ -117,7 +117,7 @@ impl Analyzer {
             samples: Samples::new(opts.top.max(20), timeline),
             stalls: Stalls::new(opts.threshold_ns, caps.stalls),
             holds: Holds::new(caps.done, caps.recent_stalls),
-            arrivals: Arrivals::new(opts.stamped_at_stops),
+            arrivals: Arrivals::new(opts.stamped_at_stops, opts.threshold_ns),
             file_time: FileTime::default(),
             commands: Commands::new(caps.commands),
             phases: Phases::default(),
@@ -220,7 +220,6 @@ impl Analyzer {
         let inputs = CmdInputs {
             arrivals: &self.arrivals,
             file_time: &self.file_time,
-            first: self.coverage.first(),
             segment: self.phases.segment(),
         };
         let replica = if own {
@@ -322,6 +321,9 @@ impl Analyzer {
             all.clear();
         }
         r.in_flight = kept.in_flight(&self.stalls);
+        let (waits_no_more, parked) = kept.parked(&self.stalls);
+        r.in_flight.extend(waits_no_more);
+        r.parked_at_end = parked;
         let dropped = self.stalls.dropped();
         r.summary.stalls = all.len() as u64 + dropped;
         r.summary.stalls_not_listed = dropped;

@@ -18,6 +18,8 @@ struct PhaseState {
     child: u32,
     start: Nanos,
     fork_ns: Option<Nanos>,
+    /// The fork's duration is only an upper bound (no -T: up to the thread's next event).
+    fork_upper: bool,
     end: Option<Nanos>,
     ended_by: Option<EndedBy>,
     wrote: Vec<FileClass>,
@@ -101,11 +103,12 @@ impl Phases {
             .max()
     }
 
-    /// (fork duration, child) of every phase whose fork was timed, in order.
-    pub(crate) fn forks(&self) -> impl Iterator<Item = (Nanos, u32)> + '_ {
+    /// (fork duration, whether it is only an upper bound, child) of every phase whose fork
+    /// was timed, in order.
+    pub(crate) fn forks_bounded(&self) -> impl Iterator<Item = (Nanos, bool, u32)> + '_ {
         self.list
             .iter()
-            .filter_map(|p| p.fork_ns.map(|f| (f, p.child)))
+            .filter_map(|p| p.fork_ns.map(|f| (f, p.fork_upper, p.child)))
     }
 
     pub(crate) fn fork_durs(&self) -> &[Nanos] {
@@ -159,6 +162,7 @@ impl Phases {
             child,
             start: at,
             fork_ns: cx.sc.dur,
+            fork_upper: cx.dur_src() == crate::event::DurSource::UpperBound,
             end: None,
             ended_by: None,
             wrote: vec![],

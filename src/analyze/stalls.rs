@@ -70,6 +70,10 @@ pub(crate) struct Stalls {
     /// Whether the thread's last end is known (its call's duration measured or paired): a
     /// gap from an end that is not is only an upper bound.
     last_end_known: PerThread<bool>,
+    /// Whether the thread's last call was a wait for work of unknown length (no -T, e.g.
+    /// `restart_syscall(<... resuming interrupted nanosleep ...>)`): the time after its
+    /// printed start is that wait's as far as the trace shows, not CPU work.
+    last_wait_unknown: PerThread<bool>,
     /// The time of the last break in the timeline: no gap starts before it.
     broken_at: Nanos,
     cands: Vec<Cand>,
@@ -82,6 +86,8 @@ pub(crate) struct Stalls {
     reported: u64,
     /// Calls still running at the trace's end, below the threshold (or of unknown length).
     in_flight_small: Vec<Cand>,
+    /// Calls still running at the trace's end that were a wait for work when made.
+    parked: Vec<Cand>,
 }
 
 /// Calls cut by the trace's edge listed below the threshold, at most.
@@ -94,6 +100,7 @@ impl Stalls {
             cap,
             last_end: PerThread::default(),
             last_end_known: PerThread::default(),
+            last_wait_unknown: PerThread::default(),
             broken_at: Nanos::MIN,
             cands: vec![],
             dropped: 0,
@@ -101,6 +108,7 @@ impl Stalls {
             by_length: BinaryHeap::new(),
             reported: 0,
             in_flight_small: vec![],
+            parked: vec![],
         }
     }
 
@@ -169,10 +177,13 @@ impl Stalls {
         *last_end = Some(prev_end.map_or(cx.end, |le| le.max(cx.end)));
         let end_known = self.last_end_known.at(cx.thread);
         let prev_known = std::mem::replace(end_known, call_known(cx).is_known());
+        let after_wait =
+            std::mem::replace(self.last_wait_unknown.at(cx.thread), cx.idle && !cx.timed);
         if let Some(pe) = prev_end.filter(|pe| *pe >= self.broken_at) {
             let gap = ts - pe;
             step.gap = Some(gap);
             if gap >= self.threshold
+                && !after_wait
                 && cx.role != Role::Child
                 && cx.sc.in_flight != Some(InFlight::AtStart)
             {
@@ -202,6 +213,12 @@ impl Stalls {
                 // incident.
                 self.in_flight_small.push(c);
             }
+        } else if at_end && self.parked.len() < IN_FLIGHT_SMALL_MAX {
+            // A thread parked in its wait for work when the trace ended: no stall, but a
+            // hang in which every thread is parked is exactly that, so it is named.
+            let mut c = self.cand(cx, StallKind::SlowSyscall, ts, dur);
+            c.phase = phases.active_at(ts);
+            self.parked.push(c);
         }
         step
     }
@@ -261,6 +278,11 @@ impl Stalls {
 
     pub(crate) fn in_flight_small(&self) -> &[Cand] {
         &self.in_flight_small
+    }
+
+    /// Calls still running at the trace's end that were idle waits when made.
+    pub(crate) fn parked(&self) -> &[Cand] {
+        &self.parked
     }
 
     /// Candidates that made no room in the full store.

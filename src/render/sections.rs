@@ -8,8 +8,8 @@
 //! incidents, a few rows per table), the page has room for every row and for the pictures.
 
 use crate::report::{
-    CommandPhase, CommandStats, FdStats, Finding, IdleStats, Incident, Phase, PhaseStats, Report,
-    Skipped, SlowCall, Stall, SyscallStats, ThreadInfo,
+    CommandPhase, CommandStats, FdStats, Finding, IdleStats, Incident, Parked, Phase, PhaseStats,
+    Report, Skipped, SlowCall, Stall, SyscallStats, ThreadInfo,
 };
 
 /// Most stall rows the page writes out: beyond that it gets slow to open and the JSON report
@@ -105,6 +105,10 @@ pub struct InFlightRows<'r> {
     /// Of those, the ones listed here or as stalls.
     pub listed_at_end: usize,
     pub threads: u64,
+    /// The others, each a thread's wait for work: which thread waits in what (the first few).
+    pub parked: &'r [Parked],
+    /// Parked calls past `parked`.
+    pub parked_more: usize,
 }
 
 fn first<T>(rows: &[T], n: usize) -> &[T] {
@@ -132,7 +136,7 @@ fn terminal(r: &Report) -> Vec<Section<'_>> {
         worst,
         more,
     }));
-    if !r.in_flight.is_empty() || r.summary.in_flight_at_end > 0 {
+    if !r.in_flight.is_empty() || r.summary.in_flight_at_end > 0 || !r.parked_at_end.is_empty() {
         out.push(Section::InFlight(InFlightRows {
             rows: first(&r.in_flight, 10),
             more: r.in_flight.len().saturating_sub(10),
@@ -144,6 +148,8 @@ fn terminal(r: &Report) -> Vec<Section<'_>> {
                 .filter(|s| s.in_flight == Some(crate::event::InFlight::AtEnd))
                 .count(),
             threads: r.summary.threads,
+            parked: first(&r.parked_at_end, 10),
+            parked_more: r.parked_at_end.len().saturating_sub(10),
         }));
     }
     if !r.phases.is_empty() {

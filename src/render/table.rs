@@ -5,8 +5,9 @@
 
 use super::sections::{sections, InFlightRows, Incidents, PhaseBlock, Section, View};
 use crate::report::{
-    ClockKind, CommandStats, Durations, FdStats, Finding, IdleStats, LiveBackend, PhaseStatsOf,
-    Report, Role, Severity, Skipped, SlowCall, SourceKind, Stall, StallKind, SyscallStats,
+    Bound, ClockKind, CommandStats, Durations, FdStats, Finding, IdleStats, LiveBackend,
+    PhaseStatsOf, Report, Role, Severity, Skipped, SlowCall, SourceKind, Stall, StallKind,
+    SyscallStats,
 };
 use crate::units::{human, plural};
 use comfy_table::{presets, Cell, CellAlignment, ContentArrangement, Table};
@@ -356,7 +357,14 @@ fn incidents(r: &Report, inc: &Incidents, w: &mut dyn Write, p: &Paint) -> io::R
         writeln!(w, "  none")?;
     }
     for i in &inc.worst {
-        let mut head = format!("{}  {}", short_ts(&i.ts), human(i.duration_us));
+        // The incident spans its stalls: bounded the way they all are.
+        let bounds = |b| i.stalls.iter().any(|si| inc.stalls[*si].bound == b);
+        let mark = match (bounds(Bound::AtMost), bounds(Bound::AtLeast)) {
+            (true, false) => super::bound_word(Bound::AtMost),
+            (false, true) => super::bound_word(Bound::AtLeast),
+            _ => "",
+        };
+        let mut head = format!("{}  {mark}{}", short_ts(&i.ts), human(i.duration_us));
         if i.stalls.len() > 1 {
             head.push_str(&format!(" ({} overlapping stalls)", i.stalls.len()));
         }
@@ -428,7 +436,41 @@ fn in_flight(f: &InFlightRows, w: &mut dyn Write, p: &Paint) -> io::Result<()> {
         );
         w.write_all(wrap(&line, 2).as_bytes())?;
     }
+    // Which thread waits in what: a hang in which every thread is parked names them all.
+    for k in f.parked {
+        w.write_all(wrap(&parked_words(k), 4).as_bytes())?;
+    }
+    if f.parked_more > 0 {
+        writeln!(w, "    ... {} more (--format json for all)", f.parked_more)?;
+    }
     Ok(())
+}
+
+/// "main thread 100 waits in epoll_wait(5) (epoll) since 22:38:57.101, at least 12 ms"
+/// (no thread number when the trace gave none, no length when nothing of it is known).
+fn parked_words(k: &crate::report::Parked) -> String {
+    let tid = if k.tid == 0 {
+        String::new()
+    } else {
+        format!(" {}", k.tid)
+    };
+    let known = if k.known_us > 0 {
+        format!(", at least {}", human(k.known_us))
+    } else {
+        String::new()
+    };
+    let fd = k.fd.map(|f| f.to_string()).unwrap_or_default();
+    let on = match (&k.path, k.class) {
+        (Some(path), _) => format!(" on {path}"),
+        (None, Some(c)) if c != crate::report::FileClass::Unknown => format!(" ({c})"),
+        _ => String::new(),
+    };
+    format!(
+        "{} thread{tid} waits in {}({fd}){on} since {}{known}",
+        k.thread.as_str(),
+        k.syscall,
+        short_ts(&k.ts),
+    )
 }
 
 fn phases(blocks: &[PhaseBlock], w: &mut dyn Write, p: &Paint) -> io::Result<()> {

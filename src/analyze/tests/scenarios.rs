@@ -750,8 +750,11 @@ fn close_running_before_the_trace_with_unknown_fd_says_what_it_likely_is() {
     assert!(r.stalls[0].finding.is_none());
 }
 
+/// Issue 13: a request found by a wait that returned at once right after a call already
+/// running when tracing began is dated from that call's end: the trace cannot show it was
+/// sent while the call ran (it was dated from the trace's start, held by the fdatasync).
 #[test]
-fn request_queued_during_a_stall_at_the_start_waited_for_it() {
+fn request_found_after_a_stall_at_the_start_is_not_dated_before_it() {
     let mut s = Seq::new();
     // fdatasync already running at attach, 0..3 s; then the loop finds a queued PING.
     s.partial(
@@ -774,7 +777,10 @@ fn request_queued_during_a_stall_at_the_start_waited_for_it() {
     s.read(100, 3_001 * MS, 9, b"*1\r\n$4\r\nPING\r\n");
     s.write(100, 3_002 * MS, 10 * US, 9, b"+PONG\r\n");
     let r = s.report();
-    assert_eq!(r.stalls[0].waiting_commands, 1, "{:?}", r.stalls[0]);
+    assert_eq!(r.stalls[0].waiting_commands, 0, "{:?}", r.stalls[0]);
+    let ping = r.commands.iter().find(|c| c.command == "PING").unwrap();
+    // From the fdatasync's end (the wait's start) to the end of the reply.
+    assert_eq!(ping.p50_us, 2_010);
 }
 
 #[test]
@@ -1421,10 +1427,12 @@ fn a_first_request_is_not_dated_before_a_wait_that_would_have_returned_it() {
         .expect("the fdatasync stall");
     assert_eq!(fsync.waiting_commands, 0, "{fsync:?}");
     let ping = r.commands.iter().find(|c| c.command == "PING").unwrap();
-    // From the end of the wait before the one that found it (600 ms) to the reply.
-    assert_eq!(ping.p50_us, 101_010);
-    // With no wait between the accept and the one that found it, it was queued since the
-    // connect: it waited through the fdatasync.
+    // The main thread made no syscall from 600 to 700 ms (a gap stall) before the wait that
+    // found the PING: from that wait's start to the reply.
+    assert_eq!(ping.p50_us, 1_010);
+    // With no wait between the accept and the one that found it, it may have been queued
+    // since the connect, but never before the fdatasync that ended before that wait: the
+    // trace cannot show it was sent while the fdatasync ran.
     let mut s = Seq::new();
     s.call(100, 0, 5 * MS, "epoll_wait", Some(5), 1, Extra::None);
     s.call(100, 5 * MS, 10 * US, "accept4", Some(6), 9, Extra::None);
@@ -1438,7 +1446,20 @@ fn a_first_request_is_not_dated_before_a_wait_that_would_have_returned_it() {
         .iter()
         .find(|x| x.syscall.as_deref() == Some("fdatasync"))
         .unwrap();
-    assert_eq!(fsync.waiting_commands, 1, "{fsync:?}");
+    assert_eq!(fsync.waiting_commands, 0, "{fsync:?}");
+    let ping = r.commands.iter().find(|c| c.command == "PING").unwrap();
+    assert_eq!(ping.p50_us, 1_010, "from the fdatasync's end at 506 ms");
+    // With nothing stall-long between, from the connect (the accept's wait at 5 ms).
+    let mut s = Seq::new();
+    s.call(100, 0, 5 * MS, "epoll_wait", Some(5), 1, Extra::None);
+    s.call(100, 5 * MS, 10 * US, "accept4", Some(6), 9, Extra::None);
+    s.call(100, 6 * MS, 2 * MS, "fdatasync", Some(7), 0, Extra::None);
+    s.call(100, 8 * MS, 5 * US, "epoll_wait", Some(5), 1, Extra::None);
+    s.read(100, 8 * MS + 10 * US, 9, b"*1\r\n$4\r\nPING\r\n");
+    s.write(100, 9 * MS, 10 * US, 9, b"+PONG\r\n");
+    let r = s.report();
+    let ping = r.commands.iter().find(|c| c.command == "PING").unwrap();
+    assert_eq!(ping.p50_us, 4_010);
 }
 
 /// Issue 13: across a line that could not be read, the wait before it says nothing of when
@@ -1473,4 +1494,379 @@ fn no_gap_starts_at_a_call_from_before_the_break() {
         "{:?}",
         r.stalls
     );
+}
+
+/// Issue 13: a request found by a wait that returned at once is dated from the end of the
+/// thread's call before that wait, never from the previous wait's end, and never before a
+/// stall (a slow call, or a gap with no syscall) that ended before it: the stall held no
+/// such request as far as the trace shows. On every path: -T or perf durations (measured,
+/// as live backends give them too), upper bounds without -T, ptrace-stamped times.
+#[test]
+fn a_queued_request_is_never_dated_before_a_stall_on_every_path() {
+    for stamped_at_stops in [false, true] {
+        for src in [DurSource::Measured, DurSource::UpperBound] {
+            // Without -T a call's upper bound runs to the thread's next call: no gap shows.
+            let stalls: &[bool] = if src == DurSource::Measured {
+                &[true, false]
+            } else {
+                &[true]
+            };
+            for &slow_call in stalls {
+                let label = format!("{stamped_at_stops} {src:?} slow call {slow_call}");
+                let mut s = Seq::with(Options {
+                    root_pid: Some(100),
+                    stamped_at_stops,
+                    ..Default::default()
+                });
+                let mut t = 0;
+                let call = |s: &mut Seq,
+                            t: &mut i64,
+                            name: &'static str,
+                            fd: i32,
+                            dur: i64,
+                            data: &[u8]| {
+                    let mut sc = Syscall::new(name);
+                    sc.fd = Some(fd);
+                    sc.ret = Ret::Val(data.len().max(1) as i64);
+                    sc.dur = Some(dur);
+                    sc.dur_src = src;
+                    if !data.is_empty() {
+                        sc.extra = Extra::Data(Data::new(data, false));
+                    }
+                    s.ev(100, *t, EventKind::Syscall(sc));
+                    *t += dur;
+                };
+                let get = b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n";
+                call(&mut s, &mut t, "epoll_wait", 5, 5 * MS, b"");
+                call(&mut s, &mut t, "read", 9, 10 * US, get);
+                call(&mut s, &mut t, "write", 9, 10 * US, b"$1\r\nv\r\n");
+                if slow_call {
+                    call(&mut s, &mut t, "fdatasync", 7, 200 * MS, b"");
+                } else {
+                    t += 200 * MS;
+                }
+                // Returned at once: a request was queued, on another connection.
+                call(&mut s, &mut t, "epoll_wait", 5, 5 * US, b"");
+                call(&mut s, &mut t, "read", 10, 10 * US, get);
+                call(&mut s, &mut t, "write", 10, 10 * US, b"$1\r\nv\r\n");
+                let r = s.report();
+                let stall = r
+                    .stalls
+                    .iter()
+                    .find(|x| x.duration_us >= 200_000)
+                    .unwrap_or_else(|| panic!("{label}: {:?}", r.stalls));
+                assert_eq!(stall.waiting_commands, 0, "{label}: {stall:?}");
+                let get = r
+                    .commands
+                    .iter()
+                    .find(|c| c.command == "GET" && c.phase == "all")
+                    .unwrap();
+                assert!(get.max_us < 1_000, "{label}: {get:?}");
+            }
+        }
+    }
+}
+
+/// Issue 13: the first request of a trace found by a wait that returned at once is dated
+/// from that wait (the thread's first call), not from the trace's first timestamp.
+#[test]
+fn the_first_request_of_a_trace_is_not_dated_from_the_trace_start() {
+    let mut s = Seq::new();
+    // Another thread's call starts the trace; the main thread is first seen 80 ms later.
+    s.call(101, 0, 10 * US, "futex", None, 0, Extra::None);
+    s.call(100, 80 * MS, 5 * US, "epoll_wait", Some(5), 1, Extra::None);
+    s.read(100, 80 * MS + 10 * US, 9, b"*1\r\n$4\r\nPING\r\n");
+    s.write(100, 80 * MS + 30 * US, 10 * US, 9, b"+PONG\r\n");
+    let r = s.report();
+    let ping = r.commands.iter().find(|c| c.command == "PING").unwrap();
+    assert_eq!(ping.p50_us, 40, "{ping:?}");
+}
+
+/// Issue 13: figures reconstructed as upper bounds are marked so in findings and causes, and
+/// only there; a finding built only on upper bounds says so in its evidence. appendfsync
+/// always traced without -T (every duration up to the thread's next event) against the same
+/// trace with -T.
+#[test]
+fn upper_bound_figures_are_marked_in_findings_and_only_there() {
+    let run = |src: DurSource, slow: bool| {
+        let mut s = Seq::new();
+        s.open(100, 0, "/data/appendonlydir/appendonly.aof.1.incr.aof", 7);
+        let mut t = MS;
+        let mut call = |s: &mut Seq, name: &'static str, fd: i32, dur: i64, data: &[u8]| {
+            let mut sc = Syscall::new(name);
+            sc.fd = Some(fd);
+            sc.ret = Ret::Val(data.len().max(1) as i64);
+            (sc.dur, sc.dur_src) = (Some(dur), src);
+            if !data.is_empty() {
+                sc.extra = Extra::Data(Data::new(data, false));
+            }
+            s.ev(100, t, EventKind::Syscall(sc));
+            t += dur;
+        };
+        for i in 0..20 {
+            call(&mut s, "epoll_wait", 5, 2 * MS, b"");
+            call(
+                &mut s,
+                "read",
+                9,
+                10 * US,
+                b"*3\r\n$4\r\nSADD\r\n$1\r\nk\r\n$1\r\nm\r\n",
+            );
+            call(&mut s, "write", 7, 10 * US, b"*3\r\n$4\r\nSADD\r\n");
+            let d = if slow && i == 10 { 300 * MS } else { 150 * US };
+            call(&mut s, "fdatasync", 7, d, b"");
+            call(&mut s, "write", 9, 10 * US, b":1\r\n");
+        }
+        s.report()
+    };
+    let fsync = |r: &Report| {
+        r.findings
+            .iter()
+            .find(|f| f.id == FindingId::AofFsyncAlways)
+            .cloned()
+            .unwrap()
+    };
+    // Without -T, no stall: built on the fsyncs alone, every one an upper bound.
+    let f = fsync(&run(DurSource::UpperBound, false));
+    assert!(
+        f.evidence.contains("p50 ≤150 µs, p99 ≤150 µs, max ≤150 µs"),
+        "{}",
+        f.evidence
+    );
+    assert!(
+        f.evidence.contains("(≤160 µs per call in AOF syscalls)"),
+        "{}",
+        f.evidence
+    );
+    assert!(f.evidence.contains("upper bound"), "{}", f.evidence);
+    // With -T: the same figures, unmarked.
+    let f = fsync(&run(DurSource::Measured, false));
+    assert!(f.evidence.contains("p50 150 µs"), "{}", f.evidence);
+    assert!(
+        !f.evidence.contains('≤') && !f.evidence.contains("upper bound"),
+        "{}",
+        f.evidence
+    );
+    // A 300 ms fsync: the stall's figures are at most, in the evidence and the cause.
+    let r = run(DurSource::UpperBound, true);
+    let f = fsync(&r);
+    assert!(f.evidence.contains("max ≤300 ms"), "{}", f.evidence);
+    assert!(
+        f.evidence
+            .contains("at most 300 ms in total, worst at most 300 ms"),
+        "{}",
+        f.evidence
+    );
+    assert!(f.evidence.contains("upper bound"), "{}", f.evidence);
+    assert!(
+        r.stalls[0].cause.contains("blocked at most 300 ms"),
+        "{}",
+        r.stalls[0].cause
+    );
+    // And the table's incident, which spans only that stall.
+    let table = |r: &Report| {
+        let mut out = Vec::new();
+        crate::render::table::render(r, &mut out, false).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        text.split("STALLS over").nth(1).unwrap().to_string()
+    };
+    assert!(table(&r).contains("  ≤300 ms"), "{}", table(&r));
+    let r = run(DurSource::Measured, true);
+    assert!(
+        table(&r).contains("  300 ms") && !table(&r).contains('≤'),
+        "{}",
+        table(&r)
+    );
+    let f = fsync(&r);
+    assert!(
+        f.evidence.contains("300 ms in total, worst 300 ms") && !f.evidence.contains("at most"),
+        "{}",
+        f.evidence
+    );
+    assert!(
+        !r.stalls[0].cause.contains("at most"),
+        "{}",
+        r.stalls[0].cause
+    );
+}
+
+/// Issue 13: a gap from a call of unknown length is at most what it says, in its cause; the
+/// stalls no rule explains say when they are all upper bounds; a fork timed only up to the
+/// next event is at most what the fork finding says.
+#[test]
+fn gaps_forks_and_unexplained_stalls_say_their_upper_bounds() {
+    let mut s = Seq::new();
+    s.call(100, 0, 10 * US, "epoll_wait", Some(5), 1, Extra::None);
+    let mut sc = Syscall::new("getpid");
+    sc.ret = Ret::Val(100);
+    s.ev(100, MS, EventKind::Syscall(sc));
+    s.call(
+        100,
+        300 * MS,
+        10 * US,
+        "epoll_wait",
+        Some(5),
+        1,
+        Extra::None,
+    );
+    let r = s.report();
+    let g = r.stalls.iter().find(|x| x.kind == StallKind::Gap).unwrap();
+    assert!(
+        g.cause.contains("made no syscall for at most 299 ms"),
+        "{}",
+        g.cause
+    );
+    // A socket write of 50 ms no rule explains, timed as an upper bound.
+    let mut s = Seq::new();
+    s.call(100, 0, 10 * US, "epoll_wait", Some(5), 1, Extra::None);
+    let mut sc = Syscall::new("sendto");
+    sc.fd = Some(40);
+    sc.ret = Ret::Val(1);
+    (sc.dur, sc.dur_src) = (Some(50 * MS), DurSource::UpperBound);
+    s.ev(100, MS, EventKind::Syscall(sc));
+    s.call(100, 51 * MS, 10 * US, "epoll_wait", Some(5), 1, Extra::None);
+    let r = s.report();
+    let f = r
+        .findings
+        .iter()
+        .find(|f| f.id == FindingId::Unexplained)
+        .unwrap_or_else(|| panic!("{:?} {:?}", r.findings, r.stalls));
+    assert!(f.evidence.contains("upper bound"), "{}", f.evidence);
+    // A fork of 30 ms without -T.
+    let fork = |src: DurSource| {
+        let mut s = Seq::new();
+        s.call(100, 0, 10 * US, "epoll_wait", Some(5), 1, Extra::None);
+        let mut sc = Syscall::new("clone");
+        sc.ret = Ret::Val(200);
+        sc.extra = Extra::Clone { thread: false };
+        (sc.dur, sc.dur_src) = (Some(30 * MS), src);
+        s.ev(100, MS, EventKind::Syscall(sc));
+        s.call(100, 31 * MS, 10 * US, "epoll_wait", Some(5), 1, Extra::None);
+        let r = s.report();
+        r.findings
+            .iter()
+            .find(|f| f.id == FindingId::Fork)
+            .cloned()
+            .unwrap_or_else(|| panic!("{:?}", r.findings))
+    };
+    let f = fork(DurSource::UpperBound);
+    assert!(f.title.ends_with("at most 30 ms"), "{}", f.title);
+    assert!(f.evidence.contains("≤30 ms (child 200)"), "{}", f.evidence);
+    assert!(f.evidence.contains("upper bound"), "{}", f.evidence);
+    let f = fork(DurSource::Measured);
+    assert!(f.title.ends_with("main thread 30 ms"), "{}", f.title);
+    assert!(
+        !f.evidence.contains('≤') && !f.evidence.contains("upper bound"),
+        "{}",
+        f.evidence
+    );
+}
+
+/// Issue 13: calls still blocked when the trace ends are shown in the table, not only
+/// counted: in a hang in which every thread is parked, each thread is named with what it
+/// waits in (syscall, fd and file), in the JSON's `parked_at_end` and the table.
+#[test]
+fn every_thread_parked_at_the_end_is_named_with_what_it_waits_in() {
+    let mut s = Seq::new();
+    s.call(100, 0, 5 * MS, "epoll_wait", Some(5), 1, Extra::None);
+    s.read(100, 5 * MS, 9, b"*1\r\n$4\r\nPING\r\n");
+    s.write(100, 6 * MS, 10 * US, 9, b"+PONG\r\n");
+    s.partial(
+        100,
+        7 * MS,
+        "epoll_wait",
+        Some(5),
+        (900 * MS, DurSource::Paired),
+        InFlight::AtEnd,
+    );
+    for tid in [101, 102] {
+        s.partial(
+            tid,
+            2 * MS,
+            "futex",
+            None,
+            (905 * MS, DurSource::Paired),
+            InFlight::AtEnd,
+        );
+    }
+    let r = s.report();
+    assert!(r.stalls.is_empty() && r.in_flight.is_empty(), "{r:?}");
+    let got: Vec<(u32, &str, Option<i32>)> = r
+        .parked_at_end
+        .iter()
+        .map(|p| (p.tid, p.syscall.as_str(), p.fd))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            (100, "epoll_wait", Some(5)),
+            (101, "futex", None),
+            (102, "futex", None)
+        ]
+    );
+    assert_eq!(r.parked_at_end[0].class, Some(FileClass::Epoll));
+    assert_eq!(r.parked_at_end[0].known_us, 900_000);
+    let mut out = Vec::new();
+    crate::render::table::render(&r, &mut out, false).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    let section = text
+        .split("STILL RUNNING")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no in-flight section: {text}"));
+    assert!(
+        section.contains("3 calls still blocked when the trace ended (3 threads traced)"),
+        "{section}"
+    );
+    assert!(
+        section.contains("main thread 100 waits in epoll_wait(5) (epoll) since"),
+        "{section}"
+    );
+    for tid in [101, 102] {
+        assert!(
+            section.contains(&format!("thread {tid} waits in futex() since")),
+            "{section}"
+        );
+    }
+}
+
+/// Issue 13: `restart_syscall(<... resuming interrupted nanosleep ...>)` is that wait
+/// resumed: idle time for its thread, not CPU work, with or without -T. Without -T its
+/// length is not known (it was running when tracing began), and the time to the thread's
+/// next call was a 950 ms gap stall.
+#[test]
+fn a_resumed_sleep_is_idle_time_with_or_without_t() {
+    for measured in [true, false] {
+        let mut s = Seq::new();
+        s.call(100, 0, 100 * MS, "epoll_wait", Some(5), 0, Extra::None);
+        for (tid, at, wait) in [(101, 50 * MS, 950 * MS), (100, 101 * MS, 500 * MS)] {
+            let mut sc = Syscall::new("restart_syscall");
+            sc.ret = Ret::Val(0);
+            sc.extra = Extra::Resumes("clock_nanosleep");
+            sc.in_flight = Some(InFlight::AtStart);
+            if measured {
+                (sc.dur, sc.dur_src) = (Some(wait), DurSource::Measured);
+            }
+            s.ev(tid, at, EventKind::Syscall(sc));
+            s.call(
+                tid,
+                at + wait + 100 * US,
+                5 * US,
+                "getpid",
+                None,
+                100,
+                Extra::None,
+            );
+        }
+        s.call(
+            100,
+            602 * MS,
+            100 * MS,
+            "epoll_wait",
+            Some(5),
+            0,
+            Extra::None,
+        );
+        let r = s.report();
+        assert!(r.stalls.is_empty(), "-T {measured}: {:?}", r.stalls);
+    }
 }
