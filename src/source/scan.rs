@@ -160,7 +160,7 @@ pub(crate) fn fixed_digits<const N: usize>(d: &[u8; N]) -> Option<u64> {
 /// of the line (the six fraction digits of a timestamp or a `-T` duration).
 #[inline(always)]
 pub(crate) fn fixed_digits_tail<const N: usize>(w: &[u8; 8]) -> Option<u64> {
-    const { assert!(N >= 1 && N <= 8) };
+    const { assert!(matches!(N, 1..=8)) };
     let w = u64::from_le_bytes(*w);
     let keep = u64::MAX << (8 * (8 - N));
     eight_digits((w & keep) | (0x3030_3030_3030_3030 & !keep))
