@@ -205,9 +205,34 @@ fn is_log_line(d: &[u8]) -> bool {
 /// Interned identity of a file as the report shows it.
 pub type FileId = u32;
 
+/// The process an fd belongs to: the traced process, whatever its pid turns out to be (a
+/// trace may name it only at its first "Process N attached", or never), or a child it forked
+/// in the trace. Threads share their process's table.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Default)]
+pub enum ProcKey {
+    #[default]
+    Root,
+    /// A child forked in the trace, by its pid.
+    Pid(u32),
+}
+
+impl ProcKey {
+    pub fn is_root(self) -> bool {
+        self == ProcKey::Root
+    }
+
+    /// The pid of a forked child (the traced process's pid is the world's to tell).
+    pub fn child_pid(self) -> Option<u32> {
+        match self {
+            ProcKey::Root => None,
+            ProcKey::Pid(p) => Some(p),
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct FileInfo {
-    pub pid: u32,
+    pub proc: ProcKey,
     pub fd: i32,
     pub path: Option<Arc<str>>,
     pub class: FileClass,
@@ -238,7 +263,7 @@ const PAST_KEEP: usize = 4;
 
 /// The whole table: per process (an internal process key: the tgid when known).
 pub struct FdTable {
-    procs: HashMap<u32, ProcFds>,
+    procs: HashMap<ProcKey, ProcFds>,
     files: Vec<FileInfo>,
     index: HashMap<FileKey, FileId>,
     pub conf: Option<RedisConf>,
@@ -255,14 +280,14 @@ pub struct FdTable {
 #[derive(Clone, Copy, Default)]
 struct Recent {
     generation: u32,
-    pid: u32,
+    proc: ProcKey,
     fd: i32,
     file: FileId,
     opened: Nanos,
 }
 
 /// (process, fd, path, class): what makes two bindings the same file in the report.
-type FileKey = (u32, i32, Option<Arc<str>>, FileClass);
+type FileKey = (ProcKey, i32, Option<Arc<str>>, FileClass);
 
 /// What an fd was at a moment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -293,14 +318,14 @@ impl FdTable {
         &self.files[id as usize]
     }
 
-    fn intern(&mut self, pid: u32, fd: i32, path: Option<&str>, class: FileClass) -> FileId {
+    fn intern(&mut self, proc: ProcKey, fd: i32, path: Option<&str>, class: FileClass) -> FileId {
         // All connections that ever used an fd number are one row: per-connection rows
         // would grow without bound under connection churn.
         let key_path: Option<Arc<str>> = match class {
             FileClass::Client => None,
             _ => path.map(Arc::from),
         };
-        let key = (pid, fd, key_path.clone(), class);
+        let key = (proc, fd, key_path.clone(), class);
         if let Some(id) = self.index.get(&key) {
             return *id;
         }
@@ -310,7 +335,7 @@ impl FdTable {
             _ => key_path,
         };
         self.files.push(FileInfo {
-            pid,
+            proc,
             fd,
             path: shown,
             class,
@@ -327,10 +352,10 @@ impl FdTable {
             .unwrap_or_else(|| classify_path(p, self.conf.as_ref()))
     }
 
-    /// Binds `fd` in process `pid` from time `ts`.
+    /// Binds `fd` in process `proc` from time `ts`.
     pub fn bind(
         &mut self,
-        pid: u32,
+        proc: ProcKey,
         fd: i32,
         path: Option<&str>,
         class: Option<FileClass>,
@@ -340,9 +365,9 @@ impl FdTable {
             path.map(|p| self.class_of_path(p))
                 .unwrap_or(FileClass::Unknown)
         });
-        let file = self.intern(pid, fd, path, class);
+        let file = self.intern(proc, fd, path, class);
         self.generation = self.generation.wrapping_add(1).max(1);
-        let p = self.procs.entry(pid).or_default();
+        let p = self.procs.entry(proc).or_default();
         p.written.retain(|w| *w != fd);
         if let Some(old) = p.live.insert(
             fd,
@@ -364,9 +389,9 @@ impl FdTable {
         file
     }
 
-    pub fn close(&mut self, pid: u32, fd: i32, ts: Nanos) {
+    pub fn close(&mut self, proc: ProcKey, fd: i32, ts: Nanos) {
         self.generation = self.generation.wrapping_add(1).max(1);
-        if let Some(p) = self.procs.get_mut(&pid) {
+        if let Some(p) = self.procs.get_mut(&proc) {
             p.written.retain(|w| *w != fd);
             if let Some(b) = p.live.remove(&fd) {
                 push_past(
@@ -382,7 +407,7 @@ impl FdTable {
     }
 
     /// fork: the child starts with a copy of the parent's table.
-    pub fn fork(&mut self, parent: u32, child: u32, ts: Nanos) {
+    pub fn fork(&mut self, parent: ProcKey, child: ProcKey, ts: Nanos) {
         let src: Vec<(i32, FileId)> = self
             .procs
             .get(&parent)
@@ -406,19 +431,19 @@ impl FdTable {
         self.procs.insert(child, fresh);
     }
 
-    /// What `fd` of `pid` was at time `ts` (the live binding, or a closed one that covered ts).
-    pub fn lookup(&self, pid: u32, fd: i32, ts: Nanos) -> Option<Resolved> {
+    /// What `fd` of `proc` was at time `ts` (the live binding, or a closed one that covered ts).
+    pub fn lookup(&self, proc: ProcKey, fd: i32, ts: Nanos) -> Option<Resolved> {
         let slot = &self.recent[fd as usize & 15];
         let r = slot.get();
-        if r.generation == self.generation && r.pid == pid && r.fd == fd && r.opened <= ts {
+        if r.generation == self.generation && r.proc == proc && r.fd == fd && r.opened <= ts {
             return Some(self.resolved(r.file));
         }
-        let p = self.procs.get(&pid)?;
+        let p = self.procs.get(&proc)?;
         if let Some(b) = p.live.get(&fd) {
             if b.opened <= ts {
                 slot.set(Recent {
                     generation: self.generation,
-                    pid,
+                    proc,
                     fd,
                     file: b.file,
                     opened: b.opened,
@@ -442,8 +467,8 @@ impl FdTable {
     }
 
     /// Content sniffing: gives a class to a file no path named.
-    pub fn reclassify(&mut self, pid: u32, fd: i32, class: FileClass) -> Option<FileId> {
-        let cur = self.procs.get(&pid)?.live.get(&fd)?.clone();
+    pub fn reclassify(&mut self, proc: ProcKey, fd: i32, class: FileClass) -> Option<FileId> {
+        let cur = self.procs.get(&proc)?.live.get(&fd)?.clone();
         let info = self.files[cur.file as usize].clone();
         if info.class == class {
             return Some(cur.file);
@@ -453,9 +478,9 @@ impl FdTable {
             FileClass::Client => None,
             _ => info.path.as_deref(),
         };
-        let id = self.intern(pid, fd, path, class);
+        let id = self.intern(proc, fd, path, class);
         self.generation = self.generation.wrapping_add(1).max(1);
-        if let Some(b) = self.procs.get_mut(&pid).and_then(|p| p.live.get_mut(&fd)) {
+        if let Some(b) = self.procs.get_mut(&proc).and_then(|p| p.live.get_mut(&fd)) {
             b.file = id;
         }
         Some(id)
@@ -467,7 +492,13 @@ impl FdTable {
     /// saves are, and a file no path names was opened before the trace: a save is a forked
     /// child's or opened while traced (named then), the AOF stays open for the process's
     /// life. The new file, when reclassified.
-    fn by_behaviour(&mut self, pid: u32, fd: i32, r: Resolved, sc: &Syscall) -> Option<FileId> {
+    fn by_behaviour(
+        &mut self,
+        proc: ProcKey,
+        fd: i32,
+        r: Resolved,
+        sc: &Syscall,
+    ) -> Option<FileId> {
         let info = &self.files[r.file as usize];
         if info.path.is_some() || !matches!(r.class, FileClass::Unknown | FileClass::Other) {
             return None;
@@ -476,27 +507,27 @@ impl FdTable {
         if matches!(sc.ret, Ret::Err(_)) {
             return None;
         }
-        let p = self.procs.get_mut(&pid)?;
+        let p = self.procs.get_mut(&proc)?;
         if sc.sys.puts {
             if !p.written.contains(&fd) && p.written.len() < WRITTEN_KEEP {
                 p.written.push(fd);
             }
             None
         } else if sc.sys.facts.has(Facts::FSYNC) && p.written.contains(&fd) && !p.forked {
-            self.reclassify(pid, fd, FileClass::Aof)
+            self.reclassify(proc, fd, FileClass::Aof)
         } else {
             None
         }
     }
 
-    /// Applies the fd-table effect of a finished syscall of process `pid`.
+    /// Applies the fd-table effect of a finished syscall of process `proc`.
     /// Returns the file the call resolved to (for its fd argument).
-    pub fn apply(&mut self, pid: u32, ts: Nanos, sc: &Syscall) -> Option<Resolved> {
+    pub fn apply(&mut self, proc: ProcKey, ts: Nanos, sc: &Syscall) -> Option<Resolved> {
         // -y annotations are ground truth for the fd argument.
         let mut resolved = None;
         if let Some(fd) = sc.fd {
             if let Some(path) = sc.fd_path.as_deref() {
-                let cur = self.lookup(pid, fd, ts);
+                let cur = self.lookup(proc, fd, ts);
                 let same = cur.is_some_and(|r| {
                     let f = &self.files[r.file as usize];
                     // A socket sniffed as a client (or found to be a replica) keeps its
@@ -508,11 +539,11 @@ impl FdTable {
                 resolved = if same {
                     cur
                 } else {
-                    let id = self.bind(pid, fd, Some(path), None, ts);
+                    let id = self.bind(proc, fd, Some(path), None, ts);
                     Some(self.resolved(id))
                 };
             } else {
-                resolved = self.lookup(pid, fd, ts);
+                resolved = self.lookup(proc, fd, ts);
                 if resolved.is_none() && sc.sys.fd != FdKind::Close {
                     // An fd from before the trace: known only by what it is used for.
                     let class = match sc.sys.fd_use {
@@ -521,7 +552,7 @@ impl FdTable {
                         FdUse::File => Some(FileClass::Other),
                         FdUse::None => None,
                     };
-                    let id = self.bind(pid, fd, None, class, ts);
+                    let id = self.bind(proc, fd, None, class, ts);
                     resolved = Some(self.resolved(id));
                 }
             }
@@ -537,12 +568,12 @@ impl FdTable {
                     if let Some(p) = self.files[r.file as usize].path.clone() {
                         self.learned.insert(p, c);
                     }
-                    if let Some(id) = self.reclassify(pid, fd, c) {
+                    if let Some(id) = self.reclassify(proc, fd, c) {
                         resolved = Some(self.resolved(id));
                     }
                 } else if matches!(r.class, FileClass::Unknown | FileClass::Other) && unnamed {
                     if let Some(c) = sniff(d.head().bytes(), is_write) {
-                        if let Some(id) = self.reclassify(pid, fd, c) {
+                        if let Some(id) = self.reclassify(proc, fd, c) {
                             resolved = Some(self.resolved(id));
                         }
                     }
@@ -550,7 +581,7 @@ impl FdTable {
             }
         }
         if let (Some(fd), Some(r)) = (sc.fd, resolved) {
-            if let Some(id) = self.by_behaviour(pid, fd, r, sc) {
+            if let Some(id) = self.by_behaviour(proc, fd, r, sc) {
                 resolved = Some(self.resolved(id));
             }
         }
@@ -571,7 +602,7 @@ impl FdTable {
                     }
                 });
                 // The file an open touches is the one it opens, not its directory fd.
-                let id = self.bind(pid, fd, path, class, ts);
+                let id = self.bind(proc, fd, path, class, ts);
                 resolved = Some(self.resolved(id));
             }
             FdEffect::New { fd, kind, path } => {
@@ -581,21 +612,21 @@ impl FdTable {
                     NewFd::Epoll => FileClass::Epoll,
                     NewFd::Other => FileClass::Other,
                 };
-                self.bind(pid, fd, path, Some(class), ts);
+                self.bind(proc, fd, path, Some(class), ts);
             }
             FdEffect::Listen(fd) => {
-                if let Some(r) = self.lookup(pid, fd, ts) {
+                if let Some(r) = self.lookup(proc, fd, ts) {
                     if r.class == FileClass::Unknown {
-                        self.reclassify(pid, fd, FileClass::Listener);
+                        self.reclassify(proc, fd, FileClass::Listener);
                     }
                 }
             }
             FdEffect::Connect(fd) => {
                 if self
-                    .lookup(pid, fd, ts)
+                    .lookup(proc, fd, ts)
                     .is_some_and(|r| r.class == FileClass::Unknown)
                 {
-                    self.reclassify(pid, fd, FileClass::Replica);
+                    self.reclassify(proc, fd, FileClass::Replica);
                 }
             }
             FdEffect::Pair { a, b, socket } => {
@@ -604,25 +635,25 @@ impl FdTable {
                 } else {
                     FileClass::Pipe
                 };
-                self.bind(pid, a, None, Some(class), ts);
-                self.bind(pid, b, None, Some(class), ts);
+                self.bind(proc, a, None, Some(class), ts);
+                self.bind(proc, b, None, Some(class), ts);
             }
             FdEffect::Dup { src, dst } => {
                 if dst != src {
                     let from = self
-                        .lookup(pid, src, ts)
+                        .lookup(proc, src, ts)
                         .map(|r| self.files[r.file as usize].clone());
                     let (path, class) = match &from {
                         Some(f) => (f.path.as_deref().map(str::to_string), Some(f.class)),
                         None => (None, None),
                     };
-                    self.bind(pid, dst, path.as_deref(), class, ts);
+                    self.bind(proc, dst, path.as_deref(), class, ts);
                 }
             }
             // The kernel frees the number at the start of close(), before any flush.
-            FdEffect::Close(fd) => self.close(pid, fd, ts),
+            FdEffect::Close(fd) => self.close(proc, fd, ts),
             FdEffect::CloseRange(lo, hi) => {
-                if let Some(p) = self.procs.get(&pid) {
+                if let Some(p) = self.procs.get(&proc) {
                     let fds: Vec<i32> = p
                         .live
                         .keys()
@@ -630,7 +661,7 @@ impl FdTable {
                         .filter(|f| *f >= 0 && (*f as u32) >= lo && (*f as u32) <= hi)
                         .collect();
                     for fd in fds {
-                        self.close(pid, fd, ts);
+                        self.close(proc, fd, ts);
                     }
                 }
             }
@@ -664,6 +695,10 @@ fn client_label(path: Option<&str>) -> String {
 mod tests {
     use super::*;
     use crate::event::{Extra, Ret, Syscall};
+
+    const P1: ProcKey = ProcKey::Root;
+    const P2: ProcKey = ProcKey::Pid(2);
+    const P3: ProcKey = ProcKey::Pid(3);
 
     fn call(name: &'static str, fd: Option<i32>, ret: i64, path: Option<&str>) -> Syscall {
         let mut sc = Syscall::new(name);
@@ -729,22 +764,22 @@ mod tests {
     fn extensionless_file_written_with_log_lines_is_the_log_from_then_on() {
         let mut t = FdTable::new(None);
         let open = || call("openat", None, 11, Some("/data/out"));
-        t.apply(1, 0, &open());
-        let r = t.apply(1, 1, &call("lseek", Some(11), 0, None)).unwrap();
+        t.apply(P1, 0, &open());
+        let r = t.apply(P1, 1, &call("lseek", Some(11), 0, None)).unwrap();
         assert_eq!(r.class, FileClass::Dir);
         let mut w = call("write", Some(11), 40, None);
         w.extra = Extra::Data(crate::event::Data::new(
             b"2550:M 01 Dec 2026 05:05:00.705 * Ready to accept connections\n",
             false,
         ));
-        assert_eq!(t.apply(1, 2, &w).unwrap().class, FileClass::Log);
+        assert_eq!(t.apply(P1, 2, &w).unwrap().class, FileClass::Log);
         assert_eq!(
-            t.apply(1, 3, &call("close", Some(11), 0, None))
+            t.apply(P1, 3, &call("close", Some(11), 0, None))
                 .unwrap()
                 .class,
             FileClass::Log
         );
-        let r = t.apply(1, 4, &open()).unwrap();
+        let r = t.apply(P1, 4, &open()).unwrap();
         assert_eq!(r.class, FileClass::Log);
     }
 
@@ -762,11 +797,11 @@ mod tests {
     #[test]
     fn reused_fd_number_resolves_by_time() {
         let mut t = FdTable::new(None);
-        t.apply(1, 100, &call("openat", None, 8, Some("/proc/self/stat")));
-        t.apply(1, 200, &call("close", Some(8), 0, None));
-        t.apply(1, 300, &call("accept4", Some(6), 8, None));
-        assert_eq!(t.lookup(1, 8, 150).unwrap().class, FileClass::Proc);
-        assert_eq!(t.lookup(1, 8, 350).unwrap().class, FileClass::Client);
+        t.apply(P1, 100, &call("openat", None, 8, Some("/proc/self/stat")));
+        t.apply(P1, 200, &call("close", Some(8), 0, None));
+        t.apply(P1, 300, &call("accept4", Some(6), 8, None));
+        assert_eq!(t.lookup(P1, 8, 150).unwrap().class, FileClass::Proc);
+        assert_eq!(t.lookup(P1, 8, 350).unwrap().class, FileClass::Client);
     }
 
     /// The cache of recent lookups never outlives a change: a reused fd, another process
@@ -775,42 +810,42 @@ mod tests {
     fn recent_lookups_follow_every_change() {
         let mut t = FdTable::new(None);
         t.apply(
-            1,
+            P1,
             100,
             &call("openat", None, 7, Some("/data/appendonly.aof")),
         );
-        assert_eq!(t.lookup(1, 7, 150).unwrap().class, FileClass::Aof);
-        assert_eq!(t.lookup(1, 7, 150).unwrap().class, FileClass::Aof);
+        assert_eq!(t.lookup(P1, 7, 150).unwrap().class, FileClass::Aof);
+        assert_eq!(t.lookup(P1, 7, 150).unwrap().class, FileClass::Aof);
         // Same fd in another process: not the cached one.
-        t.apply(2, 160, &call("openat", None, 7, Some("/data/redis.log")));
-        assert_eq!(t.lookup(2, 7, 170).unwrap().class, FileClass::Log);
-        assert_eq!(t.lookup(1, 7, 170).unwrap().class, FileClass::Aof);
+        t.apply(P2, 160, &call("openat", None, 7, Some("/data/redis.log")));
+        assert_eq!(t.lookup(P2, 7, 170).unwrap().class, FileClass::Log);
+        assert_eq!(t.lookup(P1, 7, 170).unwrap().class, FileClass::Aof);
         // Reused in process 1.
-        t.apply(1, 200, &call("close", Some(7), 0, None));
-        t.apply(1, 300, &call("openat", None, 7, Some("/data/dump.rdb")));
-        assert_eq!(t.lookup(1, 7, 350).unwrap().class, FileClass::Rdb);
+        t.apply(P1, 200, &call("close", Some(7), 0, None));
+        t.apply(P1, 300, &call("openat", None, 7, Some("/data/dump.rdb")));
+        assert_eq!(t.lookup(P1, 7, 350).unwrap().class, FileClass::Rdb);
         // Before the current binding opened, the cached one does not apply.
-        assert_eq!(t.lookup(1, 7, 150).unwrap().class, FileClass::Aof);
+        assert_eq!(t.lookup(P1, 7, 150).unwrap().class, FileClass::Aof);
         // A fork copies; a reclassification is seen at once.
-        t.fork(1, 3, 400);
-        assert_eq!(t.lookup(3, 7, 450).unwrap().class, FileClass::Rdb);
-        t.apply(1, 500, &call("socket", None, 9, None));
-        let before = t.lookup(1, 9, 550).unwrap().class;
-        t.reclassify(1, 9, FileClass::Client);
+        t.fork(P1, P3, 400);
+        assert_eq!(t.lookup(P3, 7, 450).unwrap().class, FileClass::Rdb);
+        t.apply(P1, 500, &call("socket", None, 9, None));
+        let before = t.lookup(P1, 9, 550).unwrap().class;
+        t.reclassify(P1, 9, FileClass::Client);
         assert_ne!(before, FileClass::Client);
-        assert_eq!(t.lookup(1, 9, 560).unwrap().class, FileClass::Client);
+        assert_eq!(t.lookup(P1, 9, 560).unwrap().class, FileClass::Client);
     }
 
     #[test]
     fn fork_copies_and_then_diverges() {
         let mut t = FdTable::new(None);
-        t.apply(1, 10, &call("openat", None, 7, Some("/d/appendonly.aof")));
-        t.fork(1, 2, 20);
-        t.apply(2, 30, &call("close", Some(7), 0, None));
-        assert_eq!(t.lookup(1, 7, 40).unwrap().class, FileClass::Aof);
-        assert_eq!(t.lookup(2, 7, 25).unwrap().class, FileClass::Aof);
+        t.apply(P1, 10, &call("openat", None, 7, Some("/d/appendonly.aof")));
+        t.fork(P1, P2, 20);
+        t.apply(P2, 30, &call("close", Some(7), 0, None));
+        assert_eq!(t.lookup(P1, 7, 40).unwrap().class, FileClass::Aof);
+        assert_eq!(t.lookup(P2, 7, 25).unwrap().class, FileClass::Aof);
         assert!(
-            t.lookup(2, 7, 40).is_none() || t.lookup(2, 7, 40).unwrap().class == FileClass::Aof
+            t.lookup(P2, 7, 40).is_none() || t.lookup(P2, 7, 40).unwrap().class == FileClass::Aof
         );
     }
 
@@ -832,10 +867,10 @@ mod tests {
     #[test]
     fn annotation_wins_over_table() {
         let mut t = FdTable::new(None);
-        t.apply(1, 10, &call("openat", None, 9, Some("/d/x.rdb")));
+        t.apply(P1, 10, &call("openat", None, 9, Some("/d/x.rdb")));
         let mut w = call("write", Some(9), 4, None);
         w.fd_path = Some("/d/redis.log".into());
-        let r = t.apply(1, 20, &w).unwrap();
+        let r = t.apply(P1, 20, &w).unwrap();
         assert_eq!(r.class, FileClass::Log);
     }
 
@@ -846,24 +881,24 @@ mod tests {
     fn a_file_written_then_fsynced_is_the_aof() {
         let mut t = FdTable::new(None);
         let class = |t: &FdTable, pid, fd| t.lookup(pid, fd, 100).map(|r| r.class);
-        t.apply(1, 10, &call("write", Some(7), 45, None));
-        assert_eq!(class(&t, 1, 7), Some(FileClass::Unknown));
-        let r = t.apply(1, 20, &call("fdatasync", Some(7), 0, None));
+        t.apply(P1, 10, &call("write", Some(7), 45, None));
+        assert_eq!(class(&t, P1, 7), Some(FileClass::Unknown));
+        let r = t.apply(P1, 20, &call("fdatasync", Some(7), 0, None));
         assert_eq!(r.map(|r| r.class), Some(FileClass::Aof), "the call itself");
-        assert_eq!(class(&t, 1, 7), Some(FileClass::Aof));
+        assert_eq!(class(&t, P1, 7), Some(FileClass::Aof));
         // Never written: an fsynced directory or file says nothing.
-        t.apply(1, 30, &call("fsync", Some(8), 0, None));
-        assert_eq!(class(&t, 1, 8), Some(FileClass::Other));
+        t.apply(P1, 30, &call("fsync", Some(8), 0, None));
+        assert_eq!(class(&t, P1, 8), Some(FileClass::Other));
         // A socket: its fsync fails.
-        t.apply(1, 40, &call("write", Some(9), 5, None));
+        t.apply(P1, 40, &call("write", Some(9), 5, None));
         let mut bad = call("fdatasync", Some(9), 0, None);
         bad.ret = Ret::Err("EINVAL");
-        t.apply(1, 50, &bad);
-        assert_eq!(class(&t, 1, 9), Some(FileClass::Unknown));
+        t.apply(P1, 50, &bad);
+        assert_eq!(class(&t, P1, 9), Some(FileClass::Unknown));
         // A forked child's written and fsynced file is its save.
-        t.fork(1, 2, 60);
-        t.apply(2, 70, &call("write", Some(10), 4096, None));
-        t.apply(2, 80, &call("fsync", Some(10), 0, None));
-        assert_ne!(class(&t, 2, 10), Some(FileClass::Aof));
+        t.fork(P1, P2, 60);
+        t.apply(P2, 70, &call("write", Some(10), 4096, None));
+        t.apply(P2, 80, &call("fsync", Some(10), 0, None));
+        assert_ne!(class(&t, P2, 10), Some(FileClass::Aof));
     }
 }

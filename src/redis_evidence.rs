@@ -11,7 +11,7 @@
 //! polls). A source is called silent only when it was actually read over the stall's time.
 
 use crate::redis_client::Collected;
-use crate::redis_log::{self, LogLine, LogTime};
+use crate::redis_log::{self, LogLevel, LogLine, LogRole, LogTime};
 use crate::report::{EvidenceSource, FileClass};
 use crate::report::{
     RedisEvidence, RedisInfoSample, RedisLatency, RedisLogInfo, RedisLogLine, RedisSection,
@@ -838,12 +838,12 @@ pub fn headline(ev: &[RedisEvidence]) -> Option<String> {
     ))
 }
 
-fn rank_level(l: Option<&str>) -> u8 {
+fn rank_level(l: Option<LogLevel>) -> u8 {
     match l {
-        Some("warning") => 0,
-        Some("notice") | None => 1,
-        Some("verbose") => 2,
-        _ => 3,
+        Some(LogLevel::Warning) => 0,
+        Some(LogLevel::Notice) | None => 1,
+        Some(LogLevel::Verbose) => 2,
+        Some(LogLevel::Debug) => 3,
     }
 }
 
@@ -914,7 +914,7 @@ fn log_what(l: &LogLine, position: &str) -> String {
 /// column (one process, no -f) gives its stalls pid 0: its main thread is redis's master.
 fn same_process(l: &LogLine, s: &Stall) -> bool {
     l.pid == Some(s.pid)
-        || (s.pid == 0 && s.thread == crate::report::Role::Main && l.role == "master")
+        || (s.pid == 0 && s.thread == crate::report::Role::Main && l.role == LogRole::Master)
 }
 
 fn stall_evidence(

@@ -30,15 +30,67 @@ pub enum LogTime {
     Epoch { ms: i64 },
 }
 
+/// Who wrote a log line, by its role mark (redis's `M`/`S`/`C`/`X`, valkey's words).
+/// Serialized as the word: "master", "replica", "child", "sentinel", "signal-handler", or
+/// valkey's own word for a role redis has no mark for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LogRole {
+    Master,
+    Replica,
+    Child,
+    Sentinel,
+    SignalHandler,
+    Other(Box<str>),
+}
+
+impl LogRole {
+    pub fn as_str(&self) -> &str {
+        match self {
+            LogRole::Master => "master",
+            LogRole::Replica => "replica",
+            LogRole::Child => "child",
+            LogRole::Sentinel => "sentinel",
+            LogRole::SignalHandler => "signal-handler",
+            LogRole::Other(w) => w,
+        }
+    }
+}
+
+impl serde::Serialize for LogRole {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+/// A log line's level (signal-handler lines have none). Ordered by verbosity.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogLevel {
+    Debug,
+    Verbose,
+    Notice,
+    Warning,
+}
+
+impl LogLevel {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LogLevel::Debug => "debug",
+            LogLevel::Verbose => "verbose",
+            LogLevel::Notice => "notice",
+            LogLevel::Warning => "warning",
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LogLine {
     /// 1-based line number in the file.
     pub line: u64,
     pub pid: Option<u32>,
-    /// "master" | "child" | "replica" | "sentinel" | "signal-handler" | valkey's own word.
-    pub role: String,
-    /// "debug" | "verbose" | "notice" | "warning" | null for signal-handler lines.
-    pub level: Option<&'static str>,
+    pub role: LogRole,
+    /// None for signal-handler lines.
+    pub level: Option<LogLevel>,
     pub time: LogTime,
     /// How many ms the timestamp may lag the event: 1 for ms stamps, 1000 for seconds.
     pub resolution_ms: i64,
@@ -97,32 +149,32 @@ fn patterns() -> &'static Patterns {
     })
 }
 
-fn level_char(c: &str) -> Option<&'static str> {
+fn level_char(c: &str) -> Option<LogLevel> {
     Some(match c {
-        "." => "debug",
-        "-" => "verbose",
-        "*" => "notice",
-        "#" => "warning",
+        "." => LogLevel::Debug,
+        "-" => LogLevel::Verbose,
+        "*" => LogLevel::Notice,
+        "#" => LogLevel::Warning,
         _ => return None,
     })
 }
 
-fn level_word(w: &str) -> Option<&'static str> {
+fn level_word(w: &str) -> Option<LogLevel> {
     Some(match w {
-        "debug" => "debug",
-        "verbose" | "info" => "verbose",
-        "notice" => "notice",
-        "warning" => "warning",
+        "debug" => LogLevel::Debug,
+        "verbose" | "info" => LogLevel::Verbose,
+        "notice" => LogLevel::Notice,
+        "warning" => LogLevel::Warning,
         _ => return None,
     })
 }
 
-fn role_char(c: &str) -> &'static str {
+fn role_char(c: &str) -> LogRole {
     match c {
-        "X" => "sentinel",
-        "C" => "child",
-        "S" => "replica",
-        _ => "master",
+        "X" => LogRole::Sentinel,
+        "C" => LogRole::Child,
+        "S" => LogRole::Replica,
+        _ => LogRole::Master,
     }
 }
 
@@ -210,7 +262,7 @@ pub fn parse_line(text: &str, line: u64) -> Option<(LogLine, LogFormat)> {
             LogLine {
                 line,
                 pid: c[1].parse().ok(),
-                role: role_char(&c[2]).into(),
+                role: role_char(&c[2]),
                 level: level_char(&c[4]),
                 time,
                 resolution_ms,
@@ -225,7 +277,7 @@ pub fn parse_line(text: &str, line: u64) -> Option<(LogLine, LogFormat)> {
             LogLine {
                 line,
                 pid: c[1].parse().ok(),
-                role: "signal-handler".into(),
+                role: LogRole::SignalHandler,
                 level: None,
                 time: LogTime::Epoch { ms: secs * 1000 },
                 resolution_ms: 1000,
@@ -241,11 +293,11 @@ pub fn parse_line(text: &str, line: u64) -> Option<(LogLine, LogFormat)> {
                 line,
                 pid: c[1].parse().ok(),
                 role: match &c[2] {
-                    "master" | "primary" => "master".into(),
-                    "replica" | "slave" => "replica".into(),
-                    "sentinel" => "sentinel".into(),
-                    r if r.contains("RDB") || r.contains("AOF") || r == "child" => "child".into(),
-                    r => r.to_string(),
+                    "master" | "primary" => LogRole::Master,
+                    "replica" | "slave" => LogRole::Replica,
+                    "sentinel" => LogRole::Sentinel,
+                    r if r.contains("RDB") || r.contains("AOF") || r == "child" => LogRole::Child,
+                    r => LogRole::Other(r.into()),
                 },
                 level: level_word(&c[4]),
                 time,
@@ -261,7 +313,7 @@ pub fn parse_line(text: &str, line: u64) -> Option<(LogLine, LogFormat)> {
             LogLine {
                 line,
                 pid: c[1].parse().ok(),
-                role: "master".into(),
+                role: LogRole::Master,
                 level: level_char(&c[3]),
                 time,
                 resolution_ms,
@@ -515,12 +567,38 @@ mod tests {
     }
 
     #[test]
+    fn roles_and_levels_serialize_as_the_words_they_were() {
+        fn json<T: serde::Serialize>(v: &T) -> String {
+            serde_json::to_string(v).unwrap()
+        }
+        for (r, w) in [
+            (LogRole::Master, "master"),
+            (LogRole::Replica, "replica"),
+            (LogRole::Child, "child"),
+            (LogRole::Sentinel, "sentinel"),
+            (LogRole::SignalHandler, "signal-handler"),
+            (LogRole::Other("module".into()), "module"),
+        ] {
+            assert_eq!(json(&r), format!("\"{w}\""));
+        }
+        for l in [
+            LogLevel::Debug,
+            LogLevel::Verbose,
+            LogLevel::Notice,
+            LogLevel::Warning,
+        ] {
+            assert_eq!(json(&Some(l)), format!("\"{}\"", l.as_str()));
+        }
+        assert_eq!(json(&None::<LogLevel>), "null");
+    }
+
+    #[test]
     fn redis3_lines() {
         let (l, f) = one("27995:M 30 Nov 2026 22:55:12.655 - Accepted 127.0.0.1:47826");
         assert_eq!(f, LogFormat::Redis3);
         assert_eq!(l.pid, Some(27995));
-        assert_eq!(l.role, "master");
-        assert_eq!(l.level, Some("verbose"));
+        assert_eq!(l.role.as_str(), "master");
+        assert_eq!(l.level.map(LogLevel::as_str), Some("verbose"));
         assert_eq!(l.resolution_ms, 1);
         assert_eq!(
             l.time,
@@ -531,13 +609,20 @@ mod tests {
         );
         assert_eq!(l.message, "Accepted 127.0.0.1:47826");
         let (l, _) = one("28169:C 30 Nov 2026 22:55:25.900 * DB saved on disk");
-        assert_eq!((l.role.as_str(), l.level), ("child", Some("notice")));
+        assert_eq!(
+            (l.role.as_str(), l.level.map(LogLevel::as_str)),
+            ("child", Some("notice"))
+        );
         let (l, _) = one("11461:M 30 Nov 2026 22:41:21.935 # User requested shutdown...");
-        assert_eq!(l.level, Some("warning"));
+        assert_eq!(l.level.map(LogLevel::as_str), Some("warning"));
         // redis 3.0 printed no milliseconds on some builds: one-second resolution.
         let (l, _) = one("1:S 01 Jan 2015 00:00:01 . debug line");
         assert_eq!(
-            (l.role.as_str(), l.level, l.resolution_ms),
+            (
+                l.role.as_str(),
+                l.level.map(LogLevel::as_str),
+                l.resolution_ms
+            ),
             ("replica", Some("debug"), 1000)
         );
     }
@@ -547,7 +632,7 @@ mod tests {
         let (l, f) = one("[4242] 07 Mar 10:11:12.345 # Asynchronous AOF fsync is taking too long (disk is busy?). Writing the AOF buffer without waiting for fsync to complete, this may slow down Redis.");
         assert_eq!(f, LogFormat::Redis2);
         assert_eq!(l.pid, Some(4242));
-        assert_eq!(l.level, Some("warning"));
+        assert_eq!(l.level.map(LogLevel::as_str), Some("warning"));
         let LogTime::Local { t, year_known } = l.time else {
             panic!("{:?}", l.time)
         };
@@ -580,7 +665,7 @@ mod tests {
             }
         );
         assert_eq!(l.resolution_ms, 1000);
-        assert_eq!(l.level, None);
+        assert_eq!(l.level.map(LogLevel::as_str), None);
     }
 
     #[test]
@@ -614,8 +699,8 @@ mod tests {
         );
         assert_eq!(f, LogFormat::Logfmt);
         assert_eq!(l.pid, Some(77));
-        assert_eq!(l.role, "master");
-        assert_eq!(l.level, Some("warning"));
+        assert_eq!(l.role.as_str(), "master");
+        assert_eq!(l.level.map(LogLevel::as_str), Some("warning"));
         assert!(l
             .message
             .starts_with("Asynchronous AOF fsync is taking too long"));
@@ -627,7 +712,7 @@ mod tests {
         let (l, _) = one(
             r#"pid=78 role=RDB/AOF timestamp="30 Nov 2026 22:55:25.900" level=notice message="DB saved on disk""#,
         );
-        assert_eq!(l.role, "child");
+        assert_eq!(l.role.as_str(), "child");
         assert!(matches!(
             l.time,
             LogTime::Local {

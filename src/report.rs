@@ -204,6 +204,7 @@ impl Serialize for PhaseStatsOf {
 }
 
 pub use crate::fdtable::FileClass;
+pub use crate::redis_log::{LogLevel, LogRole};
 
 impl std::fmt::Display for FileClass {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -805,15 +806,15 @@ pub struct RedisLogInfo {
     pub followed: bool,
 }
 
-#[derive(Clone, Debug, Serialize, Default)]
+#[derive(Clone, Debug, Serialize)]
 pub struct RedisLogLine {
     pub at_us: i64,
     /// As printed in the log.
     pub ts: String,
     pub line: u64,
     pub pid: Option<u32>,
-    pub role: String,
-    pub level: Option<&'static str>,
+    pub role: LogRole,
+    pub level: Option<LogLevel>,
     pub message: String,
 }
 

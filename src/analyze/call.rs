@@ -6,7 +6,7 @@
 
 use super::roles::Role;
 use crate::event::{DurSource, Event, Nanos, Syscall, Tid};
-use crate::fdtable::{FileClass, FileId};
+use crate::fdtable::{FileClass, FileId, ProcKey};
 use crate::report::Bound;
 
 /// Dense, stable index of a thread (states are only appended), assigned by `World` on first
@@ -83,9 +83,8 @@ pub(crate) struct ResolvedCall<'e> {
     pub(crate) sc: &'e Syscall,
     pub(crate) tid: Tid,
     pub(crate) thread: ThreadIdx,
-    /// Process key of the fd table and the report (`u32::MAX`: the traced process while its
-    /// pid is unknown).
-    pub(crate) proc: u32,
+    /// Process key of the fd table and the report.
+    pub(crate) proc: ProcKey,
     pub(crate) facts: Facts,
     /// As known at this event; report builders re-read final roles.
     pub(crate) role: Role,
@@ -136,7 +135,7 @@ pub(crate) mod testing {
     use super::*;
     use crate::event::{EventKind, Ret};
 
-    /// A measured call of thread `tid` (index `tid % 1000`) in process 100.
+    /// A measured call of thread `tid` (index `tid % 1000`) in the traced process.
     pub(crate) fn event(tid: Tid, ts: Nanos, dur: Nanos, name: &'static str) -> Event {
         let mut sc = Syscall::new(name);
         sc.dur = Some(dur);
@@ -163,7 +162,7 @@ pub(crate) mod testing {
             sc,
             tid: ev.tid,
             thread: ThreadIdx(ev.tid % 1000),
-            proc: 100,
+            proc: ProcKey::Root,
             facts,
             role,
             idle: facts.is_idle_in(role),

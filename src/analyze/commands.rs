@@ -2,6 +2,8 @@
 //! read from client connections (RESP command names, never keys or values), timed from when
 //! they most likely arrived (the arrivals unit) to the reply write that answered them, and
 //! charged the AOF and log-file time their thread spent meanwhile (the file-time unit).
+//! Names are interned once, as they are read, into small `CmdId`s: per event the unit and
+//! the holds join compare and hash integers; the text is looked up only for the report.
 
 use super::arrivals::Arrivals;
 use super::call::{Facts, ResolvedCall};
@@ -11,18 +13,55 @@ use super::phases::Segment;
 use super::resp;
 use super::stats::Agg;
 use crate::event::{Nanos, Ret};
-use crate::fdtable::FileClass;
+use crate::fdtable::{FileClass, ProcKey};
 use crate::report::{self, CommandPhase};
 use rustc_hash::FxHashMap as HashMap;
-use std::collections::{BTreeMap, VecDeque};
-use std::rc::Rc;
+use std::collections::VecDeque;
 
 /// (process, fd) of a client connection.
-type Conn = (u32, i32);
+type Conn = (ProcKey, i32);
+
+/// A command name, interned by `CmdNames`: dense, in order of first sight.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub(crate) struct CmdId(u32);
+
+/// The command names read so far, by id.
+#[derive(Default)]
+pub(crate) struct CmdNames {
+    ids: HashMap<Box<[u8]>, CmdId>,
+    names: Vec<Box<str>>,
+    /// By id: PSYNC or SYNC, whose answer turns a connection into a replication link.
+    syncs: Vec<bool>,
+}
+
+impl CmdNames {
+    /// The id of an upper-cased name, given one on first sight.
+    #[inline]
+    pub(crate) fn intern(&mut self, upper: &[u8]) -> CmdId {
+        if let Some(id) = self.ids.get(upper) {
+            return *id;
+        }
+        let id = CmdId(self.names.len() as u32);
+        let name: Box<str> = String::from_utf8_lossy(upper).into();
+        self.syncs.push(matches!(&*name, "PSYNC" | "SYNC"));
+        self.names.push(name);
+        self.ids.insert(upper.into(), id);
+        id
+    }
+
+    pub(crate) fn name(&self, id: CmdId) -> &str {
+        &self.names[id.0 as usize]
+    }
+
+    #[inline]
+    fn is_sync(&self, id: CmdId) -> bool {
+        self.syncs[id.0 as usize]
+    }
+}
 
 struct PendingCmd {
     seq: u64,
-    name: Rc<str>,
+    name: CmdId,
     req: Nanos,
     at_req: FileNs,
 }
@@ -69,9 +108,10 @@ pub(crate) struct Commands {
     conn_open: HashMap<Conn, (Nanos, Nanos)>,
     last_reply: HashMap<Conn, Nanos>,
     seq: u64,
-    intern: HashMap<Box<[u8]>, Rc<str>>,
-    by_segment: HashMap<(Rc<str>, Segment), Agg>,
-    all: BTreeMap<Rc<str>, Totals>,
+    names: CmdNames,
+    by_segment: HashMap<(CmdId, Segment), Agg>,
+    /// By id, once a command of that name is answered.
+    all: Vec<Option<Totals>>,
 }
 
 impl Commands {
@@ -127,24 +167,15 @@ impl Commands {
         let Some(data) = cx.sc.data().map(|d| d.head()) else {
             return;
         };
-        let mut names: [Option<Rc<str>>; 8] = Default::default();
+        let mut ids = [CmdId(0); 8];
         let mut n = 0;
-        let intern = &mut self.intern;
+        let names = &mut self.names;
         resp::for_each_command(data.bytes(), data.truncated, |raw| {
-            if n < names.len() {
+            if n < ids.len() {
                 let mut up = [0u8; resp::NAME_MAX];
                 up[..raw.len()].copy_from_slice(raw);
                 up[..raw.len()].make_ascii_uppercase();
-                let key = &up[..raw.len()];
-                let name = match intern.get(key) {
-                    Some(r) => r.clone(),
-                    None => {
-                        let r: Rc<str> = String::from_utf8_lossy(key).into();
-                        intern.insert(key.into(), r.clone());
-                        r
-                    }
-                };
-                names[n] = Some(name);
+                ids[n] = names.intern(&up[..raw.len()]);
                 n += 1;
             }
         });
@@ -172,7 +203,7 @@ impl Commands {
             _ => req,
         };
         let q = self.conns.entry(conn).or_default();
-        for name in names.into_iter().flatten() {
+        for &name in &ids[..n] {
             self.seq += 1;
             if q.len() < self.caps.queue {
                 q.push_back(PendingCmd {
@@ -201,16 +232,20 @@ impl Commands {
         let now = inp.file_time.so_far(cx.thread);
         // Once a replica's PSYNC (or SYNC) is answered, the connection carries the
         // replication stream out and REPLCONF ACKs in, which are not requests and replies.
-        let to_replica = q.iter().any(|p| matches!(&*p.name, "PSYNC" | "SYNC"));
+        let to_replica = q.iter().any(|p| self.names.is_sync(p.name));
         // One reply write answers every request read so far on this connection (pipelined
         // requests are answered together).
         for p in q.drain(..) {
             let lat = end - p.req;
             self.by_segment
-                .entry((p.name.clone(), inp.segment))
+                .entry((p.name, inp.segment))
                 .or_default()
                 .add(lat);
-            let e = self.all.entry(p.name.clone()).or_default();
+            let i = p.name.0 as usize;
+            if i >= self.all.len() {
+                self.all.resize_with(i + 1, || None);
+            }
+            let e = self.all[i].get_or_insert_with(Totals::default);
             e.lat.add(lat);
             e.aof += now.aof - p.at_req.aof;
             e.log += now.log - p.at_req.log;
@@ -237,7 +272,7 @@ impl Commands {
             .flat_map(|(k, q)| {
                 q.iter().map(|p| DoneCmd {
                     seq: p.seq,
-                    name: p.name.clone(),
+                    name: p.name,
                     conn: *k,
                     req: p.req,
                     reply: end + 1,
@@ -249,7 +284,11 @@ impl Commands {
     /// Per command: all calls, and before/during/after the longest phase (its index).
     pub(crate) fn report(&self, longest_phase: Option<usize>) -> Vec<report::CommandStats> {
         let mut out = vec![];
-        for (n, t) in &self.all {
+        for id in self.in_name_order() {
+            let Some(t) = &self.all[id.0 as usize] else {
+                continue;
+            };
+            let n = self.names.name(id);
             out.push(report::CommandStats {
                 command: n.to_string(),
                 phase: CommandPhase::All,
@@ -266,7 +305,7 @@ impl Commands {
                     (CommandPhase::During, Segment::during(i)),
                     (CommandPhase::After, Segment::after(i)),
                 ] {
-                    if let Some(a) = self.by_segment.get(&(n.clone(), s)) {
+                    if let Some(a) = self.by_segment.get(&(id, s)) {
                         out.push(report::CommandStats {
                             command: n.to_string(),
                             phase: label,
@@ -285,15 +324,25 @@ impl Commands {
         out
     }
 
-    /// Command names in order, for the per-phase rows.
-    pub(crate) fn names(&self) -> impl Iterator<Item = &Rc<str>> {
-        self.all.keys()
+    /// The answered commands, in the order of their names (the per-phase rows).
+    pub(crate) fn in_name_order(&self) -> Vec<CmdId> {
+        let mut ids: Vec<CmdId> = (0..self.all.len() as u32)
+            .map(CmdId)
+            .filter(|id| self.all[id.0 as usize].is_some())
+            .collect();
+        ids.sort_by(|a, b| self.names.name(*a).cmp(self.names.name(*b)));
+        ids
+    }
+
+    /// What each command id is called.
+    pub(crate) fn names(&self) -> &CmdNames {
+        &self.names
     }
 
     /// Latency distribution of one command in one segment.
-    pub(crate) fn segment(&self, name: &Rc<str>, s: Segment) -> report::Dist {
+    pub(crate) fn segment(&self, name: CmdId, s: Segment) -> report::Dist {
         self.by_segment
-            .get(&(name.clone(), s))
+            .get(&(name, s))
             .map(|a| a.dist())
             .unwrap_or_default()
     }
@@ -344,11 +393,21 @@ mod tests {
                 io(5_000, "write", 7, b"+PONG\r\n+OK\r\n", 12),
             ],
         );
-        let names: Vec<&str> = done.iter().map(|d| &*d.name).collect();
+        let names: Vec<&str> = done.iter().map(|d| c.names().name(d.name)).collect();
         assert_eq!(names, vec!["PING", "SET"]);
         assert_eq!(done[0].reply, 6_000);
         assert_eq!(c.report(None).len(), 2);
         assert!(c.unanswered(10).is_empty());
+    }
+
+    #[test]
+    fn names_are_interned_once_each_and_read_back_only_by_id() {
+        let mut n = CmdNames::default();
+        let (get, set) = (n.intern(b"GET"), n.intern(b"SET"));
+        assert_eq!((n.intern(b"GET"), n.name(set)), (get, "SET"));
+        assert_ne!(get, set);
+        let psync = n.intern(b"PSYNC");
+        assert!(n.is_sync(psync) && !n.is_sync(get));
     }
 
     #[test]
@@ -362,7 +421,7 @@ mod tests {
                 io(5_000, "write", 9, b"+FULLRESYNC\r\n", 13),
             ],
         );
-        assert_eq!(replica, Some((100, 9)));
+        assert_eq!(replica, Some((ProcKey::Root, 9)));
     }
 
     #[test]

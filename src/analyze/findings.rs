@@ -54,21 +54,27 @@ pub(crate) struct Evidence<'a> {
     pub(crate) threshold_us: i64,
 }
 
-/// (finding id, plain-words cause) for one stall.
-pub(crate) fn explain(a: &Evidence<'_>, c: &Cand, role: Role) -> (Option<FindingId>, String) {
+/// (finding id, plain-words cause) for one stall. `running`: the command its thread ran
+/// through all of it, when known (`Held::running`).
+pub(crate) fn explain(
+    a: &Evidence<'_>,
+    c: &Cand,
+    role: Role,
+    running: Option<&str>,
+) -> (Option<FindingId>, String) {
     let d = human(c.dur / 1000);
     let who = match role {
         Role::Main => "main thread".to_string(),
-        Role::Child => format!("background child {}", c.proc),
+        Role::Child => format!("background child {}", a.world.show_pid(c.proc)),
         r => format!("{} thread {}", r.as_str(), c.tid),
     };
     let during = c
         .phase
-        .and_then(|p| a.phases.get(p))
-        .map(|p| format!(" while child {} ran", p.child))
+        .and_then(|p| a.phases.child(p))
+        .map(|child| format!(" while child {child} ran"))
         .unwrap_or_default();
     if c.kind == StallKind::Gap {
-        if let Some(v) = sched_of_gap(c, role, &who, &d, &during) {
+        if let Some(v) = sched_of_gap(c, role, &who, &d, &during, running) {
             return v;
         }
         return match role {
@@ -82,12 +88,12 @@ pub(crate) fn explain(a: &Evidence<'_>, c: &Cand, role: Role) -> (Option<Finding
     }
     let name = c.syscall.unwrap_or("?");
     let file = c.file.map(|f| a.world.file(f));
-    let bound = match c.bound {
+    let bound = match c.dur_facts.bound {
         Bound::AtLeast => "at least ",
         Bound::AtMost => "at most ",
         Bound::Exact => "",
     };
-    let edge = match c.in_flight {
+    let edge = match c.dur_facts.in_flight {
         Some(crate::event::InFlight::AtStart) => " (already running when tracing began)",
         Some(crate::event::InFlight::AtEnd) => " (still running when tracing ended)",
         None => "",
@@ -165,6 +171,7 @@ fn sched_of_gap(
     who: &str,
     d: &str,
     during: &str,
+    running: Option<&str>,
 ) -> Option<(Option<FindingId>, String)> {
     if !matches!(role, Role::Main | Role::IoThread) {
         return None;
@@ -186,9 +193,10 @@ fn sched_of_gap(
         ));
     }
     if role == Role::Main && s.busy(c.dur) {
+        let cmd = running.map(|n| format!(" ({n})")).unwrap_or_default();
         return Some((
             Some(FindingId::Command),
-            format!("{who} made no syscall for {d}: a slow command, on a CPU ({w})"),
+            format!("{who} made no syscall for {d}: a slow command{cmd}, on a CPU ({w})"),
         ));
     }
     None
@@ -301,7 +309,7 @@ fn cause_of_call(
         (Role::Main, c2, _) if c2.is_disk_file() => {
             (Some(FindingId::DiskContention), "file I/O in the main thread waited on a busy disk".into())
         }
-        (Role::Main, FileClass::Unknown, "close") if c.file.is_none() && c.in_flight.is_some() => (
+        (Role::Main, FileClass::Unknown, "close") if c.file.is_none() && c.dur_facts.in_flight.is_some() => (
             None,
             "the fd was opened before tracing began, so its file is unknown; in redis a close() \
              that blocks the main thread for long is most often the log file, which is closed \
@@ -324,6 +332,9 @@ struct ByFinding {
     worst_known: Option<i64>,
     /// Distinct commands held by any of the stalls.
     held: HashSet<u64>,
+    /// The commands the threads ran through stalls the scheduler split (live bpf and perf
+    /// backends; a stall without the split names none, so offline reports stay as they were).
+    running: std::collections::BTreeSet<String>,
 }
 
 /// Everything a trace rule reads.
@@ -422,8 +433,14 @@ fn stall_evidence(cx: &Ctx<'_>, e: Option<&ByFinding>) -> String {
             plural(e.held.len() as u64)
         )
     };
+    let running = if e.running.is_empty() {
+        String::new()
+    } else {
+        let names: Vec<&str> = e.running.iter().map(String::as_str).collect();
+        format!("; running through them: {}", names.join(", "))
+    };
     format!(
-        "{} stall{} over {}, {} in total, worst {}{path}{at}{held}{}",
+        "{} stall{} over {}, {} in total, worst {}{path}{at}{held}{running}{}",
         e.n,
         plural(e.n),
         human(cx.ev.threshold_us),
@@ -484,9 +501,7 @@ fn active_child_advice(cx: &Ctx<'_>, _: Option<&ByFinding>) -> String {
     let dur = cx
         .ev
         .phases
-        .iter()
-        .filter_map(|p| p.end.map(|end| end - p.start))
-        .max()
+        .longest_ended()
         .map(|d| human(d / 1000))
         .unwrap_or_else(|| "the child's lifetime".into());
     format!(
@@ -535,11 +550,8 @@ fn fork_evidence(cx: &Ctx<'_>, _: Option<&ByFinding>) -> String {
     let list: Vec<String> = cx
         .ev
         .phases
-        .iter()
-        .filter_map(|p| {
-            p.fork_ns
-                .map(|f| format!("{} (child {})", human(f / 1000), p.child))
-        })
+        .forks()
+        .map(|(f, child)| format!("{} (child {child})", human(f / 1000)))
         .collect();
     format!("fork durations: {}", list.join(", "))
 }
@@ -759,6 +771,7 @@ pub(crate) fn findings(
     held: &[Held],
     commands: &[CommandStats],
     stalls: &[Stall],
+    names: &super::commands::CmdNames,
 ) -> Vec<Finding> {
     let mut by: BTreeMap<FindingId, ByFinding> = BTreeMap::new();
     for (h, s) in held.iter().zip(stalls) {
@@ -773,6 +786,7 @@ pub(crate) fn findings(
                 worst_path: None,
                 worst_known: None,
                 held: Default::default(),
+                running: Default::default(),
             });
         if s.duration_known.is_known() {
             e.worst_known = Some(e.worst_known.unwrap_or(0).max(s.duration_us));
@@ -780,6 +794,9 @@ pub(crate) fn findings(
         e.n += 1;
         e.total += s.duration_us;
         e.held.extend(h.seqs.iter().copied());
+        if let (Some(n), Some(_)) = (h.running(), &s.sched) {
+            e.running.insert(names.name(n).to_string());
+        }
         if s.duration_us >= e.worst {
             e.worst = s.duration_us;
             e.worst_line = s.line;
@@ -799,12 +816,15 @@ pub(crate) fn findings(
     out
 }
 
-/// What a live backend knows that the trace does not show.
+/// What a live backend knows that the trace does not show: the input of `LIVE_RULES`, for
+/// `attach` and for each incident report of `watch`.
 pub struct LiveEvidence<'a> {
     /// The backend reads request and reply buffers (ptrace and bpf do; perf does not).
     pub sees_commands: bool,
     /// Why tracing itself slowed redis down, when it did substantially.
     pub tracing_cost: Option<&'a str>,
+    /// The report is a `watch` incident's (the advice says "watch", not "trace").
+    pub watching: bool,
 }
 
 fn perf_cannot_see_commands(l: &LiveEvidence<'_>, _: Option<&ByFinding>) -> bool {
@@ -827,6 +847,15 @@ fn live_warning(_: &LiveEvidence<'_>, _: Option<&ByFinding>) -> Severity {
     Severity::Warning
 }
 
+fn backend_limits_advice(l: &LiveEvidence<'_>, _: Option<&ByFinding>) -> String {
+    let verb = if l.watching { "watch" } else { "trace" };
+    format!(
+        "If you need them, use --backend bpf (as root: it reads request buffers in the \
+         kernel without stopping redis), or {verb} briefly with --backend ptrace (it slows \
+         redis about as much as strace), or on a replica."
+    )
+}
+
 /// What a live backend adds to the findings, after the trace's.
 static LIVE_RULES: &[LiveRule] = &[
     // Say what this backend cannot show, rather than leave empty tables unexplained.
@@ -840,11 +869,7 @@ static LIVE_RULES: &[LiveRule] = &[
              buffers: command names, per-command latency and the commands each stall held \
              up are not available in this report",
         ),
-        advice: LiveText::Fixed(
-            "If you need them, use --backend bpf (as root: it reads request buffers in the \
-             kernel without stopping redis), or trace briefly with --backend ptrace (it slows \
-             redis about as much as strace), or on a replica.",
-        ),
+        advice: LiveText::Made(backend_limits_advice),
     },
     LiveRule {
         id: FindingId::TracerOverhead,
@@ -876,7 +901,7 @@ mod tests {
     fn cand(kind: StallKind, syscall: Option<&'static str>, phase: Option<usize>) -> Cand {
         Cand {
             tid: 101,
-            proc: 100,
+            proc: crate::fdtable::ProcKey::Root,
             kind,
             syscall,
             fd: Some(7),
@@ -884,9 +909,11 @@ mod tests {
             start: 0,
             dur: 50 * MS,
             line: Some(3),
-            bound: Bound::Exact,
-            known: crate::report::DurationKnown::Measured,
-            in_flight: None,
+            dur_facts: crate::analyze::stalls::DurFacts {
+                bound: Bound::Exact,
+                known: crate::report::DurationKnown::Measured,
+                in_flight: None,
+            },
             phase,
             events_lost: false,
             id: 1,
@@ -939,11 +966,11 @@ mod tests {
         ];
         with_evidence(|ev| {
             for (i, (c, role, want)) in cases.iter().enumerate() {
-                assert_eq!(explain(ev, c, *role).0, *want, "case {i}");
+                assert_eq!(explain(ev, c, *role, None).0, *want, "case {i}");
             }
             let mut c = cand(StallKind::SlowSyscall, Some("close"), None);
-            c.in_flight = Some(InFlight::AtStart);
-            let (id, why) = explain(ev, &c, Role::Main);
+            c.dur_facts.in_flight = Some(InFlight::AtStart);
+            let (id, why) = explain(ev, &c, Role::Main, None);
             assert_eq!(id, None);
             assert!(
                 why.starts_with("main thread blocked 50 ms in close() on fd 7 (already running"),
@@ -990,10 +1017,14 @@ mod tests {
         ];
         with_evidence(|ev| {
             for (i, (c, role, want, words)) in cases.iter().enumerate() {
-                let (id, why) = explain(ev, c, *role);
+                let (id, why) = explain(ev, c, *role, None);
                 assert_eq!(id, *want, "case {i}: {why}");
                 assert!(why.contains(words), "case {i}: {why}");
             }
+            // The command the thread ran through a gap mostly on a CPU is named.
+            let (id, why) = explain(ev, &cases[3].0, Role::Main, Some("EVAL"));
+            assert_eq!(id, Some(FindingId::Command));
+            assert!(why.contains("a slow command (EVAL), on a CPU"), "{why}");
         });
     }
 
@@ -1032,7 +1063,7 @@ mod tests {
             stall(None, 30_000),
         ];
         let held = vec![Held::default(); 3];
-        let out = with_evidence(|ev| findings(ev, &held, &[], &stalls));
+        let out = with_evidence(|ev| findings(ev, &held, &[], &stalls, &Default::default()));
         let got: Vec<(FindingId, Severity, u64)> =
             out.iter().map(|f| (f.id, f.severity, f.stalls)).collect();
         assert_eq!(
@@ -1067,11 +1098,13 @@ mod tests {
         let ptrace = LiveEvidence {
             sees_commands: true,
             tracing_cost: None,
+            watching: false,
         };
         assert!(ids(&ptrace).is_empty());
         let slow = LiveEvidence {
             sees_commands: true,
             tracing_cost: Some("tracing is slowing redis down"),
+            watching: false,
         };
         let f = live_findings(&slow);
         assert_eq!(
@@ -1079,11 +1112,15 @@ mod tests {
             (FindingId::TracerOverhead, Severity::Warning)
         );
         assert_eq!(f[0].evidence, "tracing is slowing redis down");
-        let perf = LiveEvidence {
+        let perf = |watching| LiveEvidence {
             sees_commands: false,
             tracing_cost: None,
+            watching,
         };
-        assert_eq!(ids(&perf), vec![FindingId::BackendLimits]);
+        assert_eq!(ids(&perf(false)), vec![FindingId::BackendLimits]);
+        let advice = |watching| live_findings(&perf(watching))[0].advice.clone();
+        assert!(advice(false).contains("or trace briefly with --backend ptrace"));
+        assert!(advice(true).contains("or watch briefly with --backend ptrace"));
     }
 
     #[test]

@@ -4,19 +4,20 @@
 //! either order, so both sides are remembered for a while: the answered commands in a ring,
 //! the recent stalls in a window.
 
+use super::commands::CmdId;
 use super::stalls::Added;
 use crate::event::Nanos;
+use crate::fdtable::ProcKey;
 use rustc_hash::FxHashSet as HashSet;
 use std::collections::VecDeque;
-use std::rc::Rc;
 
 /// A command answered (or, at the end, never answered: `reply` after the trace's end).
 #[derive(Clone, Debug)]
 pub(crate) struct DoneCmd {
     pub(crate) seq: u64,
-    pub(crate) name: Rc<str>,
+    pub(crate) name: CmdId,
     /// (process, fd) of the connection.
-    pub(crate) conn: (u32, i32),
+    pub(crate) conn: (ProcKey, i32),
     pub(crate) req: Nanos,
     pub(crate) reply: Nanos,
 }
@@ -30,11 +31,16 @@ pub(crate) struct Held {
     end: Nanos,
     pub(crate) waiting: u64,
     /// Distinct connections it held (capped).
-    pub(crate) clients: HashSet<(u32, i32)>,
+    pub(crate) clients: HashSet<(ProcKey, i32)>,
     pub(crate) worst_wait: Option<i64>,
     /// Commands (by sequence number) it held up, for merging into incidents.
     pub(crate) seqs: Vec<u64>,
-    pub(crate) by_cmd: Vec<(Rc<str>, u64)>,
+    pub(crate) by_cmd: Vec<(CmdId, u64)>,
+    /// The command whose request was in before the stall began and whose reply went out
+    /// after it ended: the one the thread ran through it (`None` too when commands of
+    /// different names did, as a pipeline does).
+    running: Option<CmdId>,
+    running_several: bool,
 }
 
 /// Most clients and command numbers remembered per stall.
@@ -53,16 +59,27 @@ impl Held {
             if self.seqs.len() < HELD_MAX {
                 self.seqs.push(d.seq);
             }
-            // Names are interned: one pointer per command name, compared before the text.
-            match self
-                .by_cmd
-                .iter_mut()
-                .find(|(n, _)| Rc::ptr_eq(n, &d.name) || *n == d.name)
-            {
+            match self.by_cmd.iter_mut().find(|(n, _)| *n == d.name) {
                 Some(e) => e.1 += 1,
-                None => self.by_cmd.push((d.name.clone(), 1)),
+                None => self.by_cmd.push((d.name, 1)),
+            }
+            if d.req <= self.start && d.reply >= self.end {
+                match &self.running {
+                    _ if self.running_several => {}
+                    None => self.running = Some(d.name),
+                    Some(n) if *n == d.name => {}
+                    Some(_) => {
+                        self.running = None;
+                        self.running_several = true;
+                    }
+                }
             }
         }
+    }
+
+    /// The command the stall's thread ran through all of it, when one name is known.
+    pub(crate) fn running(&self) -> Option<CmdId> {
+        self.running
     }
 
     /// Only the threads that serve clients hold them up: a child or bio thread's stall that
@@ -73,6 +90,7 @@ impl Held {
         self.worst_wait = None;
         self.seqs.clear();
         self.by_cmd.clear();
+        self.running = None;
     }
 }
 
@@ -161,12 +179,17 @@ impl Holds {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::analyze::commands::CmdNames;
+
+    fn set() -> CmdId {
+        CmdNames::default().intern(b"SET")
+    }
 
     fn done(seq: u64, conn: i32, req: Nanos, reply: Nanos) -> DoneCmd {
         DoneCmd {
             seq,
-            name: "SET".into(),
-            conn: (1, conn),
+            name: set(),
+            conn: (ProcKey::Root, conn),
             req,
             reply,
         }
@@ -213,7 +236,7 @@ mod tests {
         let x = h.held(0);
         assert_eq!((x.waiting, x.clients.len()), (2, 2));
         assert_eq!(x.worst_wait, Some(280));
-        assert_eq!(x.by_cmd, vec![("SET".into(), 2)]);
+        assert_eq!(x.by_cmd, vec![(set(), 2)]);
     }
 
     #[test]
@@ -249,5 +272,44 @@ mod tests {
         assert_eq!(h.recent.len(), 1);
         h.unanswered(&[done(5, 7, 1090, 5000)]);
         assert_eq!(h.held(1).waiting, 2);
+    }
+
+    /// The command a stall ran through is the one in before it and out after it, when a
+    /// single name is: EVAL through its own gap, not the GETs that queued behind it.
+    #[test]
+    fn the_command_running_through_a_stall_is_named_when_one_name_is() {
+        let named = |cmds: &[(&str, Nanos, Nanos)]| {
+            let mut names = CmdNames::default();
+            let mut h = Held {
+                start: 100,
+                end: 200,
+                ..Default::default()
+            };
+            for (i, (name, req, reply)) in cmds.iter().enumerate() {
+                h.count_if_held(&DoneCmd {
+                    seq: i as u64,
+                    name: names.intern(name.as_bytes()),
+                    conn: (ProcKey::Root, i as i32),
+                    req: *req,
+                    reply: *reply,
+                });
+            }
+            h.running().map(|k| names.name(k).to_string())
+        };
+        assert_eq!(
+            named(&[("EVAL", 90, 205), ("GET", 150, 210), ("GET", 120, 230)]),
+            Some("EVAL".into())
+        );
+        assert_eq!(named(&[("GET", 150, 210)]), None, "queued, not running");
+        assert_eq!(
+            named(&[("EVAL", 90, 205), ("EVAL", 95, 206)]).as_deref(),
+            Some("EVAL")
+        );
+        assert_eq!(
+            named(&[("EVAL", 90, 205), ("KEYS", 95, 206)]),
+            None,
+            "which?"
+        );
+        assert_eq!(named(&[("EVAL", 90, 150)]), None, "answered during it");
     }
 }

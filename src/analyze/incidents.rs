@@ -15,7 +15,11 @@ pub(super) fn incidents(
     first: Nanos,
 ) -> Vec<report::Incident> {
     // Each incident with the distinct commands and connections its stalls held.
-    type Open = (report::Incident, HashSet<u64>, HashSet<(u32, i32)>);
+    type Open = (
+        report::Incident,
+        HashSet<u64>,
+        HashSet<(crate::fdtable::ProcKey, i32)>,
+    );
     let mut out: Vec<Open> = vec![];
     for (i, (c, h, s)) in stalls.iter().enumerate() {
         let (start, end) = (c.start, c.start + c.dur);
@@ -57,4 +61,11 @@ pub(super) fn incidents(
             inc
         })
         .collect()
+}
+
+/// Each incident is named by the first finding among its stalls.
+pub(super) fn name_findings(incidents: &mut [report::Incident], stalls: &[Stall]) {
+    for inc in incidents {
+        inc.finding = inc.stalls.iter().filter_map(|i| stalls[*i].finding).next();
+    }
 }

@@ -67,7 +67,7 @@ impl Latency {
             .map(|(f, a)| {
                 let i = world.file(*f);
                 report::FdStats {
-                    pid: world.show_pid(i.pid),
+                    pid: world.show_pid(i.proc),
                     fd: i.fd,
                     path: i.path.as_deref().map(str::to_string),
                     class: i.class,

@@ -16,8 +16,10 @@ pub mod findings;
 mod holds;
 mod idle;
 mod incidents;
+mod kept;
 mod latency;
 mod options;
+mod own_conns;
 mod phases;
 pub mod resp;
 mod roles;
@@ -39,12 +41,14 @@ use file_time::FileTime;
 use findings::Evidence;
 use holds::{DoneCmd, Held, Holds};
 use idle::Idle;
+use kept::Kept;
 use latency::Latency;
 pub use options::Options;
+use own_conns::OwnConns;
 use phases::{AofUse, Phases};
 pub use roles::Role;
 use samples::Samples;
-use stalls::{Cand, StallRow, Stalls};
+use stalls::Stalls;
 use world::World;
 
 /// Answered commands kept for stalls found after them.
@@ -92,10 +96,7 @@ pub struct Analyzer {
     phases: Phases,
     /// Commands answered by the call being handled (reused: no allocation per event).
     answered: Vec<DoneCmd>,
-    /// Live: the traced process's fds of stallscope's own `--redis` poller connections,
-    /// from when each was known: its LATENCY/INFO/SLOWLOG are not client commands, and no
-    /// stall held them up.
-    own_conns: Vec<(i32, crate::event::Nanos)>,
+    own_conns: OwnConns,
 }
 
 impl Analyzer {
@@ -121,7 +122,7 @@ impl Analyzer {
             commands: Commands::new(caps.commands),
             phases: Phases::default(),
             answered: Vec::new(),
-            own_conns: Vec::new(),
+            own_conns: OwnConns::default(),
             opts,
         }
     }
@@ -129,28 +130,7 @@ impl Analyzer {
     /// Live: fd `fd` of the traced process is stallscope's own connection (the `--redis`
     /// poller's, found by its peer address) from `since` on, until it is closed.
     pub fn mark_own_connection(&mut self, fd: i32, since: crate::event::Nanos) {
-        self.own_conns.retain(|(f, _)| *f != fd);
-        self.own_conns.push((fd, since));
-    }
-
-    /// Whether the call reads or writes one of `own_conns` (a close ends the mark).
-    fn on_own_connection(&mut self, cx: &call::ResolvedCall<'_>) -> bool {
-        let Some(fd) = cx.sc.fd else { return false };
-        let Some(i) = self
-            .own_conns
-            .iter()
-            .position(|(f, since)| *f == fd && cx.ts() >= *since)
-        else {
-            return false;
-        };
-        if !self.world.is_root(cx.proc) {
-            return false;
-        }
-        if cx.facts.has(call::Facts::CLOSE) {
-            self.own_conns.swap_remove(i);
-            return false;
-        }
-        true
+        self.own_conns.mark(fd, since);
     }
 
     /// Live: the fd table as /proc/PID/fd showed it at attach.
@@ -237,7 +217,7 @@ impl Analyzer {
         }
         self.arrivals.on_call(&cx, step.gap);
         self.file_time.on_call(&cx, self.phases.segment());
-        let own = !self.own_conns.is_empty() && self.on_own_connection(&cx);
+        let own = self.own_conns.on_call(&cx);
         let inputs = CmdInputs {
             arrivals: &self.arrivals,
             file_time: &self.file_time,
@@ -255,8 +235,7 @@ impl Analyzer {
         if let Some(conn) = replica {
             self.world.became_replica(conn);
         }
-        let is_root = self.world.is_root(cx.proc);
-        self.phases.on_call(&cx, is_root, self.world.conf());
+        self.phases.on_call(&cx, self.world.conf());
         self.world.after(&cx);
     }
 
@@ -280,25 +259,15 @@ impl Analyzer {
         }
     }
 
-    /// A stored candidate with what it held, if it is a stall on current roles.
-    fn kept(&self, c: &Cand, held: Held, gaps_ok: bool) -> Option<(Cand, Held, Role)> {
-        let role = self.world.role(c.tid);
-        if !stalls::keep(c, role, gaps_ok) {
-            return None;
+    fn kept<'a>(&'a self, ev: &'a Evidence<'a>, clock: &'a Clock) -> Kept<'a> {
+        Kept {
+            world: &self.world,
+            holds: &self.holds,
+            names: self.commands.names(),
+            evidence: ev,
+            clock,
+            first: self.coverage.first().unwrap_or(0),
         }
-        // A process that never waits in epoll waits for work in select/poll: idle there.
-        if c.kind == report::StallKind::SlowSyscall
-            && c.syscall
-                .is_some_and(|n| crate::syscalls::info(n).facts.has(call::Facts::POLL))
-            && self.world.loop_is_poll(c.proc)
-        {
-            return None;
-        }
-        let mut held = held;
-        if !matches!(role, Role::Main | Role::IoThread) {
-            held.client_facing_only();
-        }
-        Some((c.clone(), held, role))
     }
 
     /// Stalls found since the last call (live printing). Roles are the current best guess.
@@ -307,20 +276,7 @@ impl Analyzer {
         // Once per drain, with the caller's clock: the same verdict `finish` will reach.
         let gaps = self.gap_verdict(clock);
         let ev = self.evidence(gaps.as_ref());
-        let row = self.stall_row(clock);
-        fresh
-            .into_iter()
-            .filter_map(|i| self.kept(self.stalls.get(i), self.holds.held(i), gaps.is_none()))
-            .map(|(c, h, role)| row.stall(&c, &h, role, findings::explain(&ev, &c, role)))
-            .collect()
-    }
-
-    fn stall_row<'a>(&'a self, clock: &'a Clock) -> StallRow<'a> {
-        StallRow {
-            world: &self.world,
-            clock,
-            first: self.coverage.first().unwrap_or(0),
-        }
+        self.kept(&ev, clock).rows_at(&self.stalls, &fresh)
     }
 
     pub fn finish(mut self, info: SourceInfo, counters: Counters) -> Report {
@@ -360,43 +316,22 @@ impl Analyzer {
     /// Stalls, calls cut by the edges, incidents and findings.
     fn stalls_into(&self, r: &mut Report, clock: &Clock, gaps: Option<&GapVerdict>) {
         let ev = self.evidence(gaps);
-        let row = self.stall_row(clock);
-        let mut kept: Vec<(Cand, Held, Stall)> = self
-            .stalls
-            .iter()
-            .filter_map(|(i, c)| self.kept(c, self.holds.held(i), gaps.is_none()))
-            .map(|(c, h, role)| {
-                let s = row.stall(&c, &h, role, findings::explain(&ev, &c, role));
-                (c, h, s)
-            })
-            .collect();
+        let kept = self.kept(&ev, clock);
+        let mut all = kept.all(&self.stalls);
         // Without timestamps or -T every duration is a guess at 0: no stall can be shown.
         if self.coverage.measures_nothing(clock) {
-            kept.clear();
+            all.clear();
         }
-        kept.sort_by_key(|(c, _, _)| (c.start, c.tid));
-        r.in_flight = self
-            .stalls
-            .in_flight_small()
-            .iter()
-            .filter_map(|c| self.kept(c, Held::default(), gaps.is_none()))
-            .map(|(c, h, role)| row.stall(&c, &h, role, findings::explain(&ev, &c, role)))
-            .collect();
+        r.in_flight = kept.in_flight(&self.stalls);
         let dropped = self.stalls.dropped();
-        r.summary.stalls = kept.len() as u64 + dropped;
+        r.summary.stalls = all.len() as u64 + dropped;
         r.summary.stalls_not_listed = dropped;
-        r.incidents = incidents::incidents(&kept, clock, row.first);
+        r.incidents = incidents::incidents(&all, clock, kept.first);
         let (held, stalls): (Vec<Held>, Vec<Stall>) =
-            kept.into_iter().map(|(_, h, s)| (h, s)).unzip();
+            all.into_iter().map(|(_, h, s)| (h, s)).unzip();
         r.stalls = stalls;
-        r.findings = findings::findings(&ev, &held, &r.commands, &r.stalls);
-        for inc in &mut r.incidents {
-            inc.finding = inc
-                .stalls
-                .iter()
-                .filter_map(|i| r.stalls[*i].finding)
-                .next();
-        }
+        r.findings = findings::findings(&ev, &held, &r.commands, &r.stalls, self.commands.names());
+        incidents::name_findings(&mut r.incidents, &r.stalls);
     }
 
     fn source_block(&self, info: &SourceInfo, clock: &Clock) -> report::Source {
@@ -422,11 +357,7 @@ impl Analyzer {
 
     fn aof_use(&self) -> AofUse {
         AofUse {
-            seen: self
-                .world
-                .files()
-                .iter()
-                .any(|f| f.class == crate::fdtable::FileClass::Aof),
+            seen: self.world.aof_seen(),
             conf: self.opts.redis_conf.as_ref().and_then(|c| c.appendonly),
         }
     }

@@ -8,17 +8,17 @@ use super::call::{Facts, ResolvedCall};
 use super::commands::Commands;
 use super::file_time::FileTime;
 use crate::event::{Extra, Nanos, Ret};
-use crate::fdtable::{classify_path, FileClass};
+use crate::fdtable::{classify_path, FileClass, ProcKey};
 use crate::redis_conf::RedisConf;
 use crate::report::{self, EndedBy, PhaseKind, PhaseStatsOf};
 use crate::source::Clock;
 use rustc_hash::FxHashMap as HashMap;
 
-pub(crate) struct PhaseState {
-    pub(crate) child: u32,
-    pub(crate) start: Nanos,
-    pub(crate) fork_ns: Option<Nanos>,
-    pub(crate) end: Option<Nanos>,
+struct PhaseState {
+    child: u32,
+    start: Nanos,
+    fork_ns: Option<Nanos>,
+    end: Option<Nanos>,
     ended_by: Option<EndedBy>,
     wrote: Vec<FileClass>,
     kind_hint: Option<PhaseKind>,
@@ -80,8 +80,9 @@ impl Phases {
         self.segment
     }
 
-    pub(crate) fn get(&self, i: usize) -> Option<&PhaseState> {
-        self.list.get(i)
+    /// The child process of phase `i`.
+    pub(crate) fn child(&self, i: usize) -> Option<u32> {
+        self.list.get(i).map(|p| p.child)
     }
 
     pub(crate) fn is_empty(&self) -> bool {
@@ -92,23 +93,29 @@ impl Phases {
         self.list.len()
     }
 
-    pub(crate) fn iter(&self) -> impl Iterator<Item = &PhaseState> {
-        self.list.iter()
+    /// The longest phase that ended in the trace, how long it ran.
+    pub(crate) fn longest_ended(&self) -> Option<Nanos> {
+        self.list
+            .iter()
+            .filter_map(|p| p.end.map(|end| end - p.start))
+            .max()
+    }
+
+    /// (fork duration, child) of every phase whose fork was timed, in order.
+    pub(crate) fn forks(&self) -> impl Iterator<Item = (Nanos, u32)> + '_ {
+        self.list
+            .iter()
+            .filter_map(|p| p.fork_ns.map(|f| (f, p.child)))
     }
 
     pub(crate) fn fork_durs(&self) -> &[Nanos] {
         &self.fork_durs
     }
 
-    /// `is_root`: the call is the traced process's.
     #[inline]
-    pub(crate) fn on_call(
-        &mut self,
-        cx: &ResolvedCall<'_>,
-        is_root: bool,
-        conf: Option<&RedisConf>,
-    ) {
+    pub(crate) fn on_call(&mut self, cx: &ResolvedCall<'_>, conf: Option<&RedisConf>) {
         let (sc, f) = (cx.sc, cx.facts);
+        let is_root = cx.proc.is_root();
         if is_root && f.has(Facts::OPEN) && sc.ret.val().is_some() {
             let p = sc.ret_path.as_deref().or(sc.path());
             if p.is_some_and(|p| p.contains(".incr.aof")) {
@@ -129,7 +136,7 @@ impl Phases {
         }
         // What the child writes tells what kind of save it is.
         if let (Some(c), true) = (cx.class, f.has(Facts::WRITES)) {
-            if let Some(&i) = self.child_phase.get(&cx.proc) {
+            if let Some(&i) = cx.proc.child_pid().and_then(|p| self.child_phase.get(&p)) {
                 if !self.list[i].wrote.contains(&c) {
                     self.list[i].wrote.push(c);
                 }
@@ -164,10 +171,10 @@ impl Phases {
         }
     }
 
-    fn on_rename(&mut self, proc: u32, c: FileClass) {
-        let phase = self
-            .child_phase
-            .get(&proc)
+    fn on_rename(&mut self, proc: ProcKey, c: FileClass) {
+        let phase = proc
+            .child_pid()
+            .and_then(|p| self.child_phase.get(&p))
             .copied()
             .or_else(|| self.list.len().checked_sub(1));
         if let Some(i) = phase {
@@ -268,8 +275,9 @@ pub(crate) fn phase_stats(
         out.push(row(i, PhaseStatsOf::MainFileSyscalls, |s| {
             file_time.segment(s)
         }));
-        for n in commands.names() {
-            out.push(row(i, PhaseStatsOf::Command(n.to_string()), |s| {
+        for n in commands.in_name_order() {
+            let name = commands.names().name(n).to_string();
+            out.push(row(i, PhaseStatsOf::Command(name), |s| {
                 commands.segment(n, s)
             }));
         }
@@ -302,13 +310,13 @@ mod tests {
             200,
             Extra::Clone { thread: false },
         );
-        p.on_call(&call(&fork, Role::Main, None), true, None);
+        p.on_call(&call(&fork, Role::Main, None), None);
         assert_eq!(
             (p.segment(), p.active_at(20 * MS)),
             (Segment::during(0), Some(0))
         );
         let wait = with(event(100, 50 * MS, MS, "wait4"), 200, Extra::None);
-        p.on_call(&call(&wait, Role::Main, None), true, None);
+        p.on_call(&call(&wait, Role::Main, None), None);
         assert_eq!(
             (p.segment(), p.active_at(60 * MS)),
             (Segment::after(0), None)
@@ -341,13 +349,13 @@ mod tests {
             9,
             Extra::Path("appendonly.aof.2.incr.aof".into()),
         );
-        p.on_call(&call(&open, Role::Main, None), true, None);
+        p.on_call(&call(&open, Role::Main, None), None);
         let fork = with(
             event(100, 100 * MS, MS, "clone"),
             200,
             Extra::Clone { thread: false },
         );
-        p.on_call(&call(&fork, Role::Main, None), true, None);
+        p.on_call(&call(&fork, Role::Main, None), None);
         let aof = AofUse {
             seen: true,
             conf: None,
@@ -362,7 +370,9 @@ mod tests {
             301,
             Extra::Clone { thread: false },
         );
-        p.on_call(&call(&other, Role::Other, None), false, None);
+        let mut cx = call(&other, Role::Other, None);
+        cx.proc = ProcKey::Pid(300);
+        p.on_call(&cx, None);
         assert_eq!(p.len(), 1);
     }
 }

@@ -17,7 +17,7 @@ use std::collections::BinaryHeap;
 struct CallRef {
     dur: Nanos,
     tid: Tid,
-    proc: u32,
+    proc: crate::fdtable::ProcKey,
     name: &'static str,
     fd: Option<i32>,
     file: Option<FileId>,

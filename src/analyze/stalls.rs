@@ -4,14 +4,11 @@
 //! its cap the shortest candidate makes room, and the rest are counted.
 
 use super::call::{is_idle, PerThread, ResolvedCall};
-use super::holds::Held;
 use super::phases::Phases;
 use super::roles::Role;
-use super::world::World;
 use crate::event::{DurSource, InFlight, Nanos, Tid};
 use crate::fdtable::FileId;
-use crate::report::{Bound, DurationKnown, FindingId, Stall, StallKind};
-use crate::source::Clock;
+use crate::report::{Bound, DurationKnown, StallKind};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
@@ -19,7 +16,7 @@ use std::collections::BinaryHeap;
 #[derive(Clone)]
 pub(crate) struct Cand {
     pub(crate) tid: Tid,
-    pub(crate) proc: u32,
+    pub(crate) proc: crate::fdtable::ProcKey,
     pub(crate) kind: StallKind,
     pub(crate) syscall: Option<&'static str>,
     pub(crate) fd: Option<i32>,
@@ -27,9 +24,7 @@ pub(crate) struct Cand {
     pub(crate) start: Nanos,
     pub(crate) dur: Nanos,
     pub(crate) line: Option<u64>,
-    pub(crate) bound: Bound,
-    pub(crate) known: DurationKnown,
-    pub(crate) in_flight: Option<InFlight>,
+    pub(crate) dur_facts: DurFacts,
     /// Index of the phase (background child) running when it began.
     pub(crate) phase: Option<usize>,
     /// Events had been lost (live perf backend) when it was found: it may be incomplete.
@@ -37,6 +32,16 @@ pub(crate) struct Cand {
     pub(crate) id: u64,
     /// What the scheduler did with the thread over the stall (live bpf backend).
     pub(crate) sched: Option<crate::event::SchedDelta>,
+}
+
+/// How far a candidate's duration is known: the report's bound, duration_known and
+/// in_flight.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct DurFacts {
+    pub(crate) bound: Bound,
+    pub(crate) known: DurationKnown,
+    /// Cut by the trace's start or end.
+    pub(crate) in_flight: Option<InFlight>,
 }
 
 /// A candidate just stored, for the holds unit.
@@ -125,13 +130,19 @@ impl Stalls {
             start,
             dur,
             line: cx.line(),
-            bound: if call { cx.bound() } else { Bound::Exact },
-            known: if call {
-                call_known(cx)
+            dur_facts: if call {
+                DurFacts {
+                    bound: cx.bound(),
+                    known: call_known(cx),
+                    in_flight: cx.sc.in_flight,
+                }
             } else {
-                DurationKnown::Measured
+                DurFacts {
+                    bound: Bound::Exact,
+                    known: DurationKnown::Measured,
+                    in_flight: None,
+                }
             },
-            in_flight: if call { cx.sc.in_flight } else { None },
             phase: None,
             events_lost: false,
             id: 0,
@@ -169,8 +180,8 @@ impl Stalls {
                 if !prev_known {
                     // From the start of a call of unknown length: the gap is what is left
                     // of that time once the call is taken out, at most this.
-                    c.known = DurationKnown::UpperBound;
-                    c.bound = Bound::AtMost;
+                    c.dur_facts.known = DurationKnown::UpperBound;
+                    c.dur_facts.bound = Bound::AtMost;
                 }
                 c.phase = phases.active_at(pe);
                 c.events_lost = lost;
@@ -281,57 +292,6 @@ pub(crate) fn keep(c: &Cand, role: Role, gaps_ok: bool) -> bool {
         // syscall while they wait for the main thread's hand-off.
         StallKind::Gap => matches!(role, Role::Main | Role::Other) && gaps_ok,
         StallKind::SlowSyscall => !c.syscall.is_some_and(|n| is_idle(n, role)),
-    }
-}
-
-/// The report's row for a kept stall.
-pub(crate) struct StallRow<'a> {
-    pub(crate) world: &'a World,
-    pub(crate) clock: &'a Clock,
-    pub(crate) first: Nanos,
-}
-
-impl StallRow<'_> {
-    pub(crate) fn stall(
-        &self,
-        c: &Cand,
-        held: &Held,
-        role: Role,
-        explained: (Option<FindingId>, String),
-    ) -> Stall {
-        let info = c.file.map(|f| self.world.file(f));
-        let (finding, cause) = explained;
-        Stall {
-            ts: self.clock.format(c.start),
-            ts_iso: self.clock.iso(c.start),
-            at_us: (c.start - self.first) / 1000,
-            pid: self.world.show_pid(c.proc),
-            tid: c.tid,
-            thread: role,
-            kind: c.kind,
-            syscall: c.syscall.map(str::to_string),
-            fd: c.fd,
-            path: info.and_then(|i| i.path.as_deref().map(str::to_string)),
-            class: info.map(|i| i.class),
-            duration_us: c.dur / 1000,
-            line: c.line,
-            cause,
-            finding,
-            bound: c.bound,
-            duration_known: c.known,
-            in_flight: c.in_flight,
-            waiting_commands: held.waiting,
-            waiting_by_command: held
-                .by_cmd
-                .iter()
-                .map(|(k, v)| (k.to_string(), *v))
-                .collect(),
-            waiting_clients: held.clients.len() as u64,
-            worst_wait_us: held.worst_wait.map(|w| w / 1000),
-            phase: c.phase,
-            events_lost: c.events_lost,
-            sched: c.sched.map(|d| crate::report::StallSched::of(&d, c.dur)),
-        }
     }
 }
 

@@ -7,19 +7,16 @@
 use super::call::{Facts, ResolvedCall, ThreadIdx};
 use super::roles::{decide, Role, RoleEvidence, Situation, Why};
 use crate::event::{Event, Extra, Nanos, Ret, Syscall, Tid};
-use crate::fdtable::{FdTable, FileClass, FileId, FileInfo};
+use crate::fdtable::{FdTable, FileClass, FileId, FileInfo, ProcKey};
 use crate::redis_conf::RedisConf;
 use crate::report;
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::cell::Cell;
 
-/// Key of the traced process while its pid is unknown.
-const ROOT_UNKNOWN: u32 = u32::MAX;
-
 #[derive(Default)]
 struct ThreadRec {
     tid: Tid,
-    proc: u32,
+    proc: ProcKey,
     calls: u64,
     name: Option<String>,
     evidence: RoleEvidence,
@@ -33,11 +30,11 @@ pub(crate) struct World {
     index: HashMap<Tid, ThreadIdx>,
     /// One-entry cache in front of `index`: consecutive events mostly come from one thread.
     last: Cell<(Tid, u32)>,
-    /// Processes by key: the traced one and every child forked in the trace (true).
-    procs: HashMap<u32, bool>,
-    /// Key of the traced process for tids whose origin the trace does not show.
-    root: u32,
-    root_known: bool,
+    /// Pids of the children forked in the trace: every other tid is the traced process's
+    /// (`ProcKey::Root`) unless a clone says otherwise.
+    children: HashSet<u32>,
+    /// The traced process's pid, once known (given, or named by strace's first attach).
+    root_pid: Option<u32>,
     fds: FdTable,
     /// tid -> thread name: from `--threads FILE`, /proc live, or `-Y` names in the trace.
     names: HashMap<Tid, String>,
@@ -57,16 +54,12 @@ impl World {
         names: HashMap<Tid, String>,
         conf: Option<RedisConf>,
     ) -> Self {
-        let root = root_pid.unwrap_or(ROOT_UNKNOWN);
-        let mut procs = HashMap::default();
-        procs.insert(root, false);
         World {
             threads: vec![],
             index: HashMap::default(),
             last: Cell::new((0, u32::MAX)),
-            procs,
-            root,
-            root_known: root_pid.is_some(),
+            children: HashSet::default(),
+            root_pid,
             fds: FdTable::new(conf),
             names,
             role_epoch: 0,
@@ -90,11 +83,11 @@ impl World {
         }
     }
 
-    fn proc_key(&self, pid: Tid) -> u32 {
-        if self.procs.contains_key(&pid) && pid != self.root {
-            pid
+    fn proc_key(&self, pid: Tid) -> ProcKey {
+        if self.children.contains(&pid) {
+            ProcKey::Pid(pid)
         } else {
-            self.root
+            ProcKey::Root
         }
     }
 
@@ -126,7 +119,7 @@ impl World {
         let i = ThreadIdx(self.threads.len() as u32);
         self.threads.push(ThreadRec {
             tid,
-            proc: self.root,
+            proc: ProcKey::Root,
             name: self.names.get(&tid).cloned(),
             ..Default::default()
         });
@@ -137,35 +130,16 @@ impl World {
 
     /// strace's first "Process N attached" names the traced process.
     pub(crate) fn on_attach(&mut self, tid: Tid) -> Option<ThreadIdx> {
-        if !self.root_known && self.threads.is_empty() {
-            self.rename_root(tid);
+        if self.root_pid.is_none() && self.threads.is_empty() {
+            self.root_pid = Some(tid);
         }
         self.known(tid)
-    }
-
-    fn rename_root(&mut self, pid: Tid) {
-        let old = self.root;
-        if old == pid {
-            return;
-        }
-        if let Some(p) = self.procs.remove(&old) {
-            self.procs.insert(pid, p);
-        }
-        self.root = pid;
-        self.root_known = true;
-        for t in &mut self.threads {
-            if t.proc == old {
-                t.proc = pid;
-                self.role_epoch += 1;
-            }
-        }
     }
 
     /// The child process whose first thread this is, when that thread exits.
     pub(crate) fn exiting_child(&mut self, tid: Tid) -> Option<u32> {
         let t = self.touch(tid);
-        let proc = self.threads[t.get()].proc;
-        (proc == tid && proc != self.root).then_some(proc)
+        (self.threads[t.get()].proc == ProcKey::Pid(tid)).then_some(tid)
     }
 
     /// Resolves one finished syscall: thread, process, file (applying its fd effects), role
@@ -224,10 +198,10 @@ impl World {
             let t = self.touch(child);
             self.threads[t.get()].proc = cx.proc;
         } else {
-            self.fds.fork(cx.proc, child, cx.ts());
-            self.procs.insert(child, true);
+            self.fds.fork(cx.proc, ProcKey::Pid(child), cx.ts());
+            self.children.insert(child);
             let t = self.touch(child);
-            self.threads[t.get()].proc = child;
+            self.threads[t.get()].proc = ProcKey::Pid(child);
         }
         self.role_epoch += 1;
     }
@@ -236,12 +210,12 @@ impl World {
     pub(crate) fn file_class_at(&self, tid: Tid, fd: i32, ts: Nanos) -> Option<FileClass> {
         let proc = self
             .known(tid)
-            .map_or(self.root, |t| self.threads[t.get()].proc);
+            .map_or(ProcKey::Root, |t| self.threads[t.get()].proc);
         self.fds.lookup(proc, fd, ts).map(|r| r.class)
     }
 
     /// An answered PSYNC/SYNC turned a client connection into a replication link.
-    pub(crate) fn became_replica(&mut self, conn: (u32, i32)) {
+    pub(crate) fn became_replica(&mut self, conn: (ProcKey, i32)) {
         self.fds.reclassify(conn.0, conn.1, FileClass::Replica);
     }
 
@@ -272,7 +246,7 @@ impl World {
         // The only thread seen is not main for that alone (a filtered or cut trace of any
         // program has one) once the whole trace is read; while it is, a trace's first
         // thread is the best guess for the calls it makes before its first wait.
-        let first_without_loop = !self.root_known
+        let first_without_loop = self.root_pid.is_none()
             && t.evidence.epoll == 0
             && self.no_event_loop()
             && t.tid == self.root_display()
@@ -287,7 +261,7 @@ impl World {
             && self.threads.iter().any(|o| {
                 o.tid != t.tid
                     && o.proc == t.proc
-                    && ((self.root_known && o.tid == self.root)
+                    && (self.root_pid == Some(o.tid)
                         || o.name.as_deref().and_then(Role::from_name) == Some(Role::Main)
                         || (o.evidence.epoll > 0 && o.tid < t.tid))
             });
@@ -301,8 +275,8 @@ impl World {
             &t.evidence,
             Situation {
                 name: t.name.as_deref(),
-                is_child: self.procs.get(&t.proc).is_some_and(|c| *c),
-                is_root_tid: self.root_known && t.tid == self.root,
+                is_child: matches!(t.proc, ProcKey::Pid(_)),
+                is_root_tid: self.root_pid == Some(t.tid),
                 first_without_loop,
                 other_main,
                 loop_beside,
@@ -319,33 +293,28 @@ impl World {
 
     /// The pid shown for the traced process.
     fn root_display(&self) -> u32 {
-        if self.root != ROOT_UNKNOWN {
-            return self.root;
+        if let Some(pid) = self.root_pid {
+            return pid;
         }
         self.threads
             .iter()
-            .filter(|t| t.proc == self.root)
+            .filter(|t| t.proc == ProcKey::Root)
             .map(|t| t.tid)
             .min()
             .unwrap_or(0)
     }
 
     /// The pid the report shows for a process key.
-    pub(crate) fn show_pid(&self, proc: u32) -> u32 {
-        if proc == ROOT_UNKNOWN {
-            self.root_display()
-        } else {
-            proc
+    pub(crate) fn show_pid(&self, proc: ProcKey) -> u32 {
+        match proc {
+            ProcKey::Root => self.root_display(),
+            ProcKey::Pid(pid) => pid,
         }
     }
 
     /// The traced process's pid, when known.
     pub(crate) fn root_pid(&self) -> Option<u32> {
-        (self.root != ROOT_UNKNOWN).then_some(self.root)
-    }
-
-    pub(crate) fn is_root(&self, proc: u32) -> bool {
-        proc == self.root
+        self.root_pid
     }
 
     /// No thread has waited in an event loop (so far): no epoll wait, and no select/poll.
@@ -360,7 +329,7 @@ impl World {
     }
 
     /// select/poll is this process's event loop: it waits there and never in epoll.
-    pub(crate) fn loop_is_poll(&self, proc: u32) -> bool {
+    pub(crate) fn loop_is_poll(&self, proc: ProcKey) -> bool {
         let mine = || self.threads.iter().filter(|t| t.proc == proc);
         mine().all(|t| t.evidence.epoll == 0) && mine().any(|t| t.evidence.poll > 0)
     }
@@ -381,8 +350,9 @@ impl World {
         self.fds.file(id)
     }
 
-    pub(crate) fn files(&self) -> &[FileInfo] {
-        self.fds.files()
+    /// Some file of the trace is an AOF.
+    pub(crate) fn aof_seen(&self) -> bool {
+        self.fds.files().iter().any(|f| f.class == FileClass::Aof)
     }
 
     pub(crate) fn conf(&self) -> Option<&RedisConf> {
@@ -449,6 +419,23 @@ mod tests {
         assert_eq!(w.root_pid(), Some(4242));
         let t = w.touch(4242);
         assert_eq!(w.role_at(t), Role::Main, "tid == pid");
+    }
+
+    #[test]
+    fn the_traced_process_is_shown_by_its_lowest_tid_until_its_pid_is_known() {
+        let mut w = World::new(None, HashMap::default(), None);
+        for tid in [9, 7] {
+            let e = event(tid, 0, 10, "futex");
+            assert_eq!(w.observe(&e, e.syscall().unwrap()).proc, ProcKey::Root);
+        }
+        assert_eq!((w.root_pid(), w.show_pid(ProcKey::Root)), (None, 7));
+        let ev = clone_ev(7, 1000, 200, false);
+        let cx = w.observe(&ev, ev.syscall().unwrap());
+        w.after(&cx);
+        let e = event(200, 2000, 10, "write");
+        let child = w.observe(&e, e.syscall().unwrap()).proc;
+        assert_eq!((child, w.show_pid(child)), (ProcKey::Pid(200), 200));
+        assert_eq!(w.process_count(), 2);
     }
 
     #[test]

@@ -9,7 +9,7 @@
 //! attributes, so tests parse it and check it against the report.
 
 use super::markup::{class_color, dur, esc, nice_ticks, phase_style, tick_label};
-use crate::report::{FileClass, Report, Role, Stall, StallKind};
+use crate::report::{FileClass, LogLevel, Report, Role, Stall, StallKind};
 use std::io::{self, Write};
 
 const WIDTH: f64 = 1200.0;
@@ -34,15 +34,15 @@ struct Lane {
 }
 
 /// Lane order: the main thread first, then the threads that serve or back it, then children.
-fn role_rank(role: &str) -> u8 {
+fn role_rank(role: Role) -> u8 {
     match role {
-        "main" => 0,
-        "io_thread" => 1,
-        "bio_aof" => 2,
-        "bio_close_file" => 3,
-        "bio_lazy_free" => 4,
-        "child" => 6,
-        _ => 5,
+        Role::Main => 0,
+        Role::IoThread => 1,
+        Role::BioAof => 2,
+        Role::BioCloseFile => 3,
+        Role::BioLazyFree => 4,
+        Role::Other => 5,
+        Role::Child => 6,
     }
 }
 
@@ -65,7 +65,7 @@ fn lanes(r: &Report) -> Vec<Lane> {
         .collect();
     ts.sort_by_key(|t| {
         (
-            role_rank(t.role.as_str()),
+            role_rank(t.role),
             std::cmp::Reverse(stalls_of(t.tid)),
             t.tid,
         )
@@ -76,12 +76,12 @@ fn lanes(r: &Report) -> Vec<Lane> {
         .map(|t| Lane {
             pid: t.pid,
             tid: t.tid,
-            label: match (&t.name, t.role.as_str()) {
-                (_, "child") => format!("child {}", t.pid),
-                (Some(n), role) if n != role && !n.starts_with("redis") => {
-                    format!("{role} {} ({n})", t.tid)
+            label: match (&t.name, t.role) {
+                (_, Role::Child) => format!("child {}", t.pid),
+                (Some(n), role) if n != role.as_str() && !n.starts_with("redis") => {
+                    format!("{} {} ({n})", role.as_str(), t.tid)
                 }
-                (_, role) => format!("{role} {}", t.tid),
+                (_, role) => format!("{} {}", role.as_str(), t.tid),
             },
         })
         .collect();
@@ -112,7 +112,7 @@ pub(crate) fn waits_for_fsync(r: &Report) -> Vec<(&Stall, &Stall)> {
             .stalls
             .iter()
             .filter(|b| {
-                b.thread.as_str().starts_with("bio")
+                matches!(b.thread, Role::BioAof | Role::BioCloseFile | Role::BioLazyFree)
                     && matches!(b.syscall.as_deref(), Some("fdatasync" | "fsync"))
                     && b.class == Some(FileClass::Aof)
                     && b.at_us <= m.at_us
@@ -277,11 +277,11 @@ pub(crate) fn write_lanes_at(r: &Report, w: &mut dyn Write, y: Option<f64>) -> i
     if has_marks {
         let y = TOP + MARK_LANE_H / 2.0;
         for l in log_lines {
-            let big =
-                crate::redis_evidence::classify(&l.message).is_some() || l.level == Some("warning");
+            let big = crate::redis_evidence::classify(&l.message).is_some()
+                || l.level == Some(LogLevel::Warning);
             let color = match l.level {
-                Some("warning") => "#c0392b",
-                Some("notice") => "#1f618d",
+                Some(LogLevel::Warning) => "#c0392b",
+                Some(LogLevel::Notice) => "#1f618d",
                 _ => "#95a5a6",
             };
             let xx = x(l.at_us as f64);
@@ -294,7 +294,7 @@ pub(crate) fn write_lanes_at(r: &Report, w: &mut dyn Write, y: Option<f64>) -> i
                 y - h,
                 y + h,
                 esc(&l.ts),
-                esc(&l.role),
+                esc(l.role.as_str()),
                 l.pid.map(|p| p.to_string()).unwrap_or_default(),
                 esc(&l.message)
             )?;
@@ -524,8 +524,8 @@ mod tests {
                 ts: "x".into(),
                 line: 9,
                 pid: Some(100),
-                role: "master".into(),
-                level: Some("notice"),
+                role: LogRole::Master,
+                level: Some(LogLevel::Notice),
                 message: "Asynchronous AOF fsync is taking too long (disk is busy?).".into(),
             }],
             server: Some(RedisServerInfo {

@@ -40,10 +40,12 @@ pub fn file_label(class: Option<crate::report::FileClass>, path: Option<&str>) -
     use crate::report::FileClass;
     // Not a file name: the fd table's labels for sockets, pipes and other inodes.
     let label = |p: &str| !p.contains('/') && (p.contains(":[") || p == "client connections");
+    // Which listener they came in on is in the FILES table; a slow call only needs to say it
+    // was a client's socket.
+    if class == Some(FileClass::Client) && path.is_some_and(label) {
+        return "client connections".to_string();
+    }
     match (class.as_ref().map(FileClass::as_str), path) {
-        // Which listener they came in on is in the FILES table; a slow call only needs to
-        // say it was a client's socket.
-        (Some("client"), Some(p)) if label(p) => "client connections".to_string(),
         (Some(c), Some(p)) if label(p) && p.contains(c) => p.to_string(),
         (Some(c), Some(p)) if label(p) => format!("{c} {p}"),
         (Some(c), Some(p)) => {

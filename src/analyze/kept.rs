@@ -1,0 +1,221 @@
+//! Kept stalls: the step from stored candidates to the report's stall rows, once roles are
+//! final (`finish`) or as good as they get (live printing). A candidate is a stall if its
+//! thread's role says so (`stalls::keep`) and a select/poll loop does not make it an idle
+//! wait; a stall of a thread that serves no client held no command up. Each row joins the
+//! candidate, what it held (the holds unit), its cause (findings) and the names of the
+//! commands it held, looked up here and only here.
+
+use super::commands::CmdNames;
+use super::findings::{self, Evidence};
+use super::holds::{Held, Holds};
+use super::roles::Role;
+use super::stalls::{self, Cand, Stalls};
+use super::world::World;
+use crate::event::Nanos;
+use crate::report::{Stall, StallKind};
+use crate::source::Clock;
+
+/// What deciding and writing stall rows reads.
+pub(crate) struct Kept<'a> {
+    pub(crate) world: &'a World,
+    pub(crate) holds: &'a Holds,
+    /// Command ids to names, for what each stall held up.
+    pub(crate) names: &'a CmdNames,
+    pub(crate) evidence: &'a Evidence<'a>,
+    pub(crate) clock: &'a Clock,
+    /// The trace's first timestamp: rows are stamped from it.
+    pub(crate) first: Nanos,
+}
+
+impl Kept<'_> {
+    /// Gaps can be trusted (no verdict against them).
+    fn gaps_ok(&self) -> bool {
+        self.evidence.gaps.is_none()
+    }
+
+    /// A stored candidate with what it held, if it is a stall on current roles.
+    fn kept(&self, c: &Cand, held: Held) -> Option<(Held, Role)> {
+        let role = self.world.role(c.tid);
+        if !stalls::keep(c, role, self.gaps_ok()) {
+            return None;
+        }
+        // A process that never waits in epoll waits for work in select/poll: idle there.
+        if c.kind == StallKind::SlowSyscall
+            && c.syscall
+                .is_some_and(|n| crate::syscalls::info(n).facts.has(super::call::Facts::POLL))
+            && self.world.loop_is_poll(c.proc)
+        {
+            return None;
+        }
+        let mut held = held;
+        if !matches!(role, Role::Main | Role::IoThread) {
+            held.client_facing_only();
+        }
+        Some((held, role))
+    }
+
+    /// The stored candidates at these indices that are stalls, as rows (live printing).
+    pub(crate) fn rows_at(&self, stalls: &Stalls, idx: &[usize]) -> Vec<Stall> {
+        idx.iter()
+            .filter_map(|i| {
+                let c = stalls.get(*i);
+                let (h, role) = self.kept(c, self.holds.held(*i))?;
+                Some(self.row(c, &h, role))
+            })
+            .collect()
+    }
+
+    /// Every stored candidate that is a stall, with what it held and its row, sorted by
+    /// (start, tid).
+    pub(crate) fn all(&self, stalls: &Stalls) -> Vec<(Cand, Held, Stall)> {
+        let mut kept: Vec<(Cand, Held, Stall)> = stalls
+            .iter()
+            .filter_map(|(i, c)| {
+                let (h, role) = self.kept(c, self.holds.held(i))?;
+                let s = self.row(c, &h, role);
+                Some((c.clone(), h, s))
+            })
+            .collect();
+        kept.sort_by_key(|(c, _, _)| (c.start, c.tid));
+        kept
+    }
+
+    /// The calls cut by the trace's edges below the threshold that are stalls, as rows.
+    pub(crate) fn in_flight(&self, stalls: &Stalls) -> Vec<Stall> {
+        stalls
+            .in_flight_small()
+            .iter()
+            .filter_map(|c| {
+                let (h, role) = self.kept(c, Held::default())?;
+                Some(self.row(c, &h, role))
+            })
+            .collect()
+    }
+
+    /// The report's row for a kept stall.
+    fn row(&self, c: &Cand, held: &Held, role: Role) -> Stall {
+        let info = c.file.map(|f| self.world.file(f));
+        let running = held.running().map(|k| self.names.name(k));
+        let (finding, cause) = findings::explain(self.evidence, c, role, running);
+        Stall {
+            ts: self.clock.format(c.start),
+            ts_iso: self.clock.iso(c.start),
+            at_us: (c.start - self.first) / 1000,
+            pid: self.world.show_pid(c.proc),
+            tid: c.tid,
+            thread: role,
+            kind: c.kind,
+            syscall: c.syscall.map(str::to_string),
+            fd: c.fd,
+            path: info.and_then(|i| i.path.as_deref().map(str::to_string)),
+            class: info.map(|i| i.class),
+            duration_us: c.dur / 1000,
+            line: c.line,
+            cause,
+            finding,
+            bound: c.dur_facts.bound,
+            duration_known: c.dur_facts.known,
+            in_flight: c.dur_facts.in_flight,
+            waiting_commands: held.waiting,
+            waiting_by_command: held
+                .by_cmd
+                .iter()
+                .map(|(k, v)| (self.names.name(*k).to_string(), *v))
+                .collect(),
+            waiting_clients: held.clients.len() as u64,
+            worst_wait_us: held.worst_wait.map(|w| w / 1000),
+            phase: c.phase,
+            events_lost: c.events_lost,
+            sched: c.sched.map(|d| crate::report::StallSched::of(&d, c.dur)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analyze::call::testing::event;
+    use crate::analyze::commands::CmdNames;
+    use crate::analyze::file_time::FileTime;
+    use crate::analyze::holds::DoneCmd;
+    use crate::analyze::phases::Phases;
+    use crate::event::Event;
+    use crate::fdtable::ProcKey;
+
+    const MS: Nanos = 1_000_000;
+
+    /// Pushes calls through the world, the stall store and the holds join, as `on_syscall`
+    /// does, and returns the rows kept at the end.
+    fn rows(calls: &[Event], names: &[(u32, &str)], answered: &[DoneCmd]) -> Vec<Stall> {
+        let mut world = World::new(Some(100), Default::default(), None);
+        for (tid, n) in names {
+            world.set_name(*tid, n);
+        }
+        let (phases, file_time) = (Phases::default(), FileTime::default());
+        let mut stalls = Stalls::new(10 * MS, 8);
+        let mut holds = Holds::new(16, 4);
+        for e in calls {
+            let cx = world.observe(e, e.syscall().unwrap());
+            let step = stalls.on_call(&cx, &phases, false);
+            for a in step.added.into_iter().flatten() {
+                holds.on_stall(a);
+            }
+        }
+        for d in answered {
+            holds.on_answered(d.clone());
+        }
+        world.finish();
+        let ev = Evidence {
+            phases: &phases,
+            file_time: &file_time,
+            world: &world,
+            gaps: None,
+            conf: None,
+            threshold_us: 10_000,
+        };
+        let clock = Clock::none();
+        // The commands unit's names: SET is the first one read.
+        let mut names = CmdNames::default();
+        names.intern(b"SET");
+        let kept = Kept {
+            world: &world,
+            holds: &holds,
+            names: &names,
+            evidence: &ev,
+            clock: &clock,
+            first: 0,
+        };
+        kept.all(&stalls).into_iter().map(|(_, _, s)| s).collect()
+    }
+
+    #[test]
+    fn a_slow_poll_is_idle_where_poll_is_the_event_loop() {
+        let slow_poll = event(100, 0, 50 * MS, "poll");
+        // The process waits in poll and never in epoll: poll is where it waits for work.
+        assert!(rows(std::slice::from_ref(&slow_poll), &[], &[]).is_empty());
+        // Beside an epoll loop, the main thread's poll is a stall (synchronous I/O).
+        let epoll = event(100, 55 * MS, MS, "epoll_wait");
+        let got = rows(&[slow_poll, epoll], &[], &[]);
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].syscall.as_deref(), Some("poll"));
+    }
+
+    #[test]
+    fn only_client_facing_threads_hold_commands_up() {
+        let set = CmdNames::default().intern(b"SET");
+        let during = DoneCmd {
+            seq: 1,
+            name: set,
+            conn: (ProcKey::Root, 9),
+            req: 5 * MS,
+            reply: 40 * MS,
+        };
+        let calls = [
+            event(100, 0, 30 * MS, "fdatasync"),
+            event(101, 0, 30 * MS, "fdatasync"),
+        ];
+        let got = rows(&calls, &[(101, "bio_aof")], &[during]);
+        let held: Vec<(u32, u64)> = got.iter().map(|s| (s.tid, s.waiting_commands)).collect();
+        assert_eq!(held, vec![(100, 1), (101, 0)]);
+    }
+}
