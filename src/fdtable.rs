@@ -614,6 +614,11 @@ impl FdTable {
                 resolved = Some(self.resolved(id));
             }
         }
+        // Most calls (reads, writes, waits, fsyncs) create, copy or close no fd: no trip
+        // through `fd_effect` for them.
+        if sc.sys.fd == FdKind::None {
+            return resolved;
+        }
         match fd_effect(sc) {
             FdEffect::Open { fd, path } => {
                 let class = path.map(|p| {

@@ -174,7 +174,13 @@ pub fn analyze(args: &AnalyzeArgs) -> Result<u64> {
         if dropped > 0 {
             an.add_lost_events(dropped);
         }
-        match sched.remove(&ev.line) {
+        // Most recordings have no scheduler sidecar: no SipHash probe per event then.
+        let split = if sched.is_empty() {
+            None
+        } else {
+            sched.remove(&ev.line)
+        };
+        match split {
             Some(s) if ev.syscall().is_some() => {
                 let mut ev = ev.clone();
                 if let crate::event::EventKind::Syscall(sc) = &mut ev.kind {

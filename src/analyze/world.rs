@@ -103,11 +103,18 @@ impl World {
     }
 
     /// The thread's index, its state created on first sight (in the traced process).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn touch(&mut self, tid: Tid) -> ThreadIdx {
-        if let Some(i) = self.known(tid) {
-            return i;
+        match self.known(tid) {
+            Some(i) => i,
+            None => self.first_sight(tid),
         }
+    }
+
+    /// `touch` of a thread not seen before: out of line, so that the per-event check stays
+    /// inline in `observe`.
+    #[inline(never)]
+    fn first_sight(&mut self, tid: Tid) -> ThreadIdx {
         self.role_epoch += 1;
         let i = ThreadIdx(self.threads.len() as u32);
         self.threads.push(ThreadRec {

@@ -8,8 +8,8 @@ use super::args::intern;
 use super::prefix::parse_prefix;
 use crate::event::{self, Data, Nanos, Ret};
 use crate::source::scan::{
-    fixed_digits, is_name_byte, outside_strings, parse_decimal_ns, parse_hex, parse_u64, skip_ws,
-    trim_end, unescape_while, Piece, Quoted,
+    fixed_digits, fixed_digits_tail, is_name_byte, outside_strings, parse_decimal_ns, parse_hex,
+    parse_u64, skip_ws, trim_end, unescape_while, Piece, Quoted,
 };
 use memchr::{memchr, memmem, memrchr};
 
@@ -78,7 +78,7 @@ fn parse_dur(s: &[u8]) -> (Option<Nanos>, &[u8]) {
         if t[0] == b'<' && t[2] == b'.' && t[9] == b'>' {
             if let (Some(sec), Some(us)) = (
                 fixed_digits::<1>(&[t[1]]),
-                fixed_digits::<6>(t[3..9].try_into().expect("6 bytes")),
+                fixed_digits_tail::<6>(t[1..9].try_into().expect("8 bytes")),
             ) {
                 return (
                     Some(sec as i64 * 1_000_000_000 + us as i64 * 1_000),
@@ -410,7 +410,7 @@ pub(super) fn fast_call(s: &[u8]) -> Option<Body<'_>> {
             return None;
         }
         let sec = fixed_digits::<1>(&[t[1]])?;
-        let us = fixed_digits::<6>(t[3..9].try_into().ok()?)?;
+        let us = fixed_digits_tail::<6>(t[1..9].try_into().ok()?)?;
         dur = Some(sec as i64 * 1_000_000_000 + us as i64 * 1_000);
         e -= 10;
         while e > 0 && s[e - 1] == b' ' {
@@ -510,7 +510,13 @@ pub fn lazy_data_agrees(text: &[u8]) -> bool {
 
 /// `strace: Process N attached [with K threads]` / `... detached` running to the end of the
 /// line: only then is it strace's own message spliced into a line, not text in a string.
+#[inline]
 pub(super) fn is_process_message(s: &[u8]) -> bool {
+    // Nearly every line ends in `>` (a `-T` duration) or a digit: no for those without
+    // trimming (only blanks are trimmed, so any other last byte stays last).
+    if !matches!(s.last(), Some(b'd' | b's' | b't' | b' ' | b'\t' | b'\r')) {
+        return false;
+    }
     let s = trim_end(s);
     match s.last() {
         Some(b'd') => s.ends_with(b" attached") || s.ends_with(b" detached"),

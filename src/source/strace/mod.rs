@@ -258,8 +258,30 @@ impl StraceParser {
             self.clock.map(&pfx)
         };
         self.note_comm(&pfx, raw, ts, line_no, out);
+        if let Body::Call { name, args, tail } = body {
+            // Nearly every line: straight to `call`, without moving the body through the
+            // general `apply` (the same steps as its `Call` arm).
+            let (tid, ts) = self.stamp(&pfx, ts, true);
+            self.call(tid, ts, line_no, (name, args, tail), out);
+            return LineOutcome::Used;
+        }
         self.apply(pfx, ts, body, start_line, line_no, out);
         LineOutcome::Used
+    }
+
+    /// The thread and time of a line's event (the last time seen when the line has none),
+    /// moving the clock forward; `event`: the line is more than an attach message or noise.
+    #[inline(always)]
+    fn stamp(&mut self, pfx: &Prefix, ts: Option<Nanos>, event: bool) -> (Tid, Nanos) {
+        let tid = pfx.pid.unwrap_or(self.default_pid);
+        let ts = ts.unwrap_or(self.last_ts);
+        if ts > self.last_ts {
+            self.last_ts = ts;
+        }
+        if event {
+            self.any_event = true;
+        }
+        (tid, ts)
     }
 
     /// `-Y` names each line's thread: an event when a thread's name is first seen or
@@ -313,14 +335,8 @@ impl StraceParser {
         line_no: u64,
         out: &mut Vec<Event>,
     ) {
-        let tid = pfx.pid.unwrap_or(self.default_pid);
-        let ts = ts.unwrap_or(self.last_ts);
-        if ts > self.last_ts {
-            self.last_ts = ts;
-        }
-        if !matches!(body, Body::Attached { .. } | Body::Noise) {
-            self.any_event = true;
-        }
+        let event = !matches!(body, Body::Attached { .. } | Body::Noise);
+        let (tid, ts) = self.stamp(&pfx, ts, event);
         match body {
             Body::Call { name, args, tail } => self.call(tid, ts, line_no, (name, args, tail), out),
             Body::Unfinished { name, args } => {

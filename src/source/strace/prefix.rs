@@ -4,7 +4,7 @@
 
 use crate::event::{Nanos, Tid};
 use crate::source::scan::{
-    eight_digits, fixed_digits, is_digit, parse_decimal_ns, parse_u64, skip_ws,
+    eight_digits, fixed_digits, fixed_digits_tail, is_digit, parse_decimal_ns, parse_u64, skip_ws,
 };
 use memchr::memchr;
 
@@ -70,7 +70,7 @@ fn epoch_usec_prefix(line: &[u8]) -> Option<(Prefix, &[u8])> {
     }
     let secs = fixed_digits::<2>(head[..2].try_into().ok()?)? * 100_000_000
         + eight_digits(u64::from_le_bytes(head[2..10].try_into().ok()?))?;
-    let usec = fixed_digits::<6>(head[11..17].try_into().ok()?)?;
+    let usec = fixed_digits_tail::<6>(head[9..17].try_into().ok()?)?;
     // Past 2262 the ns clock overflows: the general path refuses such times.
     if secs > (i64::MAX / 1_000_000_000 - 1) as u64 {
         return None;
@@ -111,7 +111,7 @@ fn pid_tod_usec_prefix(line: &[u8]) -> Option<(Prefix, &[u8])> {
     let h = fixed_digits::<2>(head[0..2].try_into().ok()?)?;
     let m = fixed_digits::<2>(head[3..5].try_into().ok()?)?;
     let sec = fixed_digits::<2>(head[6..8].try_into().ok()?)?;
-    let us = fixed_digits::<6>(head[9..15].try_into().ok()?)?;
+    let us = fixed_digits_tail::<6>(head[7..15].try_into().ok()?)?;
     if h > 23 || m > 59 || sec > 60 {
         return None;
     }
