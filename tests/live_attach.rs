@@ -276,10 +276,10 @@ fn a_busy_eval_is_a_main_thread_gap(backend: &str) {
         "main-thread gaps during the EVAL: {held} µs in all: {}",
         r["stalls"]
     );
-    // A busy script is a command; with the bpf backend's scheduler split, a gap the machine's
-    // load kept mostly waiting for a CPU is CPU starvation instead.
+    // A busy script is a command; with the bpf and perf backends' scheduler split, a gap the
+    // machine's load kept mostly waiting for a CPU is CPU starvation instead.
     let starved = |s: &serde_json::Value| {
-        backend == "bpf"
+        backend != "ptrace"
             && s["sched"]["runnable_us"].as_i64().unwrap_or(0) * 2
                 >= s["duration_us"].as_i64().unwrap_or(0) - 2
     };
@@ -356,18 +356,38 @@ fn a_busy_eval_holds_up_the_commands_behind_it(backend: &str) {
     assert_eq!(r["summary"]["lost_events"], 0);
 }
 
-/// The scheduler's view of a gap (bpf): a busy EVAL never blocks, so the gap is time on a
-/// CPU or waiting for one (which of the two depends on how loaded the machine is), and the
-/// parts add up to the gap.
-#[test]
-fn bpf_backend_splits_a_busy_eval_gap_into_cpu_and_runnable_time() {
-    let _g = serial();
-    if !can_run("bpf") {
-        return;
-    }
+/// Runs a test body with each backend that splits calls and gaps by the scheduler.
+macro_rules! sched_backends {
+    ($($name:ident),* $(,)?) => {
+        $(
+            mod $name {
+                #[test]
+                fn perf() {
+                    super::gated("perf", super::$name)
+                }
+                #[test]
+                fn bpf() {
+                    super::gated("bpf", super::$name)
+                }
+            }
+        )*
+    };
+}
+
+sched_backends!(
+    splits_a_busy_eval_gap_into_cpu_and_runnable_time,
+    names_a_gap_spent_waiting_for_a_cpu,
+    counts_the_copy_on_write_faults_after_a_bgsave_fork,
+    counts_the_wait_for_a_cpu_after_a_wakeup_as_runnable,
+);
+
+/// The scheduler's view of a gap (bpf, perf): a busy EVAL never blocks, so the gap is time
+/// on a CPU or waiting for one (which of the two depends on how loaded the machine is), and
+/// the parts add up to the gap.
+fn splits_a_busy_eval_gap_into_cpu_and_runnable_time(backend: &str) {
     let redis = Redis::start(&[]);
     let a = Attach::start(
-        "bpf",
+        backend,
         redis.pid(),
         &[
             "--duration",
@@ -646,7 +666,12 @@ fn a_recording_reads_back_to_the_same_findings(backend: &str) {
             &rec_s,
         ],
     );
-    set_load(redis.port, 200);
+    // Ten clients one after another: each takes the lowest free fd, the one redis also
+    // opens /proc/self/stat on every 100 ms, so fd numbers are reused between files and
+    // clients throughout (what a late /proc read used to get wrong, issue 16).
+    for _ in 0..10 {
+        set_load(redis.port, 20);
+    }
     let (_, out) = finish(a, DEADLINE);
     let live = json(&out);
     let threads = format!("{rec_s}.threads");
@@ -696,7 +721,7 @@ fn a_recording_reads_back_to_the_same_findings(backend: &str) {
             .iter()
             .flat_map(|k| r[*k].as_array().cloned().unwrap_or_default())
             .map(|s| {
-                // With bpf, the scheduler's split and the cause it names, too.
+                // With bpf and perf, the scheduler's split and the cause it names, too.
                 format!(
                     "{} {} {} {} at {} for {} {} {} {} {}",
                     s["tid"],
@@ -1120,23 +1145,75 @@ fn sched_part(g: &serde_json::Value, k: &str) -> i64 {
         .unwrap_or_else(|| panic!("no sched.{k}: {g}"))
 }
 
-/// A thread waiting for a CPU (bpf): redis's main thread, niced, shares one CPU with a busy
-/// loop that is not, so a script that spins for 300 ms of wall time gets a few ms of CPU in
-/// them and waits for the rest. The gap says so in its `sched` and its cause, and the
-/// cpu-starvation finding explains it.
+/// A gap mostly on a CPU is a slow command, named when the backend reads requests (bpf):
+/// the busy EVAL's gap says EVAL in its cause, and the command finding names it. The main
+/// thread runs in the real-time class so that, on a busy machine, the gap is still mostly on
+/// a CPU (mostly waiting for one would be CPU starvation).
 #[test]
-fn bpf_backend_names_a_gap_spent_waiting_for_a_cpu() {
+fn bpf_backend_names_the_command_a_busy_gap_ran() {
     let _g = serial();
     if !can_run("bpf") {
         return;
     }
+    let redis = Redis::start(&[]);
+    realtime(redis.pid());
+    let mut a = Attach::start(
+        "bpf",
+        redis.pid(),
+        &["--threshold", "20ms", "--format", "json"],
+    );
+    assert!(a.attached, "{:?}", a.stderr);
+    let script = "local t = redis.call('TIME') local s = t[1] * 1000000 + t[2] \
+                  while true do local n = redis.call('TIME') if n[1] * 1000000 + n[2] - s > 300000 then break end end return 1";
+    let mut c = redis.client();
+    assert!(matches!(
+        c.cmd(&["EVAL", script, "0"]).expect("EVAL"),
+        Reply::Int(1)
+    ));
+    assert!(
+        a.wait_line(|l| l.starts_with("stall:") && l.contains("gap"), DEADLINE),
+        "no live stall line; stderr: {:?}",
+        a.stderr
+    );
+    // SAFETY: a signal to the stallscope this test started.
+    unsafe { libc::kill(a.child.id() as i32, libc::SIGINT) };
+    let (_, out) = finish(a, DEADLINE);
+    let r = json(&out);
+    let gaps = main_gaps(&r);
+    let g = gaps
+        .iter()
+        .max_by_key(|g| g["duration_us"].as_i64())
+        .unwrap_or_else(|| panic!("no main-thread gap: {}", r["stalls"]));
+    assert_eq!(g["finding"], "command", "{g}");
+    let cause = g["cause"].as_str().unwrap_or("");
+    assert!(cause.contains("a slow command (EVAL), on a CPU"), "{cause}");
+    let f = r["findings"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|f| f["id"] == "command")
+        .unwrap_or_else(|| panic!("no command finding: {}", r["findings"]));
+    assert!(
+        f["evidence"]
+            .as_str()
+            .is_some_and(|e| e.contains("running through them: EVAL")),
+        "{f}"
+    );
+    redis.assert_unharmed();
+}
+
+/// A thread waiting for a CPU (bpf, perf): redis's main thread, niced, shares one CPU with
+/// a busy loop that is not, so a script that spins for 300 ms of wall time gets a few ms of
+/// CPU in them and waits for the rest. The gap says so in its `sched` and its cause, and
+/// the cpu-starvation finding explains it.
+fn names_a_gap_spent_waiting_for_a_cpu(backend: &str) {
     let redis = Redis::start(&[]);
     let cpu = a_cpu();
     pin(redis.pid(), cpu);
     renice(redis.pid(), 19);
     let hog = Hog::on_cpu(cpu);
     let mut a = Attach::start(
-        "bpf",
+        backend,
         redis.pid(),
         &["--threshold", "20ms", "--format", "json"],
     );
@@ -1181,18 +1258,66 @@ fn bpf_backend_names_a_gap_spent_waiting_for_a_cpu() {
     redis.assert_unharmed();
 }
 
-/// Copy-on-write after a fork (bpf): with a few hundred MB in redis and a BGSAVE child
+/// A call that sleeps and is woken while its CPU is busy (bpf, perf): `DEBUG SLEEP` puts the
+/// main thread in nanosleep; the timer wakes it while a busy loop that is not niced holds
+/// the one CPU it may use, so it waits for the CPU before it returns. That wait is runnable
+/// time in the call's split, not blocked time (perf sees it only through sched_wakeup of
+/// the thread, whoever wakes it).
+fn counts_the_wait_for_a_cpu_after_a_wakeup_as_runnable(backend: &str) {
+    let redis = Redis::start(&["--enable-debug-command", "yes"]);
+    let cpu = a_cpu();
+    pin(redis.pid(), cpu);
+    renice(redis.pid(), 19);
+    let hog = Hog::on_cpu(cpu);
+    let a = Attach::start(
+        backend,
+        redis.pid(),
+        &["--threshold", "50ms", "--format", "json"],
+    );
+    assert!(a.attached, "{:?}", a.stderr);
+    let mut c = redis.client();
+    for _ in 0..3 {
+        let r = c.cmd(&["DEBUG", "SLEEP", "0.2"]).expect("DEBUG SLEEP");
+        assert_eq!(r.text(), "+OK");
+    }
+    drop(hog);
+    // SAFETY: a signal to the stallscope this test started.
+    unsafe { libc::kill(a.child.id() as i32, libc::SIGINT) };
+    let (_, out) = finish(a, DEADLINE);
+    let r = json(&out);
+    let sleeps: Vec<&serde_json::Value> = r["stalls"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|s| {
+            s["thread"] == "main" && s["syscall"].as_str().is_some_and(|n| n.contains("sleep"))
+        })
+        .collect();
+    assert!(!sleeps.is_empty(), "no sleep among {}", r["stalls"]);
+    for s in &sleeps {
+        let d = s["duration_us"].as_i64().unwrap_or(0);
+        let (on, run, blocked) = (
+            sched_part(s, "on_cpu_us"),
+            sched_part(s, "runnable_us"),
+            sched_part(s, "blocked_us"),
+        );
+        assert!((on + run + blocked - d).abs() <= 3, "parts add up: {s}");
+        assert!(blocked >= 150_000, "asleep for most of it: {s}");
+    }
+    assert!(
+        sleeps.iter().any(|s| sched_part(s, "runnable_us") > 0),
+        "woken on a busy CPU, it waited for it: {sleeps:?}"
+    );
+    redis.assert_unharmed();
+}
+
+/// Copy-on-write after a fork (bpf, perf): with a few hundred MB in redis and a BGSAVE child
 /// running, a script that writes one byte into each of 40,000 values (each on pages of its
 /// own) makes the main thread take a minor fault per value, all in one gap; the faults are
 /// counted in its `sched` and the cause names copy-on-write. The main thread runs in the
 /// real-time class so that, on a busy machine, the gap is still mostly on a CPU (a gap mostly
 /// spent waiting for one is CPU starvation, whatever else happened in it).
-#[test]
-fn bpf_backend_counts_the_copy_on_write_faults_after_a_bgsave_fork() {
-    let _g = serial();
-    if !can_run("bpf") {
-        return;
-    }
+fn counts_the_copy_on_write_faults_after_a_bgsave_fork(backend: &str) {
     const KEYS: i64 = 40_000;
     let redis = Redis::start(&["--enable-debug-command", "yes", "--rdbcompression", "no"]);
     realtime(redis.pid());
@@ -1208,7 +1333,7 @@ fn bpf_backend_counts_the_copy_on_write_faults_after_a_bgsave_fork() {
         .expect("CONFIG SET");
     assert_eq!(r.text(), "+OK");
     let a = Attach::start(
-        "bpf",
+        backend,
         redis.pid(),
         &["--threshold", "5ms", "--format", "json"],
     );

@@ -851,3 +851,196 @@ fn auto_never_falls_back_to_ptrace_and_ptrace_warns() {
     assert_eq!(w.terminate(common::DEADLINE), Some(0), "{:?}", w.lines());
     redis.assert_unharmed();
 }
+
+/// A stall's time in µs since the epoch: a live report has it in ISO 8601, the replay of
+/// a recording (epoch timestamps) as the recording's text.
+fn micros(t: &serde_json::Value) -> i64 {
+    let t = t.as_str().unwrap_or_default();
+    match chrono::DateTime::parse_from_rfc3339(t) {
+        Ok(d) => d.timestamp_micros(),
+        Err(_) => {
+            let (s, f) = t.split_once('.').unwrap_or((t, "0"));
+            let f = format!("{f:0<6}");
+            s.parse::<i64>().unwrap_or(0) * 1_000_000 + f[..6].parse::<i64>().unwrap_or(0)
+        }
+    }
+}
+
+/// What a report says of its stalls and findings, to compare an incident with its replay.
+fn stalls_and_findings(r: &serde_json::Value) -> (Vec<String>, Vec<String>) {
+    let stalls = r["stalls"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|s| {
+            format!(
+                "{} {} {} {} {} {} lost={}",
+                micros(&s["ts"]),
+                s["thread"],
+                s["kind"],
+                s["duration_us"],
+                s["syscall"],
+                s["finding"],
+                s["events_lost"]
+            )
+        })
+        .collect();
+    // The watcher's own findings (the incident's window, what the backend cannot see) and
+    // those from its /proc samples are not in the recording.
+    let mut findings: Vec<String> = r["findings"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|f| f["id"].as_str())
+        .filter(|id| !matches!(*id, "watch-incident" | "backend-limits"))
+        .map(str::to_string)
+        .collect();
+    findings.sort();
+    (stalls, findings)
+}
+
+#[test]
+fn an_incident_recording_replays_to_the_incident_findings() {
+    let _g = serial();
+    if !can_run() {
+        return;
+    }
+    let redis = debug_redis();
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("incidents");
+    let w = Watch::start(&[
+        "--pid",
+        &redis.pid().to_string(),
+        "--out",
+        out.to_str().unwrap(),
+        "--after",
+        "1s",
+        "--record",
+        // Small per-CPU buffers under traffic: records may be lost, and the replay must
+        // place the losses where the incident's analysis had them.
+        "--perf-pages",
+        "1",
+    ]);
+    assert!(
+        w.wait_line("watching", Duration::from_secs(20)),
+        "{:?}",
+        w.lines()
+    );
+    let port = redis.port;
+    let load = std::thread::spawn(move || {
+        let mut c = Client::connect(port, Duration::from_secs(20)).unwrap();
+        for i in 0..3000 {
+            c.cmd(&["SET", &format!("k{i}"), "v"]).unwrap();
+        }
+    });
+    debug_sleep(redis.port);
+    load.join().unwrap();
+    let reports = poll(Duration::from_secs(60), || {
+        let v = incident_reports(&out);
+        (!v.is_empty()).then_some(v)
+    })
+    .unwrap_or_else(|| panic!("no incident report; watcher: {:?}", w.lines()));
+    let json_path = &reports[0];
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(json_path).unwrap()).unwrap();
+    let stem = json_path.to_str().unwrap().strip_suffix(".json").unwrap();
+    let strace = format!("{stem}.strace");
+    let lost = r["summary"]["lost_events"].as_u64().unwrap_or(0);
+    assert_eq!(
+        Path::new(&format!("{strace}.lost")).exists(),
+        lost > 0,
+        "a .lost sidecar exactly when the incident lost records ({lost})"
+    );
+    if r["source"]["backend"] == "bpf" {
+        assert!(
+            Path::new(&format!("{strace}.sched")).exists(),
+            "a bpf incident's recording has the scheduler's split"
+        );
+    }
+    let again = Command::new(env!("CARGO_BIN_EXE_stallscope"))
+        .args(["analyze", &strace, "--format", "json"])
+        .output()
+        .unwrap();
+    let again: serde_json::Value = serde_json::from_slice(&again.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&again.stderr)));
+    assert_eq!(again["summary"]["lost_events"].as_u64().unwrap_or(0), lost);
+    let (s1, f1) = stalls_and_findings(&r);
+    let (s2, f2) = stalls_and_findings(&again);
+    assert!(!s1.is_empty());
+    assert_eq!(s1, s2, "the replay's stalls differ from the incident's");
+    assert_eq!(f1, f2, "the replay's findings differ from the incident's");
+    redis.assert_unharmed();
+}
+
+#[test]
+fn the_redis_pollers_connections_are_not_client_commands() {
+    let _g = serial();
+    if !can_run() {
+        return;
+    }
+    // redis rewrites its argv, so the watcher asks it for its logfile (CONFIG GET) on a
+    // connection of its own: neither that nor the poller's LATENCY/INFO is a client's.
+    let redis = debug_redis();
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("incidents");
+    let addr = format!("127.0.0.1:{}", redis.port);
+    // ptrace: the backend that sees every request buffer on any machine.
+    let w = Watch::start(&[
+        "--pid",
+        &redis.pid().to_string(),
+        "--backend",
+        "ptrace",
+        "--out",
+        out.to_str().unwrap(),
+        "--after",
+        "1s",
+        "--redis",
+        &addr,
+    ]);
+    assert!(
+        w.wait_line("watching", Duration::from_secs(20)),
+        "{:?}",
+        w.lines()
+    );
+    assert!(
+        w.wait_line("(CONFIG GET logfile)", Duration::from_secs(5)),
+        "the log was not found through CONFIG GET: {:?}",
+        w.lines()
+    );
+    {
+        let mut c = redis.client();
+        for i in 0..50 {
+            c.cmd(&["SET", &format!("k{i}"), "v"]).unwrap();
+        }
+    }
+    // A few poller rounds before the stall.
+    std::thread::sleep(Duration::from_millis(2500));
+    debug_sleep(redis.port);
+    let reports = poll(Duration::from_secs(60), || {
+        let v = incident_reports(&out);
+        (!v.is_empty()).then_some(v)
+    })
+    .unwrap_or_else(|| panic!("no incident report; watcher: {:?}", w.lines()));
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&reports[0]).unwrap()).unwrap();
+    let cmds: Vec<String> = r["commands"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c["command"].as_str())
+        .map(|c| c.to_ascii_uppercase())
+        .collect();
+    assert!(
+        cmds.iter().any(|c| c == "SET"),
+        "the client's SETs: {cmds:?}"
+    );
+    for ours in ["CONFIG", "LATENCY", "INFO", "SLOWLOG", "AUTH"] {
+        assert!(
+            !cmds.iter().any(|c| c == ours),
+            "{ours} is the watcher's, not a client's: {cmds:?}"
+        );
+    }
+    let mut w = w;
+    assert_eq!(w.terminate(common::DEADLINE), Some(0), "{:?}", w.lines());
+    redis.assert_unharmed();
+}

@@ -54,8 +54,14 @@ pub(crate) struct Evidence<'a> {
     pub(crate) threshold_us: i64,
 }
 
-/// (finding id, plain-words cause) for one stall.
-pub(crate) fn explain(a: &Evidence<'_>, c: &Cand, role: Role) -> (Option<FindingId>, String) {
+/// (finding id, plain-words cause) for one stall. `running`: the command its thread ran
+/// through all of it, when known (`Held::running`).
+pub(crate) fn explain(
+    a: &Evidence<'_>,
+    c: &Cand,
+    role: Role,
+    running: Option<&str>,
+) -> (Option<FindingId>, String) {
     let d = human(c.dur / 1000);
     let who = match role {
         Role::Main => "main thread".to_string(),
@@ -68,7 +74,7 @@ pub(crate) fn explain(a: &Evidence<'_>, c: &Cand, role: Role) -> (Option<Finding
         .map(|child| format!(" while child {child} ran"))
         .unwrap_or_default();
     if c.kind == StallKind::Gap {
-        if let Some(v) = sched_of_gap(c, role, &who, &d, &during) {
+        if let Some(v) = sched_of_gap(c, role, &who, &d, &during, running) {
             return v;
         }
         return match role {
@@ -165,6 +171,7 @@ fn sched_of_gap(
     who: &str,
     d: &str,
     during: &str,
+    running: Option<&str>,
 ) -> Option<(Option<FindingId>, String)> {
     if !matches!(role, Role::Main | Role::IoThread) {
         return None;
@@ -186,9 +193,10 @@ fn sched_of_gap(
         ));
     }
     if role == Role::Main && s.busy(c.dur) {
+        let cmd = running.map(|n| format!(" ({n})")).unwrap_or_default();
         return Some((
             Some(FindingId::Command),
-            format!("{who} made no syscall for {d}: a slow command, on a CPU ({w})"),
+            format!("{who} made no syscall for {d}: a slow command{cmd}, on a CPU ({w})"),
         ));
     }
     None
@@ -324,6 +332,9 @@ struct ByFinding {
     worst_known: Option<i64>,
     /// Distinct commands held by any of the stalls.
     held: HashSet<u64>,
+    /// The commands the threads ran through stalls the scheduler split (live bpf and perf
+    /// backends; a stall without the split names none, so offline reports stay as they were).
+    running: std::collections::BTreeSet<String>,
 }
 
 /// Everything a trace rule reads.
@@ -422,8 +433,14 @@ fn stall_evidence(cx: &Ctx<'_>, e: Option<&ByFinding>) -> String {
             plural(e.held.len() as u64)
         )
     };
+    let running = if e.running.is_empty() {
+        String::new()
+    } else {
+        let names: Vec<&str> = e.running.iter().map(String::as_str).collect();
+        format!("; running through them: {}", names.join(", "))
+    };
     format!(
-        "{} stall{} over {}, {} in total, worst {}{path}{at}{held}{}",
+        "{} stall{} over {}, {} in total, worst {}{path}{at}{held}{running}{}",
         e.n,
         plural(e.n),
         human(cx.ev.threshold_us),
@@ -754,6 +771,7 @@ pub(crate) fn findings(
     held: &[Held],
     commands: &[CommandStats],
     stalls: &[Stall],
+    names: &super::commands::CmdNames,
 ) -> Vec<Finding> {
     let mut by: BTreeMap<FindingId, ByFinding> = BTreeMap::new();
     for (h, s) in held.iter().zip(stalls) {
@@ -768,6 +786,7 @@ pub(crate) fn findings(
                 worst_path: None,
                 worst_known: None,
                 held: Default::default(),
+                running: Default::default(),
             });
         if s.duration_known.is_known() {
             e.worst_known = Some(e.worst_known.unwrap_or(0).max(s.duration_us));
@@ -775,6 +794,9 @@ pub(crate) fn findings(
         e.n += 1;
         e.total += s.duration_us;
         e.held.extend(h.seqs.iter().copied());
+        if let (Some(n), Some(_)) = (h.running(), &s.sched) {
+            e.running.insert(names.name(n).to_string());
+        }
         if s.duration_us >= e.worst {
             e.worst = s.duration_us;
             e.worst_line = s.line;
@@ -944,11 +966,11 @@ mod tests {
         ];
         with_evidence(|ev| {
             for (i, (c, role, want)) in cases.iter().enumerate() {
-                assert_eq!(explain(ev, c, *role).0, *want, "case {i}");
+                assert_eq!(explain(ev, c, *role, None).0, *want, "case {i}");
             }
             let mut c = cand(StallKind::SlowSyscall, Some("close"), None);
             c.dur_facts.in_flight = Some(InFlight::AtStart);
-            let (id, why) = explain(ev, &c, Role::Main);
+            let (id, why) = explain(ev, &c, Role::Main, None);
             assert_eq!(id, None);
             assert!(
                 why.starts_with("main thread blocked 50 ms in close() on fd 7 (already running"),
@@ -995,10 +1017,14 @@ mod tests {
         ];
         with_evidence(|ev| {
             for (i, (c, role, want, words)) in cases.iter().enumerate() {
-                let (id, why) = explain(ev, c, *role);
+                let (id, why) = explain(ev, c, *role, None);
                 assert_eq!(id, *want, "case {i}: {why}");
                 assert!(why.contains(words), "case {i}: {why}");
             }
+            // The command the thread ran through a gap mostly on a CPU is named.
+            let (id, why) = explain(ev, &cases[3].0, Role::Main, Some("EVAL"));
+            assert_eq!(id, Some(FindingId::Command));
+            assert!(why.contains("a slow command (EVAL), on a CPU"), "{why}");
         });
     }
 
@@ -1037,7 +1063,7 @@ mod tests {
             stall(None, 30_000),
         ];
         let held = vec![Held::default(); 3];
-        let out = with_evidence(|ev| findings(ev, &held, &[], &stalls));
+        let out = with_evidence(|ev| findings(ev, &held, &[], &stalls, &Default::default()));
         let got: Vec<(FindingId, Severity, u64)> =
             out.iter().map(|f| (f.id, f.severity, f.stalls)).collect();
         assert_eq!(

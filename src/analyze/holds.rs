@@ -36,6 +36,11 @@ pub(crate) struct Held {
     /// Commands (by sequence number) it held up, for merging into incidents.
     pub(crate) seqs: Vec<u64>,
     pub(crate) by_cmd: Vec<(CmdId, u64)>,
+    /// The command whose request was in before the stall began and whose reply went out
+    /// after it ended: the one the thread ran through it (`None` too when commands of
+    /// different names did, as a pipeline does).
+    running: Option<CmdId>,
+    running_several: bool,
 }
 
 /// Most clients and command numbers remembered per stall.
@@ -58,7 +63,23 @@ impl Held {
                 Some(e) => e.1 += 1,
                 None => self.by_cmd.push((d.name, 1)),
             }
+            if d.req <= self.start && d.reply >= self.end {
+                match &self.running {
+                    _ if self.running_several => {}
+                    None => self.running = Some(d.name),
+                    Some(n) if *n == d.name => {}
+                    Some(_) => {
+                        self.running = None;
+                        self.running_several = true;
+                    }
+                }
+            }
         }
+    }
+
+    /// The command the stall's thread ran through all of it, when one name is known.
+    pub(crate) fn running(&self) -> Option<CmdId> {
+        self.running
     }
 
     /// Only the threads that serve clients hold them up: a child or bio thread's stall that
@@ -69,6 +90,7 @@ impl Held {
         self.worst_wait = None;
         self.seqs.clear();
         self.by_cmd.clear();
+        self.running = None;
     }
 }
 
@@ -250,5 +272,44 @@ mod tests {
         assert_eq!(h.recent.len(), 1);
         h.unanswered(&[done(5, 7, 1090, 5000)]);
         assert_eq!(h.held(1).waiting, 2);
+    }
+
+    /// The command a stall ran through is the one in before it and out after it, when a
+    /// single name is: EVAL through its own gap, not the GETs that queued behind it.
+    #[test]
+    fn the_command_running_through_a_stall_is_named_when_one_name_is() {
+        let named = |cmds: &[(&str, Nanos, Nanos)]| {
+            let mut names = CmdNames::default();
+            let mut h = Held {
+                start: 100,
+                end: 200,
+                ..Default::default()
+            };
+            for (i, (name, req, reply)) in cmds.iter().enumerate() {
+                h.count_if_held(&DoneCmd {
+                    seq: i as u64,
+                    name: names.intern(name.as_bytes()),
+                    conn: (ProcKey::Root, i as i32),
+                    req: *req,
+                    reply: *reply,
+                });
+            }
+            h.running().map(|k| names.name(k).to_string())
+        };
+        assert_eq!(
+            named(&[("EVAL", 90, 205), ("GET", 150, 210), ("GET", 120, 230)]),
+            Some("EVAL".into())
+        );
+        assert_eq!(named(&[("GET", 150, 210)]), None, "queued, not running");
+        assert_eq!(
+            named(&[("EVAL", 90, 205), ("EVAL", 95, 206)]).as_deref(),
+            Some("EVAL")
+        );
+        assert_eq!(
+            named(&[("EVAL", 90, 205), ("KEYS", 95, 206)]),
+            None,
+            "which?"
+        );
+        assert_eq!(named(&[("EVAL", 90, 150)]), None, "answered during it");
     }
 }

@@ -95,7 +95,8 @@ impl Kept<'_> {
     /// The report's row for a kept stall.
     fn row(&self, c: &Cand, held: &Held, role: Role) -> Stall {
         let info = c.file.map(|f| self.world.file(f));
-        let (finding, cause) = findings::explain(self.evidence, c, role);
+        let running = held.running().map(|k| self.names.name(k));
+        let (finding, cause) = findings::explain(self.evidence, c, role, running);
         Stall {
             ts: self.clock.format(c.start),
             ts_iso: self.clock.iso(c.start),

@@ -327,7 +327,7 @@ impl Analyzer {
         let (held, stalls): (Vec<Held>, Vec<Stall>) =
             all.into_iter().map(|(_, h, s)| (h, s)).unzip();
         r.stalls = stalls;
-        r.findings = findings::findings(&ev, &held, &r.commands, &r.stalls);
+        r.findings = findings::findings(&ev, &held, &r.commands, &r.stalls, self.commands.names());
         incidents::name_findings(&mut r.incidents, &r.stalls);
     }
 

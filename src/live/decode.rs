@@ -166,3 +166,151 @@ pub(super) fn decodes_more(sys: &crate::syscalls::SysInfo) -> bool {
         ArgKind::Data | ArgKind::Restart | ArgKind::Nothing
     )
 }
+
+/// The name of the file an `open`-like call returned as `fd`, which the live fd table binds
+/// and the recording writes alike (`Syscall::ret_path`), or None when nothing names it.
+///
+/// `/proc/PID/fd/N` is what strace -y shows, but the perf and bpf backends read it when
+/// they process the call's exit, which on a loaded machine comes well after the call: by
+/// then fd N may have been closed and taken by another file (redis opens /proc/self/stat
+/// every 100 ms on the lowest free fd and closes it at once; the next accepted client gets
+/// that number). So the link is only taken when it fits the call: an open yields a file
+/// named by a path (never a socket, pipe or anon inode) whose last component is the one
+/// opened. Otherwise the path the call opened names the fd, made absolute against the
+/// directory it was opened in, as strace -y would print it.
+pub(super) fn open_name(tgid: Tid, sc: &Syscall, fd: i64) -> Option<Box<str>> {
+    let link = std::fs::read_link(format!("/proc/{tgid}/fd/{fd}"))
+        .ok()
+        .map(|p| p.to_string_lossy().into_owned());
+    open_name_from(sc, link.as_deref(), |dirfd| {
+        let p = match dirfd {
+            Some(d) => format!("/proc/{tgid}/fd/{d}"),
+            None => format!("/proc/{tgid}/cwd"),
+        };
+        std::fs::read_link(p)
+            .ok()
+            .map(|p| p.to_string_lossy().into_owned())
+    })
+}
+
+/// `open_name` given what /proc said: `link` for the returned fd, `dir` for the directory
+/// a relative path was opened in (`Some(fd)`: the call's dirfd; `None`: the cwd).
+fn open_name_from(
+    sc: &Syscall,
+    link: Option<&str>,
+    dir: impl Fn(Option<i32>) -> Option<String>,
+) -> Option<Box<str>> {
+    let path = sc.path();
+    if let Some(l) = link.filter(|l| link_fits(l, path)) {
+        return Some(l.into());
+    }
+    let p = path?;
+    if p.starts_with('/') {
+        return Some(p.into());
+    }
+    match dir(sc.fd).filter(|d| d.starts_with('/')) {
+        Some(d) => Some(format!("{}/{}", d.trim_end_matches('/'), p).into()),
+        // The directory is gone or not a path: the path as the call gave it.
+        None => Some(p.into()),
+    }
+}
+
+/// Whether a `/proc/PID/fd` link can be the file an open of `path` returned.
+fn link_fits(link: &str, path: Option<&str>) -> bool {
+    let link = link.strip_suffix(" (deleted)").unwrap_or(link);
+    if !link.starts_with('/') {
+        // socket:[N], pipe:[N], anon_inode:...: the fd was reused since.
+        return false;
+    }
+    let Some(path) = path else {
+        return true;
+    };
+    let last = |s: &str| -> String {
+        s.trim_end_matches('/')
+            .rsplit('/')
+            .next()
+            .unwrap_or("")
+            .to_string()
+    };
+    match last(path).as_str() {
+        // `.`, `..` or `/`: a directory whose name the path does not say.
+        "" | "." | ".." => true,
+        name => last(link) == name,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn openat(dirfd: Option<i32>, path: &str) -> Syscall {
+        let mut sc = Syscall::new("openat");
+        sc.fd = dirfd;
+        sc.extra = Extra::Path(path.into());
+        sc
+    }
+
+    fn name(sc: &Syscall, link: Option<&str>) -> Option<String> {
+        open_name_from(sc, link, |d| match d {
+            None => Some("/data".into()),
+            Some(3) => Some("/data/appendonlydir".into()),
+            Some(_) => None,
+        })
+        .map(String::from)
+    }
+
+    #[test]
+    fn a_link_that_fits_the_open_names_the_fd() {
+        let sc = openat(None, "/proc/self/stat");
+        assert_eq!(
+            name(&sc, Some("/proc/4362/stat")).as_deref(),
+            Some("/proc/4362/stat")
+        );
+        let sc = openat(None, "appendonlydir/appendonly.aof.1.incr.aof");
+        let l = "/data/appendonlydir/appendonly.aof.1.incr.aof";
+        assert_eq!(name(&sc, Some(l)).as_deref(), Some(l));
+        let sc = openat(None, "temp-1.rdb");
+        assert_eq!(
+            name(&sc, Some("/data/temp-1.rdb (deleted)")).as_deref(),
+            Some("/data/temp-1.rdb (deleted)")
+        );
+        assert_eq!(
+            name(&openat(None, "."), Some("/data")).as_deref(),
+            Some("/data")
+        );
+    }
+
+    /// The fd was closed and taken by an accepted client (or another file) before the exit
+    /// was processed: the link names that, not what was opened.
+    #[test]
+    fn a_stale_link_gives_way_to_the_path_opened() {
+        let sc = openat(None, "/proc/self/stat");
+        for stale in ["socket:[361684]", "pipe:[7]", "/data/redis.log"] {
+            assert_eq!(
+                name(&sc, Some(stale)).as_deref(),
+                Some("/proc/self/stat"),
+                "{stale}"
+            );
+        }
+        // Relative: against the cwd, or the dirfd's directory.
+        let sc = openat(None, "redis.log");
+        assert_eq!(
+            name(&sc, Some("socket:[9]")).as_deref(),
+            Some("/data/redis.log")
+        );
+        assert_eq!(name(&sc, None).as_deref(), Some("/data/redis.log"));
+        let sc = openat(Some(3), "appendonly.aof.2.incr.aof");
+        assert_eq!(
+            name(&sc, None).as_deref(),
+            Some("/data/appendonlydir/appendonly.aof.2.incr.aof")
+        );
+        // A dirfd no longer known: the path as given.
+        let sc = openat(Some(4), "x.aof");
+        assert_eq!(name(&sc, None).as_deref(), Some("x.aof"));
+        // No path read: only a link to a path can be the file.
+        let mut sc = Syscall::new("openat");
+        sc.extra = Extra::None;
+        assert_eq!(name(&sc, Some("socket:[1]")), None);
+        assert_eq!(name(&sc, Some("/a/b")).as_deref(), Some("/a/b"));
+    }
+}

@@ -16,6 +16,11 @@ const CHECK_EVERY: Duration = Duration::from_millis(100);
 /// later than this.
 const WAIT_AT_MOST: Duration = Duration::from_millis(20);
 
+/// Events the queue keeps room for once it is empty again. A backlog (the tracer descheduled
+/// while the kernel's buffers filled) grows it to hold all of it; a watcher running for days
+/// would otherwise keep, as resident memory, room for the largest backlog it ever had.
+pub(crate) const QUEUE_KEEP: usize = 16 * 1024;
+
 /// A backend fed by kernel buffers.
 pub(crate) trait KernelFed {
     /// Events ready to be returned, in order.
@@ -53,6 +58,10 @@ pub(crate) fn next_event_timeout<T: KernelFed>(t: &mut T, timeout: Duration) -> 
                 t.finish();
                 continue;
             }
+        }
+        let q = t.queue();
+        if q.capacity() > 4 * QUEUE_KEEP {
+            q.shrink_to(QUEUE_KEEP);
         }
         let left = timeout.saturating_sub(start.elapsed());
         t.gather(left.min(WAIT_AT_MOST));
@@ -154,5 +163,26 @@ mod tests {
         let mut f = fake(0, 0);
         let d = next_event_timeout(&mut f, Duration::from_secs(5)).expect("the detach");
         assert_eq!((d.kind, f.checks, f.finished), (EventKind::Detach, 1, 1));
+    }
+
+    #[test]
+    fn the_queue_lets_go_of_a_backlog_once_it_is_drained() {
+        let mut f = fake(0, u32::MAX);
+        // What one gather takes in after the tracer was descheduled for a while.
+        for i in 0..20 * QUEUE_KEEP {
+            f.queue
+                .push_back(ev(i as i64, EventKind::Attach { threads: None }));
+        }
+        let t = Duration::from_millis(1);
+        let mut n = 0;
+        while next_event_timeout(&mut f, t).is_some() {
+            n += 1;
+        }
+        assert_eq!(n, 20 * QUEUE_KEEP);
+        assert!(
+            f.queue.capacity() <= 4 * QUEUE_KEEP,
+            "{}",
+            f.queue.capacity()
+        );
     }
 }

@@ -38,6 +38,18 @@ pub fn now_wall() -> Nanos {
     ts.tv_sec * 1_000_000_000 + ts.tv_nsec
 }
 
+/// What the scheduler did with a thread between two snapshots of its counters (ns on a
+/// CPU, ns runnable, minor faults, major faults; cumulative), as the bpf and perf backends
+/// take them at each call's entry and exit.
+pub(crate) fn sched_delta(from: &[u64; 4], to: &[u64; 4]) -> crate::event::SchedDelta {
+    crate::event::SchedDelta {
+        on_cpu_ns: to[0].saturating_sub(from[0]),
+        runnable_ns: to[1].saturating_sub(from[1]),
+        minor_faults: to[2].saturating_sub(from[2]),
+        major_faults: to[3].saturating_sub(from[3]),
+    }
+}
+
 /// What a tracer counted while it ran.
 #[derive(Clone, Debug, Default)]
 pub struct TracerStats {
@@ -148,6 +160,10 @@ pub trait Tracer {
     /// the analysis can mark what it finds after them as incomplete.
     fn take_lost(&mut self) -> u64 {
         0
+    }
+    /// Whether its calls carry the scheduler's split (`Syscall::sched`).
+    fn splits_sched(&self) -> bool {
+        false
     }
 
     /// The next event, blocking until there is one or tracing has ended.
@@ -424,9 +440,10 @@ pub fn run_attach(args: &AttachArgs) -> Result<u64> {
             for (fd, what) in &ctx.fds {
                 r.seed_fd(*fd, what);
             }
-            // Only bpf splits calls by the scheduler; no stale split of another recording.
+            // Only bpf and perf split calls by the scheduler; no stale split of another
+            // recording.
             let spath = format!("{path}{}", record::SCHED_SUFFIX);
-            if backend == crate::report::LiveBackend::Bpf {
+            if tracer.splits_sched() {
                 let f = std::fs::File::create(&spath)
                     .map_err(|e| anyhow::anyhow!("--record {path}: cannot create {spath}: {e}"))?;
                 r.record_sched(

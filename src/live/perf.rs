@@ -13,17 +13,20 @@
 //! so each read gathers every buffer, sorts by time, and holds back the last few ms
 //! (`HOLD_BACK`) in case a slower CPU has not committed an earlier record yet.
 //! `task` records (fork and exit of traced tasks) say which tids are threads and which
-//! processes, and when a thread ends. `PERF_RECORD_LOST` records count what the kernel
+//! processes, and when a thread ends. For the scheduler's split of each call and gap (the
+//! `sched` the bpf backend reads from the kernel's task), the same per-thread events also
+//! carry the thread's context switches, its `sched:sched_wakeup`s and one sample per page
+//! fault, from which `SchedClock` rebuilds its time on a CPU and runnable, and its faults. `PERF_RECORD_LOST` records count what the kernel
 //! dropped when a buffer was full: they are reported, never silently absorbed.
 //!
 //! What this backend cannot see, because it never stops the tracee: the contents of
 //! read/write buffers (no RESP command names: per-command latency and the commands held up
 //! by a stall are not available), and signals. Paths of `open`-like calls and `rename`
 //! are read from the process's memory when the record is processed (a few ms later):
-//! racy, but the returned fd's `/proc/PID/fd` link is read too and preferred, as strace -y
-//! does.
+//! racy, and so is the returned fd's `/proc/PID/fd` link, read too and preferred as strace
+//! -y does only while it still fits the call (`decode::open_name`).
 
-use super::decode::{decode_args, decodes_more};
+use super::decode::{decode_args, decodes_more, open_name};
 use super::sysnames::{errno_name, syscall_name};
 use super::{now_mono, now_wall, AttachError, Tracer, TracerStats};
 use crate::event::{self, Event, EventKind, InFlight, Nanos, Ret, Syscall, Tid};
@@ -42,6 +45,9 @@ pub const DEFAULT_PAGES: usize = 2048;
 /// Records younger than this are left for the next read: another CPU may still be writing
 /// an older record of the same thread (the time is taken before the record is committed).
 const HOLD_BACK: Nanos = 3_000_000;
+
+/// Most threads the wakeup filter names (a filter is at most a page of text).
+const WAKEUP_FILTER_MAX: usize = 200;
 
 /// How often /proc/PID/task is rescanned for threads the events missed.
 const RESCAN_EVERY: Duration = Duration::from_secs(1);
@@ -215,6 +221,66 @@ enum RecKind {
     },
     /// A traced task ended.
     TaskExit,
+    /// The task left a CPU (`out`; `preempt`: still runnable) or got one.
+    Switch {
+        out: bool,
+        preempt: bool,
+    },
+    /// A task was woken (`woken`; the record's tid is the waker's).
+    Wakeup {
+        woken: Tid,
+    },
+    /// The task took a page fault.
+    Fault {
+        major: bool,
+    },
+}
+
+/// What tells the scheduler's records apart (see `SchedClock`): the `sched:sched_wakeup`
+/// tracepoint's id and where its `pid` field is, and the ids of the page-fault events (a
+/// sample of an inherited event carries its parent's id).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct SchedIds {
+    pub wakeup: u64,
+    pub wakeup_pid_off: usize,
+    pub minor: HashSet<u64>,
+    pub major: HashSet<u64>,
+}
+
+/// `sched:sched_wakeup`'s id and the offset of its `pid` field, from tracefs.
+fn find_wakeup(root: &std::path::Path) -> Result<(u64, usize), String> {
+    let dir = root.join("events/sched/sched_wakeup");
+    let read = |f: &str| {
+        std::fs::read_to_string(dir.join(f))
+            .map_err(|e| format!("cannot read {}: {e}", dir.join(f).display()))
+    };
+    let id = read("id")?
+        .trim()
+        .parse()
+        .map_err(|_| format!("{}: not a tracepoint id", dir.join("id").display()))?;
+    let off = field_offset(&read("format")?, "pid")
+        .ok_or_else(|| format!("{} has no pid field", dir.join("format").display()))?;
+    Ok((id, off as usize))
+}
+
+/// `offset` of `field` in a tracepoint's format file.
+pub(super) fn field_offset(format: &str, field: &str) -> Option<u32> {
+    format.lines().find_map(|l| {
+        let decl = l.trim().strip_prefix("field:")?;
+        let (decl, rest) = decl.split_once(';')?;
+        let name = decl.trim().rsplit(' ').next()?;
+        let name = name.split('[').next()?;
+        if name != field {
+            return None;
+        }
+        rest.trim()
+            .strip_prefix("offset:")?
+            .split(';')
+            .next()?
+            .trim()
+            .parse()
+            .ok()
+    })
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -238,10 +304,48 @@ fn u64_at(b: &[u8], o: usize) -> u64 {
     })
 }
 
-/// What a record says; `lost` gets the count of a LOST record.
-fn parse_record(b: &[u8], ids: (u64, u64), lost: &mut u64) -> Option<Rec> {
+/// Size of a page-fault sample (header, pid and tid, time, id): tracepoint samples, which
+/// carry raw data, are always longer.
+const FAULT_SAMPLE_LEN: usize = 32;
+
+/// What a record says; `lost` gets the count of a LOST record. `sched`: the scheduler's
+/// records are read too.
+fn parse_record(
+    b: &[u8],
+    ids: (u64, u64),
+    sched: Option<&SchedIds>,
+    lost: &mut u64,
+) -> Option<Rec> {
     let typ = u32_at(b, 0);
     match typ {
+        sys::bindings::PERF_RECORD_SAMPLE if b.len() == FAULT_SAMPLE_LEN => {
+            let s = sched?;
+            let id = u64_at(b, 24);
+            let major = s.major.contains(&id);
+            if !major && !s.minor.contains(&id) {
+                return None;
+            }
+            Some(Rec {
+                ts: u64_at(b, 16) as Nanos,
+                pid: u32_at(b, 8),
+                tid: u32_at(b, 12),
+                kind: RecKind::Fault { major },
+            })
+        }
+        sys::bindings::PERF_RECORD_SWITCH => {
+            sched?;
+            // The sample_id trailer: pid, tid, time.
+            let misc = u16::from_ne_bytes([*b.get(4)?, *b.get(5)?]) as u32;
+            Some(Rec {
+                ts: u64_at(b, 16) as Nanos,
+                pid: u32_at(b, 8),
+                tid: u32_at(b, 12),
+                kind: RecKind::Switch {
+                    out: misc & sys::bindings::PERF_RECORD_MISC_SWITCH_OUT != 0,
+                    preempt: misc & sys::bindings::PERF_RECORD_MISC_SWITCH_OUT_PREEMPT != 0,
+                },
+            })
+        }
         sys::bindings::PERF_RECORD_SAMPLE => {
             // TID | TIME | RAW: pid, tid, time, raw size, raw (the tracepoint's fields).
             let pid = u32_at(b, 8);
@@ -261,6 +365,10 @@ fn parse_record(b: &[u8], ids: (u64, u64), lost: &mut u64) -> Option<Rec> {
                 RecKind::Exit {
                     nr,
                     ret: u64_at(raw, 16) as i64,
+                }
+            } else if let Some(s) = sched.filter(|s| s.wakeup != 0 && common_type == s.wakeup) {
+                RecKind::Wakeup {
+                    woken: u32_at(raw, s.wakeup_pid_off),
                 }
             } else {
                 return None;
@@ -292,11 +400,96 @@ fn parse_record(b: &[u8], ids: (u64, u64), lost: &mut u64) -> Option<Rec> {
     }
 }
 
+/// The events opened per traced thread and CPU.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Ev {
+    Enter,
+    Exit,
+    Wakeup,
+    Minor,
+    Major,
+}
+
 #[derive(Clone, Copy)]
 struct Entry {
     ts: Nanos,
     nr: i64,
     args: [u64; 6],
+    /// The thread's scheduler counters at the entry (`SchedClock::snap`).
+    sched: [u64; 4],
+}
+
+/// Where a thread is, for the scheduler's split.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+enum Run {
+    /// Not known yet (traced since the attach, nothing seen of it).
+    #[default]
+    Unknown,
+    /// On a CPU since.
+    On(Nanos),
+    /// Runnable (preempted, or woken) since, waiting for a CPU.
+    Ready(Nanos),
+    /// Asleep.
+    Off,
+}
+
+/// A thread's scheduler counters, as the bpf backend reads them from the kernel's task
+/// (ns on a CPU, ns runnable, minor faults, major faults, cumulative), rebuilt here from
+/// the records perf gives: switches in and out of a CPU (`context_switch`, which says
+/// whether the thread left it still runnable), `sched:sched_wakeup` of the thread (delivered
+/// to the woken task's events), and one sample per page fault. They start at the attach.
+#[derive(Clone, Copy, Debug, Default)]
+struct SchedClock {
+    cum: [u64; 4],
+    run: Run,
+}
+
+impl SchedClock {
+    /// The counters at `t` (no record older than the last one applied).
+    fn snap(&self, t: Nanos) -> [u64; 4] {
+        let mut c = self.cum;
+        match self.run {
+            Run::On(s) => c[0] += (t - s).max(0) as u64,
+            Run::Ready(s) => c[1] += (t - s).max(0) as u64,
+            Run::Unknown | Run::Off => {}
+        }
+        c
+    }
+
+    fn settle(&mut self, t: Nanos) {
+        self.cum = self.snap(t);
+        self.run = match self.run {
+            Run::On(_) => Run::On(t),
+            Run::Ready(_) => Run::Ready(t),
+            r => r,
+        };
+    }
+
+    /// A record the thread made itself (a syscall's edge, a fault): it is on a CPU.
+    fn running(&mut self, t: Nanos) {
+        self.settle(t);
+        self.run = Run::On(t);
+    }
+
+    fn switch(&mut self, t: Nanos, out: bool, preempt: bool) {
+        if !out {
+            return self.running(t);
+        }
+        self.settle(t);
+        self.run = if preempt { Run::Ready(t) } else { Run::Off };
+    }
+
+    /// Woken while on a CPU (before it slept): nothing changes.
+    fn wake(&mut self, t: Nanos) {
+        if matches!(self.run, Run::Off | Run::Unknown) {
+            self.run = Run::Ready(t);
+        }
+    }
+
+    fn fault(&mut self, t: Nanos, major: bool) {
+        self.running(t);
+        self.cum[if major { 3 } else { 2 }] += 1;
+    }
 }
 
 struct Thread {
@@ -306,6 +499,22 @@ struct Thread {
     /// exit of a call that was already running.
     from_attach: bool,
     seen: bool,
+    clock: SchedClock,
+    /// Its scheduler counters when its last call ended.
+    last_exit: Option<[u64; 4]>,
+}
+
+impl Thread {
+    fn new(tgid: Tid, from_attach: bool) -> Self {
+        Thread {
+            tgid,
+            entry: None,
+            from_attach,
+            seen: false,
+            clock: SchedClock::default(),
+            last_exit: None,
+        }
+    }
 }
 
 /// Per syscall number: its name, its table entry and whether its arguments need more than
@@ -322,8 +531,13 @@ pub struct PerfTracer {
     ids: (u64, u64),
     cpus: Vec<i32>,
     rings: Vec<Ring>,
-    /// Every event fd (2 per traced thread per CPU).
+    /// Every event fd (2 per traced thread per CPU, 5 with the scheduler's events).
     fds: Vec<i32>,
+    /// The scheduler's records are read (the split of calls and gaps, `SchedClock`).
+    sched: Option<SchedIds>,
+    /// The per-CPU `sched:sched_wakeup` events and the tids their filter keeps.
+    wakeup_fds: Vec<i32>,
+    wakeup_tids: Vec<Tid>,
     /// Tids with events of their own (opened at attach or by a rescan).
     opened: HashSet<Tid>,
     /// Tids the kernel gave the events to through inheritance, with whether they are
@@ -372,6 +586,18 @@ impl PerfTracer {
         super::check_target(cfg.pid)?;
         let tp = find_tracepoints().map_err(AttachError::Other)?;
         let mut me = Self::unattached(cfg, (tp.enter, tp.exit));
+        match find_wakeup(&tp.root) {
+            Ok((wakeup, wakeup_pid_off)) => {
+                me.sched = Some(SchedIds {
+                    wakeup,
+                    wakeup_pid_off,
+                    ..Default::default()
+                })
+            }
+            Err(why) => me.warnings.push(format!(
+                "no scheduler split of calls and gaps (sched): {why}"
+            )),
+        }
         me.stats.attach_mono = now_mono();
         me.stats.attach_wall = now_wall();
         let pid = me.cfg.pid;
@@ -401,15 +627,7 @@ impl PerfTracer {
                 match me.open_thread(tid) {
                     Ok(()) => {
                         added += 1;
-                        me.threads.insert(
-                            tid,
-                            Thread {
-                                tgid: pid,
-                                entry: None,
-                                from_attach: true,
-                                seen: false,
-                            },
-                        );
+                        me.threads.insert(tid, Thread::new(pid, true));
                     }
                     Err(libc::ESRCH) => continue, // exited meanwhile
                     Err(e) => return Err(me.open_error(e, first)),
@@ -424,6 +642,7 @@ impl PerfTracer {
             }
         }
         me.threads_at_attach = me.opened.len() as u32;
+        me.open_wakeups();
         me.queue.push_back(Event {
             tid: pid,
             ts: me.stats.attach_mono,
@@ -453,6 +672,9 @@ impl PerfTracer {
             late_records: 0,
             inherit_thread: true,
             nr_info: vec![],
+            sched: None,
+            wakeup_fds: vec![],
+            wakeup_tids: vec![],
             stop_requested: false,
             done: false,
             warnings: vec![],
@@ -490,27 +712,54 @@ impl PerfTracer {
         }
     }
 
-    fn attr(&self, config: u64, task: bool) -> sys::bindings::perf_event_attr {
+    fn attr(&self, ev: Ev) -> sys::bindings::perf_event_attr {
+        let (type_, config, sample_type) = match ev {
+            Ev::Enter | Ev::Exit | Ev::Wakeup => (
+                sys::bindings::PERF_TYPE_TRACEPOINT,
+                match ev {
+                    Ev::Enter => self.ids.0,
+                    Ev::Exit => self.ids.1,
+                    _ => self.sched.as_ref().map_or(0, |s| s.wakeup),
+                },
+                sys::bindings::PERF_SAMPLE_TID
+                    | sys::bindings::PERF_SAMPLE_TIME
+                    | sys::bindings::PERF_SAMPLE_RAW,
+            ),
+            // The id tells minor from major (see FAULT_SAMPLE_LEN).
+            Ev::Minor | Ev::Major => (
+                sys::bindings::PERF_TYPE_SOFTWARE,
+                if ev == Ev::Minor {
+                    sys::bindings::PERF_COUNT_SW_PAGE_FAULTS_MIN
+                } else {
+                    sys::bindings::PERF_COUNT_SW_PAGE_FAULTS_MAJ
+                } as u64,
+                sys::bindings::PERF_SAMPLE_TID
+                    | sys::bindings::PERF_SAMPLE_TIME
+                    | sys::bindings::PERF_SAMPLE_ID,
+            ),
+        };
         let mut a = sys::bindings::perf_event_attr {
             size: std::mem::size_of::<sys::bindings::perf_event_attr>() as u32,
-            type_: sys::bindings::PERF_TYPE_TRACEPOINT,
+            type_,
             config,
-            sample_type: (sys::bindings::PERF_SAMPLE_TID
-                | sys::bindings::PERF_SAMPLE_TIME
-                | sys::bindings::PERF_SAMPLE_RAW) as u64,
+            sample_type: sample_type as u64,
             clockid: libc::CLOCK_MONOTONIC,
             ..Default::default()
         };
         a.__bindgen_anon_1.sample_period = 1;
-        a.set_inherit(1);
-        if !self.cfg.follow_forks && self.inherit_thread {
+        // The wakeup event is per CPU, not per task (see `open_wakeups`).
+        a.set_inherit((ev != Ev::Wakeup) as u64);
+        if ev != Ev::Wakeup && !self.cfg.follow_forks && self.inherit_thread {
             // Only threads inherit the events; a forked child runs untraced (Linux 5.13+;
             // before that children inherit them and their records are dropped here).
             a.set_inherit_thread(1);
         }
         a.set_use_clockid(1);
         a.set_sample_id_all(1);
-        a.set_task(task as u64);
+        // One event per thread and CPU says when tasks are created and end, and when the
+        // thread gets and leaves a CPU.
+        a.set_task((ev == Ev::Enter) as u64);
+        a.set_context_switch((ev == Ev::Enter && self.sched.is_some()) as u64);
         a.set_watermark(1);
         // Wake the reader when a quarter of the buffer is used.
         a.__bindgen_anon_2.wakeup_watermark =
@@ -518,52 +767,192 @@ impl PerfTracer {
         a
     }
 
-    /// Opens the enter and exit events of `tid` on every CPU, into the CPUs' rings.
+    /// Opens the events of `tid` on every CPU, into the CPUs' rings: the syscall enter and
+    /// exit tracepoints, and for the scheduler's split its page faults. If those
+    /// cannot be opened the trace goes on without the split, and the user is told.
     fn open_thread(&mut self, tid: Tid) -> Result<(), i32> {
         let mut new_fds = vec![];
+        let mut sched_fds = vec![];
+        let mut sched_err = None;
         let result = (|| {
             for (i, &cpu) in self.cpus.clone().iter().enumerate() {
-                for (config, task) in [(self.ids.0, true), (self.ids.1, false)] {
-                    let mut attr = self.attr(config, task);
-                    let fd = match open_event(&mut attr, tid, cpu) {
+                for ev in [Ev::Enter, Ev::Exit, Ev::Minor, Ev::Major] {
+                    let for_sched = matches!(ev, Ev::Minor | Ev::Major);
+                    if for_sched && (self.sched.is_none() || sched_err.is_some()) {
+                        continue;
+                    }
+                    let mut attr = self.attr(ev);
+                    let opened = match open_event(&mut attr, tid, cpu) {
                         Err(libc::EINVAL) if attr.inherit_thread() != 0 => {
                             self.inherit_thread = false;
-                            let mut attr = self.attr(config, task);
-                            open_event(&mut attr, tid, cpu)?
+                            let mut attr = self.attr(ev);
+                            open_event(&mut attr, tid, cpu)
                         }
-                        r => r?,
+                        r => r,
                     };
-                    new_fds.push(fd);
+                    let fd = match opened {
+                        Ok(fd) => fd,
+                        Err(e) if for_sched => {
+                            sched_err = Some(e);
+                            continue;
+                        }
+                        Err(e) => return Err(e),
+                    };
+                    if for_sched {
+                        sched_fds.push(fd);
+                    } else {
+                        new_fds.push(fd);
+                    }
                     if i >= self.rings.len() {
                         self.rings.push(self.map_ring(fd)?);
                     } else {
                         let r =
                             unsafe { sys::ioctls::SET_OUTPUT(fd, self.rings[i].fd as libc::c_int) };
                         if r != 0 {
-                            return Err(std::io::Error::last_os_error()
+                            let e = std::io::Error::last_os_error()
                                 .raw_os_error()
-                                .unwrap_or(libc::EINVAL));
+                                .unwrap_or(libc::EINVAL);
+                            if for_sched {
+                                sched_err = Some(e);
+                                continue;
+                            }
+                            return Err(e);
+                        }
+                    }
+                    if matches!(ev, Ev::Minor | Ev::Major) {
+                        let mut id = 0u64;
+                        if unsafe { sys::ioctls::ID(fd, &mut id) } != 0 {
+                            sched_err = Some(
+                                std::io::Error::last_os_error()
+                                    .raw_os_error()
+                                    .unwrap_or(libc::EINVAL),
+                            );
+                        } else if let Some(s) = self.sched.as_mut() {
+                            if ev == Ev::Major {
+                                s.major.insert(id);
+                            } else {
+                                s.minor.insert(id);
+                            }
                         }
                     }
                 }
             }
             Ok(())
         })();
+        if let Some(e) = sched_err.filter(|_| result.is_ok()) {
+            for fd in sched_fds.drain(..) {
+                unsafe { libc::close(fd) };
+            }
+            self.sched = None;
+            self.warnings.push(format!(
+                "no scheduler split of calls and gaps (sched): the page-fault events of thread {tid} could not be opened ({})",
+                std::io::Error::from_raw_os_error(e)
+            ));
+        }
         match result {
             Ok(()) => {
                 self.fds.extend(new_fds);
+                self.fds.extend(sched_fds);
                 self.opened.insert(tid);
                 Ok(())
             }
             Err(e) => {
                 // A ring mapped on one of these fds must go before its fd.
-                self.rings.retain(|r| !new_fds.contains(&r.fd));
-                for fd in new_fds {
+                self.rings
+                    .retain(|r| !new_fds.contains(&r.fd) && !sched_fds.contains(&r.fd));
+                for fd in new_fds.into_iter().chain(sched_fds) {
                     unsafe { libc::close(fd) };
                 }
                 Err(e)
             }
         }
+    }
+
+    /// The thread's wakeups, for the time it then waits for a CPU. `sched:sched_wakeup` of a
+    /// per-task event only fires while that task runs (Linux 6.18 delivers no wakeup of the
+    /// task itself to it: `perf record -e sched:sched_wakeup -p PID` shows only the wakeups
+    /// PID makes), so it is opened once per CPU for every task, and a tracepoint filter on
+    /// the woken pid keeps only the traced threads' (`refresh_wakeup_filter`). Without it
+    /// the split still has each thread's switches: time runnable after a wakeup counts as
+    /// blocked, and the user is told.
+    fn open_wakeups(&mut self) {
+        if self.sched.is_none() {
+            return;
+        }
+        let mut err = None;
+        for (i, &cpu) in self.cpus.clone().iter().enumerate() {
+            let mut attr = self.attr(Ev::Wakeup);
+            let fd = match open_event(&mut attr, -1i32 as Tid, cpu) {
+                Ok(fd) => fd,
+                Err(e) => {
+                    err = Some(e);
+                    break;
+                }
+            };
+            self.wakeup_fds.push(fd);
+            let r = match self.rings.get(i) {
+                Some(ring) => unsafe { sys::ioctls::SET_OUTPUT(fd, ring.fd as libc::c_int) },
+                None => -1,
+            };
+            if r != 0 {
+                err = Some(
+                    std::io::Error::last_os_error()
+                        .raw_os_error()
+                        .unwrap_or(libc::EINVAL),
+                );
+                break;
+            }
+        }
+        if err.is_none() && !self.refresh_wakeup_filter() {
+            err = Some(libc::EINVAL);
+        }
+        if let Some(e) = err {
+            self.close_wakeups();
+            self.warnings.push(format!(
+                "the scheduler split counts time runnable after a wakeup as blocked: sched:sched_wakeup could not be opened per CPU with a pid filter ({})",
+                std::io::Error::from_raw_os_error(e)
+            ));
+        }
+    }
+
+    fn close_wakeups(&mut self) {
+        for fd in self.wakeup_fds.drain(..) {
+            unsafe { libc::close(fd) };
+        }
+        self.wakeup_tids.clear();
+    }
+
+    /// Sets the wakeup events' filter to the traced threads, when they changed. False if
+    /// the kernel refused it (the events would record every wakeup of the machine).
+    fn refresh_wakeup_filter(&mut self) -> bool {
+        if self.wakeup_fds.is_empty() {
+            return true;
+        }
+        let mut tids: Vec<Tid> = self.threads.keys().copied().collect();
+        tids.sort_unstable();
+        // A filter is at most a page: past that many threads the list stays as it was.
+        tids.truncate(WAKEUP_FILTER_MAX);
+        if tids == self.wakeup_tids {
+            return true;
+        }
+        let text = if tids.is_empty() {
+            "pid == 0".to_string()
+        } else {
+            tids.iter()
+                .map(|t| format!("pid == {t}"))
+                .collect::<Vec<_>>()
+                .join(" || ")
+        };
+        let Ok(c) = std::ffi::CString::new(text) else {
+            return false;
+        };
+        for &fd in &self.wakeup_fds {
+            if unsafe { sys::ioctls::SET_FILTER(fd, c.as_ptr() as *mut libc::c_char) } != 0 {
+                return false;
+            }
+        }
+        self.wakeup_tids = tids;
+        true
     }
 
     fn map_ring(&self, fd: i32) -> Result<Ring, i32> {
@@ -610,9 +999,10 @@ impl PerfTracer {
         let mut lost = 0;
         let pending = &mut self.pending;
         let forked = &mut self.forked;
+        let sched = self.sched.as_ref();
         for r in &mut self.rings {
             r.drain(&mut |b| {
-                if let Some(rec) = parse_record(b, ids, &mut lost) {
+                if let Some(rec) = parse_record(b, ids, sched, &mut lost) {
                     if let RecKind::Fork { pid, ppid } = rec.kind {
                         forked.insert(rec.tid, pid == ppid);
                     }
@@ -636,6 +1026,12 @@ impl PerfTracer {
         self.pending.sort_by_key(|r| r.ts);
         let n = self.pending.partition_point(|r| r.ts <= upto);
         let ready: Vec<Rec> = self.pending.drain(..n).collect();
+        // As the event queue (`fed::QUEUE_KEEP`): no room kept for the largest backlog.
+        if self.pending.capacity() > 4 * super::fed::QUEUE_KEEP
+            && self.pending.len() < super::fed::QUEUE_KEEP
+        {
+            self.pending.shrink_to(super::fed::QUEUE_KEEP);
+        }
         for r in ready {
             if r.ts < self.processed_upto {
                 self.late_records += 1;
@@ -643,6 +1039,13 @@ impl PerfTracer {
                 self.processed_upto = r.ts;
             }
             self.process(r);
+        }
+        // Threads come and go: the wakeups kept follow them.
+        if !self.refresh_wakeup_filter() {
+            self.close_wakeups();
+            self.warnings.push(
+                "the scheduler split counts time runnable after a wakeup as blocked from here: the kernel refused the sched_wakeup filter for the new threads".into(),
+            );
         }
     }
 
@@ -699,12 +1102,8 @@ impl PerfTracer {
             decode_args(tgid, &mut sc, &e.args, ok, false);
             if let Some(r) = ok.filter(|r| *r > 0) {
                 match info.sys.fd {
-                    FdKind::Open => {
-                        // What strace -y shows: the file the new fd names, if still open.
-                        if let Ok(p) = std::fs::read_link(format!("/proc/{tgid}/fd/{r}")) {
-                            sc.ret_path = Some(p.to_string_lossy().into_owned().into_boxed_str());
-                        }
-                    }
+                    // Read late: the fd may name another file by now (see open_name).
+                    FdKind::Open => sc.ret_path = open_name(tgid, &sc, r),
                     FdKind::Clone => {
                         if let Some(thread) = self.forked.get(&(r as Tid)) {
                             sc.extra = event::Extra::Clone { thread: *thread };
@@ -732,69 +1131,103 @@ impl PerfTracer {
     }
 
     fn process(&mut self, r: Rec) {
+        let tid = r.tid;
+        // The scheduler's records. A wakeup is the waker's record (any process's) about
+        // the woken thread.
+        match r.kind {
+            RecKind::Wakeup { woken } => {
+                if let Some(th) = self.threads.get_mut(&woken) {
+                    th.clock.wake(r.ts);
+                }
+                return;
+            }
+            RecKind::Switch { out, preempt } => {
+                if let Some(th) = self.threads.get_mut(&tid) {
+                    th.clock.switch(r.ts, out, preempt);
+                }
+                return;
+            }
+            RecKind::Fault { major } => {
+                if let Some(th) = self.threads.get_mut(&tid) {
+                    th.clock.fault(r.ts, major);
+                }
+                return;
+            }
+            _ => {}
+        }
         if !self.cfg.follow_forks && r.pid != self.cfg.pid {
             return;
         }
-        let tid = r.tid;
         match r.kind {
             RecKind::Fork { pid, ppid } => {
                 self.forked.insert(tid, pid == ppid);
-                self.threads.insert(
-                    tid,
-                    Thread {
-                        tgid: pid,
-                        entry: None,
-                        from_attach: false,
-                        seen: false,
-                    },
-                );
+                self.threads.insert(tid, Thread::new(pid, false));
             }
             RecKind::Enter { nr, args } => {
-                let th = self.threads.entry(tid).or_insert(Thread {
-                    tgid: r.pid,
-                    entry: None,
-                    from_attach: false,
-                    seen: false,
-                });
+                let th = self
+                    .threads
+                    .entry(tid)
+                    .or_insert_with(|| Thread::new(r.pid, false));
                 th.seen = true;
-                let prev = th.entry.replace(Entry { ts: r.ts, nr, args });
+                th.clock.running(r.ts);
+                let sched = th.clock.snap(r.ts);
+                let prev = th.entry.replace(Entry {
+                    ts: r.ts,
+                    nr,
+                    args,
+                    sched,
+                });
                 let tgid = th.tgid;
                 if let Some(p) = prev {
                     // It never returned (records were lost, or a call like execve that
                     // does not come back): known from its entry to the next one.
-                    let ev = self.build(tid, tgid, p, None, r.ts);
+                    let mut ev = self.build(tid, tgid, p, None, r.ts);
+                    self.split(&mut ev, &p, sched);
                     self.count(tid, None);
                     self.queue.push_back(ev);
                 }
             }
             RecKind::Exit { nr, ret } => {
-                let (entry, tgid, in_flight) = match self.threads.get_mut(&tid) {
+                let (entry, tgid, in_flight, at_exit) = match self.threads.get_mut(&tid) {
                     Some(th) => {
                         let first = !th.seen && th.from_attach;
                         th.seen = true;
+                        th.clock.running(r.ts);
+                        let at_exit = th.clock.snap(r.ts);
                         match th.entry.take() {
-                            Some(e) if e.nr == nr => (Some(e), th.tgid, None),
+                            Some(e) if e.nr == nr => (Some(e), th.tgid, None, at_exit),
                             Some(e) => {
                                 // Mismatched pair (records lost in between): keep neither guess.
                                 th.entry = None;
+                                th.last_exit = None;
                                 let tgid = th.tgid;
                                 let ev = self.build(tid, tgid, e, None, r.ts);
                                 self.count(tid, None);
                                 self.queue.push_back(ev);
                                 return;
                             }
-                            None if first => (
-                                Some(Entry {
-                                    ts: self.stats.attach_mono,
-                                    nr,
-                                    args: [0; 6],
-                                }),
-                                th.tgid,
-                                Some(InFlight::AtStart),
-                            ),
+                            None if first => {
+                                // Running at the attach: what the scheduler did in it before
+                                // is not known, but the next gap starts here.
+                                th.last_exit = Some(at_exit);
+                                (
+                                    Some(Entry {
+                                        ts: self.stats.attach_mono,
+                                        nr,
+                                        args: [0; 6],
+                                        sched: at_exit,
+                                    }),
+                                    th.tgid,
+                                    Some(InFlight::AtStart),
+                                    at_exit,
+                                )
+                            }
                             // The child's side of a clone (returns 0 with no entry), or
                             // a call whose entry was lost.
-                            None => return,
+                            None => {
+                                th.last_exit = Some(at_exit);
+                                return;
+                            }
                         }
                     }
                     None => return,
@@ -804,6 +1237,12 @@ impl PerfTracer {
                         self.build_with(tid, tgid, e, Some(ret), r.ts, in_flight.is_none());
                     if let EventKind::Syscall(sc) = &mut ev.kind {
                         sc.in_flight = in_flight;
+                    }
+                    if in_flight.is_none() {
+                        self.split(&mut ev, &e, at_exit);
+                        if let Some(th) = self.threads.get_mut(&tid) {
+                            th.last_exit = Some(at_exit);
+                        }
                     }
                     self.count(tid, in_flight.is_none().then(|| r.ts - e.ts));
                     self.queue.push_back(ev);
@@ -820,7 +1259,16 @@ impl PerfTracer {
                     if matches!(name, "exit" | "exit_group") {
                         code = Some(e.args[0] as i32);
                     }
-                    let ev = self.build(tid, th.tgid, e, None, r.ts);
+                    let mut ev = self.build(tid, th.tgid, e, None, r.ts);
+                    if self.sched.is_some() {
+                        let before = th.last_exit.map(|l| super::sched_delta(&l, &e.sched));
+                        if let EventKind::Syscall(sc) = &mut ev.kind {
+                            sc.sched = Some(Box::new(event::SchedSpan {
+                                during: super::sched_delta(&e.sched, &th.clock.snap(r.ts)),
+                                before,
+                            }));
+                        }
+                    }
                     self.count(tid, None);
                     self.queue.push_back(ev);
                 }
@@ -831,6 +1279,26 @@ impl PerfTracer {
                     kind: EventKind::Exit { code, signal: None },
                 });
             }
+            RecKind::Wakeup { .. } | RecKind::Switch { .. } | RecKind::Fault { .. } => {}
+        }
+    }
+
+    /// Gives a call of `ev`'s thread, from entry `e` to counters `end`, the scheduler's
+    /// split of it and of the gap before it (when the scheduler's records are read).
+    fn split(&self, ev: &mut Event, e: &Entry, end: [u64; 4]) {
+        if self.sched.is_none() {
+            return;
+        }
+        let before = self
+            .threads
+            .get(&ev.tid)
+            .and_then(|t| t.last_exit)
+            .map(|l| super::sched_delta(&l, &e.sched));
+        if let EventKind::Syscall(sc) = &mut ev.kind {
+            sc.sched = Some(Box::new(event::SchedSpan {
+                during: super::sched_delta(&e.sched, &end),
+                before,
+            }));
         }
     }
 
@@ -847,12 +1315,9 @@ impl PerfTracer {
                 continue;
             }
             if self.open_thread(tid).is_ok() {
-                self.threads.entry(tid).or_insert(Thread {
-                    tgid: self.cfg.pid,
-                    entry: None,
-                    from_attach: true,
-                    seen: false,
-                });
+                self.threads
+                    .entry(tid)
+                    .or_insert_with(|| Thread::new(self.cfg.pid, true));
                 self.warnings.push(format!(
                     "thread {tid} was found untraced by a rescan of /proc/{}/task; its calls before then are missing",
                     self.cfg.pid
@@ -877,6 +1342,7 @@ impl PerfTracer {
         self.stats.detach_mono = end;
         // Closing the events stops the records (inherited copies go with their parent);
         // the rings stay mapped until read once more.
+        self.close_wakeups();
         for fd in self.fds.drain(..) {
             if !self.rings.iter().any(|r| r.fd == fd) {
                 unsafe { libc::close(fd) };
@@ -888,12 +1354,13 @@ impl PerfTracer {
         let mut tids: Vec<Tid> = self.threads.keys().copied().collect();
         tids.sort_unstable();
         for tid in tids {
-            let (e, tgid) = match self.threads.get_mut(&tid) {
-                Some(t) => (t.entry.take(), t.tgid),
+            let (e, tgid, at_end) = match self.threads.get_mut(&tid) {
+                Some(t) => (t.entry.take(), t.tgid, t.clock.snap(end)),
                 None => continue,
             };
             if let Some(e) = e {
                 let mut ev = self.build(tid, tgid, e, None, end);
+                self.split(&mut ev, &e, at_end);
                 if let EventKind::Syscall(sc) = &mut ev.kind {
                     sc.in_flight = Some(InFlight::AtEnd);
                 }
@@ -990,6 +1457,10 @@ impl Tracer for PerfTracer {
         std::mem::take(&mut self.lost_unreported)
     }
 
+    fn splits_sched(&self) -> bool {
+        self.sched.is_some()
+    }
+
     fn stats(&self) -> TracerStats {
         self.stats.clone()
     }
@@ -1018,6 +1489,7 @@ impl Drop for PerfTracer {
     fn drop(&mut self) {
         // Unmap before closing; `fds` holds the rings' fds too (after `finish` both are empty).
         self.rings.clear();
+        self.close_wakeups();
         for fd in self.fds.drain(..) {
             unsafe { libc::close(fd) };
         }

@@ -837,6 +837,10 @@ impl Inner {
             if is_error { None } else { Some(sval) },
             true,
         );
+        if sc.sys.fd == crate::syscalls::FdKind::Open && !is_error && sval >= 0 {
+            // The thread is stopped at the exit: the fd's link is the file it just opened.
+            sc.ret_path = super::decode::open_name(tid, &sc, sval);
+        }
         Event {
             tid,
             ts: e.ts,

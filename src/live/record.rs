@@ -14,7 +14,7 @@
 //! `FILE.threads` sidecar in the `--threads` format, and the redis config the live analysis
 //! used (from /proc, or `--redis-conf`) to `FILE.redis.conf`, and the records the kernel
 //! dropped (perf and bpf backends), with where in the stream, to `FILE.lost`, and the
-//! scheduler's split of the longer calls and gaps (bpf backend) to `FILE.sched`; `analyze
+//! scheduler's split of the longer calls and gaps (bpf and perf backends) to `FILE.sched`; `analyze
 //! FILE` reads them all.
 //!
 //! The edges of the trace carry what strace text has no words for. The attach is written as
@@ -48,7 +48,7 @@ pub const CONF_SUFFIX: &str = ".redis.conf";
 pub const LOST_SUFFIX: &str = ".lost";
 
 /// Beside a recording FILE: what the scheduler did with the thread in each call and in the
-/// gap before it (bpf backend), as `LINE` and four numbers for the call (ns on a CPU, ns
+/// gap before it (bpf and perf backends), as `LINE` and four numbers for the call (ns on a CPU, ns
 /// runnable, minor and major faults), then four for the gap or `-`: kept for the calls and
 /// gaps at least as long as a tenth of the threshold (the shortest the report lists), so that
 /// the replay names the same causes (`cpu-starvation`, `cow-page-faults`) as the live run.
@@ -90,7 +90,7 @@ pub fn parse_sched(text: &str) -> Result<HashMap<u64, SchedSpan>, String> {
     Ok(out)
 }
 
-const SCHED_HEADER: &str = "# stallscope attach --record: the scheduler's split (bpf), as `LINE` then, for the call on \
+const SCHED_HEADER: &str = "# stallscope attach --record: the scheduler's split (bpf, perf), as `LINE` then, for the call on \
                             that line and for the gap before it (or -): ns on a CPU, ns runnable, minor faults, major faults\n";
 
 const LOST_HEADER: &str =
@@ -443,8 +443,8 @@ impl<W: Write> Recorder<W> {
             Ret::Val(v) => {
                 // strace -y annotates a returned fd too.
                 if sc.sys.fd == FdKind::Open {
-                    if let Extra::Path(p) = &sc.extra {
-                        return format!("{v}<{}>", escape_annotation(&self.absolute(p)));
+                    if let Some(p) = self.opened_name(sc) {
+                        return format!("{v}<{}>", escape_annotation(&p));
                     }
                 }
                 if matches!(sc.name, "dup" | "fcntl") || matches!(sc.extra, Extra::NewFd(_)) {
@@ -464,15 +464,25 @@ impl<W: Write> Recorder<W> {
         }
     }
 
+    /// The name an open's new fd is written with: the one the live fd table bound (the
+    /// backend's `ret_path`, see `decode::open_name`), so that the replay binds the same;
+    /// else the path it opened, made absolute as strace -y shows it.
+    fn opened_name(&self, sc: &Syscall) -> Option<String> {
+        match (&sc.ret_path, &sc.extra) {
+            (Some(p), _) => Some(p.to_string()),
+            (None, Extra::Path(p)) => Some(self.absolute(p)),
+            _ => None,
+        }
+    }
+
     /// Keeps the recorder's own fd map and process map in step with the call's result.
     fn apply_effects(&mut self, tid: Tid, sc: &Syscall) {
         let p = self.proc_of(tid);
         let ok = sc.ret.val();
         match fd_effect(sc) {
             FdEffect::Open { fd, .. } => {
-                if let Extra::Path(path) = &sc.extra {
-                    let abs = self.absolute(path);
-                    self.fds.entry(p).or_default().insert(fd, abs);
+                if let Some(name) = self.opened_name(sc) {
+                    self.fds.entry(p).or_default().insert(fd, name);
                 }
             }
             FdEffect::Close(fd) => {

@@ -40,6 +40,15 @@ impl Open {
     pub(crate) fn worst(&self) -> Option<&Stall> {
         self.stalls.iter().max_by_key(|s| s.duration_us)
     }
+
+    /// An incident that finished while this one waited for the writer: one report for both.
+    pub(crate) fn absorb(&mut self, o: Open) {
+        self.end = self.end.max(o.end);
+        self.due = self.due.max(o.due);
+        self.count += o.count;
+        let room = MAX_STALLS.saturating_sub(self.stalls.len());
+        self.stalls.extend(o.stalls.into_iter().take(room));
+    }
 }
 
 /// Groups stalls into incidents.
@@ -129,6 +138,8 @@ impl RateLimit {
 /// Everything the writer needs to make one incident's files.
 pub(crate) struct Job {
     pub events: Vec<Event>,
+    /// Records the tracer lost before the event at each index (`ring::Taken`).
+    pub lost: Vec<(usize, u64)>,
     pub pid: Tid,
     pub opts: Options,
     pub fds: Vec<(i32, String)>,
@@ -139,11 +150,12 @@ pub(crate) struct Job {
     pub clock: Clock,
     pub backend: crate::report::LiveBackend,
     pub follow_forks: bool,
-    pub lost_events: u64,
     /// The incident's first stall, as the live analysis saw it: names the files.
     pub first: Stall,
     pub worst: Stall,
     pub count: u64,
+    /// Incidents that finished while this one waited for the writer, and are in its report.
+    pub joined: u64,
     /// Incidents not written (rate limit) since the previous report.
     pub suppressed: u64,
     /// Events the history ring dropped for lack of room before --before had passed.
@@ -238,6 +250,24 @@ fn write_atomic(
     Ok(path)
 }
 
+/// A buffer the recorder writes the `.sched` sidecar into (it wants an owned writer), read
+/// back once the recording is complete.
+#[derive(Clone, Default)]
+struct SharedBuf(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl Write for SharedBuf {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 /// The event as a recording may keep it: a buffer's bytes (bpf and ptrace read the first
 /// bytes of requests and replies, keys and values included) become the command name alone,
 /// or nothing.
@@ -330,11 +360,17 @@ fn write_inner(mut job: Job) -> Result<PathBuf, String> {
     for (fd, since) in &job.own_conns {
         an.mark_own_connection(*fd, *since);
     }
-    if job.lost_events > 0 {
-        an.add_lost_events(job.lost_events);
-    }
-    for ev in &job.events {
+    // Losses where they happened, as the live analysis had them (and a replay of the
+    // recording reads them from its `.lost` sidecar).
+    let mut marks = job.lost.iter().peekable();
+    for (i, ev) in job.events.iter().enumerate() {
+        while let Some((_, n)) = marks.next_if(|(at, _)| *at <= i) {
+            an.add_lost_events(*n);
+        }
         an.push(ev);
+    }
+    for (_, n) in marks {
+        an.add_lost_events(*n);
     }
     let first_ts = job
         .events
@@ -372,7 +408,7 @@ fn write_inner(mut job: Job) -> Result<PathBuf, String> {
             crate::analyze::findings::human(job.opts.threshold_ns / 1000)
         ),
         evidence: format!(
-            "this report covers the {} of events the watcher held when the incident ended{}{}",
+            "this report covers the {} of events the watcher held when the incident ended{}{}{}",
             crate::analyze::findings::human(span.max(0) / 1000),
             if job.ring_short {
                 " (less than --before: the history ring was full; raise --ring-size)"
@@ -384,6 +420,16 @@ fn write_inner(mut job: Job) -> Result<PathBuf, String> {
                     "; {} incident{} before this one were not written (--max-incidents-per-hour)",
                     job.suppressed,
                     crate::analyze::findings::plural(job.suppressed)
+                )
+            } else {
+                String::new()
+            },
+            if job.joined > 0 {
+                format!(
+                    "; {} more incident{} that ended while the previous report was being written {} in it",
+                    job.joined,
+                    crate::analyze::findings::plural(job.joined),
+                    if job.joined == 1 { "is" } else { "are" }
                 )
             } else {
                 String::new()
@@ -423,17 +469,48 @@ fn write_inner(mut job: Job) -> Result<PathBuf, String> {
     if job.record {
         let first = job.clock.first;
         let wall = job.clock.wall_at_first.unwrap_or(0);
+        // The sidecars `attach --record` leaves, so that `analyze` of the recording marks
+        // the same stalls as possibly incomplete (`.lost`) and names the same scheduler
+        // causes (`.sched`, bpf) as this report.
+        let sched = SharedBuf::default();
+        let mut lost_text = None;
         write_atomic(&job.dir, &format!("{base}.strace"), |w| {
             let mut r = Recorder::new(w, job.pid, first, wall, job.cwd.clone());
             for (fd, what) in &job.fds {
                 r.seed_fd(*fd, what);
             }
-            for ev in &job.events {
+            if job.backend == crate::report::LiveBackend::Bpf {
+                r.record_sched(Box::new(sched.clone()), job.opts.threshold_ns / 10)?;
+            }
+            let mut marks = job.lost.iter().peekable();
+            for (i, ev) in job.events.iter().enumerate() {
+                while let Some((_, n)) = marks.next_if(|(at, _)| *at <= i) {
+                    r.note_lost(*n);
+                }
                 r.write_event(&redacted(ev))?;
             }
+            for (_, n) in marks {
+                r.note_lost(*n);
+            }
+            lost_text = r.lost_text();
             r.finish()
         })
         .map_err(|e| fail("strace", e))?;
+        if let Some(text) = &lost_text {
+            let suffix = crate::live::record::LOST_SUFFIX;
+            write_atomic(&job.dir, &format!("{base}.strace{suffix}"), |w| {
+                w.write_all(text.as_bytes())
+            })
+            .map_err(|e| fail(&format!("strace{suffix}"), e))?;
+        }
+        if job.backend == crate::report::LiveBackend::Bpf {
+            let suffix = crate::live::record::SCHED_SUFFIX;
+            let text = std::mem::take(&mut *sched.0.lock().unwrap_or_else(|e| e.into_inner()));
+            write_atomic(&job.dir, &format!("{base}.strace{suffix}"), |w| {
+                w.write_all(&text)
+            })
+            .map_err(|e| fail(&format!("strace{suffix}"), e))?;
+        }
         write_atomic(&job.dir, &format!("{base}.strace.threads"), |w| {
             for (t, n) in &job.thread_names {
                 writeln!(w, "{t} {n}")?;
@@ -459,11 +536,11 @@ fn write_inner(mut job: Job) -> Result<PathBuf, String> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::report::{Bound, StallKind};
 
-    fn stall(dur_us: i64, finding: Option<&str>) -> Stall {
+    pub(crate) fn stall(dur_us: i64, finding: Option<&str>) -> Stall {
         Stall {
             ts: "07:30:12.345678".into(),
             ts_iso: Some("2026-12-01T08:30:12.345678+01:00".into()),
@@ -575,5 +652,115 @@ mod tests {
         use std::os::unix::fs::PermissionsExt;
         let mode = std::fs::metadata(&p).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode & 0o007, 0, "{mode:o}");
+    }
+
+    /// A job of three calls of the main thread, the middle one slow, with records lost
+    /// before it and (bpf) its scheduler split.
+    fn job(dir: &Path, backend: crate::report::LiveBackend) -> Job {
+        use crate::event::{EventKind, SchedDelta, SchedSpan, Syscall};
+        let ms = 1_000_000;
+        let call = |name: &'static str, ts: Nanos, dur: Nanos, sched: bool| {
+            let mut sc = Syscall::new(name);
+            sc.dur = Some(dur);
+            sc.ret = crate::event::Ret::Val(0);
+            if sched {
+                let d = SchedDelta {
+                    on_cpu_ns: 1_000,
+                    runnable_ns: dur as u64 - 1_000,
+                    minor_faults: 0,
+                    major_faults: 0,
+                };
+                sc.sched = Some(Box::new(SchedSpan {
+                    during: d,
+                    before: None,
+                }));
+            }
+            Event {
+                tid: 100,
+                ts,
+                line: 0,
+                kind: EventKind::Syscall(sc),
+            }
+        };
+        let events = vec![
+            call("getpid", 10 * ms, ms / 10, false),
+            call("getppid", 11 * ms, ms / 10, false),
+            call("sched_yield", 12 * ms, 300 * ms, true),
+            call("getpid", 313 * ms, ms / 10, false),
+        ];
+        Job {
+            events,
+            lost: vec![(2, 5)],
+            pid: 100,
+            opts: Options::default(),
+            fds: vec![],
+            thread_names: vec![(100, "redis-server".into())],
+            cwd: None,
+            conf_text: None,
+            clock: Clock {
+                fmt: crate::source::TimeFmt::Epoch,
+                perf: false,
+                frac_digits: 6,
+                first: 0,
+                date: None,
+                wall_at_first: Some(1_700_000_000_000_000_000),
+            },
+            backend,
+            follow_forks: true,
+            first: stall(300_000, None),
+            worst: stall(300_000, None),
+            count: 1,
+            joined: 0,
+            suppressed: 0,
+            ring_short: false,
+            host: vec![],
+            redis: None,
+            own_conns: vec![],
+            dir: dir.to_path_buf(),
+            record: true,
+        }
+    }
+
+    #[test]
+    fn a_recording_has_its_losses_and_scheduler_split_at_their_lines() {
+        let tmp = tempfile::tempdir().unwrap();
+        let Outcome::Written(json) = write(job(tmp.path(), crate::report::LiveBackend::Bpf)) else {
+            panic!("not written")
+        };
+        let report: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        assert_eq!(report["summary"]["lost_events"], 5);
+        let stem = json.to_str().unwrap().strip_suffix(".json").unwrap();
+        let rec = std::fs::read_to_string(format!("{stem}.strace")).unwrap();
+        let line_of = |what: &str| {
+            rec.lines()
+                .position(|l| l.contains(what))
+                .unwrap_or_else(|| panic!("no {what} in {rec}")) as u64
+                + 1
+        };
+        let lost = std::fs::read_to_string(format!("{stem}.strace.lost")).unwrap();
+        let mut marks = crate::live::record::LostMarks::parse(&lost).unwrap();
+        // The five lost records came before the slow call, after the second.
+        let at = line_of("sched_yield(");
+        assert_eq!(marks.before(at - 1), 0, "{lost}");
+        assert_eq!(marks.before(at), 5, "{lost}");
+        let sched = std::fs::read_to_string(format!("{stem}.strace.sched")).unwrap();
+        let split = crate::live::record::parse_sched(&sched).unwrap();
+        assert_eq!(
+            split.keys().copied().collect::<Vec<_>>(),
+            vec![at],
+            "{sched}"
+        );
+        // Without bpf there is no split to keep, and without losses no .lost.
+        let mut j = job(tmp.path(), crate::report::LiveBackend::Perf);
+        j.lost.clear();
+        j.first.ts_iso = Some("2026-12-01T09:30:12.345678+01:00".into());
+        let Outcome::Written(json) = write(j) else {
+            panic!("not written")
+        };
+        let stem = json.to_str().unwrap().strip_suffix(".json").unwrap();
+        assert!(Path::new(&format!("{stem}.strace")).exists());
+        assert!(!Path::new(&format!("{stem}.strace.lost")).exists());
+        assert!(!Path::new(&format!("{stem}.strace.sched")).exists());
     }
 }

@@ -301,6 +301,10 @@ struct Watcher<'a> {
     /// Where the last incident report's events ended: the next one starts after it, so
     /// that no stall is in two reports.
     reported_upto: Option<Nanos>,
+    /// The finished incident waiting (in the ring) for the writer (`hand_over`).
+    pending: Option<Pending>,
+    /// Set by the writer while it waits for a job.
+    writer_idle: std::sync::Arc<AtomicBool>,
     /// What the process attached last listened on and its pidfile: how `--pid` finds it
     /// again after a restart.
     identity: Option<follow::Identity>,
@@ -333,26 +337,72 @@ impl Watcher<'_> {
         self.ring.hold(start - self.args.before);
     }
 
-    /// Hands a finished incident to the writer (or counts why it is not written).
-    fn submit(&mut self, o: incident::Open, ctx: &AttachCtx, clock: &Clock, lost: u64) {
-        self.ring.release();
-        let Some(dir) = &self.args.out else { return };
-        let (Some(first), Some(worst)) = (o.stalls.first().cloned(), o.worst().cloned()) else {
+    /// A finished incident: it waits in the ring (`pending`) until the writer is free, or
+    /// is counted as not written (rate limit). One that finishes while another still waits
+    /// joins it: the ring holds both anyway, and one report for the two keeps every stall
+    /// in a report without a second copy of the events.
+    fn incident_due(&mut self, o: incident::Open) {
+        if self.args.out.is_none() || o.stalls.is_empty() {
+            self.release_ring();
             return;
-        };
+        }
+        let cut = self.ring.next_seq();
+        if let Some(p) = &mut self.pending {
+            p.open.absorb(o);
+            p.cut = cut;
+            p.joined += 1;
+            self.reported_upto = self.ring.newest();
+            return;
+        }
         if !self.limit.allow(Instant::now()) {
             self.metrics.incidents_suppressed.inc();
+            let first = &o.stalls[0];
             eprintln!(
                 "stallscope: incident at {} not written: {} already written in the last hour (--max-incidents-per-hour); counted in stallscope_incidents_suppressed_total",
                 first.ts_iso.as_deref().unwrap_or(&first.ts),
                 self.args.max_incidents_per_hour
             );
+            self.release_ring();
             return;
         }
         let from =
             (o.start - self.args.before).max(self.reported_upto.map_or(Nanos::MIN, |t| t + 1));
         self.reported_upto = self.ring.newest();
-        let events = self.ring.take_since(from);
+        self.pending = Some(Pending {
+            open: o,
+            from,
+            cut,
+            joined: 0,
+        });
+    }
+
+    /// Lets the ring go of what no incident wants: only the one being recorded, if any.
+    fn release_ring(&mut self) {
+        self.ring.release();
+        if let Some(o) = &self.grouper.open {
+            self.ring.hold(o.start - self.args.before);
+        }
+    }
+
+    /// Gives the waiting incident to the writer once it is idle (`force`: at detach, even
+    /// if it is busy; the job then waits in the channel). The writer takes one job at a
+    /// time and the next waits in the ring, so at most the ring and one incident's events
+    /// are held: a writer starved by a loaded host (reports take seconds at nice 15) cannot
+    /// pile up copies of the ring.
+    fn hand_over(&mut self, ctx: &AttachCtx, clock: &Clock, force: bool) {
+        if self.pending.is_none() || !(force || self.writer_idle.load(Ordering::SeqCst)) {
+            return;
+        }
+        let Some(p) = self.pending.take() else { return };
+        self.release_ring();
+        let Some(dir) = &self.args.out else { return };
+        let (Some(first), Some(worst)) = (p.open.stalls.first().cloned(), p.open.worst().cloned())
+        else {
+            return;
+        };
+        let from = p.from;
+        let taken = self.ring.take_upto(from, p.cut);
+        let events = taken.events;
         let host = match (&ctx.host, events.first(), events.last()) {
             (Some(h), Some(a), Some(b)) => h.window(a.ts, b.end()),
             _ => vec![],
@@ -361,6 +411,7 @@ impl Watcher<'_> {
             && self.ring.evicted_early > 0;
         let job = Job {
             events,
+            lost: taken.lost,
             pid: ctx.pid,
             opts: self.opts.clone(),
             fds: ctx.ctx.fds.clone(),
@@ -370,10 +421,10 @@ impl Watcher<'_> {
             clock: clock.clone(),
             backend: ctx.backend,
             follow_forks: !self.args.no_follow_forks,
-            lost_events: lost,
             first,
             worst,
-            count: o.count,
+            count: p.open.count,
+            joined: p.joined,
             suppressed: std::mem::take(&mut self.limit.suppressed),
             ring_short,
             host,
@@ -383,11 +434,24 @@ impl Watcher<'_> {
             record: self.args.record,
         };
         if let Some(tx) = &self.jobs {
+            self.writer_idle.store(false, Ordering::SeqCst);
             if let Err(std::sync::mpsc::TrySendError::Full(job)) = tx.try_send(job) {
                 self.metrics.incidents_suppressed.inc();
                 self.limit.suppressed += job.suppressed + 1;
-                eprintln!("stallscope: incident not written: the previous ones are still being written (counted in stallscope_incidents_suppressed_total)");
+                eprintln!("stallscope: incident not written: the previous one is still being written (counted in stallscope_incidents_suppressed_total)");
             }
+        }
+    }
+
+    /// At detach: lets the writer finish its report before the last one is given (not
+    /// long when stopping: SIGTERM must end the watcher within 2 s).
+    fn wait_writer_idle(&self, limit: Duration) {
+        let t = Instant::now();
+        while self.pending.is_some()
+            && !self.writer_idle.load(Ordering::SeqCst)
+            && t.elapsed() < limit
+        {
+            std::thread::sleep(Duration::from_millis(20));
         }
     }
 
@@ -401,6 +465,16 @@ impl Watcher<'_> {
         }
         self.metrics.ring_bytes.set(self.ring.bytes() as i64);
     }
+}
+
+/// A finished incident whose events are still in the ring, up to sequence number `cut`.
+struct Pending {
+    open: incident::Open,
+    /// Its report's events end at or after this.
+    from: Nanos,
+    cut: u64,
+    /// Incidents that finished while it waited, and joined it.
+    joined: u64,
 }
 
 /// What belongs to one attachment.
@@ -467,6 +541,8 @@ pub fn run_watch(args: &WatchArgs) -> Result<u64> {
     install_stop_handlers();
     let (tx, rx) = std::sync::mpsc::sync_channel::<Job>(1);
     let m2 = metrics.clone();
+    let writer_idle = std::sync::Arc::new(AtomicBool::new(true));
+    let idle2 = writer_idle.clone();
     let writer = std::thread::Builder::new()
         .name("incidents".into())
         .spawn(move || {
@@ -475,6 +551,8 @@ pub fn run_watch(args: &WatchArgs) -> Result<u64> {
             for job in rx {
                 let outcome = incident::write(job);
                 give_back_memory();
+                // Before the message: the next incident need not wait for stderr.
+                idle2.store(true, Ordering::SeqCst);
                 match outcome {
                     Outcome::Written(p) => {
                         m2.incidents.inc();
@@ -503,6 +581,8 @@ pub fn run_watch(args: &WatchArgs) -> Result<u64> {
         writer: Some(writer),
         ring_evicted_seen: 0,
         reported_upto: None,
+        pending: None,
+        writer_idle,
         identity: None,
         deadline: args
             .duration
@@ -610,6 +690,15 @@ fn shutdown(w: &mut Watcher) {
 
 /// Traces process `pid` until it is gone or a stop is asked for.
 fn watch_one(w: &mut Watcher, pid: Tid) -> Result<()> {
+    // What redis's log is, found before the attach (`WatchRedis::log_source`).
+    let log_src = (w.args.redis.is_some() || w.args.redis_log.is_some()).then(|| {
+        let pre = procctx::gather(pid);
+        let conf =
+            w.opts.redis_conf.clone().or_else(|| {
+                (!pre.redis_conf.is_empty()).then(|| RedisConf::parse(&pre.redis_conf))
+            });
+        redis::WatchRedis::log_source(w.args, &pre, conf.as_ref())
+    });
     let (mut tracer, backend, nthreads) = start(pid, w.args)?;
     w.metrics.attached.set(1);
     w.metrics.attaches.inc();
@@ -663,8 +752,11 @@ fn watch_one(w: &mut Watcher, pid: Tid) -> Result<()> {
             .as_ref()
             .is_some_and(|c| c.logfile.is_some())
     {
-        let r = redis::WatchRedis::start(w.args, &ac.ctx, opts.redis_conf.as_ref());
-        if let Some(src) = r.log_source() {
+        let src = log_src.unwrap_or_else(|| {
+            redis::WatchRedis::log_source(w.args, &ac.ctx, opts.redis_conf.as_ref())
+        });
+        let r = redis::WatchRedis::start(w.args, &ac.ctx, src);
+        if let Some(src) = r.followed() {
             eprintln!(
                 "stallscope: following redis's log {} ({})",
                 src.path, src.found
@@ -689,14 +781,13 @@ fn watch_one(w: &mut Watcher, pid: Tid) -> Result<()> {
     let mut seen_tids: HashSet<Tid> = HashSet::new();
     let mut last_drain = Instant::now();
     let mut last_stop_req: Option<Instant> = None;
-    let mut lost_total = 0u64;
     let mut latest: Nanos = st.attach_mono;
     loop {
         let ev = tracer.next_event_timeout(Duration::from_millis(100))?;
         let lost = tracer.take_lost();
         if lost > 0 {
-            lost_total += lost;
             w.metrics.lost_events.inc_by(lost);
+            w.ring.note_lost(lost);
             cur.an.add_lost_events(lost);
             if let Some((p, _)) = &mut prev {
                 p.an.add_lost_events(lost);
@@ -768,8 +859,9 @@ fn watch_one(w: &mut Watcher, pid: Tid) -> Result<()> {
                 }
             }
             if let Some(o) = w.grouper.take_due(now, w.ring.evicted_upto()) {
-                w.submit(o, &ac, &clock, lost_total);
+                w.incident_due(o);
             }
+            w.hand_over(&ac, &clock, false);
             w.tick_metrics();
             // The old analyzer has handed over once every stall ending before the switch
             // has surely been drained (a perf tracer holds records back briefly to order them).
@@ -799,8 +891,14 @@ fn watch_one(w: &mut Watcher, pid: Tid) -> Result<()> {
     }
     // The process is gone or we are stopping: an incident being recorded is complete.
     if let Some(o) = w.grouper.open.take() {
-        w.submit(o, &ac, &clock, lost_total);
+        w.incident_due(o);
     }
+    w.wait_writer_idle(Duration::from_millis(if w.want_stop() {
+        300
+    } else {
+        5000
+    }));
+    w.hand_over(&ac, &clock, true);
     if let Some(h) = ac.host.take() {
         h.stop();
     }
@@ -813,4 +911,165 @@ fn watch_one(w: &mut Watcher, pid: Tid) -> Result<()> {
         st.syscalls, st.lost_events
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::{Event, EventKind, Syscall};
+    use std::sync::mpsc::Receiver;
+
+    fn args(extra: &[&str]) -> WatchArgs {
+        use clap::{Args, FromArgMatches};
+        let mut argv = vec!["watch", "--pid", "1", "--out", "/nonexistent"];
+        argv.extend_from_slice(extra);
+        let m = WatchArgs::augment_args(clap::Command::new("watch"))
+            .try_get_matches_from(argv)
+            .unwrap();
+        WatchArgs::from_arg_matches(&m).unwrap()
+    }
+
+    /// A watcher with no writer thread: the test takes the jobs and says when it is idle.
+    fn watcher(args: &WatchArgs) -> (Watcher<'_>, Receiver<Job>) {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Job>(1);
+        let metrics = Metrics::new();
+        let w = Watcher {
+            args,
+            opts: Options::default(),
+            user_conf: None,
+            observer: Observer::new(metrics.clone()),
+            metrics,
+            ring: Ring::new(args.ring_size, args.before + LONG_STALL_NS),
+            grouper: Grouper::new(args.after),
+            limit: RateLimit::new(args.max_incidents_per_hour),
+            events: None,
+            event_err_said: false,
+            jobs: Some(tx),
+            writer: None,
+            ring_evicted_seen: 0,
+            deadline: None,
+            reported_upto: None,
+            pending: None,
+            writer_idle: std::sync::Arc::new(AtomicBool::new(true)),
+            identity: None,
+        };
+        (w, rx)
+    }
+
+    fn ctx() -> AttachCtx {
+        AttachCtx {
+            pid: 1,
+            conf_text: None,
+            backend: LiveBackend::Perf,
+            ctx: procctx::ProcContext::default(),
+            names: HashMap::new(),
+            host: None,
+            redis: None,
+            own: vec![],
+        }
+    }
+
+    fn call(ts: Nanos, dur: Nanos) -> Event {
+        let mut sc = Syscall::new("read");
+        sc.dur = Some(dur);
+        Event {
+            tid: 1,
+            ts,
+            line: 0,
+            kind: EventKind::Syscall(sc),
+        }
+    }
+
+    const S: Nanos = 1_000_000_000;
+
+    /// Runs the watch loop's incident steps over `secs` seconds of 1000 calls a second with
+    /// a 300 ms stall every `every` seconds; `writer_busy_for` is how many seconds the
+    /// (simulated) writer takes per report. Returns the jobs written, the stalls still
+    /// waiting at the end, and the most incidents' events that were ever held outside the
+    /// ring at once.
+    fn run(secs: i64, every: i64, writer_busy_for: i64) -> (Vec<Job>, u64, usize) {
+        let a = args(&["--ring-size", "64MiB", "--max-incidents-per-hour", "1000"]);
+        let (mut w, rx) = watcher(&a);
+        let ac = ctx();
+        let clock = Clock {
+            fmt: TimeFmt::Epoch,
+            perf: false,
+            frac_digits: 6,
+            first: 0,
+            date: None,
+            wall_at_first: Some(0),
+        };
+        let mut done: Vec<Job> = vec![];
+        let mut writing: Option<(Job, Nanos)> = None;
+        let mut queued: std::collections::VecDeque<Job> = Default::default();
+        let mut most_out = 0;
+        for t in 0..secs * 1000 {
+            let now = t * S / 1000;
+            w.ring.push(call(now, 1000), now + 1000);
+            if t % (every * 1000) == every * 500 {
+                let s = crate::watch::incident::tests::stall(300_000, None);
+                w.on_stall(&s, now - 300_000_000, now);
+            }
+            if t % 200 == 0 {
+                if let Some(o) = w.grouper.take_due(now, w.ring.evicted_upto()) {
+                    w.incident_due(o);
+                }
+                w.hand_over(&ac, &clock, false);
+                // The writer: finishes its report, then takes the next one.
+                if writing.as_ref().is_some_and(|(_, until)| now >= *until) {
+                    done.push(writing.take().unwrap().0);
+                    w.writer_idle.store(true, Ordering::SeqCst);
+                }
+                queued.extend(rx.try_iter());
+                if writing.is_none() {
+                    if let Some(j) = queued.pop_front() {
+                        writing = Some((j, now + writer_busy_for * S));
+                    }
+                }
+                most_out = most_out.max(writing.is_some() as usize + queued.len());
+            }
+        }
+        let waiting = w.pending.as_ref().map_or(0, |p| p.open.count)
+            + w.grouper.open.as_ref().map_or(0, |o| o.count);
+        done.extend(writing.map(|(j, _)| j));
+        done.extend(queued);
+        (done, waiting, most_out)
+    }
+
+    #[test]
+    fn a_slow_writer_never_holds_more_than_one_incident_and_loses_no_stall() {
+        // Reports take 25 s while stalls come every 20 s (a starved writer on a loaded host).
+        let (jobs, waiting, most_out) = run(400, 20, 25);
+        assert_eq!(most_out, 1, "incidents held outside the ring at once");
+        let written: u64 = jobs.iter().map(|j| j.count).sum();
+        assert_eq!(
+            written + waiting,
+            20,
+            "every stall is in one report or still waiting"
+        );
+        assert!(
+            jobs.iter().any(|j| j.joined > 0),
+            "incidents that waited joined the next report"
+        );
+        // No event is in two reports.
+        for pair in jobs.windows(2) {
+            let a = pair[0].events.last().unwrap().end();
+            let b = pair[1].events.first().unwrap().ts;
+            assert!(b >= a, "{a} {b}");
+        }
+    }
+
+    #[test]
+    fn a_writer_that_keeps_up_writes_one_report_per_incident() {
+        let (jobs, waiting, most_out) = run(400, 20, 2);
+        assert_eq!(most_out, 1);
+        assert_eq!(waiting, 0);
+        assert_eq!(jobs.len(), 20);
+        assert!(jobs.iter().all(|j| j.count == 1 && j.joined == 0));
+        // Each report keeps --before of context and --after after its stall.
+        for j in &jobs {
+            let span = j.events.last().unwrap().end() - j.events.first().unwrap().ts;
+            assert!(span >= 14 * S, "{span}");
+        }
+    }
 }

@@ -36,17 +36,29 @@ pub(crate) struct IncidentRedis {
 }
 
 impl WatchRedis {
-    pub(crate) fn start(
+    /// Which log to follow, asking redis at `--redis` (`CONFIG GET logfile`) when neither
+    /// `--redis-log` nor the config says. Called before the tracer attaches: that one-off
+    /// connection is not the poller's, whose connections the analysis is told about
+    /// (`take_own_conns`), and once traced its command would count as a client's.
+    pub(crate) fn log_source(
         args: &crate::cli::WatchArgs,
         ctx: &crate::live::procctx::ProcContext,
         conf: Option<&crate::fdtable::RedisConf>,
-    ) -> WatchRedis {
-        let src = crate::redis_evidence::live_log_source(
+    ) -> Option<LogSource> {
+        crate::redis_evidence::live_log_source(
             args.redis_log.as_deref(),
             args.redis.as_deref(),
             ctx,
             conf,
-        );
+        )
+    }
+
+    /// `src`: the log to follow (`log_source`, before the attach).
+    pub(crate) fn start(
+        args: &crate::cli::WatchArgs,
+        ctx: &crate::live::procctx::ProcContext,
+        src: Option<LogSource>,
+    ) -> WatchRedis {
         let log = src.map(|s| {
             let f = Follower::start(&s.path, Duration::from_millis(200));
             (s, f)
@@ -66,7 +78,7 @@ impl WatchRedis {
     }
 
     /// The log's path and how it was found, for the start message.
-    pub(crate) fn log_source(&self) -> Option<&LogSource> {
+    pub(crate) fn followed(&self) -> Option<&LogSource> {
         self.log.as_ref().map(|(s, _)| s)
     }
 

@@ -1,6 +1,9 @@
 //! `watch`'s history: the last `--before` of traced events, bounded in bytes, so that an
 //! incident report can be made from what happened before the stall was noticed. Events
 //! are kept as they came from the tracer; time bound and byte bound both evict the oldest.
+//! The records the tracer lost are kept too, as marks at their place in the stream, so an
+//! incident's analysis (and its recording's `.lost` sidecar) marks the same stalls as
+//! possibly incomplete as the live analysis did.
 
 use crate::event::{Event, EventKind, Extra, Nanos};
 use std::collections::VecDeque;
@@ -18,6 +21,18 @@ pub(crate) struct Ring {
     /// End of the newest event evicted for lack of room: an incident starting within a
     /// moment of it is losing its beginning.
     evicted_upto: Option<Nanos>,
+    /// Events pushed since the ring was made: the sequence number of the next one. The
+    /// oldest held is `pushed - events.len()`.
+    pushed: u64,
+    /// (sequence number of the event they came before, records lost), oldest first.
+    lost: VecDeque<(u64, u64)>,
+}
+
+/// What `take_upto` hands over: the events, and the records lost before the event at each
+/// index (sorted by index).
+pub(crate) struct Taken {
+    pub events: Vec<Event>,
+    pub lost: Vec<(usize, u64)>,
 }
 
 /// What an event costs in the ring: its inline size and the strings it owns.
@@ -54,7 +69,29 @@ impl Ring {
             hold_from: None,
             evicted_early: 0,
             evicted_upto: None,
+            pushed: 0,
+            lost: VecDeque::new(),
         }
+    }
+
+    /// The tracer lost `n` records before the next event pushed.
+    pub(crate) fn note_lost(&mut self, n: u64) {
+        if n == 0 {
+            return;
+        }
+        match self.lost.back_mut() {
+            Some((at, c)) if *at == self.pushed => *c += n,
+            _ => self.lost.push_back((self.pushed, n)),
+        }
+    }
+
+    /// Sequence number of the next event pushed: a cut for `take_upto`.
+    pub(crate) fn next_seq(&self) -> u64 {
+        self.pushed
+    }
+
+    fn front_seq(&self) -> u64 {
+        self.pushed - self.events.len() as u64
     }
 
     /// Adds an event at time `now` (the tracer's clock) and evicts what is too old or does
@@ -62,6 +99,7 @@ impl Ring {
     pub(crate) fn push(&mut self, ev: Event, now: Nanos) {
         self.bytes += event_bytes(&ev);
         self.events.push_back(ev);
+        self.pushed += 1;
         let horizon = match self.hold_from {
             Some(h) => h.min(now - self.keep_ns),
             None => now - self.keep_ns,
@@ -79,6 +117,11 @@ impl Ring {
             }
             self.bytes -= event_bytes(&ev);
         }
+        // Losses before an event no longer held are no incident's.
+        let front = self.front_seq();
+        while self.lost.front().is_some_and(|(at, _)| *at < front) {
+            self.lost.pop_front();
+        }
     }
 
     /// Keeps everything from `from` on (an incident being recorded) until `release`.
@@ -90,21 +133,45 @@ impl Ring {
         self.hold_from = None;
     }
 
-    /// Hands over the events that end at or after `from`, oldest first, and empties the
-    /// ring. Moved, not copied: an incident's report is made from them while the ring
-    /// refills, and a copy would double the ring's memory at every incident. Nothing held is
-    /// wanted again: the next report starts after this one's last event.
-    pub(crate) fn take_since(&mut self, from: Nanos) -> Vec<Event> {
+    /// Hands over the events pushed before sequence number `cut` (`next_seq` when the
+    /// incident was complete) that end at or after `from`, oldest first, with the losses
+    /// among them; the later ones stay. Moved, not copied: an incident's report is made from
+    /// them while the ring refills, and a copy would double the ring's memory at every
+    /// incident. Nothing handed over is wanted again: the next report starts after this
+    /// one's last event.
+    pub(crate) fn take_upto(&mut self, from: Nanos, cut: u64) -> Taken {
+        let front = self.front_seq();
+        let n = (cut.saturating_sub(front) as usize).min(self.events.len());
         // The next allocation is as large, but only the pages the ring refills become
         // resident; the handed-over one is freed when its report is written.
-        let cap = self.events.capacity();
-        let mut out = std::mem::replace(&mut self.events, VecDeque::with_capacity(cap));
-        self.bytes = 0;
+        let mut rest = VecDeque::with_capacity(self.events.capacity());
+        rest.extend(self.events.drain(n..));
+        let mut out = std::mem::replace(&mut self.events, rest);
+        self.bytes = self.events.iter().map(event_bytes).sum();
         self.hold_from = None;
+        let mut first = front;
         while out.front().is_some_and(|e| e.end() < from) {
             out.pop_front();
+            first += 1;
         }
-        out.into()
+        let mut lost: Vec<(usize, u64)> = vec![];
+        while let Some(&(at, c)) = self.lost.front() {
+            if at >= front + n as u64 {
+                break;
+            }
+            self.lost.pop_front();
+            // Lost just before the first event handed over (or before those skipped as
+            // too old): its analysis starts after a loss.
+            let i = at.saturating_sub(first) as usize;
+            match lost.last_mut() {
+                Some((j, k)) if *j == i => *k += c,
+                _ => lost.push((i, c)),
+            }
+        }
+        Taken {
+            events: out.into(),
+            lost,
+        }
     }
 
     /// End of the newest event dropped for lack of room (see `evicted_upto`).
@@ -125,6 +192,7 @@ impl Ring {
 
     pub(crate) fn clear(&mut self) {
         self.events.clear();
+        self.lost.clear();
         self.bytes = 0;
         self.hold_from = None;
     }
@@ -185,17 +253,59 @@ mod tests {
     }
 
     #[test]
-    fn take_since_moves_the_events_out_and_empties_the_ring() {
+    fn take_upto_moves_the_events_out_and_keeps_what_came_after_the_cut() {
         let mut r = Ring::new(1 << 30, 1_000);
         for t in 0..100 {
             r.push(call(t), t);
         }
-        let got = r.take_since(40);
+        let cut = r.next_seq();
+        for t in 100..110 {
+            r.push(call(t), t);
+        }
+        let got = r.take_upto(40, cut).events;
         assert_eq!(got.first().unwrap().ts, 40);
         assert_eq!(got.len(), 60);
+        assert_eq!(
+            (r.len(), r.oldest(), r.newest()),
+            (10, Some(100), Some(109))
+        );
+        assert_eq!(r.bytes(), 10 * event_bytes(&call(0)));
+        // A cut at the newest event empties it.
+        let got = r.take_upto(0, r.next_seq()).events;
+        assert_eq!(got.len(), 10);
         assert_eq!((r.len(), r.bytes(), r.newest()), (0, 0, None));
-        r.push(call(100), 100);
-        assert_eq!(r.oldest(), Some(100));
+        r.push(call(110), 110);
+        assert_eq!(r.oldest(), Some(110));
+    }
+
+    #[test]
+    fn losses_are_handed_over_at_their_place_and_forgotten_with_their_events() {
+        let mut r = Ring::new(1 << 30, 1_000);
+        r.note_lost(7);
+        for t in 0..10 {
+            if t == 4 {
+                r.note_lost(2);
+                r.note_lost(1);
+            }
+            r.push(call(t), t);
+        }
+        let cut = r.next_seq();
+        r.note_lost(5);
+        r.push(call(10), 10);
+        let got = r.take_upto(2, cut);
+        // Lost before event 0, which is skipped as older than `from`: before the first one
+        // handed over. The loss after the cut stays with the event it came before.
+        assert_eq!(got.events.first().unwrap().ts, 2);
+        assert_eq!(got.lost, vec![(0, 7), (2, 3)]);
+        let got = r.take_upto(0, r.next_seq());
+        assert_eq!(got.lost, vec![(0, 5)]);
+        // A loss whose event is evicted by time goes with it.
+        let mut r = Ring::new(1 << 30, 5);
+        r.note_lost(9);
+        for t in 0..20 {
+            r.push(call(t), t);
+        }
+        assert!(r.lost.is_empty());
     }
 
     #[test]

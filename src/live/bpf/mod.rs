@@ -17,7 +17,7 @@
 //! calls are read from the process's memory when the record is processed, as the perf
 //! backend does.
 
-use super::decode::{decode_args, decodes_more};
+use super::decode::{decode_args, decodes_more, open_name};
 use super::sysnames::{errno_name, syscall_name};
 use super::{now_mono, now_wall, AttachError, Tracer, TracerStats};
 use crate::event::{self, Data, Event, EventKind, InFlight, Nanos, Ret, Syscall, Tid};
@@ -174,25 +174,7 @@ fn tracefs_events() -> Result<std::path::PathBuf, String> {
     super::perf::find_tracepoints().map(|t| t.root.join("events"))
 }
 
-/// `offset` of `field` in a tracepoint's format file.
-fn field_offset(format: &str, field: &str) -> Option<u32> {
-    format.lines().find_map(|l| {
-        let decl = l.trim().strip_prefix("field:")?;
-        let (decl, rest) = decl.split_once(';')?;
-        let name = decl.trim().rsplit(' ').next()?;
-        let name = name.split('[').next()?;
-        if name != field {
-            return None;
-        }
-        rest.trim()
-            .strip_prefix("offset:")?
-            .split(';')
-            .next()?
-            .trim()
-            .parse()
-            .ok()
-    })
-}
+use super::perf::field_offset;
 
 /// Checks the layouts the programs assume and returns sched_process_fork's child_pid offset.
 fn check_layouts() -> Result<u32, String> {
@@ -286,14 +268,7 @@ struct Thread {
     last_exit: Option<[u64; 4]>,
 }
 
-fn delta(from: &[u64; 4], to: &[u64; 4]) -> event::SchedDelta {
-    event::SchedDelta {
-        on_cpu_ns: to[0].saturating_sub(from[0]),
-        runnable_ns: to[1].saturating_sub(from[1]),
-        minor_faults: to[2].saturating_sub(from[2]),
-        major_faults: to[3].saturating_sub(from[3]),
-    }
-}
+use super::sched_delta as delta;
 
 pub struct BpfTracer {
     cfg: BpfConfig,
@@ -474,12 +449,8 @@ impl BpfTracer {
             decode_args(r.tgid, &mut sc, &r.args, ok, false);
             if let Some(v) = ok.filter(|v| *v > 0) {
                 match info.sys.fd {
-                    crate::syscalls::FdKind::Open => {
-                        // What strace -y shows: the file the new fd names, if still open.
-                        if let Ok(p) = std::fs::read_link(format!("/proc/{}/fd/{v}", r.tgid)) {
-                            sc.ret_path = Some(p.to_string_lossy().into_owned().into_boxed_str());
-                        }
-                    }
+                    // Read late: the fd may name another file by now (see open_name).
+                    crate::syscalls::FdKind::Open => sc.ret_path = open_name(r.tgid, &sc, v),
                     crate::syscalls::FdKind::Clone => {
                         if let Some(thread) = self.forked.get(&(v as Tid)) {
                             sc.extra = event::Extra::Clone { thread: *thread };
@@ -861,6 +832,10 @@ impl Tracer for BpfTracer {
 
     fn take_lost(&mut self) -> u64 {
         std::mem::take(&mut self.lost_unreported)
+    }
+
+    fn splits_sched(&self) -> bool {
+        true
     }
 
     fn stats(&self) -> TracerStats {

@@ -58,7 +58,7 @@ fn task_record(typ: u32, pid: u32, ppid: u32, tid: u32, ts: u64) -> Vec<u8> {
 
 fn parse(b: &[u8]) -> (Option<Rec>, u64) {
     let mut lost = 0;
-    (parse_record(b, (ENTER, EXIT), &mut lost), lost)
+    (parse_record(b, (ENTER, EXIT), None, &mut lost), lost)
 }
 
 fn tracer() -> PerfTracer {
@@ -71,22 +71,14 @@ fn tracer() -> PerfTracer {
         (ENTER, EXIT),
     );
     t.stats.attach_mono = 1_000;
-    t.threads.insert(
-        100,
-        Thread {
-            tgid: 100,
-            entry: None,
-            from_attach: true,
-            seen: false,
-        },
-    );
+    t.threads.insert(100, Thread::new(100, true));
     t
 }
 
 fn feed(t: &mut PerfTracer, recs: &[Vec<u8>]) -> Vec<Event> {
     let mut lost = 0;
     for b in recs {
-        if let Some(r) = parse_record(b, (ENTER, EXIT), &mut lost) {
+        if let Some(r) = parse_record(b, (ENTER, EXIT), None, &mut lost) {
             t.process(r);
         }
     }
@@ -298,4 +290,238 @@ fn tracefs_lookup_names_both_places_when_missing() {
         Ok(tp) => assert!(tp.enter != tp.exit),
         Err(e) => assert!(e.contains("tracing"), "{e}"),
     }
+}
+
+/// Under load the exit of an open is processed well after the call: redis has closed the fd
+/// and an accepted client took its number. The fd's link then names a socket; the open must
+/// still bind what it opened (the link read late must not name it), in this process, whose
+/// memory holds the path and whose fd table holds the socket.
+#[test]
+fn an_open_processed_after_its_fd_was_reused_names_what_was_opened() {
+    let me = std::process::id();
+    let mut t = PerfTracer::unattached(
+        PerfConfig {
+            pid: me,
+            follow_forks: true,
+            pages: 1,
+        },
+        (ENTER, EXIT),
+    );
+    t.threads.insert(me, Thread::new(me, false));
+    let path = std::ffi::CString::new("/proc/self/stat").unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a loopback socket");
+    let reused = std::os::unix::io::AsRawFd::as_raw_fd(&listener) as i64;
+    let o = nr("openat");
+    let args = [(-100i64) as u64, path.as_ptr() as u64, 0, 0, 0, 0];
+    let evs = feed(
+        &mut t,
+        &[
+            sample(me, me, 2_000, &enter_raw(o, args)),
+            sample(me, me, 9_000, &exit_raw(o, reused)),
+        ],
+    );
+    let sc = evs[0].syscall().expect("the openat");
+    assert_eq!(sc.path(), Some("/proc/self/stat"));
+    assert_eq!(
+        crate::syscalls::fd_effect(sc),
+        crate::syscalls::FdEffect::Open {
+            fd: reused as i32,
+            path: Some("/proc/self/stat")
+        },
+        "ret_path {:?}",
+        sc.ret_path
+    );
+    // Still open as what the call opened: the link names it.
+    let f = std::fs::File::open("/proc/self/stat").unwrap();
+    let fd = std::os::unix::io::AsRawFd::as_raw_fd(&f) as i64;
+    let evs = feed(
+        &mut t,
+        &[
+            sample(me, me, 10_000, &enter_raw(o, args)),
+            sample(me, me, 11_000, &exit_raw(o, fd)),
+        ],
+    );
+    let want = format!("/proc/{me}/stat");
+    assert_eq!(
+        evs[0].syscall().and_then(|s| s.ret_path.as_deref()),
+        Some(want.as_str())
+    );
+    drop(listener);
+}
+
+const WAKEUP: u64 = 374;
+
+fn sched_ids() -> SchedIds {
+    SchedIds {
+        wakeup: WAKEUP,
+        wakeup_pid_off: 24,
+        minor: [11].into_iter().collect(),
+        major: [12].into_iter().collect(),
+    }
+}
+
+/// A context-switch record of a per-task event: header, then the sample_id trailer.
+fn switch_record(pid: u32, tid: u32, ts: u64, out: bool, preempt: bool) -> Vec<u8> {
+    let mut misc = 0u16;
+    if out {
+        misc |= sys::bindings::PERF_RECORD_MISC_SWITCH_OUT as u16;
+    }
+    if preempt {
+        misc |= sys::bindings::PERF_RECORD_MISC_SWITCH_OUT_PREEMPT as u16;
+    }
+    let mut r = vec![];
+    r.extend_from_slice(&sys::bindings::PERF_RECORD_SWITCH.to_ne_bytes());
+    r.extend_from_slice(&misc.to_ne_bytes());
+    r.extend_from_slice(&24u16.to_ne_bytes());
+    r.extend_from_slice(&pid.to_ne_bytes());
+    r.extend_from_slice(&tid.to_ne_bytes());
+    r.extend_from_slice(&ts.to_ne_bytes());
+    r
+}
+
+/// A page-fault sample: TID, TIME, ID.
+fn fault_record(pid: u32, tid: u32, ts: u64, id: u64) -> Vec<u8> {
+    let mut r = vec![];
+    r.extend_from_slice(&sys::bindings::PERF_RECORD_SAMPLE.to_ne_bytes());
+    r.extend_from_slice(&0u16.to_ne_bytes());
+    r.extend_from_slice(&32u16.to_ne_bytes());
+    r.extend_from_slice(&pid.to_ne_bytes());
+    r.extend_from_slice(&tid.to_ne_bytes());
+    r.extend_from_slice(&ts.to_ne_bytes());
+    r.extend_from_slice(&id.to_ne_bytes());
+    r
+}
+
+/// sched_wakeup's raw fields: common header, comm, then the woken pid at 24.
+fn wakeup_raw(woken: u32) -> Vec<u8> {
+    let mut raw = vec![];
+    raw.extend_from_slice(&(WAKEUP as u16).to_ne_bytes());
+    raw.extend_from_slice(&[0; 6]);
+    raw.extend_from_slice(&[b'x'; 16]);
+    raw.extend_from_slice(&woken.to_ne_bytes());
+    raw.extend_from_slice(&[0; 8]);
+    raw
+}
+
+fn sched_feed(t: &mut PerfTracer, recs: &[Vec<u8>]) -> Vec<Event> {
+    let mut lost = 0;
+    let ids = t.sched.clone();
+    for b in recs {
+        if let Some(r) = parse_record(b, (ENTER, EXIT), ids.as_ref(), &mut lost) {
+            t.process(r);
+        }
+    }
+    t.queue.drain(..).collect()
+}
+
+#[test]
+fn scheduler_records_parse_only_when_read() {
+    let ids = sched_ids();
+    let p = |b: &[u8], s: Option<&SchedIds>| parse_record(b, (ENTER, EXIT), s, &mut 0);
+    let sw = switch_record(100, 101, 7_000, true, true);
+    assert!(matches!(
+        p(&sw, Some(&ids)).map(|r| (r.tid, r.ts, r.kind)),
+        Some((
+            101,
+            7_000,
+            RecKind::Switch {
+                out: true,
+                preempt: true
+            }
+        ))
+    ));
+    assert!(p(&sw, None).is_none(), "no split asked for: ignored");
+    let sw = switch_record(100, 101, 8_000, false, false);
+    assert!(matches!(
+        p(&sw, Some(&ids)).map(|r| r.kind),
+        Some(RecKind::Switch { out: false, .. })
+    ));
+    for (id, major) in [(11, false), (12, true)] {
+        let f = fault_record(100, 101, 9_000, id);
+        assert!(
+            matches!(p(&f, Some(&ids)).map(|r| r.kind), Some(RecKind::Fault { major: m }) if m == major),
+            "{id}"
+        );
+    }
+    assert!(p(&fault_record(100, 101, 9_000, 13), Some(&ids)).is_none());
+    // Woken 101 by a task of another process (5000).
+    let w = sample(5_000, 5_000, 9_500, &wakeup_raw(101));
+    assert!(matches!(
+        p(&w, Some(&ids)).map(|r| (r.pid, r.kind)),
+        Some((5_000, RecKind::Wakeup { woken: 101 }))
+    ));
+    assert!(p(&w, None).is_none());
+}
+
+/// The split the bpf backend reads from the kernel's task, rebuilt from the records: a call
+/// that slept and was woken (blocked, then runnable, then on a CPU), then a gap with page
+/// faults and a preemption.
+#[test]
+fn switches_wakeups_and_faults_split_calls_and_gaps() {
+    let mut t = tracer();
+    t.sched = Some(sched_ids());
+    let w = nr("epoll_wait");
+    let r = nr("read");
+    let evs = sched_feed(
+        &mut t,
+        &[
+            sample(100, 100, 10_000, &enter_raw(w, [5, 0, 0, 0, 0, 0])),
+            // On a CPU 10..12 µs, asleep to 50, woken (by another process), runnable to 58.
+            switch_record(100, 100, 12_000, true, false),
+            sample(7, 7, 50_000, &wakeup_raw(100)),
+            switch_record(100, 100, 58_000, false, false),
+            sample(100, 100, 60_000, &exit_raw(w, 1)),
+            // The gap: on a CPU 60..70, preempted 70..90, on again; three minor faults and
+            // a major one.
+            fault_record(100, 100, 62_000, 11),
+            fault_record(100, 100, 63_000, 11),
+            switch_record(100, 100, 70_000, true, true),
+            switch_record(100, 100, 90_000, false, false),
+            fault_record(100, 100, 91_000, 11),
+            fault_record(100, 100, 92_000, 12),
+            sample(100, 100, 100_000, &enter_raw(r, [8, 0, 0, 0, 0, 0])),
+            sample(100, 100, 103_000, &exit_raw(r, 10)),
+        ],
+    );
+    assert_eq!(evs.len(), 2);
+    let s = |e: &Event| *e.syscall().and_then(|s| s.sched.as_deref()).expect("split");
+    let first = s(&evs[0]);
+    let d = first.during;
+    assert_eq!(
+        (d.on_cpu_ns, d.runnable_ns, d.minor_faults, d.major_faults),
+        (4_000, 8_000, 0, 0),
+        "2 µs on a CPU before it slept, 2 after; 8 µs runnable"
+    );
+    assert!(first.before.is_none(), "no call before it");
+    let second = s(&evs[1]);
+    let g = second.before.expect("the gap before the read");
+    assert_eq!(
+        (g.on_cpu_ns, g.runnable_ns, g.minor_faults, g.major_faults),
+        (20_000, 20_000, 3, 1)
+    );
+    assert_eq!(second.during.on_cpu_ns, 3_000);
+    // The split reaches the report's `sched` through the same path as bpf's.
+    let gap_ns = 100_000 - 60_000;
+    let st = crate::report::StallSched::of(&g, gap_ns);
+    assert_eq!((st.on_cpu_us, st.runnable_us, st.blocked_us), (20, 20, 0));
+}
+
+/// Without the scheduler's records (tracefs without sched_wakeup, or its events refused),
+/// calls carry no split rather than a wrong one.
+#[test]
+fn without_the_scheduler_records_calls_have_no_split() {
+    let mut t = tracer();
+    let r = nr("read");
+    let evs = sched_feed(
+        &mut t,
+        &[
+            sample(100, 100, 1_000, &enter_raw(r, [8, 0, 0, 0, 0, 0])),
+            sample(100, 100, 2_000, &exit_raw(r, 1)),
+            sample(100, 100, 5_000, &enter_raw(r, [8, 0, 0, 0, 0, 0])),
+            sample(100, 100, 6_000, &exit_raw(r, 1)),
+        ],
+    );
+    assert!(evs
+        .iter()
+        .all(|e| e.syscall().is_some_and(|s| s.sched.is_none())));
 }

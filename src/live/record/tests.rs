@@ -440,3 +440,131 @@ fn the_scheduler_split_of_long_calls_and_gaps_reads_back_at_their_lines() {
     assert!(parse_sched("2 1 2 3\n").is_err());
     assert!(parse_sched("2 1 2 3 4 -\n").unwrap()[&2].before.is_none());
 }
+
+/// The live analysis of `events` (seeded with `fds`, as `run_attach` does) and the analysis
+/// of their recording read back, as `analyze FILE` does; with the recording's text.
+fn live_and_replayed(
+    events: &[Event],
+    fds: &[(i32, &str)],
+) -> (crate::report::Report, crate::report::Report, String) {
+    use crate::analyze::{Analyzer, Options};
+    use crate::source::{Clock, Counters, InputFormat, Inputs, SourceInfo, TimeFmt};
+    let opts = || Options {
+        threshold_ns: 200_000,
+        top: 20,
+        root_pid: Some(100),
+        stamped_at_stops: true,
+        ..Default::default()
+    };
+    let mut an = Analyzer::new(opts());
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rec.strace");
+    let mut r = Recorder::new(
+        std::fs::File::create(&path).unwrap(),
+        100,
+        FIRST,
+        WALL,
+        Some("/data".into()),
+    );
+    for (fd, what) in fds {
+        an.seed_fd(100, *fd, what);
+        r.seed_fd(*fd, what);
+    }
+    for e in events {
+        if !matches!(e.kind, EventKind::Detach) {
+            an.push(e);
+        }
+        r.write_event(e).unwrap();
+    }
+    r.finish().unwrap();
+    let info = SourceInfo {
+        kind: crate::report::SourceKind::Live,
+        files: vec![],
+        format: "stallscope attach (perf)".into(),
+        pid: Some(100),
+        clock: Clock {
+            fmt: TimeFmt::Epoch,
+            perf: false,
+            frac_digits: 6,
+            first: FIRST,
+            date: None,
+            wall_at_first: Some(WALL),
+        },
+    };
+    let live = an.finish(info, Counters::default());
+    let mut inp = Inputs::open(
+        &[path.to_string_lossy().into_owned()],
+        InputFormat::Auto,
+        false,
+    )
+    .unwrap();
+    let mut an = Analyzer::new(Options {
+        root_pid: None,
+        ..opts()
+    });
+    while let Some(e) = inp.next_event().unwrap() {
+        an.push(&e);
+    }
+    let back = an.finish(inp.info(), inp.counters());
+    (live, back, std::fs::read_to_string(&path).unwrap())
+}
+
+/// redis opens /proc/self/stat every 100 ms on its lowest free fd and closes it at once;
+/// the next client accepted gets that number. The live fd table binds each open to the
+/// name the backend gave it (`ret_path`: the fd's /proc link, absolute, which may differ
+/// from the path the call passed); the recording must carry that name, not the path, or
+/// the replay files the same calls under another file.
+#[test]
+fn an_fd_reused_between_an_open_and_a_client_reads_back_to_the_same_files() {
+    let open = |at: Nanos, path: &str, fd: i64, name: Option<&str>| {
+        let mut s = sc("openat", None, Ret::Val(fd), 30_000);
+        s.extra = Extra::Path(path.into());
+        s.ret_path = name.map(Into::into);
+        ev(100, at, s)
+    };
+    let mut accept = sc("accept4", Some(6), Ret::Val(8), 5_000);
+    accept.extra = Extra::None;
+    let events = vec![
+        open(1_000_000, "/proc/self/stat", 8, Some("/proc/100/stat")),
+        ev(100, 1_100_000, sc("read", Some(8), Ret::Val(300), 5_000)),
+        ev(100, 1_200_000, sc("close", Some(8), Ret::Val(0), 2_000)),
+        ev(100, 1_300_000, accept),
+        ev(100, 1_400_000, sc("read", Some(8), Ret::Val(40), 3_000)),
+        ev(100, 1_500_000, sc("write", Some(8), Ret::Val(5), 4_000)),
+        // A relative open named by the backend against the cwd; one it could not name.
+        open(1_600_000, "redis.log", 9, Some("/data/redis.log")),
+        ev(100, 1_700_000, sc("write", Some(9), Ret::Val(60), 9_000)),
+        ev(100, 1_800_000, sc("close", Some(9), Ret::Val(0), 2_000)),
+        open(1_900_000, "/proc/self/stat", 9, None),
+        ev(100, 2_000_000, sc("close", Some(9), Ret::Val(0), 2_000)),
+    ];
+    let fds = [
+        (5, "anon_inode:[eventpoll]"),
+        (6, "TCP:[127.0.0.1:7000]"),
+        (7, "/data/appendonlydir/appendonly.aof.1.incr.aof"),
+    ];
+    let (live, back, text) = live_and_replayed(&events, &fds);
+    let files = |r: &crate::report::Report| -> Vec<String> {
+        let mut v: Vec<String> = r
+            .fds
+            .iter()
+            .map(|f| format!("{} {} {:?} {:?} {}", f.pid, f.fd, f.path, f.class, f.calls))
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(files(&live), files(&back), "{text}");
+    let shown: Vec<String> = live
+        .fds
+        .iter()
+        .map(|f| format!("{} {}", f.fd, f.path.as_deref().unwrap_or("-")))
+        .collect();
+    for want in [
+        "8 /proc/100/stat",
+        "8 client connections",
+        "9 /data/redis.log",
+        "9 /proc/self/stat",
+    ] {
+        assert!(shown.iter().any(|s| s == want), "{want} in {shown:?}");
+    }
+}
