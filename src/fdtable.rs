@@ -208,12 +208,24 @@ pub type FileId = u32;
 /// The process an fd belongs to: the traced process, whatever its pid turns out to be (a
 /// trace may name it only at its first "Process N attached", or never), or a child it forked
 /// in the trace. Threads share their process's table.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Default)]
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
 pub enum ProcKey {
     #[default]
     Root,
     /// A child forked in the trace, by its pid.
     Pid(u32),
+}
+
+/// One word per key, as a `u32` pid was: the fd table and the connection maps hash it on
+/// every event (the derived hash writes the discriminant and the pid apart).
+impl std::hash::Hash for ProcKey {
+    #[inline]
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        h.write_u64(match self {
+            ProcKey::Root => u64::MAX,
+            ProcKey::Pid(p) => u64::from(*p),
+        });
+    }
 }
 
 impl ProcKey {

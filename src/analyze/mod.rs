@@ -170,9 +170,7 @@ impl Analyzer {
         match &ev.kind {
             EventKind::Syscall(sc) => self.on_syscall(ev, sc),
             EventKind::Signal { name, si_pid } => {
-                if let (&"SIGCHLD", Some(pid)) = (name, si_pid) {
-                    self.phases.end(*pid, ev.ts, report::EndedBy::Sigchld);
-                }
+                self.phases.on_signal(name, *si_pid, ev.ts);
                 self.world.touch(ev.tid);
             }
             EventKind::Exit { .. } => {

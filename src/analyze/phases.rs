@@ -70,6 +70,13 @@ impl Phases {
         }
     }
 
+    /// A signal delivered at `at`: a SIGCHLD from a child ends its phase.
+    pub(crate) fn on_signal(&mut self, name: &str, from: Option<u32>, at: Nanos) {
+        if let ("SIGCHLD", Some(child)) = (name, from) {
+            self.end(child, at, EndedBy::Sigchld);
+        }
+    }
+
     /// The phase running at `at`.
     pub(crate) fn active_at(&self, at: Nanos) -> Option<usize> {
         self.list
@@ -343,6 +350,26 @@ mod tests {
             p.report(&Clock::none(), 0, no_aof)[0].kind,
             PhaseKind::Bgsave
         );
+    }
+
+    #[test]
+    fn a_sigchld_from_the_child_ends_its_phase() {
+        let mut p = Phases::default();
+        let fork = with(
+            event(100, 10 * MS, MS, "clone"),
+            200,
+            Extra::Clone { thread: false },
+        );
+        p.on_call(&call(&fork, Role::Main, None), None);
+        p.on_signal("SIGUSR1", Some(200), 20 * MS);
+        p.on_signal("SIGCHLD", Some(300), 20 * MS);
+        assert_eq!(p.active_at(30 * MS), Some(0), "not its child's SIGCHLD");
+        p.on_signal("SIGCHLD", Some(200), 40 * MS);
+        assert_eq!(
+            (p.active_at(50 * MS), p.longest_ended()),
+            (None, Some(30 * MS))
+        );
+        assert_eq!(p.forks().collect::<Vec<_>>(), vec![(MS, 200)]);
     }
 
     #[test]
