@@ -369,7 +369,10 @@ mod tests {
             (p.active_at(50 * MS), p.longest_ended()),
             (None, Some(30 * MS))
         );
-        assert_eq!(p.forks().collect::<Vec<_>>(), vec![(MS, 200)]);
+        assert_eq!(
+            p.forks_bounded().collect::<Vec<_>>(),
+            vec![(MS, false, 200)]
+        );
     }
 
     #[test]
