@@ -109,6 +109,8 @@ pub struct InFlightRows<'r> {
     pub parked: &'r [Parked],
     /// Parked calls past `parked`.
     pub parked_more: usize,
+    /// The trace has timestamps: without them "since" would date every wait at +0.
+    pub timed: bool,
 }
 
 fn first<T>(rows: &[T], n: usize) -> &[T] {
@@ -150,6 +152,7 @@ fn terminal(r: &Report) -> Vec<Section<'_>> {
             threads: r.summary.threads,
             parked: first(&r.parked_at_end, 10),
             parked_more: r.parked_at_end.len().saturating_sub(10),
+            timed: r.source.clock != crate::report::ClockKind::None,
         }));
     }
     if !r.phases.is_empty() {

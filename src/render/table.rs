@@ -438,7 +438,7 @@ fn in_flight(f: &InFlightRows, w: &mut dyn Write, p: &Paint) -> io::Result<()> {
     }
     // Which thread waits in what: a hang in which every thread is parked names them all.
     for k in f.parked {
-        w.write_all(wrap(&parked_words(k), 4).as_bytes())?;
+        w.write_all(wrap(&parked_words(k, f.timed), 4).as_bytes())?;
     }
     if f.parked_more > 0 {
         writeln!(w, "    ... {} more (--format json for all)", f.parked_more)?;
@@ -447,8 +447,9 @@ fn in_flight(f: &InFlightRows, w: &mut dyn Write, p: &Paint) -> io::Result<()> {
 }
 
 /// "main thread 100 waits in epoll_wait(5) (epoll) since 22:38:57.101, at least 12 ms"
-/// (no thread number when the trace gave none, no length when nothing of it is known).
-fn parked_words(k: &crate::report::Parked) -> String {
+/// (no thread number when the trace gave none, no length when nothing of it is known, no
+/// start when the trace has no timestamps).
+fn parked_words(k: &crate::report::Parked, timed: bool) -> String {
     let tid = if k.tid == 0 {
         String::new()
     } else {
@@ -465,11 +466,15 @@ fn parked_words(k: &crate::report::Parked) -> String {
         (None, Some(c)) if c != crate::report::FileClass::Unknown => format!(" ({c})"),
         _ => String::new(),
     };
+    let since = if timed {
+        format!(" since {}", short_ts(&k.ts))
+    } else {
+        String::new()
+    };
     format!(
-        "{} thread{tid} waits in {}({fd}){on} since {}{known}",
+        "{} thread{tid} waits in {}({fd}){on}{since}{known}",
         k.thread.as_str(),
         k.syscall,
-        short_ts(&k.ts),
     )
 }
 

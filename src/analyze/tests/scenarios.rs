@@ -1767,29 +1767,32 @@ fn gaps_forks_and_unexplained_stalls_say_their_upper_bounds() {
 /// waits in (syscall, fd and file), in the JSON's `parked_at_end` and the table.
 #[test]
 fn every_thread_parked_at_the_end_is_named_with_what_it_waits_in() {
-    let mut s = Seq::new();
-    s.call(100, 0, 5 * MS, "epoll_wait", Some(5), 1, Extra::None);
-    s.read(100, 5 * MS, 9, b"*1\r\n$4\r\nPING\r\n");
-    s.write(100, 6 * MS, 10 * US, 9, b"+PONG\r\n");
-    s.partial(
-        100,
-        7 * MS,
-        "epoll_wait",
-        Some(5),
-        (900 * MS, DurSource::Paired),
-        InFlight::AtEnd,
-    );
-    for tid in [101, 102] {
+    let parked = || {
+        let mut s = Seq::new();
+        s.call(100, 0, 5 * MS, "epoll_wait", Some(5), 1, Extra::None);
+        s.read(100, 5 * MS, 9, b"*1\r\n$4\r\nPING\r\n");
+        s.write(100, 6 * MS, 10 * US, 9, b"+PONG\r\n");
         s.partial(
-            tid,
-            2 * MS,
-            "futex",
-            None,
-            (905 * MS, DurSource::Paired),
+            100,
+            7 * MS,
+            "epoll_wait",
+            Some(5),
+            (900 * MS, DurSource::Paired),
             InFlight::AtEnd,
         );
-    }
-    let r = s.report();
+        for tid in [101, 102] {
+            s.partial(
+                tid,
+                2 * MS,
+                "futex",
+                None,
+                (905 * MS, DurSource::Paired),
+                InFlight::AtEnd,
+            );
+        }
+        s
+    };
+    let r = parked().report();
     assert!(r.stalls.is_empty() && r.in_flight.is_empty(), "{r:?}");
     let got: Vec<(u32, &str, Option<i32>)> = r
         .parked_at_end
@@ -1827,6 +1830,13 @@ fn every_thread_parked_at_the_end_is_named_with_what_it_waits_in() {
             "{section}"
         );
     }
+    // Without timestamps nothing dates a wait: no "since +0" as if all began at the start.
+    let r = parked().report_with(Clock::none());
+    let mut out = Vec::new();
+    crate::render::table::render(&r, &mut out, false).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    assert!(text.contains("thread 101 waits in futex()"), "{text}");
+    assert!(!text.contains(" since "), "{text}");
 }
 
 /// Issue 13: `restart_syscall(<... resuming interrupted nanosleep ...>)` is that wait
