@@ -22,13 +22,25 @@ pub(crate) struct Coverage {
     in_flight_start: u64,
     in_flight_end: u64,
     lost_events: u64,
+    /// Event-loop waits that returned ready fds, and the calls that serve them (reads,
+    /// receives, accepts): a loop told of work that never takes it is a filtered trace.
+    ready_waits: u64,
+    takes: u64,
 }
+
+/// Ready-fd returns of event-loop waits that, with no read or accept in the trace at all,
+/// show that the calls serving them were filtered out (a few could be pipe wake-ups or
+/// writable sockets; every serving loop reads or accepts soon).
+const READY_WITHOUT_TAKES: u64 = 3;
 
 /// Why the gaps between a thread's calls cannot be trusted in a trace.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) enum GapVerdict {
     /// Not one event-loop wait (epoll, select/poll): `strace -e trace=...`, or a few lines.
     Filtered { syscalls: u64 },
+    /// Event-loop waits returned ready fds this many times, yet no call read or accepted:
+    /// `-e trace=` kept the waits and dropped the calls that serve them.
+    ServingFiltered { ready: u64 },
     /// No call shorter than this: `perf trace --duration`.
     DurationFiltered { min: Nanos },
     /// Timestamps coarser than the threshold (`-t`).
@@ -47,6 +59,11 @@ impl GapVerdict {
     pub(crate) fn why(&self) -> String {
         match self {
             GapVerdict::Filtered { .. } => "the trace looks filtered (-e trace=...)".into(),
+            GapVerdict::ServingFiltered { ready } => format!(
+                "event-loop waits returned ready fds {ready} times, yet the trace has not one \
+                 read, receive or accept: strace was probably run with -e trace=..., and a gap \
+                 may be calls that were not traced"
+            ),
             GapVerdict::DurationFiltered { min } => format!(
                 "no call in the trace is shorter than {}: it was filtered by duration \
                  (perf trace --duration), so calls are missing between the ones shown",
@@ -80,7 +97,9 @@ impl GapVerdict {
     pub(crate) fn is_filtered(&self) -> bool {
         matches!(
             self,
-            GapVerdict::Filtered { .. } | GapVerdict::DurationFiltered { .. }
+            GapVerdict::Filtered { .. }
+                | GapVerdict::ServingFiltered { .. }
+                | GapVerdict::DurationFiltered { .. }
         )
     }
 }
@@ -119,6 +138,11 @@ impl Coverage {
             }
             DurSource::UpperBound | DurSource::Paired => self.reconstructed += 1,
             DurSource::Unknown => {}
+        }
+        if cx.facts.has(Facts::RECV | Facts::ACCEPT) {
+            self.takes += 1;
+        } else if cx.facts.has(Facts::EPOLL | Facts::POLL) && sc.ret.val().is_some_and(|n| n > 0) {
+            self.ready_waits += 1;
         }
         match sc.in_flight {
             Some(InFlight::AtStart) => self.in_flight_start += 1,
@@ -168,6 +192,11 @@ impl Coverage {
         if self.syscalls > 0 && no_event_loop {
             return Some(GapVerdict::Filtered {
                 syscalls: self.syscalls,
+            });
+        }
+        if self.takes == 0 && self.ready_waits >= READY_WITHOUT_TAKES {
+            return Some(GapVerdict::ServingFiltered {
+                ready: self.ready_waits,
             });
         }
         if let Some(min) = self.duration_filter() {

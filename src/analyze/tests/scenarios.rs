@@ -316,6 +316,8 @@ fn fsync_of_the_aof_in_main_is_aof_fsync_always_even_without_stalls() {
     for i in 0..20 {
         let t = MS + i * MS;
         s.call(100, t, 10 * US, "epoll_wait", Some(5), 1, Extra::None);
+        // The request the wait returned (a loop that never reads is a filtered trace).
+        s.read(100, t + 12 * US, 9, b"*3\r\n$4\r\nSADD\r\n");
         s.write(100, t + 20 * US, 10 * US, 7, b"*3\r\n$4\r\nSADD\r\n");
         s.call(
             100,
@@ -852,6 +854,49 @@ fn a_filtered_trace_reports_no_gaps() {
         r.stalls.first()
     );
     assert!(ids(&r).contains(&"filtered-trace"));
+}
+
+/// `strace -e trace=epoll_wait,fdatasync`: the event loop is there, but not the reads and
+/// accepts that serve what it returns, so the time between waits is not "no syscall".
+#[test]
+fn a_trace_filtered_to_the_waits_reports_no_gaps() {
+    let trace = |serve: bool| {
+        let mut s = Seq::new();
+        s.open(100, 0, "/data/appendonly.aof", 7);
+        for i in 0..20 {
+            let t = MS + i * 100 * MS;
+            s.call(100, t, 50 * US, "epoll_wait", Some(5), 1, Extra::None);
+            if serve {
+                s.read(100, t + 60 * US, 9, b"*1\r\n$4\r\nPING\r\n");
+            }
+            // 40 ms in untraced calls (or, served, in the command) before the next wait.
+            s.call(
+                100,
+                t + 40 * MS,
+                150 * US,
+                "fdatasync",
+                Some(7),
+                0,
+                Extra::None,
+            );
+        }
+        s.report()
+    };
+    let r = trace(false);
+    assert!(
+        r.stalls.iter().all(|x| x.kind != StallKind::Gap),
+        "{:?}",
+        r.stalls.first()
+    );
+    assert!(ids(&r).contains(&"filtered-trace"), "{:?}", ids(&r));
+    // The same loop reading what it was told of: its 40 ms gaps are stalls.
+    let r = trace(true);
+    assert!(
+        r.stalls.iter().any(|x| x.kind == StallKind::Gap),
+        "{:?}",
+        r.stalls
+    );
+    assert!(!ids(&r).contains(&"filtered-trace"), "{:?}", ids(&r));
 }
 
 #[test]
