@@ -194,13 +194,14 @@ impl Coverage {
                 syscalls: self.syscalls,
             });
         }
+        if let Some(min) = self.duration_filter() {
+            return Some(GapVerdict::DurationFiltered { min });
+        }
+        // After the duration filter: a trace cut by duration misses its short reads too.
         if self.takes == 0 && self.ready_waits >= READY_WITHOUT_TAKES {
             return Some(GapVerdict::ServingFiltered {
                 ready: self.ready_waits,
             });
-        }
-        if let Some(min) = self.duration_filter() {
-            return Some(GapVerdict::DurationFiltered { min });
         }
         // perf trace prints milliseconds: its fraction digits count from 1 ms, strace's
         // from 1 s.
