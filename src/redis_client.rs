@@ -396,7 +396,7 @@ fn sort_dedup(d: &mut Collected) {
 
 /// How long the poller waits for the analysis to take a new connection's fd before it sends
 /// anything on it (and for redis to accept it, to learn that fd).
-const OWN_WAIT: Duration = Duration::from_secs(2);
+const OWN_WAIT: Duration = Duration::from_secs(5);
 
 impl Poller {
     pub fn start(addr: &str, interval: Duration) -> Poller {
@@ -474,15 +474,21 @@ const RETRY_EVERY: Duration = Duration::from_secs(3);
 
 /// After a connect to the traced redis: finds and publishes the connection's redis-side fd,
 /// then waits for it to be taken (both bounded by `OWN_WAIT`, and by a stop).
-fn hand_over(c: &Conn, pid: u32, own: &Mutex<OwnConns>, stop: &AtomicBool) {
-    let Ok(local) = c.w.local_addr() else { return };
+/// Tells the analysis which fd of the traced process is this connection, and waits until
+/// it has taken that: true once it has. False when redis did not accept the connection in
+/// time or the analysis (lagging on a loaded machine) did not take it: a command sent then
+/// would be counted as a client's, so the caller drops the connection and tries again.
+fn hand_over(c: &Conn, pid: u32, own: &Mutex<OwnConns>, stop: &AtomicBool, wait: Duration) -> bool {
+    let Ok(local) = c.w.local_addr() else {
+        return false;
+    };
     let t = Instant::now();
     let fd = loop {
         if let Some(fd) = server_side_fd(pid, local) {
             break fd;
         }
-        if t.elapsed() >= OWN_WAIT || stop.load(Ordering::SeqCst) {
-            return;
+        if t.elapsed() >= wait || stop.load(Ordering::SeqCst) {
+            return false;
         }
         std::thread::sleep(Duration::from_millis(10));
     };
@@ -493,12 +499,13 @@ fn hand_over(c: &Conn, pid: u32, own: &Mutex<OwnConns>, stop: &AtomicBool) {
         o.published
     };
     let t = Instant::now();
-    while t.elapsed() < OWN_WAIT && !stop.load(Ordering::SeqCst) {
+    while t.elapsed() < wait && !stop.load(Ordering::SeqCst) {
         if own.lock().unwrap_or_else(|e| e.into_inner()).taken >= want {
-            return;
+            return true;
         }
         std::thread::sleep(Duration::from_millis(10));
     }
+    false
 }
 
 fn poll_loop(
@@ -529,7 +536,13 @@ fn poll_loop(
             // The connection is handed over before AUTH: that is a command of ours too.
             match Conn::connect_unauthenticated(addr, CONNECT_TIMEOUT).and_then(|mut c| {
                 if let Some((pid, own)) = traced {
-                    hand_over(&c, pid, own, stop);
+                    // When stopping, the tracer is gone or going: the last round is sent.
+                    if !hand_over(&c, pid, own, stop, OWN_WAIT) && !stop.load(Ordering::SeqCst) {
+                        return Err(std::io::Error::other(
+                            "the analysis did not take this connection as ours in time \
+                             (a loaded machine); trying again",
+                        ));
+                    }
                 }
                 c.auth()?;
                 Ok(c)
@@ -702,6 +715,42 @@ mod tests {
                 ("latest_fork_usec".into(), 4810)
             ]
         );
+    }
+
+    /// A connection is used only once the analysis has taken it as the poller's: a command
+    /// sent before would be counted as a client's.
+    #[test]
+    fn a_connection_is_handed_over_only_once_the_analysis_takes_it() {
+        let server = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = server.local_addr().unwrap().to_string();
+        let me = std::process::id();
+        let stop = AtomicBool::new(false);
+        // This process plays the traced redis: the accepted socket is its server side.
+        let c = Conn::connect_unauthenticated(&addr, CONNECT_TIMEOUT).unwrap();
+        let (_accepted, _) = server.accept().unwrap();
+        let own = Mutex::new(OwnConns::default());
+        assert!(
+            !hand_over(&c, me, &own, &stop, Duration::from_millis(50)),
+            "nobody took it"
+        );
+        let published = own.lock().unwrap().new.clone();
+        assert_eq!(published.len(), 1, "its fd was published");
+        // A taker that takes what is published: the hand-over completes.
+        let own = std::sync::Arc::new(Mutex::new(OwnConns::default()));
+        let taker = {
+            let own = own.clone();
+            std::thread::spawn(move || loop {
+                let mut o = own.lock().unwrap();
+                if o.published > 0 {
+                    o.taken = o.published;
+                    return std::mem::take(&mut o.new);
+                }
+                drop(o);
+                std::thread::sleep(Duration::from_millis(5));
+            })
+        };
+        assert!(hand_over(&c, me, &own, &stop, Duration::from_secs(60)));
+        assert_eq!(taker.join().unwrap()[0].0, published[0].0);
     }
 
     #[test]
