@@ -103,24 +103,19 @@ pub fn live_log_source(
     })
 }
 
-/// The log `attach --redis` follows when redis itself has to say (`CONFIG GET logfile`),
-/// found before the tracer attaches: once traced, that one-off connection's command would
-/// count as a client's. `None` without `--redis`.
-pub fn ask_log_source(
-    args: &crate::cli::AttachArgs,
+/// Which log to follow, found before the tracer attaches (`attach --redis`, `watch`): once
+/// traced, the one-off `CONFIG GET logfile` connection's command would count as a client's.
+/// `conf` is the user's config; without it, the one the process was started with.
+pub fn log_source_before_attach(
     pid: u32,
+    explicit: Option<&str>,
+    redis: Option<&str>,
     conf: Option<&crate::fdtable::RedisConf>,
 ) -> Option<LogSource> {
-    let addr = args.redis.as_deref()?;
     let pre = crate::live::procctx::gather(pid);
     let pre_conf =
         (!pre.redis_conf.is_empty()).then(|| crate::fdtable::RedisConf::parse(&pre.redis_conf));
-    live_log_source(
-        args.out.redis_log.as_deref(),
-        Some(addr),
-        &pre,
-        conf.or(pre_conf.as_ref()),
-    )
+    live_log_source(explicit, redis, &pre, conf.or(pre_conf.as_ref()))
 }
 
 /// Live (`attach`): the log followed while tracing and the `--redis` poller, started at
@@ -133,7 +128,8 @@ pub struct LiveRedis {
 impl LiveRedis {
     /// The log is `--redis-log`, else the config's `logfile` (relative to the process's
     /// working directory, which redis has changed to its `dir`).
-    /// `asked`: the log found before the attach (`ask_log_source`), if redis was asked.
+    /// `asked`: the log found before the attach (`log_source_before_attach`), if redis was
+    /// asked.
     pub fn start(
         args: &crate::cli::AttachArgs,
         ctx: &crate::live::procctx::ProcContext,

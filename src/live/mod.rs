@@ -404,7 +404,14 @@ pub fn run_attach(args: &AttachArgs) -> Result<u64> {
     opts.root_pid = Some(pid);
     let user_conf = opts.redis_conf.is_some();
     install_stop_handlers();
-    let asked_log = crate::redis_evidence::ask_log_source(args, pid, opts.redis_conf.as_ref());
+    let asked_log = args.redis.as_deref().and_then(|addr| {
+        crate::redis_evidence::log_source_before_attach(
+            pid,
+            args.out.redis_log.as_deref(),
+            Some(addr),
+            opts.redis_conf.as_ref(),
+        )
+    });
     let (mut tracer, backend, threads_at_attach) = start_tracer(pid, args)?;
     // The analysis may lag; redis and the tracer thread that resumes it must not. On a
     // small machine the analyzer would otherwise take CPU from them (nice is per thread).

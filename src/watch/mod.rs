@@ -704,14 +704,14 @@ fn shutdown(w: &mut Watcher) {
 
 /// Traces process `pid` until it is gone or a stop is asked for.
 fn watch_one(w: &mut Watcher, pid: Tid) -> Result<()> {
-    // What redis's log is, found before the attach (`WatchRedis::log_source`).
+    // What redis's log is, found before the attach.
     let log_src = (w.args.redis.is_some() || w.args.redis_log.is_some()).then(|| {
-        let pre = procctx::gather(pid);
-        let conf =
-            w.opts.redis_conf.clone().or_else(|| {
-                (!pre.redis_conf.is_empty()).then(|| RedisConf::parse(&pre.redis_conf))
-            });
-        redis::WatchRedis::log_source(w.args, &pre, conf.as_ref())
+        crate::redis_evidence::log_source_before_attach(
+            pid,
+            w.args.redis_log.as_deref(),
+            w.args.redis.as_deref(),
+            w.opts.redis_conf.as_ref(),
+        )
     });
     let (mut tracer, backend, nthreads) = start(pid, w.args)?;
     w.metrics.attached.set(1);
