@@ -41,6 +41,19 @@ struct SyscallLabels {
     file_class: &'static str,
 }
 
+/// Why an incident's stalls are in no report: a closed set.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct UnreportedLabels {
+    pub reason: &'static str,
+}
+
+/// Over `--max-incidents-per-hour`.
+pub(crate) const RATE_LIMIT: &str = "rate_limit";
+/// The writer had its queue full for as long as the history ring held the incident.
+pub(crate) const WRITER_BUSY: &str = "writer_busy";
+/// The report could not be written (full disk, unwritable --out).
+pub(crate) const WRITE_ERROR: &str = "write_error";
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CommandLabels {
     command: String,
@@ -61,6 +74,11 @@ pub(crate) struct Metrics {
     pub incidents: Counter,
     pub incidents_suppressed: Counter,
     pub incident_errors: Counter,
+    /// Stalls over the threshold whose incident was not written, by why.
+    pub unreported: Family<UnreportedLabels, Counter>,
+    /// The writer's wall and CPU time over the reports it made.
+    pub write_seconds: Counter<f64, AtomicU64>,
+    pub write_cpu_seconds: Counter<f64, AtomicU64>,
     pub event_log_errors: Counter,
     pub ring_evicted: Counter,
     pub ring_bytes: Gauge,
@@ -123,6 +141,28 @@ impl Metrics {
             "Incident reports that could not be written (full disk, unwritable --out)",
             incident_errors.clone(),
         );
+        let unreported = Family::<UnreportedLabels, Counter>::default();
+        r.register(
+            "stalls_not_reported",
+            "Stalls over the threshold (counted in stallscope_stalls_total) in no incident report, by reason: rate_limit, writer_busy (the incident waited for the writer until the history ring dropped its first stall), write_error",
+            unreported.clone(),
+        );
+        for reason in [RATE_LIMIT, WRITER_BUSY, WRITE_ERROR] {
+            // Present at 0 from the start: an alert on its rate needs the series.
+            drop(unreported.get_or_create(&UnreportedLabels { reason }));
+        }
+        let write_seconds = Counter::<f64, AtomicU64>::default();
+        r.register(
+            "incident_write_seconds",
+            "Wall time the incident writer spent making reports (analysis, HTML, JSON, recording)",
+            write_seconds.clone(),
+        );
+        let write_cpu_seconds = Counter::<f64, AtomicU64>::default();
+        r.register(
+            "incident_write_cpu_seconds",
+            "CPU time of the incident writer thread over the reports it made",
+            write_cpu_seconds.clone(),
+        );
         let event_log_errors = Counter::default();
         r.register(
             "event_log_errors",
@@ -164,6 +204,9 @@ impl Metrics {
             incidents,
             incidents_suppressed,
             incident_errors,
+            unreported,
+            write_seconds,
+            write_cpu_seconds,
             event_log_errors,
             ring_evicted,
             ring_bytes,
@@ -200,6 +243,16 @@ fn self_cpu_seconds() -> Option<f64> {
     }
     let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
     Some(tv(ru.ru_utime) + tv(ru.ru_stime))
+}
+
+/// CPU seconds of the calling thread.
+pub(crate) fn thread_cpu_seconds() -> f64 {
+    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
+    // SAFETY: clock_gettime writes into the struct it is given.
+    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } != 0 {
+        return 0.0;
+    }
+    ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9
 }
 
 /// VmRSS of this process, in bytes.
