@@ -10,14 +10,18 @@
 #     the floor (what stays: leaks would raise it) and the peak (bounded by design: the ring
 #     and one incident's events, two when the ring is dropping what a waiting incident needs,
 #     plus the analyzers: at most three times --ring-size) of the minute before it;
-#   - injected stalls vs those the watcher counted (--events lines of >= 250 ms of the
-#     injected kinds) and the stallscope_stalls_total sum;
+#   - injected stalls vs those the watcher counted (--events lines of the main thread of
+#     the injected kind over each injection's window, adding up to >= 250 ms: a spin can
+#     be cut in pieces by a syscall redis makes during the script) and the
+#     stallscope_stalls_total sum; stalls in no report, by reason; the writer's time per
+#     report; the load average;
 #   - incident reports written vs incidents injected (each injection is 60 s after the
 #     previous one, beyond --before + --after, so each is one incident).
 #
 #   nice bash bench/soak.sh [DURATION_S] [OUT_FILE]     (defaults 1800, bench/soak.result.txt)
 #
-# THRESHOLD (default 10ms) and MAX_INCIDENTS (default 1000 per hour: the soak checks grouping
+# THRESHOLD (default 10ms; 100ms makes the injected 300 ms stalls the incidents, even when
+# redis's main thread splits a spin in two with a syscall of its own) and MAX_INCIDENTS (default 1000 per hour: the soak checks grouping
 # and memory, not the rate limit) are passed to the watcher. bench/soak_check.py matches
 # each injected stall to the incident reports. WATCH_EXTRA adds watcher flags (e.g.
 # `--perf-pages 8192` on a loaded machine, where a descheduled watcher loses records). KEEP=1
@@ -65,15 +69,22 @@ echo "soak: ${DUR}s, threshold ${THRESHOLD:-10ms}, redis $RPID on port $PORT, wa
 while :; do
   now=$(date +%s); el=$((now - START))
   [ "$el" -ge "$DUR" ] && break
-  if [ $((el - ${LAST_SAMPLE:--5})) -ge 5 ]; then echo "$el $(rss)" >>"$DIR/rss.txt"; LAST_SAMPLE=$el; fi
+  if [ $((el - ${LAST_SAMPLE:--5})) -ge 5 ]; then
+    echo "$el $(rss)" >>"$DIR/rss.txt"; LAST_SAMPLE=$el
+    echo "$el $(cut -d' ' -f1 /proc/loadavg)" >>"$DIR/load.txt"
+  fi
   if [ -z "$RSS5" ] && [ "$el" -ge 300 ]; then RSS5=$(rss); echo "RSS at ${el}s: ${RSS5} kB" | tee -a "$OUT"; fi
   # One injection per minute, at 30 s past each minute of the run.
   if [ "$el" -ge $((i * 60 + 30)) ]; then
+    # When each injection was sent and answered: bench/soak_check.py finds its stalls by
+    # that window, whatever pieces the watcher saw it as.
+    t0=$(date -u +%FT%T.%6N+00:00)
     if [ $((i % 2)) -eq 0 ]; then
-      redis-cli -p "$PORT" DEBUG SLEEP 0.3 >/dev/null && INJ_SLEEP=$((INJ_SLEEP + 1))
+      redis-cli -p "$PORT" DEBUG SLEEP 0.3 >/dev/null && INJ_SLEEP=$((INJ_SLEEP + 1)) && kind=sleep
     else
-      redis-cli -p "$PORT" EVAL "$SPIN" 0 >/dev/null && INJ_SPIN=$((INJ_SPIN + 1))
+      redis-cli -p "$PORT" EVAL "$SPIN" 0 >/dev/null && INJ_SPIN=$((INJ_SPIN + 1)) && kind=spin
     fi
+    echo "$t0 $(date -u +%FT%T.%6N+00:00) $kind" >>"$DIR/injected.txt"
     i=$((i + 1))
     echo "$(date -u +%T) injected $i; watcher RSS $(rss) kB" >>"$OUT"
   fi
@@ -89,6 +100,11 @@ SUPPRESSED=$(metric_sum stallscope_incidents_suppressed_total)
 LOST=$(metric_sum stallscope_lost_events_total)
 EVICTED=$(metric_sum stallscope_ring_evicted_early_total)
 CPU=$(metric_sum stallscope_watcher_cpu_seconds_total)
+WRITTEN_METRIC=$(metric_sum stallscope_incidents_total)
+WSEC=$(metric_sum stallscope_incident_write_seconds_total)
+WCPU=$(metric_sum stallscope_incident_write_cpu_seconds_total)
+NOTREP=$(curl -s "http://127.0.0.1:$MPORT/metrics" | awk 'index($1, "stallscope_stalls_not_reported_total") == 1 {sub(/.*reason="/, "", $1); sub(/".*/, "", $1); printf "%s %s, ", $1, $2}')
+ERRS=$(metric_sum stallscope_incident_write_errors_total)
 read -r SEEN_SLEEP SEEN_SPIN < <(python3 - "$DIR/events.jsonl" <<'PY'
 import json, sys
 sl = sp = 0
@@ -120,9 +136,12 @@ print(f"watcher RSS floor/peak over the minute before 5 min: {f5}/{p5} kB; befor
 PY
   echo "injected: $INJ_SLEEP DEBUG SLEEP 0.3, $INJ_SPIN EVAL 300 ms spins; seen by the watcher (--events, main thread, >= 250 ms): $SEEN_SLEEP sleeps, $SEEN_SPIN gaps"
   echo "stallscope_stalls_total (all stalls over 10 ms, load included): $STALLS_METRIC"
-  echo "incident reports written: $INCIDENTS for $((INJ_SLEEP + INJ_SPIN)) injected incidents; suppressed $SUPPRESSED"
+  echo "incident reports written: $INCIDENTS for $((INJ_SLEEP + INJ_SPIN)) injected incidents; not written: $SUPPRESSED (rate limit or writer busy), $ERRS write errors"
+  echo "stalls in no report (stallscope_stalls_not_reported_total): ${NOTREP%, }"
+  python3 -c "n=$WRITTEN_METRIC; print(f'incident writer: {$WSEC:.1f} s wall, {$WCPU:.1f} s CPU for {n:.0f} reports: {$WSEC / max(n, 1):.2f} s wall, {$WCPU / max(n, 1):.2f} s CPU each')"
+  python3 -c "import sys; v=[float(l.split()[1]) for l in open('$DIR/load.txt')]; print(f'load average (1 min, every 5 s): min {min(v):.1f}, median {sorted(v)[len(v)//2]:.1f}, max {max(v):.1f}')"
   echo "lost events $LOST, ring evicted early $EVICTED, watcher CPU ${CPU}s over ${DUR}s; exit status after SIGTERM $WCODE"
-  python3 bench/soak_check.py "$DIR/events.jsonl" "$DIR/incidents"
+  python3 bench/soak_check.py "$DIR/events.jsonl" "$DIR/incidents" "$DIR/injected.txt"
   echo "incident files:"; ls "$DIR/incidents" | sed 's/^/  /' | head -80
   echo "watcher stderr (last 5 lines):"; tail -5 "$DIR/watch.err" | sed 's/^/  /'
 } | tee -a "$OUT"
