@@ -3,11 +3,14 @@
 # watcher attached (perf backend, incident ring, metrics endpoint scraped, --events) against
 # the same redis untraced, in the same run, on a fresh redis-server on a free loopback port.
 #
-#   bench/watch.sh [REQUESTS] [CLIENTS] [ROUNDS]   (defaults 200000, 50, 3)
+#   bench/watch.sh [REQUESTS] [CLIENTS] [ROUNDS]   (defaults 200000, 50, 9)
 #
-# Each round measures untraced right before and right after the watched run and takes their
-# mean as that round's baseline (throughput on a shared VM drifts); the median round's ratio
-# is the figure, beside the ratio of the totals. Also prints the watcher's CPU seconds and
+# Untraced and watched runs strictly alternate (U W U W ... W U: ROUNDS watched runs, one
+# more untraced); each watched run's baseline is the mean of the untraced runs just before
+# and just after it (throughput on a shared VM drifts), and the median of the ROUNDS ratios
+# is the figure, beside the ratio of the totals and the spread of the ratios and of the
+# untraced runs (how noisy the machine was). With the defaults, about 2 minutes on a quiet
+# machine. Also prints the watcher's CPU seconds and
 # RSS after each watched run, from its own metrics, and how long it took to exit on SIGTERM
 # (with its exit status and redis's TracerPid afterwards).
 # Needs redis-server, redis-benchmark, redis-cli, curl, python3, root (perf tracepoints), and
@@ -16,7 +19,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${1:-200000}
 C=${2:-50}
-ROUNDS=${3:-3}
+ROUNDS=${3:-9}
 BIN=${CARGO_TARGET_DIR:-target}/release/stallscope
 [ -x "$BIN" ] || { echo "build first: cargo build --release ($BIN missing)" >&2; exit 2; }
 for t in redis-server redis-benchmark redis-cli curl python3; do
@@ -53,9 +56,10 @@ metric() { curl -s "http://127.0.0.1:$MPORT/metrics" | awk -v m="$1" '$1 == m {p
 
 rps >/dev/null # warm up
 echo "redis-benchmark -t set -n $N -c $C on $(nproc) cores, redis $(redis-server --version | awk '{print $3}' | cut -d= -f2), kernel $(uname -r)"
-RATIOS=(); SUM_BASE=0; SUM_W=0
+RATIOS=(); SUM_BASE=0; SUM_W=0; UNTRACED=()
+BASE2=$(rps); UNTRACED+=("$BASE2")
 for round in $(seq "$ROUNDS"); do
-  BASE1=$(rps)
+  BASE1=$BASE2
   rm -f "$DIR/w.err"
   "$BIN" watch --pid "$RPID" --out "$DIR/incidents" --metrics "127.0.0.1:$MPORT" \
     --events "$DIR/events.jsonl" >/dev/null 2>"$DIR/w.err" &
@@ -73,7 +77,7 @@ for round in $(seq "$ROUNDS"); do
   kill -TERM "$W"; set +e; wait "$W"; WCODE=$?; set -e; W=""
   STOP_S=$(python3 -c "print(f'{$(date +%s.%N) - $T0:.3f}')")
   TRACED=$(awk '/^TracerPid:/ {print $2}' /proc/"$RPID"/status)
-  BASE2=$(rps)
+  BASE2=$(rps); UNTRACED+=("$BASE2")
   BASE=$(python3 -c "print(f'{($BASE1 + $BASE2) / 2:.2f}')")
   R=$(python3 -c "print(f'{$WR / $BASE:.3f}')")
   RATIOS+=("$R")
@@ -82,4 +86,11 @@ for round in $(seq "$ROUNDS"); do
   echo "round $round: untraced $BASE rps ($BASE1, $BASE2) | watch $WR rps ($R); watcher CPU ${CPU}s, RSS $(python3 -c "print(f'{$RSS/1048576:.0f}')") MiB, $LOST lost; SIGTERM: exit $WCODE after ${STOP_S}s, TracerPid $TRACED"
 done
 echo "watch, total over all rounds: $(python3 -c "print(f'{$SUM_W / $SUM_BASE:.3f}')") of untraced"
-echo "median ratio to untraced: $(printf '%s\n' "${RATIOS[@]}" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')"
+python3 - "${UNTRACED[*]}" "${RATIOS[*]}" <<'PY'
+import statistics, sys
+u = [float(x) for x in sys.argv[1].split()]
+r = sorted(float(x) for x in sys.argv[2].split())
+print(f"untraced runs: {len(u)}, {min(u):.0f}-{max(u):.0f} rps (spread {max(u) / min(u):.2f}x, cv {statistics.pstdev(u) / statistics.mean(u):.3f})")
+print(f"ratios: {' '.join(f'{x:.3f}' for x in r)}")
+print(f"median ratio to untraced: {statistics.median(r):.3f}")
+PY

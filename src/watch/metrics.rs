@@ -524,5 +524,14 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("stallscope_lost_events_total 0"), "{text}");
+        // Each reason a stall can miss its report is a series from the start.
+        for r in ["rate_limit", "writer_busy", "write_error"] {
+            assert!(
+                text.contains(&format!(
+                    "stallscope_stalls_not_reported_total{{reason=\"{r}\"}} 0"
+                )),
+                "{text}"
+            );
+        }
     }
 }
