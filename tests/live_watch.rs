@@ -437,6 +437,15 @@ fn unwritable_out_is_counted_and_rate_limit_too_and_watching_goes_on() {
         metric(mport, "stallscope_incident_write_errors_total").filter(|n| *n >= 1.0)
     });
     assert!(err.is_some(), "write error not counted; {:?}", w.lines());
+    // Its stall is counted as in no report, and why.
+    let unrep = poll(Duration::from_secs(30), || {
+        metric(
+            mport,
+            "stallscope_stalls_not_reported_total{reason=\"write_error\"}",
+        )
+        .filter(|n| *n >= 1.0)
+    });
+    assert!(unrep.is_some(), "{:?}", w.lines());
     assert!(
         w.lines()
             .iter()
@@ -454,6 +463,11 @@ fn unwritable_out_is_counted_and_rate_limit_too_and_watching_goes_on() {
         metric(mport, "stallscope_incidents_suppressed_total").filter(|n| *n >= 1.0)
     });
     assert!(sup.is_some(), "rate limit not counted; {:?}", w.lines());
+    let unrep = metric(
+        mport,
+        "stallscope_stalls_not_reported_total{reason=\"rate_limit\"}",
+    );
+    assert!(unrep.is_some_and(|n| n >= 1.0), "{unrep:?}");
 }
 
 /// A copy of redis-server under a name of its own (`redis-server-XX`: the comm keeps its

@@ -514,6 +514,40 @@ impl Watcher<'_> {
     }
 }
 
+/// When the watch loop looks for new stalls and finished incidents: every 200 ms, and
+/// after every eighth of what the ring can hold. A watcher catching up on a backlog (it
+/// was descheduled on a loaded host while the kernel buffered redis's calls) pushes events
+/// much faster than they happened: by wall time alone, a whole ring could pass between two
+/// looks, evicting a stall before its incident was opened and held.
+struct DrainClock {
+    last: Instant,
+    since: usize,
+    every: usize,
+}
+
+impl DrainClock {
+    const PERIOD: Duration = Duration::from_millis(200);
+
+    fn new(ring_bytes: usize, now: Instant) -> DrainClock {
+        DrainClock {
+            last: now,
+            since: 0,
+            every: (ring_bytes / std::mem::size_of::<crate::event::Event>() / 8).max(64),
+        }
+    }
+
+    /// One turn of the loop (`event`: it brought one) at `now`: true when it is time.
+    fn due(&mut self, event: bool, now: Instant) -> bool {
+        self.since += event as usize;
+        if self.since >= self.every || now.duration_since(self.last) >= Self::PERIOD {
+            self.last = now;
+            self.since = 0;
+            return true;
+        }
+        false
+    }
+}
+
 /// A finished incident whose events are still in the ring, up to sequence number `cut`.
 struct Pending {
     open: incident::Open,
@@ -844,11 +878,12 @@ fn watch_one(w: &mut Watcher, pid: Tid) -> Result<()> {
         }
     );
     let mut seen_tids: HashSet<Tid> = HashSet::new();
-    let mut last_drain = Instant::now();
+    let mut drains = DrainClock::new(w.args.ring_size, Instant::now());
     let mut last_stop_req: Option<Instant> = None;
     let mut latest: Nanos = st.attach_mono;
     loop {
         let ev = tracer.next_event_timeout(Duration::from_millis(100))?;
+        let got_event = ev.is_some();
         let lost = tracer.take_lost();
         if lost > 0 {
             w.metrics.lost_events.inc_by(lost);
@@ -889,8 +924,7 @@ fn watch_one(w: &mut Watcher, pid: Tid) -> Result<()> {
             w.ring.push(ev, latest);
         }
         let done = tracer.is_done();
-        if done || last_drain.elapsed() >= Duration::from_millis(200) {
-            last_drain = Instant::now();
+        if drains.due(got_event, Instant::now()) || done {
             let mut found = vec![];
             let switch_at = prev.as_ref().map(|(_, s)| *s);
             if let Some((p, s)) = &mut prev {
@@ -1190,6 +1224,19 @@ mod tests {
             w.metrics.incidents_suppressed.get(),
             w.limit.suppressed + done.iter().map(|j| j.suppressed).sum::<u64>()
         );
+    }
+
+    #[test]
+    fn a_backlog_is_drained_by_count_not_only_by_time() {
+        // 1 MiB of ring: a look at least every eighth of the events it can hold, however
+        // fast they come; and every 200 ms when they are few.
+        let t0 = Instant::now();
+        let mut d = DrainClock::new(1 << 20, t0);
+        let every = (1 << 20) / std::mem::size_of::<Event>() / 8;
+        let looks: Vec<usize> = (1..=every * 3).filter(|_| d.due(true, t0)).collect();
+        assert_eq!(looks, vec![every, 2 * every, 3 * every]);
+        assert!(!d.due(false, t0 + Duration::from_millis(100)));
+        assert!(d.due(false, t0 + Duration::from_millis(201)));
     }
 
     #[test]
