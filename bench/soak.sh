@@ -133,6 +133,9 @@ def window(a, b):
 f5, p5 = window(240, 300)
 fe, pe = window(end - 60, end + 1)
 print(f"watcher RSS floor/peak over the minute before 5 min: {f5}/{p5} kB; before the end: {fe}/{pe} kB; floor ratio {fe / f5:.3f}, peak ratio {pe / p5:.3f}")
+# Per minute: a leak climbs; the live analyzer, replaced every 10 minutes, saws.
+floors = [window(m * 60, m * 60 + 60)[0] for m in range(end // 60) if any(m * 60 <= t < m * 60 + 60 for t, _ in rows)]
+print("watcher RSS floor per minute (MB): " + " ".join(f"{f / 1024:.0f}" for f in floors))
 PY
   echo "injected: $INJ_SLEEP DEBUG SLEEP 0.3, $INJ_SPIN EVAL 300 ms spins; seen by the watcher (--events, main thread, >= 250 ms): $SEEN_SLEEP sleeps, $SEEN_SPIN gaps"
   echo "stallscope_stalls_total (all stalls over 10 ms, load included): $STALLS_METRIC"
