@@ -374,8 +374,13 @@ impl Watcher<'_> {
             self.release_ring();
             return;
         }
-        let from =
-            (o.start - self.args.before).max(self.reported_upto.map_or(Nanos::MIN, |t| t + 1));
+        let from = match self.reported_upto {
+            // Its first stall began inside the previous report (a gap it could not see the
+            // end of): this one starts at that stall, from the marks the ring kept of each
+            // thread's last call (`Ring::take_upto`).
+            Some(t) if o.start <= t => o.start,
+            upto => (o.start - self.args.before).max(upto.map_or(Nanos::MIN, |t| t + 1)),
+        };
         self.reported_upto = self.ring.newest();
         self.pending = Some(Pending {
             open: o,
@@ -1224,6 +1229,50 @@ mod tests {
             w.metrics.incidents_suppressed.get(),
             w.limit.suppressed + done.iter().map(|j| j.suppressed).sum::<u64>()
         );
+    }
+
+    #[test]
+    fn a_stall_that_began_inside_the_previous_report_is_in_the_next() {
+        // Incident A (a stall ending at 10 s) is written at 10.5 s; the main thread's last
+        // call ended at 10.4 s and its next comes at 10.9 s: a gap found only then, which
+        // began inside A's report. B's report must hold the call the gap began at.
+        let a = args(&["--after", "500ms"]);
+        let (mut w, rx) = watcher(&a);
+        let ac = ctx();
+        let clock = Clock {
+            fmt: TimeFmt::Epoch,
+            perf: false,
+            frac_digits: 6,
+            first: 0,
+            date: None,
+            wall_at_first: Some(0),
+        };
+        let ms = 1_000_000;
+        for t in (9_000..=10_400).step_by(100) {
+            w.ring.push(call(t * ms, 1000), t * ms + 1000);
+        }
+        let s = crate::watch::incident::tests::stall(300_000, None);
+        w.on_stall(&s, 9_700 * ms, 10_000 * ms);
+        let o = w.grouper.take_due(10_500 * ms, None).expect("due");
+        w.incident_due(o);
+        w.hand_over(&ac, &clock, false);
+        let ja = rx.try_recv().expect("A handed over");
+        w.jobs_out.fetch_sub(1, Ordering::SeqCst);
+        let gap_from = 10_400 * ms + 1000;
+        w.ring.push(call(10_900 * ms, 1000), 10_900 * ms + 1000);
+        w.on_stall(&s, gap_from, 10_900 * ms);
+        let o = w.grouper.take_due(11_500 * ms, None).expect("due");
+        w.incident_due(o);
+        w.hand_over(&ac, &clock, false);
+        let jb = rx.try_recv().expect("B handed over");
+        assert!(ja.events.last().unwrap().end() >= gap_from);
+        let first = jb.events.first().unwrap();
+        assert_eq!(
+            (first.ts, first.end()),
+            (gap_from, gap_from),
+            "B starts at the gap"
+        );
+        assert_eq!(jb.events.last().unwrap().ts, 10_900 * ms);
     }
 
     #[test]

@@ -54,6 +54,32 @@ pub(crate) fn event_bytes(ev: &Event) -> usize {
     n
 }
 
+/// The last finished call of each thread in `events`, as a call of no length at its end
+/// (oldest first): it bounds a gap that began there, and as it lasts nothing it cannot be
+/// a slow call again in the next report.
+fn boundary_marks(events: &VecDeque<Event>) -> Vec<Event> {
+    let mut seen: Vec<crate::event::Tid> = vec![];
+    let mut marks = vec![];
+    for ev in events.iter().rev() {
+        let EventKind::Syscall(sc) = &ev.kind else {
+            continue;
+        };
+        if sc.dur.is_none() || seen.contains(&ev.tid) {
+            continue;
+        }
+        seen.push(ev.tid);
+        let mut m = ev.clone();
+        m.ts = ev.end();
+        if let EventKind::Syscall(sc) = &mut m.kind {
+            sc.dur = Some(0);
+            sc.sched = None;
+        }
+        marks.push(m);
+    }
+    marks.sort_by_key(|m| m.ts);
+    marks
+}
+
 impl Ring {
     pub(crate) fn new(max_bytes: usize, keep_ns: Nanos) -> Ring {
         // Sized once for the most events the byte bound admits: a VecDeque that regrows
@@ -147,6 +173,14 @@ impl Ring {
         let mut rest = VecDeque::with_capacity(self.events.capacity());
         rest.extend(self.events.drain(n..));
         let mut out = std::mem::replace(&mut self.events, rest);
+        // Each thread's last call handed over stays behind as a mark at its end: a gap that
+        // began there and ends after the cut (the main thread spinning in a script when an
+        // incident is cut early) is then seen by the next report, which starts at that
+        // gap. Without it the gap was in neither report: the first ends before the gap's
+        // end, the second starts after its beginning.
+        for m in boundary_marks(&out).into_iter().rev() {
+            self.events.push_front(m);
+        }
         self.bytes = self.events.iter().map(event_bytes).sum();
         self.hold_from = None;
         let mut first = front;
@@ -210,7 +244,7 @@ impl Ring {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::Syscall;
+    use crate::event::{Syscall, Tid};
 
     fn call(ts: Nanos) -> Event {
         let mut sc = Syscall::new("read");
@@ -265,17 +299,55 @@ mod tests {
         let got = r.take_upto(40, cut).events;
         assert_eq!(got.first().unwrap().ts, 40);
         assert_eq!(got.len(), 60);
-        assert_eq!(
-            (r.len(), r.oldest(), r.newest()),
-            (10, Some(100), Some(109))
-        );
-        assert_eq!(r.bytes(), 10 * event_bytes(&call(0)));
-        // A cut at the newest event empties it.
+        // The thread's last call handed over stays as a mark at its end.
+        assert_eq!((r.len(), r.oldest(), r.newest()), (11, Some(99), Some(109)));
+        assert_eq!(r.bytes(), 11 * event_bytes(&call(0)));
+        // A cut at the newest event leaves only the mark of its last call.
         let got = r.take_upto(0, r.next_seq()).events;
-        assert_eq!(got.len(), 10);
-        assert_eq!((r.len(), r.bytes(), r.newest()), (0, 0, None));
+        assert_eq!(got.len(), 11);
+        assert_eq!((r.len(), r.oldest(), r.newest()), (1, Some(109), Some(109)));
         r.push(call(110), 110);
-        assert_eq!(r.oldest(), Some(110));
+        assert_eq!(r.newest(), Some(110));
+    }
+
+    #[test]
+    fn a_gap_across_a_cut_is_bounded_in_the_next_take() {
+        // Thread 1 ends a call at 50 and makes no other until 300 (a spin); thread 2 made
+        // a slow call (10..40). A report cut at 100 holds neither the gap's end nor,
+        // without the mark, would the next one hold its beginning.
+        let mut r = Ring::new(1 << 30, 1_000);
+        let mut slow = call(10);
+        slow.tid = 2;
+        if let EventKind::Syscall(sc) = &mut slow.kind {
+            sc.dur = Some(30);
+        }
+        r.push(slow, 40);
+        r.push(call(50), 50);
+        let cut = r.next_seq();
+        r.push(call(300), 300);
+        let first = r.take_upto(0, cut).events;
+        assert_eq!(first.len(), 2);
+        // The next report starts at the gap's beginning: thread 1's call at its end, and
+        // thread 2's slow call as a call of no length (not a slow call twice).
+        let next = r.take_upto(50, r.next_seq()).events;
+        let got: Vec<(Tid, Nanos, Nanos)> = next.iter().map(|e| (e.tid, e.ts, e.end())).collect();
+        assert_eq!(got, vec![(1, 50, 50), (1, 300, 300)]);
+        // Each thread's last call stays marked (until --before passes).
+        let next2 = r.take_upto(0, r.next_seq()).events;
+        let got: Vec<(Tid, Nanos)> = next2.iter().map(|e| (e.tid, e.ts)).collect();
+        assert_eq!(got, vec![(2, 40), (1, 300)]);
+        let mut r = Ring::new(1 << 30, 1_000);
+        let mut slow = call(10);
+        slow.tid = 2;
+        if let EventKind::Syscall(sc) = &mut slow.kind {
+            sc.dur = Some(30);
+        }
+        r.push(slow, 40);
+        let cut = r.next_seq();
+        r.take_upto(0, cut);
+        let marks = r.take_upto(0, r.next_seq()).events;
+        assert_eq!(marks.len(), 1);
+        assert_eq!((marks[0].ts, marks[0].end()), (40, 40));
     }
 
     #[test]
@@ -298,7 +370,8 @@ mod tests {
         assert_eq!(got.events.first().unwrap().ts, 2);
         assert_eq!(got.lost, vec![(0, 7), (2, 3)]);
         let got = r.take_upto(0, r.next_seq());
-        assert_eq!(got.lost, vec![(0, 5)]);
+        // After the mark of the last call handed over, before event 10.
+        assert_eq!(got.lost, vec![(1, 5)]);
         // A loss whose event is evicted by time goes with it.
         let mut r = Ring::new(1 << 30, 5);
         r.note_lost(9);
