@@ -138,7 +138,7 @@ floors = [window(m * 60, m * 60 + 60)[0] for m in range(end // 60) if any(m * 60
 print("watcher RSS floor per minute (MB): " + " ".join(f"{f / 1024:.0f}" for f in floors))
 PY
   echo "injected: $INJ_SLEEP DEBUG SLEEP 0.3, $INJ_SPIN EVAL 300 ms spins; seen by the watcher (--events, main thread, >= 250 ms): $SEEN_SLEEP sleeps, $SEEN_SPIN gaps"
-  echo "stallscope_stalls_total (all stalls over 10 ms, load included): $STALLS_METRIC"
+  echo "stallscope_stalls_total (all stalls over ${THRESHOLD:-10ms}, load included): $STALLS_METRIC"
   echo "incident reports written: $INCIDENTS for $((INJ_SLEEP + INJ_SPIN)) injected incidents; not written: $SUPPRESSED (rate limit or writer busy), $ERRS write errors"
   echo "stalls in no report (stallscope_stalls_not_reported_total): ${NOTREP%, }"
   python3 -c "n=$WRITTEN_METRIC; print(f'incident writer: {$WSEC:.1f} s wall, {$WCPU:.1f} s CPU for {n:.0f} reports: {$WSEC / max(n, 1):.2f} s wall, {$WCPU / max(n, 1):.2f} s CPU each')"
