@@ -52,6 +52,9 @@ pub(crate) struct Evidence<'a> {
     pub(crate) gaps: Option<&'a GapVerdict>,
     pub(crate) conf: Option<&'a RedisConf>,
     pub(crate) threshold_us: i64,
+    /// The most bytes one copy-on-write fault copies where the trace was taken, when the
+    /// tracer knows (`Options::fault_copy_bytes`).
+    pub(crate) fault_copy: Option<u64>,
 }
 
 /// (finding id, plain-words cause) for one stall. `running`: the command its thread ran
@@ -76,7 +79,7 @@ pub(crate) fn explain(
     if c.kind == StallKind::Gap {
         // A gap from a call of unknown length is at most what it says.
         let d = format!("{bound}{}", human(c.dur / 1000));
-        if let Some(v) = sched_of_gap(c, role, &who, &d, &during, running) {
+        if let Some(v) = sched_of_gap(a.fault_copy, c, role, &who, &d, &during, running) {
             return v;
         }
         return match role {
@@ -134,18 +137,24 @@ struct SchedSplit {
     runnable_ns: i64,
     minor_faults: u64,
     major_faults: u64,
+    /// The most bytes a fault copies, when the tracer knows it.
+    fault_copy: Option<u64>,
 }
 
 /// A burst: a minor fault for every 20 µs on a CPU, or more often. A copy-on-write fault (a
 /// page allocated, 4 KiB copied) costs the thread a few µs, so at that rate faults are a
 /// tenth of its time or more; a command busy on its own data faults far less often.
+/// Counted in bytes (`BASE_PAGE` per 20 µs): where one fault copies a whole huge page
+/// (Linux before 5.8 with transparent huge pages in use), fewer faults copy as much.
 const FAULT_EVERY_NS: i64 = 20_000;
-/// Fewer faults than this are no burst, whatever the time on a CPU.
+/// Fewer faults than this (in base pages copied) are no burst, whatever the time on a CPU.
 const FAULT_BURST_MIN: u64 = 100;
+/// What a fault copies when the tracer does not say: one base page.
+const BASE_PAGE: u64 = 4096;
 
 impl SchedSplit {
     /// Clamped as the JSON's `sched` is (on-CPU time trails by up to a tick).
-    fn of(c: &Cand) -> Option<Self> {
+    fn of(c: &Cand, fault_copy: Option<u64>) -> Option<Self> {
         let d = c.sched?;
         let on = (d.on_cpu_ns as i64).min(c.dur.max(0));
         Some(SchedSplit {
@@ -153,7 +162,25 @@ impl SchedSplit {
             runnable_ns: (d.runnable_ns as i64).min(c.dur.max(0) - on),
             minor_faults: d.minor_faults,
             major_faults: d.major_faults,
+            fault_copy: fault_copy.filter(|b| *b > 0),
         })
+    }
+    /// At most this many bytes were copied by the minor faults.
+    fn copied(&self) -> u64 {
+        self.minor_faults
+            .saturating_mul(self.fault_copy.unwrap_or(BASE_PAGE))
+    }
+    /// ", at most 39 MiB copied (4 KiB a fault on this kernel)", when the tracer said what a
+    /// fault copies.
+    fn copy_words(&self) -> String {
+        match self.fault_copy {
+            Some(b) if self.minor_faults > 0 => format!(
+                ", at most {} copied ({} a fault on this kernel)",
+                bytes_words(self.copied()),
+                bytes_words(b)
+            ),
+            _ => String::new(),
+        }
     }
     /// Waiting for a CPU took at least half of the stall.
     fn starved(&self, dur: i64) -> bool {
@@ -165,8 +192,8 @@ impl SchedSplit {
     }
     /// Minor faults at the rate of a burst (`FAULT_EVERY_NS`) over the time on a CPU.
     fn fault_burst(&self) -> bool {
-        self.minor_faults >= FAULT_BURST_MIN
-            && self.minor_faults as i64 * FAULT_EVERY_NS >= self.on_ns
+        let pages = self.copied() / BASE_PAGE;
+        pages >= FAULT_BURST_MIN && (pages as i64).saturating_mul(FAULT_EVERY_NS) >= self.on_ns
     }
     /// "240 ms waiting for a CPU, 60 ms on one, 1200 minor page faults"
     fn words(&self) -> String {
@@ -184,8 +211,19 @@ impl SchedSplit {
     }
 }
 
+/// "4 KiB", "2 MiB", "39 MiB".
+fn bytes_words(b: u64) -> String {
+    match b {
+        b if b >= 1 << 30 => format!("{:.1} GiB", b as f64 / (1u64 << 30) as f64),
+        b if b >= 10 << 20 => format!("{} MiB", b.div_ceil(1 << 20)),
+        b if b >= 1 << 20 => format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64),
+        b => format!("{} KiB", b.div_ceil(1024)),
+    }
+}
+
 /// A gap of a client-facing thread explained by the scheduler, when it says enough.
 fn sched_of_gap(
+    fault_copy: Option<u64>,
     c: &Cand,
     role: Role,
     who: &str,
@@ -196,7 +234,7 @@ fn sched_of_gap(
     if !matches!(role, Role::Main | Role::IoThread) {
         return None;
     }
-    let s = SchedSplit::of(c)?;
+    let s = SchedSplit::of(c, fault_copy)?;
     let w = s.words();
     if s.starved(c.dur) {
         return Some((
@@ -208,7 +246,8 @@ fn sched_of_gap(
         return Some((
             Some(FindingId::CowPageFaults),
             format!(
-                "{who} made no syscall for {d}{during}: copy-on-write page faults after fork ({w})"
+                "{who} made no syscall for {d}{during}: copy-on-write page faults after fork ({w}{})",
+                s.copy_words()
             ),
         ));
     }
@@ -256,7 +295,7 @@ fn cause_of_call(
 ) -> (Option<FindingId>, String) {
     let name = c.syscall.unwrap_or("?");
     let class = file.map(|f| f.class).unwrap_or(FileClass::Unknown);
-    let sched = SchedSplit::of(c);
+    let sched = SchedSplit::of(c, a.fault_copy);
     match (role, class, name) {
         (Role::Main | Role::IoThread, _, _) if sched.as_ref().is_some_and(|s| s.starved(c.dur)) => (
             Some(FindingId::CpuStarvation),
@@ -268,8 +307,9 @@ fn cause_of_call(
         (Role::Main, FileClass::Client, _) if c.phase.is_some() && sched.as_ref().is_some_and(SchedSplit::fault_burst) => (
             Some(FindingId::CowPageFaults),
             format!(
-                "copy-on-write page faults after fork, in the kernel's copy of the buffer ({}){during}",
-                sched.as_ref().map(SchedSplit::words).unwrap_or_default()
+                "copy-on-write page faults after fork, in the kernel's copy of the buffer ({}{}){during}",
+                sched.as_ref().map(SchedSplit::words).unwrap_or_default(),
+                sched.as_ref().map(SchedSplit::copy_words).unwrap_or_default()
             ),
         ),
         (Role::Main, _, "nanosleep" | "clock_nanosleep" | "pause") => (
@@ -1002,6 +1042,7 @@ mod tests {
             gaps: None,
             conf: None,
             threshold_us: 10_000,
+            fault_copy: None,
         })
     }
 
@@ -1097,6 +1138,72 @@ mod tests {
             assert_eq!(id, Some(FindingId::Command));
             assert!(why.contains("a slow command (EVAL), on a CPU"), "{why}");
         });
+    }
+
+    /// The copy-on-write burst is counted in bytes copied: where a fault copies a whole huge
+    /// page (a kernel before 5.8 with transparent huge pages), a few faults are a burst; where
+    /// the tracer says a fault copies a base page the verdict is the count's, and the cause
+    /// says how much was copied at most.
+    #[test]
+    fn the_copy_on_write_burst_is_counted_in_bytes_copied() {
+        use crate::event::SchedDelta;
+        let gap = |minor: u64| {
+            let mut c = cand(StallKind::Gap, None, Some(0));
+            c.sched = Some(SchedDelta {
+                on_cpu_ns: 45 * MS as u64,
+                runnable_ns: 5 * MS as u64,
+                minor_faults: minor,
+                major_faults: 0,
+            });
+            c
+        };
+        let world = World::new(Some(100), Default::default(), None);
+        let (phases, file_time) = (Phases::default(), FileTime::default());
+        let ev = |fault_copy: Option<u64>| Evidence {
+            phases: &phases,
+            file_time: &file_time,
+            world: &world,
+            gaps: None,
+            conf: None,
+            threshold_us: 10_000,
+            fault_copy,
+        };
+        let huge = Some(2 << 20);
+        let base = Some(4096);
+        // (faults, what a fault copies, finding, words of the cause)
+        let cases: &[(u64, Option<u64>, FindingId, &str)] = &[
+            // 20 faults of 4 KiB in 45 ms on a CPU: the command's own work.
+            (20, None, FindingId::Command, "a slow command, on a CPU"),
+            (20, base, FindingId::Command, "20 minor page faults"),
+            // The same 20 faults copying 2 MiB each: 40 MiB copied, a burst.
+            (
+                20,
+                huge,
+                FindingId::CowPageFaults,
+                "20 minor page faults, at most 40 MiB copied (2.0 MiB a fault on this kernel)",
+            ),
+            // 3000 faults of a base page: a burst, and what it copied at most.
+            (
+                3000,
+                base,
+                FindingId::CowPageFaults,
+                "3000 minor page faults, at most 12 MiB copied (4 KiB a fault on this kernel)",
+            ),
+            // Not known (offline): the count's verdict, no bytes said.
+            (
+                3000,
+                None,
+                FindingId::CowPageFaults,
+                "3000 minor page faults)",
+            ),
+            // One huge page copied in 45 ms on a CPU is no burst.
+            (1, huge, FindingId::Command, "1 minor page fault"),
+        ];
+        for (i, (minor, copy, want, words)) in cases.iter().enumerate() {
+            let (id, why) = explain(&ev(*copy), &gap(*minor), Role::Main, None);
+            assert_eq!(id, Some(*want), "case {i}: {why}");
+            assert!(why.contains(words), "case {i}: {why}");
+        }
     }
 
     #[test]

@@ -219,6 +219,7 @@ mod tests {
             gaps: None,
             conf: None,
             threshold_us: 10_000,
+            fault_copy: None,
         };
         let clock = Clock::none();
         // The commands unit's names: SET is the first one read.

@@ -253,6 +253,7 @@ impl Analyzer {
             gaps,
             conf: self.opts.redis_conf.as_ref(),
             threshold_us: self.opts.threshold_ns / 1000,
+            fault_copy: self.opts.fault_copy_bytes,
         }
     }
 

@@ -432,6 +432,7 @@ pub fn run_attach(args: &AttachArgs) -> Result<u64> {
         thread_names.insert(*t, n.clone());
     }
     opts.stamped_at_stops = backend == LiveBackend::Ptrace;
+    opts.fault_copy_bytes = procctx::cow_fault_bytes(pid);
     let redis_conf = opts.redis_conf.clone();
     let mut an = Analyzer::new(opts);
     for (fd, what) in &ctx.fds {
