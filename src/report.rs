@@ -446,6 +446,14 @@ pub struct StallSched {
     pub blocked_us: i64,
     pub minor_faults: u64,
     pub major_faults: u64,
+    /// The call was already running when tracing began: the split covers only its traced
+    /// part (from the attach, as `duration_us` does), not what it did before.
+    #[serde(skip_serializing_if = "is_false")]
+    pub since_attach: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 impl StallSched {
@@ -460,6 +468,7 @@ impl StallSched {
             blocked_us: (dur_ns - on - run).max(0) / 1000,
             minor_faults: d.minor_faults,
             major_faults: d.major_faults,
+            since_attach: false,
         }
     }
 }

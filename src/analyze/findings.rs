@@ -139,6 +139,8 @@ struct SchedSplit {
     major_faults: u64,
     /// The most bytes a fault copies, when the tracer knows it.
     fault_copy: Option<u64>,
+    /// A call already running at the attach: the counters cover only its traced part.
+    since_attach: bool,
 }
 
 /// A burst: a minor fault for every 20 µs on a CPU, or more often. A copy-on-write fault (a
@@ -163,6 +165,7 @@ impl SchedSplit {
             minor_faults: d.minor_faults,
             major_faults: d.major_faults,
             fault_copy: fault_copy.filter(|b| *b > 0),
+            since_attach: c.dur_facts.in_flight == Some(crate::event::InFlight::AtStart),
         })
     }
     /// At most this many bytes were copied by the minor faults.
@@ -206,6 +209,9 @@ impl SchedSplit {
             if n > 0 {
                 w.push_str(&format!(", {n} {what} page fault{}", plural(n)));
             }
+        }
+        if self.since_attach {
+            w.push_str(", in its traced part only");
         }
         w
     }
@@ -1204,6 +1210,21 @@ mod tests {
             assert_eq!(id, Some(*want), "case {i}: {why}");
             assert!(why.contains(words), "case {i}: {why}");
         }
+        // A call already running at the attach: its split is of the traced part, and says so.
+        let mut c = cand(StallKind::SlowSyscall, Some("write"), None);
+        c.dur_facts.in_flight = Some(crate::event::InFlight::AtStart);
+        c.sched = Some(SchedDelta {
+            on_cpu_ns: MS as u64,
+            runnable_ns: 30 * MS as u64,
+            minor_faults: 0,
+            major_faults: 0,
+        });
+        let (id, why) = explain(&ev(base), &c, Role::Main, None);
+        assert_eq!(id, Some(FindingId::CpuStarvation), "{why}");
+        assert!(
+            why.contains("1.0 ms on one, in its traced part only"),
+            "{why}"
+        );
     }
 
     #[test]

@@ -50,6 +50,25 @@ pub(crate) fn sched_delta(from: &[u64; 4], to: &[u64; 4]) -> crate::event::Sched
     }
 }
 
+/// A thread's scheduler counters now, from /proc, in `sched_delta`'s order: the same task
+/// fields the bpf programs read (`schedstat`: se.sum_exec_runtime, sched_info.run_delay;
+/// `stat`: min_flt, maj_flt). For a call already running at the attach, whose entry no
+/// backend saw: its split from the attach on.
+pub(crate) fn sched_counters(tgid: Tid, tid: Tid) -> Option<[u64; 4]> {
+    let dir = format!("/proc/{tgid}/task/{tid}");
+    let schedstat = std::fs::read_to_string(format!("{dir}/schedstat")).ok()?;
+    let stat = std::fs::read_to_string(format!("{dir}/stat")).ok()?;
+    parse_sched_counters(&schedstat, &stat)
+}
+
+fn parse_sched_counters(schedstat: &str, stat: &str) -> Option<[u64; 4]> {
+    let mut ss = schedstat.split_whitespace().map(|v| v.parse::<u64>().ok());
+    let (on, run) = (ss.next()??, ss.next()??);
+    // After the command name: state ppid pgrp session tty tpgid flags minflt cminflt majflt.
+    let f: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    Some([on, run, f.get(7)?.parse().ok()?, f.get(9)?.parse().ok()?])
+}
+
 /// What a tracer counted while it ran.
 #[derive(Clone, Debug, Default)]
 pub struct TracerStats {
@@ -711,5 +730,26 @@ pub(crate) fn page_size() -> usize {
         p as usize
     } else {
         4096
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sched_counters_read_schedstat_and_the_fault_fields_of_stat() {
+        let stat = "4242 (redis-server) S 1 4242 4242 0 -1 4194560 1234 0 56 0 10 5 0 0 20 0 5 0";
+        assert_eq!(
+            parse_sched_counters("123456789 2345 17\n", stat),
+            Some([123_456_789, 2345, 1234, 56])
+        );
+        // A command name with a ") " in it is skipped whole.
+        let odd = "7 (a) b) R 1 7 7 0 -1 0 9 0 3 0";
+        assert_eq!(parse_sched_counters("1 2 3", odd), Some([1, 2, 9, 3]));
+        assert_eq!(parse_sched_counters("", stat), None);
+        let me = std::process::id();
+        let c = sched_counters(me, me).expect("this thread's counters");
+        assert!(c[0] > 0, "it has run: {c:?}");
     }
 }

@@ -1278,14 +1278,15 @@ impl PerfTracer {
                             }
                             None if first => {
                                 // Running at the attach: what the scheduler did in it before
-                                // is not known, but the next gap starts here.
+                                // is not known, its part since then is (the counters start
+                                // at the attach), and the next gap starts here.
                                 th.last_exit = Some(at_exit);
                                 (
                                     Some(Entry {
                                         ts: self.stats.attach_mono,
                                         nr,
                                         args: [0; 6],
-                                        sched: at_exit,
+                                        sched: [0; 4],
                                     }),
                                     th.tgid,
                                     Some(InFlight::AtStart),
@@ -1307,6 +1308,12 @@ impl PerfTracer {
                         self.build_with(tid, tgid, e, Some(ret), r.ts, in_flight.is_none());
                     if let EventKind::Syscall(sc) = &mut ev.kind {
                         sc.in_flight = in_flight;
+                        if in_flight.is_some() && self.sched.is_some() {
+                            sc.sched = Some(Box::new(event::SchedSpan {
+                                during: super::sched_delta(&e.sched, &at_exit),
+                                before: None,
+                            }));
+                        }
                     }
                     if in_flight.is_none() {
                         self.split(&mut ev, &e, at_exit);

@@ -264,6 +264,8 @@ struct Thread {
     seen: bool,
     /// The call it slept in at the attach (from /proc): its arguments, for when it returns.
     at_attach: Option<(i64, [u64; 6])>,
+    /// Its scheduler counters at the attach (from /proc): the split of that call from then.
+    sched_at_attach: Option<[u64; 4]>,
     /// Its scheduler counters when its last call ended.
     last_exit: Option<[u64; 4]>,
 }
@@ -416,6 +418,7 @@ impl BpfTracer {
                     from_attach: true,
                     seen: false,
                     at_attach: blocked_in_call(*tid),
+                    sched_at_attach: super::sched_counters(pid, *tid),
                     last_exit: None,
                 },
             );
@@ -493,10 +496,12 @@ impl BpfTracer {
             from_attach: false,
             seen: false,
             at_attach: None,
+            sched_at_attach: None,
             last_exit: None,
         });
         let first = !th.seen && th.from_attach;
         let at_attach = th.at_attach.take();
+        let sched_at_attach = th.sched_at_attach.take();
         // What the scheduler did in the call, and in the gap since the thread's last call.
         let sched = (r.kind == REC_CALL || r.kind == REC_ENTER_ONLY).then(|| {
             Box::new(event::SchedSpan {
@@ -551,6 +556,13 @@ impl BpfTracer {
                 let mut ev = self.build(&r, Some(r.ret), known);
                 if let EventKind::Syscall(sc) = &mut ev.kind {
                     sc.in_flight = Some(InFlight::AtStart);
+                    // What the scheduler did in it from the attach (its entry was before).
+                    sc.sched = sched_at_attach.map(|a| {
+                        Box::new(event::SchedSpan {
+                            during: delta(&a, &r.sched_exit),
+                            before: None,
+                        })
+                    });
                 }
                 self.count(tid, None);
                 self.queue.push_back(ev);
@@ -582,6 +594,7 @@ impl BpfTracer {
                         from_attach: false,
                         seen: false,
                         at_attach: None,
+                        sched_at_attach: None,
                         last_exit: None,
                     },
                 );
@@ -693,8 +706,16 @@ impl BpfTracer {
             .map(|(t, _)| *t)
             .collect();
         quiet.sort_unstable();
+        // Their split from the attach to now, both ends from /proc.
+        let mut quiet_sched: HashMap<Tid, event::SchedDelta> = HashMap::new();
         for tid in quiet {
             if let Some((nr, args)) = blocked_in_call(tid) {
+                let th = &self.threads[&tid];
+                if let (Some(a), Some(now)) =
+                    (th.sched_at_attach, super::sched_counters(th.tgid, tid))
+                {
+                    quiet_sched.insert(tid, delta(&a, &now));
+                }
                 running.push((
                     tid,
                     KEntry {
@@ -729,6 +750,12 @@ impl BpfTracer {
             let mut ev = self.build(&r, None, true);
             if let EventKind::Syscall(sc) = &mut ev.kind {
                 sc.in_flight = Some(InFlight::AtEnd);
+                if let Some(d) = quiet_sched.remove(&tid) {
+                    sc.sched = Some(Box::new(event::SchedSpan {
+                        during: d,
+                        before: None,
+                    }));
+                }
             }
             self.count(tid, None);
             self.queue.push_back(ev);

@@ -178,6 +178,35 @@ fn an_exit_first_is_a_call_running_at_attach_known_from_the_attach() {
     assert!(evs.is_empty());
 }
 
+/// A call already running at the attach gets the split of its traced part: the thread's
+/// counters start at the attach (blocked until woken at 5 µs, runnable to 7, on a CPU to 9).
+#[test]
+fn a_call_running_at_attach_is_split_from_the_attach() {
+    let mut t = tracer();
+    t.sched = Some(sched_ids());
+    let w = nr("epoll_wait");
+    let evs = sched_feed(
+        &mut t,
+        &[
+            sample(7, 7, 5_000, &wakeup_raw(100)),
+            switch_record(100, 100, 7_000, false, false),
+            sample(100, 100, 9_000, &exit_raw(w, 1)),
+        ],
+    );
+    assert_eq!(evs.len(), 1);
+    let sc = evs[0].syscall().expect("syscall");
+    assert_eq!(sc.in_flight, Some(InFlight::AtStart));
+    let s = sc.sched.as_deref().expect("a split of its traced part");
+    assert!(s.before.is_none());
+    assert_eq!(
+        (s.during.on_cpu_ns, s.during.runnable_ns),
+        (2_000, 2_000),
+        "{s:?}"
+    );
+    let st = crate::report::StallSched::of(&s.during, sc.dur.unwrap());
+    assert_eq!((st.on_cpu_us, st.runnable_us, st.blocked_us), (2, 2, 4));
+}
+
 #[test]
 fn fork_records_make_clones_threads_or_processes_and_task_exits_end_them() {
     let mut t = tracer();
