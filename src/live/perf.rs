@@ -35,7 +35,7 @@ use anyhow::Result;
 use perf_event_open_sys as sys;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
-use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
@@ -546,6 +546,8 @@ pub struct PerfTracer {
     /// The reader thread (`read_rings_thread`), its stop flag, and what it copied out.
     reader: Option<(std::thread::JoinHandle<Vec<Ring>>, Arc<AtomicBool>)>,
     rx: Option<mpsc::Receiver<Vec<u8>>>,
+    /// Bytes the reader copied out that the analysis has not taken yet (`BACKLOG_MAX`).
+    backlog: Arc<AtomicUsize>,
     /// Every event fd (2 per traced thread per CPU, 5 with the scheduler's events).
     fds: Vec<i32>,
     /// The scheduler's records are read (the split of calls and gaps, `SchedClock`).
@@ -684,6 +686,7 @@ impl PerfTracer {
             ring_fds: vec![],
             reader: None,
             rx: None,
+            backlog: Arc::new(AtomicUsize::new(0)),
             fds: vec![],
             opened: HashSet::new(),
             forked: HashMap::new(),
@@ -1026,9 +1029,10 @@ impl PerfTracer {
         let stop = Arc::new(AtomicBool::new(false));
         let rings = std::mem::take(&mut self.rings);
         let flag = stop.clone();
+        let backlog = self.backlog.clone();
         let h = std::thread::Builder::new()
             .name("stallscope-perf".into())
-            .spawn(move || read_rings_thread(rings, tx, flag))
+            .spawn(move || read_rings_thread(rings, tx, flag, backlog))
             .map_err(|e| AttachError::Other(format!("cannot start the ring reader: {e}")))?;
         self.reader = Some((h, stop));
         self.rx = Some(rx);
@@ -1073,6 +1077,7 @@ impl PerfTracer {
                 rx.recv_timeout(wait).ok()
             };
             while let Some(chunk) = first.take().or_else(|| rx.try_recv().ok()) {
+                self.backlog.fetch_sub(chunk.len(), Ordering::Relaxed);
                 for_each_record(&chunk, &mut take);
             }
         }
@@ -1500,15 +1505,22 @@ fn for_each_record(chunk: &[u8], f: &mut impl FnMut(&[u8])) {
 /// is copied.
 const CHUNK_MAX: usize = 1 << 20;
 
+/// Most bytes copied out and not yet analyzed (about 850,000 syscalls, a few seconds of a
+/// saturated redis): past it the reader leaves the rings alone, so an analysis that never
+/// catches up makes the kernel drop records, counted as lost, instead of memory growing
+/// without end.
+const BACKLOG_MAX: usize = 128 << 20;
+
 /// The reader thread: copies records out of the rings as soon as they are there, so the
 /// kernel finds room even while the analysis (niced, on a loaded machine) lags; the records
 /// wait in memory instead of being dropped. Sleeps in poll between passes (the kernel wakes
 /// it when a quarter of a ring is used; the timeout bounds the delay). Gives the rings back
-/// when told to stop, after one last pass.
+/// when told to stop; what they still hold is read by the attach's side then.
 fn read_rings_thread(
     mut rings: Vec<Ring>,
     tx: mpsc::Sender<Vec<u8>>,
     stop: Arc<AtomicBool>,
+    backlog: Arc<AtomicUsize>,
 ) -> Vec<Ring> {
     let mut pfds: Vec<libc::pollfd> = rings
         .iter()
@@ -1519,19 +1531,30 @@ fn read_rings_thread(
         })
         .collect();
     loop {
-        // Read after the flag: once it is set the events are disabled, so this pass is the last.
         let last = stop.load(Ordering::SeqCst);
+        if last {
+            // The attach's side reads what is left once it has the rings back.
+            return rings;
+        }
+        if backlog.load(Ordering::Relaxed) >= BACKLOG_MAX {
+            std::thread::sleep(Duration::from_millis(5));
+            continue;
+        }
         let mut chunk = vec![];
         let mut gone = false;
+        let send = |chunk: Vec<u8>| {
+            backlog.fetch_add(chunk.len(), Ordering::Relaxed);
+            tx.send(chunk).is_err()
+        };
         for r in &mut rings {
             r.drain(&mut |b| {
                 chunk.extend_from_slice(b);
                 if chunk.len() >= CHUNK_MAX && !gone {
-                    gone = tx.send(std::mem::take(&mut chunk)).is_err();
+                    gone = send(std::mem::take(&mut chunk));
                 }
             });
         }
-        if gone || (!chunk.is_empty() && tx.send(chunk).is_err()) || last {
+        if gone || (!chunk.is_empty() && send(chunk)) {
             return rings;
         }
         unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, 5) };
