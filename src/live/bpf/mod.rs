@@ -17,7 +17,7 @@
 //! calls are read from the process's memory when the record is processed, as the perf
 //! backend does.
 
-use super::decode::{decode_args, decodes_more, open_name};
+use super::decode::{blocked_in_call, decode_args, decodes_more, open_name};
 use super::sysnames::{errno_name, syscall_name};
 use super::{now_mono, now_wall, AttachError, Tracer, TracerStats};
 use crate::event::{self, Data, Event, EventKind, InFlight, Nanos, Ret, Syscall, Tid};
@@ -742,18 +742,6 @@ impl BpfTracer {
         });
         self.done = true;
     }
-}
-
-/// The call `tid` sleeps in now, from /proc, if it sleeps inside one.
-fn blocked_in_call(tid: Tid) -> Option<(i64, [u64; 6])> {
-    let stat = std::fs::read_to_string(format!("/proc/{tid}/stat")).ok()?;
-    let state = stat.rsplit_once(')')?.1.split_whitespace().next()?;
-    if !matches!(state, "D" | "S") {
-        return None;
-    }
-    super::ptrace::parse_proc_syscall(
-        &std::fs::read_to_string(format!("/proc/{tid}/syscall")).ok()?,
-    )
 }
 
 /// The reader thread: copies records out of the ring as soon as they are there, so the
