@@ -19,6 +19,7 @@ use crate::redis_conf::RedisConf;
 use crate::report::{
     Bound, CommandPhase, CommandStats, Finding, FindingId, Severity, Stall, StallKind,
 };
+use crate::syscalls::{Blocking, Facts};
 pub use crate::units::{human, plural};
 use std::collections::{BTreeMap, HashSet};
 
@@ -254,10 +255,13 @@ fn cause_of_call(
     file: Option<&FileInfo>,
     during: &str,
 ) -> (Option<FindingId>, String) {
-    let name = c.syscall.unwrap_or("?");
+    let sys = c
+        .syscall
+        .map_or(&crate::syscalls::UNKNOWN, crate::syscalls::info);
+    let fsync = sys.facts.has(Facts::FSYNC);
     let class = file.map(|f| f.class).unwrap_or(FileClass::Unknown);
     let sched = SchedSplit::of(c);
-    match (role, class, name) {
+    match (role, class, sys.blocking) {
         (Role::Main | Role::IoThread, _, _) if sched.as_ref().is_some_and(|s| s.starved(c.dur)) => (
             Some(FindingId::CpuStarvation),
             format!(
@@ -272,17 +276,17 @@ fn cause_of_call(
                 sched.as_ref().map(SchedSplit::words).unwrap_or_default()
             ),
         ),
-        (Role::Main, _, "nanosleep" | "clock_nanosleep" | "pause") => (
+        (Role::Main, _, Blocking::Sleep) => (
             Some(FindingId::Command),
             "the main thread slept: a command that sleeps (DEBUG SLEEP, a module or script) holds every client".into(),
         ),
-        (Role::Main, _, "poll" | "ppoll" | "select" | "pselect6" | "rt_sigtimedwait" | "rt_sigsuspend") => (
+        (Role::Main, _, Blocking::SyncWait) => (
             Some(FindingId::Command),
             "the main thread waited outside its event loop: synchronous I/O (MIGRATE, a replication \
              handshake with the master, a module) holds every client"
                 .into(),
         ),
-        (Role::Main, _, "clone" | "clone3" | "fork" | "vfork") => {
+        (Role::Main, _, Blocking::Spawn) => {
             (Some(FindingId::Fork), "fork() copies the page tables of the whole dataset in the main thread".into())
         }
         (Role::Child, FileClass::Proc, _)
@@ -300,7 +304,7 @@ fn cause_of_call(
         (Role::Child, _, _) if class.is_disk_file() => {
             (Some(FindingId::ChildDiskIo), "the save child waits on the disk; not client-facing by itself".into())
         }
-        (Role::BioAof, c2, "fdatasync" | "fsync") if c2.is_aof() => (
+        (Role::BioAof, c2, _) if fsync && c2.is_aof() => (
             Some(FindingId::AofFsyncBackground),
             "the background AOF fsync waited on the disk; redis blocks writers only after 2 s".into(),
         ),
@@ -308,7 +312,7 @@ fn cause_of_call(
             Some(FindingId::AofWriteActiveChild),
             format!("AOF I/O in the main thread competes with the child's writes{during}"),
         ),
-        (Role::Main, c2, "fdatasync" | "fsync") if c2.is_aof() => {
+        (Role::Main, c2, _) if fsync && c2.is_aof() => {
             (Some(FindingId::AofFsyncAlways), "appendfsync always: the main thread fsyncs the AOF before replying".into())
         }
         (Role::Main | Role::IoThread, c2, _) if c2.is_aof() && a.file_time.overlaps_bio_fsync(c.start, c.start + c.dur) => (
@@ -329,7 +333,7 @@ fn cause_of_call(
         (Role::Main, c2, _) if c2.is_disk_file() => {
             (Some(FindingId::DiskContention), "file I/O in the main thread waited on a busy disk".into())
         }
-        (Role::Main, FileClass::Unknown, "close") if c.file.is_none() && c.dur_facts.in_flight.is_some() => (
+        (Role::Main, FileClass::Unknown, _) if sys.facts.has(Facts::CLOSE) && c.file.is_none() && c.dur_facts.in_flight.is_some() => (
             None,
             "the fd was opened before tracing began, so its file is unknown; in redis a close() \
              that blocks the main thread for long is most often the log file, which is closed \

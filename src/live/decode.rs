@@ -62,7 +62,6 @@ const AT_FDCWD: i64 = -100;
 /// the call succeeded (read-like buffers are only valid then). `data`: read the first bytes
 /// of read/write buffers (only meaningful while the thread is still stopped at the exit).
 pub(super) fn decode_args(tid: Tid, sc: &mut Syscall, a: &[u64; 6], ret: Option<i64>, data: bool) {
-    let name = sc.name;
     let sys = sc.sys;
     if sys.fd_first {
         let fd = a[0] as i64 as i32;
@@ -107,27 +106,26 @@ pub(super) fn decode_args(tid: Tid, sc: &mut Syscall, a: &[u64; 6], ret: Option<
             }
         }
         ArgKind::Dup2 => sc.extra = Extra::NewFd(a[1] as i64 as i32),
-        ArgKind::Fcntl
-            if name == "fcntl"
-                && (a[1] as i32 == libc::F_DUPFD || a[1] as i32 == libc::F_DUPFD_CLOEXEC) =>
-        {
+        // fcntl64 (32-bit) takes the same commands.
+        ArgKind::Fcntl if a[1] as i32 == libc::F_DUPFD || a[1] as i32 == libc::F_DUPFD_CLOEXEC => {
             sc.extra = Extra::DupFd;
         }
         ArgKind::CloseRange => {
             sc.extra = Extra::CloseRange(a[0] as u32, a[1].min(u32::MAX as u64) as u32)
         }
         ArgKind::Clone => {
-            let thread = match name {
-                "clone3" => {
-                    let mut b = [0u8; 8];
-                    read_mem(tid, a[0], &mut b) == 8
-                        && u64::from_ne_bytes(b) & libc::CLONE_THREAD as u64 != 0
-                }
-                "fork" | "vfork" => false,
-                _ => a[0] & libc::CLONE_THREAD as u64 != 0,
-            };
+            sc.extra = Extra::Clone {
+                thread: a[0] & libc::CLONE_THREAD as u64 != 0,
+            }
+        }
+        ArgKind::Clone3 => {
+            // `struct clone_args` begins with the flags.
+            let mut b = [0u8; 8];
+            let thread = read_mem(tid, a[0], &mut b) == 8
+                && u64::from_ne_bytes(b) & libc::CLONE_THREAD as u64 != 0;
             sc.extra = Extra::Clone { thread };
         }
+        ArgKind::Fork => sc.extra = Extra::Clone { thread: false },
         ArgKind::Socket => {
             sc.extra = Extra::Socket(match a[0] as i32 {
                 libc::AF_INET => "AF_INET",
