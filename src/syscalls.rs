@@ -731,6 +731,18 @@ mod tests {
                 assert_eq!(s.fd, K::Clone, "{}", s.name);
             }
         }
+        // The buffers the bpf programs copy, by who fills them.
+        let data = |d: DataArg| -> Vec<&str> {
+            let mut v: Vec<_> = TABLE
+                .iter()
+                .filter(|s| s.data == d)
+                .map(|s| s.name)
+                .collect();
+            v.sort_unstable();
+            v
+        };
+        assert_eq!(data(DataArg::In), ["pread64", "read", "recvfrom"]);
+        assert_eq!(data(DataArg::Out), ["pwrite64", "sendto", "write"]);
         assert_eq!(info("clone3").args, A::Clone3);
         assert_eq!((info("fork").args, info("vfork").args), (A::Fork, A::Fork));
     }

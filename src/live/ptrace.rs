@@ -767,11 +767,9 @@ impl Inner {
                     .and_then(|t| t.restart_from.take())
                 {
                     Some((at, orig)) => {
-                        let n = if syscall_name(nr) == "restart_syscall" {
-                            orig
-                        } else {
-                            nr
-                        };
+                        let restart = crate::syscalls::info(syscall_name(nr)).args
+                            == crate::syscalls::ArgKind::Restart;
+                        let n = if restart { orig } else { nr };
                         (at, n, Some(InFlight::AtStart))
                     }
                     None => (now, nr, None),

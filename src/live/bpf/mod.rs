@@ -158,13 +158,17 @@ fn nr_info(nr: i64) -> NrInfo {
     }
 }
 
-/// What the kernel programs need to know of a syscall number.
+/// What the kernel programs need to know of a syscall number: whether its buffer is
+/// filled by the kernel (read, pread64, recvfrom) or by the process (write, pwrite64,
+/// sendto), and where a clone keeps its flags, by the syscall table.
 fn kernel_kind(name: &str) -> u32 {
-    match name {
-        "read" | "pread64" | "recvfrom" => NR_READ,
-        "write" | "pwrite64" | "sendto" => NR_WRITE,
-        "clone" => NR_CLONE,
-        "clone3" => NR_CLONE3,
+    use crate::syscalls::{ArgKind, DataArg};
+    let sys = crate::syscalls::info(name);
+    match (sys.args, sys.data) {
+        (ArgKind::Data, DataArg::In) => NR_READ,
+        (ArgKind::Data, DataArg::Out) => NR_WRITE,
+        (ArgKind::Clone, _) => NR_CLONE,
+        (ArgKind::Clone3, _) => NR_CLONE3,
         _ => 0,
     }
 }
@@ -521,8 +525,10 @@ impl BpfTracer {
                 th.seen = true;
                 // It never returned (exit, exit_group, or the task ended inside it): known
                 // from its entry to when that was seen.
-                let name = syscall_name(r.nr);
-                if matches!(name, "exit" | "exit_group") {
+                let exits = crate::syscalls::info(syscall_name(r.nr))
+                    .facts
+                    .has(crate::syscalls::Facts::EXIT);
+                if exits {
                     self.exit_codes.insert(tid, r.args[0] as i32);
                 }
                 let mut ev = self.build(&r, None, true);
