@@ -97,29 +97,8 @@ pub struct LogLine {
     pub message: String,
 }
 
-/// Which layout a line was written in, for the report's `redis.log.format`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum LogFormat {
-    Redis3,
-    Redis2,
-    ValkeyIso,
-    ValkeyMillis,
-    Logfmt,
-    SignalHandler,
-}
-
-impl LogFormat {
-    pub fn describe(self) -> &'static str {
-        match self {
-            LogFormat::Redis3 => "redis 3+ (PID:ROLE DD Mon YYYY HH:MM:SS.mmm LEVEL)",
-            LogFormat::Redis2 => "redis 2.x ([PID] DD Mon HH:MM:SS LEVEL, no year)",
-            LogFormat::ValkeyIso => "valkey log-timestamp-format iso8601",
-            LogFormat::ValkeyMillis => "valkey log-timestamp-format milliseconds",
-            LogFormat::Logfmt => "valkey log-format logfmt",
-            LogFormat::SignalHandler => "signal-handler lines (epoch seconds)",
-        }
-    }
-}
+/// Which layout a line was written in, for the report's `redis.log.formats`.
+pub use crate::report::LogFormat;
 
 struct Patterns {
     legacy: Regex,

@@ -97,6 +97,34 @@ impl std::fmt::Display for Role {
 }
 
 closed_set!(
+    /// How redis's log was found (`redis.log.found`).
+    LogFound {
+        /// Named by the user.
+        Flag => "--redis-log",
+        /// `NAME.redis.log` or `redis.log` beside the trace.
+        BesideTrace => "beside the trace",
+        /// The `logfile` of a redis config (given, beside the trace, or the live process's).
+        ConfLogfile => "redis.conf logfile",
+        /// Live: what redis at `--redis` says its logfile is.
+        ConfigGet => "CONFIG GET logfile",
+        /// The log file the trace saw redis write, where it exists here.
+        TraceLogFile => "the trace's log file",
+    }
+);
+
+closed_set!(
+    /// Which layout a log line was written in (`redis.log.formats[]`).
+    LogFormat {
+        Redis3 => "redis 3+ (PID:ROLE DD Mon YYYY HH:MM:SS.mmm LEVEL)",
+        Redis2 => "redis 2.x ([PID] DD Mon HH:MM:SS LEVEL, no year)",
+        ValkeyIso => "valkey log-timestamp-format iso8601",
+        ValkeyMillis => "valkey log-timestamp-format milliseconds",
+        Logfmt => "valkey log-format logfmt",
+        SignalHandler => "signal-handler lines (epoch seconds)",
+    }
+);
+
+closed_set!(
     /// How the trace's durations were known (`summary.durations`).
     Durations {
         Measured => "measured",
@@ -813,11 +841,9 @@ pub const LOG_LINES_MAX: usize = 2000;
 #[derive(Clone, Debug, Serialize, Default)]
 pub struct RedisLogInfo {
     pub path: String,
-    /// How it was found: "--redis-log", "beside the trace", "redis.conf logfile",
-    /// "the trace's log file", "/proc fd table".
-    pub found: String,
-    /// The layouts seen, most lines first ("redis 3+ (...)").
-    pub formats: Vec<String>,
+    pub found: LogFound,
+    /// The layouts seen, most lines first.
+    pub formats: Vec<LogFormat>,
     pub lines_read: u64,
     pub unparsed_lines: u64,
     /// First and last record of the file, as printed.
@@ -904,6 +930,8 @@ mod tests {
         values.extend(EndedBy::ALL.iter().map(spelled));
         values.extend(EvidenceSource::ALL.iter().map(spelled));
         values.extend(FindingId::ALL.iter().map(spelled));
+        values.extend(LogFound::ALL.iter().map(spelled));
+        values.extend(LogFormat::ALL.iter().map(spelled));
         values.extend(
             [
                 "main",

@@ -407,7 +407,7 @@ pub fn write_section(r: &Report, w: &mut dyn Write) -> io::Result<()> {
             w,
             "<p class=\"note\">redis's log: <code>{}</code> ({}; {} lines, {} in the trace's window{})</p>",
             esc(&l.path),
-            esc(&l.found),
+            esc(l.found.as_str()),
             l.lines_read,
             red.lines.len() as u64 + red.lines_not_listed,
             if l.followed { "; followed while tracing" } else { "" }
