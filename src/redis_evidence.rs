@@ -524,12 +524,7 @@ pub fn apply(report: &mut Report, inp: Inputs) -> Result<()> {
             log_info = Some(RedisLogInfo {
                 path: src.path.clone(),
                 found: src.found,
-                formats: f
-                    .stats
-                    .formats
-                    .iter()
-                    .map(|(x, _)| *x)
-                    .collect(),
+                formats: f.stats.formats.iter().map(|(x, _)| *x).collect(),
                 lines_read: f.stats.lines,
                 unparsed_lines: f.stats.unparsed,
                 first: None,
@@ -556,11 +551,7 @@ pub fn apply(report: &mut Report, inp: Inputs) -> Result<()> {
                     log_info = Some(RedisLogInfo {
                         path: src.path.clone(),
                         found: src.found,
-                        formats: st
-                            .formats
-                            .iter()
-                            .map(|(x, _)| *x)
-                            .collect(),
+                        formats: st.formats.iter().map(|(x, _)| *x).collect(),
                         lines_read: st.lines,
                         unparsed_lines: st.unparsed,
                         first: None,

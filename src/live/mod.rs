@@ -639,7 +639,7 @@ pub fn run_attach(args: &AttachArgs) -> Result<u64> {
             tracing_cost: tracing_cost
                 .as_deref()
                 .filter(|_| backend == LiveBackend::Ptrace),
-            watching: false,
+            watch: None,
         }));
     redis_side.finish(&mut report)?;
     if let Some(e) = record_err.or(lost_err) {
