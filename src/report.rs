@@ -325,12 +325,37 @@ pub struct Summary {
     pub in_flight_at_start: u64,
 }
 
-#[derive(Clone, Debug, Serialize)]
+/// A line that could not be read. In JSON `reason` is the reason's phrase, after the
+/// file's name when the trace has several files.
+#[derive(Clone, Debug)]
 pub struct Skipped {
     pub line: u64,
-    pub reason: String,
+    /// The file it is in, when the trace has several.
+    pub file: Option<String>,
+    pub reason: crate::source::SkipReason,
     /// The start of the offending line (lossy UTF-8, cut at 120 bytes).
     pub text: String,
+}
+
+impl Skipped {
+    /// `reason` as the report spells it: "FILE: PHRASE", or the phrase alone.
+    pub fn reason_text(&self) -> std::borrow::Cow<'static, str> {
+        match &self.file {
+            Some(f) => format!("{f}: {}", self.reason).into(),
+            None => self.reason.as_str().into(),
+        }
+    }
+}
+
+impl Serialize for Skipped {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let mut m = s.serialize_struct("Skipped", 3)?;
+        m.serialize_field("line", &self.line)?;
+        m.serialize_field("reason", &self.reason_text())?;
+        m.serialize_field("text", &self.text)?;
+        m.end()
+    }
 }
 
 #[derive(Clone, Debug, Serialize, Default)]
