@@ -15,7 +15,7 @@
 //! offset or an epoch; the join decides the zone and says what it assumed.
 
 use anyhow::{Context, Result};
-use chrono::{NaiveDate, NaiveDateTime};
+use chrono::NaiveDateTime;
 use regex::Regex;
 use std::io::{BufRead, Read};
 use std::sync::OnceLock;
@@ -475,8 +475,9 @@ impl Follower {
         }
     }
 
-    /// How many records have been read so far.
-    pub fn records(&self) -> usize {
+    /// How many records have been read so far (its tests wait on it).
+    #[cfg(test)]
+    fn records(&self) -> usize {
         self.shared
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -519,17 +520,6 @@ impl Follower {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone()
-    }
-}
-
-/// The date part of a line's local time, for the `-t/-tt` date inference.
-pub fn local_date(l: &LogLine) -> Option<NaiveDate> {
-    match l.time {
-        LogTime::Local {
-            t,
-            year_known: true,
-        } => Some(t.date()),
-        _ => None,
     }
 }
 

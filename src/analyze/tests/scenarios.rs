@@ -4,7 +4,7 @@
 
 use super::*;
 use crate::event::{Data, DurSource, Event, EventKind, Extra, InFlight, Ret, Syscall};
-use crate::report::{Bound, FileClass, FindingId, StallKind};
+use crate::report::{Bound, FileClass, FindingId, Role, StallKind};
 use crate::source::{Clock, Counters, SourceInfo, TimeFmt};
 
 const MS: i64 = 1_000_000;
