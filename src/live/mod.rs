@@ -5,14 +5,14 @@
 //! go through the same `Analyzer` as `analyze`, stalls are printed as they are found, and
 //! the report at the end is rendered by the same renderers.
 
-pub mod bpf;
+pub(crate) mod bpf;
 mod decode;
 mod fed;
-pub mod perf;
-pub mod procctx;
-pub mod ptrace;
-pub mod record;
-pub mod sysnames;
+pub(crate) mod perf;
+pub(crate) mod procctx;
+pub(crate) mod ptrace;
+pub(crate) mod record;
+pub(crate) mod sysnames;
 
 use crate::event::{Event, Nanos, Tid};
 use anyhow::Result;

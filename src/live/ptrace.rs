@@ -204,14 +204,6 @@ impl PtraceTracer {
         }
     }
 
-    pub fn attach_mono(&self) -> Nanos {
-        self.stats.attach_mono
-    }
-
-    pub fn attach_wall(&self) -> Nanos {
-        self.stats.attach_wall
-    }
-
     /// Messages from the tracer that are not events (e.g. a thread that could not be seized).
     pub fn take_warnings(&mut self) -> Vec<String> {
         std::mem::take(&mut self.warnings)
