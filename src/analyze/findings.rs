@@ -19,6 +19,7 @@ use crate::redis_conf::RedisConf;
 use crate::report::{
     Bound, CommandPhase, CommandStats, Finding, FindingId, Severity, Stall, StallKind,
 };
+use crate::syscalls::{Blocking, Facts};
 pub use crate::units::{human, plural};
 use std::collections::{BTreeMap, HashSet};
 
@@ -299,10 +300,13 @@ fn cause_of_call(
     file: Option<&FileInfo>,
     during: &str,
 ) -> (Option<FindingId>, String) {
-    let name = c.syscall.unwrap_or("?");
+    let sys = c
+        .syscall
+        .map_or(&crate::syscalls::UNKNOWN, crate::syscalls::info);
+    let fsync = sys.facts.has(Facts::FSYNC);
     let class = file.map(|f| f.class).unwrap_or(FileClass::Unknown);
     let sched = SchedSplit::of(c, a.fault_copy);
-    match (role, class, name) {
+    match (role, class, sys.blocking) {
         (Role::Main | Role::IoThread, _, _) if sched.as_ref().is_some_and(|s| s.starved(c.dur)) => (
             Some(FindingId::CpuStarvation),
             format!(
@@ -318,17 +322,17 @@ fn cause_of_call(
                 sched.as_ref().map(SchedSplit::copy_words).unwrap_or_default()
             ),
         ),
-        (Role::Main, _, "nanosleep" | "clock_nanosleep" | "pause") => (
+        (Role::Main, _, Blocking::Sleep) => (
             Some(FindingId::Command),
             "the main thread slept: a command that sleeps (DEBUG SLEEP, a module or script) holds every client".into(),
         ),
-        (Role::Main, _, "poll" | "ppoll" | "select" | "pselect6" | "rt_sigtimedwait" | "rt_sigsuspend") => (
+        (Role::Main, _, Blocking::SyncWait) => (
             Some(FindingId::Command),
             "the main thread waited outside its event loop: synchronous I/O (MIGRATE, a replication \
              handshake with the master, a module) holds every client"
                 .into(),
         ),
-        (Role::Main, _, "clone" | "clone3" | "fork" | "vfork") => {
+        (Role::Main, _, Blocking::Spawn) => {
             (Some(FindingId::Fork), "fork() copies the page tables of the whole dataset in the main thread".into())
         }
         (Role::Child, FileClass::Proc, _)
@@ -346,7 +350,7 @@ fn cause_of_call(
         (Role::Child, _, _) if class.is_disk_file() => {
             (Some(FindingId::ChildDiskIo), "the save child waits on the disk; not client-facing by itself".into())
         }
-        (Role::BioAof, c2, "fdatasync" | "fsync") if c2.is_aof() => (
+        (Role::BioAof, c2, _) if fsync && c2.is_aof() => (
             Some(FindingId::AofFsyncBackground),
             "the background AOF fsync waited on the disk; redis blocks writers only after 2 s".into(),
         ),
@@ -354,7 +358,7 @@ fn cause_of_call(
             Some(FindingId::AofWriteActiveChild),
             format!("AOF I/O in the main thread competes with the child's writes{during}"),
         ),
-        (Role::Main, c2, "fdatasync" | "fsync") if c2.is_aof() => {
+        (Role::Main, c2, _) if fsync && c2.is_aof() => {
             (Some(FindingId::AofFsyncAlways), "appendfsync always: the main thread fsyncs the AOF before replying".into())
         }
         (Role::Main | Role::IoThread, c2, _) if c2.is_aof() && a.file_time.overlaps_bio_fsync(c.start, c.start + c.dur) => (
@@ -375,7 +379,7 @@ fn cause_of_call(
         (Role::Main, c2, _) if c2.is_disk_file() => {
             (Some(FindingId::DiskContention), "file I/O in the main thread waited on a busy disk".into())
         }
-        (Role::Main, FileClass::Unknown, "close") if c.file.is_none() && c.dur_facts.in_flight.is_some() => (
+        (Role::Main, FileClass::Unknown, _) if sys.facts.has(Facts::CLOSE) && c.file.is_none() && c.dur_facts.in_flight.is_some() => (
             None,
             "the fd was opened before tracing began, so its file is unknown; in redis a close() \
              that blocks the main thread for long is most often the log file, which is closed \
@@ -433,6 +437,8 @@ macro_rules! rule_table_types {
             title: $text,
             evidence: $text,
             advice: $text,
+            /// How many stalls it explains (a trace rule: the stalls that have its id).
+            stalls: fn(&$cx, Option<&ByFinding>) -> u64,
         }
 
         impl $rule {
@@ -450,7 +456,7 @@ macro_rules! rule_table_types {
                     title: text(&self.title),
                     evidence: text(&self.evidence),
                     advice: text(&self.advice),
-                    stalls: e.map_or(0, |e| e.n),
+                    stalls: (self.stalls)(cx, e),
                 })
             }
         }
@@ -462,6 +468,10 @@ rule_table_types!(LiveRule, LiveText, LiveEvidence<'_>);
 
 fn on_stalls(_: &Ctx<'_>, e: Option<&ByFinding>) -> bool {
     e.is_some()
+}
+
+fn with_id(_: &Ctx<'_>, e: Option<&ByFinding>) -> u64 {
+    e.map_or(0, |e| e.n)
 }
 
 /// Critical when one stall of measured or paired duration reached 100 ms, else at least a
@@ -718,6 +728,7 @@ const fn on_its_stalls(id: FindingId, title: &'static str, advice: &'static str)
         title: Text::Fixed(title),
         evidence: Text::Made(stall_evidence),
         advice: Text::Fixed(advice),
+        stalls: with_id,
     }
 }
 
@@ -734,6 +745,7 @@ static RULES: &[Rule] = &[
              Trade-off: up to about 1 s of acknowledged writes can be lost on a crash (none with `always`). If every \
              write must be durable, keep `always` and put the AOF on a faster disk (local NVMe, write-back cache).",
         ),
+        stalls: with_id,
     },
     Rule {
         id: FindingId::AofWriteActiveChild,
@@ -742,6 +754,7 @@ static RULES: &[Rule] = &[
         title: Text::Fixed("AOF writes/fsyncs in the main thread stall while a BGSAVE/AOF-rewrite child writes"),
         evidence: Text::Made(stall_evidence),
         advice: Text::Made(active_child_advice),
+        stalls: with_id,
     },
     on_its_stalls(
         FindingId::AofWritePendingFsync,
@@ -768,6 +781,7 @@ static RULES: &[Rule] = &[
              syslog (`syslog-enabled yes`, `logfile \"\"`) or stdout; never keep the log file on the disk that saves \
              and the AOF saturate. Trade-off: fewer log lines to debug with.",
         ),
+        stalls: with_id,
     },
     Rule {
         id: FindingId::Fork,
@@ -780,6 +794,7 @@ static RULES: &[Rule] = &[
              Transparent Huge Pages (`never`), keep instances smaller, and run BGSAVE/BGREWRITEAOF off-peak or on \
              a replica.",
         ),
+        stalls: with_id,
     },
     on_its_stalls(
         FindingId::CowPageFaults,
@@ -819,6 +834,7 @@ static RULES: &[Rule] = &[
             "With appendfsync everysec redis only delays writes when one background fsync takes more than 2 s. \
              If fsyncs approach that, give the AOF a faster or dedicated disk.",
         ),
+        stalls: with_id,
     },
     Rule {
         id: FindingId::ChildCowReport,
@@ -832,6 +848,7 @@ static RULES: &[Rule] = &[
              already spaces the reads out when they are slow; they are slow because the dataset has many \
              mappings. A large copy-on-write figure is the thing to act on (see cow-page-faults).",
         ),
+        stalls: with_id,
     },
     Rule {
         id: FindingId::ChildDiskIo,
@@ -843,6 +860,7 @@ static RULES: &[Rule] = &[
             "Not client-facing by itself, but it makes the save longer and fills the disk queue that the main \
              thread's own file I/O (AOF, log) then waits in. A dedicated disk for saves helps.",
         ),
+        stalls: with_id,
     },
     Rule {
         id: FindingId::FilteredTrace,
@@ -851,6 +869,7 @@ static RULES: &[Rule] = &[
         title: Text::Fixed(GAPS_TITLE),
         evidence: Text::Made(gaps_evidence),
         advice: Text::Fixed(GAPS_ADVICE),
+        stalls: with_id,
     },
     Rule {
         id: FindingId::GapsUnmeasurable,
@@ -859,6 +878,7 @@ static RULES: &[Rule] = &[
         title: Text::Fixed(GAPS_TITLE),
         evidence: Text::Made(gaps_evidence),
         advice: Text::Fixed(GAPS_ADVICE),
+        stalls: with_id,
     },
     Rule {
         id: FindingId::Unexplained,
@@ -870,6 +890,7 @@ static RULES: &[Rule] = &[
             "Look at the thread and syscall of each; a socket or pipe call that blocks usually means CPU starvation \
              (check load and steal) or tracing overhead.",
         ),
+        stalls: with_id,
     },
 ];
 
@@ -940,8 +961,80 @@ pub struct LiveEvidence<'a> {
     pub sees_commands: bool,
     /// Why tracing itself slowed redis down, when it did substantially.
     pub tracing_cost: Option<&'a str>,
-    /// The report is a `watch` incident's (the advice says "watch", not "trace").
-    pub watching: bool,
+    /// The report is a `watch` incident's: the window it covers (the advice says "watch",
+    /// not "trace").
+    pub watch: Option<WatchWindow>,
+}
+
+/// A `watch` incident report: the window of events it covers, the input of the
+/// `watch-incident` rule.
+#[derive(Clone, Copy, Debug)]
+pub struct WatchWindow {
+    /// Stalls of the incident.
+    pub stalls: u64,
+    pub threshold_ns: i64,
+    /// The span of the events the watcher held when the incident ended.
+    pub span_ns: i64,
+    /// The history ring held less than --before (it was full).
+    pub ring_short: bool,
+    /// Incidents not written before this one (--max-incidents-per-hour).
+    pub suppressed: u64,
+    /// Incidents that ended while the previous report was being written, joined in this one.
+    pub joined: u64,
+}
+
+fn in_watch(l: &LiveEvidence<'_>, _: Option<&ByFinding>) -> bool {
+    l.watch.is_some()
+}
+
+fn watch_stalls(l: &LiveEvidence<'_>, _: Option<&ByFinding>) -> u64 {
+    l.watch.map_or(0, |w| w.stalls)
+}
+
+/// The live rules other than the incident's explain no stall.
+fn no_stalls(_: &LiveEvidence<'_>, _: Option<&ByFinding>) -> u64 {
+    0
+}
+
+fn watch_title(l: &LiveEvidence<'_>, _: Option<&ByFinding>) -> String {
+    let Some(w) = l.watch else {
+        return String::new();
+    };
+    format!(
+        "Incident caught by stallscope watch: {} stall{} over {}",
+        w.stalls,
+        plural(w.stalls),
+        human(w.threshold_ns / 1000)
+    )
+}
+
+fn watch_evidence(l: &LiveEvidence<'_>, _: Option<&ByFinding>) -> String {
+    let Some(w) = l.watch else {
+        return String::new();
+    };
+    let mut s = format!(
+        "this report covers the {} of events the watcher held when the incident ended",
+        human(w.span_ns.max(0) / 1000)
+    );
+    if w.ring_short {
+        s.push_str(" (less than --before: the history ring was full; raise --ring-size)");
+    }
+    if w.suppressed > 0 {
+        s.push_str(&format!(
+            "; {} incident{} before this one were not written (--max-incidents-per-hour)",
+            w.suppressed,
+            plural(w.suppressed)
+        ));
+    }
+    if w.joined > 0 {
+        s.push_str(&format!(
+            "; {} more incident{} that ended while the previous report was being written {} in it",
+            w.joined,
+            plural(w.joined),
+            if w.joined == 1 { "is" } else { "are" }
+        ));
+    }
+    s
 }
 
 fn perf_cannot_see_commands(l: &LiveEvidence<'_>, _: Option<&ByFinding>) -> bool {
@@ -965,7 +1058,7 @@ fn live_warning(_: &LiveEvidence<'_>, _: Option<&ByFinding>) -> Severity {
 }
 
 fn backend_limits_advice(l: &LiveEvidence<'_>, _: Option<&ByFinding>) -> String {
-    let verb = if l.watching { "watch" } else { "trace" };
+    let verb = if l.watch.is_some() { "watch" } else { "trace" };
     format!(
         "If you need them, use --backend bpf (as root: it reads request buffers in the \
          kernel without stopping redis), or {verb} briefly with --backend ptrace (it slows \
@@ -975,6 +1068,19 @@ fn backend_limits_advice(l: &LiveEvidence<'_>, _: Option<&ByFinding>) -> String 
 
 /// What a live backend adds to the findings, after the trace's.
 static LIVE_RULES: &[LiveRule] = &[
+    // What a `watch` incident report covers, first: the rest of the report is about it.
+    LiveRule {
+        id: FindingId::WatchIncident,
+        applies: in_watch,
+        severity: live_info,
+        title: LiveText::Made(watch_title),
+        evidence: LiveText::Made(watch_evidence),
+        advice: LiveText::Fixed(
+            "The stalls and findings above are from this window only; the watcher's metrics \
+             count every stall.",
+        ),
+        stalls: watch_stalls,
+    },
     // Say what this backend cannot show, rather than leave empty tables unexplained.
     LiveRule {
         id: FindingId::BackendLimits,
@@ -987,6 +1093,7 @@ static LIVE_RULES: &[LiveRule] = &[
              up are not available in this report",
         ),
         advice: LiveText::Made(backend_limits_advice),
+        stalls: no_stalls,
     },
     LiveRule {
         id: FindingId::TracerOverhead,
@@ -997,6 +1104,7 @@ static LIVE_RULES: &[LiveRule] = &[
         advice: LiveText::Fixed(
             "trace for a shorter time, trace a replica, or use a backend that does not stop redis (--backend perf)",
         ),
+        stalls: no_stalls,
     },
 ];
 
@@ -1297,13 +1405,13 @@ mod tests {
         let ptrace = LiveEvidence {
             sees_commands: true,
             tracing_cost: None,
-            watching: false,
+            watch: None,
         };
         assert!(ids(&ptrace).is_empty());
         let slow = LiveEvidence {
             sees_commands: true,
             tracing_cost: Some("tracing is slowing redis down"),
-            watching: false,
+            watch: None,
         };
         let f = live_findings(&slow);
         assert_eq!(
@@ -1311,15 +1419,70 @@ mod tests {
             (FindingId::TracerOverhead, Severity::Warning)
         );
         assert_eq!(f[0].evidence, "tracing is slowing redis down");
-        let perf = |watching| LiveEvidence {
+        let window = WatchWindow {
+            stalls: 3,
+            threshold_ns: 10_000_000,
+            span_ns: 32_000_000_000,
+            ring_short: false,
+            suppressed: 0,
+            joined: 0,
+        };
+        let perf = |watch| LiveEvidence {
             sees_commands: false,
             tracing_cost: None,
-            watching,
+            watch,
         };
-        assert_eq!(ids(&perf(false)), vec![FindingId::BackendLimits]);
-        let advice = |watching| live_findings(&perf(watching))[0].advice.clone();
-        assert!(advice(false).contains("or trace briefly with --backend ptrace"));
-        assert!(advice(true).contains("or watch briefly with --backend ptrace"));
+        assert_eq!(ids(&perf(None)), vec![FindingId::BackendLimits]);
+        let limits = |watch| live_findings(&perf(watch)).pop().unwrap().advice;
+        assert!(limits(None).contains("or trace briefly with --backend ptrace"));
+        assert!(limits(Some(window)).contains("or watch briefly with --backend ptrace"));
+        // A watch incident: its window first, with the incident's stalls.
+        let f = live_findings(&perf(Some(window)));
+        assert_eq!(
+            f.iter().map(|f| (f.id, f.stalls)).collect::<Vec<_>>(),
+            vec![(FindingId::WatchIncident, 3), (FindingId::BackendLimits, 0)]
+        );
+        assert_eq!(
+            f[0].title,
+            "Incident caught by stallscope watch: 3 stalls over 10 ms"
+        );
+        assert_eq!(
+            f[0].evidence,
+            "this report covers the 32.00 s of events the watcher held when the incident ended"
+        );
+    }
+
+    /// Each way a watch window is cut short is said, once.
+    #[test]
+    fn a_watch_window_says_what_it_lacks() {
+        let w = WatchWindow {
+            stalls: 1,
+            threshold_ns: 50_000_000,
+            span_ns: 2_000_000_000,
+            ring_short: true,
+            suppressed: 2,
+            joined: 1,
+        };
+        let l = LiveEvidence {
+            sees_commands: true,
+            tracing_cost: None,
+            watch: Some(w),
+        };
+        let f = &live_findings(&l)[0];
+        assert_eq!(
+            f.title,
+            "Incident caught by stallscope watch: 1 stall over 50 ms"
+        );
+        assert!(f
+            .evidence
+            .contains("(less than --before: the history ring was full"));
+        assert!(f
+            .evidence
+            .contains("; 2 incidents before this one were not written"));
+        assert!(f.evidence.ends_with(
+            "; 1 more incident that ended while the previous report was being written is in it"
+        ));
+        assert_eq!(f.severity, Severity::Info);
     }
 
     #[test]

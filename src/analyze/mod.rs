@@ -46,7 +46,6 @@ use latency::Latency;
 pub use options::Options;
 use own_conns::OwnConns;
 use phases::{AofUse, Phases};
-pub use roles::Role;
 use samples::Samples;
 use stalls::Stalls;
 use world::World;

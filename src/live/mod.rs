@@ -5,14 +5,14 @@
 //! go through the same `Analyzer` as `analyze`, stalls are printed as they are found, and
 //! the report at the end is rendered by the same renderers.
 
-pub mod bpf;
+pub(crate) mod bpf;
 mod decode;
 mod fed;
-pub mod perf;
-pub mod procctx;
-pub mod ptrace;
-pub mod record;
-pub mod sysnames;
+pub(crate) mod perf;
+pub(crate) mod procctx;
+pub(crate) mod ptrace;
+pub(crate) mod record;
+pub(crate) mod sysnames;
 
 use crate::event::{Event, Nanos, Tid};
 use anyhow::Result;
@@ -659,7 +659,7 @@ pub fn run_attach(args: &AttachArgs) -> Result<u64> {
             tracing_cost: tracing_cost
                 .as_deref()
                 .filter(|_| backend == LiveBackend::Ptrace),
-            watching: false,
+            watch: None,
         }));
     redis_side.finish(&mut report)?;
     if let Some(e) = record_err.or(lost_err) {

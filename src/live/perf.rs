@@ -1337,8 +1337,7 @@ impl PerfTracer {
                 };
                 let mut code = None;
                 if let Some(e) = th.entry {
-                    let name = self.info(e.nr).name;
-                    if matches!(name, "exit" | "exit_group") {
+                    if self.info(e.nr).sys.facts.has(crate::syscalls::Facts::EXIT) {
                         code = Some(e.args[0] as i32);
                     }
                     let mut ev = self.build(tid, th.tgid, e, None, r.ts);

@@ -173,7 +173,6 @@ pub fn redis_conf_text(cmdline: &[String], cwd: Option<&str>) -> (String, Vec<St
 pub struct Sampler {
     stop: Arc<AtomicBool>,
     join: Option<std::thread::JoinHandle<Vec<HostSample>>>,
-    pub interval: Duration,
 }
 
 /// Upper bound on kept samples (an hour at 100 ms); past it, neighbours are merged so a
@@ -302,11 +301,7 @@ impl Sampler {
                 out
             })
             .ok();
-        Sampler {
-            stop,
-            join,
-            interval,
-        }
+        Sampler { stop, join }
     }
 
     /// Stops the sampler and returns its samples.

@@ -17,7 +17,7 @@
 //! calls are read from the process's memory when the record is processed, as the perf
 //! backend does.
 
-use super::decode::{decode_args, decodes_more, open_name};
+use super::decode::{blocked_in_call, decode_args, decodes_more, open_name};
 use super::sysnames::{errno_name, syscall_name};
 use super::{now_mono, now_wall, AttachError, Tracer, TracerStats};
 use crate::event::{self, Data, Event, EventKind, InFlight, Nanos, Ret, Syscall, Tid};
@@ -158,13 +158,17 @@ fn nr_info(nr: i64) -> NrInfo {
     }
 }
 
-/// What the kernel programs need to know of a syscall number.
+/// What the kernel programs need to know of a syscall number: whether its buffer is
+/// filled by the kernel (read, pread64, recvfrom) or by the process (write, pwrite64,
+/// sendto), and where a clone keeps its flags, by the syscall table.
 fn kernel_kind(name: &str) -> u32 {
-    match name {
-        "read" | "pread64" | "recvfrom" => NR_READ,
-        "write" | "pwrite64" | "sendto" => NR_WRITE,
-        "clone" => NR_CLONE,
-        "clone3" => NR_CLONE3,
+    use crate::syscalls::{ArgKind, DataArg};
+    let sys = crate::syscalls::info(name);
+    match (sys.args, sys.data) {
+        (ArgKind::Data, DataArg::In) => NR_READ,
+        (ArgKind::Data, DataArg::Out) => NR_WRITE,
+        (ArgKind::Clone, _) => NR_CLONE,
+        (ArgKind::Clone3, _) => NR_CLONE3,
         _ => 0,
     }
 }
@@ -526,8 +530,10 @@ impl BpfTracer {
                 th.seen = true;
                 // It never returned (exit, exit_group, or the task ended inside it): known
                 // from its entry to when that was seen.
-                let name = syscall_name(r.nr);
-                if matches!(name, "exit" | "exit_group") {
+                let exits = crate::syscalls::info(syscall_name(r.nr))
+                    .facts
+                    .has(crate::syscalls::Facts::EXIT);
+                if exits {
                     self.exit_codes.insert(tid, r.args[0] as i32);
                 }
                 let mut ev = self.build(&r, None, true);
@@ -769,18 +775,6 @@ impl BpfTracer {
         });
         self.done = true;
     }
-}
-
-/// The call `tid` sleeps in now, from /proc, if it sleeps inside one.
-fn blocked_in_call(tid: Tid) -> Option<(i64, [u64; 6])> {
-    let stat = std::fs::read_to_string(format!("/proc/{tid}/stat")).ok()?;
-    let state = stat.rsplit_once(')')?.1.split_whitespace().next()?;
-    if !matches!(state, "D" | "S") {
-        return None;
-    }
-    super::ptrace::parse_proc_syscall(
-        &std::fs::read_to_string(format!("/proc/{tid}/syscall")).ok()?,
-    )
 }
 
 /// The reader thread: copies records out of the ring as soon as they are there, so the
