@@ -13,6 +13,7 @@
 # machine. Also prints the watcher's CPU seconds and
 # RSS after each watched run, from its own metrics, and how long it took to exit on SIGTERM
 # (with its exit status and redis's TracerPid afterwards).
+# WATCH_EXTRA adds watcher flags (e.g. `--backend perf`; the default is auto: bpf where it loads).
 # Needs redis-server, redis-benchmark, redis-cli, curl, python3, root (perf tracepoints), and
 # a release build (cargo build --release; CARGO_TARGET_DIR is honoured).
 set -euo pipefail
@@ -55,14 +56,14 @@ wait_line() {
 metric() { curl -s "http://127.0.0.1:$MPORT/metrics" | awk -v m="$1" '$1 == m {print $2}'; }
 
 rps >/dev/null # warm up
-echo "redis-benchmark -t set -n $N -c $C on $(nproc) cores, redis $(redis-server --version | awk '{print $3}' | cut -d= -f2), kernel $(uname -r)"
+echo "watch ${WATCH_EXTRA:-(backend auto)}; redis-benchmark -t set -n $N -c $C on $(nproc) cores, redis $(redis-server --version | awk '{print $3}' | cut -d= -f2), kernel $(uname -r)"
 RATIOS=(); SUM_BASE=0; SUM_W=0; UNTRACED=()
 BASE2=$(rps); UNTRACED+=("$BASE2")
 for round in $(seq "$ROUNDS"); do
   BASE1=$BASE2
   rm -f "$DIR/w.err"
   "$BIN" watch --pid "$RPID" --out "$DIR/incidents" --metrics "127.0.0.1:$MPORT" \
-    --events "$DIR/events.jsonl" >/dev/null 2>"$DIR/w.err" &
+    --events "$DIR/events.jsonl" ${WATCH_EXTRA:-} >/dev/null 2>"$DIR/w.err" &
   W=$!
   wait_line "$DIR/w.err" "watching $RPID"
   # A Prometheus-like scraper, every second, for the whole watched run.
