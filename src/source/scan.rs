@@ -28,7 +28,7 @@ static NAME_BYTES: [bool; 256] = {
     t
 };
 
-#[inline]
+#[inline(always)]
 pub(crate) fn skip_ws(s: &[u8]) -> &[u8] {
     let n = s.iter().take_while(|b| **b == b' ' || **b == b'\t').count();
     &s[n..]
@@ -237,31 +237,50 @@ pub(crate) fn outside_strings(s: &[u8]) -> bool {
     if s.len() < 16 {
         return outside_strings_exact(s);
     }
+    // A quote right after a backslash, counting one carried over from the previous step.
+    let escaped = |q: u32, b: u32, carry: u32| ((b << 1) | carry) & q != 0;
     // Only the parity of the count matters, and count_ones(a) + count_ones(b) has the parity
-    // of count_ones(a ^ b): one popcount at the end (software on baseline x86_64).
+    // of count_ones(a ^ b): the masks are xored and one parity taken at the end.
     let mut quotes = 0u32;
-    // Whether the byte before the current block is a backslash.
+    // Whether the byte before the current step is a backslash.
     let mut carry = 0u32;
     let mut i = 0;
-    loop {
-        let (q, b) = if i + 16 <= s.len() {
-            masks(i)
-        } else if i < s.len() {
-            // The last bytes: the final 16 of `s`, less those already counted.
-            let done = 16 - (s.len() - i) as u32;
+    // Thirty-two bytes a step: one test and one carry for two loads.
+    while i + 32 <= s.len() {
+        let (q0, b0) = masks(i);
+        let (q1, b1) = masks(i + 16);
+        let (q, b) = (q0 | q1 << 16, b0 | b1 << 16);
+        if escaped(q, b, carry) {
+            return outside_strings_exact(s);
+        }
+        carry = b >> 31;
+        quotes ^= q;
+        i += 32;
+    }
+    // The last 1 to 31 bytes: the final 16 of `s` (and the 16 at `i` before them), less
+    // what was already counted.
+    let rem = s.len() - i;
+    if rem > 0 {
+        let (q, b) = if rem <= 16 {
+            let done = 16 - rem as u32;
             let (q, b) = masks(s.len() - 16);
             (q >> done, b >> done)
         } else {
-            break;
+            let done = 32 - rem as u32;
+            let (q0, b0) = masks(i);
+            let (q1, b1) = masks(s.len() - 16);
+            (q0 | (q1 >> done) << 16, b0 | (b1 >> done) << 16)
         };
-        if ((b << 1) | carry) & q != 0 {
+        if escaped(q, b, carry) {
             return outside_strings_exact(s);
         }
-        carry = (b >> 15) & 1;
         quotes ^= q;
-        i += 16;
     }
-    quotes.count_ones() % 2 == 0
+    // Parity by folding to four bits and a 16-entry bit table (no popcnt in baseline x86_64).
+    let x = quotes ^ (quotes >> 16);
+    let x = x ^ (x >> 8);
+    let x = x ^ (x >> 4);
+    (0x6996u32 >> (x & 0xF)) & 1 == 0
 }
 
 #[cfg(not(target_arch = "x86_64"))]
@@ -524,6 +543,21 @@ mod tests {
                 "{}",
                 String::from_utf8_lossy(&s)
             );
+        }
+        // Every length across the 16- and 32-byte steps and their tails, one quote (or an
+        // escaped one) at every position.
+        for n in 1..100usize {
+            for at in 0..n {
+                let mut s = vec![b'a'; n];
+                s[at] = b'"';
+                assert!(!outside_strings(&s), "{n} {at}");
+                if at > 0 {
+                    s[at - 1] = b'\\';
+                    assert_eq!(outside_strings(&s), outside_strings_exact(&s), "{n} {at}");
+                }
+                s[n - 1 - (at == n - 1) as usize * (n > 1) as usize] = b'"';
+                assert_eq!(outside_strings(&s), outside_strings_exact(&s), "{n} {at}");
+            }
         }
     }
 }

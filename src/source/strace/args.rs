@@ -31,7 +31,8 @@ impl Default for NameCache {
 }
 
 impl NameCache {
-    #[inline]
+    /// The hit inline (once per line), the miss out of line.
+    #[inline(always)]
     pub fn get(&mut self, b: &[u8]) -> Name {
         let slot = match b {
             [] => 0,
@@ -43,6 +44,11 @@ impl NameCache {
                 return n;
             }
         }
+        self.miss(slot, b)
+    }
+
+    #[inline(never)]
+    fn miss(&mut self, slot: usize, b: &[u8]) -> Name {
         let s = event::intern(b);
         let n = Name {
             name: s,

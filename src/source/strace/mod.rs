@@ -222,7 +222,7 @@ impl StraceParser {
                 return LineOutcome::Skipped(SkipReason::BadTimestamp);
             }
         }
-        let body = match fast_call(body).map_or_else(|| parse_body(body), Ok) {
+        let body = match fast_call(body, &mut self.names).map_or_else(|| parse_body(body), Ok) {
             Ok(b) => b,
             Err(SkipReason::CutOff) => {
                 // A call line with no result and no marker: the trace was cut off there (or

@@ -228,8 +228,18 @@ pub fn parse_prefix(line: &[u8]) -> (Prefix, &[u8]) {
 
 /// Skips what `-i` (`[00007f4b6d52af16] `, the instruction pointer) and `-n` (`[ 219] `,
 /// the syscall number) print between the timestamp and the call.
-#[inline]
-pub(super) fn skip_extras(mut s: &[u8]) -> &[u8] {
+#[inline(always)]
+pub(super) fn skip_extras(s: &[u8]) -> &[u8] {
+    // Nearly every line has neither: one test inline.
+    if s.first() == Some(&b'[') {
+        skip_extras_columns(s)
+    } else {
+        s
+    }
+}
+
+#[inline(never)]
+fn skip_extras_columns(mut s: &[u8]) -> &[u8] {
     while s.first() == Some(&b'[') {
         let Some(close) = memchr(b']', &s[..s.len().min(24)]) else {
             break;
