@@ -190,6 +190,25 @@ impl Data {
         let cut = text.len() > RAW_CAP;
         Self::keep(text, RAW_CAP, Form::Escaped { cut })
     }
+    /// `*extra = Extra::Data(Data::escaped(text))`, built where it is kept: the parser does
+    /// this for every read and write line, and the ~120-byte value built on the stack was
+    /// then copied into the event.
+    #[inline]
+    pub fn put_escaped(extra: &mut Extra, text: &[u8]) {
+        *extra = Extra::Data(Data {
+            len: 0,
+            form: Form::Escaped { cut: false },
+            buf: [0; RAW_CAP],
+        });
+        if let Extra::Data(d) = extra {
+            let n = text.len().min(RAW_CAP);
+            d.buf[..n].copy_from_slice(&text[..n]);
+            d.len = n as u8;
+            d.form = Form::Escaped {
+                cut: text.len() > RAW_CAP,
+            };
+        }
+    }
     fn keep(bytes: &[u8], cap: usize, form: Form) -> Self {
         let n = bytes.len().min(cap);
         let mut buf = [0u8; RAW_CAP];
@@ -621,5 +640,15 @@ mod tests {
         );
         // A backslash as the last byte is itself.
         assert_eq!(head(b"a\\"), (s("a\\"), false));
+        // Built in place, the same value as built and moved.
+        for t in [&b"abc\", 1) = 1"[..], &[b'x'; 200][..], b""] {
+            let mut e = Extra::Path("p".into());
+            Data::put_escaped(&mut e, t);
+            assert_eq!(e, Extra::Data(Data::escaped(t)));
+            let (Extra::Data(a), b) = (e, Data::escaped(t)) else {
+                unreachable!()
+            };
+            assert!(a.len == b.len && a.form == b.form && a.buf == b.buf);
+        }
     }
 }
