@@ -178,19 +178,25 @@ pub(crate) fn fixed_digits_tail<const N: usize>(w: &[u8; 8]) -> Option<u64> {
     eight_digits((w & keep) | (0x3030_3030_3030_3030 & !keep))
 }
 
-/// `HH:MM:SS` (eight bytes) -> seconds since midnight, or None unless both colons sit at
-/// their places and the six others are digits (the hours, minutes and seconds are not
-/// range-checked here). One word: the colons become '0's, so the eight "digits" read as
-/// HH*10^6 + MM*10^3 + SS, split again by constant divisions.
+/// `HH:MM:SS` (eight bytes) -> (hours, minutes, seconds), or None unless both colons sit at
+/// their places and the six others are digits (the fields are not range-checked here). One
+/// word: the three pairs are moved to "00HHMMSS" in a register, checked as eight digits, and
+/// each pair's value taken from its 16-bit lane (the first step of `eight_digits`).
 #[inline(always)]
 pub(crate) fn hms_seconds(w: &[u8; 8]) -> Option<(u64, u64, u64)> {
     if w[2] != b':' || w[5] != b':' {
         return None;
     }
-    const COLONS: u64 = 0xFF << 16 | 0xFF << 40;
+    const HIGH_NIBBLES: u64 = 0xF0F0_F0F0_F0F0_F0F0;
     let x = u64::from_le_bytes(*w);
-    let v = eight_digits((x & !COLONS) | (0x3030_3030_3030_3030 & COLONS))?;
-    Some((v / 1_000_000, v / 1000 % 1000, v % 1000))
+    let y = ((x & 0xFFFF) << 16) | ((x & 0xFFFF << 24) << 8) | (x & 0xFFFF << 48) | 0x3030;
+    let digits = (y & HIGH_NIBBLES) | ((y.wrapping_add(0x0606_0606_0606_0606) & HIGH_NIBBLES) >> 4);
+    if digits != 0x3333_3333_3333_3333 {
+        return None;
+    }
+    let v = y - 0x3030_3030_3030_3030;
+    let v = (v * 10 + (v >> 8)) & 0x00FF_00FF_00FF_00FF;
+    Some(((v >> 16) & 0xFF, (v >> 32) & 0xFF, v >> 48))
 }
 
 /// Eight ASCII digits in a little-endian word -> their value: checked all digits, then
@@ -462,6 +468,8 @@ mod tests {
         assert_eq!(hms_seconds(b"01:10:29"), Some((1, 10, 29)));
         assert_eq!(hms_seconds(b"23:59:60"), Some((23, 59, 60)));
         assert_eq!(hms_seconds(b"00:00:00"), Some((0, 0, 0)));
+        assert_eq!(hms_seconds(b"99:98:97"), Some((99, 98, 97)));
+        assert_eq!(hms_seconds(b"10:09:01"), Some((10, 9, 1)));
         for bad in [
             b"1:10:290",
             b"01.10:29",
