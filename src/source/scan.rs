@@ -28,7 +28,7 @@ static NAME_BYTES: [bool; 256] = {
     t
 };
 
-#[inline]
+#[inline(always)]
 pub(crate) fn skip_ws(s: &[u8]) -> &[u8] {
     let n = s.iter().take_while(|b| **b == b' ' || **b == b'\t').count();
     &s[n..]
@@ -136,8 +136,20 @@ pub(crate) fn parse_decimal_ns(s: &[u8]) -> Option<(i64, u8, usize)> {
 
 /// Digits at fixed positions -> value, or None if any is not a digit. Up to eight digits are
 /// read as one word (SWAR): the `-ttt` and `-T` fields are read this way on every line.
-#[inline]
+#[inline(always)]
 pub(crate) fn fixed_digits<const N: usize>(d: &[u8; N]) -> Option<u64> {
+    if N <= 2 {
+        // One or two digits: the arithmetic itself is cheaper than the padded word (whose
+        // copy through the stack was not inlined: ~30 instructions a call, 3 per `-tt` line).
+        let mut v = 0u64;
+        let mut bad = false;
+        for &b in d {
+            let x = b.wrapping_sub(b'0');
+            bad |= x > 9;
+            v = v * 10 + x as u64;
+        }
+        return (!bad).then_some(v);
+    }
     if N <= 8 {
         // Left-pad with '0' to a whole word.
         let mut w = [b'0'; 8];
@@ -164,6 +176,27 @@ pub(crate) fn fixed_digits_tail<const N: usize>(w: &[u8; 8]) -> Option<u64> {
     let w = u64::from_le_bytes(*w);
     let keep = u64::MAX << (8 * (8 - N));
     eight_digits((w & keep) | (0x3030_3030_3030_3030 & !keep))
+}
+
+/// `HH:MM:SS` (eight bytes) -> (hours, minutes, seconds), or None unless both colons sit at
+/// their places and the six others are digits (the fields are not range-checked here). One
+/// word: the three pairs are moved to "00HHMMSS" in a register, checked as eight digits, and
+/// each pair's value taken from its 16-bit lane (the first step of `eight_digits`).
+#[inline(always)]
+pub(crate) fn hms_seconds(w: &[u8; 8]) -> Option<(u64, u64, u64)> {
+    if w[2] != b':' || w[5] != b':' {
+        return None;
+    }
+    const HIGH_NIBBLES: u64 = 0xF0F0_F0F0_F0F0_F0F0;
+    let x = u64::from_le_bytes(*w);
+    let y = ((x & 0xFFFF) << 16) | ((x & 0xFFFF << 24) << 8) | (x & 0xFFFF << 48) | 0x3030;
+    let digits = (y & HIGH_NIBBLES) | ((y.wrapping_add(0x0606_0606_0606_0606) & HIGH_NIBBLES) >> 4);
+    if digits != 0x3333_3333_3333_3333 {
+        return None;
+    }
+    let v = y - 0x3030_3030_3030_3030;
+    let v = (v * 10 + (v >> 8)) & 0x00FF_00FF_00FF_00FF;
+    Some(((v >> 16) & 0xFF, (v >> 32) & 0xFF, v >> 48))
 }
 
 /// Eight ASCII digits in a little-endian word -> their value: checked all digits, then
@@ -210,31 +243,50 @@ pub(crate) fn outside_strings(s: &[u8]) -> bool {
     if s.len() < 16 {
         return outside_strings_exact(s);
     }
+    // A quote right after a backslash, counting one carried over from the previous step.
+    let escaped = |q: u32, b: u32, carry: u32| ((b << 1) | carry) & q != 0;
     // Only the parity of the count matters, and count_ones(a) + count_ones(b) has the parity
-    // of count_ones(a ^ b): one popcount at the end (software on baseline x86_64).
+    // of count_ones(a ^ b): the masks are xored and one parity taken at the end.
     let mut quotes = 0u32;
-    // Whether the byte before the current block is a backslash.
+    // Whether the byte before the current step is a backslash.
     let mut carry = 0u32;
     let mut i = 0;
-    loop {
-        let (q, b) = if i + 16 <= s.len() {
-            masks(i)
-        } else if i < s.len() {
-            // The last bytes: the final 16 of `s`, less those already counted.
-            let done = 16 - (s.len() - i) as u32;
+    // Thirty-two bytes a step: one test and one carry for two loads.
+    while i + 32 <= s.len() {
+        let (q0, b0) = masks(i);
+        let (q1, b1) = masks(i + 16);
+        let (q, b) = (q0 | q1 << 16, b0 | b1 << 16);
+        if escaped(q, b, carry) {
+            return outside_strings_exact(s);
+        }
+        carry = b >> 31;
+        quotes ^= q;
+        i += 32;
+    }
+    // The last 1 to 31 bytes: the final 16 of `s` (and the 16 at `i` before them), less
+    // what was already counted.
+    let rem = s.len() - i;
+    if rem > 0 {
+        let (q, b) = if rem <= 16 {
+            let done = 16 - rem as u32;
             let (q, b) = masks(s.len() - 16);
             (q >> done, b >> done)
         } else {
-            break;
+            let done = 32 - rem as u32;
+            let (q0, b0) = masks(i);
+            let (q1, b1) = masks(s.len() - 16);
+            (q0 | (q1 >> done) << 16, b0 | (b1 >> done) << 16)
         };
-        if ((b << 1) | carry) & q != 0 {
+        if escaped(q, b, carry) {
             return outside_strings_exact(s);
         }
-        carry = (b >> 15) & 1;
         quotes ^= q;
-        i += 16;
     }
-    quotes.count_ones() % 2 == 0
+    // Parity by folding to four bits and a 16-entry bit table (no popcnt in baseline x86_64).
+    let x = quotes ^ (quotes >> 16);
+    let x = x ^ (x >> 8);
+    let x = x ^ (x >> 4);
+    (0x6996u32 >> (x & 0xF)) & 1 == 0
 }
 
 #[cfg(not(target_arch = "x86_64"))]
@@ -410,6 +462,29 @@ mod tests {
         assert_eq!(pieces(br#""\"#), [Open, Escape(1, 3)]);
     }
 
+    /// `HH:MM:SS` in one word: the fields, and None for a misplaced colon or a non-digit.
+    #[test]
+    fn hms_seconds_reads_time_of_day() {
+        assert_eq!(hms_seconds(b"01:10:29"), Some((1, 10, 29)));
+        assert_eq!(hms_seconds(b"23:59:60"), Some((23, 59, 60)));
+        assert_eq!(hms_seconds(b"00:00:00"), Some((0, 0, 0)));
+        assert_eq!(hms_seconds(b"99:98:97"), Some((99, 98, 97)));
+        assert_eq!(hms_seconds(b"10:09:01"), Some((10, 9, 1)));
+        for bad in [
+            b"1:10:290",
+            b"01.10:29",
+            b"01:10.29",
+            b"0a:10:29",
+            b"01:10:2 ",
+            b"01:1::29",
+        ] {
+            assert_eq!(hms_seconds(bad), None, "{}", String::from_utf8_lossy(bad));
+        }
+        assert_eq!(fixed_digits::<2>(b"07"), Some(7));
+        assert_eq!(fixed_digits::<2>(b"7:"), None);
+        assert_eq!(fixed_digits::<1>(b"/"), None);
+    }
+
     #[test]
     fn hex_numbers() {
         assert_eq!(parse_hex(b"0x6, "), Some((6, 3)));
@@ -476,6 +551,21 @@ mod tests {
                 "{}",
                 String::from_utf8_lossy(&s)
             );
+        }
+        // Every length across the 16- and 32-byte steps and their tails, one quote (or an
+        // escaped one) at every position.
+        for n in 1..100usize {
+            for at in 0..n {
+                let mut s = vec![b'a'; n];
+                s[at] = b'"';
+                assert!(!outside_strings(&s), "{n} {at}");
+                if at > 0 {
+                    s[at - 1] = b'\\';
+                    assert_eq!(outside_strings(&s), outside_strings_exact(&s), "{n} {at}");
+                }
+                s[n - 1 - (at == n - 1) as usize * (n > 1) as usize] = b'"';
+                assert_eq!(outside_strings(&s), outside_strings_exact(&s), "{n} {at}");
+            }
         }
     }
 }

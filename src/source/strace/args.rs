@@ -31,7 +31,8 @@ impl Default for NameCache {
 }
 
 impl NameCache {
-    #[inline]
+    /// The hit inline (once per line), the miss out of line.
+    #[inline(always)]
     pub fn get(&mut self, b: &[u8]) -> Name {
         let slot = match b {
             [] => 0,
@@ -43,6 +44,11 @@ impl NameCache {
                 return n;
             }
         }
+        self.miss(slot, b)
+    }
+
+    #[inline(never)]
+    fn miss(&mut self, slot: usize, b: &[u8]) -> Name {
         let s = event::intern(b);
         let n = Name {
             name: s,
@@ -267,11 +273,19 @@ pub(super) fn extract_args_named(sc: &mut Syscall, facts: Name, args: &[u8]) {
 /// `, `).
 #[inline]
 fn plain_fd_arg(args: &[u8]) -> Option<(i32, &[u8], &[u8])> {
-    let n = args
-        .iter()
-        .take(10)
-        .take_while(|b| b.is_ascii_digit())
-        .count();
+    // Up to ten digits, read as they are counted (ten fit a u64 without overflow).
+    let (mut v, mut n) = (0u64, 0);
+    while n < 10 {
+        let Some(d) = args
+            .get(n)
+            .map(|b| b.wrapping_sub(b'0'))
+            .filter(|d| *d <= 9)
+        else {
+            break;
+        };
+        v = v * 10 + d as u64;
+        n += 1;
+    }
     if n == 0 {
         return None;
     }
@@ -280,7 +294,6 @@ fn plain_fd_arg(args: &[u8]) -> Option<(i32, &[u8], &[u8])> {
         Some(b',') => skip_ws(&args[n + 1..]),
         _ => return None,
     };
-    let (v, _) = parse_u64(&args[..n])?;
     Some((i32::try_from(v).ok()?, &args[..n], rest))
 }
 
@@ -289,7 +302,7 @@ fn plain_fd_arg(args: &[u8]) -> Option<(i32, &[u8], &[u8])> {
 pub(super) fn data_from(sc: &mut Syscall, s: &[u8]) {
     let s = skip_ws(s);
     if let Some(inner) = s.strip_prefix(b"\"") {
-        sc.extra = Extra::Data(Data::escaped(inner));
+        Data::put_escaped(&mut sc.extra, inner);
     }
 }
 

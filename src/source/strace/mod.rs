@@ -222,7 +222,15 @@ impl StraceParser {
                 return LineOutcome::Skipped(SkipReason::BadTimestamp);
             }
         }
-        let body = match fast_call(body).map_or_else(|| parse_body(body), Ok) {
+        if let Some(call) = fast_call(body, &mut self.names) {
+            // Nearly every line: straight to `call` (the steps of the `Body::Call` case below).
+            let ts = self.clock.map(&pfx);
+            self.note_comm(&pfx, raw, ts, line_no, out);
+            let (tid, ts) = self.stamp(&pfx, ts, true);
+            self.call(tid, ts, line_no, call, out);
+            return LineOutcome::Used;
+        }
+        let body = match parse_body(body) {
             Ok(b) => b,
             Err(SkipReason::CutOff) => {
                 // A call line with no result and no marker: the trace was cut off there (or
@@ -259,8 +267,7 @@ impl StraceParser {
         };
         self.note_comm(&pfx, raw, ts, line_no, out);
         if let Body::Call { name, args, tail } = body {
-            // Nearly every line: straight to `call`, without moving the body through the
-            // general `apply` (the same steps as its `Call` arm).
+            // Without moving the body through the general `apply` (its `Call` arm's steps).
             let (tid, ts) = self.stamp(&pfx, ts, true);
             self.call(tid, ts, line_no, (name, args, tail), out);
             return LineOutcome::Used;

@@ -4,7 +4,8 @@
 
 use crate::event::{Nanos, Tid};
 use crate::source::scan::{
-    eight_digits, fixed_digits, fixed_digits_tail, is_digit, parse_decimal_ns, parse_u64, skip_ws,
+    eight_digits, fixed_digits, fixed_digits_tail, hms_seconds, is_digit, parse_decimal_ns,
+    parse_u64, skip_ws,
 };
 use memchr::memchr;
 
@@ -105,12 +106,10 @@ fn pid_tod_usec_prefix(line: &[u8]) -> Option<(Prefix, &[u8])> {
     }
     let t = skip_ws(rest);
     let head: &[u8; 16] = t.get(..16)?.try_into().ok()?;
-    if head[2] != b':' || head[5] != b':' || head[8] != b'.' || head[15] != b' ' {
+    if head[8] != b'.' || head[15] != b' ' {
         return None;
     }
-    let h = fixed_digits::<2>(head[0..2].try_into().ok()?)?;
-    let m = fixed_digits::<2>(head[3..5].try_into().ok()?)?;
-    let sec = fixed_digits::<2>(head[6..8].try_into().ok()?)?;
+    let (h, m, sec) = hms_seconds(head[0..8].try_into().ok()?)?;
     let us = fixed_digits_tail::<6>(head[7..15].try_into().ok()?)?;
     if h > 23 || m > 59 || sec > 60 {
         return None;
@@ -229,8 +228,18 @@ pub fn parse_prefix(line: &[u8]) -> (Prefix, &[u8]) {
 
 /// Skips what `-i` (`[00007f4b6d52af16] `, the instruction pointer) and `-n` (`[ 219] `,
 /// the syscall number) print between the timestamp and the call.
-#[inline]
-pub(super) fn skip_extras(mut s: &[u8]) -> &[u8] {
+#[inline(always)]
+pub(super) fn skip_extras(s: &[u8]) -> &[u8] {
+    // Nearly every line has neither: one test inline.
+    if s.first() == Some(&b'[') {
+        skip_extras_columns(s)
+    } else {
+        s
+    }
+}
+
+#[inline(never)]
+fn skip_extras_columns(mut s: &[u8]) -> &[u8] {
     while s.first() == Some(&b'[') {
         let Some(close) = memchr(b']', &s[..s.len().min(24)]) else {
             break;
