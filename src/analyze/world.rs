@@ -159,11 +159,12 @@ impl World {
         };
         let t = &mut self.threads[thread.get()];
         t.calls += 1;
+        // The counts only grow: a first epoll or poll wait is a change `count` reports.
         if t.evidence.count(facts, class) {
             self.role_epoch += 1;
+            self.any_epoll |= t.evidence.epoll > 0;
+            self.any_poll |= t.evidence.poll > 0;
         }
-        self.any_epoll |= t.evidence.epoll > 0;
-        self.any_poll |= t.evidence.poll > 0;
         let role = self.role_at(thread);
         let dur = sc.dur.unwrap_or(0);
         ResolvedCall {
