@@ -188,7 +188,11 @@ impl World {
     /// The process structure a clone or fork creates, applied once every unit has seen the
     /// call.
     pub(crate) fn after(&mut self, cx: &ResolvedCall<'_>) {
-        let (Extra::Clone { thread }, Ret::Val(child)) = (&cx.sc.extra, cx.sc.ret) else {
+        // The extra first: nearly every call is no clone (no copy of the result for them).
+        let Extra::Clone { thread } = &cx.sc.extra else {
+            return;
+        };
+        let Ret::Val(child) = cx.sc.ret else {
             return;
         };
         if child <= 0 {
