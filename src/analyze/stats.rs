@@ -4,14 +4,16 @@
 
 use crate::event::Nanos;
 use crate::report::Dist;
+use hdrhistogram::Histogram;
 
-/// The counts of an HDR histogram of 2 significant digits from 1 µs, in the `hdrhistogram`
-/// crate's layout (256 sub-buckets, of which the upper 128 are used past the first bucket),
-/// so its percentiles are the crate's to the bucket. Recording is the one index computation
-/// and an increment: the crate's checked, auto-resizing record cost ~57 instructions, and the
-/// analyzer records 2.8 samples per event.
+/// Where the samples wait for the `hdrhistogram` crate: counts in the crate's own bucket
+/// layout for 2 significant digits from 1 µs (256 sub-buckets, the upper 128 used past the
+/// first bucket), folded into a crate `Histogram` whenever percentiles are asked for (at
+/// finish), so the percentiles and their arithmetic stay the crate's. Recording here is one
+/// index computation and an increment: the crate's checked, auto-resizing `record` cost ~57
+/// instructions, and the analyzer records 2.8 samples per event.
 #[derive(Clone, Default)]
-struct Hist {
+struct Pending {
     counts: Vec<u64>,
 }
 
@@ -22,19 +24,14 @@ const SUB_MASK: u64 = (1 << (HALF_MAG + 1)) - 1;
 /// 64 - log2(sub-bucket count): `leading_zeros` of a bucket-0 value.
 const LZ_BASE: u32 = 64 - (HALF_MAG + 1);
 
-impl Hist {
-    #[inline]
-    fn bucket(v: u64) -> u32 {
-        LZ_BASE - (v | SUB_MASK).leading_zeros()
-    }
-
+impl Pending {
     #[inline]
     fn index(v: u64) -> usize {
-        let b = Self::bucket(v);
+        let b = LZ_BASE - (v | SUB_MASK).leading_zeros();
         ((b as usize) << HALF_MAG) + (v >> b) as usize
     }
 
-    /// The lowest value counted at `index`.
+    /// The lowest value counted at `index` (one the crate counts in the same bucket).
     fn value_at(index: usize) -> u64 {
         let half = 1usize << HALF_MAG;
         let b = (index >> HALF_MAG) as i64 - 1;
@@ -62,7 +59,7 @@ impl Hist {
         self.counts[i] += 1;
     }
 
-    fn merge(&mut self, o: &Hist) {
+    fn merge(&mut self, o: &Pending) {
         if self.counts.len() < o.counts.len() {
             self.counts.resize(o.counts.len(), 0);
         }
@@ -71,25 +68,16 @@ impl Hist {
         }
     }
 
-    /// The value at quantile `q` of `total` samples, as `hdrhistogram`'s
-    /// `value_at_quantile`: the highest value equivalent to the bucket where the running
-    /// count reaches `ceil(q * total)` (the lowest, for q = 0).
-    fn quantile(&self, q: f64, total: u64) -> u64 {
-        let q = q.min(1.0);
-        let want = ((q * total as f64).ceil() as u64).max(1);
-        let mut seen = 0u64;
-        for (i, c) in self.counts.iter().enumerate() {
-            seen += c;
-            if seen >= want {
-                let v = Self::value_at(i);
-                return if q == 0.0 {
-                    v
-                } else {
-                    v.saturating_add((1u64 << Self::bucket(v)) - 1)
-                };
+    /// The crate's histogram of these samples.
+    fn histogram(&self) -> Histogram<u64> {
+        let mut h = Histogram::new(2).expect("2 significant digits is a valid histogram");
+        for (i, &c) in self.counts.iter().enumerate() {
+            if c > 0 {
+                // Auto-resizing: it grows as far as the largest value, as when recorded.
+                let _ = h.record_n(Self::value_at(i), c);
             }
         }
-        0
+        h
     }
 }
 
@@ -99,7 +87,7 @@ pub struct Agg {
     pub errors: u64,
     pub total_ns: i64,
     pub max_ns: i64,
-    hist: Hist,
+    hist: Pending,
 }
 
 impl Agg {
@@ -118,9 +106,11 @@ impl Agg {
         if self.count == 0 {
             return 0;
         }
-        // Every `add` records one sample: the count is the histogram's total.
-        let v = self.hist.quantile(q, self.count) as i64;
-        v.min(self.max_ns / 1000)
+        self.pct_of(&self.hist.histogram(), q)
+    }
+
+    fn pct_of(&self, h: &Histogram<u64>, q: f64) -> i64 {
+        (h.value_at_quantile(q) as i64).min(self.max_ns / 1000)
     }
 
     pub fn merge(&mut self, o: &Agg) {
@@ -140,10 +130,14 @@ impl Agg {
     }
 
     pub fn dist(&self) -> Dist {
+        if self.count == 0 {
+            return Dist::default();
+        }
+        let h = self.hist.histogram();
         Dist {
             count: self.count,
-            p50_us: self.pct_us(0.5),
-            p99_us: self.pct_us(0.99),
+            p50_us: self.pct_of(&h, 0.5),
+            p99_us: self.pct_of(&h, 0.99),
             max_us: self.max_us(),
         }
     }
@@ -193,8 +187,9 @@ mod tests {
         assert_eq!(a.total_us(), 500_500);
     }
 
-    /// The percentiles are `hdrhistogram`'s, value for value, on spread-out samples (µs
-    /// from 0 to hours), merged or not.
+    /// Samples folded from the pending counts give the percentiles of the same samples
+    /// recorded into the crate directly, on spread-out samples (µs from 0 to hours), merged
+    /// or not: the pending layout is the crate's.
     #[test]
     fn percentiles_are_the_hdr_crates() {
         use hdrhistogram::Histogram;
