@@ -17,7 +17,11 @@
 # also count every SET as a command and every syscall of the main thread (against perf stat's
 # raw_syscalls:sys_enter of that thread); then its per-command p50 against the client's own
 # p50 (redis-benchmark -c 1, one request in flight, for GET and SET); then a pipelined load
-# (-P 32) that shows whether the ring keeps up, and that a loss is counted if it does not.
+# (-P 32) that shows whether the ring keeps up, and the same load into a ring too small for
+# it, where the loss must be counted in the JSON and said in the table.
+# Also what the perf backend's scheduler records (context switches, sched_wakeup, page
+# faults) cost in lost records: perf with and without them (STALLSCOPE_PERF_NO_SCHED=1),
+# alternated, same redis, same load.
 # Needs redis-server, redis-benchmark, redis-cli, strace, perf, python3, root, and a release
 # build (cargo build --release; CARGO_TARGET_DIR is honoured).
 set -euo pipefail
@@ -125,7 +129,25 @@ done
 median() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 echo "perf backend, total over all rounds: $(ratio "$SUM_PF" "$SUM_BASE") of untraced"
 echo "bpf backend, total over all rounds: $(ratio "$SUM_BF" "$SUM_BASE") of untraced"
-echo "median ratio to untraced: stallscope --backend bpf $(median "${R_BF[@]}"), --backend perf $(median "${R_PF[@]}"), --backend ptrace $(median "${R_PT[@]}"), strace -f -T -p $(median "${R_ST[@]}"), perf trace -p $(median "${R_TR[@]}")"
+echo "median ratio to untraced (rounds above; each ratio against its own round's untraced mean): stallscope --backend bpf $(median "${R_BF[@]}"), --backend perf $(median "${R_PF[@]}"), --backend ptrace $(median "${R_PT[@]}"), strace -f -T -p $(median "${R_ST[@]}"), perf trace -p $(median "${R_TR[@]}")"
+
+# The perf backend with and without its scheduler records, alternated: lost records and
+# throughput of each run.
+SUM_NS=0; SUM_S=0
+for round in 1 2 3; do
+  for mode in 1 0; do
+    rm -f "$DIR/perf.err"
+    STALLSCOPE_PERF_NO_SCHED=$mode "$BIN" attach --backend perf --pid "$RPID" --format json --threshold 1s >"$DIR/perf.json" 2>"$DIR/perf.err" &
+    TRACER=$!
+    wait_line "$DIR/perf.err" "attached to"
+    R=$(rps)
+    stop
+    L=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['summary']['lost_events'])" "$DIR/perf.json")
+    if [ "$mode" = 1 ]; then W=without; SUM_NS=$((SUM_NS + L)); else W=with; SUM_S=$((SUM_S + L)); fi
+    printf 'perf %s scheduler records, run %d: %9s rps, %s lost\n' "$W" "$round" "$R" "$L"
+  done
+done
+echo "perf lost records over 3 runs each: without scheduler records $SUM_NS, with $SUM_S"
 
 # Completeness: perf stat counts every read/write entry of redis over a window that holds
 # stallscope's. Outside the benchmark redis is idle: it writes nothing, but its cron reads
@@ -243,6 +265,29 @@ python3 - "$DIR/bpf.json" "$P32" "$((N * 5))" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
 sets = sum(c["calls"] for c in r.get("commands", []) if c["command"] == "SET" and c["phase"] == "all")
+# A read of 32 pipelined requests has its first 64 bytes copied: one command name per read.
 print(f"pipelined -P 32 under bpf: {float(sys.argv[2]):.0f} rps, lost {r['summary']['lost_events']}, "
-      f"{sets} of {sys.argv[3]} SETs counted; overhead warning: {(r.get('overhead') or {}).get('warning')}")
+      f"{sets} of {sys.argv[3]} SETs named (one per read: 64 bytes of each read are copied); "
+      f"overhead warning: {(r.get('overhead') or {}).get('warning')}")
+PY
+
+# The same load into a ring far too small for it (8 pages, 32 KiB): the loss is counted in
+# the JSON, and the table says so.
+for fmt in json table; do
+  rm -f "$DIR/bpf.err"
+  "$BIN" attach --backend bpf --pid "$RPID" --format "$fmt" --color never --threshold 1ms --perf-pages 8 >"$DIR/small.$fmt" 2>"$DIR/bpf.err" &
+  TRACER=$!
+  wait_line "$DIR/bpf.err" "attached to"
+  redis-benchmark -p "$PORT" -t set -n "$((N * 5))" -c "$C" -P 32 -q --csv >/dev/null 2>&1
+  stop
+done
+python3 - "$DIR/small.json" "$DIR/small.table" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+lost = r["summary"]["lost_events"]
+marked = sum(1 for s in r.get("stalls", []) if s.get("events_lost"))
+said = "events were lost" in open(sys.argv[2]).read()
+print(f"pipelined -P 32 under bpf, 8-page ring: lost {lost} (JSON), {marked} stalls marked events_lost, "
+      f"table says so: {said}; warning: {(r.get('overhead') or {}).get('warning')}")
+print("loss accounting:", "counted and reported" if lost > 0 and said else "NOT SHOWN")
 PY

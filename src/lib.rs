@@ -5,22 +5,22 @@
 //! `report::Report` -> `render` (table, JSON, ...). Every stage streams: memory is bounded by
 //! the fd table, the unfinished-call map and fixed-size aggregates, never by trace length.
 
-pub mod analyze;
+pub(crate) mod analyze;
 pub mod cli;
-pub mod docs;
+pub(crate) mod docs;
 pub mod event;
-pub mod fdtable;
+pub(crate) mod fdtable;
 pub mod live;
-pub mod progress;
-pub mod redis_client;
+pub(crate) mod progress;
+pub(crate) mod redis_client;
 pub(crate) mod redis_conf;
-pub mod redis_evidence;
-pub mod redis_log;
-pub mod render;
-pub mod report;
+pub(crate) mod redis_evidence;
+pub(crate) mod redis_log;
+pub(crate) mod render;
+pub(crate) mod report;
 pub mod run;
 pub mod source;
-pub mod syscalls;
+pub(crate) mod syscalls;
 pub(crate) mod threads_file;
-pub mod units;
+pub(crate) mod units;
 pub mod watch;

@@ -399,10 +399,6 @@ fn sort_dedup(d: &mut Collected) {
 const OWN_WAIT: Duration = Duration::from_secs(5);
 
 impl Poller {
-    pub fn start(addr: &str, interval: Duration) -> Poller {
-        Self::start_for(addr, interval, None)
-    }
-
     /// Polls redis at `addr`, which is traced process `traced` when given: each connection's
     /// redis-side fd is then found and handed out (`take_own_conns`) before the first
     /// command is sent on it.
@@ -761,7 +757,11 @@ mod tests {
             .local_addr()
             .unwrap()
             .port();
-        let p = Poller::start(&format!("127.0.0.1:{port}"), Duration::from_millis(50));
+        let p = Poller::start_for(
+            &format!("127.0.0.1:{port}"),
+            Duration::from_millis(50),
+            None,
+        );
         std::thread::sleep(Duration::from_millis(100));
         let d = p.finish();
         assert_eq!(d.polls, 0);

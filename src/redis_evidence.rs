@@ -12,7 +12,7 @@
 
 use crate::redis_client::Collected;
 use crate::redis_log::{self, LogLevel, LogLine, LogRole, LogTime};
-use crate::report::{EvidenceSource, FileClass};
+use crate::report::{EvidenceSource, FileClass, LogFound};
 use crate::report::{
     RedisEvidence, RedisInfoSample, RedisLatency, RedisLogInfo, RedisLogLine, RedisSection,
     RedisServerInfo, RedisSlow, Report, Stall, LOG_LINES_MAX,
@@ -24,7 +24,7 @@ use chrono::{NaiveDate, NaiveDateTime, NaiveTime};
 #[derive(Clone, Debug)]
 pub struct LogSource {
     pub path: String,
-    pub found: &'static str,
+    pub found: LogFound,
     /// The user named it (`--redis-log`): failing to read it is an error, not a note.
     pub explicit: bool,
 }
@@ -64,7 +64,7 @@ pub fn live_log_source(
     let src = match explicit {
         Some(p) => Some(LogSource {
             path: p.to_string(),
-            found: "--redis-log",
+            found: LogFound::Flag,
             explicit: true,
         }),
         None => conf
@@ -78,7 +78,7 @@ pub fn live_log_source(
                 };
                 LogSource {
                     path: full.to_string_lossy().into_owned(),
-                    found: "redis.conf logfile",
+                    found: LogFound::ConfLogfile,
                     explicit: false,
                 }
             }),
@@ -97,7 +97,7 @@ pub fn live_log_source(
         };
         Some(LogSource {
             path: full.to_string_lossy().into_owned(),
-            found: "CONFIG GET logfile",
+            found: LogFound::ConfigGet,
             explicit: false,
         })
     })
@@ -319,7 +319,7 @@ pub fn find_log(
     report: &Report,
 ) -> Option<LogSource> {
     let exists = |p: &std::path::Path| p.is_file();
-    let found = |p: std::path::PathBuf, how: &'static str| LogSource {
+    let found = |p: std::path::PathBuf, how: LogFound| LogSource {
         path: p.to_string_lossy().into_owned(),
         found: how,
         explicit: false,
@@ -351,7 +351,7 @@ pub fn find_log(
         ] {
             let c = dir.join(&cand);
             if exists(&c) {
-                return Some(found(c, "beside the trace"));
+                return Some(found(c, LogFound::BesideTrace));
             }
         }
         let c = dir.join(format!("{stem}.redis.conf"));
@@ -386,7 +386,7 @@ pub fn find_log(
             cands.push(here.join(lp));
         }
         if let Some(p) = cands.into_iter().find(|p| exists(p)) {
-            return Some(found(p, "redis.conf logfile"));
+            return Some(found(p, LogFound::ConfLogfile));
         }
     }
     report
@@ -395,7 +395,7 @@ pub fn find_log(
         .filter(|f| f.class == FileClass::Log)
         .filter_map(|f| f.path.as_deref())
         .find(|p| exists(std::path::Path::new(p)))
-        .map(|p| found(p.into(), "the trace's log file"))
+        .map(|p| found(p.into(), LogFound::TraceLogFile))
 }
 
 /// What a log file holds over the trace, on its axis.
@@ -523,13 +523,8 @@ pub fn apply(report: &mut Report, inp: Inputs) -> Result<()> {
         if let Some(src) = &f.source {
             log_info = Some(RedisLogInfo {
                 path: src.path.clone(),
-                found: src.found.into(),
-                formats: f
-                    .stats
-                    .formats
-                    .iter()
-                    .map(|(x, _)| x.describe().into())
-                    .collect(),
+                found: src.found,
+                formats: f.stats.formats.iter().map(|(x, _)| *x).collect(),
                 lines_read: f.stats.lines,
                 unparsed_lines: f.stats.unparsed,
                 first: None,
@@ -555,12 +550,8 @@ pub fn apply(report: &mut Report, inp: Inputs) -> Result<()> {
                     file_ends = (st.first.clone(), st.last.clone());
                     log_info = Some(RedisLogInfo {
                         path: src.path.clone(),
-                        found: src.found.into(),
-                        formats: st
-                            .formats
-                            .iter()
-                            .map(|(x, _)| x.describe().into())
-                            .collect(),
+                        found: src.found,
+                        formats: st.formats.iter().map(|(x, _)| *x).collect(),
                         lines_read: st.lines,
                         unparsed_lines: st.unparsed,
                         first: None,

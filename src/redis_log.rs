@@ -15,7 +15,7 @@
 //! offset or an epoch; the join decides the zone and says what it assumed.
 
 use anyhow::{Context, Result};
-use chrono::{NaiveDate, NaiveDateTime};
+use chrono::NaiveDateTime;
 use regex::Regex;
 use std::io::{BufRead, Read};
 use std::sync::OnceLock;
@@ -97,29 +97,8 @@ pub struct LogLine {
     pub message: String,
 }
 
-/// Which layout a line was written in, for the report's `redis.log.format`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum LogFormat {
-    Redis3,
-    Redis2,
-    ValkeyIso,
-    ValkeyMillis,
-    Logfmt,
-    SignalHandler,
-}
-
-impl LogFormat {
-    pub fn describe(self) -> &'static str {
-        match self {
-            LogFormat::Redis3 => "redis 3+ (PID:ROLE DD Mon YYYY HH:MM:SS.mmm LEVEL)",
-            LogFormat::Redis2 => "redis 2.x ([PID] DD Mon HH:MM:SS LEVEL, no year)",
-            LogFormat::ValkeyIso => "valkey log-timestamp-format iso8601",
-            LogFormat::ValkeyMillis => "valkey log-timestamp-format milliseconds",
-            LogFormat::Logfmt => "valkey log-format logfmt",
-            LogFormat::SignalHandler => "signal-handler lines (epoch seconds)",
-        }
-    }
-}
+/// Which layout a line was written in, for the report's `redis.log.formats`.
+pub use crate::report::LogFormat;
 
 struct Patterns {
     legacy: Regex,
@@ -496,8 +475,9 @@ impl Follower {
         }
     }
 
-    /// How many records have been read so far.
-    pub fn records(&self) -> usize {
+    /// How many records have been read so far (its tests wait on it).
+    #[cfg(test)]
+    fn records(&self) -> usize {
         self.shared
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -540,17 +520,6 @@ impl Follower {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone()
-    }
-}
-
-/// The date part of a line's local time, for the `-t/-tt` date inference.
-pub fn local_date(l: &LogLine) -> Option<NaiveDate> {
-    match l.time {
-        LogTime::Local {
-            t,
-            year_known: true,
-        } => Some(t.date()),
-        _ => None,
     }
 }
 

@@ -97,6 +97,34 @@ impl std::fmt::Display for Role {
 }
 
 closed_set!(
+    /// How redis's log was found (`redis.log.found`).
+    LogFound {
+        /// Named by the user.
+        Flag => "--redis-log",
+        /// `NAME.redis.log` or `redis.log` beside the trace.
+        BesideTrace => "beside the trace",
+        /// The `logfile` of a redis config (given, beside the trace, or the live process's).
+        ConfLogfile => "redis.conf logfile",
+        /// Live: what redis at `--redis` says its logfile is.
+        ConfigGet => "CONFIG GET logfile",
+        /// The log file the trace saw redis write, where it exists here.
+        TraceLogFile => "the trace's log file",
+    }
+);
+
+closed_set!(
+    /// Which layout a log line was written in (`redis.log.formats[]`).
+    LogFormat {
+        Redis3 => "redis 3+ (PID:ROLE DD Mon YYYY HH:MM:SS.mmm LEVEL)",
+        Redis2 => "redis 2.x ([PID] DD Mon HH:MM:SS LEVEL, no year)",
+        ValkeyIso => "valkey log-timestamp-format iso8601",
+        ValkeyMillis => "valkey log-timestamp-format milliseconds",
+        Logfmt => "valkey log-format logfmt",
+        SignalHandler => "signal-handler lines (epoch seconds)",
+    }
+);
+
+closed_set!(
     /// How the trace's durations were known (`summary.durations`).
     Durations {
         Measured => "measured",
@@ -297,12 +325,37 @@ pub struct Summary {
     pub in_flight_at_start: u64,
 }
 
-#[derive(Clone, Debug, Serialize)]
+/// A line that could not be read. In JSON `reason` is the reason's phrase, after the
+/// file's name when the trace has several files.
+#[derive(Clone, Debug)]
 pub struct Skipped {
     pub line: u64,
-    pub reason: String,
+    /// The file it is in, when the trace has several.
+    pub file: Option<String>,
+    pub reason: crate::source::SkipReason,
     /// The start of the offending line (lossy UTF-8, cut at 120 bytes).
     pub text: String,
+}
+
+impl Skipped {
+    /// `reason` as the report spells it: "FILE: PHRASE", or the phrase alone.
+    pub fn reason_text(&self) -> std::borrow::Cow<'static, str> {
+        match &self.file {
+            Some(f) => format!("{f}: {}", self.reason).into(),
+            None => self.reason.as_str().into(),
+        }
+    }
+}
+
+impl Serialize for Skipped {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let mut m = s.serialize_struct("Skipped", 3)?;
+        m.serialize_field("line", &self.line)?;
+        m.serialize_field("reason", &self.reason_text())?;
+        m.serialize_field("text", &self.text)?;
+        m.end()
+    }
 }
 
 #[derive(Clone, Debug, Serialize, Default)]
@@ -446,6 +499,14 @@ pub struct StallSched {
     pub blocked_us: i64,
     pub minor_faults: u64,
     pub major_faults: u64,
+    /// The call was already running when tracing began: the split covers only its traced
+    /// part (from the attach, as `duration_us` does), not what it did before.
+    #[serde(skip_serializing_if = "is_false")]
+    pub since_attach: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 impl StallSched {
@@ -460,6 +521,7 @@ impl StallSched {
             blocked_us: (dur_ns - on - run).max(0) / 1000,
             minor_faults: d.minor_faults,
             major_faults: d.major_faults,
+            since_attach: false,
         }
     }
 }
@@ -813,11 +875,9 @@ pub const LOG_LINES_MAX: usize = 2000;
 #[derive(Clone, Debug, Serialize, Default)]
 pub struct RedisLogInfo {
     pub path: String,
-    /// How it was found: "--redis-log", "beside the trace", "redis.conf logfile",
-    /// "the trace's log file", "/proc fd table".
-    pub found: String,
-    /// The layouts seen, most lines first ("redis 3+ (...)").
-    pub formats: Vec<String>,
+    pub found: LogFound,
+    /// The layouts seen, most lines first.
+    pub formats: Vec<LogFormat>,
     pub lines_read: u64,
     pub unparsed_lines: u64,
     /// First and last record of the file, as printed.
@@ -904,6 +964,8 @@ mod tests {
         values.extend(EndedBy::ALL.iter().map(spelled));
         values.extend(EvidenceSource::ALL.iter().map(spelled));
         values.extend(FindingId::ALL.iter().map(spelled));
+        values.extend(LogFound::ALL.iter().map(spelled));
+        values.extend(LogFormat::ALL.iter().map(spelled));
         values.extend(
             [
                 "main",

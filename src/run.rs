@@ -232,7 +232,7 @@ fn join_redis_log(report: &mut Report, args: &AnalyzeArgs, conf: Option<&RedisCo
     let log = match &args.out.redis_log {
         Some(p) => Some(crate::redis_evidence::LogSource {
             path: p.clone(),
-            found: "--redis-log",
+            found: crate::report::LogFound::Flag,
             explicit: true,
         }),
         None => crate::redis_evidence::find_log(&args.files, conf, report),

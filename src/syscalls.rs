@@ -59,7 +59,12 @@ pub enum ArgKind {
     Dup2,
     Fcntl,
     CloseRange,
+    /// clone: CLONE_THREAD is in the flags of the first argument.
     Clone,
+    /// clone3: the flags are in the struct the first argument points to.
+    Clone3,
+    /// fork, vfork: a new process, never a thread.
+    Fork,
     Socket,
     /// A buffer argument after the fd (read, write, sendto...).
     Data,
@@ -121,6 +126,19 @@ pub enum FdUse {
     File,
 }
 
+/// What a main thread blocked in a call is doing, where a finding names the cause by the
+/// call alone.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Blocking {
+    Other,
+    /// It sleeps (nanosleep, pause): a command that sleeps.
+    Sleep,
+    /// It waits for an fd or a signal outside the event loop (poll, select, sigtimedwait).
+    SyncWait,
+    /// It makes a process or a thread (a fork copies the page tables).
+    Spawn,
+}
+
 /// One syscall's entry.
 #[derive(PartialEq, Eq)]
 pub struct SysInfo {
@@ -135,6 +153,7 @@ pub struct SysInfo {
     pub fd_use: FdUse,
     /// Puts bytes into its fd (content sniffing reads them as written, not read).
     pub puts: bool,
+    pub blocking: Blocking,
 }
 
 impl std::fmt::Debug for SysInfo {
@@ -154,6 +173,7 @@ impl SysInfo {
             data: DataArg::None,
             fd_use: FdUse::None,
             puts: false,
+            blocking: Blocking::Other,
         }
     }
     const fn facts(mut self, bits: u16) -> Self {
@@ -186,6 +206,10 @@ impl SysInfo {
         self.puts = true;
         self
     }
+    const fn blocking(mut self, b: Blocking) -> Self {
+        self.blocking = b;
+        self
+    }
     /// Whether the call has a buffer argument.
     #[inline]
     pub fn data_arg(&self) -> bool {
@@ -194,6 +218,7 @@ impl SysInfo {
 }
 
 use ArgKind as A;
+use Blocking as B;
 use Facts as F;
 use FdKind as K;
 
@@ -383,25 +408,53 @@ static TABLE: &[SysInfo] = &[
         .facts(F::ALWAYS_IDLE),
     // In a background thread these wait for work; redis's main thread never sleeps or
     // polls while idle (its loop waits in epoll), so there they hold every client.
-    SysInfo::new("poll").facts(F::BG_WAIT | F::POLL),
-    SysInfo::new("ppoll").facts(F::BG_WAIT | F::POLL),
-    SysInfo::new("select").facts(F::BG_WAIT | F::POLL),
-    SysInfo::new("pselect6").facts(F::BG_WAIT | F::POLL),
-    SysInfo::new("nanosleep").facts(F::BG_WAIT),
-    SysInfo::new("clock_nanosleep").facts(F::BG_WAIT),
-    SysInfo::new("pause").facts(F::BG_WAIT),
-    SysInfo::new("rt_sigtimedwait").facts(F::BG_WAIT),
-    SysInfo::new("rt_sigsuspend").facts(F::BG_WAIT),
+    SysInfo::new("poll")
+        .facts(F::BG_WAIT | F::POLL)
+        .blocking(B::SyncWait),
+    SysInfo::new("ppoll")
+        .facts(F::BG_WAIT | F::POLL)
+        .blocking(B::SyncWait),
+    SysInfo::new("select")
+        .facts(F::BG_WAIT | F::POLL)
+        .blocking(B::SyncWait),
+    SysInfo::new("pselect6")
+        .facts(F::BG_WAIT | F::POLL)
+        .blocking(B::SyncWait),
+    SysInfo::new("nanosleep")
+        .facts(F::BG_WAIT)
+        .blocking(B::Sleep),
+    SysInfo::new("clock_nanosleep")
+        .facts(F::BG_WAIT)
+        .blocking(B::Sleep),
+    SysInfo::new("pause").facts(F::BG_WAIT).blocking(B::Sleep),
+    SysInfo::new("rt_sigtimedwait")
+        .facts(F::BG_WAIT)
+        .blocking(B::SyncWait),
+    SysInfo::new("rt_sigsuspend")
+        .facts(F::BG_WAIT)
+        .blocking(B::SyncWait),
     SysInfo::new("futex").facts(F::BG_WAIT),
     SysInfo::new("wait4").facts(F::BG_WAIT | F::WAIT_CHILD),
     SysInfo::new("waitid").facts(F::BG_WAIT | F::WAIT_CHILD),
     SysInfo::new("sched_yield"),
     // Processes and threads.
-    SysInfo::new("clone").args(A::Clone).fd(K::Clone),
+    SysInfo::new("clone")
+        .args(A::Clone)
+        .fd(K::Clone)
+        .blocking(B::Spawn),
     SysInfo::new("clone2").args(A::Clone),
-    SysInfo::new("clone3").args(A::Clone).fd(K::Clone),
-    SysInfo::new("fork").args(A::Clone).fd(K::Clone),
-    SysInfo::new("vfork").args(A::Clone).fd(K::Clone),
+    SysInfo::new("clone3")
+        .args(A::Clone3)
+        .fd(K::Clone)
+        .blocking(B::Spawn),
+    SysInfo::new("fork")
+        .args(A::Fork)
+        .fd(K::Clone)
+        .blocking(B::Spawn),
+    SysInfo::new("vfork")
+        .args(A::Fork)
+        .fd(K::Clone)
+        .blocking(B::Spawn),
     SysInfo::new("execve"),
     SysInfo::new("exit").facts(F::ALWAYS_IDLE | F::EXIT),
     SysInfo::new("exit_group").facts(F::ALWAYS_IDLE | F::EXIT),
@@ -645,6 +698,62 @@ mod tests {
                 "{new}"
             );
         }
+    }
+
+    /// The calls a finding reads by what they do (`Blocking`), and how a live decoder finds
+    /// the clone flags (`ArgKind`).
+    #[test]
+    fn calls_by_what_they_do() {
+        let of = |b: Blocking| -> Vec<&str> {
+            let mut v: Vec<_> = TABLE
+                .iter()
+                .filter(|s| s.blocking == b)
+                .map(|s| s.name)
+                .collect();
+            v.sort_unstable();
+            v
+        };
+        assert_eq!(
+            of(Blocking::Sleep),
+            ["clock_nanosleep", "nanosleep", "pause"]
+        );
+        assert_eq!(
+            of(Blocking::SyncWait),
+            [
+                "poll",
+                "ppoll",
+                "pselect6",
+                "rt_sigsuspend",
+                "rt_sigtimedwait",
+                "select"
+            ]
+        );
+        assert_eq!(of(Blocking::Spawn), ["clone", "clone3", "fork", "vfork"]);
+        for s in TABLE {
+            // A spawn is a clone of some shape, and the fd table follows it.
+            if s.blocking == Blocking::Spawn {
+                assert!(
+                    matches!(s.args, A::Clone | A::Clone3 | A::Fork),
+                    "{}",
+                    s.name
+                );
+                assert_eq!(s.fd, K::Clone, "{}", s.name);
+            }
+        }
+        // The buffers the bpf programs copy, by who fills them.
+        let data = |d: DataArg| -> Vec<&str> {
+            let mut v: Vec<_> = TABLE
+                .iter()
+                .filter(|s| s.data == d)
+                .map(|s| s.name)
+                .collect();
+            v.sort_unstable();
+            v
+        };
+        assert_eq!(data(DataArg::In), ["pread64", "read", "recvfrom"]);
+        assert_eq!(data(DataArg::Out), ["pwrite64", "sendto", "write"]);
+        assert_eq!(info("clone3").args, A::Clone3);
+        assert_eq!((info("fork").args, info("vfork").args), (A::Fork, A::Fork));
     }
 
     #[test]

@@ -376,6 +376,7 @@ sched_backends!(
     names_a_gap_spent_waiting_for_a_cpu,
     counts_the_copy_on_write_faults_after_a_bgsave_fork,
     counts_the_wait_for_a_cpu_after_a_wakeup_as_runnable,
+    splits_a_call_already_running_at_the_attach_from_the_attach,
 );
 
 /// The scheduler's view of a gap (bpf, perf): a busy EVAL never blocks, so the gap is time
@@ -1306,6 +1307,84 @@ fn counts_the_wait_for_a_cpu_after_a_wakeup_as_runnable(backend: &str) {
         "woken on a busy CPU, it waited for it: {sleeps:?}"
     );
     redis.assert_unharmed();
+}
+
+/// A call already running when the tracer attaches (bpf, perf): `DEBUG SLEEP 4` is under way
+/// in the main thread's clock_nanosleep when the tracer attaches. Its stall, known from the
+/// attach, gets the split of that traced part: it says so (`since_attach`), its parts add up
+/// to the traced duration, and the thread was asleep for most of it (a split counted from
+/// the thread's start instead would put its whole life on a CPU).
+fn splits_a_call_already_running_at_the_attach_from_the_attach(backend: &str) {
+    const SYS_NANOSLEEP: i64 = libc::SYS_nanosleep;
+    const SYS_CLOCK_NANOSLEEP: i64 = libc::SYS_clock_nanosleep;
+    let redis = Redis::start(&["--enable-debug-command", "yes"]);
+    let in_sleep = || {
+        matches!(
+            redis.main_syscall(),
+            Some(SYS_NANOSLEEP | SYS_CLOCK_NANOSLEEP)
+        )
+    };
+    // The attach must land inside the sleep; on a slow machine it may not: try again.
+    for attempt in 0..3 {
+        let port = redis.port;
+        let sleep = std::thread::spawn(move || {
+            Client::connect(port, DEADLINE)
+                .and_then(|mut c| c.cmd(&["DEBUG", "SLEEP", "4"]))
+                .map(|r| r.text())
+        });
+        let start = std::time::Instant::now();
+        while !in_sleep() && start.elapsed() < DEADLINE {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(in_sleep(), "the main thread never slept");
+        let a = Attach::start(
+            backend,
+            redis.pid(),
+            &["--threshold", "100ms", "--format", "json"],
+        );
+        assert!(a.attached, "{:?}", a.stderr);
+        let landed = in_sleep();
+        assert_eq!(
+            sleep.join().expect("DEBUG SLEEP").ok().as_deref(),
+            Some("+OK")
+        );
+        // SAFETY: a signal to the stallscope this test started.
+        unsafe { libc::kill(a.child.id() as i32, libc::SIGINT) };
+        let (_, out) = finish(a, DEADLINE);
+        if !landed {
+            eprintln!("attempt {attempt}: the attach came after the sleep");
+            continue;
+        }
+        let r = json(&out);
+        let s = r["stalls"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|s| {
+                s["thread"] == "main"
+                    && s["in_flight"] == "at_start"
+                    && s["syscall"].as_str().is_some_and(|n| n.contains("sleep"))
+            })
+            .unwrap_or_else(|| panic!("no sleep in flight at the start: {}", r["stalls"]));
+        assert_eq!(s["sched"]["since_attach"], true, "{s}");
+        let d = s["duration_us"].as_i64().unwrap_or(0);
+        let (on, run, blocked) = (
+            sched_part(s, "on_cpu_us"),
+            sched_part(s, "runnable_us"),
+            sched_part(s, "blocked_us"),
+        );
+        assert!((on + run + blocked - d).abs() <= 3, "parts add up: {s}");
+        assert!(blocked * 2 >= d, "asleep for most of its traced part: {s}");
+        assert!(
+            s["cause"]
+                .as_str()
+                .is_some_and(|c| c.contains("already running when tracing began")),
+            "{s}"
+        );
+        redis.assert_unharmed();
+        return;
+    }
+    panic!("three attaches all came after the 4 s sleep");
 }
 
 /// Copy-on-write after a fork (bpf, perf): with a few hundred MB in redis and a BGSAVE child

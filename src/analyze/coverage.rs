@@ -267,11 +267,8 @@ pub(crate) fn skipped(counters: &Counters, info: &SourceInfo) -> Vec<report::Ski
         .iter()
         .map(|(file, line, reason, text)| report::Skipped {
             line: *line,
-            reason: if info.files.len() > 1 {
-                format!("{file}: {reason}")
-            } else {
-                reason.to_string()
-            },
+            file: (info.files.len() > 1).then(|| file.clone()),
+            reason: *reason,
             text: text.clone(),
         })
         .collect()

@@ -19,6 +19,7 @@ use crate::redis_conf::RedisConf;
 use crate::report::{
     Bound, CommandPhase, CommandStats, Finding, FindingId, Severity, Stall, StallKind,
 };
+use crate::syscalls::{Blocking, Facts};
 pub use crate::units::{human, plural};
 use std::collections::{BTreeMap, HashSet};
 
@@ -52,6 +53,9 @@ pub(crate) struct Evidence<'a> {
     pub(crate) gaps: Option<&'a GapVerdict>,
     pub(crate) conf: Option<&'a RedisConf>,
     pub(crate) threshold_us: i64,
+    /// The most bytes one copy-on-write fault copies where the trace was taken, when the
+    /// tracer knows (`Options::fault_copy_bytes`).
+    pub(crate) fault_copy: Option<u64>,
 }
 
 /// (finding id, plain-words cause) for one stall. `running`: the command its thread ran
@@ -76,7 +80,7 @@ pub(crate) fn explain(
     if c.kind == StallKind::Gap {
         // A gap from a call of unknown length is at most what it says.
         let d = format!("{bound}{}", human(c.dur / 1000));
-        if let Some(v) = sched_of_gap(c, role, &who, &d, &during, running) {
+        if let Some(v) = sched_of_gap(a.fault_copy, c, role, &who, &d, &during, running) {
             return v;
         }
         return match role {
@@ -134,18 +138,26 @@ struct SchedSplit {
     runnable_ns: i64,
     minor_faults: u64,
     major_faults: u64,
+    /// The most bytes a fault copies, when the tracer knows it.
+    fault_copy: Option<u64>,
+    /// A call already running at the attach: the counters cover only its traced part.
+    since_attach: bool,
 }
 
 /// A burst: a minor fault for every 20 µs on a CPU, or more often. A copy-on-write fault (a
 /// page allocated, 4 KiB copied) costs the thread a few µs, so at that rate faults are a
 /// tenth of its time or more; a command busy on its own data faults far less often.
+/// Counted in bytes (`BASE_PAGE` per 20 µs): where one fault copies a whole huge page
+/// (Linux before 5.8 with transparent huge pages in use), fewer faults copy as much.
 const FAULT_EVERY_NS: i64 = 20_000;
-/// Fewer faults than this are no burst, whatever the time on a CPU.
+/// Fewer faults than this (in base pages copied) are no burst, whatever the time on a CPU.
 const FAULT_BURST_MIN: u64 = 100;
+/// What a fault copies when the tracer does not say: one base page.
+const BASE_PAGE: u64 = 4096;
 
 impl SchedSplit {
     /// Clamped as the JSON's `sched` is (on-CPU time trails by up to a tick).
-    fn of(c: &Cand) -> Option<Self> {
+    fn of(c: &Cand, fault_copy: Option<u64>) -> Option<Self> {
         let d = c.sched?;
         let on = (d.on_cpu_ns as i64).min(c.dur.max(0));
         Some(SchedSplit {
@@ -153,7 +165,26 @@ impl SchedSplit {
             runnable_ns: (d.runnable_ns as i64).min(c.dur.max(0) - on),
             minor_faults: d.minor_faults,
             major_faults: d.major_faults,
+            fault_copy: fault_copy.filter(|b| *b > 0),
+            since_attach: c.dur_facts.in_flight == Some(crate::event::InFlight::AtStart),
         })
+    }
+    /// At most this many bytes were copied by the minor faults.
+    fn copied(&self) -> u64 {
+        self.minor_faults
+            .saturating_mul(self.fault_copy.unwrap_or(BASE_PAGE))
+    }
+    /// ", at most 39 MiB copied (4 KiB a fault on this kernel)", when the tracer said what a
+    /// fault copies.
+    fn copy_words(&self) -> String {
+        match self.fault_copy {
+            Some(b) if self.minor_faults > 0 => format!(
+                ", at most {} copied ({} a fault on this kernel)",
+                bytes_words(self.copied()),
+                bytes_words(b)
+            ),
+            _ => String::new(),
+        }
     }
     /// Waiting for a CPU took at least half of the stall.
     fn starved(&self, dur: i64) -> bool {
@@ -165,8 +196,8 @@ impl SchedSplit {
     }
     /// Minor faults at the rate of a burst (`FAULT_EVERY_NS`) over the time on a CPU.
     fn fault_burst(&self) -> bool {
-        self.minor_faults >= FAULT_BURST_MIN
-            && self.minor_faults as i64 * FAULT_EVERY_NS >= self.on_ns
+        let pages = self.copied() / BASE_PAGE;
+        pages >= FAULT_BURST_MIN && (pages as i64).saturating_mul(FAULT_EVERY_NS) >= self.on_ns
     }
     /// "240 ms waiting for a CPU, 60 ms on one, 1200 minor page faults"
     fn words(&self) -> String {
@@ -180,12 +211,26 @@ impl SchedSplit {
                 w.push_str(&format!(", {n} {what} page fault{}", plural(n)));
             }
         }
+        if self.since_attach {
+            w.push_str(", in its traced part only");
+        }
         w
+    }
+}
+
+/// "4 KiB", "2 MiB", "39 MiB".
+fn bytes_words(b: u64) -> String {
+    match b {
+        b if b >= 1 << 30 => format!("{:.1} GiB", b as f64 / (1u64 << 30) as f64),
+        b if b >= 10 << 20 => format!("{} MiB", b.div_ceil(1 << 20)),
+        b if b >= 1 << 20 => format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64),
+        b => format!("{} KiB", b.div_ceil(1024)),
     }
 }
 
 /// A gap of a client-facing thread explained by the scheduler, when it says enough.
 fn sched_of_gap(
+    fault_copy: Option<u64>,
     c: &Cand,
     role: Role,
     who: &str,
@@ -196,7 +241,7 @@ fn sched_of_gap(
     if !matches!(role, Role::Main | Role::IoThread) {
         return None;
     }
-    let s = SchedSplit::of(c)?;
+    let s = SchedSplit::of(c, fault_copy)?;
     let w = s.words();
     if s.starved(c.dur) {
         return Some((
@@ -208,7 +253,8 @@ fn sched_of_gap(
         return Some((
             Some(FindingId::CowPageFaults),
             format!(
-                "{who} made no syscall for {d}{during}: copy-on-write page faults after fork ({w})"
+                "{who} made no syscall for {d}{during}: copy-on-write page faults after fork ({w}{})",
+                s.copy_words()
             ),
         ));
     }
@@ -254,10 +300,13 @@ fn cause_of_call(
     file: Option<&FileInfo>,
     during: &str,
 ) -> (Option<FindingId>, String) {
-    let name = c.syscall.unwrap_or("?");
+    let sys = c
+        .syscall
+        .map_or(&crate::syscalls::UNKNOWN, crate::syscalls::info);
+    let fsync = sys.facts.has(Facts::FSYNC);
     let class = file.map(|f| f.class).unwrap_or(FileClass::Unknown);
-    let sched = SchedSplit::of(c);
-    match (role, class, name) {
+    let sched = SchedSplit::of(c, a.fault_copy);
+    match (role, class, sys.blocking) {
         (Role::Main | Role::IoThread, _, _) if sched.as_ref().is_some_and(|s| s.starved(c.dur)) => (
             Some(FindingId::CpuStarvation),
             format!(
@@ -268,21 +317,22 @@ fn cause_of_call(
         (Role::Main, FileClass::Client, _) if c.phase.is_some() && sched.as_ref().is_some_and(SchedSplit::fault_burst) => (
             Some(FindingId::CowPageFaults),
             format!(
-                "copy-on-write page faults after fork, in the kernel's copy of the buffer ({}){during}",
-                sched.as_ref().map(SchedSplit::words).unwrap_or_default()
+                "copy-on-write page faults after fork, in the kernel's copy of the buffer ({}{}){during}",
+                sched.as_ref().map(SchedSplit::words).unwrap_or_default(),
+                sched.as_ref().map(SchedSplit::copy_words).unwrap_or_default()
             ),
         ),
-        (Role::Main, _, "nanosleep" | "clock_nanosleep" | "pause") => (
+        (Role::Main, _, Blocking::Sleep) => (
             Some(FindingId::Command),
             "the main thread slept: a command that sleeps (DEBUG SLEEP, a module or script) holds every client".into(),
         ),
-        (Role::Main, _, "poll" | "ppoll" | "select" | "pselect6" | "rt_sigtimedwait" | "rt_sigsuspend") => (
+        (Role::Main, _, Blocking::SyncWait) => (
             Some(FindingId::Command),
             "the main thread waited outside its event loop: synchronous I/O (MIGRATE, a replication \
              handshake with the master, a module) holds every client"
                 .into(),
         ),
-        (Role::Main, _, "clone" | "clone3" | "fork" | "vfork") => {
+        (Role::Main, _, Blocking::Spawn) => {
             (Some(FindingId::Fork), "fork() copies the page tables of the whole dataset in the main thread".into())
         }
         (Role::Child, FileClass::Proc, _)
@@ -300,7 +350,7 @@ fn cause_of_call(
         (Role::Child, _, _) if class.is_disk_file() => {
             (Some(FindingId::ChildDiskIo), "the save child waits on the disk; not client-facing by itself".into())
         }
-        (Role::BioAof, c2, "fdatasync" | "fsync") if c2.is_aof() => (
+        (Role::BioAof, c2, _) if fsync && c2.is_aof() => (
             Some(FindingId::AofFsyncBackground),
             "the background AOF fsync waited on the disk; redis blocks writers only after 2 s".into(),
         ),
@@ -308,7 +358,7 @@ fn cause_of_call(
             Some(FindingId::AofWriteActiveChild),
             format!("AOF I/O in the main thread competes with the child's writes{during}"),
         ),
-        (Role::Main, c2, "fdatasync" | "fsync") if c2.is_aof() => {
+        (Role::Main, c2, _) if fsync && c2.is_aof() => {
             (Some(FindingId::AofFsyncAlways), "appendfsync always: the main thread fsyncs the AOF before replying".into())
         }
         (Role::Main | Role::IoThread, c2, _) if c2.is_aof() && a.file_time.overlaps_bio_fsync(c.start, c.start + c.dur) => (
@@ -329,7 +379,7 @@ fn cause_of_call(
         (Role::Main, c2, _) if c2.is_disk_file() => {
             (Some(FindingId::DiskContention), "file I/O in the main thread waited on a busy disk".into())
         }
-        (Role::Main, FileClass::Unknown, "close") if c.file.is_none() && c.dur_facts.in_flight.is_some() => (
+        (Role::Main, FileClass::Unknown, _) if sys.facts.has(Facts::CLOSE) && c.file.is_none() && c.dur_facts.in_flight.is_some() => (
             None,
             "the fd was opened before tracing began, so its file is unknown; in redis a close() \
              that blocks the main thread for long is most often the log file, which is closed \
@@ -387,6 +437,8 @@ macro_rules! rule_table_types {
             title: $text,
             evidence: $text,
             advice: $text,
+            /// How many stalls it explains (a trace rule: the stalls that have its id).
+            stalls: fn(&$cx, Option<&ByFinding>) -> u64,
         }
 
         impl $rule {
@@ -404,7 +456,7 @@ macro_rules! rule_table_types {
                     title: text(&self.title),
                     evidence: text(&self.evidence),
                     advice: text(&self.advice),
-                    stalls: e.map_or(0, |e| e.n),
+                    stalls: (self.stalls)(cx, e),
                 })
             }
         }
@@ -416,6 +468,10 @@ rule_table_types!(LiveRule, LiveText, LiveEvidence<'_>);
 
 fn on_stalls(_: &Ctx<'_>, e: Option<&ByFinding>) -> bool {
     e.is_some()
+}
+
+fn with_id(_: &Ctx<'_>, e: Option<&ByFinding>) -> u64 {
+    e.map_or(0, |e| e.n)
 }
 
 /// Critical when one stall of measured or paired duration reached 100 ms, else at least a
@@ -672,6 +728,7 @@ const fn on_its_stalls(id: FindingId, title: &'static str, advice: &'static str)
         title: Text::Fixed(title),
         evidence: Text::Made(stall_evidence),
         advice: Text::Fixed(advice),
+        stalls: with_id,
     }
 }
 
@@ -688,6 +745,7 @@ static RULES: &[Rule] = &[
              Trade-off: up to about 1 s of acknowledged writes can be lost on a crash (none with `always`). If every \
              write must be durable, keep `always` and put the AOF on a faster disk (local NVMe, write-back cache).",
         ),
+        stalls: with_id,
     },
     Rule {
         id: FindingId::AofWriteActiveChild,
@@ -696,6 +754,7 @@ static RULES: &[Rule] = &[
         title: Text::Fixed("AOF writes/fsyncs in the main thread stall while a BGSAVE/AOF-rewrite child writes"),
         evidence: Text::Made(stall_evidence),
         advice: Text::Made(active_child_advice),
+        stalls: with_id,
     },
     on_its_stalls(
         FindingId::AofWritePendingFsync,
@@ -722,6 +781,7 @@ static RULES: &[Rule] = &[
              syslog (`syslog-enabled yes`, `logfile \"\"`) or stdout; never keep the log file on the disk that saves \
              and the AOF saturate. Trade-off: fewer log lines to debug with.",
         ),
+        stalls: with_id,
     },
     Rule {
         id: FindingId::Fork,
@@ -734,6 +794,7 @@ static RULES: &[Rule] = &[
              Transparent Huge Pages (`never`), keep instances smaller, and run BGSAVE/BGREWRITEAOF off-peak or on \
              a replica.",
         ),
+        stalls: with_id,
     },
     on_its_stalls(
         FindingId::CowPageFaults,
@@ -773,6 +834,7 @@ static RULES: &[Rule] = &[
             "With appendfsync everysec redis only delays writes when one background fsync takes more than 2 s. \
              If fsyncs approach that, give the AOF a faster or dedicated disk.",
         ),
+        stalls: with_id,
     },
     Rule {
         id: FindingId::ChildCowReport,
@@ -786,6 +848,7 @@ static RULES: &[Rule] = &[
              already spaces the reads out when they are slow; they are slow because the dataset has many \
              mappings. A large copy-on-write figure is the thing to act on (see cow-page-faults).",
         ),
+        stalls: with_id,
     },
     Rule {
         id: FindingId::ChildDiskIo,
@@ -797,6 +860,7 @@ static RULES: &[Rule] = &[
             "Not client-facing by itself, but it makes the save longer and fills the disk queue that the main \
              thread's own file I/O (AOF, log) then waits in. A dedicated disk for saves helps.",
         ),
+        stalls: with_id,
     },
     Rule {
         id: FindingId::FilteredTrace,
@@ -805,6 +869,7 @@ static RULES: &[Rule] = &[
         title: Text::Fixed(GAPS_TITLE),
         evidence: Text::Made(gaps_evidence),
         advice: Text::Fixed(GAPS_ADVICE),
+        stalls: with_id,
     },
     Rule {
         id: FindingId::GapsUnmeasurable,
@@ -813,6 +878,7 @@ static RULES: &[Rule] = &[
         title: Text::Fixed(GAPS_TITLE),
         evidence: Text::Made(gaps_evidence),
         advice: Text::Fixed(GAPS_ADVICE),
+        stalls: with_id,
     },
     Rule {
         id: FindingId::Unexplained,
@@ -824,6 +890,7 @@ static RULES: &[Rule] = &[
             "Look at the thread and syscall of each; a socket or pipe call that blocks usually means CPU starvation \
              (check load and steal) or tracing overhead.",
         ),
+        stalls: with_id,
     },
 ];
 
@@ -894,8 +961,80 @@ pub struct LiveEvidence<'a> {
     pub sees_commands: bool,
     /// Why tracing itself slowed redis down, when it did substantially.
     pub tracing_cost: Option<&'a str>,
-    /// The report is a `watch` incident's (the advice says "watch", not "trace").
-    pub watching: bool,
+    /// The report is a `watch` incident's: the window it covers (the advice says "watch",
+    /// not "trace").
+    pub watch: Option<WatchWindow>,
+}
+
+/// A `watch` incident report: the window of events it covers, the input of the
+/// `watch-incident` rule.
+#[derive(Clone, Copy, Debug)]
+pub struct WatchWindow {
+    /// Stalls of the incident.
+    pub stalls: u64,
+    pub threshold_ns: i64,
+    /// The span of the events the watcher held when the incident ended.
+    pub span_ns: i64,
+    /// The history ring held less than --before (it was full).
+    pub ring_short: bool,
+    /// Incidents not written before this one (--max-incidents-per-hour).
+    pub suppressed: u64,
+    /// Incidents that ended while the previous report was being written, joined in this one.
+    pub joined: u64,
+}
+
+fn in_watch(l: &LiveEvidence<'_>, _: Option<&ByFinding>) -> bool {
+    l.watch.is_some()
+}
+
+fn watch_stalls(l: &LiveEvidence<'_>, _: Option<&ByFinding>) -> u64 {
+    l.watch.map_or(0, |w| w.stalls)
+}
+
+/// The live rules other than the incident's explain no stall.
+fn no_stalls(_: &LiveEvidence<'_>, _: Option<&ByFinding>) -> u64 {
+    0
+}
+
+fn watch_title(l: &LiveEvidence<'_>, _: Option<&ByFinding>) -> String {
+    let Some(w) = l.watch else {
+        return String::new();
+    };
+    format!(
+        "Incident caught by stallscope watch: {} stall{} over {}",
+        w.stalls,
+        plural(w.stalls),
+        human(w.threshold_ns / 1000)
+    )
+}
+
+fn watch_evidence(l: &LiveEvidence<'_>, _: Option<&ByFinding>) -> String {
+    let Some(w) = l.watch else {
+        return String::new();
+    };
+    let mut s = format!(
+        "this report covers the {} of events the watcher held when the incident ended",
+        human(w.span_ns.max(0) / 1000)
+    );
+    if w.ring_short {
+        s.push_str(" (less than --before: the history ring was full; raise --ring-size)");
+    }
+    if w.suppressed > 0 {
+        s.push_str(&format!(
+            "; {} incident{} before this one were not written (--max-incidents-per-hour)",
+            w.suppressed,
+            plural(w.suppressed)
+        ));
+    }
+    if w.joined > 0 {
+        s.push_str(&format!(
+            "; {} more incident{} that ended while the previous report was being written {} in it",
+            w.joined,
+            plural(w.joined),
+            if w.joined == 1 { "is" } else { "are" }
+        ));
+    }
+    s
 }
 
 fn perf_cannot_see_commands(l: &LiveEvidence<'_>, _: Option<&ByFinding>) -> bool {
@@ -919,7 +1058,7 @@ fn live_warning(_: &LiveEvidence<'_>, _: Option<&ByFinding>) -> Severity {
 }
 
 fn backend_limits_advice(l: &LiveEvidence<'_>, _: Option<&ByFinding>) -> String {
-    let verb = if l.watching { "watch" } else { "trace" };
+    let verb = if l.watch.is_some() { "watch" } else { "trace" };
     format!(
         "If you need them, use --backend bpf (as root: it reads request buffers in the \
          kernel without stopping redis), or {verb} briefly with --backend ptrace (it slows \
@@ -929,6 +1068,19 @@ fn backend_limits_advice(l: &LiveEvidence<'_>, _: Option<&ByFinding>) -> String 
 
 /// What a live backend adds to the findings, after the trace's.
 static LIVE_RULES: &[LiveRule] = &[
+    // What a `watch` incident report covers, first: the rest of the report is about it.
+    LiveRule {
+        id: FindingId::WatchIncident,
+        applies: in_watch,
+        severity: live_info,
+        title: LiveText::Made(watch_title),
+        evidence: LiveText::Made(watch_evidence),
+        advice: LiveText::Fixed(
+            "The stalls and findings above are from this window only; the watcher's metrics \
+             count every stall.",
+        ),
+        stalls: watch_stalls,
+    },
     // Say what this backend cannot show, rather than leave empty tables unexplained.
     LiveRule {
         id: FindingId::BackendLimits,
@@ -941,6 +1093,7 @@ static LIVE_RULES: &[LiveRule] = &[
              up are not available in this report",
         ),
         advice: LiveText::Made(backend_limits_advice),
+        stalls: no_stalls,
     },
     LiveRule {
         id: FindingId::TracerOverhead,
@@ -951,6 +1104,7 @@ static LIVE_RULES: &[LiveRule] = &[
         advice: LiveText::Fixed(
             "trace for a shorter time, trace a replica, or use a backend that does not stop redis (--backend perf)",
         ),
+        stalls: no_stalls,
     },
 ];
 
@@ -1002,6 +1156,7 @@ mod tests {
             gaps: None,
             conf: None,
             threshold_us: 10_000,
+            fault_copy: None,
         })
     }
 
@@ -1099,6 +1254,87 @@ mod tests {
         });
     }
 
+    /// The copy-on-write burst is counted in bytes copied: where a fault copies a whole huge
+    /// page (a kernel before 5.8 with transparent huge pages), a few faults are a burst; where
+    /// the tracer says a fault copies a base page the verdict is the count's, and the cause
+    /// says how much was copied at most.
+    #[test]
+    fn the_copy_on_write_burst_is_counted_in_bytes_copied() {
+        use crate::event::SchedDelta;
+        let gap = |minor: u64| {
+            let mut c = cand(StallKind::Gap, None, Some(0));
+            c.sched = Some(SchedDelta {
+                on_cpu_ns: 45 * MS as u64,
+                runnable_ns: 5 * MS as u64,
+                minor_faults: minor,
+                major_faults: 0,
+            });
+            c
+        };
+        let world = World::new(Some(100), Default::default(), None);
+        let (phases, file_time) = (Phases::default(), FileTime::default());
+        let ev = |fault_copy: Option<u64>| Evidence {
+            phases: &phases,
+            file_time: &file_time,
+            world: &world,
+            gaps: None,
+            conf: None,
+            threshold_us: 10_000,
+            fault_copy,
+        };
+        let huge = Some(2 << 20);
+        let base = Some(4096);
+        // (faults, what a fault copies, finding, words of the cause)
+        let cases: &[(u64, Option<u64>, FindingId, &str)] = &[
+            // 20 faults of 4 KiB in 45 ms on a CPU: the command's own work.
+            (20, None, FindingId::Command, "a slow command, on a CPU"),
+            (20, base, FindingId::Command, "20 minor page faults"),
+            // The same 20 faults copying 2 MiB each: 40 MiB copied, a burst.
+            (
+                20,
+                huge,
+                FindingId::CowPageFaults,
+                "20 minor page faults, at most 40 MiB copied (2.0 MiB a fault on this kernel)",
+            ),
+            // 3000 faults of a base page: a burst, and what it copied at most.
+            (
+                3000,
+                base,
+                FindingId::CowPageFaults,
+                "3000 minor page faults, at most 12 MiB copied (4 KiB a fault on this kernel)",
+            ),
+            // Not known (offline): the count's verdict, no bytes said.
+            (
+                3000,
+                None,
+                FindingId::CowPageFaults,
+                "3000 minor page faults)",
+            ),
+            // One huge page copied in 45 ms on a CPU is no burst.
+            (1, huge, FindingId::Command, "1 minor page fault"),
+        ];
+        for (i, (minor, copy, want, words)) in cases.iter().enumerate() {
+            let (id, why) = explain(&ev(*copy), &gap(*minor), Role::Main, None);
+            assert_eq!(id, Some(*want), "case {i}: {why}");
+            assert!(why.contains(words), "case {i}: {why}");
+        }
+        // A call already running at the attach: its split is of the traced part, and says so.
+        let mut c = cand(StallKind::SlowSyscall, Some("write"), None);
+        c.dur_facts.in_flight = Some(crate::event::InFlight::AtStart);
+        c.sched = Some(SchedDelta {
+            on_cpu_ns: MS as u64,
+            runnable_ns: 30 * MS as u64,
+            minor_faults: 0,
+            major_faults: 0,
+        });
+        let (id, why) = explain(&ev(base), &c, Role::Main, None);
+        assert_eq!(id, Some(FindingId::CpuStarvation), "{why}");
+        assert!(
+            why.contains("1.0 ms on one, in its traced part only"),
+            "{why}"
+        );
+    }
+
     #[test]
     fn stalls_of_a_rule_make_its_finding_and_the_rest_are_unexplained() {
         let stall = |finding: Option<FindingId>, us: i64| Stall {
@@ -1169,13 +1405,13 @@ mod tests {
         let ptrace = LiveEvidence {
             sees_commands: true,
             tracing_cost: None,
-            watching: false,
+            watch: None,
         };
         assert!(ids(&ptrace).is_empty());
         let slow = LiveEvidence {
             sees_commands: true,
             tracing_cost: Some("tracing is slowing redis down"),
-            watching: false,
+            watch: None,
         };
         let f = live_findings(&slow);
         assert_eq!(
@@ -1183,15 +1419,70 @@ mod tests {
             (FindingId::TracerOverhead, Severity::Warning)
         );
         assert_eq!(f[0].evidence, "tracing is slowing redis down");
-        let perf = |watching| LiveEvidence {
+        let window = WatchWindow {
+            stalls: 3,
+            threshold_ns: 10_000_000,
+            span_ns: 32_000_000_000,
+            ring_short: false,
+            suppressed: 0,
+            joined: 0,
+        };
+        let perf = |watch| LiveEvidence {
             sees_commands: false,
             tracing_cost: None,
-            watching,
+            watch,
         };
-        assert_eq!(ids(&perf(false)), vec![FindingId::BackendLimits]);
-        let advice = |watching| live_findings(&perf(watching))[0].advice.clone();
-        assert!(advice(false).contains("or trace briefly with --backend ptrace"));
-        assert!(advice(true).contains("or watch briefly with --backend ptrace"));
+        assert_eq!(ids(&perf(None)), vec![FindingId::BackendLimits]);
+        let limits = |watch| live_findings(&perf(watch)).pop().unwrap().advice;
+        assert!(limits(None).contains("or trace briefly with --backend ptrace"));
+        assert!(limits(Some(window)).contains("or watch briefly with --backend ptrace"));
+        // A watch incident: its window first, with the incident's stalls.
+        let f = live_findings(&perf(Some(window)));
+        assert_eq!(
+            f.iter().map(|f| (f.id, f.stalls)).collect::<Vec<_>>(),
+            vec![(FindingId::WatchIncident, 3), (FindingId::BackendLimits, 0)]
+        );
+        assert_eq!(
+            f[0].title,
+            "Incident caught by stallscope watch: 3 stalls over 10 ms"
+        );
+        assert_eq!(
+            f[0].evidence,
+            "this report covers the 32.00 s of events the watcher held when the incident ended"
+        );
+    }
+
+    /// Each way a watch window is cut short is said, once.
+    #[test]
+    fn a_watch_window_says_what_it_lacks() {
+        let w = WatchWindow {
+            stalls: 1,
+            threshold_ns: 50_000_000,
+            span_ns: 2_000_000_000,
+            ring_short: true,
+            suppressed: 2,
+            joined: 1,
+        };
+        let l = LiveEvidence {
+            sees_commands: true,
+            tracing_cost: None,
+            watch: Some(w),
+        };
+        let f = &live_findings(&l)[0];
+        assert_eq!(
+            f.title,
+            "Incident caught by stallscope watch: 1 stall over 50 ms"
+        );
+        assert!(f
+            .evidence
+            .contains("(less than --before: the history ring was full"));
+        assert!(f
+            .evidence
+            .contains("; 2 incidents before this one were not written"));
+        assert!(f.evidence.ends_with(
+            "; 1 more incident that ended while the previous report was being written is in it"
+        ));
+        assert_eq!(f.severity, Severity::Info);
     }
 
     #[test]

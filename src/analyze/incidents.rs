@@ -69,3 +69,149 @@ pub(super) fn name_findings(incidents: &mut [report::Incident], stalls: &[Stall]
         inc.finding = inc.stalls.iter().filter_map(|i| stalls[*i].finding).next();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analyze::stalls::DurFacts;
+    use crate::fdtable::ProcKey;
+    use crate::report::{Bound, DurationKnown, FindingId, Role, StallKind};
+
+    const MS: Nanos = 1_000_000;
+
+    fn stall(
+        start: Nanos,
+        dur: Nanos,
+        worst_wait_us: Option<i64>,
+        finding: Option<FindingId>,
+    ) -> (Cand, Stall) {
+        let c = Cand {
+            tid: 100,
+            proc: ProcKey::Root,
+            kind: StallKind::SlowSyscall,
+            syscall: Some("write"),
+            fd: Some(7),
+            file: None,
+            start,
+            dur,
+            line: None,
+            dur_facts: DurFacts {
+                bound: Bound::Exact,
+                known: DurationKnown::Measured,
+                in_flight: None,
+            },
+            phase: None,
+            events_lost: false,
+            id: 1,
+            sched: None,
+        };
+        let s = Stall {
+            ts: String::new(),
+            ts_iso: None,
+            at_us: start / 1000,
+            pid: 100,
+            tid: 100,
+            thread: Role::Main,
+            kind: StallKind::SlowSyscall,
+            syscall: Some("write".into()),
+            fd: Some(7),
+            path: None,
+            class: None,
+            duration_us: dur / 1000,
+            line: None,
+            cause: String::new(),
+            finding,
+            bound: Bound::Exact,
+            duration_known: DurationKnown::Measured,
+            in_flight: None,
+            waiting_commands: 0,
+            waiting_by_command: Default::default(),
+            waiting_clients: 0,
+            worst_wait_us,
+            phase: None,
+            events_lost: false,
+            sched: None,
+        };
+        (c, s)
+    }
+
+    fn held(seqs: &[u64], fds: &[i32]) -> Held {
+        let mut h = Held::default();
+        h.seqs = seqs.to_vec();
+        h.clients = fds.iter().map(|fd| (ProcKey::Root, *fd)).collect();
+        h
+    }
+
+    /// Two overlapping stalls are one freeze: their union, the commands and clients either
+    /// held counted once, the worst wait of both, named by the first finding among them; a
+    /// later stall is an incident of its own.
+    #[test]
+    fn overlapping_stalls_are_one_incident() {
+        let first = 1_000 * MS;
+        let rows: Vec<(Cand, Held, Stall)> = [
+            (
+                stall(first, 50 * MS, Some(40_000), None),
+                held(&[1, 2], &[9]),
+            ),
+            (
+                stall(
+                    first + 30 * MS,
+                    50 * MS,
+                    Some(70_000),
+                    Some(FindingId::AofFsyncAlways),
+                ),
+                held(&[2, 3], &[9, 10]),
+            ),
+            (
+                stall(first + 200 * MS, 10 * MS, None, Some(FindingId::Fork)),
+                held(&[], &[]),
+            ),
+        ]
+        .into_iter()
+        .map(|((c, s), h)| (c, h, s))
+        .collect();
+        let mut inc = incidents(&rows, &crate::source::Clock::none(), first);
+        let stalls: Vec<Stall> = rows.into_iter().map(|(_, _, s)| s).collect();
+        name_findings(&mut inc, &stalls);
+        let got: Vec<_> = inc
+            .iter()
+            .map(|i| {
+                (
+                    i.start_at_us,
+                    i.end_at_us,
+                    i.duration_us,
+                    i.stalls.clone(),
+                    i.waiting_commands,
+                    i.waiting_clients,
+                    i.worst_wait_us,
+                    i.finding,
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (
+                    0,
+                    80_000,
+                    80_000,
+                    vec![0, 1],
+                    3,
+                    2,
+                    Some(70_000),
+                    Some(FindingId::AofFsyncAlways)
+                ),
+                (
+                    200_000,
+                    210_000,
+                    10_000,
+                    vec![2],
+                    0,
+                    0,
+                    None,
+                    Some(FindingId::Fork)
+                ),
+            ]
+        );
+    }
+}

@@ -173,7 +173,10 @@ impl Kept<'_> {
             worst_wait_us: held.worst_wait.map(|w| w / 1000),
             phase: c.phase,
             events_lost: c.events_lost,
-            sched: c.sched.map(|d| crate::report::StallSched::of(&d, c.dur)),
+            sched: c.sched.map(|d| crate::report::StallSched {
+                since_attach: c.dur_facts.in_flight == Some(InFlight::AtStart),
+                ..crate::report::StallSched::of(&d, c.dur)
+            }),
         }
     }
 }
@@ -219,6 +222,7 @@ mod tests {
             gaps: None,
             conf: None,
             threshold_us: 10_000,
+            fault_copy: None,
         };
         let clock = Clock::none();
         // The commands unit's names: SET is the first one read.

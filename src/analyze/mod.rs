@@ -46,7 +46,6 @@ use latency::Latency;
 pub use options::Options;
 use own_conns::OwnConns;
 use phases::{AofUse, Phases};
-pub use roles::Role;
 use samples::Samples;
 use stalls::Stalls;
 use world::World;
@@ -253,6 +252,7 @@ impl Analyzer {
             gaps,
             conf: self.opts.redis_conf.as_ref(),
             threshold_us: self.opts.threshold_ns / 1000,
+            fault_copy: self.opts.fault_copy_bytes,
         }
     }
 

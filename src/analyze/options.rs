@@ -21,6 +21,9 @@ pub struct Options {
     /// ptrace`), not by the kernel: a call is seen to end only once the tracer has handled
     /// the thread's exit stop.
     pub stamped_at_stops: bool,
+    /// The most bytes one copy-on-write page fault copies on the traced machine (live, from
+    /// the kernel: a base page, or a huge page before Linux 5.8); None when not known.
+    pub fault_copy_bytes: Option<u64>,
 }
 
 impl Default for Options {
@@ -33,6 +36,7 @@ impl Default for Options {
             root_pid: None,
             timeline_floor_ns: None,
             stamped_at_stops: false,
+            fault_copy_bytes: None,
         }
     }
 }

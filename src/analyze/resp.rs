@@ -3,8 +3,10 @@
 //! requests as far as the trace shows them.
 
 /// Command names found at the start of a request buffer. `more` is true when the buffer was
-/// cut off by the tracer, so further pipelined requests may follow unseen.
-pub fn command_names(data: &[u8], truncated: bool) -> (Vec<String>, bool) {
+/// cut off by the tracer, so further pipelined requests may follow unseen. (The analysis
+/// takes them one by one, without allocating: `for_each_command`.)
+#[cfg(test)]
+fn command_names(data: &[u8], truncated: bool) -> (Vec<String>, bool) {
     let mut out = vec![];
     let more = for_each_command(data, truncated, |n| {
         out.push(String::from_utf8_lossy(n).to_ascii_uppercase())

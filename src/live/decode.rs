@@ -62,7 +62,6 @@ const AT_FDCWD: i64 = -100;
 /// the call succeeded (read-like buffers are only valid then). `data`: read the first bytes
 /// of read/write buffers (only meaningful while the thread is still stopped at the exit).
 pub(super) fn decode_args(tid: Tid, sc: &mut Syscall, a: &[u64; 6], ret: Option<i64>, data: bool) {
-    let name = sc.name;
     let sys = sc.sys;
     if sys.fd_first {
         let fd = a[0] as i64 as i32;
@@ -107,27 +106,26 @@ pub(super) fn decode_args(tid: Tid, sc: &mut Syscall, a: &[u64; 6], ret: Option<
             }
         }
         ArgKind::Dup2 => sc.extra = Extra::NewFd(a[1] as i64 as i32),
-        ArgKind::Fcntl
-            if name == "fcntl"
-                && (a[1] as i32 == libc::F_DUPFD || a[1] as i32 == libc::F_DUPFD_CLOEXEC) =>
-        {
+        // fcntl64 (32-bit) takes the same commands.
+        ArgKind::Fcntl if a[1] as i32 == libc::F_DUPFD || a[1] as i32 == libc::F_DUPFD_CLOEXEC => {
             sc.extra = Extra::DupFd;
         }
         ArgKind::CloseRange => {
             sc.extra = Extra::CloseRange(a[0] as u32, a[1].min(u32::MAX as u64) as u32)
         }
         ArgKind::Clone => {
-            let thread = match name {
-                "clone3" => {
-                    let mut b = [0u8; 8];
-                    read_mem(tid, a[0], &mut b) == 8
-                        && u64::from_ne_bytes(b) & libc::CLONE_THREAD as u64 != 0
-                }
-                "fork" | "vfork" => false,
-                _ => a[0] & libc::CLONE_THREAD as u64 != 0,
-            };
+            sc.extra = Extra::Clone {
+                thread: a[0] & libc::CLONE_THREAD as u64 != 0,
+            }
+        }
+        ArgKind::Clone3 => {
+            // `struct clone_args` begins with the flags.
+            let mut b = [0u8; 8];
+            let thread = read_mem(tid, a[0], &mut b) == 8
+                && u64::from_ne_bytes(b) & libc::CLONE_THREAD as u64 != 0;
             sc.extra = Extra::Clone { thread };
         }
+        ArgKind::Fork => sc.extra = Extra::Clone { thread: false },
         ArgKind::Socket => {
             sc.extra = Extra::Socket(match a[0] as i32 {
                 libc::AF_INET => "AF_INET",
@@ -239,6 +237,35 @@ fn link_fits(link: &str, path: Option<&str>) -> bool {
     }
 }
 
+/// The call `tid` sleeps in now, from /proc, if it sleeps inside one: what a backend
+/// attaching to a thread already blocked learns of that call (the thread cannot be stopped
+/// to read its registers). None for a thread on a CPU, or in a tracing stop (which says
+/// how it left its call).
+pub(super) fn blocked_in_call(tid: Tid) -> Option<(i64, [u64; 6])> {
+    let stat = std::fs::read_to_string(format!("/proc/{tid}/stat")).ok()?;
+    let state = stat.rsplit_once(')')?.1.split_whitespace().next()?;
+    if !matches!(state, "D" | "S") {
+        return None;
+    }
+    parse_proc_syscall(&std::fs::read_to_string(format!("/proc/{tid}/syscall")).ok()?)
+}
+
+/// `/proc/TID/syscall`: "NR ARG1..ARG6 SP PC" (hex args) while in a call, "-1 SP PC" when
+/// blocked outside one, "running" when on a CPU.
+fn parse_proc_syscall(s: &str) -> Option<(i64, [u64; 6])> {
+    let mut it = s.split_whitespace();
+    let nr: i64 = it.next()?.parse().ok()?;
+    if nr < 0 {
+        return None;
+    }
+    let mut args = [0u64; 6];
+    for a in &mut args {
+        let v = it.next()?;
+        *a = u64::from_str_radix(v.trim_start_matches("0x"), 16).ok()?;
+    }
+    Some((nr, args))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -312,5 +339,20 @@ mod tests {
         sc.extra = Extra::None;
         assert_eq!(name(&sc, Some("socket:[1]")), None);
         assert_eq!(name(&sc, Some("/a/b")).as_deref(), Some("/a/b"));
+    }
+
+    #[test]
+    fn proc_syscall_lines_give_the_call_a_blocked_thread_is_in() {
+        // fdatasync(7) as a thread blocked in it shows it (Linux 6.x, x86_64).
+        let (nr, args) =
+            parse_proc_syscall("75 0x7 0x7ffd5a1c 0x0 0x0 0x0 0x0 0x7ffd5a1bf8 0x7f1c2d3e4f50\n")
+                .expect("a call");
+        assert_eq!(super::super::sysnames::syscall_name(nr), "fdatasync");
+        assert_eq!(args, [7, 0x7ffd5a1c, 0, 0, 0, 0]);
+        // Blocked outside any call, on a CPU, or cut short: no call.
+        assert_eq!(parse_proc_syscall("-1 0x7ffd5a1bf8 0x7f1c2d3e4f50\n"), None);
+        assert_eq!(parse_proc_syscall("running\n"), None);
+        assert_eq!(parse_proc_syscall("3 0x8 0x0\n"), None);
+        assert_eq!(parse_proc_syscall(""), None);
     }
 }

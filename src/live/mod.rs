@@ -5,14 +5,14 @@
 //! go through the same `Analyzer` as `analyze`, stalls are printed as they are found, and
 //! the report at the end is rendered by the same renderers.
 
-pub mod bpf;
+pub(crate) mod bpf;
 mod decode;
 mod fed;
-pub mod perf;
-pub mod procctx;
-pub mod ptrace;
-pub mod record;
-pub mod sysnames;
+pub(crate) mod perf;
+pub(crate) mod procctx;
+pub(crate) mod ptrace;
+pub(crate) mod record;
+pub(crate) mod sysnames;
 
 use crate::event::{Event, Nanos, Tid};
 use anyhow::Result;
@@ -48,6 +48,25 @@ pub(crate) fn sched_delta(from: &[u64; 4], to: &[u64; 4]) -> crate::event::Sched
         minor_faults: to[2].saturating_sub(from[2]),
         major_faults: to[3].saturating_sub(from[3]),
     }
+}
+
+/// A thread's scheduler counters now, from /proc, in `sched_delta`'s order: the same task
+/// fields the bpf programs read (`schedstat`: se.sum_exec_runtime, sched_info.run_delay;
+/// `stat`: min_flt, maj_flt). For a call already running at the attach, whose entry no
+/// backend saw: its split from the attach on.
+pub(crate) fn sched_counters(tgid: Tid, tid: Tid) -> Option<[u64; 4]> {
+    let dir = format!("/proc/{tgid}/task/{tid}");
+    let schedstat = std::fs::read_to_string(format!("{dir}/schedstat")).ok()?;
+    let stat = std::fs::read_to_string(format!("{dir}/stat")).ok()?;
+    parse_sched_counters(&schedstat, &stat)
+}
+
+fn parse_sched_counters(schedstat: &str, stat: &str) -> Option<[u64; 4]> {
+    let mut ss = schedstat.split_whitespace().map(|v| v.parse::<u64>().ok());
+    let (on, run) = (ss.next()??, ss.next()??);
+    // After the command name: state ppid pgrp session tty tpgid flags minflt cminflt majflt.
+    let f: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    Some([on, run, f.get(7)?.parse().ok()?, f.get(9)?.parse().ok()?])
 }
 
 /// What a tracer counted while it ran.
@@ -432,6 +451,7 @@ pub fn run_attach(args: &AttachArgs) -> Result<u64> {
         thread_names.insert(*t, n.clone());
     }
     opts.stamped_at_stops = backend == LiveBackend::Ptrace;
+    opts.fault_copy_bytes = procctx::cow_fault_bytes(pid);
     let redis_conf = opts.redis_conf.clone();
     let mut an = Analyzer::new(opts);
     for (fd, what) in &ctx.fds {
@@ -639,7 +659,7 @@ pub fn run_attach(args: &AttachArgs) -> Result<u64> {
             tracing_cost: tracing_cost
                 .as_deref()
                 .filter(|_| backend == LiveBackend::Ptrace),
-            watching: false,
+            watch: None,
         }));
     redis_side.finish(&mut report)?;
     if let Some(e) = record_err.or(lost_err) {
@@ -710,5 +730,26 @@ pub(crate) fn page_size() -> usize {
         p as usize
     } else {
         4096
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sched_counters_read_schedstat_and_the_fault_fields_of_stat() {
+        let stat = "4242 (redis-server) S 1 4242 4242 0 -1 4194560 1234 0 56 0 10 5 0 0 20 0 5 0";
+        assert_eq!(
+            parse_sched_counters("123456789 2345 17\n", stat),
+            Some([123_456_789, 2345, 1234, 56])
+        );
+        // A command name with a ") " in it is skipped whole.
+        let odd = "7 (a) b) R 1 7 7 0 -1 0 9 0 3 0";
+        assert_eq!(parse_sched_counters("1 2 3", odd), Some([1, 2, 9, 3]));
+        assert_eq!(parse_sched_counters("", stat), None);
+        let me = std::process::id();
+        let c = sched_counters(me, me).expect("this thread's counters");
+        assert!(c[0] > 0, "it has run: {c:?}");
     }
 }

@@ -35,7 +35,8 @@ use anyhow::Result;
 use perf_event_open_sys as sys;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
-use std::sync::atomic::{fence, AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 /// Default ring-buffer size per CPU: 8 MiB holds about 50,000 syscalls (~150 bytes
@@ -48,6 +49,10 @@ const HOLD_BACK: Nanos = 3_000_000;
 
 /// Most threads the wakeup filter names (a filter is at most a page of text).
 const WAKEUP_FILTER_MAX: usize = 200;
+
+/// Set to 1 to trace without the scheduler's records (no `sched` split): what those records
+/// cost, measured against the same backend without them (bench/backends.sh).
+pub const NO_SCHED_ENV: &str = "STALLSCOPE_PERF_NO_SCHED";
 
 /// How often /proc/PID/task is rescanned for threads the events missed.
 const RESCAN_EVERY: Duration = Duration::from_secs(1);
@@ -197,6 +202,10 @@ impl Ring {
         tail_a.store(tail, Ordering::Release);
     }
 }
+
+// SAFETY: the mapping belongs to the process, not to a thread; a ring is read by one thread
+// at a time (the attach's, then the reader's, which hands it back when it ends).
+unsafe impl Send for Ring {}
 
 impl Drop for Ring {
     fn drop(&mut self) {
@@ -530,7 +539,15 @@ pub struct PerfTracer {
     cfg: PerfConfig,
     ids: (u64, u64),
     cpus: Vec<i32>,
+    /// The per-CPU rings while the attach reads them itself; then the reader thread has them.
     rings: Vec<Ring>,
+    /// The rings' fds (one per CPU), whoever holds the rings.
+    ring_fds: Vec<i32>,
+    /// The reader thread (`read_rings_thread`), its stop flag, and what it copied out.
+    reader: Option<(std::thread::JoinHandle<Vec<Ring>>, Arc<AtomicBool>)>,
+    rx: Option<mpsc::Receiver<Vec<u8>>>,
+    /// Bytes the reader copied out that the analysis has not taken yet (`BACKLOG_MAX`).
+    backlog: Arc<AtomicUsize>,
     /// Every event fd (2 per traced thread per CPU, 5 with the scheduler's events).
     fds: Vec<i32>,
     /// The scheduler's records are read (the split of calls and gaps, `SchedClock`).
@@ -586,7 +603,12 @@ impl PerfTracer {
         super::check_target(cfg.pid)?;
         let tp = find_tracepoints().map_err(AttachError::Other)?;
         let mut me = Self::unattached(cfg, (tp.enter, tp.exit));
-        match find_wakeup(&tp.root) {
+        let wakeup = if std::env::var_os(NO_SCHED_ENV).is_some_and(|v| v == "1") {
+            Err(format!("{NO_SCHED_ENV}=1 is set"))
+        } else {
+            find_wakeup(&tp.root)
+        };
+        match wakeup {
             Ok((wakeup, wakeup_pid_off)) => {
                 me.sched = Some(SchedIds {
                     wakeup,
@@ -643,6 +665,7 @@ impl PerfTracer {
         }
         me.threads_at_attach = me.opened.len() as u32;
         me.open_wakeups();
+        me.start_reader()?;
         me.queue.push_back(Event {
             tid: pid,
             ts: me.stats.attach_mono,
@@ -660,6 +683,10 @@ impl PerfTracer {
             ids,
             cpus: online_cpus(),
             rings: vec![],
+            ring_fds: vec![],
+            reader: None,
+            rx: None,
+            backlog: Arc::new(AtomicUsize::new(0)),
             fds: vec![],
             opened: HashSet::new(),
             forked: HashMap::new(),
@@ -803,11 +830,12 @@ impl PerfTracer {
                     } else {
                         new_fds.push(fd);
                     }
-                    if i >= self.rings.len() {
+                    if i >= self.ring_fds.len() {
                         self.rings.push(self.map_ring(fd)?);
+                        self.ring_fds.push(fd);
                     } else {
                         let r =
-                            unsafe { sys::ioctls::SET_OUTPUT(fd, self.rings[i].fd as libc::c_int) };
+                            unsafe { sys::ioctls::SET_OUTPUT(fd, self.ring_fds[i] as libc::c_int) };
                         if r != 0 {
                             let e = std::io::Error::last_os_error()
                                 .raw_os_error()
@@ -860,6 +888,8 @@ impl PerfTracer {
                 // A ring mapped on one of these fds must go before its fd.
                 self.rings
                     .retain(|r| !new_fds.contains(&r.fd) && !sched_fds.contains(&r.fd));
+                self.ring_fds
+                    .retain(|fd| !new_fds.contains(fd) && !sched_fds.contains(fd));
                 for fd in new_fds.into_iter().chain(sched_fds) {
                     unsafe { libc::close(fd) };
                 }
@@ -890,8 +920,8 @@ impl PerfTracer {
                 }
             };
             self.wakeup_fds.push(fd);
-            let r = match self.rings.get(i) {
-                Some(ring) => unsafe { sys::ioctls::SET_OUTPUT(fd, ring.fd as libc::c_int) },
+            let r = match self.ring_fds.get(i) {
+                Some(&ring) => unsafe { sys::ioctls::SET_OUTPUT(fd, ring as libc::c_int) },
                 None => -1,
             };
             if r != 0 {
@@ -993,27 +1023,72 @@ impl PerfTracer {
         })
     }
 
-    /// Moves every committed record of every ring into `pending`.
-    fn read_rings(&mut self) {
+    /// Starts the reader thread, which takes the rings from here on.
+    fn start_reader(&mut self) -> Result<(), AttachError> {
+        let (tx, rx) = mpsc::channel();
+        let stop = Arc::new(AtomicBool::new(false));
+        let rings = std::mem::take(&mut self.rings);
+        let flag = stop.clone();
+        let backlog = self.backlog.clone();
+        let h = std::thread::Builder::new()
+            .name("stallscope-perf".into())
+            .spawn(move || read_rings_thread(rings, tx, flag, backlog))
+            .map_err(|e| AttachError::Other(format!("cannot start the ring reader: {e}")))?;
+        self.reader = Some((h, stop));
+        self.rx = Some(rx);
+        Ok(())
+    }
+
+    /// Stops the reader thread once it has read everything committed, and takes the rings
+    /// back.
+    fn stop_reader(&mut self) {
+        if let Some((h, stop)) = self.reader.take() {
+            stop.store(true, Ordering::SeqCst);
+            if let Ok(rings) = h.join() {
+                self.rings = rings;
+            }
+        }
+    }
+
+    /// Moves every committed record into `pending`: what the reader thread copied out, or,
+    /// while there is none, what the rings hold. `wait`: how long to wait for the reader's
+    /// next batch if it has none ready.
+    fn read_rings_wait(&mut self, wait: Duration) {
         let ids = self.ids;
         let mut lost = 0;
         let pending = &mut self.pending;
         let forked = &mut self.forked;
         let sched = self.sched.as_ref();
-        for r in &mut self.rings {
-            r.drain(&mut |b| {
-                if let Some(rec) = parse_record(b, ids, sched, &mut lost) {
-                    if let RecKind::Fork { pid, ppid } = rec.kind {
-                        forked.insert(rec.tid, pid == ppid);
-                    }
-                    pending.push(rec);
+        let mut take = |b: &[u8]| {
+            if let Some(rec) = parse_record(b, ids, sched, &mut lost) {
+                if let RecKind::Fork { pid, ppid } = rec.kind {
+                    forked.insert(rec.tid, pid == ppid);
                 }
-            });
+                pending.push(rec);
+            }
+        };
+        for r in &mut self.rings {
+            r.drain(&mut take);
+        }
+        if let Some(rx) = &self.rx {
+            let mut first = if wait.is_zero() {
+                rx.try_recv().ok()
+            } else {
+                rx.recv_timeout(wait).ok()
+            };
+            while let Some(chunk) = first.take().or_else(|| rx.try_recv().ok()) {
+                self.backlog.fetch_sub(chunk.len(), Ordering::Relaxed);
+                for_each_record(&chunk, &mut take);
+            }
         }
         if lost > 0 {
             self.stats.lost_events += lost;
             self.lost_unreported += lost;
         }
+    }
+
+    fn read_rings(&mut self) {
+        self.read_rings_wait(Duration::ZERO)
     }
 
     /// Reads the rings and turns every record older than `upto` into events, in time order.
@@ -1208,14 +1283,15 @@ impl PerfTracer {
                             }
                             None if first => {
                                 // Running at the attach: what the scheduler did in it before
-                                // is not known, but the next gap starts here.
+                                // is not known, its part since then is (the counters start
+                                // at the attach), and the next gap starts here.
                                 th.last_exit = Some(at_exit);
                                 (
                                     Some(Entry {
                                         ts: self.stats.attach_mono,
                                         nr,
                                         args: [0; 6],
-                                        sched: at_exit,
+                                        sched: [0; 4],
                                     }),
                                     th.tgid,
                                     Some(InFlight::AtStart),
@@ -1237,6 +1313,12 @@ impl PerfTracer {
                         self.build_with(tid, tgid, e, Some(ret), r.ts, in_flight.is_none());
                     if let EventKind::Syscall(sc) = &mut ev.kind {
                         sc.in_flight = in_flight;
+                        if in_flight.is_some() && self.sched.is_some() {
+                            sc.sched = Some(Box::new(event::SchedSpan {
+                                during: super::sched_delta(&e.sched, &at_exit),
+                                before: None,
+                            }));
+                        }
                     }
                     if in_flight.is_none() {
                         self.split(&mut ev, &e, at_exit);
@@ -1255,8 +1337,7 @@ impl PerfTracer {
                 };
                 let mut code = None;
                 if let Some(e) = th.entry {
-                    let name = self.info(e.nr).name;
-                    if matches!(name, "exit" | "exit_group") {
+                    if self.info(e.nr).sys.facts.has(crate::syscalls::Facts::EXIT) {
                         code = Some(e.args[0] as i32);
                     }
                     let mut ev = self.build(tid, th.tgid, e, None, r.ts);
@@ -1341,13 +1422,17 @@ impl PerfTracer {
         let end = now_mono();
         self.stats.detach_mono = end;
         // Closing the events stops the records (inherited copies go with their parent);
-        // the rings stay mapped until read once more.
+        // the rings' own events are disabled, and the rings stay mapped until read once more.
         self.close_wakeups();
         for fd in self.fds.drain(..) {
-            if !self.rings.iter().any(|r| r.fd == fd) {
+            if !self.ring_fds.contains(&fd) {
                 unsafe { libc::close(fd) };
             }
         }
+        for &fd in &self.ring_fds {
+            unsafe { sys::ioctls::DISABLE(fd, 0) };
+        }
+        self.stop_reader();
         self.read_rings();
         self.fill(end);
         self.pending.clear();
@@ -1368,9 +1453,8 @@ impl PerfTracer {
                 self.queue.push_back(ev);
             }
         }
-        let fds: Vec<i32> = self.rings.iter().map(|r| r.fd).collect();
         self.rings.clear();
-        for fd in fds {
+        for fd in self.ring_fds.drain(..) {
             unsafe { libc::close(fd) };
         }
         self.queue.push_back(Event {
@@ -1382,6 +1466,7 @@ impl PerfTracer {
         self.done = true;
     }
 
+    /// Waits for the rings (while the attach reads them itself).
     fn poll(&self, timeout: Duration) {
         let mut pfds: Vec<libc::pollfd> = self
             .rings
@@ -1399,6 +1484,79 @@ impl PerfTracer {
                 timeout.as_millis().min(i32::MAX as u128) as i32,
             )
         };
+    }
+}
+
+/// Calls `f` on each record of `chunk`, whole records as the reader copied them.
+fn for_each_record(chunk: &[u8], f: &mut impl FnMut(&[u8])) {
+    let mut off = 0;
+    while off + 8 <= chunk.len() {
+        let size = u16::from_ne_bytes([chunk[off + 6], chunk[off + 7]]) as usize;
+        if size < 8 || off + size > chunk.len() {
+            return;
+        }
+        f(&chunk[off..off + size]);
+        off += size;
+    }
+}
+
+/// Most bytes the reader sends at once: the analysis starts on a backlog before all of it
+/// is copied.
+const CHUNK_MAX: usize = 1 << 20;
+
+/// Most bytes copied out and not yet analyzed (about 850,000 syscalls, a few seconds of a
+/// saturated redis): past it the reader leaves the rings alone, so an analysis that never
+/// catches up makes the kernel drop records, counted as lost, instead of memory growing
+/// without end.
+const BACKLOG_MAX: usize = 128 << 20;
+
+/// The reader thread: copies records out of the rings as soon as they are there, so the
+/// kernel finds room even while the analysis (niced, on a loaded machine) lags; the records
+/// wait in memory instead of being dropped. Sleeps in poll between passes (the kernel wakes
+/// it when a quarter of a ring is used; the timeout bounds the delay). Gives the rings back
+/// when told to stop; what they still hold is read by the attach's side then.
+fn read_rings_thread(
+    mut rings: Vec<Ring>,
+    tx: mpsc::Sender<Vec<u8>>,
+    stop: Arc<AtomicBool>,
+    backlog: Arc<AtomicUsize>,
+) -> Vec<Ring> {
+    let mut pfds: Vec<libc::pollfd> = rings
+        .iter()
+        .map(|r| libc::pollfd {
+            fd: r.fd,
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    loop {
+        let last = stop.load(Ordering::SeqCst);
+        if last {
+            // The attach's side reads what is left once it has the rings back.
+            return rings;
+        }
+        if backlog.load(Ordering::Relaxed) >= BACKLOG_MAX {
+            std::thread::sleep(Duration::from_millis(5));
+            continue;
+        }
+        let mut chunk = vec![];
+        let mut gone = false;
+        let send = |chunk: Vec<u8>| {
+            backlog.fetch_add(chunk.len(), Ordering::Relaxed);
+            tx.send(chunk).is_err()
+        };
+        for r in &mut rings {
+            r.drain(&mut |b| {
+                chunk.extend_from_slice(b);
+                if chunk.len() >= CHUNK_MAX && !gone {
+                    gone = send(std::mem::take(&mut chunk));
+                }
+            });
+        }
+        if gone || (!chunk.is_empty() && send(chunk)) {
+            return rings;
+        }
+        unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, 5) };
     }
 }
 
@@ -1434,7 +1592,11 @@ impl super::fed::KernelFed for PerfTracer {
     fn gather(&mut self, wait: Duration) {
         self.fill(now_mono() - HOLD_BACK);
         if self.queue.is_empty() && !wait.is_zero() {
-            self.poll(wait);
+            if self.rx.is_some() {
+                self.read_rings_wait(wait);
+            } else {
+                self.poll(wait);
+            }
             self.fill(now_mono() - HOLD_BACK);
         }
     }
@@ -1488,6 +1650,7 @@ impl Tracer for PerfTracer {
 impl Drop for PerfTracer {
     fn drop(&mut self) {
         // Unmap before closing; `fds` holds the rings' fds too (after `finish` both are empty).
+        self.stop_reader();
         self.rings.clear();
         self.close_wakeups();
         for fd in self.fds.drain(..) {

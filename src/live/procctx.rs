@@ -173,7 +173,6 @@ pub fn redis_conf_text(cmdline: &[String], cwd: Option<&str>) -> (String, Vec<St
 pub struct Sampler {
     stop: Arc<AtomicBool>,
     join: Option<std::thread::JoinHandle<Vec<HostSample>>>,
-    pub interval: Duration,
 }
 
 /// Upper bound on kept samples (an hour at 100 ms); past it, neighbours are merged so a
@@ -302,11 +301,7 @@ impl Sampler {
                 out
             })
             .ok();
-        Sampler {
-            stop,
-            join,
-            interval,
-        }
+        Sampler { stop, join }
     }
 
     /// Stops the sampler and returns its samples.
@@ -458,9 +453,113 @@ pub fn attach_host_context(report: &mut Report, samples: Vec<HostSample>, interv
     });
 }
 
+/// The most bytes one copy-on-write page fault of `pid` copies on this kernel: a base page,
+/// except on a kernel before 5.8 while the process has memory in transparent huge pages,
+/// where a write to a shared huge page copied all of it (5.8 made it split the huge page
+/// and copy the base page written, as for files). None when the kernel says too little.
+pub fn cow_fault_bytes(pid: Tid) -> Option<u64> {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").ok()?;
+    let huge = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size")
+        .ok()
+        .and_then(|s| s.trim().parse().ok());
+    let anon_huge_kb = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("AnonHugePages:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        });
+    cow_copy(
+        &release,
+        super::page_size() as u64,
+        huge,
+        anon_huge_kb.unwrap_or(0),
+    )
+}
+
+/// `cow_fault_bytes` from what the kernel says: its release ("6.18.44-..."), its base and
+/// huge page sizes, and how much of the process is in huge pages now.
+fn cow_copy(release: &str, base: u64, huge: Option<u64>, anon_huge_kb: u64) -> Option<u64> {
+    let mut v = release
+        .trim()
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|p| p.parse::<u32>().ok());
+    let (major, minor) = (v.next()??, v.next()??);
+    if (major, minor) >= (5, 8) || anon_huge_kb == 0 {
+        return Some(base);
+    }
+    huge.or(Some(base))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_copy_on_write_fault_copies_a_huge_page_only_before_linux_5_8() {
+        let huge = Some(2 << 20);
+        assert_eq!(cow_copy("6.18.44-fc-v657\n", 4096, huge, 65536), Some(4096));
+        assert_eq!(cow_copy("5.8.0", 4096, huge, 65536), Some(4096));
+        assert_eq!(
+            cow_copy("5.4.0-150-generic", 4096, huge, 65536),
+            Some(2 << 20)
+        );
+        // No memory in huge pages: a base page, whatever the kernel.
+        assert_eq!(cow_copy("4.19.0", 4096, huge, 0), Some(4096));
+        assert_eq!(cow_copy("4.19.0", 16384, None, 2048), Some(16384));
+        assert_eq!(cow_copy("", 4096, huge, 0), None);
+    }
+
+    /// What `cow_fault_bytes` says, against this kernel: memory in huge pages (asked for with
+    /// madvise), shared with a forked child, then written in the parent every 4 KiB. The
+    /// faults times what each is said to copy must be the bytes written, neither less (huge
+    /// pages copied whole) nor far more.
+    #[test]
+    fn what_a_fault_copies_is_what_this_kernel_copies() {
+        const LEN: usize = 16 << 20;
+        unsafe {
+            let p = libc::mmap(
+                std::ptr::null_mut(),
+                LEN,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            assert_ne!(p, libc::MAP_FAILED);
+            // Refused where THP is off: the memory is in base pages then, as the answer says.
+            libc::madvise(p, LEN, libc::MADV_HUGEPAGE);
+            let b = p as *mut u8;
+            for off in (0..LEN).step_by(4096) {
+                b.add(off).write_volatile(1);
+            }
+            let copy = cow_fault_bytes(std::process::id()).expect("the kernel's release");
+            let child = libc::fork();
+            assert!(child >= 0);
+            if child == 0 {
+                libc::pause();
+                libc::_exit(0);
+            }
+            let minflt = || {
+                let mut u: libc::rusage = std::mem::zeroed();
+                libc::getrusage(libc::RUSAGE_THREAD, &mut u);
+                u.ru_minflt as u64
+            };
+            let before = minflt();
+            for off in (0..LEN).step_by(4096) {
+                b.add(off).write_volatile(2);
+            }
+            let faults = minflt() - before;
+            libc::kill(child, libc::SIGKILL);
+            libc::waitpid(child, std::ptr::null_mut(), 0);
+            libc::munmap(p, LEN);
+            let said = faults * copy;
+            assert!(
+                said >= LEN as u64 && said <= 2 * LEN as u64,
+                "{faults} faults of {copy} bytes for {LEN} bytes written"
+            );
+        }
+    }
 
     #[test]
     fn conf_text_takes_file_then_args_then_cwd() {

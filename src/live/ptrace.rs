@@ -13,7 +13,7 @@
 //! tracer runs on its own thread and hands batches of events over a channel; the analysis
 //! runs on the caller's thread and never delays a stopped redis thread.
 
-use super::decode::decode_args;
+use super::decode::{blocked_in_call, decode_args};
 use super::sysnames::{errno_name, is_restart_errno, signal_name, syscall_name};
 use super::{now_mono, now_wall, AttachError, Tracer, TracerStats};
 use crate::event::{self, Event, EventKind, InFlight, Nanos, Ret, Syscall, Tid};
@@ -202,14 +202,6 @@ impl PtraceTracer {
         if let Some(j) = self.join.take() {
             let _ = j.join();
         }
-    }
-
-    pub fn attach_mono(&self) -> Nanos {
-        self.stats.attach_mono
-    }
-
-    pub fn attach_wall(&self) -> Nanos {
-        self.stats.attach_wall
     }
 
     /// Messages from the tracer that are not events (e.g. a thread that could not be seized).
@@ -767,11 +759,9 @@ impl Inner {
                     .and_then(|t| t.restart_from.take())
                 {
                     Some((at, orig)) => {
-                        let n = if syscall_name(nr) == "restart_syscall" {
-                            orig
-                        } else {
-                            nr
-                        };
+                        let restart = crate::syscalls::info(syscall_name(nr)).args
+                            == crate::syscalls::ArgKind::Restart;
+                        let n = if restart { orig } else { nr };
                         (at, n, Some(InFlight::AtStart))
                     }
                     None => (now, nr, None),
@@ -1023,35 +1013,13 @@ impl Inner {
 /// cannot be stopped to read its registers). None unless it sleeps inside a syscall now:
 /// a thread already in a tracing stop has left its call, and its stop says how.
 fn blocked_since_attach(tid: Tid, attach_ts: Nanos) -> Option<Entry> {
-    let stat = std::fs::read_to_string(format!("/proc/{tid}/stat")).ok()?;
-    let state = stat.rsplit_once(')')?.1.split_whitespace().next()?;
-    if !matches!(state, "D" | "S") {
-        return None;
-    }
-    let (nr, args) =
-        parse_proc_syscall(&std::fs::read_to_string(format!("/proc/{tid}/syscall")).ok()?)?;
+    let (nr, args) = blocked_in_call(tid)?;
     Some(Entry {
         ts: attach_ts,
         nr,
         args,
         in_flight: Some(InFlight::AtEnd),
     })
-}
-
-/// `/proc/TID/syscall`: "NR ARG1..ARG6 SP PC" (hex args) while in a call, "-1 SP PC" when
-/// blocked outside one, "running" when on a CPU.
-pub(super) fn parse_proc_syscall(s: &str) -> Option<(i64, [u64; 6])> {
-    let mut it = s.split_whitespace();
-    let nr: i64 = it.next()?.parse().ok()?;
-    if nr < 0 {
-        return None;
-    }
-    let mut args = [0u64; 6];
-    for a in &mut args {
-        let v = it.next()?;
-        *a = u64::from_str_radix(v.trim_start_matches("0x"), 16).ok()?;
-    }
-    Some((nr, args))
 }
 
 /// PTRACE_GETEVENTMSG: the new tid of a clone/fork, the former tid after an exec.

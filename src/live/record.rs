@@ -385,27 +385,29 @@ impl<W: Write> Recorder<W> {
     fn args_text(&self, tid: Tid, sc: &Syscall) -> String {
         let fd = |s: &Self| sc.fd.map(|f| s.fd_text(tid, f));
         let dirfd = |s: &Self| fd(s).unwrap_or_else(|| "AT_FDCWD".to_string());
-        match (&sc.extra, sc.name) {
-            (Extra::Path(p), _) if sc.sys.args == ArgKind::Path1 => {
+        match &sc.extra {
+            Extra::Path(p) if sc.sys.args == ArgKind::Path1 => {
                 format!("{}, {}", dirfd(self), quote(p.as_bytes(), false))
             }
-            (Extra::Path(p), _) => quote(p.as_bytes(), false),
-            (Extra::Rename(a, b), "rename") => format!(
+            Extra::Path(p) => quote(p.as_bytes(), false),
+            Extra::Rename(a, b) if sc.sys.args == ArgKind::Rename => format!(
                 "{}, {}",
                 quote(a.as_bytes(), false),
                 quote(b.as_bytes(), false)
             ),
-            (Extra::Rename(a, b), _) => format!(
+            Extra::Rename(a, b) => format!(
                 "AT_FDCWD, {}, AT_FDCWD, {}",
                 quote(a.as_bytes(), false),
                 quote(b.as_bytes(), false)
             ),
-            (Extra::FdPair(a, b), "socketpair") => format!("AF_UNIX, SOCK_STREAM, 0, [{a}, {b}]"),
-            (Extra::FdPair(a, b), _) => format!("[{a}, {b}]"),
-            (Extra::NewFd(n), _) => format!("{}, {n}", fd(self).unwrap_or_default()),
-            (Extra::DupFd, _) => format!("{}, F_DUPFD, 0", fd(self).unwrap_or_default()),
-            (Extra::CloseRange(a, b), _) => format!("{a}, {b}, 0"),
-            (Extra::Clone { thread }, "clone3") => {
+            Extra::FdPair(a, b) if sc.sys.args == ArgKind::Socketpair => {
+                format!("AF_UNIX, SOCK_STREAM, 0, [{a}, {b}]")
+            }
+            Extra::FdPair(a, b) => format!("[{a}, {b}]"),
+            Extra::NewFd(n) => format!("{}, {n}", fd(self).unwrap_or_default()),
+            Extra::DupFd => format!("{}, F_DUPFD, 0", fd(self).unwrap_or_default()),
+            Extra::CloseRange(a, b) => format!("{a}, {b}, 0"),
+            Extra::Clone { thread } if sc.sys.args == ArgKind::Clone3 => {
                 format!(
                     "{{flags={}}}, 88",
                     if *thread {
@@ -415,7 +417,7 @@ impl<W: Write> Recorder<W> {
                     }
                 )
             }
-            (Extra::Clone { thread }, _) => format!(
+            Extra::Clone { thread } => format!(
                 "flags={}",
                 if *thread {
                     "CLONE_VM|CLONE_THREAD"
@@ -423,8 +425,8 @@ impl<W: Write> Recorder<W> {
                     "SIGCHLD"
                 }
             ),
-            (Extra::Socket(d), _) => format!("{d}, SOCK_STREAM, 0"),
-            (Extra::Data(d), _) => {
+            Extra::Socket(d) => format!("{d}, SOCK_STREAM, 0"),
+            Extra::Data(d) => {
                 let d = d.head();
                 let n = sc.ret.val().unwrap_or(d.bytes().len() as i64).max(0);
                 format!(
@@ -433,8 +435,8 @@ impl<W: Write> Recorder<W> {
                     quote(d.bytes(), d.truncated)
                 )
             }
-            (Extra::Resumes(n), _) => format!("<... resuming interrupted {n} ...>"),
-            (Extra::None, _) => fd(self).unwrap_or_default(),
+            Extra::Resumes(n) => format!("<... resuming interrupted {n} ...>"),
+            Extra::None => fd(self).unwrap_or_default(),
         }
     }
 
@@ -447,7 +449,9 @@ impl<W: Write> Recorder<W> {
                         return format!("{v}<{}>", escape_annotation(&p));
                     }
                 }
-                if matches!(sc.name, "dup" | "fcntl") || matches!(sc.extra, Extra::NewFd(_)) {
+                if matches!(sc.sys.fd, FdKind::Dup | FdKind::Fcntl)
+                    || matches!(sc.extra, Extra::NewFd(_))
+                {
                     if let Some(p) = sc
                         .fd
                         .and_then(|f| self.fds.get(&self.proc_of(tid)).and_then(|m| m.get(&f)))

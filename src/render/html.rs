@@ -555,7 +555,7 @@ fn skipped(list: &[Skipped], w: &mut dyn Write) -> io::Result<()> {
         .map(|s| {
             vec![
                 num(s.line.to_string()),
-                text(&s.reason),
+                text(s.reason_text().as_ref()),
                 Cell::Mono(s.text.clone()),
             ]
         })

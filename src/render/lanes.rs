@@ -113,7 +113,9 @@ pub(crate) fn waits_for_fsync(r: &Report) -> Vec<(&Stall, &Stall)> {
             .iter()
             .filter(|b| {
                 matches!(b.thread, Role::BioAof | Role::BioCloseFile | Role::BioLazyFree)
-                    && matches!(b.syscall.as_deref(), Some("fdatasync" | "fsync"))
+                    && b.syscall.as_deref().is_some_and(|n| {
+                        crate::syscalls::info(n).facts.has(crate::syscalls::Facts::FSYNC)
+                    })
                     && b.class == Some(FileClass::Aof)
                     && b.at_us <= m.at_us
                     // The write is released by the fsync's end: the two ends meet (the
@@ -405,7 +407,7 @@ pub fn write_section(r: &Report, w: &mut dyn Write) -> io::Result<()> {
             w,
             "<p class=\"note\">redis's log: <code>{}</code> ({}; {} lines, {} in the trace's window{})</p>",
             esc(&l.path),
-            esc(&l.found),
+            esc(l.found.as_str()),
             l.lines_read,
             red.lines.len() as u64 + red.lines_not_listed,
             if l.followed { "; followed while tracing" } else { "" }

@@ -710,7 +710,7 @@ fn skipped(lines: u64, first: &[Skipped], w: &mut dyn Write, p: &Paint) -> io::R
             w,
             "  line {}: {}: {}",
             s.line,
-            s.reason,
+            s.reason_text(),
             s.text.chars().take(50).collect::<String>()
         )?;
     }

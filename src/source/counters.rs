@@ -2,7 +2,7 @@
 //! first few kept, their quoted strings masked so no key or value reaches the report), events
 //! made; and the error for an input from which nothing could be used.
 
-use super::{scan, InputFormat};
+use super::{scan, InputFormat, SkipReason};
 use anyhow::anyhow;
 use std::collections::BTreeMap;
 
@@ -10,14 +10,14 @@ use std::collections::BTreeMap;
 #[derive(Clone, Debug, Default)]
 pub struct Skips {
     pub total: u64,
-    pub by_reason: BTreeMap<&'static str, u64>,
-    pub first: Vec<(String, u64, &'static str, String)>,
+    pub by_reason: BTreeMap<SkipReason, u64>,
+    pub first: Vec<(String, u64, SkipReason, String)>,
 }
 
 const KEEP_SKIPPED: usize = 10;
 
 impl Skips {
-    pub(super) fn add(&mut self, file: &str, line: u64, reason: &'static str, text: &[u8]) {
+    pub(super) fn add(&mut self, file: &str, line: u64, reason: SkipReason, text: &[u8]) {
         self.total += 1;
         *self.by_reason.entry(reason).or_default() += 1;
         if self.first.len() < KEEP_SKIPPED {
@@ -29,7 +29,7 @@ impl Skips {
     pub(super) fn merge(&mut self, o: &Skips) {
         self.total += o.total;
         for (k, v) in &o.by_reason {
-            *self.by_reason.entry(k).or_default() += v;
+            *self.by_reason.entry(*k).or_default() += v;
         }
         for f in &o.first {
             if self.first.len() < KEEP_SKIPPED {
@@ -68,9 +68,6 @@ pub struct Counters {
     /// Events the parsers produced.
     pub events: u64,
 }
-
-/// The skip reason for the end of a cut-short compressed input.
-pub(super) const CUT_SHORT: &str = "compressed input ends early: the rest of the file is missing";
 
 /// Builds an error for an input that parses to nothing usable.
 pub fn no_events_error(label: &str, c: &Counters, format: InputFormat) -> anyhow::Error {

@@ -2,7 +2,7 @@
 //! to the matching parser, counting every line as used or skipped (a skipped line also
 //! becomes an `Unreadable` event, where the timeline breaks).
 
-use super::counters::{Counters, CUT_SHORT};
+use super::counters::Counters;
 use super::detect::{detect, Detected, DETECT_BYTES};
 use super::line::{LineParser, SkipReason};
 use super::reader::{open_input_counted, ByteCounter, Line, LineReader};
@@ -139,23 +139,25 @@ impl FileSource {
                         // Counted as one more line (the missing rest), so that every line
                         // is still either used or skipped.
                         self.counters.lines += 1;
-                        self.counters.skips.add(&self.label, at + 1, CUT_SHORT, b"");
+                        self.counters
+                            .skips
+                            .add(&self.label, at + 1, SkipReason::CutShort, b"");
                     }
                     break;
                 }
             };
             self.counters.lines += 1;
             let line_no = self.counters.lines;
-            let (skip, text): (Option<&'static str>, &[u8]) = match line {
+            let (skip, text): (Option<SkipReason>, &[u8]) = match line {
                 Line::TooLong(head) => {
                     // Keep the parser's line numbering in step.
                     self.parser.skip_line();
-                    (Some(SkipReason::TooLong.as_str()), head)
+                    (Some(SkipReason::TooLong), head)
                 }
-                Line::Text(t) => (self.parser.feed(t, out).skipped().map(|r| r.as_str()), t),
+                Line::Text(t) => (self.parser.feed(t, out).skipped(), t),
             };
             if let Some(reason) = skip {
-                if reason != SkipReason::Empty.as_str() {
+                if reason != SkipReason::Empty {
                     self.unreadable += 1;
                     out.push(Event {
                         tid: 0,

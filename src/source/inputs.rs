@@ -286,7 +286,6 @@ impl Inputs {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::source::counters::CUT_SHORT;
     use crate::source::no_events_error;
     use std::io::Write;
 
@@ -319,7 +318,10 @@ mod tests {
         assert!(n > 1000 && n < 20_000, "{n} events");
         assert_eq!(c.used + c.skips.total, c.lines);
         let (file, line, reason, _) = c.skips.first.last().unwrap();
-        assert_eq!((file, *line, *reason), (&name, c.lines, CUT_SHORT));
+        assert_eq!(
+            (file, *line, *reason),
+            (&name, c.lines, crate::source::SkipReason::CutShort)
+        );
     }
 
     /// A forced --input-format that reads no event from the file says so.

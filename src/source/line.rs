@@ -7,8 +7,8 @@ use super::strace::{StraceParser, TimeFmt};
 use super::Clock;
 use crate::event::Event;
 
-/// Why a line was not used.
-#[derive(Debug, PartialEq, Eq, Clone, Copy)]
+/// Why a line was not used (the report's `skipped[].reason`).
+#[derive(Debug, PartialEq, Eq, PartialOrd, Ord, Clone, Copy)]
 pub enum SkipReason {
     Empty,
     NoSyscall,
@@ -17,6 +17,8 @@ pub enum SkipReason {
     TooLong,
     CutOff,
     BadTimestamp,
+    /// A compressed input that ends early: the rest of the file (one line counted for it).
+    CutShort,
 }
 
 impl SkipReason {
@@ -29,7 +31,14 @@ impl SkipReason {
             SkipReason::TooLong => "line longer than the limit",
             SkipReason::CutOff => "cut-off line (no result, no <unfinished ...>)",
             SkipReason::BadTimestamp => "timestamp does not match the trace's format",
+            SkipReason::CutShort => "compressed input ends early: the rest of the file is missing",
         }
+    }
+}
+
+impl std::fmt::Display for SkipReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 

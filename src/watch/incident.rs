@@ -8,7 +8,7 @@
 use crate::analyze::{Analyzer, Options};
 use crate::event::{Event, Nanos, Tid};
 use crate::live::record::Recorder;
-use crate::report::{Finding, Severity, Stall};
+use crate::report::Stall;
 use crate::source::{Clock, Counters, SourceInfo};
 use std::collections::VecDeque;
 use std::io::Write;
@@ -401,54 +401,20 @@ fn write_inner(mut job: Job) -> Result<PathBuf, String> {
     report.source.backend = Some(job.backend);
     add_host(&mut report, &job.host, first_ts);
     let span = job.events.last().map_or(0, |e| e.end()) - first_ts;
-    report.findings.push(Finding {
-        id: crate::report::FindingId::WatchIncident,
-        severity: Severity::Info,
-        title: format!(
-            "Incident caught by stallscope watch: {} stall{} over {}",
-            job.count,
-            crate::analyze::findings::plural(job.count),
-            crate::analyze::findings::human(job.opts.threshold_ns / 1000)
-        ),
-        evidence: format!(
-            "this report covers the {} of events the watcher held when the incident ended{}{}{}",
-            crate::analyze::findings::human(span.max(0) / 1000),
-            if job.ring_short {
-                " (less than --before: the history ring was full; raise --ring-size)"
-            } else {
-                ""
-            },
-            if job.suppressed > 0 {
-                format!(
-                    "; {} incident{} before this one were not written (--max-incidents-per-hour)",
-                    job.suppressed,
-                    crate::analyze::findings::plural(job.suppressed)
-                )
-            } else {
-                String::new()
-            },
-            if job.joined > 0 {
-                format!(
-                    "; {} more incident{} that ended while the previous report was being written {} in it",
-                    job.joined,
-                    crate::analyze::findings::plural(job.joined),
-                    if job.joined == 1 { "is" } else { "are" }
-                )
-            } else {
-                String::new()
-            }
-        ),
-        advice: "The stalls and findings above are from this window only; the watcher's metrics \
-                 count every stall."
-            .into(),
-        stalls: job.count,
-    });
-    // What the backend cannot see: the live rules of the findings table. The watcher does
-    // not measure its own cost per incident (its metrics do).
+    // What the window covers and what the backend cannot see: the live rules of the
+    // findings table. The watcher does not measure its own cost per incident (its metrics
+    // do).
     let live = crate::analyze::findings::LiveEvidence {
         sees_commands: job.backend != crate::report::LiveBackend::Perf,
         tracing_cost: None,
-        watching: true,
+        watch: Some(crate::analyze::findings::WatchWindow {
+            stalls: job.count,
+            threshold_ns: job.opts.threshold_ns,
+            span_ns: span,
+            ring_short: job.ring_short,
+            suppressed: job.suppressed,
+            joined: job.joined,
+        }),
     };
     report
         .findings

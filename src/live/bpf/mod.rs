@@ -17,7 +17,7 @@
 //! calls are read from the process's memory when the record is processed, as the perf
 //! backend does.
 
-use super::decode::{decode_args, decodes_more, open_name};
+use super::decode::{blocked_in_call, decode_args, decodes_more, open_name};
 use super::sysnames::{errno_name, syscall_name};
 use super::{now_mono, now_wall, AttachError, Tracer, TracerStats};
 use crate::event::{self, Data, Event, EventKind, InFlight, Nanos, Ret, Syscall, Tid};
@@ -158,13 +158,17 @@ fn nr_info(nr: i64) -> NrInfo {
     }
 }
 
-/// What the kernel programs need to know of a syscall number.
+/// What the kernel programs need to know of a syscall number: whether its buffer is
+/// filled by the kernel (read, pread64, recvfrom) or by the process (write, pwrite64,
+/// sendto), and where a clone keeps its flags, by the syscall table.
 fn kernel_kind(name: &str) -> u32 {
-    match name {
-        "read" | "pread64" | "recvfrom" => NR_READ,
-        "write" | "pwrite64" | "sendto" => NR_WRITE,
-        "clone" => NR_CLONE,
-        "clone3" => NR_CLONE3,
+    use crate::syscalls::{ArgKind, DataArg};
+    let sys = crate::syscalls::info(name);
+    match (sys.args, sys.data) {
+        (ArgKind::Data, DataArg::In) => NR_READ,
+        (ArgKind::Data, DataArg::Out) => NR_WRITE,
+        (ArgKind::Clone, _) => NR_CLONE,
+        (ArgKind::Clone3, _) => NR_CLONE3,
         _ => 0,
     }
 }
@@ -264,6 +268,8 @@ struct Thread {
     seen: bool,
     /// The call it slept in at the attach (from /proc): its arguments, for when it returns.
     at_attach: Option<(i64, [u64; 6])>,
+    /// Its scheduler counters at the attach (from /proc): the split of that call from then.
+    sched_at_attach: Option<[u64; 4]>,
     /// Its scheduler counters when its last call ended.
     last_exit: Option<[u64; 4]>,
 }
@@ -416,6 +422,7 @@ impl BpfTracer {
                     from_attach: true,
                     seen: false,
                     at_attach: blocked_in_call(*tid),
+                    sched_at_attach: super::sched_counters(pid, *tid),
                     last_exit: None,
                 },
             );
@@ -493,10 +500,12 @@ impl BpfTracer {
             from_attach: false,
             seen: false,
             at_attach: None,
+            sched_at_attach: None,
             last_exit: None,
         });
         let first = !th.seen && th.from_attach;
         let at_attach = th.at_attach.take();
+        let sched_at_attach = th.sched_at_attach.take();
         // What the scheduler did in the call, and in the gap since the thread's last call.
         let sched = (r.kind == REC_CALL || r.kind == REC_ENTER_ONLY).then(|| {
             Box::new(event::SchedSpan {
@@ -521,8 +530,10 @@ impl BpfTracer {
                 th.seen = true;
                 // It never returned (exit, exit_group, or the task ended inside it): known
                 // from its entry to when that was seen.
-                let name = syscall_name(r.nr);
-                if matches!(name, "exit" | "exit_group") {
+                let exits = crate::syscalls::info(syscall_name(r.nr))
+                    .facts
+                    .has(crate::syscalls::Facts::EXIT);
+                if exits {
                     self.exit_codes.insert(tid, r.args[0] as i32);
                 }
                 let mut ev = self.build(&r, None, true);
@@ -551,6 +562,13 @@ impl BpfTracer {
                 let mut ev = self.build(&r, Some(r.ret), known);
                 if let EventKind::Syscall(sc) = &mut ev.kind {
                     sc.in_flight = Some(InFlight::AtStart);
+                    // What the scheduler did in it from the attach (its entry was before).
+                    sc.sched = sched_at_attach.map(|a| {
+                        Box::new(event::SchedSpan {
+                            during: delta(&a, &r.sched_exit),
+                            before: None,
+                        })
+                    });
                 }
                 self.count(tid, None);
                 self.queue.push_back(ev);
@@ -582,6 +600,7 @@ impl BpfTracer {
                         from_attach: false,
                         seen: false,
                         at_attach: None,
+                        sched_at_attach: None,
                         last_exit: None,
                     },
                 );
@@ -693,8 +712,16 @@ impl BpfTracer {
             .map(|(t, _)| *t)
             .collect();
         quiet.sort_unstable();
+        // Their split from the attach to now, both ends from /proc.
+        let mut quiet_sched: HashMap<Tid, event::SchedDelta> = HashMap::new();
         for tid in quiet {
             if let Some((nr, args)) = blocked_in_call(tid) {
+                let th = &self.threads[&tid];
+                if let (Some(a), Some(now)) =
+                    (th.sched_at_attach, super::sched_counters(th.tgid, tid))
+                {
+                    quiet_sched.insert(tid, delta(&a, &now));
+                }
                 running.push((
                     tid,
                     KEntry {
@@ -729,6 +756,12 @@ impl BpfTracer {
             let mut ev = self.build(&r, None, true);
             if let EventKind::Syscall(sc) = &mut ev.kind {
                 sc.in_flight = Some(InFlight::AtEnd);
+                if let Some(d) = quiet_sched.remove(&tid) {
+                    sc.sched = Some(Box::new(event::SchedSpan {
+                        during: d,
+                        before: None,
+                    }));
+                }
             }
             self.count(tid, None);
             self.queue.push_back(ev);
@@ -742,18 +775,6 @@ impl BpfTracer {
         });
         self.done = true;
     }
-}
-
-/// The call `tid` sleeps in now, from /proc, if it sleeps inside one.
-fn blocked_in_call(tid: Tid) -> Option<(i64, [u64; 6])> {
-    let stat = std::fs::read_to_string(format!("/proc/{tid}/stat")).ok()?;
-    let state = stat.rsplit_once(')')?.1.split_whitespace().next()?;
-    if !matches!(state, "D" | "S") {
-        return None;
-    }
-    super::ptrace::parse_proc_syscall(
-        &std::fs::read_to_string(format!("/proc/{tid}/syscall")).ok()?,
-    )
 }
 
 /// The reader thread: copies records out of the ring as soon as they are there, so the

@@ -178,6 +178,35 @@ fn an_exit_first_is_a_call_running_at_attach_known_from_the_attach() {
     assert!(evs.is_empty());
 }
 
+/// A call already running at the attach gets the split of its traced part: the thread's
+/// counters start at the attach (blocked until woken at 5 µs, runnable to 7, on a CPU to 9).
+#[test]
+fn a_call_running_at_attach_is_split_from_the_attach() {
+    let mut t = tracer();
+    t.sched = Some(sched_ids());
+    let w = nr("epoll_wait");
+    let evs = sched_feed(
+        &mut t,
+        &[
+            sample(7, 7, 5_000, &wakeup_raw(100)),
+            switch_record(100, 100, 7_000, false, false),
+            sample(100, 100, 9_000, &exit_raw(w, 1)),
+        ],
+    );
+    assert_eq!(evs.len(), 1);
+    let sc = evs[0].syscall().expect("syscall");
+    assert_eq!(sc.in_flight, Some(InFlight::AtStart));
+    let s = sc.sched.as_deref().expect("a split of its traced part");
+    assert!(s.before.is_none());
+    assert_eq!(
+        (s.during.on_cpu_ns, s.during.runnable_ns),
+        (2_000, 2_000),
+        "{s:?}"
+    );
+    let st = crate::report::StallSched::of(&s.during, sc.dur.unwrap());
+    assert_eq!((st.on_cpu_us, st.runnable_us, st.blocked_us), (2, 2, 4));
+}
+
 #[test]
 fn fork_records_make_clones_threads_or_processes_and_task_exits_end_them() {
     let mut t = tracer();
@@ -524,4 +553,83 @@ fn without_the_scheduler_records_calls_have_no_split() {
     assert!(evs
         .iter()
         .all(|e| e.syscall().is_some_and(|s| s.sched.is_none())));
+}
+
+/// A ring in anonymous memory, laid out as the kernel's (control page, then data), holding
+/// `recs`: what the reader thread sees of a perf ring.
+fn fake_ring(recs: &[Vec<u8>]) -> Ring {
+    let ps = super::super::page_size();
+    let len = 2 * ps;
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    assert_ne!(p, libc::MAP_FAILED);
+    let base = p as *mut u8;
+    let mut off = 0;
+    for r in recs {
+        unsafe { std::ptr::copy_nonoverlapping(r.as_ptr(), base.add(ps + off), r.len()) };
+        off += r.len();
+    }
+    let page = base as *mut sys::bindings::perf_event_mmap_page;
+    unsafe { (*page).data_head = off as u64 };
+    Ring {
+        base,
+        len,
+        data_off: ps,
+        data_size: ps,
+        fd: -1,
+        scratch: vec![],
+    }
+}
+
+/// The reader thread copies whole records out while the analysis is behind by less than
+/// `BACKLOG_MAX`, and leaves them in the ring (for the kernel to drop and count) past it.
+#[test]
+fn the_reader_copies_records_until_the_backlog_is_full() {
+    let r = nr("read");
+    let recs = vec![
+        sample(100, 100, 1_000, &enter_raw(r, [8, 0, 0, 0, 0, 0])),
+        sample(100, 100, 2_000, &exit_raw(r, 1)),
+    ];
+    let bytes: usize = recs.iter().map(Vec::len).sum();
+    let run = |backlog_at: usize| {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let stop = Arc::new(AtomicBool::new(false));
+        let backlog = Arc::new(AtomicUsize::new(backlog_at));
+        let ring = fake_ring(&recs);
+        let h = {
+            let (stop, backlog) = (stop.clone(), backlog.clone());
+            std::thread::spawn(move || read_rings_thread(vec![ring], tx, stop, backlog))
+        };
+        let got = rx.recv_timeout(Duration::from_millis(300)).ok();
+        stop.store(true, Ordering::SeqCst);
+        let mut rings = h.join().expect("reader");
+        let mut left = 0;
+        rings[0].drain(&mut |_| left += 1);
+        (got, left, backlog.load(Ordering::Relaxed))
+    };
+    let (got, left, backlog) = run(0);
+    let chunk = got.expect("a chunk");
+    let mut kinds = vec![];
+    for_each_record(&chunk, &mut |b| {
+        kinds.push(parse_record(b, (ENTER, EXIT), None, &mut 0).map(|r| r.kind))
+    });
+    assert!(
+        matches!(
+            kinds[..],
+            [Some(RecKind::Enter { .. }), Some(RecKind::Exit { .. })]
+        ),
+        "{kinds:?}"
+    );
+    assert_eq!((left, backlog), (0, bytes));
+    let (got, left, _) = run(BACKLOG_MAX);
+    assert!(got.is_none(), "nothing copied past the backlog's limit");
+    assert_eq!(left, 2, "the records stay in the ring");
 }

@@ -234,18 +234,3 @@ fn attach_errors_are_clear() {
     }
     drop(t);
 }
-
-#[test]
-fn proc_syscall_lines_give_the_call_a_blocked_thread_is_in() {
-    // fdatasync(7) as a thread blocked in it shows it (Linux 6.x, x86_64).
-    let (nr, args) =
-        parse_proc_syscall("75 0x7 0x7ffd5a1c 0x0 0x0 0x0 0x0 0x7ffd5a1bf8 0x7f1c2d3e4f50\n")
-            .expect("a call");
-    assert_eq!(syscall_name(nr), "fdatasync");
-    assert_eq!(args, [7, 0x7ffd5a1c, 0, 0, 0, 0]);
-    // Blocked outside any call, on a CPU, or cut short: no call.
-    assert_eq!(parse_proc_syscall("-1 0x7ffd5a1bf8 0x7f1c2d3e4f50\n"), None);
-    assert_eq!(parse_proc_syscall("running\n"), None);
-    assert_eq!(parse_proc_syscall("3 0x8 0x0\n"), None);
-    assert_eq!(parse_proc_syscall(""), None);
-}

@@ -237,7 +237,7 @@ pub(super) fn extract_args_named(sc: &mut Syscall, facts: Name, args: &[u8]) {
                 sc.extra = Extra::CloseRange(lo, hi);
             }
         }
-        ArgKind::Clone => {
+        ArgKind::Clone | ArgKind::Clone3 | ArgKind::Fork => {
             sc.extra = Extra::Clone {
                 thread: memmem::find(args, b"CLONE_THREAD").is_some(),
             };

@@ -371,7 +371,14 @@ fn parse_call(s: &[u8]) -> Result<Body<'_>, SkipReason> {
         }
         None => {
             // `exit_group(0)` printed with no result (the process is gone), `exit(0) = ?`.
-            if args.ends_with(b")") && (name == b"exit_group" || name == b"exit") {
+            let exits = || {
+                std::str::from_utf8(name).is_ok_and(|n| {
+                    crate::syscalls::info(n)
+                        .facts
+                        .has(crate::syscalls::Facts::EXIT)
+                })
+            };
+            if args.ends_with(b")") && exits() {
                 return Ok(Body::Call {
                     name,
                     args: &args[..args.len() - 1],

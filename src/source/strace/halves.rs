@@ -55,7 +55,7 @@ impl StraceParser {
     /// tracing began; `-y`/`-yy` annotations name the trace's options.
     #[inline]
     fn opened(&mut self, sc: &mut Syscall) {
-        if sc.name == "restart_syscall" {
+        if sc.sys.args == crate::syscalls::ArgKind::Restart {
             sc.in_flight = Some(InFlight::AtStart);
         }
         if let Some(p) = &sc.fd_path {
@@ -205,7 +205,7 @@ impl StraceParser {
         if let Some(p) = self.pending.remove(&tid) {
             // `exit_group(0) <unfinished ...>` then `+++ exited`: the call ended here.
             let mut sc = p.sc;
-            if sc.name == "exit_group" || sc.name == "exit" {
+            if sc.sys.facts.has(crate::syscalls::Facts::EXIT) {
                 sc.dur = Some((ts - p.ts).max(0));
                 sc.dur_src = DurSource::Paired;
                 sc.start_line = Some(p.line);
