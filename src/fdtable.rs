@@ -451,12 +451,20 @@ impl FdTable {
     }
 
     /// What `fd` of `proc` was at time `ts` (the live binding, or a closed one that covered ts).
+    #[inline]
     pub fn lookup(&self, proc: ProcKey, fd: i32, ts: Nanos) -> Option<Resolved> {
-        let slot = &self.recent[fd as usize & 15];
-        let r = slot.get();
+        let r = self.recent[fd as usize & 15].get();
         if r.generation == self.generation && r.proc == proc && r.fd == fd && r.opened <= ts {
             return Some(self.resolved(r.file));
         }
+        self.lookup_slow(proc, fd, ts)
+    }
+
+    /// `lookup` past the recent-fd cache: out of line, so the cache hit of nearly every
+    /// event stays inline in `apply` (the call's entry and exit cost as much as the hit).
+    #[inline(never)]
+    fn lookup_slow(&self, proc: ProcKey, fd: i32, ts: Nanos) -> Option<Resolved> {
+        let slot = &self.recent[fd as usize & 15];
         let p = self.procs.get(&proc)?;
         if let Some(b) = p.live.get(&fd) {
             if b.opened <= ts {
@@ -478,6 +486,7 @@ impl FdTable {
             .map(|b| self.resolved(b.file))
     }
 
+    #[inline]
     fn resolved(&self, file: FileId) -> Resolved {
         Resolved {
             file,

@@ -554,6 +554,15 @@ pub(crate) fn names() -> impl Iterator<Item = &'static str> {
     TABLE.iter().map(|s| s.name)
 }
 
+/// The entry's position in the table (None for `UNKNOWN`): per-syscall state of the
+/// analyzer's hot path lives in a `Vec` indexed by it instead of a map keyed by name.
+#[inline]
+pub(crate) fn index_of(sys: &'static SysInfo) -> Option<usize> {
+    let off = (sys as *const SysInfo as usize).wrapping_sub(TABLE.as_ptr() as usize);
+    let i = off / std::mem::size_of::<SysInfo>();
+    (i < TABLE.len()).then_some(i)
+}
+
 /// The entry of a syscall name (`UNKNOWN` for names not in the table). A hash lookup:
 /// callers on the hot path keep the result (the parsers' name caches, `Syscall::sys`).
 pub fn info(name: &str) -> &'static SysInfo {

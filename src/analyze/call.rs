@@ -35,9 +35,16 @@ impl<T: Default> PerThread<T> {
     pub(crate) fn at(&mut self, t: ThreadIdx) -> &mut T {
         let i = t.get();
         if i >= self.0.len() {
-            self.0.resize_with(i + 1, T::default);
+            self.grow(i);
         }
         &mut self.0[i]
+    }
+    /// A thread this unit sees for the first time: out of line, the per-event check stays
+    /// a compare.
+    #[cold]
+    #[inline(never)]
+    fn grow(&mut self, i: usize) {
+        self.0.resize_with(i + 1, T::default);
     }
     /// The state of a thread this unit may not have seen yet.
     #[inline]

@@ -12,7 +12,6 @@ use crate::event::{DurSource, Nanos};
 use crate::fdtable::{FileClass, FileId};
 use crate::report::Dist;
 use rustc_hash::FxHashMap as HashMap;
-use std::collections::BTreeMap;
 
 /// A serving thread's running totals in AOF and log-file syscalls.
 #[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
@@ -44,15 +43,25 @@ impl MainFsyncs {
     }
 }
 
+/// The aggregate at `i`, the vector grown to hold it.
+#[inline]
+fn grown(v: &mut Vec<Agg>, i: usize) -> &mut Agg {
+    if i >= v.len() {
+        v.resize_with(i + 1, Agg::default);
+    }
+    &mut v[i]
+}
+
 /// Most background fsyncs remembered.
 const BIO_FSYNCS_MAX: usize = 1 << 20;
 
 #[derive(Default)]
 pub(crate) struct FileTime {
-    /// Serving threads' disk-file syscalls by phase segment.
-    seg: BTreeMap<Segment, Agg>,
+    /// Serving threads' disk-file syscalls by phase segment (`Segment::index`).
+    seg: Vec<Agg>,
     per: PerThread<FileNs>,
-    main_fsync_by_file: HashMap<FileId, Agg>,
+    /// By file id (count 0: no such fsync of it).
+    main_fsync_by_file: Vec<Agg>,
     /// Of those, the calls timed only as upper bounds (no -T: up to the thread's next event).
     main_fsync_upper: HashMap<FileId, (u64, Nanos)>,
     /// Serving threads' time in AOF calls, and the part of it timed only as upper bounds:
@@ -71,7 +80,7 @@ impl FileTime {
             return;
         };
         if (role == Role::Main || role == Role::IoThread) && c.is_disk_file() && cx.timed {
-            self.seg.entry(segment).or_default().add(cx.dur);
+            grown(&mut self.seg, segment.index()).add(cx.dur);
             let t = self.per.at(cx.thread);
             if c.is_aof() {
                 t.aof += cx.dur;
@@ -86,7 +95,7 @@ impl FileTime {
         let fsync = cx.facts.has(Facts::FSYNC);
         if role == Role::Main && fsync && cx.timed {
             if let Some(f) = cx.file {
-                self.main_fsync_by_file.entry(f).or_default().add(cx.dur);
+                grown(&mut self.main_fsync_by_file, f as usize).add(cx.dur);
                 if cx.dur_src() == DurSource::UpperBound {
                     let u = self.main_fsync_upper.entry(f).or_default();
                     u.0 += 1;
@@ -111,14 +120,20 @@ impl FileTime {
 
     /// Distribution of the serving threads' disk-file syscalls in one segment.
     pub(crate) fn segment(&self, s: Segment) -> Dist {
-        self.seg.get(&s).map(|a| a.dist()).unwrap_or_default()
+        self.seg
+            .get(s.index())
+            .map(|a| a.dist())
+            .unwrap_or_default()
     }
 
     /// fdatasync/fsync on the AOF by main-thread calls.
     pub(crate) fn main_aof_fsync(&self, world: &World) -> MainFsyncs {
         let mut agg = Agg::default();
         let (mut upper, mut upper_max) = (0, 0);
-        for (f, s) in &self.main_fsync_by_file {
+        // Merging is order-free (counts add up): the files in id order.
+        let files = self.main_fsync_by_file.iter().enumerate();
+        for (f, s) in files.filter(|(_, s)| s.count > 0) {
+            let f = &(f as FileId);
             if world.file(*f).class.is_aof() {
                 agg.merge(s);
                 let (n, max) = self.main_fsync_upper.get(f).copied().unwrap_or_default();

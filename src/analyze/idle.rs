@@ -10,8 +10,9 @@ use std::collections::BTreeMap;
 
 #[derive(Default)]
 pub(crate) struct Idle {
-    /// Per thread: (calls, total ns) per wait name.
-    per: PerThread<BTreeMap<&'static str, (u64, i64)>>,
+    /// Per thread: (name, calls, total ns) per wait name. A thread waits in one or two
+    /// calls: a short list found by the name's address beats a map of strings.
+    per: PerThread<Vec<(&'static str, u64, i64)>>,
 }
 
 impl Idle {
@@ -20,9 +21,21 @@ impl Idle {
         let f = cx.facts;
         // An exit is not a stall either, but no wait for work: it has no place in idle time.
         if (cx.idle || f.is_wait()) && !f.has(Facts::EXIT) {
-            let e = self.per.at(cx.thread).entry(cx.sc.name).or_default();
-            e.0 += 1;
-            e.1 += cx.dur;
+            let name = cx.sc.name;
+            let waits = self.per.at(cx.thread);
+            let i = match waits
+                .iter()
+                .position(|w| std::ptr::eq(w.0, name) || w.0 == name)
+            {
+                Some(i) => i,
+                None => {
+                    waits.push((name, 0, 0));
+                    waits.len() - 1
+                }
+            };
+            let e = &mut waits[i];
+            e.1 += 1;
+            e.2 += cx.dur;
         }
     }
 
@@ -33,7 +46,7 @@ impl Idle {
             let Some(waits) = self.per.get(t) else {
                 continue;
             };
-            for (name, (n, d)) in waits.iter().filter(|(name, _)| is_idle(name, role)) {
+            for (name, n, d) in waits.iter().filter(|(name, ..)| is_idle(name, role)) {
                 let e = idle.entry((role, name)).or_default();
                 e.0 += n;
                 e.1 += d;
@@ -66,6 +79,6 @@ mod tests {
         let r = event(1, 0, 5_000, "read");
         i.on_call(&call(&r, Role::Main, None));
         let kept = i.per.get(crate::analyze::call::ThreadIdx(1)).unwrap();
-        assert_eq!(kept.keys().copied().collect::<Vec<_>>(), vec!["futex"]);
+        assert_eq!(kept.iter().map(|w| w.0).collect::<Vec<_>>(), vec!["futex"]);
     }
 }

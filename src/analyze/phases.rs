@@ -43,6 +43,11 @@ impl Segment {
     pub(crate) fn after(i: usize) -> Self {
         Segment(2 * i + 2)
     }
+    /// Dense, from 0 in trace order: per-segment state in a `Vec`.
+    #[inline]
+    pub(crate) fn index(self) -> usize {
+        self.0
+    }
 }
 
 #[derive(Default)]

@@ -58,7 +58,7 @@ pub(crate) struct RoleEvidence {
 impl RoleEvidence {
     /// What `decide` reads of the counts: which kinds were seen, and whether file closes
     /// keep up with AOF fsyncs.
-    #[inline]
+    #[cfg(test)]
     fn shape(&self) -> [bool; 5] {
         [
             self.epoll > 0,
@@ -80,23 +80,27 @@ impl RoleEvidence {
     ) -> bool {
         use super::call::Facts as F;
         use crate::fdtable::FileClass;
-        let before = self.shape();
+        // Each arm says whether `shape` changed without computing it twice: a count going
+        // from 0 to 1, or `file_close >= aof_sync` flipping.
         if facts.has(F::EPOLL) {
             self.epoll += 1;
+            self.epoll == 1
         } else if facts.has(F::POLL) {
             // Whether any thread waits for work at all is read by the first-thread rule.
             self.poll += 1;
-            return self.poll == 1;
+            self.poll == 1
         } else if facts.has(F::FSYNC) && class.is_some_and(|c| c.is_aof()) {
             self.aof_sync += 1;
+            self.aof_sync == 1 || self.file_close == self.aof_sync - 1
         } else if facts.has(F::CLOSE) && class.is_some_and(|c| c.is_disk_file()) {
             self.file_close += 1;
+            self.file_close == 1 || self.file_close == self.aof_sync
         } else if facts.has(F::CLIENT_RW) && class == Some(FileClass::Client) {
             self.client_io += 1;
+            self.client_io == 1
         } else {
-            return false;
+            false
         }
-        self.shape() != before
     }
 }
 
@@ -175,6 +179,30 @@ pub(crate) fn decide(ev: &RoleEvidence, s: Situation<'_>) -> (Role, Why) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `count` says true exactly when what `decide` reads changed.
+    #[test]
+    fn count_reports_every_change_of_shape() {
+        use crate::analyze::call::Facts as F;
+        use crate::fdtable::FileClass;
+        let calls = [
+            (F(F::FSYNC), Some(FileClass::Aof)),
+            (F(F::CLOSE), Some(FileClass::Rdb)),
+            (F(F::EPOLL), None),
+            (F(F::CLIENT_RW), Some(FileClass::Client)),
+            (F(F::POLL), None),
+            (F(0), None),
+        ];
+        let mut e = RoleEvidence::default();
+        let mut x: u32 = 7;
+        for _ in 0..2000 {
+            x = x.wrapping_mul(1_103_515_245).wrapping_add(12345);
+            let (f, c) = calls[(x >> 16) as usize % calls.len()];
+            let before = (e.shape(), e.poll > 0);
+            let said = e.count(f, c);
+            assert_eq!(said, (e.shape(), e.poll > 0) != before, "{e:?}");
+        }
+    }
 
     fn ev(epoll: u64, aof_sync: u64, file_close: u64, client_io: u64) -> RoleEvidence {
         RoleEvidence {

@@ -62,18 +62,25 @@ pub(crate) struct StallStep {
     pub(crate) added: [Option<Added>; 2],
 }
 
+/// What a thread's last call left for the next one's gap.
+#[derive(Clone, Copy, Default)]
+struct Last {
+    end: Option<Nanos>,
+    /// Whether the last end is known (its call's duration measured or paired): a gap from
+    /// an end that is not is only an upper bound.
+    end_known: bool,
+    /// Whether the last call was a wait for work of unknown length (no -T, e.g.
+    /// `restart_syscall(<... resuming interrupted nanosleep ...>)`): the time after its
+    /// printed start is that wait's as far as the trace shows, not CPU work.
+    wait_unknown: bool,
+}
+
 pub(crate) struct Stalls {
     threshold: Nanos,
     /// Most candidates kept in detail.
     cap: usize,
-    last_end: PerThread<Option<Nanos>>,
-    /// Whether the thread's last end is known (its call's duration measured or paired): a
-    /// gap from an end that is not is only an upper bound.
-    last_end_known: PerThread<bool>,
-    /// Whether the thread's last call was a wait for work of unknown length (no -T, e.g.
-    /// `restart_syscall(<... resuming interrupted nanosleep ...>)`): the time after its
-    /// printed start is that wait's as far as the trace shows, not CPU work.
-    last_wait_unknown: PerThread<bool>,
+    /// Per thread, what its last call left (one vector: one index per event).
+    last: PerThread<Last>,
     /// The time of the last break in the timeline: no gap starts before it.
     broken_at: Nanos,
     cands: Vec<Cand>,
@@ -98,9 +105,7 @@ impl Stalls {
         Stalls {
             threshold,
             cap,
-            last_end: PerThread::default(),
-            last_end_known: PerThread::default(),
-            last_wait_unknown: PerThread::default(),
+            last: PerThread::default(),
             broken_at: Nanos::MIN,
             cands: vec![],
             dropped: 0,
@@ -116,14 +121,15 @@ impl Stalls {
     /// nor start at a call from before it that the source hands over later (an unfinished
     /// call whose resumed half was in what could not be read).
     pub(crate) fn forget_all_last_ends(&mut self, at: Nanos) {
-        self.last_end = PerThread::default();
-        self.last_end_known = PerThread::default();
+        for l in self.last.iter_mut() {
+            (l.end, l.end_known) = (None, false);
+        }
         self.broken_at = self.broken_at.max(at);
     }
 
     /// A thread attached or detached: the time before is no gap of its own.
     pub(crate) fn forget_last_end(&mut self, t: super::call::ThreadIdx) {
-        *self.last_end.at(t) = None;
+        self.last.at(t).end = None;
     }
 
     fn cand(&self, cx: &ResolvedCall<'_>, kind: StallKind, start: Nanos, dur: Nanos) -> Cand {
@@ -172,13 +178,11 @@ impl Stalls {
     ) -> StallStep {
         let mut step = StallStep::default();
         let (ts, dur) = (cx.ts(), cx.dur);
-        let last_end = self.last_end.at(cx.thread);
-        let prev_end = *last_end;
-        *last_end = Some(prev_end.map_or(cx.end, |le| le.max(cx.end)));
-        let end_known = self.last_end_known.at(cx.thread);
-        let prev_known = std::mem::replace(end_known, call_known(cx).is_known());
-        let after_wait =
-            std::mem::replace(self.last_wait_unknown.at(cx.thread), cx.idle && !cx.timed);
+        let last = self.last.at(cx.thread);
+        let prev_end = last.end;
+        last.end = Some(prev_end.map_or(cx.end, |le| le.max(cx.end)));
+        let prev_known = std::mem::replace(&mut last.end_known, call_known(cx).is_known());
+        let after_wait = std::mem::replace(&mut last.wait_unknown, cx.idle && !cx.timed);
         if let Some(pe) = prev_end.filter(|pe| *pe >= self.broken_at) {
             let gap = ts - pe;
             step.gap = Some(gap);

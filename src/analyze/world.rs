@@ -159,11 +159,12 @@ impl World {
         };
         let t = &mut self.threads[thread.get()];
         t.calls += 1;
+        // The counts only grow: a first epoll or poll wait is a change `count` reports.
         if t.evidence.count(facts, class) {
             self.role_epoch += 1;
+            self.any_epoll |= t.evidence.epoll > 0;
+            self.any_poll |= t.evidence.poll > 0;
         }
-        self.any_epoll |= t.evidence.epoll > 0;
-        self.any_poll |= t.evidence.poll > 0;
         let role = self.role_at(thread);
         let dur = sc.dur.unwrap_or(0);
         ResolvedCall {
@@ -187,7 +188,11 @@ impl World {
     /// The process structure a clone or fork creates, applied once every unit has seen the
     /// call.
     pub(crate) fn after(&mut self, cx: &ResolvedCall<'_>) {
-        let (Extra::Clone { thread }, Ret::Val(child)) = (&cx.sc.extra, cx.sc.ret) else {
+        // The extra first: nearly every call is no clone (no copy of the result for them).
+        let Extra::Clone { thread } = &cx.sc.extra else {
+            return;
+        };
+        let Ret::Val(child) = cx.sc.ret else {
             return;
         };
         if child <= 0 {
