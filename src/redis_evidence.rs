@@ -1475,6 +1475,7 @@ mod tests {
     fn stall(at_us: i64, duration_us: i64, class: &str, finding: &str) -> Stall {
         Stall {
             sched: None,
+            quiet_calls: None,
             ts: String::new(),
             ts_iso: None,
             at_us,

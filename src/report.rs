@@ -470,6 +470,10 @@ pub struct Stall {
     /// Where the thread's time went over the stall (live bpf backend only; absent otherwise).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sched: Option<StallSched>,
+    /// A gap that ran through calls of the thread's own housekeeping (memory management,
+    /// futex, time and identity queries), which serve no client: how many (absent when none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quiet_calls: Option<u32>,
 }
 
 /// A thread's wait for work still blocked when the trace ended (`Report::parked_at_end`).

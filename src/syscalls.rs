@@ -33,6 +33,9 @@ impl Facts {
     pub const SEND: u16 = 1 << 13;
     /// select/poll: the event loop of a process that never waits in epoll.
     pub const POLL: u16 = 1 << 14;
+    /// Serves no client and touches no file (memory management, futex, time and identity
+    /// queries): the process's own housekeeping, which a main-thread gap runs through.
+    pub const QUIET: u16 = 1 << 15;
 
     #[inline]
     pub fn has(self, bits: u16) -> bool {
@@ -377,8 +380,8 @@ static TABLE: &[SysInfo] = &[
     SysInfo::new("shutdown").on_fd(),
     SysInfo::new("setsockopt").on_fd(),
     SysInfo::new("getsockopt").on_fd(),
-    SysInfo::new("getpeername").on_fd(),
-    SysInfo::new("getsockname").on_fd(),
+    SysInfo::new("getpeername").on_fd().facts(F::QUIET),
+    SysInfo::new("getsockname").on_fd().facts(F::QUIET),
     // Other fds.
     SysInfo::new("epoll_create").fd(K::New(NewFd::Epoll)),
     SysInfo::new("epoll_create1").fd(K::New(NewFd::Epoll)),
@@ -433,10 +436,10 @@ static TABLE: &[SysInfo] = &[
     SysInfo::new("rt_sigsuspend")
         .facts(F::BG_WAIT)
         .blocking(B::SyncWait),
-    SysInfo::new("futex").facts(F::BG_WAIT),
+    SysInfo::new("futex").facts(F::BG_WAIT | F::QUIET),
     SysInfo::new("wait4").facts(F::BG_WAIT | F::WAIT_CHILD),
     SysInfo::new("waitid").facts(F::BG_WAIT | F::WAIT_CHILD),
-    SysInfo::new("sched_yield"),
+    SysInfo::new("sched_yield").facts(F::QUIET),
     // Processes and threads.
     SysInfo::new("clone")
         .args(A::Clone)
@@ -460,29 +463,33 @@ static TABLE: &[SysInfo] = &[
     SysInfo::new("exit_group").facts(F::ALWAYS_IDLE | F::EXIT),
     SysInfo::new("kill"),
     SysInfo::new("tgkill"),
-    SysInfo::new("getpid"),
-    SysInfo::new("gettid"),
-    SysInfo::new("getuid"),
+    SysInfo::new("getpid").facts(F::QUIET),
+    SysInfo::new("gettid").facts(F::QUIET),
+    SysInfo::new("getuid").facts(F::QUIET),
     SysInfo::new("prctl"),
     SysInfo::new("arch_prctl"),
     SysInfo::new("set_tid_address"),
     SysInfo::new("set_robust_list"),
     SysInfo::new("rseq"),
     SysInfo::new("prlimit64"),
-    SysInfo::new("getrusage"),
-    SysInfo::new("sysinfo"),
+    SysInfo::new("getrusage").facts(F::QUIET),
+    SysInfo::new("sysinfo").facts(F::QUIET),
     SysInfo::new("uname"),
-    SysInfo::new("getrandom"),
+    SysInfo::new("getrandom").facts(F::QUIET),
     SysInfo::new("rt_sigaction"),
-    SysInfo::new("rt_sigprocmask"),
+    SysInfo::new("rt_sigprocmask").facts(F::QUIET),
     SysInfo::new("rt_sigreturn"),
     // Memory.
-    SysInfo::new("mmap"),
-    SysInfo::new("munmap"),
-    SysInfo::new("mremap"),
-    SysInfo::new("madvise"),
-    SysInfo::new("mprotect"),
-    SysInfo::new("brk"),
+    SysInfo::new("mmap").facts(F::QUIET),
+    SysInfo::new("munmap").facts(F::QUIET),
+    SysInfo::new("mremap").facts(F::QUIET),
+    SysInfo::new("madvise").facts(F::QUIET),
+    SysInfo::new("mprotect").facts(F::QUIET),
+    SysInfo::new("brk").facts(F::QUIET),
+    // Time (usually answered in the vDSO, seen when it is not).
+    SysInfo::new("clock_gettime").facts(F::QUIET),
+    SysInfo::new("gettimeofday").facts(F::QUIET),
+    SysInfo::new("time").facts(F::QUIET),
 ];
 
 /// Names that are not syscalls but are interned as well: signals and errnos.

@@ -79,17 +79,25 @@ pub(crate) fn explain(
         .unwrap_or_default();
     if c.kind == StallKind::Gap {
         // A gap from a call of unknown length is at most what it says.
-        let d = format!("{bound}{}", human(c.dur / 1000));
+        let d = gap_words(c, &format!("{bound}{}", human(c.dur / 1000)));
         if let Some(v) = sched_of_gap(a.fault_copy, c, role, &who, &d, &during, running) {
             return v;
         }
         return match role {
             Role::Main if c.phase.is_some() => (
                 Some(FindingId::CowPageFaults),
-                format!("{who} made no syscall for {d}{during}: copy-on-write page faults after fork (or CPU contention)"),
+                format!(
+                    "{who} {d}{during}: copy-on-write page faults after fork (or CPU contention)"
+                ),
             ),
-            Role::Main => (Some(FindingId::Command), format!("{who} made no syscall for {d}: a slow command, or the process was descheduled")),
-            _ => (None, format!("{who} made no syscall for {d} (CPU work or descheduled); no finding explains it")),
+            Role::Main => (
+                Some(FindingId::Command),
+                format!("{who} {d}: a slow command, or the process was descheduled"),
+            ),
+            _ => (
+                None,
+                format!("{who} {d} (CPU work or descheduled); no finding explains it"),
+            ),
         };
     }
     let d = human(c.dur / 1000);
@@ -106,6 +114,28 @@ pub(crate) fn explain(
     );
     let (fid, why) = cause_of_call(a, c, role, file, &during);
     (fid, format!("{base}: {why}"))
+}
+
+/// "made no syscall for 300 ms", or for a gap that ran through the thread's own quiet
+/// calls, "served no client for 300 ms (no syscall for 299 ms of it; 2 calls of its
+/// own: madvise, futex)".
+fn gap_words(c: &Cand, d: &str) -> String {
+    let t = &c.through;
+    if t.calls == 0 {
+        return format!("made no syscall for {d}");
+    }
+    let names: Vec<&str> = t.names().collect();
+    let more = if t.more { ", ..." } else { "" };
+    format!(
+        "served no client for {d} (no syscall for {} of it; {} of its own: {}{more})",
+        human(t.no_call / 1000),
+        if t.calls == 1 {
+            "1 call".to_string()
+        } else {
+            format!("{} calls", t.calls)
+        },
+        names.join(", ")
+    )
 }
 
 /// "at most " for an upper bound, "at least " for a lower one, nothing for an exact figure.
@@ -246,14 +276,14 @@ fn sched_of_gap(
     if s.starved(c.dur) {
         return Some((
             Some(FindingId::CpuStarvation),
-            format!("{who} made no syscall for {d}{during}: it was waiting for a CPU ({w}): CPU starvation"),
+            format!("{who} {d}{during}: it was waiting for a CPU ({w}): CPU starvation"),
         ));
     }
     if c.phase.is_some() && s.fault_burst() {
         return Some((
             Some(FindingId::CowPageFaults),
             format!(
-                "{who} made no syscall for {d}{during}: copy-on-write page faults after fork ({w}{})",
+                "{who} {d}{during}: copy-on-write page faults after fork ({w}{})",
                 s.copy_words()
             ),
         ));
@@ -262,7 +292,7 @@ fn sched_of_gap(
         let cmd = running.map(|n| format!(" ({n})")).unwrap_or_default();
         return Some((
             Some(FindingId::Command),
-            format!("{who} made no syscall for {d}: a slow command{cmd}, on a CPU ({w})"),
+            format!("{who} {d}: a slow command{cmd}, on a CPU ({w})"),
         ));
     }
     None
@@ -1143,6 +1173,7 @@ mod tests {
             events_lost: false,
             id: 1,
             sched: None,
+            through: Default::default(),
         }
     }
 
@@ -1363,6 +1394,7 @@ mod tests {
             phase: None,
             events_lost: false,
             sched: None,
+            quiet_calls: None,
         };
         let stalls = [
             stall(Some(FindingId::Command), 20_000),

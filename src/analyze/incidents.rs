@@ -104,6 +104,7 @@ mod tests {
             events_lost: false,
             id: 1,
             sched: None,
+            through: Default::default(),
         };
         let s = Stall {
             ts: String::new(),
@@ -131,6 +132,7 @@ mod tests {
             phase: None,
             events_lost: false,
             sched: None,
+            quiet_calls: None,
         };
         (c, s)
     }

@@ -177,6 +177,7 @@ impl Kept<'_> {
                 since_attach: c.dur_facts.in_flight == Some(InFlight::AtStart),
                 ..crate::report::StallSched::of(&d, c.dur)
             }),
+            quiet_calls: (c.through.calls > 0).then_some(c.through.calls),
         }
     }
 }

@@ -9,6 +9,7 @@ use super::roles::Role;
 use crate::event::{DurSource, InFlight, Nanos, Tid};
 use crate::fdtable::FileId;
 use crate::report::{Bound, DurationKnown, StallKind};
+use crate::syscalls::Facts;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
@@ -32,6 +33,52 @@ pub(crate) struct Cand {
     pub(crate) id: u64,
     /// What the scheduler did with the thread over the stall (live bpf backend).
     pub(crate) sched: Option<crate::event::SchedDelta>,
+    /// A gap's quiet calls: the thread's own housekeeping it ran through.
+    pub(crate) through: Through,
+}
+
+/// The quiet calls (`Facts::QUIET`: memory management, futex, time and identity queries) a
+/// gap ran through: a Lua script or a slow command whose allocator hands pages back with
+/// madvise still keeps every client waiting for all of it, so such calls do not end a gap.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Through {
+    pub(crate) calls: u32,
+    /// The first few distinct names, in order.
+    pub(crate) names: [Option<&'static str>; 3],
+    /// Some name did not fit.
+    pub(crate) more: bool,
+    /// Of the gap, the time outside any call: what the threshold is held against, so that
+    /// quiet calls slowed by the tracer itself (strace's stops) make no stall of their sum.
+    pub(crate) no_call: Nanos,
+}
+
+impl Through {
+    fn add(&mut self, name: &'static str) {
+        self.calls += 1;
+        if let Some(slot) = self
+            .names
+            .iter_mut()
+            .find(|n| n.is_none() || **n == Some(name))
+        {
+            *slot = Some(name);
+        } else {
+            self.more = true;
+        }
+    }
+    pub(crate) fn names(&self) -> impl Iterator<Item = &'static str> + '_ {
+        self.names.iter().flatten().copied()
+    }
+}
+
+/// A gap still open across quiet calls: where it began and what was known there.
+#[derive(Clone, Copy)]
+struct OpenGap {
+    from: Nanos,
+    known: bool,
+    after_wait: bool,
+    through: Through,
+    /// The scheduler's counters summed over the pieces so far (None once a piece lacks them).
+    sched: Option<crate::event::SchedDelta>,
 }
 
 /// How far a candidate's duration is known: the report's bound, duration_known and
@@ -73,6 +120,8 @@ struct Last {
     /// `restart_syscall(<... resuming interrupted nanosleep ...>)`): the time after its
     /// printed start is that wait's as far as the trace shows, not CPU work.
     wait_unknown: bool,
+    /// A gap running through quiet calls.
+    open: Option<OpenGap>,
 }
 
 pub(crate) struct Stalls {
@@ -122,14 +171,15 @@ impl Stalls {
     /// call whose resumed half was in what could not be read).
     pub(crate) fn forget_all_last_ends(&mut self, at: Nanos) {
         for l in self.last.iter_mut() {
-            (l.end, l.end_known) = (None, false);
+            (l.end, l.end_known, l.open) = (None, false, None);
         }
         self.broken_at = self.broken_at.max(at);
     }
 
     /// A thread attached or detached: the time before is no gap of its own.
     pub(crate) fn forget_last_end(&mut self, t: super::call::ThreadIdx) {
-        self.last.at(t).end = None;
+        let l = self.last.at(t);
+        (l.end, l.open) = (None, None);
     }
 
     fn cand(&self, cx: &ResolvedCall<'_>, kind: StallKind, start: Nanos, dur: Nanos) -> Cand {
@@ -165,6 +215,7 @@ impl Stalls {
                 .sched
                 .as_ref()
                 .and_then(|s| if call { Some(s.during) } else { s.before }),
+            through: Through::default(),
         }
     }
 
@@ -183,22 +234,56 @@ impl Stalls {
         last.end = Some(prev_end.map_or(cx.end, |le| le.max(cx.end)));
         let prev_known = std::mem::replace(&mut last.end_known, call_known(cx).is_known());
         let after_wait = std::mem::replace(&mut last.wait_unknown, cx.idle && !cx.timed);
+        let quiet = cx.facts.has(Facts::QUIET)
+            && !cx.idle
+            && cx.sc.in_flight.is_none()
+            && !(cx.timed && dur >= self.threshold);
+        let open = last.open.take();
         if let Some(pe) = prev_end.filter(|pe| *pe >= self.broken_at) {
-            let gap = ts - pe;
-            step.gap = Some(gap);
-            if gap >= self.threshold
-                && !after_wait
+            step.gap = Some(ts - pe);
+        }
+        // The gap this call ends (or runs through): from the end of the last call that was
+        // not quiet.
+        let from = match open {
+            Some(o) => Some(o),
+            None => prev_end
+                .filter(|pe| *pe >= self.broken_at)
+                .map(|pe| OpenGap {
+                    from: pe,
+                    known: prev_known,
+                    after_wait,
+                    through: Through::default(),
+                    sched: Some(Default::default()),
+                }),
+        };
+        let piece = step.gap.unwrap_or(0).max(0);
+        if quiet {
+            if let Some(mut o) = from {
+                o.through.add(cx.sc.name);
+                o.through.no_call += piece;
+                o.sched = sum_sched(o.sched, cx.sc.sched.as_ref().map(|s| (s.before, s.during)));
+                self.last.at(cx.thread).open = Some(o);
+            }
+        } else if let Some(mut o) = from {
+            let gap = ts - o.from;
+            o.through.no_call += piece;
+            if o.through.no_call >= self.threshold
+                && !o.after_wait
                 && cx.role != Role::Child
                 && cx.sc.in_flight != Some(InFlight::AtStart)
             {
-                let mut c = self.cand(cx, StallKind::Gap, pe, gap);
-                if !prev_known {
+                let mut c = self.cand(cx, StallKind::Gap, o.from, gap);
+                if !o.known {
                     // From the start of a call of unknown length: the gap is what is left
                     // of that time once the call is taken out, at most this.
                     c.dur_facts.known = DurationKnown::UpperBound;
                     c.dur_facts.bound = Bound::AtMost;
                 }
-                c.phase = phases.active_at(pe);
+                if o.through.calls > 0 {
+                    c.through = o.through;
+                    c.sched = o.sched.zip(c.sched).map(|(a, b)| add_sched(a, b));
+                }
+                c.phase = phases.active_at(o.from);
                 c.events_lost = lost;
                 step.added[0] = self.add(c);
             }
@@ -308,6 +393,25 @@ fn call_known(cx: &ResolvedCall<'_>) -> DurationKnown {
     }
 }
 
+fn add_sched(a: crate::event::SchedDelta, b: crate::event::SchedDelta) -> crate::event::SchedDelta {
+    crate::event::SchedDelta {
+        on_cpu_ns: a.on_cpu_ns + b.on_cpu_ns,
+        runnable_ns: a.runnable_ns + b.runnable_ns,
+        minor_faults: a.minor_faults + b.minor_faults,
+        major_faults: a.major_faults + b.major_faults,
+    }
+}
+
+/// A gap's summed counters after one more quiet call (the piece before it and the call):
+/// unknown from the first piece the backend did not measure.
+fn sum_sched(
+    acc: Option<crate::event::SchedDelta>,
+    call: Option<(Option<crate::event::SchedDelta>, crate::event::SchedDelta)>,
+) -> Option<crate::event::SchedDelta> {
+    let (before, during) = call?;
+    Some(add_sched(add_sched(acc?, before?), during))
+}
+
 /// Whether a candidate is a stall for a thread of this role; `gaps_ok`: the trace's gaps
 /// can be trusted.
 pub(crate) fn keep(c: &Cand, role: Role, gaps_ok: bool) -> bool {
@@ -327,6 +431,61 @@ mod tests {
     use crate::analyze::call::testing::{call, event};
 
     const MS: Nanos = 1_000_000;
+
+    /// Pushes `(ts_ms, dur_ms, name)` calls of the main thread; the gaps stored.
+    fn gaps_of(calls: &[(i64, i64, &'static str)]) -> Vec<(Nanos, Nanos, Through)> {
+        let mut s = Stalls::new(100 * MS, 8);
+        let p = Phases::default();
+        let mut out = vec![];
+        for &(ts, dur, name) in calls {
+            let e = event(1, ts * MS, dur * MS, name);
+            let step = s.on_call(&call(&e, Role::Main, None), &p, false);
+            if let Some(a) = step.added[0] {
+                let c = s.get(a.idx);
+                out.push((c.start / MS, c.dur / MS, c.through));
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn a_gap_runs_through_the_threads_own_quiet_calls() {
+        // A 300 ms script cut at 80 and 170 ms by the allocator's madvise and futex wake:
+        // one 300 ms gap (each piece is under the 100 ms threshold).
+        let g = gaps_of(&[
+            (0, 1, "epoll_wait"),
+            (81, 0, "madvise"),
+            (171, 0, "futex"),
+            (200, 0, "madvise"),
+            (301, 0, "write"),
+        ]);
+        assert_eq!(g.len(), 1, "{g:?}");
+        assert_eq!((g[0].0, g[0].1), (1, 300));
+        assert_eq!(g[0].2.calls, 3);
+        assert_eq!(g[0].2.names().collect::<Vec<_>>(), vec!["madvise", "futex"]);
+        assert_eq!(g[0].2.no_call, 300 * MS);
+        // Quiet calls slowed by the tracer (40 ms each, 5 ms between): the time outside
+        // calls (20 ms) is what counts, so their sum makes no stall.
+        let g = gaps_of(&[
+            (0, 1, "epoll_wait"),
+            (6, 40, "getpeername"),
+            (51, 40, "getpid"),
+            (96, 40, "getpid"),
+            (141, 0, "write"),
+        ]);
+        assert!(g.is_empty(), "{g:?}");
+        // A call that serves a client (or touches a file) ends the gap: two short gaps.
+        let g = gaps_of(&[(0, 1, "epoll_wait"), (81, 0, "read"), (171, 0, "write")]);
+        assert!(g.is_empty(), "{g:?}");
+        // A quiet call over the threshold is its own slow call: the gap ends at it.
+        let g = gaps_of(&[
+            (0, 1, "epoll_wait"),
+            (150, 120, "madvise"),
+            (271, 0, "write"),
+        ]);
+        assert_eq!(g.len(), 1, "{g:?}");
+        assert_eq!((g[0].0, g[0].1, g[0].2.calls), (1, 149, 0));
+    }
 
     #[test]
     fn a_gap_and_a_slow_call_over_the_threshold_are_candidates() {

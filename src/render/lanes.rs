@@ -463,6 +463,7 @@ mod tests {
     ) -> Stall {
         Stall {
             sched: None,
+            quiet_calls: None,
             ts: format!("+{at_us}"),
             ts_iso: None,
             at_us,

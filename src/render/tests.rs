@@ -40,6 +40,7 @@ fn stall(at_us: i64, duration_us: i64, kind: StallKind, class: Option<&str>, tid
         phase: None,
         events_lost: false,
         sched: None,
+        quiet_calls: None,
     }
 }
 

@@ -536,6 +536,7 @@ pub(crate) mod tests {
             phase: None,
             events_lost: false,
             sched: None,
+            quiet_calls: None,
         }
     }
 

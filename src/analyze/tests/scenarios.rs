@@ -1166,7 +1166,7 @@ fn stalls_say_how_their_duration_is_known_and_upper_bounds_cap_severity() {
     let gap_after = |src: DurSource| {
         let mut s = Seq::new();
         s.call(100, 0, 10 * US, "epoll_wait", Some(5), 1, Extra::None);
-        let mut sc = Syscall::new("getpid");
+        let mut sc = Syscall::new("kill");
         sc.ret = Ret::Val(100);
         if src == DurSource::Measured {
             (sc.dur, sc.dur_src) = (Some(10 * US), src);
@@ -1756,7 +1756,7 @@ fn an_upper_bound_stall_is_at_most_in_its_finding_cause_and_incident() {
 fn gaps_forks_and_unexplained_stalls_say_their_upper_bounds() {
     let mut s = Seq::new();
     s.call(100, 0, 10 * US, "epoll_wait", Some(5), 1, Extra::None);
-    let mut sc = Syscall::new("getpid");
+    let mut sc = Syscall::new("kill");
     sc.ret = Ret::Val(100);
     s.ev(100, MS, EventKind::Syscall(sc));
     s.call(
@@ -1938,4 +1938,32 @@ fn a_resumed_sleep_is_idle_time_with_or_without_t() {
         let r = s.report();
         assert!(r.stalls.is_empty(), "-T {measured}: {:?}", r.stalls);
     }
+}
+
+/// A busy main thread whose allocator hands pages back (madvise) and wakes its background
+/// thread (futex) mid-script served no client for the whole script: one gap, not pieces
+/// under the threshold, and its cause says which calls it ran through.
+#[test]
+fn a_script_cut_by_the_allocators_own_calls_is_one_gap() {
+    let mut s = Seq::new();
+    s.call(100, 0, 10 * US, "epoll_wait", Some(5), 1, Extra::None);
+    s.call(100, 8 * MS, 5 * US, "madvise", None, 0, Extra::None);
+    s.call(100, 16 * MS, 5 * US, "futex", None, 1, Extra::None);
+    s.call(100, 30 * MS, 10 * US, "epoll_wait", Some(5), 0, Extra::None);
+    let r = s.report();
+    let gaps: Vec<_> = r
+        .stalls
+        .iter()
+        .filter(|x| x.kind == StallKind::Gap)
+        .collect();
+    assert_eq!(gaps.len(), 1, "{:?}", r.stalls);
+    assert_eq!(gaps[0].duration_us, 29_990);
+    assert_eq!(gaps[0].quiet_calls, Some(2));
+    assert!(
+        gaps[0]
+            .cause
+            .starts_with("main thread served no client for 30 ms (no syscall for 30 ms of it; 2 calls of its own: madvise, futex)"),
+        "{}",
+        gaps[0].cause
+    );
 }
