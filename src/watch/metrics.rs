@@ -320,7 +320,7 @@ impl Observer {
             })
             .observe(dur as f64 / 1e9);
         let Some(fd) = sc.fd else { return };
-        if sc.name == "close" {
+        if sc.sys.facts.has(crate::syscalls::Facts::CLOSE) {
             self.pending.remove(&fd);
             return;
         }

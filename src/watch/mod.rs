@@ -823,6 +823,9 @@ fn watch_one(w: &mut Watcher, pid: Tid) -> Result<()> {
         &ctx.redis_conf,
         ctx.cwd.as_deref(),
     ));
+    // What one copy-on-write fault copies here: the live windows and the incident reports
+    // (which take the watcher's options) both word the cow-page-faults cause by it.
+    w.opts.fault_copy_bytes = procctx::cow_fault_bytes(pid);
     let mut opts = w.opts.clone();
     opts.root_pid = Some(pid);
     opts.stamped_at_stops = backend == LiveBackend::Ptrace;
