@@ -377,7 +377,50 @@ sched_backends!(
     counts_the_copy_on_write_faults_after_a_bgsave_fork,
     counts_the_wait_for_a_cpu_after_a_wakeup_as_runnable,
     splits_a_call_already_running_at_the_attach_from_the_attach,
+    a_script_that_asks_for_info_is_one_gap_through_its_getrusage_calls,
 );
+
+/// A 400 ms script that asks INFO every 40 ms (each INFO calls getrusage: a quiet call that
+/// serves no client) kept every client waiting for all of it: one main-thread gap of about
+/// 400 ms that ran through those calls, where each piece between them is under the 100 ms
+/// threshold (before quiet calls ran through gaps, the report had no stall at all).
+fn a_script_that_asks_for_info_is_one_gap_through_its_getrusage_calls(backend: &str) {
+    let redis = Redis::start(&[]);
+    let mut a = Attach::start(
+        backend,
+        redis.pid(),
+        &["--threshold", "100ms", "--format", "json"],
+    );
+    assert!(a.attached, "{:?}", a.stderr);
+    let script = "local t = redis.call('TIME') local s = t[1] * 1000000 + t[2] local last = 0 \
+                  while true do local n = redis.call('TIME') local e = n[1] * 1000000 + n[2] - s \
+                  if e - last > 40000 then redis.call('INFO', 'cpu') last = e end \
+                  if e > 400000 then break end end return 1";
+    let mut c = redis.client();
+    assert!(matches!(
+        c.cmd(&["EVAL", script, "0"]).expect("EVAL"),
+        Reply::Int(1)
+    ));
+    assert!(
+        a.wait_line(|l| l.starts_with("stall:") && l.contains("gap"), DEADLINE),
+        "no live stall line; stderr: {:?}",
+        a.stderr
+    );
+    // SAFETY: a signal to the stallscope this test started.
+    unsafe { libc::kill(a.child.id() as i32, libc::SIGINT) };
+    let (_, out) = finish(a, DEADLINE);
+    let r = json(&out);
+    let g = main_gaps(&r)
+        .into_iter()
+        .max_by_key(|g| g["duration_us"].as_i64())
+        .unwrap_or_else(|| panic!("no main-thread gap: {}", r["stalls"]));
+    assert!(g["duration_us"].as_i64().unwrap_or(0) >= 390_000, "{g}");
+    assert!(g["quiet_calls"].as_u64().unwrap_or(0) >= 1, "{g}");
+    let cause = g["cause"].as_str().unwrap_or("");
+    assert!(cause.contains("served no client for"), "{cause}");
+    assert!(cause.contains("getrusage"), "{cause}");
+    redis.assert_unharmed();
+}
 
 /// The scheduler's view of a gap (bpf, perf): a busy EVAL never blocks, so the gap is time
 /// on a CPU or waiting for one (which of the two depends on how loaded the machine is), and
