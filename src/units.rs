@@ -12,13 +12,8 @@ pub fn plural(n: u64) -> &'static str {
 
 /// A duration in µs the way a person reads it.
 ///
-/// ```
-/// use stallscope::units::human;
-/// assert_eq!(human(4_827_551), "4.83 s");
-/// assert_eq!(human(446_945), "447 ms");
-/// assert_eq!(human(1_500), "1.5 ms");
-/// assert_eq!(human(153), "153 µs");
-/// ```
+/// 4_827_551 reads "4.83 s", 446_945 "447 ms", 1_500 "1.5 ms", 153 "153 µs"
+/// (`tests::durations_read_as_a_person_reads_them`).
 pub fn human(us: i64) -> String {
     let us = us.max(0);
     if us >= 1_000_000 {
@@ -29,5 +24,19 @@ pub fn human(us: i64) -> String {
         format!("{:.1} ms", us as f64 / 1e3)
     } else {
         format!("{us} µs")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_as_a_person_reads_them() {
+        assert_eq!(human(4_827_551), "4.83 s");
+        assert_eq!(human(446_945), "447 ms");
+        assert_eq!(human(1_500), "1.5 ms");
+        assert_eq!(human(153), "153 µs");
+        assert_eq!(human(-5), "0 µs");
     }
 }
