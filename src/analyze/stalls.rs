@@ -239,51 +239,58 @@ impl Stalls {
             && cx.sc.in_flight.is_none()
             && !(cx.timed && dur >= self.threshold);
         let open = last.open.take();
-        if let Some(pe) = prev_end.filter(|pe| *pe >= self.broken_at) {
-            step.gap = Some(ts - pe);
-        }
-        // The gap this call ends (or runs through): from the end of the last call that was
-        // not quiet.
-        let from = match open {
-            Some(o) => Some(o),
-            None => prev_end
-                .filter(|pe| *pe >= self.broken_at)
-                .map(|pe| OpenGap {
+        let gap_end = prev_end.filter(|pe| *pe >= self.broken_at);
+        step.gap = gap_end.map(|pe| ts - pe);
+        let piece = step.gap.unwrap_or(0).max(0);
+        if quiet {
+            // The gap runs on through this call; it began at the last call that was not
+            // quiet.
+            let start = open.or_else(|| {
+                gap_end.map(|pe| OpenGap {
                     from: pe,
                     known: prev_known,
                     after_wait,
                     through: Through::default(),
                     sched: Some(Default::default()),
-                }),
-        };
-        let piece = step.gap.unwrap_or(0).max(0);
-        if quiet {
-            if let Some(mut o) = from {
+                })
+            });
+            if let Some(mut o) = start {
                 o.through.add(cx.sc.name);
                 o.through.no_call += piece;
                 o.sched = sum_sched(o.sched, cx.sc.sched.as_ref().map(|s| (s.before, s.during)));
                 self.last.at(cx.thread).open = Some(o);
             }
-        } else if let Some(mut o) = from {
-            let gap = ts - o.from;
-            o.through.no_call += piece;
-            if o.through.no_call >= self.threshold
-                && !o.after_wait
-                && cx.role != Role::Child
-                && cx.sc.in_flight != Some(InFlight::AtStart)
-            {
-                let mut c = self.cand(cx, StallKind::Gap, o.from, gap);
-                if !o.known {
+        } else {
+            let (from, known, after_wait, no_call) = match &open {
+                Some(o) => (
+                    Some(o.from),
+                    o.known,
+                    o.after_wait,
+                    o.through.no_call + piece,
+                ),
+                None => (gap_end, prev_known, after_wait, piece),
+            };
+            if let Some(from) = from.filter(|_| {
+                no_call >= self.threshold
+                    && !after_wait
+                    && cx.role != Role::Child
+                    && cx.sc.in_flight != Some(InFlight::AtStart)
+            }) {
+                let mut c = self.cand(cx, StallKind::Gap, from, ts - from);
+                if !known {
                     // From the start of a call of unknown length: the gap is what is left
                     // of that time once the call is taken out, at most this.
                     c.dur_facts.known = DurationKnown::UpperBound;
                     c.dur_facts.bound = Bound::AtMost;
                 }
-                if o.through.calls > 0 {
-                    c.through = o.through;
+                if let Some(o) = open {
+                    c.through = Through {
+                        no_call,
+                        ..o.through
+                    };
                     c.sched = o.sched.zip(c.sched).map(|(a, b)| add_sched(a, b));
                 }
-                c.phase = phases.active_at(o.from);
+                c.phase = phases.active_at(from);
                 c.events_lost = lost;
                 step.added[0] = self.add(c);
             }
