@@ -386,7 +386,7 @@ sched_backends!(
 /// threshold (before quiet calls ran through gaps, the report had no stall at all).
 fn a_script_that_asks_for_info_is_one_gap_through_its_getrusage_calls(backend: &str) {
     let redis = Redis::start(&[]);
-    let mut a = Attach::start(
+    let a = Attach::start(
         backend,
         redis.pid(),
         &["--threshold", "100ms", "--format", "json"],
@@ -396,20 +396,7 @@ fn a_script_that_asks_for_info_is_one_gap_through_its_getrusage_calls(backend: &
                   while true do local n = redis.call('TIME') local e = n[1] * 1000000 + n[2] - s \
                   if e - last > 40000 then redis.call('INFO', 'cpu') last = e end \
                   if e > 400000 then break end end return 1";
-    let mut c = redis.client();
-    assert!(matches!(
-        c.cmd(&["EVAL", script, "0"]).expect("EVAL"),
-        Reply::Int(1)
-    ));
-    assert!(
-        a.wait_line(|l| l.starts_with("stall:") && l.contains("gap"), DEADLINE),
-        "no live stall line; stderr: {:?}",
-        a.stderr
-    );
-    // SAFETY: a signal to the stallscope this test started.
-    unsafe { libc::kill(a.child.id() as i32, libc::SIGINT) };
-    let (_, out) = finish(a, DEADLINE);
-    let r = json(&out);
+    let r = eval_until_a_gap(&redis, a, script);
     let g = main_gaps(&r)
         .into_iter()
         .max_by_key(|g| g["duration_us"].as_i64())
@@ -1171,6 +1158,25 @@ fn realtime(tid: u32) {
 }
 
 /// Main-thread gaps of a report, with their `sched` parts (µs) and duration.
+/// Runs `script` with EVAL (it returns 1), waits for the live stall line of a gap, stops
+/// the attach with SIGINT and returns its report.
+fn eval_until_a_gap(redis: &Redis, mut a: Attach, script: &str) -> serde_json::Value {
+    let mut c = redis.client();
+    assert!(matches!(
+        c.cmd(&["EVAL", script, "0"]).expect("EVAL"),
+        Reply::Int(1)
+    ));
+    assert!(
+        a.wait_line(|l| l.starts_with("stall:") && l.contains("gap"), DEADLINE),
+        "no live stall line; stderr: {:?}",
+        a.stderr
+    );
+    // SAFETY: a signal to the stallscope this test started.
+    unsafe { libc::kill(a.child.id() as i32, libc::SIGINT) };
+    let (_, out) = finish(a, DEADLINE);
+    json(&out)
+}
+
 fn main_gaps(r: &serde_json::Value) -> Vec<&serde_json::Value> {
     r["stalls"]
         .as_array()
@@ -1198,7 +1204,7 @@ fn bpf_backend_names_the_command_a_busy_gap_ran() {
     }
     let redis = Redis::start(&[]);
     realtime(redis.pid());
-    let mut a = Attach::start(
+    let a = Attach::start(
         "bpf",
         redis.pid(),
         &["--threshold", "20ms", "--format", "json"],
@@ -1206,20 +1212,7 @@ fn bpf_backend_names_the_command_a_busy_gap_ran() {
     assert!(a.attached, "{:?}", a.stderr);
     let script = "local t = redis.call('TIME') local s = t[1] * 1000000 + t[2] \
                   while true do local n = redis.call('TIME') if n[1] * 1000000 + n[2] - s > 300000 then break end end return 1";
-    let mut c = redis.client();
-    assert!(matches!(
-        c.cmd(&["EVAL", script, "0"]).expect("EVAL"),
-        Reply::Int(1)
-    ));
-    assert!(
-        a.wait_line(|l| l.starts_with("stall:") && l.contains("gap"), DEADLINE),
-        "no live stall line; stderr: {:?}",
-        a.stderr
-    );
-    // SAFETY: a signal to the stallscope this test started.
-    unsafe { libc::kill(a.child.id() as i32, libc::SIGINT) };
-    let (_, out) = finish(a, DEADLINE);
-    let r = json(&out);
+    let r = eval_until_a_gap(&redis, a, script);
     let gaps = main_gaps(&r);
     let g = gaps
         .iter()
