@@ -330,7 +330,7 @@ impl Observer {
         let Extra::Data(data) = &sc.extra else {
             return;
         };
-        let facts = crate::syscalls::info(sc.name).facts;
+        let facts = sc.sys.facts;
         use crate::syscalls::Facts;
         if facts.has(Facts::RECV) {
             if sc.ret.val().is_some_and(|n| n > 0) {

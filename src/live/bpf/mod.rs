@@ -843,6 +843,11 @@ impl Tracer for BpfTracer {
         Ok(super::fed::next_event_timeout(self, timeout))
     }
 
+    fn next_batch(&mut self, timeout: Duration, out: &mut VecDeque<Event>) -> Result<()> {
+        super::fed::next_batch(self, timeout, out);
+        Ok(())
+    }
+
     fn is_done(&self) -> bool {
         self.done && self.queue.is_empty()
     }
