@@ -33,7 +33,8 @@ use crate::event::{self, Event, EventKind, InFlight, Nanos, Ret, Syscall, Tid};
 use crate::syscalls::{FdKind, SysInfo};
 use anyhow::Result;
 use perf_event_open_sys as sys;
-use std::collections::{HashMap, HashSet, VecDeque};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
+use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
@@ -688,9 +689,9 @@ impl PerfTracer {
             rx: None,
             backlog: Arc::new(AtomicUsize::new(0)),
             fds: vec![],
-            opened: HashSet::new(),
-            forked: HashMap::new(),
-            threads: HashMap::new(),
+            opened: HashSet::default(),
+            forked: HashMap::default(),
+            threads: HashMap::default(),
             pending: vec![],
             queue: VecDeque::new(),
             stats: TracerStats::default(),
@@ -1100,14 +1101,10 @@ impl PerfTracer {
         // Each ring is nearly sorted already: the stable sort merges the runs cheaply.
         self.pending.sort_by_key(|r| r.ts);
         let n = self.pending.partition_point(|r| r.ts <= upto);
-        let ready: Vec<Rec> = self.pending.drain(..n).collect();
-        // As the event queue (`fed::QUEUE_KEEP`): no room kept for the largest backlog.
-        if self.pending.capacity() > 4 * super::fed::QUEUE_KEEP
-            && self.pending.len() < super::fed::QUEUE_KEEP
-        {
-            self.pending.shrink_to(super::fed::QUEUE_KEEP);
-        }
-        for r in ready {
+        // Processed where they are (taken out of self for the loop), then cut from the
+        // front: no copy of the ready records into a new vector at every fill.
+        let mut pending = std::mem::take(&mut self.pending);
+        for &r in &pending[..n] {
             if r.ts < self.processed_upto {
                 self.late_records += 1;
             } else {
@@ -1115,6 +1112,14 @@ impl PerfTracer {
             }
             self.process(r);
         }
+        pending.drain(..n);
+        // As the event queue (`fed::QUEUE_KEEP`): no room kept for the largest backlog.
+        if pending.capacity() > 4 * super::fed::QUEUE_KEEP && pending.len() < super::fed::QUEUE_KEEP
+        {
+            pending.shrink_to(super::fed::QUEUE_KEEP);
+        }
+        debug_assert!(self.pending.is_empty(), "process() does not add records");
+        self.pending = pending;
         // Threads come and go: the wakeups kept follow them.
         if !self.refresh_wakeup_filter() {
             self.close_wakeups();

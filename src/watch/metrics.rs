@@ -282,7 +282,7 @@ pub(crate) struct Observer {
     by_cmd: HashMap<Box<str>, Histogram>,
     /// Client fd -> (command name, when its request was read). The first command of a
     /// read is timed: pipelined ones after it share its reply writes.
-    pending: HashMap<i32, (Box<str>, Nanos)>,
+    pending: HashMap<i32, (CmdName, Nanos)>,
 }
 
 impl Observer {
@@ -335,24 +335,21 @@ impl Observer {
         if facts.has(Facts::RECV) {
             if sc.ret.val().is_some_and(|n| n > 0) {
                 if let Some(name) = command_name(data.head().bytes()) {
-                    self.pending.entry(fd).or_insert((name.into(), ev.ts));
+                    self.pending.entry(fd).or_insert((name, ev.ts));
                 }
             }
         } else if facts.has(Facts::SEND) {
             if let Some((name, at)) = self.pending.remove(&fd) {
-                let n = self.by_cmd.len();
-                let h = match self.by_cmd.get(&name) {
-                    Some(h) => h.clone(),
-                    None if n < MAX_COMMANDS => {
-                        let h = m.commands.get_or_create_owned(&CommandLabels {
-                            command: name.to_string(),
-                        });
-                        self.by_cmd.insert(name, h.clone());
-                        h
-                    }
-                    None => return,
-                };
-                h.observe((ev.end() - at).max(0) as f64 / 1e9);
+                let secs = (ev.end() - at).max(0) as f64 / 1e9;
+                if let Some(h) = self.by_cmd.get(&*name) {
+                    h.observe(secs);
+                } else if self.by_cmd.len() < MAX_COMMANDS {
+                    let h = m.commands.get_or_create_owned(&CommandLabels {
+                        command: name.to_string(),
+                    });
+                    h.observe(secs);
+                    self.by_cmd.insert((&*name).into(), h);
+                }
             }
         }
     }
@@ -361,7 +358,7 @@ impl Observer {
 /// The command name of a RESP request (`*N\r\n$L\r\nNAME\r\n...`), upper-cased; inline
 /// commands (`PING\r\n`) too. Only letters, digits, `_`, `-`, `|` and `.`, up to 32 bytes:
 /// anything else is not a command name and never becomes a label.
-pub(crate) fn command_name(b: &[u8]) -> Option<String> {
+pub(crate) fn command_name(b: &[u8]) -> Option<CmdName> {
     let name: &[u8] = if b.first() == Some(&b'*') {
         let mut it = b.splitn(3, |c| *c == b'\n');
         it.next()?;
@@ -382,7 +379,45 @@ pub(crate) fn command_name(b: &[u8]) -> Option<String> {
             .iter()
             .all(|c| c.is_ascii_alphanumeric() || b"_-|.".contains(c))
         && name[0].is_ascii_alphabetic();
-    ok.then(|| String::from_utf8_lossy(name).to_ascii_uppercase())
+    if !ok {
+        return None;
+    }
+    let mut c = CmdName {
+        len: name.len() as u8,
+        buf: [0; 32],
+    };
+    c.buf[..name.len()].copy_from_slice(name);
+    c.buf.make_ascii_uppercase();
+    Some(c)
+}
+
+/// A command name as `command_name` takes it (ASCII, at most 32 bytes), kept inline: one
+/// is taken from nearly every client request, and a heap string each was a visible part of
+/// the watcher's own CPU.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) struct CmdName {
+    len: u8,
+    buf: [u8; 32],
+}
+
+impl std::ops::Deref for CmdName {
+    type Target = str;
+    fn deref(&self) -> &str {
+        // Only ASCII letters, digits and `_-|.` are ever stored.
+        std::str::from_utf8(&self.buf[..self.len as usize]).unwrap_or("")
+    }
+}
+
+impl std::fmt::Debug for CmdName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&**self, f)
+    }
+}
+
+impl std::fmt::Display for CmdName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self)
+    }
 }
 
 /// `--metrics`: `127.0.0.1:9323`, `[::1]:9323`, or a bare port / `:PORT` on loopback.
