@@ -446,11 +446,11 @@ impl Watcher<'_> {
         let from = p.from;
         let taken = self.ring.take_upto(from, p.cut);
         let events = taken.events;
-        let host = match (&ctx.host, events.first(), events.last()) {
+        let host = match (&ctx.host, events.front(), events.back()) {
             (Some(h), Some(a), Some(b)) => h.window(a.ts, b.end()),
             _ => vec![],
         };
-        let ring_short = events.first().is_some_and(|e| e.ts > from + 100_000_000)
+        let ring_short = events.front().is_some_and(|e| e.ts > from + 100_000_000)
             && self.ring.evicted_early > 0;
         let job = Job {
             events,
@@ -1240,8 +1240,8 @@ mod tests {
             .iter()
             .filter(|(a, b)| {
                 done.iter().any(|j| {
-                    j.events.first().is_some_and(|e| e.ts <= *a)
-                        && j.events.last().is_some_and(|e| e.end() >= *b)
+                    j.events.front().is_some_and(|e| e.ts <= *a)
+                        && j.events.back().is_some_and(|e| e.end() >= *b)
                 })
             })
             .count() as u64;
@@ -1294,14 +1294,14 @@ mod tests {
         w.incident_due(o);
         w.hand_over(&ac, &clock, false);
         let jb = rx.try_recv().expect("B handed over");
-        assert!(ja.events.last().unwrap().end() >= gap_from);
-        let first = jb.events.first().unwrap();
+        assert!(ja.events.back().unwrap().end() >= gap_from);
+        let first = jb.events.front().unwrap();
         assert_eq!(
             (first.ts, first.end()),
             (gap_from, gap_from),
             "B starts at the gap"
         );
-        assert_eq!(jb.events.last().unwrap().ts, 10_900 * ms);
+        assert_eq!(jb.events.back().unwrap().ts, 10_900 * ms);
     }
 
     #[test]
@@ -1351,8 +1351,8 @@ mod tests {
         );
         // No event is in two reports.
         for pair in jobs.windows(2) {
-            let a = pair[0].events.last().unwrap().end();
-            let b = pair[1].events.first().unwrap().ts;
+            let a = pair[0].events.back().unwrap().end();
+            let b = pair[1].events.front().unwrap().ts;
             assert!(b >= a, "{a} {b}");
         }
     }
@@ -1366,7 +1366,7 @@ mod tests {
         assert!(jobs.iter().all(|j| j.count == 1 && j.joined == 0));
         // Each report keeps --before of context and --after after its stall.
         for j in &jobs {
-            let span = j.events.last().unwrap().end() - j.events.first().unwrap().ts;
+            let span = j.events.back().unwrap().end() - j.events.front().unwrap().ts;
             assert!(span >= 14 * S, "{span}");
         }
     }
@@ -1383,8 +1383,8 @@ mod tests {
             let at = (k * 20 + 10) * S;
             assert!(
                 jobs.iter().any(|j| {
-                    j.events.first().is_some_and(|e| e.ts <= at - 300_000_000)
-                        && j.events.last().is_some_and(|e| e.end() >= at)
+                    j.events.front().is_some_and(|e| e.ts <= at - 300_000_000)
+                        && j.events.back().is_some_and(|e| e.end() >= at)
                 }),
                 "the stall at {}s is in no report",
                 at / S
