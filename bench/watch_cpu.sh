@@ -60,12 +60,12 @@ for mode in "${MODES[@]}"; do
   backend=${mode#*-}
   for round in $(seq "$ROUNDS"); do
     rm -f "$DIR/t.err"
+    rm -rf "$DIR/inc"
     if [ "$cmd" = attach ]; then
       "$BIN" attach --pid "$RPID" --backend "$backend" --format json >"$DIR/t.out" 2>"$DIR/t.err" &
       T=$!
       wait_line "$DIR/t.err" "attached to"
     else
-      rm -rf "$DIR/inc"
       "$BIN" watch --pid "$RPID" --backend "$backend" --out "$DIR/inc" --metrics "127.0.0.1:$MPORT" \
         --events "$DIR/events.jsonl" >/dev/null 2>"$DIR/t.err" &
       T=$!
@@ -85,9 +85,12 @@ for mode in "${MODES[@]}"; do
     if [ -n "$PR" ]; then kill -INT "$PR"; wait "$PR" 2>/dev/null || true; PR=""; fi
     kill -INT "$T"; set +e; wait "$T"; code=$?; set -e; T=""
     recs=$(grep -oE 'traced [0-9]+ syscalls' "$DIR/t.err" | awk '{print $2}')
+    # Stalls found (and incidents written) cost the tracer too: say how many there were.
+    stalls=$(grep -c '^stall: ' "$DIR/t.err" || true)
+    incidents=$(ls "$DIR/inc" 2>/dev/null | grep -c '\.json$' || true)
     lost=$(grep -oE '[0-9]+ lost' "$DIR/t.err" | awk '{print $1}')
     python3 -c "
 c = ($C1 - $C0); r = $recs; n = $N
-print(f'$mode round $round: tracer CPU {c/1e9:.3f} s ({$K1 - $K0} ticks), {r} records ({r/n:.2f}/request), {c/r:.0f} ns/record, {c/n:.0f} ns/request; lost $lost; exit $code')"
+print(f'$mode round $round: tracer CPU {c/1e9:.3f} s ({$K1 - $K0} ticks), {r} records ({r/n:.2f}/request), {c/r:.0f} ns/record, {c/n:.0f} ns/request; lost $lost; $stalls stalls, $incidents incident reports; exit $code')"
   done
 done
