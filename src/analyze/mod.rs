@@ -226,8 +226,11 @@ impl Analyzer {
         } else {
             self.commands.on_call(&cx, &inputs, &mut self.answered)
         };
-        for d in self.answered.drain(..) {
-            self.holds.on_answered(d);
+        // Most calls answer nothing: no drain set up for them.
+        if !self.answered.is_empty() {
+            for d in self.answered.drain(..) {
+                self.holds.on_answered(d);
+            }
         }
         if let Some(conn) = replica {
             self.world.became_replica(conn);
