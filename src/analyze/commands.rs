@@ -458,8 +458,14 @@ mod tests {
     fn names_are_interned_once_each_and_read_back_only_by_id() {
         let mut n = CmdNames::default();
         let (get_raw, set_raw) = (n.intern_raw(b"get"), n.intern_raw(b"SET"));
-        assert_eq!((n.intern_raw(b"GET"), n.intern_raw(b"Get")), (get_raw, get_raw));
-        assert_eq!((n.intern_raw(b"get"), n.intern_raw(b"set")), (get_raw, set_raw));
+        assert_eq!(
+            (n.intern_raw(b"GET"), n.intern_raw(b"Get")),
+            (get_raw, get_raw)
+        );
+        assert_eq!(
+            (n.intern_raw(b"get"), n.intern_raw(b"set")),
+            (get_raw, set_raw)
+        );
         let (get, set) = (n.intern(b"GET"), n.intern(b"SET"));
         assert_eq!((n.intern(b"GET"), n.name(set)), (get, "SET"));
         assert_ne!(get, set);

@@ -71,7 +71,10 @@ impl Latency {
             }
             let slot = self.by_sys[i].get_or_insert_with(|| (name, Agg::default()));
             if std::ptr::eq(slot.0, name) {
-                return (&mut self.by_sys[i].as_mut().expect("just filled").1, Some(i));
+                return (
+                    &mut self.by_sys[i].as_mut().expect("just filled").1,
+                    Some(i),
+                );
             }
         }
         let a = &mut self
@@ -183,11 +186,16 @@ mod tests {
         use crate::fdtable::FileClass;
         let mut l = Latency::default();
         let mut ft = FileTime::default();
-        let (mut by_name, mut by_file, mut seg) =
-            (Agg::default(), [Agg::default(), Agg::default()], Agg::default());
+        let (mut by_name, mut by_file, mut seg) = (
+            Agg::default(),
+            [Agg::default(), Agg::default()],
+            Agg::default(),
+        );
         let mut x: u64 = 12345;
         for i in 0..5000u64 {
-            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             let dur = ((x >> 33) % 50_000_000) as i64 >> ((x >> 20) % 16);
             let name = if i % 3 == 0 { "fdatasync" } else { "write" };
             let e = event(1, i as i64 * 1000, dur, name);
@@ -206,11 +214,28 @@ mod tests {
             }
         }
         l.fold(&mut ft);
-        let q = |a: &Agg| (a.count, a.pct_us(0.5), a.pct_us(0.9), a.pct_us(0.99), a.max_us());
-        let w = l.syscalls().into_iter().find(|s| s.name == "write").unwrap();
+        let q = |a: &Agg| {
+            (
+                a.count,
+                a.pct_us(0.5),
+                a.pct_us(0.9),
+                a.pct_us(0.99),
+                a.max_us(),
+            )
+        };
+        let w = l
+            .syscalls()
+            .into_iter()
+            .find(|s| s.name == "write")
+            .unwrap();
         assert_eq!(
             (w.calls, w.p50_us, w.p99_us, w.max_us),
-            (by_name.count, by_name.pct_us(0.5), by_name.pct_us(0.99), by_name.max_us())
+            (
+                by_name.count,
+                by_name.pct_us(0.5),
+                by_name.pct_us(0.99),
+                by_name.max_us()
+            )
         );
         for f in 0..2 {
             assert_eq!(q(&l.by_file[f]), q(&by_file[f]), "file {f}");
