@@ -237,8 +237,8 @@ mod tests {
                 by_name.max_us()
             )
         );
-        for f in 0..2 {
-            assert_eq!(q(&l.by_file[f]), q(&by_file[f]), "file {f}");
+        for (f, direct) in by_file.iter().enumerate() {
+            assert_eq!(q(&l.by_file[f]), q(direct), "file {f}");
         }
         let d = ft.segment(Segment::during(2));
         assert_eq!(
