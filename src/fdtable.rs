@@ -221,14 +221,20 @@ pub enum ProcKey {
 impl std::hash::Hash for ProcKey {
     #[inline]
     fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
-        h.write_u64(match self {
-            ProcKey::Root => u64::MAX,
-            ProcKey::Pid(p) => u64::from(*p),
-        });
+        h.write_u64(self.word());
     }
 }
 
 impl ProcKey {
+    /// One word per key, distinct for every key (as `hash` writes it).
+    #[inline]
+    fn word(self) -> u64 {
+        match self {
+            ProcKey::Root => u64::MAX,
+            ProcKey::Pid(p) => u64::from(p),
+        }
+    }
+
     pub fn is_root(self) -> bool {
         self == ProcKey::Root
     }
@@ -294,11 +300,18 @@ pub struct FdTable {
 
 #[derive(Clone, Copy, Default)]
 struct Recent {
-    generation: u32,
-    proc: ProcKey,
-    fd: i32,
+    /// `recent_key(generation, fd)`: the generation and the fd in one compare.
+    key: u64,
+    /// `ProcKey::word` of the process.
+    proc: u64,
     file: FileId,
     opened: Nanos,
+}
+
+/// The generation (never 0, so that an empty entry never matches) and the fd in one word.
+#[inline]
+fn recent_key(generation: u32, fd: i32) -> u64 {
+    (u64::from(generation) << 32) | u64::from(fd as u32)
 }
 
 /// (process, fd, path, class): what makes two bindings the same file in the report.
@@ -454,7 +467,7 @@ impl FdTable {
     #[inline]
     pub fn lookup(&self, proc: ProcKey, fd: i32, ts: Nanos) -> Option<Resolved> {
         let r = self.recent[fd as usize & 15].get();
-        if r.generation == self.generation && r.proc == proc && r.fd == fd && r.opened <= ts {
+        if r.key == recent_key(self.generation, fd) && r.proc == proc.word() && r.opened <= ts {
             return Some(self.resolved(r.file));
         }
         self.lookup_slow(proc, fd, ts)
@@ -469,9 +482,8 @@ impl FdTable {
         if let Some(b) = p.live.get(&fd) {
             if b.opened <= ts {
                 slot.set(Recent {
-                    generation: self.generation,
-                    proc,
-                    fd,
+                    key: recent_key(self.generation, fd),
+                    proc: proc.word(),
                     file: b.file,
                     opened: b.opened,
                 });

@@ -34,17 +34,21 @@ impl<T: Default> PerThread<T> {
     #[inline]
     pub(crate) fn at(&mut self, t: ThreadIdx) -> &mut T {
         let i = t.get();
-        if i >= self.0.len() {
-            self.grow(i);
+        // The index checked once: after an out-of-line grow the compiler cannot know the
+        // length, so `grow; &mut v[i]` checked it twice on every event.
+        if i < self.0.len() {
+            &mut self.0[i]
+        } else {
+            self.grow(i)
         }
-        &mut self.0[i]
     }
     /// A thread this unit sees for the first time: out of line, the per-event check stays
     /// a compare.
     #[cold]
     #[inline(never)]
-    fn grow(&mut self, i: usize) {
+    fn grow(&mut self, i: usize) -> &mut T {
         self.0.resize_with(i + 1, T::default);
+        &mut self.0[i]
     }
     /// The state of a thread this unit may not have seen yet.
     #[inline]

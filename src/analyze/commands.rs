@@ -26,15 +26,52 @@ type Conn = (ProcKey, i32);
 pub(crate) struct CmdId(u32);
 
 /// The command names read so far, by id.
-#[derive(Default)]
 pub(crate) struct CmdNames {
     ids: HashMap<Box<[u8]>, CmdId>,
     names: Vec<Box<str>>,
     /// By id: PSYNC or SYNC, whose answer turns a connection into a replication link.
     syncs: Vec<bool>,
+    /// The last name as sent (before upper-casing), its length (usize::MAX: none yet) and
+    /// its id:
+    /// a busy client sends the same command again and again, and the compare is cheaper
+    /// than the copy, the case fold and the hash probe.
+    last: ([u8; resp::NAME_MAX], usize, CmdId),
+}
+
+impl Default for CmdNames {
+    fn default() -> Self {
+        CmdNames {
+            ids: HashMap::default(),
+            names: Vec::new(),
+            syncs: Vec::new(),
+            last: ([0; resp::NAME_MAX], usize::MAX, CmdId(0)),
+        }
+    }
 }
 
 impl CmdNames {
+    /// The id of a name as sent (any case; at most `resp::NAME_MAX` bytes).
+    #[inline]
+    pub(crate) fn intern_raw(&mut self, raw: &[u8]) -> CmdId {
+        let (buf, len, id) = &self.last;
+        if *len == raw.len() && buf[..*len] == *raw {
+            return *id;
+        }
+        self.intern_raw_slow(raw)
+    }
+
+    #[inline(never)]
+    fn intern_raw_slow(&mut self, raw: &[u8]) -> CmdId {
+        let mut up = [0u8; resp::NAME_MAX];
+        up[..raw.len()].copy_from_slice(raw);
+        up[..raw.len()].make_ascii_uppercase();
+        let id = self.intern(&up[..raw.len()]);
+        let mut last = [0u8; resp::NAME_MAX];
+        last[..raw.len()].copy_from_slice(raw);
+        self.last = (last, raw.len(), id);
+        id
+    }
+
     /// The id of an upper-cased name, given one on first sight.
     #[inline]
     pub(crate) fn intern(&mut self, upper: &[u8]) -> CmdId {
@@ -83,12 +120,22 @@ impl Default for CommandCaps {
     }
 }
 
-/// Totals of one command over the whole trace.
+/// Totals of one command over the whole trace. Its latency distribution is the merge of
+/// its per-segment ones (`by_segment` takes every answered request once): one histogram
+/// record per answer, not two; merging adds the same counts, so the percentiles are the
+/// ones direct recording gives.
 #[derive(Default)]
 struct Totals {
-    lat: Agg,
     aof: i64,
     log: i64,
+}
+
+/// A client connection's requests not yet answered, and the end of its last reply (one
+/// map probe per request and per reply, not one per map).
+#[derive(Default)]
+struct ConnState {
+    pending: VecDeque<PendingCmd>,
+    last_reply: Option<Nanos>,
 }
 
 /// What the commands unit reads from the others for one call.
@@ -101,11 +148,10 @@ pub(crate) struct CmdInputs<'a> {
 #[derive(Default)]
 pub(crate) struct Commands {
     caps: CommandCaps,
-    conns: HashMap<Conn, VecDeque<PendingCmd>>,
+    conns: HashMap<Conn, ConnState>,
     /// Connections accepted but not yet read from: when their connect was noticed, and when
     /// the accept was made.
     conn_open: HashMap<Conn, (Nanos, Nanos)>,
-    last_reply: HashMap<Conn, Nanos>,
     seq: u64,
     names: CmdNames,
     by_segment: HashMap<(CmdId, Segment), Agg>,
@@ -147,7 +193,6 @@ impl Commands {
                 let conn = (cx.proc, fd);
                 self.conns.remove(&conn);
                 self.conn_open.remove(&conn);
-                self.last_reply.remove(&conn);
             }
         }
         if f.has(Facts::ACCEPT) {
@@ -171,10 +216,7 @@ impl Commands {
         let names = &mut self.names;
         resp::for_each_command(data.bytes(), data.truncated, |raw| {
             if n < ids.len() {
-                let mut up = [0u8; resp::NAME_MAX];
-                up[..raw.len()].copy_from_slice(raw);
-                up[..raw.len()].make_ascii_uppercase();
-                ids[n] = names.intern(&up[..raw.len()]);
+                ids[n] = names.intern_raw(raw);
                 n += 1;
             }
         });
@@ -182,11 +224,12 @@ impl Commands {
             return;
         }
         let ts = cx.ts();
+        let st = self.conns.entry(conn).or_default();
         let mut req = inp.arrivals.request_time(cx.thread, ts);
         // A client cannot have sent what it sends after a reply before that reply: for
         // synchronous clients this bounds the estimate tightly.
-        if let Some(last) = self.last_reply.get(&conn) {
-            req = req.max((*last).min(ts));
+        if let Some(last) = st.last_reply {
+            req = req.max(last.min(ts));
         }
         let at_req = inp.file_time.so_far(cx.thread);
         // A new connection's first request, found by a wait that returned at once, may
@@ -197,13 +240,18 @@ impl Commands {
         // the wait that found it: the trace cannot show the request was sent while the
         // stall ran (issue 13), however likely.
         let queued = inp.arrivals.woke_on_queued(cx.thread);
-        let req = match self.conn_open.remove(&conn) {
+        let opened = if self.conn_open.is_empty() {
+            None
+        } else {
+            self.conn_open.remove(&conn)
+        };
+        let req = match opened {
             Some((t, accepted)) if queued && !inp.arrivals.waited_since(cx.thread, accepted) => {
                 req.min(t.max(inp.arrivals.not_before(cx.thread)))
             }
             _ => req,
         };
-        let q = self.conns.entry(conn).or_default();
+        let q = &mut st.pending;
         for &name in &ids[..n] {
             self.seq += 1;
             if q.len() < self.caps.queue {
@@ -224,12 +272,13 @@ impl Commands {
         inp: &CmdInputs<'_>,
         answered: &mut Vec<DoneCmd>,
     ) -> Option<Conn> {
-        let q = match self.conns.get_mut(&conn) {
-            Some(q) if !q.is_empty() => q,
+        let st = match self.conns.get_mut(&conn) {
+            Some(st) if !st.pending.is_empty() => st,
             _ => return None,
         };
         let end = cx.end;
-        self.last_reply.insert(conn, end);
+        st.last_reply = Some(end);
+        let q = &mut st.pending;
         let now = inp.file_time.so_far(cx.thread);
         // Once a replica's PSYNC (or SYNC) is answered, the connection carries the
         // replication stream out and REPLCONF ACKs in, which are not requests and replies.
@@ -247,7 +296,6 @@ impl Commands {
                 self.all.resize_with(i + 1, || None);
             }
             let e = self.all[i].get_or_insert_with(Totals::default);
-            e.lat.add(lat);
             e.aof += now.aof - p.at_req.aof;
             e.log += now.log - p.at_req.log;
             answered.push(DoneCmd {
@@ -260,7 +308,6 @@ impl Commands {
         }
         if to_replica {
             self.conns.remove(&conn);
-            self.last_reply.remove(&conn);
             return Some(conn);
         }
         None
@@ -270,8 +317,8 @@ impl Commands {
     pub(crate) fn unanswered(&self, end: Nanos) -> Vec<DoneCmd> {
         self.conns
             .iter()
-            .flat_map(|(k, q)| {
-                q.iter().map(|p| DoneCmd {
+            .flat_map(|(k, st)| {
+                st.pending.iter().map(|p| DoneCmd {
                     seq: p.seq,
                     name: p.name,
                     conn: *k,
@@ -285,18 +332,25 @@ impl Commands {
     /// Per command: all calls, and before/during/after the longest phase (its index).
     pub(crate) fn report(&self, longest_phase: Option<usize>) -> Vec<report::CommandStats> {
         let mut out = vec![];
+        // Every command's whole-trace distribution: its segments merged (order-free).
+        let mut lats: Vec<Agg> = Vec::new();
+        lats.resize_with(self.all.len(), Agg::default);
+        for ((id, _), a) in &self.by_segment {
+            lats[id.0 as usize].merge(a);
+        }
         for id in self.in_name_order() {
             let Some(t) = &self.all[id.0 as usize] else {
                 continue;
             };
+            let lat = &lats[id.0 as usize];
             let n = self.names.name(id);
             out.push(report::CommandStats {
                 command: n.to_string(),
                 phase: CommandPhase::All,
-                calls: t.lat.count,
-                p50_us: t.lat.pct_us(0.5),
-                p99_us: t.lat.pct_us(0.99),
-                max_us: t.lat.max_us(),
+                calls: lat.count,
+                p50_us: lat.pct_us(0.5),
+                p99_us: lat.pct_us(0.99),
+                max_us: lat.max_us(),
                 aof_us: t.aof / 1000,
                 log_us: t.log / 1000,
             });
@@ -403,6 +457,15 @@ mod tests {
     #[test]
     fn names_are_interned_once_each_and_read_back_only_by_id() {
         let mut n = CmdNames::default();
+        let (get_raw, set_raw) = (n.intern_raw(b"get"), n.intern_raw(b"SET"));
+        assert_eq!(
+            (n.intern_raw(b"GET"), n.intern_raw(b"Get")),
+            (get_raw, get_raw)
+        );
+        assert_eq!(
+            (n.intern_raw(b"get"), n.intern_raw(b"set")),
+            (get_raw, set_raw)
+        );
         let (get, set) = (n.intern(b"GET"), n.intern(b"SET"));
         assert_eq!((n.intern(b"GET"), n.name(set)), (get, "SET"));
         assert_ne!(get, set);

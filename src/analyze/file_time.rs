@@ -11,6 +11,7 @@ use super::world::World;
 use crate::event::{DurSource, Nanos};
 use crate::fdtable::{FileClass, FileId};
 use crate::report::Dist;
+use hdrhistogram::Histogram;
 use rustc_hash::FxHashMap as HashMap;
 
 /// A serving thread's running totals in AOF and log-file syscalls.
@@ -52,6 +53,19 @@ fn grown(v: &mut Vec<Agg>, i: usize) -> &mut Agg {
     &mut v[i]
 }
 
+/// Tag bit of a main-thread fsync of its file (`FileTime::on_call`).
+const MAIN_FSYNC: u32 = 1;
+
+/// Tag bits of a serving thread's disk-file call in this segment: its index + 1, above
+/// `MAIN_FSYNC` (0: in no segment's distribution).
+fn seg_tag(s: Segment) -> u32 {
+    u32::try_from(s.index() + 1)
+        .ok()
+        .filter(|t| *t < 1 << 31)
+        .expect("fewer than 2^31 phase segments")
+        << 1
+}
+
 /// Most background fsyncs remembered.
 const BIO_FSYNCS_MAX: usize = 1 << 20;
 
@@ -73,14 +87,19 @@ pub(crate) struct FileTime {
 }
 
 impl FileTime {
+    /// Returns the call's tag for its `Cells` cell (`tag`): which of this unit's
+    /// distributions its duration belongs to; this unit keeps their counts, totals and
+    /// maxima, the latency unit the one histogram record, folded back in by `merge_cell`.
     #[inline]
-    pub(crate) fn on_call(&mut self, cx: &ResolvedCall<'_>, segment: Segment) {
+    pub(crate) fn on_call(&mut self, cx: &ResolvedCall<'_>, segment: Segment) -> u32 {
         let role = cx.role;
         let Some(c) = cx.class else {
-            return;
+            return 0;
         };
+        let mut tag = 0;
         if (role == Role::Main || role == Role::IoThread) && c.is_disk_file() && cx.timed {
-            grown(&mut self.seg, segment.index()).add(cx.dur);
+            tag = seg_tag(segment);
+            grown(&mut self.seg, segment.index()).add_unrecorded(cx.dur);
             let t = self.per.at(cx.thread);
             if c.is_aof() {
                 t.aof += cx.dur;
@@ -95,7 +114,8 @@ impl FileTime {
         let fsync = cx.facts.has(Facts::FSYNC);
         if role == Role::Main && fsync && cx.timed {
             if let Some(f) = cx.file {
-                grown(&mut self.main_fsync_by_file, f as usize).add(cx.dur);
+                tag |= MAIN_FSYNC;
+                grown(&mut self.main_fsync_by_file, f as usize).add_unrecorded(cx.dur);
                 if cx.dur_src() == DurSource::UpperBound {
                     let u = self.main_fsync_upper.entry(f).or_default();
                     u.0 += 1;
@@ -110,6 +130,17 @@ impl FileTime {
             && self.bio_fsyncs.len() < BIO_FSYNCS_MAX
         {
             self.bio_fsyncs.push((cx.ts(), cx.end));
+        }
+        tag
+    }
+
+    /// The histogram of a `Cells` cell of file `file` whose tag `on_call` gave.
+    pub(crate) fn merge_cell(&mut self, file: FileId, tag: u32, h: &Histogram<u64>) {
+        if tag & MAIN_FSYNC != 0 {
+            self.main_fsync_by_file[file as usize].merge_hist(h);
+        }
+        if tag >> 1 != 0 {
+            self.seg[(tag >> 1) as usize - 1].merge_hist(h);
         }
     }
 

@@ -11,7 +11,7 @@ use super::holds::{Held, Holds};
 use super::roles::Role;
 use super::stalls::{self, Cand, Stalls};
 use super::world::World;
-use crate::event::{InFlight, Nanos};
+use crate::event::{InFlight, Nanos, Tid};
 use crate::report::{Parked, Stall, StallKind};
 use crate::source::Clock;
 
@@ -68,7 +68,7 @@ impl Kept<'_> {
     /// Every stored candidate that is a stall, with what it held and its row, sorted by
     /// (start, tid).
     pub(crate) fn all(&self, stalls: &Stalls) -> Vec<(Cand, Held, Stall)> {
-        let mut kept: Vec<(Cand, Held, Stall)> = stalls
+        let kept: Vec<(Cand, Held, Stall)> = stalls
             .iter()
             .filter_map(|(i, c)| {
                 let (h, role) = self.kept(c, self.holds.held(i))?;
@@ -76,8 +76,20 @@ impl Kept<'_> {
                 Some((c.clone(), h, s))
             })
             .collect();
-        kept.sort_by_key(|(c, _, _)| (c.start, c.tid));
-        kept
+        // Sorted by key and position (the stable sort's order) as small keys, then moved
+        // once each: a sort of the rows themselves (~750 bytes apiece) moved every row a
+        // dozen times, ~9 k instructions per stall of the report.
+        let mut order: Vec<(Nanos, Tid, usize)> = kept
+            .iter()
+            .enumerate()
+            .map(|(i, (c, _, _))| (c.start, c.tid, i))
+            .collect();
+        order.sort_unstable();
+        let mut rows: Vec<Option<(Cand, Held, Stall)>> = kept.into_iter().map(Some).collect();
+        order
+            .into_iter()
+            .map(|(_, _, i)| rows[i].take().expect("each row once"))
+            .collect()
     }
 
     /// The calls cut by the trace's edges below the threshold that are stalls, as rows.

@@ -2,7 +2,8 @@
 //! calls whose duration is known feed the distributions.
 
 use super::call::ResolvedCall;
-use super::stats::Agg;
+use super::file_time::FileTime;
+use super::stats::{Agg, Cells, NO_SLOT};
 use super::world::World;
 use crate::fdtable::FileId;
 use crate::report;
@@ -24,49 +25,81 @@ pub(crate) struct Latency {
     /// The files in the order of their first timed call: the report's rows of equal time
     /// and fd come in the order a map filled in that order gives them.
     file_order: Vec<FileId>,
+    /// The histogram records of timed calls on files (their syscall's, their file's and
+    /// the file-time unit's distributions at once), merged into those at `fold`.
+    cells: Cells,
 }
 
 impl Latency {
+    /// `tag`: the file-time unit's distributions this call also belongs to.
     #[inline]
-    pub(crate) fn on_call(&mut self, cx: &ResolvedCall<'_>) {
+    pub(crate) fn on_call(&mut self, cx: &ResolvedCall<'_>, tag: u32) {
         let sc = cx.sc;
-        let agg = self.agg(sc.name, sc.sys);
+        let file = cx.file.filter(|_| cx.timed);
+        let (agg, slot) = self.agg(sc.name, sc.sys);
         if cx.timed {
-            agg.add(cx.dur);
+            match (file, slot) {
+                (Some(_), Some(_)) => agg.add_unrecorded(cx.dur),
+                _ => agg.add(cx.dur),
+            }
         } else {
             agg.count += 1;
         }
         if sc.ret.is_err() {
             agg.errors += 1;
         }
-        if let (true, Some(f)) = (cx.timed, cx.file) {
-            let f = f as usize;
-            if f >= self.by_file.len() {
-                self.by_file.resize_with(f + 1, Agg::default);
+        if let Some(f) = file {
+            let fi = f as usize;
+            if fi >= self.by_file.len() {
+                self.by_file.resize_with(fi + 1, Agg::default);
             }
-            if self.by_file[f].count == 0 {
-                self.file_order.push(f as FileId);
+            if self.by_file[fi].count == 0 {
+                self.file_order.push(f);
             }
-            self.by_file[f].add(cx.dur);
+            self.by_file[fi].add_unrecorded(cx.dur);
+            let slot = slot.map_or(NO_SLOT, |i| i as u32);
+            self.cells.record(f, slot, tag, cx.dur);
         }
     }
 
+    /// The aggregate of a call's syscall, and its slot in `by_sys` when it is there.
     #[inline]
-    fn agg(&mut self, name: &'static str, sys: &'static SysInfo) -> &mut Agg {
+    fn agg(&mut self, name: &'static str, sys: &'static SysInfo) -> (&mut Agg, Option<usize>) {
         if let Some(i) = syscalls::index_of(sys) {
             if i >= self.by_sys.len() {
                 self.by_sys.resize_with(i + 1, || None);
             }
             let slot = self.by_sys[i].get_or_insert_with(|| (name, Agg::default()));
             if std::ptr::eq(slot.0, name) {
-                return &mut self.by_sys[i].as_mut().expect("just filled").1;
+                return (
+                    &mut self.by_sys[i].as_mut().expect("just filled").1,
+                    Some(i),
+                );
             }
         }
-        &mut self
+        let a = &mut self
             .other
             .entry(name.as_ptr() as usize)
             .or_insert_with(|| (name, Agg::default()))
-            .1
+            .1;
+        (a, None)
+    }
+
+    /// Merges every cell's histogram into the distributions it counts toward: its
+    /// syscall's, its file's, and the file-time unit's the tag names. Once, before the
+    /// report reads any percentile.
+    pub(crate) fn fold(&mut self, file_time: &mut FileTime) {
+        let cells = std::mem::take(&mut self.cells);
+        for (f, slot, tag, h) in cells.iter() {
+            if slot != NO_SLOT {
+                let s = self.by_sys[slot as usize].as_mut().expect("a used slot");
+                s.1.merge_hist(h);
+            }
+            self.by_file[f as usize].merge_hist(h);
+            if tag != 0 {
+                file_time.merge_cell(f, tag, h);
+            }
+        }
     }
 
     pub(crate) fn syscalls(&self) -> Vec<report::SyscallStats> {
@@ -138,9 +171,79 @@ mod tests {
             sc.dur = None;
             sc.ret = crate::event::Ret::Err("EAGAIN");
         }
-        l.on_call(&call(&a, Role::Main, None));
-        l.on_call(&call(&b, Role::Main, None));
+        l.on_call(&call(&a, Role::Main, None), 0);
+        l.on_call(&call(&b, Role::Main, None), 0);
         let s = l.syscalls();
         assert_eq!((s[0].calls, s[0].errors, s[0].max_us), (2, 1, 2000));
+    }
+
+    /// One record per call in its cell, folded at the end, gives every distribution the
+    /// percentiles that recording the call into each of them directly gives.
+    #[test]
+    fn folded_cells_give_the_percentiles_of_direct_records() {
+        use crate::analyze::file_time::FileTime;
+        use crate::analyze::phases::Segment;
+        use crate::fdtable::FileClass;
+        let mut l = Latency::default();
+        let mut ft = FileTime::default();
+        let (mut by_name, mut by_file, mut seg) = (
+            Agg::default(),
+            [Agg::default(), Agg::default()],
+            Agg::default(),
+        );
+        let mut x: u64 = 12345;
+        for i in 0..5000u64 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let dur = ((x >> 33) % 50_000_000) as i64 >> ((x >> 20) % 16);
+            let name = if i % 3 == 0 { "fdatasync" } else { "write" };
+            let e = event(1, i as i64 * 1000, dur, name);
+            let file = (i % 2) as u32;
+            let mut cx = call(&e, Role::Main, Some(FileClass::Aof));
+            cx.file = Some(file);
+            let s = Segment::during((i / 1000) as usize);
+            let tag = ft.on_call(&cx, s);
+            l.on_call(&cx, tag);
+            if name == "write" {
+                by_name.add(dur);
+            }
+            by_file[file as usize].add(dur);
+            if i / 1000 == 2 {
+                seg.add(dur);
+            }
+        }
+        l.fold(&mut ft);
+        let q = |a: &Agg| {
+            (
+                a.count,
+                a.pct_us(0.5),
+                a.pct_us(0.9),
+                a.pct_us(0.99),
+                a.max_us(),
+            )
+        };
+        let w = l
+            .syscalls()
+            .into_iter()
+            .find(|s| s.name == "write")
+            .unwrap();
+        assert_eq!(
+            (w.calls, w.p50_us, w.p99_us, w.max_us),
+            (
+                by_name.count,
+                by_name.pct_us(0.5),
+                by_name.pct_us(0.99),
+                by_name.max_us()
+            )
+        );
+        for (f, direct) in by_file.iter().enumerate() {
+            assert_eq!(q(&l.by_file[f]), q(direct), "file {f}");
+        }
+        let d = ft.segment(Segment::during(2));
+        assert_eq!(
+            (d.count, d.p50_us, d.p99_us, d.max_us),
+            (seg.count, seg.pct_us(0.5), seg.pct_us(0.99), seg.max_us())
+        );
     }
 }

@@ -1,8 +1,8 @@
 //! Analyzers: the stage between resolved events and the report. `Analyzer::push` takes
 //! events in trace order from any source (saved traces or live tracers); `World` resolves
 //! each call once (thread, process, file, role) and the units, one per question, read that
-//! context in a fixed order visible in `on_syscall`: coverage, latency, idle time, samples,
-//! stalls, holds, arrivals, file time, commands, phases. `finish` asks each unit for its
+//! context in a fixed order visible in `on_syscall`: coverage, idle time, samples,
+//! stalls, holds, arrivals, file time, latency, commands, phases. `finish` asks each unit for its
 //! part of the `Report`; `findings` names the causes and the advice from an explicit
 //! evidence input. Memory is bounded by the number of threads, files, phases and stalls,
 //! never by the number of events.
@@ -202,7 +202,6 @@ impl Analyzer {
     fn on_syscall(&mut self, ev: &Event, sc: &Syscall) {
         let cx = self.world.observe(ev, sc);
         self.coverage.on_call(&cx);
-        self.latency.on_call(&cx);
         self.idle.on_call(&cx);
         self.samples.on_call(&cx);
         let step = self
@@ -213,7 +212,9 @@ impl Analyzer {
             self.holds.on_stall(*a);
         }
         self.arrivals.on_call(&cx, step.gap);
-        self.file_time.on_call(&cx, self.phases.segment());
+        // The latency unit records the duration once for both (`stats::Cells`).
+        let tag = self.file_time.on_call(&cx, self.phases.segment());
+        self.latency.on_call(&cx, tag);
         let own = self.own_conns.on_call(&cx);
         let inputs = CmdInputs {
             arrivals: &self.arrivals,
@@ -225,8 +226,11 @@ impl Analyzer {
         } else {
             self.commands.on_call(&cx, &inputs, &mut self.answered)
         };
-        for d in self.answered.drain(..) {
-            self.holds.on_answered(d);
+        // Most calls answer nothing: no drain set up for them.
+        if !self.answered.is_empty() {
+            for d in self.answered.drain(..) {
+                self.holds.on_answered(d);
+            }
         }
         if let Some(conn) = replica {
             self.world.became_replica(conn);
@@ -277,6 +281,7 @@ impl Analyzer {
     }
 
     pub fn finish(mut self, info: SourceInfo, counters: Counters) -> Report {
+        self.latency.fold(&mut self.file_time);
         self.world.finish();
         let unanswered = self.commands.unanswered(self.coverage.last());
         self.holds.unanswered(&unanswered);

@@ -131,6 +131,14 @@ impl Phases {
     pub(crate) fn on_call(&mut self, cx: &ResolvedCall<'_>, conf: Option<&RedisConf>) {
         let (sc, f) = (cx.sc, cx.facts);
         let is_root = cx.proc.is_root();
+        // Nearly every call of the traced process (reads, writes, waits) starts, ends or
+        // describes no phase: one test for them instead of five.
+        if is_root
+            && !f.has(Facts::OPEN | Facts::WAIT_CHILD)
+            && !matches!(sc.extra, Extra::Clone { .. } | Extra::Rename(..))
+        {
+            return;
+        }
         if is_root && f.has(Facts::OPEN) && sc.ret.val().is_some() {
             let p = sc.ret_path.as_deref().or(sc.path());
             if p.is_some_and(|p| p.contains(".incr.aof")) {

@@ -36,6 +36,26 @@ impl Agg {
             .record((ns / 1000) as u64);
     }
 
+    /// The count, total and max of a sample whose histogram record is kept elsewhere (a
+    /// `Cells` cell) and merged in with `merge_hist` before any percentile is asked for.
+    #[inline]
+    pub(crate) fn add_unrecorded(&mut self, ns: i64) {
+        let ns = ns.max(0);
+        self.count += 1;
+        self.total_ns += ns;
+        self.max_ns = self.max_ns.max(ns);
+    }
+
+    /// Adds the counts of a histogram of samples already counted by `add_unrecorded`.
+    pub(crate) fn merge_hist(&mut self, h: &Histogram<u64>) {
+        match &mut self.hist {
+            None => self.hist = Some(h.clone()),
+            Some(a) => {
+                let _ = a.add(h);
+            }
+        }
+    }
+
     /// Percentile in µs (the histogram's value for that quantile, never above the max).
     pub fn pct_us(&self, q: f64) -> i64 {
         match &self.hist {
@@ -73,6 +93,60 @@ impl Agg {
             p99_us: self.pct_us(0.99),
             max_us: self.max_us(),
         }
+    }
+}
+
+/// The histograms of timed calls on files, one per (file, syscall slot, tag): a call on a
+/// file counts toward its syscall's distribution, its file's and (the tag, from the
+/// file-time unit) its phase segment's and the main thread's fsyncs of that file, all the
+/// same duration, so it is recorded once, here, and each of those distributions is the
+/// merge of its cells at the end (`Latency::fold`). Merging adds the same counts at the same
+/// indices, so the percentiles are the ones four records per call gave. A file sees few
+/// (syscall, tag) pairs: a short list per file, searched by one packed key.
+#[derive(Default)]
+pub(crate) struct Cells {
+    by_file: Vec<FileCells>,
+}
+
+#[derive(Default)]
+struct FileCells {
+    keys: Vec<u64>,
+    hists: Vec<Histogram<u64>>,
+}
+
+/// No syscall-table slot: the cell counts toward its file and tag only (the syscall's
+/// aggregate recorded the sample itself).
+pub(crate) const NO_SLOT: u32 = u32::MAX;
+
+impl Cells {
+    #[inline]
+    pub(crate) fn record(&mut self, file: u32, slot: u32, tag: u32, ns: i64) {
+        let f = file as usize;
+        if f >= self.by_file.len() {
+            self.by_file.resize_with(f + 1, FileCells::default);
+        }
+        let c = &mut self.by_file[f];
+        let key = (u64::from(slot) << 32) | u64::from(tag);
+        let i = match c.keys.iter().position(|k| *k == key) {
+            Some(i) => i,
+            None => {
+                c.keys.push(key);
+                c.hists.push(new_hist());
+                c.keys.len() - 1
+            }
+        };
+        // As `Agg::add` records it.
+        let _ = c.hists[i].record((ns.max(0) / 1000) as u64);
+    }
+
+    /// Every cell: (file, syscall slot, tag, histogram).
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (u32, u32, u32, &Histogram<u64>)> {
+        self.by_file.iter().enumerate().flat_map(|(f, c)| {
+            c.keys
+                .iter()
+                .zip(&c.hists)
+                .map(move |(k, h)| (f as u32, (k >> 32) as u32, *k as u32, h))
+        })
     }
 }
 
