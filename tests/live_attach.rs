@@ -1642,3 +1642,64 @@ fn lost_events_read_back_from_a_recording(backend: &str) {
     );
     redis.assert_unharmed();
 }
+
+/// bpf: a command's latency starts when its request reached redis's socket, so a GET that
+/// queued behind a DEBUG SLEEP on another connection shows the wait its client saw (without
+/// the kernel's arrival stamps it would start when the event loop found it, after the sleep,
+/// and look instant).
+#[test]
+fn bpf_a_command_queued_behind_a_sleep_is_timed_from_its_arrival() {
+    let _g = serial();
+    if !can_run("bpf") {
+        return;
+    }
+    let redis = Redis::start(&[]);
+    let a = Attach::start(
+        "bpf",
+        redis.pid(),
+        &["--threshold", "100ms", "--format", "json"],
+    );
+    assert!(a.attached, "{:?}", a.stderr);
+    // Connected and served once before the sleep: the GET then needs no accept.
+    let mut getter = redis.client();
+    getter.cmd(&["PING"]).expect("PING");
+    let port = redis.port;
+    let sleeper = std::thread::spawn(move || {
+        let mut c = Client::connect(port, Duration::from_secs(20)).expect("connect");
+        c.cmd(&["DEBUG", "SLEEP", "1"]).expect("DEBUG SLEEP")
+    });
+    // Sent only once redis's main thread is inside the sleep, so it waits for the rest of it.
+    let start = Instant::now();
+    while !matches!(
+        redis.main_syscall(),
+        Some(libc::SYS_clock_nanosleep) | Some(libc::SYS_nanosleep)
+    ) {
+        assert!(start.elapsed() < DEADLINE, "redis never slept");
+        assert!(!sleeper.is_finished(), "DEBUG SLEEP returned before it was seen");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let sent = Instant::now();
+    getter.cmd(&["GET", "k"]).expect("GET");
+    let client_us = sent.elapsed().as_micros() as i64;
+    sleeper.join().expect("sleeper thread");
+    unsafe { libc::kill(a.child.id() as i32, libc::SIGINT) };
+    let (_, out) = finish(a, Duration::from_secs(20));
+    let r = json(&out);
+    assert_eq!(r["summary"]["command_start"], "arrival", "{}", r["summary"]);
+    let get = r["commands"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["command"] == "GET" && c["phase"] == "all")
+        .unwrap_or_else(|| panic!("no GET row: {}", r["commands"]));
+    assert_eq!(get["from_arrival"], 1, "{get}");
+    // The GET's own round trip is the rest of the sleep plus a few syscalls on each side:
+    // seen from redis, at least half of it (it is hundreds of ms; without the arrival, µs).
+    let max = get["max_us"].as_i64().expect("max_us");
+    assert!(
+        2 * max >= client_us,
+        "GET: {max} µs in redis, {client_us} µs at the client: {get}"
+    );
+    assert_eq!(r["summary"]["lost_events"], 0);
+    redis.assert_unharmed();
+}

@@ -64,6 +64,8 @@ struct PendingCmd {
     name: CmdId,
     req: Nanos,
     at_req: FileNs,
+    /// `req` is the measured arrival of its read's data (`Syscall::arrived`).
+    measured: bool,
 }
 
 /// The bounds of the command state: requests queued per connection, and connections
@@ -89,6 +91,7 @@ struct Totals {
     lat: Agg,
     aof: i64,
     log: i64,
+    from_arrival: u64,
 }
 
 /// What the commands unit reads from the others for one call.
@@ -182,13 +185,22 @@ impl Commands {
             return;
         }
         let ts = cx.ts();
+        let at_req = inp.file_time.so_far(cx.thread);
+        // Measured (live bpf): when the read's data was queued on the socket, the earliest
+        // data no earlier read took; the later commands of a pipelined read share it.
+        // Nothing below applies to it: they are estimates from the thread's calls, and a
+        // client with several requests in flight sends before a reply.
+        if let Some(arrived) = cx.sc.arrived {
+            self.conn_open.remove(&conn);
+            self.queue(conn, &ids[..n], arrived, at_req, true);
+            return;
+        }
         let mut req = inp.arrivals.request_time(cx.thread, ts);
         // A client cannot have sent what it sends after a reply before that reply: for
         // synchronous clients this bounds the estimate tightly.
         if let Some(last) = self.last_reply.get(&conn) {
             req = req.max((*last).min(ts));
         }
-        let at_req = inp.file_time.so_far(cx.thread);
         // A new connection's first request, found by a wait that returned at once, may
         // have been queued since the connect: it waited for the accept too. Only if no
         // wait came between the accept and the one that found it: the connection was
@@ -203,8 +215,12 @@ impl Commands {
             }
             _ => req,
         };
+        self.queue(conn, &ids[..n], req, at_req, false);
+    }
+
+    fn queue(&mut self, conn: Conn, ids: &[CmdId], req: Nanos, at_req: FileNs, measured: bool) {
         let q = self.conns.entry(conn).or_default();
-        for &name in &ids[..n] {
+        for &name in ids {
             self.seq += 1;
             if q.len() < self.caps.queue {
                 q.push_back(PendingCmd {
@@ -212,6 +228,7 @@ impl Commands {
                     name,
                     req,
                     at_req,
+                    measured,
                 });
             }
         }
@@ -250,6 +267,7 @@ impl Commands {
             e.lat.add(lat);
             e.aof += now.aof - p.at_req.aof;
             e.log += now.log - p.at_req.log;
+            e.from_arrival += p.measured as u64;
             answered.push(DoneCmd {
                 seq: p.seq,
                 name: p.name,
@@ -299,6 +317,7 @@ impl Commands {
                 max_us: t.lat.max_us(),
                 aof_us: t.aof / 1000,
                 log_us: t.log / 1000,
+                from_arrival: t.from_arrival,
             });
             if let Some(i) = longest_phase {
                 for (label, s) in [
@@ -316,6 +335,7 @@ impl Commands {
                             max_us: a.max_us(),
                             aof_us: 0,
                             log_us: 0,
+                            from_arrival: 0,
                         });
                     }
                 }
