@@ -1653,7 +1653,7 @@ fn bpf_a_command_queued_behind_a_sleep_is_timed_from_its_arrival() {
     if !can_run("bpf") {
         return;
     }
-    let redis = Redis::start(&[]);
+    let redis = Redis::start(&["--enable-debug-command", "yes"]);
     let a = Attach::start(
         "bpf",
         redis.pid(),
@@ -1666,7 +1666,7 @@ fn bpf_a_command_queued_behind_a_sleep_is_timed_from_its_arrival() {
     let port = redis.port;
     let sleeper = std::thread::spawn(move || {
         let mut c = Client::connect(port, Duration::from_secs(20)).expect("connect");
-        c.cmd(&["DEBUG", "SLEEP", "1"]).expect("DEBUG SLEEP")
+        c.cmd(&["DEBUG", "SLEEP", "1"]).expect("DEBUG SLEEP").text()
     });
     // Sent only once redis's main thread is inside the sleep, so it waits for the rest of it.
     let start = Instant::now();
@@ -1681,7 +1681,7 @@ fn bpf_a_command_queued_behind_a_sleep_is_timed_from_its_arrival() {
     let sent = Instant::now();
     getter.cmd(&["GET", "k"]).expect("GET");
     let client_us = sent.elapsed().as_micros() as i64;
-    sleeper.join().expect("sleeper thread");
+    assert_eq!(sleeper.join().expect("sleeper thread"), "+OK");
     unsafe { libc::kill(a.child.id() as i32, libc::SIGINT) };
     let (_, out) = finish(a, Duration::from_secs(20));
     let r = json(&out);
