@@ -984,6 +984,7 @@ mod tests {
         values.extend(Durations::ALL.iter().map(spelled));
         values.extend(PhaseKind::ALL.iter().map(spelled));
         values.extend(CommandPhase::ALL.iter().map(spelled));
+        values.extend([CommandStart::Arrival, CommandStart::EventLoop].map(spelled));
         values.extend(SourceKind::ALL.iter().map(spelled));
         values.extend(ClockKind::ALL.iter().map(spelled));
         values.extend(LiveBackend::ALL.iter().map(spelled));

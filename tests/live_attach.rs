@@ -1675,7 +1675,10 @@ fn bpf_a_command_queued_behind_a_sleep_is_timed_from_its_arrival() {
         Some(libc::SYS_clock_nanosleep) | Some(libc::SYS_nanosleep)
     ) {
         assert!(start.elapsed() < DEADLINE, "redis never slept");
-        assert!(!sleeper.is_finished(), "DEBUG SLEEP returned before it was seen");
+        assert!(
+            !sleeper.is_finished(),
+            "DEBUG SLEEP returned before it was seen"
+        );
         std::thread::sleep(Duration::from_millis(2));
     }
     let sent = Instant::now();

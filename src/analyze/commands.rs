@@ -1,6 +1,7 @@
 //! Commands: how long each command waited, before, during and after a save. Requests are
 //! read from client connections (RESP command names, never keys or values), timed from when
-//! they most likely arrived (the arrivals unit) to the reply write that answered them, and
+//! they arrived (measured by the live bpf backend: `Syscall::arrived`; else the most likely
+//! time, from the arrivals unit) to the reply write that answered them, and
 //! charged the AOF and log-file time their thread spent meanwhile (the file-time unit).
 //! Names are interned once, as they are read, into small `CmdId`s: per event the unit and
 //! the holds join compare and hash integers; the text is looked up only for the report.
