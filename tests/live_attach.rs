@@ -1650,14 +1650,35 @@ fn lost_events_read_back_from_a_recording(backend: &str) {
 #[test]
 fn bpf_a_command_queued_behind_a_sleep_is_timed_from_its_arrival() {
     let _g = serial();
-    if !can_run("bpf") {
-        return;
+    if can_run("bpf") {
+        queued_behind_a_sleep(true);
     }
+}
+
+/// On a kernel without the tracepoints (forced) the bpf backend traces as before and says
+/// where per-command latency starts instead.
+#[test]
+fn bpf_without_arrival_stamps_says_latency_starts_in_the_event_loop() {
+    let _g = serial();
+    if can_run("bpf") {
+        queued_behind_a_sleep(false);
+    }
+}
+
+/// A GET sent while redis sleeps in DEBUG SLEEP 1 on another connection: its latency in
+/// redis against its client's round trip.
+fn queued_behind_a_sleep(stamps: bool) {
     let redis = Redis::start(&["--enable-debug-command", "yes"]);
-    let a = Attach::start(
+    let env: &[(&str, &str)] = if stamps {
+        &[]
+    } else {
+        &[("STALLSCOPE_BPF_TEST_NO_ARRIVALS", "1")]
+    };
+    let a = Attach::start_with_env(
         "bpf",
         redis.pid(),
         &["--threshold", "100ms", "--format", "json"],
+        env,
     );
     assert!(a.attached, "{:?}", a.stderr);
     // Connected and served once before the sleep: the GET then needs no accept.
@@ -1686,23 +1707,35 @@ fn bpf_a_command_queued_behind_a_sleep_is_timed_from_its_arrival() {
     let client_us = sent.elapsed().as_micros() as i64;
     assert_eq!(sleeper.join().expect("sleeper thread"), "+OK");
     unsafe { libc::kill(a.child.id() as i32, libc::SIGINT) };
-    let (_, out) = finish(a, Duration::from_secs(20));
+    let (code, out, stderr) = a.finish(Duration::from_secs(20));
+    assert_eq!(code, Some(1), "the sleep is a stall: {stderr:?}");
     let r = json(&out);
-    assert_eq!(r["summary"]["command_start"], "arrival", "{}", r["summary"]);
+    assert_eq!(r["summary"]["lost_events"], 0);
+    let start = if stamps { "arrival" } else { "event_loop" };
+    assert_eq!(r["summary"]["command_start"], start, "{}", r["summary"]);
     let get = r["commands"]
         .as_array()
         .into_iter()
         .flatten()
         .find(|c| c["command"] == "GET" && c["phase"] == "all")
         .unwrap_or_else(|| panic!("no GET row: {}", r["commands"]));
-    assert_eq!(get["from_arrival"], 1, "{get}");
-    // The GET's own round trip is the rest of the sleep plus a few syscalls on each side:
-    // seen from redis, at least half of it (it is hundreds of ms; without the arrival, µs).
     let max = get["max_us"].as_i64().expect("max_us");
-    assert!(
-        2 * max >= client_us,
-        "GET: {max} µs in redis, {client_us} µs at the client: {get}"
-    );
-    assert_eq!(r["summary"]["lost_events"], 0);
+    if stamps {
+        assert_eq!(get["from_arrival"], 1, "{get}");
+        // The GET's own round trip is the rest of the sleep plus a few syscalls on each
+        // side: seen from redis, at least half of it (hundreds of ms; without the stamps, µs).
+        assert!(
+            2 * max >= client_us,
+            "GET: {max} µs in redis, {client_us} µs at the client: {get}"
+        );
+    } else {
+        assert!(get.get("from_arrival").is_none(), "{get}");
+        assert!(
+            stderr.iter().any(|l| l.contains(
+                "warning: per-command latency starts when redis's event loop found the request"
+            ) && l.contains("STALLSCOPE_BPF_TEST_NO_ARRIVALS")),
+            "{stderr:?}"
+        );
+    }
     redis.assert_unharmed();
 }

@@ -38,7 +38,15 @@ const PROGRAMS: [(&str, &str, &str); 3] = [
 /// the kernel's format files; an error says which tracepoint or field is missing.
 pub(super) type Layout = Result<[(&'static str, u32); 7], String>;
 
+/// Set to 1 to trace as on a kernel without the tracepoints (tests of that path).
+pub const NO_ARRIVALS_ENV: &str = "STALLSCOPE_BPF_TEST_NO_ARRIVALS";
+
 pub(super) fn layout() -> Layout {
+    if std::env::var(NO_ARRIVALS_ENV).is_ok_and(|v| v == "1") {
+        return Err(format!(
+            "{NO_ARRIVALS_ENV}=1 (tracing as on a kernel without sock:sk_data_ready)"
+        ));
+    }
     let ev = super::tracefs_events()?;
     let mut out = [("", 0u32); 7];
     let want = [
@@ -82,19 +90,7 @@ pub(super) fn attach(
     let mut mine = vec![];
     let mut result = Ok(());
     for (prog, cat, name) in PROGRAMS {
-        let attached = (|| {
-            let p: &mut aya::programs::TracePoint = bpf
-                .program_mut(prog)
-                .ok_or_else(|| format!("the BPF object lacks {prog}"))?
-                .try_into()
-                .map_err(|e| format!("{prog}: {e}"))?;
-            p.load()
-                .map_err(|e| verifier_refusal(prog, &e).to_string())?;
-            p.attach(cat, name).map_err(|e| {
-                load_error(&format!("cannot attach {prog} to {cat}:{name}"), &e, None).to_string()
-            })
-        })();
-        match attached {
+        match attach_one(bpf, prog, cat, name) {
             Ok(id) => mine.push((prog, id)),
             Err(e) => {
                 result = Err(e);
@@ -115,6 +111,24 @@ pub(super) fn attach(
         links.extend(mine);
     }
     result
+}
+
+fn attach_one(
+    bpf: &mut aya::Ebpf,
+    prog: &'static str,
+    cat: &str,
+    name: &str,
+) -> Result<aya::programs::trace_point::TracePointLinkId, String> {
+    let p: &mut aya::programs::TracePoint = bpf
+        .program_mut(prog)
+        .ok_or_else(|| format!("the BPF object lacks {prog}"))?
+        .try_into()
+        .map_err(|e| format!("{prog}: {e}"))?;
+    p.load()
+        .map_err(|e| verifier_refusal(prog, &e).to_string())?;
+    p.attach(cat, name).map_err(|e| {
+        load_error(&format!("cannot attach {prog} to {cat}:{name}"), &e, None).to_string()
+    })
 }
 
 /// A REC_ARRIVAL record, carried in a `Rec`: `nr` the bytes received, `enter_ns` the stamp
