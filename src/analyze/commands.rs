@@ -422,6 +422,37 @@ mod tests {
     }
 
     #[test]
+    fn a_measured_arrival_starts_the_clock_and_is_counted() {
+        let mut c = Commands::default();
+        let get = b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n";
+        let mut first = io(10_000, "read", 7, get, get.len() as i64);
+        let mut second = io(30_000, "read", 7, get, get.len() as i64);
+        if let (EventKind::Syscall(a), EventKind::Syscall(b)) = (&mut first.kind, &mut second.kind)
+        {
+            a.arrived = Some(4_000);
+            // Sent before the first reply (a client with two requests in flight): the
+            // estimate would start it at that reply; the measurement is kept.
+            b.arrived = Some(12_000);
+        }
+        let (done, _) = run(
+            &mut c,
+            &[
+                first,
+                io(20_000, "write", 7, b"$1\r\nv\r\n", 7),
+                second,
+                io(40_000, "write", 7, b"$1\r\nv\r\n", 7),
+                // Without one: dated as before (no event-loop wait here: from its read).
+                io(50_000, "read", 7, get, get.len() as i64),
+                io(60_000, "write", 7, b"$1\r\nv\r\n", 7),
+            ],
+        );
+        let reqs: Vec<Nanos> = done.iter().map(|d| d.req).collect();
+        assert_eq!(reqs, vec![4_000, 12_000, 50_000]);
+        let all = &c.report(None)[0];
+        assert_eq!((all.calls, all.from_arrival), (3, 2));
+    }
+
+    #[test]
     fn names_are_interned_once_each_and_read_back_only_by_id() {
         let mut n = CmdNames::default();
         let (get, set) = (n.intern(b"GET"), n.intern(b"SET"));
