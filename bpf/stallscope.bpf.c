@@ -400,21 +400,36 @@ int refused_by_verifier(struct enter_ctx *ctx)
 // wait's return. `sock:sk_data_ready` fires when data is queued on a socket (in the sender's
 // context on loopback, in a softirq otherwise: never redis's own task, so no tgid filter
 // there): it stamps the socket with the earliest arrival not yet read (later data-ready
-// events leave the stamp alone: a read that finds several arrivals is dated by the first). The
+// events only move its `last`: a read that finds several arrivals is dated by the first). The
 // traced process's receive (`sock:sock_recv_length`, at the end of its recvmsg, inside its
 // read syscall) takes the stamp and sends it as a REC_ARRIVAL record, which reaches the ring
 // before the record of the read it belongs to. TCP only: TCP sockets are unstamped when they
 // are destroyed (`tcp:tcp_destroy_sock`), so a socket reused at the same address never
 // inherits an old stamp; other families have no such hook and are left alone.
 //
-// Data that arrives after a read copied what it found but before its tracepoint loses its
-// stamp with the read's (the next read is then dated as without these programs).
+// A read that leaves data in the socket (a pipelined burst larger than redis's buffer, or data
+// that came while the read ran) leaves a stamp for it: the same one if the socket saw one
+// arrival since it was stamped (the rest came with it), else the latest arrival (the rest came
+// no later: a lower bound of its wait, never a wait it did not have).
 
 #define REC_ARRIVAL 16
 #define AF_INET 2
 #define AF_INET6 10
 #define IPPROTO_TCP 6
 #define MSG_PEEK 2
+
+// The receive queue's length, through CO-RE: whether a read left data in the socket.
+struct sk_buff_head {
+	__u32 qlen;
+} __attribute__((preserve_access_index));
+struct sock {
+	struct sk_buff_head sk_receive_queue;
+} __attribute__((preserve_access_index));
+
+struct arrival {
+	__u64 first; // when the earliest data not yet read was queued
+	__u64 last;  // the latest data-ready since
+};
 
 // Tracepoint field offsets, set by the loader from the format files.
 volatile const __u32 ready_sk_off = 8;
@@ -432,7 +447,7 @@ struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 65536);
 	__type(key, __u64);
-	__type(value, __u64); // when the earliest data not yet read was queued
+	__type(value, struct arrival);
 } arrival_stamps SEC(".maps");
 
 struct arrival_rec {
@@ -474,10 +489,14 @@ int arrival_ready(void *ctx)
 	    field_u16(ctx, ready_protocol_off) != IPPROTO_TCP)
 		return KEEP;
 	__u64 sk = field_u64(ctx, ready_sk_off);
-	if (bpf_map_lookup_elem(&arrival_stamps, &sk))
-		return KEEP;
 	__u64 now = bpf_ktime_get_ns();
-	bpf_map_update_elem(&arrival_stamps, &sk, &now, BPF_NOEXIST);
+	struct arrival *a = bpf_map_lookup_elem(&arrival_stamps, &sk);
+	if (a) {
+		a->last = now;
+		return KEEP;
+	}
+	struct arrival n = { .first = now, .last = now };
+	bpf_map_update_elem(&arrival_stamps, &sk, &n, BPF_NOEXIST);
 	return KEEP;
 }
 
@@ -492,11 +511,16 @@ int arrival_recv(void *ctx)
 	if (ret <= 0 || (field_s32(ctx, recv_flags_off) & MSG_PEEK))
 		return KEEP;
 	__u64 sk = field_u64(ctx, recv_sk_off);
-	__u64 *a = bpf_map_lookup_elem(&arrival_stamps, &sk);
+	struct arrival *a = bpf_map_lookup_elem(&arrival_stamps, &sk);
 	if (!a)
 		return KEEP;
-	__u64 first = *a;
-	bpf_map_delete_elem(&arrival_stamps, &sk);
+	__u64 first = a->first;
+	if (BPF_CORE_READ((struct sock *)sk, sk_receive_queue.qlen) > 0) {
+		if (a->last != a->first)
+			a->first = a->last;
+	} else {
+		bpf_map_delete_elem(&arrival_stamps, &sk);
+	}
 	struct arrival_rec *r = bpf_ringbuf_reserve(&events, sizeof(*r), 0);
 	if (!r) {
 		count_drop();

@@ -14,10 +14,12 @@
 //! Which arrival a read gets: the earliest of the data it found that no earlier read took
 //! (later arrivals before the read leave the stamp alone). For a read that returns several
 //! pipelined commands each gets that arrival: the first command's is exact, the later ones
-//! may have arrived after it, so their latency is an upper bound. Reads of sockets of other
-//! families (unix), and reads whose data's stamp was taken by a receive that ended just after
-//! it arrived, have none: the analyzer dates them from the event loop's wait, as without these
-//! programs. Kernels without the tracepoints (before 6.3) trace as before, with a warning.
+//! may have arrived after it, so their latency is an upper bound. A read that leaves data in
+//! the socket (a burst larger than redis's buffer) leaves the same stamp for the rest when the
+//! socket saw one arrival since it was stamped, else the latest arrival (a lower bound of the
+//! rest's wait). Reads of sockets of other families (unix) have none: the analyzer dates them
+//! from the event loop's wait, as without these programs. Kernels without the tracepoints
+//! (before 6.3) trace as before, with a warning.
 
 use super::{load_error, verifier_refusal, Rec, DATA_MAX};
 use crate::event::{Nanos, Syscall, Tid};
