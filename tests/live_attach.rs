@@ -1739,3 +1739,86 @@ fn queued_behind_a_sleep(stamps: bool) {
     }
     redis.assert_unharmed();
 }
+
+/// bpf: a pipelined burst larger than one read of redis's (16 KB) queued behind a DEBUG
+/// SLEEP: the reads after the first find the rest of the same arrival and are timed from it
+/// too (the first read leaves the socket's stamp for the data it left).
+#[test]
+fn bpf_a_burst_read_in_several_reads_is_timed_from_its_one_arrival() {
+    use std::io::{Read, Write};
+    let _g = serial();
+    if !can_run("bpf") {
+        return;
+    }
+    let redis = Redis::start(&["--enable-debug-command", "yes"]);
+    let a = Attach::start(
+        "bpf",
+        redis.pid(),
+        &["--threshold", "100ms", "--format", "json"],
+    );
+    assert!(a.attached, "{:?}", a.stderr);
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", redis.port)).expect("connect");
+    s.set_read_timeout(Some(DEADLINE)).expect("timeout");
+    let ping = b"*1\r\n$4\r\nPING\r\n";
+    let pong = b"+PONG\r\n";
+    s.write_all(ping).expect("PING");
+    let mut first = [0u8; 7];
+    s.read_exact(&mut first).expect("PONG");
+    let port = redis.port;
+    let sleeper = std::thread::spawn(move || {
+        let mut c = Client::connect(port, Duration::from_secs(20)).expect("connect");
+        c.cmd(&["DEBUG", "SLEEP", "1"]).expect("DEBUG SLEEP").text()
+    });
+    let start = Instant::now();
+    while !matches!(
+        redis.main_syscall(),
+        Some(libc::SYS_clock_nanosleep) | Some(libc::SYS_nanosleep)
+    ) {
+        assert!(start.elapsed() < DEADLINE, "redis never slept");
+        assert!(
+            !sleeper.is_finished(),
+            "DEBUG SLEEP returned before it was seen"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    // 42 KB in one write: one arrival, read by redis in three reads or more.
+    let n = 3000;
+    let sent = Instant::now();
+    s.write_all(&ping.repeat(n)).expect("burst");
+    let mut replies = vec![0u8; pong.len() * n];
+    s.read_exact(&mut replies[..1]).expect("PONGs");
+    // What the client waited for its first reply: the rest of the sleep, and more.
+    let client_us = sent.elapsed().as_micros() as i64;
+    s.read_exact(&mut replies[1..]).expect("PONGs");
+    assert!(replies.chunks(pong.len()).all(|c| c == pong));
+    assert_eq!(sleeper.join().expect("sleeper thread"), "+OK");
+    unsafe { libc::kill(a.child.id() as i32, libc::SIGINT) };
+    let (_, out) = finish(a, Duration::from_secs(20));
+    let r = json(&out);
+    assert_eq!(r["summary"]["lost_events"], 0);
+    // Only the first commands of each read are named (64 bytes are copied): some of every
+    // read, so more than one read's worth when the burst took several.
+    let reads = r["syscalls"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["name"] == "read")
+        .and_then(|c| c["calls"].as_u64())
+        .unwrap_or(0);
+    let p = r["commands"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["command"] == "PING" && c["phase"] == "all")
+        .unwrap_or_else(|| panic!("no PING row: {}", r["commands"]));
+    assert!(reads >= 3, "{reads} reads");
+    assert_eq!(p["from_arrival"], p["calls"], "{p}");
+    // Every read of the burst waited for the rest of the sleep, as its client did: none is
+    // timed as if it came after it (as from the event loop, a few µs).
+    let p50 = p["p50_us"].as_i64().expect("p50_us");
+    assert!(
+        2 * p50 >= client_us,
+        "PING p50 {p50} µs in redis, first reply after {client_us} µs at the client: {p}"
+    );
+    redis.assert_unharmed();
+}
