@@ -40,13 +40,38 @@ pub(crate) trait KernelFed {
 
 /// `Tracer::next_event_timeout` of a kernel-fed backend.
 pub(crate) fn next_event_timeout<T: KernelFed>(t: &mut T, timeout: Duration) -> Option<Event> {
+    wait_ready(t, timeout);
+    t.queue().pop_front()
+}
+
+/// `Tracer::next_batch` of a kernel-fed backend: the whole queue at once. Into an empty
+/// `out` (the usual case: the consumer drained the last batch) the two queues are swapped,
+/// so no event is copied on the way and each queue's allocation is reused.
+pub(crate) fn next_batch<T: KernelFed>(t: &mut T, timeout: Duration, out: &mut VecDeque<Event>) {
+    if !wait_ready(t, timeout) {
+        return;
+    }
+    if out.is_empty() {
+        std::mem::swap(t.queue(), out);
+    } else {
+        out.append(t.queue());
+    }
+}
+
+/// Waits (at most `timeout`) until the queue holds an event or tracing has ended; true
+/// when there is an event. The clock is read only once the queue is empty: a backend
+/// with events ready costs no clock read per event.
+fn wait_ready<T: KernelFed>(t: &mut T, timeout: Duration) -> bool {
+    if !t.queue().is_empty() {
+        return true;
+    }
     let start = Instant::now();
     loop {
-        if let Some(e) = t.queue().pop_front() {
-            return Some(e);
+        if !t.queue().is_empty() {
+            return true;
         }
         if t.ended() {
-            return None;
+            return false;
         }
         if t.stop_requested() {
             t.finish();
@@ -66,7 +91,7 @@ pub(crate) fn next_event_timeout<T: KernelFed>(t: &mut T, timeout: Duration) -> 
         let left = timeout.saturating_sub(start.elapsed());
         t.gather(left.min(WAIT_AT_MOST));
         if t.queue().is_empty() && start.elapsed() >= timeout {
-            return None;
+            return false;
         }
     }
 }
@@ -155,6 +180,35 @@ mod tests {
         let d = next_event_timeout(&mut f, t).expect("the detach");
         assert_eq!(d.kind, EventKind::Detach);
         assert_eq!(next_event_timeout(&mut f, t), None);
+        assert_eq!(f.finished, 1, "finished once");
+    }
+
+    #[test]
+    fn a_batch_is_the_whole_queue_in_order_then_the_detach_once_stopped() {
+        let mut f = fake(0, u32::MAX);
+        for i in 0..5 {
+            f.queue
+                .push_back(ev(i, EventKind::Attach { threads: None }));
+        }
+        let t = Duration::from_millis(1);
+        let mut out = VecDeque::new();
+        next_batch(&mut f, t, &mut out);
+        let ts: Vec<i64> = out.iter().map(|e| e.ts).collect();
+        assert_eq!(ts, vec![0, 1, 2, 3, 4]);
+        assert!(f.queue.is_empty());
+        // Into a batch not yet drained, the next events are appended after it.
+        f.left = 1;
+        next_batch(&mut f, t, &mut out);
+        assert_eq!(out.len(), 6);
+        assert_eq!(out.back().map(|e| e.ts), Some(0));
+        out.clear();
+        next_batch(&mut f, t, &mut out);
+        assert!(out.is_empty(), "nothing more came");
+        f.stop = true;
+        next_batch(&mut f, t, &mut out);
+        assert_eq!(out.pop_front().map(|e| e.kind), Some(EventKind::Detach));
+        next_batch(&mut f, t, &mut out);
+        assert!(out.is_empty());
         assert_eq!(f.finished, 1, "finished once");
     }
 

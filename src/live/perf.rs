@@ -33,7 +33,8 @@ use crate::event::{self, Event, EventKind, InFlight, Nanos, Ret, Syscall, Tid};
 use crate::syscalls::{FdKind, SysInfo};
 use anyhow::Result;
 use perf_event_open_sys as sys;
-use std::collections::{HashMap, HashSet, VecDeque};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
+use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
@@ -562,6 +563,10 @@ pub struct PerfTracer {
     forked: HashMap<Tid, bool>,
     threads: HashMap<Tid, Thread>,
     pending: Vec<Rec>,
+    /// `fill`'s buffers, kept between fills: the sort keys, and the other record buffer
+    /// (the records held back are copied into it and the two swap).
+    order: Vec<(Nanos, u32)>,
+    held: Vec<Rec>,
     queue: VecDeque<Event>,
     stats: TracerStats,
     lost_unreported: u64,
@@ -688,10 +693,12 @@ impl PerfTracer {
             rx: None,
             backlog: Arc::new(AtomicUsize::new(0)),
             fds: vec![],
-            opened: HashSet::new(),
-            forked: HashMap::new(),
-            threads: HashMap::new(),
+            opened: HashSet::default(),
+            forked: HashMap::default(),
+            threads: HashMap::default(),
             pending: vec![],
+            order: vec![],
+            held: vec![],
             queue: VecDeque::new(),
             stats: TracerStats::default(),
             lost_unreported: 0,
@@ -1097,17 +1104,23 @@ impl PerfTracer {
         if self.pending.is_empty() {
             return;
         }
-        // Each ring is nearly sorted already: the stable sort merges the runs cheaply.
-        self.pending.sort_by_key(|r| r.ts);
-        let n = self.pending.partition_point(|r| r.ts <= upto);
-        let ready: Vec<Rec> = self.pending.drain(..n).collect();
-        // As the event queue (`fed::QUEUE_KEEP`): no room kept for the largest backlog.
-        if self.pending.capacity() > 4 * super::fed::QUEUE_KEEP
-            && self.pending.len() < super::fed::QUEUE_KEEP
-        {
-            self.pending.shrink_to(super::fed::QUEUE_KEEP);
-        }
-        for r in ready {
+        // Sorted by (time, place): the order of a stable sort by time, with 16-byte keys
+        // moved instead of whole records (each ring is nearly sorted already).
+        let mut order = std::mem::take(&mut self.order);
+        order.clear();
+        order.extend(
+            self.pending
+                .iter()
+                .enumerate()
+                .map(|(i, r)| (r.ts, i as u32)),
+        );
+        order.sort_unstable();
+        let n = order.partition_point(|(ts, _)| *ts <= upto);
+        // Processed where they are (taken out of self for the loop): no copy of the ready
+        // records at every fill; those held back go, in order, to the other buffer.
+        let pending = std::mem::take(&mut self.pending);
+        for &(_, i) in &order[..n] {
+            let r = pending[i as usize];
             if r.ts < self.processed_upto {
                 self.late_records += 1;
             } else {
@@ -1115,6 +1128,24 @@ impl PerfTracer {
             }
             self.process(r);
         }
+        debug_assert!(self.pending.is_empty(), "process() does not add records");
+        let mut held = std::mem::take(&mut self.held);
+        held.clear();
+        held.extend(order[n..].iter().map(|&(_, i)| pending[i as usize]));
+        let mut spare = pending;
+        spare.clear();
+        // As the event queue (`fed::QUEUE_KEEP`): no room kept for the largest backlog.
+        for v in [&mut held, &mut spare] {
+            if v.capacity() > 4 * super::fed::QUEUE_KEEP && v.len() < super::fed::QUEUE_KEEP {
+                v.shrink_to(super::fed::QUEUE_KEEP);
+            }
+        }
+        if order.capacity() > 4 * super::fed::QUEUE_KEEP {
+            order.shrink_to(super::fed::QUEUE_KEEP);
+        }
+        self.pending = held;
+        self.held = spare;
+        self.order = order;
         // Threads come and go: the wakeups kept follow them.
         if !self.refresh_wakeup_filter() {
             self.close_wakeups();
@@ -1605,6 +1636,11 @@ impl super::fed::KernelFed for PerfTracer {
 impl Tracer for PerfTracer {
     fn next_event_timeout(&mut self, timeout: Duration) -> Result<Option<Event>> {
         Ok(super::fed::next_event_timeout(self, timeout))
+    }
+
+    fn next_batch(&mut self, timeout: Duration, out: &mut VecDeque<Event>) -> Result<()> {
+        super::fed::next_batch(self, timeout, out);
+        Ok(())
     }
 
     fn is_done(&self) -> bool {

@@ -137,7 +137,7 @@ impl RateLimit {
 
 /// Everything the writer needs to make one incident's files.
 pub(crate) struct Job {
-    pub events: Vec<Event>,
+    pub events: std::collections::VecDeque<Event>,
     /// Records the tracer lost before the event at each index (`ring::Taken`).
     pub lost: Vec<(usize, u64)>,
     pub pid: Tid,
@@ -400,7 +400,7 @@ fn write_inner(mut job: Job) -> Result<PathBuf, String> {
     let mut report = an.finish(info, Counters::default());
     report.source.backend = Some(job.backend);
     add_host(&mut report, &job.host, first_ts);
-    let span = job.events.last().map_or(0, |e| e.end()) - first_ts;
+    let span = job.events.back().map_or(0, |e| e.end()) - first_ts;
     // What the window covers and what the backend cannot see: the live rules of the
     // findings table. The watcher does not measure its own cost per incident (its metrics
     // do).
@@ -652,12 +652,13 @@ pub(crate) mod tests {
                 kind: EventKind::Syscall(sc),
             }
         };
-        let events = vec![
+        let events = [
             call("getpid", 10 * ms, ms / 10, false),
             call("getppid", 11 * ms, ms / 10, false),
             call("sched_yield", 12 * ms, 300 * ms, true),
             call("getpid", 313 * ms, ms / 10, false),
-        ];
+        ]
+        .into();
         Job {
             events,
             lost: vec![(2, 5)],

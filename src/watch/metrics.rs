@@ -9,11 +9,10 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use rustc_hash::FxHashMap as HashMap;
 use std::io::{BufRead, BufReader, Write};
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// 10 µs to 10 s, 1-2.5-5 per decade: the threshold people pick (1 ms, 10 ms, 100 ms) is
@@ -23,8 +22,82 @@ pub(crate) const BUCKETS: [f64; 19] = [
     0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
 
+/// `BUCKETS` in ns: a duration of `d` ns falls in the first bucket whose bound is >= `d`, as
+/// it does in seconds.
+const BOUNDS_NS: [u64; 19] = [
+    10_000,
+    25_000,
+    50_000,
+    100_000,
+    250_000,
+    500_000,
+    1_000_000,
+    2_500_000,
+    5_000_000,
+    10_000_000,
+    25_000_000,
+    50_000_000,
+    100_000_000,
+    250_000_000,
+    500_000_000,
+    1_000_000_000,
+    2_500_000_000,
+    5_000_000_000,
+    10_000_000_000,
+];
+
 fn histogram() -> Histogram {
-    Histogram::new(BUCKETS)
+    Histogram::default()
+}
+
+/// A histogram of durations in ns, encoded as prometheus-client's classic histogram over
+/// `BUCKETS`: the watch loop observes one per traced syscall, and the crate's histogram
+/// takes a lock and searches its buckets one by one at each. Here an observation is a
+/// binary search of integer bounds and two atomic additions; the count is the buckets'
+/// sum, so a scrape always sees a `+Inf` bucket equal to the count.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Histogram(Arc<HistInner>);
+
+#[derive(Debug, Default)]
+struct HistInner {
+    sum_ns: AtomicU64,
+    /// Per bucket (not cumulative), the last one above every bound (`+Inf`).
+    counts: [AtomicU64; BOUNDS_NS.len() + 1],
+}
+
+impl Histogram {
+    pub(crate) fn observe_ns(&self, ns: u64) {
+        let i = BOUNDS_NS.partition_point(|b| *b < ns);
+        self.0.counts[i].fetch_add(1, Ordering::Relaxed);
+        self.0.sum_ns.fetch_add(ns, Ordering::Relaxed);
+    }
+}
+
+impl prometheus_client::metrics::TypedMetric for Histogram {
+    const TYPE: prometheus_client::metrics::MetricType =
+        prometheus_client::metrics::MetricType::Histogram;
+}
+
+impl prometheus_client::encoding::EncodeMetric for Histogram {
+    fn encode(
+        &self,
+        mut encoder: prometheus_client::encoding::MetricEncoder,
+    ) -> Result<(), std::fmt::Error> {
+        let mut buckets = [(0.0, 0u64); BOUNDS_NS.len() + 1];
+        let mut count = 0;
+        for (i, b) in buckets.iter_mut().enumerate() {
+            let n = self.0.counts[i].load(Ordering::Relaxed);
+            *b = (BUCKETS.get(i).copied().unwrap_or(f64::INFINITY), n);
+            count += n;
+        }
+        let sum = self.0.sum_ns.load(Ordering::Relaxed) as f64 / 1e9;
+        encoder
+            .encode_histogram::<prometheus_client::encoding::NoLabelSet>(sum, count, &buckets, None)
+    }
+
+    fn metric_type(&self) -> prometheus_client::metrics::MetricType {
+        <Self as prometheus_client::metrics::TypedMetric>::TYPE
+    }
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -282,7 +355,7 @@ pub(crate) struct Observer {
     by_cmd: HashMap<Box<str>, Histogram>,
     /// Client fd -> (command name, when its request was read). The first command of a
     /// read is timed: pipelined ones after it share its reply writes.
-    pending: HashMap<i32, (Box<str>, Nanos)>,
+    pending: HashMap<i32, (CmdName, Nanos)>,
 }
 
 impl Observer {
@@ -318,7 +391,7 @@ impl Observer {
                     file_class: class.as_str(),
                 })
             })
-            .observe(dur as f64 / 1e9);
+            .observe_ns(dur.max(0) as u64);
         let Some(fd) = sc.fd else { return };
         if sc.sys.facts.has(crate::syscalls::Facts::CLOSE) {
             self.pending.remove(&fd);
@@ -330,29 +403,26 @@ impl Observer {
         let Extra::Data(data) = &sc.extra else {
             return;
         };
-        let facts = crate::syscalls::info(sc.name).facts;
+        let facts = sc.sys.facts;
         use crate::syscalls::Facts;
         if facts.has(Facts::RECV) {
             if sc.ret.val().is_some_and(|n| n > 0) {
                 if let Some(name) = command_name(data.head().bytes()) {
-                    self.pending.entry(fd).or_insert((name.into(), ev.ts));
+                    self.pending.entry(fd).or_insert((name, ev.ts));
                 }
             }
         } else if facts.has(Facts::SEND) {
             if let Some((name, at)) = self.pending.remove(&fd) {
-                let n = self.by_cmd.len();
-                let h = match self.by_cmd.get(&name) {
-                    Some(h) => h.clone(),
-                    None if n < MAX_COMMANDS => {
-                        let h = m.commands.get_or_create_owned(&CommandLabels {
-                            command: name.to_string(),
-                        });
-                        self.by_cmd.insert(name, h.clone());
-                        h
-                    }
-                    None => return,
-                };
-                h.observe((ev.end() - at).max(0) as f64 / 1e9);
+                let ns = (ev.end() - at).max(0) as u64;
+                if let Some(h) = self.by_cmd.get(&*name) {
+                    h.observe_ns(ns);
+                } else if self.by_cmd.len() < MAX_COMMANDS {
+                    let h = m.commands.get_or_create_owned(&CommandLabels {
+                        command: name.to_string(),
+                    });
+                    h.observe_ns(ns);
+                    self.by_cmd.insert((&*name).into(), h);
+                }
             }
         }
     }
@@ -361,7 +431,7 @@ impl Observer {
 /// The command name of a RESP request (`*N\r\n$L\r\nNAME\r\n...`), upper-cased; inline
 /// commands (`PING\r\n`) too. Only letters, digits, `_`, `-`, `|` and `.`, up to 32 bytes:
 /// anything else is not a command name and never becomes a label.
-pub(crate) fn command_name(b: &[u8]) -> Option<String> {
+pub(crate) fn command_name(b: &[u8]) -> Option<CmdName> {
     let name: &[u8] = if b.first() == Some(&b'*') {
         let mut it = b.splitn(3, |c| *c == b'\n');
         it.next()?;
@@ -382,7 +452,45 @@ pub(crate) fn command_name(b: &[u8]) -> Option<String> {
             .iter()
             .all(|c| c.is_ascii_alphanumeric() || b"_-|.".contains(c))
         && name[0].is_ascii_alphabetic();
-    ok.then(|| String::from_utf8_lossy(name).to_ascii_uppercase())
+    if !ok {
+        return None;
+    }
+    let mut c = CmdName {
+        len: name.len() as u8,
+        buf: [0; 32],
+    };
+    c.buf[..name.len()].copy_from_slice(name);
+    c.buf.make_ascii_uppercase();
+    Some(c)
+}
+
+/// A command name as `command_name` takes it (ASCII, at most 32 bytes), kept inline: one
+/// is taken from nearly every client request, and a heap string each was a visible part of
+/// the watcher's own CPU.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) struct CmdName {
+    len: u8,
+    buf: [u8; 32],
+}
+
+impl std::ops::Deref for CmdName {
+    type Target = str;
+    fn deref(&self) -> &str {
+        // Only ASCII letters, digits and `_-|.` are ever stored.
+        std::str::from_utf8(&self.buf[..self.len as usize]).unwrap_or("")
+    }
+}
+
+impl std::fmt::Debug for CmdName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&**self, f)
+    }
+}
+
+impl std::fmt::Display for CmdName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self)
+    }
 }
 
 /// `--metrics`: `127.0.0.1:9323`, `[::1]:9323`, or a bare port / `:PORT` on loopback.
@@ -490,6 +598,57 @@ mod tests {
             "0.0.0.0:9000"
         );
         assert!(parse_addr("localhost").is_err());
+    }
+
+    #[test]
+    fn the_histogram_encodes_as_the_crates_classic_one() {
+        use prometheus_client::metrics::histogram::Histogram as Classic;
+        let ns = [
+            0u64,
+            9_999,
+            10_000,
+            10_001,
+            30_000_000,
+            30_000_000,
+            999_999_999,
+            1_000_000_000,
+            20_000_000_000,
+        ];
+        let encode = |register: &dyn Fn(&mut Registry)| {
+            let mut r = Registry::with_prefix("t");
+            register(&mut r);
+            let mut out = String::new();
+            prometheus_client::encoding::text::encode(&mut out, &r).unwrap();
+            out
+        };
+        let ours = Histogram::default();
+        let theirs = Classic::new(BUCKETS);
+        for n in ns {
+            ours.observe_ns(n);
+            theirs.observe(n as f64 / 1e9);
+        }
+        let a = encode(&|r| r.register("d", "durations", ours.clone()));
+        let b = encode(&|r| r.register("d", "durations", theirs.clone()));
+        // The sum is added in ns here, in seconds there: equal up to float rounding.
+        let sum = |t: &str| -> f64 {
+            t.lines()
+                .find_map(|l| l.strip_prefix("t_d_sum "))
+                .unwrap()
+                .parse()
+                .unwrap()
+        };
+        assert!((sum(&a) - sum(&b)).abs() < 1e-9, "{a}\n{b}");
+        let rest = |t: &str| -> Vec<String> {
+            t.lines()
+                .filter(|l| !l.starts_with("t_d_sum "))
+                .map(String::from)
+                .collect()
+        };
+        assert_eq!(rest(&a), rest(&b));
+        assert!(
+            a.contains("t_d_bucket{le=\"1e-5\"} 3") || a.contains("le=\"0.00001\"} 3"),
+            "{a}"
+        );
     }
 
     #[test]

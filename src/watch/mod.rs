@@ -26,7 +26,7 @@ use anyhow::{Context, Result};
 use incident::{Grouper, Job, Outcome, RateLimit};
 use metrics::{Metrics, Observer, StallLabels};
 use ring::Ring;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -319,8 +319,9 @@ struct Watcher<'a> {
 }
 
 impl Watcher<'_> {
-    fn want_stop(&self) -> bool {
-        STOP.load(Ordering::SeqCst) || self.deadline.is_some_and(|d| Instant::now() >= d)
+    /// A signal asked to stop, or (when `clock`: the clock may be read) `--duration` is up.
+    fn want_stop(&self, clock: bool) -> bool {
+        STOP.load(Ordering::SeqCst) || (clock && self.deadline.is_some_and(|d| Instant::now() >= d))
     }
 
     fn on_stall(&mut self, s: &Stall, start: Nanos, end: Nanos) {
@@ -445,11 +446,11 @@ impl Watcher<'_> {
         let from = p.from;
         let taken = self.ring.take_upto(from, p.cut);
         let events = taken.events;
-        let host = match (&ctx.host, events.first(), events.last()) {
+        let host = match (&ctx.host, events.front(), events.back()) {
             (Some(h), Some(a), Some(b)) => h.window(a.ts, b.end()),
             _ => vec![],
         };
-        let ring_short = events.first().is_some_and(|e| e.ts > from + 100_000_000)
+        let ring_short = events.front().is_some_and(|e| e.ts > from + 100_000_000)
             && self.ring.evicted_early > 0;
         let job = Job {
             events,
@@ -541,10 +542,16 @@ impl DrainClock {
         }
     }
 
-    /// One turn of the loop (`event`: it brought one) at `now`: true when it is time.
-    fn due(&mut self, event: bool, now: Instant) -> bool {
+    /// One turn of the loop (`event`: it brought one), at `now` when the loop read the
+    /// clock (it reads it now and then, not at every event): true when it is time.
+    fn due(&mut self, event: bool, now: Option<Instant>) -> bool {
         self.since += event as usize;
-        if self.since >= self.every || now.duration_since(self.last) >= Self::PERIOD {
+        if self.since >= self.every {
+            self.last = now.unwrap_or_else(Instant::now);
+            self.since = 0;
+            return true;
+        }
+        if let Some(now) = now.filter(|n| n.duration_since(self.last) >= Self::PERIOD) {
             self.last = now;
             self.since = 0;
             return true;
@@ -695,7 +702,7 @@ pub fn run_watch(args: &WatchArgs) -> Result<u64> {
     let mut first = true;
     let mut said_waiting = false;
     let mut gone_pid: Option<Tid> = None;
-    while !w.want_stop() {
+    while !w.want_stop(true) {
         let Some(p) = pid else {
             std::thread::sleep(FOLLOW_POLL);
             if follow {
@@ -731,7 +738,7 @@ pub fn run_watch(args: &WatchArgs) -> Result<u64> {
         }
         first = false;
         w.metrics.attached.set(0);
-        if w.want_stop() {
+        if w.want_stop(true) {
             break;
         }
         gone_pid = Some(p);
@@ -885,13 +892,25 @@ fn watch_one(w: &mut Watcher, pid: Tid) -> Result<()> {
             None => String::new(),
         }
     );
-    let mut seen_tids: HashSet<Tid> = HashSet::new();
+    let mut seen_tids: rustc_hash::FxHashSet<Tid> = Default::default();
+    let mut last_tid: Option<Tid> = None;
     let mut drains = DrainClock::new(w.args.ring_size, Instant::now());
     let mut last_stop_req: Option<Instant> = None;
     let mut latest: Nanos = st.attach_mono;
+    let mut batch = std::collections::VecDeque::new();
+    let mut since_clock = 0u32;
     loop {
-        let ev = tracer.next_event_timeout(Duration::from_millis(100))?;
+        if batch.is_empty() {
+            tracer.next_batch(Duration::from_millis(100), &mut batch)?;
+        }
+        let ev = batch.pop_front();
         let got_event = ev.is_some();
+        // The clock once every CLOCK_EVERY events, or when none came (as in `run_attach`).
+        since_clock += 1;
+        let look = !got_event || since_clock >= live::CLOCK_EVERY;
+        if look {
+            since_clock = 0;
+        }
         let lost = tracer.take_lost();
         if lost > 0 {
             w.metrics.lost_events.inc_by(lost);
@@ -903,7 +922,10 @@ fn watch_one(w: &mut Watcher, pid: Tid) -> Result<()> {
         }
         if let Some(ev) = ev {
             if let Some(sc) = ev.syscall() {
-                if seen_tids.insert(ev.tid) && !ac.names.contains_key(&ev.tid) {
+                if last_tid != Some(ev.tid)
+                    && seen_tids.insert(ev.tid)
+                    && !ac.names.contains_key(&ev.tid)
+                {
                     // A thread born while tracing: its name is in /proc now.
                     if let Ok(n) =
                         std::fs::read_to_string(format!("/proc/{pid}/task/{}/comm", ev.tid))
@@ -916,6 +938,7 @@ fn watch_one(w: &mut Watcher, pid: Tid) -> Result<()> {
                         ac.names.insert(ev.tid, n);
                     }
                 }
+                last_tid = Some(ev.tid);
                 cur.push(&ev);
                 if let Some((p, _)) = &mut prev {
                     p.push(&ev);
@@ -931,8 +954,8 @@ fn watch_one(w: &mut Watcher, pid: Tid) -> Result<()> {
             latest = latest.max(ev.end());
             w.ring.push(ev, latest);
         }
-        let done = tracer.is_done();
-        if drains.due(got_event, Instant::now()) || done {
+        let done = batch.is_empty() && tracer.is_done();
+        if drains.due(got_event, look.then(Instant::now)) || done {
             let mut found = vec![];
             let switch_at = prev.as_ref().map(|(_, s)| *s);
             if let Some((p, s)) = &mut prev {
@@ -980,6 +1003,7 @@ fn watch_one(w: &mut Watcher, pid: Tid) -> Result<()> {
                 ac.ctx = procctx::gather(pid);
                 ac.names = procctx::thread_names(pid);
                 seen_tids.clear();
+                last_tid = None;
                 let next = Window::new(&opts, pid, &ac.ctx, &ac.names, &ac.own);
                 prev = Some((std::mem::replace(&mut cur, next), now + OVERLAP_NS));
             }
@@ -987,7 +1011,9 @@ fn watch_one(w: &mut Watcher, pid: Tid) -> Result<()> {
         if done {
             break;
         }
-        if w.want_stop() && last_stop_req.is_none_or(|t| t.elapsed() >= Duration::from_millis(100))
+        if (look || last_stop_req.is_none())
+            && w.want_stop(look)
+            && last_stop_req.is_none_or(|t| t.elapsed() >= Duration::from_millis(100))
         {
             tracer.stop();
             last_stop_req = Some(Instant::now());
@@ -1000,7 +1026,7 @@ fn watch_one(w: &mut Watcher, pid: Tid) -> Result<()> {
     if let Some(o) = w.grouper.open.take() {
         w.incident_due(o);
     }
-    w.wait_writer_idle(Duration::from_millis(if w.want_stop() {
+    w.wait_writer_idle(Duration::from_millis(if w.want_stop(true) {
         300
     } else {
         5000
@@ -1214,8 +1240,8 @@ mod tests {
             .iter()
             .filter(|(a, b)| {
                 done.iter().any(|j| {
-                    j.events.first().is_some_and(|e| e.ts <= *a)
-                        && j.events.last().is_some_and(|e| e.end() >= *b)
+                    j.events.front().is_some_and(|e| e.ts <= *a)
+                        && j.events.back().is_some_and(|e| e.end() >= *b)
                 })
             })
             .count() as u64;
@@ -1268,14 +1294,14 @@ mod tests {
         w.incident_due(o);
         w.hand_over(&ac, &clock, false);
         let jb = rx.try_recv().expect("B handed over");
-        assert!(ja.events.last().unwrap().end() >= gap_from);
-        let first = jb.events.first().unwrap();
+        assert!(ja.events.back().unwrap().end() >= gap_from);
+        let first = jb.events.front().unwrap();
         assert_eq!(
             (first.ts, first.end()),
             (gap_from, gap_from),
             "B starts at the gap"
         );
-        assert_eq!(jb.events.last().unwrap().ts, 10_900 * ms);
+        assert_eq!(jb.events.back().unwrap().ts, 10_900 * ms);
     }
 
     #[test]
@@ -1285,10 +1311,10 @@ mod tests {
         let t0 = Instant::now();
         let mut d = DrainClock::new(1 << 20, t0);
         let every = (1 << 20) / std::mem::size_of::<Event>() / 8;
-        let looks: Vec<usize> = (1..=every * 3).filter(|_| d.due(true, t0)).collect();
+        let looks: Vec<usize> = (1..=every * 3).filter(|_| d.due(true, Some(t0))).collect();
         assert_eq!(looks, vec![every, 2 * every, 3 * every]);
-        assert!(!d.due(false, t0 + Duration::from_millis(100)));
-        assert!(d.due(false, t0 + Duration::from_millis(201)));
+        assert!(!d.due(false, Some(t0 + Duration::from_millis(100))));
+        assert!(d.due(false, Some(t0 + Duration::from_millis(201))));
     }
 
     #[test]
@@ -1325,8 +1351,8 @@ mod tests {
         );
         // No event is in two reports.
         for pair in jobs.windows(2) {
-            let a = pair[0].events.last().unwrap().end();
-            let b = pair[1].events.first().unwrap().ts;
+            let a = pair[0].events.back().unwrap().end();
+            let b = pair[1].events.front().unwrap().ts;
             assert!(b >= a, "{a} {b}");
         }
     }
@@ -1340,7 +1366,7 @@ mod tests {
         assert!(jobs.iter().all(|j| j.count == 1 && j.joined == 0));
         // Each report keeps --before of context and --after after its stall.
         for j in &jobs {
-            let span = j.events.last().unwrap().end() - j.events.first().unwrap().ts;
+            let span = j.events.back().unwrap().end() - j.events.front().unwrap().ts;
             assert!(span >= 14 * S, "{span}");
         }
     }
@@ -1357,8 +1383,8 @@ mod tests {
             let at = (k * 20 + 10) * S;
             assert!(
                 jobs.iter().any(|j| {
-                    j.events.first().is_some_and(|e| e.ts <= at - 300_000_000)
-                        && j.events.last().is_some_and(|e| e.end() >= at)
+                    j.events.front().is_some_and(|e| e.ts <= at - 300_000_000)
+                        && j.events.back().is_some_and(|e| e.end() >= at)
                 }),
                 "the stall at {}s is in no report",
                 at / S

@@ -31,7 +31,8 @@ pub(crate) struct Ring {
 /// What `take_upto` hands over: the events, and the records lost before the event at each
 /// index (sorted by index).
 pub(crate) struct Taken {
-    pub events: Vec<Event>,
+    /// As the ring held them: a `Vec` would rotate the whole ring into place.
+    pub events: VecDeque<Event>,
     pub lost: Vec<(usize, u64)>,
 }
 
@@ -202,10 +203,7 @@ impl Ring {
                 _ => lost.push((i, c)),
             }
         }
-        Taken {
-            events: out.into(),
-            lost,
-        }
+        Taken { events: out, lost }
     }
 
     /// End of the newest event dropped for lack of room (see `evicted_upto`).
@@ -297,7 +295,7 @@ mod tests {
             r.push(call(t), t);
         }
         let got = r.take_upto(40, cut).events;
-        assert_eq!(got.first().unwrap().ts, 40);
+        assert_eq!(got.front().unwrap().ts, 40);
         assert_eq!(got.len(), 60);
         // The thread's last call handed over stays as a mark at its end.
         assert_eq!((r.len(), r.oldest(), r.newest()), (11, Some(99), Some(109)));
@@ -367,7 +365,7 @@ mod tests {
         let got = r.take_upto(2, cut);
         // Lost before event 0, which is skipped as older than `from`: before the first one
         // handed over. The loss after the cut stays with the event it came before.
-        assert_eq!(got.events.first().unwrap().ts, 2);
+        assert_eq!(got.events.front().unwrap().ts, 2);
         assert_eq!(got.lost, vec![(0, 7), (2, 3)]);
         let got = r.take_upto(0, r.next_seq());
         // After the mark of the last call handed over, before event 10.

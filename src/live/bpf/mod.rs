@@ -151,12 +151,22 @@ struct NrInfo {
 }
 
 fn nr_info(nr: i64) -> NrInfo {
-    let name = syscall_name(nr);
-    let sys = crate::syscalls::info(name);
-    NrInfo {
-        name,
-        sys,
-        decode: decodes_more(sys),
+    // Looked up once per number (live): per record, the name's map and the table's
+    // string-hashed index were a visible part of the tracer's CPU.
+    static SEEN: [std::sync::OnceLock<NrInfo>; NR_MAX as usize] =
+        [const { std::sync::OnceLock::new() }; NR_MAX as usize];
+    let make = || {
+        let name = syscall_name(nr);
+        let sys = crate::syscalls::info(name);
+        NrInfo {
+            name,
+            sys,
+            decode: decodes_more(sys),
+        }
+    };
+    match usize::try_from(nr).ok().and_then(|i| SEEN.get(i)) {
+        Some(c) => *c.get_or_init(make),
+        None => make(),
     }
 }
 
@@ -285,6 +295,8 @@ pub struct BpfTracer {
     reader: Option<std::thread::JoinHandle<()>>,
     reader_stop: Arc<AtomicBool>,
     rx: mpsc::Receiver<Vec<Rec>>,
+    /// Emptied batches, back to the reader to be filled again (`read_ring`).
+    spare: mpsc::SyncSender<Vec<Rec>>,
     threads: HashMap<Tid, Thread>,
     /// New tasks, with whether they are threads, from the fork records.
     forked: HashMap<Tid, bool>,
@@ -378,11 +390,12 @@ impl BpfTracer {
         let ring = aya::maps::RingBuf::try_from(ring)
             .map_err(|e| load_error("cannot map the BPF ring buffer", &e, errno_of(&e)))?;
         let (tx, rx) = mpsc::channel();
+        let (spare, spares) = mpsc::sync_channel(SPARE_BATCHES);
         let reader_stop = Arc::new(AtomicBool::new(false));
         let stop = reader_stop.clone();
         let reader = std::thread::Builder::new()
             .name("stallscope-bpf".into())
-            .spawn(move || read_ring(ring, tx, stop))
+            .spawn(move || read_ring(ring, tx, spares, stop))
             .map_err(|e| AttachError::Other(format!("cannot start the ring reader: {e}")))?;
         let mut me = BpfTracer {
             cfg,
@@ -391,6 +404,7 @@ impl BpfTracer {
             reader: Some(reader),
             reader_stop,
             rx,
+            spare,
             threads: HashMap::new(),
             forked: HashMap::new(),
             exit_codes: HashMap::new(),
@@ -638,17 +652,14 @@ impl BpfTracer {
     /// Takes what the reader has copied out of the ring.
     fn take_records(&mut self, wait: Duration) {
         let mut got = false;
-        if let Ok(batch) = self.rx.recv_timeout(wait) {
+        let mut next = self.rx.recv_timeout(wait).ok();
+        while let Some(mut batch) = next.take().or_else(|| self.rx.try_recv().ok()) {
             got = true;
-            for r in batch {
+            for r in batch.drain(..) {
                 self.process(r);
             }
-        }
-        while let Ok(batch) = self.rx.try_recv() {
-            got = true;
-            for r in batch {
-                self.process(r);
-            }
+            // Full of spares already (the reader is behind): this one is freed.
+            let _ = self.spare.try_send(batch);
         }
         if got || self.stop_requested {
             self.read_drops();
@@ -796,26 +807,34 @@ impl BpfTracer {
 /// The reader thread: copies records out of the ring as soon as they are there, so the
 /// kernel finds room even while the analysis is busy. Sleeps in poll between wakeups (the
 /// programs wake it when a quarter of the ring is used; the timeout bounds the delay).
+/// Batches handed back to the reader at most (each up to `BATCH_MAX` records): the
+/// reader refills them instead of growing a new vector (copies, fresh pages) per batch.
+const SPARE_BATCHES: usize = 4;
+const BATCH_MAX: usize = 4096;
+
 fn read_ring(
     mut ring: aya::maps::RingBuf<aya::maps::MapData>,
     tx: mpsc::Sender<Vec<Rec>>,
+    spares: mpsc::Receiver<Vec<Rec>>,
     stop: Arc<AtomicBool>,
 ) {
     use std::os::fd::AsRawFd;
     let fd = ring.as_raw_fd();
+    let fresh = || spares.try_recv().unwrap_or_default();
+    let mut batch = fresh();
     loop {
         // Read after the flag: once it is set no program runs, so this pass is the last.
         let last = stop.load(Ordering::SeqCst);
-        let mut batch = vec![];
         while let Some(item) = ring.next() {
             if let Some(r) = arrivals::parse(&item).or_else(|| parse(&item)) {
                 batch.push(r);
             }
-            if batch.len() >= 4096 && tx.send(std::mem::take(&mut batch)).is_err() {
+            if batch.len() >= BATCH_MAX && tx.send(std::mem::replace(&mut batch, fresh())).is_err()
+            {
                 return;
             }
         }
-        if !batch.is_empty() && tx.send(batch).is_err() {
+        if !batch.is_empty() && tx.send(std::mem::replace(&mut batch, fresh())).is_err() {
             return;
         }
         if last {
@@ -857,6 +876,11 @@ impl super::fed::KernelFed for BpfTracer {
 impl Tracer for BpfTracer {
     fn next_event_timeout(&mut self, timeout: Duration) -> Result<Option<Event>> {
         Ok(super::fed::next_event_timeout(self, timeout))
+    }
+
+    fn next_batch(&mut self, timeout: Duration, out: &mut VecDeque<Event>) -> Result<()> {
+        super::fed::next_batch(self, timeout, out);
+        Ok(())
     }
 
     fn is_done(&self) -> bool {
