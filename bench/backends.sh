@@ -250,8 +250,10 @@ for row in rows[1:]:
     if not c:
         print(f"per-command p50 {test}: not in the report")
         continue
-    print(f"per-command p50 {test}: stallscope {c['p50_us']} us ({c['calls']} calls) vs client {p50_ms * 1000:.0f} us: "
-          f"{c['p50_us'] / (p50_ms * 1000):.2f} of the client's")
+    ratio = c['p50_us'] / (p50_ms * 1000)
+    print(f"per-command p50 {test}: stallscope {c['p50_us']} us ({c['calls']} calls, {c.get('from_arrival', 0)} timed from their arrival) "
+          f"vs client {p50_ms * 1000:.0f} us: {ratio:.2f} of the client's ({'within' if abs(1 - ratio) <= 0.25 else 'NOT within'} 25%)")
+print("per-command latency starts at:", r["summary"].get("command_start", "(not said)"))
 PY
 
 # Pipelined: 32 requests per round trip, several times the syscall records per second.

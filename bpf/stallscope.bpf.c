@@ -392,3 +392,155 @@ int refused_by_verifier(struct enter_ctx *ctx)
 	struct entry *e = bpf_map_lookup_elem(&inflight, &tid);
 	return e->nr != 0;
 }
+
+// ---- Arrivals: when a request reached redis's socket (developer "arrival"'s programs) ----
+//
+// Per-command latency as a client sees it starts when the request is in the socket, not when
+// redis's read began: in between are the wakeup of redis's event loop, a wait for a CPU, the
+// wait's return. `sock:sk_data_ready` fires when data is queued on a socket (in the sender's
+// context on loopback, in a softirq otherwise: never redis's own task, so no tgid filter
+// there): it stamps the socket with the earliest arrival not yet read (later data-ready
+// events only move its `last`: a read that finds several arrivals is dated by the first). The
+// traced process's receive (`sock:sock_recv_length`, at the end of its recvmsg, inside its
+// read syscall) takes the stamp and sends it as a REC_ARRIVAL record, which reaches the ring
+// before the record of the read it belongs to. TCP only: TCP sockets are unstamped when they
+// are destroyed (`tcp:tcp_destroy_sock`), so a socket reused at the same address never
+// inherits an old stamp; other families have no such hook and are left alone.
+//
+// A read that leaves data in the socket (a pipelined burst larger than redis's buffer, or data
+// that came while the read ran) leaves a stamp for it: the same one if the socket saw one
+// arrival since it was stamped (the rest came with it), else the latest arrival (the rest came
+// no later: a lower bound of its wait, never a wait it did not have).
+
+#define REC_ARRIVAL 16
+#define AF_INET 2
+#define AF_INET6 10
+#define IPPROTO_TCP 6
+#define MSG_PEEK 2
+
+// The receive queue's length, through CO-RE: whether a read left data in the socket.
+struct sk_buff_head {
+	__u32 qlen;
+} __attribute__((preserve_access_index));
+struct sock {
+	struct sk_buff_head sk_receive_queue;
+} __attribute__((preserve_access_index));
+
+struct arrival {
+	__u64 first; // when the earliest data not yet read was queued
+	__u64 last;  // the latest data-ready since
+};
+
+// Tracepoint field offsets, set by the loader from the format files.
+volatile const __u32 ready_sk_off = 8;
+volatile const __u32 ready_family_off = 16;
+volatile const __u32 ready_protocol_off = 18;
+volatile const __u32 recv_sk_off = 8;
+volatile const __u32 recv_ret_off = 20;
+volatile const __u32 recv_flags_off = 24;
+volatile const __u32 destroy_sk_off = 8;
+
+// By socket address. LRU: sockets of other processes are stamped too (the data-ready
+// context cannot tell whose they are) and are never read by a traced task; the oldest
+// go first.
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u64);
+	__type(value, struct arrival);
+} arrival_stamps SEC(".maps");
+
+struct arrival_rec {
+	__u32 kind;
+	__u32 tid;
+	__u32 tgid;
+	__s32 len; // what the receive returned
+	__u64 sk;
+	__u64 first; // the stamp
+	__u64 at;    // when the receive ended
+};
+
+static __always_inline __u64 field_u64(void *ctx, __u32 off)
+{
+	__u64 v = 0;
+	bpf_probe_read_kernel(&v, sizeof(v), (char *)ctx + off);
+	return v;
+}
+
+static __always_inline __u32 field_u16(void *ctx, __u32 off)
+{
+	__u16 v = 0;
+	bpf_probe_read_kernel(&v, sizeof(v), (char *)ctx + off);
+	return v;
+}
+
+static __always_inline __s32 field_s32(void *ctx, __u32 off)
+{
+	__s32 v = 0;
+	bpf_probe_read_kernel(&v, sizeof(v), (char *)ctx + off);
+	return v;
+}
+
+SEC("tracepoint/sock/sk_data_ready")
+int arrival_ready(void *ctx)
+{
+	__u32 family = field_u16(ctx, ready_family_off);
+	if ((family != AF_INET && family != AF_INET6) ||
+	    field_u16(ctx, ready_protocol_off) != IPPROTO_TCP)
+		return KEEP;
+	__u64 sk = field_u64(ctx, ready_sk_off);
+	__u64 now = bpf_ktime_get_ns();
+	struct arrival *a = bpf_map_lookup_elem(&arrival_stamps, &sk);
+	if (a) {
+		a->last = now;
+		return KEEP;
+	}
+	struct arrival n = { .first = now, .last = now };
+	bpf_map_update_elem(&arrival_stamps, &sk, &n, BPF_NOEXIST);
+	return KEEP;
+}
+
+SEC("tracepoint/sock/sock_recv_length")
+int arrival_recv(void *ctx)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tgid = id >> 32, tid = (__u32)id;
+	if (!bpf_map_lookup_elem(&tgids, &tgid))
+		return KEEP;
+	__s32 ret = field_s32(ctx, recv_ret_off);
+	if (ret <= 0 || (field_s32(ctx, recv_flags_off) & MSG_PEEK))
+		return KEEP;
+	__u64 sk = field_u64(ctx, recv_sk_off);
+	struct arrival *a = bpf_map_lookup_elem(&arrival_stamps, &sk);
+	if (!a)
+		return KEEP;
+	__u64 first = a->first;
+	if (BPF_CORE_READ((struct sock *)sk, sk_receive_queue.qlen) > 0) {
+		if (a->last != a->first)
+			a->first = a->last;
+	} else {
+		bpf_map_delete_elem(&arrival_stamps, &sk);
+	}
+	struct arrival_rec *r = bpf_ringbuf_reserve(&events, sizeof(*r), 0);
+	if (!r) {
+		count_drop();
+		return KEEP;
+	}
+	r->kind = REC_ARRIVAL;
+	r->tid = tid;
+	r->tgid = tgid;
+	r->len = ret;
+	r->sk = sk;
+	r->first = first;
+	r->at = bpf_ktime_get_ns();
+	submit(r);
+	return KEEP;
+}
+
+SEC("tracepoint/tcp/tcp_destroy_sock")
+int arrival_destroy(void *ctx)
+{
+	__u64 sk = field_u64(ctx, destroy_sk_off);
+	bpf_map_delete_elem(&arrival_stamps, &sk);
+	return KEEP;
+}

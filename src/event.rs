@@ -460,6 +460,9 @@ pub struct Syscall {
     /// What the scheduler did with the thread during the call and in the gap before it
     /// (live bpf backend only).
     pub sched: Option<Box<SchedSpan>>,
+    /// A socket read: when the earliest data it returned was queued on the socket (live bpf
+    /// backend on kernels with the `sock:sk_data_ready` tracepoint; None elsewhere).
+    pub arrived: Option<Nanos>,
 }
 
 /// The scheduler's counters of one thread over a span of time: time on a CPU, time waiting
@@ -500,6 +503,7 @@ impl Syscall {
             extra: Extra::None,
             start_line: None,
             sched: None,
+            arrived: None,
         }
     }
     pub fn data(&self) -> Option<&Data> {

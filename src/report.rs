@@ -323,6 +323,25 @@ pub struct Summary {
     pub in_flight_at_end: u64,
     /// Calls already running when the trace began.
     pub in_flight_at_start: u64,
+    /// Live bpf backend: where per-command latency starts (absent elsewhere).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub command_start: Option<CommandStart>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// Where a command's latency starts (`summary.command_start`).
+#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum CommandStart {
+    /// When its request was queued on redis's socket, for the commands counted in
+    /// `commands[].from_arrival`; the others as `EventLoop`.
+    Arrival,
+    /// When redis's event loop found it (its wait's return, or the call before a wait that
+    /// returned at once): the kernel could not date arrivals.
+    EventLoop,
 }
 
 /// A line that could not be read. In JSON `reason` is the reason's phrase, after the
@@ -598,6 +617,9 @@ pub struct CommandStats {
     pub aof_us: i64,
     /// Time spent in log-file syscalls while serving this command (sum over calls).
     pub log_us: i64,
+    /// Of `calls`, those timed from their request's measured arrival (live bpf backend).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub from_arrival: u64,
 }
 
 /// What a finding (and each stall it explains) is about: REPORT.md `findings[].id`.
@@ -962,6 +984,7 @@ mod tests {
         values.extend(Durations::ALL.iter().map(spelled));
         values.extend(PhaseKind::ALL.iter().map(spelled));
         values.extend(CommandPhase::ALL.iter().map(spelled));
+        values.extend([CommandStart::Arrival, CommandStart::EventLoop].map(spelled));
         values.extend(SourceKind::ALL.iter().map(spelled));
         values.extend(ClockKind::ALL.iter().map(spelled));
         values.extend(LiveBackend::ALL.iter().map(spelled));

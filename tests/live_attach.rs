@@ -1642,3 +1642,183 @@ fn lost_events_read_back_from_a_recording(backend: &str) {
     );
     redis.assert_unharmed();
 }
+
+/// bpf: a command's latency starts when its request reached redis's socket, so a GET that
+/// queued behind a DEBUG SLEEP on another connection shows the wait its client saw (without
+/// the kernel's arrival stamps it would start when the event loop found it, after the sleep,
+/// and look instant).
+#[test]
+fn bpf_a_command_queued_behind_a_sleep_is_timed_from_its_arrival() {
+    let _g = serial();
+    if can_run("bpf") {
+        queued_behind_a_sleep(true);
+    }
+}
+
+/// On a kernel without the tracepoints (forced) the bpf backend traces as before and says
+/// where per-command latency starts instead.
+#[test]
+fn bpf_without_arrival_stamps_says_latency_starts_in_the_event_loop() {
+    let _g = serial();
+    if can_run("bpf") {
+        queued_behind_a_sleep(false);
+    }
+}
+
+/// A GET sent while redis sleeps in DEBUG SLEEP 1 on another connection: its latency in
+/// redis against its client's round trip.
+fn queued_behind_a_sleep(stamps: bool) {
+    let redis = Redis::start(&["--enable-debug-command", "yes"]);
+    let env: &[(&str, &str)] = if stamps {
+        &[]
+    } else {
+        &[("STALLSCOPE_BPF_TEST_NO_ARRIVALS", "1")]
+    };
+    let a = Attach::start_with_env(
+        "bpf",
+        redis.pid(),
+        &["--threshold", "100ms", "--format", "json"],
+        env,
+    );
+    assert!(a.attached, "{:?}", a.stderr);
+    // Connected and served once before the sleep: the GET then needs no accept.
+    let mut getter = redis.client();
+    getter.cmd(&["PING"]).expect("PING");
+    let port = redis.port;
+    let sleeper = std::thread::spawn(move || {
+        let mut c = Client::connect(port, Duration::from_secs(20)).expect("connect");
+        c.cmd(&["DEBUG", "SLEEP", "1"]).expect("DEBUG SLEEP").text()
+    });
+    // Sent only once redis's main thread is inside the sleep, so it waits for the rest of it.
+    let start = Instant::now();
+    while !matches!(
+        redis.main_syscall(),
+        Some(libc::SYS_clock_nanosleep) | Some(libc::SYS_nanosleep)
+    ) {
+        assert!(start.elapsed() < DEADLINE, "redis never slept");
+        assert!(
+            !sleeper.is_finished(),
+            "DEBUG SLEEP returned before it was seen"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let sent = Instant::now();
+    getter.cmd(&["GET", "k"]).expect("GET");
+    let client_us = sent.elapsed().as_micros() as i64;
+    assert_eq!(sleeper.join().expect("sleeper thread"), "+OK");
+    unsafe { libc::kill(a.child.id() as i32, libc::SIGINT) };
+    let (code, out, stderr) = a.finish(Duration::from_secs(20));
+    assert_eq!(code, Some(1), "the sleep is a stall: {stderr:?}");
+    let r = json(&out);
+    assert_eq!(r["summary"]["lost_events"], 0);
+    let start = if stamps { "arrival" } else { "event_loop" };
+    assert_eq!(r["summary"]["command_start"], start, "{}", r["summary"]);
+    let get = r["commands"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["command"] == "GET" && c["phase"] == "all")
+        .unwrap_or_else(|| panic!("no GET row: {}", r["commands"]));
+    let max = get["max_us"].as_i64().expect("max_us");
+    if stamps {
+        assert_eq!(get["from_arrival"], 1, "{get}");
+        // The GET's own round trip is the rest of the sleep plus a few syscalls on each
+        // side: seen from redis, at least half of it (hundreds of ms; without the stamps, µs).
+        assert!(
+            2 * max >= client_us,
+            "GET: {max} µs in redis, {client_us} µs at the client: {get}"
+        );
+    } else {
+        assert!(get.get("from_arrival").is_none(), "{get}");
+        assert!(
+            stderr.iter().any(|l| l.contains(
+                "warning: per-command latency starts when redis's event loop found the request"
+            ) && l.contains("STALLSCOPE_BPF_TEST_NO_ARRIVALS")),
+            "{stderr:?}"
+        );
+    }
+    redis.assert_unharmed();
+}
+
+/// bpf: a pipelined burst larger than one read of redis's (16 KB) queued behind a DEBUG
+/// SLEEP: the reads after the first find the rest of the same arrival and are timed from it
+/// too (the first read leaves the socket's stamp for the data it left).
+#[test]
+fn bpf_a_burst_read_in_several_reads_is_timed_from_its_one_arrival() {
+    use std::io::{Read, Write};
+    let _g = serial();
+    if !can_run("bpf") {
+        return;
+    }
+    let redis = Redis::start(&["--enable-debug-command", "yes"]);
+    let a = Attach::start(
+        "bpf",
+        redis.pid(),
+        &["--threshold", "100ms", "--format", "json"],
+    );
+    assert!(a.attached, "{:?}", a.stderr);
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", redis.port)).expect("connect");
+    s.set_read_timeout(Some(DEADLINE)).expect("timeout");
+    let ping = b"*1\r\n$4\r\nPING\r\n";
+    let pong = b"+PONG\r\n";
+    s.write_all(ping).expect("PING");
+    let mut first = [0u8; 7];
+    s.read_exact(&mut first).expect("PONG");
+    let port = redis.port;
+    let sleeper = std::thread::spawn(move || {
+        let mut c = Client::connect(port, Duration::from_secs(20)).expect("connect");
+        c.cmd(&["DEBUG", "SLEEP", "1"]).expect("DEBUG SLEEP").text()
+    });
+    let start = Instant::now();
+    while !matches!(
+        redis.main_syscall(),
+        Some(libc::SYS_clock_nanosleep) | Some(libc::SYS_nanosleep)
+    ) {
+        assert!(start.elapsed() < DEADLINE, "redis never slept");
+        assert!(
+            !sleeper.is_finished(),
+            "DEBUG SLEEP returned before it was seen"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    // 42 KB in one write: one arrival, read by redis in three reads or more.
+    let n = 3000;
+    let sent = Instant::now();
+    s.write_all(&ping.repeat(n)).expect("burst");
+    let mut replies = vec![0u8; pong.len() * n];
+    s.read_exact(&mut replies[..1]).expect("PONGs");
+    // What the client waited for its first reply: the rest of the sleep, and more.
+    let client_us = sent.elapsed().as_micros() as i64;
+    s.read_exact(&mut replies[1..]).expect("PONGs");
+    assert!(replies.chunks(pong.len()).all(|c| c == pong));
+    assert_eq!(sleeper.join().expect("sleeper thread"), "+OK");
+    unsafe { libc::kill(a.child.id() as i32, libc::SIGINT) };
+    let (_, out) = finish(a, Duration::from_secs(20));
+    let r = json(&out);
+    assert_eq!(r["summary"]["lost_events"], 0);
+    // Only the first commands of each read are named (64 bytes are copied): some of every
+    // read, so more than one read's worth when the burst took several.
+    let reads = r["syscalls"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["name"] == "read")
+        .and_then(|c| c["calls"].as_u64())
+        .unwrap_or(0);
+    let p = r["commands"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["command"] == "PING" && c["phase"] == "all")
+        .unwrap_or_else(|| panic!("no PING row: {}", r["commands"]));
+    assert!(reads >= 3, "{reads} reads");
+    assert_eq!(p["from_arrival"], p["calls"], "{p}");
+    // Every read of the burst waited for the rest of the sleep, as its client did: none is
+    // timed as if it came after it (as from the event loop, a few µs).
+    let p50 = p["p50_us"].as_i64().expect("p50_us");
+    assert!(
+        2 * p50 >= client_us,
+        "PING p50 {p50} µs in redis, first reply after {client_us} µs at the client: {p}"
+    );
+    redis.assert_unharmed();
+}

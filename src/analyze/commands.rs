@@ -1,6 +1,7 @@
 //! Commands: how long each command waited, before, during and after a save. Requests are
 //! read from client connections (RESP command names, never keys or values), timed from when
-//! they most likely arrived (the arrivals unit) to the reply write that answered them, and
+//! they arrived (measured by the live bpf backend: `Syscall::arrived`; else the most likely
+//! time, from the arrivals unit) to the reply write that answered them, and
 //! charged the AOF and log-file time their thread spent meanwhile (the file-time unit).
 //! Names are interned once, as they are read, into small `CmdId`s: per event the unit and
 //! the holds join compare and hash integers; the text is looked up only for the report.
@@ -101,6 +102,8 @@ struct PendingCmd {
     name: CmdId,
     req: Nanos,
     at_req: FileNs,
+    /// `req` is the measured arrival of its read's data (`Syscall::arrived`).
+    measured: bool,
 }
 
 /// The bounds of the command state: requests queued per connection, and connections
@@ -128,6 +131,7 @@ impl Default for CommandCaps {
 struct Totals {
     aof: i64,
     log: i64,
+    from_arrival: u64,
 }
 
 /// A client connection's requests not yet answered, and the end of its last reply (one
@@ -224,14 +228,34 @@ impl Commands {
             return;
         }
         let ts = cx.ts();
+        let at_req = inp.file_time.so_far(cx.thread);
         let st = self.conns.entry(conn).or_default();
+        // Measured (live bpf): when the read's data was queued on the socket, the earliest
+        // data no earlier read took; the later commands of a pipelined read share it.
+        // Nothing below applies to it: they are estimates from the thread's calls, and a
+        // client with several requests in flight sends before a reply.
+        if let Some(arrived) = cx.sc.arrived {
+            if !self.conn_open.is_empty() {
+                self.conn_open.remove(&conn);
+            }
+            let caps = self.caps.queue;
+            queue(
+                &mut st.pending,
+                &mut self.seq,
+                caps,
+                &ids[..n],
+                arrived,
+                at_req,
+                true,
+            );
+            return;
+        }
         let mut req = inp.arrivals.request_time(cx.thread, ts);
         // A client cannot have sent what it sends after a reply before that reply: for
         // synchronous clients this bounds the estimate tightly.
         if let Some(last) = st.last_reply {
             req = req.max(last.min(ts));
         }
-        let at_req = inp.file_time.so_far(cx.thread);
         // A new connection's first request, found by a wait that returned at once, may
         // have been queued since the connect: it waited for the accept too. Only if no
         // wait came between the accept and the one that found it: the connection was
@@ -251,18 +275,16 @@ impl Commands {
             }
             _ => req,
         };
-        let q = &mut st.pending;
-        for &name in &ids[..n] {
-            self.seq += 1;
-            if q.len() < self.caps.queue {
-                q.push_back(PendingCmd {
-                    seq: self.seq,
-                    name,
-                    req,
-                    at_req,
-                });
-            }
-        }
+        let caps = self.caps.queue;
+        queue(
+            &mut st.pending,
+            &mut self.seq,
+            caps,
+            &ids[..n],
+            req,
+            at_req,
+            false,
+        );
     }
 
     fn on_reply(
@@ -298,6 +320,7 @@ impl Commands {
             let e = self.all[i].get_or_insert_with(Totals::default);
             e.aof += now.aof - p.at_req.aof;
             e.log += now.log - p.at_req.log;
+            e.from_arrival += p.measured as u64;
             answered.push(DoneCmd {
                 seq: p.seq,
                 name: p.name,
@@ -353,6 +376,7 @@ impl Commands {
                 max_us: lat.max_us(),
                 aof_us: t.aof / 1000,
                 log_us: t.log / 1000,
+                from_arrival: t.from_arrival,
             });
             if let Some(i) = longest_phase {
                 for (label, s) in [
@@ -370,6 +394,7 @@ impl Commands {
                             max_us: a.max_us(),
                             aof_us: 0,
                             log_us: 0,
+                            from_arrival: 0,
                         });
                     }
                 }
@@ -400,6 +425,31 @@ impl Commands {
             .get(&(name, s))
             .map(|a| a.dist())
             .unwrap_or_default()
+    }
+}
+
+/// Queues a read's commands on their connection (at most `cap` waiting), each with the time
+/// its request is dated from and whether that time was measured (an arrival) or estimated.
+fn queue(
+    q: &mut VecDeque<PendingCmd>,
+    seq: &mut u64,
+    cap: usize,
+    ids: &[CmdId],
+    req: Nanos,
+    at_req: FileNs,
+    measured: bool,
+) {
+    for &name in ids {
+        *seq += 1;
+        if q.len() < cap {
+            q.push_back(PendingCmd {
+                seq: *seq,
+                name,
+                req,
+                at_req,
+                measured,
+            });
+        }
     }
 }
 
@@ -452,6 +502,37 @@ mod tests {
         assert_eq!(done[0].reply, 6_000);
         assert_eq!(c.report(None).len(), 2);
         assert!(c.unanswered(10).is_empty());
+    }
+
+    #[test]
+    fn a_measured_arrival_starts_the_clock_and_is_counted() {
+        let mut c = Commands::default();
+        let get = b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n";
+        let mut first = io(10_000, "read", 7, get, get.len() as i64);
+        let mut second = io(30_000, "read", 7, get, get.len() as i64);
+        if let (EventKind::Syscall(a), EventKind::Syscall(b)) = (&mut first.kind, &mut second.kind)
+        {
+            a.arrived = Some(4_000);
+            // Sent before the first reply (a client with two requests in flight): the
+            // estimate would start it at that reply; the measurement is kept.
+            b.arrived = Some(12_000);
+        }
+        let (done, _) = run(
+            &mut c,
+            &[
+                first,
+                io(20_000, "write", 7, b"$1\r\nv\r\n", 7),
+                second,
+                io(40_000, "write", 7, b"$1\r\nv\r\n", 7),
+                // Without one: dated as before (no event-loop wait here: from its read).
+                io(50_000, "read", 7, get, get.len() as i64),
+                io(60_000, "write", 7, b"$1\r\nv\r\n", 7),
+            ],
+        );
+        let reqs: Vec<Nanos> = done.iter().map(|d| d.req).collect();
+        assert_eq!(reqs, vec![4_000, 12_000, 50_000]);
+        let all = &c.report(None)[0];
+        assert_eq!((all.calls, all.from_arrival), (3, 2));
     }
 
     #[test]

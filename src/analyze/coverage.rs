@@ -249,6 +249,7 @@ impl Coverage {
             lost_events: self.lost_events,
             in_flight_at_end: self.in_flight_end,
             in_flight_at_start: self.in_flight_start,
+            command_start: None,
             ..Default::default()
         }
     }

@@ -198,6 +198,11 @@ pub trait Tracer {
     fn splits_sched(&self) -> bool {
         false
     }
+    /// Whether its socket reads carry when their data arrived (`Syscall::arrived`): None
+    /// when the backend has no such means, Some(false) when this kernel lacks them.
+    fn dates_arrivals(&self) -> Option<bool> {
+        None
+    }
 
     /// The next event, blocking until there is one or tracing has ended.
     fn next_event(&mut self) -> Result<Option<Event>> {
@@ -680,6 +685,13 @@ pub fn run_attach(args: &AttachArgs) -> Result<u64> {
     };
     let mut report = an.finish(info, Counters::default());
     report.source.backend = Some(backend);
+    report.summary.command_start = tracer.dates_arrivals().map(|on| {
+        if on {
+            crate::report::CommandStart::Arrival
+        } else {
+            crate::report::CommandStart::EventLoop
+        }
+    });
     // Samples were stamped from the attach; the report's axis starts at its first call.
     let shift = (first_syscall_ts.unwrap_or(attach_mono) - attach_mono) / 1000;
     let samples = samples.into_iter().map(|mut s| {

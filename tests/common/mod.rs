@@ -323,9 +323,15 @@ pub struct Attach {
 
 impl Attach {
     pub fn start(backend: &str, pid: u32, extra: &[&str]) -> Attach {
+        Attach::start_with_env(backend, pid, extra, &[])
+    }
+
+    /// `start`, with variables added to stallscope's environment (test switches).
+    pub fn start_with_env(backend: &str, pid: u32, extra: &[&str], env: &[(&str, &str)]) -> Attach {
         let mut child = Command::new(env!("CARGO_BIN_EXE_stallscope"))
             .args(["attach", "--backend", backend, "--pid", &pid.to_string()])
             .args(extra)
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()

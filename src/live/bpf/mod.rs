@@ -17,6 +17,8 @@
 //! calls are read from the process's memory when the record is processed, as the perf
 //! backend does.
 
+mod arrivals;
+
 use super::decode::{blocked_in_call, decode_args, decodes_more, open_name};
 use super::sysnames::{errno_name, syscall_name};
 use super::{now_mono, now_wall, AttachError, Tracer, TracerStats};
@@ -308,6 +310,8 @@ pub struct BpfTracer {
     warnings: Vec<String>,
     last_check: std::time::Instant,
     pub threads_at_attach: u32,
+    /// When the requests that socket reads return arrived (arrivals.rs).
+    arrivals: arrivals::Arrivals,
 }
 
 const PROGRAMS: [(&str, &str, &str); 4] = [
@@ -325,10 +329,14 @@ impl BpfTracer {
         let child_off = check_layouts().map_err(AttachError::Other)?;
         let ring_bytes = (cfg.pages * crate::live::page_size()) as u32;
         let follow = cfg.follow_forks as u32;
-        let mut bpf = aya::EbpfLoader::new()
+        let arrival_layout = arrivals::layout();
+        let mut loader = aya::EbpfLoader::new();
+        loader
             .set_global("follow_forks", &follow, true)
             .set_global("fork_child_pid_off", &child_off, true)
-            .set_max_entries("events", ring_bytes)
+            .set_max_entries("events", ring_bytes);
+        arrivals::set_globals(&mut loader, &arrival_layout);
+        let mut bpf = loader
             .load(OBJECT)
             .map_err(|e| load_error("cannot load the BPF object", &e, errno_of(&e)))?;
         if std::env::var(REFUSE_ENV).is_ok_and(|v| v == "1") {
@@ -375,6 +383,7 @@ impl BpfTracer {
             })?;
             links.push((prog, id));
         }
+        let arrivals = arrivals::attach(&mut bpf, &arrival_layout, &mut links);
         let ring = bpf
             .take_map("events")
             .ok_or_else(|| AttachError::Other("the BPF object lacks events".into()))?;
@@ -408,7 +417,9 @@ impl BpfTracer {
             warnings: vec![],
             last_check: std::time::Instant::now(),
             threads_at_attach: 0,
+            arrivals: arrivals::Arrivals::default(),
         };
+        me.arrivals.started(arrivals, &mut me.warnings);
         let pid = me.cfg.pid;
         me.stats.attach_mono = now_mono();
         me.stats.attach_wall = now_wall();
@@ -508,6 +519,10 @@ impl BpfTracer {
     }
 
     fn process(&mut self, r: Rec) {
+        if r.kind == arrivals::REC_ARRIVAL {
+            self.arrivals.on_record(&r);
+            return;
+        }
         let tid = r.tid;
         let th = self.threads.entry(tid).or_insert(Thread {
             tgid: r.tgid,
@@ -536,6 +551,7 @@ impl BpfTracer {
                 let mut ev = self.build(&r, Some(r.ret), true);
                 if let EventKind::Syscall(sc) = &mut ev.kind {
                     sc.sched = sched;
+                    self.arrivals.date(&r, sc);
                 }
                 self.count(tid, Some(r.exit_ns - r.enter_ns));
                 self.queue.push_back(ev);
@@ -810,7 +826,7 @@ fn read_ring(
         // Read after the flag: once it is set no program runs, so this pass is the last.
         let last = stop.load(Ordering::SeqCst);
         while let Some(item) = ring.next() {
-            if let Some(r) = parse(&item) {
+            if let Some(r) = arrivals::parse(&item).or_else(|| parse(&item)) {
                 batch.push(r);
             }
             if batch.len() >= BATCH_MAX && tx.send(std::mem::replace(&mut batch, fresh())).is_err()
@@ -881,6 +897,10 @@ impl Tracer for BpfTracer {
 
     fn splits_sched(&self) -> bool {
         true
+    }
+
+    fn dates_arrivals(&self) -> Option<bool> {
+        Some(self.arrivals.on())
     }
 
     fn stats(&self) -> TracerStats {
