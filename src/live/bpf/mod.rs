@@ -39,6 +39,10 @@ pub const DEFAULT_PAGES: usize = 8192;
 /// path and of `--backend auto`'s fallback; the refusal and its message are the kernel's).
 pub const REFUSE_ENV: &str = "STALLSCOPE_BPF_TEST_REFUSE";
 
+/// Set to 1 to run the classic tracepoint programs even where the tp_btf ones load (tests
+/// of the fallback that kernels without BTF take).
+pub const CLASSIC_ENV: &str = "STALLSCOPE_BPF_CLASSIC";
+
 // Record kinds and syscall kinds, as in bpf/stallscope.bpf.c.
 const REC_CALL: u32 = 1;
 const REC_ENTER_ONLY: u32 = 2;
@@ -449,7 +453,12 @@ impl BpfTracer {
         for (prog, cat, name) in PROGRAMS {
             links.push((prog, attach_tp(&mut bpf, prog, cat, name)?));
         }
-        let programs = match attach_btf_syscalls(&mut bpf) {
+        let btf = if std::env::var(CLASSIC_ENV).is_ok_and(|v| v == "1") {
+            Err(format!("{CLASSIC_ENV}=1"))
+        } else {
+            attach_btf_syscalls(&mut bpf)
+        };
+        let programs = match btf {
             Ok(l) => {
                 links.extend(l);
                 "BTF-typed raw tracepoints (tp_btf/sys_enter, tp_btf/sys_exit)".to_string()
