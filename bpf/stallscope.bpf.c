@@ -34,6 +34,8 @@ char LICENSE[] SEC("license") = "GPL";
 // Set by the loader before the programs load (they are read-only after that).
 volatile const __u32 follow_forks = 1;
 volatile const __u32 fork_child_pid_off = 20;
+// The ring's size in bytes (the loader sets it with the ring's max_entries).
+volatile const __u64 ring_bytes = 16 << 20;
 
 // What a syscall number needs beyond its arguments (filled by the loader from its syscall
 // table, so that the numbers of any architecture work).
@@ -68,6 +70,32 @@ struct task_struct {
 	struct sched_entity se;
 	struct sched_info sched_info;
 } __attribute__((preserve_access_index));
+
+// The registers the BTF-typed syscall tracepoints hand over (their classic twins copy the
+// number and arguments out of them into a trace record first, for every program).
+#if defined(__TARGET_ARCH_x86)
+struct pt_regs {
+	unsigned long di, si, dx, r10, r8, r9, orig_ax;
+} __attribute__((preserve_access_index));
+#define REGS_NR(r) ((__s64)(r)->orig_ax)
+#define REGS_ARGS(r, a) \
+	do { \
+		a[0] = (r)->di; a[1] = (r)->si; a[2] = (r)->dx; \
+		a[3] = (r)->r10; a[4] = (r)->r8; a[5] = (r)->r9; \
+	} while (0)
+#elif defined(__TARGET_ARCH_arm64)
+struct pt_regs {
+	__u64 regs[31];
+	__u64 orig_x0;
+	__s32 syscallno;
+} __attribute__((preserve_access_index));
+#define REGS_NR(r) ((__s64)(r)->syscallno)
+#define REGS_ARGS(r, a) \
+	do { \
+		a[0] = (r)->orig_x0; a[1] = (r)->regs[1]; a[2] = (r)->regs[2]; \
+		a[3] = (r)->regs[3]; a[4] = (r)->regs[4]; a[5] = (r)->regs[5]; \
+	} while (0)
+#endif
 
 // on_cpu_ns, runnable_ns, minor_faults, major_faults of the current task, cumulative.
 struct sched_snap {
@@ -108,6 +136,21 @@ struct {
 	__type(value, __u32);
 } tgids SEC(".maps");
 
+// The attached process, asked first (an array lookup the verifier inlines: no call), and
+// whether any child was added to `tgids`: most syscalls on the machine are not the traced
+// process's, and every one of them runs sys_enter and sys_exit. The loader fills it (and
+// `tgids`) when tracing starts.
+struct target {
+	__u32 tgid;
+	__u32 children;
+};
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct target);
+} target SEC(".maps");
+
 // Calls in progress, by thread.
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -115,6 +158,10 @@ struct {
 	__type(key, __u32);
 	__type(value, struct entry);
 } inflight SEC(".maps");
+// A thread's entry stays in `inflight` from its first call until the thread ends (deleted
+// by process_exit) and is rewritten in place: `ts` 0 means no call in progress. An update and
+// a delete per call (a bucket lock and a free list each) were a third of the programs' time.
+
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -157,6 +204,36 @@ static __always_inline void snap(struct sched_snap *s)
 	s->v[3] = BPF_CORE_READ(t, maj_flt);
 }
 
+// The same counters read with plain loads through the task's BTF pointer (tp_btf programs:
+// four loads instead of four bpf_probe_read_kernel calls). `bt` is null in the classic
+// programs, where the helper reads stay (kernels before bpf_get_current_task_btf).
+static __always_inline void snap_of(struct sched_snap *s, struct task_struct *bt)
+{
+	if (!bt) {
+		snap(s);
+		return;
+	}
+	s->v[0] = bt->se.sum_exec_runtime;
+	s->v[1] = bt->sched_info.run_delay;
+	s->v[2] = bt->min_flt;
+	s->v[3] = bt->maj_flt;
+}
+
+// Is tgid traced? The attached process first; the map of forked children only once one
+// was added.
+static __always_inline int traced(__u32 tgid)
+{
+	__u32 zero = 0;
+	struct target *t = bpf_map_lookup_elem(&target, &zero);
+	if (!t)
+		return 0;
+	if (t->tgid == tgid)
+		return 1;
+	if (!t->children)
+		return 0;
+	return bpf_map_lookup_elem(&tgids, &tgid) != 0;
+}
+
 static __always_inline void count_drop(void)
 {
 	__u32 zero = 0;
@@ -170,8 +247,7 @@ static __always_inline void count_drop(void)
 static __always_inline void submit(void *r)
 {
 	__u64 avail = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
-	__u64 size = bpf_ringbuf_query(&events, BPF_RB_RING_SIZE);
-	bpf_ringbuf_submit(r, avail > size / 4 ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP);
+	bpf_ringbuf_submit(r, avail > ring_bytes / 4 ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP);
 }
 
 static __always_inline __u32 nr_kind(__s64 nr)
@@ -183,7 +259,8 @@ static __always_inline __u32 nr_kind(__s64 nr)
 	return k ? *k : NR_PLAIN;
 }
 
-static __always_inline void emit_enter_only(struct entry *e, __u32 tid, __u32 tgid, __u64 now)
+static __always_inline void emit_enter_only_of(struct entry *e, __u32 tid, __u32 tgid, __u64 now,
+					      struct task_struct *bt)
 {
 	struct rec *r = bpf_ringbuf_reserve(&events, sizeof(*r), 0);
 	if (!r) {
@@ -201,51 +278,52 @@ static __always_inline void emit_enter_only(struct entry *e, __u32 tid, __u32 tg
 	for (int i = 0; i < 6; i++)
 		r->args[i] = e->args[i];
 	r->sched_enter = e->sched;
-	snap(&r->sched_exit);
+	snap_of(&r->sched_exit, bt);
 	submit(r);
 }
 
-SEC("tracepoint/raw_syscalls/sys_enter")
-int sys_enter(struct enter_ctx *ctx)
+static __always_inline void emit_enter_only(struct entry *e, __u32 tid, __u32 tgid, __u64 now)
 {
-	__u64 id = bpf_get_current_pid_tgid();
-	__u32 tgid = id >> 32, tid = (__u32)id;
-	if (!bpf_map_lookup_elem(&tgids, &tgid))
-		return KEEP;
-	__u64 now = bpf_ktime_get_ns();
-	struct entry *old = bpf_map_lookup_elem(&inflight, &tid);
-	if (old)
-		emit_enter_only(old, tid, tgid, now);
-	struct entry e = { .ts = now, .nr = ctx->id };
-	for (int i = 0; i < 6; i++)
-		e.args[i] = ctx->args[i];
-	snap(&e.sched);
-	bpf_map_update_elem(&inflight, &tid, &e, BPF_ANY);
-	return KEEP;
+	emit_enter_only_of(e, tid, tgid, now, 0);
 }
 
-SEC("tracepoint/raw_syscalls/sys_exit")
-int sys_exit(struct exit_ctx *ctx)
+// A call's entry: kept in `inflight` until its exit. `e` holds its number and arguments.
+// Both program flavours (classic and tp_btf) share this and on_exit; `bt` is the current
+// task's BTF pointer in the tp_btf ones, null in the classic ones.
+static __always_inline void on_enter(struct entry *e, __u32 tid, __u32 tgid,
+				     struct task_struct *bt)
 {
-	__u64 id = bpf_get_current_pid_tgid();
-	__u32 tgid = id >> 32, tid = (__u32)id;
-	if (!bpf_map_lookup_elem(&tgids, &tgid))
-		return KEEP;
 	__u64 now = bpf_ktime_get_ns();
-	__s64 nr = ctx->id, ret = ctx->ret;
+	struct entry *slot = bpf_map_lookup_elem(&inflight, &tid);
+	if (slot && slot->ts)
+		emit_enter_only_of(slot, tid, tgid, now, bt);
+	e->ts = now;
+	snap_of(&e->sched, bt);
+	if (slot)
+		*slot = *e;
+	else
+		bpf_map_update_elem(&inflight, &tid, e, BPF_ANY);
+}
+
+static __always_inline void on_exit(__s64 nr, __s64 ret, __u32 tid, __u32 tgid,
+				    struct task_struct *bt)
+{
+	__u64 now = bpf_ktime_get_ns();
 	struct entry *e = bpf_map_lookup_elem(&inflight, &tid);
+	if (e && !e->ts)
+		e = 0;
 	if (e && e->nr != nr) {
 		// Not the call that entered (cannot happen with both tracepoints attached; kept
 		// so that a surprise shows as two half-known calls, not a wrong pair).
-		emit_enter_only(e, tid, tgid, now);
-		bpf_map_delete_elem(&inflight, &tid);
+		emit_enter_only_of(e, tid, tgid, now, bt);
+		e->ts = 0;
 		e = 0;
 	}
 	if (!e) {
 		struct rec *r = bpf_ringbuf_reserve(&events, sizeof(*r), 0);
 		if (!r) {
 			count_drop();
-			return KEEP;
+			return;
 		}
 		r->kind = REC_EXIT_ONLY;
 		r->tid = tid;
@@ -258,9 +336,9 @@ int sys_exit(struct exit_ctx *ctx)
 		for (int i = 0; i < 6; i++)
 			r->args[i] = 0;
 		__builtin_memset(&r->sched_enter, 0, sizeof(r->sched_enter));
-		snap(&r->sched_exit);
+		snap_of(&r->sched_exit, bt);
 		submit(r);
-		return KEEP;
+		return;
 	}
 	__u32 kind = nr_kind(nr);
 	__u64 avail = 0;
@@ -273,8 +351,8 @@ int sys_exit(struct exit_ctx *ctx)
 		struct rec_data *d = bpf_ringbuf_reserve(&events, sizeof(*d), 0);
 		if (!d) {
 			count_drop();
-			bpf_map_delete_elem(&inflight, &tid);
-			return KEEP;
+			e->ts = 0;
+			return;
 		}
 		__u32 len = avail > DATA_MAX ? DATA_MAX : avail;
 		if (bpf_probe_read_user(d->data, len, (void *)e->args[1]) != 0)
@@ -285,8 +363,8 @@ int sys_exit(struct exit_ctx *ctx)
 		r = bpf_ringbuf_reserve(&events, sizeof(*r), 0);
 		if (!r) {
 			count_drop();
-			bpf_map_delete_elem(&inflight, &tid);
-			return KEEP;
+			e->ts = 0;
+			return;
 		}
 		r->data_len = 0;
 	}
@@ -300,25 +378,82 @@ int sys_exit(struct exit_ctx *ctx)
 	for (int i = 0; i < 6; i++)
 		r->args[i] = e->args[i];
 	r->sched_enter = e->sched;
-	snap(&r->sched_exit);
+	snap_of(&r->sched_exit, bt);
 	submit(r);
-	bpf_map_delete_elem(&inflight, &tid);
+	e->ts = 0;
+}
+
+// The classic tracepoint programs: every kernel that has BPF ring buffers runs these.
+SEC("tracepoint/raw_syscalls/sys_enter")
+int sys_enter(struct enter_ctx *ctx)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tgid = id >> 32, tid = (__u32)id;
+	if (!traced(tgid))
+		return KEEP;
+	struct entry e = { .nr = ctx->id };
+	for (int i = 0; i < 6; i++)
+		e.args[i] = ctx->args[i];
+	on_enter(&e, tid, tgid, 0);
 	return KEEP;
 }
+
+SEC("tracepoint/raw_syscalls/sys_exit")
+int sys_exit(struct exit_ctx *ctx)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tgid = id >> 32, tid = (__u32)id;
+	if (!traced(tgid))
+		return KEEP;
+	on_exit(ctx->id, ctx->ret, tid, tgid, 0);
+	return KEEP;
+}
+
+#ifdef REGS_NR
+// The same on the BTF-typed raw tracepoints, which the loader prefers when the kernel has
+// BTF: no trace record is filled for them (the classic ones pay for that on every syscall
+// of every process), and the task's counters are plain loads. Arguments: the registers and
+// the number at entry, the registers and the result at exit.
+SEC("tp_btf/sys_enter")
+int btf_sys_enter(__u64 *ctx)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tgid = id >> 32, tid = (__u32)id;
+	if (!traced(tgid))
+		return 0;
+	struct pt_regs *regs = (struct pt_regs *)ctx[0];
+	struct entry e = { .nr = (__s64)ctx[1] };
+	REGS_ARGS(regs, e.args);
+	on_enter(&e, tid, tgid, bpf_get_current_task_btf());
+	return 0;
+}
+
+SEC("tp_btf/sys_exit")
+int btf_sys_exit(__u64 *ctx)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tgid = id >> 32, tid = (__u32)id;
+	if (!traced(tgid))
+		return 0;
+	struct pt_regs *regs = (struct pt_regs *)ctx[0];
+	on_exit(REGS_NR(regs), (__s64)ctx[1], tid, tgid, bpf_get_current_task_btf());
+	return 0;
+}
+#endif
 
 SEC("tracepoint/sched/sched_process_fork")
 int process_fork(void *ctx)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tgid = id >> 32, tid = (__u32)id;
-	if (!bpf_map_lookup_elem(&tgids, &tgid))
+	if (!traced(tgid))
 		return KEEP;
 	__s32 child = 0;
 	bpf_probe_read_kernel(&child, sizeof(child), (char *)ctx + fork_child_pid_off);
 	// The parent is inside clone/clone3: its flags say thread or process.
 	__s64 thread = -1;
 	struct entry *e = bpf_map_lookup_elem(&inflight, &tid);
-	if (e) {
+	if (e && e->ts) {
 		__u32 kind = nr_kind(e->nr);
 		if (kind == NR_CLONE) {
 			thread = (e->args[0] & CLONE_THREAD) != 0;
@@ -331,8 +466,11 @@ int process_fork(void *ctx)
 		}
 	}
 	if (thread != 1 && follow_forks && child > 0) {
-		__u32 c = child, one = 1;
+		__u32 c = child, one = 1, zero = 0;
 		bpf_map_update_elem(&tgids, &c, &one, BPF_ANY);
+		struct target *t = bpf_map_lookup_elem(&target, &zero);
+		if (t)
+			t->children = 1;
 	}
 	struct rec *r = bpf_ringbuf_reserve(&events, sizeof(*r), 0);
 	if (!r) {
@@ -355,12 +493,13 @@ int process_exit(void *ctx)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tgid = id >> 32, tid = (__u32)id;
-	if (!bpf_map_lookup_elem(&tgids, &tgid))
+	if (!traced(tgid))
 		return KEEP;
 	__u64 now = bpf_ktime_get_ns();
 	struct entry *e = bpf_map_lookup_elem(&inflight, &tid);
 	if (e) {
-		emit_enter_only(e, tid, tgid, now);
+		if (e->ts)
+			emit_enter_only(e, tid, tgid, now);
 		bpf_map_delete_elem(&inflight, &tid);
 	}
 	struct rec *r = bpf_ringbuf_reserve(&events, sizeof(*r), 0);
@@ -375,8 +514,13 @@ int process_exit(void *ctx)
 		count_drop();
 	}
 	// A traced child's last thread: its id may be reused by an unrelated process.
-	if (tid == tgid)
+	if (tid == tgid) {
 		bpf_map_delete_elem(&tgids, &tgid);
+		__u32 zero = 0;
+		struct target *t = bpf_map_lookup_elem(&target, &zero);
+		if (t && t->tgid == tgid)
+			t->tgid = 0;
+	}
 	return KEEP;
 }
 

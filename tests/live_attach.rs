@@ -888,6 +888,48 @@ fn perf_backend_errors_and_the_auto_choice() {
     redis.assert_unharmed();
 }
 
+/// The classic tracepoint programs (what a kernel without BTF runs; forced here) see the
+/// same calls and commands as the tp_btf ones that this kernel prefers, and a busy EVAL as
+/// the same main-thread gap.
+#[test]
+fn bpf_backend_on_classic_tracepoints_sees_the_same() {
+    let _g = serial();
+    if !can_run("bpf") {
+        return;
+    }
+    let redis = Redis::start(&[]);
+    let a = Attach::start("bpf", redis.pid(), &["--duration", "200ms"]);
+    assert!(a.attached, "{:?}", a.stderr);
+    let err = a.stderr.join("\n");
+    finish(a, DEADLINE);
+    assert!(
+        err.contains("syscall programs on BTF-typed raw tracepoints"),
+        "{err}"
+    );
+    drop(redis);
+    // The test processes hold the serial lock: no other live test spawns meanwhile.
+    std::env::set_var("STALLSCOPE_BPF_CLASSIC", "1");
+    let r = std::panic::catch_unwind(|| {
+        let redis = Redis::start(&[]);
+        let a = Attach::start("bpf", redis.pid(), &["--duration", "200ms"]);
+        assert!(a.attached, "{:?}", a.stderr);
+        let err = a.stderr.join("\n");
+        finish(a, DEADLINE);
+        assert!(
+            err.contains("syscall programs on classic tracepoints")
+                && err.contains("STALLSCOPE_BPF_CLASSIC=1"),
+            "{err}"
+        );
+        drop(redis);
+        every_command_is_counted("bpf");
+        a_busy_eval_is_a_main_thread_gap("bpf");
+    });
+    std::env::remove_var("STALLSCOPE_BPF_CLASSIC");
+    if let Err(e) = r {
+        std::panic::resume_unwind(e);
+    }
+}
+
 /// A program the kernel refuses (forced: a deliberately invalid one) makes `--backend bpf`
 /// exit 2 with the verifier's own message, and leaves redis untouched.
 #[test]

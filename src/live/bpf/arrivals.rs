@@ -86,7 +86,7 @@ pub(super) fn set_globals<'a>(loader: &mut aya::EbpfLoader<'a>, layout: &'a Layo
 pub(super) fn attach(
     bpf: &mut aya::Ebpf,
     layout: &Layout,
-    links: &mut Vec<(&'static str, aya::programs::trace_point::TracePointLinkId)>,
+    links: &mut Vec<(&'static str, super::Link)>,
 ) -> Result<(), String> {
     layout.as_ref().map_err(|e| e.clone())?;
     let mut mine = vec![];
@@ -110,7 +110,7 @@ pub(super) fn attach(
             }
         }
     } else {
-        links.extend(mine);
+        links.extend(mine.into_iter().map(|(p, id)| (p, super::Link::Tp(id))));
     }
     result
 }

@@ -41,6 +41,10 @@ pub const DEFAULT_PAGES: usize = 8192;
 /// path and of `--backend auto`'s fallback; the refusal and its message are the kernel's).
 pub const REFUSE_ENV: &str = "STALLSCOPE_BPF_TEST_REFUSE";
 
+/// Set to 1 to run the classic tracepoint programs even where the tp_btf ones load (tests
+/// of the fallback that kernels without BTF take).
+pub const CLASSIC_ENV: &str = "STALLSCOPE_BPF_CLASSIC";
+
 // Record kinds and syscall kinds, as in bpf/stallscope.bpf.c.
 const REC_CALL: u32 = 1;
 const REC_ENTER_ONLY: u32 = 2;
@@ -76,6 +80,16 @@ struct KEntry {
 }
 // SAFETY: plain old data, the layout of `struct entry` in the C source.
 unsafe impl aya::Pod for KEntry {}
+
+/// The attached process and whether it has forked children in `tgids` (`struct target`).
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct KTarget {
+    tgid: u32,
+    children: u32,
+}
+// SAFETY: plain old data, the layout of `struct target` in the C source.
+unsafe impl aya::Pod for KTarget {}
 
 /// One ring record, copied out of the ring.
 #[derive(Clone, Copy)]
@@ -291,7 +305,7 @@ use super::sched_delta as delta;
 pub struct BpfTracer {
     cfg: BpfConfig,
     bpf: Option<aya::Ebpf>,
-    links: Vec<(&'static str, aya::programs::trace_point::TracePointLinkId)>,
+    links: Vec<(&'static str, Link)>,
     reader: Option<std::thread::JoinHandle<()>>,
     reader_stop: Arc<AtomicBool>,
     rx: mpsc::Receiver<Vec<Rec>>,
@@ -314,12 +328,98 @@ pub struct BpfTracer {
     arrivals: arrivals::Arrivals,
 }
 
-const PROGRAMS: [(&str, &str, &str); 4] = [
+/// An attached program, to detach it before the ring is emptied for the last time.
+enum Link {
+    Tp(aya::programs::trace_point::TracePointLinkId),
+    Btf(aya::programs::tp_btf::BtfTracePointLinkId),
+}
+
+/// The syscall programs on the BTF-typed raw tracepoints (preferred: the kernel fills no
+/// trace record for them, and they read the task's counters with plain loads), and the same
+/// programs on the classic tracepoints (kernels without BTF or tp_btf).
+const BTF_SYSCALL_PROGRAMS: [(&str, &str); 2] =
+    [("btf_sys_enter", "sys_enter"), ("btf_sys_exit", "sys_exit")];
+const SYSCALL_PROGRAMS: [(&str, &str, &str); 2] = [
     ("sys_enter", "raw_syscalls", "sys_enter"),
     ("sys_exit", "raw_syscalls", "sys_exit"),
+];
+const PROGRAMS: [(&str, &str, &str); 2] = [
     ("process_fork", "sched", "sched_process_fork"),
     ("process_exit", "sched", "sched_process_exit"),
 ];
+
+/// Loads and attaches a classic tracepoint program.
+fn attach_tp(
+    bpf: &mut aya::Ebpf,
+    prog: &'static str,
+    cat: &str,
+    name: &str,
+) -> Result<Link, AttachError> {
+    let p: &mut aya::programs::TracePoint = bpf
+        .program_mut(prog)
+        .ok_or_else(|| AttachError::Other(format!("the BPF object lacks {prog}")))?
+        .try_into()
+        .map_err(|e| load_error(prog, &e, None))?;
+    p.load().map_err(|e| verifier_refusal(prog, &e))?;
+    let id = p.attach(cat, name).map_err(|e| {
+        load_error(
+            &format!("cannot attach BPF program {prog} to {cat}:{name}"),
+            &e,
+            errno_of(&e),
+        )
+    })?;
+    Ok(Link::Tp(id))
+}
+
+/// Loads and attaches the tp_btf syscall programs, or says why they cannot run here (then
+/// neither is left attached).
+fn attach_btf_syscalls(bpf: &mut aya::Ebpf) -> Result<Vec<(&'static str, Link)>, String> {
+    let btf = aya::Btf::from_sys_fs().map_err(|e| format!("no kernel BTF: {e}"))?;
+    let mut links = vec![];
+    for (prog, tp) in BTF_SYSCALL_PROGRAMS {
+        let p: &mut aya::programs::BtfTracePoint = bpf
+            .program_mut(prog)
+            .ok_or_else(|| format!("the BPF object lacks {prog}"))?
+            .try_into()
+            .map_err(|e| format!("{prog}: {e}"))?;
+        let r = match p.load(tp, &btf) {
+            Err(e) => Err(verifier_refusal(prog, &e).to_string()),
+            Ok(()) => p
+                .attach()
+                .map_err(|e| format!("cannot attach {prog} to tp_btf/{tp}: {e}")),
+        };
+        match r {
+            Ok(id) => links.push((prog, Link::Btf(id))),
+            Err(e) => {
+                for (prog, link) in links {
+                    detach(bpf, prog, link);
+                }
+                return Err(e);
+            }
+        }
+    }
+    Ok(links)
+}
+
+fn detach(bpf: &mut aya::Ebpf, prog: &str, link: Link) {
+    let Some(p) = bpf.program_mut(prog) else {
+        return;
+    };
+    match link {
+        Link::Tp(id) => {
+            let p: Result<&mut aya::programs::TracePoint, _> = p.try_into();
+            if let Ok(p) = p {
+                let _ = p.detach(id);
+            }
+        }
+        Link::Btf(id) => {
+            let p: Result<&mut aya::programs::BtfTracePoint, _> = p.try_into();
+            if let Ok(p) = p {
+                let _ = p.detach(id);
+            }
+        }
+    }
+}
 
 impl BpfTracer {
     /// Loads and attaches the programs, then starts tracing every thread of `cfg.pid` at
@@ -330,10 +430,12 @@ impl BpfTracer {
         let ring_bytes = (cfg.pages * crate::live::page_size()) as u32;
         let follow = cfg.follow_forks as u32;
         let arrival_layout = arrivals::layout();
+        let ring_bytes64 = ring_bytes as u64;
         let mut loader = aya::EbpfLoader::new();
         loader
             .set_global("follow_forks", &follow, true)
             .set_global("fork_child_pid_off", &child_off, true)
+            .set_global("ring_bytes", &ring_bytes64, true)
             .set_max_entries("events", ring_bytes);
         arrivals::set_globals(&mut loader, &arrival_layout);
         let mut bpf = loader
@@ -366,24 +468,31 @@ impl BpfTracer {
                 }
             }
         }
+        // The fork and exit programs first: a child forked once the syscall programs run is
+        // then always seen.
         let mut links = vec![];
         for (prog, cat, name) in PROGRAMS {
-            let p: &mut aya::programs::TracePoint = bpf
-                .program_mut(prog)
-                .ok_or_else(|| AttachError::Other(format!("the BPF object lacks {prog}")))?
-                .try_into()
-                .map_err(|e| load_error(prog, &e, None))?;
-            p.load().map_err(|e| verifier_refusal(prog, &e))?;
-            let id = p.attach(cat, name).map_err(|e| {
-                load_error(
-                    &format!("cannot attach BPF program {prog} to {cat}:{name}"),
-                    &e,
-                    errno_of(&e),
-                )
-            })?;
-            links.push((prog, id));
+            links.push((prog, attach_tp(&mut bpf, prog, cat, name)?));
         }
         let arrivals = arrivals::attach(&mut bpf, &arrival_layout, &mut links);
+        let btf = if std::env::var(CLASSIC_ENV).is_ok_and(|v| v == "1") {
+            Err(format!("{CLASSIC_ENV}=1"))
+        } else {
+            attach_btf_syscalls(&mut bpf)
+        };
+        let programs = match btf {
+            Ok(l) => {
+                links.extend(l);
+                "BTF-typed raw tracepoints (tp_btf/sys_enter, tp_btf/sys_exit)".to_string()
+            }
+            Err(why) => {
+                for (prog, cat, name) in SYSCALL_PROGRAMS {
+                    links.push((prog, attach_tp(&mut bpf, prog, cat, name)?));
+                }
+                format!("classic tracepoints (raw_syscalls:sys_enter, sys_exit), as tp_btf cannot be used: {why}")
+            }
+        };
+        eprintln!("stallscope: bpf syscall programs on {programs}");
         let ring = bpf
             .take_map("events")
             .ok_or_else(|| AttachError::Other("the BPF object lacks events".into()))?;
@@ -433,6 +542,21 @@ impl BpfTracer {
             .map_err(|e| load_error("tgids", &e, None))?;
             tgids
                 .insert(pid, 1, 0)
+                .map_err(|e| load_error("cannot start tracing", &e, errno_of(&e)))?;
+            let mut target: aya::maps::Array<_, KTarget> = aya::maps::Array::try_from(
+                bpf.map_mut("target")
+                    .ok_or_else(|| AttachError::Other("the BPF object lacks target".into()))?,
+            )
+            .map_err(|e| load_error("target", &e, None))?;
+            target
+                .set(
+                    0,
+                    KTarget {
+                        tgid: pid,
+                        children: 0,
+                    },
+                    0,
+                )
                 .map_err(|e| load_error("cannot start tracing", &e, errno_of(&e)))?;
         }
         let tids = match super::list_tasks(pid) {
@@ -702,13 +826,8 @@ impl BpfTracer {
         let end = now_mono();
         self.stats.detach_mono = end;
         if let Some(bpf) = self.bpf.as_mut() {
-            for (prog, id) in self.links.drain(..) {
-                if let Some(p) = bpf.program_mut(prog) {
-                    let p: Result<&mut aya::programs::TracePoint, _> = p.try_into();
-                    if let Ok(p) = p {
-                        let _ = p.detach(id);
-                    }
-                }
+            for (prog, link) in self.links.drain(..) {
+                detach(bpf, prog, link);
             }
         }
         // No program runs any more: what the reader finds now is everything.
@@ -726,7 +845,8 @@ impl BpfTracer {
         if let Some(bpf) = self.bpf.as_ref() {
             if let Some(m) = bpf.map("inflight") {
                 if let Ok(h) = aya::maps::HashMap::<_, u32, KEntry>::try_from(m) {
-                    running.extend(h.iter().flatten());
+                    // A thread's entry outlives its calls: ts 0 is no call in progress.
+                    running.extend(h.iter().flatten().filter(|(_, e)| e.ts != 0));
                 }
             }
         }

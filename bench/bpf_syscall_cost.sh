@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# What one traced syscall costs under `stallscope attach --backend bpf`, kernel side: a small
+# C loop (built here with cc) makes N getppid() calls per round and prints its own CPU time
+# per call (getrusage); rounds alternate untraced and traced (a fresh attach each time), so
+# load elsewhere hits both alike. CPU time, not wall time: the loop's own cost per call,
+# including the tracepoint dispatch and the programs, is what the attach adds.
+#
+#   bench/bpf_syscall_cost.sh [N] [PAIRS]     (defaults 1000000, 3)
+#   BIN=path/to/stallscope bench/bpf_syscall_cost.sh
+#   STATS=1 ...   also each program's mean run time (kernel.bpf_stats_enabled for the run;
+#                 its own clock reads add to the figures and to the traced CPU time)
+#
+# Needs root, cc, python3 (and bpftool with STATS=1).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+N=${1:-1000000}
+P=${2:-3}
+BIN=$(realpath "${BIN:-${CARGO_TARGET_DIR:-target}/release/stallscope}")
+[ -x "$BIN" ] || { echo "build first: cargo build --release ($BIN missing)" >&2; exit 2; }
+DIR=$(mktemp -d)
+STATS_WAS=$(sysctl -n kernel.bpf_stats_enabled)
+L=""; S=""
+cleanup() {
+  [ -n "$S" ] && kill "$S" 2>/dev/null || true
+  [ -n "$L" ] && kill "$L" 2>/dev/null || true
+  wait 2>/dev/null || true
+  sysctl -qw kernel.bpf_stats_enabled="$STATS_WAS" || true
+  rm -rf "$DIR"
+}
+trap cleanup EXIT
+cat >"$DIR/loop.c" <<'C'
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+static volatile sig_atomic_t go;
+static void on_usr1(int s) { (void)s; go = 1; }
+static double cpu(void)
+{
+	struct rusage r;
+	getrusage(RUSAGE_SELF, &r);
+	return r.ru_utime.tv_sec + r.ru_stime.tv_sec + (r.ru_utime.tv_usec + r.ru_stime.tv_usec) / 1e6;
+}
+int main(int argc, char **argv)
+{
+	long n = atol(argv[1]);
+	int rounds = atoi(argv[2]);
+	signal(SIGUSR1, on_usr1);
+	for (int k = 0; k < rounds; k++) {
+		while (!go)
+			pause();
+		go = 0;
+		double c0 = cpu();
+		for (long i = 0; i < n; i++)
+			syscall(SYS_getppid);
+		printf("%.1f\n", (cpu() - c0) * 1e9 / n);
+		fflush(stdout);
+	}
+	return 0;
+}
+C
+cc -O2 -o "$DIR/loop" "$DIR/loop.c"
+sysctl -qw kernel.bpf_stats_enabled="${STATS:-0}"
+progs() {
+  ids=$(grep -h '^prog_id:' /proc/"$1"/fdinfo/* 2>/dev/null | awk '{print $2}' | sort -u | tr '\n' ' ')
+  bpftool -j prog show | python3 -c '
+import json, sys
+ids = set(int(x) for x in sys.argv[1].split())
+for p in json.load(sys.stdin):
+    if p["id"] in ids:
+        print(p["id"], p.get("name", "?"), p.get("run_time_ns", 0), p.get("run_cnt", 0))
+' "$ids"
+}
+"$DIR/loop" "$N" $((2 * P)) >"$DIR/loop.out" &
+L=$!
+sleep 0.2
+done_rounds() { wc -l <"$DIR/loop.out"; }
+wait_rounds() { while [ "$(done_rounds)" -lt "$1" ]; do sleep 0.05; done; }
+echo "$N getppid per round, $(nproc) cores, kernel $(uname -r), load $(cut -d' ' -f1-3 /proc/loadavg), $BIN"
+k=0
+for _ in $(seq "$P"); do
+  kill -USR1 "$L"; k=$((k + 1)); wait_rounds "$k"
+  rm -f "$DIR/s.err"
+  "$BIN" attach --backend bpf --pid "$L" --threshold 10s >/dev/null 2>"$DIR/s.err" &
+  S=$!
+  for _ in $(seq 400); do grep -q "attached to" "$DIR/s.err" && break; sleep 0.05; done
+  grep -q "attached to" "$DIR/s.err" || { cat "$DIR/s.err" >&2; exit 2; }
+  [ "${STATS:-0}" = 1 ] && progs "$S" >"$DIR/p0"
+  kill -USR1 "$L"; k=$((k + 1)); wait_rounds "$k"
+  if [ "${STATS:-0}" = 1 ]; then
+    progs "$S" >"$DIR/p1"
+    join "$DIR/p0" "$DIR/p1" | awk '$7-$4 > 1000 {printf "  %s: %d runs, %.0f ns/run\n", $2, $7-$4, ($6-$3)/($7-$4)}'
+  fi
+  kill -INT "$S" 2>/dev/null || true; wait "$S" || true; S=""
+done
+grep -h "syscall programs" "$DIR/s.err" || true
+paste - - <"$DIR/loop.out" | awk '{printf "CPU per getppid: untraced %s ns, traced %s ns, +%.0f ns\n", $1, $2, $2 - $1}'
