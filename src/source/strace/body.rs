@@ -403,7 +403,7 @@ fn parse_call(s: &[u8]) -> Result<Body<'_>, SkipReason> {
 ///
 /// `names`: the parser's own name cache, for the errno name (the shared per-thread cache sits
 /// behind a thread-local and a RefCell: ~85 instructions on every `-1 EAGAIN` line).
-#[inline]
+#[inline(always)]
 pub(super) fn fast_call<'a>(s: &'a [u8], names: &mut NameCache) -> Option<FastCall<'a>> {
     if !s.first()?.is_ascii_alphabetic() {
         return None;

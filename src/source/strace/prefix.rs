@@ -63,7 +63,7 @@ const PID_MAX: u64 = 4_194_304;
 
 /// The `-ttt` shape with no pid column, `1796078610.545264 name(...`: the commonest saved
 /// form, read without the general prefix machinery (which handles it too, slower).
-#[inline]
+#[inline(always)]
 fn epoch_usec_prefix(line: &[u8]) -> Option<(Prefix, &[u8])> {
     let head: &[u8; 18] = line.get(..18)?.try_into().ok()?;
     if head[10] != b'.' || head[17] != b' ' {
@@ -93,7 +93,7 @@ fn epoch_usec_prefix(line: &[u8]) -> Option<(Prefix, &[u8])> {
 
 /// The `-f -tt` shapes, `[pid  7313] 22:37:40.811837 name(...` and `9380  22:38:54.938004
 /// name(...`: a pid, then `HH:MM:SS.ffffff ` read at fixed positions.
-#[inline]
+#[inline(always)]
 fn pid_tod_usec_prefix(line: &[u8]) -> Option<(Prefix, &[u8])> {
     let (pid, rest) = if let Some((pid, n)) = bracket_pid(line) {
         (pid, &line[n..])
@@ -111,7 +111,11 @@ fn pid_tod_usec_prefix(line: &[u8]) -> Option<(Prefix, &[u8])> {
     if pid > PID_MAX {
         return None;
     }
-    let t = skip_ws(rest);
+    // One blank, as strace prints it, without the loop.
+    let t = match rest {
+        [b' ', t @ ..] if t.first().is_some_and(|b| b.is_ascii_digit()) => t,
+        _ => skip_ws(rest),
+    };
     let head: &[u8; 16] = t.get(..16)?.try_into().ok()?;
     if head[8] != b'.' || head[15] != b' ' {
         return None;
