@@ -173,3 +173,36 @@ fn comm_ip_and_syscall_number_columns_are_read_and_name_the_threads() {
         .collect();
     assert!(cmds.contains(&"SET") && cmds.contains(&"GET"), "{cmds:?}");
 }
+
+/// A trace with neither timestamps nor -T (`strace -f` alone) measures no duration: the report
+/// lists no "slowest" calls (each would claim an upper bound of 0 µs, which no call meets) and
+/// its tables show `-` where a duration would be, not a measured-looking `0 µs`.
+#[test]
+fn a_trace_without_any_time_claims_no_duration() {
+    let f = fixtures().join("peer-strace/pkmoore_CrashSimulator_curl_test.txt");
+    let run = |format: &str| {
+        assert_cmd::Command::cargo_bin("stallscope")
+            .unwrap()
+            .args(["analyze", f.to_str().unwrap(), "--format", format])
+            .output()
+            .unwrap()
+    };
+    let json = run("json");
+    let r: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(r["summary"]["durations"], "none");
+    assert!(r["summary"]["syscalls"].as_u64().unwrap() > 600);
+    assert_eq!(
+        r["slowest"].as_array().map(Vec::len),
+        Some(0),
+        "{}",
+        r["slowest"]
+    );
+    let table = String::from_utf8(run("table").stdout).unwrap();
+    assert!(!table.contains("SLOWEST CALLS"), "{table}");
+    assert!(!table.contains("0 µs"), "{table}");
+    let close = table
+        .lines()
+        .find(|l| l.trim_start().starts_with("close "))
+        .unwrap_or_else(|| panic!("no close row in {table}"));
+    assert!(close.trim_end().ends_with('-'), "{close}");
+}

@@ -190,9 +190,9 @@ pub fn render(r: &Report, w: &mut dyn Write) -> io::Result<()> {
             Section::IncidentList(i) => incidents(i, w)?,
             Section::Phases(b) => phases(&b, w)?,
             Section::Commands(c) => commands(&c, w)?,
-            Section::Idle(i) => idle(i, w)?,
-            Section::Syscalls(s) => syscalls(s, w)?,
-            Section::Files(f) => files(f, w)?,
+            Section::Idle(i) => idle(i, super::timed(r), w)?,
+            Section::Syscalls(s) => syscalls(s, super::timed(r), w)?,
+            Section::Files(f) => files(f, super::timed(r), w)?,
             Section::Threads(t) => threads(t, w)?,
             Section::Host { notes, .. } => host(notes, w)?,
             Section::Skipped { first, .. } => skipped(first, w)?,
@@ -436,7 +436,17 @@ fn commands(list: &[&CommandStats], w: &mut dyn Write) -> io::Result<()> {
     writeln!(w, "</section>")
 }
 
-fn idle(list: &[IdleStats], w: &mut dyn Write) -> io::Result<()> {
+/// A duration cell, or `-` in a trace that measures nothing (its zeros are not measurements).
+fn timed_dur(timed: bool, us: i64) -> String {
+    if timed {
+        dur(us)
+    } else {
+        "-".into()
+    }
+}
+
+fn idle(list: &[IdleStats], timed: bool, w: &mut dyn Write) -> io::Result<()> {
+    let dur = |us| timed_dur(timed, us);
     writeln!(
         w,
         "<section id=\"idle-section\"><h2>Idle waits</h2>\
@@ -457,7 +467,8 @@ fn idle(list: &[IdleStats], w: &mut dyn Write) -> io::Result<()> {
     writeln!(w, "</section>")
 }
 
-fn syscalls(list: &[SyscallStats], w: &mut dyn Write) -> io::Result<()> {
+fn syscalls(list: &[SyscallStats], timed: bool, w: &mut dyn Write) -> io::Result<()> {
+    let dur = |us| timed_dur(timed, us);
     writeln!(w, "<section id=\"syscalls-section\"><h2>Syscalls</h2>")?;
     let rows = list
         .iter()
@@ -482,7 +493,8 @@ fn syscalls(list: &[SyscallStats], w: &mut dyn Write) -> io::Result<()> {
     writeln!(w, "</section>")
 }
 
-fn files(list: &[FdStats], w: &mut dyn Write) -> io::Result<()> {
+fn files(list: &[FdStats], timed: bool, w: &mut dyn Write) -> io::Result<()> {
+    let dur = |us| timed_dur(timed, us);
     writeln!(w, "<section id=\"fds-section\"><h2>File descriptors</h2>")?;
     let rows = list
         .iter()

@@ -15,6 +15,12 @@ pub mod svg;
 pub mod table;
 pub mod trace_export;
 
+/// The trace measured some duration: without timestamps and -T every duration in the report
+/// is a 0 that was never measured, and the tables show `-` instead.
+pub(crate) fn timed(r: &crate::report::Report) -> bool {
+    r.summary.durations != crate::report::Durations::None
+}
+
 /// `≥` for a lower bound, `≤` for an upper bound, nothing for an exact figure.
 pub fn bound_word(b: crate::report::Bound) -> &'static str {
     match b {

@@ -184,7 +184,10 @@ fn terminal(r: &Report) -> Vec<Section<'_>> {
     if !all.is_empty() {
         out.push(Section::Commands(all));
     }
-    out.push(Section::Slowest(first(&r.slowest, top(r).min(10))));
+    // A trace that measures nothing has no slowest calls, only calls.
+    if super::timed(r) {
+        out.push(Section::Slowest(first(&r.slowest, top(r).min(10))));
+    }
     if !r.idle.is_empty() {
         out.push(Section::Idle(&r.idle));
     }

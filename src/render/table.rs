@@ -183,9 +183,9 @@ pub fn render(r: &Report, w: &mut dyn Write, color: bool) -> io::Result<()> {
             Section::Host { interval_ms, notes } => host(interval_ms, notes, w, &p)?,
             Section::Commands(c) => commands(&c, w, &p)?,
             Section::Slowest(s) => slowest(r, s, w, &p)?,
-            Section::Idle(i) => idle(i, w, &p)?,
-            Section::Syscalls(s) => syscalls(s, w, &p)?,
-            Section::Files(f) => files(f, w, &p)?,
+            Section::Idle(i) => idle(i, super::timed(r), w, &p)?,
+            Section::Syscalls(s) => syscalls(s, super::timed(r), w, &p)?,
+            Section::Files(f) => files(f, super::timed(r), w, &p)?,
             Section::Skipped { lines, first } => skipped(lines, first, w, &p)?,
             // The page's views of the same data: the terminal has its own above.
             Section::Timeline
@@ -620,7 +620,17 @@ fn slowest(r: &Report, rows: &[SlowCall], w: &mut dyn Write, p: &Paint) -> io::R
     writeln!(w, "{t}")
 }
 
-fn idle(rows: &[IdleStats], w: &mut dyn Write, p: &Paint) -> io::Result<()> {
+/// A duration cell, or `-` in a trace that measures nothing (its zeros are not measurements).
+fn timed_human(timed: bool, us: i64) -> String {
+    if timed {
+        human(us)
+    } else {
+        "-".into()
+    }
+}
+
+fn idle(rows: &[IdleStats], timed: bool, w: &mut dyn Write, p: &Paint) -> io::Result<()> {
+    let human = |us| timed_human(timed, us);
     writeln!(w)?;
     writeln!(
         w,
@@ -645,9 +655,18 @@ fn idle(rows: &[IdleStats], w: &mut dyn Write, p: &Paint) -> io::Result<()> {
     writeln!(w, "{t}")
 }
 
-fn syscalls(rows: &[SyscallStats], w: &mut dyn Write, p: &Paint) -> io::Result<()> {
+fn syscalls(rows: &[SyscallStats], timed: bool, w: &mut dyn Write, p: &Paint) -> io::Result<()> {
+    let human = |us| timed_human(timed, us);
     writeln!(w)?;
-    writeln!(w, "{}", p.bold("SYSCALLS (by total time)"))?;
+    writeln!(
+        w,
+        "{}",
+        p.bold(if timed {
+            "SYSCALLS (by total time)"
+        } else {
+            "SYSCALLS (no durations in this trace)"
+        })
+    )?;
     let mut t = table();
     t.set_header(vec![
         Cell::new("syscall"),
@@ -672,7 +691,8 @@ fn syscalls(rows: &[SyscallStats], w: &mut dyn Write, p: &Paint) -> io::Result<(
     writeln!(w, "{t}")
 }
 
-fn files(rows: &[FdStats], w: &mut dyn Write, p: &Paint) -> io::Result<()> {
+fn files(rows: &[FdStats], timed: bool, w: &mut dyn Write, p: &Paint) -> io::Result<()> {
+    let human = |us| timed_human(timed, us);
     writeln!(w)?;
     writeln!(w, "{}", p.bold("FILES (by total time)"))?;
     let mut t = table();
