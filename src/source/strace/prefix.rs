@@ -4,8 +4,7 @@
 
 use crate::event::{Nanos, Tid};
 use crate::source::scan::{
-    eight_digits, fixed_digits_tail, hms_seconds, is_digit, parse_decimal_ns,
-    parse_u64, skip_ws,
+    eight_digits, fixed_digits_tail, hms_seconds, is_digit, parse_decimal_ns, parse_u64, skip_ws,
 };
 use memchr::memchr;
 
@@ -392,11 +391,30 @@ mod tests {
     #[test]
     fn bracket_pid_agrees_with_the_general_reading() {
         let fields = [
-            "7313", " 7313", "  7313", "     1", "0009085", "4194304", "4194305", "12345678",
-            "  ", "", "\t7313", " 73 13", "7313 ", "x7313", "-1", "7313<redis>",
+            "7313",
+            " 7313",
+            "  7313",
+            "     1",
+            "0009085",
+            "4194304",
+            "4194305",
+            "12345678",
+            "  ",
+            "",
+            "\t7313",
+            " 73 13",
+            "7313 ",
+            "x7313",
+            "-1",
+            "7313<redis>",
         ];
         for f in fields {
-            for stamp in [" 22:37:40.811837 x()", "  22:37:40.811837 x()", " 22:37:40", ""] {
+            for stamp in [
+                " 22:37:40.811837 x()",
+                "  22:37:40.811837 x()",
+                " 22:37:40",
+                "",
+            ] {
                 let line = format!("[pid {f}]{stamp}");
                 let fast = parse_prefix(line.as_bytes());
                 let general = super::parse_prefix_general(line.as_bytes());
@@ -404,7 +422,10 @@ mod tests {
             }
         }
         assert_eq!(super::bracket_pid(b"[pid  7313] 22:"), Some((7313, 11)));
-        assert_eq!(super::bracket_pid(b"[pid 4194304] 2"), Some((4_194_304, 13)));
+        assert_eq!(
+            super::bracket_pid(b"[pid 4194304] 2"),
+            Some((4_194_304, 13))
+        );
         assert_eq!(super::bracket_pid(b"[pid  73 3] 22:"), None);
     }
 
