@@ -222,7 +222,7 @@ pub(crate) fn eight_digits(w: u64) -> Option<u64> {
 /// an escaped backslash) sends the string to the exact byte-wise count. This runs on every
 /// line with a string argument, where memchr's per-call setup cost more than the scan.
 #[cfg(target_arch = "x86_64")]
-#[inline]
+#[inline(always)]
 pub(crate) fn outside_strings(s: &[u8]) -> bool {
     use std::arch::x86_64::{
         __m128i, _mm_cmpeq_epi8, _mm_loadu_si128, _mm_movemask_epi8, _mm_set1_epi8,

@@ -147,8 +147,30 @@ pub(crate) fn extract_args_with(sc: &mut Syscall, facts: Name, args: &[u8]) {
     extract_args_named(sc, facts, args)
 }
 
+/// `extract_args_named` for the commonest shapes inline: a plain fd then a buffer (read,
+/// write...) or nothing more the analysis needs, and calls that need no argument at all;
+/// the rest out of line.
+#[inline(always)]
+pub(super) fn extract_args_hot(sc: &mut Syscall, facts: Name, args: &[u8]) {
+    match (facts.sys.fd_first, facts.sys.args) {
+        (true, ArgKind::Data | ArgKind::Nothing) => {
+            if let Some((fd, _, rest)) = plain_fd_arg(args) {
+                sc.fd = Some(fd);
+                if facts.sys.args == ArgKind::Data {
+                    data_from(sc, rest);
+                }
+                return;
+            }
+        }
+        // `first_arg` would be taken and dropped: nothing to read.
+        (false, ArgKind::Nothing) => return,
+        _ => {}
+    }
+    extract_args_named(sc, facts, args)
+}
+
 /// `extract_args` with the name facts already looked up.
-#[inline]
+#[inline(never)]
 pub(super) fn extract_args_named(sc: &mut Syscall, facts: Name, args: &[u8]) {
     let plain = if facts.sys.fd_first {
         plain_fd_arg(args)
@@ -270,8 +292,8 @@ pub(super) fn extract_args_named(sc: &mut Syscall, facts: Name, args: &[u8]) {
 
 /// A bare fd number as the whole first argument (`8, ...` or `8`), the common case that
 /// needs none of `first_arg`'s bracket and string tracking: (fd, its text, the rest after
-/// `, `).
-#[inline]
+/// `, `). Inline: out of line, the three-part result went through memory on every line.
+#[inline(always)]
 fn plain_fd_arg(args: &[u8]) -> Option<(i32, &[u8], &[u8])> {
     // Up to ten digits, read as they are counted (ten fit a u64 without overflow).
     let (mut v, mut n) = (0u64, 0);
@@ -289,9 +311,11 @@ fn plain_fd_arg(args: &[u8]) -> Option<(i32, &[u8], &[u8])> {
     if n == 0 {
         return None;
     }
-    let rest = match args.get(n) {
-        None => &args[n..],
-        Some(b',') => skip_ws(&args[n + 1..]),
+    let rest = match args.get(n..) {
+        // `8, ...`: the one blank strace prints, without the loop.
+        Some([b',', b' ', c, ..]) if *c != b' ' && *c != b'\t' => &args[n + 2..],
+        Some([b',', ..]) => skip_ws(&args[n + 1..]),
+        Some([]) => &args[n..],
         _ => return None,
     };
     Some((i32::try_from(v).ok()?, &args[..n], rest))
@@ -299,6 +323,7 @@ fn plain_fd_arg(args: &[u8]) -> Option<(i32, &[u8], &[u8])> {
 
 /// Takes the buffer argument (a quoted string) at the start of `s`, if that is what it is.
 /// The text is kept as printed and decoded only if someone asks (`Data::head`).
+#[inline(always)]
 pub(super) fn data_from(sc: &mut Syscall, s: &[u8]) {
     let s = skip_ws(s);
     if let Some(inner) = s.strip_prefix(b"\"") {

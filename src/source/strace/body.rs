@@ -403,7 +403,7 @@ fn parse_call(s: &[u8]) -> Result<Body<'_>, SkipReason> {
 ///
 /// `names`: the parser's own name cache, for the errno name (the shared per-thread cache sits
 /// behind a thread-local and a RefCell: ~85 instructions on every `-1 EAGAIN` line).
-#[inline]
+#[inline(always)]
 pub(super) fn fast_call<'a>(s: &'a [u8], names: &mut NameCache) -> Option<FastCall<'a>> {
     if !s.first()?.is_ascii_alphabetic() {
         return None;
@@ -445,12 +445,20 @@ pub(super) fn fast_call<'a>(s: &'a [u8], names: &mut NameCache) -> Option<FastCa
         ret_err = Some(names.get(&s[k..name_end]).name);
         e = k - 1;
     }
+    // The result's digits, valued as they are read backwards (up to 18: no overflow; a
+    // longer number goes to the general path).
     let digits_end = e;
-    while e > 0 && s[e - 1].is_ascii_digit() {
+    let (mut v, mut scale) = (0u64, 1u64);
+    while e > 0 && digits_end - e < 18 {
+        let d = s[e - 1].wrapping_sub(b'0');
+        if d > 9 {
+            break;
+        }
+        v += d as u64 * scale;
+        scale *= 10;
         e -= 1;
     }
-    let (v, used) = parse_u64(&s[e..digits_end])?;
-    if used != digits_end - e {
+    if e == digits_end || (e > 0 && s[e - 1].is_ascii_digit()) {
         return None;
     }
     let neg = e > 0 && s[e - 1] == b'-';
@@ -530,13 +538,15 @@ pub fn lazy_data_agrees(text: &[u8]) -> bool {
 
 /// `strace: Process N attached [with K threads]` / `... detached` running to the end of the
 /// line: only then is it strace's own message spliced into a line, not text in a string.
-#[inline]
+#[inline(always)]
 pub(super) fn is_process_message(s: &[u8]) -> bool {
     // Nearly every line ends in `>` (a `-T` duration) or a digit: no for those without
-    // trimming (only blanks are trimmed, so any other last byte stays last).
-    if !matches!(s.last(), Some(b'd' | b's' | b't' | b' ' | b'\t' | b'\r')) {
-        return false;
-    }
+    // trimming (only blanks are trimmed, so any other last byte stays last), inline.
+    matches!(s.last(), Some(b'd' | b's' | b't' | b' ' | b'\t' | b'\r')) && ends_as_message(s)
+}
+
+#[inline(never)]
+fn ends_as_message(s: &[u8]) -> bool {
     let s = trim_end(s);
     match s.last() {
         Some(b'd') => s.ends_with(b" attached") || s.ends_with(b" detached"),

@@ -16,8 +16,21 @@ pub(super) struct Pending {
 }
 
 impl StraceParser {
-    /// A finished call on one line.
-    #[inline]
+    /// A finished call on one line, out of line (the general path's two callers).
+    #[inline(never)]
+    pub(super) fn call_general(
+        &mut self,
+        tid: Tid,
+        ts: Nanos,
+        line_no: u64,
+        parts: (&[u8], &[u8], Tail<'_>),
+        out: &mut Vec<Event>,
+    ) {
+        self.call(tid, ts, line_no, parts, out)
+    }
+
+    /// A finished call on one line: inline in the fast path.
+    #[inline(always)]
     pub(super) fn call(
         &mut self,
         tid: Tid,
@@ -40,7 +53,7 @@ impl StraceParser {
             kind: EventKind::Syscall(Syscall::with(facts.name, facts.sys)),
         });
         if let EventKind::Syscall(sc) = &mut ev.kind {
-            super::args::extract_args_named(sc, facts, args);
+            super::args::extract_args_hot(sc, facts, args);
             finish(sc, &tail);
             self.opened(sc);
         }
