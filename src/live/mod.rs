@@ -685,13 +685,7 @@ pub fn run_attach(args: &AttachArgs) -> Result<u64> {
     };
     let mut report = an.finish(info, Counters::default());
     report.source.backend = Some(backend);
-    report.summary.command_start = tracer.dates_arrivals().map(|on| {
-        if on {
-            crate::report::CommandStart::Arrival
-        } else {
-            crate::report::CommandStart::EventLoop
-        }
-    });
+    report.summary.command_start = command_start(tracer.dates_arrivals());
     // Samples were stamped from the attach; the report's axis starts at its first call.
     let shift = (first_syscall_ts.unwrap_or(attach_mono) - attach_mono) / 1000;
     let samples = samples.into_iter().map(|mut s| {
@@ -781,6 +775,18 @@ pub(crate) fn page_size() -> usize {
     } else {
         4096
     }
+}
+
+/// Where a report's per-command latency starts (`summary.command_start`), from
+/// `Tracer::dates_arrivals`: None for backends that see no command's arrival at all.
+pub(crate) fn command_start(dates_arrivals: Option<bool>) -> Option<crate::report::CommandStart> {
+    dates_arrivals.map(|on| {
+        if on {
+            crate::report::CommandStart::Arrival
+        } else {
+            crate::report::CommandStart::EventLoop
+        }
+    })
 }
 
 #[cfg(test)]

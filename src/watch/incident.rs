@@ -152,6 +152,8 @@ pub(crate) struct Job {
     /// The tracer splits calls by the scheduler (`Tracer::splits_sched`): the recording
     /// keeps the split in its `.sched` sidecar.
     pub splits_sched: bool,
+    /// Where per-command latency starts (`summary.command_start`), as in `attach`.
+    pub command_start: Option<crate::report::CommandStart>,
     pub follow_forks: bool,
     /// The incident's first stall, as the live analysis saw it: names the files.
     pub first: Stall,
@@ -399,6 +401,7 @@ fn write_inner(mut job: Job) -> Result<PathBuf, String> {
     };
     let mut report = an.finish(info, Counters::default());
     report.source.backend = Some(job.backend);
+    report.summary.command_start = job.command_start;
     add_host(&mut report, &job.host, first_ts);
     let span = job.events.back().map_or(0, |e| e.end()) - first_ts;
     // What the window covers and what the backend cannot see: the live rules of the
@@ -678,6 +681,8 @@ pub(crate) mod tests {
             },
             backend,
             splits_sched: backend == crate::report::LiveBackend::Bpf,
+            command_start: (backend == crate::report::LiveBackend::Bpf)
+                .then_some(crate::report::CommandStart::Arrival),
             follow_forks: true,
             first: stall(300_000, None),
             worst: stall(300_000, None),
@@ -702,6 +707,8 @@ pub(crate) mod tests {
         let report: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
         assert_eq!(report["summary"]["lost_events"], 5);
+        // Where its command latencies start, as `attach` says it.
+        assert_eq!(report["summary"]["command_start"], "arrival");
         let stem = json.to_str().unwrap().strip_suffix(".json").unwrap();
         let rec = std::fs::read_to_string(format!("{stem}.strace")).unwrap();
         let line_of = |what: &str| {

@@ -464,6 +464,7 @@ impl Watcher<'_> {
             clock: clock.clone(),
             backend: ctx.backend,
             splits_sched: ctx.splits_sched,
+            command_start: ctx.command_start,
             follow_forks: !self.args.no_follow_forks,
             first,
             worst,
@@ -578,6 +579,8 @@ struct AttachCtx {
     backend: LiveBackend,
     /// The tracer splits calls by the scheduler (`Tracer::splits_sched`).
     splits_sched: bool,
+    /// Where per-command latency starts (`Tracer::dates_arrivals`).
+    command_start: Option<crate::report::CommandStart>,
     ctx: procctx::ProcContext,
     names: HashMap<Tid, String>,
     /// /proc readings of the last minute or so, for the incidents' host sections.
@@ -848,6 +851,7 @@ fn watch_one(w: &mut Watcher, pid: Tid) -> Result<()> {
         conf_text,
         backend,
         splits_sched: tracer.splits_sched(),
+        command_start: crate::live::command_start(tracer.dates_arrivals()),
         names: ctx.thread_names.clone(),
         ctx,
         host: Some(host::HostRing::start(
@@ -1095,6 +1099,7 @@ mod tests {
             conf_text: None,
             backend: LiveBackend::Perf,
             splits_sched: false,
+            command_start: None,
             ctx: procctx::ProcContext::default(),
             names: HashMap::new(),
             host: None,
