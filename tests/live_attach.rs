@@ -1344,45 +1344,58 @@ fn counts_the_wait_for_a_cpu_after_a_wakeup_as_runnable(backend: &str) {
     let cpu = a_cpu();
     pin(redis.pid(), cpu);
     renice(redis.pid(), 19);
-    let hog = Hog::on_cpu(cpu);
-    let a = Attach::start(
-        backend,
-        redis.pid(),
-        &["--threshold", "50ms", "--format", "json"],
-    );
-    assert!(a.attached, "{:?}", a.stderr);
-    let mut c = redis.client();
+    // Whether a woken nice-19 thread waits behind the hog is the scheduler's choice (it may
+    // run it at once on some wakeups): try again, up to three attaches, until one of its
+    // sleeps waited. Every sleep's split must add up and be mostly blocked, in every try.
+    let mut waited = false;
+    let mut seen = vec![];
     for _ in 0..3 {
-        let r = c.cmd(&["DEBUG", "SLEEP", "0.2"]).expect("DEBUG SLEEP");
-        assert_eq!(r.text(), "+OK");
-    }
-    drop(hog);
-    // SAFETY: a signal to the stallscope this test started.
-    unsafe { libc::kill(a.child.id() as i32, libc::SIGINT) };
-    let (_, out) = finish(a, DEADLINE);
-    let r = json(&out);
-    let sleeps: Vec<&serde_json::Value> = r["stalls"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|s| {
-            s["thread"] == "main" && s["syscall"].as_str().is_some_and(|n| n.contains("sleep"))
-        })
-        .collect();
-    assert!(!sleeps.is_empty(), "no sleep among {}", r["stalls"]);
-    for s in &sleeps {
-        let d = s["duration_us"].as_i64().unwrap_or(0);
-        let (on, run, blocked) = (
-            sched_part(s, "on_cpu_us"),
-            sched_part(s, "runnable_us"),
-            sched_part(s, "blocked_us"),
+        let hog = Hog::on_cpu(cpu);
+        let a = Attach::start(
+            backend,
+            redis.pid(),
+            &["--threshold", "50ms", "--format", "json"],
         );
-        assert!((on + run + blocked - d).abs() <= 3, "parts add up: {s}");
-        assert!(blocked >= 150_000, "asleep for most of it: {s}");
+        assert!(a.attached, "{:?}", a.stderr);
+        let mut c = redis.client();
+        for _ in 0..3 {
+            let r = c.cmd(&["DEBUG", "SLEEP", "0.2"]).expect("DEBUG SLEEP");
+            assert_eq!(r.text(), "+OK");
+        }
+        drop(hog);
+        // SAFETY: a signal to the stallscope this test started.
+        unsafe { libc::kill(a.child.id() as i32, libc::SIGINT) };
+        let (_, out) = finish(a, DEADLINE);
+        let r = json(&out);
+        let sleeps: Vec<serde_json::Value> = r["stalls"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|s| {
+                s["thread"] == "main" && s["syscall"].as_str().is_some_and(|n| n.contains("sleep"))
+            })
+            .cloned()
+            .collect();
+        assert!(!sleeps.is_empty(), "no sleep among {}", r["stalls"]);
+        for s in &sleeps {
+            let d = s["duration_us"].as_i64().unwrap_or(0);
+            let (on, run, blocked) = (
+                sched_part(s, "on_cpu_us"),
+                sched_part(s, "runnable_us"),
+                sched_part(s, "blocked_us"),
+            );
+            assert!((on + run + blocked - d).abs() <= 3, "parts add up: {s}");
+            assert!(blocked >= 150_000, "asleep for most of it: {s}");
+        }
+        waited = sleeps.iter().any(|s| sched_part(s, "runnable_us") > 0);
+        seen.extend(sleeps);
+        if waited {
+            break;
+        }
     }
     assert!(
-        sleeps.iter().any(|s| sched_part(s, "runnable_us") > 0),
-        "woken on a busy CPU, it waited for it: {sleeps:?}"
+        waited,
+        "woken on a busy CPU, it waited for it (in one of three tries): {seen:?}"
     );
     redis.assert_unharmed();
 }
