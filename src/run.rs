@@ -152,6 +152,16 @@ pub fn analyze(args: &AnalyzeArgs) -> Result<u64> {
                 .map_err(|e| anyhow::anyhow!("{side}: {e}"))?;
         }
     }
+    // ... and when each socket read's data arrived (bpf), so commands are timed from there.
+    let mut arrivals = std::collections::HashMap::new();
+    if args.files.len() == 1 {
+        let side = format!("{}{}", args.files[0], crate::live::record::ARRIVALS_SUFFIX);
+        if let Ok(text) = std::fs::read_to_string(&side) {
+            arrivals = crate::live::record::parse_arrivals(&text)
+                .map_err(|e| anyhow::anyhow!("{side}: {e}"))?;
+        }
+    }
+    let dated = !arrivals.is_empty();
     opts.root_pid = args.pid;
     // Progress on stderr for big files read from a terminal session (silent otherwise).
     let total: u64 = args
@@ -174,21 +184,28 @@ pub fn analyze(args: &AnalyzeArgs) -> Result<u64> {
         if dropped > 0 {
             an.add_lost_events(dropped);
         }
-        // Most recordings have no scheduler sidecar: no SipHash probe per event then.
+        // Most traces have no sidecar: no SipHash probe per event then.
         let split = if sched.is_empty() {
             None
         } else {
             sched.remove(&ev.line)
         };
-        match split {
-            Some(s) if ev.syscall().is_some() => {
-                let mut ev = ev.clone();
-                if let crate::event::EventKind::Syscall(sc) = &mut ev.kind {
+        let before = if arrivals.is_empty() {
+            None
+        } else {
+            arrivals.remove(&ev.line)
+        };
+        if (split.is_some() || before.is_some()) && ev.syscall().is_some() {
+            let mut ev = ev.clone();
+            if let crate::event::EventKind::Syscall(sc) = &mut ev.kind {
+                if let Some(s) = split {
                     sc.sched = Some(Box::new(s));
                 }
-                an.push(&ev);
+                sc.arrived = before.map(|ns| ev.ts - ns);
             }
-            _ => an.push(ev),
+            an.push(&ev);
+        } else {
+            an.push(ev);
         }
         n = n.wrapping_add(1);
         if n % 4096 == 0 {
@@ -221,6 +238,9 @@ pub fn analyze(args: &AnalyzeArgs) -> Result<u64> {
     info.pid = args.pid;
     info.clock.date = args.date;
     let mut report = an.finish(info, counters);
+    if dated {
+        report.summary.command_start = Some(crate::report::CommandStart::Arrival);
+    }
     join_redis_log(&mut report, args, conf.as_ref())?;
     emit(&report, &args.out)?;
     Ok(report.summary.stalls)

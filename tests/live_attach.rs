@@ -779,6 +779,32 @@ fn a_recording_reads_back_to_the_same_findings(backend: &str) {
         v
     };
     assert_eq!(fds(&live), fds(&back));
+    // The same command latencies, timed from the same start (with bpf, from each request's
+    // arrival, which the recording keeps beside it in FILE.arrivals).
+    let commands = |r: &serde_json::Value| -> Vec<String> {
+        r["commands"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|c| {
+                format!(
+                    "{} {} {} {} {} {} {}",
+                    c["command"],
+                    c["phase"],
+                    c["calls"],
+                    c["p50_us"],
+                    c["p99_us"],
+                    c["max_us"],
+                    c["from_arrival"]
+                )
+            })
+            .collect()
+    };
+    assert_eq!(commands(&live), commands(&back));
+    assert_eq!(
+        live["summary"]["command_start"],
+        back["summary"]["command_start"]
+    );
 }
 
 #[test]

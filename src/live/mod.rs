@@ -506,6 +506,18 @@ pub fn run_attach(args: &AttachArgs) -> Result<u64> {
                     anyhow::bail!("--record {path}: cannot remove the stale {spath}: {e}");
                 }
             }
+            // The same for when each read's data arrived (bpf, where the kernel stamps it).
+            let apath = format!("{path}{}", record::ARRIVALS_SUFFIX);
+            if tracer.dates_arrivals() == Some(true) {
+                let f = std::fs::File::create(&apath)
+                    .map_err(|e| anyhow::anyhow!("--record {path}: cannot create {apath}: {e}"))?;
+                r.record_arrivals(Box::new(std::io::BufWriter::new(f)))
+                    .map_err(|e| anyhow::anyhow!("--record {path}: cannot write {apath}: {e}"))?;
+            } else if let Err(e) = std::fs::remove_file(&apath) {
+                if e.kind() != std::io::ErrorKind::NotFound {
+                    anyhow::bail!("--record {path}: cannot remove the stale {apath}: {e}");
+                }
+            }
             Some(r)
         }
         None => None,

@@ -14,8 +14,9 @@
 //! `FILE.threads` sidecar in the `--threads` format, and the redis config the live analysis
 //! used (from /proc, or `--redis-conf`) to `FILE.redis.conf`, and the records the kernel
 //! dropped (perf and bpf backends), with where in the stream, to `FILE.lost`, and the
-//! scheduler's split of the longer calls and gaps (bpf and perf backends) to `FILE.sched`; `analyze
-//! FILE` reads them all.
+//! scheduler's split of the longer calls and gaps (bpf and perf backends) to `FILE.sched`, and
+//! when each socket read's data arrived (bpf backend) to `FILE.arrivals`; `analyze FILE` reads
+//! them all.
 //!
 //! The edges of the trace carry what strace text has no words for. The attach is written as
 //! strace's own `Process N attached` message, stamped, so a reader knows the traced process.
@@ -53,6 +54,37 @@ pub const LOST_SUFFIX: &str = ".lost";
 /// gaps at least as long as a tenth of the threshold (the shortest the report lists), so that
 /// the replay names the same causes (`cpu-starvation`, `cow-page-faults`) as the live run.
 pub const SCHED_SUFFIX: &str = ".sched";
+
+/// Beside a recording FILE: when the data of each socket read arrived on the socket (bpf
+/// backend, `Syscall::arrived`), as `LINE NS`: the read on LINE started NS ns after its data
+/// arrived (negative if the data came while it ran). Without it a replay would time the
+/// recording's commands from the event loop, not from their arrival as the live report did.
+pub const ARRIVALS_SUFFIX: &str = ".arrivals";
+
+const ARRIVALS_HEADER: &str = "# stallscope attach --record: when each socket read's data arrived (bpf), as `LINE NS`: \
+                               the read on LINE started NS ns after its data was queued on the socket\n";
+
+/// Reads a `FILE.arrivals` sidecar: for each line, how long before the read's start its
+/// data arrived.
+pub fn parse_arrivals(text: &str) -> Result<HashMap<u64, Nanos>, String> {
+    let mut out = HashMap::new();
+    for (i, l) in text.lines().enumerate() {
+        let l = l.trim();
+        if l.is_empty() || l.starts_with('#') {
+            continue;
+        }
+        let pair = l
+            .split_once(' ')
+            .and_then(|(a, b)| Some((a.parse::<u64>().ok()?, b.trim().parse::<Nanos>().ok()?)));
+        match pair {
+            Some((line, ns)) => {
+                out.insert(line, ns);
+            }
+            None => return Err(format!("line {}: not `LINE NS`: {l:?}", i + 1)),
+        }
+    }
+    Ok(out)
+}
 
 /// Reads a `FILE.sched` sidecar: the split of the call that ends on each line.
 pub fn parse_sched(text: &str) -> Result<HashMap<u64, SchedSpan>, String> {
@@ -164,6 +196,8 @@ pub struct Recorder<W: Write> {
     sched: Option<(Box<dyn Write>, Nanos)>,
     /// When each thread's last call ended (for the length of the gap before the next).
     last_end: HashMap<Tid, Nanos>,
+    /// `FILE.arrivals`.
+    arrivals: Option<Box<dyn Write>>,
 }
 
 impl<W: Write> Recorder<W> {
@@ -185,6 +219,7 @@ impl<W: Write> Recorder<W> {
             lost: vec![],
             sched: None,
             last_end: HashMap::new(),
+            arrivals: None,
         }
     }
 
@@ -262,6 +297,13 @@ impl<W: Write> Recorder<W> {
         writeln!(w, "{} {} {before}", self.lines + 1, d(&s.during))
     }
 
+    /// Keeps when each socket read's data arrived in `w` (`FILE.arrivals`).
+    pub fn record_arrivals(&mut self, mut w: Box<dyn Write>) -> std::io::Result<()> {
+        w.write_all(ARRIVALS_HEADER.as_bytes())?;
+        self.arrivals = Some(w);
+        Ok(())
+    }
+
     /// The tracer dropped `n` records before the next event written.
     pub fn note_lost(&mut self, n: u64) {
         if n == 0 {
@@ -292,6 +334,9 @@ impl<W: Write> Recorder<W> {
         match &ev.kind {
             EventKind::Syscall(sc) => {
                 self.write_sched(ev, sc)?;
+                if let (Some(w), Some(at)) = (self.arrivals.as_mut(), sc.arrived) {
+                    writeln!(w, "{} {}", self.lines + 1, ev.ts - at)?;
+                }
                 self.syscall_line(ev, sc)
             }
             EventKind::Signal { name, si_pid } => {
@@ -545,6 +590,9 @@ impl<W: Write> Recorder<W> {
 
     pub fn finish(mut self) -> std::io::Result<()> {
         if let Some((w, _)) = self.sched.as_mut() {
+            w.flush()?;
+        }
+        if let Some(w) = self.arrivals.as_mut() {
             w.flush()?;
         }
         self.w.flush()

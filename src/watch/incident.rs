@@ -445,6 +445,8 @@ fn write_inner(mut job: Job) -> Result<PathBuf, String> {
         // the same stalls as possibly incomplete (`.lost`) and names the same scheduler
         // causes (`.sched`, bpf and perf) as this report.
         let sched = SharedBuf::default();
+        let arrivals = SharedBuf::default();
+        let dated = job.command_start == Some(crate::report::CommandStart::Arrival);
         let mut lost_text = None;
         write_atomic(&job.dir, &format!("{base}.strace"), |w| {
             let mut r = Recorder::new(w, job.pid, first, wall, job.cwd.clone());
@@ -453,6 +455,9 @@ fn write_inner(mut job: Job) -> Result<PathBuf, String> {
             }
             if job.splits_sched {
                 r.record_sched(Box::new(sched.clone()), job.opts.threshold_ns / 10)?;
+            }
+            if dated {
+                r.record_arrivals(Box::new(arrivals.clone()))?;
             }
             let mut marks = job.lost.iter().peekable();
             for (i, ev) in job.events.iter().enumerate() {
@@ -472,6 +477,14 @@ fn write_inner(mut job: Job) -> Result<PathBuf, String> {
             let suffix = crate::live::record::LOST_SUFFIX;
             write_atomic(&job.dir, &format!("{base}.strace{suffix}"), |w| {
                 w.write_all(text.as_bytes())
+            })
+            .map_err(|e| fail(&format!("strace{suffix}"), e))?;
+        }
+        if dated {
+            let suffix = crate::live::record::ARRIVALS_SUFFIX;
+            let text = std::mem::take(&mut *arrivals.0.lock().unwrap_or_else(|e| e.into_inner()));
+            write_atomic(&job.dir, &format!("{base}.strace{suffix}"), |w| {
+                w.write_all(&text)
             })
             .map_err(|e| fail(&format!("strace{suffix}"), e))?;
         }

@@ -568,3 +568,35 @@ fn an_fd_reused_between_an_open_and_a_client_reads_back_to_the_same_files() {
         assert!(shown.iter().any(|s| s == want), "{want} in {shown:?}");
     }
 }
+
+/// When each socket read's data arrived (bpf) goes beside the recording at the read's line,
+/// as the time from the arrival to the read's start, and reads back to the same arrival.
+#[test]
+fn the_arrival_of_a_reads_data_reads_back_at_its_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let side = dir.path().join("rec.strace.arrivals");
+    let mut buf = vec![];
+    let mut r = Recorder::new(&mut buf, 100, FIRST, WALL, None);
+    r.record_arrivals(Box::new(std::fs::File::create(&side).unwrap()))
+        .unwrap();
+    let read = |at: Nanos, arrived: Option<Nanos>| {
+        let mut s = sc("read", Some(8), Ret::Val(3), 1_000);
+        s.arrived = arrived;
+        ev(100, at, s)
+    };
+    r.write_event(&read(10_000, None)).unwrap();
+    // Queued 250 µs before redis read it, and a read whose data came while it ran.
+    r.write_event(&read(500_000, Some(FIRST + 250_000)))
+        .unwrap();
+    r.write_event(&read(900_000, Some(FIRST + 900_400)))
+        .unwrap();
+    r.finish().unwrap();
+    let got = parse_arrivals(&std::fs::read_to_string(&side).unwrap()).unwrap();
+    assert_eq!(got.len(), 2, "{got:?}");
+    assert_eq!(got[&2], 250_000);
+    assert_eq!(got[&3], -400);
+    let events = read_back(&String::from_utf8(buf).unwrap());
+    assert_eq!(events.iter().map(|e| e.line).collect::<Vec<_>>(), [1, 2, 3]);
+    assert!(parse_arrivals("2 soon\n").is_err());
+    assert!(parse_arrivals("# only a comment\n").unwrap().is_empty());
+}
