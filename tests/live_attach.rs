@@ -1765,24 +1765,8 @@ fn queued_behind_a_sleep(stamps: bool) {
     // Connected and served once before the sleep: the GET then needs no accept.
     let mut getter = redis.client();
     getter.cmd(&["PING"]).expect("PING");
-    let port = redis.port;
-    let sleeper = std::thread::spawn(move || {
-        let mut c = Client::connect(port, Duration::from_secs(20)).expect("connect");
-        c.cmd(&["DEBUG", "SLEEP", "1"]).expect("DEBUG SLEEP").text()
-    });
     // Sent only once redis's main thread is inside the sleep, so it waits for the rest of it.
-    let start = Instant::now();
-    while !matches!(
-        redis.main_syscall(),
-        Some(libc::SYS_clock_nanosleep) | Some(libc::SYS_nanosleep)
-    ) {
-        assert!(start.elapsed() < DEADLINE, "redis never slept");
-        assert!(
-            !sleeper.is_finished(),
-            "DEBUG SLEEP returned before it was seen"
-        );
-        std::thread::sleep(Duration::from_millis(2));
-    }
+    let sleeper = debug_sleep_1s_under_way(&redis);
     let sent = Instant::now();
     getter.cmd(&["GET", "k"]).expect("GET");
     let client_us = sent.elapsed().as_micros() as i64;
@@ -1821,6 +1805,29 @@ fn queued_behind_a_sleep(stamps: bool) {
     redis.assert_unharmed();
 }
 
+/// `DEBUG SLEEP 1` sent on a connection of its own, returned once redis's main thread is
+/// inside the sleep; the thread answers the sleep's reply.
+fn debug_sleep_1s_under_way(redis: &Redis) -> std::thread::JoinHandle<String> {
+    let port = redis.port;
+    let sleeper = std::thread::spawn(move || {
+        let mut c = Client::connect(port, Duration::from_secs(20)).expect("connect");
+        c.cmd(&["DEBUG", "SLEEP", "1"]).expect("DEBUG SLEEP").text()
+    });
+    let start = Instant::now();
+    while !matches!(
+        redis.main_syscall(),
+        Some(libc::SYS_clock_nanosleep) | Some(libc::SYS_nanosleep)
+    ) {
+        assert!(start.elapsed() < DEADLINE, "redis never slept");
+        assert!(
+            !sleeper.is_finished(),
+            "DEBUG SLEEP returned before it was seen"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    sleeper
+}
+
 /// bpf: a pipelined burst larger than one read of redis's (16 KB) queued behind a DEBUG
 /// SLEEP: the reads after the first find the rest of the same arrival and are timed from it
 /// too (the first read leaves the socket's stamp for the data it left).
@@ -1845,23 +1852,7 @@ fn bpf_a_burst_read_in_several_reads_is_timed_from_its_one_arrival() {
     s.write_all(ping).expect("PING");
     let mut first = [0u8; 7];
     s.read_exact(&mut first).expect("PONG");
-    let port = redis.port;
-    let sleeper = std::thread::spawn(move || {
-        let mut c = Client::connect(port, Duration::from_secs(20)).expect("connect");
-        c.cmd(&["DEBUG", "SLEEP", "1"]).expect("DEBUG SLEEP").text()
-    });
-    let start = Instant::now();
-    while !matches!(
-        redis.main_syscall(),
-        Some(libc::SYS_clock_nanosleep) | Some(libc::SYS_nanosleep)
-    ) {
-        assert!(start.elapsed() < DEADLINE, "redis never slept");
-        assert!(
-            !sleeper.is_finished(),
-            "DEBUG SLEEP returned before it was seen"
-        );
-        std::thread::sleep(Duration::from_millis(2));
-    }
+    let sleeper = debug_sleep_1s_under_way(&redis);
     // 42 KB in one write: one arrival, read by redis in three reads or more.
     let n = 3000;
     let sent = Instant::now();
