@@ -537,7 +537,7 @@ int refused_by_verifier(struct enter_ctx *ctx)
 	return e->nr != 0;
 }
 
-// ---- Arrivals: when a request reached redis's socket (developer "arrival"'s programs) ----
+// ---- Arrivals: when a request reached redis's socket ----
 //
 // Per-command latency as a client sees it starts when the request is in the socket, not when
 // redis's read began: in between are the wakeup of redis's event loop, a wait for a CPU, the
