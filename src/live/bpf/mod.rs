@@ -309,6 +309,8 @@ pub struct BpfTracer {
     reader: Option<std::thread::JoinHandle<()>>,
     reader_stop: Arc<AtomicBool>,
     rx: mpsc::Receiver<Vec<Rec>>,
+    /// Records the reader copied out and the analysis has not taken yet (`BACKLOG_MAX`).
+    backlog: Arc<std::sync::atomic::AtomicUsize>,
     /// Emptied batches, back to the reader to be filled again (`read_ring`).
     spare: mpsc::SyncSender<Vec<Rec>>,
     threads: HashMap<Tid, Thread>,
@@ -502,9 +504,11 @@ impl BpfTracer {
         let (spare, spares) = mpsc::sync_channel(SPARE_BATCHES);
         let reader_stop = Arc::new(AtomicBool::new(false));
         let stop = reader_stop.clone();
+        let backlog = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let held = backlog.clone();
         let reader = std::thread::Builder::new()
             .name("stallscope-bpf".into())
-            .spawn(move || read_ring(ring, tx, spares, stop))
+            .spawn(move || read_ring(ring, tx, spares, stop, held))
             .map_err(|e| AttachError::Other(format!("cannot start the ring reader: {e}")))?;
         let mut me = BpfTracer {
             cfg,
@@ -513,6 +517,7 @@ impl BpfTracer {
             reader: Some(reader),
             reader_stop,
             rx,
+            backlog,
             spare,
             threads: HashMap::new(),
             forked: HashMap::new(),
@@ -779,6 +784,7 @@ impl BpfTracer {
         let mut next = self.rx.recv_timeout(wait).ok();
         while let Some(mut batch) = next.take().or_else(|| self.rx.try_recv().ok()) {
             got = true;
+            self.backlog.fetch_sub(batch.len(), Ordering::Relaxed);
             for r in batch.drain(..) {
                 self.process(r);
             }
@@ -932,29 +938,49 @@ impl BpfTracer {
 const SPARE_BATCHES: usize = 4;
 const BATCH_MAX: usize = 4096;
 
+/// Most records copied out and not yet taken by the analysis (about 128 MiB of them, a few
+/// seconds of a saturated redis, as the perf backend's backlog): past it the reader leaves
+/// the ring alone, so an analysis that never catches up makes the kernel drop records,
+/// counted as lost, instead of memory growing without end.
+const BACKLOG_MAX: usize = (128 << 20) / std::mem::size_of::<Rec>();
+
 fn read_ring(
     mut ring: aya::maps::RingBuf<aya::maps::MapData>,
     tx: mpsc::Sender<Vec<Rec>>,
     spares: mpsc::Receiver<Vec<Rec>>,
     stop: Arc<AtomicBool>,
+    backlog: Arc<std::sync::atomic::AtomicUsize>,
 ) {
     use std::os::fd::AsRawFd;
     let fd = ring.as_raw_fd();
     let fresh = || spares.try_recv().unwrap_or_default();
+    let send = |batch: Vec<Rec>| {
+        backlog.fetch_add(batch.len(), Ordering::Relaxed);
+        tx.send(batch).is_err()
+    };
     let mut batch = fresh();
     loop {
-        // Read after the flag: once it is set no program runs, so this pass is the last.
+        // Read after the flag: once it is set no program runs, so this pass is the last
+        // (and reads everything: the ring is bounded, and the attach's side drains it).
         let last = stop.load(Ordering::SeqCst);
+        if !last && backlog.load(Ordering::Relaxed) >= BACKLOG_MAX {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            continue;
+        }
         while let Some(item) = ring.next() {
             if let Some(r) = arrivals::parse(&item).or_else(|| parse(&item)) {
                 batch.push(r);
             }
-            if batch.len() >= BATCH_MAX && tx.send(std::mem::replace(&mut batch, fresh())).is_err()
-            {
-                return;
+            if batch.len() >= BATCH_MAX {
+                if send(std::mem::replace(&mut batch, fresh())) {
+                    return;
+                }
+                if !last && backlog.load(Ordering::Relaxed) >= BACKLOG_MAX {
+                    break;
+                }
             }
         }
-        if !batch.is_empty() && tx.send(std::mem::replace(&mut batch, fresh())).is_err() {
+        if !batch.is_empty() && send(std::mem::replace(&mut batch, fresh())) {
             return;
         }
         if last {
