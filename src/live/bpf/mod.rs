@@ -45,6 +45,33 @@ pub const REFUSE_ENV: &str = "STALLSCOPE_BPF_TEST_REFUSE";
 /// of the fallback that kernels without BTF take).
 pub const CLASSIC_ENV: &str = "STALLSCOPE_BPF_CLASSIC";
 
+/// For measurement only (bench/bpf_decompose.sh), never for a report: `discard` makes the
+/// reader empty the ring and throw the records away (counted by kind, said on stderr at the
+/// end) instead of handing them to the analysis, so a benchmark sees what the kernel programs
+/// and the ring cost without stallscope's decoding and analysis; `filter` also makes the
+/// programs of the traced process's syscalls and receives return right after the process
+/// filter (the cost of running them for every task of the machine, and nothing else). The
+/// report of such a run has no calls in it.
+pub const MEASURE_ENV: &str = "STALLSCOPE_BPF_MEASURE";
+
+#[derive(Clone, Copy, PartialEq)]
+enum Measure {
+    Off,
+    Discard,
+    FilterOnly,
+}
+
+fn measure_mode() -> Result<Measure, AttachError> {
+    match std::env::var(MEASURE_ENV).as_deref() {
+        Err(_) | Ok("") => Ok(Measure::Off),
+        Ok("discard") => Ok(Measure::Discard),
+        Ok("filter") => Ok(Measure::FilterOnly),
+        Ok(v) => Err(AttachError::Other(format!(
+            "{MEASURE_ENV}={v}: expected discard or filter (benchmarks only)"
+        ))),
+    }
+}
+
 // Record kinds and syscall kinds, as in bpf/stallscope.bpf.c.
 const REC_CALL: u32 = 1;
 const REC_ENTER_ONLY: u32 = 2;
@@ -433,8 +460,11 @@ impl BpfTracer {
         let follow = cfg.follow_forks as u32;
         let arrival_layout = arrivals::layout();
         let ring_bytes64 = ring_bytes as u64;
+        let measure = measure_mode()?;
+        let filter_only = (measure == Measure::FilterOnly) as u32;
         let mut loader = aya::EbpfLoader::new();
         loader
+            .set_global("measure_filter_only", &filter_only, true)
             .set_global("follow_forks", &follow, true)
             .set_global("fork_child_pid_off", &child_off, true)
             .set_global("ring_bytes", &ring_bytes64, true)
@@ -495,6 +525,9 @@ impl BpfTracer {
             }
         };
         eprintln!("stallscope: bpf syscall programs on {programs}");
+        if measure != Measure::Off {
+            eprintln!("stallscope: {MEASURE_ENV} is set: records are discarded, this run reports nothing (measurement only)");
+        }
         let ring = bpf
             .take_map("events")
             .ok_or_else(|| AttachError::Other("the BPF object lacks events".into()))?;
@@ -508,7 +541,13 @@ impl BpfTracer {
         let held = backlog.clone();
         let reader = std::thread::Builder::new()
             .name("stallscope-bpf".into())
-            .spawn(move || read_ring(ring, tx, spares, stop, held))
+            .spawn(move || {
+                if measure == Measure::Off {
+                    read_ring(ring, tx, spares, stop, held)
+                } else {
+                    discard_ring(ring, stop)
+                }
+            })
             .map_err(|e| AttachError::Other(format!("cannot start the ring reader: {e}")))?;
         let mut me = BpfTracer {
             cfg,
@@ -993,6 +1032,43 @@ fn read_ring(
         };
         unsafe { libc::poll(&mut pfd, 1, 5) };
     }
+}
+
+/// `STALLSCOPE_BPF_MEASURE`'s reader: empties the ring as `read_ring` does, keeping only a
+/// count of records by kind and of their bytes, said on stderr when tracing ends.
+fn discard_ring(mut ring: aya::maps::RingBuf<aya::maps::MapData>, stop: Arc<AtomicBool>) {
+    use std::os::fd::AsRawFd;
+    let fd = ring.as_raw_fd();
+    let mut kinds = [0u64; 17];
+    let mut bytes = 0u64;
+    loop {
+        let last = stop.load(Ordering::SeqCst);
+        while let Some(item) = ring.next() {
+            let k = if item.len() >= 4 { u32_at(&item, 0) } else { 0 };
+            kinds[(k as usize).min(kinds.len() - 1)] += 1;
+            bytes += item.len() as u64;
+        }
+        if last {
+            break;
+        }
+        let mut pfd = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        unsafe { libc::poll(&mut pfd, 1, 5) };
+    }
+    let total: u64 = kinds.iter().sum();
+    let by_kind: Vec<String> = kinds
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| **n > 0)
+        .map(|(k, n)| format!("kind {k}: {n}"))
+        .collect();
+    eprintln!(
+        "stallscope: {MEASURE_ENV}: discarded {total} records, {bytes} bytes ({})",
+        by_kind.join(", ")
+    );
 }
 
 impl super::fed::KernelFed for BpfTracer {
