@@ -567,11 +567,18 @@ int refused_by_verifier(struct enter_ctx *ctx)
 #define IPPROTO_TCP 6
 #define MSG_PEEK 2
 
-// The receive queue's length, through CO-RE: whether a read left data in the socket.
+// The receive queue's length, through CO-RE: whether a read left data in the socket; the
+// family and protocol (the tp_btf programs read them from the socket, the classic ones from
+// the trace record).
 struct sk_buff_head {
 	__u32 qlen;
 } __attribute__((preserve_access_index));
+struct sock_common {
+	unsigned short skc_family;
+} __attribute__((preserve_access_index));
 struct sock {
+	struct sock_common __sk_common;
+	__u16 sk_protocol;
 	struct sk_buff_head sk_receive_queue;
 } __attribute__((preserve_access_index));
 
@@ -630,50 +637,41 @@ static __always_inline __s32 field_s32(void *ctx, __u32 off)
 	return v;
 }
 
-SEC("tracepoint/sock/sk_data_ready")
-int arrival_ready(void *ctx)
+// Data was queued on socket `sk` at `now`. A socket's entry stays until the socket is
+// destroyed (or the LRU evicts it): a read that takes the stamp empties it (`first` 0)
+// instead of deleting it, so a busy connection costs a lookup per request, not an insert and
+// a delete.
+static __always_inline void stamp(__u64 sk, __u64 now)
 {
-	__u32 family = field_u16(ctx, ready_family_off);
-	if ((family != AF_INET && family != AF_INET6) ||
-	    field_u16(ctx, ready_protocol_off) != IPPROTO_TCP)
-		return KEEP;
-	__u64 sk = field_u64(ctx, ready_sk_off);
-	__u64 now = bpf_ktime_get_ns();
 	struct arrival *a = bpf_map_lookup_elem(&arrival_stamps, &sk);
 	if (a) {
+		if (!a->first)
+			a->first = now;
 		a->last = now;
-		return KEEP;
+		return;
 	}
 	struct arrival n = { .first = now, .last = now };
 	bpf_map_update_elem(&arrival_stamps, &sk, &n, BPF_NOEXIST);
-	return KEEP;
 }
 
-SEC("tracepoint/sock/sock_recv_length")
-int arrival_recv(void *ctx)
+// A traced task's receive of `ret` bytes from `sk` ended, `qlen` skbs left in its queue: the
+// stamp goes to user space (REC_ARRIVAL) and what stays is the stamp of the data left.
+static __always_inline void take_stamp(__u64 sk, __s32 ret, __u32 qlen, __u32 tid, __u32 tgid)
 {
-	__u64 id = bpf_get_current_pid_tgid();
-	__u32 tgid = id >> 32, tid = (__u32)id;
-	if (!bpf_map_lookup_elem(&tgids, &tgid) || measure_filter_only)
-		return KEEP;
-	__s32 ret = field_s32(ctx, recv_ret_off);
-	if (ret <= 0 || (field_s32(ctx, recv_flags_off) & MSG_PEEK))
-		return KEEP;
-	__u64 sk = field_u64(ctx, recv_sk_off);
 	struct arrival *a = bpf_map_lookup_elem(&arrival_stamps, &sk);
-	if (!a)
-		return KEEP;
+	if (!a || !a->first)
+		return;
 	__u64 first = a->first;
-	if (BPF_CORE_READ((struct sock *)sk, sk_receive_queue.qlen) > 0) {
+	if (qlen > 0) {
 		if (a->last != a->first)
 			a->first = a->last;
 	} else {
-		bpf_map_delete_elem(&arrival_stamps, &sk);
+		a->first = 0;
 	}
 	struct arrival_rec *r = bpf_ringbuf_reserve(&events, sizeof(*r), 0);
 	if (!r) {
 		count_drop();
-		return KEEP;
+		return;
 	}
 	r->kind = REC_ARRIVAL;
 	r->tid = tid;
@@ -683,6 +681,33 @@ int arrival_recv(void *ctx)
 	r->first = first;
 	r->at = bpf_ktime_get_ns();
 	submit(r);
+}
+
+SEC("tracepoint/sock/sk_data_ready")
+int arrival_ready(void *ctx)
+{
+	__u32 family = field_u16(ctx, ready_family_off);
+	if ((family != AF_INET && family != AF_INET6) ||
+	    field_u16(ctx, ready_protocol_off) != IPPROTO_TCP)
+		return KEEP;
+	__u64 sk = field_u64(ctx, ready_sk_off);
+	__u64 now = bpf_ktime_get_ns();
+	stamp(sk, now);
+	return KEEP;
+}
+
+SEC("tracepoint/sock/sock_recv_length")
+int arrival_recv(void *ctx)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tgid = id >> 32, tid = (__u32)id;
+	if (!traced(tgid) || measure_filter_only)
+		return KEEP;
+	__s32 ret = field_s32(ctx, recv_ret_off);
+	if (ret <= 0 || (field_s32(ctx, recv_flags_off) & MSG_PEEK))
+		return KEEP;
+	__u64 sk = field_u64(ctx, recv_sk_off);
+	take_stamp(sk, ret, BPF_CORE_READ((struct sock *)sk, sk_receive_queue.qlen), tid, tgid);
 	return KEEP;
 }
 
@@ -692,4 +717,41 @@ int arrival_destroy(void *ctx)
 	__u64 sk = field_u64(ctx, destroy_sk_off);
 	bpf_map_delete_elem(&arrival_stamps, &sk);
 	return KEEP;
+}
+
+// The same on the BTF-typed raw tracepoints (the loader prefers them, as for the syscall
+// programs): no trace record is filled for them, and the socket's family, protocol and queue
+// length are plain loads instead of three helper calls.
+SEC("tp_btf/sk_data_ready")
+int btf_arrival_ready(__u64 *ctx)
+{
+	struct sock *sk = (struct sock *)ctx[0];
+	__u32 family = sk->__sk_common.skc_family;
+	if ((family != AF_INET && family != AF_INET6) || sk->sk_protocol != IPPROTO_TCP)
+		return 0;
+	stamp((__u64)sk, bpf_ktime_get_ns());
+	return 0;
+}
+
+SEC("tp_btf/sock_recv_length")
+int btf_arrival_recv(__u64 *ctx)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tgid = id >> 32, tid = (__u32)id;
+	if (!traced(tgid) || measure_filter_only)
+		return 0;
+	struct sock *sk = (struct sock *)ctx[0];
+	__s32 ret = (__s32)ctx[1];
+	if (ret <= 0 || ((__s32)ctx[2] & MSG_PEEK))
+		return 0;
+	take_stamp((__u64)sk, ret, sk->sk_receive_queue.qlen, tid, tgid);
+	return 0;
+}
+
+SEC("tp_btf/tcp_destroy_sock")
+int btf_arrival_destroy(__u64 *ctx)
+{
+	__u64 sk = ctx[0];
+	bpf_map_delete_elem(&arrival_stamps, &sk);
+	return 0;
 }

@@ -81,14 +81,65 @@ pub(super) fn set_globals<'a>(loader: &mut aya::EbpfLoader<'a>, layout: &'a Layo
     }
 }
 
-/// Loads and attaches the programs; on any failure detaches those already attached and
-/// says why (tracing goes on without arrivals).
+/// The same on the BTF-typed raw tracepoints (preferred, as the syscall programs: no trace
+/// record is filled for them, and they read the socket's fields with plain loads).
+const BTF_PROGRAMS: [(&str, &str); 3] = [
+    ("btf_arrival_ready", "sk_data_ready"),
+    ("btf_arrival_recv", "sock_recv_length"),
+    ("btf_arrival_destroy", "tcp_destroy_sock"),
+];
+
+/// Loads and attaches the programs (the tp_btf ones unless `classic` or they cannot load,
+/// then the classic ones); on any failure detaches those already attached and says why
+/// (tracing goes on without arrivals). Ok says which flavour runs.
 pub(super) fn attach(
     bpf: &mut aya::Ebpf,
     layout: &Layout,
     links: &mut Vec<(&'static str, super::Link)>,
-) -> Result<(), String> {
+    classic: bool,
+) -> Result<&'static str, String> {
     layout.as_ref().map_err(|e| e.clone())?;
+    if !classic {
+        if let Ok(l) = attach_btf(bpf) {
+            links.extend(l);
+            return Ok("tp_btf");
+        }
+    }
+    attach_classic(bpf, links).map(|()| "classic tracepoints")
+}
+
+fn attach_btf(bpf: &mut aya::Ebpf) -> Result<Vec<(&'static str, super::Link)>, String> {
+    let btf = aya::Btf::from_sys_fs().map_err(|e| format!("no kernel BTF: {e}"))?;
+    let mut mine = vec![];
+    for (prog, tp) in BTF_PROGRAMS {
+        let r = (|| {
+            let p: &mut aya::programs::BtfTracePoint = bpf
+                .program_mut(prog)
+                .ok_or_else(|| format!("the BPF object lacks {prog}"))?
+                .try_into()
+                .map_err(|e| format!("{prog}: {e}"))?;
+            p.load(tp, &btf)
+                .map_err(|e| verifier_refusal(prog, &e).to_string())?;
+            p.attach()
+                .map_err(|e| format!("cannot attach {prog} to tp_btf/{tp}: {e}"))
+        })();
+        match r {
+            Ok(id) => mine.push((prog, super::Link::Btf(id))),
+            Err(e) => {
+                for (prog, link) in mine {
+                    super::detach(bpf, prog, link);
+                }
+                return Err(e);
+            }
+        }
+    }
+    Ok(mine)
+}
+
+fn attach_classic(
+    bpf: &mut aya::Ebpf,
+    links: &mut Vec<(&'static str, super::Link)>,
+) -> Result<(), String> {
     let mut mine = vec![];
     let mut result = Ok(());
     for (prog, cat, name) in PROGRAMS {

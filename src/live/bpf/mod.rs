@@ -506,8 +506,9 @@ impl BpfTracer {
         for (prog, cat, name) in PROGRAMS {
             links.push((prog, attach_tp(&mut bpf, prog, cat, name)?));
         }
-        let arrivals = arrivals::attach(&mut bpf, &arrival_layout, &mut links);
-        let btf = if std::env::var(CLASSIC_ENV).is_ok_and(|v| v == "1") {
+        let classic = std::env::var(CLASSIC_ENV).is_ok_and(|v| v == "1");
+        let arrivals = arrivals::attach(&mut bpf, &arrival_layout, &mut links, classic);
+        let btf = if classic {
             Err(format!("{CLASSIC_ENV}=1"))
         } else {
             attach_btf_syscalls(&mut bpf)
@@ -524,7 +525,11 @@ impl BpfTracer {
                 format!("classic tracepoints (raw_syscalls:sys_enter, sys_exit), as tp_btf cannot be used: {why}")
             }
         };
-        eprintln!("stallscope: bpf syscall programs on {programs}");
+        let arrival_programs = match &arrivals {
+            Ok(flavour) => format!("; arrival programs on {flavour}"),
+            Err(_) => String::new(),
+        };
+        eprintln!("stallscope: bpf syscall programs on {programs}{arrival_programs}");
         if measure != Measure::Off {
             eprintln!("stallscope: {MEASURE_ENV} is set: records are discarded, this run reports nothing (measurement only)");
         }
@@ -572,7 +577,7 @@ impl BpfTracer {
             threads_at_attach: 0,
             arrivals: arrivals::Arrivals::default(),
         };
-        me.arrivals.started(arrivals, &mut me.warnings);
+        me.arrivals.started(arrivals.map(|_| ()), &mut me.warnings);
         let pid = me.cfg.pid;
         me.stats.attach_mono = now_mono();
         me.stats.attach_wall = now_wall();
