@@ -112,6 +112,10 @@ struct entry {
 	__s64 nr;
 	__u64 args[6];
 	struct sched_snap sched;
+	// The arrival of the data a receive inside this call took (take_stamp), 0 if none: it
+	// goes to user space in the call's own record instead of a record of its own.
+	__u64 arrival_first;
+	__u64 arrival_at;
 };
 
 struct rec {
@@ -126,6 +130,8 @@ struct rec {
 	__u64 args[6];
 	struct sched_snap sched_enter;
 	struct sched_snap sched_exit;
+	__u64 arrival_first; // as in struct entry (REC_CALL only; 0 otherwise)
+	__u64 arrival_at;
 };
 
 struct rec_data {
@@ -284,6 +290,8 @@ static __always_inline void emit_enter_only_of(struct entry *e, __u32 tid, __u32
 		r->args[i] = e->args[i];
 	r->sched_enter = e->sched;
 	snap_of(&r->sched_exit, bt);
+	r->arrival_first = 0;
+	r->arrival_at = 0;
 	submit(r);
 }
 
@@ -342,6 +350,8 @@ static __always_inline void on_exit(__s64 nr, __s64 ret, __u32 tid, __u32 tgid,
 			r->args[i] = 0;
 		__builtin_memset(&r->sched_enter, 0, sizeof(r->sched_enter));
 		snap_of(&r->sched_exit, bt);
+		r->arrival_first = 0;
+		r->arrival_at = 0;
 		submit(r);
 		return;
 	}
@@ -384,6 +394,8 @@ static __always_inline void on_exit(__s64 nr, __s64 ret, __u32 tid, __u32 tgid,
 		r->args[i] = e->args[i];
 	r->sched_enter = e->sched;
 	snap_of(&r->sched_exit, bt);
+	r->arrival_first = e->arrival_first;
+	r->arrival_at = e->arrival_at;
 	submit(r);
 	e->ts = 0;
 }
@@ -551,8 +563,9 @@ int refused_by_verifier(struct enter_ctx *ctx)
 // there): it stamps the socket with the earliest arrival not yet read (later data-ready
 // events only move its `last`: a read that finds several arrivals is dated by the first). The
 // traced process's receive (`sock:sock_recv_length`, at the end of its recvmsg, inside its
-// read syscall) takes the stamp and sends it as a REC_ARRIVAL record, which reaches the ring
-// before the record of the read it belongs to. TCP only: TCP sockets are unstamped when they
+// read syscall) takes the stamp and puts it in the read's in-flight entry, so that it goes
+// out in the read's own record (a receive in a call not seen to enter, running at the attach,
+// sends a REC_ARRIVAL record instead, which reaches the ring before the read's). TCP only: TCP sockets are unstamped when they
 // are destroyed (`tcp:tcp_destroy_sock`), so a socket reused at the same address never
 // inherits an old stamp; other families have no such hook and are left alone.
 //
@@ -668,6 +681,15 @@ static __always_inline void take_stamp(__u64 sk, __s32 ret, __u32 qlen, __u32 ti
 	} else {
 		a->first = 0;
 	}
+	__u64 at = bpf_ktime_get_ns();
+	// Inside a call the programs saw enter (always, but for a call running at the attach):
+	// the stamp rides in that call's record.
+	struct entry *e = bpf_map_lookup_elem(&inflight, &tid);
+	if (e && e->ts) {
+		e->arrival_first = first;
+		e->arrival_at = at;
+		return;
+	}
 	struct arrival_rec *r = bpf_ringbuf_reserve(&events, sizeof(*r), 0);
 	if (!r) {
 		count_drop();
@@ -679,7 +701,7 @@ static __always_inline void take_stamp(__u64 sk, __s32 ret, __u32 qlen, __u32 ti
 	r->len = ret;
 	r->sk = sk;
 	r->first = first;
-	r->at = bpf_ktime_get_ns();
+	r->at = at;
 	submit(r);
 }
 

@@ -5,11 +5,13 @@
 //!
 //! The kernel side is the `arrival_*` programs of bpf/stallscope.bpf.c: `sock:sk_data_ready`
 //! stamps a TCP socket with the earliest data not yet read; the traced process's receive
-//! (`sock:sock_recv_length`, inside its read) takes the stamp and sends a REC_ARRIVAL record,
-//! which the ring delivers before the record of the read it happened in; `tcp:tcp_destroy_sock`
-//! drops the stamp of a socket that goes away, so an address reused by a new socket never
-//! inherits it. Here a record is held per thread until that thread's read ends, and the
-//! read's `Syscall::arrived` is set when the receive happened inside it.
+//! (`sock:sock_recv_length`, inside its read) takes the stamp and puts it in the read's own
+//! record (`Rec::arrival_*`), or, for a read that began before the attach, sends a REC_ARRIVAL
+//! record, which the ring delivers before the record of the read it happened in;
+//! `tcp:tcp_destroy_sock` drops the stamp of a socket that goes away, so an address reused by
+//! a new socket never inherits it. Here a REC_ARRIVAL record is held per thread until that
+//! thread's read ends, and the read's `Syscall::arrived` is set when the receive happened
+//! inside it.
 //!
 //! Which arrival a read gets: the earliest of the data it found that no earlier read took
 //! (later arrivals before the read leave the stamp alone). For a read that returns several
@@ -211,6 +213,8 @@ pub(super) fn parse(b: &[u8]) -> Option<Rec> {
         args: [0; 6],
         sched_enter: [0; 4],
         sched_exit: [0; 4],
+        arrival_first: 0,
+        arrival_at: 0,
         data_len: 0,
         data: [0; DATA_MAX],
     })
@@ -249,10 +253,14 @@ impl Arrivals {
     /// A call of `r.tid` ended: if the receive was inside it, that is its data's arrival.
     #[inline]
     pub(super) fn date(&mut self, r: &Rec, sc: &mut Syscall) {
-        if self.pending.is_empty() {
+        // The kernel puts the stamp in the call's own record when it saw the call enter,
+        // else in a REC_ARRIVAL record of its own before it (`pending`).
+        let carried = (r.arrival_at != 0).then_some((r.arrival_first, r.arrival_at));
+        if carried.is_none() && self.pending.is_empty() {
             return;
         }
-        if let Some((stamp, at)) = self.pending.remove(&r.tid) {
+        let pending = self.pending.remove(&r.tid);
+        if let Some((stamp, at)) = carried.or(pending) {
             if r.enter_ns <= at && at <= r.exit_ns && sc.sys.facts.has(crate::syscalls::Facts::RECV)
             {
                 sc.arrived = Some(stamp.min(r.exit_ns));

@@ -84,7 +84,7 @@ const NR_WRITE: u32 = 2;
 const NR_CLONE: u32 = 3;
 const NR_CLONE3: u32 = 4;
 /// Size of a record without its data bytes.
-const REC_LEN: usize = 160;
+const REC_LEN: usize = 176;
 const DATA_MAX: usize = 64;
 
 #[derive(Clone, Debug)]
@@ -104,6 +104,8 @@ struct KEntry {
     nr: i64,
     args: [u64; 6],
     sched: [u64; 4],
+    arrival_first: u64,
+    arrival_at: u64,
 }
 // SAFETY: plain old data, the layout of `struct entry` in the C source.
 unsafe impl aya::Pod for KEntry {}
@@ -133,6 +135,10 @@ struct Rec {
     /// at entry and at exit.
     sched_enter: [u64; 4],
     sched_exit: [u64; 4],
+    /// The arrival a receive inside the call took, carried in the call's own record:
+    /// (stamp, when the receive ended); `arrival_at` 0 if none (arrivals.rs).
+    arrival_first: Nanos,
+    arrival_at: Nanos,
     data_len: u8,
     data: [u8; DATA_MAX],
 }
@@ -177,6 +183,8 @@ fn parse(b: &[u8]) -> Option<Rec> {
         args,
         sched_enter,
         sched_exit,
+        arrival_first: u64_at(b, 160) as Nanos,
+        arrival_at: u64_at(b, 168) as Nanos,
         data_len: data_len as u8,
         data,
     })
@@ -926,6 +934,8 @@ impl BpfTracer {
                         nr,
                         args,
                         sched: [0; 4],
+                        arrival_first: 0,
+                        arrival_at: 0,
                     },
                 ));
             }
@@ -947,6 +957,8 @@ impl BpfTracer {
                 args: e.args,
                 sched_enter: e.sched,
                 sched_exit: e.sched,
+                arrival_first: 0,
+                arrival_at: 0,
                 data_len: 0,
                 data: [0; DATA_MAX],
             };
