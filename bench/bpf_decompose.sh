@@ -20,6 +20,10 @@
 #
 #   bench/bpf_decompose.sh [REQUESTS] [CLIENTS] [ROUNDS]    (defaults 200000, 50, 5)
 #   BIN=path/to/stallscope bench/bpf_decompose.sh           (default target/release/stallscope)
+#   COMPARE=path/to/older/stallscope bench/bpf_decompose.sh
+#       then also, with bpf_stats on, ROUNDS alternated `full` runs of BIN and of COMPARE: the
+#       per-program run time and the CPU per request of each, in the same run (the VM's speed
+#       drifts between runs, so figures of two runs do not compare).
 #
 # Needs root, redis-server, redis-benchmark, redis-cli, bpftool, python3.
 set -euo pipefail
@@ -88,7 +92,7 @@ run_case() {
   case $case in filter) mode=filter ;; discard) mode=discard ;; esac
   if [ "$case" != untraced ]; then
     rm -f "$DIR/err"
-    STALLSCOPE_BPF_MEASURE=$mode "$BIN" attach --backend bpf --pid "$RPID" --format json --threshold 1s \
+    STALLSCOPE_BPF_MEASURE=$mode "${CASE_BIN:-$BIN}" attach --backend bpf --pid "$RPID" --format json --threshold 1s \
       >"$DIR/out.json" 2>"$DIR/err" &
     TRACER=$!
     wait_line "$DIR/err" "attached to"
@@ -133,6 +137,15 @@ sysctl -qw kernel.bpf_stats_enabled=1
 mv "$DIR/rows" "$DIR/rows.keep"
 for case in filter discard full; do run_case "$case" stats; done
 mv "$DIR/rows.keep" "$DIR/rows"
+if [ -n "${COMPARE:-}" ]; then
+  for round in $(seq "$ROUNDS"); do
+    CASE_BIN=$COMPARE run_case full "cmp-old-$round"
+    run_case full "cmp-new-$round"
+  done
+  mv "$DIR/rows" "$DIR/rows.keep"
+  grep ' cmp-' "$DIR/rows.keep" >"$DIR/rows.cmp" || true
+  grep -v ' cmp-' "$DIR/rows.keep" >"$DIR/rows"
+fi
 sysctl -qw kernel.bpf_stats_enabled="$STATS_WAS"
 echo "# load at end $(cut -d' ' -f1-3 /proc/loadavg)"
 python3 - "$DIR" "$N" "$HZ" "$ROUNDS" <<'PY'
@@ -181,3 +194,24 @@ for r in range(1, rounds + 1):
         print(f"full round {r}: traced {m.group(1)} syscalls ({m.group(2)} of the main thread), {m.group(3)} lost")
 print(f"summary: filter {summary['filter']:.3f}, discard {summary['discard']:.3f}, full {summary['full']:.3f} of untraced")
 PY
+if [ -n "${COMPARE:-}" ]; then
+  python3 - "$DIR" "$N" "$HZ" "$ROUNDS" "$COMPARE" "$BIN" <<'PY'
+import os, statistics, sys
+d, n, hz, rounds, old, new = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], sys.argv[6]
+ns = lambda ticks: ticks * 1e9 / hz / n
+rows = [l.split() for l in open(os.path.join(d, "rows.cmp"))]
+for tag, binary in (("old", old), ("new", new)):
+    mine = [r for r in rows if r[1].startswith(f"cmp-{tag}-")]
+    red = statistics.median(ns(int(r[4])) for r in mine)
+    st = statistics.median(ns(int(r[5])) for r in mine)
+    rps = statistics.median(float(r[2]) for r in mine)
+    progs = {}
+    for r in range(1, rounds + 1):
+        for l in open(os.path.join(d, f"progs.full.cmp-{tag}-{r}")):
+            name, t, c = l.split()
+            progs.setdefault(name.replace("btf_", ""), []).append(int(t) / n)
+    total = statistics.median(sum(v[i] for v in progs.values() if len(v) > i) for i in range(rounds))
+    parts = ", ".join(f"{k} {statistics.median(v):.0f}" for k, v in sorted(progs.items()) if statistics.median(v) >= 1)
+    print(f"compare, full, {tag} ({binary}): programs {total:.0f} ns/req ({parts}); redis CPU {red:.0f} ns/req, stallscope {st:.0f} ns/req, {rps:.0f} rps (load-dependent), medians of {rounds}")
+PY
+fi
