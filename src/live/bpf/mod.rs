@@ -24,6 +24,7 @@ use super::sysnames::{errno_name, syscall_name};
 use super::{now_mono, now_wall, AttachError, Tracer, TracerStats};
 use crate::event::{self, Data, Event, EventKind, InFlight, Nanos, Ret, Syscall, Tid};
 use anyhow::Result;
+use rustc_hash::FxHashMap;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
@@ -162,6 +163,8 @@ struct NrInfo {
     name: &'static str,
     sys: &'static crate::syscalls::SysInfo,
     decode: bool,
+    /// `kernel_kind` of the name (whether a data copy was filled by the kernel).
+    kind: u32,
 }
 
 fn nr_info(nr: i64) -> NrInfo {
@@ -176,6 +179,7 @@ fn nr_info(nr: i64) -> NrInfo {
             name,
             sys,
             decode: decodes_more(sys),
+            kind: kernel_kind(name),
         }
     };
     match usize::try_from(nr).ok().and_then(|i| SEEN.get(i)) {
@@ -313,10 +317,11 @@ pub struct BpfTracer {
     backlog: Arc<std::sync::atomic::AtomicUsize>,
     /// Emptied batches, back to the reader to be filled again (`read_ring`).
     spare: mpsc::SyncSender<Vec<Rec>>,
-    threads: HashMap<Tid, Thread>,
+    // Fx: looked up once per record (SipHash was a visible part of the tracer's CPU).
+    threads: FxHashMap<Tid, Thread>,
     /// New tasks, with whether they are threads, from the fork records.
-    forked: HashMap<Tid, bool>,
-    exit_codes: HashMap<Tid, i32>,
+    forked: FxHashMap<Tid, bool>,
+    exit_codes: FxHashMap<Tid, i32>,
     queue: VecDeque<Event>,
     stats: TracerStats,
     drops_seen: u64,
@@ -328,6 +333,7 @@ pub struct BpfTracer {
     pub threads_at_attach: u32,
     /// When the requests that socket reads return arrived (arrivals.rs).
     arrivals: arrivals::Arrivals,
+    spans: super::SpanPool,
 }
 
 /// An attached program, to detach it before the ring is emptied for the last time.
@@ -519,9 +525,9 @@ impl BpfTracer {
             rx,
             backlog,
             spare,
-            threads: HashMap::new(),
-            forked: HashMap::new(),
-            exit_codes: HashMap::new(),
+            threads: FxHashMap::default(),
+            forked: FxHashMap::default(),
+            exit_codes: FxHashMap::default(),
             queue: VecDeque::new(),
             stats: TracerStats::default(),
             drops_seen: 0,
@@ -532,6 +538,7 @@ impl BpfTracer {
             last_check: std::time::Instant::now(),
             threads_at_attach: 0,
             arrivals: arrivals::Arrivals::default(),
+            spans: super::SpanPool::default(),
         };
         me.arrivals.started(arrivals, &mut me.warnings);
         let pid = me.cfg.pid;
@@ -627,7 +634,7 @@ impl BpfTracer {
             }
         }
         if args_known && r.data_len > 0 {
-            let avail = if kernel_kind(info.name) == NR_READ {
+            let avail = if info.kind == NR_READ {
                 ok.unwrap_or(0).max(0) as u64
             } else {
                 r.args[2]
@@ -647,9 +654,9 @@ impl BpfTracer {
         self.stats.count(tid, self.cfg.pid, dur);
     }
 
-    fn process(&mut self, r: Rec) {
+    fn process(&mut self, r: &Rec) {
         if r.kind == arrivals::REC_ARRIVAL {
-            self.arrivals.on_record(&r);
+            self.arrivals.on_record(r);
             return;
         }
         let tid = r.tid;
@@ -666,7 +673,7 @@ impl BpfTracer {
         let sched_at_attach = th.sched_at_attach.take();
         // What the scheduler did in the call, and in the gap since the thread's last call.
         let sched = (r.kind == REC_CALL || r.kind == REC_ENTER_ONLY).then(|| {
-            Box::new(event::SchedSpan {
+            self.spans.boxed(event::SchedSpan {
                 during: delta(&r.sched_enter, &r.sched_exit),
                 before: th.last_exit.map(|l| delta(&l, &r.sched_enter)),
             })
@@ -677,10 +684,10 @@ impl BpfTracer {
         match r.kind {
             REC_CALL => {
                 th.seen = true;
-                let mut ev = self.build(&r, Some(r.ret), true);
+                let mut ev = self.build(r, Some(r.ret), true);
                 if let EventKind::Syscall(sc) = &mut ev.kind {
                     sc.sched = sched;
-                    self.arrivals.date(&r, sc);
+                    self.arrivals.date(r, sc);
                 }
                 self.count(tid, Some(r.exit_ns - r.enter_ns));
                 self.queue.push_back(ev);
@@ -689,13 +696,11 @@ impl BpfTracer {
                 th.seen = true;
                 // It never returned (exit, exit_group, or the task ended inside it): known
                 // from its entry to when that was seen.
-                let exits = crate::syscalls::info(syscall_name(r.nr))
-                    .facts
-                    .has(crate::syscalls::Facts::EXIT);
+                let exits = nr_info(r.nr).sys.facts.has(crate::syscalls::Facts::EXIT);
                 if exits {
                     self.exit_codes.insert(tid, r.args[0] as i32);
                 }
-                let mut ev = self.build(&r, None, true);
+                let mut ev = self.build(r, None, true);
                 if let EventKind::Syscall(sc) = &mut ev.kind {
                     sc.sched = sched;
                 }
@@ -708,7 +713,7 @@ impl BpfTracer {
                     // The child's side of a clone (returns 0 with no entry).
                     return;
                 }
-                let mut r = r;
+                let mut r = *r;
                 r.enter_ns = self.stats.attach_mono;
                 // Its arguments are known if /proc showed it sleeping in this call then.
                 let known = match at_attach {
@@ -778,16 +783,25 @@ impl BpfTracer {
         }
     }
 
-    /// Takes what the reader has copied out of the ring.
+    /// Takes what the reader has copied out of the ring, up to about `QUEUE_KEEP` events:
+    /// the rest waits in the channel for the next call. Taking a whole backlog at once grew
+    /// the queue past what `fed` lets it keep, so it was shrunk and grown again (copies and
+    /// fresh pages) after every burst.
     fn take_records(&mut self, wait: Duration) {
         let mut got = false;
         let mut next = self.rx.recv_timeout(wait).ok();
-        while let Some(mut batch) = next.take().or_else(|| self.rx.try_recv().ok()) {
+        while let Some(mut batch) = next.take().or_else(|| {
+            (self.queue.len() < super::fed::QUEUE_KEEP)
+                .then(|| self.rx.try_recv().ok())
+                .flatten()
+        }) {
             got = true;
             self.backlog.fetch_sub(batch.len(), Ordering::Relaxed);
-            for r in batch.drain(..) {
+            // By reference: a record moved out of the batch was one more copy of ~230 bytes.
+            for r in &batch {
                 self.process(r);
             }
+            batch.clear();
             // Full of spares already (the reader is behind): this one is freed.
             let _ = self.spare.try_send(batch);
         }
@@ -842,7 +856,7 @@ impl BpfTracer {
             let _ = h.join();
         }
         while let Ok(batch) = self.rx.try_recv() {
-            for r in batch {
+            for r in &batch {
                 self.process(r);
             }
         }
@@ -933,10 +947,12 @@ impl BpfTracer {
 /// The reader thread: copies records out of the ring as soon as they are there, so the
 /// kernel finds room even while the analysis is busy. Sleeps in poll between wakeups (the
 /// programs wake it when a quarter of the ring is used; the timeout bounds the delay).
-/// Batches handed back to the reader at most (each up to `BATCH_MAX` records): the
-/// reader refills them instead of growing a new vector (copies, fresh pages) per batch.
-const SPARE_BATCHES: usize = 4;
-const BATCH_MAX: usize = 4096;
+/// Batches handed back to the reader at most (each of `BATCH_MAX` records, allocated at
+/// that size once): the reader refills them instead of growing a new vector (copies, fresh
+/// pages) per batch. 8 x 2048 records is under 4 MiB kept idle; with 4 spares the reader
+/// ran out of them behind a burst and grew new vectors by doubling.
+const SPARE_BATCHES: usize = 8;
+const BATCH_MAX: usize = 2048;
 
 /// Most records copied out and not yet taken by the analysis (about 128 MiB of them, a few
 /// seconds of a saturated redis, as the perf backend's backlog): past it the reader leaves
@@ -953,7 +969,11 @@ fn read_ring(
 ) {
     use std::os::fd::AsRawFd;
     let fd = ring.as_raw_fd();
-    let fresh = || spares.try_recv().unwrap_or_default();
+    let fresh = || {
+        spares
+            .try_recv()
+            .unwrap_or_else(|_| Vec::with_capacity(BATCH_MAX))
+    };
     let send = |batch: Vec<Rec>| {
         backlog.fetch_add(batch.len(), Ordering::Relaxed);
         tx.send(batch).is_err()
@@ -1047,6 +1067,10 @@ impl Tracer for BpfTracer {
 
     fn dates_arrivals(&self) -> Option<bool> {
         Some(self.arrivals.on())
+    }
+
+    fn reuse(&mut self, spent: &mut Vec<Box<event::SchedSpan>>) {
+        self.spans.take_back(spent);
     }
 
     fn stats(&self) -> TracerStats {
