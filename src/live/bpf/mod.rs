@@ -313,6 +313,9 @@ pub struct BpfTracer {
     reader: Option<std::thread::JoinHandle<()>>,
     reader_stop: Arc<AtomicBool>,
     rx: mpsc::Receiver<Vec<Rec>>,
+    /// The batch being processed, and how far (`take_records` stops part way).
+    part: Vec<Rec>,
+    part_at: usize,
     /// Records the reader copied out and the analysis has not taken yet (`BACKLOG_MAX`).
     backlog: Arc<std::sync::atomic::AtomicUsize>,
     /// Emptied batches, back to the reader to be filled again (`read_ring`).
@@ -523,6 +526,8 @@ impl BpfTracer {
             reader: Some(reader),
             reader_stop,
             rx,
+            part: vec![],
+            part_at: 0,
             backlog,
             spare,
             threads: FxHashMap::default(),
@@ -600,9 +605,25 @@ impl BpfTracer {
         Ok(me)
     }
 
-    fn build(&mut self, r: &Rec, ret: Option<i64>, args_known: bool) -> Event {
+    /// Pushes the event of call record `r` onto the queue, built where it is kept (built on
+    /// the stack and moved, each ~300-byte event was copied twice more), with the
+    /// scheduler's split `sched`; `sc_of_back` then reaches it.
+    fn build(
+        &mut self,
+        r: &Rec,
+        ret: Option<i64>,
+        args_known: bool,
+        sched: Option<Box<event::SchedSpan>>,
+    ) {
         let info = nr_info(r.nr);
-        let mut sc = Syscall::with(info.name, info.sys);
+        self.queue.push_back(Event {
+            tid: r.tid,
+            ts: r.enter_ns,
+            line: 0,
+            kind: EventKind::Syscall(Syscall::with(info.name, info.sys)),
+        });
+        let sc = sc_of_back(&mut self.queue);
+        sc.sched = sched;
         sc.ret = match ret {
             Some(v) if (-4095..0).contains(&v) => Ret::Err(errno_name(-v)),
             Some(v) => Ret::Val(v),
@@ -614,11 +635,11 @@ impl BpfTracer {
         if !args_known {
             // Only the result of a call already running at attach is known.
         } else if info.decode {
-            decode_args(r.tgid, &mut sc, &r.args, ok, false);
+            decode_args(r.tgid, sc, &r.args, ok, false);
             if let Some(v) = ok.filter(|v| *v > 0) {
                 match info.sys.fd {
                     // Read late: the fd may name another file by now (see open_name).
-                    crate::syscalls::FdKind::Open => sc.ret_path = open_name(r.tgid, &sc, v),
+                    crate::syscalls::FdKind::Open => sc.ret_path = open_name(r.tgid, sc, v),
                     crate::syscalls::FdKind::Clone => {
                         if let Some(thread) = self.forked.get(&(v as Tid)) {
                             sc.extra = event::Extra::Clone { thread: *thread };
@@ -640,13 +661,7 @@ impl BpfTracer {
                 r.args[2]
             };
             let n = r.data_len as usize;
-            sc.extra = event::Extra::Data(Data::new(&r.data[..n], avail > n as u64));
-        }
-        Event {
-            tid: r.tid,
-            ts: r.enter_ns,
-            line: 0,
-            kind: EventKind::Syscall(sc),
+            Data::put_bytes(&mut sc.extra, &r.data[..n], avail > n as u64);
         }
     }
 
@@ -684,13 +699,9 @@ impl BpfTracer {
         match r.kind {
             REC_CALL => {
                 th.seen = true;
-                let mut ev = self.build(r, Some(r.ret), true);
-                if let EventKind::Syscall(sc) = &mut ev.kind {
-                    sc.sched = sched;
-                    self.arrivals.date(r, sc);
-                }
+                self.build(r, Some(r.ret), true, sched);
+                self.arrivals.date(r, sc_of_back(&mut self.queue));
                 self.count(tid, Some(r.exit_ns - r.enter_ns));
-                self.queue.push_back(ev);
             }
             REC_ENTER_ONLY => {
                 th.seen = true;
@@ -700,12 +711,8 @@ impl BpfTracer {
                 if exits {
                     self.exit_codes.insert(tid, r.args[0] as i32);
                 }
-                let mut ev = self.build(r, None, true);
-                if let EventKind::Syscall(sc) = &mut ev.kind {
-                    sc.sched = sched;
-                }
+                self.build(r, None, true, sched);
                 self.count(tid, None);
-                self.queue.push_back(ev);
             }
             REC_EXIT_ONLY => {
                 th.seen = true;
@@ -723,19 +730,16 @@ impl BpfTracer {
                     }
                     _ => false,
                 };
-                let mut ev = self.build(&r, Some(r.ret), known);
-                if let EventKind::Syscall(sc) = &mut ev.kind {
-                    sc.in_flight = Some(InFlight::AtStart);
-                    // What the scheduler did in it from the attach (its entry was before).
-                    sc.sched = sched_at_attach.map(|a| {
-                        Box::new(event::SchedSpan {
-                            during: delta(&a, &r.sched_exit),
-                            before: None,
-                        })
-                    });
-                }
+                // What the scheduler did in it from the attach (its entry was before).
+                let sched = sched_at_attach.map(|a| {
+                    Box::new(event::SchedSpan {
+                        during: delta(&a, &r.sched_exit),
+                        before: None,
+                    })
+                });
+                self.build(&r, Some(r.ret), known, sched);
+                sc_of_back(&mut self.queue).in_flight = Some(InFlight::AtStart);
                 self.count(tid, None);
-                self.queue.push_back(ev);
             }
             REC_FORK => {
                 let child = r.nr as Tid;
@@ -783,28 +787,48 @@ impl BpfTracer {
         }
     }
 
-    /// Takes what the reader has copied out of the ring, up to about `QUEUE_KEEP` events:
-    /// the rest waits in the channel for the next call. Taking a whole backlog at once grew
-    /// the queue past what `fed` lets it keep, so it was shrunk and grown again (copies and
-    /// fresh pages) after every burst.
+    /// Turns what the reader has copied out of the ring into events, about `TAKE` at a
+    /// time: the rest of a batch, and later batches, wait for the next call. The events
+    /// are then analysed while they are still in the cache; taking whole batches (up to
+    /// `QUEUE_KEEP` events, megabytes of them) wrote them all out to memory and read them
+    /// back, and the records' own loads (written by the reader on the other CPU) were half
+    /// of `process`'s samples. Those are prefetched a few records ahead.
     fn take_records(&mut self, wait: Duration) {
         let mut got = false;
-        let mut next = self.rx.recv_timeout(wait).ok();
-        while let Some(mut batch) = next.take().or_else(|| {
-            (self.queue.len() < super::fed::QUEUE_KEEP)
-                .then(|| self.rx.try_recv().ok())
-                .flatten()
-        }) {
-            got = true;
-            self.backlog.fetch_sub(batch.len(), Ordering::Relaxed);
-            // By reference: a record moved out of the batch was one more copy of ~230 bytes.
-            for r in &batch {
-                self.process(r);
+        let mut batch = std::mem::take(&mut self.part);
+        let mut at = self.part_at;
+        loop {
+            if at >= batch.len() {
+                if batch.capacity() > 0 {
+                    batch.clear();
+                    // Full of spares already (the reader is behind): this one is freed.
+                    let _ = self.spare.try_send(std::mem::take(&mut batch));
+                }
+                at = 0;
+                let next = if got || !self.queue.is_empty() {
+                    self.rx.try_recv().ok()
+                } else {
+                    self.rx.recv_timeout(wait).ok()
+                };
+                let Some(b) = next else { break };
+                got = true;
+                self.backlog.fetch_sub(b.len(), Ordering::Relaxed);
+                batch = b;
+                continue;
             }
-            batch.clear();
-            // Full of spares already (the reader is behind): this one is freed.
-            let _ = self.spare.try_send(batch);
+            let room = TAKE.saturating_sub(self.queue.len());
+            if room == 0 {
+                break;
+            }
+            let end = (at + room).min(batch.len());
+            for i in at..end {
+                prefetch_rec(&batch, i + PREFETCH_AHEAD);
+                self.process(&batch[i]);
+            }
+            at = end;
         }
+        self.part = batch;
+        self.part_at = at;
         if got || self.stop_requested {
             self.read_drops();
         }
@@ -855,6 +879,12 @@ impl BpfTracer {
         if let Some(h) = self.reader.take() {
             let _ = h.join();
         }
+        // What is left of the batch in progress came before anything still in the channel.
+        let part = std::mem::take(&mut self.part);
+        for r in part.get(self.part_at..).unwrap_or_default() {
+            self.process(r);
+        }
+        self.part_at = 0;
         while let Ok(batch) = self.rx.try_recv() {
             for r in &batch {
                 self.process(r);
@@ -920,18 +950,15 @@ impl BpfTracer {
                 data_len: 0,
                 data: [0; DATA_MAX],
             };
-            let mut ev = self.build(&r, None, true);
-            if let EventKind::Syscall(sc) = &mut ev.kind {
-                sc.in_flight = Some(InFlight::AtEnd);
-                if let Some(d) = quiet_sched.remove(&tid) {
-                    sc.sched = Some(Box::new(event::SchedSpan {
-                        during: d,
-                        before: None,
-                    }));
-                }
-            }
+            let sched = quiet_sched.remove(&tid).map(|d| {
+                Box::new(event::SchedSpan {
+                    during: d,
+                    before: None,
+                })
+            });
+            self.build(&r, None, true, sched);
+            sc_of_back(&mut self.queue).in_flight = Some(InFlight::AtEnd);
             self.count(tid, None);
-            self.queue.push_back(ev);
         }
         self.bpf = None;
         self.queue.push_back(Event {
@@ -959,6 +986,41 @@ const BATCH_MAX: usize = 2048;
 /// the ring alone, so an analysis that never catches up makes the kernel drop records,
 /// counted as lost, instead of memory growing without end.
 const BACKLOG_MAX: usize = (128 << 20) / std::mem::size_of::<Rec>();
+
+/// The call of the event `BpfTracer::build` just pushed.
+#[inline(always)]
+fn sc_of_back(queue: &mut VecDeque<Event>) -> &mut Syscall {
+    match queue.back_mut().map(|e| &mut e.kind) {
+        Some(EventKind::Syscall(sc)) => sc,
+        _ => unreachable!("build pushed a call"),
+    }
+}
+
+/// Records turned into events per `take_records` call, about: their events (~300 bytes
+/// each) stay in the cache until the consumer has analysed them.
+const TAKE: usize = 512;
+/// How many records ahead `take_records` prefetches.
+const PREFETCH_AHEAD: usize = 4;
+
+/// Asks for record `i` of `batch` (if there is one) to be brought into the cache.
+#[inline(always)]
+fn prefetch_rec(batch: &[Rec], i: usize) {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(r) = batch.get(i) {
+        let p = (r as *const Rec).cast::<i8>();
+        // SAFETY: a prefetch is only a hint; every address is inside the record.
+        unsafe {
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+            for off in (0..std::mem::size_of::<Rec>()).step_by(64) {
+                _mm_prefetch::<_MM_HINT_T0>(p.add(off));
+            }
+            // The last line, when the record does not start on one.
+            _mm_prefetch::<_MM_HINT_T0>(p.add(std::mem::size_of::<Rec>() - 1));
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (batch, i);
+}
 
 fn read_ring(
     mut ring: aya::maps::RingBuf<aya::maps::MapData>,
