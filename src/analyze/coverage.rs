@@ -13,7 +13,9 @@ use crate::units::human;
 pub(crate) struct Coverage {
     events: u64,
     syscalls: u64,
-    first_ts: Option<Nanos>,
+    /// The earliest call's start; meaningful once `syscalls > 0` (`first`): a plain
+    /// minimum per call, no `Option` rebuilt on each.
+    first_ts: Nanos,
     last_ts: Nanos,
     measured: u64,
     /// The shortest measured call (a trace filtered by duration has no short one).
@@ -108,6 +110,7 @@ impl Coverage {
     pub(crate) fn new() -> Self {
         Coverage {
             min_measured: Nanos::MAX,
+            first_ts: Nanos::MAX,
             ..Default::default()
         }
     }
@@ -125,7 +128,7 @@ impl Coverage {
         let sc = cx.sc;
         let ts = cx.ts();
         self.events += 1;
-        self.first_ts = Some(self.first_ts.map_or(ts, |f| f.min(ts)));
+        self.first_ts = self.first_ts.min(ts);
         // As `Event::end`: saturating.
         self.last_ts = self.last_ts.max(ts.saturating_add(cx.dur));
         self.syscalls += 1;
@@ -165,7 +168,7 @@ impl Coverage {
         self.lost_events
     }
     pub(crate) fn first(&self) -> Option<Nanos> {
-        self.first_ts
+        (self.syscalls > 0).then_some(self.first_ts)
     }
     pub(crate) fn last(&self) -> Nanos {
         self.last_ts
@@ -242,12 +245,12 @@ impl Coverage {
     /// The summary block, but for the stall counts (known once stalls are kept) and the
     /// thread counts (the world's).
     pub(crate) fn summary(&self, counters: &Counters, clock: &Clock) -> report::Summary {
-        let first = self.first_ts.unwrap_or(0);
+        let first = self.first().unwrap_or(0);
         report::Summary {
             lines: counters.lines,
             events: self.events,
             syscalls: self.syscalls,
-            start: self.first_ts.map(|_| clock.format(first)),
+            start: self.first().map(|_| clock.format(first)),
             start_iso: clock.iso(first),
             span_us: (self.last_ts - first).max(0) / 1000,
             skipped_lines: counters.skips.total,

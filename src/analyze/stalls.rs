@@ -124,6 +124,35 @@ struct Last {
     open: Option<OpenGap>,
 }
 
+impl Last {
+    /// A quiet call: the open gap extended in place (made here if none is open), where
+    /// moving the ~130-byte gap out and back on every call cost ~30 Ir per event.
+    #[inline(always)]
+    fn extend(
+        &mut self,
+        cx: &ResolvedCall<'_>,
+        gap_end: Option<Nanos>,
+        known: bool,
+        after_wait: bool,
+        piece: Nanos,
+    ) {
+        if self.open.is_none() {
+            self.open = gap_end.map(|pe| OpenGap {
+                from: pe,
+                known,
+                after_wait,
+                through: Through::default(),
+                sched: Some(Default::default()),
+            });
+        }
+        if let Some(o) = &mut self.open {
+            o.through.add(cx.sc.name);
+            o.through.no_call += piece;
+            o.sched = sum_sched(o.sched, cx.sc.sched.as_ref().map(|s| (s.before, s.during)));
+        }
+    }
+}
+
 pub(crate) struct Stalls {
     threshold: Nanos,
     /// Most candidates kept in detail.
@@ -243,22 +272,8 @@ impl Stalls {
         let piece = step.gap.unwrap_or(0).max(0);
         if quiet {
             // The gap runs on through this call; it began at the last call that was not
-            // quiet. Extended in place: moving the ~130-byte open gap out and back on
-            // every call cost ~30 Ir per event.
-            if last.open.is_none() {
-                last.open = gap_end.map(|pe| OpenGap {
-                    from: pe,
-                    known: prev_known,
-                    after_wait,
-                    through: Through::default(),
-                    sched: Some(Default::default()),
-                });
-            }
-            if let Some(o) = &mut last.open {
-                o.through.add(cx.sc.name);
-                o.through.no_call += piece;
-                o.sched = sum_sched(o.sched, cx.sc.sched.as_ref().map(|s| (s.before, s.during)));
-            }
+            // quiet.
+            last.extend(cx, gap_end, prev_known, after_wait, piece);
         } else {
             // Most calls end no open gap: it is only moved out when there is one.
             let open = if last.open.is_some() {

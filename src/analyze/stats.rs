@@ -140,7 +140,8 @@ impl Cells {
         &mut self.by_file[f]
     }
 
-    /// The aggregate of a file (a default one for a file without a timed call).
+    /// The aggregate of a file: None past the last file with a timed call (those before it
+    /// without one have count 0).
     pub(crate) fn agg(&self, file: u32) -> Option<&Agg> {
         self.by_file.get(file as usize).map(|c| &c.agg)
     }
