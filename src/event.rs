@@ -285,7 +285,7 @@ impl Data {
         *extra = Extra::Data(Data {
             len: 0,
             form: Form::Bytes { truncated: false },
-            buf: [0; RAW_CAP],
+            buf: [MaybeUninit::uninit(); RAW_CAP],
         });
         if let Extra::Data(d) = extra {
             let n = bytes.len().min(DATA_CAP);
