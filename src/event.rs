@@ -665,6 +665,21 @@ pub fn intern(name: &[u8]) -> &'static str {
 mod tests {
     use super::*;
 
+    /// Every batch of events is written by the parser and read back by the analyzer on the
+    /// other core: its size is the pipeline's memory traffic per line. A bound, so that
+    /// growth is a decision (the figure is in bench/PROFILE.md).
+    #[test]
+    fn event_size_is_bounded() {
+        let n = std::mem::size_of::<Event>();
+        eprintln!(
+            "size_of::<Event>() = {n}, Syscall {}, Extra {}, Data {}",
+            std::mem::size_of::<Syscall>(),
+            std::mem::size_of::<Extra>(),
+            std::mem::size_of::<Data>()
+        );
+        assert!(n <= 296, "size_of::<Event>() = {n}");
+    }
+
     #[test]
     fn intern_returns_same_static_for_known_and_unknown() {
         assert_eq!(intern(b"fdatasync"), "fdatasync");
