@@ -171,7 +171,7 @@ fn copy_short(dst: &mut [MaybeUninit<u8>; RAW_CAP], src: &[u8]) {
     let d = dst.as_mut_ptr() as *mut u8;
     // SAFETY (all three): every move writes `dst[at..at + K]` from `src[at..at + K]` with
     // `at + K <= n <= RAW_CAP`, checked by the length tests that choose it; unaligned
-    // accesses of `[u8; K]` are allowed by `read/write_unaligned`.
+    // stores of `[u8; K]` are allowed by `write_unaligned`.
     let c16 = |at: usize| unsafe {
         let v: [u8; 16] = src[at..at + 16].try_into().expect("16 bytes");
         std::ptr::write_unaligned(d.add(at) as *mut [u8; 16], v);
