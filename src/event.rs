@@ -8,6 +8,7 @@
 //! whole line and the hot path allocates only when a path is present.
 
 use crate::syscalls::SysInfo;
+use std::mem::MaybeUninit;
 use std::sync::Mutex;
 
 /// Thread id as printed by the tracer (strace prints tids, not tgids).
@@ -143,7 +144,9 @@ pub enum Extra {
 pub struct Data {
     len: u8,
     form: Form,
-    buf: [u8; RAW_CAP],
+    /// Only the first `len` bytes are ever written or read: zeroing the rest cost seven
+    /// 16-byte stores on every read and write line.
+    buf: [MaybeUninit<u8>; RAW_CAP],
 }
 
 /// How much of strace's quoted text a `Data` keeps: enough for `DATA_CAP` bytes of text
@@ -162,12 +165,24 @@ enum Form {
 /// possibly overlapping, 16-, 8- and 4-byte moves chosen by the length: a `memcpy` call (which
 /// a plain loop is turned back into) cost as much as the copy of a ~60-byte text.
 #[inline(always)]
-fn copy_short(dst: &mut [u8; RAW_CAP], src: &[u8]) {
+fn copy_short(dst: &mut [MaybeUninit<u8>; RAW_CAP], src: &[u8]) {
     let n = src.len();
-    debug_assert!(n <= RAW_CAP);
-    let mut c16 = |at: usize| {
+    assert!(n <= RAW_CAP);
+    let d = dst.as_mut_ptr() as *mut u8;
+    // SAFETY (all three): every move writes `dst[at..at + K]` from `src[at..at + K]` with
+    // `at + K <= n <= RAW_CAP`, checked by the length tests that choose it; unaligned
+    // stores of `[u8; K]` are allowed by `write_unaligned`.
+    let c16 = |at: usize| unsafe {
         let v: [u8; 16] = src[at..at + 16].try_into().expect("16 bytes");
-        dst[at..at + 16].copy_from_slice(&v);
+        std::ptr::write_unaligned(d.add(at) as *mut [u8; 16], v);
+    };
+    let c8 = |at: usize| unsafe {
+        let v: [u8; 8] = src[at..at + 8].try_into().expect("8 bytes");
+        std::ptr::write_unaligned(d.add(at) as *mut [u8; 8], v);
+    };
+    let c4 = |at: usize| unsafe {
+        let v: [u8; 4] = src[at..at + 4].try_into().expect("4 bytes");
+        std::ptr::write_unaligned(d.add(at) as *mut [u8; 4], v);
     };
     if n >= 16 {
         let mut i = 0;
@@ -193,25 +208,21 @@ fn copy_short(dst: &mut [u8; RAW_CAP], src: &[u8]) {
         return;
     }
     if n >= 8 {
-        let a: [u8; 8] = src[..8].try_into().expect("8 bytes");
-        let b: [u8; 8] = src[n - 8..].try_into().expect("8 bytes");
-        dst[..8].copy_from_slice(&a);
-        dst[n - 8..n].copy_from_slice(&b);
+        c8(0);
+        c8(n - 8);
     } else if n >= 4 {
-        let a: [u8; 4] = src[..4].try_into().expect("4 bytes");
-        let b: [u8; 4] = src[n - 4..].try_into().expect("4 bytes");
-        dst[..4].copy_from_slice(&a);
-        dst[n - 4..n].copy_from_slice(&b);
+        c4(0);
+        c4(n - 4);
     } else {
         // Up to three bytes, one test each (a loop would be a `memcpy` call again).
         if n > 0 {
-            dst[0] = src[0];
+            dst[0] = MaybeUninit::new(src[0]);
         }
         if n > 1 {
-            dst[1] = src[1];
+            dst[1] = MaybeUninit::new(src[1]);
         }
         if n > 2 {
-            dst[2] = src[2];
+            dst[2] = MaybeUninit::new(src[2]);
         }
     }
 }
@@ -256,7 +267,7 @@ impl Data {
         *extra = Extra::Data(Data {
             len: 0,
             form: Form::Escaped { cut: false },
-            buf: [0; RAW_CAP],
+            buf: [MaybeUninit::uninit(); RAW_CAP],
         });
         if let Extra::Data(d) = extra {
             let n = text.len().min(RAW_CAP);
@@ -274,7 +285,7 @@ impl Data {
         *extra = Extra::Data(Data {
             len: 0,
             form: Form::Bytes { truncated: false },
-            buf: [0; RAW_CAP],
+            buf: [MaybeUninit::uninit(); RAW_CAP],
         });
         if let Extra::Data(d) = extra {
             let n = bytes.len().min(DATA_CAP);
@@ -287,13 +298,21 @@ impl Data {
     }
     fn keep(bytes: &[u8], cap: usize, form: Form) -> Self {
         let n = bytes.len().min(cap);
-        let mut buf = [0u8; RAW_CAP];
-        buf[..n].copy_from_slice(&bytes[..n]);
+        let mut buf = [MaybeUninit::uninit(); RAW_CAP];
+        copy_short(&mut buf, &bytes[..n]);
         Data {
             len: n as u8,
             form,
             buf,
         }
+    }
+    /// The kept text (or bytes): the first `len` bytes, the only ones written.
+    #[inline(always)]
+    fn raw(&self) -> &[u8] {
+        let n = (self.len as usize).min(RAW_CAP);
+        // SAFETY: every constructor writes `buf[..len]` (`copy_short` of `len` bytes), and
+        // `Data` is only ever changed whole.
+        unsafe { std::slice::from_raw_parts(self.buf.as_ptr() as *const u8, n) }
     }
     /// The first `DATA_CAP` bytes, decoded.
     pub fn head(&self) -> Head {
@@ -302,7 +321,7 @@ impl Data {
             truncated: false,
             buf: [0; DATA_CAP],
         };
-        let raw = &self.buf[..self.len as usize];
+        let raw = self.raw();
         match self.form {
             Form::Bytes { truncated } => {
                 h.buf[..raw.len()].copy_from_slice(raw);
@@ -646,6 +665,21 @@ pub fn intern(name: &[u8]) -> &'static str {
 mod tests {
     use super::*;
 
+    /// Every batch of events is written by the parser and read back by the analyzer on the
+    /// other core: its size is the pipeline's memory traffic per line. A bound, so that
+    /// growth is a decision (the figure is in bench/PROFILE.md).
+    #[test]
+    fn event_size_is_bounded() {
+        let n = std::mem::size_of::<Event>();
+        eprintln!(
+            "size_of::<Event>() = {n}, Syscall {}, Extra {}, Data {}",
+            std::mem::size_of::<Syscall>(),
+            std::mem::size_of::<Extra>(),
+            std::mem::size_of::<Data>()
+        );
+        assert!(n <= 296, "size_of::<Event>() = {n}");
+    }
+
     #[test]
     fn intern_returns_same_static_for_known_and_unknown() {
         assert_eq!(intern(b"fdatasync"), "fdatasync");
@@ -733,7 +767,7 @@ mod tests {
             let (Extra::Data(a), b) = (e, Data::escaped(t)) else {
                 unreachable!()
             };
-            assert!(a.len == b.len && a.form == b.form && a.buf == b.buf);
+            assert!(a.len == b.len && a.form == b.form && a.raw() == b.raw());
         }
     }
 }

@@ -8,8 +8,8 @@ use super::args::{intern, NameCache};
 use super::prefix::parse_prefix;
 use crate::event::{self, Data, Nanos, Ret};
 use crate::source::scan::{
-    fixed_digits, fixed_digits_tail, is_name_byte, outside_strings, parse_decimal_ns, parse_hex,
-    parse_u64, skip_ws, trim_end, unescape_while, Piece, Quoted,
+    fixed_digits, fixed_digits_tail, is_name_byte, name_len, outside_strings, parse_decimal_ns,
+    parse_hex, parse_u64, skip_ws, trim_end, unescape_while, Piece, Quoted,
 };
 use memchr::{memchr, memmem, memrchr};
 
@@ -408,7 +408,8 @@ pub(super) fn fast_call<'a>(s: &'a [u8], names: &mut NameCache) -> Option<FastCa
     if !s.first()?.is_ascii_alphabetic() {
         return None;
     }
-    let n = 1 + s[1..].iter().take_while(|b| is_name_byte(**b)).count();
+    // The first byte is a letter, itself a name byte.
+    let n = name_len(s);
     if s.get(n) != Some(&b'(') {
         return None;
     }
