@@ -25,7 +25,6 @@
 
 use super::{load_error, verifier_refusal, Rec, DATA_MAX};
 use crate::event::{Nanos, Syscall, Tid};
-use std::collections::HashMap;
 
 /// As in bpf/stallscope.bpf.c.
 pub(super) const REC_ARRIVAL: u32 = 16;
@@ -226,7 +225,7 @@ pub(super) struct Arrivals {
     /// Whether the programs are attached.
     on: bool,
     /// Per thread: (stamp, when its receive ended).
-    pending: HashMap<Tid, (Nanos, Nanos)>,
+    pending: rustc_hash::FxHashMap<Tid, (Nanos, Nanos)>,
     /// Reads dated by an arrival (for the report's `summary.command_start`).
     pub(super) dated: u64,
 }
@@ -290,6 +289,8 @@ mod tests {
             arrival_at: 0,
             data_len: 0,
             data: [0; DATA_MAX],
+            arrival_first: 0,
+            arrival_at: 0,
         }
     }
 
