@@ -289,8 +289,6 @@ mod tests {
             arrival_at: 0,
             data_len: 0,
             data: [0; DATA_MAX],
-            arrival_first: 0,
-            arrival_at: 0,
         }
     }
 
