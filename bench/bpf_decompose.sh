@@ -23,7 +23,8 @@
 #   COMPARE=path/to/older/stallscope bench/bpf_decompose.sh
 #       then also, with bpf_stats on, ROUNDS alternated `full` runs of BIN and of COMPARE: the
 #       per-program run time and the CPU per request of each, in the same run (the VM's speed
-#       drifts between runs, so figures of two runs do not compare).
+#       drifts between runs, so figures of two runs do not compare); COMPARE_ROUNDS=K runs K
+#       pairs instead of ROUNDS.
 #
 # Needs root, redis-server, redis-benchmark, redis-cli, bpftool, python3.
 set -euo pipefail
@@ -138,7 +139,7 @@ mv "$DIR/rows" "$DIR/rows.keep"
 for case in filter discard full; do run_case "$case" stats; done
 mv "$DIR/rows.keep" "$DIR/rows"
 if [ -n "${COMPARE:-}" ]; then
-  for round in $(seq "$ROUNDS"); do
+  for round in $(seq "${COMPARE_ROUNDS:-$ROUNDS}"); do
     CASE_BIN=$COMPARE run_case full "cmp-old-$round"
     run_case full "cmp-new-$round"
   done
@@ -195,7 +196,7 @@ for r in range(1, rounds + 1):
 print(f"summary: filter {summary['filter']:.3f}, discard {summary['discard']:.3f}, full {summary['full']:.3f} of untraced")
 PY
 if [ -n "${COMPARE:-}" ]; then
-  python3 - "$DIR" "$N" "$HZ" "$ROUNDS" "$COMPARE" "$BIN" <<'PY'
+  python3 - "$DIR" "$N" "$HZ" "${COMPARE_ROUNDS:-$ROUNDS}" "$COMPARE" "$BIN" <<'PY'
 import os, statistics, sys
 d, n, hz, rounds, old, new = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], sys.argv[6]
 ns = lambda ticks: ticks * 1e9 / hz / n

@@ -285,10 +285,10 @@ mod tests {
             args: [0; 6],
             sched_enter: [0; 4],
             sched_exit: [0; 4],
-            data_len: 0,
-            data: [0; DATA_MAX],
             arrival_first: 0,
             arrival_at: 0,
+            data_len: 0,
+            data: [0; DATA_MAX],
         }
     }
 
@@ -330,5 +330,21 @@ mod tests {
         let mut early = read.clone();
         a.date(&rec(1, 7, 7_000, 8_000), &mut early);
         assert_eq!((early.arrived, a.dated), (None, 1));
+    }
+
+    #[test]
+    fn a_stamp_carried_in_the_reads_own_record_dates_it() {
+        let mut a = Arrivals::default();
+        let read = Syscall::new("read");
+        let mut r = rec(1, 7, 5_000, 6_000);
+        r.arrival_first = 1_000;
+        r.arrival_at = 5_500;
+        let mut mine = read.clone();
+        a.date(&r, &mut mine);
+        assert_eq!((mine.arrived, a.dated), (Some(1_000), 1));
+        // The same thread's next read without a stamp has none.
+        let mut next = read.clone();
+        a.date(&rec(1, 7, 7_000, 8_000), &mut next);
+        assert_eq!(next.arrived, None);
     }
 }
