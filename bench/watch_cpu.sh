@@ -7,7 +7,8 @@
 #   bench/watch_cpu.sh [REQUESTS] [ROUNDS] [MODES...]   (defaults 200000, 3, all four modes)
 #   MODES: attach-bpf attach-perf watch-bpf watch-perf
 #   BIN=target/profiling/stallscope PERF_RECORD=DIR bench/watch_cpu.sh 200000 1 watch-bpf
-#     also `perf record -g` the tracer during the benchmark into DIR/MODE.data
+#     also `perf record -g` the tracer during the benchmark into DIR/MODE.data (PERF_FREQ
+#     samples a second, default 2000; PERF_G replaces -g: other perf record options)
 #
 # The tracer's CPU is the sum over /proc/PID/task/*/schedstat (ns on a CPU) just after the
 # benchmark minus just before it (attach-time setup is not counted). Records are the
@@ -74,7 +75,7 @@ for mode in "${MODES[@]}"; do
     sleep 0.3
     if [ -n "${PERF_RECORD:-}" ]; then
       mkdir -p "$PERF_RECORD"
-      perf record ${PERF_G:--g} -F 2000 -p "$T" -o "$PERF_RECORD/$mode.data" >/dev/null 2>&1 &
+      perf record ${PERF_G:--g} -F ${PERF_FREQ:-2000} -p "$T" -o "$PERF_RECORD/$mode.data" >/dev/null 2>&1 &
       PR=$!
       sleep 0.5
     fi

@@ -267,6 +267,24 @@ impl Data {
             };
         }
     }
+    /// `*extra = Extra::Data(Data::new(bytes, truncated))`, built where it is kept: the
+    /// live backends do this for every read and write (see `put_escaped`).
+    #[inline(always)]
+    pub fn put_bytes(extra: &mut Extra, bytes: &[u8], truncated: bool) {
+        *extra = Extra::Data(Data {
+            len: 0,
+            form: Form::Bytes { truncated: false },
+            buf: [0; RAW_CAP],
+        });
+        if let Extra::Data(d) = extra {
+            let n = bytes.len().min(DATA_CAP);
+            copy_short(&mut d.buf, &bytes[..n]);
+            d.len = n as u8;
+            d.form = Form::Bytes {
+                truncated: truncated || bytes.len() > DATA_CAP,
+            };
+        }
+    }
     fn keep(bytes: &[u8], cap: usize, form: Form) -> Self {
         let n = bytes.len().min(cap);
         let mut buf = [0u8; RAW_CAP];

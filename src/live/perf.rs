@@ -537,6 +537,7 @@ struct NrInfo {
 }
 
 pub struct PerfTracer {
+    spans: super::SpanPool,
     cfg: PerfConfig,
     ids: (u64, u64),
     cpus: Vec<i32>,
@@ -685,6 +686,7 @@ impl PerfTracer {
     /// A tracer with nothing opened yet.
     fn unattached(cfg: PerfConfig, ids: (u64, u64)) -> Self {
         PerfTracer {
+            spans: super::SpanPool::default(),
             ids,
             cpus: online_cpus(),
             rings: vec![],
@@ -1397,7 +1399,7 @@ impl PerfTracer {
 
     /// Gives a call of `ev`'s thread, from entry `e` to counters `end`, the scheduler's
     /// split of it and of the gap before it (when the scheduler's records are read).
-    fn split(&self, ev: &mut Event, e: &Entry, end: [u64; 4]) {
+    fn split(&mut self, ev: &mut Event, e: &Entry, end: [u64; 4]) {
         if self.sched.is_none() {
             return;
         }
@@ -1407,7 +1409,7 @@ impl PerfTracer {
             .and_then(|t| t.last_exit)
             .map(|l| super::sched_delta(&l, &e.sched));
         if let EventKind::Syscall(sc) = &mut ev.kind {
-            sc.sched = Some(Box::new(event::SchedSpan {
+            sc.sched = Some(self.spans.boxed(event::SchedSpan {
                 during: super::sched_delta(&e.sched, &end),
                 before,
             }));
@@ -1653,6 +1655,10 @@ impl Tracer for PerfTracer {
 
     fn take_lost(&mut self) -> u64 {
         std::mem::take(&mut self.lost_unreported)
+    }
+
+    fn reuse(&mut self, spent: &mut Vec<Box<event::SchedSpan>>) {
+        self.spans.take_back(spent);
     }
 
     fn splits_sched(&self) -> bool {

@@ -905,6 +905,7 @@ fn watch_one(w: &mut Watcher, pid: Tid) -> Result<()> {
     let mut since_clock = 0u32;
     loop {
         if batch.is_empty() {
+            tracer.reuse(&mut w.ring.spent);
             tracer.next_batch(Duration::from_millis(100), &mut batch)?;
         }
         let ev = batch.pop_front();

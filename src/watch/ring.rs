@@ -26,6 +26,8 @@ pub(crate) struct Ring {
     pushed: u64,
     /// (sequence number of the event they came before, records lost), oldest first.
     lost: VecDeque<(u64, u64)>,
+    /// Scheduler splits of evicted events, for the tracer to reuse (`Tracer::reuse`).
+    pub(crate) spent: Vec<Box<crate::event::SchedSpan>>,
 }
 
 /// What `take_upto` hands over: the events, and the records lost before the event at each
@@ -98,6 +100,7 @@ impl Ring {
             evicted_upto: None,
             pushed: 0,
             lost: VecDeque::new(),
+            spent: vec![],
         }
     }
 
@@ -137,12 +140,13 @@ impl Ring {
             if !(too_old || too_big) {
                 break;
             }
-            let ev = self.events.pop_front().expect("front exists");
+            let mut ev = self.events.pop_front().expect("front exists");
             if !too_old {
                 self.evicted_early += 1;
                 self.evicted_upto = Some(ev.end());
             }
             self.bytes -= event_bytes(&ev);
+            crate::live::spend(&mut ev, &mut self.spent);
         }
         // Losses before an event no longer held are no incident's.
         let front = self.front_seq();

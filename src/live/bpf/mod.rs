@@ -24,6 +24,7 @@ use super::sysnames::{errno_name, syscall_name};
 use super::{now_mono, now_wall, AttachError, Tracer, TracerStats};
 use crate::event::{self, Data, Event, EventKind, InFlight, Nanos, Ret, Syscall, Tid};
 use anyhow::Result;
+use rustc_hash::FxHashMap;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
@@ -45,6 +46,33 @@ pub const REFUSE_ENV: &str = "STALLSCOPE_BPF_TEST_REFUSE";
 /// of the fallback that kernels without BTF take).
 pub const CLASSIC_ENV: &str = "STALLSCOPE_BPF_CLASSIC";
 
+/// For measurement only (bench/bpf_decompose.sh), never for a report: `discard` makes the
+/// reader empty the ring and throw the records away (counted by kind, said on stderr at the
+/// end) instead of handing them to the analysis, so a benchmark sees what the kernel programs
+/// and the ring cost without stallscope's decoding and analysis; `filter` also makes the
+/// programs of the traced process's syscalls and receives return right after the process
+/// filter (the cost of running them for every task of the machine, and nothing else). The
+/// report of such a run has no calls in it.
+pub const MEASURE_ENV: &str = "STALLSCOPE_BPF_MEASURE";
+
+#[derive(Clone, Copy, PartialEq)]
+enum Measure {
+    Off,
+    Discard,
+    FilterOnly,
+}
+
+fn measure_mode() -> Result<Measure, AttachError> {
+    match std::env::var(MEASURE_ENV).as_deref() {
+        Err(_) | Ok("") => Ok(Measure::Off),
+        Ok("discard") => Ok(Measure::Discard),
+        Ok("filter") => Ok(Measure::FilterOnly),
+        Ok(v) => Err(AttachError::Other(format!(
+            "{MEASURE_ENV}={v}: expected discard or filter (benchmarks only)"
+        ))),
+    }
+}
+
 // Record kinds and syscall kinds, as in bpf/stallscope.bpf.c.
 const REC_CALL: u32 = 1;
 const REC_ENTER_ONLY: u32 = 2;
@@ -57,7 +85,7 @@ const NR_WRITE: u32 = 2;
 const NR_CLONE: u32 = 3;
 const NR_CLONE3: u32 = 4;
 /// Size of a record without its data bytes.
-const REC_LEN: usize = 160;
+const REC_LEN: usize = 176;
 const DATA_MAX: usize = 64;
 
 #[derive(Clone, Debug)]
@@ -77,6 +105,8 @@ struct KEntry {
     nr: i64,
     args: [u64; 6],
     sched: [u64; 4],
+    arrival_first: u64,
+    arrival_at: u64,
 }
 // SAFETY: plain old data, the layout of `struct entry` in the C source.
 unsafe impl aya::Pod for KEntry {}
@@ -106,6 +136,10 @@ struct Rec {
     /// at entry and at exit.
     sched_enter: [u64; 4],
     sched_exit: [u64; 4],
+    /// The arrival a receive inside the call took, carried in the call's own record:
+    /// (stamp, when the receive ended); `arrival_at` 0 if none (arrivals.rs).
+    arrival_first: Nanos,
+    arrival_at: Nanos,
     data_len: u8,
     data: [u8; DATA_MAX],
 }
@@ -150,6 +184,8 @@ fn parse(b: &[u8]) -> Option<Rec> {
         args,
         sched_enter,
         sched_exit,
+        arrival_first: u64_at(b, 160) as Nanos,
+        arrival_at: u64_at(b, 168) as Nanos,
         data_len: data_len as u8,
         data,
     })
@@ -162,6 +198,8 @@ struct NrInfo {
     name: &'static str,
     sys: &'static crate::syscalls::SysInfo,
     decode: bool,
+    /// `kernel_kind` of the name (whether a data copy was filled by the kernel).
+    kind: u32,
 }
 
 fn nr_info(nr: i64) -> NrInfo {
@@ -176,6 +214,7 @@ fn nr_info(nr: i64) -> NrInfo {
             name,
             sys,
             decode: decodes_more(sys),
+            kind: kernel_kind(name),
         }
     };
     match usize::try_from(nr).ok().and_then(|i| SEEN.get(i)) {
@@ -309,14 +348,18 @@ pub struct BpfTracer {
     reader: Option<std::thread::JoinHandle<()>>,
     reader_stop: Arc<AtomicBool>,
     rx: mpsc::Receiver<Vec<Rec>>,
+    /// The batch being processed, and how far (`take_records` stops part way).
+    part: Vec<Rec>,
+    part_at: usize,
     /// Records the reader copied out and the analysis has not taken yet (`BACKLOG_MAX`).
     backlog: Arc<std::sync::atomic::AtomicUsize>,
     /// Emptied batches, back to the reader to be filled again (`read_ring`).
     spare: mpsc::SyncSender<Vec<Rec>>,
-    threads: HashMap<Tid, Thread>,
+    // Fx: looked up once per record (SipHash was a visible part of the tracer's CPU).
+    threads: FxHashMap<Tid, Thread>,
     /// New tasks, with whether they are threads, from the fork records.
-    forked: HashMap<Tid, bool>,
-    exit_codes: HashMap<Tid, i32>,
+    forked: FxHashMap<Tid, bool>,
+    exit_codes: FxHashMap<Tid, i32>,
     queue: VecDeque<Event>,
     stats: TracerStats,
     drops_seen: u64,
@@ -328,6 +371,7 @@ pub struct BpfTracer {
     pub threads_at_attach: u32,
     /// When the requests that socket reads return arrived (arrivals.rs).
     arrivals: arrivals::Arrivals,
+    spans: super::SpanPool,
 }
 
 /// An attached program, to detach it before the ring is emptied for the last time.
@@ -433,8 +477,11 @@ impl BpfTracer {
         let follow = cfg.follow_forks as u32;
         let arrival_layout = arrivals::layout();
         let ring_bytes64 = ring_bytes as u64;
+        let measure = measure_mode()?;
+        let filter_only = (measure == Measure::FilterOnly) as u32;
         let mut loader = aya::EbpfLoader::new();
         loader
+            .set_global("measure_filter_only", &filter_only, true)
             .set_global("follow_forks", &follow, true)
             .set_global("fork_child_pid_off", &child_off, true)
             .set_global("ring_bytes", &ring_bytes64, true)
@@ -476,8 +523,9 @@ impl BpfTracer {
         for (prog, cat, name) in PROGRAMS {
             links.push((prog, attach_tp(&mut bpf, prog, cat, name)?));
         }
-        let arrivals = arrivals::attach(&mut bpf, &arrival_layout, &mut links);
-        let btf = if std::env::var(CLASSIC_ENV).is_ok_and(|v| v == "1") {
+        let classic = std::env::var(CLASSIC_ENV).is_ok_and(|v| v == "1");
+        let arrivals = arrivals::attach(&mut bpf, &arrival_layout, &mut links, classic);
+        let btf = if classic {
             Err(format!("{CLASSIC_ENV}=1"))
         } else {
             attach_btf_syscalls(&mut bpf)
@@ -494,7 +542,14 @@ impl BpfTracer {
                 format!("classic tracepoints (raw_syscalls:sys_enter, sys_exit), as tp_btf cannot be used: {why}")
             }
         };
-        eprintln!("stallscope: bpf syscall programs on {programs}");
+        let arrival_programs = match &arrivals {
+            Ok(flavour) => format!("; arrival programs on {flavour}"),
+            Err(_) => String::new(),
+        };
+        eprintln!("stallscope: bpf syscall programs on {programs}{arrival_programs}");
+        if measure != Measure::Off {
+            eprintln!("stallscope: {MEASURE_ENV} is set: records are discarded, this run reports nothing (measurement only)");
+        }
         let ring = bpf
             .take_map("events")
             .ok_or_else(|| AttachError::Other("the BPF object lacks events".into()))?;
@@ -508,7 +563,13 @@ impl BpfTracer {
         let held = backlog.clone();
         let reader = std::thread::Builder::new()
             .name("stallscope-bpf".into())
-            .spawn(move || read_ring(ring, tx, spares, stop, held))
+            .spawn(move || {
+                if measure == Measure::Off {
+                    read_ring(ring, tx, spares, stop, held)
+                } else {
+                    discard_ring(ring, stop)
+                }
+            })
             .map_err(|e| AttachError::Other(format!("cannot start the ring reader: {e}")))?;
         let mut me = BpfTracer {
             cfg,
@@ -517,11 +578,13 @@ impl BpfTracer {
             reader: Some(reader),
             reader_stop,
             rx,
+            part: vec![],
+            part_at: 0,
             backlog,
             spare,
-            threads: HashMap::new(),
-            forked: HashMap::new(),
-            exit_codes: HashMap::new(),
+            threads: FxHashMap::default(),
+            forked: FxHashMap::default(),
+            exit_codes: FxHashMap::default(),
             queue: VecDeque::new(),
             stats: TracerStats::default(),
             drops_seen: 0,
@@ -532,8 +595,9 @@ impl BpfTracer {
             last_check: std::time::Instant::now(),
             threads_at_attach: 0,
             arrivals: arrivals::Arrivals::default(),
+            spans: super::SpanPool::default(),
         };
-        me.arrivals.started(arrivals, &mut me.warnings);
+        me.arrivals.started(arrivals.map(|_| ()), &mut me.warnings);
         let pid = me.cfg.pid;
         me.stats.attach_mono = now_mono();
         me.stats.attach_wall = now_wall();
@@ -593,9 +657,25 @@ impl BpfTracer {
         Ok(me)
     }
 
-    fn build(&mut self, r: &Rec, ret: Option<i64>, args_known: bool) -> Event {
+    /// Pushes the event of call record `r` onto the queue, built where it is kept (built on
+    /// the stack and moved, each ~300-byte event was copied twice more), with the
+    /// scheduler's split `sched`; `sc_of_back` then reaches it.
+    fn build(
+        &mut self,
+        r: &Rec,
+        ret: Option<i64>,
+        args_known: bool,
+        sched: Option<Box<event::SchedSpan>>,
+    ) {
         let info = nr_info(r.nr);
-        let mut sc = Syscall::with(info.name, info.sys);
+        self.queue.push_back(Event {
+            tid: r.tid,
+            ts: r.enter_ns,
+            line: 0,
+            kind: EventKind::Syscall(Syscall::with(info.name, info.sys)),
+        });
+        let sc = sc_of_back(&mut self.queue);
+        sc.sched = sched;
         sc.ret = match ret {
             Some(v) if (-4095..0).contains(&v) => Ret::Err(errno_name(-v)),
             Some(v) => Ret::Val(v),
@@ -607,11 +687,11 @@ impl BpfTracer {
         if !args_known {
             // Only the result of a call already running at attach is known.
         } else if info.decode {
-            decode_args(r.tgid, &mut sc, &r.args, ok, false);
+            decode_args(r.tgid, sc, &r.args, ok, false);
             if let Some(v) = ok.filter(|v| *v > 0) {
                 match info.sys.fd {
                     // Read late: the fd may name another file by now (see open_name).
-                    crate::syscalls::FdKind::Open => sc.ret_path = open_name(r.tgid, &sc, v),
+                    crate::syscalls::FdKind::Open => sc.ret_path = open_name(r.tgid, sc, v),
                     crate::syscalls::FdKind::Clone => {
                         if let Some(thread) = self.forked.get(&(v as Tid)) {
                             sc.extra = event::Extra::Clone { thread: *thread };
@@ -627,19 +707,13 @@ impl BpfTracer {
             }
         }
         if args_known && r.data_len > 0 {
-            let avail = if kernel_kind(info.name) == NR_READ {
+            let avail = if info.kind == NR_READ {
                 ok.unwrap_or(0).max(0) as u64
             } else {
                 r.args[2]
             };
             let n = r.data_len as usize;
-            sc.extra = event::Extra::Data(Data::new(&r.data[..n], avail > n as u64));
-        }
-        Event {
-            tid: r.tid,
-            ts: r.enter_ns,
-            line: 0,
-            kind: EventKind::Syscall(sc),
+            Data::put_bytes(&mut sc.extra, &r.data[..n], avail > n as u64);
         }
     }
 
@@ -647,9 +721,9 @@ impl BpfTracer {
         self.stats.count(tid, self.cfg.pid, dur);
     }
 
-    fn process(&mut self, r: Rec) {
+    fn process(&mut self, r: &Rec) {
         if r.kind == arrivals::REC_ARRIVAL {
-            self.arrivals.on_record(&r);
+            self.arrivals.on_record(r);
             return;
         }
         let tid = r.tid;
@@ -666,7 +740,7 @@ impl BpfTracer {
         let sched_at_attach = th.sched_at_attach.take();
         // What the scheduler did in the call, and in the gap since the thread's last call.
         let sched = (r.kind == REC_CALL || r.kind == REC_ENTER_ONLY).then(|| {
-            Box::new(event::SchedSpan {
+            self.spans.boxed(event::SchedSpan {
                 during: delta(&r.sched_enter, &r.sched_exit),
                 before: th.last_exit.map(|l| delta(&l, &r.sched_enter)),
             })
@@ -677,30 +751,20 @@ impl BpfTracer {
         match r.kind {
             REC_CALL => {
                 th.seen = true;
-                let mut ev = self.build(&r, Some(r.ret), true);
-                if let EventKind::Syscall(sc) = &mut ev.kind {
-                    sc.sched = sched;
-                    self.arrivals.date(&r, sc);
-                }
+                self.build(r, Some(r.ret), true, sched);
+                self.arrivals.date(r, sc_of_back(&mut self.queue));
                 self.count(tid, Some(r.exit_ns - r.enter_ns));
-                self.queue.push_back(ev);
             }
             REC_ENTER_ONLY => {
                 th.seen = true;
                 // It never returned (exit, exit_group, or the task ended inside it): known
                 // from its entry to when that was seen.
-                let exits = crate::syscalls::info(syscall_name(r.nr))
-                    .facts
-                    .has(crate::syscalls::Facts::EXIT);
+                let exits = nr_info(r.nr).sys.facts.has(crate::syscalls::Facts::EXIT);
                 if exits {
                     self.exit_codes.insert(tid, r.args[0] as i32);
                 }
-                let mut ev = self.build(&r, None, true);
-                if let EventKind::Syscall(sc) = &mut ev.kind {
-                    sc.sched = sched;
-                }
+                self.build(r, None, true, sched);
                 self.count(tid, None);
-                self.queue.push_back(ev);
             }
             REC_EXIT_ONLY => {
                 th.seen = true;
@@ -708,7 +772,7 @@ impl BpfTracer {
                     // The child's side of a clone (returns 0 with no entry).
                     return;
                 }
-                let mut r = r;
+                let mut r = *r;
                 r.enter_ns = self.stats.attach_mono;
                 // Its arguments are known if /proc showed it sleeping in this call then.
                 let known = match at_attach {
@@ -718,19 +782,16 @@ impl BpfTracer {
                     }
                     _ => false,
                 };
-                let mut ev = self.build(&r, Some(r.ret), known);
-                if let EventKind::Syscall(sc) = &mut ev.kind {
-                    sc.in_flight = Some(InFlight::AtStart);
-                    // What the scheduler did in it from the attach (its entry was before).
-                    sc.sched = sched_at_attach.map(|a| {
-                        Box::new(event::SchedSpan {
-                            during: delta(&a, &r.sched_exit),
-                            before: None,
-                        })
-                    });
-                }
+                // What the scheduler did in it from the attach (its entry was before).
+                let sched = sched_at_attach.map(|a| {
+                    Box::new(event::SchedSpan {
+                        during: delta(&a, &r.sched_exit),
+                        before: None,
+                    })
+                });
+                self.build(&r, Some(r.ret), known, sched);
+                sc_of_back(&mut self.queue).in_flight = Some(InFlight::AtStart);
                 self.count(tid, None);
-                self.queue.push_back(ev);
             }
             REC_FORK => {
                 let child = r.nr as Tid;
@@ -778,19 +839,48 @@ impl BpfTracer {
         }
     }
 
-    /// Takes what the reader has copied out of the ring.
+    /// Turns what the reader has copied out of the ring into events, about `TAKE` at a
+    /// time: the rest of a batch, and later batches, wait for the next call. The events
+    /// are then analysed while they are still in the cache; taking whole batches (up to
+    /// `QUEUE_KEEP` events, megabytes of them) wrote them all out to memory and read them
+    /// back, and the records' own loads (written by the reader on the other CPU) were half
+    /// of `process`'s samples. Those are prefetched a few records ahead.
     fn take_records(&mut self, wait: Duration) {
         let mut got = false;
-        let mut next = self.rx.recv_timeout(wait).ok();
-        while let Some(mut batch) = next.take().or_else(|| self.rx.try_recv().ok()) {
-            got = true;
-            self.backlog.fetch_sub(batch.len(), Ordering::Relaxed);
-            for r in batch.drain(..) {
-                self.process(r);
+        let mut batch = std::mem::take(&mut self.part);
+        let mut at = self.part_at;
+        loop {
+            if at >= batch.len() {
+                if batch.capacity() > 0 {
+                    batch.clear();
+                    // Full of spares already (the reader is behind): this one is freed.
+                    let _ = self.spare.try_send(std::mem::take(&mut batch));
+                }
+                at = 0;
+                let next = if got || !self.queue.is_empty() {
+                    self.rx.try_recv().ok()
+                } else {
+                    self.rx.recv_timeout(wait).ok()
+                };
+                let Some(b) = next else { break };
+                got = true;
+                self.backlog.fetch_sub(b.len(), Ordering::Relaxed);
+                batch = b;
+                continue;
             }
-            // Full of spares already (the reader is behind): this one is freed.
-            let _ = self.spare.try_send(batch);
+            let room = TAKE.saturating_sub(self.queue.len());
+            if room == 0 {
+                break;
+            }
+            let end = (at + room).min(batch.len());
+            for i in at..end {
+                prefetch_rec(&batch, i + PREFETCH_AHEAD);
+                self.process(&batch[i]);
+            }
+            at = end;
         }
+        self.part = batch;
+        self.part_at = at;
         if got || self.stop_requested {
             self.read_drops();
         }
@@ -841,8 +931,14 @@ impl BpfTracer {
         if let Some(h) = self.reader.take() {
             let _ = h.join();
         }
+        // What is left of the batch in progress came before anything still in the channel.
+        let part = std::mem::take(&mut self.part);
+        for r in part.get(self.part_at..).unwrap_or_default() {
+            self.process(r);
+        }
+        self.part_at = 0;
         while let Ok(batch) = self.rx.try_recv() {
-            for r in batch {
+            for r in &batch {
                 self.process(r);
             }
         }
@@ -882,6 +978,8 @@ impl BpfTracer {
                         nr,
                         args,
                         sched: [0; 4],
+                        arrival_first: 0,
+                        arrival_at: 0,
                     },
                 ));
             }
@@ -903,21 +1001,20 @@ impl BpfTracer {
                 args: e.args,
                 sched_enter: e.sched,
                 sched_exit: e.sched,
+                arrival_first: 0,
+                arrival_at: 0,
                 data_len: 0,
                 data: [0; DATA_MAX],
             };
-            let mut ev = self.build(&r, None, true);
-            if let EventKind::Syscall(sc) = &mut ev.kind {
-                sc.in_flight = Some(InFlight::AtEnd);
-                if let Some(d) = quiet_sched.remove(&tid) {
-                    sc.sched = Some(Box::new(event::SchedSpan {
-                        during: d,
-                        before: None,
-                    }));
-                }
-            }
+            let sched = quiet_sched.remove(&tid).map(|d| {
+                Box::new(event::SchedSpan {
+                    during: d,
+                    before: None,
+                })
+            });
+            self.build(&r, None, true, sched);
+            sc_of_back(&mut self.queue).in_flight = Some(InFlight::AtEnd);
             self.count(tid, None);
-            self.queue.push_back(ev);
         }
         self.bpf = None;
         self.queue.push_back(Event {
@@ -933,16 +1030,53 @@ impl BpfTracer {
 /// The reader thread: copies records out of the ring as soon as they are there, so the
 /// kernel finds room even while the analysis is busy. Sleeps in poll between wakeups (the
 /// programs wake it when a quarter of the ring is used; the timeout bounds the delay).
-/// Batches handed back to the reader at most (each up to `BATCH_MAX` records): the
-/// reader refills them instead of growing a new vector (copies, fresh pages) per batch.
-const SPARE_BATCHES: usize = 4;
-const BATCH_MAX: usize = 4096;
+/// Batches handed back to the reader at most (each of `BATCH_MAX` records, allocated at
+/// that size once): the reader refills them instead of growing a new vector (copies, fresh
+/// pages) per batch. 8 x 2048 records is under 4 MiB kept idle; with 4 spares the reader
+/// ran out of them behind a burst and grew new vectors by doubling.
+const SPARE_BATCHES: usize = 8;
+const BATCH_MAX: usize = 2048;
 
 /// Most records copied out and not yet taken by the analysis (about 128 MiB of them, a few
 /// seconds of a saturated redis, as the perf backend's backlog): past it the reader leaves
 /// the ring alone, so an analysis that never catches up makes the kernel drop records,
 /// counted as lost, instead of memory growing without end.
 const BACKLOG_MAX: usize = (128 << 20) / std::mem::size_of::<Rec>();
+
+/// The call of the event `BpfTracer::build` just pushed.
+#[inline(always)]
+fn sc_of_back(queue: &mut VecDeque<Event>) -> &mut Syscall {
+    match queue.back_mut().map(|e| &mut e.kind) {
+        Some(EventKind::Syscall(sc)) => sc,
+        _ => unreachable!("build pushed a call"),
+    }
+}
+
+/// Records turned into events per `take_records` call, about: their events (~300 bytes
+/// each) stay in the cache until the consumer has analysed them.
+const TAKE: usize = 512;
+/// How many records ahead `take_records` prefetches.
+const PREFETCH_AHEAD: usize = 4;
+
+/// Asks for record `i` of `batch` (if there is one) to be brought into the cache.
+#[inline(always)]
+fn prefetch_rec(batch: &[Rec], i: usize) {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(r) = batch.get(i) {
+        let p = (r as *const Rec).cast::<i8>();
+        // SAFETY: a prefetch is only a hint; every address is inside the record.
+        unsafe {
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+            for off in (0..std::mem::size_of::<Rec>()).step_by(64) {
+                _mm_prefetch::<_MM_HINT_T0>(p.add(off));
+            }
+            // The last line, when the record does not start on one.
+            _mm_prefetch::<_MM_HINT_T0>(p.add(std::mem::size_of::<Rec>() - 1));
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (batch, i);
+}
 
 fn read_ring(
     mut ring: aya::maps::RingBuf<aya::maps::MapData>,
@@ -953,7 +1087,11 @@ fn read_ring(
 ) {
     use std::os::fd::AsRawFd;
     let fd = ring.as_raw_fd();
-    let fresh = || spares.try_recv().unwrap_or_default();
+    let fresh = || {
+        spares
+            .try_recv()
+            .unwrap_or_else(|_| Vec::with_capacity(BATCH_MAX))
+    };
     let send = |batch: Vec<Rec>| {
         backlog.fetch_add(batch.len(), Ordering::Relaxed);
         tx.send(batch).is_err()
@@ -993,6 +1131,43 @@ fn read_ring(
         };
         unsafe { libc::poll(&mut pfd, 1, 5) };
     }
+}
+
+/// `STALLSCOPE_BPF_MEASURE`'s reader: empties the ring as `read_ring` does, keeping only a
+/// count of records by kind and of their bytes, said on stderr when tracing ends.
+fn discard_ring(mut ring: aya::maps::RingBuf<aya::maps::MapData>, stop: Arc<AtomicBool>) {
+    use std::os::fd::AsRawFd;
+    let fd = ring.as_raw_fd();
+    let mut kinds = [0u64; 17];
+    let mut bytes = 0u64;
+    loop {
+        let last = stop.load(Ordering::SeqCst);
+        while let Some(item) = ring.next() {
+            let k = if item.len() >= 4 { u32_at(&item, 0) } else { 0 };
+            kinds[(k as usize).min(kinds.len() - 1)] += 1;
+            bytes += item.len() as u64;
+        }
+        if last {
+            break;
+        }
+        let mut pfd = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        unsafe { libc::poll(&mut pfd, 1, 5) };
+    }
+    let total: u64 = kinds.iter().sum();
+    let by_kind: Vec<String> = kinds
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| **n > 0)
+        .map(|(k, n)| format!("kind {k}: {n}"))
+        .collect();
+    eprintln!(
+        "stallscope: {MEASURE_ENV}: discarded {total} records, {bytes} bytes ({})",
+        by_kind.join(", ")
+    );
 }
 
 impl super::fed::KernelFed for BpfTracer {
@@ -1047,6 +1222,10 @@ impl Tracer for BpfTracer {
 
     fn dates_arrivals(&self) -> Option<bool> {
         Some(self.arrivals.on())
+    }
+
+    fn reuse(&mut self, spent: &mut Vec<Box<event::SchedSpan>>) {
+        self.spans.take_back(spent);
     }
 
     fn stats(&self) -> TracerStats {
