@@ -108,6 +108,9 @@ fn perf_summary_after_the_calls_is_not_skipped() {
     assert_eq!(r["summary"]["skipped_lines"], 1, "{}", r["skipped"]);
     assert_eq!(r["skipped"][0]["reason"], "empty line", "{}", r["skipped"]);
     let s = sleep_stall(&r);
-    assert_eq!((s["tid"].as_u64(), s["line"].as_u64()), (Some(13459), Some(714)));
+    assert_eq!(
+        (s["tid"].as_u64(), s["line"].as_u64()),
+        (Some(13459), Some(714))
+    );
     assert_eq!(s["duration_us"], 303_692);
 }
