@@ -35,6 +35,9 @@ pub(crate) struct Coverage {
 /// writable sockets; every serving loop reads or accepts soon).
 const READY_WITHOUT_TAKES: u64 = 3;
 
+/// Calls, all failed, that show a `-Z` trace (fewer could be a trace cut to a few lines).
+const FAILED_ONLY_MIN: u64 = 5;
+
 /// Why the gaps between a thread's calls cannot be trusted in a trace.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) enum GapVerdict {
@@ -45,6 +48,8 @@ pub(crate) enum GapVerdict {
     ServingFiltered { ready: u64 },
     /// No call shorter than this: `perf trace --duration`.
     DurationFiltered { min: Nanos },
+    /// Every call failed: `strace -Z` (`--failed-only`) printed only those.
+    FailedOnly { syscalls: u64 },
     /// Timestamps coarser than the threshold (`-t`).
     CoarseClock { resolution: Nanos },
     /// `-r` times are per printed line, not per thread.
@@ -70,6 +75,10 @@ impl GapVerdict {
                 "no call in the trace is shorter than {}: it was filtered by duration \
                  (perf trace --duration), so calls are missing between the ones shown",
                 human(min / 1000)
+            ),
+            GapVerdict::FailedOnly { syscalls } => format!(
+                "all {syscalls} calls in the trace failed: strace was run with -Z \
+                 (--failed-only), so the calls that succeeded between them are missing"
             ),
             GapVerdict::CoarseClock { resolution } => format!(
                 "timestamps have a resolution of {}{}",
@@ -102,6 +111,7 @@ impl GapVerdict {
             GapVerdict::Filtered { .. }
                 | GapVerdict::ServingFiltered { .. }
                 | GapVerdict::DurationFiltered { .. }
+                | GapVerdict::FailedOnly { .. }
         )
     }
 }
@@ -184,16 +194,25 @@ impl Coverage {
     /// Why gaps between syscalls cannot be trusted in this trace, if they cannot: a filtered
     /// trace (`no_event_loop`: not one epoll_wait), a clock coarser than the threshold, or
     /// `-r` times across threads. The clock is explicit: live, the caller's, while tracing.
+    /// `failed`: how many calls returned an error.
     pub(crate) fn gap_verdict(
         &self,
         clock: &Clock,
         threshold_ns: Nanos,
         no_event_loop: bool,
         threads: usize,
+        failed: u64,
     ) -> Option<GapVerdict> {
         if !has_timestamps(clock) {
             return Some(GapVerdict::NoTimestamps {
                 measured: self.measured > 0,
+            });
+        }
+        // A running redis's calls nearly all succeed (its event loop's waits, reads and
+        // writes): a trace in which a few and every one failed printed only failures.
+        if self.syscalls >= FAILED_ONLY_MIN && failed == self.syscalls {
+            return Some(GapVerdict::FailedOnly {
+                syscalls: self.syscalls,
             });
         }
         // Gaps are time between waits for work: with no such wait at all the trace was
@@ -307,28 +326,33 @@ mod tests {
         }
         let epoch = clock(TimeFmt::Epoch, 6);
         assert_eq!(
-            c.gap_verdict(&epoch, 10_000_000, true, 1),
+            c.gap_verdict(&epoch, 10_000_000, true, 1, 0),
             Some(GapVerdict::Filtered { syscalls: 1000 })
         );
-        assert_eq!(c.gap_verdict(&epoch, 10_000_000, false, 1), None);
+        assert_eq!(c.gap_verdict(&epoch, 10_000_000, false, 1, 0), None);
         let secs = clock(TimeFmt::Epoch, 0);
         assert_eq!(
-            c.gap_verdict(&secs, 10_000_000, false, 1),
+            c.gap_verdict(&secs, 10_000_000, false, 1, 0),
             Some(GapVerdict::CoarseClock {
                 resolution: 1_000_000_000
             })
         );
         assert_eq!(
-            c.gap_verdict(&Clock::none(), 10_000_000, false, 1),
+            c.gap_verdict(&Clock::none(), 10_000_000, false, 1, 0),
             Some(GapVerdict::NoTimestamps { measured: true }),
             "-T but no timestamps"
         );
         let rel = clock(TimeFmt::Relative, 6);
         assert_eq!(
-            c.gap_verdict(&rel, 10_000_000, false, 2),
+            c.gap_verdict(&rel, 10_000_000, false, 2, 0),
             Some(GapVerdict::RelativeAcrossThreads)
         );
-        assert_eq!(c.gap_verdict(&rel, 10_000_000, false, 1), None);
+        assert_eq!(c.gap_verdict(&rel, 10_000_000, false, 1, 0), None);
+        // strace -Z: every call printed failed.
+        let v = c.gap_verdict(&epoch, 10_000_000, false, 1, 1000);
+        assert_eq!(v, Some(GapVerdict::FailedOnly { syscalls: 1000 }));
+        assert!(v.unwrap().is_filtered());
+        assert_eq!(c.gap_verdict(&epoch, 10_000_000, false, 1, 999), None);
     }
 
     #[test]
@@ -339,12 +363,12 @@ mod tests {
             c.on_call(&call(&e, Role::Main, None));
         }
         let epoch = clock(TimeFmt::Epoch, 6);
-        let v = c.gap_verdict(&epoch, 10_000_000, false, 1);
+        let v = c.gap_verdict(&epoch, 10_000_000, false, 1, 0);
         assert_eq!(v, Some(GapVerdict::DurationFiltered { min: 150_000 }));
         assert!(v.unwrap().is_filtered());
         let short = event(1, 0, 3_000, "read");
         c.on_call(&call(&short, Role::Main, None));
-        assert_eq!(c.gap_verdict(&epoch, 10_000_000, false, 1), None);
+        assert_eq!(c.gap_verdict(&epoch, 10_000_000, false, 1, 0), None);
         assert_eq!(c.durations(&epoch), Durations::Measured);
         assert_eq!(
             c.durations(&Clock::none()),

@@ -107,6 +107,15 @@ impl Latency {
         }
     }
 
+    /// Calls that returned an error, of every name.
+    pub(crate) fn errors(&self) -> u64 {
+        let table = self.by_sys.iter().flatten();
+        table
+            .chain(self.other.values())
+            .map(|(_, a)| a.errors)
+            .sum()
+    }
+
     pub(crate) fn syscalls(&self) -> Vec<report::SyscallStats> {
         let mut merged: BTreeMap<&str, Agg> = BTreeMap::new();
         let table = self.by_sys.iter().flatten();

@@ -254,6 +254,7 @@ impl Analyzer {
             self.opts.threshold_ns,
             self.world.no_event_loop(),
             self.world.thread_count(),
+            self.latency.errors(),
         )
     }
 

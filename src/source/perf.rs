@@ -27,6 +27,9 @@ pub struct PerfParser {
     unlabeled: Vec<u8>,
     /// The last line that could not be read: no duration the parser reconstructs spans it.
     broken_line: u64,
+    /// Past `Summary of events:` (`perf trace -S`/`--summary`, printed after the calls):
+    /// its table is the trace's own summary, read as noise.
+    in_summary: bool,
 }
 
 /// Longer than any call a trace can show (about 104 days).
@@ -154,10 +157,19 @@ impl PerfParser {
         let line_no = self.line;
         let t = skip_ws(raw);
         if t.is_empty() {
-            return Err(SkipReason::Empty);
+            return if self.in_summary {
+                Ok(())
+            } else {
+                Err(SkipReason::Empty)
+            };
         }
         let (ts, dur, tid, body) = match prefix(raw) {
             Some(p) => p,
+            None if self.in_summary => return Ok(()),
+            None if t.starts_with(b"Summary of events:") => {
+                self.in_summary = true;
+                return Ok(());
+            }
             None => {
                 // callchain frames under an event (`   do_syscall_64 ([kernel.kallsyms])`)
                 return if raw.first() == Some(&b' ') && memmem::find(t, b"(").is_some() {

@@ -50,6 +50,23 @@ fn splice_at(raw: &[u8]) -> Option<usize> {
     (digits > 0 && raw[at + 8 + digits..].starts_with(b" ")).then_some(at)
 }
 
+/// Whether `raw` continues the open line `head` from inside an argument: a line with no
+/// pid or time of its own that is not strace's own output, after a head that has one (in a
+/// trace with neither column every line looks like a continuation), while the head is short
+/// enough to be one line (a run of stray lines must not grow it without end).
+fn wraps(head: &[u8], raw: &[u8]) -> bool {
+    const MAX_LINE: usize = 1 << 20;
+    !raw.is_empty()
+        && head.len() + raw.len() <= MAX_LINE
+        && !looks_like_prefix(raw)
+        && looks_like_prefix(head)
+        && !is_process_message(raw)
+        && ![&b"strace: "[..], b"+++ ", b"--- ", b"<... "]
+            .iter()
+            .any(|p| raw.starts_with(p))
+        && !is_summary_line(raw)
+}
+
 /// Turns lines into events, keeping the per-thread state the strace grammar needs.
 pub struct StraceParser {
     /// The pid for lines that carry none (single-process traces, `-ff` files).
@@ -164,6 +181,18 @@ impl StraceParser {
                 } else {
                     outcome
                 };
+            }
+            if wraps(&head, raw) {
+                // The rest of a line cut at a fixed width (pasted through a terminal, a
+                // mail, a ticket) or of one strace split with its own message, starting
+                // inside an argument (`[{events=...`, `c=300000000}, NULL) = 0`): glued
+                // back as it was cut, without a blank. Still no result: keep waiting.
+                head.extend_from_slice(raw);
+                let outcome = self.feed_full_line(&head, head_line, line_no, true, out);
+                if let Some((_, l)) = self.dangling.as_mut() {
+                    *l = head_line;
+                }
+                return outcome;
             }
             // The split line never got its end: its head alone is a call in flight.
             self.feed_full_line(&head, head_line, head_line, false, out);

@@ -300,7 +300,9 @@ fn skip_extras_columns(mut s: &[u8]) -> &[u8] {
             break;
         };
         let inner = &s[1..close];
-        let ip = !inner.is_empty() && inner.iter().all(u8::is_ascii_hexdigit);
+        // `[????????????????]`: no instruction pointer to show (a thread's exit line).
+        let ip = !inner.is_empty()
+            && (inner.iter().all(u8::is_ascii_hexdigit) || inner.iter().all(|b| *b == b'?'));
         let nr = inner.iter().any(u8::is_ascii_digit)
             && inner.iter().all(|b| b.is_ascii_digit() || *b == b' ');
         if !(ip || nr) || s.get(close + 1) != Some(&b' ') {

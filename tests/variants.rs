@@ -1,0 +1,116 @@
+//! strace variants made on this machine (fixtures/variants/README.md says how): every line
+//! read, the injected DEBUG SLEEP found with its length and thread, and a trace whose gaps
+//! cannot be trusted said so instead of reported as stalls.
+
+use assert_cmd::Command;
+
+fn report(name: &str) -> serde_json::Value {
+    let path = format!("{}/fixtures/variants/{name}", env!("CARGO_MANIFEST_DIR"));
+    let out = Command::cargo_bin("stallscope")
+        .unwrap()
+        .args(["analyze", &path, "--format", "json"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{name}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// The stall of the DEBUG SLEEP 0.3: a 300 ms clock_nanosleep of the main thread.
+fn sleep_stall(r: &serde_json::Value) -> &serde_json::Value {
+    r["stalls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["syscall"] == "clock_nanosleep")
+        .expect("the DEBUG SLEEP's stall")
+}
+
+/// `-i`: strace printed "Process N attached" (the BGSAVE child) into the main thread's open
+/// epoll_wait line, whose rest starts with the ready-events array; the child's exit line has
+/// `[????????????????]` for its instruction pointer. Both lines are read.
+#[test]
+fn splice_inside_an_argument_and_unknown_instruction_pointer() {
+    let r = report("splice-epoll-i.strace");
+    assert_eq!(r["summary"]["skipped_lines"], 0, "{}", r["skipped"]);
+    let s = sleep_stall(&r);
+    assert_eq!(
+        (s["tid"].as_u64(), s["thread"].as_str(), s["line"].as_u64()),
+        (Some(30873), Some("main"), Some(249))
+    );
+    assert_eq!(s["duration_us"], 300_088);
+    // The epoll_wait that the message split is finished by the next line, not a call
+    // parked until the end of the trace.
+    let parked = r["parked_at_end"].as_array().unwrap();
+    assert!(!parked.iter().any(|p| p["line"] == 282), "{parked:?}");
+    assert_eq!(parked.len(), 5, "{parked:?}");
+    // The save child's exit is seen, not only the parent's SIGCHLD.
+    let child = &r["phases"][0];
+    assert_eq!(child["child_pid"], 30890, "{child}");
+    assert_eq!(child["ended_by"], "exit", "{child}");
+}
+
+/// `strace -Z` prints only failed calls: the time between them is not time without a
+/// syscall, so no gap is a stall, and the report says why.
+#[test]
+fn failed_only_trace_reports_no_gaps() {
+    let out = Command::cargo_bin("stallscope")
+        .unwrap()
+        .args(["analyze", "--format", "json"])
+        .arg(format!(
+            "{}/fixtures/variants/failed-only-Z.strace",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r["summary"]["skipped_lines"], 0);
+    assert_eq!(r["stalls"].as_array().unwrap().len(), 0, "{}", r["stalls"]);
+    let f = r["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["id"] == "filtered-trace")
+        .expect("the filtered-trace finding");
+    assert!(f["evidence"].as_str().unwrap().contains("-Z"), "{f}");
+}
+
+/// A trace pasted through something that wraps at 80 columns (`fold -w 80`): the pieces are
+/// glued back, so the DEBUG SLEEP is found as in the unwrapped trace, and nearly every line
+/// is read (a piece cut inside a `-T` duration, `<0` then `.000036>`, is still skipped).
+#[test]
+fn lines_wrapped_at_80_columns_are_glued_back() {
+    let whole = report("wrapped-80.unwrapped.strace");
+    let wrapped = report("wrapped-80.strace");
+    let (a, b) = (sleep_stall(&whole), sleep_stall(&wrapped));
+    assert_eq!(a["duration_us"], 300_111);
+    assert_eq!(
+        (&a["duration_us"], &a["tid"], &a["duration_known"]),
+        (&b["duration_us"], &b["tid"], &b["duration_known"])
+    );
+    assert_eq!(whole["summary"]["syscalls"], wrapped["summary"]["syscalls"]);
+    let skipped = wrapped["summary"]["skipped_lines"].as_u64().unwrap();
+    let lines = wrapped["summary"]["lines"].as_u64().unwrap();
+    assert!(skipped * 5 < lines, "{skipped} of {lines} lines skipped");
+}
+
+/// `perf trace -S` prints its summary table after the calls: the trace's own, read as noise
+/// (not 25 unreadable lines), and the DEBUG SLEEP as perf timed it.
+#[test]
+fn perf_summary_after_the_calls_is_not_skipped() {
+    let r = report("perf-summary-S.perf.txt");
+    // Only the blank line perf prints before the table (a blank line is counted as such).
+    assert_eq!(r["summary"]["skipped_lines"], 1, "{}", r["skipped"]);
+    assert_eq!(r["skipped"][0]["reason"], "empty line", "{}", r["skipped"]);
+    let s = sleep_stall(&r);
+    assert_eq!(
+        (s["tid"].as_u64(), s["line"].as_u64()),
+        (Some(13459), Some(714))
+    );
+    assert_eq!(s["duration_us"], 303_692);
+}
