@@ -36,6 +36,11 @@ volatile const __u32 follow_forks = 1;
 volatile const __u32 fork_child_pid_off = 20;
 // The ring's size in bytes (the loader sets it with the ring's max_entries).
 volatile const __u64 ring_bytes = 16 << 20;
+// For measurement only (STALLSCOPE_BPF_MEASURE=filter, src/live/bpf/mod.rs): the programs of
+// the traced process's syscalls and receives return right after the process filter, so a
+// benchmark sees what running them for every task costs on its own. The verifier removes
+// the branch when it is 0, as the loader leaves it.
+volatile const __u32 measure_filter_only = 0;
 
 // What a syscall number needs beyond its arguments (filled by the loader from its syscall
 // table, so that the numbers of any architecture work).
@@ -107,6 +112,10 @@ struct entry {
 	__s64 nr;
 	__u64 args[6];
 	struct sched_snap sched;
+	// The arrival of the data a receive inside this call took (take_stamp), 0 if none: it
+	// goes to user space in the call's own record instead of a record of its own.
+	__u64 arrival_first;
+	__u64 arrival_at;
 };
 
 struct rec {
@@ -121,6 +130,8 @@ struct rec {
 	__u64 args[6];
 	struct sched_snap sched_enter;
 	struct sched_snap sched_exit;
+	__u64 arrival_first; // as in struct entry (REC_CALL only; 0 otherwise)
+	__u64 arrival_at;
 };
 
 struct rec_data {
@@ -279,6 +290,8 @@ static __always_inline void emit_enter_only_of(struct entry *e, __u32 tid, __u32
 		r->args[i] = e->args[i];
 	r->sched_enter = e->sched;
 	snap_of(&r->sched_exit, bt);
+	r->arrival_first = 0;
+	r->arrival_at = 0;
 	submit(r);
 }
 
@@ -337,6 +350,8 @@ static __always_inline void on_exit(__s64 nr, __s64 ret, __u32 tid, __u32 tgid,
 			r->args[i] = 0;
 		__builtin_memset(&r->sched_enter, 0, sizeof(r->sched_enter));
 		snap_of(&r->sched_exit, bt);
+		r->arrival_first = 0;
+		r->arrival_at = 0;
 		submit(r);
 		return;
 	}
@@ -379,6 +394,8 @@ static __always_inline void on_exit(__s64 nr, __s64 ret, __u32 tid, __u32 tgid,
 		r->args[i] = e->args[i];
 	r->sched_enter = e->sched;
 	snap_of(&r->sched_exit, bt);
+	r->arrival_first = e->arrival_first;
+	r->arrival_at = e->arrival_at;
 	submit(r);
 	e->ts = 0;
 }
@@ -389,7 +406,7 @@ int sys_enter(struct enter_ctx *ctx)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tgid = id >> 32, tid = (__u32)id;
-	if (!traced(tgid))
+	if (!traced(tgid) || measure_filter_only)
 		return KEEP;
 	struct entry e = { .nr = ctx->id };
 	for (int i = 0; i < 6; i++)
@@ -403,7 +420,7 @@ int sys_exit(struct exit_ctx *ctx)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tgid = id >> 32, tid = (__u32)id;
-	if (!traced(tgid))
+	if (!traced(tgid) || measure_filter_only)
 		return KEEP;
 	on_exit(ctx->id, ctx->ret, tid, tgid, 0);
 	return KEEP;
@@ -419,7 +436,7 @@ int btf_sys_enter(__u64 *ctx)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tgid = id >> 32, tid = (__u32)id;
-	if (!traced(tgid))
+	if (!traced(tgid) || measure_filter_only)
 		return 0;
 	struct pt_regs *regs = (struct pt_regs *)ctx[0];
 	struct entry e = { .nr = (__s64)ctx[1] };
@@ -433,7 +450,7 @@ int btf_sys_exit(__u64 *ctx)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tgid = id >> 32, tid = (__u32)id;
-	if (!traced(tgid))
+	if (!traced(tgid) || measure_filter_only)
 		return 0;
 	struct pt_regs *regs = (struct pt_regs *)ctx[0];
 	on_exit(REGS_NR(regs), (__s64)ctx[1], tid, tgid, bpf_get_current_task_btf());
@@ -546,8 +563,9 @@ int refused_by_verifier(struct enter_ctx *ctx)
 // there): it stamps the socket with the earliest arrival not yet read (later data-ready
 // events only move its `last`: a read that finds several arrivals is dated by the first). The
 // traced process's receive (`sock:sock_recv_length`, at the end of its recvmsg, inside its
-// read syscall) takes the stamp and sends it as a REC_ARRIVAL record, which reaches the ring
-// before the record of the read it belongs to. TCP only: TCP sockets are unstamped when they
+// read syscall) takes the stamp and puts it in the read's in-flight entry, so that it goes
+// out in the read's own record (a receive in a call not seen to enter, running at the attach,
+// sends a REC_ARRIVAL record instead, which reaches the ring before the read's). TCP only: TCP sockets are unstamped when they
 // are destroyed (`tcp:tcp_destroy_sock`), so a socket reused at the same address never
 // inherits an old stamp; other families have no such hook and are left alone.
 //
@@ -562,11 +580,18 @@ int refused_by_verifier(struct enter_ctx *ctx)
 #define IPPROTO_TCP 6
 #define MSG_PEEK 2
 
-// The receive queue's length, through CO-RE: whether a read left data in the socket.
+// The receive queue's length, through CO-RE: whether a read left data in the socket; the
+// family and protocol (the tp_btf programs read them from the socket, the classic ones from
+// the trace record).
 struct sk_buff_head {
 	__u32 qlen;
 } __attribute__((preserve_access_index));
+struct sock_common {
+	unsigned short skc_family;
+} __attribute__((preserve_access_index));
 struct sock {
+	struct sock_common __sk_common;
+	__u16 sk_protocol;
 	struct sk_buff_head sk_receive_queue;
 } __attribute__((preserve_access_index));
 
@@ -625,6 +650,61 @@ static __always_inline __s32 field_s32(void *ctx, __u32 off)
 	return v;
 }
 
+// Data was queued on socket `sk` at `now`. A socket's entry stays until the socket is
+// destroyed (or the LRU evicts it): a read that takes the stamp empties it (`first` 0)
+// instead of deleting it, so a busy connection costs a lookup per request, not an insert and
+// a delete.
+static __always_inline void stamp(__u64 sk, __u64 now)
+{
+	struct arrival *a = bpf_map_lookup_elem(&arrival_stamps, &sk);
+	if (a) {
+		if (!a->first)
+			a->first = now;
+		a->last = now;
+		return;
+	}
+	struct arrival n = { .first = now, .last = now };
+	bpf_map_update_elem(&arrival_stamps, &sk, &n, BPF_NOEXIST);
+}
+
+// A traced task's receive of `ret` bytes from `sk` ended, `qlen` skbs left in its queue: the
+// stamp goes to user space (REC_ARRIVAL) and what stays is the stamp of the data left.
+static __always_inline void take_stamp(__u64 sk, __s32 ret, __u32 qlen, __u32 tid, __u32 tgid)
+{
+	struct arrival *a = bpf_map_lookup_elem(&arrival_stamps, &sk);
+	if (!a || !a->first)
+		return;
+	__u64 first = a->first;
+	if (qlen > 0) {
+		if (a->last != a->first)
+			a->first = a->last;
+	} else {
+		a->first = 0;
+	}
+	__u64 at = bpf_ktime_get_ns();
+	// Inside a call the programs saw enter (always, but for a call running at the attach):
+	// the stamp rides in that call's record.
+	struct entry *e = bpf_map_lookup_elem(&inflight, &tid);
+	if (e && e->ts) {
+		e->arrival_first = first;
+		e->arrival_at = at;
+		return;
+	}
+	struct arrival_rec *r = bpf_ringbuf_reserve(&events, sizeof(*r), 0);
+	if (!r) {
+		count_drop();
+		return;
+	}
+	r->kind = REC_ARRIVAL;
+	r->tid = tid;
+	r->tgid = tgid;
+	r->len = ret;
+	r->sk = sk;
+	r->first = first;
+	r->at = at;
+	submit(r);
+}
+
 SEC("tracepoint/sock/sk_data_ready")
 int arrival_ready(void *ctx)
 {
@@ -634,13 +714,7 @@ int arrival_ready(void *ctx)
 		return KEEP;
 	__u64 sk = field_u64(ctx, ready_sk_off);
 	__u64 now = bpf_ktime_get_ns();
-	struct arrival *a = bpf_map_lookup_elem(&arrival_stamps, &sk);
-	if (a) {
-		a->last = now;
-		return KEEP;
-	}
-	struct arrival n = { .first = now, .last = now };
-	bpf_map_update_elem(&arrival_stamps, &sk, &n, BPF_NOEXIST);
+	stamp(sk, now);
 	return KEEP;
 }
 
@@ -649,35 +723,13 @@ int arrival_recv(void *ctx)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tgid = id >> 32, tid = (__u32)id;
-	if (!bpf_map_lookup_elem(&tgids, &tgid))
+	if (!traced(tgid) || measure_filter_only)
 		return KEEP;
 	__s32 ret = field_s32(ctx, recv_ret_off);
 	if (ret <= 0 || (field_s32(ctx, recv_flags_off) & MSG_PEEK))
 		return KEEP;
 	__u64 sk = field_u64(ctx, recv_sk_off);
-	struct arrival *a = bpf_map_lookup_elem(&arrival_stamps, &sk);
-	if (!a)
-		return KEEP;
-	__u64 first = a->first;
-	if (BPF_CORE_READ((struct sock *)sk, sk_receive_queue.qlen) > 0) {
-		if (a->last != a->first)
-			a->first = a->last;
-	} else {
-		bpf_map_delete_elem(&arrival_stamps, &sk);
-	}
-	struct arrival_rec *r = bpf_ringbuf_reserve(&events, sizeof(*r), 0);
-	if (!r) {
-		count_drop();
-		return KEEP;
-	}
-	r->kind = REC_ARRIVAL;
-	r->tid = tid;
-	r->tgid = tgid;
-	r->len = ret;
-	r->sk = sk;
-	r->first = first;
-	r->at = bpf_ktime_get_ns();
-	submit(r);
+	take_stamp(sk, ret, BPF_CORE_READ((struct sock *)sk, sk_receive_queue.qlen), tid, tgid);
 	return KEEP;
 }
 
@@ -687,4 +739,41 @@ int arrival_destroy(void *ctx)
 	__u64 sk = field_u64(ctx, destroy_sk_off);
 	bpf_map_delete_elem(&arrival_stamps, &sk);
 	return KEEP;
+}
+
+// The same on the BTF-typed raw tracepoints (the loader prefers them, as for the syscall
+// programs): no trace record is filled for them, and the socket's family, protocol and queue
+// length are plain loads instead of three helper calls.
+SEC("tp_btf/sk_data_ready")
+int btf_arrival_ready(__u64 *ctx)
+{
+	struct sock *sk = (struct sock *)ctx[0];
+	__u32 family = sk->__sk_common.skc_family;
+	if ((family != AF_INET && family != AF_INET6) || sk->sk_protocol != IPPROTO_TCP)
+		return 0;
+	stamp((__u64)sk, bpf_ktime_get_ns());
+	return 0;
+}
+
+SEC("tp_btf/sock_recv_length")
+int btf_arrival_recv(__u64 *ctx)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tgid = id >> 32, tid = (__u32)id;
+	if (!traced(tgid) || measure_filter_only)
+		return 0;
+	struct sock *sk = (struct sock *)ctx[0];
+	__s32 ret = (__s32)ctx[1];
+	if (ret <= 0 || ((__s32)ctx[2] & MSG_PEEK))
+		return 0;
+	take_stamp((__u64)sk, ret, sk->sk_receive_queue.qlen, tid, tgid);
+	return 0;
+}
+
+SEC("tp_btf/tcp_destroy_sock")
+int btf_arrival_destroy(__u64 *ctx)
+{
+	__u64 sk = ctx[0];
+	bpf_map_delete_elem(&arrival_stamps, &sk);
+	return 0;
 }

@@ -305,6 +305,11 @@ struct Recent {
     /// `ProcKey::word` of the process.
     proc: u64,
     file: FileId,
+    /// The file's class and whether a path names it, as `resolved` gives them: a hit
+    /// answers without reading the file's record (a class changes only with a new
+    /// generation, which empties the cache).
+    class: FileClass,
+    named: bool,
     opened: Nanos,
 }
 
@@ -322,6 +327,9 @@ type FileKey = (ProcKey, i32, Option<Arc<str>>, FileClass);
 pub struct Resolved {
     pub file: FileId,
     pub class: FileClass,
+    /// A path names the file (`-y`, an open, /proc): the checks of every call on an
+    /// unnamed one (content sniffing, the AOF by behaviour) read this, not the record.
+    pub named: bool,
 }
 
 impl FdTable {
@@ -468,7 +476,11 @@ impl FdTable {
     pub fn lookup(&self, proc: ProcKey, fd: i32, ts: Nanos) -> Option<Resolved> {
         let r = self.recent[fd as usize & 15].get();
         if r.key == recent_key(self.generation, fd) && r.proc == proc.word() && r.opened <= ts {
-            return Some(self.resolved(r.file));
+            return Some(Resolved {
+                file: r.file,
+                class: r.class,
+                named: r.named,
+            });
         }
         self.lookup_slow(proc, fd, ts)
     }
@@ -481,13 +493,16 @@ impl FdTable {
         let p = self.procs.get(&proc)?;
         if let Some(b) = p.live.get(&fd) {
             if b.opened <= ts {
+                let r = self.resolved(b.file);
                 slot.set(Recent {
                     key: recent_key(self.generation, fd),
                     proc: proc.word(),
                     file: b.file,
+                    class: r.class,
+                    named: r.named,
                     opened: b.opened,
                 });
-                return Some(self.resolved(b.file));
+                return Some(r);
             }
         }
         let past = p.past.get(&fd)?;
@@ -500,9 +515,11 @@ impl FdTable {
 
     #[inline]
     fn resolved(&self, file: FileId) -> Resolved {
+        let f = &self.files[file as usize];
         Resolved {
             file,
-            class: self.files[file as usize].class,
+            class: f.class,
+            named: f.path.is_some(),
         }
     }
 
@@ -560,8 +577,7 @@ impl FdTable {
         r: Resolved,
         sc: &Syscall,
     ) -> Option<FileId> {
-        let info = &self.files[r.file as usize];
-        if info.path.is_some() || !matches!(r.class, FileClass::Unknown | FileClass::Other) {
+        if r.named || !matches!(r.class, FileClass::Unknown | FileClass::Other) {
             return None;
         }
         // A failed call says nothing of the file (fsync of a socket or pipe is EINVAL).
@@ -619,8 +635,7 @@ impl FdTable {
                 }
             }
             if let (Some(r), Some(d)) = (resolved, sc.data()) {
-                let unnamed =
-                    self.files[r.file as usize].path.is_none() || r.class == FileClass::Unknown;
+                let unnamed = !r.named || r.class == FileClass::Unknown;
                 let is_write = sc.sys.puts;
                 // An extensionless path was taken for a directory (redis fsyncs its
                 // directories), but a directory cannot be written: it is a file, such as a

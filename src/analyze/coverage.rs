@@ -4,7 +4,7 @@
 //! gaps between calls can be trusted at all (`GapVerdict`).
 
 use super::call::{Facts, ResolvedCall};
-use crate::event::{DurSource, Event, InFlight, Nanos, Ret};
+use crate::event::{DurSource, InFlight, Nanos, Ret};
 use crate::report::{self, Durations};
 use crate::source::{Clock, Counters, SourceInfo, TimeFmt};
 use crate::units::human;
@@ -112,42 +112,48 @@ impl Coverage {
         }
     }
 
+    /// An event that is no call: counted; strace's own messages may have no
+    /// trustworthy time, so only calls move the trace's first and last time.
     #[inline]
-    pub(crate) fn on_event(&mut self, ev: &Event) {
+    pub(crate) fn on_event(&mut self) {
         self.events += 1;
-        // Only calls carry trustworthy times: strace's own messages may have none.
-        if ev.syscall().is_some() {
-            self.first_ts = Some(self.first_ts.map_or(ev.ts, |f| f.min(ev.ts)));
-            self.last_ts = self.last_ts.max(ev.end());
-        }
     }
 
+    /// A call (an event too: the kind is matched once, in `Analyzer::push`).
     #[inline]
     pub(crate) fn on_call(&mut self, cx: &ResolvedCall<'_>) {
         let sc = cx.sc;
+        let ts = cx.ts();
+        self.events += 1;
+        self.first_ts = Some(self.first_ts.map_or(ts, |f| f.min(ts)));
+        // As `Event::end`: saturating.
+        self.last_ts = self.last_ts.max(ts.saturating_add(cx.dur));
         self.syscalls += 1;
+        // The edges of a trace, exits, and the calls an exit cut short (`= ?`) are timed
+        // by pairing even under -T: none of them counts as measured or reconstructed. The
+        // common case (measured, none of those) is tested first.
+        let edge = sc.in_flight.is_some() || cx.facts.has(Facts::EXIT);
         match sc.dur_src {
-            // The edges of a trace, exits, and the calls an exit cut short (`= ?`) are timed
-            // by pairing even under -T.
-            _ if sc.in_flight.is_some()
-                || cx.facts.has(Facts::EXIT)
-                || (sc.dur_src == DurSource::Paired && sc.ret == Ret::Unknown) => {}
-            DurSource::Measured => {
+            DurSource::Measured if !edge => {
                 self.measured += 1;
-                self.min_measured = self.min_measured.min(sc.dur.unwrap_or(0));
+                self.min_measured = self.min_measured.min(cx.dur);
             }
-            DurSource::UpperBound | DurSource::Paired => self.reconstructed += 1,
-            DurSource::Unknown => {}
+            DurSource::UpperBound if !edge => self.reconstructed += 1,
+            DurSource::Paired if !edge && !matches!(sc.ret, Ret::Unknown) => {
+                self.reconstructed += 1
+            }
+            _ => {}
         }
         if cx.facts.has(Facts::RECV | Facts::ACCEPT) {
             self.takes += 1;
         } else if cx.facts.has(Facts::EPOLL | Facts::POLL) && sc.ret.val().is_some_and(|n| n > 0) {
             self.ready_waits += 1;
         }
-        match sc.in_flight {
-            Some(InFlight::AtStart) => self.in_flight_start += 1,
-            Some(InFlight::AtEnd) => self.in_flight_end += 1,
-            None => {}
+        if let Some(f) = sc.in_flight {
+            match f {
+                InFlight::AtStart => self.in_flight_start += 1,
+                InFlight::AtEnd => self.in_flight_end += 1,
+            }
         }
     }
 

@@ -20,13 +20,12 @@ pub(crate) struct Latency {
     /// Per syscall name, keyed by the interned name's address (a hash of a pointer, not of
     /// the string); equal names from different interners are merged at the end.
     other: HashMap<usize, (&'static str, Agg)>,
-    /// Per file, by its dense id (count 0: no timed call on it).
-    by_file: Vec<Agg>,
     /// The files in the order of their first timed call: the report's rows of equal time
     /// and fd come in the order a map filled in that order gives them.
     file_order: Vec<FileId>,
-    /// The histogram records of timed calls on files (their syscall's, their file's and
-    /// the file-time unit's distributions at once), merged into those at `fold`.
+    /// Per file, by its dense id: its aggregate (count 0: no timed call on it) and the
+    /// histogram records of timed calls on it (their syscall's, their file's and the
+    /// file-time unit's distributions at once), merged into those at `fold`.
     cells: Cells,
 }
 
@@ -49,16 +48,13 @@ impl Latency {
             agg.errors += 1;
         }
         if let Some(f) = file {
-            let fi = f as usize;
-            if fi >= self.by_file.len() {
-                self.by_file.resize_with(fi + 1, Agg::default);
-            }
-            if self.by_file[fi].count == 0 {
+            let fc = self.cells.file(f);
+            if fc.agg.count == 0 {
                 self.file_order.push(f);
             }
-            self.by_file[fi].add_unrecorded(cx.dur);
+            fc.agg.add_unrecorded(cx.dur);
             let slot = slot.map_or(NO_SLOT, |i| i as u32);
-            self.cells.record(f, slot, tag, cx.dur);
+            fc.record(slot, tag, cx.dur);
         }
     }
 
@@ -69,12 +65,18 @@ impl Latency {
             if i >= self.by_sys.len() {
                 self.by_sys.resize_with(i + 1, || None);
             }
-            let slot = self.by_sys[i].get_or_insert_with(|| (name, Agg::default()));
-            if std::ptr::eq(slot.0, name) {
-                return (
-                    &mut self.by_sys[i].as_mut().expect("just filled").1,
-                    Some(i),
-                );
+            // One look at the slot: filled on first use, then its name compared.
+            let mine = match &self.by_sys[i] {
+                Some((n, _)) => std::ptr::eq(*n, name),
+                None => {
+                    self.by_sys[i] = Some((name, Agg::default()));
+                    true
+                }
+            };
+            if mine {
+                if let Some((_, a)) = &mut self.by_sys[i] {
+                    return (a, Some(i));
+                }
             }
         }
         let a = &mut self
@@ -89,15 +91,18 @@ impl Latency {
     /// syscall's, its file's, and the file-time unit's the tag names. Once, before the
     /// report reads any percentile.
     pub(crate) fn fold(&mut self, file_time: &mut FileTime) {
-        let cells = std::mem::take(&mut self.cells);
-        for (f, slot, tag, h) in cells.iter() {
-            if slot != NO_SLOT {
-                let s = self.by_sys[slot as usize].as_mut().expect("a used slot");
-                s.1.merge_hist(h);
-            }
-            self.by_file[f as usize].merge_hist(h);
-            if tag != 0 {
-                file_time.merge_cell(f, tag, h);
+        let by_sys = &mut self.by_sys;
+        for (f, fc) in self.cells.files_mut() {
+            let (cells, agg) = fc.cells();
+            for (slot, tag, h) in cells {
+                if slot != NO_SLOT {
+                    let s = by_sys[slot as usize].as_mut().expect("a used slot");
+                    s.1.merge_hist(h);
+                }
+                agg.merge_hist(h);
+                if tag != 0 {
+                    file_time.merge_cell(f, tag, h);
+                }
             }
         }
     }
@@ -131,7 +136,7 @@ impl Latency {
         // One insert at a time, as the map grew (`collect` would reserve at once).
         let mut order: HashMap<FileId, &Agg> = HashMap::default();
         for f in &self.file_order {
-            order.insert(*f, &self.by_file[*f as usize]);
+            order.insert(*f, self.cells.agg(*f).expect("a file with a timed call"));
         }
         let mut v: Vec<report::FdStats> = order
             .iter()
@@ -238,7 +243,7 @@ mod tests {
             )
         );
         for (f, direct) in by_file.iter().enumerate() {
-            assert_eq!(q(&l.by_file[f]), q(direct), "file {f}");
+            assert_eq!(q(l.cells.agg(f as u32).unwrap()), q(direct), "file {f}");
         }
         let d = ft.segment(Segment::during(2));
         assert_eq!(

@@ -108,8 +108,11 @@ pub(crate) struct Cells {
     by_file: Vec<FileCells>,
 }
 
+/// A file's aggregate (count, total, max; its histogram merged in at the end) and its
+/// cells: one record per file, so a timed call on a file finds both with one index.
 #[derive(Default)]
-struct FileCells {
+pub(crate) struct FileCells {
+    pub(crate) agg: Agg,
     keys: Vec<u64>,
     hists: Vec<Histogram<u64>>,
 }
@@ -119,34 +122,66 @@ struct FileCells {
 pub(crate) const NO_SLOT: u32 = u32::MAX;
 
 impl Cells {
+    /// The record of file `file`, made on its first timed call.
     #[inline]
-    pub(crate) fn record(&mut self, file: u32, slot: u32, tag: u32, ns: i64) {
+    pub(crate) fn file(&mut self, file: u32) -> &mut FileCells {
         let f = file as usize;
-        if f >= self.by_file.len() {
-            self.by_file.resize_with(f + 1, FileCells::default);
+        if f < self.by_file.len() {
+            &mut self.by_file[f]
+        } else {
+            self.grow(f)
         }
-        let c = &mut self.by_file[f];
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn grow(&mut self, f: usize) -> &mut FileCells {
+        self.by_file.resize_with(f + 1, FileCells::default);
+        &mut self.by_file[f]
+    }
+
+    /// The aggregate of a file (a default one for a file without a timed call).
+    pub(crate) fn agg(&self, file: u32) -> Option<&Agg> {
+        self.by_file.get(file as usize).map(|c| &c.agg)
+    }
+
+    /// Every file's record, by file id.
+    pub(crate) fn files_mut(&mut self) -> impl Iterator<Item = (u32, &mut FileCells)> {
+        self.by_file
+            .iter_mut()
+            .enumerate()
+            .map(|(f, c)| (f as u32, c))
+    }
+}
+
+impl FileCells {
+    #[inline]
+    pub(crate) fn record(&mut self, slot: u32, tag: u32, ns: i64) {
         let key = (u64::from(slot) << 32) | u64::from(tag);
-        let i = match c.keys.iter().position(|k| *k == key) {
+        let i = match self.keys.iter().position(|k| *k == key) {
             Some(i) => i,
             None => {
-                c.keys.push(key);
-                c.hists.push(new_hist());
-                c.keys.len() - 1
+                self.keys.push(key);
+                self.hists.push(new_hist());
+                self.keys.len() - 1
             }
         };
         // As `Agg::add` records it.
-        let _ = c.hists[i].record((ns.max(0) / 1000) as u64);
+        if let Some(h) = self.hists.get_mut(i) {
+            let _ = h.record((ns.max(0) / 1000) as u64);
+        }
     }
 
-    /// Every cell: (file, syscall slot, tag, histogram).
-    pub(crate) fn iter(&self) -> impl Iterator<Item = (u32, u32, u32, &Histogram<u64>)> {
-        self.by_file.iter().enumerate().flat_map(|(f, c)| {
-            c.keys
-                .iter()
-                .zip(&c.hists)
-                .map(move |(k, h)| (f as u32, (k >> 32) as u32, *k as u32, h))
-        })
+    /// Every cell: (syscall slot, tag, histogram), and the file's aggregate.
+    pub(crate) fn cells(
+        &mut self,
+    ) -> (impl Iterator<Item = (u32, u32, &Histogram<u64>)>, &mut Agg) {
+        let it = self
+            .keys
+            .iter()
+            .zip(&self.hists)
+            .map(|(k, h)| ((k >> 32) as u32, *k as u32, h));
+        (it, &mut self.agg)
     }
 }
 

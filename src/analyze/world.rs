@@ -148,7 +148,10 @@ impl World {
     pub(crate) fn observe<'e>(&mut self, ev: &'e Event, sc: &'e Syscall) -> ResolvedCall<'e> {
         let facts = sc.sys.facts;
         let thread = self.touch(ev.tid);
-        let proc = self.threads[thread.get()].proc;
+        // The thread's record looked up once for the process, the counts and the cached
+        // role (three indexings, three bounds checks, before).
+        let t = &mut self.threads[thread.get()];
+        let proc = t.proc;
         let resolved = self.fds.apply(proc, ev.ts, sc);
         let class = resolved.map(|r| r.class);
         // An open touches the fd it returns (its file is what `resolved` names).
@@ -157,7 +160,6 @@ impl World {
         } else {
             sc.fd
         };
-        let t = &mut self.threads[thread.get()];
         t.calls += 1;
         // The counts only grow: a first epoll or poll wait is a change `count` reports.
         if t.evidence.count(facts, class) {
@@ -165,7 +167,10 @@ impl World {
             self.any_epoll |= t.evidence.epoll > 0;
             self.any_poll |= t.evidence.poll > 0;
         }
-        let role = self.role_at(thread);
+        let role = match t.role_cache.get() {
+            Some((epoch, role)) if epoch == self.role_epoch => role,
+            _ => self.role_at(thread),
+        };
         let dur = sc.dur.unwrap_or(0);
         ResolvedCall {
             ev,

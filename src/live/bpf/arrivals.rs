@@ -5,11 +5,13 @@
 //!
 //! The kernel side is the `arrival_*` programs of bpf/stallscope.bpf.c: `sock:sk_data_ready`
 //! stamps a TCP socket with the earliest data not yet read; the traced process's receive
-//! (`sock:sock_recv_length`, inside its read) takes the stamp and sends a REC_ARRIVAL record,
-//! which the ring delivers before the record of the read it happened in; `tcp:tcp_destroy_sock`
-//! drops the stamp of a socket that goes away, so an address reused by a new socket never
-//! inherits it. Here a record is held per thread until that thread's read ends, and the
-//! read's `Syscall::arrived` is set when the receive happened inside it.
+//! (`sock:sock_recv_length`, inside its read) takes the stamp and puts it in the read's own
+//! record (`Rec::arrival_*`), or, for a read that began before the attach, sends a REC_ARRIVAL
+//! record, which the ring delivers before the record of the read it happened in;
+//! `tcp:tcp_destroy_sock` drops the stamp of a socket that goes away, so an address reused by
+//! a new socket never inherits it. Here a REC_ARRIVAL record is held per thread until that
+//! thread's read ends, and the read's `Syscall::arrived` is set when the receive happened
+//! inside it.
 //!
 //! Which arrival a read gets: the earliest of the data it found that no earlier read took
 //! (later arrivals before the read leave the stamp alone). For a read that returns several
@@ -80,14 +82,65 @@ pub(super) fn set_globals<'a>(loader: &mut aya::EbpfLoader<'a>, layout: &'a Layo
     }
 }
 
-/// Loads and attaches the programs; on any failure detaches those already attached and
-/// says why (tracing goes on without arrivals).
+/// The same on the BTF-typed raw tracepoints (preferred, as the syscall programs: no trace
+/// record is filled for them, and they read the socket's fields with plain loads).
+const BTF_PROGRAMS: [(&str, &str); 3] = [
+    ("btf_arrival_ready", "sk_data_ready"),
+    ("btf_arrival_recv", "sock_recv_length"),
+    ("btf_arrival_destroy", "tcp_destroy_sock"),
+];
+
+/// Loads and attaches the programs (the tp_btf ones unless `classic` or they cannot load,
+/// then the classic ones); on any failure detaches those already attached and says why
+/// (tracing goes on without arrivals). Ok says which flavour runs.
 pub(super) fn attach(
     bpf: &mut aya::Ebpf,
     layout: &Layout,
     links: &mut Vec<(&'static str, super::Link)>,
-) -> Result<(), String> {
+    classic: bool,
+) -> Result<&'static str, String> {
     layout.as_ref().map_err(|e| e.clone())?;
+    if !classic {
+        if let Ok(l) = attach_btf(bpf) {
+            links.extend(l);
+            return Ok("tp_btf");
+        }
+    }
+    attach_classic(bpf, links).map(|()| "classic tracepoints")
+}
+
+fn attach_btf(bpf: &mut aya::Ebpf) -> Result<Vec<(&'static str, super::Link)>, String> {
+    let btf = aya::Btf::from_sys_fs().map_err(|e| format!("no kernel BTF: {e}"))?;
+    let mut mine = vec![];
+    for (prog, tp) in BTF_PROGRAMS {
+        let r = (|| {
+            let p: &mut aya::programs::BtfTracePoint = bpf
+                .program_mut(prog)
+                .ok_or_else(|| format!("the BPF object lacks {prog}"))?
+                .try_into()
+                .map_err(|e| format!("{prog}: {e}"))?;
+            p.load(tp, &btf)
+                .map_err(|e| verifier_refusal(prog, &e).to_string())?;
+            p.attach()
+                .map_err(|e| format!("cannot attach {prog} to tp_btf/{tp}: {e}"))
+        })();
+        match r {
+            Ok(id) => mine.push((prog, super::Link::Btf(id))),
+            Err(e) => {
+                for (prog, link) in mine {
+                    super::detach(bpf, prog, link);
+                }
+                return Err(e);
+            }
+        }
+    }
+    Ok(mine)
+}
+
+fn attach_classic(
+    bpf: &mut aya::Ebpf,
+    links: &mut Vec<(&'static str, super::Link)>,
+) -> Result<(), String> {
     let mut mine = vec![];
     let mut result = Ok(());
     for (prog, cat, name) in PROGRAMS {
@@ -159,6 +212,8 @@ pub(super) fn parse(b: &[u8]) -> Option<Rec> {
         args: [0; 6],
         sched_enter: [0; 4],
         sched_exit: [0; 4],
+        arrival_first: 0,
+        arrival_at: 0,
         data_len: 0,
         data: [0; DATA_MAX],
     })
@@ -197,10 +252,14 @@ impl Arrivals {
     /// A call of `r.tid` ended: if the receive was inside it, that is its data's arrival.
     #[inline]
     pub(super) fn date(&mut self, r: &Rec, sc: &mut Syscall) {
-        if self.pending.is_empty() {
+        // The kernel puts the stamp in the call's own record when it saw the call enter,
+        // else in a REC_ARRIVAL record of its own before it (`pending`).
+        let carried = (r.arrival_at != 0).then_some((r.arrival_first, r.arrival_at));
+        if carried.is_none() && self.pending.is_empty() {
             return;
         }
-        if let Some((stamp, at)) = self.pending.remove(&r.tid) {
+        let pending = self.pending.remove(&r.tid);
+        if let Some((stamp, at)) = carried.or(pending) {
             if r.enter_ns <= at && at <= r.exit_ns && sc.sys.facts.has(crate::syscalls::Facts::RECV)
             {
                 sc.arrived = Some(stamp.min(r.exit_ns));

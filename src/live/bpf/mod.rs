@@ -46,6 +46,33 @@ pub const REFUSE_ENV: &str = "STALLSCOPE_BPF_TEST_REFUSE";
 /// of the fallback that kernels without BTF take).
 pub const CLASSIC_ENV: &str = "STALLSCOPE_BPF_CLASSIC";
 
+/// For measurement only (bench/bpf_decompose.sh), never for a report: `discard` makes the
+/// reader empty the ring and throw the records away (counted by kind, said on stderr at the
+/// end) instead of handing them to the analysis, so a benchmark sees what the kernel programs
+/// and the ring cost without stallscope's decoding and analysis; `filter` also makes the
+/// programs of the traced process's syscalls and receives return right after the process
+/// filter (the cost of running them for every task of the machine, and nothing else). The
+/// report of such a run has no calls in it.
+pub const MEASURE_ENV: &str = "STALLSCOPE_BPF_MEASURE";
+
+#[derive(Clone, Copy, PartialEq)]
+enum Measure {
+    Off,
+    Discard,
+    FilterOnly,
+}
+
+fn measure_mode() -> Result<Measure, AttachError> {
+    match std::env::var(MEASURE_ENV).as_deref() {
+        Err(_) | Ok("") => Ok(Measure::Off),
+        Ok("discard") => Ok(Measure::Discard),
+        Ok("filter") => Ok(Measure::FilterOnly),
+        Ok(v) => Err(AttachError::Other(format!(
+            "{MEASURE_ENV}={v}: expected discard or filter (benchmarks only)"
+        ))),
+    }
+}
+
 // Record kinds and syscall kinds, as in bpf/stallscope.bpf.c.
 const REC_CALL: u32 = 1;
 const REC_ENTER_ONLY: u32 = 2;
@@ -58,7 +85,7 @@ const NR_WRITE: u32 = 2;
 const NR_CLONE: u32 = 3;
 const NR_CLONE3: u32 = 4;
 /// Size of a record without its data bytes.
-const REC_LEN: usize = 160;
+const REC_LEN: usize = 176;
 const DATA_MAX: usize = 64;
 
 #[derive(Clone, Debug)]
@@ -78,6 +105,8 @@ struct KEntry {
     nr: i64,
     args: [u64; 6],
     sched: [u64; 4],
+    arrival_first: u64,
+    arrival_at: u64,
 }
 // SAFETY: plain old data, the layout of `struct entry` in the C source.
 unsafe impl aya::Pod for KEntry {}
@@ -107,6 +136,10 @@ struct Rec {
     /// at entry and at exit.
     sched_enter: [u64; 4],
     sched_exit: [u64; 4],
+    /// The arrival a receive inside the call took, carried in the call's own record:
+    /// (stamp, when the receive ended); `arrival_at` 0 if none (arrivals.rs).
+    arrival_first: Nanos,
+    arrival_at: Nanos,
     data_len: u8,
     data: [u8; DATA_MAX],
 }
@@ -151,6 +184,8 @@ fn parse(b: &[u8]) -> Option<Rec> {
         args,
         sched_enter,
         sched_exit,
+        arrival_first: u64_at(b, 160) as Nanos,
+        arrival_at: u64_at(b, 168) as Nanos,
         data_len: data_len as u8,
         data,
     })
@@ -442,8 +477,11 @@ impl BpfTracer {
         let follow = cfg.follow_forks as u32;
         let arrival_layout = arrivals::layout();
         let ring_bytes64 = ring_bytes as u64;
+        let measure = measure_mode()?;
+        let filter_only = (measure == Measure::FilterOnly) as u32;
         let mut loader = aya::EbpfLoader::new();
         loader
+            .set_global("measure_filter_only", &filter_only, true)
             .set_global("follow_forks", &follow, true)
             .set_global("fork_child_pid_off", &child_off, true)
             .set_global("ring_bytes", &ring_bytes64, true)
@@ -485,8 +523,9 @@ impl BpfTracer {
         for (prog, cat, name) in PROGRAMS {
             links.push((prog, attach_tp(&mut bpf, prog, cat, name)?));
         }
-        let arrivals = arrivals::attach(&mut bpf, &arrival_layout, &mut links);
-        let btf = if std::env::var(CLASSIC_ENV).is_ok_and(|v| v == "1") {
+        let classic = std::env::var(CLASSIC_ENV).is_ok_and(|v| v == "1");
+        let arrivals = arrivals::attach(&mut bpf, &arrival_layout, &mut links, classic);
+        let btf = if classic {
             Err(format!("{CLASSIC_ENV}=1"))
         } else {
             attach_btf_syscalls(&mut bpf)
@@ -503,7 +542,14 @@ impl BpfTracer {
                 format!("classic tracepoints (raw_syscalls:sys_enter, sys_exit), as tp_btf cannot be used: {why}")
             }
         };
-        eprintln!("stallscope: bpf syscall programs on {programs}");
+        let arrival_programs = match &arrivals {
+            Ok(flavour) => format!("; arrival programs on {flavour}"),
+            Err(_) => String::new(),
+        };
+        eprintln!("stallscope: bpf syscall programs on {programs}{arrival_programs}");
+        if measure != Measure::Off {
+            eprintln!("stallscope: {MEASURE_ENV} is set: records are discarded, this run reports nothing (measurement only)");
+        }
         let ring = bpf
             .take_map("events")
             .ok_or_else(|| AttachError::Other("the BPF object lacks events".into()))?;
@@ -517,7 +563,13 @@ impl BpfTracer {
         let held = backlog.clone();
         let reader = std::thread::Builder::new()
             .name("stallscope-bpf".into())
-            .spawn(move || read_ring(ring, tx, spares, stop, held))
+            .spawn(move || {
+                if measure == Measure::Off {
+                    read_ring(ring, tx, spares, stop, held)
+                } else {
+                    discard_ring(ring, stop)
+                }
+            })
             .map_err(|e| AttachError::Other(format!("cannot start the ring reader: {e}")))?;
         let mut me = BpfTracer {
             cfg,
@@ -545,7 +597,7 @@ impl BpfTracer {
             arrivals: arrivals::Arrivals::default(),
             spans: super::SpanPool::default(),
         };
-        me.arrivals.started(arrivals, &mut me.warnings);
+        me.arrivals.started(arrivals.map(|_| ()), &mut me.warnings);
         let pid = me.cfg.pid;
         me.stats.attach_mono = now_mono();
         me.stats.attach_wall = now_wall();
@@ -926,6 +978,8 @@ impl BpfTracer {
                         nr,
                         args,
                         sched: [0; 4],
+                        arrival_first: 0,
+                        arrival_at: 0,
                     },
                 ));
             }
@@ -947,6 +1001,8 @@ impl BpfTracer {
                 args: e.args,
                 sched_enter: e.sched,
                 sched_exit: e.sched,
+                arrival_first: 0,
+                arrival_at: 0,
                 data_len: 0,
                 data: [0; DATA_MAX],
             };
@@ -1075,6 +1131,43 @@ fn read_ring(
         };
         unsafe { libc::poll(&mut pfd, 1, 5) };
     }
+}
+
+/// `STALLSCOPE_BPF_MEASURE`'s reader: empties the ring as `read_ring` does, keeping only a
+/// count of records by kind and of their bytes, said on stderr when tracing ends.
+fn discard_ring(mut ring: aya::maps::RingBuf<aya::maps::MapData>, stop: Arc<AtomicBool>) {
+    use std::os::fd::AsRawFd;
+    let fd = ring.as_raw_fd();
+    let mut kinds = [0u64; 17];
+    let mut bytes = 0u64;
+    loop {
+        let last = stop.load(Ordering::SeqCst);
+        while let Some(item) = ring.next() {
+            let k = if item.len() >= 4 { u32_at(&item, 0) } else { 0 };
+            kinds[(k as usize).min(kinds.len() - 1)] += 1;
+            bytes += item.len() as u64;
+        }
+        if last {
+            break;
+        }
+        let mut pfd = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        unsafe { libc::poll(&mut pfd, 1, 5) };
+    }
+    let total: u64 = kinds.iter().sum();
+    let by_kind: Vec<String> = kinds
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| **n > 0)
+        .map(|(k, n)| format!("kind {k}: {n}"))
+        .collect();
+    eprintln!(
+        "stallscope: {MEASURE_ENV}: discarded {total} records, {bytes} bytes ({})",
+        by_kind.join(", ")
+    );
 }
 
 impl super::fed::KernelFed for BpfTracer {
