@@ -287,6 +287,8 @@ mod tests {
             sched_exit: [0; 4],
             data_len: 0,
             data: [0; DATA_MAX],
+            arrival_first: 0,
+            arrival_at: 0,
         }
     }
 
