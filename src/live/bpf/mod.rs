@@ -1183,7 +1183,8 @@ impl RingMap {
             let len = (hdr & !(RINGBUF_BUSY_BIT | RINGBUF_DISCARD_BIT)) as usize;
             if hdr & RINGBUF_DISCARD_BIT == 0 {
                 // SAFETY: the record's bytes follow its header, contiguous (double mapping).
-                let rec = unsafe { std::slice::from_raw_parts(data.add(off + RINGBUF_HDR_SZ), len) };
+                let rec =
+                    unsafe { std::slice::from_raw_parts(data.add(off + RINGBUF_HDR_SZ), len) };
                 each(rec);
                 given += 1;
             }
@@ -1366,6 +1367,7 @@ impl Tracer for BpfTracer {
         Some(self.arrivals.on())
     }
 
+    #[allow(clippy::vec_box)]
     fn reuse(&mut self, spent: &mut Vec<Box<event::SchedSpan>>) {
         self.spans.take_back(spent);
     }
