@@ -52,6 +52,10 @@ pub(crate) fn next_batch<T: KernelFed>(t: &mut T, timeout: Duration, out: &mut V
         return;
     }
     if out.is_empty() {
+        // Emptied by pop_front, its start is wherever the last event was: cleared, the
+        // backend refills it from the start, the same few cache-hot lines each time,
+        // instead of writing its way through the whole allocation.
+        out.clear();
         std::mem::swap(t.queue(), out);
     } else {
         out.append(t.queue());

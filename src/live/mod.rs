@@ -43,6 +43,8 @@ pub fn now_wall() -> Nanos {
 /// a time: that pattern misses malloc's per-thread cache, and malloc and free were about a
 /// sixth of the tracer's CPU per record. The consumer hands the boxes of the events it is
 /// done with back (`Tracer::reuse`).
+// Boxes, not values: they are the events' own boxes (`Syscall::sched`), handed on as they are.
+#[allow(clippy::vec_box)]
 #[derive(Default)]
 pub(crate) struct SpanPool(Vec<Box<crate::event::SchedSpan>>);
 
@@ -61,6 +63,7 @@ impl SpanPool {
         }
     }
 
+    #[allow(clippy::vec_box)]
     pub(crate) fn take_back(&mut self, spans: &mut Vec<Box<crate::event::SchedSpan>>) {
         spans.truncate(Self::KEEP.saturating_sub(self.0.len()));
         self.0.append(spans);
@@ -70,6 +73,7 @@ impl SpanPool {
 /// Puts the scheduler split of `ev`, an event the consumer is done with, into `spent` for
 /// `Tracer::reuse`.
 #[inline]
+#[allow(clippy::vec_box)]
 pub(crate) fn spend(ev: &mut Event, spent: &mut Vec<Box<crate::event::SchedSpan>>) {
     if let crate::event::EventKind::Syscall(sc) = &mut ev.kind {
         if let Some(b) = sc.sched.take() {
@@ -245,6 +249,7 @@ pub trait Tracer {
     }
     /// Takes back the scheduler splits (`spend`) of events the consumer is done with, for
     /// the next events; what it does not keep is freed.
+    #[allow(clippy::vec_box)]
     fn reuse(&mut self, spent: &mut Vec<Box<crate::event::SchedSpan>>) {
         spent.clear();
     }

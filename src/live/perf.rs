@@ -1657,6 +1657,7 @@ impl Tracer for PerfTracer {
         std::mem::take(&mut self.lost_unreported)
     }
 
+    #[allow(clippy::vec_box)]
     fn reuse(&mut self, spent: &mut Vec<Box<event::SchedSpan>>) {
         self.spans.take_back(spent);
     }

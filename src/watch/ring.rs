@@ -27,6 +27,7 @@ pub(crate) struct Ring {
     /// (sequence number of the event they came before, records lost), oldest first.
     lost: VecDeque<(u64, u64)>,
     /// Scheduler splits of evicted events, for the tracer to reuse (`Tracer::reuse`).
+    #[allow(clippy::vec_box)] // the events' own boxes, handed on as they are
     pub(crate) spent: Vec<Box<crate::event::SchedSpan>>,
 }
 

@@ -555,6 +555,8 @@ impl BpfTracer {
             .ok_or_else(|| AttachError::Other("the BPF object lacks events".into()))?;
         let ring = aya::maps::RingBuf::try_from(ring)
             .map_err(|e| load_error("cannot map the BPF ring buffer", &e, errno_of(&e)))?;
+        let map = RingMap::new(std::os::fd::AsRawFd::as_raw_fd(&ring), ring_bytes as usize)
+            .map_err(|e| AttachError::Other(format!("cannot map the BPF ring buffer: {e}")))?;
         let (tx, rx) = mpsc::channel();
         let (spare, spares) = mpsc::sync_channel(SPARE_BATCHES);
         let reader_stop = Arc::new(AtomicBool::new(false));
@@ -565,8 +567,9 @@ impl BpfTracer {
             .name("stallscope-bpf".into())
             .spawn(move || {
                 if measure == Measure::Off {
-                    read_ring(ring, tx, spares, stop, held)
+                    read_ring(ring, map, tx, spares, stop, held)
                 } else {
+                    drop(map);
                     discard_ring(ring, stop)
                 }
             })
@@ -1078,14 +1081,148 @@ fn prefetch_rec(batch: &[Rec], i: usize) {
     let _ = (batch, i);
 }
 
+/// The ring's pages as the kernel lays them out (kernel/bpf/ringbuf.c): the consumer
+/// position's page (written by us), then the producer position's page and the data pages
+/// mapped twice, so a record that wraps reads on contiguously. Read here rather than
+/// through aya's `RingBuf::next`, which publishes the consumer position with a full
+/// barrier after every record: that store, on a line the kernel reads at every reserve,
+/// was half of the reader thread's samples. Here it is published every `PUBLISH_EVERY`
+/// records and when the ring is empty.
+struct RingMap {
+    consumer: *mut u8,
+    meta: *mut u8,
+    meta_len: usize,
+    page: usize,
+    mask: usize,
+}
+
+/// Records read between two publications of the consumer position (a few KiB of the ring
+/// held back at most).
+const PUBLISH_EVERY: usize = 64;
+const RINGBUF_BUSY_BIT: u32 = 1 << 31;
+const RINGBUF_DISCARD_BIT: u32 = 1 << 30;
+const RINGBUF_HDR_SZ: usize = 8;
+
+impl RingMap {
+    fn new(fd: i32, data_bytes: usize) -> std::io::Result<RingMap> {
+        let page = crate::live::page_size();
+        let meta_len = page + 2 * data_bytes;
+        // SAFETY: fresh shared mappings of the ring's fd, unmapped in Drop.
+        unsafe {
+            let consumer = libc::mmap(
+                std::ptr::null_mut(),
+                page,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            );
+            if consumer == libc::MAP_FAILED {
+                return Err(std::io::Error::last_os_error());
+            }
+            let meta = libc::mmap(
+                std::ptr::null_mut(),
+                meta_len,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                fd,
+                page as libc::off_t,
+            );
+            if meta == libc::MAP_FAILED {
+                let e = std::io::Error::last_os_error();
+                libc::munmap(consumer, page);
+                return Err(e);
+            }
+            Ok(RingMap {
+                consumer: consumer.cast(),
+                meta: meta.cast(),
+                meta_len,
+                page,
+                mask: data_bytes - 1,
+            })
+        }
+    }
+
+    fn consumer_pos(&self) -> &std::sync::atomic::AtomicUsize {
+        // SAFETY: the page starts with the kernel's consumer position (unsigned long).
+        unsafe { &*(self.consumer as *const std::sync::atomic::AtomicUsize) }
+    }
+
+    fn producer_pos(&self) -> &std::sync::atomic::AtomicUsize {
+        // SAFETY: as consumer_pos, for the producer's page.
+        unsafe { &*(self.meta as *const std::sync::atomic::AtomicUsize) }
+    }
+
+    /// Calls `each` with every record committed now, in order, up to `limit` of them (the
+    /// discarded ones skipped); returns how many were given. Stops at a record still being
+    /// written.
+    fn drain(&self, limit: usize, mut each: impl FnMut(&[u8])) -> usize {
+        let cons_at = self.consumer_pos();
+        let mut cons = cons_at.load(Ordering::Relaxed);
+        let mut prod = self.producer_pos().load(Ordering::Acquire);
+        let mut given = 0;
+        let mut unpublished = 0;
+        // SAFETY: the data pages follow the producer's page; offsets are masked into the
+        // first copy, and a record (at most the ring's size) ends inside the second.
+        let data = unsafe { self.meta.add(self.page) };
+        while given < limit {
+            if cons == prod {
+                prod = self.producer_pos().load(Ordering::Acquire);
+                if cons == prod {
+                    break;
+                }
+            }
+            let off = cons & self.mask;
+            // SAFETY: the header is 8-byte aligned inside the data pages; the kernel writes
+            // its length word with release order once the record is committed.
+            let hdr = unsafe { &*(data.add(off) as *const std::sync::atomic::AtomicU32) }
+                .load(Ordering::Acquire);
+            if hdr & RINGBUF_BUSY_BIT != 0 {
+                break;
+            }
+            let len = (hdr & !(RINGBUF_BUSY_BIT | RINGBUF_DISCARD_BIT)) as usize;
+            if hdr & RINGBUF_DISCARD_BIT == 0 {
+                // SAFETY: the record's bytes follow its header, contiguous (double mapping).
+                let rec =
+                    unsafe { std::slice::from_raw_parts(data.add(off + RINGBUF_HDR_SZ), len) };
+                each(rec);
+                given += 1;
+            }
+            cons += (RINGBUF_HDR_SZ + len).next_multiple_of(8);
+            unpublished += 1;
+            if unpublished >= PUBLISH_EVERY {
+                cons_at.store(cons, Ordering::Release);
+                unpublished = 0;
+            }
+        }
+        cons_at.store(cons, Ordering::Release);
+        given
+    }
+}
+
+impl Drop for RingMap {
+    fn drop(&mut self) {
+        // SAFETY: the mappings made in new, used by nothing once this is dropped.
+        unsafe {
+            libc::munmap(self.consumer.cast(), self.page);
+            libc::munmap(self.meta.cast(), self.meta_len);
+        }
+    }
+}
+
+// SAFETY: the mappings are used only by the one thread that owns the RingMap.
+unsafe impl Send for RingMap {}
+
 fn read_ring(
-    mut ring: aya::maps::RingBuf<aya::maps::MapData>,
+    ring: aya::maps::RingBuf<aya::maps::MapData>,
+    map: RingMap,
     tx: mpsc::Sender<Vec<Rec>>,
     spares: mpsc::Receiver<Vec<Rec>>,
     stop: Arc<AtomicBool>,
     backlog: Arc<std::sync::atomic::AtomicUsize>,
 ) {
     use std::os::fd::AsRawFd;
+    // aya's ring keeps the map (and its fd) open; records are read through `map`.
     let fd = ring.as_raw_fd();
     let fresh = || {
         spares
@@ -1105,17 +1242,23 @@ fn read_ring(
             std::thread::sleep(std::time::Duration::from_millis(5));
             continue;
         }
-        while let Some(item) = ring.next() {
-            if let Some(r) = arrivals::parse(&item).or_else(|| parse(&item)) {
-                batch.push(r);
+        loop {
+            let room = BATCH_MAX - batch.len();
+            let n = map.drain(room, |item| {
+                if let Some(r) = arrivals::parse(item).or_else(|| parse(item)) {
+                    batch.push(r);
+                }
+            });
+            if batch.len() < BATCH_MAX {
+                // n < room: the ring is empty (or the next record is being written).
+                let _ = n;
+                break;
             }
-            if batch.len() >= BATCH_MAX {
-                if send(std::mem::replace(&mut batch, fresh())) {
-                    return;
-                }
-                if !last && backlog.load(Ordering::Relaxed) >= BACKLOG_MAX {
-                    break;
-                }
+            if send(std::mem::replace(&mut batch, fresh())) {
+                return;
+            }
+            if !last && backlog.load(Ordering::Relaxed) >= BACKLOG_MAX {
+                break;
             }
         }
         if !batch.is_empty() && send(std::mem::replace(&mut batch, fresh())) {
@@ -1224,6 +1367,7 @@ impl Tracer for BpfTracer {
         Some(self.arrivals.on())
     }
 
+    #[allow(clippy::vec_box)]
     fn reuse(&mut self, spent: &mut Vec<Box<event::SchedSpan>>) {
         self.spans.take_back(spent);
     }
