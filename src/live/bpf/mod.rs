@@ -569,8 +569,7 @@ impl BpfTracer {
                 if measure == Measure::Off {
                     read_ring(ring, map, tx, spares, stop, held)
                 } else {
-                    drop(map);
-                    discard_ring(ring, stop)
+                    discard_ring(ring, map, stop)
                 }
             })
             .map_err(|e| AttachError::Other(format!("cannot start the ring reader: {e}")))?;
@@ -1267,38 +1266,41 @@ fn read_ring(
         if last {
             return;
         }
-        let mut pfd = libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        unsafe { libc::poll(&mut pfd, 1, 5) };
+        wait_readable(fd);
     }
 }
 
-/// `STALLSCOPE_BPF_MEASURE`'s reader: empties the ring as `read_ring` does, keeping only a
-/// count of records by kind and of their bytes, said on stderr when tracing ends.
-fn discard_ring(mut ring: aya::maps::RingBuf<aya::maps::MapData>, stop: Arc<AtomicBool>) {
+/// Sleeps until the ring has records or 5 ms have passed (a stop is seen within that).
+fn wait_readable(fd: i32) {
+    let mut pfd = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd for the duration of the call.
+    unsafe { libc::poll(&mut pfd, 1, 5) };
+}
+
+/// `STALLSCOPE_BPF_MEASURE`'s reader: empties the ring through the same `RingMap` as
+/// `read_ring`, so that it measures the same reading, keeping only a count of records by
+/// kind and of their bytes, said on stderr when tracing ends.
+fn discard_ring(ring: aya::maps::RingBuf<aya::maps::MapData>, map: RingMap, stop: Arc<AtomicBool>) {
     use std::os::fd::AsRawFd;
+    // aya's ring keeps the map (and its fd) open; records are read through `map`.
     let fd = ring.as_raw_fd();
     let mut kinds = [0u64; 17];
     let mut bytes = 0u64;
     loop {
         let last = stop.load(Ordering::SeqCst);
-        while let Some(item) = ring.next() {
-            let k = if item.len() >= 4 { u32_at(&item, 0) } else { 0 };
+        map.drain(usize::MAX, |item| {
+            let k = if item.len() >= 4 { u32_at(item, 0) } else { 0 };
             kinds[(k as usize).min(kinds.len() - 1)] += 1;
             bytes += item.len() as u64;
-        }
+        });
         if last {
             break;
         }
-        let mut pfd = libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        unsafe { libc::poll(&mut pfd, 1, 5) };
+        wait_readable(fd);
     }
     let total: u64 = kinds.iter().sum();
     let by_kind: Vec<String> = kinds
