@@ -476,6 +476,7 @@ impl BpfTracer {
         let ring_bytes = (cfg.pages * crate::live::page_size()) as u32;
         let follow = cfg.follow_forks as u32;
         let arrival_layout = arrivals::layout();
+        let listening = arrivals::Listening::of(cfg.pid);
         let ring_bytes64 = ring_bytes as u64;
         let measure = measure_mode()?;
         let filter_only = (measure == Measure::FilterOnly) as u32;
@@ -487,6 +488,7 @@ impl BpfTracer {
             .set_global("ring_bytes", &ring_bytes64, true)
             .set_max_entries("events", ring_bytes);
         arrivals::set_globals(&mut loader, &arrival_layout);
+        listening.set_globals(&mut loader);
         let mut bpf = loader
             .load(OBJECT)
             .map_err(|e| load_error("cannot load the BPF object", &e, errno_of(&e)))?;
@@ -543,7 +545,20 @@ impl BpfTracer {
             }
         };
         let arrival_programs = match &arrivals {
-            Ok(flavour) => format!("; arrival programs on {flavour}"),
+            Ok(flavour) => {
+                let own = match (*flavour, listening.ports()) {
+                    ("tp_btf", Some(p)) => format!(
+                        ", skipping the data-ready of its own sends to local peers (listening ports {})",
+                        if p.is_empty() {
+                            "none".to_string()
+                        } else {
+                            p.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(", ")
+                        }
+                    ),
+                    _ => String::new(),
+                };
+                format!("; arrival programs on {flavour}{own}")
+            }
             Err(_) => String::new(),
         };
         eprintln!("stallscope: bpf syscall programs on {programs}{arrival_programs}");
