@@ -3,6 +3,14 @@
 //! when redis's read began (the wakeup of the event loop, a wait for a CPU and the wait's
 //! return lie between, and a client pays for them).
 //!
+//! On loopback a receiver's data-ready runs in the sender's task, so each reply redis sends
+//! to a local client readies the client's socket in redis's own thread. The tp_btf
+//! data-ready program skips those (the current task is the attached process and the
+//! socket's local port is none of its listening ports at the attach, `Listening`): half of
+//! its runs under a local benchmark, for sockets no traced task reads. The one arrival this
+//! can miss is a softirq that happens to run in redis's thread for a socket redis itself
+//! connected (a replica's link to its master); accepted sockets are never skipped.
+//!
 //! The kernel side is the `arrival_*` programs of bpf/stallscope.bpf.c: `sock:sk_data_ready`
 //! stamps a TCP socket with the earliest data not yet read; the traced process's receive
 //! (`sock:sock_recv_length`, inside its read) takes the stamp and puts it in the read's own
