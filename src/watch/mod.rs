@@ -510,6 +510,7 @@ impl Watcher<'_> {
     }
 
     fn tick_metrics(&mut self) {
+        self.observer.publish();
         let ev = self.ring.evicted_early;
         if ev > self.ring_evicted_seen {
             self.metrics
