@@ -367,7 +367,7 @@ pub struct BpfTracer {
     /// Records the reader copied out and the analysis has not taken yet (`BACKLOG_MAX`).
     backlog: Arc<std::sync::atomic::AtomicUsize>,
     /// Emptied batches, back to the reader to be filled again (`read_ring`).
-    spare: mpsc::SyncSender<Vec<Rec>>,
+    spare: Spares,
     // Fx: looked up once per record (SipHash was a visible part of the tracer's CPU).
     threads: FxHashMap<Tid, Thread>,
     /// New tasks, with whether they are threads, from the fork records.
@@ -571,7 +571,8 @@ impl BpfTracer {
         let map = RingMap::new(std::os::fd::AsRawFd::as_raw_fd(&ring), ring_bytes as usize)
             .map_err(|e| AttachError::Other(format!("cannot map the BPF ring buffer: {e}")))?;
         let (tx, rx) = mpsc::channel();
-        let (spare, spares) = mpsc::sync_channel(SPARE_BATCHES);
+        let spare = Spares::default();
+        let spares = spare.clone();
         let reader_stop = Arc::new(AtomicBool::new(false));
         let stop = reader_stop.clone();
         let backlog = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -868,8 +869,7 @@ impl BpfTracer {
             if at >= batch.len() {
                 if batch.capacity() > 0 {
                     batch.clear();
-                    // Full of spares already (the reader is behind): this one is freed.
-                    let _ = self.spare.try_send(std::mem::take(&mut batch));
+                    self.spare.give(std::mem::take(&mut batch));
                 }
                 at = 0;
                 let next = if got || !self.queue.is_empty() {
@@ -1047,10 +1047,35 @@ impl BpfTracer {
 /// programs wake it when a quarter of the ring is used; the timeout bounds the delay).
 /// Batches handed back to the reader at most (each of `BATCH_MAX` records, allocated at
 /// that size once): the reader refills them instead of growing a new vector (copies, fresh
-/// pages) per batch. 8 x 2048 records is under 4 MiB kept idle; with 4 spares the reader
-/// ran out of them behind a burst and grew new vectors by doubling.
-const SPARE_BATCHES: usize = 8;
-const BATCH_MAX: usize = 2048;
+/// pages) per batch. 32 x 512 records is under 4 MiB kept idle.
+const SPARE_BATCHES: usize = 32;
+/// Records per batch: 512 of them (120 KiB) stay in the caches between the reader that
+/// writes them and the analysis that reads them on the other CPU; batches of 2048, handed
+/// back and refilled in turn through a queue of 8, went through 4 MiB and missed them.
+const BATCH_MAX: usize = 512;
+
+/// Emptied batches, from the analysis back to the reader: the last one given back is the
+/// first one refilled (its lines are the likeliest to be cached still), where a channel
+/// would cycle through every spare in turn.
+#[derive(Clone, Default)]
+struct Spares(Arc<std::sync::Mutex<Vec<Vec<Rec>>>>);
+
+impl Spares {
+    /// Keeps `batch` (emptied) for the reader, or frees it when enough are kept (the
+    /// reader is behind).
+    fn give(&self, mut batch: Vec<Rec>) {
+        batch.clear();
+        if let Ok(mut v) = self.0.lock() {
+            if v.len() < SPARE_BATCHES {
+                v.push(batch);
+            }
+        }
+    }
+
+    fn take(&self) -> Option<Vec<Rec>> {
+        self.0.lock().ok()?.pop()
+    }
+}
 
 /// Most records copied out and not yet taken by the analysis (about 128 MiB of them, a few
 /// seconds of a saturated redis, as the perf backend's backlog): past it the reader leaves
@@ -1229,7 +1254,7 @@ fn read_ring(
     ring: aya::maps::RingBuf<aya::maps::MapData>,
     map: RingMap,
     tx: mpsc::Sender<Vec<Rec>>,
-    spares: mpsc::Receiver<Vec<Rec>>,
+    spares: Spares,
     stop: Arc<AtomicBool>,
     backlog: Arc<std::sync::atomic::AtomicUsize>,
 ) {
@@ -1238,8 +1263,8 @@ fn read_ring(
     let fd = ring.as_raw_fd();
     let fresh = || {
         spares
-            .try_recv()
-            .unwrap_or_else(|_| Vec::with_capacity(BATCH_MAX))
+            .take()
+            .unwrap_or_else(|| Vec::with_capacity(BATCH_MAX))
     };
     let send = |batch: Vec<Rec>| {
         backlog.fetch_add(batch.len(), Ordering::Relaxed);
