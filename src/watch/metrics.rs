@@ -66,6 +66,7 @@ struct HistInner {
 }
 
 impl Histogram {
+    #[cfg(test)]
     pub(crate) fn observe_ns(&self, ns: u64) {
         let i = bucket_of(ns);
         self.0.counts[i].fetch_add(1, Ordering::Relaxed);
@@ -88,6 +89,15 @@ impl Histogram {
 
 fn bucket_of(ns: u64) -> usize {
     BOUNDS_NS.partition_point(|b| *b < ns)
+}
+
+impl Unpublished {
+    #[inline]
+    fn add(&mut self, ns: u64) {
+        self.counts[bucket_of(ns)] += 1;
+        self.sum_ns += ns;
+        self.any = true;
+    }
 }
 
 /// Observations of one histogram not yet added to its shared counters: the watch loop
@@ -380,7 +390,7 @@ const MAX_COMMANDS: usize = 256;
 pub(crate) struct Observer {
     m: Metrics,
     by_call: HashMap<(usize, FileClass), (Histogram, Unpublished)>,
-    by_cmd: HashMap<Box<str>, Histogram>,
+    by_cmd: HashMap<Box<str>, (Histogram, Unpublished)>,
     /// Client fd -> (command name, when its request was read). The first command of a
     /// read is timed: pipelined ones after it share its reply writes.
     pending: HashMap<i32, (CmdName, Nanos)>,
@@ -396,10 +406,10 @@ impl Observer {
         }
     }
 
-    /// Adds the syscall observations gathered since the last call to the metrics a scrape
-    /// reads.
+    /// Adds the syscall and command observations gathered since the last call to the
+    /// metrics a scrape reads.
     pub(crate) fn publish(&mut self) {
-        for (h, local) in self.by_call.values_mut() {
+        for (h, local) in self.by_call.values_mut().chain(self.by_cmd.values_mut()) {
             if local.any {
                 h.take_in(local);
             }
@@ -428,10 +438,7 @@ impl Observer {
             });
             (h, Unpublished::default())
         });
-        let ns = dur.max(0) as u64;
-        local.counts[bucket_of(ns)] += 1;
-        local.sum_ns += ns;
-        local.any = true;
+        local.add(dur.max(0) as u64);
         let Some(fd) = sc.fd else { return };
         if sc.sys.facts.has(crate::syscalls::Facts::CLOSE) {
             self.pending.remove(&fd);
@@ -454,14 +461,15 @@ impl Observer {
         } else if facts.has(Facts::SEND) {
             if let Some((name, at)) = self.pending.remove(&fd) {
                 let ns = (ev.end() - at).max(0) as u64;
-                if let Some(h) = self.by_cmd.get(&*name) {
-                    h.observe_ns(ns);
+                if let Some((_, local)) = self.by_cmd.get_mut(&*name) {
+                    local.add(ns);
                 } else if self.by_cmd.len() < MAX_COMMANDS {
                     let h = m.commands.get_or_create_owned(&CommandLabels {
                         command: name.to_string(),
                     });
-                    h.observe_ns(ns);
-                    self.by_cmd.insert((&*name).into(), h);
+                    let mut local = Unpublished::default();
+                    local.add(ns);
+                    self.by_cmd.insert((&*name).into(), (h, local));
                 }
             }
         }
