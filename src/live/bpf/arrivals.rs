@@ -303,6 +303,7 @@ pub(super) fn parse(b: &[u8]) -> Option<Rec> {
         kind: REC_ARRIVAL,
         tid: u32_at(4),
         tgid: u32_at(8),
+        data_len: 0,
         nr: u32_at(12) as i32 as i64,
         ret: 0,
         enter_ns: u64_at(24) as Nanos,
@@ -312,7 +313,6 @@ pub(super) fn parse(b: &[u8]) -> Option<Rec> {
         sched_exit: [0; 4],
         arrival_first: 0,
         arrival_at: 0,
-        data_len: 0,
         data: [0; DATA_MAX],
     })
 }
@@ -376,6 +376,7 @@ mod tests {
             kind,
             tid,
             tgid: tid,
+            data_len: 0,
             nr: 0,
             ret: 36,
             enter_ns: enter,
@@ -385,7 +386,6 @@ mod tests {
             sched_exit: [0; 4],
             arrival_first: 0,
             arrival_at: 0,
-            data_len: 0,
             data: [0; DATA_MAX],
         }
     }
