@@ -3,9 +3,7 @@
 //! split off without allocating. Two fixed-position fast paths read the commonest shapes.
 
 use crate::event::{Nanos, Tid};
-use crate::source::scan::{
-    eight_digits, fixed_digits_tail, hms_seconds, is_digit, parse_decimal_ns, parse_u64, skip_ws,
-};
+use crate::source::scan::{eight_digits, is_digit, parse_decimal_ns, parse_u64, skip_ws, tod_usec};
 use memchr::memchr;
 
 /// How timestamps are written at the start of each line.
@@ -115,18 +113,10 @@ fn pid_tod_usec_prefix(line: &[u8]) -> Option<(Prefix, &[u8])> {
         [b' ', t @ ..] if t.first().is_some_and(|b| b.is_ascii_digit()) => t,
         _ => skip_ws(rest),
     };
-    let head: &[u8; 16] = t.get(..16)?.try_into().ok()?;
-    if head[8] != b'.' || head[15] != b' ' {
-        return None;
-    }
-    let (h, m, sec) = hms_seconds(head[0..8].try_into().ok()?)?;
-    let us = fixed_digits_tail::<6>(head[7..15].try_into().ok()?)?;
-    if h > 23 || m > 59 || sec > 60 {
-        return None;
-    }
+    let us = tod_usec(t.get(..16)?.try_into().ok()?)?;
     let p = Prefix {
         pid: Some(pid as Tid),
-        time: Some(((h * 3600 + m * 60 + sec) * 1_000_000_000 + us * 1_000) as i64),
+        time: Some(us as i64 * 1_000),
         fmt: TimeFmt::TimeOfDayFrac,
         frac_digits: 6,
         comm: None,
