@@ -234,6 +234,10 @@ pub fn analyze(args: &AnalyzeArgs) -> Result<u64> {
         an.add_lost_events(dropped);
     }
     let counters = inputs.counters();
+    // perf trace's own `LOST N events!` lines (the timeline already breaks at each).
+    if counters.lost_events > 0 {
+        an.add_lost_events(counters.lost_events);
+    }
     let mut info = inputs.info();
     // Every line skipped, or none made an event: whatever this is, it is not a trace (of
     // the format it was read as).
