@@ -342,7 +342,11 @@ mod tests {
         assert_eq!(got.max(), direct.max());
         assert_eq!(got.min_nz(), direct.min_nz());
         for q in [0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 0.99, 0.999, 1.0] {
-            assert_eq!(got.value_at_quantile(q), direct.value_at_quantile(q), "q {q}");
+            assert_eq!(
+                got.value_at_quantile(q),
+                direct.value_at_quantile(q),
+                "q {q}"
+            );
         }
         let mut a = Agg::default();
         let mut b = Agg::default();
