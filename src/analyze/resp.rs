@@ -348,6 +348,12 @@ mod tests {
         }
         // The shortcut is taken often enough to be tested.
         assert!(lazy_used > 1_000, "{lazy_used}");
+    }
+
+    /// The benchmark's request, a lone PING, and the shapes the shortcut leaves to the walk.
+    #[test]
+    fn the_single_name_shortcut_on_fixed_requests() {
+        use crate::event::Data;
         let cases: [(&[u8], Option<&[u8]>); 7] = [
             (
                 br#"*2\r\n$3\r\nGET\r\n$41\r\nuuid:d8f16adf-cd61-4b2e"..., 16384) = 61"#,
