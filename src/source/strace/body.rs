@@ -678,6 +678,11 @@ mod tests {
                 "20:37:49.050065 (+     0.000012) semop(9928704, [{sem_num=0, sem_op=-1, sem_flg=SEM_UNDO}], 1) = 0 <5.030807>",
                 call(0, tod(20, 37, 49, 50_065), 1, "semop").val(0).measured(5_030_807 * US).0,
             ),
+            // The same with -f (the fixed-position `-tt` reading once took `(+` for the call).
+            (
+                "[pid  7313] 20:37:49.050065 (+     0.000012) semop(9928704, [{sem_num=0, sem_op=-1, sem_flg=SEM_UNDO}], 1) = 0 <5.030807>",
+                call(7313, tod(20, 37, 49, 50_065), 1, "semop").val(0).measured(5_030_807 * US).0,
+            ),
             // No timestamps at all.
             ("getpid()                                = 19349", call(0, 0, 1, "getpid").val(19349).0),
             // A path that was deleted.

@@ -9,8 +9,8 @@ use crate::event::Nanos;
 pub struct ClockState {
     pub fmt: TimeFmt,
     pub frac_digits: u8,
-    /// Days added for midnight rollovers (-t/-tt).
-    day: i64,
+    /// Days added for midnight rollovers (-t/-tt), in ns.
+    day_ns: i64,
     /// Highest time seen so far, on the unified scale.
     high: Nanos,
     /// Running sum for -r.
@@ -25,7 +25,7 @@ impl ClockState {
         ClockState {
             fmt: TimeFmt::None,
             frac_digits: 0,
-            day: 0,
+            day_ns: 0,
             high: 0,
             rel: 0,
             first: None,
@@ -33,25 +33,38 @@ impl ClockState {
     }
 
     /// Maps a line's timestamp onto the trace scale. `None` when the line has none.
+    #[inline(always)]
     pub(super) fn map(&mut self, p: &Prefix) -> Option<Nanos> {
         let t = p.time?;
+        // Nearly every line: in the trace's own format after its first time, where the
+        // first-line tests of `map_first` are settled.
+        if p.fmt == self.fmt && self.first.is_some() {
+            let v = match p.fmt {
+                TimeFmt::TimeOfDay | TimeFmt::TimeOfDayFrac => self.time_of_day(t),
+                TimeFmt::Relative => {
+                    self.rel += t;
+                    self.rel
+                }
+                _ => t,
+            };
+            self.high = self.high.max(v);
+            return Some(v);
+        }
+        Some(self.map_first(p, t))
+    }
+
+    /// `map` of the first time, or of a time in another format than the trace's.
+    #[inline(never)]
+    fn map_first(&mut self, p: &Prefix, t: Nanos) -> Nanos {
         if self.fmt == TimeFmt::None {
             self.fmt = p.fmt;
             self.frac_digits = p.frac_digits;
         }
         let v = match p.fmt {
-            TimeFmt::TimeOfDay | TimeFmt::TimeOfDayFrac => {
-                let mut v = t + self.day * DAY_NS;
-                if self.first.is_some() && v < self.high - DAY_NS / 2 {
-                    // Far behind the latest time: the clock passed midnight.
-                    self.day += 1;
-                    v += DAY_NS;
-                } else if v > self.high + DAY_NS / 2 && self.day > 0 {
-                    // A late line printed out of order from before midnight.
-                    v -= DAY_NS;
-                }
-                v
+            TimeFmt::TimeOfDay | TimeFmt::TimeOfDayFrac if self.first.is_some() => {
+                self.time_of_day(t)
             }
+            TimeFmt::TimeOfDay | TimeFmt::TimeOfDayFrac => t + self.day_ns,
             TimeFmt::Relative => {
                 self.rel += t;
                 self.rel
@@ -64,7 +77,22 @@ impl ClockState {
         if v > self.high || self.first == Some(v) {
             self.high = self.high.max(v);
         }
-        Some(v)
+        v
+    }
+
+    /// A time of day on the trace scale once the trace has a first time: moved a day on
+    /// when far behind the latest (midnight passed), a day back when far ahead of it (a
+    /// late line from before midnight). The caller raises `high`.
+    #[inline(always)]
+    fn time_of_day(&mut self, t: Nanos) -> Nanos {
+        let mut v = t + self.day_ns;
+        if v < self.high - DAY_NS / 2 {
+            self.day_ns += DAY_NS;
+            v += DAY_NS;
+        } else if v > self.high + DAY_NS / 2 && self.day_ns > 0 {
+            v -= DAY_NS;
+        }
+        v
     }
 }
 

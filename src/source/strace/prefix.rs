@@ -3,9 +3,7 @@
 //! split off without allocating. Two fixed-position fast paths read the commonest shapes.
 
 use crate::event::{Nanos, Tid};
-use crate::source::scan::{
-    eight_digits, fixed_digits_tail, hms_seconds, is_digit, parse_decimal_ns, parse_u64, skip_ws,
-};
+use crate::source::scan::{eight_digits, is_digit, parse_decimal_ns, parse_u64, skip_ws, tod_usec};
 use memchr::memchr;
 
 /// How timestamps are written at the start of each line.
@@ -90,48 +88,52 @@ fn epoch_usec_prefix(line: &[u8]) -> Option<(Prefix, &[u8])> {
     Some((p, skip_extras(skip_ws(&line[17..]))))
 }
 
-/// The `-f -tt` shapes, `[pid  7313] 22:37:40.811837 name(...` and `9380  22:38:54.938004
-/// name(...`: a pid, then `HH:MM:SS.ffffff ` read at fixed positions.
+/// The `-tt` shapes, `[pid  7313] 22:37:40.811837 name(...`, `9380  22:38:54.938004
+/// name(...` and `22:37:40.811837 name(...` (no pid column): a pid, then `HH:MM:SS.ffffff `
+/// read at fixed positions.
 #[inline(always)]
 fn pid_tod_usec_prefix(line: &[u8]) -> Option<(Prefix, &[u8])> {
-    let (pid, rest) = if let Some((pid, n)) = bracket_pid(line) {
-        (pid, &line[n..])
-    } else if let Some(r) = line.strip_prefix(b"[pid ") {
-        let r = skip_ws(r);
-        let (v, n) = parse_u64(r)?;
-        (v, r.get(n..)?.strip_prefix(b"]")?)
+    let (pid, t) = if line.get(2) == Some(&b':') {
+        // No pid column: a pid is never followed by a colon.
+        (None, line)
     } else {
-        let (v, n) = parse_u64(line)?;
-        if !matches!(line.get(n), Some(b' ')) {
+        let (pid, rest) = if let Some((pid, n)) = bracket_pid(line) {
+            (pid, &line[n..])
+        } else if let Some(r) = line.strip_prefix(b"[pid ") {
+            let r = skip_ws(r);
+            let (v, n) = parse_u64(r)?;
+            (v, r.get(n..)?.strip_prefix(b"]")?)
+        } else {
+            let (v, n) = parse_u64(line)?;
+            if !matches!(line.get(n), Some(b' ')) {
+                return None;
+            }
+            (v, &line[n..])
+        };
+        if pid > PID_MAX {
             return None;
         }
-        (v, &line[n..])
+        // One blank, as strace prints it, without the loop.
+        let t = match rest {
+            [b' ', t @ ..] if t.first().is_some_and(|b| b.is_ascii_digit()) => t,
+            _ => skip_ws(rest),
+        };
+        (Some(pid as Tid), t)
     };
-    if pid > PID_MAX {
-        return None;
-    }
-    // One blank, as strace prints it, without the loop.
-    let t = match rest {
-        [b' ', t @ ..] if t.first().is_some_and(|b| b.is_ascii_digit()) => t,
-        _ => skip_ws(rest),
-    };
-    let head: &[u8; 16] = t.get(..16)?.try_into().ok()?;
-    if head[8] != b'.' || head[15] != b' ' {
-        return None;
-    }
-    let (h, m, sec) = hms_seconds(head[0..8].try_into().ok()?)?;
-    let us = fixed_digits_tail::<6>(head[7..15].try_into().ok()?)?;
-    if h > 23 || m > 59 || sec > 60 {
+    let us = tod_usec(t.get(..16)?.try_into().ok()?)?;
+    let rest = skip_ws(&t[15..]);
+    // `-tt -r` combined (`(+     0.000012)` after the time): the general reading skips it.
+    if rest.starts_with(b"(+") {
         return None;
     }
     let p = Prefix {
-        pid: Some(pid as Tid),
-        time: Some(((h * 3600 + m * 60 + sec) * 1_000_000_000 + us * 1_000) as i64),
+        pid,
+        time: Some(us as i64 * 1_000),
         fmt: TimeFmt::TimeOfDayFrac,
         frac_digits: 6,
         comm: None,
     };
-    Some((p, skip_extras(skip_ws(&t[15..]))))
+    Some((p, skip_extras(rest)))
 }
 
 /// `[pid  7313]` as strace prints it (the pid right-aligned in a blank-padded field of up
@@ -422,6 +424,20 @@ mod tests {
                 let general = super::parse_prefix_general(line.as_bytes());
                 assert_eq!(fast, general, "line: {line:?}");
             }
+        }
+        for line in [
+            "22:37:40.811837 x()",
+            "22:37:40.811837  x()",
+            "22:37:40.811837 (+     0.000012) x()",
+            "[pid  7313] 22:37:40.811837 (+     0.000012) x()",
+            "22:37:40.81183 x()",
+            "22:37:40 x()",
+            "24:37:40.811837 x()",
+            "22:37:40.811837 [00007f4b6d52af16] x()",
+        ] {
+            let fast = parse_prefix(line.as_bytes());
+            let general = super::parse_prefix_general(line.as_bytes());
+            assert_eq!(fast, general, "line: {line:?}");
         }
         assert_eq!(super::bracket_pid(b"[pid  7313] 22:"), Some((7313, 11)));
         assert_eq!(
