@@ -196,6 +196,8 @@ pub struct Recorder<W: Write> {
     sched: Option<(Box<dyn Write>, Nanos)>,
     /// When each thread's last call ended (for the length of the gap before the next).
     last_end: HashMap<Tid, Nanos>,
+    /// The threads whose last call was quiet (`Facts::QUIET`): a gap may run on through it.
+    after_quiet: HashMap<Tid, bool>,
     /// `FILE.arrivals`.
     arrivals: Option<Box<dyn Write>>,
 }
@@ -219,6 +221,7 @@ impl<W: Write> Recorder<W> {
             lost: vec![],
             sched: None,
             last_end: HashMap::new(),
+            after_quiet: HashMap::new(),
             arrivals: None,
         }
     }
@@ -280,11 +283,15 @@ impl<W: Write> Recorder<W> {
         } else {
             self.last_end.insert(ev.tid, ev.ts + dur)
         };
+        // A gap through quiet calls is one stall whose split is the sum of every piece's,
+        // however short: keep a quiet call's and the next call's (the one that ends it).
+        let quiet = sc.sys.facts.has(crate::syscalls::Facts::QUIET);
+        let after_quiet = self.after_quiet.insert(ev.tid, quiet).unwrap_or(false);
         let Some(s) = sc.sched.as_deref() else {
             return Ok(());
         };
         let gap = prev.map_or(0, |p| ev.ts - p);
-        if dur < *floor && gap < *floor {
+        if dur < *floor && gap < *floor && !quiet && !after_quiet {
             return Ok(());
         }
         let d = |x: &SchedDelta| {

@@ -550,9 +550,19 @@ fn host(interval_ms: u64, notes: &[String], w: &mut dyn Write, p: &Paint) -> io:
 
 fn commands(rows: &[&CommandStats], w: &mut dyn Write, p: &Paint) -> io::Result<()> {
     writeln!(w)?;
-    writeln!(w, "{}", p.bold("COMMANDS (read to reply, seen from redis)"))?;
+    // Live bpf dates a request's arrival on a TCP socket only (not a Unix socket's): the
+    // table must not say "read to reply" of times that start earlier, nor "from arrival"
+    // of those it could not date.
+    let dated = rows.iter().any(|c| c.from_arrival > 0);
+    let title = if dated {
+        "COMMANDS (to the reply: from the request's arrival on redis's socket for the \
+         `dated` ones, from redis's read for the others, Unix-socket clients' among them)"
+    } else {
+        "COMMANDS (read to reply, seen from redis)"
+    };
+    writeln!(w, "{}", p.bold(title))?;
     let mut t = table();
-    t.set_header(vec![
+    let mut header = vec![
         Cell::new("command"),
         right("calls"),
         right("p50"),
@@ -560,7 +570,11 @@ fn commands(rows: &[&CommandStats], w: &mut dyn Write, p: &Paint) -> io::Result<
         right("max"),
         right("AOF/call"),
         right("log/call"),
-    ]);
+    ];
+    if dated {
+        header.insert(2, right("dated"));
+    }
+    t.set_header(header);
     for c in rows {
         let per = |x: i64| {
             if c.calls == 0 || x == 0 {
@@ -569,7 +583,7 @@ fn commands(rows: &[&CommandStats], w: &mut dyn Write, p: &Paint) -> io::Result<
                 human(x / c.calls as i64)
             }
         };
-        t.add_row(vec![
+        let mut row = vec![
             Cell::new(&c.command),
             right(c.calls),
             right(human(c.p50_us)),
@@ -577,7 +591,11 @@ fn commands(rows: &[&CommandStats], w: &mut dyn Write, p: &Paint) -> io::Result<
             right(human(c.max_us)),
             right(per(c.aof_us)),
             right(per(c.log_us)),
-        ]);
+        ];
+        if dated {
+            row.insert(2, right(c.from_arrival));
+        }
+        t.add_row(row);
     }
     writeln!(w, "{t}")
 }
@@ -740,6 +758,36 @@ fn skipped(lines: u64, first: &[Skipped], w: &mut dyn Write, p: &Paint) -> io::R
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// 200 SETs from a Unix-socket client and one over TCP (live bpf dates only the TCP
+    /// one's arrival): the table says which were timed from where, not "read to reply" of
+    /// a time that started at the arrival.
+    #[test]
+    fn commands_say_how_many_were_timed_from_their_arrival() {
+        let row = |from_arrival| CommandStats {
+            command: "SET".into(),
+            calls: 201,
+            p50_us: 13,
+            p99_us: 135,
+            max_us: 142_000,
+            from_arrival,
+            ..Default::default()
+        };
+        let text = |c: &CommandStats| {
+            let mut out = vec![];
+            commands(&[c], &mut out, &Paint { on: false }).unwrap();
+            String::from_utf8(out).unwrap()
+        };
+        let dated = text(&row(1));
+        assert!(!dated.contains("read to reply"), "{dated}");
+        assert!(dated.contains("Unix-socket"), "{dated}");
+        let set = dated.lines().find(|l| l.contains("SET")).unwrap();
+        let cells: Vec<&str> = set.split_whitespace().collect();
+        assert_eq!(&cells[..3], ["SET", "201", "1"], "{dated}");
+        let undated = text(&row(0));
+        assert!(undated.contains("read to reply"), "{undated}");
+        assert!(!undated.contains("dated"), "{undated}");
+    }
 
     #[test]
     fn long_paths_wrap_at_a_slash_and_nothing_is_lost() {

@@ -600,3 +600,95 @@ fn the_arrival_of_a_reads_data_reads_back_at_its_line() {
     assert!(parse_arrivals("2 soon\n").is_err());
     assert!(parse_arrivals("# only a comment\n").unwrap().is_empty());
 }
+
+/// A gap that runs through a quiet call (getpeername, futex...) is the sum of the pieces
+/// before and after it, and its split is the sum of theirs; a piece shorter than the floor
+/// was left out of `FILE.sched`, so the replay had no split for the whole gap and called
+/// a CPU wait "a slow command, or the process was descheduled" (the replay named one more
+/// `command` finding than the live report, now and then under load). The split of a quiet
+/// call and of the call after it are kept whatever their length.
+#[test]
+fn a_gap_through_a_quiet_call_reads_back_with_its_split() {
+    use crate::analyze::{Analyzer, Options};
+    use crate::event::{SchedDelta, SchedSpan};
+    use crate::source::{Clock, Counters, SourceInfo, TimeFmt};
+    let split = |on: u64, run: u64| SchedDelta {
+        on_cpu_ns: on,
+        runnable_ns: run,
+        minor_faults: 0,
+        major_faults: 0,
+    };
+    let with = |name: &'static str, fd: i32, at: Nanos, before: Option<SchedDelta>| {
+        let mut s = sc(name, Some(fd), Ret::Val(0), 1_000);
+        s.sched = Some(Box::new(SchedSpan {
+            during: split(1_000, 0),
+            before,
+        }));
+        ev(100, at, s)
+    };
+    // 1 ms waiting for a CPU before getpeername (quiet), then 5 µs to the accept4 (under
+    // the 20 µs floor): one 1 ms gap, through getpeername, all of it runnable.
+    let events = vec![
+        with("epoll_wait", 5, 0, None),
+        with("read", 8, 10_000, Some(split(9_000, 0))),
+        with("getpeername", 8, 1_011_000, Some(split(10_000, 990_000))),
+        with("accept4", 6, 1_017_000, Some(split(5_000, 0))),
+        with("read", 8, 1_030_000, Some(split(12_000, 0))),
+        with("epoll_wait", 5, 1_050_000, Some(split(19_000, 0))),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let side = dir.path().join("rec.strace.sched");
+    let mut buf = vec![];
+    let mut r = Recorder::new(&mut buf, 100, FIRST, WALL, None);
+    r.record_sched(Box::new(std::fs::File::create(&side).unwrap()), 20_000)
+        .unwrap();
+    let opts = || Options {
+        threshold_ns: 200_000,
+        top: 20,
+        root_pid: Some(100),
+        stamped_at_stops: true,
+        ..Default::default()
+    };
+    let info = || SourceInfo {
+        kind: crate::report::SourceKind::Live,
+        files: vec![],
+        format: "stallscope attach (bpf)".into(),
+        pid: Some(100),
+        clock: Clock {
+            fmt: TimeFmt::Epoch,
+            perf: false,
+            frac_digits: 6,
+            first: FIRST,
+            date: None,
+            wall_at_first: Some(WALL),
+        },
+    };
+    let mut live = Analyzer::new(opts());
+    for e in &events {
+        live.push(e);
+        r.write_event(e).unwrap();
+    }
+    r.finish().unwrap();
+    let live = live.finish(info(), Counters::default());
+    // The replay, as `analyze FILE` gives each call its split from the sidecar.
+    let mut splits = parse_sched(&std::fs::read_to_string(&side).unwrap()).unwrap();
+    let mut back = Analyzer::new(opts());
+    for mut e in read_back(&String::from_utf8(buf).unwrap()) {
+        let line = e.line;
+        if let EventKind::Syscall(s) = &mut e.kind {
+            s.sched = splits.remove(&line).map(Box::new);
+        }
+        back.push(&e);
+    }
+    let back = back.finish(info(), Counters::default());
+    let causes = |r: &crate::report::Report| -> Vec<String> {
+        r.stalls.iter().map(|s| s.cause.clone()).collect()
+    };
+    assert_eq!(causes(&live).len(), 1, "{:?}", causes(&live));
+    assert!(
+        causes(&live)[0].contains("waiting for a CPU"),
+        "{:?}",
+        causes(&live)
+    );
+    assert_eq!(causes(&live), causes(&back));
+}
