@@ -94,13 +94,17 @@ fn epoch_usec_prefix(line: &[u8]) -> Option<(Prefix, &[u8])> {
 /// read at fixed positions.
 #[inline(always)]
 fn pid_tod_usec_prefix(line: &[u8]) -> Option<(Prefix, &[u8])> {
-    let (pid, t) = if line.get(2) == Some(&b':') {
+    let (pid, t) = if let Some((pid, n)) = bracket_pid(line) {
+        // `-f`'s commonest column first: the no-pid test below costs it nothing.
+        if pid > PID_MAX {
+            return None;
+        }
+        (Some(pid as Tid), blank_then_time(&line[n..]))
+    } else if line.get(2) == Some(&b':') {
         // No pid column: a pid is never followed by a colon.
         (None, line)
     } else {
-        let (pid, rest) = if let Some((pid, n)) = bracket_pid(line) {
-            (pid, &line[n..])
-        } else if let Some(r) = line.strip_prefix(b"[pid ") {
+        let (pid, rest) = if let Some(r) = line.strip_prefix(b"[pid ") {
             let r = skip_ws(r);
             let (v, n) = parse_u64(r)?;
             (v, r.get(n..)?.strip_prefix(b"]")?)
@@ -114,12 +118,7 @@ fn pid_tod_usec_prefix(line: &[u8]) -> Option<(Prefix, &[u8])> {
         if pid > PID_MAX {
             return None;
         }
-        // One blank, as strace prints it, without the loop.
-        let t = match rest {
-            [b' ', t @ ..] if t.first().is_some_and(|b| b.is_ascii_digit()) => t,
-            _ => skip_ws(rest),
-        };
-        (Some(pid as Tid), t)
+        (Some(pid as Tid), blank_then_time(rest))
     };
     let us = tod_usec(t.get(..16)?.try_into().ok()?)?;
     let rest = skip_ws(&t[15..]);
@@ -135,6 +134,15 @@ fn pid_tod_usec_prefix(line: &[u8]) -> Option<(Prefix, &[u8])> {
         comm: None,
     };
     Some((p, skip_extras(rest)))
+}
+
+/// What follows the pid column: one blank, as strace prints it, without the loop.
+#[inline(always)]
+fn blank_then_time(rest: &[u8]) -> &[u8] {
+    match rest {
+        [b' ', t @ ..] if t.first().is_some_and(|b| b.is_ascii_digit()) => t,
+        _ => skip_ws(rest),
+    }
 }
 
 /// `[pid  7313]` as strace prints it (the pid right-aligned in a blank-padded field of up
