@@ -6,6 +6,9 @@
 #
 #   bench/watch_cpu.sh [REQUESTS] [ROUNDS] [MODES...]   (defaults 200000, 3, all four modes)
 #   MODES: attach-bpf attach-perf watch-bpf watch-perf
+#   ARGS="--threshold 1s" bench/watch_cpu.sh ...   extra options of the tracer: a threshold
+#     the machine's own stalls do not reach, so that the CPU per record is not mixed with
+#     what the stalls and incident reports of a loaded machine cost
 #   BIN=target/profiling/stallscope PERF_RECORD=DIR bench/watch_cpu.sh 200000 1 watch-bpf
 #     also `perf record -g` the tracer during the benchmark into DIR/MODE.data (PERF_FREQ
 #     samples a second, default 2000; PERF_G replaces -g: other perf record options)
@@ -55,7 +58,7 @@ wait_line() {
   echo "no '$2' in $1: $(cat "$1")" >&2; exit 2
 }
 redis-benchmark -p "$PORT" -t set -n 20000 -c 50 -q >/dev/null 2>&1 # warm up
-echo "# $BIN; redis-benchmark -t set -n $N -c 50; load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# $BIN ${ARGS:-}; redis-benchmark -t set -n $N -c 50; load $(cut -d' ' -f1-3 /proc/loadavg)"
 for mode in "${MODES[@]}"; do
   cmd=${mode%-*}
   backend=${mode#*-}
@@ -63,12 +66,12 @@ for mode in "${MODES[@]}"; do
     rm -f "$DIR/t.err"
     rm -rf "$DIR/inc"
     if [ "$cmd" = attach ]; then
-      "$BIN" attach --pid "$RPID" --backend "$backend" --format json >"$DIR/t.out" 2>"$DIR/t.err" &
+      "$BIN" attach --pid "$RPID" --backend "$backend" --format json ${ARGS:-} >"$DIR/t.out" 2>"$DIR/t.err" &
       T=$!
       wait_line "$DIR/t.err" "attached to"
     else
       "$BIN" watch --pid "$RPID" --backend "$backend" --out "$DIR/inc" --metrics "127.0.0.1:$MPORT" \
-        --events "$DIR/events.jsonl" >/dev/null 2>"$DIR/t.err" &
+        --events "$DIR/events.jsonl" ${ARGS:-} >/dev/null 2>"$DIR/t.err" &
       T=$!
       wait_line "$DIR/t.err" "watching $RPID"
     fi

@@ -334,6 +334,13 @@ impl Data {
         // `Data` is only ever changed whole.
         unsafe { std::slice::from_raw_parts(self.buf.as_ptr() as *const u8, n) }
     }
+    /// What was kept, undecoded: strace's escaped text after its opening quote (`true`), or
+    /// the bytes themselves (`false`, at most `DATA_CAP`), for a reader that decodes only
+    /// as far as it reads (the analyzer's RESP walk); `head` decodes all of it.
+    #[inline]
+    pub fn kept(&self) -> (bool, &[u8]) {
+        (matches!(self.form, Form::Escaped { .. }), self.raw())
+    }
     /// The first `DATA_CAP` bytes, decoded.
     pub fn head(&self) -> Head {
         let mut h = Head {

@@ -136,11 +136,13 @@ pub fn analyze(args: &AnalyzeArgs) -> Result<u64> {
     }
     // ... and where the live tracer lost records, if it did.
     let mut lost = crate::live::record::LostMarks::default();
+    let mut has_lost = false;
     if args.files.len() == 1 {
         let side = format!("{}{}", args.files[0], crate::live::record::LOST_SUFFIX);
         if let Ok(text) = std::fs::read_to_string(&side) {
             lost = crate::live::record::LostMarks::parse(&text)
                 .map_err(|e| anyhow::anyhow!("{side}: {e}"))?;
+            has_lost = true;
         }
     }
     // ... and the scheduler's split of its longer calls and gaps (bpf).
@@ -178,37 +180,49 @@ pub fn analyze(args: &AnalyzeArgs) -> Result<u64> {
     opts.stamped_at_stops = inputs.info().kind == crate::report::SourceKind::Strace;
     let conf = opts.redis_conf.clone();
     let mut an = Analyzer::new(opts);
-    let mut n = 0u32;
-    let inputs = pipelined(inputs, |ev| {
-        let dropped = lost.before(ev.line);
-        if dropped > 0 {
-            an.add_lost_events(dropped);
-        }
-        // Most traces have no sidecar: no SipHash probe per event then.
-        let split = if sched.is_empty() {
-            None
-        } else {
-            sched.remove(&ev.line)
-        };
-        let before = if arrivals.is_empty() {
-            None
-        } else {
-            arrivals.remove(&ev.line)
-        };
-        if (split.is_some() || before.is_some()) && ev.syscall().is_some() {
-            let mut ev = ev.clone();
-            if let crate::event::EventKind::Syscall(sc) = &mut ev.kind {
-                if let Some(s) = split {
-                    sc.sched = Some(Box::new(s));
-                }
-                sc.arrived = before.map(|ns| ev.ts - ns);
+    let mut n = 0usize;
+    // Most traces have no sidecar: their batches go straight to the analyzer, with no
+    // per-event test of the lost marks and the two maps (~20 Ir per event).
+    let plain = !has_lost && sched.is_empty() && arrivals.is_empty();
+    let inputs = pipelined(inputs, |batch| {
+        if plain {
+            for ev in batch {
+                an.push(ev);
             }
-            an.push(&ev);
         } else {
-            an.push(ev);
+            for ev in batch {
+                let dropped = lost.before(ev.line);
+                if dropped > 0 {
+                    an.add_lost_events(dropped);
+                }
+                let split = if sched.is_empty() {
+                    None
+                } else {
+                    sched.remove(&ev.line)
+                };
+                let before = if arrivals.is_empty() {
+                    None
+                } else {
+                    arrivals.remove(&ev.line)
+                };
+                if (split.is_some() || before.is_some()) && ev.syscall().is_some() {
+                    let mut ev = ev.clone();
+                    if let crate::event::EventKind::Syscall(sc) = &mut ev.kind {
+                        if let Some(s) = split {
+                            sc.sched = Some(Box::new(s));
+                        }
+                        sc.arrived = before.map(|ns| ev.ts - ns);
+                    }
+                    an.push(&ev);
+                } else {
+                    an.push(ev);
+                }
+            }
         }
-        n = n.wrapping_add(1);
-        if n % 4096 == 0 {
+        // Progress every 4096 events, as a batch crosses a multiple of it.
+        let before = n;
+        n += batch.len();
+        if before / 4096 != n / 4096 {
             if let Some(c) = &counter {
                 progress.update(c.load(std::sync::atomic::Ordering::Relaxed));
             }
@@ -220,6 +234,10 @@ pub fn analyze(args: &AnalyzeArgs) -> Result<u64> {
         an.add_lost_events(dropped);
     }
     let counters = inputs.counters();
+    // perf trace's own `LOST N events!` lines (the timeline already breaks at each).
+    if counters.lost_events > 0 {
+        an.add_lost_events(counters.lost_events);
+    }
     let mut info = inputs.info();
     // Every line skipped, or none made an event: whatever this is, it is not a trace (of
     // the format it was read as).
@@ -272,7 +290,7 @@ fn join_redis_log(report: &mut Report, args: &AnalyzeArgs, conf: Option<&RedisCo
 /// batches so the channel costs nothing per event; a batch (about 270 KB) is small enough
 /// to still be in cache when the other stage reads it (4096-event batches measured no
 /// faster, and hold 4x the memory), and the bounded channel keeps memory flat.
-fn pipelined(mut inputs: Inputs, mut sink: impl FnMut(&crate::event::Event)) -> Result<Inputs> {
+fn pipelined(mut inputs: Inputs, mut sink: impl FnMut(&[crate::event::Event])) -> Result<Inputs> {
     const BATCH: usize = 1024;
     let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<crate::event::Event>>(4);
     let (back_tx, back_rx) = std::sync::mpsc::channel::<Vec<crate::event::Event>>();
@@ -293,9 +311,7 @@ fn pipelined(mut inputs: Inputs, mut sink: impl FnMut(&crate::event::Event)) -> 
         Ok(inputs)
     });
     for batch in rx {
-        for ev in &batch {
-            sink(ev);
-        }
+        sink(&batch);
         let _ = back_tx.send(batch);
     }
     producer

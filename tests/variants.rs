@@ -114,3 +114,49 @@ fn perf_summary_after_the_calls_is_not_skipped() {
     );
     assert_eq!(s["duration_us"], 303_692);
 }
+
+/// `perf trace -m 1` under a pipelined load: perf's ring overflowed 11 times (`LOST N
+/// events!`, 814 events). perf pairs each thread's next exit with the last entry it saw,
+/// so the first line after a loss is the time of an older call (`1335.264 (10.107 ms):
+/// ... [continued]: fdatasync()` starts at the previous read's entry) or another call's
+/// continuation. Before, those lines made "blocked at least 10 ms in fdatasync() (already
+/// running when tracing began)" and "made no syscall for 10 ms" stalls, three of each, and
+/// the report did not say events were lost.
+#[test]
+fn perf_lost_events_make_no_stall_and_are_counted() {
+    let path = format!(
+        "{}/fixtures/variants/perf-lost-m1.perf.txt",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let out = Command::cargo_bin("stallscope")
+        .unwrap()
+        .args(["analyze", &path, "--format", "json"])
+        .output()
+        .unwrap();
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r["summary"]["lost_events"], 814);
+    let stalls = r["stalls"].as_array().unwrap();
+    for s in stalls {
+        assert_ne!(s["kind"], "gap", "a gap measured across lost events: {s}");
+        assert_ne!(s["in_flight"], "at_start", "mid-trace: {s}");
+    }
+    assert_eq!(out.status.code(), Some(0), "{stalls:?}");
+    // Each LOST line, and each thread's line after it that perf paired across it.
+    assert_eq!(r["summary"]["skipped_lines"], 22, "{}", r["skipped"]);
+    let first = &r["skipped"][0];
+    assert_eq!(first["text"], "LOST 95 events!", "{first}");
+    assert!(
+        first["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("perf lost events here"),
+        "{first}"
+    );
+    let table = Command::cargo_bin("stallscope")
+        .unwrap()
+        .args(["analyze", &path, "--color", "never"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&table.stdout);
+    assert!(text.contains("814 events were lost"), "{text}");
+}

@@ -212,18 +212,29 @@ impl Commands {
     }
 
     fn on_request(&mut self, cx: &ResolvedCall<'_>, conn: Conn, inp: &CmdInputs<'_>) {
-        let Some(data) = cx.sc.data().map(|d| d.head()) else {
+        let Some(data) = cx.sc.data() else {
             return;
         };
         let mut ids = [CmdId(0); 8];
         let mut n = 0;
         let names = &mut self.names;
-        resp::for_each_command(data.bytes(), data.truncated, |raw| {
-            if n < ids.len() {
-                ids[n] = names.intern_raw(raw);
-                n += 1;
+        // The commonest request, one command, named without decoding the read's text.
+        let (escaped, kept) = data.kept();
+        match escaped.then(|| resp::escaped_single_name(kept)).flatten() {
+            Some(name) => {
+                ids[0] = names.intern_raw(name);
+                n = 1;
             }
-        });
+            None => {
+                let head = data.head();
+                resp::for_each_command(head.bytes(), head.truncated, |raw| {
+                    if n < ids.len() {
+                        ids[n] = names.intern_raw(raw);
+                        n += 1;
+                    }
+                });
+            }
+        }
         if n == 0 {
             return;
         }

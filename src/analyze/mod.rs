@@ -202,8 +202,9 @@ impl Analyzer {
         }
     }
 
-    /// One call through every unit, in this order.
-    #[inline]
+    /// One call through every unit, in this order. Inlined into `push` whatever LLVM's
+    /// estimate: as a call of its own its register saves and frame cost ~12 Ir per event.
+    #[inline(always)]
     fn on_syscall(&mut self, ev: &Event, sc: &Syscall) {
         let cx = self.world.observe(ev, sc);
         self.coverage.on_call(&cx);

@@ -548,6 +548,8 @@ pub struct PerfTracer {
     /// The reader thread (`read_rings_thread`), its stop flag, and what it copied out.
     reader: Option<(std::thread::JoinHandle<Vec<Ring>>, Arc<AtomicBool>)>,
     rx: Option<mpsc::Receiver<Vec<u8>>>,
+    /// Emptied chunks, back to the reader to be filled again (`read_rings_thread`).
+    spare: Option<mpsc::SyncSender<Vec<u8>>>,
     /// Bytes the reader copied out that the analysis has not taken yet (`BACKLOG_MAX`).
     backlog: Arc<AtomicUsize>,
     /// Every event fd (2 per traced thread per CPU, 5 with the scheduler's events).
@@ -693,6 +695,7 @@ impl PerfTracer {
             ring_fds: vec![],
             reader: None,
             rx: None,
+            spare: None,
             backlog: Arc::new(AtomicUsize::new(0)),
             fds: vec![],
             opened: HashSet::default(),
@@ -1035,16 +1038,18 @@ impl PerfTracer {
     /// Starts the reader thread, which takes the rings from here on.
     fn start_reader(&mut self) -> Result<(), AttachError> {
         let (tx, rx) = mpsc::channel();
+        let (spare, spares) = mpsc::sync_channel(SPARE_CHUNKS);
         let stop = Arc::new(AtomicBool::new(false));
         let rings = std::mem::take(&mut self.rings);
         let flag = stop.clone();
         let backlog = self.backlog.clone();
         let h = std::thread::Builder::new()
             .name("stallscope-perf".into())
-            .spawn(move || read_rings_thread(rings, tx, flag, backlog))
+            .spawn(move || read_rings_thread(rings, tx, spares, flag, backlog))
             .map_err(|e| AttachError::Other(format!("cannot start the ring reader: {e}")))?;
         self.reader = Some((h, stop));
         self.rx = Some(rx);
+        self.spare = Some(spare);
         Ok(())
     }
 
@@ -1085,9 +1090,14 @@ impl PerfTracer {
             } else {
                 rx.recv_timeout(wait).ok()
             };
-            while let Some(chunk) = first.take().or_else(|| rx.try_recv().ok()) {
+            while let Some(mut chunk) = first.take().or_else(|| rx.try_recv().ok()) {
                 self.backlog.fetch_sub(chunk.len(), Ordering::Relaxed);
                 for_each_record(&chunk, &mut take);
+                if let Some(spare) = &self.spare {
+                    chunk.clear();
+                    // Full of spares already (the reader is behind): this one is freed.
+                    let _ = spare.try_send(chunk);
+                }
             }
         }
         if lost > 0 {
@@ -1537,6 +1547,12 @@ fn for_each_record(chunk: &[u8], f: &mut impl FnMut(&[u8])) {
 /// is copied.
 const CHUNK_MAX: usize = 1 << 20;
 
+/// Chunks handed back to the reader at most, and the room a new one starts with: the
+/// reader refills them instead of growing a fresh vector (by doubling, each growth a copy)
+/// at every pass, and the analysis's side does not free the reader's allocations.
+const SPARE_CHUNKS: usize = 8;
+const CHUNK_START: usize = 64 << 10;
+
 /// Most bytes copied out and not yet analyzed (about 850,000 syscalls, a few seconds of a
 /// saturated redis): past it the reader leaves the rings alone, so an analysis that never
 /// catches up makes the kernel drop records, counted as lost, instead of memory growing
@@ -1551,9 +1567,16 @@ const BACKLOG_MAX: usize = 128 << 20;
 fn read_rings_thread(
     mut rings: Vec<Ring>,
     tx: mpsc::Sender<Vec<u8>>,
+    spares: mpsc::Receiver<Vec<u8>>,
     stop: Arc<AtomicBool>,
     backlog: Arc<AtomicUsize>,
 ) -> Vec<Ring> {
+    let fresh = || {
+        spares
+            .try_recv()
+            .unwrap_or_else(|_| Vec::with_capacity(CHUNK_START))
+    };
+    let mut chunk = fresh();
     let mut pfds: Vec<libc::pollfd> = rings
         .iter()
         .map(|r| libc::pollfd {
@@ -1572,7 +1595,6 @@ fn read_rings_thread(
             std::thread::sleep(Duration::from_millis(5));
             continue;
         }
-        let mut chunk = vec![];
         let mut gone = false;
         let send = |chunk: Vec<u8>| {
             backlog.fetch_add(chunk.len(), Ordering::Relaxed);
@@ -1582,11 +1604,11 @@ fn read_rings_thread(
             r.drain(&mut |b| {
                 chunk.extend_from_slice(b);
                 if chunk.len() >= CHUNK_MAX && !gone {
-                    gone = send(std::mem::take(&mut chunk));
+                    gone = send(std::mem::replace(&mut chunk, fresh()));
                 }
             });
         }
-        if gone || (!chunk.is_empty() && send(chunk)) {
+        if gone || (!chunk.is_empty() && send(std::mem::replace(&mut chunk, fresh()))) {
             return rings;
         }
         unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, 5) };

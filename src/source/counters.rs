@@ -67,6 +67,8 @@ pub struct Counters {
     pub skips: Skips,
     /// Events the parsers produced.
     pub events: u64,
+    /// Events the tracer said it lost (`perf trace`'s `LOST N events!`).
+    pub lost_events: u64,
 }
 
 /// Builds an error for an input that parses to nothing usable.

@@ -128,6 +128,7 @@ impl FileSource {
                 Some(l) => l,
                 None => {
                     self.parser.finish(out);
+                    self.counters.lost_events = self.parser.lost();
                     self.done = true;
                     if self.reader.cut_short {
                         // The report of what was read, and where it ended.

@@ -277,6 +277,7 @@ impl Inputs {
             c.lines += f.counters.lines;
             c.used += f.counters.used;
             c.events += f.counters.events;
+            c.lost_events += f.counters.lost_events;
             c.skips.merge(&f.counters.skips);
         }
         c

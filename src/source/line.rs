@@ -19,6 +19,10 @@ pub enum SkipReason {
     BadTimestamp,
     /// A compressed input that ends early: the rest of the file (one line counted for it).
     CutShort,
+    /// `perf trace`'s `LOST N events!`: its ring buffer dropped records there.
+    Lost,
+    /// A `perf trace` line that pairs an exit with an entry across lost events.
+    AcrossLoss,
 }
 
 impl SkipReason {
@@ -32,6 +36,10 @@ impl SkipReason {
             SkipReason::CutOff => "cut-off line (no result, no <unfinished ...>)",
             SkipReason::BadTimestamp => "timestamp does not match the trace's format",
             SkipReason::CutShort => "compressed input ends early: the rest of the file is missing",
+            SkipReason::Lost => "perf lost events here: what the threads did meanwhile is unknown",
+            SkipReason::AcrossLoss => {
+                "perf paired this exit with an entry across lost events: which call, and how long, is unknown"
+            }
         }
     }
 }
@@ -97,6 +105,14 @@ impl LineParser {
         match self {
             LineParser::Strace(p) => p.last_ts,
             LineParser::Perf(p) => p.last_ts,
+        }
+    }
+
+    /// Events perf's `LOST N events!` lines counted so far (0 for strace).
+    pub(crate) fn lost(&self) -> u64 {
+        match self {
+            LineParser::Strace(_) => 0,
+            LineParser::Perf(p) => p.lost,
         }
     }
 

@@ -30,6 +30,13 @@ pub struct PerfParser {
     /// Past `Summary of events:` (`perf trace -S`/`--summary`, printed after the calls):
     /// its table is the trace's own summary, read as noise.
     in_summary: bool,
+    /// `LOST N events!` lines so far, and the events they count: perf's ring overflowed,
+    /// so what happened there is unknown.
+    lost_marks: u32,
+    pub lost: u64,
+    /// After a loss: the `lost_marks` at each thread's last line. A thread's first call
+    /// after a loss may have lost its entry, and perf then times it from an older one.
+    seen_since_lost: super::TidMap<u32>,
 }
 
 /// Longer than any call a trace can show (about 104 days).
@@ -170,6 +177,11 @@ impl PerfParser {
                 self.in_summary = true;
                 return Ok(());
             }
+            None if lost_count(t).is_some() => {
+                self.lost_marks += 1;
+                self.lost += lost_count(t).unwrap_or(0);
+                return Err(SkipReason::Lost);
+            }
             None => {
                 // callchain frames under an event (`   do_syscall_64 ([kernel.kallsyms])`)
                 return if raw.first() == Some(&b' ') && memmem::find(t, b"(").is_some() {
@@ -215,6 +227,27 @@ impl PerfParser {
         }
         let facts = self.names.get(name_b);
         let name = facts.name;
+        // perf pairs a thread's exit with the last entry it saw of that thread. A thread's
+        // first exit after a loss may be paired with an entry before it (the name and
+        // arguments of one call, the result of another, the time across the lost ones);
+        // a continuation of another call's entry is one too. Neither line can be read as
+        // a call: the timeline breaks there.
+        let after_loss = self.lost_marks > 0
+            && self.seen_since_lost.insert(tid, self.lost_marks) != Some(self.lost_marks);
+        let mismatched = continued && self.pending.get(&tid).is_some_and(|p| p.2.name != name);
+        if (after_loss || mismatched) && !is_entry_only(continued, &body[n + 1..]) {
+            // The entry printed before, if any, ended somewhere in the loss: its length is
+            // unknown (pushed before the break, so nothing bounds it across).
+            if let Some((t0, l0, sc)) = self.pending.remove(&tid) {
+                out.push(Event {
+                    tid,
+                    ts: t0,
+                    line: l0,
+                    kind: EventKind::Syscall(sc),
+                });
+            }
+            return Err(SkipReason::AcrossLoss);
+        }
         if !continued || self.pending.get(&tid).is_some_and(|p| p.2.name != name) {
             // A call printed as `name(args) ...` whose continuation never came: it ended
             // before this, the thread's next event (an upper bound, not a call in flight).
@@ -325,6 +358,23 @@ impl PerfParser {
             });
         }
     }
+}
+
+/// `name(args) ...`: an entry perf printed before its exit (the exit comes as a
+/// `[continued]` line).
+fn is_entry_only(continued: bool, rest: &[u8]) -> bool {
+    let trimmed = trim_end(rest);
+    !continued && trimmed.ends_with(b"...") && memmem::rfind(trimmed, b") = ").is_none()
+}
+
+/// `LOST 94 events!`: perf's count of the records its ring buffer dropped there.
+fn lost_count(t: &[u8]) -> Option<u64> {
+    let n = t.strip_prefix(b"LOST ")?;
+    let digits = n.iter().take_while(|b| b.is_ascii_digit()).count();
+    if digits == 0 || !n[digits..].starts_with(b" events!") {
+        return None;
+    }
+    std::str::from_utf8(&n[..digits]).ok()?.parse().ok()
 }
 
 /// True when a line has the perf trace shape (used by format detection).

@@ -66,11 +66,49 @@ struct HistInner {
 }
 
 impl Histogram {
+    #[cfg(test)]
     pub(crate) fn observe_ns(&self, ns: u64) {
-        let i = BOUNDS_NS.partition_point(|b| *b < ns);
+        let i = bucket_of(ns);
         self.0.counts[i].fetch_add(1, Ordering::Relaxed);
         self.0.sum_ns.fetch_add(ns, Ordering::Relaxed);
     }
+
+    /// Adds what `local` gathered and empties it.
+    fn take_in(&self, local: &mut Unpublished) {
+        for (c, n) in self.0.counts.iter().zip(local.counts.iter_mut()) {
+            if *n > 0 {
+                c.fetch_add(std::mem::take(n), Ordering::Relaxed);
+            }
+        }
+        self.0
+            .sum_ns
+            .fetch_add(std::mem::take(&mut local.sum_ns), Ordering::Relaxed);
+        local.any = false;
+    }
+}
+
+fn bucket_of(ns: u64) -> usize {
+    BOUNDS_NS.partition_point(|b| *b < ns)
+}
+
+impl Unpublished {
+    #[inline]
+    fn add(&mut self, ns: u64) {
+        self.counts[bucket_of(ns)] += 1;
+        self.sum_ns += ns;
+        self.any = true;
+    }
+}
+
+/// Observations of one histogram not yet added to its shared counters: the watch loop
+/// observes one per traced syscall, and two atomic additions each (locked instructions)
+/// were a visible part of its CPU per record. They are added at each drain of the loop
+/// (`Observer::publish`, a few times a second), long before a scrape needs them.
+#[derive(Default)]
+struct Unpublished {
+    counts: [u64; BOUNDS_NS.len() + 1],
+    sum_ns: u64,
+    any: bool,
 }
 
 impl prometheus_client::metrics::TypedMetric for Histogram {
@@ -351,8 +389,8 @@ const MAX_COMMANDS: usize = 256;
 /// request-to-reply timing of commands for backends that see buffers.
 pub(crate) struct Observer {
     m: Metrics,
-    by_call: HashMap<(usize, FileClass), Histogram>,
-    by_cmd: HashMap<Box<str>, Histogram>,
+    by_call: HashMap<(usize, FileClass), (Histogram, Unpublished)>,
+    by_cmd: HashMap<Box<str>, (Histogram, Unpublished)>,
     /// Client fd -> (command name, when its request was read). The first command of a
     /// read is timed: pipelined ones after it share its reply writes.
     pending: HashMap<i32, (CmdName, Nanos)>,
@@ -365,6 +403,16 @@ impl Observer {
             by_call: HashMap::default(),
             by_cmd: HashMap::default(),
             pending: HashMap::default(),
+        }
+    }
+
+    /// Adds the syscall and command observations gathered since the last call to the
+    /// metrics a scrape reads.
+    pub(crate) fn publish(&mut self) {
+        for (h, local) in self.by_call.values_mut().chain(self.by_cmd.values_mut()) {
+            if local.any {
+                h.take_in(local);
+            }
         }
     }
 
@@ -383,15 +431,14 @@ impl Observer {
         let class = class.unwrap_or(FileClass::Unknown);
         let key = (sc.name.as_ptr() as usize, class);
         let m = &self.m;
-        self.by_call
-            .entry(key)
-            .or_insert_with(|| {
-                m.syscalls.get_or_create_owned(&SyscallLabels {
-                    syscall: sc.name,
-                    file_class: class.as_str(),
-                })
-            })
-            .observe_ns(dur.max(0) as u64);
+        let (_, local) = self.by_call.entry(key).or_insert_with(|| {
+            let h = m.syscalls.get_or_create_owned(&SyscallLabels {
+                syscall: sc.name,
+                file_class: class.as_str(),
+            });
+            (h, Unpublished::default())
+        });
+        local.add(dur.max(0) as u64);
         let Some(fd) = sc.fd else { return };
         if sc.sys.facts.has(crate::syscalls::Facts::CLOSE) {
             self.pending.remove(&fd);
@@ -414,14 +461,15 @@ impl Observer {
         } else if facts.has(Facts::SEND) {
             if let Some((name, at)) = self.pending.remove(&fd) {
                 let ns = (ev.end() - at).max(0) as u64;
-                if let Some(h) = self.by_cmd.get(&*name) {
-                    h.observe_ns(ns);
+                if let Some((_, local)) = self.by_cmd.get_mut(&*name) {
+                    local.add(ns);
                 } else if self.by_cmd.len() < MAX_COMMANDS {
                     let h = m.commands.get_or_create_owned(&CommandLabels {
                         command: name.to_string(),
                     });
-                    h.observe_ns(ns);
-                    self.by_cmd.insert((&*name).into(), h);
+                    let mut local = Unpublished::default();
+                    local.add(ns);
+                    self.by_cmd.insert((&*name).into(), (h, local));
                 }
             }
         }
@@ -674,7 +722,14 @@ mod tests {
             },
             Some(FileClass::Aof),
         );
+        let counted = |t: &str| {
+            t.lines()
+                .any(|l| l.contains("syscall=\"fdatasync\"") && l.ends_with(" 1"))
+        };
+        assert!(!counted(&m.encode()), "not published yet");
+        o.publish();
         let text = m.encode();
+        assert!(counted(&text), "{text}");
         assert!(text.contains("stallscope_stalls_total{role=\"main\",kind=\"slow_syscall\",file_class=\"none\",finding=\"debug-sleep\"} 1"), "{text}");
         assert!(text.contains("stallscope_syscall_duration_seconds_bucket{le=\"0.05\",syscall=\"fdatasync\",file_class=\"aof\"} 1") || text.contains("stallscope_syscall_duration_seconds_bucket{syscall=\"fdatasync\",file_class=\"aof\",le=\"0.05\"} 1"), "{text}");
         assert!(text.contains("stallscope_attached 0"), "{text}");

@@ -39,11 +39,15 @@ pub(crate) struct Taken {
     pub lost: Vec<(usize, u64)>,
 }
 
-/// What an event costs in the ring: its inline size and the strings it owns.
+/// What an event costs in the ring: its inline size and what it owns on the heap (strings,
+/// the scheduler split's box).
 pub(crate) fn event_bytes(ev: &Event) -> usize {
     let mut n = std::mem::size_of::<Event>();
     match &ev.kind {
         EventKind::Syscall(sc) => {
+            if sc.sched.is_some() {
+                n += std::mem::size_of::<crate::event::SchedSpan>();
+            }
             n += sc.fd_path.as_ref().map_or(0, |p| p.len());
             n += sc.ret_path.as_ref().map_or(0, |p| p.len());
             n += match &sc.extra {

@@ -3,6 +3,14 @@
 //! when redis's read began (the wakeup of the event loop, a wait for a CPU and the wait's
 //! return lie between, and a client pays for them).
 //!
+//! On loopback a receiver's data-ready runs in the sender's task, so each reply redis sends
+//! to a local client readies the client's socket in redis's own thread. The tp_btf
+//! data-ready program skips those (the current task is the attached process and the
+//! socket's local port is none of its listening ports at the attach, `Listening`): half of
+//! its runs under a local benchmark, for sockets no traced task reads. The one arrival this
+//! can miss is a softirq that happens to run in redis's thread for a socket redis itself
+//! connected (a replica's link to its master); accepted sockets are never skipped.
+//!
 //! The kernel side is the `arrival_*` programs of bpf/stallscope.bpf.c: `sock:sk_data_ready`
 //! stamps a TCP socket with the earliest data not yet read; the traced process's receive
 //! (`sock:sock_recv_length`, inside its read) takes the stamp and puts it in the read's own
@@ -80,6 +88,96 @@ pub(super) fn set_globals<'a>(loader: &mut aya::EbpfLoader<'a>, layout: &'a Layo
             loader.set_global(global, off, true);
         }
     }
+}
+
+/// As `LISTEN_MAX` in bpf/stallscope.bpf.c.
+const LISTEN_MAX: usize = 8;
+
+/// What the data-ready program needs to skip the traced process's own sends to local peers:
+/// its listening TCP ports at the attach, and their count (past `LISTEN_MAX` when unknown:
+/// then nothing is skipped).
+pub(super) struct Listening {
+    ports: [u16; LISTEN_MAX],
+    count: u32,
+}
+
+impl Listening {
+    pub(super) fn of(pid: Tid) -> Listening {
+        let unknown = Listening {
+            ports: [0; LISTEN_MAX],
+            count: LISTEN_MAX as u32 + 1,
+        };
+        let Some(mut found) = listening_ports(pid) else {
+            return unknown;
+        };
+        found.sort_unstable();
+        found.dedup();
+        if found.len() > LISTEN_MAX {
+            return unknown;
+        }
+        let mut ports = [0; LISTEN_MAX];
+        ports[..found.len()].copy_from_slice(&found);
+        Listening {
+            ports,
+            count: found.len() as u32,
+        }
+    }
+
+    /// The ports, for the attach message; None when unknown.
+    pub(super) fn ports(&self) -> Option<&[u16]> {
+        (self.count as usize <= LISTEN_MAX).then(|| &self.ports[..self.count as usize])
+    }
+
+    pub(super) fn set_globals<'a>(&'a self, loader: &mut aya::EbpfLoader<'a>) {
+        loader
+            .set_global("listen_ports", &self.ports, true)
+            .set_global("listen_count", &self.count, true);
+    }
+}
+
+/// The local ports of the TCP sockets `pid` listens on: the LISTEN rows of its network
+/// namespace's /proc/PID/net/tcp{,6} whose inode is one of its fds. None if /proc cannot say.
+fn listening_ports(pid: Tid) -> Option<Vec<u16>> {
+    let mut inodes = std::collections::HashSet::new();
+    for e in std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?.flatten() {
+        if let Ok(l) = std::fs::read_link(e.path()) {
+            let l = l.to_string_lossy();
+            if let Some(ino) = l.strip_prefix("socket:[").and_then(|r| r.strip_suffix(']')) {
+                inodes.insert(ino.to_string());
+            }
+        }
+    }
+    let mut ports = vec![];
+    for table in ["tcp", "tcp6"] {
+        let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/net/{table}")) else {
+            // No IPv6 in this kernel: no tcp6 table.
+            if table == "tcp6" {
+                continue;
+            }
+            return None;
+        };
+        ports.extend(listening_in(&text, &inodes)?);
+    }
+    Some(ports)
+}
+
+/// The listening rows' local ports of a /proc/net/tcp table whose inode is in `inodes`; None
+/// if a row does not parse.
+fn listening_in(text: &str, inodes: &std::collections::HashSet<String>) -> Option<Vec<u16>> {
+    const TCP_LISTEN: &str = "0A";
+    let mut ports = vec![];
+    for row in text.lines().skip(1) {
+        let f: Vec<&str> = row.split_whitespace().collect();
+        let (Some(local), Some(state), Some(inode)) = (f.get(1), f.get(3), f.get(9)) else {
+            return None;
+        };
+        if *state != TCP_LISTEN || !inodes.contains(*inode) {
+            continue;
+        }
+        let port = local.rsplit_once(':')?.1;
+        ports.push(u16::from_str_radix(port, 16).ok()?);
+    }
+    Some(ports)
 }
 
 /// The same on the BTF-typed raw tracepoints (preferred, as the syscall programs: no trace
@@ -205,6 +303,7 @@ pub(super) fn parse(b: &[u8]) -> Option<Rec> {
         kind: REC_ARRIVAL,
         tid: u32_at(4),
         tgid: u32_at(8),
+        data_len: 0,
         nr: u32_at(12) as i32 as i64,
         ret: 0,
         enter_ns: u64_at(24) as Nanos,
@@ -214,7 +313,6 @@ pub(super) fn parse(b: &[u8]) -> Option<Rec> {
         sched_exit: [0; 4],
         arrival_first: 0,
         arrival_at: 0,
-        data_len: 0,
         data: [0; DATA_MAX],
     })
 }
@@ -278,6 +376,7 @@ mod tests {
             kind,
             tid,
             tgid: tid,
+            data_len: 0,
             nr: 0,
             ret: 36,
             enter_ns: enter,
@@ -287,9 +386,27 @@ mod tests {
             sched_exit: [0; 4],
             arrival_first: 0,
             arrival_at: 0,
-            data_len: 0,
             data: [0; DATA_MAX],
         }
+    }
+
+    #[test]
+    fn listening_ports_are_the_listen_rows_of_the_process_own_sockets() {
+        // Rows of a real /proc/net/tcp: a listener of the process (6379), a listener of
+        // another process (22), an established connection of the process (state 01).
+        let text = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n\
+   0: 0100007F:18EB 00000000:0000 0A 00000000:00000000 00:00000000 00000000   999        0 4242 1 0000000000000000 100 0 0 10 0\n\
+   1: 00000000:0016 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1111 1 0000000000000000 100 0 0 10 0\n\
+   2: 0100007F:18EB 0100007F:D2F0 01 00000000:00000000 00:00000000 00000000   999        0 4343 1 0000000000000000 20 4 30 10 -1\n";
+        let mine: std::collections::HashSet<String> =
+            ["4242", "4343"].iter().map(|s| s.to_string()).collect();
+        assert_eq!(listening_in(text, &mine), Some(vec![6379]));
+        assert_eq!(listening_in("header\n  0: garbage\n", &mine), None);
+        // This test's own listener, found through /proc.
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = l.local_addr().expect("addr").port();
+        let found = listening_ports(std::process::id()).expect("/proc readable");
+        assert!(found.contains(&port), "{port} not in {found:?}");
     }
 
     #[test]

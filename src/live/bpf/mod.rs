@@ -121,12 +121,17 @@ struct KTarget {
 // SAFETY: plain old data, the layout of `struct target` in the C source.
 unsafe impl aya::Pod for KTarget {}
 
-/// One ring record, copied out of the ring.
+/// One ring record, copied out of the ring. Laid out as the kernel's `struct rec_data`
+/// (`repr(C)`, every field an integer), so that the reader copies a record out in one move
+/// (`push_parsed`) instead of field by field into a value that is then moved again.
 #[derive(Clone, Copy)]
+#[repr(C)]
 struct Rec {
     kind: u32,
     tid: Tid,
     tgid: Tid,
+    /// Bytes of `data` filled (at most `DATA_MAX`).
+    data_len: u32,
     nr: i64,
     ret: i64,
     enter_ns: Nanos,
@@ -140,55 +145,63 @@ struct Rec {
     /// (stamp, when the receive ended); `arrival_at` 0 if none (arrivals.rs).
     arrival_first: Nanos,
     arrival_at: Nanos,
-    data_len: u8,
     data: [u8; DATA_MAX],
 }
+
+// The layout `push_parsed` copies into: that of `struct rec_data` in the C source.
+const _: () = {
+    assert!(std::mem::offset_of!(Rec, data_len) == 12);
+    assert!(std::mem::offset_of!(Rec, nr) == 16);
+    assert!(std::mem::offset_of!(Rec, args) == 48);
+    assert!(std::mem::offset_of!(Rec, sched_enter) == 96);
+    assert!(std::mem::offset_of!(Rec, sched_exit) == 128);
+    assert!(std::mem::offset_of!(Rec, arrival_first) == 160);
+    assert!(std::mem::offset_of!(Rec, arrival_at) == 168);
+    assert!(std::mem::offset_of!(Rec, data) == REC_LEN);
+    assert!(std::mem::size_of::<Rec>() == REC_LEN + DATA_MAX);
+};
 
 fn u32_at(b: &[u8], o: usize) -> u32 {
     u32::from_ne_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]])
 }
 
-fn u64_at(b: &[u8], o: usize) -> u64 {
-    let mut a = [0u8; 8];
-    a.copy_from_slice(&b[o..o + 8]);
-    u64::from_ne_bytes(a)
+#[cfg(test)]
+fn parse(b: &[u8]) -> Option<Rec> {
+    let mut v = Vec::with_capacity(1);
+    push_parsed(b, &mut v);
+    v.pop()
 }
 
-fn parse(b: &[u8]) -> Option<Rec> {
+/// Appends ring record `b` to `batch` (which has room for it), copied in place: a call
+/// record in one move of its bytes, an arrival record by `arrivals::parse`. Nothing is
+/// appended for a record too short to be either.
+#[inline(always)]
+fn push_parsed(b: &[u8], batch: &mut Vec<Rec>) {
+    if b.len() >= 4 && u32_at(b, 0) == arrivals::REC_ARRIVAL {
+        if let Some(r) = arrivals::parse(b) {
+            batch.push(r);
+        }
+        return;
+    }
     if b.len() < REC_LEN {
-        return None;
+        return;
     }
-    let mut args = [0u64; 6];
-    for (i, a) in args.iter_mut().enumerate() {
-        *a = u64_at(b, 48 + 8 * i);
+    batch.reserve(1);
+    let size = std::mem::size_of::<Rec>();
+    let n = b.len().min(size);
+    let slot = batch.spare_capacity_mut()[0].as_mut_ptr();
+    // SAFETY: `slot` is the vector's first unused element, room for one `Rec`; `Rec` is
+    // `repr(C)` with only integer fields and no padding (the layout assertions above), so
+    // any bytes are a valid value once all `size` of them are written: `n` from the
+    // record, the rest (a data copy shorter than `DATA_MAX`) zeroed.
+    unsafe {
+        let p = slot.cast::<u8>();
+        std::ptr::copy_nonoverlapping(b.as_ptr(), p, n);
+        std::ptr::write_bytes(p.add(n), 0, size - n);
+        let r = &mut *slot;
+        r.data_len = r.data_len.min((n - REC_LEN) as u32);
+        batch.set_len(batch.len() + 1);
     }
-    let mut sched_enter = [0u64; 4];
-    let mut sched_exit = [0u64; 4];
-    for i in 0..4 {
-        sched_enter[i] = u64_at(b, 96 + 8 * i);
-        sched_exit[i] = u64_at(b, 128 + 8 * i);
-    }
-    let mut data = [0u8; DATA_MAX];
-    let data_len = (u32_at(b, 12) as usize)
-        .min(DATA_MAX)
-        .min(b.len() - REC_LEN);
-    data[..data_len].copy_from_slice(&b[REC_LEN..REC_LEN + data_len]);
-    Some(Rec {
-        kind: u32_at(b, 0),
-        tid: u32_at(b, 4),
-        tgid: u32_at(b, 8),
-        nr: u64_at(b, 16) as i64,
-        ret: u64_at(b, 24) as i64,
-        enter_ns: u64_at(b, 32) as Nanos,
-        exit_ns: u64_at(b, 40) as Nanos,
-        args,
-        sched_enter,
-        sched_exit,
-        arrival_first: u64_at(b, 160) as Nanos,
-        arrival_at: u64_at(b, 168) as Nanos,
-        data_len: data_len as u8,
-        data,
-    })
 }
 
 /// Per syscall number: its name, its table entry, and whether its arguments need more
@@ -354,7 +367,7 @@ pub struct BpfTracer {
     /// Records the reader copied out and the analysis has not taken yet (`BACKLOG_MAX`).
     backlog: Arc<std::sync::atomic::AtomicUsize>,
     /// Emptied batches, back to the reader to be filled again (`read_ring`).
-    spare: mpsc::SyncSender<Vec<Rec>>,
+    spare: Spares,
     // Fx: looked up once per record (SipHash was a visible part of the tracer's CPU).
     threads: FxHashMap<Tid, Thread>,
     /// New tasks, with whether they are threads, from the fork records.
@@ -476,6 +489,7 @@ impl BpfTracer {
         let ring_bytes = (cfg.pages * crate::live::page_size()) as u32;
         let follow = cfg.follow_forks as u32;
         let arrival_layout = arrivals::layout();
+        let listening = arrivals::Listening::of(cfg.pid);
         let ring_bytes64 = ring_bytes as u64;
         let measure = measure_mode()?;
         let filter_only = (measure == Measure::FilterOnly) as u32;
@@ -487,6 +501,7 @@ impl BpfTracer {
             .set_global("ring_bytes", &ring_bytes64, true)
             .set_max_entries("events", ring_bytes);
         arrivals::set_globals(&mut loader, &arrival_layout);
+        listening.set_globals(&mut loader);
         let mut bpf = loader
             .load(OBJECT)
             .map_err(|e| load_error("cannot load the BPF object", &e, errno_of(&e)))?;
@@ -543,7 +558,20 @@ impl BpfTracer {
             }
         };
         let arrival_programs = match &arrivals {
-            Ok(flavour) => format!("; arrival programs on {flavour}"),
+            Ok(flavour) => {
+                let own = match (*flavour, listening.ports()) {
+                    ("tp_btf", Some(p)) => format!(
+                        ", skipping the data-ready of its own sends to local peers (listening ports {})",
+                        if p.is_empty() {
+                            "none".to_string()
+                        } else {
+                            p.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(", ")
+                        }
+                    ),
+                    _ => String::new(),
+                };
+                format!("; arrival programs on {flavour}{own}")
+            }
             Err(_) => String::new(),
         };
         eprintln!("stallscope: bpf syscall programs on {programs}{arrival_programs}");
@@ -558,7 +586,8 @@ impl BpfTracer {
         let map = RingMap::new(std::os::fd::AsRawFd::as_raw_fd(&ring), ring_bytes as usize)
             .map_err(|e| AttachError::Other(format!("cannot map the BPF ring buffer: {e}")))?;
         let (tx, rx) = mpsc::channel();
-        let (spare, spares) = mpsc::sync_channel(SPARE_BATCHES);
+        let spare = Spares::default();
+        let spares = spare.clone();
         let reader_stop = Arc::new(AtomicBool::new(false));
         let stop = reader_stop.clone();
         let backlog = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -855,8 +884,7 @@ impl BpfTracer {
             if at >= batch.len() {
                 if batch.capacity() > 0 {
                     batch.clear();
-                    // Full of spares already (the reader is behind): this one is freed.
-                    let _ = self.spare.try_send(std::mem::take(&mut batch));
+                    self.spare.give(std::mem::take(&mut batch));
                 }
                 at = 0;
                 let next = if got || !self.queue.is_empty() {
@@ -996,6 +1024,7 @@ impl BpfTracer {
                 kind: REC_ENTER_ONLY,
                 tid,
                 tgid,
+                data_len: 0,
                 nr: e.nr,
                 ret: 0,
                 enter_ns: e.ts as Nanos,
@@ -1005,7 +1034,6 @@ impl BpfTracer {
                 sched_exit: e.sched,
                 arrival_first: 0,
                 arrival_at: 0,
-                data_len: 0,
                 data: [0; DATA_MAX],
             };
             let sched = quiet_sched.remove(&tid).map(|d| {
@@ -1034,10 +1062,35 @@ impl BpfTracer {
 /// programs wake it when a quarter of the ring is used; the timeout bounds the delay).
 /// Batches handed back to the reader at most (each of `BATCH_MAX` records, allocated at
 /// that size once): the reader refills them instead of growing a new vector (copies, fresh
-/// pages) per batch. 8 x 2048 records is under 4 MiB kept idle; with 4 spares the reader
-/// ran out of them behind a burst and grew new vectors by doubling.
-const SPARE_BATCHES: usize = 8;
-const BATCH_MAX: usize = 2048;
+/// pages) per batch. 32 x 512 records is under 4 MiB kept idle.
+const SPARE_BATCHES: usize = 32;
+/// Records per batch: 512 of them (120 KiB) stay in the caches between the reader that
+/// writes them and the analysis that reads them on the other CPU; batches of 2048, handed
+/// back and refilled in turn through a queue of 8, went through 4 MiB and missed them.
+const BATCH_MAX: usize = 512;
+
+/// Emptied batches, from the analysis back to the reader: the last one given back is the
+/// first one refilled (its lines are the likeliest to be cached still), where a channel
+/// would cycle through every spare in turn.
+#[derive(Clone, Default)]
+struct Spares(Arc<std::sync::Mutex<Vec<Vec<Rec>>>>);
+
+impl Spares {
+    /// Keeps `batch` (emptied) for the reader, or frees it when enough are kept (the
+    /// reader is behind).
+    fn give(&self, mut batch: Vec<Rec>) {
+        batch.clear();
+        if let Ok(mut v) = self.0.lock() {
+            if v.len() < SPARE_BATCHES {
+                v.push(batch);
+            }
+        }
+    }
+
+    fn take(&self) -> Option<Vec<Rec>> {
+        self.0.lock().ok()?.pop()
+    }
+}
 
 /// Most records copied out and not yet taken by the analysis (about 128 MiB of them, a few
 /// seconds of a saturated redis, as the perf backend's backlog): past it the reader leaves
@@ -1216,7 +1269,7 @@ fn read_ring(
     ring: aya::maps::RingBuf<aya::maps::MapData>,
     map: RingMap,
     tx: mpsc::Sender<Vec<Rec>>,
-    spares: mpsc::Receiver<Vec<Rec>>,
+    spares: Spares,
     stop: Arc<AtomicBool>,
     backlog: Arc<std::sync::atomic::AtomicUsize>,
 ) {
@@ -1225,8 +1278,8 @@ fn read_ring(
     let fd = ring.as_raw_fd();
     let fresh = || {
         spares
-            .try_recv()
-            .unwrap_or_else(|_| Vec::with_capacity(BATCH_MAX))
+            .take()
+            .unwrap_or_else(|| Vec::with_capacity(BATCH_MAX))
     };
     let send = |batch: Vec<Rec>| {
         backlog.fetch_add(batch.len(), Ordering::Relaxed);
@@ -1243,11 +1296,7 @@ fn read_ring(
         }
         loop {
             let room = BATCH_MAX - batch.len();
-            let n = map.drain(room, |item| {
-                if let Some(r) = arrivals::parse(item).or_else(|| parse(item)) {
-                    batch.push(r);
-                }
-            });
+            let n = map.drain(room, |item| push_parsed(item, &mut batch));
             if batch.len() < BATCH_MAX {
                 // n < room: the ring is empty (or the next record is being written).
                 let _ = n;

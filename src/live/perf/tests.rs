@@ -601,12 +601,13 @@ fn the_reader_copies_records_until_the_backlog_is_full() {
     let bytes: usize = recs.iter().map(Vec::len).sum();
     let run = |backlog_at: usize| {
         let (tx, rx) = std::sync::mpsc::channel();
+        let (_spare, spares) = std::sync::mpsc::sync_channel(SPARE_CHUNKS);
         let stop = Arc::new(AtomicBool::new(false));
         let backlog = Arc::new(AtomicUsize::new(backlog_at));
         let ring = fake_ring(&recs);
         let h = {
             let (stop, backlog) = (stop.clone(), backlog.clone());
-            std::thread::spawn(move || read_rings_thread(vec![ring], tx, stop, backlog))
+            std::thread::spawn(move || read_rings_thread(vec![ring], tx, spares, stop, backlog))
         };
         let got = rx.recv_timeout(Duration::from_millis(300)).ok();
         stop.store(true, Ordering::SeqCst);
