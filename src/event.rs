@@ -161,6 +161,20 @@ enum Form {
     Escaped { cut: bool },
 }
 
+/// `*extra = Extra::Data(d)`, without the out-of-line drop of the old value that the plain
+/// assignment calls (on every read and write line) when the old value is `Extra::None`, as
+/// it is on a call just built.
+#[inline(always)]
+fn put_empty(extra: &mut Extra, d: Data) {
+    if matches!(extra, Extra::None) {
+        // SAFETY: `extra` is a valid place borrowed exclusively; the value overwritten is
+        // `Extra::None`, which owns nothing, so not dropping it leaks nothing.
+        unsafe { std::ptr::write(extra, Extra::Data(d)) };
+    } else {
+        *extra = Extra::Data(d);
+    }
+}
+
 /// `dst[..src.len()] = src` for a kept text (at most `RAW_CAP` bytes) as a few fixed-size,
 /// possibly overlapping, 16-, 8- and 4-byte moves chosen by the length: a `memcpy` call (which
 /// a plain loop is turned back into) cost as much as the copy of a ~60-byte text.
@@ -264,11 +278,14 @@ impl Data {
     /// then copied into the event.
     #[inline(always)]
     pub fn put_escaped(extra: &mut Extra, text: &[u8]) {
-        *extra = Extra::Data(Data {
-            len: 0,
-            form: Form::Escaped { cut: false },
-            buf: [MaybeUninit::uninit(); RAW_CAP],
-        });
+        put_empty(
+            extra,
+            Data {
+                len: 0,
+                form: Form::Escaped { cut: false },
+                buf: [MaybeUninit::uninit(); RAW_CAP],
+            },
+        );
         if let Extra::Data(d) = extra {
             let n = text.len().min(RAW_CAP);
             copy_short(&mut d.buf, &text[..n]);
@@ -282,11 +299,14 @@ impl Data {
     /// live backends do this for every read and write (see `put_escaped`).
     #[inline(always)]
     pub fn put_bytes(extra: &mut Extra, bytes: &[u8], truncated: bool) {
-        *extra = Extra::Data(Data {
-            len: 0,
-            form: Form::Bytes { truncated: false },
-            buf: [MaybeUninit::uninit(); RAW_CAP],
-        });
+        put_empty(
+            extra,
+            Data {
+                len: 0,
+                form: Form::Bytes { truncated: false },
+                buf: [MaybeUninit::uninit(); RAW_CAP],
+            },
+        );
         if let Extra::Data(d) = extra {
             let n = bytes.len().min(DATA_CAP);
             copy_short(&mut d.buf, &bytes[..n]);

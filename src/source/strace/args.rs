@@ -21,12 +21,44 @@ pub struct Name {
 const NAME_SLOTS: usize = 256;
 
 /// A small direct-mapped cache of `Name`s. The parser owns one for syscall names (no
-/// thread-local access per line); free functions share a per-thread one.
-pub struct NameCache(Box<[Option<Name>; NAME_SLOTS]>);
+/// thread-local access per line); free functions share a per-thread one. Names of 4 to 16
+/// bytes (nearly all syscall and errno names) are keyed by two words that hold all their
+/// bytes, so a hit is a multiply for the slot and three compares; other lengths use a second
+/// table, keyed and compared byte-wise.
+pub struct NameCache {
+    words: Box<[Option<Worded>; NAME_SLOTS]>,
+    odd: Box<[Option<Name>; NAME_SLOTS]>,
+}
+
+/// A cached name with its key: its length and the two words `name_key` reads from it.
+#[derive(Clone, Copy)]
+struct Worded {
+    key: (u64, u64),
+    len: usize,
+    name: Name,
+}
 
 impl Default for NameCache {
     fn default() -> Self {
-        NameCache(Box::new([None; NAME_SLOTS]))
+        NameCache {
+            words: Box::new([None; NAME_SLOTS]),
+            odd: Box::new([None; NAME_SLOTS]),
+        }
+    }
+}
+
+/// A name of 4 to 16 bytes as two words that together hold every byte of it: the first and
+/// last four (4 to 7 bytes) or eight (8 to 16 bytes), overlapping in the middle. With the
+/// length, equal keys mean equal names.
+#[inline(always)]
+fn name_key(b: &[u8]) -> Option<(u64, u64)> {
+    let n = b.len();
+    let w8 = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
+    let w4 = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes")) as u64;
+    match n {
+        8..=16 => Some((w8(0), w8(n - 8))),
+        4..=7 => Some((w4(0) | w4(n - 4) << 32, 0)),
+        _ => None,
     }
 }
 
@@ -34,48 +66,60 @@ impl NameCache {
     /// The hit inline (once per line), the miss out of line.
     #[inline(always)]
     pub fn get(&mut self, b: &[u8]) -> Name {
+        let Some(key) = name_key(b) else {
+            return self.get_odd(b);
+        };
+        let mixed = key.0 ^ key.1.rotate_left(31) ^ b.len() as u64;
+        let slot = (mixed.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) as usize % NAME_SLOTS;
+        if let Some(w) = &self.words[slot] {
+            if w.key == key && w.len == b.len() {
+                return w.name;
+            }
+        }
+        self.miss_worded(slot, key, b)
+    }
+
+    #[inline(never)]
+    fn miss_worded(&mut self, slot: usize, key: (u64, u64), b: &[u8]) -> Name {
+        let n = lookup(b);
+        // `intern` maps garbage to "?" once its table is full: do not let that evict.
+        if n.name.as_bytes() == b {
+            self.words[slot] = Some(Worded {
+                key,
+                len: b.len(),
+                name: n,
+            });
+        }
+        n
+    }
+
+    /// Names shorter than four or longer than sixteen bytes.
+    #[inline(never)]
+    fn get_odd(&mut self, b: &[u8]) -> Name {
         let slot = match b {
             [] => 0,
             [f, .., l] => (b.len() * 31 + *f as usize * 7 + *l as usize * 3) % NAME_SLOTS,
             [f] => *f as usize % NAME_SLOTS,
         };
-        if let Some(n) = self.0[slot] {
-            if short_eq(n.name.as_bytes(), b) {
+        if let Some(n) = self.odd[slot] {
+            if n.name.as_bytes() == b {
                 return n;
             }
         }
-        self.miss(slot, b)
-    }
-
-    #[inline(never)]
-    fn miss(&mut self, slot: usize, b: &[u8]) -> Name {
-        let s = event::intern(b);
-        let n = Name {
-            name: s,
-            sys: syscalls::info(s),
-        };
-        // `intern` maps garbage to "?" once its table is full: do not let that evict.
-        if s.as_bytes() == b {
-            self.0[slot] = Some(n);
+        let n = lookup(b);
+        if n.name.as_bytes() == b {
+            self.odd[slot] = Some(n);
         }
         n
     }
 }
 
-/// `a == b` for the short names of the cache, inline: two overlapping word compares
-/// instead of a `memcmp` call per line.
-#[inline(always)]
-fn short_eq(a: &[u8], b: &[u8]) -> bool {
-    let n = a.len();
-    if n != b.len() {
-        return false;
-    }
-    let w8 = |s: &[u8], i: usize| u64::from_le_bytes(s[i..i + 8].try_into().expect("8 bytes"));
-    let w4 = |s: &[u8], i: usize| u32::from_le_bytes(s[i..i + 4].try_into().expect("4 bytes"));
-    match n {
-        8..=16 => w8(a, 0) == w8(b, 0) && w8(a, n - 8) == w8(b, n - 8),
-        4..=7 => w4(a, 0) == w4(b, 0) && w4(a, n - 4) == w4(b, n - 4),
-        _ => a == b,
+/// A name interned, with its syscall table entry.
+fn lookup(b: &[u8]) -> Name {
+    let s = event::intern(b);
+    Name {
+        name: s,
+        sys: syscalls::info(s),
     }
 }
 
@@ -335,20 +379,33 @@ pub(super) fn data_from(sc: &mut Syscall, s: &[u8]) {
 mod tests {
     use super::super::testing::*;
 
-    /// The inline compare of the name cache agrees with slice equality at every length
-    /// around its word sizes, for equal names and names differing in any one byte.
+    /// The name cache gives the interned name for every length around its word sizes, for
+    /// names differing in any one byte, and for many names sharing the table (collisions).
     #[test]
-    fn short_eq_is_slice_equality() {
+    fn name_cache_gives_each_name_its_own_entry() {
+        let mut c = super::NameCache::default();
+        let mut names: Vec<Vec<u8>> = vec![];
         for n in 0..24usize {
             let a: Vec<u8> = (0..n as u8).map(|i| b'a' + i).collect();
-            assert!(super::short_eq(&a, &a.clone()), "{n}");
+            names.push(a.clone());
             for at in 0..n {
                 let mut b = a.clone();
                 b[at] = b'_';
-                assert!(!super::short_eq(&a, &b), "{n} {at}");
+                names.push(b);
             }
-            assert!(!super::short_eq(&a, &a[..n.saturating_sub(1)]) || n == 0);
         }
+        for round in 0..2 {
+            for b in &names {
+                let got = c.get(b);
+                assert_eq!(got.name.as_bytes(), &b[..], "round {round}");
+                assert!(std::ptr::eq(
+                    got.sys,
+                    crate::syscalls::info(crate::event::intern(b))
+                ));
+            }
+        }
+        assert_eq!(c.get(b"epoll_wait").name, "epoll_wait");
+        assert_eq!(c.get(b"read").name, "read");
     }
 
     /// `restart_syscall(<... resuming interrupted nanosleep ...>)` carries the wait it resumes.
