@@ -237,6 +237,34 @@ pub(crate) fn hms_seconds(w: &[u8; 8]) -> Option<(u64, u64, u64)> {
     Some(((v >> 16) & 0xFF, (v >> 32) & 0xFF, v >> 48))
 }
 
+/// `w`'s sixteen bytes less `'0'` each, or None unless each byte `at_digits` marks (-1) is
+/// a digit and each other byte is the one `marks` holds there: the shape test both SSE2 stamp
+/// readings share.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn digits_and_marks(
+    w: &[u8; 16],
+    at_digits: std::arch::x86_64::__m128i,
+    marks: std::arch::x86_64::__m128i,
+) -> Option<std::arch::x86_64::__m128i> {
+    use std::arch::x86_64::{
+        __m128i, _mm_and_si128, _mm_andnot_si128, _mm_cmpeq_epi8, _mm_loadu_si128, _mm_min_epu8,
+        _mm_movemask_epi8, _mm_or_si128, _mm_set1_epi8, _mm_sub_epi8,
+    };
+    // SAFETY: SSE2 is in the x86_64 baseline; the load reads the sixteen bytes of `w`.
+    unsafe {
+        let v = _mm_loadu_si128(w.as_ptr() as *const __m128i);
+        let d = _mm_sub_epi8(v, _mm_set1_epi8(b'0' as i8));
+        // A digit is a byte whose distance above '0' is at most 9 (unsigned).
+        let digit = _mm_cmpeq_epi8(_mm_min_epu8(d, _mm_set1_epi8(9)), d);
+        let ok = _mm_or_si128(
+            _mm_and_si128(at_digits, digit),
+            _mm_andnot_si128(at_digits, _mm_cmpeq_epi8(v, marks)),
+        );
+        (_mm_movemask_epi8(ok) == 0xFFFF).then_some(d)
+    }
+}
+
 /// `HH:MM:SS.ffffff ` (sixteen bytes: `-tt`'s stamp and the blank after it) -> µs since
 /// midnight, or None unless the colons, the point and the blank sit at their places, the
 /// twelve others are digits, and the time is a time of day (hours to 23, minutes to 59,
@@ -248,29 +276,19 @@ pub(crate) fn hms_seconds(w: &[u8; 8]) -> Option<(u64, u64, u64)> {
 #[inline(always)]
 pub(crate) fn tod_usec(w: &[u8; 16]) -> Option<u64> {
     use std::arch::x86_64::{
-        __m128i, _mm_and_si128, _mm_andnot_si128, _mm_cmpeq_epi8, _mm_cmpgt_epi32,
-        _mm_cvtsi128_si64, _mm_loadu_si128, _mm_madd_epi16, _mm_min_epu8, _mm_movemask_epi8,
-        _mm_or_si128, _mm_packs_epi32, _mm_set1_epi8, _mm_setr_epi16, _mm_setr_epi32,
-        _mm_setr_epi8, _mm_setzero_si128, _mm_srli_si128, _mm_sub_epi8, _mm_unpackhi_epi8,
-        _mm_unpacklo_epi8,
+        _mm_cmpgt_epi32, _mm_cvtsi128_si64, _mm_madd_epi16, _mm_movemask_epi8, _mm_packs_epi32,
+        _mm_setr_epi16, _mm_setr_epi32, _mm_setr_epi8, _mm_setzero_si128, _mm_srli_si128,
+        _mm_unpackhi_epi8, _mm_unpacklo_epi8,
     };
-    // SAFETY: SSE2 is in the x86_64 baseline; the load reads the sixteen bytes of `w`.
+    // SAFETY: SSE2 is in the x86_64 baseline.
     unsafe {
-        let v = _mm_loadu_si128(w.as_ptr() as *const __m128i);
-        let d = _mm_sub_epi8(v, _mm_set1_epi8(b'0' as i8));
-        // A digit is a byte whose distance above '0' is at most 9 (unsigned).
-        let digit = _mm_cmpeq_epi8(_mm_min_epu8(d, _mm_set1_epi8(9)), d);
-        let at_digits = _mm_setr_epi8(-1, -1, 0, -1, -1, 0, -1, -1, 0, -1, -1, -1, -1, -1, -1, 0);
-        let marks = _mm_setr_epi8(
-            0, 0, b':' as i8, 0, 0, b':' as i8, 0, 0, b'.' as i8, 0, 0, 0, 0, 0, 0, b' ' as i8,
-        );
-        let ok = _mm_or_si128(
-            _mm_and_si128(at_digits, digit),
-            _mm_andnot_si128(at_digits, _mm_cmpeq_epi8(v, marks)),
-        );
-        if _mm_movemask_epi8(ok) != 0xFFFF {
-            return None;
-        }
+        let d = digits_and_marks(
+            w,
+            _mm_setr_epi8(-1, -1, 0, -1, -1, 0, -1, -1, 0, -1, -1, -1, -1, -1, -1, 0),
+            _mm_setr_epi8(
+                0, 0, b':' as i8, 0, 0, b':' as i8, 0, 0, b'.' as i8, 0, 0, 0, 0, 0, 0, b' ' as i8,
+            ),
+        )?;
         // Bytes to 16-bit lanes; the marks' lanes get weight 0. First pairs:
         // [H0 H1 : M0 M1 : S0 S1] -> [h, 10*M0, M1, s]; [. f0 f1 f2 f3 f4 f5 _] -> [f0, f1f2, f3f4, f5].
         let zero = _mm_setzero_si128();
@@ -306,27 +324,18 @@ pub(crate) fn tod_usec(w: &[u8; 16]) -> Option<u64> {
 #[inline(always)]
 pub(crate) fn epoch_tail_usec(w: &[u8; 16]) -> Option<(u64, u64)> {
     use std::arch::x86_64::{
-        __m128i, _mm_and_si128, _mm_andnot_si128, _mm_cmpeq_epi8, _mm_cvtsi128_si64,
-        _mm_loadu_si128, _mm_madd_epi16, _mm_min_epu8, _mm_movemask_epi8, _mm_or_si128,
-        _mm_packs_epi32, _mm_set1_epi8, _mm_setr_epi16, _mm_setr_epi8, _mm_setzero_si128,
-        _mm_srli_si128, _mm_sub_epi8, _mm_unpackhi_epi8, _mm_unpacklo_epi8,
+        _mm_cvtsi128_si64, _mm_madd_epi16, _mm_packs_epi32, _mm_setr_epi16, _mm_setr_epi8,
+        _mm_setzero_si128, _mm_srli_si128, _mm_unpackhi_epi8, _mm_unpacklo_epi8,
     };
-    // SAFETY: SSE2 is in the x86_64 baseline; the load reads the sixteen bytes of `w`.
+    // SAFETY: SSE2 is in the x86_64 baseline.
     unsafe {
-        let v = _mm_loadu_si128(w.as_ptr() as *const __m128i);
-        let d = _mm_sub_epi8(v, _mm_set1_epi8(b'0' as i8));
-        let digit = _mm_cmpeq_epi8(_mm_min_epu8(d, _mm_set1_epi8(9)), d);
-        let at_digits = _mm_setr_epi8(-1, -1, -1, -1, -1, -1, -1, -1, 0, -1, -1, -1, -1, -1, -1, 0);
-        let marks = _mm_setr_epi8(
-            0, 0, 0, 0, 0, 0, 0, 0, b'.' as i8, 0, 0, 0, 0, 0, 0, b' ' as i8,
-        );
-        let ok = _mm_or_si128(
-            _mm_and_si128(at_digits, digit),
-            _mm_andnot_si128(at_digits, _mm_cmpeq_epi8(v, marks)),
-        );
-        if _mm_movemask_epi8(ok) != 0xFFFF {
-            return None;
-        }
+        let d = digits_and_marks(
+            w,
+            _mm_setr_epi8(-1, -1, -1, -1, -1, -1, -1, -1, 0, -1, -1, -1, -1, -1, -1, 0),
+            _mm_setr_epi8(
+                0, 0, 0, 0, 0, 0, 0, 0, b'.' as i8, 0, 0, 0, 0, 0, 0, b' ' as i8,
+            ),
+        )?;
         let zero = _mm_setzero_si128();
         // Pairs: [d0d1, d2d3, d4d5, d6d7] and [f0, f1f2, f3f4, f5], then
         // [d0d1d2d3, d4d5d6d7, f0f1f2, f3f4f5].
