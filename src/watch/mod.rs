@@ -802,6 +802,23 @@ fn shutdown(w: &mut Watcher) {
     }
 }
 
+/// Keeps `clock`'s wall time of the attach in step with the wall clock. The live clock is
+/// the monotonic one, which a wall-clock step does not move (NTP stepping it, a VM paused and
+/// resumed: a 30-minute soak here ran 10 s behind after one), so a watcher attached for days
+/// would stamp its `--events` lines, incident names and reports ever further from the wall
+/// clock. Moved only past 1 ms, so that the jitter of two clock reads never changes a stall's
+/// printed time between its `--events` line and its report. True when it moved.
+fn resync_wall(clock: &mut Clock, mono_now: Nanos, wall_now: Nanos) -> bool {
+    let wall_at_first = wall_now - (mono_now - clock.first);
+    match clock.wall_at_first {
+        Some(w) if (w - wall_at_first).abs() <= 1_000_000 => false,
+        _ => {
+            clock.wall_at_first = Some(wall_at_first);
+            true
+        }
+    }
+}
+
 /// Traces process `pid` until it is gone or a stop is asked for.
 fn watch_one(w: &mut Watcher, pid: Tid) -> Result<()> {
     // What redis's log is, found before the attach.
@@ -820,7 +837,7 @@ fn watch_one(w: &mut Watcher, pid: Tid) -> Result<()> {
     w.ring.clear();
     w.reported_upto = None;
     let st = tracer.stats();
-    let clock = Clock {
+    let mut clock = Clock {
         fmt: TimeFmt::Epoch,
         perf: false,
         frac_digits: 6,
@@ -922,6 +939,7 @@ fn watch_one(w: &mut Watcher, pid: Tid) -> Result<()> {
         let look = !got_event || since_clock >= live::CLOCK_EVERY;
         if look {
             since_clock = 0;
+            resync_wall(&mut clock, live::now_mono(), live::now_wall());
         }
         let lost = tracer.take_lost();
         if lost > 0 {
@@ -1072,6 +1090,42 @@ mod tests {
     use super::*;
     use crate::event::{Event, EventKind, Syscall};
     use std::sync::mpsc::Receiver;
+
+    /// A wall-clock step of 10 s (a VM resumed) moves the attach's wall time; the jitter of
+    /// reading two clocks (well under 1 ms) does not.
+    #[test]
+    fn the_wall_time_follows_a_step_of_the_wall_clock_not_the_jitter() {
+        let mut clock = Clock {
+            fmt: TimeFmt::Epoch,
+            perf: false,
+            frac_digits: 6,
+            first: 5_000_000_000,
+            date: None,
+            wall_at_first: Some(1_700_000_000_000_000_000),
+        };
+        let at = |c: &Clock| c.wall_at_first.unwrap();
+        // 60 s later on both clocks, 300 µs of read jitter: unchanged.
+        assert!(!resync_wall(
+            &mut clock,
+            65_000_000_000,
+            1_700_000_060_000_300_000
+        ));
+        assert_eq!(at(&clock), 1_700_000_000_000_000_000);
+        // The wall clock stepped 10 s ahead of the monotonic one.
+        assert!(resync_wall(
+            &mut clock,
+            125_000_000_000,
+            1_700_000_130_000_000_000
+        ));
+        assert_eq!(at(&clock), 1_700_000_010_000_000_000);
+        // And a step back (NTP) moves it back.
+        assert!(resync_wall(
+            &mut clock,
+            126_000_000_000,
+            1_700_000_120_000_000_000
+        ));
+        assert_eq!(at(&clock), 1_699_999_999_000_000_000);
+    }
 
     fn args(extra: &[&str]) -> WatchArgs {
         use clap::{Args, FromArgMatches};
