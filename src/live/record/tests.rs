@@ -25,6 +25,24 @@ fn ev(tid: Tid, at: Nanos, s: Syscall) -> Event {
     }
 }
 
+/// What a live report of `stallscope attach (BACKEND)` on pid 100 says of its source.
+fn live_info(backend: &str) -> crate::source::SourceInfo {
+    crate::source::SourceInfo {
+        kind: crate::report::SourceKind::Live,
+        files: vec![],
+        format: format!("stallscope attach ({backend})"),
+        pid: Some(100),
+        clock: crate::source::Clock {
+            fmt: crate::source::TimeFmt::Epoch,
+            perf: false,
+            frac_digits: 6,
+            first: FIRST,
+            date: None,
+            wall_at_first: Some(WALL),
+        },
+    }
+}
+
 fn read_back(text: &str) -> Vec<Event> {
     let mut p = StraceParser::new(0);
     let mut out = vec![];
@@ -172,7 +190,7 @@ fn quoting_matches_strace() {
 #[test]
 fn a_recording_analyzes_to_the_live_report() {
     use crate::analyze::{parse_thread_names, Analyzer, Options};
-    use crate::source::{Clock, Counters, InputFormat, Inputs, SourceInfo, TimeFmt};
+    use crate::source::{Counters, InputFormat, Inputs};
     let threshold_ns = 200_000;
     let attach = Event {
         tid: 100,
@@ -253,21 +271,7 @@ fn a_recording_analyzes_to_the_live_report() {
     r.finish().unwrap();
     let side = format!("{}.threads", path.display());
     Recorder::<std::fs::File>::write_threads(&side, &names).unwrap();
-    let clock = Clock {
-        fmt: TimeFmt::Epoch,
-        perf: false,
-        frac_digits: 6,
-        first: FIRST,
-        date: None,
-        wall_at_first: Some(WALL),
-    };
-    let info = SourceInfo {
-        kind: crate::report::SourceKind::Live,
-        files: vec![],
-        format: "stallscope attach (ptrace)".into(),
-        pid: Some(100),
-        clock,
-    };
+    let info = live_info("ptrace");
     let live = an.finish(info, Counters::default());
 
     // Replay, as `stallscope analyze rec.strace` reads it.
@@ -448,7 +452,7 @@ fn live_and_replayed(
     fds: &[(i32, &str)],
 ) -> (crate::report::Report, crate::report::Report, String) {
     use crate::analyze::{Analyzer, Options};
-    use crate::source::{Clock, Counters, InputFormat, Inputs, SourceInfo, TimeFmt};
+    use crate::source::{Counters, InputFormat, Inputs};
     let opts = || Options {
         threshold_ns: 200_000,
         top: 20,
@@ -477,20 +481,7 @@ fn live_and_replayed(
         r.write_event(e).unwrap();
     }
     r.finish().unwrap();
-    let info = SourceInfo {
-        kind: crate::report::SourceKind::Live,
-        files: vec![],
-        format: "stallscope attach (perf)".into(),
-        pid: Some(100),
-        clock: Clock {
-            fmt: TimeFmt::Epoch,
-            perf: false,
-            frac_digits: 6,
-            first: FIRST,
-            date: None,
-            wall_at_first: Some(WALL),
-        },
-    };
+    let info = live_info("perf");
     let live = an.finish(info, Counters::default());
     let mut inp = Inputs::open(
         &[path.to_string_lossy().into_owned()],
@@ -611,7 +602,7 @@ fn the_arrival_of_a_reads_data_reads_back_at_its_line() {
 fn a_gap_through_a_quiet_call_reads_back_with_its_split() {
     use crate::analyze::{Analyzer, Options};
     use crate::event::{SchedDelta, SchedSpan};
-    use crate::source::{Clock, Counters, SourceInfo, TimeFmt};
+    use crate::source::Counters;
     let split = |on: u64, run: u64| SchedDelta {
         on_cpu_ns: on,
         runnable_ns: run,
@@ -649,20 +640,7 @@ fn a_gap_through_a_quiet_call_reads_back_with_its_split() {
         stamped_at_stops: true,
         ..Default::default()
     };
-    let info = || SourceInfo {
-        kind: crate::report::SourceKind::Live,
-        files: vec![],
-        format: "stallscope attach (bpf)".into(),
-        pid: Some(100),
-        clock: Clock {
-            fmt: TimeFmt::Epoch,
-            perf: false,
-            frac_digits: 6,
-            first: FIRST,
-            date: None,
-            wall_at_first: Some(WALL),
-        },
-    };
+    let info = || live_info("bpf");
     let mut live = Analyzer::new(opts());
     for e in &events {
         live.push(e);
