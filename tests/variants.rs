@@ -160,3 +160,37 @@ fn perf_lost_events_make_no_stall_and_are_counted() {
     let text = String::from_utf8_lossy(&table.stdout);
     assert!(text.contains("814 events were lost"), "{text}");
 }
+
+/// `strace -t`: whole-second timestamps. The DEBUG SLEEP is still found (its -T), but a
+/// command's read and reply carry only their seconds: no command time and no client wait is
+/// given (the capture's SETs around the BGSAVE read as 1.02 s, answered in microseconds).
+#[test]
+fn whole_second_timestamps_measure_calls_only() {
+    let r = report("whole-seconds-t.strace");
+    assert_eq!(r["summary"]["skipped_lines"], 0, "{}", r["skipped"]);
+    let s = sleep_stall(&r);
+    assert_eq!(
+        (s["tid"].as_u64(), s["thread"].as_str(), s["line"].as_u64()),
+        (Some(2014), Some("main"), Some(242))
+    );
+    assert_eq!(s["duration_us"], 311_768);
+    assert!(s["worst_wait_us"].is_null(), "{s}");
+    assert_eq!(r["commands"].as_array().map(Vec::len), Some(0));
+    assert!(r["incidents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|i| i["worst_wait_us"].is_null()));
+    let ids: Vec<&str> = r["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|f| f["id"].as_str())
+        .collect();
+    assert!(ids.contains(&"gaps-unmeasurable"), "{ids:?}");
+    assert!(!r["stalls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|s| s["kind"] == "gap"));
+}
