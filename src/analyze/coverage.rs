@@ -48,8 +48,9 @@ pub(crate) enum GapVerdict {
     ServingFiltered { ready: u64 },
     /// No call shorter than this: `perf trace --duration`.
     DurationFiltered { min: Nanos },
-    /// Every call failed: `strace -Z` (`--failed-only`) printed only those.
-    FailedOnly { syscalls: u64 },
+    /// Every call failed: `strace -Z` (`--failed-only`), or `perf trace --failure` (`perf`),
+    /// printed only those.
+    FailedOnly { syscalls: u64, perf: bool },
     /// Timestamps coarser than the threshold (`-t`).
     CoarseClock { resolution: Nanos },
     /// `-r` times are per printed line, not per thread.
@@ -76,9 +77,15 @@ impl GapVerdict {
                  (perf trace --duration), so calls are missing between the ones shown",
                 human(min / 1000)
             ),
-            GapVerdict::FailedOnly { syscalls } => format!(
-                "all {syscalls} calls in the trace failed: strace was run with -Z \
-                 (--failed-only), so the calls that succeeded between them are missing"
+            GapVerdict::FailedOnly { syscalls, perf } => format!(
+                "all {syscalls} calls in the trace failed: {} was run with {}, so the calls \
+                 that succeeded between them are missing",
+                if *perf { "perf trace" } else { "strace" },
+                if *perf {
+                    "--failure"
+                } else {
+                    "-Z (--failed-only)"
+                }
             ),
             GapVerdict::CoarseClock { resolution } => format!(
                 "timestamps have a resolution of {}, so neither gaps nor commands' times from \
@@ -215,6 +222,7 @@ impl Coverage {
         if self.syscalls >= FAILED_ONLY_MIN && failed == self.syscalls {
             return Some(GapVerdict::FailedOnly {
                 syscalls: self.syscalls,
+                perf: clock.perf,
             });
         }
         // Gaps are time between waits for work: with no such wait at all the trace was
@@ -352,8 +360,24 @@ mod tests {
         assert_eq!(c.gap_verdict(&rel, 10_000_000, false, 1, 0), None);
         // strace -Z: every call printed failed.
         let v = c.gap_verdict(&epoch, 10_000_000, false, 1, 1000);
-        assert_eq!(v, Some(GapVerdict::FailedOnly { syscalls: 1000 }));
-        assert!(v.unwrap().is_filtered());
+        assert_eq!(
+            v,
+            Some(GapVerdict::FailedOnly {
+                syscalls: 1000,
+                perf: false
+            })
+        );
+        assert!(v.as_ref().unwrap().is_filtered());
+        assert!(v.unwrap().why().contains("strace was run with -Z"));
+        // perf trace --failure: the same, in perf's words.
+        let mut perf = epoch.clone();
+        perf.perf = true;
+        let v = c.gap_verdict(&perf, 10_000_000, false, 1, 1000).unwrap();
+        assert_eq!(
+            v.why(),
+            "all 1000 calls in the trace failed: perf trace was run with --failure, so the \
+             calls that succeeded between them are missing"
+        );
         assert_eq!(c.gap_verdict(&epoch, 10_000_000, false, 1, 999), None);
     }
 
