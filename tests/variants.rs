@@ -194,3 +194,18 @@ fn whole_second_timestamps_measure_calls_only() {
         .iter()
         .any(|s| s["kind"] == "gap"));
 }
+
+/// `perf trace -F all --syscalls`: the page-fault lines among the calls are perf's own
+/// events, read as such (not 101 lines that "could not be read"), and the calls around them
+/// are timed as usual.
+#[test]
+fn perf_page_fault_lines_are_not_skipped() {
+    let r = report("perf-faults-F.perf.txt");
+    assert_eq!(r["summary"]["skipped_lines"], 0, "{}", r["skipped"]);
+    let s = sleep_stall(&r);
+    assert_eq!(
+        (s["tid"].as_u64(), s["thread"].as_str(), s["line"].as_u64()),
+        (Some(2014), Some("main"), Some(284))
+    );
+    assert_eq!(s["duration_us"], 303_601);
+}

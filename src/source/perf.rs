@@ -37,6 +37,8 @@ pub struct PerfParser {
     /// After a loss: the `lost_marks` at each thread's last line. A thread's first call
     /// after a loss may have lost its entry, and perf then times it from an older one.
     seen_since_lost: super::TidMap<u32>,
+    /// `minfault [...] => ...` / `majfault` lines (`perf trace -F`) read so far.
+    pub faults: u64,
 }
 
 /// Longer than any call a trace can show (about 104 days).
@@ -218,6 +220,12 @@ impl PerfParser {
             .take_while(|b| is_name_byte(**b) || **b == b':')
             .count();
         if n == 0 || body.get(n) != Some(&b'(') {
+            if is_fault(body) {
+                // `perf trace -F`: a page fault of the thread, not a call (and no line to
+                // warn about). Its time is often printed wrapped around.
+                self.faults += 1;
+                return Ok(());
+            }
             return Err(SkipReason::NoSyscall);
         }
         let name_b = &body[..n];
@@ -384,6 +392,11 @@ fn lost_count(t: &[u8]) -> Option<u64> {
     std::str::from_utf8(&n[..digits]).ok()?.parse().ok()
 }
 
+/// `minfault [sym+0x69] => 0x7faf687cd158 (?.)`: a page fault that `perf trace -F` printed.
+fn is_fault(body: &[u8]) -> bool {
+    body.starts_with(b"minfault [") || body.starts_with(b"majfault [")
+}
+
 /// True when a line has the perf trace shape (used by format detection).
 pub fn looks_like_perf(line: &[u8]) -> bool {
     match prefix(line) {
@@ -392,7 +405,9 @@ pub fn looks_like_perf(line: &[u8]) -> bool {
                 .iter()
                 .take_while(|b| is_name_byte(**b) || **b == b':')
                 .count();
-            n > 0 && body.get(n) == Some(&b'(') || memmem::find(body, b"[continued]").is_some()
+            n > 0 && body.get(n) == Some(&b'(')
+                || memmem::find(body, b"[continued]").is_some()
+                || is_fault(body)
         }
         None => false,
     }
@@ -533,6 +548,28 @@ mod tests {
         assert_eq!(f.syscall().unwrap().fd, Some(7));
         assert_eq!(f.syscall().unwrap().dur, Some(50_000_000));
         assert_eq!(f.ts, 10_000_000);
+    }
+
+    /// `perf trace -F all --syscalls`: page-fault lines among the calls (their time printed
+    /// wrapped around) are read, not skipped as lines that could not be read, and a trace
+    /// that begins with them is still a perf trace.
+    #[test]
+    fn page_fault_lines_are_read_and_counted() {
+        let fault = "18446663986604.598 ( 0.000 ms): redis-server/2014 minfault [hdr_record_values+0x69] => 0x7faf687cd5d8 (?.)";
+        assert!(looks_like_perf(fault.as_bytes()));
+        let mut p = PerfParser::default();
+        let mut out = vec![];
+        for l in [
+            fault,
+            "   642.506 ( 0.004 ms): redis-server/2014 read(fd: 9, buf: 0x1, count: 5) = 5",
+            "   642.600 ( 0.000 ms): redis-server/2014 majfault [call+0x272] => 0x55b251f80e98 (?.)",
+        ] {
+            assert_eq!(p.feed(l.as_bytes(), &mut out), LineOutcome::Used, "{l}");
+        }
+        p.finish(&mut out);
+        assert_eq!(p.faults, 2);
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].ts, 642_506_000);
     }
 
     #[test]
