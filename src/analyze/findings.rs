@@ -396,7 +396,7 @@ fn cause_of_call(
             "write() to the AOF waited behind the background thread's fdatasync of it".into(),
         ),
         (Role::Main | Role::IoThread, c2, _) if c2.is_aof() => {
-            (Some(FindingId::AofWriteAlone), "write() to the AOF blocked with no fsync or child to blame: the disk is saturated".into())
+            (Some(FindingId::AofWriteAlone), "write() to the AOF blocked with no fsync or child to blame: the kernel held it (dirty-page throttling or writeback on a busy disk, a FUSE or network filesystem's round trip), or redis was descheduled".into())
         }
         (r, FileClass::Log, _) if r != Role::Child => (
             Some(FindingId::LogFileBlocking),
@@ -796,8 +796,10 @@ static RULES: &[Rule] = &[
     on_its_stalls(
         FindingId::AofWriteAlone,
         "write() to the AOF blocked with no fsync or child running",
-        "Something else saturates the disk (or its page-cache writeback): find the other writer (iostat -x, \
-         pidstat -d), move the AOF to its own disk, or lower vm.dirty_bytes so writeback starts earlier.",
+        "A write() only copies to the page cache unless the kernel holds it: look for another writer on that \
+         disk (iostat -x, pidstat -d) and for CPU starvation (load, steal); check the AOF's filesystem \
+         (findmnt -T DIR: a FUSE or network mount answers each write in user space or over the wire); move \
+         the AOF to its own local disk, or lower vm.dirty_bytes so writeback starts earlier.",
     ),
     Rule {
         id: FindingId::LogFileBlocking,
