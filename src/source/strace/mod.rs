@@ -314,6 +314,9 @@ impl StraceParser {
             Err(r) => return LineOutcome::Skipped(r),
         };
         let ts = if matches!(body, Body::Noise) {
+            if !self.shape.stack && shape::is_stack_frame(raw) {
+                self.shape.stack = true;
+            }
             None
         } else {
             self.clock.map(&pfx)

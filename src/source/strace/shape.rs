@@ -18,6 +18,9 @@ pub struct Shape {
     pub yy: bool,
     /// Thread names beside the pid (`-Y`).
     pub comm: bool,
+    /// Stack frames under the calls (`-k`): strace unwinds the stack at every call it
+    /// prints, which makes each call far slower than without.
+    pub stack: bool,
 }
 
 impl Shape {
@@ -50,8 +53,17 @@ impl Shape {
         if self.comm {
             s.push_str(" -Y");
         }
+        if self.stack {
+            s.push_str(" -k");
+        }
         s
     }
+}
+
+/// A `-k` frame line: ` > /usr/lib/x86_64-linux-gnu/libc.so.6(epoll_wait+0x56) [0x108f36]`.
+pub(super) fn is_stack_frame(raw: &[u8]) -> bool {
+    let t = super::super::scan::skip_ws(raw);
+    t.starts_with(b"> ") && super::super::scan::trim_end(t).ends_with(b"]")
 }
 
 #[cfg(test)]
@@ -65,5 +77,24 @@ mod tests {
         p.feed(b"11461 22:41:05.800513 read(8<TCP:[127.0.0.1:6394->127.0.0.1:50418]>, \"\", 1) = 0 <0.000028>", &mut out);
         assert!(p.shape.pid_column && p.shape.dur && p.shape.annotation && p.shape.yy);
         assert_eq!(p.clock.fmt, TimeFmt::TimeOfDayFrac);
+    }
+
+    /// `-k`: the frames under each call say how strace was run (and why every call of the
+    /// trace is slow: strace unwound the stack at each).
+    #[test]
+    fn stack_frames_are_minus_k() {
+        let mut p = StraceParser::default();
+        let mut out = vec![];
+        p.feed(
+            b"2014  05:22:55.362688 getpid() = 2014 <0.000010>",
+            &mut out,
+        );
+        assert!(!p.shape.stack);
+        p.feed(
+            b" > /usr/lib/x86_64-linux-gnu/libc.so.6(epoll_wait+0x56) [0x108f36]",
+            &mut out,
+        );
+        assert!(p.shape.stack);
+        assert!(p.shape.describe(&p.clock, 1).ends_with(" -T -k"));
     }
 }
