@@ -59,6 +59,25 @@ pub(crate) enum GapVerdict {
     NoTimestamps { measured: bool },
 }
 
+/// With a clock coarser than the threshold (`coarse`: strace -t's whole seconds) each call
+/// is timed only by its -T: what spans two calls, a command's read to its reply or a client's
+/// wait through a stall, is unknown to a tick either way (a SET read at :46 and answered in
+/// the same millisecond at :47 would read as 1 s). Drops the command times, or (`waits`,
+/// once the stalls are in) the clients' worst waits.
+pub(crate) fn untime_across_calls(r: &mut crate::report::Report, coarse: bool, waits: bool) {
+    if !coarse {
+        return;
+    }
+    if waits {
+        r.stalls.iter_mut().for_each(|s| s.worst_wait_us = None);
+        r.incidents.iter_mut().for_each(|i| i.worst_wait_us = None);
+    } else {
+        r.commands.clear();
+        r.phase_stats
+            .retain(|p| !matches!(p.what, crate::report::PhaseStatsOf::Command(_)));
+    }
+}
+
 /// How to rerun strace so that a trace measures its calls and the time between them.
 pub(crate) const RERUN: &str = "rerun strace with -ttt -T (strace -f -ttt -T -p PID -o FILE)";
 
