@@ -291,12 +291,17 @@ pub struct FdTable {
     /// Live bindings found recently, direct-mapped by fd: redis's main thread touches a
     /// handful of fds per request, and two hash lookups per event showed in profiles. An
     /// entry holds only while `generation` is unchanged (every change to a binding bumps it).
-    recent: [std::cell::Cell<Recent>; 16],
+    /// `RECENT` entries (8 KB): with 16, the ~50 client fds a benchmark's connections hold
+    /// shared slots, and each request missed (`lookup_slow` was 3-6 % of the live tracer).
+    recent: [std::cell::Cell<Recent>; RECENT],
     generation: u32,
     /// Classes learned from what was done with a path, which win over its name the next
     /// time it is opened (redis reopens its log file for every line).
     learned: HashMap<Arc<str>, FileClass>,
 }
+
+/// Entries of the recent-fd cache: every fd below this has its own.
+const RECENT: usize = 256;
 
 #[derive(Clone, Copy, Default)]
 struct Recent {
@@ -340,7 +345,7 @@ impl FdTable {
             bindings: vec![],
             index: HashMap::default(),
             conf,
-            recent: Default::default(),
+            recent: std::array::from_fn(|_| Default::default()),
             // Above the entries' default, so that an empty entry never matches.
             generation: 1,
             learned: HashMap::default(),
@@ -474,7 +479,7 @@ impl FdTable {
     /// What `fd` of `proc` was at time `ts` (the live binding, or a closed one that covered ts).
     #[inline]
     pub fn lookup(&self, proc: ProcKey, fd: i32, ts: Nanos) -> Option<Resolved> {
-        let r = self.recent[fd as usize & 15].get();
+        let r = self.recent[fd as usize % RECENT].get();
         if r.key == recent_key(self.generation, fd) && r.proc == proc.word() && r.opened <= ts {
             return Some(Resolved {
                 file: r.file,
@@ -489,7 +494,7 @@ impl FdTable {
     /// event stays inline in `apply` (the call's entry and exit cost as much as the hit).
     #[inline(never)]
     fn lookup_slow(&self, proc: ProcKey, fd: i32, ts: Nanos) -> Option<Resolved> {
-        let slot = &self.recent[fd as usize & 15];
+        let slot = &self.recent[fd as usize % RECENT];
         let p = self.procs.get(&proc)?;
         if let Some(b) = p.live.get(&fd) {
             if b.opened <= ts {
@@ -911,6 +916,23 @@ mod tests {
         t.reclassify(P1, 9, FileClass::Client);
         assert_ne!(before, FileClass::Client);
         assert_eq!(t.lookup(P1, 9, 560).unwrap().class, FileClass::Client);
+    }
+
+    /// A benchmark's ~50 client connections each keep their own cache entry: after one
+    /// round of lookups every one of them is a hit, not a trip to `lookup_slow`.
+    #[test]
+    fn fifty_client_fds_stay_in_the_recent_cache() {
+        let mut t = FdTable::new(None);
+        for fd in 8..58 {
+            t.apply(P1, 100, &call("accept4", None, fd, None));
+        }
+        for fd in 8..58 {
+            assert_eq!(t.lookup(P1, fd, 200).unwrap().class, FileClass::Client);
+        }
+        for fd in 8..58 {
+            let r = t.recent[fd as usize % RECENT].get();
+            assert_eq!(r.key, recent_key(t.generation, fd), "fd {fd}");
+        }
     }
 
     #[test]

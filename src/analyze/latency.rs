@@ -23,9 +23,10 @@ pub(crate) struct Latency {
     /// The files in the order of their first timed call: the report's rows of equal time
     /// and fd come in the order a map filled in that order gives them.
     file_order: Vec<FileId>,
-    /// Per file, by its dense id: its aggregate (count 0: no timed call on it) and the
-    /// histogram records of timed calls on it (their syscall's, their file's and the
-    /// file-time unit's distributions at once), merged into those at `fold`.
+    /// Per file, by its dense id: its aggregate (filled at `fold`) and the cells of timed
+    /// calls on it (count, total, max and histogram for their syscall's and their file's
+    /// distributions at once, the histogram for the file-time unit's), added into those
+    /// at `fold`.
     cells: Cells,
 }
 
@@ -36,10 +37,12 @@ impl Latency {
         let sc = cx.sc;
         let file = cx.file.filter(|_| cx.timed);
         let (agg, slot) = self.agg(sc.name, sc.sys);
+        // A timed call on a file is counted in its cell only (its syscall's and its
+        // file's count, total and max are the cells' sums at the fold); without a slot
+        // the syscall's aggregate counts it itself.
         if cx.timed {
-            match (file, slot) {
-                (Some(_), Some(_)) => agg.add_unrecorded(cx.dur),
-                _ => agg.add(cx.dur),
+            if file.is_none() || slot.is_none() {
+                agg.add(cx.dur);
             }
         } else {
             agg.count += 1;
@@ -49,10 +52,9 @@ impl Latency {
         }
         if let Some(f) = file {
             let fc = self.cells.file(f);
-            if fc.agg.count == 0 {
+            if fc.is_empty() {
                 self.file_order.push(f);
             }
-            fc.agg.add_unrecorded(cx.dur);
             let slot = slot.map_or(NO_SLOT, |i| i as u32);
             fc.record(slot, tag, cx.dur);
         }
@@ -87,21 +89,21 @@ impl Latency {
         (a, None)
     }
 
-    /// Merges every cell's histogram into the distributions it counts toward: its
-    /// syscall's, its file's, and the file-time unit's the tag names. Once, before the
-    /// report reads any percentile.
+    /// Adds every cell into the distributions it counts toward: its count, total, max and
+    /// histogram to its syscall's and its file's, its histogram to the file-time unit's the
+    /// tag names. Once, before the report reads any count of a timed call on a file.
     pub(crate) fn fold(&mut self, file_time: &mut FileTime) {
         let by_sys = &mut self.by_sys;
         for (f, fc) in self.cells.files_mut() {
             let (cells, agg) = fc.cells();
-            for (slot, tag, h) in cells {
+            for (slot, tag, c) in cells {
                 if slot != NO_SLOT {
                     let s = by_sys[slot as usize].as_mut().expect("a used slot");
-                    s.1.merge_hist(h);
+                    s.1.add_cell(c);
                 }
-                agg.merge_hist(h);
+                agg.add_cell(c);
                 if tag != 0 {
-                    file_time.merge_cell(f, tag, h);
+                    file_time.merge_cell(f, tag, c.hist());
                 }
             }
         }

@@ -178,17 +178,46 @@ pub(crate) struct Cells {
     by_file: Vec<FileCells>,
 }
 
-/// A file's aggregate (count, total, max; its histogram merged in at the end) and its
-/// cells: one record per file, so a timed call on a file finds both with one index.
+/// A file's aggregate (filled at the fold from its cells) and its cells: one record per
+/// file, so a timed call on a file finds its cell with one index.
 #[derive(Default)]
 pub(crate) struct FileCells {
     pub(crate) agg: Agg,
     keys: Vec<u64>,
-    hists: Vec<Hist>,
+    cells: Vec<Cell>,
+}
+
+/// One (syscall slot, tag) of a file: the count, total and max of its calls as well as
+/// their histogram, so a timed call on a file updates one record, and its syscall's and
+/// its file's count/total/max are the sums of the cells at the fold (integer sums and a
+/// max: the same in any order).
+#[derive(Clone)]
+pub(crate) struct Cell {
+    pub(crate) count: u64,
+    pub(crate) total_ns: i64,
+    pub(crate) max_ns: i64,
+    h: Hist,
+}
+
+impl Cell {
+    /// Its histogram (settled by `FileCells::cells`).
+    pub(crate) fn hist(&self) -> &Histogram<u64> {
+        &self.h.h
+    }
+}
+
+impl Agg {
+    /// Adds a cell's count, total, max and histogram (its samples counted nowhere else).
+    pub(crate) fn add_cell(&mut self, c: &Cell) {
+        self.count += c.count;
+        self.total_ns += c.total_ns;
+        self.max_ns = self.max_ns.max(c.max_ns);
+        self.merge_hist(&c.h.h);
+    }
 }
 
 /// No syscall-table slot: the cell counts toward its file and tag only (the syscall's
-/// aggregate recorded the sample itself).
+/// aggregate counted and recorded the sample itself).
 pub(crate) const NO_SLOT: u32 = u32::MAX;
 
 impl Cells {
@@ -226,6 +255,12 @@ impl Cells {
 }
 
 impl FileCells {
+    /// No timed call on this file yet (its first one puts it in the report's order).
+    #[inline]
+    pub(crate) fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+
     #[inline]
     pub(crate) fn record(&mut self, slot: u32, tag: u32, ns: i64) {
         let key = (u64::from(slot) << 32) | u64::from(tag);
@@ -233,29 +268,36 @@ impl FileCells {
             Some(i) => i,
             None => {
                 self.keys.push(key);
-                self.hists.push(Hist::new());
+                self.cells.push(Cell {
+                    count: 0,
+                    total_ns: 0,
+                    max_ns: 0,
+                    h: Hist::new(),
+                });
                 self.keys.len() - 1
             }
         };
-        // As `Agg::add` records it.
-        if let Some(h) = self.hists.get_mut(i) {
-            h.record((ns.max(0) / 1000) as u64);
+        // As `Agg::add` counts and records it.
+        if let Some(c) = self.cells.get_mut(i) {
+            let ns = ns.max(0);
+            c.count += 1;
+            c.total_ns += ns;
+            c.max_ns = c.max_ns.max(ns);
+            c.h.record((ns / 1000) as u64);
         }
     }
 
-    /// Every cell: (syscall slot, tag, histogram with all its samples), and the file's
-    /// aggregate.
-    pub(crate) fn cells(
-        &mut self,
-    ) -> (impl Iterator<Item = (u32, u32, &Histogram<u64>)>, &mut Agg) {
-        for h in &mut self.hists {
-            h.settle();
+    /// Every cell: (syscall slot, tag, the cell with all its samples recorded), and the
+    /// file's aggregate.
+    pub(crate) fn cells(&mut self) -> (impl Iterator<Item = (u32, u32, &Cell)>, &mut Agg) {
+        for c in &mut self.cells {
+            c.h.settle();
         }
         let it = self
             .keys
             .iter()
-            .zip(&self.hists)
-            .map(|(k, h)| ((k >> 32) as u32, *k as u32, &h.h));
+            .zip(&self.cells)
+            .map(|(k, c)| ((k >> 32) as u32, *k as u32, c));
         (it, &mut self.agg)
     }
 }

@@ -365,8 +365,8 @@ impl World {
         self.fds.files().iter().any(|f| f.class == FileClass::Aof)
     }
 
-    pub(crate) fn conf(&self) -> Option<&RedisConf> {
-        self.fds.conf.as_ref()
+    pub(crate) fn conf(&self) -> &Option<RedisConf> {
+        &self.fds.conf
     }
 
     /// Every thread by tid, with its final role and why.
