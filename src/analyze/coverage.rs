@@ -11,7 +11,9 @@ use crate::units::human;
 
 #[derive(Default)]
 pub(crate) struct Coverage {
-    events: u64,
+    /// Events that are no call (a call is counted once, in `syscalls`; the report's
+    /// events are both).
+    other_events: u64,
     syscalls: u64,
     /// The earliest call's start; meaningful once `syscalls > 0` (`first`): a plain
     /// minimum per call, no `Option` rebuilt on each.
@@ -129,7 +131,7 @@ impl Coverage {
     /// trustworthy time, so only calls move the trace's first and last time.
     #[inline]
     pub(crate) fn on_event(&mut self) {
-        self.events += 1;
+        self.other_events += 1;
     }
 
     /// A call (an event too: the kind is matched once, in `Analyzer::push`).
@@ -137,7 +139,6 @@ impl Coverage {
     pub(crate) fn on_call(&mut self, cx: &ResolvedCall<'_>) {
         let sc = cx.sc;
         let ts = cx.ts();
-        self.events += 1;
         self.first_ts = self.first_ts.min(ts);
         // As `Event::end`: saturating.
         self.last_ts = self.last_ts.max(ts.saturating_add(cx.dur));
@@ -267,7 +268,7 @@ impl Coverage {
         let first = self.first().unwrap_or(0);
         report::Summary {
             lines: counters.lines,
-            events: self.events,
+            events: self.other_events + self.syscalls,
             syscalls: self.syscalls,
             start: self.first().map(|_| clock.format(first)),
             start_iso: clock.iso(first),
