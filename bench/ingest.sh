@@ -18,10 +18,27 @@ ttt="$dir/stallscope-ingest-$lines-ttt.txt"
 ttf="$dir/stallscope-ingest-$lines-tt-f.txt"
 gz="$ttt.gz"
 big2="$dir/stallscope-ingest-$((lines * 2))-ttt.txt"
-[ -s "$ttt" ] || python3 bench/gen_trace.py "$lines" ttt > "$ttt"
-[ -s "$ttf" ] || python3 bench/gen_trace.py "$lines" tt-f > "$ttf"
-[ -s "$gz" ] || gzip -c < "$ttt" > "$gz"
-[ -s "$big2" ] || python3 bench/gen_trace.py "$((lines * 2))" ttt > "$big2"
+# Runs sharing $TMPDIR share the traces: each is written under a name of its own and renamed
+# into place whole (a run never reads another's half-written file, nor one left by a run that
+# was interrupted), one run at a time under a lock (the next one waits, then finds them made).
+# Everything else a run writes is its own.
+gen_once() { # make FILE COMMAND...: FILE from COMMAND's stdout, unless it is there already
+  local f=$1
+  shift
+  [ -s "$f" ] && return
+  local part
+  part=$(mktemp "$f.part.XXXXXX")
+  "$@" > "$part" && mv -f "$part" "$f" || { rm -f "$part"; return 1; }
+}
+exec 9> "$dir/stallscope-ingest.lock"
+flock 9
+gen_once "$ttt" python3 bench/gen_trace.py "$lines" ttt
+gen_once "$ttf" python3 bench/gen_trace.py "$lines" tt-f
+gen_once "$gz" gzip -c "$ttt"
+gen_once "$big2" python3 bench/gen_trace.py "$((lines * 2))" ttt
+flock -u 9
+results=$(mktemp "$dir/stallscope-ingest.XXXXXX.json")
+trap 'rm -f "$results"' EXIT
 if [ -z "${BIN:-}" ]; then
   cargo build --release -q
   BIN=target/release/stallscope
@@ -31,7 +48,7 @@ for f in "$ttt" "$ttf" "$gz"; do
   echo "input: $f ($(du -h "$f" | cut -f1))"
 done
 # -i: stallscope exits 1 when it finds stalls, which these files have.
-hyperfine -i -w1 -r"$runs" --export-json "$dir/stallscope-ingest.json" \
+hyperfine -i -w1 -r"$runs" --export-json "$results" \
   -n "wc ttt" "wc -l < $ttt" \
   -n "perl ttt" "perl bench/gapfind.pl 0.2 < $ttt" \
   -n "stallscope ttt" "$bin analyze $ttt --format json" \
@@ -41,7 +58,7 @@ hyperfine -i -w1 -r"$runs" --export-json "$dir/stallscope-ingest.json" \
   -n "wc gz" "gzip -dc < $gz | wc -l" \
   -n "perl gz" "gzip -dc < $gz | perl bench/gapfind.pl 0.2" \
   -n "stallscope gz" "$bin analyze $gz --format json" 2>&1 | grep -v '^ *$' || true
-python3 - "$dir/stallscope-ingest.json" <<'PY'
+python3 - "$results" <<'PY'
 import json, statistics, sys
 res = {x["command"]: x for x in json.load(open(sys.argv[1]))["results"]}
 r = {k: v["times"] for k, v in res.items()}

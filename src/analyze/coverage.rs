@@ -83,7 +83,9 @@ impl GapVerdict {
                  (--failed-only), so the calls that succeeded between them are missing"
             ),
             GapVerdict::CoarseClock { resolution } => format!(
-                "timestamps have a resolution of {}{}",
+                "timestamps have a resolution of {}, so neither gaps nor commands' times from \
+                 read to reply (nor clients' waits) can be measured, only each call's own -T \
+                 time{}",
                 human(resolution / 1000),
                 // Only strace -t prints whole seconds.
                 if *resolution >= 1_000_000_000 {

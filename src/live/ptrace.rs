@@ -354,7 +354,46 @@ struct Thread {
     awaiting_first_stop: bool,
     /// The call it was in at attach was interrupted and will be restarted: the next entry
     /// is that same call, begun before the attach.
-    restart_from: Option<(Nanos, i64)>,
+    restart_from: Option<Interrupted>,
+}
+
+/// A call running at the attach that the seize's stop interrupted (`-ERESTART*`).
+#[derive(Clone, Copy)]
+struct Interrupted {
+    /// Begun before the attach: timed from it, in flight at the start.
+    entry: Entry,
+    errno: i64,
+}
+
+impl Thread {
+    /// At a syscall-entry stop: the call that begins, given what the attach interrupted.
+    /// Only the kernel's restart of that call (the same number, or `restart_syscall`)
+    /// continues it. Any other entry is a new call of its own, begun now: the interrupted
+    /// call came back to user space (EINTR), and is returned to be reported as ended.
+    fn enter(&mut self, nr: i64, args: [u64; 6], now: Nanos) -> (Entry, Option<Interrupted>) {
+        let fresh = Entry {
+            ts: now,
+            nr,
+            args,
+            in_flight: None,
+        };
+        match self.restart_from.take() {
+            Some(r)
+                if nr == r.entry.nr
+                    || crate::syscalls::info(syscall_name(nr)).args
+                        == crate::syscalls::ArgKind::Restart =>
+            {
+                (
+                    Entry {
+                        args: if nr == r.entry.nr { args } else { r.entry.args },
+                        ..r.entry
+                    },
+                    None,
+                )
+            }
+            other => (fresh, other),
+        }
+    }
 }
 
 struct Inner {
@@ -587,6 +626,16 @@ impl Inner {
             return;
         }
         // Signal-delivery stop: record it and deliver it (or pass it on with the detach).
+        if let Some(r) = self
+            .threads
+            .get_mut(&tid)
+            .and_then(|t| t.restart_from.take())
+        {
+            // A signal came before the restart of the call the attach interrupted: that call
+            // ends here (strace's `= ? ERESTARTSYS`), and whatever the handler or the restart
+            // does next is a call of its own, begun after this signal.
+            self.end_interrupted(tid, r, now, event::DurSource::Measured);
+        }
         let si_pid = if sig == libc::SIGCHLD {
             siginfo_pid(tid)
         } else {
@@ -718,8 +767,17 @@ impl Inner {
         if rax < 0 && is_restart_errno(-rax) {
             // Interrupted by our stop; the kernel restarts it on resume, and the restarted
             // call's entry stop comes next.
+            let args = [regs.rdi, regs.rsi, regs.rdx, regs.r10, regs.r8, regs.r9];
             if let Some(t) = self.threads.get_mut(&tid) {
-                t.restart_from = Some((attach_ts, nr));
+                t.restart_from = Some(Interrupted {
+                    entry: Entry {
+                        ts: attach_ts,
+                        nr,
+                        args,
+                        in_flight: Some(InFlight::AtStart),
+                    },
+                    errno: -rax,
+                });
             }
             return;
         }
@@ -753,26 +811,17 @@ impl Inner {
         match info.op {
             libc::PTRACE_SYSCALL_INFO_ENTRY => {
                 let (nr, args) = unsafe { (info.u.entry.nr as i64, info.u.entry.args) };
-                let (ts, nr, in_flight) = match self
-                    .threads
-                    .get_mut(&tid)
-                    .and_then(|t| t.restart_from.take())
-                {
-                    Some((at, orig)) => {
-                        let restart = crate::syscalls::info(syscall_name(nr)).args
-                            == crate::syscalls::ArgKind::Restart;
-                        let n = if restart { orig } else { nr };
-                        (at, n, Some(InFlight::AtStart))
+                let ended = match self.threads.get_mut(&tid) {
+                    Some(t) => {
+                        let (entry, ended) = t.enter(nr, args, now);
+                        t.entry = Some(entry);
+                        ended
                     }
-                    None => (now, nr, None),
+                    None => None,
                 };
-                if let Some(t) = self.threads.get_mut(&tid) {
-                    t.entry = Some(Entry {
-                        ts,
-                        nr,
-                        args,
-                        in_flight,
-                    });
+                if let Some(r) = ended {
+                    // It returned to user space somewhere since the attach's stop.
+                    self.end_interrupted(tid, r, now, event::DurSource::UpperBound);
                 }
             }
             libc::PTRACE_SYSCALL_INFO_EXIT => {
@@ -806,6 +855,17 @@ impl Inner {
             }
             _ => {}
         }
+    }
+
+    /// Reports the call the attach interrupted, which did not go on after it: from the
+    /// attach to `now`, with the restart errno the kernel had set.
+    fn end_interrupted(&mut self, tid: Tid, r: Interrupted, now: Nanos, src: event::DurSource) {
+        let mut ev = self.build(tid, r.entry, -r.errno, true, now);
+        if let EventKind::Syscall(sc) = &mut ev.kind {
+            sc.dur_src = src;
+        }
+        self.stats.syscalls += 1;
+        self.batch.push(ev);
     }
 
     /// Turns an entry and its result into an event, decoding only what `Event` needs.

@@ -293,7 +293,14 @@ impl PerfParser {
                 Some((t0, l0, sc)) if sc.name == name => (sc, t0, Some(l0)),
                 _ => {
                     let mut sc = Syscall::with(name, facts.sys);
-                    sc.in_flight = Some(InFlight::AtStart);
+                    // perf prints an exit line with the time of the entry it paired it with,
+                    // `?` when it saw none: only then was the call running before tracing
+                    // began. A timed line whose entry line is not here (cut from the text,
+                    // or not printed, as with --failure) began at its time and lasted its
+                    // duration; only its arguments are unknown.
+                    if !timed {
+                        sc.in_flight = Some(InFlight::AtStart);
+                    }
                     (sc, ts, None)
                 }
             }
@@ -321,7 +328,7 @@ impl PerfParser {
             None => {}
         }
         sc.start_line = start_line;
-        let begin = if continued && start_line.is_none() {
+        let begin = if continued && start_line.is_none() && !timed {
             ts - sc.dur.unwrap_or(0)
         } else {
             start
@@ -436,6 +443,30 @@ mod tests {
         let sc = ev[0].syscall().unwrap();
         assert_eq!(sc.name, "execve");
         assert_eq!(sc.in_flight, Some(InFlight::AtStart));
+    }
+
+    /// perf times an exit line from the entry it paired it with: a `[continued]` line whose
+    /// entry line is missing (cut from a pasted trace, or never printed) mid-trace began at
+    /// its printed time and lasted its printed duration. It was not running before tracing
+    /// began, and nothing says it was: its bounds are exact, only its arguments are unknown.
+    #[test]
+    fn timed_continued_line_without_its_entry_starts_at_its_time() {
+        let mut p = PerfParser::default();
+        let mut out = vec![];
+        for l in [
+            "  1324.225 ( 5.414 ms): redis-server/7514 fdatasync(fd: 7) = 0",
+            "  1329.797 ( 6.213 ms): redis-server/7514 fdatasync(fd: 7) = 0",
+            "  1312.368 (31.627 ms): redis-benchmar/8888  ... [continued]: epoll_wait()) = 4",
+        ] {
+            assert_eq!(p.feed(l.as_bytes(), &mut out), LineOutcome::Used);
+        }
+        p.finish(&mut out);
+        let e = out.iter().find(|e| e.tid == 8888).unwrap();
+        let sc = e.syscall().unwrap();
+        assert_eq!(e.ts, 1_312_368_000);
+        assert_eq!(sc.dur, Some(31_627_000));
+        assert_eq!(sc.dur_src, DurSource::Measured);
+        assert_eq!(sc.in_flight, None);
     }
 
     /// `perf trace -T` prints times since boot: a call already running at the start, with

@@ -917,6 +917,43 @@ fn whole_second_timestamps_report_no_gaps() {
     assert!(ids(&r).contains(&"gaps-unmeasurable"));
 }
 
+/// With whole-second timestamps (strace -t) a command's read and its reply carry the seconds
+/// they fell in: a GET read late in one second and answered early in the next would be timed
+/// at about 1 s, and a client's wait through a stall likewise. Only each call's -T is
+/// measured: the 20 ms close is still a stall, the command times and waits are not given.
+#[test]
+fn whole_second_timestamps_time_no_command_and_no_wait() {
+    let mut s = Seq::new();
+    s.call(100, 0, 10 * US, "accept4", Some(6), 9, Extra::None);
+    s.call(100, 0, 10 * US, "epoll_wait", Some(5), 1, Extra::None);
+    s.read(100, 1_000 * MS, 9, b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n");
+    s.call(100, 1_000 * MS, 20 * MS, "close", Some(11), 0, Extra::None);
+    s.write(100, 2_000 * MS, 10 * US, 9, b"$1\r\nv\r\n");
+    let r = s.report_with(Clock {
+        fmt: TimeFmt::TimeOfDay,
+        perf: false,
+        frac_digits: 0,
+        first: 0,
+        date: None,
+        wall_at_first: None,
+    });
+    assert!(r.commands.is_empty(), "{:?}", r.commands);
+    let st = r
+        .stalls
+        .iter()
+        .find(|s| s.syscall.as_deref() == Some("close"))
+        .expect("the 20 ms close is measured by -T");
+    assert_eq!(st.duration_us, 20_000);
+    assert_eq!(st.worst_wait_us, None);
+    assert!(r.incidents.iter().all(|i| i.worst_wait_us.is_none()));
+    let f = r
+        .findings
+        .iter()
+        .find(|f| f.id == FindingId::GapsUnmeasurable)
+        .unwrap();
+    assert!(f.evidence.contains("read to reply"), "{}", f.evidence);
+}
+
 /// Without `-T` every duration is an upper bound that includes the tracer's own stop: a wait
 /// "lasting" about what the thread's other calls take returned at once, so the request was
 /// queued since the previous reply; a wait well above that blocked until the request came.

@@ -234,3 +234,58 @@ fn attach_errors_are_clear() {
     }
     drop(t);
 }
+
+/// The seize's stop interrupts a call running at the attach (`-ERESTARTSYS`); a signal can
+/// come before the kernel restarts it, and the thread's next entry is then its handler's
+/// `rt_sigreturn` (or any call after an EINTR): a call of its own, begun now. Taking it for
+/// the restarted call timed an `rt_sigreturn` from the attach, "already running", placed
+/// before the signal that preceded it (the flaky "time went backwards" of the test above
+/// under load). Only the same call, or `restart_syscall`, continues the interrupted one.
+#[test]
+fn only_the_restart_of_the_interrupted_call_continues_it() {
+    let nr = |n: &str| -> i64 { (0..512).find(|i| syscall_name(*i) == n).expect(n) };
+    let (wait4, sigreturn, restart) = (nr("wait4"), nr("rt_sigreturn"), nr("restart_syscall"));
+    let interrupted = |orig: i64| Thread {
+        tgid: 1,
+        entry: None,
+        from_attach: true,
+        awaiting_first_stop: false,
+        restart_from: Some(Interrupted {
+            entry: Entry {
+                ts: 100,
+                nr: orig,
+                args: [7; 6],
+                in_flight: Some(InFlight::AtStart),
+            },
+            errno: crate::live::sysnames::ERESTARTSYS,
+        }),
+    };
+    let mut t = interrupted(wait4);
+    let (e, ended) = t.enter(sigreturn, [0; 6], 500);
+    assert_eq!((e.ts, e.nr, e.in_flight), (500, sigreturn, None));
+    let ended = ended.expect("the interrupted call is handed back to be reported");
+    assert_eq!((ended.entry.ts, ended.entry.nr), (100, wait4));
+    assert!(t.restart_from.is_none());
+
+    let mut t = interrupted(wait4);
+    let (e, ended) = t.enter(wait4, [1; 6], 500);
+    assert_eq!(
+        (e.ts, e.nr, e.in_flight),
+        (100, wait4, Some(InFlight::AtStart))
+    );
+    assert!(ended.is_none());
+
+    let mut t = interrupted(nr("clock_nanosleep"));
+    let (e, ended) = t.enter(restart, [0; 6], 500);
+    assert_eq!(
+        (e.ts, e.nr, e.args, e.in_flight),
+        (100, nr("clock_nanosleep"), [7; 6], Some(InFlight::AtStart))
+    );
+    assert!(ended.is_none());
+
+    let mut t = interrupted(wait4);
+    t.restart_from = None;
+    let (e, ended) = t.enter(wait4, [1; 6], 500);
+    assert_eq!((e.ts, e.in_flight), (500, None));
+    assert!(ended.is_none());
+}
