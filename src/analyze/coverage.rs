@@ -291,6 +291,22 @@ fn has_timestamps(clock: &Clock) -> bool {
     clock.fmt != TimeFmt::None || clock.perf || clock.wall_at_first.is_some()
 }
 
+/// A clock coarser than the threshold (strace -t's whole seconds) times each call only by
+/// its -T: what spans two calls, a command's read to its reply, is unknown to a tick either
+/// way (a SET read at :46 and answered in the same millisecond at :47 would read as 1 s).
+/// The commands table and its per-phase rows are left out.
+pub(crate) fn without_command_times(r: &mut report::Report) {
+    r.commands.clear();
+    r.phase_stats
+        .retain(|p| !matches!(p.what, report::PhaseStatsOf::Command(_)));
+}
+
+/// As `without_command_times`: a client's wait through a stall spans two calls too.
+pub(crate) fn without_waits(r: &mut report::Report) {
+    r.stalls.iter_mut().for_each(|s| s.worst_wait_us = None);
+    r.incidents.iter_mut().for_each(|i| i.worst_wait_us = None);
+}
+
 /// The first skipped lines, each named by its file when there are several.
 pub(crate) fn skipped(counters: &Counters, info: &SourceInfo) -> Vec<report::Skipped> {
     counters
