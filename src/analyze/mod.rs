@@ -327,20 +327,14 @@ impl Analyzer {
             r.slowest.clear();
         }
         let gaps = self.gap_verdict(&info.clock);
-        // A clock coarser than the threshold (strace -t's whole seconds) times each call only
-        // by its -T: what spans two calls, a command's read to its reply or a client's wait
-        // through a stall, is unknown to a tick either way (a SET read at :46 and answered
-        // in the same millisecond at :47 would read as 1 s).
+        // Under a clock coarser than the threshold nothing that spans two calls is timed.
         let coarse = matches!(gaps, Some(GapVerdict::CoarseClock { .. }));
         if coarse {
-            r.commands.clear();
-            r.phase_stats
-                .retain(|p| !matches!(p.what, report::PhaseStatsOf::Command(_)));
+            coverage::without_command_times(&mut r);
         }
         self.stalls_into(&mut r, &clock, gaps.as_ref());
         if coarse {
-            r.stalls.iter_mut().for_each(|s| s.worst_wait_us = None);
-            r.incidents.iter_mut().for_each(|i| i.worst_wait_us = None);
+            coverage::without_waits(&mut r);
         }
         r
     }
