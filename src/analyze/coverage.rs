@@ -11,7 +11,9 @@ use crate::units::human;
 
 #[derive(Default)]
 pub(crate) struct Coverage {
-    events: u64,
+    /// Events that are no call (a call is counted once, in `syscalls`; the report's
+    /// events are both).
+    other_events: u64,
     syscalls: u64,
     /// The earliest call's start; meaningful once `syscalls > 0` (`first`): a plain
     /// minimum per call, no `Option` rebuilt on each.
@@ -57,25 +59,6 @@ pub(crate) enum GapVerdict {
     RelativeAcrossThreads,
     /// No timestamps at all; `measured`: `-T` still timed each call.
     NoTimestamps { measured: bool },
-}
-
-/// With a clock coarser than the threshold (`coarse`: strace -t's whole seconds) each call
-/// is timed only by its -T: what spans two calls, a command's read to its reply or a client's
-/// wait through a stall, is unknown to a tick either way (a SET read at :46 and answered in
-/// the same millisecond at :47 would read as 1 s). Drops the command times, or (`waits`,
-/// once the stalls are in) the clients' worst waits.
-pub(crate) fn untime_across_calls(r: &mut crate::report::Report, coarse: bool, waits: bool) {
-    if !coarse {
-        return;
-    }
-    if waits {
-        r.stalls.iter_mut().for_each(|s| s.worst_wait_us = None);
-        r.incidents.iter_mut().for_each(|i| i.worst_wait_us = None);
-    } else {
-        r.commands.clear();
-        r.phase_stats
-            .retain(|p| !matches!(p.what, crate::report::PhaseStatsOf::Command(_)));
-    }
 }
 
 /// How to rerun strace so that a trace measures its calls and the time between them.
@@ -157,7 +140,7 @@ impl Coverage {
     /// trustworthy time, so only calls move the trace's first and last time.
     #[inline]
     pub(crate) fn on_event(&mut self) {
-        self.events += 1;
+        self.other_events += 1;
     }
 
     /// A call (an event too: the kind is matched once, in `Analyzer::push`).
@@ -165,7 +148,6 @@ impl Coverage {
     pub(crate) fn on_call(&mut self, cx: &ResolvedCall<'_>) {
         let sc = cx.sc;
         let ts = cx.ts();
-        self.events += 1;
         self.first_ts = self.first_ts.min(ts);
         // As `Event::end`: saturating.
         self.last_ts = self.last_ts.max(ts.saturating_add(cx.dur));
@@ -296,7 +278,7 @@ impl Coverage {
         let first = self.first().unwrap_or(0);
         report::Summary {
             lines: counters.lines,
-            events: self.events,
+            events: self.other_events + self.syscalls,
             syscalls: self.syscalls,
             start: self.first().map(|_| clock.format(first)),
             start_iso: clock.iso(first),
@@ -315,6 +297,22 @@ impl Coverage {
 /// Whether the trace's events carry times (live sources always do).
 fn has_timestamps(clock: &Clock) -> bool {
     clock.fmt != TimeFmt::None || clock.perf || clock.wall_at_first.is_some()
+}
+
+/// A clock coarser than the threshold (strace -t's whole seconds) times each call only by
+/// its -T: what spans two calls, a command's read to its reply, is unknown to a tick either
+/// way (a SET read at :46 and answered in the same millisecond at :47 would read as 1 s).
+/// The commands table and its per-phase rows are left out.
+pub(crate) fn without_command_times(r: &mut report::Report) {
+    r.commands.clear();
+    r.phase_stats
+        .retain(|p| !matches!(p.what, report::PhaseStatsOf::Command(_)));
+}
+
+/// As `without_command_times`: a client's wait through a stall spans two calls too.
+pub(crate) fn without_waits(r: &mut report::Report) {
+    r.stalls.iter_mut().for_each(|s| s.worst_wait_us = None);
+    r.incidents.iter_mut().for_each(|i| i.worst_wait_us = None);
 }
 
 /// The first skipped lines, each named by its file when there are several.

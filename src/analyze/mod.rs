@@ -327,11 +327,15 @@ impl Analyzer {
             r.slowest.clear();
         }
         let gaps = self.gap_verdict(&info.clock);
-        // strace -t: nothing that spans two calls is timed (commands before the findings).
+        // Under a clock coarser than the threshold nothing that spans two calls is timed.
         let coarse = matches!(gaps, Some(GapVerdict::CoarseClock { .. }));
-        coverage::untime_across_calls(&mut r, coarse, false);
+        if coarse {
+            coverage::without_command_times(&mut r);
+        }
         self.stalls_into(&mut r, &clock, gaps.as_ref());
-        coverage::untime_across_calls(&mut r, coarse, true);
+        if coarse {
+            coverage::without_waits(&mut r);
+        }
         r
     }
 

@@ -110,9 +110,11 @@ pub(crate) struct StallStep {
 }
 
 /// What a thread's last call left for the next one's gap.
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Copy)]
 struct Last {
-    end: Option<Nanos>,
+    /// `NO_END` before the thread's first call and after a break: a plain maximum per
+    /// call, where an `Option` was rebuilt on every one.
+    end: Nanos,
     /// Whether the last end is known (its call's duration measured or paired): a gap from
     /// an end that is not is only an upper bound.
     end_known: bool,
@@ -122,6 +124,20 @@ struct Last {
     wait_unknown: bool,
     /// A gap running through quiet calls.
     open: Option<OpenGap>,
+}
+
+/// No last end: below every call's end, so the next call's end is the maximum.
+const NO_END: Nanos = Nanos::MIN;
+
+impl Default for Last {
+    fn default() -> Self {
+        Last {
+            end: NO_END,
+            end_known: false,
+            wait_unknown: false,
+            open: None,
+        }
+    }
 }
 
 impl Last {
@@ -200,7 +216,7 @@ impl Stalls {
     /// call whose resumed half was in what could not be read).
     pub(crate) fn forget_all_last_ends(&mut self, at: Nanos) {
         for l in self.last.iter_mut() {
-            (l.end, l.end_known, l.open) = (None, false, None);
+            (l.end, l.end_known, l.open) = (NO_END, false, None);
         }
         self.broken_at = self.broken_at.max(at);
     }
@@ -208,7 +224,7 @@ impl Stalls {
     /// A thread attached or detached: the time before is no gap of its own.
     pub(crate) fn forget_last_end(&mut self, t: super::call::ThreadIdx) {
         let l = self.last.at(t);
-        (l.end, l.open) = (None, None);
+        (l.end, l.open) = (NO_END, None);
     }
 
     fn cand(&self, cx: &ResolvedCall<'_>, kind: StallKind, start: Nanos, dur: Nanos) -> Cand {
@@ -260,14 +276,14 @@ impl Stalls {
         let (ts, dur) = (cx.ts(), cx.dur);
         let last = self.last.at(cx.thread);
         let prev_end = last.end;
-        last.end = Some(prev_end.map_or(cx.end, |le| le.max(cx.end)));
+        last.end = prev_end.max(cx.end);
         let prev_known = std::mem::replace(&mut last.end_known, call_known(cx).is_known());
         let after_wait = std::mem::replace(&mut last.wait_unknown, cx.idle && !cx.timed);
         let quiet = cx.facts.has(Facts::QUIET)
             && !cx.idle
             && cx.sc.in_flight.is_none()
             && !(cx.timed && dur >= self.threshold);
-        let gap_end = prev_end.filter(|pe| *pe >= self.broken_at);
+        let gap_end = (prev_end != NO_END && prev_end >= self.broken_at).then_some(prev_end);
         step.gap = gap_end.map(|pe| ts - pe);
         let piece = step.gap.unwrap_or(0).max(0);
         if quiet {

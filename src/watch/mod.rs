@@ -920,8 +920,9 @@ fn watch_one(w: &mut Watcher, pid: Tid) -> Result<()> {
     let mut last_stop_req: Option<Instant> = None;
     let mut latest: Nanos = st.attach_mono;
     let mut batch = std::collections::VecDeque::new();
-    // The events of `batch` before `at` are done with: analysed in place and moved into
-    // the ring from there (a pop first moved each ~300-byte event out once more).
+    // The events of `batch` before `at` are done with: analysed in place and copied,
+    // compact, into the ring from there (a pop first moved each ~300-byte event out once
+    // more).
     let mut at = 0usize;
     let mut since_clock = 0u32;
     loop {
@@ -983,15 +984,9 @@ fn watch_one(w: &mut Watcher, pid: Tid) -> Result<()> {
                 }
             }
             latest = latest.max(ev.end());
-            // What stays in the batch until it is cleared: nothing to drop, a few bytes
-            // written.
-            let done_with = crate::event::Event {
-                tid: 0,
-                ts: 0,
-                line: 0,
-                kind: crate::event::EventKind::Detach,
-            };
-            w.ring.push(std::mem::replace(slot, done_with), latest);
+            // The ring takes what the event owns and copies the rest, compact, out of the
+            // batch (cleared as a whole later).
+            w.ring.push_from(slot, latest);
         }
         let done = at >= batch.len() && tracer.is_done();
         if drains.due(got_event, look.then(Instant::now)) || done {

@@ -5,13 +5,20 @@
 //! incident's analysis (and its recording's `.lost` sidecar) marks the same stalls as
 //! possibly incomplete as the live analysis did.
 
-use crate::event::{Event, EventKind, Extra, Nanos};
+use crate::event::{DurSource, Event, EventKind, Extra, Nanos, Ret, Syscall};
 use std::collections::VecDeque;
 
 pub(crate) struct Ring {
-    events: VecDeque<Event>,
+    /// The events held, oldest first, in their compact form (`Held`).
+    slots: VecDeque<Held>,
+    /// The data bytes (`Extra::Data`) of the compact calls, in the order of `slots`.
+    data: VecDeque<u8>,
     bytes: usize,
     max_bytes: usize,
+    /// Most events held: an incident's events are handed over decoded, at an `Event`'s
+    /// size each, so the count stays what the byte bound admitted of whole events (the
+    /// decoded hand-over is then never more than `max_bytes` plus their heap bytes).
+    max_events: usize,
     /// How long events are kept at least (when bytes allow): `--before`, or longer while an
     /// incident is being recorded (`hold_from`).
     keep_ns: Nanos,
@@ -22,7 +29,7 @@ pub(crate) struct Ring {
     /// moment of it is losing its beginning.
     evicted_upto: Option<Nanos>,
     /// Events pushed since the ring was made: the sequence number of the next one. The
-    /// oldest held is `pushed - events.len()`.
+    /// oldest held is `pushed - slots.len()`.
     pushed: u64,
     /// (sequence number of the event they came before, records lost), oldest first.
     lost: VecDeque<(u64, u64)>,
@@ -31,15 +38,213 @@ pub(crate) struct Ring {
     pub(crate) spent: Vec<Box<crate::event::SchedSpan>>,
 }
 
+/// One event held by the ring. Nearly every event is a syscall as the live backends make
+/// them (no strace `-y` paths, no split halves, no errno): those are kept as a `Slim`, a
+/// third of an `Event`'s ~296 bytes, with their data bytes in the ring's byte deque. The
+/// ring is written and evicted once per record, so its bytes are the watcher's memory
+/// traffic per record (each 296-byte event was written to, and read back from, lines out
+/// of cache). Anything else is kept whole.
+enum Held {
+    Call(Slim),
+    Whole(Box<Event>),
+}
+
+struct Slim {
+    ts: Nanos,
+    dur: Nanos,
+    arrived: Nanos,
+    ret: i64,
+    name: &'static str,
+    sys: &'static crate::syscalls::SysInfo,
+    sched: Option<Box<crate::event::SchedSpan>>,
+    /// `Extra`'s payload: the fds of FdPair, NewFd, CloseRange; Clone's `thread`.
+    a: i32,
+    b: i32,
+    tid: crate::event::Tid,
+    fd: i32,
+    /// `HAS_*` and `RET_*` bits.
+    flags: u8,
+    dur_src: u8,
+    extra: u8,
+    /// Bytes of `Extra::Data` in `Ring::data`.
+    data_len: u8,
+}
+
+const HAS_DUR: u8 = 1;
+const HAS_ARRIVED: u8 = 2;
+const HAS_FD: u8 = 4;
+const RET_VAL: u8 = 8;
+const DATA_TRUNCATED: u8 = 16;
+
+const X_NONE: u8 = 0;
+const X_DATA: u8 = 1;
+const X_FDPAIR: u8 = 2;
+const X_NEWFD: u8 = 3;
+const X_DUPFD: u8 = 4;
+const X_CLOSE_RANGE: u8 = 5;
+const X_CLONE: u8 = 6;
+
+fn dur_src_code(d: DurSource) -> u8 {
+    match d {
+        DurSource::Measured => 0,
+        DurSource::Paired => 1,
+        DurSource::UpperBound => 2,
+        DurSource::Unknown => 3,
+    }
+}
+
+fn dur_src_of(c: u8) -> DurSource {
+    match c {
+        0 => DurSource::Measured,
+        1 => DurSource::Paired,
+        2 => DurSource::UpperBound,
+        _ => DurSource::Unknown,
+    }
+}
+
+impl Held {
+    #[cfg(test)]
+    fn ts(&self) -> Nanos {
+        match self {
+            Held::Call(c) => c.ts,
+            Held::Whole(e) => e.ts,
+        }
+    }
+
+    fn end(&self) -> Nanos {
+        match self {
+            Held::Call(c) if c.flags & HAS_DUR != 0 => c.ts.saturating_add(c.dur),
+            Held::Call(c) => c.ts,
+            Held::Whole(e) => e.end(),
+        }
+    }
+
+    /// What it costs in the ring: its own size, its data bytes, its scheduler split's box,
+    /// and a whole event's size and heap.
+    fn bytes(&self) -> usize {
+        std::mem::size_of::<Held>()
+            + match self {
+                Held::Call(c) => {
+                    c.data_len as usize
+                        + c.sched
+                            .as_ref()
+                            .map_or(0, |_| std::mem::size_of::<crate::event::SchedSpan>())
+                }
+                Held::Whole(e) => event_bytes(e),
+            }
+    }
+
+    /// The compact form of `ev`, whose scheduler split it takes (or, kept whole, all of
+    /// it), with the data bytes to keep beside it.
+    fn of(ev: &mut Event) -> (Held, Option<crate::event::Head>) {
+        if let (0, EventKind::Syscall(sc)) = (ev.line, &mut ev.kind) {
+            let plain = sc.fd_path.is_none()
+                && sc.ret_path.is_none()
+                && sc.in_flight.is_none()
+                && sc.start_line.is_none()
+                && !matches!(sc.ret, Ret::Err(_));
+            let extra = match &sc.extra {
+                Extra::None => Some((X_NONE, 0, 0)),
+                Extra::Data(_) => Some((X_DATA, 0, 0)),
+                Extra::FdPair(a, b) => Some((X_FDPAIR, *a, *b)),
+                Extra::NewFd(a) => Some((X_NEWFD, *a, 0)),
+                Extra::DupFd => Some((X_DUPFD, 0, 0)),
+                Extra::CloseRange(a, b) => Some((X_CLOSE_RANGE, *a as i32, *b as i32)),
+                Extra::Clone { thread } => Some((X_CLONE, *thread as i32, 0)),
+                _ => None,
+            };
+            if let (true, Some((x, a, b))) = (plain, extra) {
+                let head = sc.data().map(|d| d.head());
+                let mut flags = 0;
+                let mut put = |on: bool, bit: u8| {
+                    if on {
+                        flags |= bit
+                    }
+                };
+                put(sc.dur.is_some(), HAS_DUR);
+                put(sc.arrived.is_some(), HAS_ARRIVED);
+                put(sc.fd.is_some(), HAS_FD);
+                put(matches!(sc.ret, Ret::Val(_)), RET_VAL);
+                put(head.is_some_and(|h| h.truncated), DATA_TRUNCATED);
+                let slim = Slim {
+                    ts: ev.ts,
+                    dur: sc.dur.unwrap_or(0),
+                    arrived: sc.arrived.unwrap_or(0),
+                    ret: sc.ret.val().unwrap_or(0),
+                    name: sc.name,
+                    sys: sc.sys,
+                    sched: sc.sched.take(),
+                    a,
+                    b,
+                    tid: ev.tid,
+                    fd: sc.fd.unwrap_or(0),
+                    flags,
+                    dur_src: dur_src_code(sc.dur_src),
+                    extra: x,
+                    data_len: head.as_ref().map_or(0, |h| h.bytes().len() as u8),
+                };
+                return (Held::Call(slim), head);
+            }
+        }
+        let done_with = Event {
+            tid: 0,
+            ts: 0,
+            line: 0,
+            kind: EventKind::Detach,
+        };
+        (
+            Held::Whole(Box::new(std::mem::replace(ev, done_with))),
+            None,
+        )
+    }
+
+    /// The event again, its data bytes taken from the front of `data`.
+    fn into_event(self, data: &mut VecDeque<u8>) -> Event {
+        let c = match self {
+            Held::Whole(e) => return *e,
+            Held::Call(c) => c,
+        };
+        let mut sc = Syscall::with(c.name, c.sys);
+        let on = |bit: u8| c.flags & bit != 0;
+        sc.fd = on(HAS_FD).then_some(c.fd);
+        sc.ret = if on(RET_VAL) {
+            Ret::Val(c.ret)
+        } else {
+            Ret::Unknown
+        };
+        sc.dur = on(HAS_DUR).then_some(c.dur);
+        sc.dur_src = dur_src_of(c.dur_src);
+        sc.arrived = on(HAS_ARRIVED).then_some(c.arrived);
+        sc.sched = c.sched;
+        sc.extra = match c.extra {
+            X_DATA => {
+                let bytes: Vec<u8> = data.drain(..c.data_len as usize).collect();
+                Extra::Data(crate::event::Data::new(&bytes, on(DATA_TRUNCATED)))
+            }
+            X_FDPAIR => Extra::FdPair(c.a, c.b),
+            X_NEWFD => Extra::NewFd(c.a),
+            X_DUPFD => Extra::DupFd,
+            X_CLOSE_RANGE => Extra::CloseRange(c.a as u32, c.b as u32),
+            X_CLONE => Extra::Clone { thread: c.a != 0 },
+            _ => Extra::None,
+        };
+        Event {
+            tid: c.tid,
+            ts: c.ts,
+            line: 0,
+            kind: EventKind::Syscall(sc),
+        }
+    }
+}
+
 /// What `take_upto` hands over: the events, and the records lost before the event at each
 /// index (sorted by index).
 pub(crate) struct Taken {
-    /// As the ring held them: a `Vec` would rotate the whole ring into place.
     pub events: VecDeque<Event>,
     pub lost: Vec<(usize, u64)>,
 }
 
-/// What an event costs in the ring: its inline size and what it owns on the heap (strings,
+/// What an event costs kept whole: its inline size and what it owns on the heap (strings,
 /// the scheduler split's box).
 pub(crate) fn event_bytes(ev: &Event) -> usize {
     let mut n = std::mem::size_of::<Event>();
@@ -90,15 +295,18 @@ fn boundary_marks(events: &VecDeque<Event>) -> Vec<Event> {
 
 impl Ring {
     pub(crate) fn new(max_bytes: usize, keep_ns: Nanos) -> Ring {
-        // Sized once for the most events the byte bound admits: a VecDeque that regrows
+        // Sized once for the most events the bounds admit: a VecDeque that regrows
         // doubles, and as its head wraps through the whole allocation every page of it
         // becomes resident, so RSS would step up by the old size (the second soak's floor
         // rose 245 -> 322 MB in one step at 20 min).
-        let most = max_bytes / std::mem::size_of::<Event>() + 1;
+        let max_events = max_bytes / std::mem::size_of::<Event>() + 1;
+        let most = max_events.min(max_bytes / std::mem::size_of::<Held>() + 1);
         Ring {
-            events: VecDeque::with_capacity(most),
+            slots: VecDeque::with_capacity(most),
+            data: VecDeque::new(),
             bytes: 0,
             max_bytes,
+            max_events,
             keep_ns,
             hold_from: None,
             evicted_early: 0,
@@ -126,32 +334,51 @@ impl Ring {
     }
 
     fn front_seq(&self) -> u64 {
-        self.pushed - self.events.len() as u64
+        self.pushed - self.slots.len() as u64
     }
 
     /// Adds an event at time `now` (the tracer's clock) and evicts what is too old or does
     /// not fit.
-    pub(crate) fn push(&mut self, ev: Event, now: Nanos) {
-        self.bytes += event_bytes(&ev);
-        self.events.push_back(ev);
+    #[cfg(test)]
+    pub(crate) fn push(&mut self, mut ev: Event, now: Nanos) {
+        self.push_from(&mut ev, now);
+    }
+
+    /// `push`, taking what `ev` owns and leaving the rest of it (an event still in the
+    /// tracer's batch is not moved out first).
+    pub(crate) fn push_from(&mut self, ev: &mut Event, now: Nanos) {
+        let (held, head) = Held::of(ev);
+        if let Some(h) = &head {
+            self.data.extend(h.bytes());
+        }
+        self.bytes += held.bytes();
+        self.slots.push_back(held);
         self.pushed += 1;
         let horizon = match self.hold_from {
             Some(h) => h.min(now - self.keep_ns),
             None => now - self.keep_ns,
         };
-        while let Some(front) = self.events.front() {
+        while let Some(front) = self.slots.front() {
             let too_old = front.end() < horizon;
-            let too_big = self.bytes > self.max_bytes;
+            let too_big = self.bytes > self.max_bytes || self.slots.len() > self.max_events;
             if !(too_old || too_big) {
                 break;
             }
-            let mut ev = self.events.pop_front().expect("front exists");
+            let held = self.slots.pop_front().expect("front exists");
             if !too_old {
                 self.evicted_early += 1;
-                self.evicted_upto = Some(ev.end());
+                self.evicted_upto = Some(held.end());
             }
-            self.bytes -= event_bytes(&ev);
-            crate::live::spend(&mut ev, &mut self.spent);
+            self.bytes -= held.bytes();
+            match held {
+                Held::Call(c) => {
+                    self.data.drain(..c.data_len as usize);
+                    if let Some(b) = c.sched {
+                        self.spent.push(b);
+                    }
+                }
+                Held::Whole(mut e) => crate::live::spend(&mut e, &mut self.spent),
+            }
         }
         // Losses before an event no longer held are no incident's.
         let front = self.front_seq();
@@ -171,27 +398,31 @@ impl Ring {
 
     /// Hands over the events pushed before sequence number `cut` (`next_seq` when the
     /// incident was complete) that end at or after `from`, oldest first, with the losses
-    /// among them; the later ones stay. Moved, not copied: an incident's report is made from
-    /// them while the ring refills, and a copy would double the ring's memory at every
-    /// incident. Nothing handed over is wanted again: the next report starts after this
-    /// one's last event.
+    /// among them; the later ones stay. Decoded here, once per incident (the ring keeps
+    /// them compact); nothing handed over is wanted again: the next report starts after
+    /// this one's last event.
     pub(crate) fn take_upto(&mut self, from: Nanos, cut: u64) -> Taken {
         let front = self.front_seq();
-        let n = (cut.saturating_sub(front) as usize).min(self.events.len());
-        // The next allocation is as large, but only the pages the ring refills become
-        // resident; the handed-over one is freed when its report is written.
-        let mut rest = VecDeque::with_capacity(self.events.capacity());
-        rest.extend(self.events.drain(n..));
-        let mut out = std::mem::replace(&mut self.events, rest);
+        let n = (cut.saturating_sub(front) as usize).min(self.slots.len());
+        let mut out = VecDeque::with_capacity(n);
+        for held in self.slots.drain(..n) {
+            out.push_back(held.into_event(&mut self.data));
+        }
         // Each thread's last call handed over stays behind as a mark at its end: a gap that
         // began there and ends after the cut (the main thread spinning in a script when an
         // incident is cut early) is then seen by the next report, which starts at that
         // gap. Without it the gap was in neither report: the first ends before the gap's
         // end, the second starts after its beginning.
-        for m in boundary_marks(&out).into_iter().rev() {
-            self.events.push_front(m);
+        for mut m in boundary_marks(&out).into_iter().rev() {
+            let (held, head) = Held::of(&mut m);
+            if let Some(h) = &head {
+                for b in h.bytes().iter().rev() {
+                    self.data.push_front(*b);
+                }
+            }
+            self.slots.push_front(held);
         }
-        self.bytes = self.events.iter().map(event_bytes).sum();
+        self.bytes = self.slots.iter().map(Held::bytes).sum();
         self.hold_from = None;
         let mut first = front;
         while out.front().is_some_and(|e| e.end() < from) {
@@ -222,17 +453,18 @@ impl Ring {
 
     /// End of the newest event held.
     pub(crate) fn newest(&self) -> Option<Nanos> {
-        self.events.back().map(|e| e.end())
+        self.slots.back().map(|e| e.end())
     }
 
     /// Start of the oldest event held.
     #[cfg(test)]
     pub(crate) fn oldest(&self) -> Option<Nanos> {
-        self.events.front().map(|e| e.ts)
+        self.slots.front().map(|e| e.ts())
     }
 
     pub(crate) fn clear(&mut self) {
-        self.events.clear();
+        self.slots.clear();
+        self.data.clear();
         self.lost.clear();
         self.bytes = 0;
         self.hold_from = None;
@@ -244,7 +476,7 @@ impl Ring {
 
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
-        self.events.len()
+        self.slots.len()
     }
 }
 
@@ -264,33 +496,124 @@ mod tests {
         }
     }
 
+    fn held_bytes(mut ev: Event) -> usize {
+        Held::of(&mut ev).0.bytes()
+    }
+
+    /// Events as the live backends make them, and the rarer ones kept whole, come back
+    /// from the ring as they went in; the compact ones cost a third of an event or less.
+    #[test]
+    fn events_come_back_as_they_went_in_and_the_compact_ones_are_small() {
+        use crate::event::{Data, SchedDelta, SchedSpan};
+        let mut evs = vec![];
+        let mut read = call(5);
+        if let EventKind::Syscall(sc) = &mut read.kind {
+            sc.fd = Some(7);
+            sc.ret = Ret::Val(31);
+            sc.dur = Some(1234);
+            sc.dur_src = DurSource::Measured;
+            sc.arrived = Some(3);
+            sc.extra = Extra::Data(Data::new(
+                b"*3\r\n$3\r\nSET\r\n$16\r\nkey:000000000001\r\n",
+                true,
+            ));
+            sc.sched = Some(Box::new(SchedSpan {
+                during: SchedDelta {
+                    on_cpu_ns: 9,
+                    runnable_ns: 8,
+                    minor_faults: 7,
+                    major_faults: 6,
+                },
+                before: Some(SchedDelta::default()),
+            }));
+        }
+        evs.push(read);
+        for extra in [
+            Extra::FdPair(3, 4),
+            Extra::NewFd(9),
+            Extra::DupFd,
+            Extra::CloseRange(3, u32::MAX),
+            Extra::Clone { thread: true },
+            Extra::Data(Data::new(b"+OK\r\n", false)),
+            Extra::Path("/var/lib/redis/dump.rdb".into()),
+            Extra::Socket("AF_INET"),
+        ] {
+            let mut e = call(6);
+            if let EventKind::Syscall(sc) = &mut e.kind {
+                sc.extra = extra;
+                sc.ret = Ret::Unknown;
+            }
+            evs.push(e);
+        }
+        let mut err = call(7);
+        if let EventKind::Syscall(sc) = &mut err.kind {
+            sc.ret = Ret::Err("EAGAIN");
+            sc.fd = Some(0);
+            sc.dur = None;
+        }
+        evs.push(err);
+        let mut stamped = call(8);
+        stamped.line = 12;
+        evs.push(stamped);
+        evs.push(Event {
+            tid: 3,
+            ts: 9,
+            line: 0,
+            kind: EventKind::ThreadName("io_thd_1".into()),
+        });
+        let mut r = Ring::new(1 << 30, 1_000);
+        for e in &evs {
+            r.push(e.clone(), 10);
+        }
+        let counted: usize = evs.iter().map(|e| held_bytes(e.clone())).sum();
+        assert_eq!(r.bytes(), counted);
+        let got = r.take_upto(0, r.next_seq()).events;
+        assert_eq!(got.iter().cloned().collect::<Vec<_>>(), evs);
+        assert!(
+            std::mem::size_of::<Held>() * 3 <= std::mem::size_of::<Event>(),
+            "{} bytes",
+            std::mem::size_of::<Held>()
+        );
+    }
+
     #[test]
     fn keeps_the_last_window_by_time() {
         let mut r = Ring::new(1 << 30, 10);
         for t in 0..100 {
             r.push(call(t), t);
         }
-        let kept: Vec<Event> = r.events.iter().cloned().collect();
-        assert!(
-            kept.first().unwrap().ts >= 89,
-            "{}",
-            kept.first().unwrap().ts
-        );
-        assert_eq!(kept.last().unwrap().ts, 99);
+        assert!(r.oldest().unwrap() >= 89, "{:?}", r.oldest());
+        assert_eq!(r.newest(), Some(99));
         assert_eq!(r.evicted_early, 0);
     }
 
     #[test]
     fn bytes_bound_wins_over_time_and_is_counted() {
-        let one = event_bytes(&call(0));
+        // Events kept whole (a strace line's): the byte bound is the one reached.
+        let whole = |t: Nanos| {
+            let mut e = call(t);
+            e.line = 1 + t as u64;
+            e
+        };
+        let one = held_bytes(whole(0));
         let mut r = Ring::new(one * 5, 1_000_000);
         for t in 0..50 {
-            r.push(call(t), t);
+            r.push(whole(t), t);
         }
         assert_eq!(r.len(), 5);
         assert!(r.bytes() <= one * 5);
         assert_eq!(r.evicted_early, 45);
         assert_eq!(r.evicted_upto(), Some(44));
+        // Compact ones: a third of the bytes each, but no more of them than whole events
+        // the bound admits (their hand-over is decoded to whole events).
+        let mut r = Ring::new(std::mem::size_of::<Event>() * 5, 1_000_000);
+        for t in 0..50 {
+            r.push(call(t), t);
+        }
+        assert_eq!(r.len(), 6);
+        assert_eq!(r.bytes(), 6 * held_bytes(call(0)));
+        assert_eq!(r.evicted_early, 44);
+        assert_eq!(r.evicted_upto(), Some(43));
     }
 
     #[test]
@@ -308,7 +631,7 @@ mod tests {
         assert_eq!(got.len(), 60);
         // The thread's last call handed over stays as a mark at its end.
         assert_eq!((r.len(), r.oldest(), r.newest()), (11, Some(99), Some(109)));
-        assert_eq!(r.bytes(), 11 * event_bytes(&call(0)));
+        assert_eq!(r.bytes(), 11 * held_bytes(call(0)));
         // A cut at the newest event leaves only the mark of its last call.
         let got = r.take_upto(0, r.next_seq()).events;
         assert_eq!(got.len(), 11);

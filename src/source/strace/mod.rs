@@ -29,7 +29,7 @@ use crate::source::scan::{is_name_byte, skip_ws, trim_end};
 use body::{fast_call, is_process_message, is_summary_line, Body};
 use halves::Pending;
 use memchr::memmem;
-use prefix::{looks_like_prefix, Prefix};
+use prefix::{looks_like_prefix, parse_prefix_memo, PidMemo, Prefix};
 
 fn splice_finder() -> &'static memmem::Finder<'static> {
     static F: std::sync::OnceLock<memmem::Finder<'static>> = std::sync::OnceLock::new();
@@ -83,6 +83,8 @@ pub struct StraceParser {
     /// The parser's own copy of the name cache: the per-thread one sits behind a
     /// thread-local and a RefCell, which cost more than the lookup on every line.
     names: NameCache,
+    /// The `[pid N]` column of the last `-f` line the fast path read.
+    pid_memo: PidMemo,
     /// The last line that could not be read, and the trace time then: no duration the
     /// parser reconstructs spans it.
     broken_line: u64,
@@ -110,6 +112,7 @@ impl StraceParser {
             shape: Shape::default(),
             last_ts: 0,
             names: NameCache::default(),
+            pid_memo: PidMemo::default(),
             comms: Default::default(),
             any_event: false,
             broken_line: 0,
@@ -208,7 +211,7 @@ impl StraceParser {
     /// `feed_full_line` reads it again when this says no, which costs nothing it kept).
     #[inline(always)]
     fn feed_fast(&mut self, raw: &[u8], line_no: u64, out: &mut Vec<Event>) -> bool {
-        let (pfx, body) = parse_prefix(raw);
+        let (pfx, body) = parse_prefix_memo(raw, &mut self.pid_memo);
         if pfx.fmt != self.clock.fmt || pfx.comm.is_some() {
             return false;
         }
