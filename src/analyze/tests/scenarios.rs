@@ -905,20 +905,24 @@ fn a_trace_filtered_to_the_waits_reports_no_gaps() {
     assert!(!ids(&r).contains(&"filtered-trace"), "{:?}", ids(&r));
 }
 
-#[test]
-fn whole_second_timestamps_report_no_gaps() {
-    let mut s = Seq::new();
-    s.call(100, 0, 10 * US, "epoll_wait", Some(5), 0, Extra::None);
-    s.call(100, 1_000 * MS, 10 * US, "write", Some(9), 5, Extra::None);
-    let clock = Clock {
+/// strace -t's clock: time of day in whole seconds.
+fn whole_seconds() -> Clock {
+    Clock {
         fmt: TimeFmt::TimeOfDay,
         perf: false,
         frac_digits: 0,
         first: 0,
         date: None,
         wall_at_first: None,
-    };
-    let r = s.report_with(clock);
+    }
+}
+
+#[test]
+fn whole_second_timestamps_report_no_gaps() {
+    let mut s = Seq::new();
+    s.call(100, 0, 10 * US, "epoll_wait", Some(5), 0, Extra::None);
+    s.call(100, 1_000 * MS, 10 * US, "write", Some(9), 5, Extra::None);
+    let r = s.report_with(whole_seconds());
     assert!(r.stalls.is_empty(), "{:?}", r.stalls);
     assert!(ids(&r).contains(&"gaps-unmeasurable"));
 }
@@ -935,14 +939,7 @@ fn whole_second_timestamps_time_no_command_and_no_wait() {
     s.read(100, 1_000 * MS, 9, b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n");
     s.call(100, 1_000 * MS, 20 * MS, "close", Some(11), 0, Extra::None);
     s.write(100, 2_000 * MS, 10 * US, 9, b"$1\r\nv\r\n");
-    let r = s.report_with(Clock {
-        fmt: TimeFmt::TimeOfDay,
-        perf: false,
-        frac_digits: 0,
-        first: 0,
-        date: None,
-        wall_at_first: None,
-    });
+    let r = s.report_with(whole_seconds());
     assert!(r.commands.is_empty(), "{:?}", r.commands);
     let st = r
         .stalls
