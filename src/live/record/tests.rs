@@ -381,17 +381,31 @@ fn lost_records_are_placed_at_the_event_that_followed_them() {
     assert_eq!(LostMarks::parse("# only a comment\n\n").unwrap().rest(), 0);
 }
 
+/// A recorder into `buf` with its scheduler sidecar in a temp dir (kept alive by the first
+/// value), writing the splits of at least `floor`.
+fn recorder_with_sched(
+    buf: &mut Vec<u8>,
+    floor: Nanos,
+) -> (
+    tempfile::TempDir,
+    std::path::PathBuf,
+    Recorder<&mut Vec<u8>>,
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let side = dir.path().join("rec.strace.sched");
+    let mut r = Recorder::new(buf, 100, FIRST, WALL, None);
+    r.record_sched(Box::new(std::fs::File::create(&side).unwrap()), floor)
+        .unwrap();
+    (dir, side, r)
+}
+
 /// The bpf split of a call and of the gap before it goes beside the recording when either is
 /// at least the floor, at the call's line, and reads back to the same split.
 #[test]
 fn the_scheduler_split_of_long_calls_and_gaps_reads_back_at_their_lines() {
     use crate::event::{SchedDelta, SchedSpan};
-    let dir = tempfile::tempdir().unwrap();
-    let side = dir.path().join("rec.strace.sched");
     let mut buf = vec![];
-    let mut r = Recorder::new(&mut buf, 100, FIRST, WALL, None);
-    r.record_sched(Box::new(std::fs::File::create(&side).unwrap()), 1_000_000)
-        .unwrap();
+    let (_dir, side, mut r) = recorder_with_sched(&mut buf, 1_000_000);
     let split = |on: u64, run: u64, minor: u64| SchedDelta {
         on_cpu_ns: on,
         runnable_ns: run,
@@ -627,12 +641,8 @@ fn a_gap_through_a_quiet_call_reads_back_with_its_split() {
         with("read", 8, 1_030_000, Some(split(12_000, 0))),
         with("epoll_wait", 5, 1_050_000, Some(split(19_000, 0))),
     ];
-    let dir = tempfile::tempdir().unwrap();
-    let side = dir.path().join("rec.strace.sched");
     let mut buf = vec![];
-    let mut r = Recorder::new(&mut buf, 100, FIRST, WALL, None);
-    r.record_sched(Box::new(std::fs::File::create(&side).unwrap()), 20_000)
-        .unwrap();
+    let (_dir, side, mut r) = recorder_with_sched(&mut buf, 20_000);
     let opts = || Options {
         threshold_ns: 200_000,
         top: 20,
