@@ -11,7 +11,7 @@
 //! kept, and files are interned in a registry keyed by (process, fd, path) with client
 //! connections folded into one entry per fd.
 
-use crate::event::{Nanos, Ret, Syscall};
+use crate::event::{Nanos, Ret, Syscall, Tid};
 use crate::syscalls::{fd_effect, Facts, FdEffect, FdKind, FdUse, NewFd};
 use rustc_hash::FxHashMap as HashMap;
 use std::collections::VecDeque;
@@ -259,6 +259,8 @@ pub struct FileInfo {
 #[derive(Clone, Debug)]
 struct Binding {
     file: FileId,
+    /// The thread whose close ended the binding (or that bound the fd anew over it).
+    closed_by: Tid,
     opened: Nanos,
     closed: Option<Nanos>,
 }
@@ -298,7 +300,14 @@ pub struct FdTable {
     /// Classes learned from what was done with a path, which win over its name the next
     /// time it is opened (redis reopens its log file for every line).
     learned: HashMap<Arc<str>, FileClass>,
+    /// Successful calls of a thread on an fd that the same thread had closed, with no call
+    /// creating it in between: the calls that create fds (accept, socket, open...) were not
+    /// traced (`strace -e trace=%desc`), so the trace is missing calls.
+    untraced_opens: u64,
 }
+
+/// `Binding::closed_by` of a binding no thread closed (a new one took its fd number).
+const NO_THREAD: Tid = Tid::MAX;
 
 /// Entries of the recent-fd cache: every fd below this has its own.
 const RECENT: usize = 256;
@@ -349,6 +358,7 @@ impl FdTable {
             // Above the entries' default, so that an empty entry never matches.
             generation: 1,
             learned: HashMap::default(),
+            untraced_opens: 0,
         }
     }
 
@@ -417,6 +427,7 @@ impl FdTable {
             fd,
             Binding {
                 file,
+                closed_by: NO_THREAD,
                 opened: ts,
                 closed: None,
             },
@@ -433,7 +444,8 @@ impl FdTable {
         file
     }
 
-    pub fn close(&mut self, proc: ProcKey, fd: i32, ts: Nanos) {
+    /// `tid`'s close of `fd` in `proc`.
+    pub fn close(&mut self, proc: ProcKey, tid: Tid, fd: i32, ts: Nanos) {
         self.generation = self.generation.wrapping_add(1).max(1);
         if let Some(p) = self.procs.get_mut(&proc) {
             p.written.retain(|w| *w != fd);
@@ -442,6 +454,7 @@ impl FdTable {
                     p,
                     fd,
                     Binding {
+                        closed_by: tid,
                         closed: Some(ts),
                         ..b
                     },
@@ -466,6 +479,7 @@ impl FdTable {
                 fd,
                 Binding {
                     file: id,
+                    closed_by: NO_THREAD,
                     opened: ts,
                     closed: None,
                 },
@@ -526,6 +540,31 @@ impl FdTable {
             class: f.class,
             named: f.path.is_some(),
         }
+    }
+
+    /// A call on an fd with no live binding: when it succeeded and the same thread had
+    /// closed that fd last, something created the fd again without a call in the trace
+    /// (an fd from before the trace has no closed binding).
+    #[cold]
+    fn note_reuse(&mut self, proc: ProcKey, tid: Tid, fd: i32, sc: &Syscall) {
+        if sc.ret.is_err() || matches!(sc.ret, Ret::Unknown) {
+            return;
+        }
+        let closed_here = self
+            .procs
+            .get(&proc)
+            .and_then(|p| p.past.get(&fd))
+            .and_then(|q| q.back())
+            .is_some_and(|b| b.closed.is_some() && b.closed_by == tid);
+        if closed_here {
+            self.untraced_opens += 1;
+        }
+    }
+
+    /// How many times a thread used an fd it had closed, with no call creating it in
+    /// between (`note_reuse`).
+    pub fn untraced_opens(&self) -> u64 {
+        self.untraced_opens
     }
 
     /// Content sniffing: gives a class to a file no path named.
@@ -605,7 +644,8 @@ impl FdTable {
 
     /// Applies the fd-table effect of a finished syscall of process `proc`.
     /// Returns the file the call resolved to (for its fd argument).
-    pub fn apply(&mut self, proc: ProcKey, ts: Nanos, sc: &Syscall) -> Option<Resolved> {
+    /// `tid`: the calling thread.
+    pub fn apply(&mut self, proc: ProcKey, tid: Tid, ts: Nanos, sc: &Syscall) -> Option<Resolved> {
         // -y annotations are ground truth for the fd argument.
         let mut resolved = None;
         if let Some(fd) = sc.fd {
@@ -622,12 +662,16 @@ impl FdTable {
                 resolved = if same {
                     cur
                 } else {
+                    if cur.is_none() {
+                        self.note_reuse(proc, tid, fd, sc);
+                    }
                     let id = self.bind(proc, fd, Some(path), None, ts);
                     Some(self.resolved(id))
                 };
             } else {
                 resolved = self.lookup(proc, fd, ts);
                 if resolved.is_none() && sc.sys.fd != FdKind::Close {
+                    self.note_reuse(proc, tid, fd, sc);
                     // An fd from before the trace: known only by what it is used for.
                     let class = match sc.sys.fd_use {
                         FdUse::Listener => Some(FileClass::Listener),
@@ -733,7 +777,7 @@ impl FdTable {
                 }
             }
             // The kernel frees the number at the start of close(), before any flush.
-            FdEffect::Close(fd) => self.close(proc, fd, ts),
+            FdEffect::Close(fd) => self.close(proc, tid, fd, ts),
             FdEffect::CloseRange(lo, hi) => {
                 if let Some(p) = self.procs.get(&proc) {
                     let fds: Vec<i32> = p
@@ -743,7 +787,7 @@ impl FdTable {
                         .filter(|f| *f >= 0 && (*f as u32) >= lo && (*f as u32) <= hi)
                         .collect();
                     for fd in fds {
-                        self.close(proc, fd, ts);
+                        self.close(proc, tid, fd, ts);
                     }
                 }
             }
@@ -781,6 +825,8 @@ mod tests {
     const P1: ProcKey = ProcKey::Root;
     const P2: ProcKey = ProcKey::Pid(2);
     const P3: ProcKey = ProcKey::Pid(3);
+    /// The calling thread, where which thread it is does not matter.
+    const T1: Tid = 1;
 
     fn call(name: &'static str, fd: Option<i32>, ret: i64, path: Option<&str>) -> Syscall {
         let mut sc = Syscall::new(name);
@@ -846,22 +892,24 @@ mod tests {
     fn extensionless_file_written_with_log_lines_is_the_log_from_then_on() {
         let mut t = FdTable::new(None);
         let open = || call("openat", None, 11, Some("/data/out"));
-        t.apply(P1, 0, &open());
-        let r = t.apply(P1, 1, &call("lseek", Some(11), 0, None)).unwrap();
+        t.apply(P1, T1, 0, &open());
+        let r = t
+            .apply(P1, T1, 1, &call("lseek", Some(11), 0, None))
+            .unwrap();
         assert_eq!(r.class, FileClass::Dir);
         let mut w = call("write", Some(11), 40, None);
         w.extra = Extra::Data(crate::event::Data::new(
             b"2550:M 01 Dec 2026 05:05:00.705 * Ready to accept connections\n",
             false,
         ));
-        assert_eq!(t.apply(P1, 2, &w).unwrap().class, FileClass::Log);
+        assert_eq!(t.apply(P1, T1, 2, &w).unwrap().class, FileClass::Log);
         assert_eq!(
-            t.apply(P1, 3, &call("close", Some(11), 0, None))
+            t.apply(P1, T1, 3, &call("close", Some(11), 0, None))
                 .unwrap()
                 .class,
             FileClass::Log
         );
-        let r = t.apply(P1, 4, &open()).unwrap();
+        let r = t.apply(P1, T1, 4, &open()).unwrap();
         assert_eq!(r.class, FileClass::Log);
     }
 
@@ -879,11 +927,48 @@ mod tests {
     #[test]
     fn reused_fd_number_resolves_by_time() {
         let mut t = FdTable::new(None);
-        t.apply(P1, 100, &call("openat", None, 8, Some("/proc/self/stat")));
-        t.apply(P1, 200, &call("close", Some(8), 0, None));
-        t.apply(P1, 300, &call("accept4", Some(6), 8, None));
+        t.apply(
+            P1,
+            T1,
+            100,
+            &call("openat", None, 8, Some("/proc/self/stat")),
+        );
+        t.apply(P1, T1, 200, &call("close", Some(8), 0, None));
+        t.apply(P1, T1, 300, &call("accept4", Some(6), 8, None));
         assert_eq!(t.lookup(P1, 8, 150).unwrap().class, FileClass::Proc);
         assert_eq!(t.lookup(P1, 8, 350).unwrap().class, FileClass::Client);
+    }
+
+    /// A thread that reads an fd it closed, with no call creating it in between, shows
+    /// creating calls missing from the trace; an fd from before the trace, a failed read of
+    /// the closed fd, another thread's close, or a traced reopen show nothing.
+    #[test]
+    fn use_after_own_close_counts_as_untraced_open() {
+        const T2: Tid = 2;
+        let mut t = FdTable::new(None);
+        t.apply(P1, T1, 10, &call("read", Some(9), 5, None));
+        assert_eq!(t.untraced_opens(), 0, "an fd from before the trace");
+        t.apply(
+            P1,
+            T1,
+            100,
+            &call("openat", None, 8, Some("/proc/self/stat")),
+        );
+        t.apply(P1, T1, 200, &call("close", Some(8), 0, None));
+        let mut bad = call("read", Some(8), 0, None);
+        bad.ret = Ret::Err("EBADF");
+        t.apply(P1, T1, 250, &bad);
+        assert_eq!(t.untraced_opens(), 0, "a failed read of the closed fd");
+        t.apply(P1, T1, 300, &call("close", Some(8), 0, None));
+        t.apply(P1, T1, 400, &call("accept4", Some(6), 8, None));
+        t.apply(P1, T1, 450, &call("read", Some(8), 10, None));
+        assert_eq!(t.untraced_opens(), 0, "a traced accept");
+        t.apply(P1, T1, 500, &call("close", Some(8), 0, None));
+        t.apply(P1, T1, 600, &call("read", Some(8), 10, None));
+        assert_eq!(t.untraced_opens(), 1, "accept not traced");
+        t.apply(P1, T2, 700, &call("close", Some(8), 0, None));
+        t.apply(P1, T1, 800, &call("read", Some(8), 10, None));
+        assert_eq!(t.untraced_opens(), 1, "another thread closed it");
     }
 
     /// The cache of recent lookups never outlives a change: a reused fd, another process
@@ -893,25 +978,36 @@ mod tests {
         let mut t = FdTable::new(None);
         t.apply(
             P1,
+            T1,
             100,
             &call("openat", None, 7, Some("/data/appendonly.aof")),
         );
         assert_eq!(t.lookup(P1, 7, 150).unwrap().class, FileClass::Aof);
         assert_eq!(t.lookup(P1, 7, 150).unwrap().class, FileClass::Aof);
         // Same fd in another process: not the cached one.
-        t.apply(P2, 160, &call("openat", None, 7, Some("/data/redis.log")));
+        t.apply(
+            P2,
+            T1,
+            160,
+            &call("openat", None, 7, Some("/data/redis.log")),
+        );
         assert_eq!(t.lookup(P2, 7, 170).unwrap().class, FileClass::Log);
         assert_eq!(t.lookup(P1, 7, 170).unwrap().class, FileClass::Aof);
         // Reused in process 1.
-        t.apply(P1, 200, &call("close", Some(7), 0, None));
-        t.apply(P1, 300, &call("openat", None, 7, Some("/data/dump.rdb")));
+        t.apply(P1, T1, 200, &call("close", Some(7), 0, None));
+        t.apply(
+            P1,
+            T1,
+            300,
+            &call("openat", None, 7, Some("/data/dump.rdb")),
+        );
         assert_eq!(t.lookup(P1, 7, 350).unwrap().class, FileClass::Rdb);
         // Before the current binding opened, the cached one does not apply.
         assert_eq!(t.lookup(P1, 7, 150).unwrap().class, FileClass::Aof);
         // A fork copies; a reclassification is seen at once.
         t.fork(P1, P3, 400);
         assert_eq!(t.lookup(P3, 7, 450).unwrap().class, FileClass::Rdb);
-        t.apply(P1, 500, &call("socket", None, 9, None));
+        t.apply(P1, T1, 500, &call("socket", None, 9, None));
         let before = t.lookup(P1, 9, 550).unwrap().class;
         t.reclassify(P1, 9, FileClass::Client);
         assert_ne!(before, FileClass::Client);
@@ -924,7 +1020,7 @@ mod tests {
     fn fifty_client_fds_stay_in_the_recent_cache() {
         let mut t = FdTable::new(None);
         for fd in 8..58 {
-            t.apply(P1, 100, &call("accept4", None, fd, None));
+            t.apply(P1, T1, 100, &call("accept4", None, fd, None));
         }
         for fd in 8..58 {
             assert_eq!(t.lookup(P1, fd, 200).unwrap().class, FileClass::Client);
@@ -938,9 +1034,14 @@ mod tests {
     #[test]
     fn fork_copies_and_then_diverges() {
         let mut t = FdTable::new(None);
-        t.apply(P1, 10, &call("openat", None, 7, Some("/d/appendonly.aof")));
+        t.apply(
+            P1,
+            T1,
+            10,
+            &call("openat", None, 7, Some("/d/appendonly.aof")),
+        );
         t.fork(P1, P2, 20);
-        t.apply(P2, 30, &call("close", Some(7), 0, None));
+        t.apply(P2, T1, 30, &call("close", Some(7), 0, None));
         assert_eq!(t.lookup(P1, 7, 40).unwrap().class, FileClass::Aof);
         assert_eq!(t.lookup(P2, 7, 25).unwrap().class, FileClass::Aof);
         assert!(
@@ -966,10 +1067,10 @@ mod tests {
     #[test]
     fn annotation_wins_over_table() {
         let mut t = FdTable::new(None);
-        t.apply(P1, 10, &call("openat", None, 9, Some("/d/x.rdb")));
+        t.apply(P1, T1, 10, &call("openat", None, 9, Some("/d/x.rdb")));
         let mut w = call("write", Some(9), 4, None);
         w.fd_path = Some("/d/redis.log".into());
-        let r = t.apply(P1, 20, &w).unwrap();
+        let r = t.apply(P1, T1, 20, &w).unwrap();
         assert_eq!(r.class, FileClass::Log);
     }
 
@@ -980,24 +1081,24 @@ mod tests {
     fn a_file_written_then_fsynced_is_the_aof() {
         let mut t = FdTable::new(None);
         let class = |t: &FdTable, pid, fd| t.lookup(pid, fd, 100).map(|r| r.class);
-        t.apply(P1, 10, &call("write", Some(7), 45, None));
+        t.apply(P1, T1, 10, &call("write", Some(7), 45, None));
         assert_eq!(class(&t, P1, 7), Some(FileClass::Unknown));
-        let r = t.apply(P1, 20, &call("fdatasync", Some(7), 0, None));
+        let r = t.apply(P1, T1, 20, &call("fdatasync", Some(7), 0, None));
         assert_eq!(r.map(|r| r.class), Some(FileClass::Aof), "the call itself");
         assert_eq!(class(&t, P1, 7), Some(FileClass::Aof));
         // Never written: an fsynced directory or file says nothing.
-        t.apply(P1, 30, &call("fsync", Some(8), 0, None));
+        t.apply(P1, T1, 30, &call("fsync", Some(8), 0, None));
         assert_eq!(class(&t, P1, 8), Some(FileClass::Other));
         // A socket: its fsync fails.
-        t.apply(P1, 40, &call("write", Some(9), 5, None));
+        t.apply(P1, T1, 40, &call("write", Some(9), 5, None));
         let mut bad = call("fdatasync", Some(9), 0, None);
         bad.ret = Ret::Err("EINVAL");
-        t.apply(P1, 50, &bad);
+        t.apply(P1, T1, 50, &bad);
         assert_eq!(class(&t, P1, 9), Some(FileClass::Unknown));
         // A forked child's written and fsynced file is its save.
         t.fork(P1, P2, 60);
-        t.apply(P2, 70, &call("write", Some(10), 4096, None));
-        t.apply(P2, 80, &call("fsync", Some(10), 0, None));
+        t.apply(P2, T1, 70, &call("write", Some(10), 4096, None));
+        t.apply(P2, T1, 80, &call("fsync", Some(10), 0, None));
         assert_ne!(class(&t, P2, 10), Some(FileClass::Aof));
     }
 
@@ -1007,21 +1108,27 @@ mod tests {
     #[test]
     fn the_aof_found_by_behaviour_takes_its_earlier_calls_in_the_same_lifetime() {
         let mut t = FdTable::new(None);
-        let first = t.apply(P1, 10, &call("write", Some(7), 45, None)).unwrap();
+        let first = t
+            .apply(P1, T1, 10, &call("write", Some(7), 45, None))
+            .unwrap();
         assert_eq!(first.class, FileClass::Unknown);
         let r = t
-            .apply(P1, 20, &call("fdatasync", Some(7), 0, None))
+            .apply(P1, T1, 20, &call("fdatasync", Some(7), 0, None))
             .unwrap();
         assert_eq!(r.file, first.file, "the same file, now the AOF");
         assert_eq!(t.file(first.file).class, FileClass::Aof);
         // A later unnamed binding of another fd number that is closed, reused and only then
         // written and fsynced: the first lifetime keeps what it was.
-        let a = t.apply(P1, 30, &call("write", Some(8), 45, None)).unwrap();
-        t.apply(P1, 40, &call("close", Some(8), 0, None));
-        let b = t.apply(P1, 50, &call("write", Some(8), 45, None)).unwrap();
+        let a = t
+            .apply(P1, T1, 30, &call("write", Some(8), 45, None))
+            .unwrap();
+        t.apply(P1, T1, 40, &call("close", Some(8), 0, None));
+        let b = t
+            .apply(P1, T1, 50, &call("write", Some(8), 45, None))
+            .unwrap();
         assert_eq!(a.file, b.file, "one row per (fd, class) in the report");
         let r = t
-            .apply(P1, 60, &call("fdatasync", Some(8), 0, None))
+            .apply(P1, T1, 60, &call("fdatasync", Some(8), 0, None))
             .unwrap();
         assert_eq!(r.class, FileClass::Aof);
         assert_ne!(r.file, a.file);

@@ -80,6 +80,61 @@ fn failed_only_trace_reports_no_gaps() {
     assert!(f["evidence"].as_str().unwrap().contains("-Z"), "{f}");
 }
 
+/// `strace -e trace=%file,%desc` has no accept and no clock_nanosleep: client fds appear
+/// after their number's close with no call creating them, which marks the trace as missing
+/// calls. Its gaps then are no longer "no syscall", but the event loop's waits are traced, so
+/// the DEBUG SLEEP's gap, which DEBUG waited through, is still a stall (said to be a gap in
+/// traced calls only), and a gap no command waited through is not.
+#[test]
+fn trace_without_fd_creating_calls_keeps_only_gaps_commands_waited_through() {
+    let out = Command::cargo_bin("stallscope")
+        .unwrap()
+        .args(["analyze", "--format", "json", "--threshold", "2ms"])
+        .arg(format!(
+            "{}/fixtures/variants/desc-file-e.strace",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r["summary"]["skipped_lines"], 0, "{}", r["skipped"]);
+    let f = r["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["id"] == "filtered-trace")
+        .expect("the filtered-trace finding");
+    let evidence = f["evidence"].as_str().unwrap();
+    assert!(
+        evidence.starts_with("9 times a thread read or wrote an fd it had closed itself"),
+        "{f}"
+    );
+    let gaps: Vec<&serde_json::Value> = r["stalls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["kind"] == "gap")
+        .collect();
+    assert_eq!(gaps.len(), 1, "{gaps:?}");
+    let g = gaps[0];
+    assert_eq!(
+        (
+            g["line"].as_u64(),
+            g["thread"].as_str(),
+            g["duration_us"].as_u64()
+        ),
+        (Some(230), Some("main"), Some(300_519))
+    );
+    assert_eq!(g["waiting_by_command"]["DEBUG"], 1, "{g}");
+    assert_eq!(g["finding"], "command", "{g}");
+    let cause = g["cause"].as_str().unwrap();
+    assert!(
+        cause.contains("no traced syscall") && cause.contains("while DEBUG ran"),
+        "{cause}"
+    );
+}
+
 /// A trace pasted through something that wraps at 80 columns (`fold -w 80`): the pieces are
 /// glued back, so the DEBUG SLEEP is found as in the unwrapped trace, and nearly every line
 /// is read (a piece cut inside a `-T` duration, `<0` then `.000036>`, is still skipped).

@@ -83,6 +83,22 @@ pub(crate) fn explain(
         if let Some(v) = sched_of_gap(a.fault_copy, c, role, &who, &d, &during, running) {
             return v;
         }
+        // Kept in a trace missing calls only because commands waited through it (`Kept`).
+        if a.gaps.is_some() {
+            let what = running.map_or_else(
+                || "while client commands waited".to_string(),
+                |n| format!("while {n} ran (from its read to its reply)"),
+            );
+            return (
+                Some(FindingId::Command),
+                format!(
+                    "{who} made no traced syscall for {bound}{}{during} {what}; the trace \
+                     lacks some calls (-e trace=...), so whether the thread ran on a CPU or \
+                     blocked in a call that was not traced (a sleep, a lock) is not known",
+                    human(c.dur / 1000)
+                ),
+            );
+        }
         return match role {
             Role::Main if c.phase.is_some() => (
                 Some(FindingId::CowPageFaults),
@@ -727,6 +743,12 @@ fn gaps_evidence(cx: &Ctx<'_>, _: Option<&ByFinding>) -> String {
         Some(GapVerdict::Filtered { syscalls }) => format!(
             "{syscalls} syscalls and not one wait of an event loop (epoll_wait, or select/poll): \
              strace was probably run with -e trace=..., or the trace is cut to a few lines"
+        ),
+        Some(v) if v.loop_traced() => format!(
+            "{}; only the main thread's gaps that client commands waited through are shown \
+             (the event loop's waits are in the trace, so such a gap is time the loop did \
+             not turn)",
+            v.why()
         ),
         Some(v) => v.why(),
         None => String::new(),

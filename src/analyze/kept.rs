@@ -36,7 +36,13 @@ impl Kept<'_> {
     /// A stored candidate with what it held, if it is a stall on current roles.
     fn kept(&self, c: &Cand, held: Held) -> Option<(Held, Role)> {
         let role = self.world.role(c.tid);
-        if !stalls::keep(c, role, self.gaps_ok()) {
+        // A trace missing some calls but not its event loop's waits: a main-thread gap that
+        // client commands waited through is a stall whatever the thread did in it.
+        let held_through = c.kind == StallKind::Gap
+            && role == Role::Main
+            && held.waiting > 0
+            && self.evidence.gaps.is_some_and(|v| v.loop_traced());
+        if !stalls::keep(c, role, self.gaps_ok() || held_through) {
             return None;
         }
         // A process that never waits in epoll waits for work in select/poll: idle there.

@@ -254,6 +254,7 @@ impl Analyzer {
             clock,
             self.opts.threshold_ns,
             self.world.no_event_loop(),
+            self.world.untraced_opens(),
             self.world.thread_count(),
             self.latency.errors(),
         )

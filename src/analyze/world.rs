@@ -152,7 +152,7 @@ impl World {
         // role (three indexings, three bounds checks, before).
         let t = &mut self.threads[thread.get()];
         let proc = t.proc;
-        let resolved = self.fds.apply(proc, ev.ts, sc);
+        let resolved = self.fds.apply(proc, ev.tid, ev.ts, sc);
         let class = resolved.map(|r| r.class);
         // An open touches the fd it returns (its file is what `resolved` names).
         let call_fd = if facts.has(Facts::OPEN) {
@@ -330,6 +330,11 @@ impl World {
     /// No thread has waited in an event loop (so far): no epoll wait, and no select/poll.
     pub(crate) fn no_event_loop(&self) -> bool {
         !self.any_epoll && !self.any_poll
+    }
+
+    /// Uses of an fd by the thread that had closed it, with no call creating it in between.
+    pub(crate) fn untraced_opens(&self) -> u64 {
+        self.fds.untraced_opens()
     }
 
     /// The whole trace is read: roles from here on are final.
