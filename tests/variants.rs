@@ -218,7 +218,8 @@ fn perf_lost_events_make_no_stall_and_are_counted() {
 
 /// `strace -t`: whole-second timestamps. The DEBUG SLEEP is still found (its -T), but a
 /// command's read and reply carry only their seconds: no command time and no client wait is
-/// given (the capture's SETs around the BGSAVE read as 1.02 s, answered in microseconds).
+/// given (the capture's SETs around the BGSAVE read as 1.02 s, answered in microseconds),
+/// nor which commands a stall held, nor which stalls overlapped.
 #[test]
 fn whole_second_timestamps_measure_calls_only() {
     let r = report("whole-seconds-t.strace");
@@ -236,6 +237,20 @@ fn whole_second_timestamps_measure_calls_only() {
         .unwrap()
         .iter()
         .all(|i| i["worst_wait_us"].is_null()));
+    // Which commands a stall held, and which stalls overlap, span two calls too: the
+    // stalls of one second would all overlap and hold every command of that second.
+    let stalls = r["stalls"].as_array().unwrap();
+    assert!(
+        stalls
+            .iter()
+            .all(|s| s["waiting_commands"] == 0 && s["waiting_clients"] == 0),
+        "{stalls:?}"
+    );
+    let incidents = r["incidents"].as_array().unwrap();
+    assert_eq!(incidents.len(), stalls.len());
+    assert!(incidents
+        .iter()
+        .all(|i| i["stalls"].as_array().map(Vec::len) == Some(1) && i["waiting_commands"] == 0));
     let ids: Vec<&str> = r["findings"]
         .as_array()
         .unwrap()

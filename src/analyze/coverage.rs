@@ -137,6 +137,15 @@ impl GapVerdict {
             GapVerdict::UntracedOpens { .. } | GapVerdict::ServingFiltered { .. }
         )
     }
+    /// Times are too coarse (or absent) to order calls of different threads or to time
+    /// anything spanning two calls: which commands waited through a stall, and which
+    /// stalls overlapped, are not known.
+    pub(crate) fn coarse(&self) -> bool {
+        matches!(
+            self,
+            GapVerdict::CoarseClock { .. } | GapVerdict::NoTimestamps { .. }
+        )
+    }
     /// Calls are missing from the trace (rather than times being imprecise).
     pub(crate) fn is_filtered(&self) -> bool {
         matches!(

@@ -54,7 +54,10 @@ impl Kept<'_> {
             return None;
         }
         let mut held = held;
-        if !matches!(role, Role::Main | Role::IoThread) {
+        // A command's read and reply, and the stall, are each known to a tick at best: that
+        // one held the other is a guess (every command of the same second would match).
+        let unknowable = self.evidence.gaps.is_some_and(|v| v.coarse());
+        if unknowable || !matches!(role, Role::Main | Role::IoThread) {
             held.client_facing_only();
         }
         Some((held, role))

@@ -356,7 +356,9 @@ impl Analyzer {
         let dropped = self.stalls.dropped();
         r.summary.stalls = all.len() as u64 + dropped;
         r.summary.stalls_not_listed = dropped;
-        r.incidents = incidents::incidents(&all, clock, kept.first);
+        // Under a coarse clock stalls that start in the same tick would all overlap.
+        let merge = !gaps.is_some_and(|v| v.coarse());
+        r.incidents = incidents::incidents(&all, clock, kept.first, merge);
         let (held, stalls): (Vec<Held>, Vec<Stall>) =
             all.into_iter().map(|(_, h, s)| (h, s)).unzip();
         r.stalls = stalls;
