@@ -290,9 +290,14 @@ fn sched_of_gap(
     let s = SchedSplit::of(c, fault_copy)?;
     let w = s.words();
     if s.starved(c.dur) {
+        // The command it ran through the gap is what held the clients; the missing CPU is
+        // why it took so long.
+        let cmd = running
+            .map(|n| format!(" while {n} ran"))
+            .unwrap_or_default();
         return Some((
             Some(FindingId::CpuStarvation),
-            format!("{who} {d}{during}: it was waiting for a CPU ({w}): CPU starvation"),
+            format!("{who} {d}{during}{cmd}: it was waiting for a CPU ({w}): CPU starvation"),
         ));
     }
     if c.phase.is_some() && s.fault_burst() {
@@ -1306,6 +1311,13 @@ mod tests {
             let (id, why) = explain(ev, &cases[3].0, Role::Main, Some("EVAL"));
             assert_eq!(id, Some(FindingId::Command));
             assert!(why.contains("a slow command (EVAL), on a CPU"), "{why}");
+            // Through a gap mostly waiting for a CPU, the command held the thread too.
+            let (id, why) = explain(ev, &cases[0].0, Role::Main, Some("EVAL"));
+            assert_eq!(id, Some(FindingId::CpuStarvation));
+            assert!(
+                why.contains("while EVAL ran: it was waiting for a CPU"),
+                "{why}"
+            );
         });
     }
 
