@@ -192,6 +192,23 @@ pub fn sniff(data: &[u8], is_write: bool) -> Option<FileClass> {
     None
 }
 
+/// `6005 (redis-server) R 1 6005 ...`: the start of a /proc/PID/stat, pid, command in
+/// parentheses (which may hold anything, so up to its last `) `), state letter.
+fn is_proc_stat(d: &[u8]) -> bool {
+    let n = d.iter().take_while(|b| b.is_ascii_digit()).count();
+    if n == 0 || d.get(n..n + 2) != Some(b" (") {
+        return false;
+    }
+    let Some(close) = d
+        .windows(2)
+        .rposition(|w| w == b") ")
+        .filter(|c| *c > n + 1)
+    else {
+        return false;
+    };
+    matches!(d.get(close + 2..close + 4), Some([st, b' ']) if st.is_ascii_alphabetic())
+}
+
 /// `8169:M 30 Nov 2026 22:38:11.272 * ...`: the redis log-line format.
 fn is_log_line(d: &[u8]) -> bool {
     let n = d.iter().take_while(|b| b.is_ascii_digit()).count();
@@ -261,6 +278,8 @@ struct Binding {
     file: FileId,
     /// The thread whose close ended the binding (or that bound the fd anew over it).
     closed_by: Tid,
+    /// A read through it returned the start of a /proc/PID/stat (`note_stat_read`).
+    stat_read: bool,
     opened: Nanos,
     closed: Option<Nanos>,
 }
@@ -304,6 +323,10 @@ pub struct FdTable {
     /// creating it in between: the calls that create fds (accept, socket, open...) were not
     /// traced (`strace -e trace=%desc`), so the trace is missing calls.
     untraced_opens: u64,
+    /// Reads that returned the start of a /proc/PID/stat again through a binding that had
+    /// already returned it, with no open between: redis reopens /proc/self/stat for every
+    /// memory sample (serverCron), so its opens and closes were not traced.
+    untraced_rereads: u64,
 }
 
 /// `Binding::closed_by` of a binding no thread closed (a new one took its fd number).
@@ -359,6 +382,7 @@ impl FdTable {
             generation: 1,
             learned: HashMap::default(),
             untraced_opens: 0,
+            untraced_rereads: 0,
         }
     }
 
@@ -428,6 +452,7 @@ impl FdTable {
             Binding {
                 file,
                 closed_by: NO_THREAD,
+                stat_read: false,
                 opened: ts,
                 closed: None,
             },
@@ -480,6 +505,7 @@ impl FdTable {
                 Binding {
                     file: id,
                     closed_by: NO_THREAD,
+                    stat_read: false,
                     opened: ts,
                     closed: None,
                 },
@@ -565,6 +591,25 @@ impl FdTable {
     /// between (`note_reuse`).
     pub fn untraced_opens(&self) -> u64 {
         self.untraced_opens
+    }
+
+    /// A read of `fd` returned the start of a /proc/PID/stat: a second one through the same
+    /// binding (plain read(), which moves the offset) means the file was opened again.
+    #[cold]
+    fn note_stat_read(&mut self, proc: ProcKey, fd: i32) {
+        let Some(b) = self.procs.get_mut(&proc).and_then(|p| p.live.get_mut(&fd)) else {
+            return;
+        };
+        if b.stat_read {
+            self.untraced_rereads += 1;
+        }
+        b.stat_read = true;
+    }
+
+    /// How many reads returned a /proc/PID/stat's start again with no open between
+    /// (`note_stat_read`).
+    pub fn untraced_rereads(&self) -> u64 {
+        self.untraced_rereads
     }
 
     /// Content sniffing: gives a class to a file no path named.
@@ -681,6 +726,19 @@ impl FdTable {
                     };
                     let id = self.bind(proc, fd, None, class, ts);
                     resolved = Some(self.resolved(id));
+                }
+            }
+            if let Some(d) = sc.data() {
+                // Reads of client requests start with `*` or a letter, replies and log
+                // lines are writes: a read starting with a digit is rare enough to look at.
+                let (_, raw) = d.kept();
+                if raw.first().is_some_and(u8::is_ascii_digit)
+                    && !sc.sys.puts
+                    && sc.sys.name == "read"
+                    && sc.ret.val().is_some_and(|n| n > 0)
+                    && is_proc_stat(raw)
+                {
+                    self.note_stat_read(proc, fd);
                 }
             }
             if let (Some(r), Some(d)) = (resolved, sc.data()) {
@@ -969,6 +1027,47 @@ mod tests {
         t.apply(P1, T2, 700, &call("close", Some(8), 0, None));
         t.apply(P1, T1, 800, &call("read", Some(8), 10, None));
         assert_eq!(t.untraced_opens(), 1, "another thread closed it");
+    }
+
+    /// redis opens /proc/self/stat anew for each memory sample: the start of the file read
+    /// twice through one open (no openat between) shows opens missing from the trace; a
+    /// traced reopen, a client's reads and pread show nothing.
+    #[test]
+    fn proc_stat_read_twice_without_an_open_counts_as_untraced() {
+        let read = |fd, text: &str| {
+            let mut sc = call("read", Some(fd), text.len() as i64, None);
+            sc.extra = Extra::Data(crate::event::Data::escaped(format!("{text}\"").as_bytes()));
+            sc
+        };
+        let stat = "6005 (redis-server) R 1 6005 6005 0 -1 4194560";
+        assert!(is_proc_stat(stat.as_bytes()));
+        assert!(is_proc_stat(b"7 (a) b) S 1 "), "a ') ' inside the command");
+        assert!(!is_proc_stat(b"8169:M 30 Nov 2026 22:38:11.272 * x"));
+        assert!(!is_proc_stat(b"123 (x"));
+        let mut t = FdTable::new(None);
+        t.apply(
+            P1,
+            T1,
+            10,
+            &call("openat", None, 7, Some("/proc/self/stat")),
+        );
+        t.apply(P1, T1, 20, &read(7, stat));
+        t.apply(P1, T1, 30, &call("close", Some(7), 0, None));
+        t.apply(
+            P1,
+            T1,
+            40,
+            &call("openat", None, 7, Some("/proc/self/stat")),
+        );
+        t.apply(P1, T1, 50, &read(7, stat));
+        t.apply(P1, T1, 60, &read(8, "*1\r\n$4\r\nPING\r\n"));
+        let mut pread = read(7, stat);
+        pread.sys = crate::syscalls::info("pread64");
+        t.apply(P1, T1, 70, &pread);
+        assert_eq!(t.untraced_rereads(), 0);
+        t.apply(P1, T1, 80, &read(7, stat));
+        t.apply(P1, T1, 90, &read(7, stat));
+        assert_eq!(t.untraced_rereads(), 2, "no open between the reads");
     }
 
     /// The cache of recent lookups never outlives a change: a reused fd, another process

@@ -135,6 +135,50 @@ fn trace_without_fd_creating_calls_keeps_only_gaps_commands_waited_through() {
     );
 }
 
+/// `strace -e trace=epoll_wait,read,write` has no open or close: /proc/self/stat's start
+/// read again and again through one fd shows the untraced reopens, and only the gaps that
+/// commands waited through (the DEBUG SLEEP's, a GET's) are stalls.
+#[test]
+fn trace_without_opens_keeps_only_gaps_commands_waited_through() {
+    let out = Command::cargo_bin("stallscope")
+        .unwrap()
+        .args(["analyze", "--format", "json", "--threshold", "2ms"])
+        .arg(format!(
+            "{}/fixtures/variants/read-write-epoll-e.strace",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let f = r["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["id"] == "filtered-trace")
+        .expect("the filtered-trace finding");
+    assert!(
+        f["evidence"]
+            .as_str()
+            .unwrap()
+            .starts_with("14 reads returned the start of /proc/PID/stat again"),
+        "{f}"
+    );
+    let gaps: Vec<(u64, u64)> = r["stalls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["kind"] == "gap")
+        .map(|s| {
+            (
+                s["line"].as_u64().unwrap(),
+                s["waiting_commands"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(gaps, vec![(131, 1), (139, 1)]);
+}
+
 /// A trace pasted through something that wraps at 80 columns (`fold -w 80`): the pieces are
 /// glued back, so the DEBUG SLEEP is found as in the unwrapped trace, and nearly every line
 /// is read (a piece cut inside a `-T` duration, `<0` then `.000036>`, is still skipped).

@@ -38,7 +38,8 @@ pub(crate) struct Coverage {
 const READY_WITHOUT_TAKES: u64 = 3;
 
 /// Uses of an fd by the thread that closed it, with no creating call between, that show a
-/// trace without its fd-creating calls (one could be an fd passed over a unix socket).
+/// trace without its fd-creating calls (one could be an fd passed over a unix socket); as
+/// many rereads of /proc/PID/stat through one open (one could follow an lseek).
 const UNTRACED_OPENS_MIN: u64 = 2;
 
 /// Calls, all failed, that show a `-Z` trace (fewer could be a trace cut to a few lines).
@@ -54,7 +55,9 @@ pub(crate) enum GapVerdict {
     ServingFiltered { ready: u64 },
     /// A thread used an fd it had closed this many times with no call creating it in
     /// between: `-e trace=` dropped the calls that create fds (accept, socket...).
-    UntracedOpens { reuses: u64 },
+    /// Or reads returned the start of a /proc/PID/stat again through one open (`rereads`):
+    /// redis's opens and closes of it were not traced.
+    UntracedOpens { reuses: u64, rereads: u64 },
     /// No call shorter than this: `perf trace --duration`.
     DurationFiltered { min: Nanos },
     /// Every call failed: `strace -Z` (`--failed-only`), or `perf trace --failure` (`perf`),
@@ -81,12 +84,28 @@ impl GapVerdict {
                  read, receive or accept: strace was probably run with -e trace=..., and a gap \
                  may be calls that were not traced"
             ),
-            GapVerdict::UntracedOpens { reuses } => format!(
-                "{reuses} times a thread read or wrote an fd it had closed itself, with no call \
-                 in the trace creating it again (accept, socket, open...): strace was probably \
-                 run with -e trace=... (such as %desc or %file,%desc), and a gap may be calls \
-                 that were not traced"
-            ),
+            GapVerdict::UntracedOpens { reuses, rereads } => {
+                let mut seen = vec![];
+                if *reuses > 0 {
+                    seen.push(format!(
+                        "{reuses} times a thread read or wrote an fd it had closed itself, with \
+                         no call in the trace creating it again (accept, socket, open...)"
+                    ));
+                }
+                if *rereads > 0 {
+                    seen.push(format!(
+                        "{rereads} reads returned the start of /proc/PID/stat again through \
+                         an fd with no open of it in between (redis opens it anew for every \
+                         memory sample)"
+                    ));
+                }
+                format!(
+                    "{}: strace was probably run with -e trace=... (such as %desc, \
+                     %file,%desc or a list of calls), and a gap may be calls that were not \
+                     traced",
+                    seen.join("; ")
+                )
+            }
             GapVerdict::DurationFiltered { min } => format!(
                 "no call in the trace is shorter than {}: it was filtered by duration \
                  (perf trace --duration), so calls are missing between the ones shown",
@@ -236,15 +255,16 @@ impl Coverage {
     /// Why gaps between syscalls cannot be trusted in this trace, if they cannot: a filtered
     /// trace (`no_event_loop`: not one epoll_wait), a clock coarser than the threshold, or
     /// `-r` times across threads. The clock is explicit: live, the caller's, while tracing.
-    /// `failed`: how many calls returned an error; `untraced_opens`: uses of an fd by the
-    /// thread that had closed it with no creating call in between (`FdTable::note_reuse`).
+    /// `failed`: how many calls returned an error; `untraced`: uses of an fd by the thread
+    /// that had closed it with no creating call in between (`FdTable::note_reuse`), and
+    /// rereads of /proc/PID/stat through one open (`FdTable::note_stat_read`).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn gap_verdict(
         &self,
         clock: &Clock,
         threshold_ns: Nanos,
         no_event_loop: bool,
-        untraced_opens: u64,
+        untraced: (u64, u64),
         threads: usize,
         failed: u64,
     ) -> Option<GapVerdict> {
@@ -279,10 +299,10 @@ impl Coverage {
         }
         // A live backend that lost events may have lost the creating calls: the lost count
         // already says the trace is incomplete, and where.
-        if untraced_opens >= UNTRACED_OPENS_MIN && self.lost_events == 0 {
-            return Some(GapVerdict::UntracedOpens {
-                reuses: untraced_opens,
-            });
+        let (reuses, rereads) = untraced;
+        if (reuses >= UNTRACED_OPENS_MIN || rereads >= UNTRACED_OPENS_MIN) && self.lost_events == 0
+        {
+            return Some(GapVerdict::UntracedOpens { reuses, rereads });
         }
         // perf trace prints milliseconds: its fraction digits count from 1 ms, strace's
         // from 1 s.
@@ -395,39 +415,42 @@ mod tests {
         }
         let epoch = clock(TimeFmt::Epoch, 6);
         assert_eq!(
-            c.gap_verdict(&epoch, 10_000_000, true, 0, 1, 0),
+            c.gap_verdict(&epoch, 10_000_000, true, (0, 0), 1, 0),
             Some(GapVerdict::Filtered { syscalls: 1000 })
         );
-        assert_eq!(c.gap_verdict(&epoch, 10_000_000, false, 0, 1, 0), None);
+        assert_eq!(c.gap_verdict(&epoch, 10_000_000, false, (0, 0), 1, 0), None);
         assert_eq!(
-            c.gap_verdict(&epoch, 10_000_000, false, 2, 1, 0),
-            Some(GapVerdict::UntracedOpens { reuses: 2 })
+            c.gap_verdict(&epoch, 10_000_000, false, (2, 0), 1, 0),
+            Some(GapVerdict::UntracedOpens {
+                reuses: 2,
+                rereads: 0
+            })
         );
         assert_eq!(
-            c.gap_verdict(&epoch, 10_000_000, false, 1, 1, 0),
+            c.gap_verdict(&epoch, 10_000_000, false, (1, 0), 1, 0),
             None,
             "one reuse could be an fd passed over a unix socket"
         );
         let secs = clock(TimeFmt::Epoch, 0);
         assert_eq!(
-            c.gap_verdict(&secs, 10_000_000, false, 0, 1, 0),
+            c.gap_verdict(&secs, 10_000_000, false, (0, 0), 1, 0),
             Some(GapVerdict::CoarseClock {
                 resolution: 1_000_000_000
             })
         );
         assert_eq!(
-            c.gap_verdict(&Clock::none(), 10_000_000, false, 0, 1, 0),
+            c.gap_verdict(&Clock::none(), 10_000_000, false, (0, 0), 1, 0),
             Some(GapVerdict::NoTimestamps { measured: true }),
             "-T but no timestamps"
         );
         let rel = clock(TimeFmt::Relative, 6);
         assert_eq!(
-            c.gap_verdict(&rel, 10_000_000, false, 0, 2, 0),
+            c.gap_verdict(&rel, 10_000_000, false, (0, 0), 2, 0),
             Some(GapVerdict::RelativeAcrossThreads)
         );
-        assert_eq!(c.gap_verdict(&rel, 10_000_000, false, 0, 1, 0), None);
+        assert_eq!(c.gap_verdict(&rel, 10_000_000, false, (0, 0), 1, 0), None);
         // strace -Z: every call printed failed.
-        let v = c.gap_verdict(&epoch, 10_000_000, false, 0, 1, 1000);
+        let v = c.gap_verdict(&epoch, 10_000_000, false, (0, 0), 1, 1000);
         assert_eq!(
             v,
             Some(GapVerdict::FailedOnly {
@@ -440,13 +463,18 @@ mod tests {
         // perf trace --failure: the same, in perf's words.
         let mut perf = epoch.clone();
         perf.perf = true;
-        let v = c.gap_verdict(&perf, 10_000_000, false, 0, 1, 1000).unwrap();
+        let v = c
+            .gap_verdict(&perf, 10_000_000, false, (0, 0), 1, 1000)
+            .unwrap();
         assert_eq!(
             v.why(),
             "all 1000 calls in the trace failed: perf trace was run with --failure, so the \
              calls that succeeded between them are missing"
         );
-        assert_eq!(c.gap_verdict(&epoch, 10_000_000, false, 0, 1, 999), None);
+        assert_eq!(
+            c.gap_verdict(&epoch, 10_000_000, false, (0, 0), 1, 999),
+            None
+        );
     }
 
     #[test]
@@ -457,12 +485,12 @@ mod tests {
             c.on_call(&call(&e, Role::Main, None));
         }
         let epoch = clock(TimeFmt::Epoch, 6);
-        let v = c.gap_verdict(&epoch, 10_000_000, false, 0, 1, 0);
+        let v = c.gap_verdict(&epoch, 10_000_000, false, (0, 0), 1, 0);
         assert_eq!(v, Some(GapVerdict::DurationFiltered { min: 150_000 }));
         assert!(v.unwrap().is_filtered());
         let short = event(1, 0, 3_000, "read");
         c.on_call(&call(&short, Role::Main, None));
-        assert_eq!(c.gap_verdict(&epoch, 10_000_000, false, 0, 1, 0), None);
+        assert_eq!(c.gap_verdict(&epoch, 10_000_000, false, (0, 0), 1, 0), None);
         assert_eq!(c.durations(&epoch), Durations::Measured);
         assert_eq!(
             c.durations(&Clock::none()),

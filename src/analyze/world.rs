@@ -332,9 +332,10 @@ impl World {
         !self.any_epoll && !self.any_poll
     }
 
-    /// Uses of an fd by the thread that had closed it, with no call creating it in between.
-    pub(crate) fn untraced_opens(&self) -> u64 {
-        self.fds.untraced_opens()
+    /// Uses of an fd by the thread that had closed it with no creating call in between, and
+    /// rereads of /proc/PID/stat through one open: signs of untraced opens.
+    pub(crate) fn untraced_opens(&self) -> (u64, u64) {
+        (self.fds.untraced_opens(), self.fds.untraced_rereads())
     }
 
     /// The whole trace is read: roles from here on are final.
