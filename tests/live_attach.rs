@@ -1385,11 +1385,12 @@ fn counts_the_wait_for_a_cpu_after_a_wakeup_as_runnable(backend: &str) {
     pin(redis.pid(), cpu);
     renice(redis.pid(), 19);
     // Whether a woken nice-19 thread waits behind the hog is the scheduler's choice (it may
-    // run it at once on some wakeups): try again, up to three attaches, until one of its
-    // sleeps waited. Every sleep's split must add up and be mostly blocked, in every try.
+    // run it at once on some wakeups, and on a loaded machine three tries in a row were
+    // seen to run at once): try again, up to six attaches, until one of its sleeps waited.
+    // Every sleep's split must add up and be mostly blocked, in every try.
     let mut waited = false;
     let mut seen = vec![];
-    for _ in 0..3 {
+    for _ in 0..6 {
         let hog = Hog::on_cpu(cpu);
         let a = Attach::start(
             backend,
@@ -1435,7 +1436,7 @@ fn counts_the_wait_for_a_cpu_after_a_wakeup_as_runnable(backend: &str) {
     }
     assert!(
         waited,
-        "woken on a busy CPU, it waited for it (in one of three tries): {seen:?}"
+        "woken on a busy CPU, it waited for it (in one of six tries): {seen:?}"
     );
     redis.assert_unharmed();
 }
