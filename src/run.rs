@@ -186,9 +186,7 @@ pub fn analyze(args: &AnalyzeArgs) -> Result<u64> {
     let plain = !has_lost && sched.is_empty() && arrivals.is_empty();
     let inputs = pipelined(inputs, |batch| {
         if plain {
-            for ev in batch {
-                an.push(ev);
-            }
+            an.push_all(batch);
         } else {
             for ev in batch {
                 let dropped = lost.before(ev.line);
