@@ -109,9 +109,10 @@ pub(crate) fn explain(
         None => "",
     };
     // Joined with `push_str`: a `format!` cost ~1,300 instructions, and every stall row of
-    // the report is one of these sentences.
-    let mut text = who;
-    for part in [" blocked ", bound, &d, " in ", name, "()"] {
+    // the report is one of these sentences. Room for a long one at once: grown from `who`
+    // it was reallocated four times.
+    let mut text = String::with_capacity(256);
+    for part in [&who, " blocked ", bound, &d, " in ", name, "()"] {
         text.push_str(part);
     }
     on_what(&mut text, c, file);
