@@ -186,9 +186,7 @@ pub fn analyze(args: &AnalyzeArgs) -> Result<u64> {
     let plain = !has_lost && sched.is_empty() && arrivals.is_empty();
     let inputs = pipelined(inputs, |batch| {
         if plain {
-            for ev in batch {
-                an.push(ev);
-            }
+            an.push_all(batch);
         } else {
             for ev in batch {
                 let dropped = lost.before(ev.line);
@@ -261,7 +259,11 @@ pub fn analyze(args: &AnalyzeArgs) -> Result<u64> {
     }
     join_redis_log(&mut report, args, conf.as_ref())?;
     emit(&report, &args.out)?;
-    Ok(report.summary.stalls)
+    let stalls = report.summary.stalls;
+    // The process ends here (`main`): freeing the report's thousands of strings one by one
+    // cost 1.5 % of a 200k-line run's instructions, and the exit frees them at once.
+    std::mem::forget(report);
+    Ok(stalls)
 }
 
 /// Offline: redis's own log, named with `--redis-log` or found beside the trace, joined

@@ -194,7 +194,7 @@ impl Coverage {
         self.other_events += 1;
     }
 
-    /// A call (an event too: the kind is matched once, in `Analyzer::push`).
+    /// A call (an event too: the kind is matched once, in `Analyzer::push`, feed.rs).
     #[inline]
     pub(crate) fn on_call(&mut self, cx: &ResolvedCall<'_>) {
         let sc = cx.sc;

@@ -11,6 +11,7 @@ mod arrivals;
 mod call;
 mod commands;
 mod coverage;
+mod feed;
 mod file_time;
 pub mod findings;
 mod holds;
@@ -28,7 +29,7 @@ mod stalls;
 pub mod stats;
 mod world;
 
-use crate::event::{Event, EventKind, Syscall, Tid};
+use crate::event::{Event, Syscall, Tid};
 pub use crate::redis_conf::RedisConf;
 use crate::report::{self, Report, Stall};
 use crate::source::{Clock, Counters, SourceInfo};
@@ -157,53 +158,9 @@ impl Analyzer {
         self.world.file_class_at(tid, fd, ts)
     }
 
-    pub fn push(&mut self, ev: &Event) {
-        // An unreadable line is no event of the trace, but the timeline breaks there: what
-        // it held is unknown, so no gap may span it, in any thread.
-        if matches!(ev.kind, EventKind::Unreadable) {
-            self.stalls.forget_all_last_ends(ev.ts);
-            self.arrivals.forget(None);
-            return;
-        }
-        // Nearly every event is a call: its kind matched once (the coverage unit counts it
-        // as an event in `on_call`).
-        if let EventKind::Syscall(sc) = &ev.kind {
-            self.on_syscall(ev, sc);
-            return;
-        }
-        self.coverage.on_event();
-        match &ev.kind {
-            EventKind::Syscall(_) | EventKind::Unreadable => {}
-            EventKind::Signal { name, si_pid } => {
-                self.phases.on_signal(name, *si_pid, ev.ts);
-                self.world.touch(ev.tid);
-            }
-            EventKind::Exit { .. } => {
-                if let Some(child) = self.world.exiting_child(ev.tid) {
-                    self.phases.end(child, ev.ts, report::EndedBy::Exit);
-                }
-            }
-            EventKind::Attach { .. } => {
-                if let Some(t) = self.world.on_attach(ev.tid) {
-                    self.stalls.forget_last_end(t);
-                    self.arrivals.forget(Some(t));
-                }
-            }
-            EventKind::Detach => {
-                if let Some(t) = self.world.known(ev.tid) {
-                    self.stalls.forget_last_end(t);
-                    self.arrivals.forget(Some(t));
-                }
-            }
-            EventKind::ThreadName(name) => {
-                self.world.touch(ev.tid);
-                self.world.set_name(ev.tid, name);
-            }
-        }
-    }
-
-    /// One call through every unit, in this order. Inlined into `push` whatever LLVM's
-    /// estimate: as a call of its own its register saves and frame cost ~12 Ir per event.
+    /// One call through every unit, in this order. Inlined into `push` and `push_all`
+    /// (feed.rs) whatever LLVM's estimate: as a call of its own its register saves and frame
+    /// cost ~12 Ir per event.
     #[inline(always)]
     fn on_syscall(&mut self, ev: &Event, sc: &Syscall) {
         let cx = self.world.observe(ev, sc);

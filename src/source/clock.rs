@@ -42,10 +42,6 @@ impl Clock {
         } else {
             self.frac_digits.min(9)
         } as usize;
-        let frac = |ns: i64| -> String {
-            let s = format!("{:09}", ns.rem_euclid(1_000_000_000));
-            s[..digits].to_string()
-        };
         // The ISO form only where it is the one printed: made and dropped for every
         // epoch time, it was half the cost of each stall row of the report.
         if self.fmt == TimeFmt::None || self.perf || self.wall_at_first.is_some() {
@@ -53,24 +49,48 @@ impl Clock {
                 return iso;
             }
         }
+        // Written piece by piece with itoa: `format!` took ~1,000 instructions a time, and
+        // each stall row prints two.
+        let mut out = String::with_capacity(24);
+        let mut num = itoa::Buffer::new();
+        // The fraction: the first `digits` digits of the nanoseconds padded to nine.
+        let cut = 10i64.pow(9 - digits as u32);
+        let mut frac = |out: &mut String, ns: i64| {
+            let f = num.format(ns.rem_euclid(1_000_000_000) / cut);
+            out.extend(std::iter::repeat_n('0', digits.saturating_sub(f.len())));
+            out.push_str(f);
+        };
+        let two = |out: &mut String, v: i64| {
+            out.push(char::from(b'0' + (v / 10) as u8));
+            out.push(char::from(b'0' + (v % 10) as u8));
+        };
         match self.fmt {
             TimeFmt::TimeOfDay | TimeFmt::TimeOfDayFrac => {
                 let d = ts.rem_euclid(86_400 * 1_000_000_000);
                 let s = d / 1_000_000_000;
-                format!(
-                    "{:02}:{:02}:{:02}.{}",
-                    s / 3600,
-                    (s % 3600) / 60,
-                    s % 60,
-                    frac(d)
-                )
+                two(&mut out, s / 3600);
+                out.push(':');
+                two(&mut out, (s % 3600) / 60);
+                out.push(':');
+                two(&mut out, s % 60);
+                out.push('.');
+                frac(&mut out, d);
             }
-            TimeFmt::Epoch => format!("{}.{}", ts.div_euclid(1_000_000_000), frac(ts)),
+            TimeFmt::Epoch => {
+                out.push_str(itoa::Buffer::new().format(ts.div_euclid(1_000_000_000)));
+                out.push('.');
+                frac(&mut out, ts);
+            }
             _ => {
                 let r = ts - self.first;
-                format!("+{}.{}s", r.div_euclid(1_000_000_000), frac(r))
+                out.push('+');
+                out.push_str(itoa::Buffer::new().format(r.div_euclid(1_000_000_000)));
+                out.push('.');
+                frac(&mut out, r);
+                out.push('s');
             }
         }
+        out
     }
 
     /// Wall-clock time in ns since the epoch, where the source allows it.
@@ -123,6 +143,66 @@ impl Clock {
             TimeFmt::TimeOfDay | TimeFmt::TimeOfDayFrac => ClockKind::TimeOfDay,
             TimeFmt::Relative => ClockKind::Relative,
             TimeFmt::None => ClockKind::None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The fraction as it was first written: the nanoseconds padded to nine digits, cut.
+    fn padded_cut(ns: i64, digits: usize) -> String {
+        format!("{:09}", ns.rem_euclid(1_000_000_000))[..digits].to_string()
+    }
+
+    #[test]
+    fn times_print_with_the_traces_digits() {
+        let times: [i64; 10] = [
+            0,
+            1,
+            999,
+            1_000,
+            123_456_789,
+            999_999_999,
+            1_700_000_000_000_000_001,
+            86_399_999_999_999,
+            -1,
+            -1_500_000_000,
+        ];
+        for digits in 0..=9u8 {
+            for fmt in [TimeFmt::Epoch, TimeFmt::TimeOfDayFrac, TimeFmt::Relative] {
+                let c = Clock {
+                    fmt,
+                    frac_digits: digits,
+                    first: 1_000_000_000,
+                    ..Clock::none()
+                };
+                let shown = if digits == 0 { 6 } else { digits as usize };
+                for ts in times {
+                    let want = match fmt {
+                        TimeFmt::Epoch => {
+                            format!("{}.{}", ts.div_euclid(1_000_000_000), padded_cut(ts, shown))
+                        }
+                        TimeFmt::TimeOfDayFrac => {
+                            let d = ts.rem_euclid(86_400 * 1_000_000_000);
+                            let s = d / 1_000_000_000;
+                            format!(
+                                "{:02}:{:02}:{:02}.{}",
+                                s / 3600,
+                                (s % 3600) / 60,
+                                s % 60,
+                                padded_cut(d, shown)
+                            )
+                        }
+                        _ => {
+                            let r = ts - c.first;
+                            format!("+{}.{}s", r.div_euclid(1_000_000_000), padded_cut(r, shown))
+                        }
+                    };
+                    assert_eq!(c.format(ts), want, "{fmt:?} {digits} {ts}");
+                }
+            }
         }
     }
 }

@@ -225,8 +225,9 @@ impl LineReader {
 
 /// The first newline in `s`. Lines are short (about a hundred bytes), so the setup of a
 /// general `memchr` call (alignment, dispatch) cost as much as the scan itself: this looks
-/// at 32 bytes a step with two SSE2 compares (part of every x86_64), inline in the line loop,
-/// and hands the last few bytes to `memchr`.
+/// at 64 bytes a step with four SSE2 compares (part of every x86_64), inline in the line loop,
+/// then 32, and hands the last few bytes to `memchr`. 64 a step: a line is two steps, not
+/// four, and the four masks are combined only in the step that holds the newline.
 #[cfg(target_arch = "x86_64")]
 #[inline]
 fn find_newline(s: &[u8]) -> Option<usize> {
@@ -234,23 +235,34 @@ fn find_newline(s: &[u8]) -> Option<usize> {
         __m128i, _mm_cmpeq_epi8, _mm_loadu_si128, _mm_movemask_epi8, _mm_or_si128, _mm_set1_epi8,
     };
     let mut i = 0;
-    while i + 32 <= s.len() {
-        // SAFETY: SSE2 is in the x86_64 baseline, and `i + 32 <= s.len()` keeps both
-        // unaligned 16-byte loads inside `s`.
-        let (lo, hi) = unsafe {
-            let nl = _mm_set1_epi8(b'\n' as i8);
-            let a = _mm_cmpeq_epi8(_mm_loadu_si128(s.as_ptr().add(i) as *const __m128i), nl);
-            let b = _mm_cmpeq_epi8(
-                _mm_loadu_si128(s.as_ptr().add(i + 16) as *const __m128i),
-                nl,
-            );
-            if _mm_movemask_epi8(_mm_or_si128(a, b)) == 0 {
-                (0, 0)
+    // SAFETY (both loops): SSE2 is in the x86_64 baseline, and `i + 64 <= s.len()` (or
+    // `i + 32`) keeps every unaligned 16-byte load inside `s`.
+    let eq = |i: usize| unsafe {
+        _mm_cmpeq_epi8(
+            _mm_loadu_si128(s.as_ptr().add(i) as *const __m128i),
+            _mm_set1_epi8(b'\n' as i8),
+        )
+    };
+    while i + 64 <= s.len() {
+        let (a, b, c, d) = (eq(i), eq(i + 16), eq(i + 32), eq(i + 48));
+        // SAFETY: as above (SSE2 only).
+        let m = unsafe {
+            if _mm_movemask_epi8(_mm_or_si128(_mm_or_si128(a, b), _mm_or_si128(c, d))) == 0 {
+                0
             } else {
-                (_mm_movemask_epi8(a) as u32, _mm_movemask_epi8(b) as u32)
+                let mask = |v| _mm_movemask_epi8(v) as u32 as u64;
+                mask(a) | mask(b) << 16 | mask(c) << 32 | mask(d) << 48
             }
         };
-        let m = lo | (hi << 16);
+        if m != 0 {
+            return Some(i + m.trailing_zeros() as usize);
+        }
+        i += 64;
+    }
+    if i + 32 <= s.len() {
+        let (a, b) = (eq(i), eq(i + 16));
+        // SAFETY: as above (SSE2 only).
+        let m = unsafe { _mm_movemask_epi8(a) as u32 | (_mm_movemask_epi8(b) as u32) << 16 };
         if m != 0 {
             return Some(i + m.trailing_zeros() as usize);
         }
@@ -336,10 +348,10 @@ mod tests {
     }
 
     /// The inline newline scan finds what `memchr` finds, at every offset and length
-    /// around its 32-byte steps.
+    /// around its 64- and 32-byte steps.
     #[test]
     fn find_newline_agrees_with_memchr() {
-        for len in 0..100 {
+        for len in 0..200 {
             for at in 0..=len {
                 let mut s = vec![b'x'; len];
                 if at < len {
