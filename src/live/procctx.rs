@@ -554,8 +554,11 @@ mod tests {
             libc::waitpid(child, std::ptr::null_mut(), 0);
             libc::munmap(p, LEN);
             let said = faults * copy;
+            // A few pages may be written without a fault (4088 of 4096 was seen: the kernel
+            // can reuse a page no other mapping still shares); a wrong copy size is off by
+            // hundreds of times, not by a few pages.
             assert!(
-                said >= LEN as u64 && said <= 2 * LEN as u64,
+                said >= (LEN as u64) * 7 / 8 && said <= 2 * LEN as u64,
                 "{faults} faults of {copy} bytes for {LEN} bytes written"
             );
         }

@@ -48,6 +48,21 @@ pub(crate) fn listening(pid: Tid) -> Vec<String> {
     out
 }
 
+/// `listening`, read again a few times while it finds nothing: a live redis serving TCP
+/// was once seen with none under load (the one read of /proc/PID/net/tcp came back empty),
+/// and an empty identity makes `--pid` give up at the first restart.
+fn listening_settled(pid: Tid) -> Vec<String> {
+    let mut out = listening(pid);
+    for _ in 0..3 {
+        if !out.is_empty() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        out = listening(pid);
+    }
+    out
+}
+
 /// The `pidfile` directive of a redis.conf text (the last one wins, as in redis), made
 /// absolute against the process's working directory.
 fn pidfile_of(conf_text: &str, cwd: Option<&str>) -> Option<String> {
@@ -73,7 +88,7 @@ impl Identity {
             comm: std::fs::read_to_string(format!("/proc/{pid}/comm"))
                 .map(|c| c.trim_end().to_string())
                 .unwrap_or_default(),
-            listen: listening(pid),
+            listen: listening_settled(pid),
             pidfile: pidfile_of(conf_text, cwd),
         }
     }
