@@ -5,19 +5,35 @@
 use assert_cmd::Command;
 
 fn report(name: &str) -> serde_json::Value {
+    report_as(name, &[], 1)
+}
+
+/// The JSON report of a variant analyzed with `args` added, which must exit with `code`.
+fn report_as(name: &str, args: &[&str], code: i32) -> serde_json::Value {
     let path = format!("{}/fixtures/variants/{name}", env!("CARGO_MANIFEST_DIR"));
     let out = Command::cargo_bin("stallscope")
         .unwrap()
         .args(["analyze", &path, "--format", "json"])
+        .args(args)
         .output()
         .unwrap();
     assert_eq!(
         out.status.code(),
-        Some(1),
+        Some(code),
         "{name}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
     serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// The report's `filtered-trace` finding.
+fn filtered_finding(r: &serde_json::Value) -> &serde_json::Value {
+    r["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["id"] == "filtered-trace")
+        .expect("the filtered-trace finding")
 }
 
 /// The stall of the DEBUG SLEEP 0.3: a 300 ms clock_nanosleep of the main thread.
@@ -58,25 +74,10 @@ fn splice_inside_an_argument_and_unknown_instruction_pointer() {
 /// syscall, so no gap is a stall, and the report says why.
 #[test]
 fn failed_only_trace_reports_no_gaps() {
-    let out = Command::cargo_bin("stallscope")
-        .unwrap()
-        .args(["analyze", "--format", "json"])
-        .arg(format!(
-            "{}/fixtures/variants/failed-only-Z.strace",
-            env!("CARGO_MANIFEST_DIR")
-        ))
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(0));
-    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let r = report_as("failed-only-Z.strace", &[], 0);
     assert_eq!(r["summary"]["skipped_lines"], 0);
     assert_eq!(r["stalls"].as_array().unwrap().len(), 0, "{}", r["stalls"]);
-    let f = r["findings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|f| f["id"] == "filtered-trace")
-        .expect("the filtered-trace finding");
+    let f = filtered_finding(&r);
     assert!(f["evidence"].as_str().unwrap().contains("-Z"), "{f}");
 }
 
@@ -87,24 +88,9 @@ fn failed_only_trace_reports_no_gaps() {
 /// traced calls only), and a gap no command waited through is not.
 #[test]
 fn trace_without_fd_creating_calls_keeps_only_gaps_commands_waited_through() {
-    let out = Command::cargo_bin("stallscope")
-        .unwrap()
-        .args(["analyze", "--format", "json", "--threshold", "2ms"])
-        .arg(format!(
-            "{}/fixtures/variants/desc-file-e.strace",
-            env!("CARGO_MANIFEST_DIR")
-        ))
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let r = report_as("desc-file-e.strace", &["--threshold", "2ms"], 1);
     assert_eq!(r["summary"]["skipped_lines"], 0, "{}", r["skipped"]);
-    let f = r["findings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|f| f["id"] == "filtered-trace")
-        .expect("the filtered-trace finding");
+    let f = filtered_finding(&r);
     let evidence = f["evidence"].as_str().unwrap();
     assert!(
         evidence.starts_with("9 times a thread read or wrote an fd it had closed itself"),
@@ -140,23 +126,8 @@ fn trace_without_fd_creating_calls_keeps_only_gaps_commands_waited_through() {
 /// commands waited through (the DEBUG SLEEP's, a GET's) are stalls.
 #[test]
 fn trace_without_opens_keeps_only_gaps_commands_waited_through() {
-    let out = Command::cargo_bin("stallscope")
-        .unwrap()
-        .args(["analyze", "--format", "json", "--threshold", "2ms"])
-        .arg(format!(
-            "{}/fixtures/variants/read-write-epoll-e.strace",
-            env!("CARGO_MANIFEST_DIR")
-        ))
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let f = r["findings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|f| f["id"] == "filtered-trace")
-        .expect("the filtered-trace finding");
+    let r = report_as("read-write-epoll-e.strace", &["--threshold", "2ms"], 1);
+    let f = filtered_finding(&r);
     assert!(
         f["evidence"]
             .as_str()
