@@ -1,7 +1,8 @@
 //! Bytes to lines: a reader over a file, stdin or a gzip stream (detected from its magic)
-//! that hands out each line as a slice of one reusable buffer, never copying or allocating
-//! per line, with reading (and gunzip) optionally moved to a thread of its own. Lines longer
-//! than a bound are reported once by their head and dropped, so memory stays bounded.
+//! that hands out each line as a slice of one reusable buffer (or of a read-only mapping of
+//! a big plain file), never copying or allocating per line, with reading (gunzip, or mapping
+//! the file) optionally moved to a thread of its own. Lines longer than a bound are reported
+//! once by their head and dropped, so memory stays bounded.
 
 use anyhow::{Context, Result};
 use std::io::Read;
@@ -15,7 +16,10 @@ const CHUNK: usize = 1 << 18;
 /// hot loop copies nothing and allocates nothing.
 pub struct LineReader {
     inner: Box<dyn Read + Send>,
-    buf: Vec<u8>,
+    buf: Buf,
+    /// A plain file big enough to be worth mapping (a second handle on `inner`'s file, so
+    /// the two share its offset), with the progress counter `inner` counts into.
+    mappable: Option<(std::fs::File, Option<ByteCounter>)>,
     start: usize,
     end: usize,
     eof: bool,
@@ -33,11 +37,172 @@ const PAD: usize = 4096;
 /// Filled chunks waiting for the parser.
 const AHEAD_DEPTH: usize = 2;
 
-/// The reading end of a reader thread: filled chunks (`PAD` bytes of room, then the data
-/// and its length), and a way to give spent chunks back for reuse.
+/// Plain files at least this big are mapped instead of read: below it the copy costs
+/// nothing worth a thread's mappings.
+const MIN_MAP: u64 = 4 << 20;
+/// Bytes of the file one mapping covers. Its pages are resident while it is queued or
+/// being parsed (at most about five windows at once), so this bounds the memory mapping
+/// adds, as `CHUNK` does for reading.
+const WINDOW: usize = 512 << 10;
+
+/// The reading end of a reader thread: filled chunks, and a way to give spent buffers back
+/// (for reuse, or for the reader thread to unmap, off the parser's thread).
 struct ReadAhead {
-    chunks: std::sync::mpsc::Receiver<std::io::Result<(Vec<u8>, usize)>>,
-    spare: std::sync::mpsc::Sender<Vec<u8>>,
+    chunks: std::sync::mpsc::Receiver<std::io::Result<Chunk>>,
+    spare: std::sync::mpsc::Sender<Buf>,
+}
+
+/// What the reader thread hands over: a read buffer (`PAD` bytes of room, then the data and
+/// its length; a length of 0 is the end of the input), or a mapped window of the file.
+enum Chunk {
+    Read(Vec<u8>, usize),
+    Mapped(Window),
+}
+
+/// The bytes lines are cut from.
+enum Buf {
+    Owned(Vec<u8>),
+    Mapped(Window),
+}
+
+impl Buf {
+    #[inline]
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Buf::Owned(v) => v,
+            Buf::Mapped(w) => w.bytes(),
+        }
+    }
+}
+
+/// A read-only private mapping of `map_len` bytes of a file, of which the chunk is the
+/// `len` bytes from `skip` (mappings start on a page; chunks start where a line does).
+/// Every window but the last ends just after a newline, so a line lies in one window
+/// unless it is longer than a window.
+///
+/// A file truncated while it is mapped would fault (SIGBUS) on the pages it lost: the
+/// reader thread maps each window with `MAP_POPULATE` just after checking the file's size,
+/// which leaves only a file cut while its last few windows are being parsed, as with
+/// ripgrep's mapped reads.
+struct Window {
+    base: *mut libc::c_void,
+    map_len: usize,
+    skip: usize,
+    len: usize,
+}
+
+// SAFETY: the mapping is owned by this value alone (read-only, unmapped once, in `drop`);
+// moving it to another thread moves that ownership.
+unsafe impl Send for Window {}
+
+impl Window {
+    /// Maps `[off, end)` of `file` (`off < end`), from the page that holds `off`.
+    fn map(file: &std::fs::File, off: u64, end: u64) -> std::io::Result<Window> {
+        use std::os::fd::AsRawFd;
+        let page = page_size();
+        let start = off - off % page;
+        let map_len = usize::try_from(end - start).map_err(std::io::Error::other)?;
+        let at = libc::off_t::try_from(start).map_err(std::io::Error::other)?;
+        // SAFETY: a fresh read-only private mapping of an open file; the kernel checks the
+        // fd, the length and the (page-aligned) offset.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                map_len,
+                libc::PROT_READ,
+                libc::MAP_PRIVATE | libc::MAP_POPULATE,
+                file.as_raw_fd(),
+                at,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(Window {
+            base,
+            map_len,
+            skip: (off - start) as usize,
+            len: (end - off) as usize,
+        })
+    }
+
+    #[inline]
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: `[skip, skip + len)` lies inside the mapping, which lives as long as self.
+        unsafe { std::slice::from_raw_parts((self.base as *const u8).add(self.skip), self.len) }
+    }
+}
+
+impl Drop for Window {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `map`, unmapped only here.
+        unsafe {
+            libc::munmap(self.base, self.map_len);
+        }
+    }
+}
+
+fn page_size() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    match unsafe { libc::sysconf(libc::_SC_PAGESIZE) } {
+        n if n > 0 => n as u64,
+        _ => 4096,
+    }
+}
+
+/// The reader thread's loop for a mapped file: one window after another, each ending after
+/// its last newline, until the end of the file (its size asked again before each window, so
+/// a trace still being written is read to where it has got, as reading would). `counted`:
+/// the bytes the progress counter has already seen (read before the mapping began).
+fn map_windows(
+    file: std::fs::File,
+    mut off: u64,
+    mut counted: u64,
+    window: usize,
+    counter: Option<ByteCounter>,
+    tx: std::sync::mpsc::SyncSender<std::io::Result<Chunk>>,
+    spares: std::sync::mpsc::Receiver<Buf>,
+) {
+    loop {
+        // Spent windows are unmapped here, not on the parser's thread.
+        while spares.try_recv().is_ok() {}
+        let size = match file.metadata() {
+            Ok(m) => m.len(),
+            Err(e) => {
+                let _ = tx.send(Err(e));
+                return;
+            }
+        };
+        if off >= size {
+            let _ = tx.send(Ok(Chunk::Read(Vec::new(), 0)));
+            return;
+        }
+        let end = size.min(off + window as u64);
+        let mut w = match Window::map(&file, off, end) {
+            Ok(w) => w,
+            Err(e) => {
+                let _ = tx.send(Err(e));
+                return;
+            }
+        };
+        if end < size {
+            // A window with no newline at all is inside an over-long line: handed on
+            // whole, as a read chunk would be.
+            if let Some(nl) = memchr::memrchr(b'\n', w.bytes()) {
+                w.len = nl + 1;
+            }
+        }
+        off += w.len as u64;
+        if let Some(c) = &counter {
+            if off > counted {
+                c.fetch_add(off - counted, std::sync::atomic::Ordering::Relaxed);
+                counted = off;
+            }
+        }
+        if tx.send(Ok(Chunk::Mapped(w))).is_err() {
+            return;
+        }
+    }
 }
 
 pub enum Line<'a> {
@@ -49,7 +214,8 @@ impl LineReader {
     pub fn new(inner: Box<dyn Read + Send>) -> Self {
         LineReader {
             inner,
-            buf: vec![0; CHUNK],
+            buf: Buf::Owned(vec![0; CHUNK]),
+            mappable: None,
             start: 0,
             end: 0,
             eof: false,
@@ -61,18 +227,41 @@ impl LineReader {
 
     /// Moves the reading (the kernel's copy out of the page cache, or gunzip) to a thread of
     /// its own, so that it overlaps with parsing: for one big input the parser's thread is
-    /// the slowest stage of the pipeline. Lines are unchanged; memory grows by a few chunks
-    /// (about 1 MB).
+    /// the slowest stage of the pipeline. A big plain file is mapped instead of read, window
+    /// by window, which saves the kernel's copy of every byte (a tenth of the run's CPU time).
+    /// Lines are unchanged; memory grows by a few chunks or windows (about 2 MB).
     pub fn read_ahead(&mut self) {
+        self.read_ahead_with(WINDOW);
+    }
+
+    fn read_ahead_with(&mut self, window: usize) {
         if self.ahead.is_some() || self.eof {
             return;
         }
+        let (tx, chunks) = std::sync::mpsc::sync_channel(AHEAD_DEPTH);
+        let (spare, spares) = std::sync::mpsc::channel::<Buf>();
+        if let Some((file, counter)) = self.mappable.take() {
+            use std::io::Seek;
+            // The buffered bytes are mapped again: the mapping starts where they did.
+            let buffered = (self.end - self.start) as u64;
+            if let Ok(pos) = (&file).stream_position() {
+                if let Some(off) = pos.checked_sub(buffered) {
+                    self.start = self.end;
+                    std::thread::spawn(move || {
+                        map_windows(file, off, pos, window, counter, tx, spares)
+                    });
+                    self.ahead = Some(ReadAhead { chunks, spare });
+                    return;
+                }
+            }
+        }
         let mut inner: Box<dyn Read + Send> =
             std::mem::replace(&mut self.inner, Box::new(std::io::empty()));
-        let (tx, chunks) = std::sync::mpsc::sync_channel(AHEAD_DEPTH);
-        let (spare, spares) = std::sync::mpsc::channel::<Vec<u8>>();
         std::thread::spawn(move || loop {
-            let mut c = spares.try_recv().unwrap_or_else(|_| vec![0; PAD + CHUNK]);
+            let mut c = match spares.try_recv() {
+                Ok(Buf::Owned(v)) => v,
+                _ => vec![0; PAD + CHUNK],
+            };
             let n = loop {
                 match inner.read(&mut c[PAD..]) {
                     Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
@@ -81,7 +270,7 @@ impl LineReader {
             };
             let last = !matches!(n, Ok(n) if n > 0);
             // The receiver is gone when the reader was dropped early: stop quietly.
-            if tx.send(n.map(|n| (c, n))).is_err() || last {
+            if tx.send(n.map(|n| Chunk::Read(c, n))).is_err() || last {
                 return;
             }
         });
@@ -98,36 +287,53 @@ impl LineReader {
         if rest >= MAX_LINE {
             return Ok(false);
         }
-        let (mut c, n) = match a.chunks.recv() {
+        let chunk = match a.chunks.recv() {
             Ok(Err(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
                 self.cut_short = true;
-                (Vec::new(), 0)
+                Chunk::Read(Vec::new(), 0)
             }
             Ok(r) => r?,
             // The thread ended after its last chunk.
-            Err(_) => (Vec::new(), 0),
+            Err(_) => Chunk::Read(Vec::new(), 0),
         };
-        if n == 0 {
-            self.eof = true;
-            return Ok(true);
-        }
-        if rest <= PAD {
-            c[PAD - rest..PAD].copy_from_slice(&self.buf[self.start..self.end]);
-            let old = std::mem::replace(&mut self.buf, c);
-            self.start = PAD - rest;
-            self.end = PAD + n;
-            if old.len() == PAD + CHUNK {
-                let _ = a.spare.send(old);
+        let next = match chunk {
+            Chunk::Read(_, 0) => {
+                self.eof = true;
+                return Ok(true);
             }
-        } else {
-            // A line longer than the room: grow this buffer instead (rare, bounded by
-            // MAX_LINE plus a chunk).
-            self.buf.copy_within(self.start..self.end, 0);
-            self.buf.truncate(rest);
-            self.buf.extend_from_slice(&c[PAD..PAD + n]);
-            self.start = 0;
-            self.end = self.buf.len();
-            let _ = a.spare.send(c);
+            Chunk::Mapped(w) if rest == 0 => {
+                self.start = 0;
+                self.end = w.len;
+                Buf::Mapped(w)
+            }
+            Chunk::Read(mut c, n) if rest <= PAD => {
+                c[PAD - rest..PAD].copy_from_slice(&self.buf.bytes()[self.start..self.end]);
+                self.start = PAD - rest;
+                self.end = PAD + n;
+                Buf::Owned(c)
+            }
+            // A line runs on past the chunk's front room (or past a window's end: a line
+            // longer than a window): the two are joined in a buffer of their own (rare,
+            // bounded by MAX_LINE plus a chunk or a window).
+            chunk => {
+                let tail = &self.buf.bytes()[self.start..self.end];
+                let (more, spent) = match chunk {
+                    Chunk::Read(c, n) => (c[PAD..PAD + n].to_vec(), Buf::Owned(c)),
+                    Chunk::Mapped(w) => (w.bytes().to_vec(), Buf::Mapped(w)),
+                };
+                let mut joined = Vec::with_capacity(rest + more.len());
+                joined.extend_from_slice(tail);
+                joined.extend_from_slice(&more);
+                let _ = a.spare.send(spent);
+                self.start = 0;
+                self.end = joined.len();
+                Buf::Owned(joined)
+            }
+        };
+        let old = std::mem::replace(&mut self.buf, next);
+        if matches!(&old, Buf::Mapped(_)) || matches!(&old, Buf::Owned(v) if v.len() == PAD + CHUNK)
+        {
+            let _ = a.spare.send(old);
         }
         Ok(true)
     }
@@ -136,19 +342,23 @@ impl LineReader {
         if self.ahead.is_some() {
             return self.fill_ahead();
         }
+        // Only a reader thread hands out mapped windows.
+        let Buf::Owned(buf) = &mut self.buf else {
+            return Ok(false);
+        };
         if self.start > 0 {
-            self.buf.copy_within(self.start..self.end, 0);
+            buf.copy_within(self.start..self.end, 0);
             self.end -= self.start;
             self.start = 0;
         }
-        if self.end == self.buf.len() {
-            if self.buf.len() >= MAX_LINE {
+        if self.end == buf.len() {
+            if buf.len() >= MAX_LINE {
                 return Ok(false);
             }
-            self.buf.resize((self.buf.len() * 2).min(MAX_LINE), 0);
+            buf.resize((buf.len() * 2).min(MAX_LINE), 0);
         }
         loop {
-            match self.inner.read(&mut self.buf[self.end..]) {
+            match self.inner.read(&mut buf[self.end..]) {
                 Ok(0) => {
                     self.eof = true;
                     return Ok(true);
@@ -177,25 +387,25 @@ impl LineReader {
                 break;
             }
         }
-        Ok(&self.buf[self.start..self.end])
+        Ok(&self.buf.bytes()[self.start..self.end])
     }
 
     pub fn next_line(&mut self) -> std::io::Result<Option<Line<'_>>> {
         loop {
-            let avail = &self.buf[self.start..self.end];
-            if let Some(nl) = find_newline(avail) {
+            if let Some(nl) = find_newline(&self.buf.bytes()[self.start..self.end]) {
                 let s = self.start;
                 self.start += nl + 1;
                 if self.skipping_long {
                     self.skipping_long = false;
                     continue;
                 }
+                let buf = self.buf.bytes();
                 if nl >= MAX_LINE {
                     // Only a read-ahead buffer can hold one whole: the same verdict as when
                     // the buffer fills first.
-                    return Ok(Some(Line::TooLong(&self.buf[s..s + 120])));
+                    return Ok(Some(Line::TooLong(&buf[s..s + 120])));
                 }
-                return Ok(Some(Line::Text(&self.buf[s..s + nl])));
+                return Ok(Some(Line::Text(&buf[s..s + nl])));
             }
             if self.eof {
                 if self.start == self.end {
@@ -207,7 +417,7 @@ impl LineReader {
                     self.skipping_long = false;
                     return Ok(None);
                 }
-                return Ok(Some(Line::Text(&self.buf[s..self.end])));
+                return Ok(Some(Line::Text(&self.buf.bytes()[s..self.end])));
             }
             if !self.fill()? {
                 // Buffer full without a newline: report the line once, drop the rest of it.
@@ -217,7 +427,7 @@ impl LineReader {
                 let s = self.start;
                 self.start = self.end;
                 // The head is still in the buffer until the next fill.
-                return Ok(Some(Line::TooLong(&self.buf[s..head_end])));
+                return Ok(Some(Line::TooLong(&self.buf.bytes()[s..head_end])));
             }
         }
     }
@@ -280,10 +490,17 @@ fn find_newline(s: &[u8]) -> Option<usize> {
 /// Opens a file (or `-` for stdin), transparently gunzipping, counting the raw bytes read
 /// from the file (under any gzip decoder) into `counter`, for a progress bar.
 pub fn open_input_counted(path: &str, counter: Option<ByteCounter>) -> Result<LineReader> {
+    let mut mappable = None;
     let raw: Box<dyn Read + Send> = if path == "-" {
         Box::new(std::io::stdin())
     } else {
         let f = std::fs::File::open(path).with_context(|| format!("cannot open {path}"))?;
+        mappable = f
+            .metadata()
+            .is_ok_and(|m| m.is_file() && m.len() >= MIN_MAP)
+            .then(|| f.try_clone().ok())
+            .flatten()
+            .map(|m| (m, counter.clone()));
         match counter {
             Some(c) => Box::new(crate::progress::CountingRead::new(f, c)),
             None => Box::new(f),
@@ -300,6 +517,7 @@ pub fn open_input_counted(path: &str, counter: Option<ByteCounter>) -> Result<Li
             flate2::read::MultiGzDecoder::new(chained),
         )));
     }
+    r.mappable = mappable;
     Ok(r)
 }
 
@@ -399,5 +617,76 @@ mod tests {
         );
         assert!(plain == ahead, "the read-ahead reader changed the lines");
         assert_eq!(lines(b"", true), vec![]);
+    }
+
+    /// Lines of a file read through mapped windows of `window` bytes.
+    fn mapped_lines(path: &std::path::Path, window: usize) -> (Vec<(bool, Vec<u8>)>, u64) {
+        let counter = ByteCounter::default();
+        let mut r = open_input_counted(path.to_str().unwrap(), Some(counter.clone())).unwrap();
+        assert!(r.mappable.is_some(), "a big plain file is mapped");
+        r.peek(100).unwrap();
+        r.read_ahead_with(window);
+        let mut out = vec![];
+        while let Some(l) = r.next_line().unwrap() {
+            out.push(match l {
+                Line::Text(t) => (true, t.to_vec()),
+                Line::TooLong(h) => (false, h.to_vec()),
+            });
+        }
+        (out, counter.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
+    /// A mapped file yields exactly the lines read from it: across window ends (windows not
+    /// a multiple of the page, so that mappings start inside a page), lines longer than a
+    /// window, over-long lines and a last line with no newline; and the progress counter
+    /// ends at the file's size.
+    #[test]
+    fn mapped_windows_yield_the_same_lines() {
+        let mut data = vec![];
+        let lens = [
+            0,
+            1,
+            80,
+            4095,
+            4097,
+            9000,
+            70_000,
+            MAX_LINE - 1,
+            MAX_LINE + 5,
+        ];
+        let mut i = 0;
+        while data.len() < MIN_MAP as usize + 3 * MAX_LINE {
+            let len = lens[i % lens.len()];
+            data.extend((0..len).map(|j| b'a' + ((i + j) % 26) as u8));
+            data.push(b'\n');
+            i += 1;
+        }
+        data.extend_from_slice(b"last line without a newline");
+        let dir = std::env::temp_dir().join(format!("stallscope-map-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("trace.txt");
+        std::fs::write(&path, &data).unwrap();
+        let plain = lines(&data, false);
+        assert!(
+            plain.iter().any(|(text, _)| !text),
+            "some lines are too long"
+        );
+        for window in [5000, 65_537, WINDOW] {
+            let (mapped, counted) = mapped_lines(&path, window);
+            assert_eq!(mapped.len(), plain.len(), "window {window}");
+            assert!(
+                mapped == plain,
+                "window {window}: the mapped reader changed the lines"
+            );
+            assert_eq!(counted, data.len() as u64, "window {window}");
+        }
+        // A small file is read, not mapped.
+        let small = dir.join("small.txt");
+        std::fs::write(&small, b"one\ntwo\n").unwrap();
+        assert!(open_input_counted(small.to_str().unwrap(), None)
+            .unwrap()
+            .mappable
+            .is_none());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
