@@ -305,7 +305,6 @@ fn pipelined(mut inputs: Inputs, mut sink: impl FnMut(&[crate::event::Event])) -
             let mut batch = back_rx
                 .try_recv()
                 .unwrap_or_else(|_| Vec::with_capacity(BATCH));
-            batch.clear();
             let more = inputs.next_batch(&mut batch, BATCH)?;
             if !batch.is_empty() && tx.send(batch).is_err() {
                 break;
@@ -316,8 +315,12 @@ fn pipelined(mut inputs: Inputs, mut sink: impl FnMut(&[crate::event::Event])) -
         }
         Ok(inputs)
     });
-    for batch in rx {
+    for mut batch in rx {
         sink(&batch);
+        // Dropped here, while the analyzer has just read them: on the parser's thread the
+        // drop loop read every event back from the other core's cache (a quarter of that
+        // thread's samples in a two-file merge; -3 to -10% wall on the benchmark files).
+        batch.clear();
         let _ = back_tx.send(batch);
     }
     producer

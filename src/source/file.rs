@@ -18,6 +18,8 @@ pub struct FileSource {
     parser: LineParser,
     pub(super) queue: VecDeque<Event>,
     pub(super) scratch: Vec<Event>,
+    /// Events parsed ahead for the merge of several files (`Inputs::merge_batch`).
+    pub(super) staged: Staged,
     pub counters: Counters,
     strict: bool,
     pub(super) done: bool,
@@ -88,6 +90,7 @@ impl FileSource {
             parser,
             queue: VecDeque::new(),
             scratch: Vec::with_capacity(8),
+            staged: Staged::default(),
             counters: Counters::default(),
             strict,
             done: false,
@@ -184,6 +187,18 @@ impl FileSource {
         Ok(())
     }
 
+    /// When nothing is staged, parses up to `n` more events into the stage (none at the
+    /// end of input): the merge of several files takes its heads from the stages.
+    pub(super) fn refill(&mut self, n: usize) -> Result<()> {
+        if !self.staged.is_empty() || self.done {
+            return Ok(());
+        }
+        let mut v = std::mem::take(&mut self.staged.v);
+        let r = self.pump_into(&mut v, n);
+        self.staged.v = v;
+        r
+    }
+
     pub fn next_event(&mut self) -> Result<Option<Event>> {
         if let Some(e) = self.queue.pop_front() {
             return Ok(Some(e));
@@ -205,5 +220,82 @@ impl FileSource {
     /// The tracer command line this output most likely came from.
     pub fn describe(&self, files: usize) -> String {
         self.parser.describe(files)
+    }
+}
+
+/// Events parsed ahead of a merge, taken from the front one by one or a run at a time. A
+/// run moves as one copy into the batch: through a `VecDeque` each event was moved twice
+/// more, and those copies were a quarter of a two-file merge's parser thread.
+#[derive(Default)]
+pub(super) struct Staged {
+    /// `v[pos..]` are the staged events; `v[..pos]` have been moved out (their slots are
+    /// not dropped again). Once all are taken, `v` is emptied and `pos` is 0, so events are
+    /// parsed into an empty `v` only.
+    v: Vec<Event>,
+    pos: usize,
+}
+
+impl Staged {
+    pub(super) fn is_empty(&self) -> bool {
+        self.pos == self.v.len()
+    }
+
+    pub(super) fn pending(&self) -> &[Event] {
+        &self.v[self.pos..]
+    }
+
+    pub(super) fn front(&self) -> Option<&Event> {
+        self.v.get(self.pos)
+    }
+
+    /// Moves the first `n` staged events (at most all of them) onto the end of `out`.
+    pub(super) fn move_into(&mut self, out: &mut Vec<Event>, n: usize) {
+        let n = n.min(self.v.len() - self.pos);
+        out.reserve(n);
+        // SAFETY: `v[pos..pos + n]` are live events (n is clamped above), `out` has room
+        // for n more after `reserve`, and the two buffers are distinct. Ownership moves to
+        // `out`: `pos` passes them, so they are never read or dropped from `v` again.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                self.v.as_ptr().add(self.pos),
+                out.as_mut_ptr().add(out.len()),
+                n,
+            );
+            out.set_len(out.len() + n);
+        }
+        self.pos += n;
+        self.reset_if_taken();
+    }
+
+    pub(super) fn pop_front(&mut self) -> Option<Event> {
+        if self.is_empty() {
+            return None;
+        }
+        // SAFETY: `v[pos]` is live; `pos` passes it, so it is not read or dropped again.
+        let e = unsafe { std::ptr::read(self.v.as_ptr().add(self.pos)) };
+        self.pos += 1;
+        self.reset_if_taken();
+        Some(e)
+    }
+
+    fn reset_if_taken(&mut self) {
+        if self.pos == self.v.len() {
+            // SAFETY: every slot has been moved out; none may be dropped.
+            unsafe { self.v.set_len(0) };
+            self.pos = 0;
+        }
+    }
+}
+
+impl Drop for Staged {
+    fn drop(&mut self) {
+        let live = self.v.len() - self.pos;
+        // SAFETY: only `v[pos..]` are live: `v` forgets all its slots, and those are
+        // dropped in place, once.
+        unsafe {
+            let rest = std::ptr::slice_from_raw_parts_mut(self.v.as_mut_ptr().add(self.pos), live);
+            self.v.set_len(0);
+            std::ptr::drop_in_place(rest);
+        }
     }
 }
