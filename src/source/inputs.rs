@@ -435,7 +435,7 @@ mod unreadable_tests {
         for i in 0..600u64 {
             let f = (i * 7 % 11 % 3) as usize;
             // Groups of equal start times across files, and runs within one file.
-            let ts = 1796078610_000_000 + (i / 3) * 40;
+            let ts = 1_796_078_610_000_000 + (i / 3) * 40;
             let line = match i % 13 {
                 // No -T duration: bounded by the thread's next call.
                 5 => format!("{}.{:06} getpid() = 7\n", ts / 1_000_000, ts % 1_000_000),
