@@ -499,6 +499,7 @@ fn find_newline(s: &[u8]) -> Option<usize> {
 pub fn open_input_counted(path: &str, counter: Option<ByteCounter>) -> Result<LineReader> {
     let mut mappable = None;
     let raw: Box<dyn Read + Send> = if path == "-" {
+        widen_stdin_pipe();
         Box::new(std::io::stdin())
     } else {
         let f = std::fs::File::open(path).with_context(|| format!("cannot open {path}"))?;
@@ -526,6 +527,17 @@ pub fn open_input_counted(path: &str, counter: Option<ByteCounter>) -> Result<Li
     }
     r.mappable = mappable;
     Ok(r)
+}
+
+/// A trace piped in (`zcat trace.gz | stallscope analyze -`) arrives 64 KiB at a time
+/// through the default pipe: asking for a 1 MiB pipe lets the writer run ahead and the
+/// reader thread wake a sixteenth as often. Best effort: the kernel's pipe-max-size, or a
+/// file or terminal as stdin, leaves things as they are.
+fn widen_stdin_pipe() {
+    // SAFETY: fcntl on fd 0 with integer arguments; a failure only returns -1.
+    unsafe {
+        libc::fcntl(0, libc::F_SETPIPE_SZ, 1 << 20);
+    }
 }
 
 /// Bytes read so far from the input files (shared with the progress bar).
