@@ -4,7 +4,10 @@
 # 6M-line traces in ONE hyperfine run: the `strace -ttt -T` shape, the `strace -f -tt -T`
 # shape (`[pid N]` column) and the `-ttt` file gzipped (perl and wc read it through
 # `gzip -dc`, stallscope reads the .gz itself). Min and median of each, ratios to perl; then
-# peak RSS on the 6M-line file and on one twice as large.
+# peak RSS on the 6M-line file and on one twice as large. Two more shapes of the same lines,
+# for stallscope alone (perl reads neither): the `-ttt` file piped in on stdin, and the same
+# lines as an `strace -ff` set of two files (every fourth line in the second), which
+# stallscope merges by time; their ratios are to perl on the `-ttt` file.
 #   bench/ingest.sh [LINES]        (default 6000000; needs hyperfine, perl, python3, gzip)
 #   BIN=path/to/stallscope RUNS=5 bench/ingest.sh   (default: a fresh `cargo build --release`)
 # The trace generator and the Perl baseline are bench/gen_trace.py and bench/gapfind.pl
@@ -36,6 +39,12 @@ gen_once "$ttt" python3 bench/gen_trace.py "$lines" ttt
 gen_once "$ttf" python3 bench/gen_trace.py "$lines" tt-f
 gen_once "$gz" gzip -c "$ttt"
 gen_once "$big2" python3 bench/gen_trace.py "$((lines * 2))" ttt
+ff="$dir/stallscope-ingest-$lines-ff/trace"
+if [ ! -s "$ff.101" ]; then
+  mkdir -p "$(dirname "$ff")"
+  awk -v a="$ff.100.part" -v b="$ff.101.part" 'NR % 4 == 0 { print > b; next } { print > a }' "$ttt"
+  mv -f "$ff.100.part" "$ff.100" && mv -f "$ff.101.part" "$ff.101"
+fi
 flock -u 9
 results=$(mktemp "$dir/stallscope-ingest.XXXXXX.json")
 trap 'rm -f "$results"' EXIT
@@ -57,7 +66,9 @@ hyperfine -i -w1 -r"$runs" --export-json "$results" \
   -n "stallscope tt-f" "$bin analyze $ttf --format json" \
   -n "wc gz" "gzip -dc < $gz | wc -l" \
   -n "perl gz" "gzip -dc < $gz | perl bench/gapfind.pl 0.2" \
-  -n "stallscope gz" "$bin analyze $gz --format json" 2>&1 | grep -v '^ *$' || true
+  -n "stallscope gz" "$bin analyze $gz --format json" \
+  -n "stallscope stdin" "cat $ttt | $bin analyze - --format json" \
+  -n "stallscope ff" "$bin analyze $ff --format json" 2>&1 | grep -v '^ *$' || true
 python3 - "$results" <<'PY'
 import json, statistics, sys
 res = {x["command"]: x for x in json.load(open(sys.argv[1]))["results"]}
@@ -76,6 +87,12 @@ for shape in ("ttt", "tt-f", "gz"):
         print(f"{shape:6} {who:10} {m:7.3f} {med:9.3f} {pm / m:10.2f}x {pmed / med:13.2f}x {cpu[k]:7.3f} {pc / cpu[k]:10.2f}x")
     s = r[f"stallscope {shape}"]
     print(f"{shape:6} speed-up over perl: {pm / min(s):.2f}x (min), {pmed / statistics.median(s):.2f}x (median); target 6x, goal 8x")
+p = r["perl ttt"]
+pm, pmed, pc = min(p), statistics.median(p), cpu["perl ttt"]
+for shape in ("stdin", "ff"):
+    k = f"stallscope {shape}"
+    m, med = min(r[k]), statistics.median(r[k])
+    print(f"{shape:6} {'stallscope':10} {m:7.3f} {med:9.3f} {pm / m:10.2f}x {pmed / med:13.2f}x {cpu[k]:7.3f} {pc / cpu[k]:10.2f}x  (ratios to perl ttt)")
 PY
 for f in "$ttt" "$big2"; do
   # analyze exits 1 when it finds stalls (this file has them): not a failure here.

@@ -251,7 +251,9 @@ impl LineReader {
             // The buffered bytes are mapped again: the mapping starts where they did.
             let buffered = (self.end - self.start) as u64;
             if let Ok(pos) = (&file).stream_position() {
-                if let Some(off) = pos.checked_sub(buffered) {
+                // A file system that cannot map files (some FUSE mounts) is read instead.
+                let maps = |off: u64| Window::map(&file, off, off + 1).is_ok();
+                if let Some(off) = pos.checked_sub(buffered).filter(|&off| maps(off)) {
                     self.start = self.end;
                     std::thread::spawn(move || {
                         map_windows(file, off, pos, window, counter, tx, spares)
