@@ -185,14 +185,14 @@ impl Inputs {
         Ok(true)
     }
 
-    /// Events each file's queue is refilled with: enough that a run of one thread's calls
+    /// Events each file's stage is refilled with: enough that a run of one thread's calls
     /// moves as one copy, few enough that a set of hundreds of files stays small.
     fn stage(&self) -> usize {
         (16_384 / self.files.len()).clamp(8, 256)
     }
 
     /// `next_batch` for several files, with nothing held back: the merge of `next_merged`,
-    /// but each pick moves the whole run of the earliest file's queued events that come
+    /// but each pick moves the whole run of the earliest file's staged events that come
     /// before every other file's head (ties go to the lower file, as there), straight into
     /// `out`. Per event, taking heads one by one moved each event four times.
     fn merge_batch(&mut self, out: &mut Vec<Event>, max: usize) -> Result<bool> {
