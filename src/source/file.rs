@@ -5,7 +5,7 @@
 use super::counters::Counters;
 use super::detect::{detect, Detected, DETECT_BYTES};
 use super::line::{LineParser, SkipReason};
-use super::reader::{open_input_counted, ByteCounter, Line, LineReader};
+use super::reader::{open_input_sized, ByteCounter, Line, LineReader};
 use super::{perf, strace, Clock, InputFormat};
 use crate::event::{Event, EventKind, Tid};
 use anyhow::{bail, Context, Result};
@@ -31,15 +31,17 @@ pub struct FileSource {
 
 impl FileSource {
     /// Opens and identifies one input. `default_pid` is the pid for lines without one
-    /// (from a `-ff` file name); bytes read are counted into `counter`.
+    /// (from a `-ff` file name); bytes read are counted into `counter`; `buffer` is the
+    /// reading buffer's size (see `LineReader::with_chunk`).
     pub fn open_counted(
         path: &str,
         format: InputFormat,
         default_pid: Option<Tid>,
         strict: bool,
         counter: Option<ByteCounter>,
+        buffer: usize,
     ) -> Result<Self> {
-        let mut reader = open_input_counted(path, counter)?;
+        let mut reader = open_input_sized(path, counter, buffer)?;
         let label = if path == "-" {
             "<stdin>".to_string()
         } else {

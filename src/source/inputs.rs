@@ -68,6 +68,26 @@ pub fn expand_inputs(args: &[String]) -> Result<Vec<(String, Option<Tid>)>> {
     Ok(out)
 }
 
+/// Reading buffers of all the files of one run, together (a single file gets the most
+/// one may have).
+const READ_BUDGET: usize = 8 << 20;
+
+/// An -ff set can hold more files than the default soft limit on open files (1024): the
+/// soft limit is raised to the hard one, best effort (an open that still fails says so).
+fn raise_open_files_limit() {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit with a pointer to a live rlimit struct.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+    }
+}
+
 fn pid_suffix(path: &str) -> Option<Tid> {
     let ext = Path::new(path).extension()?.to_str()?;
     ext.parse().ok()
@@ -87,6 +107,13 @@ impl Inputs {
     ) -> Result<Self> {
         let expanded = expand_inputs(args)?;
         let many = expanded.len() > 1;
+        if expanded.len() > 64 {
+            raise_open_files_limit();
+        }
+        // Every file of a set is open, each with its buffer, for the whole run: a few MB in
+        // all, whether the set has two files or two thousand (a redis watched for days
+        // leaves an -ff file per save child).
+        let buffer = (READ_BUDGET / expanded.len()).max(16 << 10);
         let mut files = vec![];
         for (path, pid) in expanded {
             // A pid suffix only names the process for -ff sets; a lone `trace.1234` file
@@ -97,6 +124,7 @@ impl Inputs {
                 if many || pid.is_some() { pid } else { None },
                 strict,
                 counter.clone(),
+                buffer,
             )?);
         }
         if let [one] = &mut files[..] {

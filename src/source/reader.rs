@@ -29,6 +29,9 @@ pub struct LineReader {
     ahead: Option<ReadAhead>,
     /// The input ended early (a truncated gzip stream).
     pub(super) cut_short: bool,
+    /// Bytes the buffer is kept to between long lines (and after format detection, which
+    /// peeks further): `CHUNK`, or less for each file of a set of hundreds.
+    chunk: usize,
 }
 
 /// Free room at the front of each read-ahead chunk, where the unfinished end of the previous
@@ -218,9 +221,17 @@ pub enum Line<'a> {
 
 impl LineReader {
     pub fn new(inner: Box<dyn Read + Send>) -> Self {
+        Self::with_chunk(inner, CHUNK)
+    }
+
+    /// A reader whose buffer is `chunk` bytes (at least 4 KiB), grown only while a long line
+    /// or a peek needs more, and brought back to `chunk` afterwards.
+    pub fn with_chunk(inner: Box<dyn Read + Send>, chunk: usize) -> Self {
+        let chunk = chunk.clamp(4096, CHUNK);
         LineReader {
             inner,
-            buf: Buf::Owned(vec![0; CHUNK]),
+            buf: Buf::Owned(vec![0; chunk]),
+            chunk,
             mappable: None,
             start: 0,
             end: 0,
@@ -359,6 +370,12 @@ impl LineReader {
             buf.copy_within(self.start..self.end, 0);
             self.end -= self.start;
             self.start = 0;
+            if buf.len() > self.chunk && self.end < self.chunk {
+                // A long line or the format's peek is behind us: give the room back, which
+                // for a set of hundreds of files is most of the run's memory.
+                buf.truncate(self.chunk);
+                buf.shrink_to_fit();
+            }
         }
         if self.end == buf.len() {
             if buf.len() >= MAX_LINE {
@@ -499,6 +516,15 @@ fn find_newline(s: &[u8]) -> Option<usize> {
 /// Opens a file (or `-` for stdin), transparently gunzipping, counting the raw bytes read
 /// from the file (under any gzip decoder) into `counter`, for a progress bar.
 pub fn open_input_counted(path: &str, counter: Option<ByteCounter>) -> Result<LineReader> {
+    open_input_sized(path, counter, CHUNK)
+}
+
+/// `open_input_counted` with a buffer of `chunk` bytes (see `LineReader::with_chunk`).
+pub fn open_input_sized(
+    path: &str,
+    counter: Option<ByteCounter>,
+    chunk: usize,
+) -> Result<LineReader> {
     let mut mappable = None;
     let raw: Box<dyn Read + Send> = if path == "-" {
         widen_stdin_pipe();
@@ -516,16 +542,17 @@ pub fn open_input_counted(path: &str, counter: Option<ByteCounter>) -> Result<Li
             None => Box::new(f),
         }
     };
-    let mut r = LineReader::new(raw);
+    let mut r = LineReader::with_chunk(raw, chunk);
     let head = r.peek(2).with_context(|| format!("cannot read {path}"))?;
     if head.starts_with(&[0x1f, 0x8b]) {
         // Hand the already-read bytes back to the decoder.
         let pre = head.to_vec();
         let rest = std::mem::replace(&mut r.inner, Box::new(std::io::empty()));
         let chained = std::io::Cursor::new(pre).chain(rest);
-        return Ok(LineReader::new(Box::new(
-            flate2::read::MultiGzDecoder::new(chained),
-        )));
+        return Ok(LineReader::with_chunk(
+            Box::new(flate2::read::MultiGzDecoder::new(chained)),
+            chunk,
+        ));
     }
     r.mappable = mappable;
     Ok(r)
@@ -564,6 +591,37 @@ mod tests {
             self.at += k;
             Ok(k)
         }
+    }
+
+    /// A small reader (one file of a big -ff set) grows for a long line and for the format's
+    /// peek, and gives the room back once they are read: every line intact either way.
+    #[test]
+    fn small_buffer_grows_for_a_long_line_then_shrinks_back() {
+        let long = vec![b'x'; 100_000];
+        let mut data = vec![];
+        for i in 0..50 {
+            data.extend_from_slice(format!("short line {i}\n").as_bytes());
+        }
+        data.extend_from_slice(&long);
+        data.push(b'\n');
+        for i in 0..2000 {
+            data.extend_from_slice(format!("after {i}\n").as_bytes());
+        }
+        let mut r = LineReader::with_chunk(Box::new(Pieces { data, at: 0, n: 1 }), 16 << 10);
+        assert!(r.peek(64 << 10).unwrap().len() >= 64 << 10);
+        let mut got = vec![];
+        let mut widest = 0;
+        while let Some(l) = r.next_line().unwrap() {
+            let Line::Text(t) = l else {
+                panic!("a 100 KB line is under MAX_LINE: kept whole")
+            };
+            got.push(t.len());
+            widest = widest.max(r.buf.bytes().len());
+        }
+        assert_eq!(got.len(), 50 + 1 + 2000);
+        assert_eq!(got[50], 100_000);
+        assert!(widest >= 100_000);
+        assert_eq!(r.buf.bytes().len(), 16 << 10, "shrunk back to its chunk");
     }
 
     fn lines(data: &[u8], ahead: bool) -> Vec<(bool, Vec<u8>)> {
