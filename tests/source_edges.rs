@@ -106,3 +106,51 @@ fn own_perf_captures() {
         assert!(ids.contains(&"aof-fsync-always"), "{file}: {ids:?}");
     }
 }
+
+/// An `strace -ff` set of more files than the soft limit on open files (a redis watched for
+/// days leaves one per save child): every file is read, none refused for want of fds.
+#[test]
+fn ff_set_larger_than_the_open_files_soft_limit() {
+    let files = 300u64;
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit with a pointer to a live struct.
+    assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) }, 0);
+    assert!(
+        lim.rlim_max >= files + 64,
+        "hard limit on open files {} is below the test's set",
+        lim.rlim_max
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let mut calls = 0u64;
+    for f in 0..files {
+        let mut text = String::new();
+        for i in 0..20u64 {
+            let ts = 1_700_000_000_000_000u64 + (i * files + f) * 1000;
+            text.push_str(&format!(
+                "{}.{:06} epoll_wait(5, [], 128, 100) = 0 <0.000010>\n",
+                ts / 1_000_000,
+                ts % 1_000_000
+            ));
+            calls += 1;
+        }
+        std::fs::write(dir.path().join(format!("t.{}", 1000 + f)), text).unwrap();
+    }
+    let prefix = dir.path().join("t");
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "ulimit -Sn 128 && exec \"$0\" analyze {} --format json",
+            prefix.display()
+        ))
+        .arg(assert_cmd::cargo::cargo_bin("stallscope"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(matches!(out.status.code(), Some(0 | 1)), "{err}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["summary"]["syscalls"].as_u64(), Some(calls), "{err}");
+    assert_eq!(v["summary"]["threads"].as_u64(), Some(files), "{err}");
+}
