@@ -112,16 +112,11 @@ fn own_perf_captures() {
 #[test]
 fn ff_set_larger_than_the_open_files_soft_limit() {
     let files = 300u64;
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit with a pointer to a live struct.
-    assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) }, 0);
+    let (_, hard) =
+        nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE).unwrap();
     assert!(
-        lim.rlim_max >= files + 64,
-        "hard limit on open files {} is below the test's set",
-        lim.rlim_max
+        hard >= files + 64,
+        "hard limit on open files {hard} is below the test's set"
     );
     let dir = tempfile::tempdir().unwrap();
     let mut calls = 0u64;

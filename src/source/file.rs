@@ -5,7 +5,7 @@
 use super::counters::Counters;
 use super::detect::{detect, Detected, DETECT_BYTES};
 use super::line::{LineParser, SkipReason};
-use super::reader::{open_input_sized, ByteCounter, Line, LineReader};
+use super::reader::{open_input_counted, ByteCounter, Line, LineReader};
 use super::{perf, strace, Clock, InputFormat};
 use crate::event::{Event, EventKind, Tid};
 use anyhow::{bail, Context, Result};
@@ -41,7 +41,7 @@ impl FileSource {
         counter: Option<ByteCounter>,
         buffer: usize,
     ) -> Result<Self> {
-        let mut reader = open_input_sized(path, counter, buffer)?;
+        let mut reader = open_input_counted(path, counter, buffer)?;
         let label = if path == "-" {
             "<stdin>".to_string()
         } else {

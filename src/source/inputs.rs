@@ -75,15 +75,10 @@ const READ_BUDGET: usize = 8 << 20;
 /// An -ff set can hold more files than the default soft limit on open files (1024): the
 /// soft limit is raised to the hard one, best effort (an open that still fails says so).
 fn raise_open_files_limit() {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit/setrlimit with a pointer to a live rlimit struct.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
-            lim.rlim_cur = lim.rlim_max;
-            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
+        if soft < hard {
+            let _ = setrlimit(Resource::RLIMIT_NOFILE, hard, hard);
         }
     }
 }
@@ -107,7 +102,7 @@ impl Inputs {
     ) -> Result<Self> {
         let expanded = expand_inputs(args)?;
         let many = expanded.len() > 1;
-        if expanded.len() > 64 {
+        if many {
             raise_open_files_limit();
         }
         // Every file of a set is open, each with its buffer, for the whole run: a few MB in

@@ -514,13 +514,9 @@ fn find_newline(s: &[u8]) -> Option<usize> {
 }
 
 /// Opens a file (or `-` for stdin), transparently gunzipping, counting the raw bytes read
-/// from the file (under any gzip decoder) into `counter`, for a progress bar.
-pub fn open_input_counted(path: &str, counter: Option<ByteCounter>) -> Result<LineReader> {
-    open_input_sized(path, counter, CHUNK)
-}
-
-/// `open_input_counted` with a buffer of `chunk` bytes (see `LineReader::with_chunk`).
-pub fn open_input_sized(
+/// from the file (under any gzip decoder) into `counter`, for a progress bar; `chunk` is the
+/// reading buffer's size (see `LineReader::with_chunk`).
+pub fn open_input_counted(
     path: &str,
     counter: Option<ByteCounter>,
     chunk: usize,
@@ -701,7 +697,8 @@ mod tests {
     /// Lines of a file read through mapped windows of `window` bytes.
     fn mapped_lines(path: &std::path::Path, window: usize) -> (Vec<(bool, Vec<u8>)>, u64) {
         let counter = ByteCounter::default();
-        let mut r = open_input_counted(path.to_str().unwrap(), Some(counter.clone())).unwrap();
+        let mut r =
+            open_input_counted(path.to_str().unwrap(), Some(counter.clone()), CHUNK).unwrap();
         assert!(r.mappable.is_some(), "a big plain file is mapped");
         r.peek(100).unwrap();
         r.read_ahead_with(window);
@@ -762,7 +759,7 @@ mod tests {
         // A small file is read, not mapped.
         let small = dir.join("small.txt");
         std::fs::write(&small, b"one\ntwo\n").unwrap();
-        assert!(open_input_counted(small.to_str().unwrap(), None)
+        assert!(open_input_counted(small.to_str().unwrap(), None, CHUNK)
             .unwrap()
             .mappable
             .is_none());
