@@ -1,6 +1,6 @@
 //! The command line on inputs the parsers cannot fully read: a forced format that reads no
 //! event is an error (exit 2), never an empty report; a truncated gzip is reported as far
-//! as it goes, with a warning.
+//! as it goes, with a warning; a file cut while it is read is an error.
 
 use assert_cmd::Command;
 use std::io::Write;
@@ -148,4 +148,80 @@ fn ff_set_larger_than_the_open_files_soft_limit() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["summary"]["syscalls"].as_u64(), Some(calls), "{err}");
     assert_eq!(v["summary"]["threads"].as_u64(), Some(files), "{err}");
+}
+
+/// A big trace file truncated while it is read (a log rotated with `copytruncate`): an
+/// error naming the file and the cause, exit 2, never a report that passes for the whole
+/// trace nor the shell's bare "Bus error" of a mapped page that is gone.
+#[test]
+fn file_truncated_while_it_is_read_is_an_error() {
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::Pid;
+    use std::io::BufWriter;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.strace");
+    let name = path.to_str().unwrap().to_owned();
+    // Enough lines (about 100 MB) that the run is far from its end when it is stopped.
+    let write = || {
+        let mut w = BufWriter::new(std::fs::File::create(&path).unwrap());
+        for i in 0..1_500_000u64 {
+            let us = 1_700_000_000_000_000u64 + i * 50;
+            writeln!(
+                w,
+                "{}.{:06} read(8, \"*1\\r\\n$4\\r\\nPING\\r\\n\", 16384) = 14 <0.000011>",
+                us / 1_000_000,
+                us % 1_000_000
+            )
+            .unwrap();
+        }
+        w.flush().unwrap();
+    };
+    // A run that got to its end before it could be stopped (a machine that descheduled this
+    // test for the whole run) is tried again.
+    for attempt in 0..3 {
+        write();
+        let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("stallscope"))
+            .args(["analyze", &name, "--format", "json"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let pid = Pid::from_raw(child.id() as i32);
+        let maps = format!("/proc/{}/maps", child.id());
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        // Stopped as soon as the file is mapped, truncated, then let go on.
+        let stopped = loop {
+            if std::fs::read_to_string(&maps).is_ok_and(|m| m.contains(&name)) {
+                break kill(pid, Signal::SIGSTOP).is_ok();
+            }
+            if child.try_wait().unwrap().is_some() || std::time::Instant::now() > deadline {
+                break false;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        };
+        if stopped {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(&path)
+                .unwrap()
+                .set_len(0)
+                .unwrap();
+            kill(pid, Signal::SIGCONT).unwrap();
+        }
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        if !stopped || matches!(out.status.code(), Some(0 | 1)) && attempt < 2 {
+            eprintln!("attempt {attempt}: the run ended before the file was cut ({err})");
+            continue;
+        }
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(
+            err.starts_with(&format!("stallscope: error: cannot read {name}: ")),
+            "{err}"
+        );
+        assert!(err.contains("shrank"), "{err}");
+        assert!(err.ends_with('\n'), "{err:?}");
+        return;
+    }
+    panic!("every run ended before the file could be cut");
 }

@@ -19,7 +19,7 @@ pub struct LineReader {
     buf: Buf,
     /// A plain file big enough to be worth mapping (a second handle on `inner`'s file, so
     /// the two share its offset), with the progress counter `inner` counts into.
-    mappable: Option<(std::fs::File, Option<ByteCounter>)>,
+    mappable: Option<Mappable>,
     start: usize,
     end: usize,
     eof: bool,
@@ -32,6 +32,15 @@ pub struct LineReader {
     /// Bytes the buffer is kept to between long lines (and after format detection, which
     /// peeks further): `CHUNK`, or less for each file of a set of hundreds.
     chunk: usize,
+}
+
+/// A plain file big enough to be worth mapping: a second handle on the reader's file (the
+/// two share its offset), the progress counter the reader counts into, and the file's name
+/// for the message if it shrinks while it is mapped.
+struct Mappable {
+    file: std::fs::File,
+    counter: Option<ByteCounter>,
+    path: String,
 }
 
 /// Free room at the front of each read-ahead chunk, where the unfinished end of the previous
@@ -92,10 +101,9 @@ impl Buf {
 /// Every window but the last ends just after a newline, so a line lies in one window
 /// unless it is longer than a window.
 ///
-/// A file truncated while it is mapped would fault (SIGBUS) on the pages it lost: the
-/// reader thread maps each window with `MAP_POPULATE` just after checking the file's size,
-/// which leaves only a file cut while its last few windows are being parsed, as with
-/// ripgrep's mapped reads.
+/// A file truncated while it is mapped faults (SIGBUS) on the pages it lost: the reader
+/// thread checks the file's size before each window (a shrink found there is an error), and
+/// a file cut while its last few windows are being parsed is caught by `lost_pages`.
 struct Window {
     base: *mut libc::c_void,
     map_len: usize,
@@ -154,6 +162,56 @@ impl Drop for Window {
     }
 }
 
+/// A mapped file that shrinks while it is read (truncated, or rotated with `copytruncate`)
+/// takes the pages past its new end out of every mapping, and the next touch of one raises
+/// SIGBUS, which would end the process with the shell's bare "Bus error" and no word of which
+/// file or why. The handler says it in the usual error form and exits 2; any other SIGBUS
+/// goes back to the default action and faults again as it would have.
+mod lost_pages {
+    use std::sync::OnceLock;
+
+    /// The whole message, made before the handler is installed: the handler may only write.
+    static MESSAGE: OnceLock<Box<[u8]>> = OnceLock::new();
+
+    pub(super) fn guard(path: &str) {
+        if MESSAGE
+            .set(
+                format!(
+                    "stallscope: error: cannot read {path}: the file shrank while it was being read (truncated or rotated?), and its mapped pages are gone; analyze a copy of it\n"
+                )
+                .into_bytes()
+                .into_boxed_slice(),
+            )
+            .is_err()
+        {
+            return;
+        }
+        // SAFETY: a handler that only calls async-signal-safe functions (write, _exit,
+        // sigaction, signal's reset), installed with a zeroed, then filled, sigaction.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = on_sigbus as *const () as usize;
+            sa.sa_flags = libc::SA_SIGINFO;
+            libc::sigemptyset(&mut sa.sa_mask);
+            libc::sigaction(libc::SIGBUS, &sa, std::ptr::null_mut());
+        }
+    }
+
+    extern "C" fn on_sigbus(_: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
+        // SAFETY: the kernel passes a valid siginfo; MESSAGE was set before installation.
+        unsafe {
+            // BUS_ADRERR: an address with no backing page, what a lost file page is.
+            if (*info).si_code == libc::BUS_ADRERR {
+                if let Some(m) = MESSAGE.get() {
+                    libc::write(2, m.as_ptr().cast(), m.len());
+                }
+                libc::_exit(2);
+            }
+            libc::signal(libc::SIGBUS, libc::SIG_DFL);
+        }
+    }
+}
+
 fn page_size() -> u64 {
     // SAFETY: sysconf has no preconditions.
     match unsafe { libc::sysconf(libc::_SC_PAGESIZE) } {
@@ -185,7 +243,15 @@ fn map_windows(
                 return;
             }
         };
-        if off >= size {
+        if off > size {
+            // Truncated (or rotated by copying and truncating) under us: the lines after
+            // `off` are gone, and a report that ended there would pass for the whole trace.
+            let _ = tx.send(Err(std::io::Error::other(format!(
+                "the file shrank from at least {off} to {size} bytes while it was being read (truncated or rotated?); analyze a copy of it"
+            ))));
+            return;
+        }
+        if off == size {
             let _ = tx.send(Ok(Chunk::Read(Vec::new(), 0)));
             return;
         }
@@ -259,7 +325,12 @@ impl LineReader {
             return;
         }
         let (spare, spares) = std::sync::mpsc::channel::<Buf>();
-        if let Some((file, counter)) = self.mappable.take() {
+        if let Some(Mappable {
+            file,
+            counter,
+            path,
+        }) = self.mappable.take()
+        {
             let (tx, chunks) = std::sync::mpsc::sync_channel(MAPPED_DEPTH);
             use std::io::Seek;
             // The buffered bytes are mapped again: the mapping starts where they did.
@@ -268,6 +339,7 @@ impl LineReader {
                 // A file system that cannot map files (some FUSE mounts) is read instead.
                 let maps = |off: u64| Window::map(&file, off, off + 1).is_ok();
                 if let Some(off) = pos.checked_sub(buffered).filter(|&off| maps(off)) {
+                    lost_pages::guard(&path);
                     self.start = self.end;
                     std::thread::spawn(move || {
                         map_windows(file, off, pos, window, counter, tx, spares)
@@ -535,7 +607,11 @@ pub fn open_input_counted(
             .is_ok_and(|m| m.is_file() && m.len() >= MIN_MAP)
             .then(|| f.try_clone().ok())
             .flatten()
-            .map(|m| (m, counter.clone()));
+            .map(|file| Mappable {
+                file,
+                counter: counter.clone(),
+                path: path.to_owned(),
+            });
         match counter {
             Some(c) => Box::new(crate::progress::CountingRead::new(f, c)),
             None => Box::new(f),
