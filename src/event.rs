@@ -644,6 +644,58 @@ impl Syscall {
 }
 
 impl Event {
+    /// Whether dropping this event frees anything. A batch of events that own nothing can
+    /// be emptied without visiting each one (`run::pipelined`). Every field is named, so a
+    /// new owning field cannot be forgotten here: it does not compile until it is sorted.
+    #[inline]
+    pub fn owns_heap(&self) -> bool {
+        let Event {
+            tid: _,
+            ts: _,
+            line: _,
+            kind,
+        } = self;
+        match kind {
+            EventKind::Syscall(Syscall {
+                name: _,
+                sys: _,
+                fd: _,
+                fd_path,
+                ret: _,
+                ret_path,
+                dur: _,
+                dur_src: _,
+                in_flight: _,
+                extra,
+                start_line: _,
+                sched,
+                arrived: _,
+            }) => {
+                fd_path.is_some()
+                    || ret_path.is_some()
+                    || sched.is_some()
+                    || match extra {
+                        Extra::Path(_) | Extra::Rename(..) => true,
+                        Extra::None
+                        | Extra::FdPair(..)
+                        | Extra::NewFd(_)
+                        | Extra::DupFd
+                        | Extra::CloseRange(..)
+                        | Extra::Clone { .. }
+                        | Extra::Socket(_)
+                        | Extra::Data(_)
+                        | Extra::Resumes(_) => false,
+                    }
+            }
+            EventKind::ThreadName(_) => true,
+            EventKind::Signal { .. }
+            | EventKind::Exit { .. }
+            | EventKind::Attach { .. }
+            | EventKind::Detach
+            | EventKind::Unreadable => false,
+        }
+    }
+
     pub fn syscall(&self) -> Option<&Syscall> {
         match &self.kind {
             EventKind::Syscall(s) => Some(s),
@@ -691,6 +743,54 @@ pub fn intern(name: &[u8]) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A batch whose events own nothing is emptied without dropping them one by one: an
+    /// owning event taken for one that owns nothing would leak, so each owning field counts.
+    #[test]
+    fn owns_heap_sees_every_owning_field() {
+        let call = |f: &dyn Fn(&mut Syscall)| {
+            let mut sc = Syscall::new("read");
+            f(&mut sc);
+            Event {
+                tid: 1,
+                ts: 0,
+                line: 1,
+                kind: EventKind::Syscall(sc),
+            }
+        };
+        let mut plain = Syscall::new("read");
+        plain.fd = Some(8);
+        Data::put_escaped(&mut plain.extra, b"*1\\r\\n$4\\r\\nPING\\r\\n");
+        let plain = Event {
+            tid: 1,
+            ts: 0,
+            line: 1,
+            kind: EventKind::Syscall(plain),
+        };
+        assert!(!plain.owns_heap());
+        assert!(!call(&|_| {}).owns_heap());
+        assert!(call(&|sc| sc.fd_path = Some("/data/appendonly.aof".into())).owns_heap());
+        assert!(call(&|sc| sc.ret_path = Some("/proc/1/stat".into())).owns_heap());
+        assert!(call(&|sc| sc.extra = Extra::Path("/tmp/x".into())).owns_heap());
+        assert!(call(&|sc| sc.extra = Extra::Rename("a".into(), "b".into())).owns_heap());
+        assert!(call(&|sc| sc.sched = Some(Box::default())).owns_heap());
+        let named = Event {
+            tid: 1,
+            ts: 0,
+            line: 1,
+            kind: EventKind::ThreadName("bio_aof".into()),
+        };
+        assert!(named.owns_heap());
+        for kind in [EventKind::Detach, EventKind::Unreadable] {
+            let ev = Event {
+                tid: 1,
+                ts: 0,
+                line: 1,
+                kind,
+            };
+            assert!(!ev.owns_heap());
+        }
+    }
 
     /// Every batch of events is written by the parser and read back by the analyzer on the
     /// other core: its size is the pipeline's memory traffic per line. A bound, so that
