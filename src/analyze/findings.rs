@@ -612,6 +612,18 @@ fn fsync_always_applies(cx: &Ctx<'_>, e: Option<&ByFinding>) -> bool {
     cx.ev.file_time.main_aof_fsync(cx.ev.world).n >= 10 || e.is_some()
 }
 
+/// Every write command waits for one of these fsyncs: when the median one is over the
+/// threshold, the typical write is itself a stall, however short the longest one was. Only
+/// on exact figures: a median that is an upper bound may be far below the threshold.
+fn fsync_always_severity(cx: &Ctx<'_>, e: Option<&ByFinding>) -> Severity {
+    let f = cx.ev.file_time.main_aof_fsync(cx.ev.world);
+    let (p50_upper, _, _) = f.upper_bounds();
+    if f.n >= 10 && !p50_upper && f.p50_us >= cx.ev.threshold_us {
+        return Severity::Critical;
+    }
+    by_stalls(e, Severity::Warning)
+}
+
 fn fsync_always_evidence(cx: &Ctx<'_>, e: Option<&ByFinding>) -> String {
     let f = cx.ev.file_time.main_aof_fsync(cx.ev.world);
     // Figures from calls timed only up to the thread's next event are at most what they say.
@@ -800,7 +812,7 @@ static RULES: &[Rule] = &[
     Rule {
         id: FindingId::AofFsyncAlways,
         applies: fsync_always_applies,
-        severity: warning,
+        severity: fsync_always_severity,
         title: Text::Fixed("appendfsync always: every write command waits for an fsync of the AOF"),
         evidence: Text::Made(fsync_always_evidence),
         advice: Text::Fixed(

@@ -1670,6 +1670,17 @@ fn the_first_request_of_a_trace_is_not_dated_from_the_trace_start() {
 /// appendfsync always with SADDs, traced with durations of `src`; with `slow`, one fsync of
 /// 300 ms (the others 150 µs).
 fn aof_always_sadds(src: DurSource, slow: bool) -> Report {
+    aof_always_fsyncs(src, &|i| {
+        if slow && i == 10 {
+            300 * MS
+        } else {
+            150 * US
+        }
+    })
+}
+
+/// 20 SADDs under appendfsync always, the `i`th one's fdatasync taking `fsync(i)`.
+fn aof_always_fsyncs(src: DurSource, fsync: &dyn Fn(i64) -> i64) -> Report {
     let mut s = Seq::new();
     s.open(100, 0, "/data/appendonlydir/appendonly.aof.1.incr.aof", 7);
     let mut t = MS;
@@ -1694,11 +1705,33 @@ fn aof_always_sadds(src: DurSource, slow: bool) -> Report {
             b"*3\r\n$4\r\nSADD\r\n$1\r\nk\r\n$1\r\nm\r\n",
         );
         call(&mut s, "write", 7, 10 * US, b"*3\r\n$4\r\nSADD\r\n");
-        let d = if slow && i == 10 { 300 * MS } else { 150 * US };
-        call(&mut s, "fdatasync", 7, d, b"");
+        call(&mut s, "fdatasync", 7, fsync(i), b"");
         call(&mut s, "write", 9, 10 * US, b":1\r\n");
     }
     s.report()
+}
+
+/// Every write command waits for its fsync under appendfsync always: a median fsync over the
+/// threshold makes the typical write a stall, which is critical even when no single one
+/// reaches the 100 ms that makes a stall critical by itself; the same median only as an upper
+/// bound, or one slow fsync among fast ones, is not.
+#[test]
+fn fsync_always_with_a_median_fsync_over_the_threshold_is_critical() {
+    use crate::report::Severity;
+    let sev = |src, fsync: &dyn Fn(i64) -> i64| {
+        fsync_always_finding(&aof_always_fsyncs(src, fsync)).severity
+    };
+    assert_eq!(sev(DurSource::Measured, &|_| 40 * MS), Severity::Critical);
+    assert_eq!(
+        sev(DurSource::Measured, &|i| if i == 3 {
+            60 * MS
+        } else {
+            5 * MS
+        }),
+        Severity::Warning
+    );
+    assert_eq!(sev(DurSource::UpperBound, &|_| 40 * MS), Severity::Warning);
+    assert_eq!(sev(DurSource::Measured, &|_| 150 * US), Severity::Warning);
 }
 
 fn fsync_always_finding(r: &Report) -> crate::report::Finding {
