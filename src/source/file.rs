@@ -52,6 +52,8 @@ impl FileSource {
             .with_context(|| format!("cannot read {label}"))?
             .to_vec();
         let detected = detect(&head, head.len() < DETECT_BYTES);
+        // A file of a set of hundreds keeps a small buffer, not the detection's read.
+        reader.release_peek();
         let first_line = head
             .split(|b| *b == b'\n')
             .find(|l| !l.iter().all(|b| b.is_ascii_whitespace()));

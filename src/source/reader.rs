@@ -32,6 +32,10 @@ pub struct LineReader {
     /// Bytes the buffer is kept to between long lines (and after format detection, which
     /// peeks further): `CHUNK`, or less for each file of a set of hundreds.
     chunk: usize,
+    /// The descriptor of the plain file `inner` reads (owned by `inner`, so valid while
+    /// `inner` is), and the progress counter it counts into: what a peek read can be given
+    /// back and read again when it is needed (`release_peek`).
+    rewind: Option<(std::os::fd::RawFd, Option<ByteCounter>)>,
 }
 
 /// A plain file big enough to be worth mapping: a second handle on the reader's file (the
@@ -308,6 +312,7 @@ impl LineReader {
             skipping_long: false,
             ahead: None,
             cut_short: false,
+            rewind: None,
         }
     }
 
@@ -324,6 +329,8 @@ impl LineReader {
         if self.ahead.is_some() || self.eof {
             return;
         }
+        // `inner` (and with it the file `rewind` names) is about to move to another thread.
+        self.rewind = None;
         let (spare, spares) = std::sync::mpsc::channel::<Buf>();
         if let Some(Mappable {
             file,
@@ -481,6 +488,40 @@ impl LineReader {
         }
     }
 
+    /// Gives back the room a peek grew the buffer to, beyond `chunk`: the peeked bytes are
+    /// read again from the file when they are needed. Every file of an `-ff` set is opened,
+    /// and its format detected, before the merge reads any: without this, each one kept its
+    /// 64 KiB detection read resident for the whole run. Only for a plain file not yet
+    /// handed to a reader thread; anything else (stdin, gzip) keeps its bytes.
+    pub fn release_peek(&mut self) {
+        let Some((fd, counter)) = &self.rewind else {
+            return;
+        };
+        let Buf::Owned(buf) = &mut self.buf else {
+            return;
+        };
+        if self.ahead.is_some() || buf.len() <= self.chunk {
+            return;
+        }
+        let unread = self.end - self.start;
+        let Ok(back) = libc::off_t::try_from(unread) else {
+            return;
+        };
+        // SAFETY: `fd` is the descriptor of the file `inner` owns, which is still open (a
+        // reader thread or a decoder taking `inner` clears `rewind` first or never sets it).
+        if unsafe { libc::lseek(*fd, -back, libc::SEEK_CUR) } < 0 {
+            return;
+        }
+        if let Some(c) = counter {
+            c.fetch_sub(unread as u64, std::sync::atomic::Ordering::Relaxed);
+        }
+        self.start = 0;
+        self.end = 0;
+        self.eof = false;
+        buf.truncate(self.chunk);
+        buf.shrink_to_fit();
+    }
+
     /// The first bytes of the input, without consuming them (for format detection).
     pub fn peek(&mut self, want: usize) -> std::io::Result<&[u8]> {
         while self.end - self.start < want && !self.eof {
@@ -597,6 +638,7 @@ pub fn open_input_counted(
     chunk: usize,
 ) -> Result<LineReader> {
     let mut mappable = None;
+    let mut rewind = None;
     let raw: Box<dyn Read + Send> = if path == "-" {
         widen_stdin_pipe();
         Box::new(std::io::stdin())
@@ -612,6 +654,8 @@ pub fn open_input_counted(
                 counter: counter.clone(),
                 path: path.to_owned(),
             });
+        use std::os::fd::AsRawFd;
+        rewind = Some((f.as_raw_fd(), counter.clone()));
         match counter {
             Some(c) => Box::new(crate::progress::CountingRead::new(f, c)),
             None => Box::new(f),
@@ -630,6 +674,7 @@ pub fn open_input_counted(
         ));
     }
     r.mappable = mappable;
+    r.rewind = rewind;
     Ok(r)
 }
 
@@ -650,6 +695,7 @@ pub type ByteCounter = std::sync::Arc<std::sync::atomic::AtomicU64>;
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Write;
 
     /// A reader that hands out its bytes in uneven pieces, as pipes and decoders do.
     struct Pieces {
@@ -697,6 +743,64 @@ mod tests {
         assert_eq!(got[50], 100_000);
         assert!(widest >= 100_000);
         assert_eq!(r.buf.bytes().len(), 16 << 10, "shrunk back to its chunk");
+    }
+
+    /// A file of a big -ff set gives its detection peek back right away and reads those
+    /// bytes again when it gets to them: the same lines, the progress counter ends at the
+    /// file's size, and stdin or gzip (which cannot be read again) keep what they read.
+    #[test]
+    fn a_released_peek_is_read_again_from_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        for size in [5_000usize, 200_000] {
+            let mut data = vec![];
+            let mut i = 0;
+            while data.len() < size {
+                data.extend_from_slice(format!("line {i} of a file in a set\n").as_bytes());
+                i += 1;
+            }
+            let path = dir.path().join(format!("t.{size}"));
+            std::fs::write(&path, &data).unwrap();
+            let counter = ByteCounter::default();
+            let mut r = open_input_counted(path.to_str().unwrap(), Some(counter.clone()), 16 << 10)
+                .unwrap();
+            let head = r.peek(64 << 10).unwrap().to_vec();
+            assert_eq!(head, data[..data.len().min(64 << 10)]);
+            r.release_peek();
+            assert_eq!(
+                r.buf.bytes().len(),
+                16 << 10,
+                "size {size}: room given back"
+            );
+            // A file that fits the small buffer did not grow it: nothing to give back.
+            let kept = if data.len() <= 16 << 10 {
+                data.len()
+            } else {
+                0
+            };
+            assert_eq!(
+                counter.load(std::sync::atomic::Ordering::Relaxed),
+                kept as u64
+            );
+            let mut got = vec![];
+            while let Some(Line::Text(t)) = r.next_line().unwrap() {
+                got.extend_from_slice(t);
+                got.push(b'\n');
+            }
+            assert!(got == data, "size {size}: the lines changed");
+            let read = counter.load(std::sync::atomic::Ordering::Relaxed);
+            assert_eq!(read, data.len() as u64, "size {size}");
+        }
+        // Gzip cannot be read again: the peek stays.
+        let gz = dir.path().join("t.gz");
+        let mut e = flate2::write::GzEncoder::new(vec![], flate2::Compression::fast());
+        for i in 0..10_000 {
+            e.write_all(format!("line {i}\n").as_bytes()).unwrap();
+        }
+        std::fs::write(&gz, e.finish().unwrap()).unwrap();
+        let mut r = open_input_counted(gz.to_str().unwrap(), None, 16 << 10).unwrap();
+        let n = r.peek(64 << 10).unwrap().len();
+        r.release_peek();
+        assert_eq!(r.end - r.start, n, "a gzip stream keeps its peek");
     }
 
     fn lines(data: &[u8], ahead: bool) -> Vec<(bool, Vec<u8>)> {
