@@ -7,6 +7,8 @@ use super::file::FileSource;
 use super::{ByteCounter, InputFormat, SourceInfo, TidMap};
 use crate::event::{DurSource, Event, EventKind, Nanos, Tid};
 use anyhow::{bail, Result};
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 
@@ -222,29 +224,24 @@ impl Inputs {
         let start = out.len();
         let target = start + max;
         let stage = self.stage();
+        // Each file's staged head, earliest first, (end, file): a pick changes only the
+        // picked file's head, so it is put back alone. Scanning every file at every pick
+        // cost a set of 1500 interleaved files 11 µs an event.
+        let mut heads = BinaryHeap::with_capacity(self.files.len());
+        for (i, f) in self.files.iter_mut().enumerate() {
+            f.refill(stage)?;
+            if let Some(e) = f.staged.front() {
+                heads.push(Reverse((e.end(), i)));
+            }
+        }
         let mut drained = false;
         while out.len() < target {
-            for f in &mut self.files {
-                f.refill(stage)?;
-            }
-            // The earliest head, and the earliest of the others: (end, file).
-            let mut best: Option<(Nanos, usize)> = None;
-            let mut bound: Option<(Nanos, usize)> = None;
-            for (i, f) in self.files.iter().enumerate() {
-                if let Some(e) = f.staged.front() {
-                    let k = (e.end(), i);
-                    if best.is_none_or(|b| k < b) {
-                        bound = best;
-                        best = Some(k);
-                    } else if bound.is_none_or(|b| k < b) {
-                        bound = Some(k);
-                    }
-                }
-            }
-            let Some((_, i)) = best else {
+            // The earliest head, and the earliest of the others.
+            let Some(Reverse((_, i))) = heads.pop() else {
                 drained = true;
                 break;
             };
+            let bound: Option<(Nanos, usize)> = heads.peek().map(|h| h.0);
             let staged = &mut self.files[i].staged;
             let room = target - out.len();
             let run = staged
@@ -255,6 +252,11 @@ impl Inputs {
                 .count()
                 .max(1);
             staged.move_into(out, run);
+            let f = &mut self.files[i];
+            f.refill(stage)?;
+            if let Some(e) = f.staged.front() {
+                heads.push(Reverse((e.end(), i)));
+            }
         }
         if let Some(first) = out[start..].iter().position(needs_hold) {
             // A call without a printed duration: from it on, the per-thread hold-back of
