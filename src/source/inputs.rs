@@ -126,6 +126,12 @@ impl Inputs {
         }
         if let [one] = &mut files[..] {
             one.reader.read_ahead();
+        } else {
+            // Only a lone file is mapped: the second handle each big file of a set kept for
+            // it doubled the set's open files.
+            for f in &mut files {
+                f.reader.no_mapping();
+            }
         }
         Ok(Inputs {
             files,
@@ -547,6 +553,34 @@ mod unreadable_tests {
                 "{files} files: batches of {max} changed the merged stream"
             );
         }
+    }
+
+    /// Each file of a set is open once: only a lone file is mapped, so a big file of a set
+    /// keeps no second handle for it (a set of thousands of files would need twice the fds).
+    #[test]
+    fn a_set_holds_one_fd_a_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let line = "1796078610.000000 read(3, \"x\", 1) = 1 <0.000010>\n";
+        let big = line.repeat((super::super::reader::MIN_MAP as usize) / line.len() + 1);
+        let paths: Vec<String> = (0..2)
+            .map(|k| {
+                let p = dir.path().join(format!("set.{}", 100 + k));
+                std::fs::write(&p, &big).unwrap();
+                p.to_string_lossy().into_owned()
+            })
+            .collect();
+        let open_fds = |path: &str| {
+            std::fs::read_dir("/proc/self/fd")
+                .unwrap()
+                .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+                .filter(|t| t.to_str() == Some(path))
+                .count()
+        };
+        let inp = Inputs::open(&paths, InputFormat::Auto, false).unwrap();
+        for p in &paths {
+            assert_eq!(open_fds(p), 1, "{p}");
+        }
+        drop(inp);
     }
 
     /// `close(3) = 0`, then a pasted `...`, then a line 5 s later: not a 5 s close(). The

@@ -61,7 +61,7 @@ const MAPPED_DEPTH: usize = 2;
 
 /// Plain files at least this big are mapped instead of read: below it the copy costs
 /// nothing worth a thread's mappings.
-const MIN_MAP: u64 = 4 << 20;
+pub(super) const MIN_MAP: u64 = 4 << 20;
 /// Bytes of the file one mapping covers. Its pages are resident while it is queued or
 /// being parsed (at most about five windows at once, 10 MB), so this bounds the memory
 /// mapping adds, as `CHUNK` does for reading. Each unmap of a window the parser's thread
@@ -486,6 +486,12 @@ impl LineReader {
                 Err(e) => return Err(e),
             }
         }
+    }
+
+    /// This input will be read, never mapped: the mapping's second handle on the file is
+    /// closed.
+    pub fn no_mapping(&mut self) {
+        self.mappable = None;
     }
 
     /// Gives back the room a peek grew the buffer to, beyond `chunk`: the peeked bytes are
