@@ -115,23 +115,23 @@ impl Inputs {
         for (path, pid) in expanded {
             // A pid suffix only names the process for -ff sets; a lone `trace.1234` file
             // may well have a pid column of its own, which wins anyway.
-            files.push(FileSource::open_counted(
+            let mut f = FileSource::open_counted(
                 &path,
                 format,
                 if many || pid.is_some() { pid } else { None },
                 strict,
                 counter.clone(),
                 buffer,
-            )?);
+            )?;
+            if many {
+                // Only a lone file is mapped: the second handle a big file keeps for it,
+                // closed as soon as the file is open, never doubles the set's open files.
+                f.reader.no_mapping();
+            }
+            files.push(f);
         }
         if let [one] = &mut files[..] {
             one.reader.read_ahead();
-        } else {
-            // Only a lone file is mapped: the second handle each big file of a set kept for
-            // it doubled the set's open files.
-            for f in &mut files {
-                f.reader.no_mapping();
-            }
         }
         Ok(Inputs {
             files,
