@@ -230,43 +230,14 @@ impl Inputs {
         let start = out.len();
         let target = start + max;
         let stage = self.stage();
-        // Each file's staged head, (end, file): a pick changes only the picked file's head,
-        // so only it is put back. A few files are scanned (for two, a heap's pop and push
-        // cost 8% more than the scan); many are kept in a heap, earliest first: scanning
-        // 1500 interleaved files at every pick cost 11 µs an event.
-        let few = self.files.len() <= 8;
-        let mut keys: Vec<Option<Nanos>> = Vec::with_capacity(self.files.len());
-        let mut heap = BinaryHeap::new();
+        let mut heads = Heads::new(self.files.len());
         for (i, f) in self.files.iter_mut().enumerate() {
             f.refill(stage)?;
-            let key = f.staged.front().map(Event::end);
-            if few {
-                keys.push(key);
-            } else if let Some(end) = key {
-                heap.push(Reverse((end, i)));
-            }
+            heads.put(i, f.staged.front().map(Event::end));
         }
         let mut drained = false;
         while out.len() < target {
-            // The earliest head, and the earliest of the others.
-            let (best, bound) = if few {
-                let mut best: Option<(Nanos, usize)> = None;
-                let mut bound: Option<(Nanos, usize)> = None;
-                for (i, k) in keys.iter().enumerate() {
-                    if let Some(end) = *k {
-                        let k = (end, i);
-                        if best.is_none_or(|b| k < b) {
-                            bound = best;
-                            best = Some(k);
-                        } else if bound.is_none_or(|b| k < b) {
-                            bound = Some(k);
-                        }
-                    }
-                }
-                (best, bound)
-            } else {
-                (heap.pop().map(|h| h.0), heap.peek().map(|h| h.0))
-            };
+            let (best, bound) = heads.pick();
             let Some((_, i)) = best else {
                 drained = true;
                 break;
@@ -283,12 +254,7 @@ impl Inputs {
             staged.move_into(out, run);
             let f = &mut self.files[i];
             f.refill(stage)?;
-            let key = f.staged.front().map(Event::end);
-            if few {
-                keys[i] = key;
-            } else if let Some(end) = key {
-                heap.push(Reverse((end, i)));
-            }
+            heads.put(i, f.staged.front().map(Event::end));
         }
         if let Some(first) = out[start..].iter().position(needs_hold) {
             // A call without a printed duration: from it on, the per-thread hold-back of
@@ -395,6 +361,66 @@ impl Inputs {
             c.skips.merge(&f.counters.skips);
         }
         c
+    }
+}
+
+/// The merge's files by their staged head, (end, file): a pick changes only the picked
+/// file's head, so only it is put back. A few files are scanned (for two, a heap's pop and
+/// push cost 8% more than the scan); many are kept in a heap, earliest first: scanning 1500
+/// interleaved files at every pick cost 11 µs an event.
+enum Heads {
+    Few(Vec<Option<Nanos>>),
+    Many(BinaryHeap<Reverse<Head>>),
+}
+
+/// A staged head: its end, then its file (ties go to the lower file).
+type Head = (Nanos, usize);
+
+impl Heads {
+    fn new(files: usize) -> Self {
+        if files <= 8 {
+            Heads::Few(vec![None; files])
+        } else {
+            Heads::Many(BinaryHeap::with_capacity(files))
+        }
+    }
+
+    /// File `i`'s head is now `end` (None: nothing staged, the file is drained).
+    fn put(&mut self, i: usize, end: Option<Nanos>) {
+        match self {
+            Heads::Few(keys) => keys[i] = end,
+            Heads::Many(heap) => {
+                if let Some(end) = end {
+                    heap.push(Reverse((end, i)));
+                }
+            }
+        }
+    }
+
+    /// The earliest head, taken out until it is put back, and the earliest of the others.
+    fn pick(&mut self) -> (Option<Head>, Option<Head>) {
+        match self {
+            Heads::Few(keys) => {
+                let mut best: Option<Head> = None;
+                let mut bound: Option<Head> = None;
+                for (i, k) in keys.iter().enumerate() {
+                    if let Some(end) = *k {
+                        let k = (end, i);
+                        if best.is_none_or(|b| k < b) {
+                            bound = best;
+                            best = Some(k);
+                        } else if bound.is_none_or(|b| k < b) {
+                            bound = Some(k);
+                        }
+                    }
+                }
+                if let Some((_, i)) = best {
+                    keys[i] = None;
+                }
+                (best, bound)
+            }
+            Heads::Many(heap) => (heap.pop().map(|h| h.0), heap.peek().map(|h| h.0)),
+        }
     }
 }
 
