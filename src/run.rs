@@ -253,7 +253,7 @@ pub fn analyze(args: &AnalyzeArgs) -> Result<u64> {
     }
     info.pid = args.pid;
     info.clock.date = args.date;
-    let mut report = an.finish(info, counters);
+    let mut report = an.finish_at_exit(info, counters);
     if dated {
         report.summary.command_start = Some(crate::report::CommandStart::Arrival);
     }

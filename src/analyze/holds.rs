@@ -174,6 +174,12 @@ impl Holds {
     pub(crate) fn held(&self, idx: usize) -> Held {
         self.held.get(idx).cloned().unwrap_or_default()
     }
+
+    /// What every stall held, by index, taken out for the final report (a copy of each
+    /// stall's clients and commands would cost an allocation apiece).
+    pub(crate) fn take_all(&mut self) -> Vec<Held> {
+        std::mem::take(&mut self.held)
+    }
 }
 
 #[cfg(test)]

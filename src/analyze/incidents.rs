@@ -2,8 +2,7 @@
 //! merged into one incident, what clients saw as one freeze, with the distinct commands and
 //! connections its stalls held. Pure: stalls in (sorted by start), incidents out.
 
-use super::holds::Held;
-use super::stalls::Cand;
+use super::kept::Rows;
 use crate::event::Nanos;
 use crate::report::{self, Stall};
 use rustc_hash::FxHashSet as HashSet;
@@ -12,7 +11,7 @@ use rustc_hash::FxHashSet as HashSet;
 /// times are precise enough to tell that they overlap (not under strace -t): when not, each
 /// stall is an incident of its own.
 pub(super) fn incidents(
-    stalls: &[(Cand, Held, Stall)],
+    rows: &Rows,
     clock: &crate::source::Clock,
     first: Nanos,
     merge: bool,
@@ -24,7 +23,8 @@ pub(super) fn incidents(
         HashSet<(crate::fdtable::ProcKey, i32)>,
     );
     let mut out: Vec<Open> = vec![];
-    for (i, (c, h, s)) in stalls.iter().enumerate() {
+    let all = rows.cands.iter().zip(&rows.held).zip(&rows.stalls);
+    for (i, ((c, h), s)) in all.enumerate() {
         let (start, end) = (c.start, c.start + c.dur);
         let overlaps = merge
             && out
@@ -77,7 +77,8 @@ pub(super) fn name_findings(incidents: &mut [report::Incident], stalls: &[Stall]
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analyze::stalls::DurFacts;
+    use crate::analyze::holds::Held;
+    use crate::analyze::stalls::{Cand, DurFacts};
     use crate::fdtable::ProcKey;
     use crate::report::{Bound, DurationKnown, FindingId, Role, StallKind};
 
@@ -176,12 +177,17 @@ mod tests {
         .into_iter()
         .map(|((c, s), h)| (c, h, s))
         .collect();
+        let rows = Rows {
+            cands: rows.iter().map(|(c, _, _)| c).collect(),
+            held: rows.iter().map(|(_, h, _)| h.clone()).collect(),
+            stalls: rows.iter().map(|(_, _, s)| s.clone()).collect(),
+        };
         let mut inc = incidents(&rows, &crate::source::Clock::none(), first, true);
         // Times too coarse to tell overlap: each stall its own incident.
         let apart = incidents(&rows, &crate::source::Clock::none(), first, false);
         let spans: Vec<_> = apart.iter().map(|i| i.stalls.clone()).collect();
         assert_eq!(spans, vec![vec![0], vec![1], vec![2]]);
-        let stalls: Vec<Stall> = rows.into_iter().map(|(_, _, s)| s).collect();
+        let stalls = rows.stalls;
         name_findings(&mut inc, &stalls);
         let got: Vec<_> = inc
             .iter()

@@ -15,6 +15,15 @@ use crate::event::{InFlight, Nanos, Tid};
 use crate::report::{Parked, Stall, StallKind};
 use crate::source::Clock;
 
+/// The stalls of a report, in order: `stalls[i]` is the row of `cands[i]`, which held
+/// `held[i]`.
+#[derive(Default)]
+pub(crate) struct Rows<'s> {
+    pub(crate) cands: Vec<&'s Cand>,
+    pub(crate) held: Vec<Held>,
+    pub(crate) stalls: Vec<Stall>,
+}
+
 /// What deciding and writing stall rows reads.
 pub(crate) struct Kept<'a> {
     pub(crate) world: &'a World,
@@ -74,31 +83,32 @@ impl Kept<'_> {
             .collect()
     }
 
-    /// Every stored candidate that is a stall, with what it held and its row, sorted by
-    /// (start, tid).
-    pub(crate) fn all(&self, stalls: &Stalls) -> Vec<(Cand, Held, Stall)> {
-        let kept: Vec<(Cand, Held, Stall)> = stalls
-            .iter()
-            .filter_map(|(i, c)| {
-                let (h, role) = self.kept(c, self.holds.held(i))?;
-                let s = self.row(c, &h, role);
-                Some((c.clone(), h, s))
-            })
-            .collect();
-        // Sorted by key and position (the stable sort's order) as small keys, then moved
-        // once each: a sort of the rows themselves (~750 bytes apiece) moved every row a
-        // dozen times, ~9 k instructions per stall of the report.
-        let mut order: Vec<(Nanos, Tid, usize)> = kept
-            .iter()
-            .enumerate()
-            .map(|(i, (c, _, _))| (c.start, c.tid, i))
-            .collect();
+    /// Every stored candidate that is a stall, with what it held (`held`, by index, as
+    /// `Holds::take_all` gives it) and its row, sorted by (start, tid).
+    pub(crate) fn all<'s>(&self, stalls: &'s Stalls, mut held: Vec<Held>) -> Rows<'s> {
+        // The candidates are put in order as small keys first, so that each row is written
+        // once, where it stays: sorting the rows (~750 bytes apiece) moved each a dozen
+        // times, and reordering them after they were made moved each into fresh memory
+        // again, whose page faults were most of the report's time. The index breaks ties
+        // as the stable order of the stored candidates did.
+        let mut order: Vec<(Nanos, Tid, usize)> =
+            stalls.iter().map(|(i, c)| (c.start, c.tid, i)).collect();
         order.sort_unstable();
-        let mut rows: Vec<Option<(Cand, Held, Stall)>> = kept.into_iter().map(Some).collect();
-        order
-            .into_iter()
-            .map(|(_, _, i)| rows[i].take().expect("each row once"))
-            .collect()
+        let mut rows = Rows {
+            cands: Vec::with_capacity(order.len()),
+            held: Vec::with_capacity(order.len()),
+            stalls: Vec::with_capacity(order.len()),
+        };
+        for (_, _, i) in order {
+            let c = stalls.get(i);
+            let h = held.get_mut(i).map(std::mem::take).unwrap_or_default();
+            if let Some((h, role)) = self.kept(c, h) {
+                rows.stalls.push(self.row(c, &h, role));
+                rows.held.push(h);
+                rows.cands.push(c);
+            }
+        }
+        rows
     }
 
     /// The calls cut by the trace's edges below the threshold that are stalls, as rows.
@@ -237,6 +247,7 @@ mod tests {
             holds.on_answered(d.clone());
         }
         world.finish();
+        let held = holds.take_all();
         let ev = Evidence {
             phases: &phases,
             file_time: &file_time,
@@ -258,7 +269,7 @@ mod tests {
             clock: &clock,
             first: 0,
         };
-        kept.all(&stalls).into_iter().map(|(_, _, s)| s).collect()
+        kept.all(&stalls, held).stalls
     }
 
     #[test]
