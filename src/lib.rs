@@ -10,6 +10,7 @@ pub mod cli;
 pub(crate) mod docs;
 pub mod event;
 pub(crate) mod fdtable;
+pub(crate) mod handoff;
 pub mod live;
 pub(crate) mod progress;
 pub(crate) mod redis_client;

@@ -298,8 +298,13 @@ fn join_redis_log(report: &mut Report, args: &AnalyzeArgs, conf: Option<&RedisCo
 fn pipelined(mut inputs: Inputs, mut sink: impl FnMut(&[crate::event::Event])) -> Result<Inputs> {
     const BATCH: usize = 1024;
     const DEPTH: usize = 16;
+    // The analyzer keeps up with the parser, so it often finds the queue empty: it sleeps
+    // until half the queue is full, and the parser wakes it once per eight batches instead
+    // of for nearly each (`handoff`: -16% wall on the 6M-line files; 4 was as good on
+    // -ttt, 1.5% slower on gzip).
+    const WAKE_AT: usize = 8;
     // With each batch, whether any of its events owns heap memory (a path, a thread name).
-    let (tx, rx) = std::sync::mpsc::sync_channel::<(Vec<crate::event::Event>, bool)>(DEPTH);
+    let (tx, rx) = crate::handoff::bounded::<(Vec<crate::event::Event>, bool)>(DEPTH, WAKE_AT);
     let (back_tx, back_rx) = std::sync::mpsc::channel::<Vec<crate::event::Event>>();
     let producer = std::thread::spawn(move || -> Result<Inputs> {
         loop {
