@@ -289,14 +289,15 @@ fn join_redis_log(report: &mut Report, args: &AnalyzeArgs, conf: Option<&RedisCo
 
 /// Parses on a second thread while the analyzer consumes on this one: the two stages cost
 /// about the same, and a machine running redis has at least two cores. Events travel in
-/// batches so the channel costs nothing per event; a batch (about 270 KB) is small enough
-/// to still be in cache when the other stage reads it (4096-event batches measured no
-/// faster, and hold 4x the memory), and the bounded channel keeps memory flat. Sixteen
-/// batches in flight (4.5 MB at most, allocated only when the analyzer falls behind) let
-/// the parser run ahead through a scheduler slice when gunzip is a third busy thread: a
-/// gzipped run was 4-6% slower with four, and plain files never fill the channel.
+/// batches so the queue costs nothing per event; a batch (about 150 KB) is small enough to
+/// still be in cache when the other stage reads it (1024-event batches were 4-6% slower once
+/// the queue woke the analyzer rarely, 4096 slower still and 4x the memory), and the
+/// bounded queue keeps memory flat. Sixteen batches in flight (2.4 MB at most, allocated
+/// only when the analyzer falls behind) let the parser run ahead through a scheduler slice
+/// when gunzip is a third busy thread: a gzipped run was 4-6% slower with four, and plain
+/// files never fill the queue.
 fn pipelined(mut inputs: Inputs, mut sink: impl FnMut(&[crate::event::Event])) -> Result<Inputs> {
-    const BATCH: usize = 1024;
+    const BATCH: usize = 512;
     const DEPTH: usize = 16;
     // The analyzer keeps up with the parser, so it often finds the queue empty: it sleeps
     // until half the queue is full, and the parser wakes it once per eight batches instead
