@@ -50,7 +50,9 @@ pub fn use_color(c: ColorChoice) -> bool {
 pub fn emit(report: &Report, out: &OutputArgs) -> Result<()> {
     write_files(report, out)?;
     let stdout = std::io::stdout();
-    let mut w = std::io::BufWriter::new(stdout.lock());
+    // stdout is line-buffered underneath: an 8 KiB buffer became two writes per 8 KiB of
+    // a multi-megabyte report, which the run waits for at its end.
+    let mut w = std::io::BufWriter::with_capacity(1 << 16, stdout.lock());
     match out.format {
         Format::Json => crate::render::json::render(report, &mut w)?,
         Format::Table => crate::render::table::render(report, &mut w, use_color(out.color))?,
