@@ -293,11 +293,11 @@ fn join_redis_log(report: &mut Report, args: &AnalyzeArgs, conf: Option<&RedisCo
 /// about the same, and a machine running redis has at least two cores. Events travel in
 /// batches so the queue costs nothing per event; a batch (about 150 KB) is small enough to
 /// still be in cache when the other stage reads it (1024-event batches were 4-6% slower once
-/// the queue woke the analyzer rarely, 4096 slower still and 4x the memory), and the
-/// bounded queue keeps memory flat. Sixteen batches in flight (2.4 MB at most, allocated
-/// only when the analyzer falls behind) let the parser run ahead through a scheduler slice
-/// when gunzip is a third busy thread: a gzipped run was 4-6% slower with four, and plain
-/// files never fill the queue.
+/// the queue woke the analyzer rarely; 4096 were no faster before that, with 4x the
+/// memory), and the bounded queue keeps memory flat. Sixteen batches in flight (2.4 MB at
+/// most; a waiting analyzer lets eight pile up) let the parser run ahead through a
+/// scheduler slice when gunzip is a third busy thread: a gzipped run was 4-6% slower with
+/// four.
 fn pipelined(mut inputs: Inputs, mut sink: impl FnMut(&[crate::event::Event])) -> Result<Inputs> {
     const BATCH: usize = 512;
     const DEPTH: usize = 16;
