@@ -316,11 +316,12 @@ impl Analyzer {
         let held = self.holds.take_all();
         let ev = self.evidence(gaps);
         let kept = self.kept(&ev, clock);
-        let mut rows = kept.all(&self.stalls, held);
         // Without timestamps or -T every duration is a guess at 0: no stall can be shown.
-        if self.coverage.measures_nothing(clock) {
-            rows = Default::default();
-        }
+        let rows = if self.coverage.measures_nothing(clock) {
+            kept::Rows::default()
+        } else {
+            kept.all(&self.stalls, held)
+        };
         r.in_flight = kept.in_flight(&self.stalls);
         let (waits_no_more, parked) = kept.parked(&self.stalls);
         r.in_flight.extend(waits_no_more);
