@@ -156,3 +156,36 @@ fn completions_and_man_come_from_the_cli() {
         "{page}"
     );
 }
+
+/// `stallscope analyze ... | head`: a reader that went away ends the program quietly with
+/// the status of its findings, in both formats (the JSON writer's error once came out as
+/// `error: Broken pipe` and exit 2). The read end is closed before the report is written,
+/// and this capture's JSON report (83 KB) is larger than the output buffer, so the error
+/// comes from inside the JSON writer, not from the final flush.
+#[test]
+fn a_closed_stdout_ends_quietly() {
+    let bin = assert_cmd::cargo::cargo_bin("stallscope");
+    // With and without redis's log (its evidence is rendered through another path).
+    for (format, log) in [("json", true), ("json", false), ("table", true)] {
+        let mut cmd = std::process::Command::new(&bin);
+        cmd.arg("analyze")
+            .arg(capture("slow-log-close-bgsave-f"))
+            .args(["--format", format]);
+        if !log {
+            cmd.args(["--redis-log", "/dev/null"]);
+        }
+        let mut child = cmd
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("{e}"));
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap_or_else(|e| panic!("{e}"));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !err.contains("error"),
+            "{format}: stderr on a closed stdout: {err}"
+        );
+        assert_eq!(out.status.code(), Some(1), "{format}: {err}");
+    }
+}

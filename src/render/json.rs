@@ -9,13 +9,22 @@ use std::io::{self, Write};
 /// inlines its copy into the buffer.
 pub fn render<W: Write + ?Sized>(report: &Report, w: &mut W) -> io::Result<()> {
     match &report.redis {
-        None => serde_json::to_writer_pretty(&mut *w, report).map_err(io::Error::other)?,
+        None => serde_json::to_writer_pretty(&mut *w, report).map_err(io_error)?,
         Some(_) => {
-            let v = with_redis_evidence(report).map_err(io::Error::other)?;
-            serde_json::to_writer_pretty(&mut *w, &v).map_err(io::Error::other)?
+            let v = with_redis_evidence(report).map_err(io_error)?;
+            serde_json::to_writer_pretty(&mut *w, &v).map_err(io_error)?
         }
     }
     writeln!(w)
+}
+
+/// serde_json's error as an I/O error of the same kind: a reader that went away (`| head`)
+/// stays a broken pipe, which the program ends on quietly, not an error of kind `Other`.
+fn io_error(e: serde_json::Error) -> io::Error {
+    match e.io_error_kind() {
+        Some(kind) => io::Error::new(kind, e),
+        None => io::Error::other(e),
+    }
 }
 
 /// The report with redis's evidence written into each stall, phase and finding, where the
