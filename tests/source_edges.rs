@@ -225,3 +225,74 @@ fn file_truncated_while_it_is_read_is_an_error() {
     }
     panic!("every run ended before the file could be cut");
 }
+
+/// `analyze - < trace`: stdin that is a regular file is read as that file (and a big one
+/// is mapped, window by window), from the offset the redirect is at: the report is the one
+/// of the same lines given by name. A trace of more than 4 MiB, so that it is mapped.
+#[test]
+fn stdin_redirected_from_a_file_reads_it_from_its_offset() {
+    use std::io::{Seek, SeekFrom};
+    let dir = tempfile::tempdir().unwrap();
+    let mut text = String::new();
+    let mut half_at = 0;
+    let mut t = 1_796_078_610_000_000u64;
+    for i in 0..120_000u64 {
+        if i == 60_000 {
+            half_at = text.len() as u64;
+        }
+        // Every thousandth write waits 30 ms: stalls in both halves.
+        let dur = if i % 1000 == 999 { 30_000 } else { 40 };
+        text.push_str(&format!(
+            "{}.{:06} write(7, \"*3\\r\\n$3\\r\\nSET\\r\\n\"..., 40) = 40 <0.{:06}>\n",
+            t / 1_000_000,
+            t % 1_000_000,
+            dur
+        ));
+        t += dur + 10;
+    }
+    assert!(
+        text.len() > 4 << 20,
+        "{} bytes: under the mapping bound",
+        text.len()
+    );
+    let whole = dir.path().join("whole.strace");
+    let second = dir.path().join("second.strace");
+    std::fs::write(&whole, &text).unwrap();
+    std::fs::write(&second, &text[half_at as usize..]).unwrap();
+    // The report without its `source` block, which names the input.
+    let report = |out: &std::process::Output| -> serde_json::Value {
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let mut v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        v.as_object_mut().unwrap().remove("source");
+        v
+    };
+    let by_name = |p: &std::path::Path| {
+        report(
+            &stallscope()
+                .args(["analyze", p.to_str().unwrap(), "--format", "json"])
+                .output()
+                .unwrap(),
+        )
+    };
+    let by_stdin = |offset: u64| {
+        let mut f = std::fs::File::open(&whole).unwrap();
+        f.seek(SeekFrom::Start(offset)).unwrap();
+        let out = std::process::Command::new(assert_cmd::cargo::cargo_bin("stallscope"))
+            .args(["analyze", "-", "--format", "json"])
+            .stdin(f)
+            .output()
+            .unwrap();
+        report(&out)
+    };
+    let all = by_stdin(0);
+    assert_eq!(all["summary"]["lines"], 120_000);
+    assert_eq!(all, by_name(&whole));
+    let rest = by_stdin(half_at);
+    assert_eq!(rest["summary"]["lines"], 60_000);
+    assert_eq!(rest, by_name(&second));
+}
