@@ -7,7 +7,8 @@
 # peak RSS on the 6M-line file and on one twice as large. Two more shapes of the same lines,
 # for stallscope alone (perl reads neither): the `-ttt` file piped in on stdin, and the same
 # lines as an `strace -ff` set of two files (every fourth line in the second), which
-# stallscope merges by time; their ratios are to perl on the `-ttt` file.
+# stallscope merges by time; their ratios are to perl on the `-ttt` file. And the `-ttt` file
+# as stdin redirected from it (`analyze - < file`), which stallscope reads as the file.
 #   bench/ingest.sh [LINES]        (default 6000000; needs hyperfine, perl, python3, gzip)
 #   BIN=path/to/stallscope RUNS=5 bench/ingest.sh   (default: a fresh `cargo build --release`)
 # The trace generator and the Perl baseline are bench/gen_trace.py and bench/gapfind.pl
@@ -68,6 +69,7 @@ hyperfine -i -w1 -r"$runs" --export-json "$results" \
   -n "perl gz" "gzip -dc < $gz | perl bench/gapfind.pl 0.2" \
   -n "stallscope gz" "$bin analyze $gz --format json" \
   -n "stallscope stdin" "cat $ttt | $bin analyze - --format json" \
+  -n "stallscope redirect" "$bin analyze - --format json < $ttt" \
   -n "stallscope ff" "$bin analyze $ff --format json" 2>&1 | grep -v '^ *$' || true
 python3 - "$results" <<'PY'
 import json, statistics, sys
@@ -89,10 +91,10 @@ for shape in ("ttt", "tt-f", "gz"):
     print(f"{shape:6} speed-up over perl: {pm / min(s):.2f}x (min), {pmed / statistics.median(s):.2f}x (median); target 6x, goal 8x")
 p = r["perl ttt"]
 pm, pmed, pc = min(p), statistics.median(p), cpu["perl ttt"]
-for shape in ("stdin", "ff"):
+for shape in ("stdin", "redirect", "ff"):
     k = f"stallscope {shape}"
     m, med = min(r[k]), statistics.median(r[k])
-    print(f"{shape:6} {'stallscope':10} {m:7.3f} {med:9.3f} {pm / m:10.2f}x {pmed / med:13.2f}x {cpu[k]:7.3f} {pc / cpu[k]:10.2f}x  (ratios to perl ttt)")
+    print(f"{shape:8} {'stallscope':10} {m:7.3f} {med:9.3f} {pm / m:10.2f}x {pmed / med:13.2f}x {cpu[k]:7.3f} {pc / cpu[k]:10.2f}x  (ratios to perl ttt)")
 PY
 for f in "$ttt" "$big2"; do
   # analyze exits 1 when it finds stalls (this file has them): not a failure here.
