@@ -700,7 +700,7 @@ pub fn open_input_counted(
 
 /// `fd` as a `File` of its own (a second descriptor sharing its offset), when it is a
 /// regular file: stdin redirected from a trace (`analyze - < trace.txt`) is then read, and
-/// mapped, as the file it is, instead of copied through `read` (a third less time on a big
+/// mapped, as the file it is, instead of copied through `read` (a fifth less time on a big
 /// trace). A pipe, a terminal or a socket gives None and stays stdin.
 fn regular_file(fd: std::os::fd::BorrowedFd<'_>) -> Option<std::fs::File> {
     let f = std::fs::File::from(fd.try_clone_to_owned().ok()?);
@@ -852,8 +852,8 @@ mod tests {
         out
     }
 
-    /// The inline newline scan finds what `memchr` finds, at every offset and length
-    /// around its 64- and 32-byte steps.
+    /// Stdin redirected from a file is read as that file, from where the redirect stands;
+    /// a pipe is not a file.
     #[test]
     fn only_a_regular_file_is_read_as_one() {
         use std::io::{Seek, SeekFrom, Write};
@@ -872,6 +872,8 @@ mod tests {
         assert!(regular_file(w.as_fd()).is_none(), "a pipe");
     }
 
+    /// The inline newline scan finds what `memchr` finds, at every offset and length
+    /// around its 64- and 32-byte steps.
     #[test]
     fn find_newline_agrees_with_memchr() {
         for len in 0..200 {
