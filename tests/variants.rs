@@ -121,6 +121,76 @@ fn trace_without_fd_creating_calls_keeps_only_gaps_commands_waited_through() {
     );
 }
 
+/// `strace -f -e trace=%network,%desc` follows the BGSAVE child but leaves out the clone
+/// that made it (and the fork's own time): the child's calls look like a thread of redis's
+/// until the parent's SIGCHLD names it. The trace is then one missing calls (only the gaps
+/// commands waited through are stalls, said to be gaps in traced calls only), the child is
+/// a child process in the report (its slow fsync of the RDB is the save child's, not a
+/// background thread's), and the traced process has two processes.
+#[test]
+fn trace_without_process_calls_finds_the_child_by_its_sigchld() {
+    let r = report_as("network-desc-bgsave-e.strace", &["--threshold", "2ms"], 1);
+    assert_eq!(r["summary"]["skipped_lines"], 0, "{}", r["skipped"]);
+    let f = filtered_finding(&r);
+    let evidence = f["evidence"].as_str().unwrap();
+    assert!(
+        evidence.starts_with("1 child process of redis ran in the trace (a SIGCHLD named it)"),
+        "{f}"
+    );
+    assert_eq!(r["summary"]["processes"], 2, "{}", r["summary"]);
+    let child = r["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["tid"] == 20415)
+        .expect("the child's thread");
+    assert_eq!(
+        (child["pid"].as_u64(), child["role"].as_str()),
+        (Some(20415), Some("child"))
+    );
+    let stalls = r["stalls"].as_array().unwrap();
+    let fsync = stalls
+        .iter()
+        .find(|s| s["syscall"] == "fsync")
+        .expect("the child's fsync");
+    assert_eq!(
+        (
+            fsync["pid"].as_u64(),
+            fsync["tid"].as_u64(),
+            fsync["thread"].as_str(),
+            fsync["line"].as_u64(),
+            fsync["class"].as_str()
+        ),
+        (
+            Some(20415),
+            Some(20415),
+            Some("child"),
+            Some(2193),
+            Some("rdb_temp")
+        )
+    );
+    assert!(
+        fsync["cause"]
+            .as_str()
+            .unwrap()
+            .starts_with("background child 20415 blocked"),
+        "{fsync}"
+    );
+    let gaps: Vec<&serde_json::Value> = stalls.iter().filter(|s| s["kind"] == "gap").collect();
+    assert_eq!(gaps.len(), 1, "{gaps:?}");
+    let g = gaps[0];
+    assert_eq!(
+        (g["line"].as_u64(), g["thread"].as_str()),
+        (Some(223), Some("main"))
+    );
+    assert_eq!(g["waiting_by_command"]["DEBUG"], 1, "{g}");
+    let cause = g["cause"].as_str().unwrap();
+    assert!(
+        cause.contains("no traced syscall") && cause.contains("while DEBUG ran"),
+        "{cause}"
+    );
+}
+
 /// `strace -e trace=epoll_wait,read,write` has no open or close: /proc/self/stat's start
 /// read again and again through one fd shows the untraced reopens, and only the gaps that
 /// commands waited through (the DEBUG SLEEP's, a GET's) are stalls.

@@ -58,6 +58,10 @@ pub(crate) enum GapVerdict {
     /// Or reads returned the start of a /proc/PID/stat again through one open (`rereads`):
     /// redis's opens and closes of it were not traced.
     UntracedOpens { reuses: u64, rereads: u64 },
+    /// Child processes ran in the trace (a SIGCHLD named each) with no fork, vfork or clone
+    /// in it creating them: `-e trace=` (such as `%desc`) dropped the calls that create
+    /// processes, and with them a fork's own time.
+    UntracedChildren { children: u64 },
     /// No call shorter than this: `perf trace --duration`.
     DurationFiltered { min: Nanos },
     /// Every call failed: `strace -Z` (`--failed-only`), or `perf trace --failure` (`perf`),
@@ -106,6 +110,17 @@ impl GapVerdict {
                     seen.join("; ")
                 )
             }
+            GapVerdict::UntracedChildren { children } => format!(
+                "{children} child process{} of redis ran in the trace (a SIGCHLD named {}) \
+                 with no fork, vfork or clone in the trace creating {}: strace was probably \
+                 run with -e trace=... that leaves out process calls (such as %desc or \
+                 %network,%desc), so a gap may be calls that were not traced, a fork's own \
+                 time among them, and the child's calls were counted as the traced \
+                 process's",
+                if *children == 1 { "" } else { "es" },
+                if *children == 1 { "it" } else { "each" },
+                if *children == 1 { "it" } else { "them" },
+            ),
             GapVerdict::DurationFiltered { min } => format!(
                 "no call in the trace is shorter than {}: it was filtered by duration \
                  (perf trace --duration), so calls are missing between the ones shown",
@@ -153,7 +168,9 @@ impl GapVerdict {
     pub(crate) fn loop_traced(&self) -> bool {
         matches!(
             self,
-            GapVerdict::UntracedOpens { .. } | GapVerdict::ServingFiltered { .. }
+            GapVerdict::UntracedOpens { .. }
+                | GapVerdict::ServingFiltered { .. }
+                | GapVerdict::UntracedChildren { .. }
         )
     }
     /// Times are too coarse (or absent) to order calls of different threads or to time
@@ -172,6 +189,7 @@ impl GapVerdict {
             GapVerdict::Filtered { .. }
                 | GapVerdict::ServingFiltered { .. }
                 | GapVerdict::UntracedOpens { .. }
+                | GapVerdict::UntracedChildren { .. }
                 | GapVerdict::DurationFiltered { .. }
                 | GapVerdict::FailedOnly { .. }
         )
@@ -265,6 +283,7 @@ impl Coverage {
         threshold_ns: Nanos,
         no_event_loop: bool,
         untraced: (u64, u64),
+        untraced_children: u64,
         threads: usize,
         failed: u64,
     ) -> Option<GapVerdict> {
@@ -303,6 +322,11 @@ impl Coverage {
         if (reuses >= UNTRACED_OPENS_MIN || rereads >= UNTRACED_OPENS_MIN) && self.lost_events == 0
         {
             return Some(GapVerdict::UntracedOpens { reuses, rereads });
+        }
+        if untraced_children > 0 && self.lost_events == 0 {
+            return Some(GapVerdict::UntracedChildren {
+                children: untraced_children,
+            });
         }
         // perf trace prints milliseconds: its fraction digits count from 1 ms, strace's
         // from 1 s.
@@ -415,42 +439,56 @@ mod tests {
         }
         let epoch = clock(TimeFmt::Epoch, 6);
         assert_eq!(
-            c.gap_verdict(&epoch, 10_000_000, true, (0, 0), 1, 0),
+            c.gap_verdict(&epoch, 10_000_000, true, (0, 0), 0, 1, 0),
             Some(GapVerdict::Filtered { syscalls: 1000 })
         );
-        assert_eq!(c.gap_verdict(&epoch, 10_000_000, false, (0, 0), 1, 0), None);
         assert_eq!(
-            c.gap_verdict(&epoch, 10_000_000, false, (2, 0), 1, 0),
+            c.gap_verdict(&epoch, 10_000_000, false, (0, 0), 0, 1, 0),
+            None
+        );
+        assert_eq!(
+            c.gap_verdict(&epoch, 10_000_000, false, (2, 0), 0, 1, 0),
             Some(GapVerdict::UntracedOpens {
                 reuses: 2,
                 rereads: 0
             })
         );
         assert_eq!(
-            c.gap_verdict(&epoch, 10_000_000, false, (1, 0), 1, 0),
+            c.gap_verdict(&epoch, 10_000_000, false, (1, 0), 0, 1, 0),
             None,
             "one reuse could be an fd passed over a unix socket"
         );
+        // A child process ran in the trace with no fork or clone in it (-e trace=%desc).
+        let v = c.gap_verdict(&epoch, 10_000_000, false, (0, 0), 1, 1, 0);
+        assert_eq!(v, Some(GapVerdict::UntracedChildren { children: 1 }));
+        let v = v.unwrap();
+        assert!(v.is_filtered() && v.loop_traced());
+        assert!(v
+            .why()
+            .starts_with("1 child process of redis ran in the trace"));
         let secs = clock(TimeFmt::Epoch, 0);
         assert_eq!(
-            c.gap_verdict(&secs, 10_000_000, false, (0, 0), 1, 0),
+            c.gap_verdict(&secs, 10_000_000, false, (0, 0), 0, 1, 0),
             Some(GapVerdict::CoarseClock {
                 resolution: 1_000_000_000
             })
         );
         assert_eq!(
-            c.gap_verdict(&Clock::none(), 10_000_000, false, (0, 0), 1, 0),
+            c.gap_verdict(&Clock::none(), 10_000_000, false, (0, 0), 0, 1, 0),
             Some(GapVerdict::NoTimestamps { measured: true }),
             "-T but no timestamps"
         );
         let rel = clock(TimeFmt::Relative, 6);
         assert_eq!(
-            c.gap_verdict(&rel, 10_000_000, false, (0, 0), 2, 0),
+            c.gap_verdict(&rel, 10_000_000, false, (0, 0), 0, 2, 0),
             Some(GapVerdict::RelativeAcrossThreads)
         );
-        assert_eq!(c.gap_verdict(&rel, 10_000_000, false, (0, 0), 1, 0), None);
+        assert_eq!(
+            c.gap_verdict(&rel, 10_000_000, false, (0, 0), 0, 1, 0),
+            None
+        );
         // strace -Z: every call printed failed.
-        let v = c.gap_verdict(&epoch, 10_000_000, false, (0, 0), 1, 1000);
+        let v = c.gap_verdict(&epoch, 10_000_000, false, (0, 0), 0, 1, 1000);
         assert_eq!(
             v,
             Some(GapVerdict::FailedOnly {
@@ -464,7 +502,7 @@ mod tests {
         let mut perf = epoch.clone();
         perf.perf = true;
         let v = c
-            .gap_verdict(&perf, 10_000_000, false, (0, 0), 1, 1000)
+            .gap_verdict(&perf, 10_000_000, false, (0, 0), 0, 1, 1000)
             .unwrap();
         assert_eq!(
             v.why(),
@@ -472,7 +510,7 @@ mod tests {
              calls that succeeded between them are missing"
         );
         assert_eq!(
-            c.gap_verdict(&epoch, 10_000_000, false, (0, 0), 1, 999),
+            c.gap_verdict(&epoch, 10_000_000, false, (0, 0), 0, 1, 999),
             None
         );
     }
@@ -485,12 +523,15 @@ mod tests {
             c.on_call(&call(&e, Role::Main, None));
         }
         let epoch = clock(TimeFmt::Epoch, 6);
-        let v = c.gap_verdict(&epoch, 10_000_000, false, (0, 0), 1, 0);
+        let v = c.gap_verdict(&epoch, 10_000_000, false, (0, 0), 0, 1, 0);
         assert_eq!(v, Some(GapVerdict::DurationFiltered { min: 150_000 }));
         assert!(v.unwrap().is_filtered());
         let short = event(1, 0, 3_000, "read");
         c.on_call(&call(&short, Role::Main, None));
-        assert_eq!(c.gap_verdict(&epoch, 10_000_000, false, (0, 0), 1, 0), None);
+        assert_eq!(
+            c.gap_verdict(&epoch, 10_000_000, false, (0, 0), 0, 1, 0),
+            None
+        );
         assert_eq!(c.durations(&epoch), Durations::Measured);
         assert_eq!(
             c.durations(&Clock::none()),

@@ -45,6 +45,9 @@ impl Analyzer {
             EventKind::Signal { name, si_pid } => {
                 self.phases.on_signal(name, *si_pid, ev.ts);
                 self.world.touch(ev.tid);
+                if let ("SIGCHLD", Some(child)) = (*name, *si_pid) {
+                    self.world.on_sigchld(child);
+                }
             }
             EventKind::Exit { .. } => {
                 if let Some(child) = self.world.exiting_child(ev.tid) {

@@ -69,7 +69,7 @@ pub(crate) fn explain(
     let bound = bound_words(c.dur_facts.bound);
     let who = match role {
         Role::Main => "main thread".to_string(),
-        Role::Child => format!("background child {}", a.world.show_pid(c.proc)),
+        Role::Child => format!("background child {}", a.world.pid_of(c.proc, c.tid)),
         r => format!("{} thread {}", r.as_str(), c.tid),
     };
     let during = c

@@ -158,7 +158,7 @@ impl Kept<'_> {
         Parked {
             ts: self.clock.format(c.start),
             at_us: (c.start - self.first) / 1000,
-            pid: self.world.show_pid(c.proc),
+            pid: self.world.pid_of(c.proc, c.tid),
             tid: c.tid,
             thread: role,
             syscall: c.syscall.unwrap_or("?").to_string(),
@@ -179,7 +179,7 @@ impl Kept<'_> {
             ts: self.clock.format(c.start),
             ts_iso: self.clock.iso(c.start),
             at_us: (c.start - self.first) / 1000,
-            pid: self.world.show_pid(c.proc),
+            pid: self.world.pid_of(c.proc, c.tid),
             tid: c.tid,
             thread: role,
             kind: c.kind,

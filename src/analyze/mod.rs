@@ -212,6 +212,7 @@ impl Analyzer {
             self.opts.threshold_ns,
             self.world.no_event_loop(),
             self.world.untraced_opens(),
+            self.world.untraced_children(),
             self.world.thread_count(),
             self.latency.errors(),
         )

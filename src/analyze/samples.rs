@@ -132,7 +132,7 @@ impl Samples {
                 report::SlowCall {
                     ts: clock.format(s.ts),
                     at_us: (s.ts - first) / 1000,
-                    pid: world.show_pid(s.proc),
+                    pid: world.pid_of(s.proc, s.tid),
                     tid: s.tid,
                     thread: world.role(s.tid),
                     syscall: s.name.to_string(),
@@ -157,7 +157,7 @@ impl Samples {
                 let fi = s.file.map(|f| world.file(f));
                 report::TimelineCall {
                     at_us: (s.ts - first) / 1000,
-                    pid: world.show_pid(s.proc),
+                    pid: world.pid_of(s.proc, s.tid),
                     tid: s.tid,
                     syscall: s.name.to_string(),
                     fd: s.fd,

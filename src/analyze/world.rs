@@ -35,6 +35,9 @@ pub(crate) struct World {
     children: HashSet<u32>,
     /// The traced process's pid, once known (given, or named by strace's first attach).
     root_pid: Option<u32>,
+    /// Child processes that ran in the trace with no call in it creating them (a SIGCHLD
+    /// named each): the trace left out fork, vfork and clone.
+    untraced_children: HashSet<u32>,
     fds: FdTable,
     /// tid -> thread name: from `--threads FILE`, /proc live, or `-Y` names in the trace.
     names: HashMap<Tid, String>,
@@ -60,6 +63,7 @@ impl World {
             last: Cell::new((0, u32::MAX)),
             children: HashSet::default(),
             root_pid,
+            untraced_children: HashSet::default(),
             fds: FdTable::new(conf),
             names,
             role_epoch: 0,
@@ -332,6 +336,42 @@ impl World {
         !self.any_epoll && !self.any_poll
     }
 
+    /// A SIGCHLD from `pid`: a child process. If its calls are in the trace but no fork,
+    /// vfork or clone in it made `pid` (`after`), `strace -f -e trace=...` followed the
+    /// child yet left out the calls that create processes (`-e trace=%desc` does), and the
+    /// child's calls were taken for the traced process's own.
+    /// From here on (and in the report, whose roles are decided at the end) the thread is
+    /// that child's, not a thread of the traced process: its fds stay where its calls put
+    /// them (the traced process's table), which the verdict says.
+    pub(crate) fn on_sigchld(&mut self, pid: u32) {
+        if self.root_pid == Some(pid) || self.children.contains(&pid) {
+            return;
+        }
+        let Some(&i) = self.index.get(&pid) else {
+            return;
+        };
+        if self.untraced_children.insert(pid) {
+            self.threads[i.get()].proc = ProcKey::Pid(pid);
+            self.role_epoch += 1;
+        }
+    }
+
+    /// The pid to show for a record of thread `tid` made in process `proc`: a child process
+    /// found only by its SIGCHLD (`on_sigchld`) had its calls recorded as the traced
+    /// process's, and its one thread's tid is its pid.
+    pub(crate) fn pid_of(&self, proc: ProcKey, tid: Tid) -> u32 {
+        if self.untraced_children.contains(&tid) {
+            tid
+        } else {
+            self.show_pid(proc)
+        }
+    }
+
+    /// Child processes seen without a traced call creating them (`on_sigchld`).
+    pub(crate) fn untraced_children(&self) -> u64 {
+        self.untraced_children.len() as u64
+    }
+
     /// Uses of an fd by the thread that had closed it with no creating call in between, and
     /// rereads of /proc/PID/stat through one open: signs of untraced opens.
     pub(crate) fn untraced_opens(&self) -> (u64, u64) {
@@ -467,6 +507,32 @@ mod tests {
         assert_eq!(w.process_count(), 2);
         assert_eq!(w.exiting_child(200), Some(200));
         assert_eq!(w.exiting_child(101), None);
+    }
+
+    /// A SIGCHLD names a child process. One whose calls are in the trace but whose fork is
+    /// not (`-e trace=%desc`) is counted, once, and becomes a child process; a child the
+    /// trace saw forked, the traced process itself and a pid with no calls are not.
+    #[test]
+    fn a_sigchld_finds_a_child_whose_fork_was_not_traced() {
+        let mut w = World::new(Some(100), HashMap::default(), None);
+        let fork = clone_ev(100, 1000, 200, false);
+        let cx = w.observe(&fork, fork.syscall().unwrap());
+        w.after(&cx);
+        for (tid, ts) in [(100, 1500), (200, 2000), (300, 3000)] {
+            let e = event(tid, ts, 10, "close");
+            w.observe(&e, e.syscall().unwrap());
+        }
+        assert_ne!(w.role(300), Role::Child);
+        for pid in [200, 100, 999, 300, 300] {
+            w.on_sigchld(pid);
+        }
+        assert_eq!(w.untraced_children(), 1);
+        assert_eq!(w.role(300), Role::Child);
+        assert_eq!(w.process_count(), 3);
+        assert_eq!(
+            (w.pid_of(ProcKey::Root, 300), w.pid_of(ProcKey::Root, 100)),
+            (300, 100)
+        );
     }
 
     #[test]
