@@ -3,7 +3,7 @@
 # back (hyperfine's order), so on a VM whose speed changes in spells of seconds to minutes a
 # command can sit wholly in a fast spell and the next one wholly in a slow one, and the
 # ratio of the two says as much about the spell as about the programs (on one VM, the same
-# binary's `-tt-f` ratio was 6.21x in one run and 4.58x in the next, ten minutes apart).
+# binary's `-tt-f` ratio was 6.21x in one run and 4.58x in another, fifty minutes later).
 # Here every round runs perl and stallscope on each shape back to back, in an order that
 # alternates from round to round, and the ratio is taken within the round: a spell that
 # slows both cancels out. Prints, per shape, the per-round ratios' min, median and max, and
