@@ -340,6 +340,7 @@ impl World {
     /// vfork or clone in it made `pid` (`after`), `strace -f -e trace=...` followed the
     /// child yet left out the calls that create processes (`-e trace=%desc` does), and the
     /// child's calls were taken for the traced process's own.
+    ///
     /// From here on (and in the report, whose roles are decided at the end) the thread is
     /// that child's, not a thread of the traced process: its fds stay where its calls put
     /// them (the traced process's table), which the verdict says.

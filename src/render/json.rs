@@ -27,12 +27,15 @@ fn pretty<W: Write + ?Sized, T: serde::Serialize + ?Sized>(
     value.serialize(&mut ser)
 }
 
-/// serde_json's `PrettyFormatter` with its two-space indent, in fewer writes: it writes the
-/// indent of a line as one space per level and per write, and a key's closing quote and the
-/// `: ` after it as two more, each a call into the writer with a copy of one or two bytes.
-/// A report of 5,000 stalls is 205,000 lines, and those writes were a third of the JSON's
-/// instructions, in the serial tail of a run, when the parser's core has nothing left to do.
-/// Here a line's break and indent are one write, and a key's end one more.
+/// serde_json's `PrettyFormatter` with its two-space indent, in fewer writes: it writes a
+/// line's break, then its indent two spaces per level and per write, and a key's closing
+/// quote and the `: ` after it as two more, each a call into the writer with a copy of one
+/// or two bytes. A report of 5,000 stalls is 205,000 lines; here a line's break and indent
+/// are one write, and a key's end one more, which took a fifth of the JSON's instructions
+/// away (80.6 M to 63.4 M), in the serial tail of a run, when the parser's core has nothing
+/// left to do. Every key, of whatever type, is written between `begin_string` and
+/// `end_string` (serde_json's `MapKeySerializer`), which is what lets a key's quotes be
+/// written with the indent before it and the `: ` after it.
 #[derive(Default)]
 struct Pretty {
     level: usize,
@@ -110,8 +113,6 @@ impl serde_json::ser::Formatter for Pretty {
         self.in_key = true;
         w.write_all(b"\"")
     }
-    // Every key, of whatever type, is written between `begin_string` and `end_string`
-    // (serde_json's `MapKeySerializer`): its quotes are the key's own.
     #[inline]
     fn begin_string<W: Write + ?Sized>(&mut self, w: &mut W) -> io::Result<()> {
         if self.in_key {
