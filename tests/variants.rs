@@ -36,6 +36,16 @@ fn filtered_finding(r: &serde_json::Value) -> &serde_json::Value {
         .expect("the filtered-trace finding")
 }
 
+/// The report's gap stalls (a thread that made no syscall), in the report's order.
+fn gap_stalls(r: &serde_json::Value) -> Vec<&serde_json::Value> {
+    r["stalls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["kind"] == "gap")
+        .collect()
+}
+
 /// The stall of the DEBUG SLEEP 0.3: a 300 ms clock_nanosleep of the main thread.
 fn sleep_stall(r: &serde_json::Value) -> &serde_json::Value {
     r["stalls"]
@@ -96,12 +106,7 @@ fn trace_without_fd_creating_calls_keeps_only_gaps_commands_waited_through() {
         evidence.starts_with("9 times a thread read or wrote an fd it had closed itself"),
         "{f}"
     );
-    let gaps: Vec<&serde_json::Value> = r["stalls"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|s| s["kind"] == "gap")
-        .collect();
+    let gaps = gap_stalls(&r);
     assert_eq!(gaps.len(), 1, "{gaps:?}");
     let g = gaps[0];
     assert_eq!(
@@ -176,7 +181,7 @@ fn trace_without_process_calls_finds_the_child_by_its_sigchld() {
             .starts_with("background child 20415 blocked"),
         "{fsync}"
     );
-    let gaps: Vec<&serde_json::Value> = stalls.iter().filter(|s| s["kind"] == "gap").collect();
+    let gaps = gap_stalls(&r);
     assert_eq!(gaps.len(), 1, "{gaps:?}");
     let g = gaps[0];
     assert_eq!(

@@ -68,6 +68,13 @@ impl Pretty {
     }
 
     #[inline]
+    fn open<W: Write + ?Sized>(&mut self, w: &mut W, bracket: &[u8]) -> io::Result<()> {
+        self.level += 1;
+        self.has_value = false;
+        w.write_all(bracket)
+    }
+
+    #[inline]
     fn close<W: Write + ?Sized>(&mut self, w: &mut W, bracket: &[u8]) -> io::Result<()> {
         self.level -= 1;
         if self.has_value {
@@ -80,9 +87,7 @@ impl Pretty {
 impl serde_json::ser::Formatter for Pretty {
     #[inline]
     fn begin_array<W: Write + ?Sized>(&mut self, w: &mut W) -> io::Result<()> {
-        self.level += 1;
-        self.has_value = false;
-        w.write_all(b"[")
+        self.open(w, b"[")
     }
     #[inline]
     fn end_array<W: Write + ?Sized>(&mut self, w: &mut W) -> io::Result<()> {
@@ -93,15 +98,12 @@ impl serde_json::ser::Formatter for Pretty {
         self.line(w, first)
     }
     #[inline]
-    fn end_array_value<W: Write + ?Sized>(&mut self, _: &mut W) -> io::Result<()> {
-        self.has_value = true;
-        Ok(())
+    fn end_array_value<W: Write + ?Sized>(&mut self, w: &mut W) -> io::Result<()> {
+        self.end_object_value(w)
     }
     #[inline]
     fn begin_object<W: Write + ?Sized>(&mut self, w: &mut W) -> io::Result<()> {
-        self.level += 1;
-        self.has_value = false;
-        w.write_all(b"{")
+        self.open(w, b"{")
     }
     #[inline]
     fn end_object<W: Write + ?Sized>(&mut self, w: &mut W) -> io::Result<()> {
