@@ -92,8 +92,16 @@ impl<T> Drop for Sender<T> {
 impl<T> Receiver<T> {
     /// The next item, waiting for one; `None` once the sender is gone and all is read.
     pub(crate) fn recv(&self) -> Option<T> {
+        self.recv_helping(|| false)
+    }
+
+    /// `recv`, but while the queue is empty the receiver first does other work: `idle`,
+    /// called without the lock, does a piece of it and says whether it found any. Only
+    /// when it found none does the receiver sleep.
+    pub(crate) fn recv_helping(&self, mut idle: impl FnMut() -> bool) -> Option<T> {
         let s = &self.0;
         let mut st = s.lock();
+        let mut may_help = true;
         loop {
             if let Some(item) = st.queue.pop_front() {
                 if st.sender_asleep && st.queue.len() <= s.depth / 2 {
@@ -105,8 +113,15 @@ impl<T> Receiver<T> {
             if st.closed {
                 return None;
             }
+            if may_help {
+                drop(st);
+                may_help = idle();
+                st = s.lock();
+                continue;
+            }
             st.receiver_asleep = true;
             st = s.not_empty.wait(st).unwrap_or_else(|e| e.into_inner());
+            may_help = true;
         }
     }
 }
@@ -158,6 +173,38 @@ mod tests {
                 "depth {depth} wake_at {wake_at}"
             );
         }
+    }
+
+    /// A receiver that finds the queue empty does its other work first, as long as there
+    /// is some, then sleeps; nothing sent meanwhile is missed, and the end is seen.
+    #[test]
+    fn an_idle_receiver_works_before_it_sleeps_and_misses_nothing() {
+        use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
+        let (tx, rx) = bounded::<u32>(4, 2);
+        let pieces = std::sync::Arc::new(AtomicU32::new(0));
+        let t = {
+            let pieces = pieces.clone();
+            std::thread::spawn(move || {
+                // Sends only once the receiver has done five pieces of its other work.
+                let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+                while pieces.load(Relaxed) < 5 {
+                    assert!(std::time::Instant::now() < deadline, "no idle work done");
+                    std::thread::yield_now();
+                }
+                for i in 0..100 {
+                    tx.send(i).expect("the receiver is there");
+                }
+            })
+        };
+        let mut got = vec![];
+        // Five pieces of work, then none: the receiver sleeps until items come.
+        let idle = || pieces.load(Relaxed) < 5 && pieces.fetch_add(1, Relaxed) < 5;
+        while let Some(i) = rx.recv_helping(idle) {
+            got.push(i);
+        }
+        t.join().unwrap();
+        assert_eq!(pieces.load(Relaxed), 5);
+        assert_eq!(got, (0..100).collect::<Vec<_>>());
     }
 
     /// A sender blocked on a full queue is let go, with its item back, when the receiver

@@ -314,6 +314,10 @@ fn pipelined(mut inputs: Inputs, mut sink: impl FnMut(&[crate::event::Event])) -
     // With each batch, whether any of its events owns heap memory (a path, a thread name).
     let (tx, rx) = crate::handoff::bounded::<(Vec<crate::event::Event>, bool)>(DEPTH, WAKE_AT);
     let (back_tx, back_rx) = std::sync::mpsc::channel::<Vec<crate::event::Event>>();
+    // A gzip stream or a pipe on two cores: while it waits for events, this thread reads
+    // (gunzips) the input ahead of the parser, which a third thread would do on a core the
+    // other two need.
+    let pump = inputs.pump();
     let producer = std::thread::spawn(move || -> Result<Inputs> {
         loop {
             let mut batch = back_rx
@@ -333,7 +337,8 @@ fn pipelined(mut inputs: Inputs, mut sink: impl FnMut(&[crate::event::Event])) -
         }
         Ok(inputs)
     });
-    for (mut batch, owns) in rx {
+    while let Some((mut batch, owns)) = rx.recv_helping(|| pump.as_ref().is_some_and(|p| p.help()))
+    {
         sink(&batch);
         // Dropped here, while the analyzer has just read them: on the parser's thread the
         // drop loop read every event back from the other core's cache (a quarter of that

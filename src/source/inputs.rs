@@ -141,6 +141,15 @@ impl Inputs {
         })
     }
 
+    /// The read-ahead a free thread can drive (`Pump`), for a lone input that is read, not
+    /// mapped, on a machine with two cores.
+    pub(crate) fn pump(&self) -> Option<std::sync::Arc<super::pump::Pump>> {
+        match &self.files[..] {
+            [one] => one.reader.pump(),
+            _ => None,
+        }
+    }
+
     /// Next event in merged time order (across files), with durations the trace did not
     /// print reconstructed as an upper bound: up to the next event of the same thread.
     pub fn next_event(&mut self) -> Result<Option<Event>> {

@@ -17,6 +17,7 @@ mod file;
 mod inputs;
 mod line;
 pub mod perf;
+mod pump;
 mod reader;
 pub(crate) mod scan;
 pub mod strace;

@@ -25,8 +25,9 @@ pub struct LineReader {
     eof: bool,
     /// Currently discarding the rest of an over-long line.
     skipping_long: bool,
-    /// Set by `read_ahead`: chunks come from a reader thread instead of `inner`.
-    ahead: Option<ReadAhead>,
+    /// Set by `read_ahead`: chunks come from a reader thread, or from the pipeline's two
+    /// threads in turn, instead of `inner`.
+    ahead: Option<Ahead>,
     /// The input ended early (a truncated gzip stream).
     pub(super) cut_short: bool,
     /// Bytes the buffer is kept to between long lines (and after format detection, which
@@ -75,6 +76,34 @@ const WINDOW: usize = 2 << 20;
 struct ReadAhead {
     chunks: std::sync::mpsc::Receiver<std::io::Result<Chunk>>,
     spare: std::sync::mpsc::Sender<Buf>,
+}
+
+/// Where read-ahead chunks come from.
+enum Ahead {
+    Thread(ReadAhead),
+    /// Read by whichever thread of the pipeline is free (`pump`): no third busy thread on a
+    /// machine with two cores.
+    Shared(std::sync::Arc<super::pump::Pump>),
+}
+
+impl Ahead {
+    fn recv(&self) -> std::io::Result<Chunk> {
+        match self {
+            // The thread ended after its last chunk.
+            Ahead::Thread(t) => t.chunks.recv().unwrap_or(Ok(Chunk::Read(Vec::new(), 0))),
+            Ahead::Shared(p) => p.next().map(|(c, n)| Chunk::Read(c, n)),
+        }
+    }
+
+    fn give_back(&self, spent: Buf) {
+        match (self, spent) {
+            (Ahead::Thread(t), spent) => {
+                let _ = t.spare.send(spent);
+            }
+            (Ahead::Shared(p), Buf::Owned(v)) => p.give_back(v),
+            (Ahead::Shared(_), Buf::Mapped(_)) => {}
+        }
+    }
 }
 
 /// What the reader thread hands over: a read buffer (`PAD` bytes of room, then the data and
@@ -322,10 +351,24 @@ impl LineReader {
     /// by window, which saves the kernel's copy of every byte (a tenth of the run's CPU time).
     /// Lines are unchanged; memory grows by a few chunks (about 2 MB) or windows (about 10 MB).
     pub fn read_ahead(&mut self) {
-        self.read_ahead_with(WINDOW);
+        // Gunzip (or a pipe's copy) as a third busy thread beside the parser and the
+        // analyzer only pays where there is a third core for it.
+        let shared = std::thread::available_parallelism().is_ok_and(|n| n.get() <= 2);
+        self.read_ahead_with(WINDOW, shared);
     }
 
-    fn read_ahead_with(&mut self, window: usize) {
+    /// The read-ahead's producer, when the pipeline's threads are to take turns at it:
+    /// the analyzer asks it for work while it waits for events.
+    pub(crate) fn pump(&self) -> Option<std::sync::Arc<super::pump::Pump>> {
+        match &self.ahead {
+            Some(Ahead::Shared(p)) => Some(p.clone()),
+            _ => None,
+        }
+    }
+
+    /// `shared`: chunks that are read (not mapped) come from a `Pump` the pipeline's
+    /// threads drive, instead of a thread of their own.
+    fn read_ahead_with(&mut self, window: usize, shared: bool) {
         if self.ahead.is_some() || self.eof {
             return;
         }
@@ -351,14 +394,20 @@ impl LineReader {
                     std::thread::spawn(move || {
                         map_windows(file, off, pos, window, counter, tx, spares)
                     });
-                    self.ahead = Some(ReadAhead { chunks, spare });
+                    self.ahead = Some(Ahead::Thread(ReadAhead { chunks, spare }));
                     return;
                 }
             }
         }
-        let (tx, chunks) = std::sync::mpsc::sync_channel(AHEAD_DEPTH);
         let mut inner: Box<dyn Read + Send> =
             std::mem::replace(&mut self.inner, Box::new(std::io::empty()));
+        if shared {
+            self.ahead = Some(Ahead::Shared(std::sync::Arc::new(super::pump::Pump::new(
+                inner, PAD, CHUNK,
+            ))));
+            return;
+        }
+        let (tx, chunks) = std::sync::mpsc::sync_channel(AHEAD_DEPTH);
         std::thread::spawn(move || loop {
             let mut c = match spares.try_recv() {
                 Ok(Buf::Owned(v)) => v,
@@ -376,7 +425,7 @@ impl LineReader {
                 return;
             }
         });
-        self.ahead = Some(ReadAhead { chunks, spare });
+        self.ahead = Some(Ahead::Thread(ReadAhead { chunks, spare }));
     }
 
     /// `fill` from the reader thread: the next chunk becomes the buffer, with the unread
@@ -389,14 +438,12 @@ impl LineReader {
         if rest >= MAX_LINE {
             return Ok(false);
         }
-        let chunk = match a.chunks.recv() {
-            Ok(Err(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+        let chunk = match a.recv() {
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
                 self.cut_short = true;
                 Chunk::Read(Vec::new(), 0)
             }
-            Ok(r) => r?,
-            // The thread ended after its last chunk.
-            Err(_) => Chunk::Read(Vec::new(), 0),
+            r => r?,
         };
         let next = match chunk {
             Chunk::Read(_, 0) => {
@@ -426,7 +473,7 @@ impl LineReader {
                 let mut joined = Vec::with_capacity(rest + more.len());
                 joined.extend_from_slice(tail);
                 joined.extend_from_slice(&more);
-                let _ = a.spare.send(spent);
+                a.give_back(spent);
                 self.start = 0;
                 self.end = joined.len();
                 Buf::Owned(joined)
@@ -435,7 +482,7 @@ impl LineReader {
         let old = std::mem::replace(&mut self.buf, next);
         if matches!(&old, Buf::Mapped(_)) || matches!(&old, Buf::Owned(v) if v.len() == PAD + CHUNK)
         {
-            let _ = a.spare.send(old);
+            a.give_back(old);
         }
         Ok(true)
     }
@@ -832,22 +879,50 @@ mod tests {
         assert_eq!(r.end - r.start, n, "a gzip stream keeps its peek");
     }
 
-    fn lines(data: &[u8], ahead: bool) -> Vec<(bool, Vec<u8>)> {
+    /// How a test reads: straight, with a reader thread, or with a shared pump that only
+    /// the reading thread drives, or that a helper thread drives too.
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    enum Via {
+        Plain,
+        Thread,
+        Pump,
+        HelpedPump,
+    }
+
+    fn lines(data: &[u8], via: Via) -> Vec<(bool, Vec<u8>)> {
         let mut r = LineReader::new(Box::new(Pieces {
             data: data.to_vec(),
             at: 0,
             n: 1,
         }));
         r.peek(100).unwrap();
-        if ahead {
-            r.read_ahead();
+        if via != Via::Plain {
+            r.read_ahead_with(WINDOW, matches!(via, Via::Pump | Via::HelpedPump));
         }
+        // An input that ended within the peek needs no reading ahead.
+        let shared = matches!(via, Via::Pump | Via::HelpedPump) && !data.is_empty();
+        assert_eq!(r.pump().is_some(), shared);
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let helper = (via == Via::HelpedPump && shared).then(|| {
+            let (pump, stop) = (r.pump().unwrap(), stop.clone());
+            std::thread::spawn(move || {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    if !pump.help() {
+                        std::thread::yield_now();
+                    }
+                }
+            })
+        });
         let mut out = vec![];
         while let Some(l) = r.next_line().unwrap() {
             out.push(match l {
                 Line::Text(t) => (true, t.to_vec()),
                 Line::TooLong(h) => (false, h.to_vec()),
             });
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(h) = helper {
+            h.join().unwrap();
         }
         out
     }
@@ -915,15 +990,20 @@ mod tests {
             data.push(b'\n');
         }
         data.extend_from_slice(b"last line without a newline");
-        let plain = lines(&data, false);
-        let ahead = lines(&data, true);
+        let plain = lines(&data, Via::Plain);
         assert_eq!(plain.len(), 41);
         assert!(
             plain.iter().any(|(text, _)| !text),
             "some lines are too long"
         );
-        assert!(plain == ahead, "the read-ahead reader changed the lines");
-        assert_eq!(lines(b"", true), vec![]);
+        for via in [Via::Thread, Via::Pump, Via::HelpedPump] {
+            let ahead = lines(&data, via);
+            assert!(
+                plain == ahead,
+                "{via:?}: the read-ahead reader changed the lines"
+            );
+            assert_eq!(lines(b"", via), vec![]);
+        }
     }
 
     /// Lines of a file read through mapped windows of `window` bytes.
@@ -933,7 +1013,7 @@ mod tests {
             open_input_counted(path.to_str().unwrap(), Some(counter.clone()), CHUNK).unwrap();
         assert!(r.mappable.is_some(), "a big plain file is mapped");
         r.peek(100).unwrap();
-        r.read_ahead_with(window);
+        r.read_ahead_with(window, true);
         let mut out = vec![];
         while let Some(l) = r.next_line().unwrap() {
             out.push(match l {
@@ -974,7 +1054,7 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("trace.txt");
         std::fs::write(&path, &data).unwrap();
-        let plain = lines(&data, false);
+        let plain = lines(&data, Via::Plain);
         assert!(
             plain.iter().any(|(text, _)| !text),
             "some lines are too long"
