@@ -143,7 +143,7 @@ impl Inputs {
 
     /// The read-ahead a free thread can drive (`Pump`), for a lone input that is read, not
     /// mapped, on a machine with two cores.
-    pub(crate) fn pump(&self) -> Option<std::sync::Arc<super::pump::Pump>> {
+    pub(crate) fn pump(&self) -> Option<std::sync::Arc<dyn super::pump::Help>> {
         match &self.files[..] {
             [one] => one.reader.pump(),
             _ => None,

@@ -7,39 +7,48 @@
 //! the three stages' work keep both cores busy to the end.
 
 use std::collections::VecDeque;
-use std::io::Read;
 use std::sync::{Condvar, Mutex, MutexGuard, TryLockError};
 
-/// Chunks read ahead of the parser (as many as a reader thread keeps queued).
-const DEPTH: usize = 8;
-
-/// One read of the input: the buffer (`room` bytes of free space at its front, then what
-/// was read) and how many bytes were read; 0 is the end of the input.
-pub(super) type Item = std::io::Result<(Vec<u8>, usize)>;
-
-/// Whose turn it is to read is decided by `source`'s lock: the thread holding it reads the
-/// next chunk, and queues it before letting go, so chunks are queued in input order.
-pub(crate) struct Pump {
-    source: Mutex<Source>,
-    queue: Mutex<Queue>,
-    ready: Condvar,
-    room: usize,
-    chunk: usize,
+/// What a pump reads from: one item at a time, in order.
+pub(super) trait Producer: Send {
+    type Item: Send;
+    /// A spent item's buffer, given back for reuse (or to be freed off the parser's path).
+    type Spare: Send;
+    /// The next item, and whether it is the input's last (its end, or an error). `spares`:
+    /// the buffers given back so far; what the producer leaves in it is kept.
+    fn produce(&mut self, spares: &mut Vec<Self::Spare>) -> (std::io::Result<Self::Item>, bool);
 }
 
-struct Source {
-    inner: Box<dyn Read + Send>,
+/// The one thing the analyzer's thread asks of a pump: a piece of reading ahead.
+pub(crate) trait Help: Send + Sync {
+    /// Reads one item ahead, unless enough are queued, the input has ended, or another
+    /// thread is reading. True if it read one (and may be asked again), false if there was
+    /// nothing for it to do.
+    fn help(&self) -> bool;
+}
+
+/// Whose turn it is to read is decided by `source`'s lock: the thread holding it reads the
+/// next item, and queues it before letting go, so items are queued in input order.
+pub(super) struct Pump<P: Producer> {
+    source: Mutex<Source<P>>,
+    queue: Mutex<Queue<P::Item, P::Spare>>,
+    ready: Condvar,
+    /// Items read ahead at most.
+    depth: usize,
+}
+
+struct Source<P> {
+    producer: P,
     /// The input has ended (or failed): its last item is handed out.
     done: bool,
 }
 
-struct Queue {
-    items: VecDeque<Item>,
-    /// Spent buffers, for reuse.
-    spares: Vec<Vec<u8>>,
+struct Queue<I, S> {
+    items: VecDeque<std::io::Result<I>>,
+    spares: Vec<S>,
     /// Nothing more will be queued: the last item is in `items`, or already taken.
     done: bool,
-    /// The parser waits for the chunk another thread is reading.
+    /// The parser waits for the item another thread is reading.
     waiting: bool,
 }
 
@@ -49,47 +58,93 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-impl Pump {
-    /// Reads `inner` in chunks of `chunk` bytes, each after `room` bytes of free space.
-    pub(super) fn new(inner: Box<dyn Read + Send>, room: usize, chunk: usize) -> Pump {
+impl<P: Producer> Pump<P> {
+    /// A pump that reads up to `depth` items ahead.
+    pub(super) fn new(producer: P, depth: usize) -> Pump<P> {
         Pump {
-            source: Mutex::new(Source { inner, done: false }),
+            source: Mutex::new(Source {
+                producer,
+                done: false,
+            }),
             queue: Mutex::new(Queue {
-                items: VecDeque::with_capacity(DEPTH),
+                items: VecDeque::with_capacity(depth),
                 spares: Vec::new(),
                 done: false,
                 waiting: false,
             }),
             ready: Condvar::new(),
-            room,
-            chunk,
+            depth,
         }
     }
 
-    /// Reads the next chunk; None if the last one was read already.
-    fn read_one(&self, src: &mut Source) -> Option<Item> {
+    /// Reads the next item, with the source held; None if the last one was read already.
+    fn read_one(&self, src: &mut Source<P>) -> Option<std::io::Result<P::Item>> {
         if src.done {
             return None;
         }
-        let spare = lock(&self.queue).spares.pop();
-        let mut buf = spare.unwrap_or_else(|| vec![0; self.room + self.chunk]);
-        let n = loop {
-            match src.inner.read(&mut buf[self.room..]) {
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                r => break r,
-            }
-        };
-        src.done = !matches!(n, Ok(n) if n > 0);
-        Some(n.map(|n| (buf, n)))
+        let mut spares = std::mem::take(&mut lock(&self.queue).spares);
+        let (item, last) = src.producer.produce(&mut spares);
+        src.done = last;
+        lock(&self.queue).spares.append(&mut spares);
+        Some(item)
     }
 
-    /// For a thread with nothing else to do: reads one chunk ahead, unless enough are
-    /// queued, the input has ended, or another thread is reading. True if it read one (and
-    /// may be asked again), false if there was nothing for it to do.
-    pub(crate) fn help(&self) -> bool {
+    /// For the parser: the next item, read here if none is queued and no other thread is
+    /// reading it (else waited for); None after the last one.
+    pub(super) fn next(&self) -> Option<std::io::Result<P::Item>> {
+        loop {
+            {
+                let mut q = lock(&self.queue);
+                if let Some(item) = q.items.pop_front() {
+                    return Some(item);
+                }
+                if q.done {
+                    return None;
+                }
+            }
+            match self.source.try_lock() {
+                Ok(mut src) => {
+                    // An item queued between the look above and the lock comes first.
+                    if let Some(item) = lock(&self.queue).items.pop_front() {
+                        return Some(item);
+                    }
+                    let item = self.read_one(&mut src);
+                    lock(&self.queue).done = src.done;
+                    return item;
+                }
+                Err(TryLockError::Poisoned(_)) => {
+                    return Some(Err(std::io::Error::other("the input's reader panicked")));
+                }
+                Err(TryLockError::WouldBlock) => {
+                    // Another thread is reading the next item: it queues it and wakes us.
+                    let mut q = lock(&self.queue);
+                    while q.items.is_empty() && !q.done {
+                        q.waiting = true;
+                        q = self.ready.wait(q).unwrap_or_else(|e| e.into_inner());
+                    }
+                }
+            }
+        }
+    }
+
+    /// A spent item's buffer, for a later read (a few are kept; the rest are freed).
+    pub(super) fn give_back(&self, spare: P::Spare) {
+        let mut q = lock(&self.queue);
+        if q.spares.len() < self.depth + 2 {
+            q.spares.push(spare);
+        }
+    }
+}
+
+impl<P: Producer> Help for Pump<P>
+where
+    P::Item: Send,
+    P::Spare: Send,
+{
+    fn help(&self) -> bool {
         {
             let q = lock(&self.queue);
-            if q.done || q.items.len() >= DEPTH {
+            if q.done || q.items.len() >= self.depth {
                 return false;
             }
         }
@@ -111,113 +166,68 @@ impl Pump {
         }
         true
     }
-
-    /// For the parser: the next chunk, read here if none is queued and no other thread is
-    /// reading it (else waited for).
-    pub(super) fn next(&self) -> Item {
-        loop {
-            {
-                let mut q = lock(&self.queue);
-                if let Some(item) = q.items.pop_front() {
-                    return item;
-                }
-                if q.done {
-                    return Ok((Vec::new(), 0));
-                }
-            }
-            match self.source.try_lock() {
-                Ok(mut src) => {
-                    // A chunk queued between the look above and the lock comes first.
-                    if let Some(item) = lock(&self.queue).items.pop_front() {
-                        return item;
-                    }
-                    let item = self.read_one(&mut src);
-                    lock(&self.queue).done = src.done;
-                    return item.unwrap_or_else(|| Ok((Vec::new(), 0)));
-                }
-                Err(TryLockError::Poisoned(_)) => {
-                    return Err(std::io::Error::other("the input's reader panicked"));
-                }
-                Err(TryLockError::WouldBlock) => {
-                    // Another thread is reading the next chunk: it queues it and wakes us.
-                    let mut q = lock(&self.queue);
-                    while q.items.is_empty() && !q.done {
-                        q.waiting = true;
-                        q = self.ready.wait(q).unwrap_or_else(|e| e.into_inner());
-                    }
-                }
-            }
-        }
-    }
-
-    /// A spent buffer, for a later read.
-    pub(super) fn give_back(&self, buf: Vec<u8>) {
-        let mut q = lock(&self.queue);
-        if q.spares.len() < DEPTH && buf.len() == self.room + self.chunk {
-            q.spares.push(buf);
-        }
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 
-    /// A reader that hands out its bytes in uneven pieces, slowly now and then.
+    /// Hands out its bytes in uneven pieces (slowly now and then), in buffers given back
+    /// when there are any; an empty piece is the end.
     struct Uneven {
         data: Vec<u8>,
         at: usize,
         step: usize,
     }
 
-    impl Read for Uneven {
-        fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+    impl Producer for Uneven {
+        type Item = Vec<u8>;
+        type Spare = Vec<u8>;
+        fn produce(&mut self, spares: &mut Vec<Vec<u8>>) -> (std::io::Result<Vec<u8>>, bool) {
             self.step = self.step % 7 + 1;
             if self.step == 3 {
                 std::thread::sleep(std::time::Duration::from_micros(50));
             }
-            let n = (self.data.len() - self.at)
-                .min(out.len())
-                .min(self.step * 13);
-            out[..n].copy_from_slice(&self.data[self.at..self.at + n]);
+            let n = (self.data.len() - self.at).min(self.step * 13);
+            let mut piece = spares.pop().unwrap_or_default();
+            piece.clear();
+            piece.extend_from_slice(&self.data[self.at..self.at + n]);
             self.at += n;
-            Ok(n)
+            (Ok(piece), n == 0)
         }
     }
 
-    /// Whatever thread reads each chunk, the parser gets every byte once, in order, and
+    /// Whatever thread reads each piece, the parser gets every byte once, in order, and
     /// then the end: read by the parser alone, by turns on one thread, and with a helper
     /// thread reading ahead while the parser reads.
     #[test]
     fn every_byte_arrives_once_in_order_whoever_reads_it() {
-        use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
         let data: Vec<u8> = (0..200_000u32).map(|i| (i * 7 % 251) as u8).collect();
-        let drain = |pump: &Pump, mut between: Box<dyn FnMut(usize) + '_>| {
+        let drain = |pump: &Pump<Uneven>, mut between: Box<dyn FnMut(usize) + '_>| {
             let mut got = vec![];
             for i in 0.. {
                 between(i);
-                let (buf, n) = pump.next().expect("no error");
-                if n == 0 {
+                let piece = pump.next().expect("an empty piece before the end").unwrap();
+                if piece.is_empty() {
                     break;
                 }
-                assert_eq!(&buf[..4], &[0; 4], "the room at the front is left free");
-                got.extend_from_slice(&buf[4..4 + n]);
-                pump.give_back(buf);
+                got.extend_from_slice(&piece);
+                pump.give_back(piece);
             }
             // The end is the end, however often it is asked.
-            assert_eq!(pump.next().unwrap().1, 0);
+            assert!(pump.next().is_none());
             assert!(!pump.help());
             got
         };
         let new = || {
             Pump::new(
-                Box::new(Uneven {
+                Uneven {
                     data: data.clone(),
                     at: 0,
                     step: 0,
-                }),
-                4,
-                64,
+                },
+                8,
             )
         };
         assert!(drain(&new(), Box::new(|_| {})) == data, "alone");
@@ -225,10 +235,11 @@ mod tests {
         let turns = drain(
             &pump,
             Box::new(|i| {
-                // 0 to 10 chunks read ahead before each one taken: the queue fills up.
+                // 0 to 10 pieces read ahead before each one taken: the queue fills up.
                 for _ in 0..i % 11 {
                     pump.help();
                 }
+                assert!(lock(&pump.queue).items.len() <= 8, "at most depth ahead");
             }),
         );
         assert!(turns == data, "by turns");
@@ -266,26 +277,25 @@ mod tests {
     #[test]
     fn an_error_is_handed_on_and_ends_the_input() {
         struct Fails(u32);
-        impl Read for Fails {
-            fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        impl Producer for Fails {
+            type Item = u32;
+            type Spare = ();
+            fn produce(&mut self, _: &mut Vec<()>) -> (std::io::Result<u32>, bool) {
                 self.0 += 1;
                 if self.0 == 3 {
-                    return Err(std::io::Error::new(
-                        std::io::ErrorKind::UnexpectedEof,
-                        "cut",
-                    ));
+                    let e = std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "cut");
+                    return (Err(e), true);
                 }
-                out[0] = b'x';
-                Ok(1)
+                (Ok(self.0), false)
             }
         }
-        let pump = Pump::new(Box::new(Fails(0)), 0, 16);
+        let pump = Pump::new(Fails(0), 8);
         assert!(pump.help());
-        assert_eq!(pump.next().unwrap().1, 1);
-        assert_eq!(pump.next().unwrap().1, 1);
-        let e = pump.next().unwrap_err();
+        assert_eq!(pump.next().unwrap().unwrap(), 1);
+        assert_eq!(pump.next().unwrap().unwrap(), 2);
+        let e = pump.next().unwrap().unwrap_err();
         assert_eq!(e.kind(), std::io::ErrorKind::UnexpectedEof);
         assert!(!pump.help(), "nothing to read past the error");
-        assert_eq!(pump.next().unwrap().1, 0);
+        assert!(pump.next().is_none());
     }
 }

@@ -4,6 +4,7 @@
 //! the file) optionally moved to a thread of its own. Lines longer than a bound are reported
 //! once by their head and dropped, so memory stays bounded.
 
+use super::pump::{Help, Producer, Pump};
 use anyhow::{Context, Result};
 use std::io::Read;
 
@@ -81,28 +82,103 @@ struct ReadAhead {
 /// Where read-ahead chunks come from.
 enum Ahead {
     Thread(ReadAhead),
-    /// Read by whichever thread of the pipeline is free (`pump`): no third busy thread on a
-    /// machine with two cores.
-    Shared(std::sync::Arc<super::pump::Pump>),
+    /// Read (or mapped) by whichever thread of the pipeline is free (`pump`): no third busy
+    /// thread on a machine with two cores. The same pump twice: as the parser takes from
+    /// it, and as the analyzer's thread helps it.
+    Shared(std::sync::Arc<dyn Pumped>, std::sync::Arc<dyn Help>),
+}
+
+/// The parser's side of a pump of chunks, whichever producer fills it.
+trait Pumped: Send + Sync {
+    fn next(&self) -> Option<std::io::Result<Chunk>>;
+    fn give_back(&self, spent: Buf);
+}
+
+impl<P: Producer<Item = Chunk, Spare = Buf>> Pumped for Pump<P> {
+    fn next(&self) -> Option<std::io::Result<Chunk>> {
+        Pump::next(self)
+    }
+    fn give_back(&self, spent: Buf) {
+        Pump::give_back(self, spent)
+    }
 }
 
 impl Ahead {
-    fn recv(&self) -> std::io::Result<Chunk> {
-        match self {
-            // The thread ended after its last chunk.
-            Ahead::Thread(t) => t.chunks.recv().unwrap_or(Ok(Chunk::Read(Vec::new(), 0))),
-            Ahead::Shared(p) => p.next().map(|(c, n)| Chunk::Read(c, n)),
+    /// Up to `depth` chunks of `p` read ahead: by a thread of their own, or, if `shared`,
+    /// by the pipeline's threads in turn.
+    fn new<P: Producer<Item = Chunk, Spare = Buf> + 'static>(
+        p: P,
+        depth: usize,
+        shared: bool,
+    ) -> Ahead {
+        if shared {
+            let pump = std::sync::Arc::new(Pump::new(p, depth));
+            return Ahead::Shared(pump.clone(), pump);
         }
+        let (tx, chunks) = std::sync::mpsc::sync_channel(depth);
+        let (spare, spent) = std::sync::mpsc::channel::<Buf>();
+        std::thread::spawn(move || read_ahead_thread(p, tx, spent));
+        Ahead::Thread(ReadAhead { chunks, spare })
+    }
+
+    /// The next chunk; a chunk of no bytes after the last.
+    fn recv(&self) -> std::io::Result<Chunk> {
+        let next = match self {
+            // The thread ends after its last chunk.
+            Ahead::Thread(t) => t.chunks.recv().ok(),
+            Ahead::Shared(p, _) => p.next(),
+        };
+        next.unwrap_or(Ok(Chunk::Read(Vec::new(), 0)))
     }
 
     fn give_back(&self, spent: Buf) {
-        match (self, spent) {
-            (Ahead::Thread(t), spent) => {
+        match self {
+            Ahead::Thread(t) => {
                 let _ = t.spare.send(spent);
             }
-            (Ahead::Shared(p), Buf::Owned(v)) => p.give_back(v),
-            (Ahead::Shared(_), Buf::Mapped(_)) => {}
+            Ahead::Shared(p, _) => p.give_back(spent),
         }
+    }
+}
+
+/// The reader thread's loop: the producer's chunks, until its last (or until the reader is
+/// dropped early, which ends it quietly). Spent buffers come back for reuse, and spent
+/// windows to be unmapped here, off the parser's thread.
+fn read_ahead_thread<P: Producer<Item = Chunk, Spare = Buf>>(
+    mut p: P,
+    tx: std::sync::mpsc::SyncSender<std::io::Result<Chunk>>,
+    spent: std::sync::mpsc::Receiver<Buf>,
+) {
+    let mut spares = vec![];
+    loop {
+        spares.extend(spent.try_iter());
+        let (item, last) = p.produce(&mut spares);
+        if tx.send(item).is_err() || last {
+            return;
+        }
+    }
+}
+
+/// Chunks read from any `Read` (gunzip's output, a pipe) into buffers with `PAD` bytes of
+/// room at their front.
+struct Reading(Box<dyn Read + Send>);
+
+impl Producer for Reading {
+    type Item = Chunk;
+    type Spare = Buf;
+    fn produce(&mut self, spares: &mut Vec<Buf>) -> (std::io::Result<Chunk>, bool) {
+        let mut c = match spares.pop() {
+            Some(Buf::Owned(v)) if v.len() == PAD + CHUNK => v,
+            _ => vec![0; PAD + CHUNK],
+        };
+        let n = loop {
+            match self.0.read(&mut c[PAD..]) {
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                r => break r,
+            }
+        };
+        let last = !matches!(n, Ok(n) if n > 0);
+        (n.map(|n| Chunk::Read(c, n)), last)
     }
 }
 
@@ -253,48 +329,46 @@ fn page_size() -> u64 {
     }
 }
 
-/// The reader thread's loop for a mapped file: one window after another, each ending after
-/// its last newline, until the end of the file (its size asked again before each window, so
-/// a trace still being written is read to where it has got, as reading would). `counted`:
-/// the bytes the progress counter has already seen (read before the mapping began).
-fn map_windows(
+/// A mapped file, one window after another, each ending after its last newline, until the
+/// end of the file (its size asked again before each window, so a trace still being written
+/// is read to where it has got, as reading would). `counted`: the bytes the progress
+/// counter has already seen (read before the mapping began).
+struct Windows {
     file: std::fs::File,
-    mut off: u64,
-    mut counted: u64,
+    off: u64,
+    counted: u64,
     window: usize,
     counter: Option<ByteCounter>,
-    tx: std::sync::mpsc::SyncSender<std::io::Result<Chunk>>,
-    spares: std::sync::mpsc::Receiver<Buf>,
-) {
-    loop {
-        // Spent windows are unmapped here, not on the parser's thread.
-        while spares.try_recv().is_ok() {}
-        let size = match file.metadata() {
+}
+
+impl Producer for Windows {
+    type Item = Chunk;
+    type Spare = Buf;
+    fn produce(&mut self, spares: &mut Vec<Buf>) -> (std::io::Result<Chunk>, bool) {
+        // Spent windows are unmapped first: their pages stop counting as resident.
+        spares.clear();
+        let size = match self.file.metadata() {
             Ok(m) => m.len(),
-            Err(e) => {
-                let _ = tx.send(Err(e));
-                return;
-            }
+            Err(e) => return (Err(e), true),
         };
+        let off = self.off;
         if off > size {
             // Truncated (or rotated by copying and truncating) under us: the lines after
             // `off` are gone, and a report that ended there would pass for the whole trace.
-            let _ = tx.send(Err(std::io::Error::other(format!(
-                "the file shrank from at least {off} to {size} bytes while it was being read (truncated or rotated?); analyze a copy of it"
-            ))));
-            return;
+            return (
+                Err(std::io::Error::other(format!(
+                    "the file shrank from at least {off} to {size} bytes while it was being read (truncated or rotated?); analyze a copy of it"
+                ))),
+                true,
+            );
         }
         if off == size {
-            let _ = tx.send(Ok(Chunk::Read(Vec::new(), 0)));
-            return;
+            return (Ok(Chunk::Read(Vec::new(), 0)), true);
         }
-        let end = size.min(off + window as u64);
-        let mut w = match Window::map(&file, off, end) {
+        let end = size.min(off + self.window as u64);
+        let mut w = match Window::map(&self.file, off, end) {
             Ok(w) => w,
-            Err(e) => {
-                let _ = tx.send(Err(e));
-                return;
-            }
+            Err(e) => return (Err(e), true),
         };
         if end < size {
             // A window with no newline at all is inside an over-long line: handed on
@@ -303,16 +377,17 @@ fn map_windows(
                 w.len = nl + 1;
             }
         }
-        off += w.len as u64;
-        if let Some(c) = &counter {
-            if off > counted {
-                c.fetch_add(off - counted, std::sync::atomic::Ordering::Relaxed);
-                counted = off;
+        self.off += w.len as u64;
+        if let Some(c) = &self.counter {
+            if self.off > self.counted {
+                c.fetch_add(
+                    self.off - self.counted,
+                    std::sync::atomic::Ordering::Relaxed,
+                );
+                self.counted = self.off;
             }
         }
-        if tx.send(Ok(Chunk::Mapped(w))).is_err() {
-            return;
-        }
+        (Ok(Chunk::Mapped(w)), false)
     }
 }
 
@@ -345,43 +420,41 @@ impl LineReader {
         }
     }
 
-    /// Moves the reading (the kernel's copy out of the page cache, or gunzip) to a thread of
-    /// its own, so that it overlaps with parsing: for one big input the parser's thread is
-    /// the slowest stage of the pipeline. A big plain file is mapped instead of read, window
-    /// by window, which saves the kernel's copy of every byte (a tenth of the run's CPU time).
-    /// Lines are unchanged; memory grows by a few chunks (about 2 MB) or windows (about 10 MB).
+    /// Reads ahead of the parser (the kernel's copy out of the page cache, gunzip, or the
+    /// mapping of the next window), so that reading overlaps with parsing. A big plain file
+    /// is mapped instead of read, window by window, which saves the kernel's copy of every
+    /// byte (a tenth of the run's CPU time). With a third core the reading has a thread of
+    /// its own; with two it is done by whichever pipeline thread is free (`pump`), since a
+    /// third busy thread takes turns on the cores the parser and the analyzer need. Lines
+    /// are unchanged; memory grows by a few chunks (about 2 MB) or windows (about 10 MB).
     pub fn read_ahead(&mut self) {
-        // Gunzip (or a pipe's copy) as a third busy thread beside the parser and the
-        // analyzer only pays where there is a third core for it.
         let shared = std::thread::available_parallelism().is_ok_and(|n| n.get() <= 2);
         self.read_ahead_with(WINDOW, shared);
     }
 
     /// The read-ahead's producer, when the pipeline's threads are to take turns at it:
     /// the analyzer asks it for work while it waits for events.
-    pub(crate) fn pump(&self) -> Option<std::sync::Arc<super::pump::Pump>> {
+    pub(crate) fn pump(&self) -> Option<std::sync::Arc<dyn Help>> {
         match &self.ahead {
-            Some(Ahead::Shared(p)) => Some(p.clone()),
+            Some(Ahead::Shared(_, h)) => Some(h.clone()),
             _ => None,
         }
     }
 
-    /// `shared`: chunks that are read (not mapped) come from a `Pump` the pipeline's
-    /// threads drive, instead of a thread of their own.
+    /// `shared`: the chunks come from a `Pump` the pipeline's threads drive, instead of a
+    /// thread of their own.
     fn read_ahead_with(&mut self, window: usize, shared: bool) {
         if self.ahead.is_some() || self.eof {
             return;
         }
         // `inner` (and with it the file `rewind` names) is about to move to another thread.
         self.rewind = None;
-        let (spare, spares) = std::sync::mpsc::channel::<Buf>();
         if let Some(Mappable {
             file,
             counter,
             path,
         }) = self.mappable.take()
         {
-            let (tx, chunks) = std::sync::mpsc::sync_channel(MAPPED_DEPTH);
             use std::io::Seek;
             // The buffered bytes are mapped again: the mapping starts where they did.
             let buffered = (self.end - self.start) as u64;
@@ -391,41 +464,20 @@ impl LineReader {
                 if let Some(off) = pos.checked_sub(buffered).filter(|&off| maps(off)) {
                     lost_pages::guard(&path);
                     self.start = self.end;
-                    std::thread::spawn(move || {
-                        map_windows(file, off, pos, window, counter, tx, spares)
-                    });
-                    self.ahead = Some(Ahead::Thread(ReadAhead { chunks, spare }));
+                    let windows = Windows {
+                        file,
+                        off,
+                        counted: pos,
+                        window,
+                        counter,
+                    };
+                    self.ahead = Some(Ahead::new(windows, MAPPED_DEPTH, shared));
                     return;
                 }
             }
         }
-        let mut inner: Box<dyn Read + Send> =
-            std::mem::replace(&mut self.inner, Box::new(std::io::empty()));
-        if shared {
-            self.ahead = Some(Ahead::Shared(std::sync::Arc::new(super::pump::Pump::new(
-                inner, PAD, CHUNK,
-            ))));
-            return;
-        }
-        let (tx, chunks) = std::sync::mpsc::sync_channel(AHEAD_DEPTH);
-        std::thread::spawn(move || loop {
-            let mut c = match spares.try_recv() {
-                Ok(Buf::Owned(v)) => v,
-                _ => vec![0; PAD + CHUNK],
-            };
-            let n = loop {
-                match inner.read(&mut c[PAD..]) {
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                    r => break r,
-                }
-            };
-            let last = !matches!(n, Ok(n) if n > 0);
-            // The receiver is gone when the reader was dropped early: stop quietly.
-            if tx.send(n.map(|n| Chunk::Read(c, n))).is_err() || last {
-                return;
-            }
-        });
-        self.ahead = Some(Ahead::Thread(ReadAhead { chunks, spare }));
+        let inner = std::mem::replace(&mut self.inner, Box::new(std::io::empty()));
+        self.ahead = Some(Ahead::new(Reading(inner), AHEAD_DEPTH, shared));
     }
 
     /// `fill` from the reader thread: the next chunk becomes the buffer, with the unread
@@ -1006,14 +1058,20 @@ mod tests {
         }
     }
 
-    /// Lines of a file read through mapped windows of `window` bytes.
-    fn mapped_lines(path: &std::path::Path, window: usize) -> (Vec<(bool, Vec<u8>)>, u64) {
+    /// Lines of a file read through mapped windows of `window` bytes, mapped by a thread of
+    /// their own or (`shared`) on the reading thread.
+    fn mapped_lines(
+        path: &std::path::Path,
+        window: usize,
+        shared: bool,
+    ) -> (Vec<(bool, Vec<u8>)>, u64) {
         let counter = ByteCounter::default();
         let mut r =
             open_input_counted(path.to_str().unwrap(), Some(counter.clone()), CHUNK).unwrap();
         assert!(r.mappable.is_some(), "a big plain file is mapped");
         r.peek(100).unwrap();
-        r.read_ahead_with(window, true);
+        r.read_ahead_with(window, shared);
+        assert_eq!(r.pump().is_some(), shared);
         let mut out = vec![];
         while let Some(l) = r.next_line().unwrap() {
             out.push(match l {
@@ -1060,13 +1118,15 @@ mod tests {
             "some lines are too long"
         );
         for window in [5000, 65_537, WINDOW] {
-            let (mapped, counted) = mapped_lines(&path, window);
-            assert_eq!(mapped.len(), plain.len(), "window {window}");
-            assert!(
-                mapped == plain,
-                "window {window}: the mapped reader changed the lines"
-            );
-            assert_eq!(counted, data.len() as u64, "window {window}");
+            for shared in [false, true] {
+                let (mapped, counted) = mapped_lines(&path, window, shared);
+                assert_eq!(mapped.len(), plain.len(), "window {window} shared {shared}");
+                assert!(
+                    mapped == plain,
+                    "window {window}: the mapped reader changed the lines"
+                );
+                assert_eq!(counted, data.len() as u64, "window {window}");
+            }
         }
         // A small file is read, not mapped.
         let small = dir.join("small.txt");
