@@ -5,10 +5,11 @@
 //! not print (an upper bound up to the thread's next event). Live tracers live in `live` and
 //! produce the same events.
 //!
-//! One job per module: `reader` (bytes to lines, gzip, read-ahead), `detect` (which format),
-//! `line` (one interface over the parsers), `strace` and `perf` (lines to events), `file` (one
-//! input), `inputs` (several merged, missing durations bounded), `counters` (used and
-//! skipped lines), `clock` (the trace's clock for the report).
+//! One job per module: `reader` (bytes to lines, gzip, read-ahead), `pump` (read-ahead done
+//! by whichever pipeline thread is free), `detect` (which format), `line` (one interface
+//! over the parsers), `strace` and `perf` (lines to events), `file` (one input), `inputs`
+//! (several merged, missing durations bounded), `counters` (used and skipped lines), `clock`
+//! (the trace's clock for the report).
 
 mod clock;
 mod counters;

@@ -1,8 +1,9 @@
 //! Bytes to lines: a reader over a file, stdin or a gzip stream (detected from its magic)
 //! that hands out each line as a slice of one reusable buffer (or of a read-only mapping of
 //! a big plain file), never copying or allocating per line, with reading (gunzip, or mapping
-//! the file) optionally moved to a thread of its own. Lines longer than a bound are reported
-//! once by their head and dropped, so memory stays bounded.
+//! the file) optionally done ahead, by a thread of its own or by the pipeline's threads in
+//! turn (`pump`). Lines longer than a bound are reported once by their head and dropped, so
+//! memory stays bounded.
 
 use super::pump::{Help, Producer, Pump};
 use anyhow::{Context, Result};
@@ -52,10 +53,10 @@ struct Mappable {
 /// Free room at the front of each read-ahead chunk, where the unfinished end of the previous
 /// chunk is copied so that a line never has to be stitched from two buffers.
 const PAD: usize = 4096;
-/// Filled chunks waiting for the parser. Gunzip is a third busy thread on a two-core
-/// machine: with room for a few scheduler slices of work (8 chunks, about 2 MB) it runs
-/// ahead while the other two wait for a CPU, instead of stalling them (a gzipped run was
-/// 4-6% slower with 2, in 12 interleaved runs each).
+/// Filled chunks waiting for the parser (about 2 MB). As a third busy thread (on a machine
+/// with more cores than two, or before `pump`), gunzip ran ahead through a few scheduler
+/// slices with this room instead of stalling the other two (a gzipped run was 4-6% slower
+/// with 2, in 12 interleaved runs each).
 const AHEAD_DEPTH: usize = 8;
 /// Mapped windows waiting for the parser: their pages are resident, and mapping costs the
 /// reader thread so little that it is never the stage that falls behind.
