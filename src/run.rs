@@ -314,9 +314,9 @@ fn pipelined(mut inputs: Inputs, mut sink: impl FnMut(&[crate::event::Event])) -
     // With each batch, whether any of its events owns heap memory (a path, a thread name).
     let (tx, rx) = crate::handoff::bounded::<(Vec<crate::event::Event>, bool)>(DEPTH, WAKE_AT);
     let (back_tx, back_rx) = std::sync::mpsc::channel::<Vec<crate::event::Event>>();
-    // A gzip stream or a pipe on two cores: while it waits for events, this thread reads
-    // (gunzips) the input ahead of the parser, which a third thread would do on a core the
-    // other two need.
+    // A lone input on two cores: while it waits for events, this thread reads ahead of the
+    // parser (maps the next window, gunzips, or reads the pipe), which a third thread would
+    // do on a core the other two need.
     let pump = inputs.pump();
     let producer = std::thread::spawn(move || -> Result<Inputs> {
         loop {

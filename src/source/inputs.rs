@@ -141,8 +141,8 @@ impl Inputs {
         })
     }
 
-    /// The read-ahead a free thread can drive (`Pump`), for a lone input that is read, not
-    /// mapped, on a machine with two cores.
+    /// The read-ahead a free thread can drive (`Pump`): a lone input's, on a machine with
+    /// two cores.
     pub(crate) fn pump(&self) -> Option<std::sync::Arc<dyn super::pump::Help>> {
         match &self.files[..] {
             [one] => one.reader.pump(),
