@@ -317,7 +317,7 @@ fn pipelined(mut inputs: Inputs, mut sink: impl FnMut(&[crate::event::Event])) -
     // A lone input on two cores: while it waits for events, this thread reads ahead of the
     // parser (maps the next window, gunzips, or reads the pipe), which a third thread would
     // do on a core the other two need.
-    let pump = inputs.pump();
+    let reading = inputs.reading_help();
     let producer = std::thread::spawn(move || -> Result<Inputs> {
         loop {
             let mut batch = back_rx
@@ -337,7 +337,8 @@ fn pipelined(mut inputs: Inputs, mut sink: impl FnMut(&[crate::event::Event])) -
         }
         Ok(inputs)
     });
-    while let Some((mut batch, owns)) = rx.recv_helping(|| pump.as_ref().is_some_and(|p| p.help()))
+    while let Some((mut batch, owns)) =
+        rx.recv_helping(|| reading.as_ref().is_some_and(|r| r.help()))
     {
         sink(&batch);
         // Dropped here, while the analyzer has just read them: on the parser's thread the

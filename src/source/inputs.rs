@@ -143,9 +143,9 @@ impl Inputs {
 
     /// The read-ahead a free thread can drive (`Pump`): a lone input's, on a machine with
     /// two cores.
-    pub(crate) fn pump(&self) -> Option<std::sync::Arc<dyn super::pump::Help>> {
+    pub(crate) fn reading_help(&self) -> Option<std::sync::Arc<dyn super::pump::Help>> {
         match &self.files[..] {
-            [one] => one.reader.pump(),
+            [one] => one.reader.reading_help(),
             _ => None,
         }
     }

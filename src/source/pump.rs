@@ -135,11 +135,7 @@ impl<P: Producer> Pump<P> {
     }
 }
 
-impl<P: Producer> Help for Pump<P>
-where
-    P::Item: Send,
-    P::Spare: Send,
-{
+impl<P: Producer> Help for Pump<P> {
     fn help(&self) -> bool {
         let full = |q: &Queue<_, _>| q.done || q.items.len() >= self.depth;
         if full(&lock(&self.queue)) {

@@ -435,7 +435,7 @@ impl LineReader {
 
     /// The read-ahead's producer, when the pipeline's threads are to take turns at it:
     /// the analyzer asks it for work while it waits for events.
-    pub(crate) fn pump(&self) -> Option<std::sync::Arc<dyn Help>> {
+    pub(crate) fn reading_help(&self) -> Option<std::sync::Arc<dyn Help>> {
         match &self.ahead {
             Some(Ahead::Shared(_, h)) => Some(h.clone()),
             _ => None,
@@ -954,10 +954,10 @@ mod tests {
         }
         // An input that ended within the peek needs no reading ahead.
         let shared = matches!(via, Via::Pump | Via::HelpedPump) && !data.is_empty();
-        assert_eq!(r.pump().is_some(), shared);
+        assert_eq!(r.reading_help().is_some(), shared);
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let helper = (via == Via::HelpedPump && shared).then(|| {
-            let (pump, stop) = (r.pump().unwrap(), stop.clone());
+            let (pump, stop) = (r.reading_help().unwrap(), stop.clone());
             std::thread::spawn(move || {
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                     if !pump.help() {
@@ -1072,7 +1072,7 @@ mod tests {
         assert!(r.mappable.is_some(), "a big plain file is mapped");
         r.peek(100).unwrap();
         r.read_ahead_with(window, shared);
-        assert_eq!(r.pump().is_some(), shared);
+        assert_eq!(r.reading_help().is_some(), shared);
         let mut out = vec![];
         while let Some(l) = r.next_line().unwrap() {
             out.push(match l {
