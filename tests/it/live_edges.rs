@@ -20,8 +20,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-mod common;
-use common::{ci, json, serial, Attach, Client, Redis};
+use crate::common::{ci, json, serial, Attach, Client, Redis};
 
 /// What the test needs, or why it cannot run (a failure under CI=true).
 fn missing() -> Option<String> {

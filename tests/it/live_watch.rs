@@ -13,8 +13,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-mod common;
-use common::{ci, serial, Client, Redis};
+use crate::common::{ci, serial, Client, Redis};
 
 fn have(tool: &str, arg: &str) -> bool {
     let ok = Command::new(tool)

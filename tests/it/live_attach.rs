@@ -9,8 +9,7 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-mod common;
-use common::{ci, json, serial, Attach, Client, Redis, Reply, DEADLINE};
+use crate::common::{ci, json, serial, Attach, Client, Redis, Reply, DEADLINE};
 
 fn have_redis() -> bool {
     let ok = Command::new("redis-server")

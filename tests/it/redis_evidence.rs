@@ -9,8 +9,7 @@ use serde_json::Value;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-mod common;
-use common::{ci, json, serial, Attach, Redis};
+use crate::common::{ci, json, serial, Attach, Redis};
 
 fn fixture(name: &str, file: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
