@@ -95,6 +95,17 @@ pub enum Backend {
     Ptrace,
 }
 
+impl From<Backend> for crate::live::BackendChoice {
+    fn from(b: Backend) -> Self {
+        match b {
+            Backend::Auto => Self::Auto,
+            Backend::Bpf => Self::Bpf,
+            Backend::Perf => Self::Perf,
+            Backend::Ptrace => Self::Ptrace,
+        }
+    }
+}
+
 /// `--perf-pages`: a power of two from 1 to 2^20.
 pub fn parse_pages(s: &str) -> Result<usize, String> {
     let n: usize = s

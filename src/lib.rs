@@ -6,13 +6,16 @@
 //! the fd table, the unfinished-call map and fixed-size aggregates, never by trace length.
 
 pub(crate) mod analyze;
+pub mod app;
 pub mod cli;
+pub(crate) mod clock;
 pub(crate) mod docs;
 pub mod event;
 pub(crate) mod fdtable;
 pub(crate) mod handoff;
 pub mod live;
 pub(crate) mod progress;
+pub(crate) mod recording;
 pub(crate) mod redis_client;
 pub(crate) mod redis_conf;
 pub(crate) mod redis_evidence;
@@ -20,6 +23,8 @@ pub(crate) mod redis_log;
 pub(crate) mod render;
 pub(crate) mod report;
 pub mod run;
+pub(crate) mod session;
+pub(crate) mod signals;
 pub mod source;
 pub(crate) mod syscalls;
 pub(crate) mod threads_file;

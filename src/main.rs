@@ -8,7 +8,7 @@ fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Analyze(args) => stallscope::run::analyze(&args),
-        Command::Attach(args) => stallscope::live::run_attach(&args),
+        Command::Attach(args) => stallscope::app::attach::run(&args),
         Command::Watch(args) => stallscope::watch::run_watch(&args),
         Command::Completions { shell } => {
             stallscope::run::completions(Cli::command(), shell).map(|_| 0)

@@ -130,25 +130,27 @@ impl LiveRedis {
     /// working directory, which redis has changed to its `dir`).
     /// `asked`: the log found before the attach (`log_source_before_attach`), if redis was
     /// asked.
+    /// `redis_log`: `--redis-log`; `redis`: `--redis`'s address.
     pub fn start(
-        args: &crate::cli::AttachArgs,
+        redis_log: Option<&str>,
+        redis: Option<&str>,
         ctx: &crate::live::procctx::ProcContext,
         conf: Option<&crate::fdtable::RedisConf>,
         asked: Option<LogSource>,
     ) -> LiveRedis {
-        let src = asked.or_else(|| live_log_source(args.out.redis_log.as_deref(), None, ctx, conf));
+        let src = asked.or_else(|| live_log_source(redis_log, None, ctx, conf));
         let follower = src.map(|s| {
             let f = redis_log::Follower::start(&s.path, std::time::Duration::from_millis(200));
             (s, f)
         });
-        let poller = args.redis.as_deref().map(|a| {
+        let poller = redis.map(|a| {
             crate::redis_client::Poller::start_for(
                 a,
                 std::time::Duration::from_secs(1),
                 Some(ctx.pid),
             )
         });
-        if let Some(a) = &args.redis {
+        if let Some(a) = redis {
             eprintln!(
                 "stallscope: asking redis at {a} for LATENCY, INFO and SLOWLOG once a second"
             );

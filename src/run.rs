@@ -121,51 +121,41 @@ pub fn man(cmd: clap::Command, dir: Option<&std::path::Path>) -> Result<()> {
 }
 
 pub fn analyze(args: &AnalyzeArgs) -> Result<u64> {
+    let report = report_of(args)?;
+    match emit(&report, &args.out) {
+        // A reader that stopped reading (`| head`) saw what it wanted: the exit status
+        // still says whether there were stalls.
+        Err(e) if is_broken_pipe(&e) => {}
+        r => r?,
+    }
+    let stalls = report.summary.stalls;
+    // The process ends here (`main`): freeing the report's thousands of strings one by one
+    // cost 1.5 % of a 200k-line run's instructions, and the exit frees them at once.
+    std::mem::forget(report);
+    Ok(stalls)
+}
+
+/// The report of `analyze`: the traces read, with a recording's sidecars and redis's log.
+pub(crate) fn report_of(args: &AnalyzeArgs) -> Result<Report> {
     let mut opts = options(&args.out)?;
-    // `stallscope attach --record FILE` leaves the thread names beside the recording.
-    if args.out.threads.is_none() && args.files.len() == 1 {
-        let side = format!("{}.threads", args.files[0]);
-        if let Ok(text) = std::fs::read_to_string(&side) {
-            opts.thread_names = analyze::parse_thread_names(&text);
+    // `stallscope attach --record FILE` (and a watch incident's `.strace`) leaves what strace
+    // text cannot hold beside the recording: thread names, the redis config the live
+    // analysis used, where records were lost, the scheduler's split, the reads' arrivals.
+    let mut rec = match args.files.as_slice() {
+        [one] => crate::recording::Recording::open(one).map_err(anyhow::Error::msg)?,
+        _ => Default::default(),
+    };
+    if args.out.threads.is_none() {
+        if let Some(text) = &rec.threads {
+            opts.thread_names = analyze::parse_thread_names(text);
         }
     }
-    // ... and the redis config the live analysis used.
-    if args.out.redis_conf.is_none() && args.files.len() == 1 {
-        let side = format!("{}{}", args.files[0], crate::live::record::CONF_SUFFIX);
-        if let Ok(text) = std::fs::read_to_string(&side) {
-            opts.redis_conf = Some(RedisConf::parse(&text));
+    if args.out.redis_conf.is_none() {
+        if let Some(text) = &rec.conf {
+            opts.redis_conf = Some(RedisConf::parse(text));
         }
     }
-    // ... and where the live tracer lost records, if it did.
-    let mut lost = crate::live::record::LostMarks::default();
-    let mut has_lost = false;
-    if args.files.len() == 1 {
-        let side = format!("{}{}", args.files[0], crate::live::record::LOST_SUFFIX);
-        if let Ok(text) = std::fs::read_to_string(&side) {
-            lost = crate::live::record::LostMarks::parse(&text)
-                .map_err(|e| anyhow::anyhow!("{side}: {e}"))?;
-            has_lost = true;
-        }
-    }
-    // ... and the scheduler's split of its longer calls and gaps (bpf).
-    let mut sched = std::collections::HashMap::new();
-    if args.files.len() == 1 {
-        let side = format!("{}{}", args.files[0], crate::live::record::SCHED_SUFFIX);
-        if let Ok(text) = std::fs::read_to_string(&side) {
-            sched = crate::live::record::parse_sched(&text)
-                .map_err(|e| anyhow::anyhow!("{side}: {e}"))?;
-        }
-    }
-    // ... and when each socket read's data arrived (bpf), so commands are timed from there.
-    let mut arrivals = std::collections::HashMap::new();
-    if args.files.len() == 1 {
-        let side = format!("{}{}", args.files[0], crate::live::record::ARRIVALS_SUFFIX);
-        if let Ok(text) = std::fs::read_to_string(&side) {
-            arrivals = crate::live::record::parse_arrivals(&text)
-                .map_err(|e| anyhow::anyhow!("{side}: {e}"))?;
-        }
-    }
-    let dated = !arrivals.is_empty();
+    let dated = !rec.arrivals.is_empty();
     opts.root_pid = args.pid;
     // Progress on stderr for big files read from a terminal session (silent otherwise).
     let total: u64 = args
@@ -185,38 +175,17 @@ pub fn analyze(args: &AnalyzeArgs) -> Result<u64> {
     let mut n = 0usize;
     // Most traces have no sidecar: their batches go straight to the analyzer, with no
     // per-event test of the lost marks and the two maps (~20 Ir per event).
-    let plain = !has_lost && sched.is_empty() && arrivals.is_empty();
+    let plain = rec.is_plain();
     let inputs = pipelined(inputs, |batch| {
         if plain {
             an.push_all(batch);
         } else {
             for ev in batch {
-                let dropped = lost.before(ev.line);
+                let (dropped, restored) = rec.restore(ev);
                 if dropped > 0 {
                     an.add_lost_events(dropped);
                 }
-                let split = if sched.is_empty() {
-                    None
-                } else {
-                    sched.remove(&ev.line)
-                };
-                let before = if arrivals.is_empty() {
-                    None
-                } else {
-                    arrivals.remove(&ev.line)
-                };
-                if (split.is_some() || before.is_some()) && ev.syscall().is_some() {
-                    let mut ev = ev.clone();
-                    if let crate::event::EventKind::Syscall(sc) = &mut ev.kind {
-                        if let Some(s) = split {
-                            sc.sched = Some(Box::new(s));
-                        }
-                        sc.arrived = before.map(|ns| ev.ts - ns);
-                    }
-                    an.push(&ev);
-                } else {
-                    an.push(ev);
-                }
+                an.push(restored.as_ref().unwrap_or(ev));
             }
         }
         // Progress every 4096 events, as a batch crosses a multiple of it.
@@ -229,7 +198,7 @@ pub fn analyze(args: &AnalyzeArgs) -> Result<u64> {
         }
     })?;
     progress.finish();
-    let dropped = lost.rest();
+    let dropped = rec.lost_after_end();
     if dropped > 0 {
         an.add_lost_events(dropped);
     }
@@ -260,17 +229,7 @@ pub fn analyze(args: &AnalyzeArgs) -> Result<u64> {
         report.summary.command_start = Some(crate::report::CommandStart::Arrival);
     }
     join_redis_log(&mut report, args, conf.as_ref())?;
-    match emit(&report, &args.out) {
-        // A reader that stopped reading (`| head`) saw what it wanted: the exit status
-        // still says whether there were stalls.
-        Err(e) if is_broken_pipe(&e) => {}
-        r => r?,
-    }
-    let stalls = report.summary.stalls;
-    // The process ends here (`main`): freeing the report's thousands of strings one by one
-    // cost 1.5 % of a 200k-line run's instructions, and the exit frees them at once.
-    std::mem::forget(report);
-    Ok(stalls)
+    Ok(report)
 }
 
 /// Offline: redis's own log, named with `--redis-log` or found beside the trace, joined

@@ -1193,6 +1193,12 @@ pub fn live_findings(l: &LiveEvidence<'_>) -> Vec<Finding> {
         .collect()
 }
 
+/// The ids of the live backend's findings, as the JSON spells them.
+#[cfg(test)]
+pub(crate) fn live_rule_ids() -> Vec<&'static str> {
+    LIVE_RULES.iter().map(|r| r.id.as_str()).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,9 +1,8 @@
-//! Live sources: `stallscope attach`. A backend-neutral `Tracer` produces the same `Event`s
-//! as the text sources, from a running process; `procctx` adds what only a live process can
-//! tell (its open fds, thread names, redis config, page faults, I/O and iowait over time);
-//! `record` writes what was traced as strace text so `analyze` can read it again. The events
-//! go through the same `Analyzer` as `analyze`, stalls are printed as they are found, and
-//! the report at the end is rendered by the same renderers.
+//! Inputs layer: the live backends. A backend-neutral `Tracer` produces the same `Event`s as
+//! the text sources, from a running process, and says what it can see (`Capabilities`);
+//! `start_tracer` picks and starts one (`TracerConfig`); `procctx` adds what only a live
+//! process can tell (its open fds, thread names, redis config, page faults, I/O and iowait
+//! over time). The sessions layer (`session`) runs them; nothing here knows the commands.
 
 pub(crate) mod bpf;
 mod decode;
@@ -11,32 +10,14 @@ mod fed;
 pub(crate) mod perf;
 pub(crate) mod procctx;
 pub(crate) mod ptrace;
-pub(crate) mod record;
 pub(crate) mod sysnames;
 
 use crate::event::{Event, Nanos, Tid};
+use crate::report::LiveBackend;
 use anyhow::Result;
 use std::time::Duration;
 
-/// CLOCK_MONOTONIC in ns: the live clock (immune to wall-clock steps during a trace).
-pub fn now_mono() -> Nanos {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec * 1_000_000_000 + ts.tv_nsec
-}
-
-/// CLOCK_REALTIME in ns since the epoch, read once at attach to place the trace in time.
-pub fn now_wall() -> Nanos {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
-    ts.tv_sec * 1_000_000_000 + ts.tv_nsec
-}
+pub use crate::clock::{now_mono, now_wall};
 
 /// Boxes of the scheduler's split (`Syscall::sched`), reused. The bpf and perf backends box
 /// one per call, a whole queue of events at a time, and the consumer frees them a queue at
@@ -207,6 +188,34 @@ fn permission_hint(scope: Option<u32>, root: bool) -> String {
     }
 }
 
+/// What a backend can see and what it costs, as the analysis and the report need it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Capabilities {
+    /// It stops the traced thread at each call (ptrace): calls are stamped at the stops.
+    pub stops_tracee: bool,
+    /// It reads request and reply buffers: commands are named and timed.
+    pub reads_buffers: bool,
+    /// Its calls carry the scheduler's split.
+    pub splits_sched: bool,
+    /// When socket reads' data arrived: None when it has no means, Some(false) when this
+    /// kernel lacks them.
+    pub dates_arrivals: Option<bool>,
+}
+
+impl Capabilities {
+    /// Where per-command latency starts (`summary.command_start`): None when the backend
+    /// sees no command at all.
+    pub fn command_start(&self) -> Option<crate::report::CommandStart> {
+        self.dates_arrivals.map(|on| {
+            if on {
+                crate::report::CommandStart::Arrival
+            } else {
+                crate::report::CommandStart::EventLoop
+            }
+        })
+    }
+}
+
 /// A live event source, whatever the kernel mechanism behind it.
 pub trait Tracer {
     /// The next event, waiting at most `timeout`. `Ok(None)` when none came in time or when
@@ -238,9 +247,29 @@ pub trait Tracer {
     fn take_lost(&mut self) -> u64 {
         0
     }
+    /// Whether it stops the traced thread at each call (ptrace): its timestamps are taken at
+    /// the stops, and tracing itself slows redis down.
+    fn stops_tracee(&self) -> bool {
+        false
+    }
+    /// Whether it reads the buffers of reads and writes (request and reply bytes), which
+    /// name commands.
+    fn reads_buffers(&self) -> bool {
+        false
+    }
     /// Whether its calls carry the scheduler's split (`Syscall::sched`).
     fn splits_sched(&self) -> bool {
         false
+    }
+    /// Everything above at once: what the session and the report ask of a backend, instead
+    /// of asking which backend it is.
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            stops_tracee: self.stops_tracee(),
+            reads_buffers: self.reads_buffers(),
+            splits_sched: self.splits_sched(),
+            dates_arrivals: self.dates_arrivals(),
+        }
     }
     /// Whether its socket reads carry when their data arrived (`Syscall::arrived`): None
     /// when the backend has no such means, Some(false) when this kernel lacks them.
@@ -311,32 +340,6 @@ pub(crate) fn list_tasks(pid: Tid) -> std::io::Result<Vec<Tid>> {
     Ok(v)
 }
 
-use crate::analyze::findings::LiveEvidence;
-use crate::analyze::{Analyzer, RedisConf};
-use crate::cli::AttachArgs;
-use crate::report::{LiveBackend, Overhead, Report};
-use crate::source::{Clock, Counters, SourceInfo, TimeFmt};
-use std::io::Write;
-use std::sync::atomic::{AtomicBool, Ordering};
-
-/// Set by SIGINT/SIGTERM: stop tracing, detach, report.
-static STOP: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_stop_signal(_: libc::c_int) {
-    STOP.store(true, Ordering::SeqCst);
-}
-
-fn install_stop_handlers() {
-    for sig in [libc::SIGINT, libc::SIGTERM] {
-        unsafe {
-            let mut sa: libc::sigaction = std::mem::zeroed();
-            sa.sa_sigaction = on_stop_signal as *const () as usize;
-            libc::sigemptyset(&mut sa.sa_mask);
-            libc::sigaction(sig, &sa, std::ptr::null_mut());
-        }
-    }
-}
-
 /// `--name`: processes whose command name (comm, or argv[0]'s base name) is `name`.
 pub fn find_by_name(name: &str) -> Vec<(Tid, String)> {
     let me = std::process::id();
@@ -377,106 +380,93 @@ pub fn find_by_name(name: &str) -> Vec<(Tid, String)> {
     found
 }
 
-fn resolve_pid(args: &AttachArgs) -> Result<Tid> {
-    if let Some(p) = args.pid {
-        return Ok(p);
-    }
-    let name = args.name.as_deref().unwrap_or("redis-server");
-    let found = find_by_name(name);
-    match found.len() {
-        0 => anyhow::bail!("--name {name}: no running process has that name"),
-        1 => Ok(found[0].0),
-        _ => {
-            let list: Vec<String> = found.iter().map(|(p, c)| format!("  {p}  {c}")).collect();
-            anyhow::bail!(
-                "--name {name}: {} processes match; choose one with --pid:\n{}",
-                found.len(),
-                list.join("\n")
-            )
-        }
-    }
+/// Which backend to start (`--backend`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BackendChoice {
+    /// bpf if the kernel loads its programs, else perf if it allows the tracepoints, else
+    /// ptrace (unless `TracerConfig::auto_may_stop` is false).
+    Auto,
+    Bpf,
+    Perf,
+    Ptrace,
 }
 
-/// Starts the tracer `--backend` asks for (for `auto`: bpf if the kernel loads its
+/// How to trace a process: what `attach` and `watch` ask of the backends, free of how the
+/// command line spelled it.
+#[derive(Clone, Debug)]
+pub struct TracerConfig {
+    pub pid: Tid,
+    pub backend: BackendChoice,
+    pub follow_forks: bool,
+    /// Ring-buffer pages (bpf, perf); None: the backend's default.
+    pub pages: Option<usize>,
+    /// Whether `Auto` may end on ptrace, which stops redis at every call: fine for a short
+    /// attach, not for a watcher that runs for days.
+    pub auto_may_stop: bool,
+}
+
+/// A tracer that has attached, with its name and how many threads it found.
+pub struct Started {
+    pub tracer: Box<dyn Tracer>,
+    pub backend: LiveBackend,
+    pub threads: u32,
+}
+
+/// Starts the tracer the config asks for (for `Auto`: bpf if the kernel loads its
 /// programs, else perf if it allows the tracepoints, else ptrace), saying on stderr which
-/// one and why. Returns it, its name, and how many threads it traced at attach.
-pub(crate) fn start_tracer(
-    pid: Tid,
-    args: &AttachArgs,
-) -> Result<(Box<dyn Tracer>, LiveBackend, u32)> {
-    use crate::cli::Backend;
-    let bpf_cfg = bpf::BpfConfig {
-        pid,
-        follow_forks: !args.no_follow_forks,
-        pages: args.perf_pages.unwrap_or(bpf::DEFAULT_PAGES),
-    };
-    let perf_cfg = perf::PerfConfig {
-        pid,
-        follow_forks: !args.no_follow_forks,
-        pages: args.perf_pages.unwrap_or(perf::DEFAULT_PAGES),
-    };
+/// one and why.
+pub fn start_tracer(cfg: &TracerConfig) -> Result<Started> {
+    let pid = cfg.pid;
     let ptrace_cfg = ptrace::PtraceConfig {
         pid,
-        follow_forks: !args.no_follow_forks,
+        follow_forks: cfg.follow_forks,
         detach_wait: Duration::from_millis(1000),
     };
-    let start_ptrace = |why: &str| -> Result<(Box<dyn Tracer>, LiveBackend, u32)> {
+    let start_ptrace = |why: &str| -> Result<Started> {
         eprintln!("stallscope: backend ptrace: {why}");
         let t = ptrace::PtraceTracer::attach(ptrace_cfg.clone())
             .map_err(|e| anyhow::anyhow!("cannot attach to process {pid}: {e}"))?;
-        let n = t.threads_at_attach;
-        Ok((Box::new(t), LiveBackend::Ptrace, n))
+        let threads = t.threads_at_attach;
+        Ok(Started {
+            tracer: Box::new(t),
+            backend: LiveBackend::Ptrace,
+            threads,
+        })
     };
-    let bpf_why = "BPF programs on the syscall tracepoints, filtered and paired in the kernel: \
-                   redis is never stopped, and command names are read from its requests";
-    let perf_why = "syscall tracepoints through perf_event_open: redis is never stopped";
-    let no_such = |e: AttachError| match e {
-        AttachError::NoSuchPid(p) => Err(anyhow::anyhow!(
-            "cannot attach to process {pid}: {}",
-            AttachError::NoSuchPid(p)
-        )),
-        e => Ok(e.to_string()),
-    };
-    match args.backend {
-        Backend::Ptrace => start_ptrace(
+    match cfg.backend {
+        BackendChoice::Ptrace => start_ptrace(
             "chosen with --backend ptrace (every syscall stops the traced thread twice)",
         ),
-        Backend::Bpf => {
-            eprintln!("stallscope: backend bpf: {bpf_why}");
-            let t = bpf::BpfTracer::attach(bpf_cfg)
-                .map_err(|e| anyhow::anyhow!("cannot attach to process {pid} with bpf: {e}"))?;
-            let n = t.threads_at_attach;
-            Ok((Box::new(t), LiveBackend::Bpf, n))
-        }
-        Backend::Perf => {
-            eprintln!("stallscope: backend perf: {perf_why}");
-            let t = perf::PerfTracer::attach(perf_cfg)
-                .map_err(|e| anyhow::anyhow!("cannot attach to process {pid} with perf: {e}"))?;
-            let n = t.threads_at_attach;
-            Ok((Box::new(t), LiveBackend::Perf, n))
-        }
-        Backend::Auto => {
-            let bpf_not = match bpf::BpfTracer::attach(bpf_cfg) {
-                Ok(t) => {
-                    eprintln!("stallscope: backend bpf (auto): {bpf_why}");
-                    let n = t.threads_at_attach;
-                    return Ok((Box::new(t), LiveBackend::Bpf, n));
-                }
-                Err(e) => no_such(e)?,
+        BackendChoice::Bpf => start_bpf(cfg, "").map_err(|e| match e {
+            Ok(e) => anyhow::anyhow!("cannot attach to process {pid} with bpf: {e}"),
+            Err(e) => e,
+        }),
+        BackendChoice::Perf => start_perf(cfg, "").map_err(|e| match e {
+            Ok(e) => anyhow::anyhow!("cannot attach to process {pid} with perf: {e}"),
+            Err(e) => e,
+        }),
+        BackendChoice::Auto => {
+            let bpf_not = match start_bpf(cfg, " (auto)") {
+                Ok(s) => return Ok(s),
+                Err(e) => e?,
             };
             let perf_not = match perf::available() {
-                Ok(()) => match perf::PerfTracer::attach(perf_cfg) {
-                    Ok(t) => {
-                        eprintln!(
-                            "stallscope: backend perf (auto): {perf_why}; the bpf backend cannot be used: {bpf_not}"
-                        );
-                        let n = t.threads_at_attach;
-                        return Ok((Box::new(t), LiveBackend::Perf, n));
+                Ok(()) => {
+                    let why = format!("; the bpf backend cannot be used: {bpf_not}");
+                    match start_perf(cfg, &why) {
+                        Ok(s) => return Ok(s),
+                        Err(e) => e?,
                     }
-                    Err(e) => no_such(e)?,
-                },
+                }
                 Err(why) => why,
             };
+            if !cfg.auto_may_stop {
+                anyhow::bail!(
+                    "--backend auto: no backend that leaves redis running at full speed can be used: the bpf \
+                     backend: {bpf_not}; the perf backend: {perf_not}; --backend ptrace works everywhere but \
+                     stops redis at every syscall"
+                );
+            }
             start_ptrace(&format!(
                 "(auto) the bpf backend cannot be used: {bpf_not}; the perf backend cannot be used: {perf_not}"
             ))
@@ -484,360 +474,62 @@ pub(crate) fn start_tracer(
     }
 }
 
-/// How many events the live loops take between two reads of the clock (see `run_attach`).
-pub(crate) const CLOCK_EVERY: u32 = 64;
+/// The outcome of trying one backend: started; or why not, as words for `auto` to pass on
+/// (`Err(Ok(why))`) or as an error that ends the attach whatever the choice (`Err(Err(e))`:
+/// the process does not exist).
+type Tried = std::result::Result<Started, Result<String>>;
 
-/// `stallscope attach`: trace a running process, print stalls as they are found, and the
-/// full report when tracing ends. Returns the number of stalls (for the exit status).
-pub fn run_attach(args: &AttachArgs) -> Result<u64> {
-    let pid = resolve_pid(args)?;
-    let mut opts = crate::run::options(&args.out)?;
-    opts.root_pid = Some(pid);
-    let user_conf = opts.redis_conf.is_some();
-    install_stop_handlers();
-    let asked_log = args.redis.as_deref().and_then(|addr| {
-        crate::redis_evidence::log_source_before_attach(
-            pid,
-            args.out.redis_log.as_deref(),
-            Some(addr),
-            opts.redis_conf.as_ref(),
-        )
-    });
-    let (mut tracer, backend, threads_at_attach) = start_tracer(pid, args)?;
-    // The analysis may lag; redis and the tracer thread that resumes it must not. On a
-    // small machine the analyzer would otherwise take CPU from them (nice is per thread).
-    unsafe { libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 10) };
-    let attach_mono = tracer.stats().attach_mono;
-    let wall_at_first = tracer.stats().attach_wall;
-    let ctx = procctx::gather(pid);
-    if !user_conf && !ctx.redis_conf.is_empty() {
-        opts.redis_conf = Some(RedisConf::parse(&ctx.redis_conf));
+fn why_not(pid: Tid, e: AttachError) -> Result<String> {
+    match e {
+        AttachError::NoSuchPid(p) => Err(anyhow::anyhow!(
+            "cannot attach to process {pid}: {}",
+            AttachError::NoSuchPid(p)
+        )),
+        e => Ok(e.to_string()),
     }
-    // The config the analysis used (it names the AOF, RDB and log files), for the recording.
-    let conf_text = match &args.out.redis_conf {
-        Some(f) => std::fs::read_to_string(f).ok(),
-        None => Some(ctx.redis_conf.clone()).filter(|t| !t.is_empty()),
-    };
-    let mut thread_names = ctx.thread_names.clone();
-    for (t, n) in &opts.thread_names {
-        thread_names.insert(*t, n.clone());
-    }
-    opts.stamped_at_stops = backend == LiveBackend::Ptrace;
-    opts.fault_copy_bytes = procctx::cow_fault_bytes(pid);
-    let redis_conf = opts.redis_conf.clone();
-    let mut an = Analyzer::new(opts);
-    for (fd, what) in &ctx.fds {
-        an.seed_fd(pid, *fd, what);
-    }
-    for (t, n) in &thread_names {
-        an.set_thread_name(*t, n);
-    }
-    let mut rec = match &args.record {
-        Some(path) => {
-            let f = std::fs::File::create(path)
-                .map_err(|e| anyhow::anyhow!("--record {path}: cannot create it: {e}"))?;
-            let mut r = record::Recorder::new(f, pid, attach_mono, wall_at_first, ctx.cwd.clone());
-            for (fd, what) in &ctx.fds {
-                r.seed_fd(*fd, what);
-            }
-            // Only bpf and perf split calls by the scheduler; no stale split of another
-            // recording.
-            let spath = format!("{path}{}", record::SCHED_SUFFIX);
-            if tracer.splits_sched() {
-                let f = std::fs::File::create(&spath)
-                    .map_err(|e| anyhow::anyhow!("--record {path}: cannot create {spath}: {e}"))?;
-                r.record_sched(
-                    Box::new(std::io::BufWriter::new(f)),
-                    args.out.threshold / 10,
-                )
-                .map_err(|e| anyhow::anyhow!("--record {path}: cannot write {spath}: {e}"))?;
-            } else if let Err(e) = std::fs::remove_file(&spath) {
-                if e.kind() != std::io::ErrorKind::NotFound {
-                    anyhow::bail!("--record {path}: cannot remove the stale {spath}: {e}");
-                }
-            }
-            // The same for when each read's data arrived (bpf, where the kernel stamps it).
-            let apath = format!("{path}{}", record::ARRIVALS_SUFFIX);
-            if tracer.dates_arrivals() == Some(true) {
-                let f = std::fs::File::create(&apath)
-                    .map_err(|e| anyhow::anyhow!("--record {path}: cannot create {apath}: {e}"))?;
-                r.record_arrivals(Box::new(std::io::BufWriter::new(f)))
-                    .map_err(|e| anyhow::anyhow!("--record {path}: cannot write {apath}: {e}"))?;
-            } else if let Err(e) = std::fs::remove_file(&apath) {
-                if e.kind() != std::io::ErrorKind::NotFound {
-                    anyhow::bail!("--record {path}: cannot remove the stale {apath}: {e}");
-                }
-            }
-            Some(r)
-        }
-        None => None,
-    };
-    let interval = Duration::from_millis(100);
-    let sampler = procctx::Sampler::start(pid, attach_mono, interval);
-    let redis_side =
-        crate::redis_evidence::LiveRedis::start(args, &ctx, redis_conf.as_ref(), asked_log);
-    let clock = Clock {
-        fmt: TimeFmt::Epoch,
-        perf: false,
-        frac_digits: 6,
-        first: attach_mono,
-        date: None,
-        wall_at_first: Some(wall_at_first),
-    };
-    let deadline = args
-        .duration
-        .map(|d| std::time::Instant::now() + Duration::from_nanos(d as u64));
-    let stderr = std::io::stderr();
-    eprintln!(
-        "stallscope: attached to {pid} ({} thread{}) with {backend}; stalls over {} are printed as they end; Ctrl-C to stop{}",
-        threads_at_attach,
-        crate::analyze::findings::plural(threads_at_attach as u64),
-        crate::analyze::findings::human(args.out.threshold / 1000),
-        match args.duration {
-            Some(d) => format!(" (or after {})", crate::analyze::findings::human(d / 1000)),
-            None => String::new(),
-        }
-    );
-    let mut first_syscall_ts: Option<Nanos> = None;
-    let mut last_drain = std::time::Instant::now();
-    let mut last_stop_req: Option<std::time::Instant> = None;
-    let mut record_err: Option<std::io::Error> = None;
-    let mut seen_tids: rustc_hash::FxHashSet<Tid> = Default::default();
-    let mut last_tid: Option<Tid> = None;
-    let mut batch = std::collections::VecDeque::new();
-    // The events of `batch` before `at` are done with: analysed in place, not popped (a
-    // pop moved each ~300-byte event out of the queue once more), and dropped together.
-    let mut at = 0usize;
-    let mut spent = vec![];
-    let mut since_clock = 0u32;
-    loop {
-        if at >= batch.len() {
-            batch.clear();
-            at = 0;
-            tracer.reuse(&mut spent);
-            tracer.next_batch(Duration::from_millis(100), &mut batch)?;
-        }
-        let ev = batch.get_mut(at);
-        at += 1;
-        // The clock is read once every CLOCK_EVERY events, or when none came: at hundreds of
-        // thousands of events a second, a read per event was a visible part of the
-        // tracer's own CPU, and neither the drain period nor the stop needs it finer.
-        since_clock += 1;
-        let look = ev.is_none() || since_clock >= CLOCK_EVERY;
-        if look {
-            since_clock = 0;
-        }
-        let lost = tracer.take_lost();
-        if lost > 0 {
-            an.add_lost_events(lost);
-            if let Some(r) = rec.as_mut() {
-                r.note_lost(lost);
-            }
-        }
-        if let Some(ev) = ev.as_deref() {
-            if ev.syscall().is_some() {
-                first_syscall_ts = Some(first_syscall_ts.map_or(ev.ts, |f| f.min(ev.ts)));
-                if last_tid != Some(ev.tid)
-                    && seen_tids.insert(ev.tid)
-                    && !thread_names.contains_key(&ev.tid)
-                {
-                    // A thread born while tracing: its name is in /proc now.
-                    if let Ok(n) =
-                        std::fs::read_to_string(format!("/proc/{pid}/task/{}/comm", ev.tid))
-                    {
-                        let n = n.trim_end().to_string();
-                        an.set_thread_name(ev.tid, &n);
-                        thread_names.insert(ev.tid, n);
-                    }
-                }
-                last_tid = Some(ev.tid);
-            }
-            // The end of tracing changes nothing in the analysis (no call comes after it),
-            // and a recording cannot hold it as an event (record.rs): left out, the live
-            // report and that of the recording count the same events.
-            if !matches!(ev.kind, crate::event::EventKind::Detach) {
-                an.push(ev);
-            }
-            if let (Some(r), None) = (rec.as_mut(), &record_err) {
-                if let Err(e) = r.write_event(ev) {
-                    record_err = Some(e);
-                }
-            }
-        }
-        let got = ev.is_some();
-        if let Some(ev) = ev {
-            spend(ev, &mut spent);
-        }
-        let done = at >= batch.len() && tracer.is_done();
-        if done || !got || (look && last_drain.elapsed() >= Duration::from_millis(200)) {
-            last_drain = std::time::Instant::now();
-            // The --redis poller's commands are ours, not a client's.
-            for (fd, since) in redis_side.take_own_conns() {
-                an.mark_own_connection(fd, since);
-            }
-            let fresh = an.drain_new_stalls(&clock);
-            if !fresh.is_empty() {
-                let mut w = stderr.lock();
-                for s in &fresh {
-                    let _ = writeln!(w, "stall: {}", crate::render::table::stall_line(s));
-                }
-            }
-        }
-        if done {
-            break;
-        }
-        let want_stop = STOP.load(Ordering::SeqCst)
-            || (look && deadline.is_some_and(|d| std::time::Instant::now() >= d))
-            || record_err.is_some();
-        if want_stop
-            && (look || last_stop_req.is_none())
-            && last_stop_req.is_none_or(|t| t.elapsed() >= Duration::from_millis(100))
-        {
-            tracer.stop();
-            last_stop_req = Some(std::time::Instant::now());
-        }
-    }
-    for w in tracer.warnings() {
-        eprintln!("stallscope: warning: {w}");
-    }
-    let stats = tracer.stats();
-    eprintln!(
-        "stallscope: traced {} syscalls ({} of the main thread {pid}); {} lost",
-        stats.syscalls, stats.main_syscalls, stats.lost_events
-    );
-    let samples = sampler.finish();
-    let lost_text = rec.as_ref().and_then(|r| r.lost_text());
-    if let Some(r) = rec {
-        if record_err.is_none() {
-            if let Err(e) = r.finish() {
-                record_err = Some(e);
-            }
-        }
-    }
-    let mut lost_err = None;
-    if let (Some(path), None) = (&args.record, &record_err) {
-        let tpath = format!("{path}.threads");
-        if let Err(e) = record::Recorder::<std::fs::File>::write_threads(&tpath, &thread_names) {
-            eprintln!("stallscope: warning: --record: cannot write {tpath}: {e}");
-        }
-        // Without losses no sidecar, and none left from an earlier recording to this name.
-        let lpath = format!("{path}{}", record::LOST_SUFFIX);
-        let written = match &lost_text {
-            Some(text) => std::fs::write(&lpath, text),
-            None => std::fs::remove_file(&lpath).or_else(|e| match e.kind() {
-                std::io::ErrorKind::NotFound => Ok(()),
-                _ => Err(e),
-            }),
-        };
-        if let Err(e) = written {
-            // A replay without it would not say what the live report said was lost.
-            lost_err = Some(std::io::Error::new(
-                e.kind(),
-                format!("{lpath} (the lost-records sidecar): {e}"),
-            ));
-        }
-        if let Some(text) = &conf_text {
-            let cpath = format!("{path}{}", record::CONF_SUFFIX);
-            if let Err(e) = std::fs::write(&cpath, text) {
-                eprintln!("stallscope: warning: --record: cannot write {cpath}: {e}");
-            }
-        }
-    }
-    let info = SourceInfo {
-        kind: crate::report::SourceKind::Live,
-        files: vec![],
-        format: format!(
-            "stallscope attach ({backend}{})",
-            if args.no_follow_forks {
-                ""
-            } else {
-                ", following forks"
-            }
-        ),
-        pid: Some(pid),
-        clock,
-    };
-    let mut report = an.finish(info, Counters::default());
-    report.source.backend = Some(backend);
-    report.summary.command_start = command_start(tracer.dates_arrivals());
-    // Samples were stamped from the attach; the report's axis starts at its first call.
-    let shift = (first_syscall_ts.unwrap_or(attach_mono) - attach_mono) / 1000;
-    let samples = samples.into_iter().map(|mut s| {
-        s.at_us -= shift;
-        s
-    });
-    procctx::attach_host_context(&mut report, samples.collect(), interval);
-    add_overhead(&mut report, &stats, backend);
-    let tracing_cost = report.overhead.as_ref().and_then(|o| o.warning.clone());
-    report
-        .findings
-        .extend(crate::analyze::findings::live_findings(&LiveEvidence {
-            sees_commands: backend != LiveBackend::Perf,
-            // Only ptrace stops redis; the other backends' warning is about lost records.
-            tracing_cost: tracing_cost
-                .as_deref()
-                .filter(|_| backend == LiveBackend::Ptrace),
-            watch: None,
-        }));
-    redis_side.finish(&mut report)?;
-    if let Some(e) = record_err.or(lost_err) {
-        let path = args.record.as_deref().unwrap_or("");
-        return Err(anyhow::anyhow!("--record {path}: cannot write it: {e}"));
-    }
-    crate::run::emit(&report, &args.out)?;
-    Ok(report.summary.stalls)
 }
 
-/// Above this share of the main thread's time spent in ptrace round trips, the report warns
-/// that tracing itself is slowing redis down.
-const OVERHEAD_WARN_SHARE: f64 = 0.10;
-
-/// Fills `report.overhead`; its warning, when tracing cost substantially, is the evidence of
-/// the `tracer-overhead` finding (`analyze::findings::live_findings`).
-pub fn add_overhead(report: &mut Report, st: &TracerStats, backend: LiveBackend) {
-    let span_ns = (st.detach_mono - st.attach_mono).max(1) as f64;
-    let per_s = st.syscalls as f64 / (span_ns / 1e9);
-    if backend != LiveBackend::Ptrace {
-        // Nothing is stopped: the cost is the kernel writing two records per syscall,
-        // not something a traced duration shows. What can go wrong is losing records.
-        let warning = (st.lost_events > 0).then(|| {
-            format!(
-                "the kernel dropped {} syscall records because the ring buffers filled up: the trace is incomplete \
-                 (stalls found after the first loss say so); trace again with a larger --perf-pages (ring-buffer pages)",
-                st.lost_events
-            )
-        });
-        report.overhead = Some(Overhead {
-            syscalls_per_s: per_s,
-            mean_stop_us: 0.0,
-            warning,
-        });
-        return;
-    }
-    let mean_stop_us = if st.stops == 0 {
-        0.0
-    } else {
-        st.stop_ns as f64 / st.stops as f64 / 1000.0
+fn start_bpf(cfg: &TracerConfig, how: &str) -> Tried {
+    let bpf_cfg = bpf::BpfConfig {
+        pid: cfg.pid,
+        follow_forks: cfg.follow_forks,
+        pages: cfg.pages.unwrap_or(bpf::DEFAULT_PAGES),
     };
-    // The typical traced call of the main thread (median; mostly ptrace round trip for
-    // redis's non-blocking reads and writes) times how many it made: the share of its time
-    // spent being traced. The fastest call is the floor when the median is not known.
-    let per_call_ns = st.main_call_median_ns().unwrap_or(st.min_call_ns as f64);
-    let share = st.main_syscalls as f64 * per_call_ns / span_ns;
-    let warning = (share >= OVERHEAD_WARN_SHARE).then(|| {
-        format!(
-            "tracing is slowing redis down: its main thread made {:.0} syscalls/s and a typical one took {:.1} µs under ptrace, \
-             about {:.0}% of its time; latencies in this report include that cost",
-            st.main_syscalls as f64 / (span_ns / 1e9),
-            per_call_ns / 1000.0,
-            share * 100.0
-        )
-    });
-    report.overhead = Some(Overhead {
-        syscalls_per_s: per_s,
-        mean_stop_us,
-        warning,
-    });
+    let t = bpf::BpfTracer::attach(bpf_cfg).map_err(|e| why_not(cfg.pid, e))?;
+    eprintln!(
+        "stallscope: backend bpf{how}: BPF programs on the syscall tracepoints, filtered and paired in the \
+         kernel: redis is never stopped, and command names are read from its requests"
+    );
+    let threads = t.threads_at_attach;
+    Ok(Started {
+        tracer: Box::new(t),
+        backend: LiveBackend::Bpf,
+        threads,
+    })
+}
+
+fn start_perf(cfg: &TracerConfig, why_not_bpf: &str) -> Tried {
+    let perf_cfg = perf::PerfConfig {
+        pid: cfg.pid,
+        follow_forks: cfg.follow_forks,
+        pages: cfg.pages.unwrap_or(perf::DEFAULT_PAGES),
+    };
+    let t = perf::PerfTracer::attach(perf_cfg).map_err(|e| why_not(cfg.pid, e))?;
+    let how = if why_not_bpf.is_empty() {
+        ""
+    } else {
+        " (auto)"
+    };
+    eprintln!(
+        "stallscope: backend perf{how}: syscall tracepoints through perf_event_open: redis is never \
+         stopped{why_not_bpf}"
+    );
+    let threads = t.threads_at_attach;
+    Ok(Started {
+        tracer: Box::new(t),
+        backend: LiveBackend::Perf,
+        threads,
+    })
 }
 
 /// The kernel's page size, in which perf and BPF ring buffers are sized.
@@ -849,18 +541,6 @@ pub(crate) fn page_size() -> usize {
     } else {
         4096
     }
-}
-
-/// Where a report's per-command latency starts (`summary.command_start`), from
-/// `Tracer::dates_arrivals`: None for backends that see no command's arrival at all.
-pub(crate) fn command_start(dates_arrivals: Option<bool>) -> Option<crate::report::CommandStart> {
-    dates_arrivals.map(|on| {
-        if on {
-            crate::report::CommandStart::Arrival
-        } else {
-            crate::report::CommandStart::EventLoop
-        }
-    })
 }
 
 #[cfg(test)]

@@ -229,6 +229,14 @@ impl PtraceTracer {
 }
 
 impl Tracer for PtraceTracer {
+    fn stops_tracee(&self) -> bool {
+        true
+    }
+
+    fn reads_buffers(&self) -> bool {
+        true
+    }
+
     fn next_event_timeout(&mut self, mut timeout: Duration) -> Result<Option<Event>> {
         loop {
             if let Some(e) = self.queue.pop_front() {

@@ -296,15 +296,12 @@ mod lost_pages {
         {
             return;
         }
-        // SAFETY: a handler that only calls async-signal-safe functions (write, _exit,
-        // sigaction, signal's reset), installed with a zeroed, then filled, sigaction.
-        unsafe {
-            let mut sa: libc::sigaction = std::mem::zeroed();
-            sa.sa_sigaction = on_sigbus as *const () as usize;
-            sa.sa_flags = libc::SA_SIGINFO;
-            libc::sigemptyset(&mut sa.sa_mask);
-            libc::sigaction(libc::SIGBUS, &sa, std::ptr::null_mut());
-        }
+        // The handler only calls async-signal-safe functions (write, _exit, signal's reset).
+        crate::signals::install(
+            libc::SIGBUS,
+            on_sigbus as *const () as usize,
+            libc::SA_SIGINFO,
+        );
     }
 
     extern "C" fn on_sigbus(_: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {

@@ -7,10 +7,9 @@
 
 use crate::analyze::{Analyzer, Options};
 use crate::event::{Event, Nanos, Tid};
-use crate::live::record::Recorder;
 use crate::report::Stall;
 use crate::source::{Clock, Counters, SourceInfo};
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
@@ -135,26 +134,33 @@ impl RateLimit {
     }
 }
 
-/// Everything the writer needs to make one incident's files.
-pub(crate) struct Job {
-    pub events: std::collections::VecDeque<Event>,
-    /// Records the tracer lost before the event at each index (`ring::Taken`).
-    pub lost: Vec<(usize, u64)>,
+/// What every incident of one attachment starts from: the session as the watcher holds it
+/// (the process's fds and thread names kept up to date, the clock kept in step with the wall
+/// clock, stallscope's own connections), cloned into each job.
+#[derive(Clone)]
+pub(crate) struct SessionView {
     pub pid: Tid,
+    /// The session's analysis options (`LiveSession::opts`).
     pub opts: Options,
     pub fds: Vec<(i32, String)>,
-    pub thread_names: Vec<(Tid, String)>,
+    pub thread_names: HashMap<Tid, String>,
     pub cwd: Option<String>,
     /// The redis config the live analysis used, kept beside a recording.
     pub conf_text: Option<String>,
     pub clock: Clock,
     pub backend: crate::report::LiveBackend,
-    /// The tracer splits calls by the scheduler (`Tracer::splits_sched`): the recording
-    /// keeps the split in its `.sched` sidecar.
-    pub splits_sched: bool,
-    /// Where per-command latency starts (`summary.command_start`), as in `attach`.
-    pub command_start: Option<crate::report::CommandStart>,
+    pub caps: crate::live::Capabilities,
     pub follow_forks: bool,
+    /// The traced redis's fds of stallscope's own poller connections.
+    pub own_conns: Vec<(i32, Nanos)>,
+}
+
+/// Everything the writer needs to make one incident's files.
+pub(crate) struct Job {
+    pub events: std::collections::VecDeque<Event>,
+    /// Records the tracer lost before the event at each index (`ring::Taken`).
+    pub lost: Vec<(usize, u64)>,
+    pub session: SessionView,
     /// The incident's first stall, as the live analysis saw it: names the files.
     pub first: Stall,
     pub worst: Stall,
@@ -169,8 +175,6 @@ pub(crate) struct Job {
     pub host: Vec<super::host::Raw>,
     /// redis's log lines and the --redis poller (`redis`).
     pub redis: Option<super::redis::IncidentRedis>,
-    /// The traced redis's fds of stallscope's own poller connections.
-    pub own_conns: Vec<(i32, Nanos)>,
     pub dir: PathBuf,
     pub record: bool,
 }
@@ -255,24 +259,6 @@ fn write_atomic(
     Ok(path)
 }
 
-/// A buffer the recorder writes the `.sched` sidecar into (it wants an owned writer), read
-/// back once the recording is complete.
-#[derive(Clone, Default)]
-struct SharedBuf(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl Write for SharedBuf {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .extend_from_slice(b);
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 /// The event as a recording may keep it: a buffer's bytes (bpf and ptrace read the first
 /// bytes of requests and replies, keys and values included) become the command name alone,
 /// or nothing.
@@ -348,25 +334,39 @@ pub(crate) fn write(job: Job) -> Outcome {
 
 fn write_inner(mut job: Job) -> Result<PathBuf, String> {
     let base = base_name(&job.first, &job.worst);
-    std::fs::create_dir_all(&job.dir)
-        .map_err(|e| format!("--out {}: cannot create it: {e}", job.dir.display()))?;
-    let mut opts = job.opts.clone();
-    opts.root_pid = Some(job.pid);
-    opts.stamped_at_stops = job.backend == crate::report::LiveBackend::Ptrace;
+    let dir = job.dir.clone();
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| format!("--out {}: cannot create it: {e}", dir.display()))?;
+    let report = analyse(&mut job);
+    let fail = |what: &str, e: std::io::Error| {
+        format!("--out {}: cannot write {base}.{what}: {e}", dir.display())
+    };
+    write_atomic(&dir, &format!("{base}.html"), |w| {
+        crate::render::html::render(&report, w)
+    })
+    .map_err(|e| fail("html", e))?;
+    if job.record {
+        record(&job, &dir.join(format!("{base}.strace"))).map_err(|e| fail("strace", e))?;
+    }
+    // The JSON is written last: whoever picks incidents up by their .json (a script, an
+    // alert's runbook, the tests) finds the HTML and the recording already beside it.
+    let json = write_atomic(&dir, &format!("{base}.json"), |w| {
+        crate::render::json::render(&report, w)
+    })
+    .map_err(|e| fail("json", e))?;
+    Ok(json)
+}
+
+/// The incident's report: its events analysed as the live session was (seeded the same
+/// way, losses where they happened, as a replay of the recording reads them from its
+/// `.lost` sidecar), enriched as `attach` enriches its own, with the incident's window.
+fn analyse(job: &mut Job) -> crate::report::Report {
+    let v = &job.session;
+    let mut opts = v.opts.clone();
     // The report's plot wants its context calls, as `attach --html` keeps them.
     opts.timeline_floor_ns = Some((opts.threshold_ns / 10).max(100_000));
     let mut an = Analyzer::new(opts);
-    for (fd, what) in &job.fds {
-        an.seed_fd(job.pid, *fd, what);
-    }
-    for (t, n) in &job.thread_names {
-        an.set_thread_name(*t, n);
-    }
-    for (fd, since) in &job.own_conns {
-        an.mark_own_connection(*fd, *since);
-    }
-    // Losses where they happened, as the live analysis had them (and a replay of the
-    // recording reads them from its `.lost` sidecar).
+    crate::session::seed(&mut an, v.pid, &v.fds, &v.thread_names, &v.own_conns);
     let mut marks = job.lost.iter().peekable();
     for (i, ev) in job.events.iter().enumerate() {
         while let Some((_, n)) = marks.next_if(|(at, _)| *at <= i) {
@@ -383,141 +383,76 @@ fn write_inner(mut job: Job) -> Result<PathBuf, String> {
         .filter(|e| e.syscall().is_some())
         .map(|e| e.ts)
         .min()
-        .unwrap_or(job.clock.first);
+        .unwrap_or(v.clock.first);
+    let forks = if v.follow_forks {
+        ", following forks"
+    } else {
+        ""
+    };
     let info = SourceInfo {
         kind: crate::report::SourceKind::Live,
         files: vec![],
-        format: format!(
-            "stallscope watch ({}{})",
-            job.backend,
-            if job.follow_forks {
-                ", following forks"
-            } else {
-                ""
-            }
-        ),
-        pid: Some(job.pid),
-        clock: job.clock.clone(),
+        format: format!("stallscope watch ({}{forks})", v.backend),
+        pid: Some(v.pid),
+        clock: v.clock.clone(),
     };
     let mut report = an.finish(info, Counters::default());
-    report.source.backend = Some(job.backend);
-    report.summary.command_start = job.command_start;
-    add_host(&mut report, &job.host, first_ts);
     let span = job.events.back().map_or(0, |e| e.end()) - first_ts;
-    // What the window covers and what the backend cannot see: the live rules of the
-    // findings table. The watcher does not measure its own cost per incident (its metrics
-    // do).
-    let live = crate::analyze::findings::LiveEvidence {
-        sees_commands: job.backend != crate::report::LiveBackend::Perf,
-        tracing_cost: None,
-        watch: Some(crate::analyze::findings::WatchWindow {
-            stalls: job.count,
-            threshold_ns: job.opts.threshold_ns,
-            span_ns: span,
-            ring_short: job.ring_short,
-            suppressed: job.suppressed,
-            joined: job.joined,
-        }),
-    };
-    report
-        .findings
-        .extend(crate::analyze::findings::live_findings(&live));
+    // The watcher does not measure its own cost per incident (its metrics do).
+    crate::session::enrich(
+        &mut report,
+        &crate::session::Enrichment {
+            backend: v.backend,
+            caps: v.caps,
+            stats: None,
+            watch: Some(crate::analyze::findings::WatchWindow {
+                stalls: job.count,
+                threshold_ns: v.opts.threshold_ns,
+                span_ns: span,
+                ring_short: job.ring_short,
+                suppressed: job.suppressed,
+                joined: job.joined,
+            }),
+        },
+    );
+    add_host(&mut report, &job.host, first_ts);
     if let Some(r) = job.redis.take() {
         // A log that cannot be read is a note in the report, never a lost incident.
         if let Err(e) = r.apply(&mut report) {
             eprintln!("stallscope: warning: incident: redis's own signals not joined: {e:#}");
         }
     }
-    let fail = |what: &str, e: std::io::Error| {
-        format!(
-            "--out {}: cannot write {base}.{what}: {e}",
-            job.dir.display()
-        )
-    };
-    write_atomic(&job.dir, &format!("{base}.html"), |w| {
-        crate::render::html::render(&report, w)
-    })
-    .map_err(|e| fail("html", e))?;
-    if job.record {
-        let first = job.clock.first;
-        let wall = job.clock.wall_at_first.unwrap_or(0);
-        // The sidecars `attach --record` leaves, so that `analyze` of the recording marks
-        // the same stalls as possibly incomplete (`.lost`) and names the same scheduler
-        // causes (`.sched`, bpf and perf) as this report.
-        let sched = SharedBuf::default();
-        let arrivals = SharedBuf::default();
-        let dated = job.command_start == Some(crate::report::CommandStart::Arrival);
-        let mut lost_text = None;
-        write_atomic(&job.dir, &format!("{base}.strace"), |w| {
-            let mut r = Recorder::new(w, job.pid, first, wall, job.cwd.clone());
-            for (fd, what) in &job.fds {
-                r.seed_fd(*fd, what);
-            }
-            if job.splits_sched {
-                r.record_sched(Box::new(sched.clone()), job.opts.threshold_ns / 10)?;
-            }
-            if dated {
-                r.record_arrivals(Box::new(arrivals.clone()))?;
-            }
-            let mut marks = job.lost.iter().peekable();
-            for (i, ev) in job.events.iter().enumerate() {
-                while let Some((_, n)) = marks.next_if(|(at, _)| *at <= i) {
-                    r.note_lost(*n);
-                }
-                r.write_event(&redacted(ev))?;
-            }
-            for (_, n) in marks {
-                r.note_lost(*n);
-            }
-            lost_text = r.lost_text();
-            r.finish()
-        })
-        .map_err(|e| fail("strace", e))?;
-        if let Some(text) = &lost_text {
-            let suffix = crate::live::record::LOST_SUFFIX;
-            write_atomic(&job.dir, &format!("{base}.strace{suffix}"), |w| {
-                w.write_all(text.as_bytes())
-            })
-            .map_err(|e| fail(&format!("strace{suffix}"), e))?;
+    report
+}
+
+/// The incident's events as a recording (`attach --record`'s shape and sidecars), so that
+/// `analyze` of it gives this report: buffers reduced to command names (`redacted`).
+fn record(job: &Job, path: &Path) -> std::io::Result<()> {
+    let v = &job.session;
+    let store = crate::recording::FileStore::private(path.to_string_lossy().into_owned());
+    let mut r = crate::recording::RecordingWriter::start(
+        store,
+        &crate::recording::RecordingStart {
+            pid: v.pid,
+            first: v.clock.first,
+            wall_at_first: v.clock.wall_at_first.unwrap_or(0),
+            cwd: v.cwd.clone(),
+            fds: &v.fds,
+            sched_floor: v.caps.splits_sched.then_some(v.opts.threshold_ns / 10),
+            arrivals: v.caps.dates_arrivals == Some(true),
+        },
+    )?;
+    let mut marks = job.lost.iter().peekable();
+    for (i, ev) in job.events.iter().enumerate() {
+        while let Some((_, n)) = marks.next_if(|(at, _)| *at <= i) {
+            r.note_lost(*n);
         }
-        if dated {
-            let suffix = crate::live::record::ARRIVALS_SUFFIX;
-            let text = std::mem::take(&mut *arrivals.0.lock().unwrap_or_else(|e| e.into_inner()));
-            write_atomic(&job.dir, &format!("{base}.strace{suffix}"), |w| {
-                w.write_all(&text)
-            })
-            .map_err(|e| fail(&format!("strace{suffix}"), e))?;
-        }
-        if job.splits_sched {
-            let suffix = crate::live::record::SCHED_SUFFIX;
-            let text = std::mem::take(&mut *sched.0.lock().unwrap_or_else(|e| e.into_inner()));
-            write_atomic(&job.dir, &format!("{base}.strace{suffix}"), |w| {
-                w.write_all(&text)
-            })
-            .map_err(|e| fail(&format!("strace{suffix}"), e))?;
-        }
-        write_atomic(&job.dir, &format!("{base}.strace.threads"), |w| {
-            for (t, n) in &job.thread_names {
-                writeln!(w, "{t} {n}")?;
-            }
-            Ok(())
-        })
-        .map_err(|e| fail("strace.threads", e))?;
-        if let Some(text) = &job.conf_text {
-            let suffix = crate::live::record::CONF_SUFFIX;
-            write_atomic(&job.dir, &format!("{base}.strace{suffix}"), |w| {
-                w.write_all(text.as_bytes())
-            })
-            .map_err(|e| fail(&format!("strace{suffix}"), e))?;
-        }
+        r.write_event(&redacted(ev))?;
     }
-    // The JSON is written last: whoever picks incidents up by their .json (a script, an
-    // alert's runbook, the tests) finds the HTML and the recording already beside it.
-    let json = write_atomic(&job.dir, &format!("{base}.json"), |w| {
-        crate::render::json::render(&report, w)
-    })
-    .map_err(|e| fail("json", e))?;
-    Ok(json)
+    for (_, n) in marks {
+        r.note_lost(*n);
+    }
+    r.finish(&v.thread_names, v.conf_text.as_deref())
 }
 
 #[cfg(test)]
@@ -675,28 +610,35 @@ pub(crate) mod tests {
             call("getpid", 313 * ms, ms / 10, false),
         ]
         .into();
+        let bpf = backend == crate::report::LiveBackend::Bpf;
         Job {
             events,
             lost: vec![(2, 5)],
-            pid: 100,
-            opts: Options::default(),
-            fds: vec![],
-            thread_names: vec![(100, "redis-server".into())],
-            cwd: None,
-            conf_text: None,
-            clock: Clock {
-                fmt: crate::source::TimeFmt::Epoch,
-                perf: false,
-                frac_digits: 6,
-                first: 0,
-                date: None,
-                wall_at_first: Some(1_700_000_000_000_000_000),
+            session: SessionView {
+                pid: 100,
+                opts: Options::default(),
+                fds: vec![],
+                thread_names: [(100, "redis-server".to_string())].into_iter().collect(),
+                cwd: None,
+                conf_text: None,
+                clock: Clock {
+                    fmt: crate::source::TimeFmt::Epoch,
+                    perf: false,
+                    frac_digits: 6,
+                    first: 0,
+                    date: None,
+                    wall_at_first: Some(1_700_000_000_000_000_000),
+                },
+                backend,
+                caps: crate::live::Capabilities {
+                    stops_tracee: false,
+                    reads_buffers: bpf,
+                    splits_sched: bpf,
+                    dates_arrivals: bpf.then_some(true),
+                },
+                follow_forks: true,
+                own_conns: vec![],
             },
-            backend,
-            splits_sched: backend == crate::report::LiveBackend::Bpf,
-            command_start: (backend == crate::report::LiveBackend::Bpf)
-                .then_some(crate::report::CommandStart::Arrival),
-            follow_forks: true,
             first: stall(300_000, None),
             worst: stall(300_000, None),
             count: 1,
@@ -705,7 +647,6 @@ pub(crate) mod tests {
             ring_short: false,
             host: vec![],
             redis: None,
-            own_conns: vec![],
             dir: dir.to_path_buf(),
             record: true,
         }
@@ -731,13 +672,13 @@ pub(crate) mod tests {
                 + 1
         };
         let lost = std::fs::read_to_string(format!("{stem}.strace.lost")).unwrap();
-        let mut marks = crate::live::record::LostMarks::parse(&lost).unwrap();
+        let mut marks = crate::recording::LostMarks::parse(&lost).unwrap();
         // The five lost records came before the slow call, after the second.
         let at = line_of("sched_yield(");
         assert_eq!(marks.before(at - 1), 0, "{lost}");
         assert_eq!(marks.before(at), 5, "{lost}");
         let sched = std::fs::read_to_string(format!("{stem}.strace.sched")).unwrap();
-        let split = crate::live::record::parse_sched(&sched).unwrap();
+        let split = crate::recording::strace::parse_sched(&sched).unwrap();
         assert_eq!(
             split.keys().copied().collect::<Vec<_>>(),
             vec![at],

@@ -9,6 +9,7 @@
 //! are the old one's, after it the new one's), and everything else is bounded by count
 //! (label sets, rate limit) or bytes (ring).
 
+pub(crate) mod attached;
 pub(crate) mod follow;
 pub(crate) mod host;
 pub(crate) mod incident;
@@ -16,30 +17,22 @@ pub(crate) mod metrics;
 pub(crate) mod redis;
 pub(crate) mod ring;
 
-use crate::analyze::{Analyzer, Options, RedisConf};
-use crate::cli::{AttachArgs, Backend, WatchArgs};
+use crate::analyze::{Options, RedisConf};
+use crate::cli::WatchArgs;
 use crate::event::{Nanos, Tid};
-use crate::live::{self, now_mono, procctx, Tracer};
-use crate::report::{LiveBackend, Stall};
-use crate::source::{Clock, TimeFmt};
+use crate::live;
+use crate::report::Stall;
 use anyhow::{Context, Result};
 use incident::{Grouper, Job, Outcome, RateLimit};
 use metrics::{Metrics, Observer, StallLabels};
 use ring::Ring;
-use std::collections::HashMap;
 use std::io::Write;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-/// How long one live analyzer runs before it is replaced (its per-phase, per-file and
-/// per-thread state is what would otherwise grow over days).
-const WINDOW: Duration = Duration::from_secs(600);
-/// How long the next analyzer runs beside the old one before it takes over: a gap or a
-/// call that began before its start would otherwise be missed by both.
-const OVERLAP_NS: Nanos = 30_000_000_000;
 /// The ring keeps this much beyond --before: a stall is known only when it ends, and its
 /// incident starts --before ahead of its start.
-const LONG_STALL_NS: Nanos = 10_000_000_000;
+pub(crate) const LONG_STALL_NS: Nanos = 10_000_000_000;
 /// Reports given to the writer at once: the one being written and one queued. With the
 /// one waiting in the ring, at most three incidents' events exist besides the ring's.
 const MAX_JOBS_OUT: usize = 2;
@@ -50,24 +43,6 @@ const MAX_JOBS_OUT: usize = 2;
 const WRITER_NICER_BY: libc::c_int = 2;
 /// How long a restarted process is looked for between tries.
 const FOLLOW_POLL: Duration = Duration::from_millis(200);
-
-static STOP: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_stop_signal(_: libc::c_int) {
-    STOP.store(true, Ordering::SeqCst);
-}
-
-fn install_stop_handlers() {
-    for sig in [libc::SIGINT, libc::SIGTERM] {
-        // SAFETY: the handler only stores to an atomic.
-        unsafe {
-            let mut sa: libc::sigaction = std::mem::zeroed();
-            sa.sa_sigaction = on_stop_signal as *const () as usize;
-            libc::sigemptyset(&mut sa.sa_mask);
-            libc::sigaction(sig, &sa, std::ptr::null_mut());
-        }
-    }
-}
 
 /// `--events`: where stall lines go.
 enum EventLog {
@@ -142,128 +117,6 @@ fn stall_labels(s: &Stall) -> StallLabels {
     }
 }
 
-/// A live analyzer and what is needed to place its stalls in time.
-struct Window {
-    an: Analyzer,
-    /// The smallest syscall start it was given: the origin of its stalls' `at_us`.
-    first_ts: Option<Nanos>,
-    born: Instant,
-}
-
-impl Window {
-    fn new(
-        opts: &Options,
-        pid: Tid,
-        ctx: &procctx::ProcContext,
-        names: &HashMap<Tid, String>,
-        own: &[(i32, Nanos)],
-    ) -> Window {
-        let mut an = Analyzer::new(opts.clone());
-        for (fd, what) in &ctx.fds {
-            an.seed_fd(pid, *fd, what);
-        }
-        for (fd, since) in own {
-            an.mark_own_connection(*fd, *since);
-        }
-        for (t, n) in names {
-            an.set_thread_name(*t, n);
-        }
-        Window {
-            an,
-            first_ts: None,
-            born: Instant::now(),
-        }
-    }
-
-    fn push(&mut self, ev: &crate::event::Event) {
-        if ev.syscall().is_some() {
-            self.first_ts = Some(self.first_ts.map_or(ev.ts, |f| f.min(ev.ts)));
-        }
-        self.an.push(ev);
-    }
-
-    /// New stalls with their start and end on the tracer clock.
-    fn drain(&mut self, clock: &Clock) -> Vec<(Stall, Nanos, Nanos)> {
-        let first = self.first_ts.unwrap_or(clock.first);
-        self.an
-            .drain_new_stalls(clock)
-            .into_iter()
-            .map(|s| {
-                let start = first + s.at_us * 1000;
-                let end = start + s.duration_us * 1000;
-                (s, start, end)
-            })
-            .collect()
-    }
-}
-
-/// An `AttachArgs` for the live module's backend choice, built through clap so that flags
-/// added to `attach` later (a new backend's options) take their defaults here.
-fn attach_args(pid: Tid, args: &WatchArgs) -> Result<AttachArgs> {
-    use clap::{Args, FromArgMatches, ValueEnum};
-    let backend = args
-        .backend
-        .to_possible_value()
-        .map(|v| v.get_name().to_string())
-        .unwrap_or_else(|| "auto".into());
-    let mut argv = vec![
-        "watch".to_string(),
-        "--pid".into(),
-        pid.to_string(),
-        "--backend".into(),
-        backend,
-    ];
-    if args.no_follow_forks {
-        argv.push("--no-follow-forks".into());
-    }
-    if let Some(p) = args.perf_pages {
-        argv.push("--perf-pages".into());
-        argv.push(p.to_string());
-    }
-    let m = AttachArgs::augment_args(clap::Command::new("watch"))
-        .try_get_matches_from(argv)
-        .map_err(|e| anyhow::anyhow!("internal: attach options: {e}"))?;
-    AttachArgs::from_arg_matches(&m).map_err(|e| anyhow::anyhow!("internal: attach options: {e}"))
-}
-
-/// Starts the tracer. `auto` must never end up on ptrace: a watcher runs for days, and
-/// ptrace would slow redis that whole time.
-fn start(pid: Tid, args: &WatchArgs) -> Result<(Box<dyn Tracer>, LiveBackend, u32)> {
-    if args.backend == Backend::Auto {
-        // `live::start_tracer`'s auto tries bpf, then perf, then ptrace. bpf needs what perf
-        // needs (tracefs and root or CAP_PERFMON) and more, so when perf cannot be used
-        // neither can bpf, and auto would end on ptrace: refuse before touching redis.
-        if let Err(why) = live::perf::available() {
-            anyhow::bail!(
-                "--backend auto: no backend that leaves redis running at full speed can be used: {why}; \
-                 --backend ptrace works everywhere but stops redis at every syscall"
-            );
-        }
-    }
-    if args.backend == Backend::Ptrace {
-        eprintln!(
-            "stallscope: warning: --backend ptrace stops every redis thread twice per syscall: a busy redis \
-             runs at a fraction of its throughput (about 0.07x under redis-benchmark -t set -c 50) for as \
-             long as the watch lasts; use it for short watches only"
-        );
-    }
-    let aargs = attach_args(pid, args)?;
-    let (mut t, backend, n) = live::start_tracer(pid, &aargs)?;
-    if args.backend == Backend::Auto && backend == LiveBackend::Ptrace {
-        t.stop();
-        while !t.is_done() {
-            if t.next_event_timeout(Duration::from_millis(50)).is_err() {
-                break;
-            }
-        }
-        anyhow::bail!(
-            "--backend auto: the cheap backends could not attach to process {pid} (see above); \
-             refusing to watch with ptrace unless asked (--backend ptrace)"
-        );
-    }
-    Ok((t, backend, n))
-}
-
 /// The process to watch now: `--pid`, or the one process named `--name` (None: none yet).
 fn find_target(args: &WatchArgs) -> Result<Option<Tid>, String> {
     if let Some(p) = args.pid {
@@ -290,7 +143,7 @@ fn find_target(args: &WatchArgs) -> Result<Option<Tid>, String> {
 }
 
 /// State that lives across attachments.
-struct Watcher<'a> {
+pub(crate) struct Watcher<'a> {
     args: &'a WatchArgs,
     opts: Options,
     /// `--redis-conf`'s text, kept beside recordings.
@@ -321,7 +174,8 @@ struct Watcher<'a> {
 impl Watcher<'_> {
     /// A signal asked to stop, or (when `clock`: the clock may be read) `--duration` is up.
     fn want_stop(&self, clock: bool) -> bool {
-        STOP.load(Ordering::SeqCst) || (clock && self.deadline.is_some_and(|d| Instant::now() >= d))
+        crate::signals::stop_requested()
+            || (clock && self.deadline.is_some_and(|d| Instant::now() >= d))
     }
 
     fn on_stall(&mut self, s: &Stall, start: Nanos, end: Nanos) {
@@ -408,7 +262,7 @@ impl Watcher<'_> {
     /// the channel (two incidents outside the ring at most), or its stalls would be in no
     /// report (what most likely left 4 of 26 injected stalls of the 30-minute soak at load
     /// 13 in no report, before this).
-    fn hand_over(&mut self, ctx: &AttachCtx, clock: &Clock, force: bool) {
+    fn hand_over(&mut self, ctx: &attached::AttachCtx, force: bool) {
         let Some(p) = &self.pending else { return };
         let out = self.jobs_out.load(Ordering::SeqCst);
         let at_risk = self
@@ -455,17 +309,7 @@ impl Watcher<'_> {
         let job = Job {
             events,
             lost: taken.lost,
-            pid: ctx.pid,
-            opts: self.opts.clone(),
-            fds: ctx.ctx.fds.clone(),
-            thread_names: ctx.names.iter().map(|(t, n)| (*t, n.clone())).collect(),
-            cwd: ctx.ctx.cwd.clone(),
-            conf_text: ctx.conf_text.clone(),
-            clock: clock.clone(),
-            backend: ctx.backend,
-            splits_sched: ctx.splits_sched,
-            command_start: ctx.command_start,
-            follow_forks: !self.args.no_follow_forks,
+            session: ctx.view.clone(),
             first,
             worst,
             count: p.open.count,
@@ -474,7 +318,6 @@ impl Watcher<'_> {
             ring_short,
             host,
             redis: ctx.redis.as_ref().and_then(|r| r.for_incident(from)),
-            own_conns: ctx.own.clone(),
             dir: dir.clone(),
             record: self.args.record,
         };
@@ -522,46 +365,6 @@ impl Watcher<'_> {
     }
 }
 
-/// When the watch loop looks for new stalls and finished incidents: every 200 ms, and
-/// after every eighth of what the ring can hold. A watcher catching up on a backlog (it
-/// was descheduled on a loaded host while the kernel buffered redis's calls) pushes events
-/// much faster than they happened: by wall time alone, a whole ring could pass between two
-/// looks, evicting a stall before its incident was opened and held.
-struct DrainClock {
-    last: Instant,
-    since: usize,
-    every: usize,
-}
-
-impl DrainClock {
-    const PERIOD: Duration = Duration::from_millis(200);
-
-    fn new(ring_bytes: usize, now: Instant) -> DrainClock {
-        DrainClock {
-            last: now,
-            since: 0,
-            every: (ring_bytes / std::mem::size_of::<crate::event::Event>() / 8).max(64),
-        }
-    }
-
-    /// One turn of the loop (`event`: it brought one), at `now` when the loop read the
-    /// clock (it reads it now and then, not at every event): true when it is time.
-    fn due(&mut self, event: bool, now: Option<Instant>) -> bool {
-        self.since += event as usize;
-        if self.since >= self.every {
-            self.last = now.unwrap_or_else(Instant::now);
-            self.since = 0;
-            return true;
-        }
-        if let Some(now) = now.filter(|n| n.duration_since(self.last) >= Self::PERIOD) {
-            self.last = now;
-            self.since = 0;
-            return true;
-        }
-        false
-    }
-}
-
 /// A finished incident whose events are still in the ring, up to sequence number `cut`.
 struct Pending {
     open: incident::Open,
@@ -570,27 +373,6 @@ struct Pending {
     cut: u64,
     /// Incidents that finished while it waited, and joined it.
     joined: u64,
-}
-
-/// What belongs to one attachment.
-struct AttachCtx {
-    pid: Tid,
-    /// The redis config the analysis uses (`--redis-conf`, or from /proc), as text.
-    conf_text: Option<String>,
-    backend: LiveBackend,
-    /// The tracer splits calls by the scheduler (`Tracer::splits_sched`).
-    splits_sched: bool,
-    /// Where per-command latency starts (`Tracer::dates_arrivals`).
-    command_start: Option<crate::report::CommandStart>,
-    ctx: procctx::ProcContext,
-    names: HashMap<Tid, String>,
-    /// /proc readings of the last minute or so, for the incidents' host sections.
-    host: Option<host::HostRing>,
-    /// redis's log and the --redis poller.
-    redis: Option<redis::WatchRedis>,
-    /// The traced redis's fds of the poller's connections (the last few), with when each
-    /// became the poller's: marked in every analyzer (`Analyzer::mark_own_connection`).
-    own: Vec<(i32, Nanos)>,
 }
 
 /// `stallscope watch`. Returns 0 (for the exit status) when stopped by a signal or
@@ -637,7 +419,7 @@ pub fn run_watch(args: &WatchArgs) -> Result<u64> {
             );
         }
     }
-    install_stop_handlers();
+    crate::signals::install_stop_handlers();
     let (tx, rx) = std::sync::mpsc::sync_channel::<Job>(1);
     let m2 = metrics.clone();
     let jobs_out = std::sync::Arc::new(AtomicUsize::new(0));
@@ -732,7 +514,7 @@ pub fn run_watch(args: &WatchArgs) -> Result<u64> {
             continue;
         };
         said_waiting = false;
-        match watch_one(&mut w, p) {
+        match attached::watch_one(&mut w, p) {
             Ok(()) => {}
             Err(e) if first => {
                 shutdown(&mut w);
@@ -802,288 +584,14 @@ fn shutdown(w: &mut Watcher) {
     }
 }
 
-/// Keeps `clock`'s wall time of the attach in step with the wall clock. The live clock is
-/// the monotonic one, which a wall-clock step does not move (NTP stepping it, a VM paused and
-/// resumed: a 30-minute soak here ran 10 s behind after one), so a watcher attached for days
-/// would stamp its `--events` lines, incident names and reports ever further from the wall
-/// clock. Moved only past 1 ms, so that the jitter of two clock reads never changes a stall's
-/// printed time between its `--events` line and its report. True when it moved.
-fn resync_wall(clock: &mut Clock, mono_now: Nanos, wall_now: Nanos) -> bool {
-    let wall_at_first = wall_now - (mono_now - clock.first);
-    match clock.wall_at_first {
-        Some(w) if (w - wall_at_first).abs() <= 1_000_000 => false,
-        _ => {
-            clock.wall_at_first = Some(wall_at_first);
-            true
-        }
-    }
-}
-
-/// Traces process `pid` until it is gone or a stop is asked for.
-fn watch_one(w: &mut Watcher, pid: Tid) -> Result<()> {
-    // What redis's log is, found before the attach.
-    let log_src = (w.args.redis.is_some() || w.args.redis_log.is_some()).then(|| {
-        crate::redis_evidence::log_source_before_attach(
-            pid,
-            w.args.redis_log.as_deref(),
-            w.args.redis.as_deref(),
-            w.opts.redis_conf.as_ref(),
-        )
-    });
-    let (mut tracer, backend, nthreads) = start(pid, w.args)?;
-    w.metrics.attached.set(1);
-    w.metrics.attaches.inc();
-    w.observer.reset_process();
-    w.ring.clear();
-    w.reported_upto = None;
-    let st = tracer.stats();
-    let mut clock = Clock {
-        fmt: TimeFmt::Epoch,
-        perf: false,
-        frac_digits: 6,
-        first: st.attach_mono,
-        date: None,
-        wall_at_first: Some(st.attach_wall),
-    };
-    let ctx = procctx::gather(pid);
-    w.identity = Some(follow::Identity::of(
-        pid,
-        &ctx.redis_conf,
-        ctx.cwd.as_deref(),
-    ));
-    // What one copy-on-write fault copies here: the live windows and the incident reports
-    // (which take the watcher's options) both word the cow-page-faults cause by it.
-    w.opts.fault_copy_bytes = procctx::cow_fault_bytes(pid);
-    let mut opts = w.opts.clone();
-    opts.root_pid = Some(pid);
-    opts.stamped_at_stops = backend == LiveBackend::Ptrace;
-    if opts.redis_conf.is_none() && !ctx.redis_conf.is_empty() {
-        opts.redis_conf = Some(RedisConf::parse(&ctx.redis_conf));
-    }
-    let conf_text = w
-        .user_conf
-        .clone()
-        .or_else(|| (!ctx.redis_conf.is_empty()).then(|| ctx.redis_conf.clone()));
-    let mut ac = AttachCtx {
-        pid,
-        conf_text,
-        backend,
-        splits_sched: tracer.splits_sched(),
-        command_start: crate::live::command_start(tracer.dates_arrivals()),
-        names: ctx.thread_names.clone(),
-        ctx,
-        host: Some(host::HostRing::start(
-            pid,
-            Duration::from_nanos(
-                (w.args.before + LONG_STALL_NS + incident::MAX_SPAN_NS + w.args.after) as u64,
-            ),
-        )),
-        redis: None,
-        own: vec![],
-    };
-    if w.args.redis.is_some()
-        || w.args.redis_log.is_some()
-        || opts
-            .redis_conf
-            .as_ref()
-            .is_some_and(|c| c.logfile.is_some())
-    {
-        let src = log_src.unwrap_or_else(|| {
-            redis::WatchRedis::log_source(w.args, &ac.ctx, opts.redis_conf.as_ref())
-        });
-        let r = redis::WatchRedis::start(w.args, &ac.ctx, src);
-        if let Some(src) = r.followed() {
-            eprintln!(
-                "stallscope: following redis's log {} ({})",
-                src.path, src.found
-            );
-        }
-        if let Some(a) = &w.args.redis {
-            eprintln!("stallscope: asking redis at {a} for LATENCY and INFO once a second, SLOWLOG and LATENCY HISTORY once per incident");
-        }
-        ac.redis = Some(r);
-    }
-    let mut cur = Window::new(&opts, pid, &ac.ctx, &ac.names, &ac.own);
-    let mut prev: Option<(Window, Nanos)> = None;
-    eprintln!(
-        "stallscope: watching {pid} ({nthreads} thread{}) with {backend}; stalls over {}{}",
-        crate::analyze::findings::plural(nthreads as u64),
-        crate::analyze::findings::human(w.args.threshold / 1000),
-        match &w.args.out {
-            Some(d) => format!(", incidents into {}", d.display()),
-            None => String::new(),
-        }
-    );
-    let mut seen_tids: rustc_hash::FxHashSet<Tid> = Default::default();
-    let mut last_tid: Option<Tid> = None;
-    let mut drains = DrainClock::new(w.args.ring_size, Instant::now());
-    let mut last_stop_req: Option<Instant> = None;
-    let mut latest: Nanos = st.attach_mono;
-    let mut batch = std::collections::VecDeque::new();
-    // The events of `batch` before `at` are done with: analysed in place and copied,
-    // compact, into the ring from there (a pop first moved each ~300-byte event out once
-    // more).
-    let mut at = 0usize;
-    let mut since_clock = 0u32;
-    loop {
-        if at >= batch.len() {
-            batch.clear();
-            at = 0;
-            tracer.reuse(&mut w.ring.spent);
-            tracer.next_batch(Duration::from_millis(100), &mut batch)?;
-        }
-        let ev = batch.get_mut(at);
-        at += 1;
-        let got_event = ev.is_some();
-        // The clock once every CLOCK_EVERY events, or when none came (as in `run_attach`).
-        since_clock += 1;
-        let look = !got_event || since_clock >= live::CLOCK_EVERY;
-        if look {
-            since_clock = 0;
-            resync_wall(&mut clock, live::now_mono(), live::now_wall());
-        }
-        let lost = tracer.take_lost();
-        if lost > 0 {
-            w.metrics.lost_events.inc_by(lost);
-            w.ring.note_lost(lost);
-            cur.an.add_lost_events(lost);
-            if let Some((p, _)) = &mut prev {
-                p.an.add_lost_events(lost);
-            }
-        }
-        if let Some(slot) = ev {
-            let ev = &*slot;
-            if let Some(sc) = ev.syscall() {
-                if last_tid != Some(ev.tid)
-                    && seen_tids.insert(ev.tid)
-                    && !ac.names.contains_key(&ev.tid)
-                {
-                    // A thread born while tracing: its name is in /proc now.
-                    if let Ok(n) =
-                        std::fs::read_to_string(format!("/proc/{pid}/task/{}/comm", ev.tid))
-                    {
-                        let n = n.trim_end().to_string();
-                        cur.an.set_thread_name(ev.tid, &n);
-                        if let Some((p, _)) = &mut prev {
-                            p.an.set_thread_name(ev.tid, &n);
-                        }
-                        ac.names.insert(ev.tid, n);
-                    }
-                }
-                last_tid = Some(ev.tid);
-                cur.push(ev);
-                if let Some((p, _)) = &mut prev {
-                    p.push(ev);
-                }
-                let class = sc.fd.and_then(|fd| cur.an.file_class_at(ev.tid, fd, ev.ts));
-                w.observer.observe(ev, class);
-            } else {
-                cur.push(ev);
-                if let Some((p, _)) = &mut prev {
-                    p.push(ev);
-                }
-            }
-            latest = latest.max(ev.end());
-            // The ring takes what the event owns and copies the rest, compact, out of the
-            // batch (cleared as a whole later).
-            w.ring.push_from(slot, latest);
-        }
-        let done = at >= batch.len() && tracer.is_done();
-        if drains.due(got_event, look.then(Instant::now)) || done {
-            let mut found = vec![];
-            let switch_at = prev.as_ref().map(|(_, s)| *s);
-            if let Some((p, s)) = &mut prev {
-                found.extend(p.drain(&clock).into_iter().filter(|x| x.2 < *s));
-            }
-            found.extend(
-                cur.drain(&clock)
-                    .into_iter()
-                    .filter(|x| switch_at.is_none_or(|s| x.2 >= s)),
-            );
-            found.sort_by_key(|x| x.1);
-            for (s, start, end) in &found {
-                w.on_stall(s, *start, *end);
-            }
-            let now = now_mono();
-            if let Some(r) = &mut ac.redis {
-                r.tick(
-                    now,
-                    w.args.before + LONG_STALL_NS + incident::MAX_SPAN_NS + w.args.after,
-                );
-                for (fd, since) in r.take_own_conns() {
-                    cur.an.mark_own_connection(fd, since);
-                    if let Some((p, _)) = &mut prev {
-                        p.an.mark_own_connection(fd, since);
-                    }
-                    ac.own.retain(|(f, _)| *f != fd);
-                    if ac.own.len() >= 8 {
-                        ac.own.remove(0);
-                    }
-                    ac.own.push((fd, since));
-                }
-            }
-            if let Some(o) = w.grouper.take_due(now, w.ring.evicted_upto()) {
-                w.incident_due(o);
-            }
-            w.hand_over(&ac, &clock, false);
-            w.tick_metrics();
-            // The old analyzer has handed over once every stall ending before the switch
-            // has surely been drained (a perf tracer holds records back briefly to order them).
-            if prev.as_ref().is_some_and(|(_, s)| now > *s + 2_000_000_000) {
-                prev = None;
-                give_back_memory();
-            }
-            if prev.is_none() && cur.born.elapsed() >= WINDOW && !done {
-                ac.ctx = procctx::gather(pid);
-                ac.names = procctx::thread_names(pid);
-                seen_tids.clear();
-                last_tid = None;
-                let next = Window::new(&opts, pid, &ac.ctx, &ac.names, &ac.own);
-                prev = Some((std::mem::replace(&mut cur, next), now + OVERLAP_NS));
-            }
-        }
-        if done {
-            break;
-        }
-        if (look || last_stop_req.is_none())
-            && w.want_stop(look)
-            && last_stop_req.is_none_or(|t| t.elapsed() >= Duration::from_millis(100))
-        {
-            tracer.stop();
-            last_stop_req = Some(Instant::now());
-        }
-    }
-    for warning in tracer.warnings() {
-        eprintln!("stallscope: warning: {warning}");
-    }
-    // The process is gone or we are stopping: an incident being recorded is complete.
-    if let Some(o) = w.grouper.open.take() {
-        w.incident_due(o);
-    }
-    w.wait_writer_idle(Duration::from_millis(if w.want_stop(true) {
-        300
-    } else {
-        5000
-    }));
-    w.hand_over(&ac, &clock, true);
-    if let Some(h) = ac.host.take() {
-        h.stop();
-    }
-    if let Some(r) = ac.redis.take() {
-        r.stop();
-    }
-    let st = tracer.stats();
-    eprintln!(
-        "stallscope: detached from {pid}: traced {} syscalls; {} lost",
-        st.syscalls, st.lost_events
-    );
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
+    use super::attached::{resync_wall, AttachCtx, DrainClock};
+    use super::incident::SessionView;
     use super::*;
     use crate::event::{Event, EventKind, Syscall};
+    use crate::report::LiveBackend;
+    use crate::source::{Clock, TimeFmt};
     use std::sync::mpsc::Receiver;
 
     /// A wall-clock step of 10 s (a VM resumed) moves the attach's wall time; the jitter of
@@ -1161,16 +669,28 @@ mod tests {
 
     fn ctx() -> AttachCtx {
         AttachCtx {
-            pid: 1,
-            conf_text: None,
-            backend: LiveBackend::Perf,
-            splits_sched: false,
-            command_start: None,
-            ctx: procctx::ProcContext::default(),
-            names: HashMap::new(),
+            view: SessionView {
+                pid: 1,
+                opts: Options::default(),
+                fds: vec![],
+                thread_names: Default::default(),
+                cwd: None,
+                conf_text: None,
+                clock: Clock {
+                    fmt: TimeFmt::Epoch,
+                    perf: false,
+                    frac_digits: 6,
+                    first: 0,
+                    date: None,
+                    wall_at_first: Some(0),
+                },
+                backend: LiveBackend::Perf,
+                caps: Default::default(),
+                follow_forks: true,
+                own_conns: vec![],
+            },
             host: None,
             redis: None,
-            own: vec![],
         }
     }
 
@@ -1196,14 +716,6 @@ mod tests {
         let a = args(&["--ring-size", ring, "--max-incidents-per-hour", "1000"]);
         let (mut w, rx) = watcher(&a);
         let ac = ctx();
-        let clock = Clock {
-            fmt: TimeFmt::Epoch,
-            perf: false,
-            frac_digits: 6,
-            first: 0,
-            date: None,
-            wall_at_first: Some(0),
-        };
         let mut done: Vec<Job> = vec![];
         let mut writing: Option<(Job, Nanos)> = None;
         let mut queued: std::collections::VecDeque<Job> = Default::default();
@@ -1219,7 +731,7 @@ mod tests {
                 if let Some(o) = w.grouper.take_due(now, w.ring.evicted_upto()) {
                     w.incident_due(o);
                 }
-                w.hand_over(&ac, &clock, false);
+                w.hand_over(&ac, false);
                 // The writer: finishes its report, then takes the next one.
                 if writing.as_ref().is_some_and(|(_, until)| now >= *until) {
                     done.push(writing.take().unwrap().0);
@@ -1258,14 +770,6 @@ mod tests {
         let a = args(&["--ring-size", "1MiB", "--max-incidents-per-hour", "1000"]);
         let (mut w, rx) = watcher(&a);
         let ac = ctx();
-        let clock = Clock {
-            fmt: TimeFmt::Epoch,
-            perf: false,
-            frac_digits: 6,
-            first: 0,
-            date: None,
-            wall_at_first: Some(0),
-        };
         let mut done: Vec<Job> = vec![];
         let mut writing: Option<(Job, Nanos)> = None;
         let mut queued: std::collections::VecDeque<Job> = Default::default();
@@ -1283,7 +787,7 @@ mod tests {
                 if let Some(o) = w.grouper.take_due(now, w.ring.evicted_upto()) {
                     w.incident_due(o);
                 }
-                w.hand_over(&ac, &clock, false);
+                w.hand_over(&ac, false);
                 if writing.as_ref().is_some_and(|(_, until)| now >= *until) {
                     done.push(writing.take().unwrap().0);
                     w.jobs_out.fetch_sub(1, Ordering::SeqCst);
@@ -1339,14 +843,6 @@ mod tests {
         let a = args(&["--after", "500ms"]);
         let (mut w, rx) = watcher(&a);
         let ac = ctx();
-        let clock = Clock {
-            fmt: TimeFmt::Epoch,
-            perf: false,
-            frac_digits: 6,
-            first: 0,
-            date: None,
-            wall_at_first: Some(0),
-        };
         let ms = 1_000_000;
         for t in (9_000..=10_400).step_by(100) {
             w.ring.push(call(t * ms, 1000), t * ms + 1000);
@@ -1355,7 +851,7 @@ mod tests {
         w.on_stall(&s, 9_700 * ms, 10_000 * ms);
         let o = w.grouper.take_due(10_500 * ms, None).expect("due");
         w.incident_due(o);
-        w.hand_over(&ac, &clock, false);
+        w.hand_over(&ac, false);
         let ja = rx.try_recv().expect("A handed over");
         w.jobs_out.fetch_sub(1, Ordering::SeqCst);
         let gap_from = 10_400 * ms + 1000;
@@ -1363,7 +859,7 @@ mod tests {
         w.on_stall(&s, gap_from, 10_900 * ms);
         let o = w.grouper.take_due(11_500 * ms, None).expect("due");
         w.incident_due(o);
-        w.hand_over(&ac, &clock, false);
+        w.hand_over(&ac, false);
         let jb = rx.try_recv().expect("B handed over");
         assert!(ja.events.back().unwrap().end() >= gap_from);
         let first = jb.events.front().unwrap();

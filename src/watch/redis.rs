@@ -40,22 +40,20 @@ impl WatchRedis {
     /// `--redis-log` nor the config says. Called before the tracer attaches: that one-off
     /// connection is not the poller's, whose connections the analysis is told about
     /// (`take_own_conns`), and once traced its command would count as a client's.
+    /// `redis_log`: `--redis-log`; `redis`: `--redis`'s address.
     pub(crate) fn log_source(
-        args: &crate::cli::WatchArgs,
+        redis_log: Option<&str>,
+        redis: Option<&str>,
         ctx: &crate::live::procctx::ProcContext,
         conf: Option<&crate::fdtable::RedisConf>,
     ) -> Option<LogSource> {
-        crate::redis_evidence::live_log_source(
-            args.redis_log.as_deref(),
-            args.redis.as_deref(),
-            ctx,
-            conf,
-        )
+        crate::redis_evidence::live_log_source(redis_log, redis, ctx, conf)
     }
 
     /// `src`: the log to follow (`log_source`, before the attach).
+    /// `redis`: `--redis`'s address, polled once a second.
     pub(crate) fn start(
-        args: &crate::cli::WatchArgs,
+        redis: Option<&str>,
         ctx: &crate::live::procctx::ProcContext,
         src: Option<LogSource>,
     ) -> WatchRedis {
@@ -63,10 +61,7 @@ impl WatchRedis {
             let f = Follower::start(&s.path, Duration::from_millis(200));
             (s, f)
         });
-        let poller = args
-            .redis
-            .as_deref()
-            .map(|a| Poller::start_for(a, Duration::from_secs(1), Some(ctx.pid)));
+        let poller = redis.map(|a| Poller::start_for(a, Duration::from_secs(1), Some(ctx.pid)));
         WatchRedis {
             log,
             poller,

@@ -7,7 +7,7 @@ use proptest::prelude::*;
 use stallscope::event::EventKind;
 use stallscope::source::{perf::PerfParser, strace::LineOutcome, strace::StraceParser};
 
-const SAMPLE: &[u8] = include_bytes!("../fixtures/lines/sample.strace");
+const SAMPLE: &[u8] = include_bytes!("../../fixtures/lines/sample.strace");
 
 fn sample_lines() -> Vec<Vec<u8>> {
     SAMPLE

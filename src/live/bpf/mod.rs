@@ -1389,6 +1389,10 @@ impl super::fed::KernelFed for BpfTracer {
 }
 
 impl Tracer for BpfTracer {
+    fn reads_buffers(&self) -> bool {
+        true
+    }
+
     fn next_event_timeout(&mut self, timeout: Duration) -> Result<Option<Event>> {
         Ok(super::fed::next_event_timeout(self, timeout))
     }

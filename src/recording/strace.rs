@@ -247,8 +247,17 @@ impl<W: Write> Recorder<W> {
         )
     }
 
-    fn fd_text(&self, tid: Tid, fd: i32) -> String {
-        match self.fds.get(&self.proc_of(tid)).and_then(|m| m.get(&fd)) {
+    /// The fd as `-y` writes it: named from the recorder's own map, or else from the
+    /// event's own annotation (an event read from an annotated trace, replayed: its fds
+    /// opened before that trace began are known only from their annotations).
+    fn fd_text(&self, tid: Tid, fd: i32, annotated: Option<&str>) -> String {
+        match self
+            .fds
+            .get(&self.proc_of(tid))
+            .and_then(|m| m.get(&fd))
+            .map(String::as_str)
+            .or(annotated)
+        {
             Some(p) => format!("{fd}<{}>", escape_annotation(p)),
             None => fd.to_string(),
         }
@@ -435,7 +444,7 @@ impl<W: Write> Recorder<W> {
     }
 
     fn args_text(&self, tid: Tid, sc: &Syscall) -> String {
-        let fd = |s: &Self| sc.fd.map(|f| s.fd_text(tid, f));
+        let fd = |s: &Self| sc.fd.map(|f| s.fd_text(tid, f, sc.fd_path.as_deref()));
         let dirfd = |s: &Self| fd(s).unwrap_or_else(|| "AT_FDCWD".to_string());
         match &sc.extra {
             Extra::Path(p) if sc.sys.args == ArgKind::Path1 => {
@@ -514,7 +523,7 @@ impl<W: Write> Recorder<W> {
                 v.to_string()
             }
             Ret::Err(e) => {
-                format!("-1 {e} ({})", super::sysnames::errno_desc(e))
+                format!("-1 {e} ({})", crate::live::sysnames::errno_desc(e))
             }
             Ret::Unknown => "?".to_string(),
         }
@@ -582,17 +591,6 @@ impl<W: Write> Recorder<W> {
             | FdEffect::Connect(_)
             | FdEffect::None => {}
         }
-    }
-
-    /// Writes the `FILE.threads` sidecar (`TID NAME` lines, the `--threads` format).
-    pub fn write_threads(path: &str, names: &HashMap<Tid, String>) -> std::io::Result<()> {
-        let mut v: Vec<(&Tid, &String)> = names.iter().collect();
-        v.sort();
-        let mut s = String::new();
-        for (t, n) in v {
-            s.push_str(&format!("{t} {n}\n"));
-        }
-        std::fs::write(path, s)
     }
 
     pub fn finish(mut self) -> std::io::Result<()> {
