@@ -45,6 +45,9 @@ pub(crate) struct LiveSession {
     pub opts: Options,
     /// The redis config the analysis uses, as text (for a recording's sidecar).
     pub conf_text: Option<String>,
+    /// The clock is this machine's monotonic one, now (a live tracer), which a long watch
+    /// keeps in step with the wall clock; a replayed recording's is its own.
+    pub live_clock: bool,
 }
 
 impl LiveSession {
@@ -58,7 +61,9 @@ impl LiveSession {
         let started = crate::live::start_tracer(cfg)?;
         let ctx = procctx::gather(cfg.pid);
         let fault_copy = procctx::cow_fault_bytes(cfg.pid);
-        Ok(Self::around(started, ctx, base, user_conf, fault_copy))
+        let mut s = Self::around(started, ctx, base, user_conf, fault_copy);
+        s.live_clock = true;
+        Ok(s)
     }
 
     /// A session around a tracer that has already attached, with the process's context as
@@ -102,6 +107,7 @@ impl LiveSession {
             ctx,
             opts,
             conf_text,
+            live_clock: false,
         }
     }
 

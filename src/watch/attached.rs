@@ -68,6 +68,8 @@ impl Window {
 pub(super) struct AttachCtx {
     /// What each incident's analysis starts from, kept up to date.
     pub view: SessionView,
+    /// The clock is kept in step with the wall clock (a live session's).
+    pub resync: bool,
     /// /proc readings of the last minute or so, for the incidents' host sections.
     pub host: Option<host::HostRing>,
     /// redis's log and the --redis poller.
@@ -111,7 +113,17 @@ pub(super) fn watch_one(w: &mut Watcher, pid: Tid) -> Result<()> {
             w.opts.redis_conf.as_ref(),
         )
     });
-    let mut s = start(w, pid)?;
+    let s = start(w, pid)?;
+    watch_session(w, s, log_src)
+}
+
+/// Watches the session until its tracer is done (the process gone, or a stop asked for).
+pub(super) fn watch_session(
+    w: &mut Watcher,
+    mut s: LiveSession,
+    log_src: Option<Option<crate::redis_evidence::LogSource>>,
+) -> Result<()> {
+    let pid = s.pid;
     w.metrics.attached.set(1);
     w.metrics.attaches.inc();
     w.observer.reset_process();
@@ -124,6 +136,7 @@ pub(super) fn watch_one(w: &mut Watcher, pid: Tid) -> Result<()> {
     ));
     let ac = AttachCtx {
         view: view_of(&s, w),
+        resync: s.live_clock,
         host: Some(host::HostRing::start(
             pid,
             Duration::from_nanos(keep_ns(w) as u64),
@@ -403,7 +416,7 @@ impl Sink for WatchSink<'_, '_> {
     }
 
     fn tick(&mut self, t: &mut Tick, threads: &mut Threads) {
-        if t.look.is_some() {
+        if t.look.is_some() && self.ac.resync {
             resync_wall(
                 &mut self.ac.view.clock,
                 crate::clock::now_mono(),

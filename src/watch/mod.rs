@@ -689,6 +689,7 @@ mod tests {
                 follow_forks: true,
                 own_conns: vec![],
             },
+            resync: false,
             host: None,
             redis: None,
         }
@@ -959,5 +960,78 @@ mod tests {
         }
         let written: u64 = jobs.iter().map(|j| j.count).sum();
         assert_eq!(written + waiting, 5);
+    }
+
+    /// The watch loop itself (`attached::watch_session`, as `watch` runs it), on a replayed
+    /// bpf recording (`fixtures/recording-bpf-lost`): its two stalls (a DEBUG SLEEP and a Lua
+    /// loop) are counted and make one incident, handed to the writer at the detach with the
+    /// session's view; the incident's report names the sleep and says what was lost, and its
+    /// own recording reads back to the same stalls.
+    #[test]
+    fn the_watch_loop_on_a_replayed_recording_writes_its_incident() {
+        use crate::session::{replay::ReplayTracer, LiveSession};
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().to_str().unwrap();
+        let a: WatchArgs = {
+            use clap::{Args, FromArgMatches};
+            let argv = [
+                "watch", "--pid", "1", "--out", out, "--record", "--before", "1s",
+            ];
+            let m = WatchArgs::augment_args(clap::Command::new("watch"))
+                .try_get_matches_from(argv)
+                .unwrap();
+            WatchArgs::from_arg_matches(&m).unwrap()
+        };
+        let (mut w, rx) = watcher(&a);
+        let fixture = format!(
+            "{}/fixtures/recording-bpf-lost/rec.strace.gz",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let (started, ctx) = ReplayTracer::open(&fixture, true, false)
+            .unwrap()
+            .start(LiveBackend::Bpf)
+            .unwrap();
+        let s = LiveSession::around(started, ctx, &w.opts, None, None);
+        attached::watch_session(&mut w, s, None).unwrap();
+        let jobs: Vec<Job> = rx.try_iter().collect();
+        assert_eq!(jobs.len(), 1, "one incident");
+        let job = jobs.into_iter().next().unwrap();
+        assert_eq!(
+            job.count, 2,
+            "both stalls went through on_stall into the incident"
+        );
+        assert_eq!(job.session.pid, 2450);
+        let Outcome::Written(json) = incident::write(job) else {
+            panic!("not written")
+        };
+        let report: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        let syscalls = |r: &serde_json::Value| -> Vec<String> {
+            r["stalls"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|s| format!("{} {} {}", s["syscall"], s["duration_us"], s["finding"]))
+                .collect()
+        };
+        assert!(
+            syscalls(&report)[0].starts_with("\"clock_nanosleep\""),
+            "{:?}",
+            syscalls(&report)
+        );
+        assert!(report["summary"]["lost_events"].as_u64().unwrap() > 0);
+        assert_eq!(report["summary"]["command_start"], "arrival");
+        let stem = json.to_str().unwrap().strip_suffix(".json").unwrap();
+        let back = crate::run::report_of(&{
+            use clap::{Args, FromArgMatches};
+            let argv = ["analyze", &format!("{stem}.strace")];
+            let m = crate::cli::AnalyzeArgs::augment_args(clap::Command::new("analyze"))
+                .try_get_matches_from(argv)
+                .unwrap();
+            crate::cli::AnalyzeArgs::from_arg_matches(&m).unwrap()
+        })
+        .unwrap();
+        let back = serde_json::to_value(&back).unwrap();
+        assert_eq!(syscalls(&report), syscalls(&back));
     }
 }

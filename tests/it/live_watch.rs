@@ -861,7 +861,12 @@ fn auto_never_falls_back_to_ptrace_and_ptrace_warns() {
         .filter(|n| *n >= 50.0)
     });
     assert!(sets.is_some(), "SETs not timed; {:?}", w.lines());
-    assert_eq!(w.terminate(crate::common::DEADLINE), Some(0), "{:?}", w.lines());
+    assert_eq!(
+        w.terminate(crate::common::DEADLINE),
+        Some(0),
+        "{:?}",
+        w.lines()
+    );
     redis.assert_unharmed();
 }
 
@@ -1054,6 +1059,11 @@ fn the_redis_pollers_connections_are_not_client_commands() {
         );
     }
     let mut w = w;
-    assert_eq!(w.terminate(crate::common::DEADLINE), Some(0), "{:?}", w.lines());
+    assert_eq!(
+        w.terminate(crate::common::DEADLINE),
+        Some(0),
+        "{:?}",
+        w.lines()
+    );
     redis.assert_unharmed();
 }
