@@ -4,14 +4,12 @@
 //! ~10 times a second, and erases itself when done, so piped and scripted runs (and the
 //! JSON on stdout) never see it.
 //!
-//! The reader counts raw bytes pulled from the files with [`CountingRead`] (under any gzip
+//! The reader counts raw bytes pulled from the files (`source`'s `CountingRead`, under any gzip
 //! decoder, so the count matches the on-disk size), and the main loop calls
 //! [`Progress::update`] with that count as often as it likes: the call costs a compare until
 //! 64 KiB more have been read.
 
-use std::io::{self, IsTerminal, Read, Write};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::io::{self, IsTerminal, Write};
 use std::time::{Duration, Instant};
 
 /// Inputs smaller than this finish before a bar would help.
@@ -137,31 +135,10 @@ fn mb(b: u64) -> String {
     }
 }
 
-/// A reader that adds every byte it passes through to a shared counter: wrap the raw file
-/// (before any decompression) and give a clone of the counter to the main loop.
-pub struct CountingRead<R> {
-    inner: R,
-    count: Arc<AtomicU64>,
-}
-
-impl<R> CountingRead<R> {
-    pub fn new(inner: R, count: Arc<AtomicU64>) -> Self {
-        CountingRead { inner, count }
-    }
-}
-
-impl<R: Read> Read for CountingRead<R> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let n = self.inner.read(buf)?;
-        self.count.fetch_add(n as u64, Ordering::Relaxed);
-        Ok(n)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Mutex;
+    use std::sync::{Arc, Mutex};
 
     /// A writer the test can read back after the bar took ownership of it.
     #[derive(Clone, Default)]
@@ -217,15 +194,5 @@ mod tests {
         p.update(10); // below the 64 KiB step: no clock read, no draw
         p.finish();
         assert_eq!(out.text(), "");
-    }
-
-    #[test]
-    fn counting_read_counts_bytes() {
-        let c = Arc::new(AtomicU64::new(0));
-        let mut r = CountingRead::new(&b"hello world"[..], c.clone());
-        let mut s = String::new();
-        r.read_to_string(&mut s).unwrap_or_default();
-        assert_eq!(s, "hello world");
-        assert_eq!(c.load(Ordering::Relaxed), 11);
     }
 }

@@ -774,7 +774,7 @@ pub fn open_input_counted(
         use std::os::fd::AsRawFd;
         rewind = Some((f.as_raw_fd(), counter.clone()));
         match counter {
-            Some(c) => Box::new(crate::progress::CountingRead::new(f, c)),
+            Some(c) => Box::new(CountingRead::new(f, c)),
             None => Box::new(f),
         }
     };
@@ -818,9 +818,41 @@ fn widen_stdin_pipe() {
 /// Bytes read so far from the input files (shared with the progress bar).
 pub type ByteCounter = std::sync::Arc<std::sync::atomic::AtomicU64>;
 
+/// A reader that adds every byte it passes through to a shared counter: wrap the raw file
+/// (before any decompression) and give a clone of the counter to the main loop.
+pub(crate) struct CountingRead<R> {
+    inner: R,
+    count: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl<R> CountingRead<R> {
+    pub(crate) fn new(inner: R, count: std::sync::Arc<std::sync::atomic::AtomicU64>) -> Self {
+        CountingRead { inner, count }
+    }
+}
+
+impl<R: std::io::Read> std::io::Read for CountingRead<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.count
+            .fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+        Ok(n)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn counting_read_counts_bytes() {
+        let c = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let mut r = CountingRead::new(&b"hello world"[..], c.clone());
+        let mut s = String::new();
+        std::io::Read::read_to_string(&mut r, &mut s).unwrap_or_default();
+        assert_eq!(s, "hello world");
+        assert_eq!(c.load(std::sync::atomic::Ordering::Relaxed), 11);
+    }
     use std::io::Write;
 
     /// A reader that hands out its bytes in uneven pieces, as pipes and decoders do.

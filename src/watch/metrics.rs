@@ -199,111 +199,141 @@ pub(crate) struct Metrics {
     cpu_seen: Arc<Mutex<f64>>,
 }
 
+/// The watcher's own health: what its incident writer, its `--events` log, its history
+/// ring and the watcher process cost.
+#[allow(clippy::type_complexity)]
+fn register_own(
+    r: &mut Registry,
+) -> (
+    Counter<f64, AtomicU64>,
+    Counter<f64, AtomicU64>,
+    Counter,
+    Counter,
+    Gauge,
+    Counter<f64, AtomicU64>,
+    Gauge,
+) {
+    let r = &mut *r;
+    let write_seconds = reg(
+        r,
+        "incident_write_seconds",
+        "Wall time the incident writer spent making reports (analysis, HTML, JSON, recording)",
+        Counter::<f64, AtomicU64>::default(),
+    );
+    let write_cpu_seconds = reg(
+        r,
+        "incident_write_cpu_seconds",
+        "CPU time of the incident writer thread over the reports it made",
+        Counter::<f64, AtomicU64>::default(),
+    );
+    let event_log_errors = reg(
+        r,
+        "event_log_errors",
+        "Stall lines that could not be written to --events",
+        Counter::default(),
+    );
+    let ring_evicted = reg(r, "ring_evicted_early", "Events dropped from the history ring while still wanted (--before, plus 10 s for long stalls): --ring-size is too small for the load", Counter::default());
+    let ring_bytes = reg(
+        r,
+        "ring_bytes",
+        "Bytes held by the history ring",
+        Gauge::default(),
+    );
+    let cpu = reg(
+        r,
+        "watcher_cpu_seconds",
+        "CPU time (user + system) used by the watcher itself",
+        Counter::<f64, AtomicU64>::default(),
+    );
+    let rss = reg(
+        r,
+        "watcher_resident_bytes",
+        "Resident memory of the watcher itself",
+        Gauge::default(),
+    );
+    (
+        write_seconds,
+        write_cpu_seconds,
+        event_log_errors,
+        ring_evicted,
+        ring_bytes,
+        cpu,
+        rss,
+    )
+}
+
+/// Registers `m` under `name` and returns it, for `Metrics` to keep a handle.
+fn reg<M: prometheus_client::registry::Metric + Clone>(
+    r: &mut Registry,
+    name: &str,
+    help: &str,
+    m: M,
+) -> M {
+    r.register(name, help, m.clone());
+    m
+}
+
 impl Metrics {
     pub(crate) fn new() -> Metrics {
         let mut r = Registry::with_prefix("stallscope");
-        let stalls = Family::<StallLabels, Counter>::default();
-        r.register(
-            "stalls",
-            "Stalls over the threshold, by thread role, kind (slow_syscall or gap), file class and finding",
-            stalls.clone(),
-        );
-        let syscalls: HistFamily<SyscallLabels> = Family::new_with_constructor(histogram);
-        r.register(
+        let stalls = reg(&mut r, "stalls", "Stalls over the threshold, by thread role, kind (slow_syscall or gap), file class and finding", Family::<StallLabels, Counter>::default());
+        let syscalls: HistFamily<SyscallLabels> = reg(
+            &mut r,
             "syscall_duration_seconds",
             "Traced syscall durations by syscall and file class",
-            syscalls.clone(),
+            Family::new_with_constructor(histogram),
         );
-        let commands: HistFamily<CommandLabels> = Family::new_with_constructor(histogram);
-        r.register(
-            "command_duration_seconds",
-            "Command latency inside redis, from the request's read to the reply's write (backends that see buffers: bpf, ptrace)",
-            commands.clone(),
-        );
-        let lost_events = Counter::default();
-        r.register(
+        let commands: HistFamily<CommandLabels> = reg(&mut r, "command_duration_seconds", "Command latency inside redis, from the request's read to the reply's write (backends that see buffers: bpf, ptrace)", Family::new_with_constructor(histogram));
+        let lost_events = reg(
+            &mut r,
             "lost_events",
             "Syscall records the kernel dropped (perf ring buffer full)",
-            lost_events.clone(),
+            Counter::default(),
         );
-        let attached = Gauge::default();
-        r.register(
+        let attached = reg(
+            &mut r,
             "attached",
             "1 while the watcher traces the process, 0 while it is gone",
-            attached.clone(),
+            Gauge::default(),
         );
-        let attaches = Counter::default();
-        r.register(
+        let attaches = reg(
+            &mut r,
             "attaches",
             "Times the watcher attached (more than 1: the process restarted)",
-            attaches.clone(),
+            Counter::default(),
         );
-        let incidents = Counter::default();
-        r.register("incidents", "Incident reports written", incidents.clone());
-        let incidents_suppressed = Counter::default();
-        r.register(
+        let incidents = reg(
+            &mut r,
+            "incidents",
+            "Incident reports written",
+            Counter::default(),
+        );
+        let incidents_suppressed = reg(
+            &mut r,
             "incidents_suppressed",
             "Incidents not written: over --max-incidents-per-hour, or the writer was still busy",
-            incidents_suppressed.clone(),
+            Counter::default(),
         );
-        let incident_errors = Counter::default();
-        r.register(
+        let incident_errors = reg(
+            &mut r,
             "incident_write_errors",
             "Incident reports that could not be written (full disk, unwritable --out)",
-            incident_errors.clone(),
+            Counter::default(),
         );
-        let unreported = Family::<UnreportedLabels, Counter>::default();
-        r.register(
-            "stalls_not_reported",
-            "Stalls over the threshold (counted in stallscope_stalls_total) in no incident report, by reason: rate_limit, writer_busy (the incident waited for the writer until the history ring dropped its first stall), write_error",
-            unreported.clone(),
-        );
+        let unreported = reg(&mut r, "stalls_not_reported", "Stalls over the threshold (counted in stallscope_stalls_total) in no incident report, by reason: rate_limit, writer_busy (the incident waited for the writer until the history ring dropped its first stall), write_error", Family::<UnreportedLabels, Counter>::default());
         for reason in [RATE_LIMIT, WRITER_BUSY, WRITE_ERROR] {
             // Present at 0 from the start: an alert on its rate needs the series.
             drop(unreported.get_or_create(&UnreportedLabels { reason }));
         }
-        let write_seconds = Counter::<f64, AtomicU64>::default();
-        r.register(
-            "incident_write_seconds",
-            "Wall time the incident writer spent making reports (analysis, HTML, JSON, recording)",
-            write_seconds.clone(),
-        );
-        let write_cpu_seconds = Counter::<f64, AtomicU64>::default();
-        r.register(
-            "incident_write_cpu_seconds",
-            "CPU time of the incident writer thread over the reports it made",
-            write_cpu_seconds.clone(),
-        );
-        let event_log_errors = Counter::default();
-        r.register(
-            "event_log_errors",
-            "Stall lines that could not be written to --events",
-            event_log_errors.clone(),
-        );
-        let ring_evicted = Counter::default();
-        r.register(
-            "ring_evicted_early",
-            "Events dropped from the history ring while still wanted (--before, plus 10 s for long stalls): --ring-size is too small for the load",
-            ring_evicted.clone(),
-        );
-        let ring_bytes = Gauge::default();
-        r.register(
-            "ring_bytes",
-            "Bytes held by the history ring",
-            ring_bytes.clone(),
-        );
-        let cpu = Counter::<f64, AtomicU64>::default();
-        r.register(
-            "watcher_cpu_seconds",
-            "CPU time (user + system) used by the watcher itself",
-            cpu.clone(),
-        );
-        let rss = Gauge::default();
-        r.register(
-            "watcher_resident_bytes",
-            "Resident memory of the watcher itself",
-            rss.clone(),
-        );
+        let (
+            write_seconds,
+            write_cpu_seconds,
+            event_log_errors,
+            ring_evicted,
+            ring_bytes,
+            cpu,
+            rss,
+        ) = register_own(&mut r);
         Metrics {
             registry: Arc::new(r),
             stalls,

@@ -389,7 +389,6 @@ pub fn run_watch(args: &WatchArgs) -> Result<u64> {
         opts.redis_conf = Some(RedisConf::parse(&text));
         user_conf = Some(text);
     }
-    let follow = args.pid.is_none();
     let first_pid = match find_target(args) {
         Ok(Some(p)) => p,
         Ok(None) => anyhow::bail!(
@@ -420,6 +419,46 @@ pub fn run_watch(args: &WatchArgs) -> Result<u64> {
         }
     }
     crate::signals::install_stop_handlers();
+    let (tx, writer, jobs_out) = start_writer(&metrics)?;
+    let mut w = Watcher {
+        args,
+        opts,
+        user_conf,
+        observer: Observer::new(metrics.clone()),
+        metrics,
+        ring: Ring::new(args.ring_size, args.before + LONG_STALL_NS),
+        grouper: Grouper::new(args.after),
+        limit: RateLimit::new(args.max_incidents_per_hour),
+        events,
+        event_err_said: false,
+        jobs: Some(tx),
+        writer: Some(writer),
+        ring_evicted_seen: 0,
+        reported_upto: None,
+        pending: None,
+        jobs_out,
+        identity: None,
+        deadline: args
+            .duration
+            .map(|d| Instant::now() + Duration::from_nanos(d as u64)),
+    };
+    let result = follow(&mut w, first_pid);
+    shutdown(&mut w);
+    result?;
+    eprintln!("stallscope: watch stopped");
+    Ok(0)
+}
+
+type Writer = (
+    std::sync::mpsc::SyncSender<Job>,
+    std::thread::JoinHandle<()>,
+    std::sync::Arc<AtomicUsize>,
+);
+
+/// The incident writer: a thread that makes each incident's files, nicer than the watch
+/// loop, counting what it wrote and what it could not. Returns where to send it jobs, its
+/// handle, and the count of jobs given and not yet written.
+fn start_writer(metrics: &Metrics) -> Result<Writer> {
     let (tx, rx) = std::sync::mpsc::sync_channel::<Job>(1);
     let m2 = metrics.clone();
     let jobs_out = std::sync::Arc::new(AtomicUsize::new(0));
@@ -462,28 +501,14 @@ pub fn run_watch(args: &WatchArgs) -> Result<u64> {
             }
         })
         .context("cannot start the incident writer thread")?;
-    let mut w = Watcher {
-        args,
-        opts,
-        user_conf,
-        observer: Observer::new(metrics.clone()),
-        metrics,
-        ring: Ring::new(args.ring_size, args.before + LONG_STALL_NS),
-        grouper: Grouper::new(args.after),
-        limit: RateLimit::new(args.max_incidents_per_hour),
-        events,
-        event_err_said: false,
-        jobs: Some(tx),
-        writer: Some(writer),
-        ring_evicted_seen: 0,
-        reported_upto: None,
-        pending: None,
-        jobs_out,
-        identity: None,
-        deadline: args
-            .duration
-            .map(|d| Instant::now() + Duration::from_nanos(d as u64)),
-    };
+    Ok((tx, writer, jobs_out))
+}
+
+/// Watches `first_pid`, then, each time the process is gone, waits for its successor: by
+/// name (`--name`), or by what it listened on and its pidfile (`--pid`). Ends when a stop
+/// is asked for; an error only when the first attach fails or a `--pid` cannot be followed.
+fn follow(w: &mut Watcher, first_pid: Tid) -> Result<()> {
+    let by_name = w.args.pid.is_none();
     let mut pid = Some(first_pid);
     let mut first = true;
     let mut said_waiting = false;
@@ -491,35 +516,13 @@ pub fn run_watch(args: &WatchArgs) -> Result<u64> {
     while !w.want_stop(true) {
         let Some(p) = pid else {
             std::thread::sleep(FOLLOW_POLL);
-            if follow {
-                match find_target(args) {
-                    Ok(Some(p)) if Some(p) != gone_pid => pid = Some(p),
-                    Ok(_) => {}
-                    Err(e) => {
-                        if !said_waiting {
-                            eprintln!("stallscope: waiting: {e}");
-                            said_waiting = true;
-                        }
-                    }
-                }
-            } else if let (Some(id), Some(g)) = (&w.identity, gone_pid) {
-                if let Some(np) = id.find(g) {
-                    eprintln!(
-                        "stallscope: process {np} is the restarted redis ({}); attaching",
-                        id.describe()
-                    );
-                    pid = Some(np);
-                }
-            }
+            pid = successor(w, by_name, gone_pid, &mut said_waiting);
             continue;
         };
         said_waiting = false;
-        match attached::watch_one(&mut w, p) {
+        match attached::watch_one(w, p) {
             Ok(()) => {}
-            Err(e) if first => {
-                shutdown(&mut w);
-                return Err(e);
-            }
+            Err(e) if first => return Err(e),
             Err(e) => eprintln!("stallscope: warning: {e:#}; trying again"),
         }
         first = false;
@@ -529,31 +532,57 @@ pub fn run_watch(args: &WatchArgs) -> Result<u64> {
         }
         gone_pid = Some(p);
         pid = None;
-        if follow {
+        if by_name {
             eprintln!(
                 "stallscope: process {p} is gone; stallscope_attached is 0 until a process named {} runs again",
-                args.name.as_deref().unwrap_or("redis-server")
+                w.args.name.as_deref().unwrap_or("redis-server")
             );
-        } else {
-            match w.identity.as_ref().filter(|id| id.followable()) {
-                Some(id) => eprintln!(
-                    "stallscope: process {p} is gone; stallscope_attached is 0 until a {} {} runs again (--pid follows it by that)",
-                    if id.comm.is_empty() { "process" } else { &id.comm },
-                    id.describe()
-                ),
-                None => {
-                    shutdown(&mut w);
-                    anyhow::bail!(
-                        "--pid {p}: the process exited, and it cannot be followed to its restart: it listened on no \
-                         TCP port and its config names no pidfile; watch it with --name to follow restarts by name"
-                    );
-                }
-            }
+            continue;
+        }
+        match w.identity.as_ref().filter(|id| id.followable()) {
+            Some(id) => eprintln!(
+                "stallscope: process {p} is gone; stallscope_attached is 0 until a {} {} runs again (--pid follows it by that)",
+                if id.comm.is_empty() { "process" } else { &id.comm },
+                id.describe()
+            ),
+            None => anyhow::bail!(
+                "--pid {p}: the process exited, and it cannot be followed to its restart: it listened on no \
+                 TCP port and its config names no pidfile; watch it with --name to follow restarts by name"
+            ),
         }
     }
-    shutdown(&mut w);
-    eprintln!("stallscope: watch stopped");
-    Ok(0)
+    Ok(())
+}
+
+/// The process that took over from `gone`, if one runs now.
+fn successor(
+    w: &Watcher,
+    by_name: bool,
+    gone: Option<Tid>,
+    said_waiting: &mut bool,
+) -> Option<Tid> {
+    if by_name {
+        return match find_target(w.args) {
+            Ok(Some(p)) if Some(p) != gone => Some(p),
+            Ok(_) => None,
+            Err(e) => {
+                if !*said_waiting {
+                    eprintln!("stallscope: waiting: {e}");
+                    *said_waiting = true;
+                }
+                None
+            }
+        };
+    }
+    let (Some(id), Some(g)) = (&w.identity, gone) else {
+        return None;
+    };
+    let np = id.find(g)?;
+    eprintln!(
+        "stallscope: process {np} is the restarted redis ({}); attaching",
+        id.describe()
+    );
+    Some(np)
 }
 
 /// Returns what a finished incident analysis or a retired live analyzer freed to the

@@ -11,7 +11,7 @@ const MAX_MOD_LINES: usize = 400;
 
 /// The source with comments, string and char literals blanked (newlines kept), so that
 /// braces are only the code's.
-fn code_only(src: &str) -> String {
+pub(crate) fn code_only(src: &str) -> String {
     let b = src.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let blank = |out: &mut Vec<u8>, s: &[u8]| {
@@ -25,7 +25,10 @@ fn code_only(src: &str) -> String {
             rest.iter().position(|c| *c == b'\n').unwrap_or(rest.len())
         } else if rest.starts_with(b"/*") {
             find(rest, b"*/").map_or(rest.len(), |e| e + 2)
-        } else if rest[0] == b'r' && !ident_before && raw_open(rest).is_some() {
+        } else if rest[0] == b'r'
+            && (!ident_before || byte_prefix(b, i))
+            && raw_open(rest).is_some()
+        {
             let hashes = raw_open(rest).unwrap();
             let mut close = b"\"".to_vec();
             close.extend(std::iter::repeat_n(b'#', hashes));
@@ -57,6 +60,12 @@ fn code_only(src: &str) -> String {
     String::from_utf8(out).expect("blanking keeps ASCII and the code's own bytes")
 }
 
+/// A `b` right before `i` that is itself not part of an identifier: `br"..."` is a raw string.
+fn byte_prefix(b: &[u8], i: usize) -> bool {
+    let ident = |c: u8| c.is_ascii_alphanumeric() || c == b'_';
+    i >= 1 && b[i - 1] == b'b' && (i < 2 || !ident(b[i - 2]))
+}
+
 /// `r"` or `r#..#"`: the number of hashes.
 fn raw_open(s: &[u8]) -> Option<usize> {
     let h = s[1..].iter().take_while(|c| **c == b'#').count();
@@ -83,7 +92,7 @@ fn find(h: &[u8], n: &[u8]) -> Option<usize> {
 }
 
 /// After any `pub`, `pub(crate)`, `const`, `unsafe`, `async`: the rest of the line.
-fn after_qualifiers(line: &str) -> &str {
+pub(crate) fn after_qualifiers(line: &str) -> &str {
     let mut l = line.trim_start();
     loop {
         let before = l;
@@ -103,7 +112,7 @@ fn after_qualifiers(line: &str) -> &str {
     }
 }
 
-fn ident(s: &str) -> &str {
+pub(crate) fn ident(s: &str) -> &str {
     let n = s
         .bytes()
         .take_while(|c| c.is_ascii_alphanumeric() || *c == b'_')
@@ -113,7 +122,7 @@ fn ident(s: &str) -> &str {
 
 /// Lines from `start` to the line that closes the first `{` opened from there, or None when
 /// a `;` comes first (a declaration without a body).
-fn block_end(lines: &[&str], start: usize) -> Option<usize> {
+pub(crate) fn block_end(lines: &[&str], start: usize) -> Option<usize> {
     let mut depth = 0i32;
     let mut opened = false;
     for (k, l) in lines.iter().enumerate().skip(start) {
@@ -136,7 +145,7 @@ fn block_end(lines: &[&str], start: usize) -> Option<usize> {
 }
 
 /// Fields of the struct whose `{` opens on line `start`: names at depth one followed by `:`.
-fn fields(lines: &[&str], start: usize, end: usize) -> usize {
+pub(crate) fn fields(lines: &[&str], start: usize, end: usize) -> usize {
     let mut depth = 0i32;
     let mut n = 0;
     for l in &lines[start..=end] {
@@ -188,8 +197,8 @@ fn shape_of(file: &Path, src: &str, out: &mut Shape) {
     }
 }
 
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    for e in std::fs::read_dir(dir).expect("src/analyze is readable") {
+pub(crate) fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for e in std::fs::read_dir(dir).expect("the source tree is readable") {
         let p = e.unwrap().path();
         if p.is_dir() {
             rust_files(&p, out);

@@ -5,6 +5,7 @@
 mod analysis_shape;
 mod captures;
 mod common;
+mod crate_shape;
 mod evidence_props;
 mod live_attach;
 mod live_edges;
