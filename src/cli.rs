@@ -106,6 +106,24 @@ impl From<Backend> for crate::live::BackendChoice {
     }
 }
 
+/// `--input-format`
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum InputFormatArg {
+    Auto,
+    Strace,
+    Perf,
+}
+
+impl From<InputFormatArg> for InputFormat {
+    fn from(f: InputFormatArg) -> Self {
+        match f {
+            InputFormatArg::Auto => Self::Auto,
+            InputFormatArg::Strace => Self::Strace,
+            InputFormatArg::Perf => Self::Perf,
+        }
+    }
+}
+
 /// `--perf-pages`: a power of two from 1 to 2^20.
 pub fn parse_pages(s: &str) -> Result<usize, String> {
     let n: usize = s
@@ -134,8 +152,8 @@ pub struct AnalyzeArgs {
     #[arg(default_value = "-")]
     pub files: Vec<String>,
     /// Input format, if detection from the first lines gets it wrong
-    #[arg(long, value_enum, default_value_t = InputFormat::Auto)]
-    pub input_format: InputFormat,
+    #[arg(long, value_enum, default_value_t = InputFormatArg::Auto)]
+    pub input_format: InputFormatArg,
     /// Fail on the first line that cannot be read, instead of counting and skipping it
     #[arg(long)]
     pub strict: bool,

@@ -167,8 +167,12 @@ pub(crate) fn report_of(args: &AnalyzeArgs) -> Result<Report> {
         .sum();
     let mut progress = crate::progress::Progress::for_files(total);
     let counter = progress.is_active().then(source::ByteCounter::default);
-    let inputs =
-        Inputs::open_counted(&args.files, args.input_format, args.strict, counter.clone())?;
+    let inputs = Inputs::open_counted(
+        &args.files,
+        args.input_format.into(),
+        args.strict,
+        counter.clone(),
+    )?;
     opts.stamped_at_stops = inputs.info().kind == crate::report::SourceKind::Strace;
     let conf = opts.redis_conf.clone();
     let mut an = Analyzer::new(opts);
@@ -219,7 +223,7 @@ pub(crate) fn report_of(args: &AnalyzeArgs) -> Result<Report> {
         return Err(source::no_events_error(
             &label,
             &counters,
-            args.input_format,
+            args.input_format.into(),
         ));
     }
     info.pid = args.pid;

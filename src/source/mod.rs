@@ -55,8 +55,8 @@ impl std::hash::Hasher for TidHasher {
     }
 }
 
-/// `--input-format`
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+/// Which text format to read (`--input-format` in the app).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum InputFormat {
     Auto,
     Strace,
