@@ -4,7 +4,7 @@
 # perf backend, rustfmt and clippy for CI's checks. Everything else the tests read is in the
 # repository (fixtures/). Run as root on Debian/Ubuntu, or with the packages installed; a
 # second run finds everything in place and changes nothing.
-# The test command (README and .ci/run): bash scripts/test-deps.sh && cargo test --release
+# The test command (README and .ci/run): bash scripts/test-deps.sh && cargo test --profile testing
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,7 +12,7 @@ need=()
 command -v redis-server >/dev/null || need+=(redis-server)
 command -v redis-cli >/dev/null || need+=(redis-tools)
 command -v strace >/dev/null || need+=(strace)
-# tests/live_edges.rs mounts scripts/slowfs.py (FUSE through fusepy, which loads libfuse.so.2).
+# tests/it/live_edges.rs mounts scripts/slowfs.py (FUSE through fusepy, which loads libfuse.so.2).
 command -v fusermount >/dev/null || need+=(fuse)
 dpkg -s libfuse2 >/dev/null 2>&1 || need+=(libfuse2)
 if ! python3 -c 'import fuse' 2>/dev/null && ! python3 -m pip --version >/dev/null 2>&1; then
@@ -45,7 +45,7 @@ if ! command -v clang >/dev/null || ! command -v llvm-strip >/dev/null || [ ! -f
   else sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq clang llvm libbpf-dev >/dev/null; fi
 fi
 rustup component add rustfmt clippy >/dev/null 2>&1 || true
-# tests/live_watch.rs scrapes `stallscope watch --metrics` with a real Prometheus server.
+# tests/it/live_watch.rs scrapes `stallscope watch --metrics` with a real Prometheus server.
 if ! command -v prometheus >/dev/null; then
   if [ "$(id -u)" -eq 0 ]; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null; }
