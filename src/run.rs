@@ -130,7 +130,8 @@ pub fn analyze(args: &AnalyzeArgs) -> Result<u64> {
     }
     let stalls = report.summary.stalls;
     // The process ends here (`main`): freeing the report's thousands of strings one by one
-    // cost 1.5 % of a 200k-line run's instructions, and the exit frees them at once.
+    // was a visible part of a run's instructions (bench/PROFILE.md, eighth round), and the
+    // exit frees them at once.
     std::mem::forget(report);
     Ok(stalls)
 }
@@ -260,19 +261,19 @@ fn join_redis_log(report: &mut Report, args: &AnalyzeArgs, conf: Option<&RedisCo
 /// Parses on a second thread while the analyzer consumes on this one: the two stages cost
 /// about the same, and a machine running redis has at least two cores. Events travel in
 /// batches so the queue costs nothing per event; a batch (about 150 KB) is small enough to
-/// still be in cache when the other stage reads it (1024-event batches were 4-6% slower once
-/// the queue woke the analyzer rarely; 4096 were no faster before that, with 4x the
-/// memory), and the bounded queue keeps memory flat. Sixteen batches in flight (2.4 MB at
-/// most; a waiting analyzer lets eight pile up) let the parser run ahead through a
-/// scheduler slice when gunzip is a third busy thread: a gzipped run was 4-6% slower with
-/// four.
+/// still be in cache when the other stage reads it (larger batches were slower once the
+/// queue woke the analyzer rarely, and no faster before that, for more memory:
+/// bench/PROFILE.md, ninth and twelfth rounds), and the bounded queue keeps memory flat.
+/// Sixteen batches in flight (2.4 MB at most; a waiting analyzer lets eight pile up) let the
+/// parser run ahead through a scheduler slice when gunzip is a third busy thread: a gzipped
+/// run was slower with four (ninth round).
 fn pipelined(mut inputs: Inputs, mut sink: impl FnMut(&[crate::event::Event])) -> Result<Inputs> {
     const BATCH: usize = 512;
     const DEPTH: usize = 16;
     // The analyzer keeps up with the parser, so it often finds the queue empty: it sleeps
     // until half the queue is full, and the parser wakes it once per eight batches instead
-    // of for nearly each (`handoff`: -16% wall on the 6M-line files; 4 was as good on
-    // -ttt, 1.5% slower on gzip).
+    // of for nearly each (`handoff`; 4 was as good on -ttt, slower on gzip: bench/PROFILE.md,
+    // twelfth round).
     const WAKE_AT: usize = 8;
     // With each batch, whether any of its events owns heap memory (a path, a thread name).
     let (tx, rx) = crate::handoff::bounded::<(Vec<crate::event::Event>, bool)>(DEPTH, WAKE_AT);
@@ -288,8 +289,8 @@ fn pipelined(mut inputs: Inputs, mut sink: impl FnMut(&[crate::event::Event])) -
                 .unwrap_or_else(|_| Vec::with_capacity(BATCH));
             let more = inputs.next_batch(&mut batch, BATCH)?;
             // Asked here, while the batch is still in this core's cache: on the analyzer's
-            // thread the drop visited every event again (-5% user time on the 6M-line
-            // files when it need not).
+            // thread the drop visited every event again when it need not (bench/PROFILE.md,
+            // eleventh round).
             let owns = batch.iter().any(crate::event::Event::owns_heap);
             if !batch.is_empty() && tx.send((batch, owns)).is_err() {
                 break;
@@ -305,8 +306,8 @@ fn pipelined(mut inputs: Inputs, mut sink: impl FnMut(&[crate::event::Event])) -
     {
         sink(&batch);
         // Dropped here, while the analyzer has just read them: on the parser's thread the
-        // drop loop read every event back from the other core's cache (a quarter of that
-        // thread's samples in a two-file merge; -3 to -10% wall on the benchmark files).
+        // drop loop read every event back from the other core's cache (the largest part of
+        // that thread's samples in a two-file merge: bench/PROFILE.md, ninth round).
         if owns {
             batch.clear();
         } else {

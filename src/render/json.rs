@@ -31,9 +31,9 @@ fn pretty<W: Write + ?Sized, T: serde::Serialize + ?Sized>(
 /// line's break, then its indent two spaces per level and per write, and a key's closing
 /// quote and the `: ` after it as two more, each a call into the writer with a copy of one
 /// or two bytes. A report of 5,000 stalls is 205,000 lines; here a line's break and indent
-/// are one write, and a key's end one more, which took a fifth of the JSON's instructions
-/// away (80.6 M to 63.4 M), in the serial tail of a run, when the parser's core has nothing
-/// left to do. Every key, of whatever type, is written between `begin_string` and
+/// are one write, and a key's end one more, which took a good part of the JSON's
+/// instructions away (bench/PROFILE.md, fourteenth round), in the serial tail of a run, when
+/// the parser's core has nothing left to do. Every key, of whatever type, is written between `begin_string` and
 /// `end_string` (serde_json's `MapKeySerializer`), which is what lets a key's quotes be
 /// written with the indent before it and the `: ` after it.
 #[derive(Default)]

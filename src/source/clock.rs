@@ -49,8 +49,8 @@ impl Clock {
                 return iso;
             }
         }
-        // Written piece by piece with itoa: `format!` took ~1,000 instructions a time, and
-        // each stall row prints two.
+        // Written piece by piece with itoa: `format!` allocated and cost several times more
+        // (bench/PROFILE.md, eighth round), and each stall row prints two.
         let mut out = String::with_capacity(24);
         let mut num = itoa::Buffer::new();
         // The fraction: the first `digits` digits of the nanoseconds padded to nine.

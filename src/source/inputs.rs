@@ -375,8 +375,9 @@ impl Inputs {
 
 /// The merge's files by their staged head, (end, file): a pick changes only the picked
 /// file's head, so only it is put back. A few files are scanned (for two, a heap's pop and
-/// push cost 8% more than the scan); many are kept in a heap, earliest first: scanning 1500
-/// interleaved files at every pick cost 11 µs an event.
+/// push cost more than the scan); many are kept in a heap, earliest first: scanning every
+/// file at every pick made a set of hundreds of files cost microseconds an event
+/// (bench/PROFILE.md, eleventh round, big `-ff` sets).
 enum Heads {
     Few(Vec<Option<Nanos>>),
     Many(BinaryHeap<Reverse<Head>>),

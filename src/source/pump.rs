@@ -143,8 +143,8 @@ impl<P: Producer> Help for Pump<P> {
         }
         // The parser may be reading the item it needs: the helper waits for it to finish
         // (one chunk's read) and reads the next one meanwhile parsed. Giving up instead
-        // left the analyzer asleep while the parser did all of gunzip's work: the parser's
-        // thread had 54 % of a gzipped run's CPU, the analyzer's 46 %.
+        // left the analyzer asleep while the parser did nearly all of gunzip's work
+        // (bench/PROFILE.md, fifteenth round).
         let mut src = lock(&self.source);
         if full(&lock(&self.queue)) {
             return false;

@@ -55,8 +55,8 @@ struct Mappable {
 const PAD: usize = 4096;
 /// Filled chunks waiting for the parser (about 2 MB). As a third busy thread (on a machine
 /// with more cores than two, or before `pump`), gunzip ran ahead through a few scheduler
-/// slices with this room instead of stalling the other two (a gzipped run was 4-6% slower
-/// with 2, in 12 interleaved runs each).
+/// slices with this room instead of stalling the other two (a gzipped run was slower with 2:
+/// bench/PROFILE.md, ninth round).
 const AHEAD_DEPTH: usize = 8;
 /// Mapped windows waiting for the parser: their pages are resident, and mapping costs the
 /// reader thread so little that it is never the stage that falls behind.
@@ -69,8 +69,9 @@ pub(super) const MIN_MAP: u64 = 4 << 20;
 /// being parsed (at most about five windows at once, 10 MB), so this bounds the memory
 /// mapping adds, as `CHUNK` does for reading. Each unmap of a window the parser's thread
 /// touched interrupts the other core to flush its TLB: with 512 KiB windows those flushes
-/// and the mapping calls were the reader thread's 12% of a run's samples, and 2 MiB cut
-/// the median run on the 6M-line files by 10-14% (system time halved) for 3 MB of RSS.
+/// and the mapping calls were the reader thread's main cost, and 2 MiB windows made a run
+/// faster for a few MB of RSS, where larger ones cost memory and gained nothing
+/// (bench/PROFILE.md, eleventh round).
 const WINDOW: usize = 2 << 20;
 
 /// The reading end of a reader thread: filled chunks, and a way to give spent buffers back

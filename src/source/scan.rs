@@ -29,9 +29,9 @@ static NAME_BYTES: [bool; 256] = {
 };
 
 /// How many bytes at the start of `s` are name bytes (`is_name_byte`): sixteen at a time
-/// with SSE2 (part of every x86_64), where the byte loop over a call's name cost ~28
-/// instructions a line; the last bytes of a short line and names of sixteen bytes or more
-/// go on byte by byte.
+/// with SSE2 (part of every x86_64), where the byte loop over a call's name was a visible
+/// cost on every line (bench/PROFILE.md, parser round from f859104); the last bytes of a
+/// short line and names of sixteen bytes or more go on byte by byte.
 #[inline(always)]
 pub(crate) fn name_len(s: &[u8]) -> usize {
     #[cfg(target_arch = "x86_64")]
@@ -178,7 +178,8 @@ pub(crate) fn parse_decimal_ns(s: &[u8]) -> Option<(i64, u8, usize)> {
 pub(crate) fn fixed_digits<const N: usize>(d: &[u8; N]) -> Option<u64> {
     if N <= 2 {
         // One or two digits: the arithmetic itself is cheaper than the padded word (whose
-        // copy through the stack was not inlined: ~30 instructions a call, 3 per `-tt` line).
+        // copy through the stack was not inlined, three times a `-tt` line: bench/PROFILE.md,
+        // parser side from 55f41f7).
         let mut v = 0u64;
         let mut bad = false;
         for &b in d {
@@ -271,7 +272,7 @@ fn digits_and_marks(
 /// seconds to 60 for a leap second). One SSE2 pass (part of every x86_64): all sixteen bytes
 /// checked at once, the digit pairs combined by two `pmaddwd`s, where the word-at-a-time
 /// reading (`hms_seconds`, then `fixed_digits_tail` for the fraction, then the range tests)
-/// cost ~40 instructions more a `-tt` line.
+/// cost more on every `-tt` line (bench/PROFILE.md, parser round from 545d9c0).
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 pub(crate) fn tod_usec(w: &[u8; 16]) -> Option<u64> {

@@ -204,8 +204,8 @@ fn blank_then_time(rest: &[u8]) -> &[u8] {
 /// to seven bytes, `]` within the first eight bytes after `[pid `) -> (pid, bytes up to and
 /// with the `]`), read as one word: the field's leading blanks are counted and replaced by
 /// '0' in a register, and the digits checked and combined as eight at once, where a blank
-/// skip and a digit loop cost ~100 instructions a `-f` line. Anything else: `None` (the
-/// caller's general reading handles it).
+/// skip and a digit loop were a visible cost on every `-f` line (bench/PROFILE.md, parser
+/// round from c923c8a). Anything else: `None` (the caller's general reading handles it).
 #[inline(always)]
 fn bracket_pid(line: &[u8]) -> Option<(u64, usize)> {
     const ONES: u64 = u64::from_le_bytes([0x01; 8]);
