@@ -1,10 +1,125 @@
-//! Live decoders: a call's raw arguments (six registers, from ptrace or a perf raw_syscalls
-//! record) -> the `Syscall` fields the analysis needs, by the argument shape the syscall
-//! table gives its name, reading the tracee's memory for paths and buffers. Shared by the
-//! live backends, so none imports from another.
+//! Live decoders: a call's number, raw arguments (six registers, from ptrace, a perf
+//! raw_syscalls record or a bpf record) and result -> the `Syscall` the analysis reads
+//! (`call`), by the argument shape the syscall table gives its name, reading the tracee's
+//! memory for paths and buffers. Shared by the live backends, so none imports from another.
 
-use crate::event::{Data, Extra, Syscall, Tid, DATA_CAP};
-use crate::syscalls::{ArgKind, DataArg};
+use super::sysnames::{errno_name, syscall_name};
+use crate::event::{Data, DurSource, Extra, Nanos, Ret, Syscall, Tid, DATA_CAP};
+use crate::syscalls::{ArgKind, DataArg, FdKind, SysInfo};
+use rustc_hash::FxHashMap;
+
+/// Per syscall number: its name, its table entry and whether its arguments need more than
+/// the fd (`decodes_more`).
+#[derive(Clone, Copy)]
+pub(super) struct NrInfo {
+    pub name: &'static str,
+    pub sys: &'static SysInfo,
+    pub decode: bool,
+}
+
+/// Numbers below this are looked up once per process (every architecture's are).
+const NR_CACHED: usize = 1024;
+
+/// `NrInfo` of syscall `nr`. Looked up once per number: per record, the name's map and the
+/// table's string-hashed index were a visible part of the tracer's CPU.
+#[inline]
+pub(super) fn nr_info(nr: i64) -> NrInfo {
+    static SEEN: [std::sync::OnceLock<NrInfo>; NR_CACHED] =
+        [const { std::sync::OnceLock::new() }; NR_CACHED];
+    let make = || {
+        let name = syscall_name(nr);
+        let sys = crate::syscalls::info(name);
+        NrInfo {
+            name,
+            sys,
+            decode: decodes_more(sys),
+        }
+    };
+    match usize::try_from(nr).ok().and_then(|i| SEEN.get(i)) {
+        Some(c) => *c.get_or_init(make),
+        None => make(),
+    }
+}
+
+/// Whether a raw syscall result is an error: the kernel's own rule (`IS_ERR_VALUE`, what
+/// ptrace's `is_error` says), -4095..-1 being -errno.
+#[inline]
+pub(super) fn is_errno(r: i64) -> bool {
+    (-4095..0).contains(&r)
+}
+
+/// The `Ret` of a raw result (`None`: the call did not return).
+#[inline]
+pub(super) fn ret_of(r: Option<i64>) -> Ret {
+    match r {
+        Some(r) if is_errno(r) => Ret::Err(errno_name(-r)),
+        Some(r) => Ret::Val(r),
+        None => Ret::Unknown,
+    }
+}
+
+/// What a backend knows of a call's arguments, and when it can read the tracee's memory.
+pub(super) enum Args<'a> {
+    /// Not known: a call already running at the attach, whose entry no backend saw.
+    Unknown,
+    /// Read after the call, when its record is processed (perf, bpf): the fd, and what
+    /// `decodes_more` names, from process `tgid`'s memory (racy, see `open_name`);
+    /// `forked` says which tasks the kernel reported new are threads.
+    Late {
+        args: &'a [u64; 6],
+        tgid: Tid,
+        forked: &'a FxHashMap<Tid, bool>,
+    },
+    /// Read while thread `tid` is stopped at the call's exit (ptrace): everything, the
+    /// first bytes of read and write buffers included.
+    Stopped { args: &'a [u64; 6], tid: Tid },
+}
+
+/// Fills `sc` (made by `Syscall::with` from `nr_info`) as every backend does: its result
+/// (`ret`, None if it did not return), its duration (`dur`, measured), and what its
+/// arguments say (`args`). The file an `open` returned and whether a clone made a thread
+/// are taken only from a call that succeeded.
+#[inline]
+pub(super) fn call(sc: &mut Syscall, info: &NrInfo, ret: Option<i64>, dur: Nanos, args: Args<'_>) {
+    sc.ret = ret_of(ret);
+    sc.dur = Some(dur.max(0));
+    sc.dur_src = DurSource::Measured;
+    let ok = sc.ret.val();
+    match args {
+        Args::Unknown => {}
+        Args::Late { args, tgid, forked } if info.decode => {
+            decode_args(tgid, sc, args, ok, false);
+            match (info.sys.fd, ok) {
+                // Read late: the fd may name another file by now (see open_name).
+                (FdKind::Open, Some(fd)) if fd >= 0 => sc.ret_path = open_name(tgid, sc, fd),
+                (FdKind::Clone, Some(child)) if child > 0 => {
+                    if let Some(thread) = forked.get(&(child as Tid)) {
+                        sc.extra = Extra::Clone { thread: *thread };
+                    }
+                }
+                _ => {}
+            }
+        }
+        Args::Late { args, .. } => {
+            if info.sys.fd_first {
+                let fd = args[0] as i64;
+                if (0..=i32::MAX as i64).contains(&fd) {
+                    sc.fd = Some(fd as i32);
+                }
+            }
+        }
+        Args::Stopped { args, tid } => {
+            decode_args(tid, sc, args, ok, true);
+            if let (FdKind::Open, Some(fd)) = (info.sys.fd, ok) {
+                if fd >= 0 {
+                    // The thread is stopped at the exit: the fd's link is the file it just
+                    // opened.
+                    sc.ret_path = open_name(tid, sc, fd);
+                }
+            }
+        }
+    }
+}
 
 /// Reads up to `buf.len()` bytes of the tracee's memory at `addr`.
 fn read_mem(tid: Tid, addr: u64, buf: &mut [u8]) -> usize {
@@ -61,7 +176,7 @@ const AT_FDCWD: i64 = -100;
 /// Fills fd, path, data and the other `Extra`s from raw arguments. `ret`: the result when
 /// the call succeeded (read-like buffers are only valid then). `data`: read the first bytes
 /// of read/write buffers (only meaningful while the thread is still stopped at the exit).
-pub(super) fn decode_args(tid: Tid, sc: &mut Syscall, a: &[u64; 6], ret: Option<i64>, data: bool) {
+fn decode_args(tid: Tid, sc: &mut Syscall, a: &[u64; 6], ret: Option<i64>, data: bool) {
     let sys = sc.sys;
     if sys.fd_first {
         let fd = a[0] as i64 as i32;
@@ -158,7 +273,7 @@ pub(super) fn decode_args(tid: Tid, sc: &mut Syscall, a: &[u64; 6], ret: Option<
 
 /// Whether `decode_args` has anything to take for this call other than its fd and buffer
 /// (paths, fd pairs, dup targets, clone flags): the perf backend decodes only those.
-pub(super) fn decodes_more(sys: &crate::syscalls::SysInfo) -> bool {
+pub(super) fn decodes_more(sys: &SysInfo) -> bool {
     !matches!(
         sys.args,
         ArgKind::Data | ArgKind::Restart | ArgKind::Nothing

@@ -11,6 +11,7 @@ pub(crate) mod perf;
 pub(crate) mod procctx;
 pub(crate) mod ptrace;
 pub(crate) mod sysnames;
+pub(crate) mod tracefs;
 
 use crate::event::{Event, Nanos, Tid};
 use crate::report::LiveBackend;

@@ -26,16 +26,14 @@
 //! racy, and so is the returned fd's `/proc/PID/fd` link, read too and preferred as strace
 //! -y does only while it still fits the call (`decode::open_name`).
 
-use super::decode::{decode_args, decodes_more, open_name};
-use super::sysnames::{errno_name, syscall_name};
+use super::decode::{self, nr_info, Args};
+use super::tracefs::{self, find_tracepoints};
 use super::{now_mono, now_wall, AttachError, Tracer, TracerStats};
-use crate::event::{self, Event, EventKind, InFlight, Nanos, Ret, Syscall, Tid};
-use crate::syscalls::{FdKind, SysInfo};
+use crate::event::{self, Event, EventKind, InFlight, Nanos, Syscall, Tid};
 use anyhow::Result;
 use perf_event_open_sys as sys;
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::collections::VecDeque;
-use std::path::PathBuf;
 use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
@@ -65,60 +63,6 @@ pub struct PerfConfig {
     pub follow_forks: bool,
     /// Ring-buffer pages per CPU (a power of two).
     pub pages: usize,
-}
-
-/// Where tracefs is and the ids of the two syscall tracepoints.
-#[derive(Clone, Debug)]
-pub struct Tracepoints {
-    pub root: PathBuf,
-    pub enter: u64,
-    pub exit: u64,
-}
-
-/// Finds tracefs and the raw_syscalls tracepoint ids, or says why they cannot be used.
-pub fn find_tracepoints() -> Result<Tracepoints, String> {
-    let mut why = vec![];
-    for root in ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"] {
-        let root = PathBuf::from(root);
-        let ev = root.join("events");
-        match std::fs::metadata(&ev) {
-            Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-            Err(e) => {
-                why.push(format!("{}: {e}", ev.display()));
-                continue;
-            }
-        }
-        let id = |name: &str| -> Result<u64, String> {
-            let p = ev.join("raw_syscalls").join(name).join("id");
-            let s = std::fs::read_to_string(&p).map_err(|e| {
-                if e.kind() == std::io::ErrorKind::NotFound {
-                    format!(
-                        "{} is missing (a kernel without syscall tracepoints, CONFIG_FTRACE_SYSCALLS)",
-                        p.display()
-                    )
-                } else {
-                    format!("cannot read {}: {e}", p.display())
-                }
-            })?;
-            s.trim()
-                .parse()
-                .map_err(|_| format!("{}: not a tracepoint id: {s:?}", p.display()))
-        };
-        match (id("sys_enter"), id("sys_exit")) {
-            (Ok(enter), Ok(exit)) => return Ok(Tracepoints { root, enter, exit }),
-            (Err(e), _) | (_, Err(e)) => why.push(e),
-        }
-    }
-    if why.is_empty() {
-        Err(
-            "tracefs is mounted neither at /sys/kernel/tracing nor at /sys/kernel/debug/tracing \
-             (as root: mount -t tracefs nodev /sys/kernel/tracing)"
-                .into(),
-        )
-    } else {
-        Err(why.join("; "))
-    }
 }
 
 fn paranoid() -> Option<i32> {
@@ -255,42 +199,6 @@ pub(crate) struct SchedIds {
     pub wakeup_pid_off: usize,
     pub minor: HashSet<u64>,
     pub major: HashSet<u64>,
-}
-
-/// `sched:sched_wakeup`'s id and the offset of its `pid` field, from tracefs.
-fn find_wakeup(root: &std::path::Path) -> Result<(u64, usize), String> {
-    let dir = root.join("events/sched/sched_wakeup");
-    let read = |f: &str| {
-        std::fs::read_to_string(dir.join(f))
-            .map_err(|e| format!("cannot read {}: {e}", dir.join(f).display()))
-    };
-    let id = read("id")?
-        .trim()
-        .parse()
-        .map_err(|_| format!("{}: not a tracepoint id", dir.join("id").display()))?;
-    let off = field_offset(&read("format")?, "pid")
-        .ok_or_else(|| format!("{} has no pid field", dir.join("format").display()))?;
-    Ok((id, off as usize))
-}
-
-/// `offset` of `field` in a tracepoint's format file.
-pub(super) fn field_offset(format: &str, field: &str) -> Option<u32> {
-    format.lines().find_map(|l| {
-        let decl = l.trim().strip_prefix("field:")?;
-        let (decl, rest) = decl.split_once(';')?;
-        let name = decl.trim().rsplit(' ').next()?;
-        let name = name.split('[').next()?;
-        if name != field {
-            return None;
-        }
-        rest.trim()
-            .strip_prefix("offset:")?
-            .split(';')
-            .next()?
-            .trim()
-            .parse()
-            .ok()
-    })
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -527,15 +435,6 @@ impl Thread {
     }
 }
 
-/// Per syscall number: its name, its table entry and whether its arguments need more than
-/// the fd.
-#[derive(Clone, Copy)]
-struct NrInfo {
-    name: &'static str,
-    sys: &'static SysInfo,
-    decode: bool,
-}
-
 pub struct PerfTracer {
     spans: super::SpanPool,
     cfg: PerfConfig,
@@ -579,7 +478,6 @@ pub struct PerfTracer {
     late_records: u64,
     /// The kernel knows `inherit_thread` (used for --no-follow-forks).
     inherit_thread: bool,
-    nr_info: Vec<Option<NrInfo>>,
     stop_requested: bool,
     done: bool,
     warnings: Vec<String>,
@@ -614,7 +512,7 @@ impl PerfTracer {
         let wakeup = if std::env::var_os(NO_SCHED_ENV).is_some_and(|v| v == "1") {
             Err(format!("{NO_SCHED_ENV}=1 is set"))
         } else {
-            find_wakeup(&tp.root)
+            tracefs::id_and_offset(&tp.events(), "sched", "sched_wakeup", "pid")
         };
         match wakeup {
             Ok((wakeup, wakeup_pid_off)) => {
@@ -710,7 +608,6 @@ impl PerfTracer {
             processed_upto: 0,
             late_records: 0,
             inherit_thread: true,
-            nr_info: vec![],
             sched: None,
             wakeup_fds: vec![],
             wakeup_tids: vec![],
@@ -1167,34 +1064,13 @@ impl PerfTracer {
         }
     }
 
-    fn info(&mut self, nr: i64) -> NrInfo {
-        let i = nr as usize;
-        if nr >= 0 && i < 4096 {
-            if let Some(Some(x)) = self.nr_info.get(i) {
-                return *x;
-            }
-        }
-        let name = syscall_name(nr);
-        let sys = crate::syscalls::info(name);
-        let x = NrInfo {
-            name,
-            sys,
-            decode: decodes_more(sys),
-        };
-        if nr >= 0 && i < 4096 {
-            if self.nr_info.len() <= i {
-                self.nr_info.resize(i + 1, None);
-            }
-            self.nr_info[i] = Some(x);
-        }
-        x
-    }
-
     /// A call from its entry (and its result, if it returned).
     fn build(&mut self, tid: Tid, tgid: Tid, e: Entry, ret: Option<i64>, end: Nanos) -> Event {
         self.build_with(tid, tgid, e, ret, end, true)
     }
 
+    /// `build`; `args_known` false for a call already running at the attach, whose entry
+    /// was not seen (only its result is known).
     fn build_with(
         &mut self,
         tid: Tid,
@@ -1204,38 +1080,18 @@ impl PerfTracer {
         end: Nanos,
         args_known: bool,
     ) -> Event {
-        let info = self.info(e.nr);
+        let info = nr_info(e.nr);
         let mut sc = Syscall::with(info.name, info.sys);
-        sc.ret = match ret {
-            Some(r) if (-4095..0).contains(&r) => Ret::Err(errno_name(-r)),
-            Some(r) => Ret::Val(r),
-            None => Ret::Unknown,
+        let args = if args_known {
+            Args::Late {
+                args: &e.args,
+                tgid,
+                forked: &self.forked,
+            }
+        } else {
+            Args::Unknown
         };
-        sc.dur = Some((end - e.ts).max(0));
-        sc.dur_src = event::DurSource::Measured;
-        let ok = sc.ret.val();
-        if !args_known {
-            // Only the result of a call already running at attach is known.
-        } else if info.decode {
-            decode_args(tgid, &mut sc, &e.args, ok, false);
-            if let Some(r) = ok.filter(|r| *r > 0) {
-                match info.sys.fd {
-                    // Read late: the fd may name another file by now (see open_name).
-                    FdKind::Open => sc.ret_path = open_name(tgid, &sc, r),
-                    FdKind::Clone => {
-                        if let Some(thread) = self.forked.get(&(r as Tid)) {
-                            sc.extra = event::Extra::Clone { thread: *thread };
-                        }
-                    }
-                    _ => {}
-                }
-            }
-        } else if info.sys.fd_first {
-            let fd = e.args[0] as i64;
-            if (0..=i32::MAX as i64).contains(&fd) {
-                sc.fd = Some(fd as i32);
-            }
-        }
+        decode::call(&mut sc, &info, ret, end - e.ts, args);
         Event {
             tid,
             ts: e.ts,
@@ -1380,7 +1236,7 @@ impl PerfTracer {
                 };
                 let mut code = None;
                 if let Some(e) = th.entry {
-                    if self.info(e.nr).sys.facts.has(crate::syscalls::Facts::EXIT) {
+                    if nr_info(e.nr).sys.facts.has(crate::syscalls::Facts::EXIT) {
                         code = Some(e.args[0] as i32);
                     }
                     let mut ev = self.build(tid, th.tgid, e, None, r.ts);

@@ -13,10 +13,10 @@
 //! tracer runs on its own thread and hands batches of events over a channel; the analysis
 //! runs on the caller's thread and never delays a stopped redis thread.
 
-use super::decode::{blocked_in_call, decode_args};
-use super::sysnames::{errno_name, is_restart_errno, signal_name, syscall_name};
+use super::decode::{self, blocked_in_call, nr_info, Args};
+use super::sysnames::{is_restart_errno, signal_name};
 use super::{now_mono, now_wall, AttachError, Tracer, TracerStats};
-use crate::event::{self, Event, EventKind, InFlight, Nanos, Ret, Syscall, Tid};
+use crate::event::{self, Event, EventKind, InFlight, Nanos, Syscall, Tid};
 use anyhow::Result;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
@@ -388,8 +388,7 @@ impl Thread {
         match self.restart_from.take() {
             Some(r)
                 if nr == r.entry.nr
-                    || crate::syscalls::info(syscall_name(nr)).args
-                        == crate::syscalls::ArgKind::Restart =>
+                    || nr_info(nr).sys.args == crate::syscalls::ArgKind::Restart =>
             {
                 (
                     Entry {
@@ -798,12 +797,7 @@ impl Inner {
             args,
             in_flight: Some(InFlight::AtStart),
         };
-        let (ret_val, is_err) = if (-4095..0).contains(&rax) {
-            (rax, true)
-        } else {
-            (rax, false)
-        };
-        let ev = self.build(tid, entry, ret_val, is_err, now);
+        let ev = self.build(tid, entry, Some(rax), now);
         self.stats.syscalls += 1;
         self.batch.push(ev);
     }
@@ -833,12 +827,13 @@ impl Inner {
                 }
             }
             libc::PTRACE_SYSCALL_INFO_EXIT => {
-                let (sval, is_error) = unsafe { (info.u.exit.sval, info.u.exit.is_error != 0) };
+                // `is_error` is the kernel's IS_ERR_VALUE of `sval`: `decode::is_errno`.
+                let sval = unsafe { info.u.exit.sval };
                 let entry = match self.threads.get_mut(&tid).and_then(|t| t.entry.take()) {
                     Some(e) => e,
                     None => return, // an exit with no entry seen (e.g. right after exec)
                 };
-                let ev = self.build(tid, entry, sval, is_error, now);
+                let ev = self.build(tid, entry, Some(sval), now);
                 self.stats.syscalls += 1;
                 if entry.in_flight.is_none() {
                     let d = now - entry.ts;
@@ -868,7 +863,7 @@ impl Inner {
     /// Reports the call the attach interrupted, which did not go on after it: from the
     /// attach to `now`, with the restart errno the kernel had set.
     fn end_interrupted(&mut self, tid: Tid, r: Interrupted, now: Nanos, src: event::DurSource) {
-        let mut ev = self.build(tid, r.entry, -r.errno, true, now);
+        let mut ev = self.build(tid, r.entry, Some(-r.errno), now);
         if let EventKind::Syscall(sc) = &mut ev.kind {
             sc.dur_src = src;
         }
@@ -876,29 +871,14 @@ impl Inner {
         self.batch.push(ev);
     }
 
-    /// Turns an entry and its result into an event, decoding only what `Event` needs.
-    fn build(&mut self, tid: Tid, e: Entry, sval: i64, is_error: bool, now: Nanos) -> Event {
-        let name = syscall_name(e.nr);
-        let mut sc = Syscall::new(name);
-        sc.ret = if is_error {
-            Ret::Err(errno_name(-sval))
-        } else {
-            Ret::Val(sval)
-        };
-        sc.dur = Some((now - e.ts).max(0));
-        sc.dur_src = event::DurSource::Measured;
+    /// Turns an entry and its result (`None`: it did not return) into an event, the thread
+    /// still stopped at the call's exit (or gone).
+    fn build(&mut self, tid: Tid, e: Entry, ret: Option<i64>, now: Nanos) -> Event {
+        let info = nr_info(e.nr);
+        let mut sc = Syscall::with(info.name, info.sys);
         sc.in_flight = e.in_flight;
-        decode_args(
-            tid,
-            &mut sc,
-            &e.args,
-            if is_error { None } else { Some(sval) },
-            true,
-        );
-        if sc.sys.fd == crate::syscalls::FdKind::Open && !is_error && sval >= 0 {
-            // The thread is stopped at the exit: the fd's link is the file it just opened.
-            sc.ret_path = super::decode::open_name(tid, &sc, sval);
-        }
+        let args = Args::Stopped { args: &e.args, tid };
+        decode::call(&mut sc, &info, ret, now - e.ts, args);
         Event {
             tid,
             ts: e.ts,
@@ -912,17 +892,8 @@ impl Inner {
         self.gone.insert(tid);
         if let Some(e) = th.as_ref().and_then(|t| t.entry) {
             // The call it was in never returned (exit_group, or killed inside a call).
-            let mut sc = Syscall::new(syscall_name(e.nr));
-            sc.dur = Some((now - e.ts).max(0));
-            sc.dur_src = event::DurSource::Measured;
-            sc.in_flight = e.in_flight;
-            decode_args(tid, &mut sc, &e.args, None, true);
-            self.batch.push(Event {
-                tid,
-                ts: e.ts,
-                line: 0,
-                kind: EventKind::Syscall(sc),
-            });
+            let ev = self.build(tid, e, None, now);
+            self.batch.push(ev);
         }
         let kind = if libc::WIFEXITED(status) {
             EventKind::Exit {
@@ -967,17 +938,12 @@ impl Inner {
                 _ => None,
             };
             if let Some(e) = entry {
-                let mut sc = Syscall::new(syscall_name(e.nr));
-                sc.dur = Some((detach_ts - e.ts).max(0));
-                sc.dur_src = event::DurSource::Measured;
-                sc.in_flight = Some(InFlight::AtEnd);
-                decode_args(*tid, &mut sc, &e.args, None, true);
-                self.batch.push(Event {
-                    tid: *tid,
-                    ts: e.ts,
-                    line: 0,
-                    kind: EventKind::Syscall(sc),
-                });
+                let e = Entry {
+                    in_flight: Some(InFlight::AtEnd),
+                    ..e
+                };
+                let ev = self.build(*tid, e, None, detach_ts);
+                self.batch.push(ev);
             }
             unsafe { libc::ptrace(libc::PTRACE_INTERRUPT, *tid as libc::pid_t, 0usize, 0usize) };
         }

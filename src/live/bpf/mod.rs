@@ -19,10 +19,11 @@
 
 mod arrivals;
 
-use super::decode::{blocked_in_call, decode_args, decodes_more, open_name};
-use super::sysnames::{errno_name, syscall_name};
+use super::decode::{self, blocked_in_call, nr_info, Args};
+use super::sysnames::syscall_name;
+use super::tracefs::{self, field_offset};
 use super::{now_mono, now_wall, AttachError, Tracer, TracerStats};
-use crate::event::{self, Data, Event, EventKind, InFlight, Nanos, Ret, Syscall, Tid};
+use crate::event::{self, Data, Event, EventKind, InFlight, Nanos, Syscall, Tid};
 use anyhow::Result;
 use rustc_hash::FxHashMap;
 use std::collections::{HashMap, VecDeque};
@@ -204,44 +205,11 @@ fn push_parsed(b: &[u8], batch: &mut Vec<Rec>) {
     }
 }
 
-/// Per syscall number: its name, its table entry, and whether its arguments need more
-/// than the fd.
-#[derive(Clone, Copy)]
-struct NrInfo {
-    name: &'static str,
-    sys: &'static crate::syscalls::SysInfo,
-    decode: bool,
-    /// `kernel_kind` of the name (whether a data copy was filled by the kernel).
-    kind: u32,
-}
-
-fn nr_info(nr: i64) -> NrInfo {
-    // Looked up once per number (live): per record, the name's map and the table's
-    // string-hashed index were a visible part of the tracer's CPU.
-    static SEEN: [std::sync::OnceLock<NrInfo>; NR_MAX as usize] =
-        [const { std::sync::OnceLock::new() }; NR_MAX as usize];
-    let make = || {
-        let name = syscall_name(nr);
-        let sys = crate::syscalls::info(name);
-        NrInfo {
-            name,
-            sys,
-            decode: decodes_more(sys),
-            kind: kernel_kind(name),
-        }
-    };
-    match usize::try_from(nr).ok().and_then(|i| SEEN.get(i)) {
-        Some(c) => *c.get_or_init(make),
-        None => make(),
-    }
-}
-
 /// What the kernel programs need to know of a syscall number: whether its buffer is
 /// filled by the kernel (read, pread64, recvfrom) or by the process (write, pwrite64,
 /// sendto), and where a clone keeps its flags, by the syscall table.
-fn kernel_kind(name: &str) -> u32 {
+fn kernel_kind(sys: &crate::syscalls::SysInfo) -> u32 {
     use crate::syscalls::{ArgKind, DataArg};
-    let sys = crate::syscalls::info(name);
     match (sys.args, sys.data) {
         (ArgKind::Data, DataArg::In) => NR_READ,
         (ArgKind::Data, DataArg::Out) => NR_WRITE,
@@ -253,10 +221,8 @@ fn kernel_kind(name: &str) -> u32 {
 
 /// Where tracefs is, for the format files.
 fn tracefs_events() -> Result<std::path::PathBuf, String> {
-    super::perf::find_tracepoints().map(|t| t.root.join("events"))
+    tracefs::find_tracepoints().map(|t| t.events())
 }
-
-use super::perf::field_offset;
 
 /// Checks the layouts the programs assume and returns sched_process_fork's child_pid offset.
 fn check_layouts() -> Result<u32, String> {
@@ -524,7 +490,7 @@ impl BpfTracer {
             )
             .map_err(|e| load_error("nr_kinds", &e, None))?;
             for nr in 0..NR_MAX {
-                let k = kernel_kind(syscall_name(nr));
+                let k = kernel_kind(crate::syscalls::info(syscall_name(nr)));
                 if k != 0 {
                     kinds
                         .set(nr as u32, k, 0)
@@ -707,38 +673,19 @@ impl BpfTracer {
         });
         let sc = sc_of_back(&mut self.queue);
         sc.sched = sched;
-        sc.ret = match ret {
-            Some(v) if (-4095..0).contains(&v) => Ret::Err(errno_name(-v)),
-            Some(v) => Ret::Val(v),
-            None => Ret::Unknown,
+        let args = if args_known {
+            Args::Late {
+                args: &r.args,
+                tgid: r.tgid,
+                forked: &self.forked,
+            }
+        } else {
+            Args::Unknown
         };
-        sc.dur = Some((r.exit_ns - r.enter_ns).max(0));
-        sc.dur_src = event::DurSource::Measured;
+        decode::call(sc, &info, ret, r.exit_ns - r.enter_ns, args);
         let ok = sc.ret.val();
-        if !args_known {
-            // Only the result of a call already running at attach is known.
-        } else if info.decode {
-            decode_args(r.tgid, sc, &r.args, ok, false);
-            if let Some(v) = ok.filter(|v| *v > 0) {
-                match info.sys.fd {
-                    // Read late: the fd may name another file by now (see open_name).
-                    crate::syscalls::FdKind::Open => sc.ret_path = open_name(r.tgid, sc, v),
-                    crate::syscalls::FdKind::Clone => {
-                        if let Some(thread) = self.forked.get(&(v as Tid)) {
-                            sc.extra = event::Extra::Clone { thread: *thread };
-                        }
-                    }
-                    _ => {}
-                }
-            }
-        } else if info.sys.fd_first {
-            let fd = r.args[0] as i64;
-            if (0..=i32::MAX as i64).contains(&fd) {
-                sc.fd = Some(fd as i32);
-            }
-        }
         if args_known && r.data_len > 0 {
-            let avail = if info.kind == NR_READ {
+            let avail = if kernel_kind(info.sys) == NR_READ {
                 ok.unwrap_or(0).max(0) as u64
             } else {
                 r.args[2]
@@ -1458,19 +1405,6 @@ impl Drop for BpfTracer {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn format_offsets_are_read_from_tracefs_text() {
-        let f = "name: sched_process_fork\nformat:\n\
-                 \tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n\
-                 \tfield:__data_loc char[] parent_comm;\toffset:8;\tsize:4;\tsigned:0;\n\
-                 \tfield:pid_t child_pid;\toffset:20;\tsize:4;\tsigned:1;\n\
-                 \tfield:unsigned long args[6];\toffset:16;\tsize:48;\tsigned:0;\n";
-        assert_eq!(field_offset(f, "child_pid"), Some(20));
-        assert_eq!(field_offset(f, "parent_comm"), Some(8));
-        assert_eq!(field_offset(f, "args"), Some(16));
-        assert_eq!(field_offset(f, "child_comm"), None);
-    }
 
     #[test]
     fn a_record_with_data_keeps_its_bytes_and_nothing_past_them() {

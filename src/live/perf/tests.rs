@@ -2,6 +2,7 @@
 //! by hand in the kernel's layout (no perf_event_open needed).
 
 use super::*;
+use crate::event::Ret;
 
 const ENTER: u64 = 443;
 const EXIT: u64 = 442;

@@ -2,6 +2,8 @@
 //! lock: ptrace tests run one at a time.
 
 use super::*;
+use crate::event::Ret;
+use crate::live::sysnames::syscall_name;
 use crate::live::Tracer;
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
