@@ -3,11 +3,68 @@
 //! few things such a backend does while waiting for events (return what is ready, end on a
 //! stop request or when the process is gone, check on the process now and then, take in
 //! what the kernel wrote), so that the two backends differ only in how they read their
-//! buffers. (ptrace has its own loop: it resumes stopped threads.)
+//! buffers. (ptrace has its own loop: it resumes stopped threads.) `Fed` is the state this
+//! loop and the `Tracer` methods share in both backends.
 
-use crate::event::Event;
+use super::{SpanPool, TracerStats};
+use crate::event::{Event, Nanos, Tid};
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
+
+/// What a kernel-fed backend keeps besides its rings and its threads: the events ready, its
+/// counts, and where it is in its life.
+pub(crate) struct Fed {
+    /// Events ready to be returned, in order.
+    pub queue: VecDeque<Event>,
+    pub stats: TracerStats,
+    /// Records the kernel dropped that `Tracer::take_lost` has not handed on yet.
+    pub lost_unreported: u64,
+    pub stop_requested: bool,
+    /// Tracing has ended: every event left is in the queue.
+    pub done: bool,
+    pub warnings: Vec<String>,
+    /// When the process was last checked on.
+    pub last_check: Instant,
+    /// Boxes for the calls' scheduler split, handed back by the consumer.
+    pub spans: SpanPool,
+}
+
+impl Fed {
+    pub(crate) fn new() -> Self {
+        Fed {
+            queue: VecDeque::new(),
+            stats: TracerStats::default(),
+            lost_unreported: 0,
+            stop_requested: false,
+            done: false,
+            warnings: vec![],
+            last_check: Instant::now(),
+            spans: SpanPool::default(),
+        }
+    }
+
+    /// Counts `n` records the kernel dropped.
+    pub(crate) fn lost(&mut self, n: u64) {
+        self.stats.lost_events += n;
+        self.lost_unreported += n;
+    }
+
+    /// Counts one call of `tid` (of process `main`), with its duration if it was measured.
+    #[inline]
+    pub(crate) fn count(&mut self, tid: Tid, main: Tid, dur: Option<Nanos>) {
+        self.stats.count(tid, main, dur);
+    }
+
+    /// `Tracer::is_done`.
+    pub(crate) fn is_done(&self) -> bool {
+        self.done && self.queue.is_empty()
+    }
+
+    /// `Tracer::take_lost`.
+    pub(crate) fn take_lost(&mut self) -> u64 {
+        std::mem::take(&mut self.lost_unreported)
+    }
+}
 
 /// How often the process is checked for exit (and whatever else a backend does then).
 const CHECK_EVERY: Duration = Duration::from_millis(100);

@@ -10,6 +10,7 @@ mod fed;
 pub(crate) mod perf;
 pub(crate) mod procctx;
 pub(crate) mod ptrace;
+mod reader;
 pub(crate) mod sysnames;
 pub(crate) mod tracefs;
 

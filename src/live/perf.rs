@@ -27,6 +27,8 @@
 //! -y does only while it still fits the call (`decode::open_name`).
 
 use super::decode::{self, nr_info, Args};
+use super::fed::Fed;
+use super::reader::Reader;
 use super::tracefs::{self, find_tracepoints};
 use super::{now_mono, now_wall, AttachError, Tracer, TracerStats};
 use crate::event::{self, Event, EventKind, InFlight, Nanos, Syscall, Tid};
@@ -34,8 +36,7 @@ use anyhow::Result;
 use perf_event_open_sys as sys;
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::collections::VecDeque;
-use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::atomic::{fence, AtomicU64, Ordering};
 use std::time::Duration;
 
 /// Default ring-buffer size per CPU: 8 MiB holds about 50,000 syscalls (~150 bytes
@@ -106,8 +107,9 @@ impl Ring {
         self.base as *mut sys::bindings::perf_event_mmap_page
     }
 
-    /// Calls `f` on every record written since the last read, then frees their space.
-    fn drain(&mut self, f: &mut impl FnMut(&[u8])) {
+    /// Calls `f` on every record written since the last read, then frees their space;
+    /// stops after a record for which `f` says false (the rest stays for the next drain).
+    fn drain(&mut self, f: &mut impl FnMut(&[u8]) -> bool) {
         let page = self.page();
         // SAFETY: the mapping lives as long as `self`; data_head/data_tail are u64 fields
         // of the control page that the kernel and this reader share as the perf ABI says
@@ -130,8 +132,8 @@ impl Ring {
             if size < 8 || tail + size as u64 > head {
                 break; // cannot happen with a sane kernel; never loop forever on it
             }
-            if off + size <= self.data_size {
-                f(unsafe { std::slice::from_raw_parts(data.add(off), size) });
+            let more = if off + size <= self.data_size {
+                f(unsafe { std::slice::from_raw_parts(data.add(off), size) })
             } else {
                 let first = self.data_size - off;
                 self.scratch.clear();
@@ -139,9 +141,12 @@ impl Ring {
                     .extend_from_slice(unsafe { std::slice::from_raw_parts(data.add(off), first) });
                 self.scratch
                     .extend_from_slice(unsafe { std::slice::from_raw_parts(data, size - first) });
-                f(&self.scratch);
-            }
+                f(&self.scratch)
+            };
             tail += size as u64;
+            if !more {
+                break;
+            }
         }
         fence(Ordering::Release);
         tail_a.store(tail, Ordering::Release);
@@ -436,54 +441,57 @@ impl Thread {
 }
 
 pub struct PerfTracer {
-    spans: super::SpanPool,
     cfg: PerfConfig,
-    ids: (u64, u64),
-    cpus: Vec<i32>,
-    /// The per-CPU rings while the attach reads them itself; then the reader thread has them.
-    rings: Vec<Ring>,
-    /// The rings' fds (one per CPU), whoever holds the rings.
-    ring_fds: Vec<i32>,
-    /// The reader thread (`read_rings_thread`), its stop flag, and what it copied out.
-    reader: Option<(std::thread::JoinHandle<Vec<Ring>>, Arc<AtomicBool>)>,
-    rx: Option<mpsc::Receiver<Vec<u8>>>,
-    /// Emptied chunks, back to the reader to be filled again (`read_rings_thread`).
-    spare: Option<mpsc::SyncSender<Vec<u8>>>,
-    /// Bytes the reader copied out that the analysis has not taken yet (`BACKLOG_MAX`).
-    backlog: Arc<AtomicUsize>,
-    /// Every event fd (2 per traced thread per CPU, 5 with the scheduler's events).
-    fds: Vec<i32>,
+    /// What was opened: the events per thread and CPU, and the wakeups per CPU.
+    events: Events,
+    /// The per-CPU rings and the thread that reads them.
+    rings: Rings,
     /// The scheduler's records are read (the split of calls and gaps, `SchedClock`).
     sched: Option<SchedIds>,
-    /// The per-CPU `sched:sched_wakeup` events and the tids their filter keeps.
-    wakeup_fds: Vec<i32>,
-    wakeup_tids: Vec<Tid>,
-    /// Tids with events of their own (opened at attach or by a rescan).
-    opened: HashSet<Tid>,
     /// Tids the kernel gave the events to through inheritance, with whether they are
     /// threads (true) or processes (false).
     forked: HashMap<Tid, bool>,
     threads: HashMap<Tid, Thread>,
+    /// Records read and not yet turned into events (`fill`).
     pending: Vec<Rec>,
     /// `fill`'s buffers, kept between fills: the sort keys, and the other record buffer
     /// (the records held back are copied into it and the two swap).
     order: Vec<(Nanos, u32)>,
     held: Vec<Rec>,
-    queue: VecDeque<Event>,
-    stats: TracerStats,
-    lost_unreported: u64,
     /// Time of the newest record processed, and how many records came older than it
     /// (committed more than `HOLD_BACK` after their time: their pairing may be wrong).
     processed_upto: Nanos,
     late_records: u64,
-    /// The kernel knows `inherit_thread` (used for --no-follow-forks).
-    inherit_thread: bool,
-    stop_requested: bool,
-    done: bool,
-    warnings: Vec<String>,
-    last_check: std::time::Instant,
+    /// The events ready, the counts, where tracing is (shared with the bpf backend).
+    fed: Fed,
     last_rescan: std::time::Instant,
     pub threads_at_attach: u32,
+}
+
+/// The events a tracer opened.
+struct Events {
+    /// The ids of the raw_syscalls tracepoints (enter, exit).
+    ids: (u64, u64),
+    cpus: Vec<i32>,
+    /// Every event fd (2 per traced thread per CPU, 5 with the scheduler's events).
+    fds: Vec<i32>,
+    /// The per-CPU `sched:sched_wakeup` events and the tids their filter keeps.
+    wakeup_fds: Vec<i32>,
+    wakeup_tids: Vec<Tid>,
+    /// Tids with events of their own (opened at attach or by a rescan).
+    opened: HashSet<Tid>,
+    /// The kernel knows `inherit_thread` (used for --no-follow-forks).
+    inherit_thread: bool,
+}
+
+/// The per-CPU rings: read by the attach itself until the reader thread takes them, and
+/// again once it gave them back (`stop_reader`).
+#[derive(Default)]
+struct Rings {
+    own: Vec<Ring>,
+    /// The rings' fds (one per CPU), whoever holds the rings.
+    fds: Vec<i32>,
+    reader: Option<Reader<PerfRings>>,
 }
 
 fn open_event(attr: &mut sys::bindings::perf_event_attr, tid: Tid, cpu: i32) -> Result<i32, i32> {
@@ -522,12 +530,12 @@ impl PerfTracer {
                     ..Default::default()
                 })
             }
-            Err(why) => me.warnings.push(format!(
+            Err(why) => me.fed.warnings.push(format!(
                 "no scheduler split of calls and gaps (sched): {why}"
             )),
         }
-        me.stats.attach_mono = now_mono();
-        me.stats.attach_wall = now_wall();
+        me.fed.stats.attach_mono = now_mono();
+        me.fed.stats.attach_wall = now_wall();
         let pid = me.cfg.pid;
         let mut first = true;
         // Rescan until a pass finds no new thread: a thread created by one whose events were
@@ -549,7 +557,7 @@ impl PerfTracer {
             me.read_rings();
             let mut added = 0;
             for tid in tids {
-                if me.opened.contains(&tid) || me.forked.contains_key(&tid) {
+                if me.events.opened.contains(&tid) || me.forked.contains_key(&tid) {
                     continue;
                 }
                 match me.open_thread(tid) {
@@ -569,12 +577,12 @@ impl PerfTracer {
                 break;
             }
         }
-        me.threads_at_attach = me.opened.len() as u32;
+        me.threads_at_attach = me.events.opened.len() as u32;
         me.open_wakeups();
         me.start_reader()?;
-        me.queue.push_back(Event {
+        me.fed.queue.push_back(Event {
             tid: pid,
-            ts: me.stats.attach_mono,
+            ts: me.fed.stats.attach_mono,
             line: 0,
             kind: EventKind::Attach {
                 threads: Some(me.threads_at_attach),
@@ -586,35 +594,25 @@ impl PerfTracer {
     /// A tracer with nothing opened yet.
     fn unattached(cfg: PerfConfig, ids: (u64, u64)) -> Self {
         PerfTracer {
-            spans: super::SpanPool::default(),
-            ids,
-            cpus: online_cpus(),
-            rings: vec![],
-            ring_fds: vec![],
-            reader: None,
-            rx: None,
-            spare: None,
-            backlog: Arc::new(AtomicUsize::new(0)),
-            fds: vec![],
-            opened: HashSet::default(),
+            events: Events {
+                ids,
+                cpus: online_cpus(),
+                fds: vec![],
+                wakeup_fds: vec![],
+                wakeup_tids: vec![],
+                opened: HashSet::default(),
+                inherit_thread: true,
+            },
+            rings: Rings::default(),
             forked: HashMap::default(),
             threads: HashMap::default(),
             pending: vec![],
             order: vec![],
             held: vec![],
-            queue: VecDeque::new(),
-            stats: TracerStats::default(),
-            lost_unreported: 0,
             processed_upto: 0,
             late_records: 0,
-            inherit_thread: true,
             sched: None,
-            wakeup_fds: vec![],
-            wakeup_tids: vec![],
-            stop_requested: false,
-            done: false,
-            warnings: vec![],
-            last_check: std::time::Instant::now(),
+            fed: Fed::new(),
             last_rescan: std::time::Instant::now(),
             threads_at_attach: 0,
             cfg,
@@ -639,7 +637,7 @@ impl PerfTracer {
             )),
             libc::EMFILE | libc::ENFILE => AttachError::Other(format!(
                 "out of file descriptors opening {} perf events ({err}): raise `ulimit -n`",
-                self.fds.len() + 1
+                self.events.fds.len() + 1
             )),
             libc::ENOENT | libc::EINVAL if first => AttachError::Other(format!(
                 "the kernel does not accept the raw_syscalls tracepoints through perf_event_open ({err})"
@@ -653,8 +651,8 @@ impl PerfTracer {
             Ev::Enter | Ev::Exit | Ev::Wakeup => (
                 sys::bindings::PERF_TYPE_TRACEPOINT,
                 match ev {
-                    Ev::Enter => self.ids.0,
-                    Ev::Exit => self.ids.1,
+                    Ev::Enter => self.events.ids.0,
+                    Ev::Exit => self.events.ids.1,
                     _ => self.sched.as_ref().map_or(0, |s| s.wakeup),
                 },
                 sys::bindings::PERF_SAMPLE_TID
@@ -685,7 +683,7 @@ impl PerfTracer {
         a.__bindgen_anon_1.sample_period = 1;
         // The wakeup event is per CPU, not per task (see `open_wakeups`).
         a.set_inherit((ev != Ev::Wakeup) as u64);
-        if ev != Ev::Wakeup && !self.cfg.follow_forks && self.inherit_thread {
+        if ev != Ev::Wakeup && !self.cfg.follow_forks && self.events.inherit_thread {
             // Only threads inherit the events; a forked child runs untraced (Linux 5.13+;
             // before that children inherit them and their records are dropped here).
             a.set_inherit_thread(1);
@@ -711,7 +709,7 @@ impl PerfTracer {
         let mut sched_fds = vec![];
         let mut sched_err = None;
         let result = (|| {
-            for (i, &cpu) in self.cpus.clone().iter().enumerate() {
+            for (i, &cpu) in self.events.cpus.clone().iter().enumerate() {
                 for ev in [Ev::Enter, Ev::Exit, Ev::Minor, Ev::Major] {
                     let for_sched = matches!(ev, Ev::Minor | Ev::Major);
                     if for_sched && (self.sched.is_none() || sched_err.is_some()) {
@@ -720,7 +718,7 @@ impl PerfTracer {
                     let mut attr = self.attr(ev);
                     let opened = match open_event(&mut attr, tid, cpu) {
                         Err(libc::EINVAL) if attr.inherit_thread() != 0 => {
-                            self.inherit_thread = false;
+                            self.events.inherit_thread = false;
                             let mut attr = self.attr(ev);
                             open_event(&mut attr, tid, cpu)
                         }
@@ -739,12 +737,13 @@ impl PerfTracer {
                     } else {
                         new_fds.push(fd);
                     }
-                    if i >= self.ring_fds.len() {
-                        self.rings.push(self.map_ring(fd)?);
-                        self.ring_fds.push(fd);
+                    if i >= self.rings.fds.len() {
+                        self.rings.own.push(self.map_ring(fd)?);
+                        self.rings.fds.push(fd);
                     } else {
-                        let r =
-                            unsafe { sys::ioctls::SET_OUTPUT(fd, self.ring_fds[i] as libc::c_int) };
+                        let r = unsafe {
+                            sys::ioctls::SET_OUTPUT(fd, self.rings.fds[i] as libc::c_int)
+                        };
                         if r != 0 {
                             let e = std::io::Error::last_os_error()
                                 .raw_os_error()
@@ -781,23 +780,25 @@ impl PerfTracer {
                 unsafe { libc::close(fd) };
             }
             self.sched = None;
-            self.warnings.push(format!(
+            self.fed.warnings.push(format!(
                 "no scheduler split of calls and gaps (sched): the page-fault events of thread {tid} could not be opened ({})",
                 std::io::Error::from_raw_os_error(e)
             ));
         }
         match result {
             Ok(()) => {
-                self.fds.extend(new_fds);
-                self.fds.extend(sched_fds);
-                self.opened.insert(tid);
+                self.events.fds.extend(new_fds);
+                self.events.fds.extend(sched_fds);
+                self.events.opened.insert(tid);
                 Ok(())
             }
             Err(e) => {
                 // A ring mapped on one of these fds must go before its fd.
                 self.rings
+                    .own
                     .retain(|r| !new_fds.contains(&r.fd) && !sched_fds.contains(&r.fd));
-                self.ring_fds
+                self.rings
+                    .fds
                     .retain(|fd| !new_fds.contains(fd) && !sched_fds.contains(fd));
                 for fd in new_fds.into_iter().chain(sched_fds) {
                     unsafe { libc::close(fd) };
@@ -819,7 +820,7 @@ impl PerfTracer {
             return;
         }
         let mut err = None;
-        for (i, &cpu) in self.cpus.clone().iter().enumerate() {
+        for (i, &cpu) in self.events.cpus.clone().iter().enumerate() {
             let mut attr = self.attr(Ev::Wakeup);
             let fd = match open_event(&mut attr, -1i32 as Tid, cpu) {
                 Ok(fd) => fd,
@@ -828,8 +829,8 @@ impl PerfTracer {
                     break;
                 }
             };
-            self.wakeup_fds.push(fd);
-            let r = match self.ring_fds.get(i) {
+            self.events.wakeup_fds.push(fd);
+            let r = match self.rings.fds.get(i) {
                 Some(&ring) => unsafe { sys::ioctls::SET_OUTPUT(fd, ring as libc::c_int) },
                 None => -1,
             };
@@ -847,7 +848,7 @@ impl PerfTracer {
         }
         if let Some(e) = err {
             self.close_wakeups();
-            self.warnings.push(format!(
+            self.fed.warnings.push(format!(
                 "the scheduler split counts time runnable after a wakeup as blocked: sched:sched_wakeup could not be opened per CPU with a pid filter ({})",
                 std::io::Error::from_raw_os_error(e)
             ));
@@ -855,23 +856,23 @@ impl PerfTracer {
     }
 
     fn close_wakeups(&mut self) {
-        for fd in self.wakeup_fds.drain(..) {
+        for fd in self.events.wakeup_fds.drain(..) {
             unsafe { libc::close(fd) };
         }
-        self.wakeup_tids.clear();
+        self.events.wakeup_tids.clear();
     }
 
     /// Sets the wakeup events' filter to the traced threads, when they changed. False if
     /// the kernel refused it (the events would record every wakeup of the machine).
     fn refresh_wakeup_filter(&mut self) -> bool {
-        if self.wakeup_fds.is_empty() {
+        if self.events.wakeup_fds.is_empty() {
             return true;
         }
         let mut tids: Vec<Tid> = self.threads.keys().copied().collect();
         tids.sort_unstable();
         // A filter is at most a page: past that many threads the list stays as it was.
         tids.truncate(WAKEUP_FILTER_MAX);
-        if tids == self.wakeup_tids {
+        if tids == self.events.wakeup_tids {
             return true;
         }
         let text = if tids.is_empty() {
@@ -885,12 +886,12 @@ impl PerfTracer {
         let Ok(c) = std::ffi::CString::new(text) else {
             return false;
         };
-        for &fd in &self.wakeup_fds {
+        for &fd in &self.events.wakeup_fds {
             if unsafe { sys::ioctls::SET_FILTER(fd, c.as_ptr() as *mut libc::c_char) } != 0 {
                 return false;
             }
         }
-        self.wakeup_tids = tids;
+        self.events.wakeup_tids = tids;
         true
     }
 
@@ -934,30 +935,18 @@ impl PerfTracer {
 
     /// Starts the reader thread, which takes the rings from here on.
     fn start_reader(&mut self) -> Result<(), AttachError> {
-        let (tx, rx) = mpsc::channel();
-        let (spare, spares) = mpsc::sync_channel(SPARE_CHUNKS);
-        let stop = Arc::new(AtomicBool::new(false));
-        let rings = std::mem::take(&mut self.rings);
-        let flag = stop.clone();
-        let backlog = self.backlog.clone();
-        let h = std::thread::Builder::new()
-            .name("stallscope-perf".into())
-            .spawn(move || read_rings_thread(rings, tx, spares, flag, backlog))
+        let rings = PerfRings::new(std::mem::take(&mut self.rings.own));
+        let reader = Reader::start("stallscope-perf", rings)
             .map_err(|e| AttachError::Other(format!("cannot start the ring reader: {e}")))?;
-        self.reader = Some((h, stop));
-        self.rx = Some(rx);
-        self.spare = Some(spare);
+        self.rings.reader = Some(reader);
         Ok(())
     }
 
     /// Stops the reader thread once it has read everything committed, and takes the rings
     /// back.
     fn stop_reader(&mut self) {
-        if let Some((h, stop)) = self.reader.take() {
-            stop.store(true, Ordering::SeqCst);
-            if let Ok(rings) = h.join() {
-                self.rings = rings;
-            }
+        if let Some(rings) = self.rings.reader.as_mut().and_then(|r| r.stop()) {
+            self.rings.own = rings.rings;
         }
     }
 
@@ -965,7 +954,7 @@ impl PerfTracer {
     /// while there is none, what the rings hold. `wait`: how long to wait for the reader's
     /// next batch if it has none ready.
     fn read_rings_wait(&mut self, wait: Duration) {
-        let ids = self.ids;
+        let ids = self.events.ids;
         let mut lost = 0;
         let pending = &mut self.pending;
         let forked = &mut self.forked;
@@ -978,28 +967,22 @@ impl PerfTracer {
                 pending.push(rec);
             }
         };
-        for r in &mut self.rings {
-            r.drain(&mut take);
+        for r in &mut self.rings.own {
+            r.drain(&mut |b| {
+                take(b);
+                true
+            });
         }
-        if let Some(rx) = &self.rx {
-            let mut first = if wait.is_zero() {
-                rx.try_recv().ok()
-            } else {
-                rx.recv_timeout(wait).ok()
-            };
-            while let Some(mut chunk) = first.take().or_else(|| rx.try_recv().ok()) {
-                self.backlog.fetch_sub(chunk.len(), Ordering::Relaxed);
+        if let Some(reader) = &self.rings.reader {
+            let mut wait = wait;
+            while let Some(chunk) = reader.next(wait) {
+                wait = Duration::ZERO;
                 for_each_record(&chunk, &mut take);
-                if let Some(spare) = &self.spare {
-                    chunk.clear();
-                    // Full of spares already (the reader is behind): this one is freed.
-                    let _ = spare.try_send(chunk);
-                }
+                reader.give_back(chunk);
             }
         }
         if lost > 0 {
-            self.stats.lost_events += lost;
-            self.lost_unreported += lost;
+            self.fed.lost(lost);
         }
     }
 
@@ -1058,7 +1041,7 @@ impl PerfTracer {
         // Threads come and go: the wakeups kept follow them.
         if !self.refresh_wakeup_filter() {
             self.close_wakeups();
-            self.warnings.push(
+            self.fed.warnings.push(
                 "the scheduler split counts time runnable after a wakeup as blocked from here: the kernel refused the sched_wakeup filter for the new threads".into(),
             );
         }
@@ -1101,9 +1084,11 @@ impl PerfTracer {
     }
 
     fn count(&mut self, tid: Tid, dur: Option<Nanos>) {
-        self.stats.count(tid, self.cfg.pid, dur);
+        self.fed.stats.count(tid, self.cfg.pid, dur);
     }
 
+    /// Turns one record into its events (or into the state of its thread).
+    #[inline]
     fn process(&mut self, r: Rec) {
         let tid = r.tid;
         // The scheduler's records. A wakeup is the waker's record (any process's) about
@@ -1137,130 +1122,134 @@ impl PerfTracer {
                 self.forked.insert(tid, pid == ppid);
                 self.threads.insert(tid, Thread::new(pid, false));
             }
-            RecKind::Enter { nr, args } => {
-                let th = self
-                    .threads
-                    .entry(tid)
-                    .or_insert_with(|| Thread::new(r.pid, false));
-                th.seen = true;
-                th.clock.running(r.ts);
-                let sched = th.clock.snap(r.ts);
-                let prev = th.entry.replace(Entry {
-                    ts: r.ts,
-                    nr,
-                    args,
-                    sched,
-                });
-                let tgid = th.tgid;
-                if let Some(p) = prev {
-                    // It never returned (records were lost, or a call like execve that
-                    // does not come back): known from its entry to the next one.
-                    let mut ev = self.build(tid, tgid, p, None, r.ts);
-                    self.split(&mut ev, &p, sched);
-                    self.count(tid, None);
-                    self.queue.push_back(ev);
-                }
-            }
-            RecKind::Exit { nr, ret } => {
-                let (entry, tgid, in_flight, at_exit) = match self.threads.get_mut(&tid) {
-                    Some(th) => {
-                        let first = !th.seen && th.from_attach;
-                        th.seen = true;
-                        th.clock.running(r.ts);
-                        let at_exit = th.clock.snap(r.ts);
-                        match th.entry.take() {
-                            Some(e) if e.nr == nr => (Some(e), th.tgid, None, at_exit),
-                            Some(e) => {
-                                // Mismatched pair (records lost in between): keep neither guess.
-                                th.entry = None;
-                                th.last_exit = None;
-                                let tgid = th.tgid;
-                                let ev = self.build(tid, tgid, e, None, r.ts);
-                                self.count(tid, None);
-                                self.queue.push_back(ev);
-                                return;
-                            }
-                            None if first => {
-                                // Running at the attach: what the scheduler did in it before
-                                // is not known, its part since then is (the counters start
-                                // at the attach), and the next gap starts here.
-                                th.last_exit = Some(at_exit);
-                                (
-                                    Some(Entry {
-                                        ts: self.stats.attach_mono,
-                                        nr,
-                                        args: [0; 6],
-                                        sched: [0; 4],
-                                    }),
-                                    th.tgid,
-                                    Some(InFlight::AtStart),
-                                    at_exit,
-                                )
-                            }
-                            // The child's side of a clone (returns 0 with no entry), or
-                            // a call whose entry was lost.
-                            None => {
-                                th.last_exit = Some(at_exit);
-                                return;
-                            }
-                        }
-                    }
-                    None => return,
-                };
-                if let Some(e) = entry {
-                    let mut ev =
-                        self.build_with(tid, tgid, e, Some(ret), r.ts, in_flight.is_none());
-                    if let EventKind::Syscall(sc) = &mut ev.kind {
-                        sc.in_flight = in_flight;
-                        if in_flight.is_some() && self.sched.is_some() {
-                            sc.sched = Some(Box::new(event::SchedSpan {
-                                during: super::sched_delta(&e.sched, &at_exit),
-                                before: None,
-                            }));
-                        }
-                    }
-                    if in_flight.is_none() {
-                        self.split(&mut ev, &e, at_exit);
-                        if let Some(th) = self.threads.get_mut(&tid) {
-                            th.last_exit = Some(at_exit);
-                        }
-                    }
-                    self.count(tid, in_flight.is_none().then(|| r.ts - e.ts));
-                    self.queue.push_back(ev);
-                }
-            }
-            RecKind::TaskExit => {
-                let th = match self.threads.remove(&tid) {
-                    Some(t) => t,
-                    None => return,
-                };
-                let mut code = None;
-                if let Some(e) = th.entry {
-                    if nr_info(e.nr).sys.facts.has(crate::syscalls::Facts::EXIT) {
-                        code = Some(e.args[0] as i32);
-                    }
-                    let mut ev = self.build(tid, th.tgid, e, None, r.ts);
-                    if self.sched.is_some() {
-                        let before = th.last_exit.map(|l| super::sched_delta(&l, &e.sched));
-                        if let EventKind::Syscall(sc) = &mut ev.kind {
-                            sc.sched = Some(Box::new(event::SchedSpan {
-                                during: super::sched_delta(&e.sched, &th.clock.snap(r.ts)),
-                                before,
-                            }));
-                        }
-                    }
-                    self.count(tid, None);
-                    self.queue.push_back(ev);
-                }
-                self.queue.push_back(Event {
-                    tid,
-                    ts: r.ts,
-                    line: 0,
-                    kind: EventKind::Exit { code, signal: None },
-                });
-            }
+            RecKind::Enter { nr, args } => self.on_enter(&r, nr, args),
+            RecKind::Exit { nr, ret } => self.on_exit(&r, nr, ret),
+            RecKind::TaskExit => self.on_task_exit(&r),
             RecKind::Wakeup { .. } | RecKind::Switch { .. } | RecKind::Fault { .. } => {}
         }
+    }
+
+    /// A call's entry: kept until its exit. An entry still kept is a call that never
+    /// returned (records were lost, or a call like execve that does not come back): known
+    /// from its entry to this one.
+    #[inline]
+    fn on_enter(&mut self, r: &Rec, nr: i64, args: [u64; 6]) {
+        let tid = r.tid;
+        let th = self
+            .threads
+            .entry(tid)
+            .or_insert_with(|| Thread::new(r.pid, false));
+        th.seen = true;
+        th.clock.running(r.ts);
+        let sched = th.clock.snap(r.ts);
+        let prev = th.entry.replace(Entry {
+            ts: r.ts,
+            nr,
+            args,
+            sched,
+        });
+        let tgid = th.tgid;
+        if let Some(p) = prev {
+            let mut ev = self.build(tid, tgid, p, None, r.ts);
+            self.split(&mut ev, &p, sched);
+            self.count(tid, None);
+            self.fed.queue.push_back(ev);
+        }
+    }
+
+    /// A call's exit: the call from its entry, or, for the first record of a thread traced
+    /// since the attach, a call that was running then.
+    #[inline]
+    fn on_exit(&mut self, r: &Rec, nr: i64, ret: i64) {
+        let tid = r.tid;
+        let Some(th) = self.threads.get_mut(&tid) else {
+            return;
+        };
+        let first = !th.seen && th.from_attach;
+        th.seen = true;
+        th.clock.running(r.ts);
+        let at_exit = th.clock.snap(r.ts);
+        let tgid = th.tgid;
+        let (e, in_flight) = match th.entry.take() {
+            Some(e) if e.nr == nr => (e, None),
+            Some(e) => {
+                // Mismatched pair (records lost in between): keep neither guess.
+                th.last_exit = None;
+                let ev = self.build(tid, tgid, e, None, r.ts);
+                self.count(tid, None);
+                self.fed.queue.push_back(ev);
+                return;
+            }
+            None if first => {
+                // Running at the attach: what the scheduler did in it before is not known,
+                // its part since then is (the counters start at the attach), and the next
+                // gap starts here.
+                th.last_exit = Some(at_exit);
+                let e = Entry {
+                    ts: self.fed.stats.attach_mono,
+                    nr,
+                    args: [0; 6],
+                    sched: [0; 4],
+                };
+                (e, Some(InFlight::AtStart))
+            }
+            // The child's side of a clone (returns 0 with no entry), or a call whose entry
+            // was lost.
+            None => {
+                th.last_exit = Some(at_exit);
+                return;
+            }
+        };
+        let mut ev = self.build_with(tid, tgid, e, Some(ret), r.ts, in_flight.is_none());
+        if let EventKind::Syscall(sc) = &mut ev.kind {
+            sc.in_flight = in_flight;
+            if in_flight.is_some() && self.sched.is_some() {
+                sc.sched = Some(Box::new(event::SchedSpan {
+                    during: super::sched_delta(&e.sched, &at_exit),
+                    before: None,
+                }));
+            }
+        }
+        if in_flight.is_none() {
+            self.split(&mut ev, &e, at_exit);
+            if let Some(th) = self.threads.get_mut(&tid) {
+                th.last_exit = Some(at_exit);
+            }
+        }
+        self.count(tid, in_flight.is_none().then(|| r.ts - e.ts));
+        self.fed.queue.push_back(ev);
+    }
+
+    /// A traced task ended: the call it was in, if any, never returned.
+    fn on_task_exit(&mut self, r: &Rec) {
+        let tid = r.tid;
+        let Some(th) = self.threads.remove(&tid) else {
+            return;
+        };
+        let mut code = None;
+        if let Some(e) = th.entry {
+            if nr_info(e.nr).sys.facts.has(crate::syscalls::Facts::EXIT) {
+                code = Some(e.args[0] as i32);
+            }
+            let mut ev = self.build(tid, th.tgid, e, None, r.ts);
+            if self.sched.is_some() {
+                let before = th.last_exit.map(|l| super::sched_delta(&l, &e.sched));
+                if let EventKind::Syscall(sc) = &mut ev.kind {
+                    sc.sched = Some(Box::new(event::SchedSpan {
+                        during: super::sched_delta(&e.sched, &th.clock.snap(r.ts)),
+                        before,
+                    }));
+                }
+            }
+            self.count(tid, None);
+            self.fed.queue.push_back(ev);
+        }
+        self.fed.queue.push_back(Event {
+            tid,
+            ts: r.ts,
+            line: 0,
+            kind: EventKind::Exit { code, signal: None },
+        });
     }
 
     /// Gives a call of `ev`'s thread, from entry `e` to counters `end`, the scheduler's
@@ -1275,7 +1264,7 @@ impl PerfTracer {
             .and_then(|t| t.last_exit)
             .map(|l| super::sched_delta(&l, &e.sched));
         if let EventKind::Syscall(sc) = &mut ev.kind {
-            sc.sched = Some(self.spans.boxed(event::SchedSpan {
+            sc.sched = Some(self.fed.spans.boxed(event::SchedSpan {
                 during: super::sched_delta(&e.sched, &end),
                 before,
             }));
@@ -1291,14 +1280,14 @@ impl PerfTracer {
             Err(_) => return,
         };
         for tid in tids {
-            if self.opened.contains(&tid) || self.forked.contains_key(&tid) {
+            if self.events.opened.contains(&tid) || self.forked.contains_key(&tid) {
                 continue;
             }
             if self.open_thread(tid).is_ok() {
                 self.threads
                     .entry(tid)
                     .or_insert_with(|| Thread::new(self.cfg.pid, true));
-                self.warnings.push(format!(
+                self.fed.warnings.push(format!(
                     "thread {tid} was found untraced by a rescan of /proc/{}/task; its calls before then are missing",
                     self.cfg.pid
                 ));
@@ -1319,16 +1308,16 @@ impl PerfTracer {
     /// Ends tracing: reads what is left, closes every event, reports calls still running.
     fn finish(&mut self) {
         let end = now_mono();
-        self.stats.detach_mono = end;
+        self.fed.stats.detach_mono = end;
         // Closing the events stops the records (inherited copies go with their parent);
         // the rings' own events are disabled, and the rings stay mapped until read once more.
         self.close_wakeups();
-        for fd in self.fds.drain(..) {
-            if !self.ring_fds.contains(&fd) {
+        for fd in self.events.fds.drain(..) {
+            if !self.rings.fds.contains(&fd) {
                 unsafe { libc::close(fd) };
             }
         }
-        for &fd in &self.ring_fds {
+        for &fd in &self.rings.fds {
             unsafe { sys::ioctls::DISABLE(fd, 0) };
         }
         self.stop_reader();
@@ -1349,26 +1338,27 @@ impl PerfTracer {
                     sc.in_flight = Some(InFlight::AtEnd);
                 }
                 self.count(tid, None);
-                self.queue.push_back(ev);
+                self.fed.queue.push_back(ev);
             }
         }
-        self.rings.clear();
-        for fd in self.ring_fds.drain(..) {
+        self.rings.own.clear();
+        for fd in self.rings.fds.drain(..) {
             unsafe { libc::close(fd) };
         }
-        self.queue.push_back(Event {
+        self.fed.queue.push_back(Event {
             tid: self.cfg.pid,
             ts: end,
             line: 0,
             kind: EventKind::Detach,
         });
-        self.done = true;
+        self.fed.done = true;
     }
 
     /// Waits for the rings (while the attach reads them itself).
     fn poll(&self, timeout: Duration) {
         let mut pfds: Vec<libc::pollfd> = self
             .rings
+            .own
             .iter()
             .map(|r| libc::pollfd {
                 fd: r.fd,
@@ -1409,83 +1399,74 @@ const CHUNK_MAX: usize = 1 << 20;
 const SPARE_CHUNKS: usize = 8;
 const CHUNK_START: usize = 64 << 10;
 
-/// Most bytes copied out and not yet analyzed (about 850,000 syscalls, a few seconds of a
-/// saturated redis): past it the reader leaves the rings alone, so an analysis that never
-/// catches up makes the kernel drop records, counted as lost, instead of memory growing
-/// without end.
-const BACKLOG_MAX: usize = 128 << 20;
+/// The rings, as the reader thread reads them: their records' bytes copied out whole, in
+/// chunks. Sleeps in poll between passes (the kernel wakes it when a quarter of a ring is
+/// used; the timeout bounds the delay).
+struct PerfRings {
+    rings: Vec<Ring>,
+    pfds: Vec<libc::pollfd>,
+    /// The ring a pass goes on from, when the last chunk filled up part way through it.
+    next: usize,
+}
 
-/// The reader thread: copies records out of the rings as soon as they are there, so the
-/// kernel finds room even while the analysis (niced, on a loaded machine) lags; the records
-/// wait in memory instead of being dropped. Sleeps in poll between passes (the kernel wakes
-/// it when a quarter of a ring is used; the timeout bounds the delay). Gives the rings back
-/// when told to stop; what they still hold is read by the attach's side then.
-fn read_rings_thread(
-    mut rings: Vec<Ring>,
-    tx: mpsc::Sender<Vec<u8>>,
-    spares: mpsc::Receiver<Vec<u8>>,
-    stop: Arc<AtomicBool>,
-    backlog: Arc<AtomicUsize>,
-) -> Vec<Ring> {
-    let fresh = || {
-        spares
-            .try_recv()
-            .unwrap_or_else(|_| Vec::with_capacity(CHUNK_START))
-    };
-    let mut chunk = fresh();
-    let mut pfds: Vec<libc::pollfd> = rings
-        .iter()
-        .map(|r| libc::pollfd {
-            fd: r.fd,
-            events: libc::POLLIN,
-            revents: 0,
-        })
-        .collect();
-    loop {
-        let last = stop.load(Ordering::SeqCst);
-        if last {
-            // The attach's side reads what is left once it has the rings back.
-            return rings;
+impl PerfRings {
+    fn new(rings: Vec<Ring>) -> Self {
+        let pfds = rings
+            .iter()
+            .map(|r| libc::pollfd {
+                fd: r.fd,
+                events: libc::POLLIN,
+                revents: 0,
+            })
+            .collect();
+        PerfRings {
+            rings,
+            pfds,
+            next: 0,
         }
-        if backlog.load(Ordering::Relaxed) >= BACKLOG_MAX {
-            std::thread::sleep(Duration::from_millis(5));
-            continue;
-        }
-        let mut gone = false;
-        let send = |chunk: Vec<u8>| {
-            backlog.fetch_add(chunk.len(), Ordering::Relaxed);
-            tx.send(chunk).is_err()
-        };
-        for r in &mut rings {
+    }
+}
+
+impl super::reader::Source for PerfRings {
+    type Item = u8;
+    const BATCH_START: usize = CHUNK_START;
+    const SPARES: usize = SPARE_CHUNKS;
+
+    fn fill(&mut self, chunk: &mut Vec<u8>) -> bool {
+        while let Some(r) = self.rings.get_mut(self.next) {
             r.drain(&mut |b| {
                 chunk.extend_from_slice(b);
-                if chunk.len() >= CHUNK_MAX && !gone {
-                    gone = send(std::mem::replace(&mut chunk, fresh()));
-                }
+                chunk.len() < CHUNK_MAX
             });
+            if chunk.len() >= CHUNK_MAX {
+                return true;
+            }
+            self.next += 1;
         }
-        if gone || (!chunk.is_empty() && send(std::mem::replace(&mut chunk, fresh()))) {
-            return rings;
-        }
-        unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, 5) };
+        self.next = 0;
+        false
+    }
+
+    fn wait(&mut self) {
+        unsafe { libc::poll(self.pfds.as_mut_ptr(), self.pfds.len() as libc::nfds_t, 5) };
     }
 }
 
 impl super::fed::KernelFed for PerfTracer {
     fn queue(&mut self) -> &mut VecDeque<Event> {
-        &mut self.queue
+        &mut self.fed.queue
     }
     fn ended(&self) -> bool {
-        self.done
+        self.fed.done
     }
     fn stop_requested(&self) -> bool {
-        self.stop_requested
+        self.fed.stop_requested
     }
     fn finish(&mut self) {
         PerfTracer::finish(self)
     }
     fn last_check(&mut self) -> &mut std::time::Instant {
-        &mut self.last_check
+        &mut self.fed.last_check
     }
     /// Also looks for threads the events missed, now and then.
     fn check(&mut self) -> bool {
@@ -1502,8 +1483,8 @@ impl super::fed::KernelFed for PerfTracer {
     /// Records are taken up to `HOLD_BACK` ago (see the module's comment).
     fn gather(&mut self, wait: Duration) {
         self.fill(now_mono() - HOLD_BACK);
-        if self.queue.is_empty() && !wait.is_zero() {
-            if self.rx.is_some() {
+        if self.fed.queue.is_empty() && !wait.is_zero() {
+            if self.rings.reader.is_some() {
                 self.read_rings_wait(wait);
             } else {
                 self.poll(wait);
@@ -1524,20 +1505,20 @@ impl Tracer for PerfTracer {
     }
 
     fn is_done(&self) -> bool {
-        self.done && self.queue.is_empty()
+        self.fed.done && self.fed.queue.is_empty()
     }
 
     fn stop(&mut self) {
-        self.stop_requested = true;
+        self.fed.stop_requested = true;
     }
 
     fn take_lost(&mut self) -> u64 {
-        std::mem::take(&mut self.lost_unreported)
+        std::mem::take(&mut self.fed.lost_unreported)
     }
 
     #[allow(clippy::vec_box)]
     fn reuse(&mut self, spent: &mut Vec<Box<event::SchedSpan>>) {
-        self.spans.take_back(spent);
+        self.fed.spans.take_back(spent);
     }
 
     fn splits_sched(&self) -> bool {
@@ -1545,11 +1526,11 @@ impl Tracer for PerfTracer {
     }
 
     fn stats(&self) -> TracerStats {
-        self.stats.clone()
+        self.fed.stats.clone()
     }
 
     fn warnings(&mut self) -> Vec<String> {
-        let mut w = std::mem::take(&mut self.warnings);
+        let mut w = std::mem::take(&mut self.fed.warnings);
         if self.late_records > 0 {
             w.push(format!(
                 "{} syscall records were committed more than {} ms after their time (a CPU held up): calls around them may be mispaired",
@@ -1557,11 +1538,11 @@ impl Tracer for PerfTracer {
                 HOLD_BACK / 1_000_000
             ));
         }
-        if self.stats.lost_events > 0 {
+        if self.fed.stats.lost_events > 0 {
             w.push(format!(
                 "the kernel dropped {} syscall records (ring buffers of {} pages per CPU filled up): the trace is incomplete; \
                  give --perf-pages a larger power of two",
-                self.stats.lost_events, self.cfg.pages
+                self.fed.stats.lost_events, self.cfg.pages
             ));
         }
         w
@@ -1572,9 +1553,9 @@ impl Drop for PerfTracer {
     fn drop(&mut self) {
         // Unmap before closing; `fds` holds the rings' fds too (after `finish` both are empty).
         self.stop_reader();
-        self.rings.clear();
+        self.rings.own.clear();
         self.close_wakeups();
-        for fd in self.fds.drain(..) {
+        for fd in self.events.fds.drain(..) {
             unsafe { libc::close(fd) };
         }
     }

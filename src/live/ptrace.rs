@@ -922,29 +922,7 @@ impl Inner {
         self.stats.detach_mono = detach_ts;
         let tids: Vec<Tid> = self.threads.keys().copied().collect();
         for tid in &tids {
-            let entry = match self.threads.get_mut(tid) {
-                Some(t) if t.entry.is_some() => t.entry.take(),
-                Some(t) if t.from_attach && t.awaiting_first_stop => {
-                    // Never stopped since the seize: blocked in an uninterruptible call for
-                    // the whole trace (a close() or fdatasync on a stalled disk). It must not
-                    // be silent; the kernel still knows which call it is.
-                    let e = blocked_since_attach(*tid, self.attach_ts);
-                    if e.is_some() {
-                        // Its stop, when it comes, ends a call that was already reported.
-                        t.awaiting_first_stop = false;
-                    }
-                    e
-                }
-                _ => None,
-            };
-            if let Some(e) = entry {
-                let e = Entry {
-                    in_flight: Some(InFlight::AtEnd),
-                    ..e
-                };
-                let ev = self.build(*tid, e, None, detach_ts);
-                self.batch.push(ev);
-            }
+            self.end_running_call(*tid, detach_ts);
             unsafe { libc::ptrace(libc::PTRACE_INTERRUPT, *tid as libc::pid_t, 0usize, 0usize) };
         }
         let deadline = std::time::Instant::now() + self.cfg.detach_wait;
@@ -964,65 +942,11 @@ impl Inner {
             let known = self.threads.contains_key(&tid);
             let now = now_mono();
             if libc::WIFSTOPPED(status) && known {
-                // Anything that completes now is past the end of the trace: do not turn it
-                // into an event, just pass on a signal if it was one.
-                let sig = libc::WSTOPSIG(status);
-                let event = (status >> 16) & 0xff;
-                let first = self
-                    .threads
-                    .get(&tid)
-                    .is_some_and(|t| t.from_attach && t.awaiting_first_stop);
-                if first && event == libc::PTRACE_EVENT_STOP {
-                    // The first stop after the seize, queued before the detach: it was not
-                    // in a call at detach (that case was reported above), but may just have
-                    // left one that began before the attach.
-                    self.check_in_flight_at_attach(tid, now.min(detach_ts));
-                }
-                let pass = if sig == (libc::SIGTRAP | 0x80) || event != 0 {
-                    0
-                } else {
-                    sig
-                };
-                if event == libc::PTRACE_EVENT_CLONE
-                    || event == libc::PTRACE_EVENT_FORK
-                    || event == libc::PTRACE_EVENT_VFORK
-                {
-                    // A child born during the detach is ours too until detached.
-                    let msg = event_msg(tid);
-                    if msg != 0 && !self.threads.contains_key(&(msg as Tid)) {
-                        self.register_new(msg as Tid, None);
-                    }
-                }
-                if pass != 0 {
-                    // Delivered as the trace ends: stamped at the detach, not later, so no
-                    // event of the trace (nor of its recording) lies past its end.
-                    self.batch.push(Event {
-                        tid,
-                        ts: now.min(detach_ts),
-                        line: 0,
-                        kind: EventKind::Signal {
-                            name: signal_name(pass),
-                            si_pid: None,
-                        },
-                    });
-                }
-                unsafe {
-                    libc::ptrace(
-                        libc::PTRACE_DETACH,
-                        tid as libc::pid_t,
-                        0usize,
-                        pass as usize,
-                    )
-                };
-                self.threads.remove(&tid);
-                continue;
-            }
-            if libc::WIFSTOPPED(status) {
+                self.detach_stopped(tid, status, now.min(detach_ts));
+            } else if libc::WIFSTOPPED(status) {
                 // An auto-attached child we had not heard of yet.
                 unsafe { libc::ptrace(libc::PTRACE_DETACH, tid as libc::pid_t, 0usize, 0usize) };
-                continue;
-            }
-            if known {
+            } else if known {
                 self.on_exit(tid, status, now);
             }
         }
@@ -1040,6 +964,89 @@ impl Inner {
             line: 0,
             kind: EventKind::Detach,
         });
+    }
+
+    /// Reports the call `tid` is in as tracing ends, if any: in flight at the end, timed up
+    /// to `detach_ts`.
+    fn end_running_call(&mut self, tid: Tid, detach_ts: Nanos) {
+        let entry = match self.threads.get_mut(&tid) {
+            Some(t) if t.entry.is_some() => t.entry.take(),
+            Some(t) if t.from_attach && t.awaiting_first_stop => {
+                // Never stopped since the seize: blocked in an uninterruptible call for the
+                // whole trace (a close() or fdatasync on a stalled disk). It must not be
+                // silent; the kernel still knows which call it is.
+                let e = blocked_since_attach(tid, self.attach_ts);
+                if e.is_some() {
+                    // Its stop, when it comes, ends a call that was already reported.
+                    t.awaiting_first_stop = false;
+                }
+                e
+            }
+            _ => None,
+        };
+        if let Some(e) = entry {
+            let e = Entry {
+                in_flight: Some(InFlight::AtEnd),
+                ..e
+            };
+            let ev = self.build(tid, e, None, detach_ts);
+            self.batch.push(ev);
+        }
+    }
+
+    /// Detaches a thread at its stop during the detach (`at`: when, no later than the
+    /// detach), passing on the signal it stopped for. Anything that completes now is past
+    /// the end of the trace: it becomes no event, except the signal, stamped at `at`.
+    fn detach_stopped(&mut self, tid: Tid, status: libc::c_int, at: Nanos) {
+        let sig = libc::WSTOPSIG(status);
+        let event = (status >> 16) & 0xff;
+        let first = self
+            .threads
+            .get(&tid)
+            .is_some_and(|t| t.from_attach && t.awaiting_first_stop);
+        if first && event == libc::PTRACE_EVENT_STOP {
+            // The first stop after the seize, queued before the detach: it was not in a
+            // call at detach (that case was reported then), but may just have left one that
+            // began before the attach.
+            self.check_in_flight_at_attach(tid, at);
+        }
+        let pass = if sig == (libc::SIGTRAP | 0x80) || event != 0 {
+            0
+        } else {
+            sig
+        };
+        if event == libc::PTRACE_EVENT_CLONE
+            || event == libc::PTRACE_EVENT_FORK
+            || event == libc::PTRACE_EVENT_VFORK
+        {
+            // A child born during the detach is ours too until detached.
+            let msg = event_msg(tid);
+            if msg != 0 && !self.threads.contains_key(&(msg as Tid)) {
+                self.register_new(msg as Tid, None);
+            }
+        }
+        if pass != 0 {
+            // Delivered as the trace ends: stamped at the detach, not later, so no event of
+            // the trace (nor of its recording) lies past its end.
+            self.batch.push(Event {
+                tid,
+                ts: at,
+                line: 0,
+                kind: EventKind::Signal {
+                    name: signal_name(pass),
+                    si_pid: None,
+                },
+            });
+        }
+        unsafe {
+            libc::ptrace(
+                libc::PTRACE_DETACH,
+                tid as libc::pid_t,
+                0usize,
+                pass as usize,
+            )
+        };
+        self.threads.remove(&tid);
     }
 }
 

@@ -31,8 +31,10 @@
 //! from the event loop's wait, as without these programs. Kernels without the tracepoints
 //! (before 6.3) trace as before, with a warning.
 
-use super::{load_error, verifier_refusal, Rec, DATA_MAX};
+use super::load::{detach, load_error, tracefs_events, verifier_refusal, Link};
+use super::{Rec, DATA_MAX};
 use crate::event::{Nanos, Syscall, Tid};
+use crate::live::tracefs::field_offset;
 
 /// As in bpf/stallscope.bpf.c.
 pub(super) const REC_ARRIVAL: u32 = 16;
@@ -58,7 +60,7 @@ pub(super) fn layout() -> Layout {
             "{NO_ARRIVALS_ENV}=1 (tracing as on a kernel without sock:sk_data_ready)"
         ));
     }
-    let ev = super::tracefs_events()?;
+    let ev = tracefs_events()?;
     let mut out = [("", 0u32); 7];
     let want = [
         ("ready_sk_off", "sock", "sk_data_ready", "skaddr"),
@@ -73,8 +75,8 @@ pub(super) fn layout() -> Layout {
         let p = ev.join(cat).join(name).join("format");
         let f = std::fs::read_to_string(&p)
             .map_err(|_| format!("this kernel has no {cat}:{name} tracepoint"))?;
-        let off = super::field_offset(&f, field)
-            .ok_or_else(|| format!("{cat}:{name} has no {field} field"))?;
+        let off =
+            field_offset(&f, field).ok_or_else(|| format!("{cat}:{name} has no {field} field"))?;
         out[i] = (global, off);
     }
     Ok(out)
@@ -194,7 +196,7 @@ const BTF_PROGRAMS: [(&str, &str); 3] = [
 pub(super) fn attach(
     bpf: &mut aya::Ebpf,
     layout: &Layout,
-    links: &mut Vec<(&'static str, super::Link)>,
+    links: &mut Vec<(&'static str, Link)>,
     classic: bool,
 ) -> Result<&'static str, String> {
     layout.as_ref().map_err(|e| e.clone())?;
@@ -207,7 +209,7 @@ pub(super) fn attach(
     attach_classic(bpf, links).map(|()| "classic tracepoints")
 }
 
-fn attach_btf(bpf: &mut aya::Ebpf) -> Result<Vec<(&'static str, super::Link)>, String> {
+fn attach_btf(bpf: &mut aya::Ebpf) -> Result<Vec<(&'static str, Link)>, String> {
     let btf = aya::Btf::from_sys_fs().map_err(|e| format!("no kernel BTF: {e}"))?;
     let mut mine = vec![];
     for (prog, tp) in BTF_PROGRAMS {
@@ -223,10 +225,10 @@ fn attach_btf(bpf: &mut aya::Ebpf) -> Result<Vec<(&'static str, super::Link)>, S
                 .map_err(|e| format!("cannot attach {prog} to tp_btf/{tp}: {e}"))
         })();
         match r {
-            Ok(id) => mine.push((prog, super::Link::Btf(id))),
+            Ok(id) => mine.push((prog, Link::Btf(id))),
             Err(e) => {
                 for (prog, link) in mine {
-                    super::detach(bpf, prog, link);
+                    detach(bpf, prog, link);
                 }
                 return Err(e);
             }
@@ -237,7 +239,7 @@ fn attach_btf(bpf: &mut aya::Ebpf) -> Result<Vec<(&'static str, super::Link)>, S
 
 fn attach_classic(
     bpf: &mut aya::Ebpf,
-    links: &mut Vec<(&'static str, super::Link)>,
+    links: &mut Vec<(&'static str, Link)>,
 ) -> Result<(), String> {
     let mut mine = vec![];
     let mut result = Ok(());
@@ -260,7 +262,7 @@ fn attach_classic(
             }
         }
     } else {
-        links.extend(mine.into_iter().map(|(p, id)| (p, super::Link::Tp(id))));
+        links.extend(mine.into_iter().map(|(p, id)| (p, Link::Tp(id))));
     }
     result
 }

@@ -71,7 +71,7 @@ fn tracer() -> PerfTracer {
         },
         (ENTER, EXIT),
     );
-    t.stats.attach_mono = 1_000;
+    t.fed.stats.attach_mono = 1_000;
     t.threads.insert(100, Thread::new(100, true));
     t
 }
@@ -83,7 +83,7 @@ fn feed(t: &mut PerfTracer, recs: &[Vec<u8>]) -> Vec<Event> {
             t.process(r);
         }
     }
-    t.queue.drain(..).collect()
+    t.fed.queue.drain(..).collect()
 }
 
 fn nr(name: &str) -> i64 {
@@ -146,7 +146,7 @@ fn a_call_is_paired_into_one_timed_event_with_its_fd() {
     assert_eq!(sc.dur, Some(50_000));
     assert_eq!(sc.ret, Ret::Val(0));
     assert_eq!(evs[0].ts, 2_000);
-    assert_eq!(t.stats.main_syscalls, 1);
+    assert_eq!(t.fed.stats.main_syscalls, 1);
 }
 
 #[test]
@@ -301,7 +301,7 @@ fn calls_running_at_the_end_are_in_flight() {
         &[sample(100, 100, 2_000, &enter_raw(ew, [4, 0, 0, 0, 0, 0]))],
     );
     t.finish();
-    let evs: Vec<Event> = t.queue.drain(..).collect();
+    let evs: Vec<Event> = t.fed.queue.drain(..).collect();
     let sc = evs[0].syscall().expect("the call");
     assert_eq!(sc.in_flight, Some(InFlight::AtEnd));
     assert_eq!(sc.fd, Some(4));
@@ -309,7 +309,7 @@ fn calls_running_at_the_end_are_in_flight() {
         evs.last().map(|e| &e.kind),
         Some(EventKind::Detach)
     ));
-    assert!(t.is_done() || !t.queue.is_empty());
+    assert!(t.is_done() || !t.fed.queue.is_empty());
 }
 
 #[test]
@@ -441,7 +441,7 @@ fn sched_feed(t: &mut PerfTracer, recs: &[Vec<u8>]) -> Vec<Event> {
             t.process(r);
         }
     }
-    t.queue.drain(..).collect()
+    t.fed.queue.drain(..).collect()
 }
 
 #[test]
@@ -590,48 +590,41 @@ fn fake_ring(recs: &[Vec<u8>]) -> Ring {
     }
 }
 
-/// The reader thread copies whole records out while the analysis is behind by less than
-/// `BACKLOG_MAX`, and leaves them in the ring (for the kernel to drop and count) past it.
+/// The reader thread's pass copies whole records out of every ring into one chunk, and
+/// leaves the rings empty (the backlog's bound is the reader's own, tested in reader.rs).
 #[test]
-fn the_reader_copies_records_until_the_backlog_is_full() {
+fn the_reader_copies_whole_records_out_of_the_rings() {
+    use crate::live::reader::Source;
     let r = nr("read");
     let recs = vec![
         sample(100, 100, 1_000, &enter_raw(r, [8, 0, 0, 0, 0, 0])),
         sample(100, 100, 2_000, &exit_raw(r, 1)),
     ];
-    let bytes: usize = recs.iter().map(Vec::len).sum();
-    let run = |backlog_at: usize| {
-        let (tx, rx) = std::sync::mpsc::channel();
-        let (_spare, spares) = std::sync::mpsc::sync_channel(SPARE_CHUNKS);
-        let stop = Arc::new(AtomicBool::new(false));
-        let backlog = Arc::new(AtomicUsize::new(backlog_at));
-        let ring = fake_ring(&recs);
-        let h = {
-            let (stop, backlog) = (stop.clone(), backlog.clone());
-            std::thread::spawn(move || read_rings_thread(vec![ring], tx, spares, stop, backlog))
-        };
-        let got = rx.recv_timeout(Duration::from_millis(300)).ok();
-        stop.store(true, Ordering::SeqCst);
-        let mut rings = h.join().expect("reader");
-        let mut left = 0;
-        rings[0].drain(&mut |_| left += 1);
-        (got, left, backlog.load(Ordering::Relaxed))
-    };
-    let (got, left, backlog) = run(0);
-    let chunk = got.expect("a chunk");
+    let other = vec![sample(100, 101, 1_500, &exit_raw(r, 1))];
+    let mut rings = PerfRings::new(vec![fake_ring(&recs), fake_ring(&other)]);
+    let mut chunk = vec![];
+    assert!(!rings.fill(&mut chunk), "everything fits one chunk");
     let mut kinds = vec![];
     for_each_record(&chunk, &mut |b| {
-        kinds.push(parse_record(b, (ENTER, EXIT), None, &mut 0).map(|r| r.kind))
+        kinds.push(parse_record(b, (ENTER, EXIT), None, &mut 0).map(|r| (r.tid, r.kind)))
     });
     assert!(
         matches!(
             kinds[..],
-            [Some(RecKind::Enter { .. }), Some(RecKind::Exit { .. })]
+            [
+                Some((100, RecKind::Enter { .. })),
+                Some((100, RecKind::Exit { .. })),
+                Some((101, RecKind::Exit { .. }))
+            ]
         ),
         "{kinds:?}"
     );
-    assert_eq!((left, backlog), (0, bytes));
-    let (got, left, _) = run(BACKLOG_MAX);
-    assert!(got.is_none(), "nothing copied past the backlog's limit");
-    assert_eq!(left, 2, "the records stay in the ring");
+    let mut left = 0;
+    for ring in &mut rings.rings {
+        ring.drain(&mut |_| {
+            left += 1;
+            true
+        });
+    }
+    assert_eq!(left, 0);
 }
