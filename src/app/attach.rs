@@ -5,7 +5,7 @@
 use crate::analyze::Analyzer;
 use crate::cli::AttachArgs;
 use crate::event::{Event, Nanos, SchedSpan, Tid};
-use crate::live::procctx;
+use crate::live::{host, procctx};
 use crate::live::{BackendChoice, TracerConfig};
 use crate::recording::{FileStore, RecordingStart, RecordingWriter};
 use crate::redis_evidence::LiveRedis;
@@ -43,7 +43,7 @@ pub fn run(args: &AttachArgs) -> Result<u64> {
     unsafe { libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 10) };
     let mut sink = AttachSink::new(&s, args)?;
     let interval = Duration::from_millis(100);
-    let sampler = procctx::Sampler::start(pid, s.clock.first, interval);
+    let sampler = host::Sampler::start(pid, interval, host::Keep::All);
     let redis_side = LiveRedis::start(
         args.out.redis_log.as_deref(),
         args.redis.as_deref(),
@@ -56,7 +56,7 @@ pub fn run(args: &AttachArgs) -> Result<u64> {
     let (mut report, first_ts, record_err) = trace(&mut s, sink, args)?;
     add_host(
         &mut report,
-        sampler.finish(),
+        host::samples(&sampler.finish(), s.clock.first),
         interval,
         first_ts,
         s.clock.first,

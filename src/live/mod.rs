@@ -7,6 +7,7 @@
 pub(crate) mod bpf;
 mod decode;
 mod fed;
+pub(crate) mod host;
 pub(crate) mod perf;
 pub(crate) mod procctx;
 pub(crate) mod ptrace;

@@ -494,6 +494,13 @@ struct Rings {
     reader: Option<Reader<PerfRings>>,
 }
 
+/// The errno of the last failed call.
+fn last_errno() -> i32 {
+    std::io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EINVAL)
+}
+
 fn open_event(attr: &mut sys::bindings::perf_event_attr, tid: Tid, cpu: i32) -> Result<i32, i32> {
     let fd = unsafe {
         sys::perf_event_open(
@@ -715,16 +722,7 @@ impl PerfTracer {
                     if for_sched && (self.sched.is_none() || sched_err.is_some()) {
                         continue;
                     }
-                    let mut attr = self.attr(ev);
-                    let opened = match open_event(&mut attr, tid, cpu) {
-                        Err(libc::EINVAL) if attr.inherit_thread() != 0 => {
-                            self.events.inherit_thread = false;
-                            let mut attr = self.attr(ev);
-                            open_event(&mut attr, tid, cpu)
-                        }
-                        r => r,
-                    };
-                    let fd = match opened {
+                    let fd = match self.open_ev(ev, tid, cpu) {
                         Ok(fd) => fd,
                         Err(e) if for_sched => {
                             sched_err = Some(e);
@@ -737,39 +735,18 @@ impl PerfTracer {
                     } else {
                         new_fds.push(fd);
                     }
-                    if i >= self.rings.fds.len() {
-                        self.rings.own.push(self.map_ring(fd)?);
-                        self.rings.fds.push(fd);
-                    } else {
-                        let r = unsafe {
-                            sys::ioctls::SET_OUTPUT(fd, self.rings.fds[i] as libc::c_int)
-                        };
-                        if r != 0 {
-                            let e = std::io::Error::last_os_error()
-                                .raw_os_error()
-                                .unwrap_or(libc::EINVAL);
-                            if for_sched {
-                                sched_err = Some(e);
-                                continue;
-                            }
-                            return Err(e);
+                    let r = self.into_ring(i, fd);
+                    let r = r.and_then(|()| {
+                        if for_sched {
+                            self.note_fault_id(ev, fd)
+                        } else {
+                            Ok(())
                         }
-                    }
-                    if matches!(ev, Ev::Minor | Ev::Major) {
-                        let mut id = 0u64;
-                        if unsafe { sys::ioctls::ID(fd, &mut id) } != 0 {
-                            sched_err = Some(
-                                std::io::Error::last_os_error()
-                                    .raw_os_error()
-                                    .unwrap_or(libc::EINVAL),
-                            );
-                        } else if let Some(s) = self.sched.as_mut() {
-                            if ev == Ev::Major {
-                                s.major.insert(id);
-                            } else {
-                                s.minor.insert(id);
-                            }
-                        }
+                    });
+                    match r {
+                        Err(e) if for_sched => sched_err = Some(e),
+                        Err(e) => return Err(e),
+                        Ok(()) => {}
                     }
                 }
             }
@@ -806,6 +783,50 @@ impl PerfTracer {
                 Err(e)
             }
         }
+    }
+
+    /// Opens event `ev` of `tid` on `cpu` (without `inherit_thread` from the first time
+    /// the kernel says it does not know it).
+    fn open_ev(&mut self, ev: Ev, tid: Tid, cpu: i32) -> Result<i32, i32> {
+        let mut attr = self.attr(ev);
+        match open_event(&mut attr, tid, cpu) {
+            Err(libc::EINVAL) if attr.inherit_thread() != 0 => {
+                self.events.inherit_thread = false;
+                let mut attr = self.attr(ev);
+                open_event(&mut attr, tid, cpu)
+            }
+            r => r,
+        }
+    }
+
+    /// Points event `fd` at the ring of the `i`th CPU, or maps that ring on it (the CPU's
+    /// first event).
+    fn into_ring(&mut self, i: usize, fd: i32) -> Result<(), i32> {
+        if i >= self.rings.fds.len() {
+            self.rings.own.push(self.map_ring(fd)?);
+            self.rings.fds.push(fd);
+            return Ok(());
+        }
+        match unsafe { sys::ioctls::SET_OUTPUT(fd, self.rings.fds[i] as libc::c_int) } {
+            0 => Ok(()),
+            _ => Err(last_errno()),
+        }
+    }
+
+    /// Notes the id of page-fault event `fd`, by which its samples say minor or major.
+    fn note_fault_id(&mut self, ev: Ev, fd: i32) -> Result<(), i32> {
+        let mut id = 0u64;
+        if unsafe { sys::ioctls::ID(fd, &mut id) } != 0 {
+            return Err(last_errno());
+        }
+        if let Some(s) = self.sched.as_mut() {
+            if ev == Ev::Major {
+                s.major.insert(id);
+            } else {
+                s.minor.insert(id);
+            }
+        }
+        Ok(())
     }
 
     /// The thread's wakeups, for the time it then waits for a CPU. `sched:sched_wakeup` of a

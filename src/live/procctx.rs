@@ -2,16 +2,13 @@
 //! the tracer: the fd table at attach (seeds the analyzer's fd table, so fds opened before
 //! tracing are named, not guessed), thread names (`comm`: main, bio_aof, io_thd_N...), the
 //! redis config (from the command line, the config file it names, and the working
-//! directory redis chdir()s into), and a 100 ms sampler of page faults, disk I/O and the
-//! system's iowait share whose samples end up in `report.host`, aligned with phases and
-//! stalls.
+//! directory redis chdir()s into), and the notes that compare the host's samples (taken by
+//! `host::Sampler`) across phases and stalls in `report.host`.
 
 use crate::event::Tid;
 use crate::report::{HostContext, HostSample, Report};
 use procfs::process::{FDTarget, Process};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 /// The process as seen at attach.
@@ -167,165 +164,6 @@ pub fn redis_conf_text(cmdline: &[String], cwd: Option<&str>) -> (String, Vec<St
         sources.push("dir from the process's working directory".into());
     }
     (text, sources)
-}
-
-/// The 100 ms /proc sampler: runs on its own thread until stopped.
-pub struct Sampler {
-    stop: Arc<AtomicBool>,
-    join: Option<std::thread::JoinHandle<Vec<HostSample>>>,
-}
-
-/// Upper bound on kept samples (an hour at 100 ms); past it, neighbours are merged so a
-/// long attach keeps bounded memory at a coarser resolution.
-const MAX_SAMPLES: usize = 36_000;
-
-#[derive(Clone, Copy, Default)]
-struct Raw {
-    mono: i64,
-    minflt: u64,
-    majflt: u64,
-    read_bytes: u64,
-    write_bytes: u64,
-    cpu_total: u64,
-    cpu_iowait: u64,
-}
-
-fn read_raw(p: &Process) -> Option<Raw> {
-    let st = p.stat().ok()?;
-    let io = p.io().ok();
-    let (total, iowait) = cpu_times().unwrap_or((0, 0));
-    Some(Raw {
-        mono: super::now_mono(),
-        minflt: st.minflt,
-        majflt: st.majflt,
-        read_bytes: io.as_ref().map(|i| i.read_bytes).unwrap_or(0),
-        write_bytes: io.as_ref().map(|i| i.write_bytes).unwrap_or(0),
-        cpu_total: total,
-        cpu_iowait: iowait,
-    })
-}
-
-/// (all jiffies, iowait jiffies) from the `cpu` line of /proc/stat.
-fn cpu_times() -> Option<(u64, u64)> {
-    let s = std::fs::read_to_string("/proc/stat").ok()?;
-    let line = s.lines().find(|l| l.starts_with("cpu "))?;
-    let v: Vec<u64> = line
-        .split_whitespace()
-        .skip(1)
-        .filter_map(|x| x.parse().ok())
-        .collect();
-    // user nice system idle iowait irq softirq steal (guest time is inside user/nice).
-    let total = v.iter().take(8).sum();
-    Some((total, *v.get(4)?))
-}
-
-fn rate(a: u64, b: u64, secs: f64) -> f64 {
-    if secs <= 0.0 {
-        return 0.0;
-    }
-    b.saturating_sub(a) as f64 / secs
-}
-
-impl Sampler {
-    /// Starts sampling `pid`; `origin` is the trace's first timestamp (monotonic ns), so
-    /// samples share the report's `at_us` axis.
-    pub fn start(pid: Tid, origin: i64, interval: Duration) -> Self {
-        let stop = Arc::new(AtomicBool::new(false));
-        let stop2 = stop.clone();
-        let join = std::thread::Builder::new()
-            .name("procsampler".into())
-            .spawn(move || {
-                let mut out: Vec<HostSample> = vec![];
-                let p = match Process::new(pid as i32) {
-                    Ok(p) => p,
-                    Err(_) => return out,
-                };
-                let mut prev = match read_raw(&p) {
-                    Some(r) => r,
-                    None => return out,
-                };
-                let mut merge_every = 1usize;
-                let mut pending: Option<HostSample> = None;
-                let mut in_pending = 0usize;
-                while !stop2.load(Ordering::SeqCst) {
-                    std::thread::sleep(interval);
-                    let cur = match read_raw(&p) {
-                        Some(r) => r,
-                        None => break, // the process is gone
-                    };
-                    let secs = (cur.mono - prev.mono) as f64 / 1e9;
-                    let dt = cur.cpu_total.saturating_sub(prev.cpu_total);
-                    let s = HostSample {
-                        at_us: (prev.mono - origin) / 1000,
-                        minflt_per_s: rate(prev.minflt, cur.minflt, secs),
-                        majflt_per_s: rate(prev.majflt, cur.majflt, secs),
-                        read_bytes_per_s: rate(prev.read_bytes, cur.read_bytes, secs),
-                        write_bytes_per_s: rate(prev.write_bytes, cur.write_bytes, secs),
-                        iowait_pct: if dt == 0 {
-                            0.0
-                        } else {
-                            100.0 * cur.cpu_iowait.saturating_sub(prev.cpu_iowait) as f64
-                                / dt as f64
-                        },
-                    };
-                    prev = cur;
-                    // Coarsening: average `merge_every` consecutive samples into one.
-                    pending = Some(match pending.take() {
-                        None => s,
-                        Some(p) => average(&p, in_pending, &s),
-                    });
-                    in_pending += 1;
-                    if in_pending >= merge_every {
-                        if let Some(p) = pending.take() {
-                            out.push(p);
-                        }
-                        in_pending = 0;
-                    }
-                    if out.len() >= MAX_SAMPLES {
-                        out = out
-                            .chunks(2)
-                            .map(|c| {
-                                if c.len() == 2 {
-                                    average(&c[0], 1, &c[1])
-                                } else {
-                                    c[0].clone()
-                                }
-                            })
-                            .collect();
-                        merge_every *= 2;
-                    }
-                }
-                if let Some(p) = pending {
-                    out.push(p);
-                }
-                out
-            })
-            .ok();
-        Sampler { stop, join }
-    }
-
-    /// Stops the sampler and returns its samples.
-    pub fn finish(mut self) -> Vec<HostSample> {
-        self.stop.store(true, Ordering::SeqCst);
-        self.join
-            .take()
-            .and_then(|j| j.join().ok())
-            .unwrap_or_default()
-    }
-}
-
-/// Mean of `a` (itself the mean of `n` samples) and `b`, weighted; keeps `a`'s start.
-fn average(a: &HostSample, n: usize, b: &HostSample) -> HostSample {
-    let w = n as f64;
-    let f = |x: f64, y: f64| (x * w + y) / (w + 1.0);
-    HostSample {
-        at_us: a.at_us,
-        minflt_per_s: f(a.minflt_per_s, b.minflt_per_s),
-        majflt_per_s: f(a.majflt_per_s, b.majflt_per_s),
-        read_bytes_per_s: f(a.read_bytes_per_s, b.read_bytes_per_s),
-        write_bytes_per_s: f(a.write_bytes_per_s, b.write_bytes_per_s),
-        iowait_pct: f(a.iowait_pct, b.iowait_pct),
-    }
 }
 
 #[derive(Default, Clone, Copy)]
@@ -584,23 +422,13 @@ mod tests {
     }
 
     #[test]
-    fn gathers_own_fds_threads_and_samples() {
+    fn gathers_own_fds_and_threads() {
         let me = std::process::id();
         let f = tempfile::NamedTempFile::new().unwrap();
         let ctx = gather(me);
         let p = f.path().to_string_lossy().into_owned();
         assert!(ctx.fds.iter().any(|(_, w)| *w == p), "{:?}", ctx.fds);
         assert!(ctx.thread_names.contains_key(&me));
-        let s = Sampler::start(me, super::super::now_mono(), Duration::from_millis(20));
-        // Touch fresh memory so minor faults happen.
-        let v: Vec<u8> = vec![1; 8 << 20];
-        std::thread::sleep(Duration::from_millis(120));
-        let samples = s.finish();
-        assert!(samples.len() >= 3, "{}", samples.len());
-        assert!(samples
-            .iter()
-            .all(|s| s.iowait_pct >= 0.0 && s.iowait_pct <= 100.0));
-        assert!(v.iter().map(|b| *b as u64).sum::<u64>() > 0);
     }
 
     #[test]

@@ -71,7 +71,7 @@ pub(super) struct AttachCtx {
     /// The clock is kept in step with the wall clock (a live session's).
     pub resync: bool,
     /// /proc readings of the last minute or so, for the incidents' host sections.
-    pub host: Option<host::HostRing>,
+    pub host: Option<host::Sampler>,
     /// redis's log and the --redis poller.
     pub redis: Option<redis::WatchRedis>,
 }
@@ -137,9 +137,10 @@ pub(super) fn watch_session(
     let ac = AttachCtx {
         view: view_of(&s, w),
         resync: s.live_clock,
-        host: Some(host::HostRing::start(
+        host: Some(host::Sampler::start(
             pid,
-            Duration::from_nanos(keep_ns(w) as u64),
+            host::INTERVAL,
+            host::Keep::Last(Duration::from_nanos(keep_ns(w) as u64)),
         )),
         redis: start_redis(w, &s, log_src),
     };

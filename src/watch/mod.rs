@@ -11,7 +11,6 @@
 
 pub(crate) mod attached;
 pub(crate) mod follow;
-pub(crate) mod host;
 pub(crate) mod incident;
 pub(crate) mod metrics;
 pub(crate) mod redis;
@@ -20,7 +19,7 @@ pub(crate) mod ring;
 use crate::analyze::{Options, RedisConf};
 use crate::cli::WatchArgs;
 use crate::event::{Nanos, Tid};
-use crate::live;
+use crate::live::{self, host};
 use crate::report::Stall;
 use anyhow::{Context, Result};
 use incident::{Grouper, Job, Outcome, RateLimit};
