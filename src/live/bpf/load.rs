@@ -167,10 +167,7 @@ pub(super) fn tracefs_events() -> Result<std::path::PathBuf, String> {
 /// Checks the layouts the programs assume and returns sched_process_fork's child_pid offset.
 pub(super) fn check_layouts() -> Result<u32, String> {
     let ev = tracefs_events()?;
-    let read = |cat: &str, name: &str| {
-        let p = ev.join(cat).join(name).join("format");
-        std::fs::read_to_string(&p).map_err(|e| format!("cannot read {}: {e}", p.display()))
-    };
+    let read = |cat: &str, name: &str| tracefs::read_event_file(&ev, cat, name, "format");
     for (cat, name, field, want) in [
         ("raw_syscalls", "sys_enter", "id", 8),
         ("raw_syscalls", "sys_enter", "args", 16),
