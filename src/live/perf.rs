@@ -735,7 +735,7 @@ impl PerfTracer {
                     } else {
                         new_fds.push(fd);
                     }
-                    let r = self.into_ring(i, fd);
+                    let r = self.output_to_ring(i, fd);
                     let r = r.and_then(|()| {
                         if for_sched {
                             self.note_fault_id(ev, fd)
@@ -801,7 +801,7 @@ impl PerfTracer {
 
     /// Points event `fd` at the ring of the `i`th CPU, or maps that ring on it (the CPU's
     /// first event).
-    fn into_ring(&mut self, i: usize, fd: i32) -> Result<(), i32> {
+    fn output_to_ring(&mut self, i: usize, fd: i32) -> Result<(), i32> {
         if i >= self.rings.fds.len() {
             self.rings.own.push(self.map_ring(fd)?);
             self.rings.fds.push(fd);
