@@ -62,6 +62,12 @@ pub enum Role {
     BioAof,
     BioCloseFile,
     BioLazyFree,
+    /// valkey's thread for saves without a fork (`bio_rdb_save`).
+    BioRdbSave,
+    /// valkey's TLS certificate reload thread (`bio_tls_reload`).
+    BioTlsReload,
+    /// jemalloc's background purge thread (`jemalloc_bg_thd`, redis's `jemalloc-bg-thread`).
+    JemallocBg,
     IoThread,
     Child,
     #[default]
@@ -75,6 +81,9 @@ impl Role {
             Role::BioAof => "bio_aof",
             Role::BioCloseFile => "bio_close_file",
             Role::BioLazyFree => "bio_lazy_free",
+            Role::BioRdbSave => "bio_rdb_save",
+            Role::BioTlsReload => "bio_tls_reload",
+            Role::JemallocBg => "jemalloc_bg",
             Role::IoThread => "io_thread",
             Role::Child => "child",
             Role::Other => "other",
@@ -526,6 +535,10 @@ pub struct StallSched {
     /// part (from the attach, as `duration_us` does), not what it did before.
     #[serde(skip_serializing_if = "is_false")]
     pub since_attach: bool,
+    /// A main-thread gap that was its wait for its I/O threads (finding `io-threads`): of
+    /// it, the time those I/O threads waited for a CPU (absent on other stalls).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub io_threads_runnable_us: Option<i64>,
 }
 
 fn is_false(b: &bool) -> bool {
@@ -545,6 +558,7 @@ impl StallSched {
             minor_faults: d.minor_faults,
             major_faults: d.major_faults,
             since_attach: false,
+            io_threads_runnable_us: None,
         }
     }
 }
@@ -635,6 +649,7 @@ pub enum FindingId {
     CowPageFaults,
     CpuStarvation,
     Command,
+    IoThreads,
     DiskContention,
     AofFsyncBackground,
     ChildCowReport,
@@ -660,6 +675,7 @@ impl FindingId {
             FindingId::CowPageFaults => "cow-page-faults",
             FindingId::CpuStarvation => "cpu-starvation",
             FindingId::Command => "command",
+            FindingId::IoThreads => "io-threads",
             FindingId::DiskContention => "disk-contention",
             FindingId::AofFsyncBackground => "aof-fsync-background",
             FindingId::ChildCowReport => "child-cow-report",
@@ -675,7 +691,7 @@ impl FindingId {
 }
 
 impl FindingId {
-    pub const ALL: [FindingId; 19] = [
+    pub const ALL: [FindingId; 20] = [
         FindingId::AofFsyncAlways,
         FindingId::AofWriteActiveChild,
         FindingId::AofWritePendingFsync,
@@ -685,6 +701,7 @@ impl FindingId {
         FindingId::CowPageFaults,
         FindingId::CpuStarvation,
         FindingId::Command,
+        FindingId::IoThreads,
         FindingId::DiskContention,
         FindingId::AofFsyncBackground,
         FindingId::ChildCowReport,
@@ -747,6 +764,9 @@ impl From<&str> for Role {
             BioAof,
             BioCloseFile,
             BioLazyFree,
+            BioRdbSave,
+            BioTlsReload,
+            JemallocBg,
             IoThread,
             Child,
             Other,

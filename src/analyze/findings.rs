@@ -80,6 +80,9 @@ pub(crate) fn explain(
     if c.kind == StallKind::Gap {
         // A gap from a call of unknown length is at most what it says.
         let d = gap_words(c, &format!("{bound}{}", human(c.dur / 1000)));
+        if let Some(v) = io_wait_of(a, c, role) {
+            return (Some(FindingId::IoThreads), io_wait_words(c, &who, &d, &during, &v));
+        }
         if let Some(v) = sched_of_gap(a.fault_copy, c, role, &who, &d, &during, running) {
             return v;
         }
@@ -108,7 +111,10 @@ pub(crate) fn explain(
             ),
             Role::Main => (
                 Some(FindingId::Command),
-                format!("{who} {d}: a slow command, or the process was descheduled"),
+                format!(
+                    "{who} {d}: a slow command{}, or the process was descheduled",
+                    running.map(|n| format!(" ({n})")).unwrap_or_default()
+                ),
             ),
             _ => (
                 None,
@@ -137,6 +143,56 @@ pub(crate) fn explain(
     text.push_str(": ");
     text.push_str(&why);
     (fid, text)
+}
+
+/// The I/O threads' cover of a main-thread gap, when the gap was the main thread waiting
+/// for them (`io_wait`): never a slow command.
+pub(crate) fn io_wait_of(
+    a: &Evidence<'_>,
+    c: &Cand,
+    role: Role,
+) -> Option<super::io_wait::IoCover> {
+    if role != Role::Main || c.kind != StallKind::Gap {
+        return None;
+    }
+    c.io.filter(|v| v.is_wait(a.threshold_us * 1000, c.dur))
+}
+
+/// "main thread made no syscall for 12 ms: it waited for its I/O threads ...".
+fn io_wait_words(
+    c: &Cand,
+    who: &str,
+    d: &str,
+    during: &str,
+    v: &super::io_wait::IoCover,
+) -> String {
+    let mut text = format!(
+        "{who} {d}{during}: it waited for its I/O threads, which made {} client I/O call{} \
+         meanwhile (the hand-off of redis 6/7's io-threads, valkey's spin), not a slow command",
+        v.calls,
+        plural(v.calls as u64)
+    );
+    if v.longest_own() > 0 {
+        text.push_str(&format!(
+            "; its longest stretch without them, {}, is what a spinning thread loses to the \
+             scheduler on a host short of CPUs",
+            human(v.longest_own() / 1000)
+        ));
+    }
+    if v.sched {
+        text.push_str(&format!(
+            "; the I/O threads waited for a CPU {} of it",
+            human(v.runnable / 1000)
+        ));
+    }
+    if let Some(s) = SchedSplit::of(c, None) {
+        text.push_str(&format!(
+            " (main thread: {} on a CPU, {} waiting for one)",
+            human(s.on_ns / 1000),
+            human(s.runnable_ns / 1000)
+        ));
+    }
+    text
 }
 
 /// "made no syscall for 300 ms", or for a gap that ran through the thread's own quiet
@@ -467,6 +523,10 @@ struct ByFinding {
     /// The commands the threads ran through stalls the scheduler split (live bpf and perf
     /// backends; a stall without the split names none, so offline reports stay as they were).
     running: std::collections::BTreeSet<String>,
+    /// Of stalls whose I/O threads the scheduler measured (`io-threads`): their total, and
+    /// the part of it the I/O threads waited for a CPU.
+    io_measured: i64,
+    io_runnable: i64,
 }
 
 /// Everything a trace rule reads.
@@ -778,6 +838,52 @@ fn gaps_evidence(cx: &Ctx<'_>, _: Option<&ByFinding>) -> String {
     }
 }
 
+/// The I/O threads waited for a CPU through at least a quarter of the measured waits:
+/// they cost the main thread more than they give it.
+fn io_threads_starved(e: Option<&ByFinding>) -> bool {
+    e.is_some_and(|e| e.io_measured > 0 && e.io_runnable * 4 >= e.io_measured)
+}
+
+fn io_threads_severity(_: &Ctx<'_>, e: Option<&ByFinding>) -> Severity {
+    if io_threads_starved(e) {
+        Severity::Warning
+    } else {
+        Severity::Info
+    }
+}
+
+fn io_threads_title(cx: &Ctx<'_>, e: Option<&ByFinding>) -> String {
+    let n = cx
+        .ev
+        .world
+        .roles()
+        .filter(|(_, r)| *r == Role::IoThread)
+        .count() as u64;
+    if io_threads_starved(e) {
+        format!(
+            "I/O threads cost more than they give: the main thread spun while its {n} I/O thread{} waited for a CPU",
+            plural(n)
+        )
+    } else {
+        format!(
+            "The main thread waited for its {n} I/O thread{} (no command was slow)",
+            plural(n)
+        )
+    }
+}
+
+fn io_threads_evidence(cx: &Ctx<'_>, e: Option<&ByFinding>) -> String {
+    let mut ev = stall_evidence(cx, e);
+    if let Some(e) = e.filter(|e| e.io_measured > 0) {
+        ev.push_str(&format!(
+            "; the I/O threads waited for a CPU {} of the {} the scheduler measured",
+            human(e.io_runnable),
+            human(e.io_measured)
+        ));
+    }
+    ev
+}
+
 fn unexplained_title(_: &Ctx<'_>, e: Option<&ByFinding>) -> String {
     let n = e.map_or(0, |e| e.n);
     format!("{n} stall{} no rule explains", plural(n))
@@ -896,6 +1002,24 @@ static RULES: &[Rule] = &[
          production. If no command is slow, the process was descheduled: check CPU steal and other \
          processes on the same cores.",
     ),
+    Rule {
+        id: FindingId::IoThreads,
+        applies: on_stalls,
+        severity: io_threads_severity,
+        title: Text::Made(io_threads_title),
+        evidence: Text::Made(io_threads_evidence),
+        advice: Text::Fixed(
+            "With io-threads the main thread hands the clients' reads and writes to its I/O threads and waits \
+             for them without a syscall (redis 6/7 busy-waits, valkey spins): each I/O thread needs a core of its \
+             own beside the main thread and the clients, or the main thread spins while the I/O thread waits for \
+             a CPU. Set `io-threads` to at most the cores left free (nproc, minus one for the main thread, minus \
+             what else runs there, clients included); on a host of 2-4 cores `io-threads 1` (off) is usually \
+             faster. Trade-off: without I/O threads the main thread does every socket read and write itself, \
+             which caps throughput on large hosts with many clients; I/O threads pay off only with idle cores. \
+             SLOWLOG will not show these waits: no command was slow.",
+        ),
+        stalls: with_id,
+    },
     on_its_stalls(
         FindingId::DiskContention,
         "File I/O in the main thread waited on a busy disk",
@@ -996,7 +1120,13 @@ pub(crate) fn findings(
                 worst_known: None,
                 held: Default::default(),
                 running: Default::default(),
+                io_measured: 0,
+                io_runnable: 0,
             });
+        if let Some(r) = s.sched.as_ref().and_then(|x| x.io_threads_runnable_us) {
+            e.io_measured += s.duration_us;
+            e.io_runnable += r;
+        }
         if s.duration_known.is_known() {
             e.worst_known = Some(e.worst_known.unwrap_or(0).max(s.duration_us));
         }
@@ -1227,6 +1357,7 @@ mod tests {
             id: 1,
             sched: None,
             through: Default::default(),
+            io: None,
         }
     }
 

@@ -41,6 +41,10 @@ pub(crate) struct Held {
     /// different names did, as a pipeline does).
     running: Option<CmdId>,
     running_several: bool,
+    /// Of the commands read during the stall and answered after it, the one answered
+    /// first (its reply's time): with I/O threads a script's request is read by an I/O
+    /// thread inside the main thread's gap, and its reply is the first to go out after.
+    first_answered: Option<(Nanos, CmdId)>,
 }
 
 /// Most clients and command numbers remembered per stall.
@@ -63,6 +67,12 @@ impl Held {
                 Some(e) => e.1 += 1,
                 None => self.by_cmd.push((d.name, 1)),
             }
+            if d.req > self.start
+                && d.reply >= self.end
+                && self.first_answered.is_none_or(|(r, _)| d.reply < r)
+            {
+                self.first_answered = Some((d.reply, d.name));
+            }
             if d.req <= self.start && d.reply >= self.end {
                 match &self.running {
                     _ if self.running_several => {}
@@ -82,6 +92,17 @@ impl Held {
         self.running
     }
 
+    /// The command read during the stall and answered first after it
+    /// (`first_answered`).
+    /// None when commands of several names were already in when the stall began: which
+    /// of them ran through it is not known.
+    pub(crate) fn first_answered(&self) -> Option<CmdId> {
+        if self.running_several {
+            return None;
+        }
+        self.first_answered.map(|(_, n)| n)
+    }
+
     /// Only the threads that serve clients hold them up: a child or bio thread's stall that
     /// overlaps a command did not delay it (had it, the main thread would have stalled too).
     pub(crate) fn client_facing_only(&mut self) {
@@ -91,6 +112,7 @@ impl Held {
         self.seqs.clear();
         self.by_cmd.clear();
         self.running = None;
+        self.first_answered = None;
     }
 }
 

@@ -173,7 +173,12 @@ impl Kept<'_> {
     /// The report's row for a kept stall.
     fn row(&self, c: &Cand, held: &Held, role: Role) -> Stall {
         let info = c.file.map(|f| self.world.file(f));
-        let running = held.running().map(|k| self.names.name(k));
+        // With I/O threads the request of the command a gap ran may have been read inside
+        // it, by an I/O thread: then the one answered first after it is that command.
+        let running = held
+            .running()
+            .or_else(|| c.io.and_then(|_| held.first_answered()))
+            .map(|k| self.names.name(k));
         let (finding, cause) = findings::explain(self.evidence, c, role, running);
         Stall {
             ts: self.clock.format(c.start),
@@ -206,6 +211,9 @@ impl Kept<'_> {
             events_lost: c.events_lost,
             sched: c.sched.map(|d| crate::report::StallSched {
                 since_attach: c.dur_facts.in_flight == Some(InFlight::AtStart),
+                io_threads_runnable_us: findings::io_wait_of(self.evidence, c, role)
+                    .filter(|v| v.sched)
+                    .map(|v| v.runnable / 1000),
                 ..crate::report::StallSched::of(&d, c.dur)
             }),
             quiet_calls: (c.through.calls > 0).then_some(c.through.calls),

@@ -17,6 +17,7 @@ pub mod findings;
 mod holds;
 mod idle;
 mod incidents;
+mod io_wait;
 mod kept;
 mod latency;
 mod options;

@@ -12,6 +12,10 @@ impl Role {
             _ if n.starts_with("bio_aof") => Role::BioAof,
             _ if n.starts_with("bio_close_file") => Role::BioCloseFile,
             _ if n.starts_with("bio_lazy_free") => Role::BioLazyFree,
+            // valkey 8/9's bio threads beside redis's three.
+            _ if n.starts_with("bio_rdb_save") => Role::BioRdbSave,
+            _ if n.starts_with("bio_tls_reload") => Role::BioTlsReload,
+            _ if n.starts_with("jemalloc_bg_thd") => Role::JemallocBg,
             _ if n.starts_with("io_thd") => Role::IoThread,
             // Valkey, the redis fork, names its processes the same way; a comm is cut at
             // 15 bytes (`redis-rdb-bgsav`).
@@ -299,6 +303,9 @@ mod tests {
             ("valkey-aof-rewrite", Role::Child),
             ("bio_close_file", Role::BioCloseFile),
             ("io_thd_3", Role::IoThread),
+            ("bio_rdb_save", Role::BioRdbSave),
+            ("bio_tls_reload", Role::BioTlsReload),
+            ("jemalloc_bg_thd", Role::JemallocBg),
             ("node", Role::Other),
         ] {
             assert_eq!(Role::from_name(n), Some(r), "{n}");

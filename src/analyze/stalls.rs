@@ -4,6 +4,7 @@
 //! its cap the shortest candidate makes room, and the rest are counted.
 
 use super::call::{is_idle, PerThread, ResolvedCall};
+use super::io_wait::IoHelpers;
 use super::phases::Phases;
 use super::roles::Role;
 use crate::event::{DurSource, InFlight, Nanos, Tid};
@@ -35,6 +36,8 @@ pub(crate) struct Cand {
     pub(crate) sched: Option<crate::event::SchedDelta>,
     /// A gap's quiet calls: the thread's own housekeeping it ran through.
     pub(crate) through: Through,
+    /// For a gap: what the process's I/O threads did over it.
+    pub(crate) io: Option<super::io_wait::IoCover>,
 }
 
 /// The quiet calls (`Facts::QUIET`: memory management, futex, time and identity queries) a
@@ -189,6 +192,8 @@ pub(crate) struct Stalls {
     in_flight_small: Vec<Cand>,
     /// Calls still running at the trace's end that were a wait for work when made.
     parked: Vec<Cand>,
+    /// The I/O threads' recent calls, for the main thread's gaps.
+    helpers: IoHelpers,
 }
 
 /// Calls cut by the trace's edge listed below the threshold, at most.
@@ -208,6 +213,7 @@ impl Stalls {
             reported: 0,
             in_flight_small: vec![],
             parked: vec![],
+            helpers: IoHelpers::default(),
         }
     }
 
@@ -261,6 +267,7 @@ impl Stalls {
                 .as_ref()
                 .and_then(|s| if call { Some(s.during) } else { s.before }),
             through: Through::default(),
+            io: None,
         }
     }
 
@@ -273,6 +280,7 @@ impl Stalls {
         lost: bool,
     ) -> StallStep {
         let mut step = StallStep::default();
+        self.helpers.on_call(cx);
         let (ts, dur) = (cx.ts(), cx.dur);
         let last = self.last.at(cx.thread);
         let prev_end = last.end;
@@ -328,6 +336,7 @@ impl Stalls {
                 }
                 c.phase = phases.active_at(from);
                 c.events_lost = lost;
+                c.io = self.helpers.cover(cx.proc, from, ts, self.threshold);
                 step.added[0] = self.add(c);
             }
         }

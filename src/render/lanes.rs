@@ -40,8 +40,8 @@ fn role_rank(role: Role) -> u8 {
         Role::IoThread => 1,
         Role::BioAof => 2,
         Role::BioCloseFile => 3,
-        Role::BioLazyFree => 4,
-        Role::Other => 5,
+        Role::BioLazyFree | Role::BioRdbSave | Role::BioTlsReload => 4,
+        Role::JemallocBg | Role::Other => 5,
         Role::Child => 6,
     }
 }

@@ -47,7 +47,12 @@ fn file_args(
 fn role_rank(role: Role) -> i64 {
     match role {
         Role::Main => 0,
-        Role::BioAof | Role::BioCloseFile | Role::BioLazyFree => 1,
+        Role::BioAof
+        | Role::BioCloseFile
+        | Role::BioLazyFree
+        | Role::BioRdbSave
+        | Role::BioTlsReload
+        | Role::JemallocBg => 1,
         Role::IoThread => 2,
         Role::Child => 5,
         Role::Other => 9,

@@ -669,7 +669,9 @@ fn role_names_of_redis_and_valkey() {
         ("redis-rdb-bgsav", Role::Child),
         ("redis-aof-rewri", Role::Child),
         ("valkey-rdb-bgsa", Role::Child),
-        ("jemalloc_bg_thd", Role::Other),
+        ("jemalloc_bg_thd", Role::JemallocBg),
+        ("bio_rdb_save", Role::BioRdbSave),
+        ("bio_tls_reload", Role::BioTlsReload),
     ] {
         assert_eq!(Role::from_name(name), Some(role), "{name}");
     }

@@ -1,0 +1,262 @@
+//! I/O-thread waits: whether a gap of the main thread was its wait for its I/O threads.
+//! redis 6/7 hands the clients' reads and writes to `io_thd_N` every event-loop turn and
+//! busy-waits until they are done; valkey 8/9 posts read, write and even `epoll_wait` jobs
+//! and spins in user space until they finish. Either way the main thread makes no syscall
+//! while its I/O threads work, which looks like a slow command. This unit keeps the recent
+//! client I/O (and event-loop waits) of the other threads of each process, and for a gap
+//! says how much of it those threads covered: a gap they covered from end to end, with no
+//! stretch of the threshold's length that no I/O thread explains, was a wait for them.
+//! redis 8's I/O threads run their own event loops and hand clients over through an
+//! eventfd: its main thread waits in `epoll_wait` (idle) and is not helped here.
+
+use super::call::{Facts, ResolvedCall};
+use super::roles::Role;
+use crate::event::Nanos;
+use crate::fdtable::{FileClass, ProcKey};
+use std::collections::VecDeque;
+
+/// Recent helper calls kept per process: enough for a gap of many thousands of calls (a
+/// gap longer than they cover is judged on the part they do).
+const RING: usize = 8192;
+
+/// One call of an I/O thread: its span and the time it waited for a CPU right before it
+/// and during it (live bpf backend; 0 elsewhere).
+#[derive(Clone, Copy, Debug)]
+struct HelperCall {
+    start: Nanos,
+    end: Nanos,
+    runnable_before: Nanos,
+    runnable_during: Nanos,
+    /// Time on a CPU between its thread's previous call and this one.
+    on_cpu_before: Nanos,
+    /// Its scheduler counters were measured.
+    sched: bool,
+}
+
+/// How long a runnable thread may wait for a CPU on a host with more runnable threads than
+/// CPUs before the scheduler preempts one for it: a tick at HZ=100, the longest a kernel
+/// ticks. A main thread that spins while its I/O threads compete with it (and with the
+/// clients and the tracer) for too few CPUs loses about that much after every hand-off: a
+/// stretch of the gap this short is read as scheduling, not as a command of its own.
+const SCHED_TICK: Nanos = 10_000_000;
+
+/// What the I/O threads did over one gap of the main thread.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct IoCover {
+    /// Their calls inside the gap.
+    pub(crate) calls: u32,
+    /// The longest stretch of the gap before their last call that no I/O-thread call or
+    /// CPU wait of theirs explains (from the gap's start to their first call counts).
+    pub(crate) longest_hole: Nanos,
+    /// From their last call's end to the gap's end: the main thread's own time after the
+    /// wait (running the commands the I/O threads read).
+    pub(crate) tail: Nanos,
+    /// Of the gap, the time the I/O threads waited for a CPU (live bpf backend).
+    pub(crate) runnable: Nanos,
+    /// The scheduler measured every one of those calls.
+    pub(crate) sched: bool,
+}
+
+impl IoCover {
+    /// The gap (`gap` long) was the main thread waiting for its I/O threads: they worked
+    /// (or waited for a CPU) through it up to its end, and no stretch of it was the main
+    /// thread's own beyond what scheduling explains. The stretch after their last call
+    /// (`tail`) is where a slow command runs (its request is read before it, by them or by
+    /// the main thread, its reply written after): it must be under the threshold or a
+    /// scheduler tick. A hole between their calls is allowed up to half the gap as well: a
+    /// tracer that stops every call of the I/O threads stretches their work and the holes
+    /// between alike, and the main thread cannot run a command while it waits for them.
+    pub(crate) fn is_wait(&self, threshold: Nanos, gap: Nanos) -> bool {
+        let own = threshold.max(SCHED_TICK);
+        self.calls > 0 && self.tail < own && self.longest_hole < own.max(gap / 2)
+    }
+
+    /// The longest stretch of the gap the main thread had to itself.
+    pub(crate) fn longest_own(&self) -> Nanos {
+        self.longest_hole.max(self.tail)
+    }
+}
+
+#[derive(Default)]
+pub(crate) struct IoHelpers {
+    /// Per process (a handful at most: the traced one and its children).
+    procs: Vec<(ProcKey, VecDeque<HelperCall>)>,
+}
+
+impl IoHelpers {
+    /// Whether a call is an I/O thread's work for the main thread: client-socket I/O or an
+    /// event-loop wait (valkey's offloaded `epoll_wait`) outside the main thread.
+    #[inline]
+    pub(crate) fn is_helper_call(cx: &ResolvedCall<'_>) -> bool {
+        !matches!(cx.role, Role::Main | Role::Child)
+            && (cx.facts.has(Facts::EPOLL)
+                || (cx.facts.has(Facts::CLIENT_RW) && cx.class == Some(FileClass::Client)))
+    }
+
+    /// Notes a call when it is an I/O thread's.
+    #[inline]
+    pub(crate) fn on_call(&mut self, cx: &ResolvedCall<'_>) {
+        if !Self::is_helper_call(cx) || !cx.timed {
+            return;
+        }
+        let sched = cx.sc.sched.as_deref();
+        // An event-loop wait is work for the main thread only where it returns (valkey's
+        // offloaded poll has a timeout of 0); the time it blocked is no one's wait (redis
+        // 8's I/O threads block in their own loops while the main thread runs a command).
+        let start = if cx.facts.has(Facts::EPOLL) {
+            cx.end
+        } else {
+            cx.ts()
+        };
+        let call = HelperCall {
+            start,
+            end: cx.end,
+            runnable_before: sched
+                .and_then(|s| s.before)
+                .map_or(0, |b| b.runnable_ns as Nanos),
+            runnable_during: sched.map_or(0, |s| s.during.runnable_ns as Nanos),
+            on_cpu_before: sched
+                .and_then(|s| s.before)
+                .map_or(0, |b| b.on_cpu_ns as Nanos),
+            sched: sched.is_some_and(|s| s.before.is_some()),
+        };
+        let ring = match self.procs.iter_mut().position(|(p, _)| *p == cx.proc) {
+            Some(i) => &mut self.procs[i].1,
+            None => {
+                self.procs.push((cx.proc, VecDeque::new()));
+                &mut self.procs.last_mut().expect("just pushed").1
+            }
+        };
+        if ring.len() == RING {
+            ring.pop_front();
+        }
+        ring.push_back(call);
+    }
+
+    /// What the I/O threads of `proc` did over the gap `[from, to]`; None when they did
+    /// nothing in it (or the process has none).
+    pub(crate) fn cover(
+        &self,
+        proc: ProcKey,
+        from: Nanos,
+        to: Nanos,
+        threshold: Nanos,
+    ) -> Option<IoCover> {
+        let ring = &self.procs.iter().find(|(p, _)| *p == proc)?.1;
+        // Newest first until the calls end before the gap; out-of-order lines (an
+        // unfinished call printed before its neighbours ended) are sorted below.
+        let mut inside: Vec<HelperCall> = ring
+            .iter()
+            .rev()
+            .take_while(|c| c.end > from - (to - from))
+            .filter(|c| c.end > from && c.start < to)
+            .copied()
+            .collect();
+        if inside.is_empty() {
+            return None;
+        }
+        inside.sort_unstable_by_key(|c| c.start);
+        Some(sweep_at(&inside, from, to, threshold))
+    }
+}
+
+/// The sweep over a gap's helper calls, sorted by start.
+#[cfg(test)]
+fn sweep(calls: &[HelperCall], from: Nanos, to: Nanos) -> IoCover {
+    sweep_at(calls, from, to, Nanos::MAX)
+}
+
+/// `sweep`; a hole counts as an I/O thread's wait for a CPU only if it ran less than
+/// `ran_max` on one meanwhile: an idle I/O thread spins on a CPU without a call (redis 6/7,
+/// valkey) while the main thread runs a command, and may wait for a CPU as much.
+fn sweep_at(calls: &[HelperCall], from: Nanos, to: Nanos, ran_max: Nanos) -> IoCover {
+    let mut cover = IoCover {
+        sched: true,
+        ..Default::default()
+    };
+    let mut until = from;
+    for c in calls {
+        let hole = c.start.min(to) - until;
+        if hole > 0 {
+            // A hole the I/O thread spent waiting for a CPU (at least half of it) is still
+            // the main thread waiting for it.
+            let starved = c.sched && c.runnable_before * 2 >= hole && c.on_cpu_before < ran_max;
+            if starved {
+                cover.runnable += c.runnable_before.min(hole);
+            } else {
+                cover.longest_hole = cover.longest_hole.max(hole);
+            }
+        }
+        cover.runnable += c.runnable_during;
+        cover.sched &= c.sched;
+        cover.calls += 1;
+        until = until.max(c.end.min(to));
+    }
+    cover.tail = to - until;
+    cover
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Nanos = 1_000_000;
+
+    fn c(start_ms: i64, end_ms: i64, runnable_before_ms: i64) -> HelperCall {
+        HelperCall {
+            start: start_ms * MS,
+            end: end_ms * MS,
+            runnable_before: runnable_before_ms * MS,
+            runnable_during: 0,
+            on_cpu_before: 0,
+            sched: true,
+        }
+    }
+
+    #[test]
+    fn a_gap_covered_by_io_thread_work_is_a_wait_for_it() {
+        // 10 ms gap, the io thread reading and writing all through it.
+        let v = sweep(&[c(0, 3, 0), c(3, 6, 0), c(7, 10, 0)], 0, 10 * MS);
+        assert!(v.is_wait(2 * MS, 10 * MS), "{v:?}");
+        assert_eq!(v.tail, 0);
+    }
+
+    #[test]
+    fn a_slow_command_between_hand_offs_is_not() {
+        // The read handed off at the start, a 500 ms script, the write at the end: the
+        // hole between is the main thread's own.
+        let v = sweep(&[c(0, 1, 0), c(500, 501, 0)], 0, 501 * MS);
+        assert!(!v.is_wait(2 * MS, 501 * MS), "{v:?}");
+        assert_eq!(v.longest_own(), 499 * MS);
+        // Work at the start only: the tail is the main thread's.
+        let v = sweep(&[c(0, 1, 0)], 0, 300 * MS);
+        assert!(!v.is_wait(2 * MS, 300 * MS));
+        assert_eq!(v.tail, 299 * MS);
+        // A hole of half the gap between their calls is a stretched hand-off; the same
+        // stretch after their last call is the main thread's.
+        assert!(sweep(&[c(0, 1, 0), c(50, 100, 0)], 0, 100 * MS).is_wait(2 * MS, 100 * MS));
+        assert!(!sweep(&[c(0, 50, 0)], 0, 100 * MS).is_wait(2 * MS, 100 * MS));
+        // A hand-off, a wait of a scheduler tick, the I/O work, another tick: a wait.
+        let v = sweep(&[c(4, 5, 0), c(5, 6, 0)], 0, 10 * MS);
+        assert!(v.is_wait(2 * MS, 10 * MS), "{v:?}");
+        // No I/O-thread call in the gap: nothing to wait for.
+        assert!(!sweep(&[], 0, 10 * MS).is_wait(2 * MS, 10 * MS));
+    }
+
+    #[test]
+    fn an_io_thread_waiting_for_a_cpu_still_holds_the_main_thread() {
+        // The io thread was runnable for 9 of the 10 ms before its first call.
+        let v = sweep(&[c(30, 31, 29)], 0, 31 * MS);
+        assert!(v.is_wait(2 * MS, 31 * MS), "{v:?}");
+        assert_eq!(v.runnable, 29 * MS);
+        // Without the scheduler's word the same hole is the main thread's.
+        let mut x = c(30, 31, 29);
+        x.sched = false;
+        assert!(!sweep(&[x], 0, 31 * MS).is_wait(2 * MS, 31 * MS));
+        // An I/O thread that spun on a CPU through the hole had nothing to do: the hole is
+        // the main thread's (a command), whatever it also waited for a CPU.
+        let mut x = c(30, 31, 20);
+        x.on_cpu_before = 10 * MS;
+        assert!(!sweep_at(&[x], 0, 31 * MS, 2 * MS).is_wait(2 * MS, 31 * MS));
+    }
+}
