@@ -81,7 +81,10 @@ pub(crate) fn explain(
         // A gap from a call of unknown length is at most what it says.
         let d = gap_words(c, &format!("{bound}{}", human(c.dur / 1000)));
         if let Some(v) = io_wait_of(a, c, role) {
-            return (Some(FindingId::IoThreads), io_wait_words(c, &who, &d, &during, &v));
+            return (
+                Some(FindingId::IoThreads),
+                io_wait_words(c, &who, &d, &during, &v),
+            );
         }
         if let Some(v) = sched_of_gap(a.fault_copy, c, role, &who, &d, &during, running) {
             return v;
@@ -156,8 +159,7 @@ pub(crate) fn io_wait_of(
         return None;
     }
     let main_runnable = c.sched.map(|s| s.runnable_ns as i64);
-    c.io
-        .filter(|v| v.is_wait(a.threshold_us * 1000, c.dur, main_runnable))
+    c.io.filter(|v| v.is_wait(a.threshold_us * 1000, c.dur, main_runnable))
 }
 
 /// "main thread made no syscall for 12 ms: it waited for its I/O threads ...".

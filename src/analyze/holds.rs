@@ -45,7 +45,13 @@ pub(crate) struct Held {
     /// first (its reply's time): with I/O threads a script's request is read by an I/O
     /// thread inside the main thread's gap, and its reply is the first to go out after.
     first_answered: Option<(Nanos, CmdId)>,
+    /// The commands in before the stall began and answered after it ended, by name
+    /// (`odd_one_out`; at most `RUNNING_NAMES` names).
+    running_names: Vec<(CmdId, u32)>,
 }
+
+/// Names of the commands that ran through a stall kept apart, at most.
+const RUNNING_NAMES: usize = 8;
 
 /// Most clients and command numbers remembered per stall.
 const HELD_MAX: usize = 4096;
@@ -74,6 +80,11 @@ impl Held {
                 self.first_answered = Some((d.reply, d.name));
             }
             if d.req <= self.start && d.reply >= self.end {
+                if let Some(e) = self.running_names.iter_mut().find(|(n, _)| *n == d.name) {
+                    e.1 += 1;
+                } else if self.running_names.len() < RUNNING_NAMES {
+                    self.running_names.push((d.name, 1));
+                }
                 match &self.running {
                     _ if self.running_several => {}
                     None => self.running = Some(d.name),
@@ -103,6 +114,22 @@ impl Held {
         self.first_answered.map(|(_, n)| n)
     }
 
+    /// Of a batch of commands that were all in before the stall and answered after it (the
+    /// main thread of redis 6/7 runs every command its I/O threads read in one turn), the
+    /// one whose name no other command of the batch shares, when the rest are many copies
+    /// of other names: those copies cost alike, so one of them cannot be the slow one
+    /// without the others; the odd one is.
+    pub(crate) fn odd_one_out(&self) -> Option<CmdId> {
+        let single: Vec<CmdId> = self
+            .running_names
+            .iter()
+            .filter(|(_, k)| *k == 1)
+            .map(|(n, _)| *n)
+            .collect();
+        let copies = self.running_names.iter().all(|(_, k)| *k == 1 || *k >= 3);
+        (self.running_several && single.len() == 1 && copies).then(|| single[0])
+    }
+
     /// Only the threads that serve clients hold them up: a child or bio thread's stall that
     /// overlaps a command did not delay it (had it, the main thread would have stalled too).
     pub(crate) fn client_facing_only(&mut self) {
@@ -113,6 +140,7 @@ impl Held {
         self.by_cmd.clear();
         self.running = None;
         self.first_answered = None;
+        self.running_names.clear();
     }
 }
 

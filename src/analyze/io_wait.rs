@@ -69,7 +69,12 @@ impl IoCover {
     /// call (strace) stretches the I/O threads' work, the holes between and the main
     /// thread's way back alike, where a slow command still leaves nearly all of its gap to
     /// the main thread alone.
-    pub(crate) fn is_wait(&self, threshold: Nanos, gap: Nanos, main_runnable: Option<Nanos>) -> bool {
+    pub(crate) fn is_wait(
+        &self,
+        threshold: Nanos,
+        gap: Nanos,
+        main_runnable: Option<Nanos>,
+    ) -> bool {
         let own = threshold.max(SCHED_TICK);
         let tail_max = main_runnable.map_or(own.max(gap / 2), |r| own + r);
         self.calls > 0 && self.tail < tail_max && self.longest_hole < own.max(gap / 2)
@@ -139,13 +144,7 @@ impl IoHelpers {
 
     /// What the I/O threads of `proc` did over the gap `[from, to]`; None when they did
     /// nothing in it (or the process has none).
-    pub(crate) fn cover(
-        &self,
-        proc: ProcKey,
-        from: Nanos,
-        to: Nanos,
-        threshold: Nanos,
-    ) -> Option<IoCover> {
+    pub(crate) fn cover(&self, proc: ProcKey, from: Nanos, to: Nanos) -> Option<IoCover> {
         let ring = &self.procs.iter().find(|(p, _)| *p == proc)?.1;
         // Newest first until the calls end before the gap; out-of-order lines (an
         // unfinished call printed before its neighbours ended) are sorted below.
@@ -160,20 +159,15 @@ impl IoHelpers {
             return None;
         }
         inside.sort_unstable_by_key(|c| c.start);
-        Some(sweep_at(&inside, from, to, threshold))
+        Some(sweep(&inside, from, to))
     }
 }
 
-/// The sweep over a gap's helper calls, sorted by start.
-#[cfg(test)]
+/// The sweep over a gap's helper calls, sorted by start. A hole counts as an I/O thread's
+/// wait for a CPU when, since its previous call, it waited for one for at least half the
+/// hole and no less than it ran on one: an idle I/O thread spins on a CPU without a call
+/// (redis 6/7, valkey) while the main thread runs a command, mostly running.
 fn sweep(calls: &[HelperCall], from: Nanos, to: Nanos) -> IoCover {
-    sweep_at(calls, from, to, Nanos::MAX)
-}
-
-/// `sweep`; a hole counts as an I/O thread's wait for a CPU only if it ran less than
-/// `ran_max` on one meanwhile: an idle I/O thread spins on a CPU without a call (redis 6/7,
-/// valkey) while the main thread runs a command, and may wait for a CPU as much.
-fn sweep_at(calls: &[HelperCall], from: Nanos, to: Nanos, ran_max: Nanos) -> IoCover {
     let mut cover = IoCover {
         sched: true,
         ..Default::default()
@@ -184,7 +178,8 @@ fn sweep_at(calls: &[HelperCall], from: Nanos, to: Nanos, ran_max: Nanos) -> IoC
         if hole > 0 {
             // A hole the I/O thread spent waiting for a CPU (at least half of it) is still
             // the main thread waiting for it.
-            let starved = c.sched && c.runnable_before * 2 >= hole && c.on_cpu_before < ran_max;
+            let starved =
+                c.sched && c.runnable_before * 2 >= hole && c.runnable_before >= c.on_cpu_before;
             if starved {
                 cover.runnable += c.runnable_before.min(hole);
             } else {
@@ -238,7 +233,11 @@ mod tests {
         assert_eq!(v.tail, 299 * MS);
         // A hole of half the gap between their calls is a stretched hand-off; the same
         // stretch after their last call is the main thread's.
-        assert!(sweep(&[c(0, 1, 0), c(50, 100, 0)], 0, 100 * MS).is_wait(2 * MS, 100 * MS, Some(0)));
+        assert!(sweep(&[c(0, 1, 0), c(50, 100, 0)], 0, 100 * MS).is_wait(
+            2 * MS,
+            100 * MS,
+            Some(0)
+        ));
         assert!(!sweep(&[c(0, 50, 0)], 0, 100 * MS).is_wait(2 * MS, 100 * MS, Some(0)));
         // Without the scheduler's counters a tail of under half the gap is the tracer's
         // stretch; with them, it is the main thread's unless it waited for a CPU.
@@ -268,7 +267,11 @@ mod tests {
         // An I/O thread that spun on a CPU through the hole had nothing to do: the hole is
         // the main thread's (a command), whatever it also waited for a CPU.
         let mut x = c(30, 31, 20);
-        x.on_cpu_before = 10 * MS;
-        assert!(!sweep_at(&[x], 0, 31 * MS, 2 * MS).is_wait(2 * MS, 31 * MS, Some(0)));
+        x.on_cpu_before = 25 * MS;
+        assert!(!sweep(&[x], 0, 31 * MS).is_wait(2 * MS, 31 * MS, Some(0)));
+        // Woken for the hand-off, it waited for a CPU about as long as it ran: a wait.
+        let mut x = c(10, 11, 4);
+        x.on_cpu_before = 3 * MS;
+        assert!(sweep(&[x], 4 * MS, 11 * MS).is_wait(2 * MS, 7 * MS, Some(0)));
     }
 }

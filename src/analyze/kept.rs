@@ -177,7 +177,9 @@ impl Kept<'_> {
         // it, by an I/O thread: then the one answered first after it is that command.
         let running = held
             .running()
-            .or_else(|| c.io.and_then(|_| held.first_answered()))
+            .or_else(|| {
+                c.io.and_then(|_| held.first_answered().or_else(|| held.odd_one_out()))
+            })
             .map(|k| self.names.name(k));
         let (finding, cause) = findings::explain(self.evidence, c, role, running);
         Stall {

@@ -336,7 +336,7 @@ impl Stalls {
                 }
                 c.phase = phases.active_at(from);
                 c.events_lost = lost;
-                c.io = self.helpers.cover(cx.proc, from, ts, self.threshold);
+                c.io = self.helpers.cover(cx.proc, from, ts);
                 step.added[0] = self.add(c);
             }
         }
