@@ -159,7 +159,9 @@ pub(crate) fn io_wait_of(
         return None;
     }
     let main_runnable = c.sched.map(|s| s.runnable_ns as i64);
-    c.io.filter(|v| v.is_wait(a.threshold_us * 1000, c.dur, main_runnable))
+    c.through
+        .io
+        .filter(|v| v.is_wait(a.threshold_us * 1000, c.dur, main_runnable))
 }
 
 /// "main thread made no syscall for 12 ms: it waited for its I/O threads ...".
@@ -1361,7 +1363,6 @@ mod tests {
             id: 1,
             sched: None,
             through: Default::default(),
-            io: None,
         }
     }
 

@@ -110,7 +110,6 @@ mod tests {
             id: 1,
             sched: None,
             through: Default::default(),
-            io: None,
         };
         let s = Stall {
             ts: String::new(),

@@ -178,7 +178,9 @@ impl Kept<'_> {
         let running = held
             .running()
             .or_else(|| {
-                c.io.and_then(|_| held.first_answered().or_else(|| held.odd_one_out()))
+                c.through
+                    .io
+                    .and_then(|_| held.first_answered().or_else(|| held.odd_one_out()))
             })
             .map(|k| self.names.name(k));
         let (finding, cause) = findings::explain(self.evidence, c, role, running);

@@ -34,10 +34,9 @@ pub(crate) struct Cand {
     pub(crate) id: u64,
     /// What the scheduler did with the thread over the stall (live bpf backend).
     pub(crate) sched: Option<crate::event::SchedDelta>,
-    /// A gap's quiet calls: the thread's own housekeeping it ran through.
+    /// A gap's quiet calls: the thread's own housekeeping it ran through, and what the
+    /// process's I/O threads did meanwhile.
     pub(crate) through: Through,
-    /// For a gap: what the process's I/O threads did over it.
-    pub(crate) io: Option<super::io_wait::IoCover>,
 }
 
 /// The quiet calls (`Facts::QUIET`: memory management, futex, time and identity queries) a
@@ -53,6 +52,8 @@ pub(crate) struct Through {
     /// Of the gap, the time outside any call: what the threshold is held against, so that
     /// quiet calls slowed by the tracer itself (strace's stops) make no stall of their sum.
     pub(crate) no_call: Nanos,
+    /// What the process's I/O threads did over the gap (`io_wait`).
+    pub(crate) io: Option<super::io_wait::IoCover>,
 }
 
 impl Through {
@@ -267,7 +268,6 @@ impl Stalls {
                 .as_ref()
                 .and_then(|s| if call { Some(s.during) } else { s.before }),
             through: Through::default(),
-            io: None,
         }
     }
 
@@ -336,7 +336,7 @@ impl Stalls {
                 }
                 c.phase = phases.active_at(from);
                 c.events_lost = lost;
-                c.io = self.helpers.cover(cx.proc, from, ts);
+                c.through.io = self.helpers.cover(cx.proc, from, ts);
                 step.added[0] = self.add(c);
             }
         }
