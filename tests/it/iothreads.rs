@@ -239,6 +239,26 @@ fn commands_are_joined_across_threads() {
     }
 }
 
+/// valkey 9.1 with I/O threads kept on, recorded live by `attach --backend bpf --record`:
+/// replayed, the waits for the I/O threads are no slow commands, the EVAL (298 ms by INFO
+/// commandstats) is named, DEBUG SLEEP found, and all 20000 GETs of redis-benchmark are
+/// counted. (The recording keeps the scheduler's split only for some calls, so the I/O
+/// threads' own wait for a CPU is checked live, not here.)
+#[test]
+fn valkey9_bpf_recording_reads_the_io_threads_waits() {
+    let r = analyze(&fixture("valkey9-io2-bpf.strace.gz"), &[]);
+    let io = main_gaps(&r, "io-threads");
+    assert!(io.len() >= 50, "io-threads gaps: {}", io.len());
+    let eval = stalls(&r)
+        .iter()
+        .filter(|s| s["thread"] == "main" && s["kind"] == "gap")
+        .max_by_key(|s| s["duration_us"].as_i64().unwrap())
+        .unwrap();
+    assert!(eval["cause"].as_str().unwrap().contains("(EVAL)"), "{eval}");
+    assert_slow_commands_found(&r, 250_000);
+    assert_eq!(calls_of(&r, "GET"), 20_000);
+}
+
 // ---- live ----
 
 /// A server of the test's own: `bin` on a free loopback port in a temp dir, stopped by pid.
@@ -393,6 +413,13 @@ fn figures(bin: &str, io_args: &[&str], plain_args: &[&str]) {
         "{bin}: the I/O threads never read (the test would prove nothing)"
     );
     drop(s);
+    // The bpf backend measures the I/O threads' wait for a CPU over each wait for them.
+    assert!(
+        main_gaps(&r, "io-threads")
+            .iter()
+            .any(|s| s["sched"]["io_threads_runnable_us"].as_i64().is_some()),
+        "{bin}: no I/O-thread CPU wait measured"
+    );
     // Slow commands the ground truth does not have (neither the EVAL nor DEBUG SLEEP
     // waited through them). On this 2-vCPU VM a few remain where both the main thread and
     // the I/O thread were "on a CPU" without a call for most of a gap (the hypervisor's
