@@ -12,11 +12,12 @@
 
 use crate::redis_client::Collected;
 use crate::redis_log::{self, LogLevel, LogLine, LogRole, LogTime};
-use crate::report::{EvidenceSource, FileClass, LogFound};
+use crate::report::{EvidenceSource, FileClass, LogFound, LogMeaning, PhaseKind};
 use crate::report::{
     RedisEvidence, RedisInfoSample, RedisLatency, RedisLogInfo, RedisLogLine, RedisSection,
     RedisServerInfo, RedisSlow, Report, Stall, LOG_LINES_MAX,
 };
+use crate::units::short;
 use anyhow::{Context, Result};
 use chrono::{NaiveDate, NaiveDateTime, NaiveTime};
 
@@ -732,6 +733,7 @@ pub fn apply(report: &mut Report, inp: Inputs) -> Result<()> {
             role: l.role.clone(),
             level: l.level,
             message: short(&l.message, 300),
+            meaning: classify(&l.message),
         })
         .collect();
     // 4. Evidence per stall and phase.
@@ -793,57 +795,6 @@ pub fn apply(report: &mut Report, inp: Inputs) -> Result<()> {
     Ok(())
 }
 
-/// The line of a stall's evidence a text report shows: the one that names the stall
-/// (LATENCY, SLOWLOG, INFO, the log line written just before it, or one that names a cause),
-/// never the background chatter (the save child's copy-on-write lines); the JSON and HTML
-/// reports have them all.
-pub fn headline(ev: &[RedisEvidence]) -> Option<String> {
-    let rank = |e: &RedisEvidence| -> u8 {
-        match e.source {
-            EvidenceSource::Latency | EvidenceSource::Slowlog => 0,
-            EvidenceSource::Info => 1,
-            _ if e.what.starts_with("written just")
-                || e.what.starts_with("the line being written") =>
-            {
-                0
-            }
-            _ if e.what.starts_with("copy-on-write") || e.what.starts_with('[') => 9,
-            _ => 2,
-        }
-    };
-    let e = ev
-        .iter()
-        .filter(|e| rank(e) < 9)
-        .min_by_key(|e| (rank(e), e.at_us))?;
-    let t = e.ts.get(11..23).unwrap_or(&e.ts);
-    let more = ev.len() - 1;
-    // A log line: its own words, and where it sits, without the labels the JSON carries.
-    let what = match (e.source, e.what.find("] ")) {
-        (EvidenceSource::Log, Some(i)) => {
-            let pos = if e.what.starts_with("written just before") {
-                " (written just before)"
-            } else if e.what.starts_with("written just after") {
-                " (written just after)"
-            } else if e.what.starts_with("the line being written") {
-                " (being written)"
-            } else {
-                ""
-            };
-            format!("{pos}: {}", short(&e.what[i + 2..], 100))
-        }
-        _ => format!(": {}", short(&e.what, 100)),
-    };
-    Some(format!(
-        "redis {} {t}{what}{}",
-        e.source,
-        if more > 0 {
-            format!(" (+{more} more)")
-        } else {
-            String::new()
-        }
-    ))
-}
-
 fn rank_level(l: Option<LogLevel>) -> u8 {
     match l {
         Some(LogLevel::Warning) => 0,
@@ -853,43 +804,33 @@ fn rank_level(l: Option<LogLevel>) -> u8 {
     }
 }
 
-fn short(s: &str, n: usize) -> String {
-    if s.chars().count() <= n {
-        s.to_string()
-    } else {
-        let mut t: String = s.chars().take(n).collect();
-        t.push('…');
-        t
-    }
-}
-
 /// What a log line means, when redis's wording names a cause (the words differ a little
 /// between redis and valkey, and across versions).
-pub fn classify(msg: &str) -> Option<&'static str> {
+pub fn classify(msg: &str) -> Option<LogMeaning> {
     let m = msg;
     Some(
         if m.starts_with("Asynchronous AOF fsync is taking too long") {
-            "AOF fsync too long: redis wrote the AOF without waiting for the background fsync"
+            LogMeaning::AofFsyncTooLong
         } else if m.starts_with("Background saving started") {
-            "background save started"
+            LogMeaning::SaveStarted
         } else if m.starts_with("Background saving terminated") {
-            "background save ended"
+            LogMeaning::SaveEnded
         } else if m.starts_with("Background saving error") {
-            "background save failed"
+            LogMeaning::SaveFailed
         } else if m.starts_with("Background append only file rewriting started") {
-            "AOF rewrite started"
+            LogMeaning::RewriteStarted
         } else if m.starts_with("Background AOF rewrite terminated")
             || m.starts_with("Background AOF rewrite finished")
         {
-            "AOF rewrite ended"
+            LogMeaning::RewriteEnded
         } else if m.starts_with("Fork CoW") {
-            "copy-on-write of the save child"
+            LogMeaning::ChildCopyOnWrite
         } else if m.starts_with("DB saved on disk") {
-            "the save child finished writing"
+            LogMeaning::ChildSaved
         } else if m.contains("fork") && m.contains("Cannot allocate memory") {
-            "fork failed"
+            LogMeaning::ForkFailed
         } else if m.starts_with("Error writing to the AOF") || m.contains("AOF write error") {
-            "AOF write error"
+            LogMeaning::AofWriteError
         } else {
             return None;
         },
@@ -904,7 +845,7 @@ fn log_what(l: &LogLine, position: &str) -> String {
         (r, Some(p)) => format!("{r} {p}"),
         (r, None) => r.to_string(),
     };
-    let tags: Vec<&str> = [position, classify(&l.message).unwrap_or("")]
+    let tags: Vec<&str> = [position, classify(&l.message).map_or("", LogMeaning::words)]
         .into_iter()
         .filter(|t| !t.is_empty())
         .collect();
@@ -1103,12 +1044,7 @@ fn phase_evidence(
             && *at >= start
             && l.pid != Some(p.child_pid)
             && parent.is_none_or(|pp| l.pid == Some(pp))
-            && match (p.kind.as_str(), classify(&l.message)) {
-                ("bgsave", Some("background save ended" | "background save failed")) => true,
-                ("aof_rewrite", Some("AOF rewrite ended")) => true,
-                ("child", Some(c)) => c.ends_with("ended") || c.ends_with("failed"),
-                _ => false,
-            };
+            && classify(&l.message).is_some_and(|m| ends_phase(p.kind, m));
         if end_line {
             ended = true;
         }
@@ -1149,6 +1085,17 @@ fn phase_evidence(
     }
     out.sort_by_key(|e| e.at_us);
     out
+}
+
+/// Whether a line of this meaning ends a phase of this kind (for a child of unknown kind,
+/// whichever end or failure comes first).
+fn ends_phase(kind: PhaseKind, m: LogMeaning) -> bool {
+    use LogMeaning::*;
+    match kind {
+        PhaseKind::Bgsave => matches!(m, SaveEnded | SaveFailed),
+        PhaseKind::AofRewrite => m == RewriteEnded,
+        PhaseKind::Child => matches!(m, SaveEnded | SaveFailed | RewriteEnded | ForkFailed),
+    }
 }
 
 /// The span (on the axis) over which the server's sources were read.
@@ -1265,7 +1212,7 @@ fn finding_signals(
                 .map(|x| x.what.as_str())
                 .collect();
             let has = |p: &str| whats.iter().any(|w| w.contains(p));
-            let too_long = classify("Asynchronous AOF fsync is taking too long").unwrap_or("");
+            let too_long = LogMeaning::AofFsyncTooLong.words();
             let text = if has(too_long) {
                 "redis's log says \"Asynchronous AOF fsync is taking too long\"".to_string()
             } else if has("the line being written") {
@@ -1672,14 +1619,14 @@ mod tests {
 
     #[test]
     fn classified_lines() {
-        assert!(classify("Asynchronous AOF fsync is taking too long (disk is busy?). Writing the AOF buffer without waiting for fsync to complete, this may slow down Redis.").unwrap().starts_with("AOF fsync too long"));
+        assert_eq!(classify("Asynchronous AOF fsync is taking too long (disk is busy?). Writing the AOF buffer without waiting for fsync to complete, this may slow down Redis."), Some(LogMeaning::AofFsyncTooLong));
         assert_eq!(
             classify("Background saving started by pid 28169"),
-            Some("background save started")
+            Some(LogMeaning::SaveStarted)
         );
         assert_eq!(
             classify("Background saving terminated with success"),
-            Some("background save ended")
+            Some(LogMeaning::SaveEnded)
         );
         assert_eq!(classify("Accepted 127.0.0.1:47826"), None);
     }

@@ -7,6 +7,10 @@ use serde::Serialize;
 
 pub const SCHEMA: &str = "stallscope/1";
 
+/// How to rerun strace so that a trace measures its calls and the time between them: the
+/// findings and the table's headline both say it.
+pub const RERUN: &str = "rerun strace with -ttt -T (strace -f -ttt -T -p PID -o FILE)";
+
 /// A closed set of report values with one JSON spelling each.
 macro_rules! closed_set {
     ($(#[$m:meta])* $name:ident { $($(#[$vm:meta])* $v:ident => $s:literal),+ $(,)? }) => {
@@ -215,6 +219,43 @@ closed_set!(
         Slowlog => "slowlog",
     }
 );
+
+closed_set!(
+    /// What a log line means, when redis's wording names a cause (`redis.lines[].meaning`,
+    /// `redis_evidence[].meaning`): decided once, where the log is joined onto the trace.
+    LogMeaning {
+        AofFsyncTooLong => "aof_fsync_too_long",
+        SaveStarted => "bgsave_started",
+        SaveEnded => "bgsave_ended",
+        SaveFailed => "bgsave_failed",
+        RewriteStarted => "aof_rewrite_started",
+        RewriteEnded => "aof_rewrite_ended",
+        ChildCopyOnWrite => "child_copy_on_write",
+        ChildSaved => "child_saved",
+        ForkFailed => "fork_failed",
+        AofWriteError => "aof_write_error",
+    }
+);
+
+impl LogMeaning {
+    /// The meaning in words, as the evidence's `what` says it.
+    pub fn words(self) -> &'static str {
+        match self {
+            LogMeaning::AofFsyncTooLong => {
+                "AOF fsync too long: redis wrote the AOF without waiting for the background fsync"
+            }
+            LogMeaning::SaveStarted => "background save started",
+            LogMeaning::SaveEnded => "background save ended",
+            LogMeaning::SaveFailed => "background save failed",
+            LogMeaning::RewriteStarted => "AOF rewrite started",
+            LogMeaning::RewriteEnded => "AOF rewrite ended",
+            LogMeaning::ChildCopyOnWrite => "copy-on-write of the save child",
+            LogMeaning::ChildSaved => "the save child finished writing",
+            LogMeaning::ForkFailed => "fork failed",
+            LogMeaning::AofWriteError => "AOF write error",
+        }
+    }
+}
 
 /// What a `phase_stats` row measures: the main thread's file syscalls, or one command
 /// (`main_file_syscalls` | `command:NAME` in the JSON).
@@ -943,6 +984,9 @@ pub struct RedisLogLine {
     pub role: LogRole,
     pub level: Option<LogLevel>,
     pub message: String,
+    /// What the line means, when its wording names a cause.
+    #[serde(skip)]
+    pub meaning: Option<LogMeaning>,
 }
 
 #[derive(Clone, Debug, Serialize, Default)]

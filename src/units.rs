@@ -27,6 +27,17 @@ pub fn human(us: i64) -> String {
     }
 }
 
+/// Text cut to `n` characters, with `…` where it was cut: a log line in a report cell.
+pub fn short(s: &str, n: usize) -> String {
+    if s.chars().count() <= n {
+        s.to_string()
+    } else {
+        let mut t: String = s.chars().take(n).collect();
+        t.push('…');
+        t
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -5,7 +5,7 @@
 
 use super::call::{Facts, ResolvedCall};
 use crate::event::{DurSource, InFlight, Nanos, Ret};
-use crate::report::{self, Durations};
+use crate::report::{self, Durations, RERUN};
 use crate::source::{Clock, Counters, SourceInfo, TimeFmt};
 use crate::units::human;
 
@@ -74,9 +74,6 @@ pub(crate) enum GapVerdict {
     /// No timestamps at all; `measured`: `-T` still timed each call.
     NoTimestamps { measured: bool },
 }
-
-/// How to rerun strace so that a trace measures its calls and the time between them.
-pub(crate) const RERUN: &str = "rerun strace with -ttt -T (strace -f -ttt -T -p PID -o FILE)";
 
 impl GapVerdict {
     /// The sentence the findings show.

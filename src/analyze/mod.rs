@@ -37,7 +37,6 @@ use crate::source::{Clock, Counters, SourceInfo};
 pub use crate::threads_file::parse_thread_names;
 use arrivals::Arrivals;
 use commands::{CmdInputs, CommandCaps, Commands};
-pub(crate) use coverage::RERUN;
 use coverage::{Coverage, GapVerdict};
 use file_time::FileTime;
 use findings::Evidence;

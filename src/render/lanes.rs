@@ -279,8 +279,7 @@ pub(crate) fn write_lanes_at(r: &Report, w: &mut dyn Write, y: Option<f64>) -> i
     if has_marks {
         let y = TOP + MARK_LANE_H / 2.0;
         for l in log_lines {
-            let big = crate::redis_evidence::classify(&l.message).is_some()
-                || l.level == Some(LogLevel::Warning);
+            let big = l.meaning.is_some() || l.level == Some(LogLevel::Warning);
             let color = match l.level {
                 Some(LogLevel::Warning) => "#c0392b",
                 Some(LogLevel::Notice) => "#1f618d",
@@ -523,6 +522,7 @@ mod tests {
             .push(stall(7_000_000, 500_000, 100, "main", "write", "aof"));
         r.redis = Some(RedisSection {
             lines: vec![RedisLogLine {
+                meaning: None,
                 at_us: 2_999_000,
                 ts: "x".into(),
                 line: 9,

@@ -5,11 +5,11 @@
 
 use super::sections::{sections, InFlightRows, Incidents, PhaseBlock, Section, View};
 use crate::report::{
-    Bound, ClockKind, CommandStats, Durations, FdStats, Finding, IdleStats, LiveBackend,
-    PhaseStatsOf, Report, Role, Severity, Skipped, SlowCall, SourceKind, Stall, StallKind,
-    SyscallStats,
+    Bound, ClockKind, CommandStats, Durations, EvidenceSource, FdStats, Finding, IdleStats,
+    LiveBackend, PhaseStatsOf, RedisEvidence, Report, Role, Severity, Skipped, SlowCall,
+    SourceKind, Stall, StallKind, SyscallStats,
 };
-use crate::units::{human, plural};
+use crate::units::{human, plural, short};
 use comfy_table::{presets, Cell, CellAlignment, ContentArrangement, Table};
 use std::io::{self, Write};
 
@@ -217,7 +217,7 @@ fn header(r: &Report, w: &mut dyn Write, p: &Paint) -> io::Result<()> {
             "stallscope: durations cannot be known in this {}: it has no timestamps and no \
              -T; {}.",
             r.source.format,
-            crate::analyze::RERUN
+            crate::report::RERUN
         );
         for l in wrap(&headline, 0).lines() {
             writeln!(w, "{}", p.bold(l))?;
@@ -387,7 +387,7 @@ fn incidents(r: &Report, inc: &Incidents, w: &mut dyn Write, p: &Paint) -> io::R
             }
             w.write_all(wrap(&format!("{}{}", s.cause, line), 2).as_bytes())?;
             if let Some(ev) = r.redis.as_ref().and_then(|x| x.stall_evidence.get(*si)) {
-                if let Some(l) = crate::redis_evidence::headline(ev) {
+                if let Some(l) = redis_headline(ev) {
                     w.write_all(wrap(&l, 4).as_bytes())?;
                 }
             }
@@ -401,6 +401,57 @@ fn incidents(r: &Report, inc: &Incidents, w: &mut dyn Write, p: &Paint) -> io::R
         )?;
     }
     Ok(())
+}
+
+/// The line of a stall's evidence a text report shows: the one that names the stall
+/// (LATENCY, SLOWLOG, INFO, the log line written just before it, or one that names a cause),
+/// never the background chatter (the save child's copy-on-write lines); the JSON and HTML
+/// reports have them all.
+fn redis_headline(ev: &[RedisEvidence]) -> Option<String> {
+    let rank = |e: &RedisEvidence| -> u8 {
+        match e.source {
+            EvidenceSource::Latency | EvidenceSource::Slowlog => 0,
+            EvidenceSource::Info => 1,
+            _ if e.what.starts_with("written just")
+                || e.what.starts_with("the line being written") =>
+            {
+                0
+            }
+            _ if e.what.starts_with("copy-on-write") || e.what.starts_with('[') => 9,
+            _ => 2,
+        }
+    };
+    let e = ev
+        .iter()
+        .filter(|e| rank(e) < 9)
+        .min_by_key(|e| (rank(e), e.at_us))?;
+    let t = e.ts.get(11..23).unwrap_or(&e.ts);
+    let more = ev.len() - 1;
+    // A log line: its own words, and where it sits, without the labels the JSON carries.
+    let what = match (e.source, e.what.find("] ")) {
+        (EvidenceSource::Log, Some(i)) => {
+            let pos = if e.what.starts_with("written just before") {
+                " (written just before)"
+            } else if e.what.starts_with("written just after") {
+                " (written just after)"
+            } else if e.what.starts_with("the line being written") {
+                " (being written)"
+            } else {
+                ""
+            };
+            format!("{pos}: {}", short(&e.what[i + 2..], 100))
+        }
+        _ => format!(": {}", short(&e.what, 100)),
+    };
+    Some(format!(
+        "redis {} {t}{what}{}",
+        e.source,
+        if more > 0 {
+            format!(" (+{more} more)")
+        } else {
+            String::new()
+        }
+    ))
 }
 
 fn in_flight(f: &InFlightRows, w: &mut dyn Write, p: &Paint) -> io::Result<()> {
