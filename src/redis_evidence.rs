@@ -12,12 +12,14 @@
 
 use crate::redis_client::Collected;
 use crate::redis_log::{self, LogLevel, LogLine, LogRole, LogTime};
-use crate::report::{EvidenceSource, FileClass, LogFound, LogMeaning, PhaseKind};
+use crate::report::{
+    EvidenceSource, FileClass, FindingId, LinePosition, LogFound, LogMeaning, PhaseKind,
+};
 use crate::report::{
     RedisEvidence, RedisInfoSample, RedisLatency, RedisLogInfo, RedisLogLine, RedisSection,
     RedisServerInfo, RedisSlow, Report, Stall, LOG_LINES_MAX,
 };
-use crate::units::short;
+use crate::units::{human, short};
 use anyhow::{Context, Result};
 use chrono::{NaiveDate, NaiveDateTime, NaiveTime};
 
@@ -738,19 +740,14 @@ pub fn apply(report: &mut Report, inp: Inputs) -> Result<()> {
         .collect();
     // 4. Evidence per stall and phase.
     let server = inp.server.as_ref();
-    let ev_stalls = |stalls: &[Stall]| -> Vec<Vec<RedisEvidence>> {
-        stalls
-            .iter()
-            .map(|s| stall_evidence(s, &placed, server, &axis))
-            .collect()
-    };
-    sec.stall_evidence = ev_stalls(&report.stalls);
-    sec.in_flight_evidence = ev_stalls(&report.in_flight);
-    sec.phase_evidence = report
-        .phases
-        .iter()
-        .map(|p| phase_evidence(p, report, &placed, server, &axis))
-        .collect();
+    for s in report.stalls.iter_mut().chain(report.in_flight.iter_mut()) {
+        s.redis_evidence = Some(stall_evidence(s, &placed, server, &axis));
+    }
+    let parent = report.source.pid;
+    let span_us = report.summary.span_us;
+    for p in &mut report.phases {
+        p.redis_evidence = Some(phase_evidence(p, parent, span_us, &placed, server, &axis));
+    }
     // 5. Which signals agree, per finding.
     let log_span = if log_info.as_ref().is_some_and(|l| l.followed) {
         // Followed live: every line written while tracing was read.
@@ -762,27 +759,19 @@ pub fn apply(report: &mut Report, inp: Inputs) -> Result<()> {
         }
     };
     let server_cov = server.map(|c| coverage(c, &axis));
-    sec.finding_signals = report
+    let signals: Vec<Option<String>> = report
         .findings
         .iter()
-        .map(|f| {
-            finding_signals(
-                f,
-                report,
-                &sec.stall_evidence,
-                log_span,
-                server,
-                server_cov.as_ref(),
-            )
-        })
+        .map(|f| finding_signals(f, report, log_span, server, server_cov.as_ref()))
         .collect();
-    for (f, sig) in report.findings.iter_mut().zip(&sec.finding_signals) {
-        if let Some(s) = sig {
+    for (f, sig) in report.findings.iter_mut().zip(signals) {
+        if let Some(s) = &sig {
             f.evidence = format!(
                 "{}. Redis's own signals: {s}",
                 f.evidence.trim_end_matches('.')
             );
         }
+        f.redis_signals = Some(sig);
     }
     sec.log = log_info;
     if let Some(c) = server {
@@ -837,24 +826,70 @@ pub fn classify(msg: &str) -> Option<LogMeaning> {
     )
 }
 
-/// A log line as evidence: `[role pid] message`, after what it means and where it sits
-/// relative to the stall ("written just before the stall; AOF fsync too long: ...").
-fn log_what(l: &LogLine, position: &str) -> String {
+/// A log line as evidence. Its `what` is `[role pid] message`, after where it sits relative
+/// to the stall and what it means ("written just before the stall; AOF fsync too long: ...").
+fn log_evidence(
+    at_us: i64,
+    axis: &Axis,
+    l: &LogLine,
+    position: Option<LinePosition>,
+) -> RedisEvidence {
     let who = match (l.role.as_str(), l.pid) {
         ("child", Some(p)) => format!("child {p}"),
         (r, Some(p)) => format!("{r} {p}"),
         (r, None) => r.to_string(),
     };
-    let tags: Vec<&str> = [position, classify(&l.message).map_or("", LogMeaning::words)]
-        .into_iter()
-        .filter(|t| !t.is_empty())
-        .collect();
+    let meaning = classify(&l.message);
+    let text = short(&l.message, 200);
+    let tags: Vec<&str> = [
+        position.map(LinePosition::words),
+        meaning.map(LogMeaning::words),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
     let head = if tags.is_empty() {
         String::new()
     } else {
         format!("{}: ", tags.join("; "))
     };
-    format!("{head}[{who}] {}", short(&l.message, 200))
+    RedisEvidence {
+        source: EvidenceSource::Log,
+        ts: axis.iso(axis.base_us + at_us),
+        at_us,
+        what: format!("{head}[{who}] {text}"),
+        position,
+        meaning,
+        who: Some(who),
+        text,
+    }
+}
+
+/// One of the server's records as evidence: `what` is its source's name, `text`, and
+/// `after` (the window it falls in, in words).
+fn server_evidence(
+    source: EvidenceSource,
+    epoch_us: i64,
+    axis: &Axis,
+    text: String,
+    after: &str,
+) -> RedisEvidence {
+    let name = match source {
+        EvidenceSource::Latency => "LATENCY",
+        EvidenceSource::Slowlog => "SLOWLOG",
+        EvidenceSource::Info => "INFO",
+        EvidenceSource::Log => "log",
+    };
+    RedisEvidence {
+        source,
+        ts: axis.iso(epoch_us),
+        at_us: axis.at(epoch_us),
+        what: format!("{name} {text}{after}"),
+        position: None,
+        meaning: None,
+        who: None,
+        text,
+    }
 }
 
 /// Whether a log line was written by the stalled thread's process. A trace without a pid
@@ -864,15 +899,38 @@ fn same_process(l: &LogLine, s: &Stall) -> bool {
         || (s.pid == 0 && s.thread == crate::report::Role::Main && l.role == LogRole::Master)
 }
 
+/// What redis said in a stall's window: its log lines and, with `--redis`, the server's
+/// records; the most telling first when there are more than `MAX_PER_STALL`, then in time
+/// order.
 fn stall_evidence(
     s: &Stall,
     placed: &Placed,
     server: Option<&Collected>,
     axis: &Axis,
 ) -> Vec<RedisEvidence> {
-    let a = s.at_us;
-    let b = s.at_us + s.duration_us.max(0);
-    let mut out = vec![];
+    let mut items = stall_log_lines(s, placed, axis);
+    if let Some(c) = server {
+        let (a_ep, b_ep) = (axis.base_us + s.at_us, axis.base_us + stall_end(s));
+        items.extend(
+            stall_server_records(c, a_ep, b_ep, axis)
+                .into_iter()
+                .map(|e| (0, e)),
+        );
+    }
+    items.sort_by_key(|(rank, e)| (*rank, e.at_us));
+    items.truncate(MAX_PER_STALL);
+    items.sort_by_key(|(_, e)| e.at_us);
+    items.into_iter().map(|(_, e)| e).collect()
+}
+
+fn stall_end(s: &Stall) -> i64 {
+    s.at_us + s.duration_us.max(0)
+}
+
+/// The log lines in a stall's window, each with its rank (0: it names the stall or sits
+/// right at it; then by level).
+fn stall_log_lines(s: &Stall, placed: &Placed, axis: &Axis) -> Vec<(u8, RedisEvidence)> {
+    let (a, b) = (s.at_us, stall_end(s));
     let in_log: Vec<&(i64, LogLine)> = placed
         .lines
         .iter()
@@ -896,106 +954,79 @@ fn stall_evidence(
         .filter(|(at, l)| same_process(l, s) && *at <= a)
         .max_by_key(|(at, l)| (*at, l.line))
         .map(|(_, l)| l.line);
-    let mut items: Vec<(u8, i64, RedisEvidence)> = in_log
+    in_log
         .iter()
         .map(|(at, l)| {
-            let prefix = if Some(l.line) == before {
-                if s.class == Some(FileClass::Log) {
-                    "the line being written when the stall began"
+            let position = if Some(l.line) == before {
+                Some(if s.class == Some(FileClass::Log) {
+                    LinePosition::BeingWritten
                 } else {
-                    "written just before the stall"
-                }
+                    LinePosition::JustBefore
+                })
             } else if *at > b && same_process(l, s) {
-                "written just after the stall"
+                Some(LinePosition::JustAfter)
             } else {
-                ""
+                None
             };
-            let rank = if classify(&l.message).is_some() || !prefix.is_empty() {
+            let e = log_evidence(*at, axis, l, position);
+            let rank = if e.meaning.is_some() || position.is_some() {
                 0
             } else {
                 rank_level(l.level) + 1
             };
-            (
-                rank,
-                *at,
-                RedisEvidence {
-                    source: EvidenceSource::Log,
-                    ts: axis.iso(axis.base_us + at),
-                    at_us: *at,
-                    what: log_what(l, prefix),
-                },
-            )
+            (rank, e)
         })
-        .collect();
-    if let Some(c) = server {
-        let (a_ep, b_ep) = (axis.base_us + a, axis.base_us + b);
-        for l in &c.latency {
-            // Stamped to the second when the event ended; it began `latency` earlier.
-            let end_hi = (l.ts + 1) * 1_000_000;
-            let start_lo = l.ts * 1_000_000 - l.latency_ms * 1000;
-            if start_lo <= b_ep && end_hi >= a_ep {
-                let at = axis.at(l.ts * 1_000_000);
-                items.push((
-                    0,
-                    at,
-                    RedisEvidence {
-                        source: EvidenceSource::Latency,
-                        ts: axis.iso(l.ts * 1_000_000),
-                        at_us: at,
-                        what: format!(
-                            "LATENCY {} {} ms in the same second (redis stamps events to the second)",
-                            l.event, l.latency_ms
-                        ),
-                    },
-                ));
-            }
-        }
-        for e in &c.slowlog {
-            let end_hi = (e.ts + 1) * 1_000_000;
-            let start_lo = e.ts * 1_000_000 - e.duration_us;
-            if start_lo <= b_ep && end_hi >= a_ep {
-                let at = axis.at(e.ts * 1_000_000);
-                items.push((
-                    0,
-                    at,
-                    RedisEvidence {
-                        source: EvidenceSource::Slowlog,
-                        ts: axis.iso(e.ts * 1_000_000),
-                        at_us: at,
-                        what: format!(
-                            "SLOWLOG #{} {} took {} in the same second",
-                            e.id,
-                            e.command,
-                            crate::analyze::findings::human(e.duration_us)
-                        ),
-                    },
-                ));
-            }
-        }
-        for (field, from, to, lo_ms, hi_ms) in info_changes(c) {
-            if lo_ms * 1000 <= b_ep && hi_ms * 1000 >= a_ep {
-                let at = axis.at(hi_ms * 1000);
-                items.push((
-                    0,
-                    at,
-                    RedisEvidence {
-                        source: EvidenceSource::Info,
-                        ts: axis.iso(hi_ms * 1000),
-                        at_us: at,
-                        what: format!(
-                            "INFO {field} {from} -> {to} between polls at {} and {}",
-                            axis.iso(lo_ms * 1000),
-                            axis.iso(hi_ms * 1000)
-                        ),
-                    },
-                ));
-            }
+        .collect()
+}
+
+/// The server's records that overlap a stall from `a_ep` to `b_ep` (epoch µs): LATENCY and
+/// SLOWLOG are stamped to the second when the event ended, INFO changes are known between
+/// two polls.
+fn stall_server_records(c: &Collected, a_ep: i64, b_ep: i64, axis: &Axis) -> Vec<RedisEvidence> {
+    let mut out = vec![];
+    for l in &c.latency {
+        // Stamped to the second when the event ended; it began `latency` earlier.
+        let end_hi = (l.ts + 1) * 1_000_000;
+        let start_lo = l.ts * 1_000_000 - l.latency_ms * 1000;
+        if start_lo <= b_ep && end_hi >= a_ep {
+            out.push(server_evidence(
+                EvidenceSource::Latency,
+                l.ts * 1_000_000,
+                axis,
+                format!("{} {} ms", l.event, l.latency_ms),
+                " in the same second (redis stamps events to the second)",
+            ));
         }
     }
-    items.sort_by_key(|(rank, at, _)| (*rank, *at));
-    items.truncate(MAX_PER_STALL);
-    items.sort_by_key(|(_, at, _)| *at);
-    out.extend(items.into_iter().map(|(_, _, e)| e));
+    for e in &c.slowlog {
+        let end_hi = (e.ts + 1) * 1_000_000;
+        let start_lo = e.ts * 1_000_000 - e.duration_us;
+        if start_lo <= b_ep && end_hi >= a_ep {
+            out.push(server_evidence(
+                EvidenceSource::Slowlog,
+                e.ts * 1_000_000,
+                axis,
+                format!("#{} {} took {}", e.id, e.command, human(e.duration_us)),
+                " in the same second",
+            ));
+        }
+    }
+    for (field, from, to, lo_ms, hi_ms) in info_changes(c) {
+        if lo_ms * 1000 <= b_ep && hi_ms * 1000 >= a_ep {
+            let polls = format!(
+                " between polls at {} and {}",
+                axis.iso(lo_ms * 1000),
+                axis.iso(hi_ms * 1000)
+            );
+            out.push(server_evidence(
+                EvidenceSource::Info,
+                hi_ms * 1000,
+                axis,
+                format!("{field} {from} -> {to}"),
+                &polls,
+            ));
+        }
+    }
     out
 }
 
@@ -1026,13 +1057,13 @@ fn info_changes(c: &Collected) -> Vec<(String, i64, i64, i64, i64)> {
 
 fn phase_evidence(
     p: &crate::report::Phase,
-    report: &Report,
+    parent: Option<u32>,
+    span_us: i64,
     placed: &Placed,
     server: Option<&Collected>,
     axis: &Axis,
 ) -> Vec<RedisEvidence> {
     let by_pid = format!("by pid {}", p.child_pid);
-    let parent = report.source.pid;
     let start = p.start_at_us;
     let mut out: Vec<RedisEvidence> = vec![];
     let mut ended = false;
@@ -1049,37 +1080,34 @@ fn phase_evidence(
             ended = true;
         }
         if own || end_line {
-            out.push(RedisEvidence {
-                source: EvidenceSource::Log,
-                ts: axis.iso(axis.base_us + at),
-                at_us: *at,
-                what: log_what(l, ""),
-            });
+            out.push(log_evidence(*at, axis, l, None));
         }
     }
     if let Some(c) = server {
         for (field, from, to, lo, hi) in info_changes(c) {
             let at = axis.at(hi * 1000);
-            let end = p.end_at_us.unwrap_or(report.summary.span_us);
+            let end = p.end_at_us.unwrap_or(span_us);
             let lo_at = axis.at(lo * 1000);
             if at >= start && lo_at <= end + 2_000_000 {
-                out.push(RedisEvidence {
-                    source: EvidenceSource::Info,
-                    ts: axis.iso(hi * 1000),
-                    at_us: at,
-                    what: format!("INFO {field} {from} -> {to}"),
-                });
+                out.push(server_evidence(
+                    EvidenceSource::Info,
+                    hi * 1000,
+                    axis,
+                    format!("{field} {from} -> {to}"),
+                    "",
+                ));
             }
         }
         for l in c.latency.iter().filter(|l| l.event == "fork") {
             let at = axis.at(l.ts * 1_000_000);
             if (start - 1_000_000..=start + 1_000_000).contains(&at) {
-                out.push(RedisEvidence {
-                    source: EvidenceSource::Latency,
-                    ts: axis.iso(l.ts * 1_000_000),
-                    at_us: at,
-                    what: format!("LATENCY fork {} ms", l.latency_ms),
-                });
+                out.push(server_evidence(
+                    EvidenceSource::Latency,
+                    l.ts * 1_000_000,
+                    axis,
+                    format!("fork {} ms", l.latency_ms),
+                    "",
+                ));
             }
         }
     }
@@ -1132,154 +1160,181 @@ fn join_names(v: &[&str]) -> String {
     }
 }
 
+/// The stalls a finding explains, over their span: what its signals are judged on.
+struct FindingStalls<'a> {
+    stalls: Vec<&'a Stall>,
+    first: i64,
+    last: i64,
+    worst_ms: i64,
+}
+
+impl<'a> FindingStalls<'a> {
+    fn of(f: &crate::report::Finding, r: &'a Report) -> Option<FindingStalls<'a>> {
+        let stalls: Vec<&Stall> = r
+            .stalls
+            .iter()
+            .filter(|s| s.finding == Some(f.id))
+            .collect();
+        Some(FindingStalls {
+            first: stalls.iter().map(|s| s.at_us).min()?,
+            last: stalls.iter().map(|s| s.at_us + s.duration_us).max()?,
+            worst_ms: stalls.iter().map(|s| s.duration_us).max()? / 1000,
+            stalls,
+        })
+    }
+
+    fn evidence(&self) -> impl Iterator<Item = &'a RedisEvidence> + '_ {
+        self.stalls
+            .iter()
+            .flat_map(|s| s.redis_evidence.iter().flatten())
+    }
+
+    /// How many of the stalls have an item that passes `pick`.
+    fn count(&self, pick: impl Fn(&RedisEvidence) -> bool) -> usize {
+        self.stalls
+            .iter()
+            .filter(|s| s.redis_evidence.iter().flatten().any(&pick))
+            .count()
+    }
+
+    /// " (k of n stalls)", or nothing for a finding of one stall.
+    fn of_n(&self, k: usize) -> String {
+        match self.stalls.len() {
+            1 => String::new(),
+            n => format!(" ({k} of {n} stalls)"),
+        }
+    }
+}
+
+/// A log line agrees with a stall when it names it: a cause redis logs, or the line a
+/// log-file stall was writing. Other lines in the window are listed as evidence but are not
+/// agreement.
+fn names_the_stall(x: &RedisEvidence) -> bool {
+    x.source == EvidenceSource::Log
+        && (x.position == Some(LinePosition::BeingWritten) || x.meaning.is_some())
+}
+
+/// What redis's log says about a finding's stalls: Ok(agreement) or Err(silent) when it was
+/// read over them and has nothing in their windows; None when it cannot say.
+fn log_signal(fs: &FindingStalls, log_span: Option<(i64, i64)>) -> Option<Result<String, ()>> {
+    let (lf, ll) = log_span?;
+    let k = fs.count(names_the_stall);
+    let any = fs.count(|x| x.source == EvidenceSource::Log);
+    if k == 0 && any > 0 {
+        return Some(Ok(format!(
+            "redis's log has lines in the window but none that names the stall{}",
+            fs.of_n(any)
+        )));
+    }
+    if k > 0 {
+        return Some(Ok(format!("{}{}", log_agreement(fs), fs.of_n(k))));
+    }
+    (any == 0 && lf <= fs.first && ll >= fs.last).then_some(Err(()))
+}
+
+/// The most telling of the lines that name the stalls: "taking too long" first, then the
+/// line redis was writing, then what it logged right after, then any other named cause.
+fn log_agreement(fs: &FindingStalls) -> String {
+    let named: Vec<&RedisEvidence> = fs.evidence().filter(|x| names_the_stall(x)).collect();
+    let at = |p: LinePosition| named.iter().filter(move |x| x.position == Some(p));
+    if named
+        .iter()
+        .any(|x| x.meaning == Some(LogMeaning::AofFsyncTooLong))
+    {
+        return "redis's log says \"Asynchronous AOF fsync is taking too long\"".to_string();
+    }
+    if at(LinePosition::BeingWritten).next().is_some() {
+        return "redis's log has the line it was writing when the stall began".to_string();
+    }
+    if let Some(m) = at(LinePosition::JustAfter).find_map(|x| x.meaning) {
+        return format!("redis's log, just after: {}", m.words());
+    }
+    // A named line is a classified one here: its labels, up to the meaning's own colon.
+    match named.first() {
+        Some(x) => {
+            let label: Vec<&str> = [
+                x.position.map(LinePosition::words),
+                x.meaning.map(LogMeaning::words),
+            ]
+            .into_iter()
+            .flatten()
+            .collect();
+            let label = label.join("; ");
+            format!("redis's log: {}", label.split(": ").next().unwrap_or(""))
+        }
+        None => "redis's log has lines in the stall's window".to_string(),
+    }
+}
+
+/// The signals a finding gets from the server (`--redis`): agreements, and the sources read
+/// over its stalls that saw nothing.
+fn server_signals<'s>(
+    fs: &FindingStalls,
+    cov: &Coverage,
+    agree: &mut Vec<String>,
+    silent: &mut Vec<&'s str>,
+) {
+    let hist = cov.history_from.is_some_and(|h| h <= fs.first);
+    let k = fs.count(|x| x.source == EvidenceSource::Latency);
+    if k > 0 {
+        let mut ev: Vec<&str> = fs
+            .evidence()
+            .filter(|x| x.source == EvidenceSource::Latency)
+            .map(|x| x.text.as_str())
+            .collect();
+        ev.dedup();
+        let shown: Vec<&str> = ev.iter().take(3).copied().collect();
+        agree.push(format!(
+            "LATENCY {}{} in the same second{}",
+            join_names(&shown),
+            if ev.len() > 3 { ", ..." } else { "" },
+            fs.of_n(k)
+        ));
+    } else if hist {
+        silent.push("LATENCY");
+    }
+    let k = fs.count(|x| x.source == EvidenceSource::Slowlog);
+    if k > 0 {
+        agree.push(format!(
+            "SLOWLOG has an entry in the same second{}",
+            fs.of_n(k)
+        ));
+    } else if hist {
+        silent.push("SLOWLOG");
+    }
+    let k = fs.count(|x| x.source == EvidenceSource::Info);
+    if k > 0 {
+        agree.push(format!(
+            "INFO counters changed across the stall{}",
+            fs.of_n(k)
+        ));
+    } else if cov
+        .info
+        .is_some_and(|(f0, l0)| f0 <= fs.first && l0 >= fs.last)
+    {
+        silent.push("INFO");
+    }
+}
+
 /// The sentence a finding gets: which of redis's signals agree, which were silent and why
 /// that is expected. None when the finding has no stalls or nothing of redis's was read.
 fn finding_signals(
     f: &crate::report::Finding,
     r: &Report,
-    evidence: &[Vec<RedisEvidence>],
     log_span: Option<(i64, i64)>,
     server: Option<&Collected>,
     cov: Option<&Coverage>,
 ) -> Option<String> {
-    let mine: Vec<usize> = r
-        .stalls
-        .iter()
-        .enumerate()
-        .filter(|(_, s)| s.finding == Some(f.id))
-        .map(|(i, _)| i)
-        .collect();
-    if mine.is_empty() {
-        return None;
-    }
-    let n = mine.len();
-    let first = mine.iter().map(|&i| r.stalls[i].at_us).min()?;
-    let last = mine
-        .iter()
-        .map(|&i| r.stalls[i].at_us + r.stalls[i].duration_us)
-        .max()?;
-    let worst_ms = mine.iter().map(|&i| r.stalls[i].duration_us).max()? / 1000;
-    let count = |src: EvidenceSource| {
-        mine.iter()
-            .filter(|&&i| {
-                evidence
-                    .get(i)
-                    .is_some_and(|e| e.iter().any(|x| x.source == src))
-            })
-            .count()
-    };
-    let of = |k: usize| {
-        if n == 1 {
-            String::new()
-        } else {
-            format!(" ({k} of {n} stalls)")
-        }
-    };
+    let fs = FindingStalls::of(f, r)?;
     let mut agree = vec![];
     let mut silent: Vec<&str> = vec![];
-    // The log. A line agrees when it names the stall (a cause redis logs, the line a
-    // log-file stall was writing, the outcome logged right after); other lines in the
-    // window are listed as evidence but are not agreement.
-    let named = |x: &RedisEvidence| {
-        let head = x.what.split('[').next().unwrap_or("");
-        let label = head
-            .trim_start_matches("written just before the stall")
-            .trim_start_matches("written just after the stall")
-            .trim_start_matches(';')
-            .trim_start_matches(':')
-            .trim();
-        x.source == EvidenceSource::Log
-            && (head.starts_with("the line being written") || !label.is_empty())
-    };
-    if let Some((lf, ll)) = log_span {
-        let k = mine
-            .iter()
-            .filter(|&&i| evidence.get(i).is_some_and(|e| e.iter().any(named)))
-            .count();
-        let any = count(EvidenceSource::Log);
-        if k == 0 && any > 0 {
-            agree.push(format!(
-                "redis's log has lines in the window but none that names the stall{}",
-                of(any)
-            ));
-        } else if k > 0 {
-            // The most telling line: a classified one (AOF fsync too long first), else the
-            // line redis was writing or had just written.
-            let whats: Vec<&str> = mine
-                .iter()
-                .filter_map(|&i| evidence.get(i))
-                .flat_map(|e| e.iter().filter(|x| named(x)))
-                .map(|x| x.what.as_str())
-                .collect();
-            let has = |p: &str| whats.iter().any(|w| w.contains(p));
-            let too_long = LogMeaning::AofFsyncTooLong.words();
-            let text = if has(too_long) {
-                "redis's log says \"Asynchronous AOF fsync is taking too long\"".to_string()
-            } else if has("the line being written") {
-                "redis's log has the line it was writing when the stall began".to_string()
-            } else if let Some(t) = whats
-                .iter()
-                .filter(|w| w.starts_with("written just after"))
-                .filter_map(|w| w.split(": [").next()?.split("; ").nth(1))
-                .next()
-            {
-                format!("redis's log, just after: {t}")
-            } else if has("written just after") {
-                "redis's log has a line written just after the stall".to_string()
-            } else if let Some(t) = whats
-                .iter()
-                .filter_map(|w| w.split_once(": ").map(|(h, _)| h))
-                .find(|h| !h.starts_with('['))
-            {
-                format!("redis's log: {t}")
-            } else {
-                "redis's log has lines in the stall's window".to_string()
-            };
-            agree.push(format!("{text}{}", of(k)));
-        } else if any == 0 && lf <= first && ll >= last {
-            silent.push("redis's log");
-        }
+    match log_signal(&fs, log_span) {
+        Some(Ok(a)) => agree.push(a),
+        Some(Err(())) => silent.push("redis's log"),
+        None => {}
     }
     if let Some(cov) = cov {
-        let hist = cov.history_from.is_some_and(|h| h <= first);
-        let k = count(EvidenceSource::Latency);
-        if k > 0 {
-            let mut ev: Vec<String> = mine
-                .iter()
-                .filter_map(|&i| evidence.get(i))
-                .flat_map(|e| e.iter().filter(|x| x.source == EvidenceSource::Latency))
-                .map(|x| {
-                    x.what
-                        .split(" in the same second")
-                        .next()
-                        .unwrap_or("")
-                        .trim_start_matches("LATENCY ")
-                        .to_string()
-                })
-                .collect();
-            ev.dedup();
-            let shown: Vec<&str> = ev.iter().take(3).map(|s| s.as_str()).collect();
-            agree.push(format!(
-                "LATENCY {}{} in the same second{}",
-                join_names(&shown),
-                if ev.len() > 3 { ", ..." } else { "" },
-                of(k)
-            ));
-        } else if hist {
-            silent.push("LATENCY");
-        }
-        let k = count(EvidenceSource::Slowlog);
-        if k > 0 {
-            agree.push(format!("SLOWLOG has an entry in the same second{}", of(k)));
-        } else if hist {
-            silent.push("SLOWLOG");
-        }
-        let k = count(EvidenceSource::Info);
-        if k > 0 {
-            agree.push(format!("INFO counters changed across the stall{}", of(k)));
-        } else if cov.info.is_some_and(|(f0, l0)| f0 <= first && l0 >= last) {
-            silent.push("INFO");
-        }
+        server_signals(&fs, cov, &mut agree, &mut silent);
     }
     if agree.is_empty() && silent.is_empty() {
         return None;
@@ -1290,7 +1345,7 @@ fn finding_signals(
             s.push_str("; ");
         }
         s.push_str(&format!("{} saw nothing", join_names(&silent)));
-        let why = silence_reason(f.id.as_str(), &silent, server, worst_ms);
+        let why = silence_reason(f.id, &silent, server, fs.worst_ms);
         if !why.is_empty() {
             s.push_str(": ");
             s.push_str(&why);
@@ -1300,8 +1355,15 @@ fn finding_signals(
 }
 
 /// Why a silent source is expected to be silent for this kind of stall.
-fn silence_reason(id: &str, silent: &[&str], server: Option<&Collected>, worst_ms: i64) -> String {
+fn silence_reason(
+    id: FindingId,
+    silent: &[&str],
+    server: Option<&Collected>,
+    worst_ms: i64,
+) -> String {
+    use FindingId::*;
     let lat = silent.contains(&"LATENCY");
+    let log = silent.contains(&"redis's log");
     let mut why = vec![];
     if lat {
         match server.and_then(|c| c.latency_threshold_ms) {
@@ -1318,18 +1380,16 @@ fn silence_reason(id: &str, silent: &[&str], server: Option<&Collected>, worst_m
         why.push("INFO only counts delayed AOF fsyncs and forks".into());
     }
     match id {
-        "log-file-blocking" if lat => {
+        LogFileBlocking if lat => {
             why.push("a log-file stall is not a latency event in redis".into())
         }
-        "child-disk-io" | "rdb-write-contention" if lat => {
+        ChildDiskIo if lat => {
             why.push("redis does not time its save child's disk writes".into())
         }
-        "child-disk-io" | "rdb-write-contention" if silent.contains(&"redis's log") => {
+        ChildDiskIo if log => {
             why.push("redis logs nothing about its save child's disk waits".into())
         }
-        "aof-write-alone" | "aof-write-active-child" | "aof-write-pending-fsync" | "aof-fsync-always"
-            if silent.contains(&"redis's log") =>
-        {
+        AofWriteAlone | AofWriteActiveChild | AofWritePendingFsync | AofFsyncAlways if log => {
             why.push(
                 "redis logs \"taking too long\" only when the background fsync has been pending for 2 s".into(),
             )
@@ -1425,6 +1485,7 @@ mod tests {
         Stall {
             sched: None,
             quiet_calls: None,
+            redis_evidence: None,
             ts: String::new(),
             ts_iso: None,
             at_us,
@@ -1473,6 +1534,7 @@ mod tests {
                 evidence: "e".into(),
                 advice: String::new(),
                 stalls: 1,
+                redis_signals: None,
             });
         }
         let c = Collected {
@@ -1503,7 +1565,11 @@ mod tests {
             },
         )
         .unwrap();
-        let sig = &r.redis.as_ref().unwrap().finding_signals;
+        let sig: Vec<Option<String>> = r
+            .findings
+            .iter()
+            .map(|f| f.redis_signals.clone().unwrap())
+            .collect();
         let log = sig[0].as_deref().unwrap();
         assert!(log.contains("LATENCY and SLOWLOG saw nothing"), "{log}");
         assert!(
@@ -1524,10 +1590,13 @@ mod tests {
         assert!(r.findings[0]
             .evidence
             .contains("Redis's own signals: LATENCY and SLOWLOG"));
-        let ev = &r.redis.as_ref().unwrap().stall_evidence;
-        assert!(ev[0].is_empty());
-        assert_eq!(ev[1].len(), 1);
-        assert_eq!(ev[1][0].source, "latency");
+        let ev = |i: usize| r.stalls[i].redis_evidence.as_deref().unwrap();
+        assert!(ev(0).is_empty());
+        assert_eq!(ev(1).len(), 1);
+        assert_eq!(ev(1)[0].source, "latency");
+        // Typed: the server's record in its own words, no log position or meaning.
+        assert_eq!(ev(1)[0].text, "command 301 ms");
+        assert_eq!((ev(1)[0].position, ev(1)[0].meaning), (None, None));
     }
 
     #[test]
@@ -1542,9 +1611,7 @@ mod tests {
             },
         )
         .unwrap();
-        let cmd = r.redis.as_ref().unwrap().finding_signals[1]
-            .clone()
-            .unwrap();
+        let cmd = r.findings[1].redis_signals.clone().flatten().unwrap();
         assert!(
             cmd.contains("the latency monitor is off (latency-monitor-threshold 0)"),
             "{cmd}"
@@ -1571,9 +1638,9 @@ mod tests {
         .unwrap();
         let red = r.redis.as_ref().unwrap();
         assert!(
-            red.finding_signals.iter().all(|s| s.is_none()),
+            r.findings.iter().all(|f| f.redis_signals == Some(None)),
             "{:?}",
-            red.finding_signals
+            r.findings
         );
         assert!(red.notes.iter().any(|n| n.contains("cannot connect")));
         assert_eq!(r.findings[0].evidence, "e");

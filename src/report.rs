@@ -257,6 +257,30 @@ impl LogMeaning {
     }
 }
 
+closed_set!(
+    /// Where a log line sits relative to the stall whose evidence it is
+    /// (`redis_evidence[].position`).
+    LinePosition {
+        /// The stalled thread's process wrote it last before the stall began.
+        JustBefore => "just_before",
+        /// As `just_before`, for a stall on the log file itself: its write or close blocked.
+        BeingWritten => "being_written",
+        /// The stalled thread's process wrote it within 20 ms after the stall ended.
+        JustAfter => "just_after",
+    }
+);
+
+impl LinePosition {
+    /// The position in words, as the evidence's `what` says it.
+    pub fn words(self) -> &'static str {
+        match self {
+            LinePosition::JustBefore => "written just before the stall",
+            LinePosition::BeingWritten => "the line being written when the stall began",
+            LinePosition::JustAfter => "written just after the stall",
+        }
+    }
+}
+
 /// What a `phase_stats` row measures: the main thread's file syscalls, or one command
 /// (`main_file_syscalls` | `command:NAME` in the JSON).
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
@@ -543,6 +567,10 @@ pub struct Stall {
     /// futex, time and identity queries), which serve no client: how many (absent when none).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub quiet_calls: Option<u32>,
+    /// What redis said in the stall's window, once its signals were joined onto a trace with
+    /// a wall clock (absent otherwise; possibly empty).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub redis_evidence: Option<Vec<RedisEvidence>>,
 }
 
 /// A thread's wait for work still blocked when the trace ended (`Report::parked_at_end`).
@@ -641,6 +669,9 @@ pub struct Phase {
     pub ended_by: Option<EndedBy>,
     /// Files the child wrote, by class.
     pub wrote: Vec<FileClass>,
+    /// What redis said about this child, once its signals were joined (as a stall's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub redis_evidence: Option<Vec<RedisEvidence>>,
 }
 
 #[derive(Clone, Debug, Serialize, Default)]
@@ -849,6 +880,11 @@ pub struct Finding {
     pub advice: String,
     /// How many stalls this finding explains.
     pub stalls: u64,
+    /// Once redis's signals were joined onto a trace with a wall clock: which agree with
+    /// this finding's stalls and which were silent, in words, or null when there is nothing
+    /// to say. Absent when they were not joined.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub redis_signals: Option<Option<String>>,
 }
 
 #[derive(Clone, Debug, Serialize, Default)]
@@ -926,7 +962,19 @@ pub struct RedisEvidence {
     pub ts: String,
     /// On the report's axis (µs since the first event).
     pub at_us: i64,
+    /// In words for a person, made from the fields below when the evidence is joined
+    /// (nothing reads it back).
     pub what: String,
+    /// A log line: where it sits relative to the stall (else null).
+    pub position: Option<LinePosition>,
+    /// A log line whose wording names a cause: which (else null).
+    pub meaning: Option<LogMeaning>,
+    /// A log line: who wrote it, as redis names it (`master 27995`, `child 28169`); null for
+    /// the server's sources.
+    pub who: Option<String>,
+    /// What redis said: a log line's message (at most 200 characters), or the server's
+    /// record (`command 301 ms`, `#12 DEBUG took 301 ms`, `aof_delayed_fsync 3 -> 4`).
+    pub text: String,
 }
 
 /// The top-level `redis` section.
@@ -946,15 +994,6 @@ pub struct RedisSection {
     pub server: Option<RedisServerInfo>,
     /// Things the reader should know (a log that ends before the trace, a failed poll).
     pub notes: Vec<String>,
-    /// Parallel to `stalls`, `phases`, `findings`: written into those objects.
-    #[serde(skip)]
-    pub stall_evidence: Vec<Vec<RedisEvidence>>,
-    #[serde(skip)]
-    pub in_flight_evidence: Vec<Vec<RedisEvidence>>,
-    #[serde(skip)]
-    pub phase_evidence: Vec<Vec<RedisEvidence>>,
-    #[serde(skip)]
-    pub finding_signals: Vec<Option<String>>,
 }
 
 pub const LOG_LINES_MAX: usize = 2000;
@@ -984,8 +1023,7 @@ pub struct RedisLogLine {
     pub role: LogRole,
     pub level: Option<LogLevel>,
     pub message: String,
-    /// What the line means, when its wording names a cause.
-    #[serde(skip)]
+    /// What the line means, when its wording names a cause (else null).
     pub meaning: Option<LogMeaning>,
 }
 
@@ -1054,6 +1092,8 @@ mod tests {
         values.extend(LiveBackend::ALL.iter().map(spelled));
         values.extend(EndedBy::ALL.iter().map(spelled));
         values.extend(EvidenceSource::ALL.iter().map(spelled));
+        values.extend(LinePosition::ALL.iter().map(spelled));
+        values.extend(LogMeaning::ALL.iter().map(spelled));
         values.extend(FindingId::ALL.iter().map(spelled));
         values.extend(LogFound::ALL.iter().map(spelled));
         values.extend(LogFormat::ALL.iter().map(spelled));

@@ -580,6 +580,7 @@ macro_rules! rule_table_types {
                     evidence: text(&self.evidence),
                     advice: text(&self.advice),
                     stalls: (self.stalls)(cx, e),
+                    redis_signals: None,
                 })
             }
         }
@@ -1591,6 +1592,7 @@ mod tests {
             events_lost: false,
             sched: None,
             quiet_calls: None,
+            redis_evidence: None,
         };
         let stalls = [
             stall(Some(FindingId::Command), 20_000),

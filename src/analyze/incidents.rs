@@ -138,6 +138,7 @@ mod tests {
             events_lost: false,
             sched: None,
             quiet_calls: None,
+            redis_evidence: None,
         };
         (c, s)
     }

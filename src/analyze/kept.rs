@@ -221,6 +221,7 @@ impl Kept<'_> {
                 ..crate::report::StallSched::of(&d, c.dur)
             }),
             quiet_calls: (c.through.calls > 0).then_some(c.through.calls),
+            redis_evidence: None,
         }
     }
 }

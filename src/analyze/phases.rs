@@ -246,6 +246,7 @@ impl Phases {
                 ts: clock.format(p.start),
                 ended_by: p.ended_by,
                 wrote: p.wrote.clone(),
+                redis_evidence: None,
             })
             .collect()
     }

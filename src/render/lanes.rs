@@ -415,11 +415,11 @@ pub fn write_section(r: &Report, w: &mut dyn Write) -> io::Result<()> {
     for n in &red.notes {
         writeln!(w, "<p class=\"note\">{}</p>", esc(n))?;
     }
-    let rows: Vec<(usize, &crate::report::RedisEvidence)> = red
-        .stall_evidence
+    let rows: Vec<(usize, &crate::report::RedisEvidence)> = r
+        .stalls
         .iter()
         .enumerate()
-        .flat_map(|(i, ev)| ev.iter().map(move |e| (i, e)))
+        .flat_map(|(i, s)| s.redis_evidence.iter().flatten().map(move |e| (i, e)))
         .take(2_000)
         .collect();
     if rows.is_empty() {
@@ -463,6 +463,7 @@ mod tests {
         Stall {
             sched: None,
             quiet_calls: None,
+            redis_evidence: None,
             ts: format!("+{at_us}"),
             ts_iso: None,
             at_us,

@@ -363,6 +363,7 @@ mod tests {
             ts: String::new(),
             ended_by: None,
             wrote: vec![],
+            redis_evidence: None,
         });
         let seen = Dist {
             count: 1,

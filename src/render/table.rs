@@ -6,8 +6,8 @@
 use super::sections::{sections, InFlightRows, Incidents, PhaseBlock, Section, View};
 use crate::report::{
     Bound, ClockKind, CommandStats, Durations, EvidenceSource, FdStats, Finding, IdleStats,
-    LiveBackend, PhaseStatsOf, RedisEvidence, Report, Role, Severity, Skipped, SlowCall,
-    SourceKind, Stall, StallKind, SyscallStats,
+    LinePosition, LiveBackend, LogMeaning, PhaseStatsOf, RedisEvidence, Report, Role, Severity,
+    Skipped, SlowCall, SourceKind, Stall, StallKind, SyscallStats,
 };
 use crate::units::{human, plural, short};
 use comfy_table::{presets, Cell, CellAlignment, ContentArrangement, Table};
@@ -386,7 +386,7 @@ fn incidents(r: &Report, inc: &Incidents, w: &mut dyn Write, p: &Paint) -> io::R
                 line.push_str(&format!(" Waiting: {}.", by.join(", ")));
             }
             w.write_all(wrap(&format!("{}{}", s.cause, line), 2).as_bytes())?;
-            if let Some(ev) = r.redis.as_ref().and_then(|x| x.stall_evidence.get(*si)) {
+            if let Some(ev) = &s.redis_evidence {
                 if let Some(l) = redis_headline(ev) {
                     w.write_all(wrap(&l, 4).as_bytes())?;
                 }
@@ -409,15 +409,12 @@ fn incidents(r: &Report, inc: &Incidents, w: &mut dyn Write, p: &Paint) -> io::R
 /// reports have them all.
 fn redis_headline(ev: &[RedisEvidence]) -> Option<String> {
     let rank = |e: &RedisEvidence| -> u8 {
-        match e.source {
-            EvidenceSource::Latency | EvidenceSource::Slowlog => 0,
-            EvidenceSource::Info => 1,
-            _ if e.what.starts_with("written just")
-                || e.what.starts_with("the line being written") =>
-            {
-                0
-            }
-            _ if e.what.starts_with("copy-on-write") || e.what.starts_with('[') => 9,
+        match (e.source, e.position, e.meaning) {
+            (EvidenceSource::Latency | EvidenceSource::Slowlog, _, _) => 0,
+            (EvidenceSource::Info, _, _) => 1,
+            // Where it sits names the stall: the line before, being written, or just after.
+            (_, Some(_), _) => 0,
+            (_, None, None | Some(LogMeaning::ChildCopyOnWrite)) => 9,
             _ => 2,
         }
     };
@@ -428,18 +425,15 @@ fn redis_headline(ev: &[RedisEvidence]) -> Option<String> {
     let t = e.ts.get(11..23).unwrap_or(&e.ts);
     let more = ev.len() - 1;
     // A log line: its own words, and where it sits, without the labels the JSON carries.
-    let what = match (e.source, e.what.find("] ")) {
-        (EvidenceSource::Log, Some(i)) => {
-            let pos = if e.what.starts_with("written just before") {
-                " (written just before)"
-            } else if e.what.starts_with("written just after") {
-                " (written just after)"
-            } else if e.what.starts_with("the line being written") {
-                " (being written)"
-            } else {
-                ""
+    let what = match e.source {
+        EvidenceSource::Log => {
+            let pos = match e.position {
+                Some(LinePosition::JustBefore) => " (written just before)",
+                Some(LinePosition::JustAfter) => " (written just after)",
+                Some(LinePosition::BeingWritten) => " (being written)",
+                None => "",
             };
-            format!("{pos}: {}", short(&e.what[i + 2..], 100))
+            format!("{pos}: {}", short(&e.text, 100))
         }
         _ => format!(": {}", short(&e.what, 100)),
     };

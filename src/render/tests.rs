@@ -41,6 +41,7 @@ fn stall(at_us: i64, duration_us: i64, kind: StallKind, class: Option<&str>, tid
         events_lost: false,
         sched: None,
         quiet_calls: None,
+        redis_evidence: None,
     }
 }
 
@@ -146,6 +147,7 @@ fn many(phases: bool, host: bool) -> Report {
                 ts: "22:38:52.000000".into(),
                 ended_by: Some("SIGCHLD".into()),
                 wrote: vec!["rdb_temp".into()],
+                redis_evidence: None,
             },
             Phase {
                 kind: PhaseKind::AofRewrite,
@@ -156,6 +158,7 @@ fn many(phases: bool, host: bool) -> Report {
                 ts: "22:38:57.000000".into(),
                 ended_by: None,
                 wrote: vec![],
+                redis_evidence: None,
             },
         ];
         // Stalls exactly at the phase edges, to check the bands line up with the marks.
@@ -509,6 +512,7 @@ fn svg_and_html_escape_trace_text() {
         evidence: "e & e".into(),
         advice: "use \"everysec\"".into(),
         stalls: 1,
+        redis_signals: None,
     });
     for text in [render_svg(&r), render_html(&r)] {
         let doc = parse(&text);
@@ -570,6 +574,7 @@ fn html_two_stalls_has_plot_and_tables() {
         evidence: "1 fdatasync over 10 ms".into(),
         advice: "set `appendfsync everysec`, or a faster disk".into(),
         stalls: 1,
+        redis_signals: None,
     });
     r.syscalls.push(SyscallStats {
         name: "fdatasync".into(),
@@ -1011,4 +1016,58 @@ fn tracing_cost_line_follows_the_backend() {
         line("perf"),
         "Tracing cost: 3000 syscalls/s traced; redis is never stopped"
     );
+}
+
+/// The JSON is written by one writer whether or not redis's evidence was joined (it went
+/// through a `serde_json::Value`, whose map sorted every key): the report's keys keep their
+/// order, and the evidence only adds its own (`redis_evidence` last in a stall, `redis` last
+/// at the top).
+#[test]
+fn json_keys_keep_their_order_with_redis_evidence() {
+    let json = |r: &Report| {
+        let mut out = Vec::new();
+        super::json::render(r, &mut out).unwrap();
+        String::from_utf8(out).unwrap()
+    };
+    // The keys of the top level (indent 2) and of the stalls (indent 6), in order.
+    let keys = |text: &str| -> Vec<String> {
+        text.lines()
+            .filter_map(|l| {
+                let indent = l.len() - l.trim_start().len();
+                let key = l.trim_start().strip_prefix('"')?.split_once("\": ")?.0;
+                [2, 6].contains(&indent).then(|| key.to_string())
+            })
+            .collect()
+    };
+    let plain = two_stalls();
+    let mut joined = plain.clone();
+    joined.redis = Some(RedisSection::default());
+    joined.stalls[0].redis_evidence = Some(vec![RedisEvidence {
+        source: EvidenceSource::Log,
+        ts: "2026-11-30T22:55:12.655+00:00".into(),
+        at_us: 1,
+        what: "written just before the stall: [master 1] Accepted".into(),
+        position: Some(LinePosition::JustBefore),
+        meaning: None,
+        who: Some("master 1".into()),
+        text: "Accepted".into(),
+    }]);
+    joined.stalls[1].redis_evidence = Some(vec![]);
+    let (p, j) = (keys(&json(&plain)), keys(&json(&joined)));
+    assert_eq!(&p[..2], ["schema", "source"], "{p:?}");
+    // Each stall's evidence comes after its last key (`events_lost`: no sched, no quiet calls).
+    let after: Vec<&str> = j
+        .windows(2)
+        .filter(|w| w[1] == "redis_evidence")
+        .map(|w| w[0].as_str())
+        .collect();
+    assert_eq!(after, ["events_lost", "events_lost"], "{j:?}");
+    assert_eq!(j.last().map(String::as_str), Some("redis"), "{j:?}");
+    let without = |v: &[String]| -> Vec<String> {
+        v.iter()
+            .filter(|k| *k != "redis_evidence" && *k != "redis")
+            .cloned()
+            .collect()
+    };
+    assert_eq!(without(&j), without(&p));
 }

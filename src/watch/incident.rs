@@ -488,6 +488,7 @@ pub(crate) mod tests {
             events_lost: false,
             sched: None,
             quiet_calls: None,
+            redis_evidence: None,
         }
     }
 
