@@ -1,6 +1,8 @@
-//! RESP request decoding for the per-command analyzer: from the first bytes of a client
-//! socket read it takes the command *names* only (never keys or values), counting pipelined
-//! requests as far as the trace shows them.
+//! RESP request decoding: from the first bytes of a client socket read it takes the command
+//! *names* only (never keys or values). The one decoder of command names: the per-command
+//! analyzer walks every pipelined request as far as the trace shows them
+//! (`for_each_command`), watch's metrics and the incident writer take the first
+//! (`first_command`), and all of them accept a name by one rule (`is_command_name`).
 
 use crate::event::DATA_CAP;
 
@@ -193,15 +195,49 @@ fn bulk(s: &[u8]) -> Option<(&[u8], &[u8])> {
     Some((&rest[..len], &rest[len + 2..]))
 }
 
-/// A command name is a short alphabetic word; anything else is not shown (it could be data).
-pub const NAME_MAX: usize = 24;
+/// Longest command name kept: redis's own are at most 17 bytes (`GEORADIUSBYMEMBER_RO`
+/// is 20), module commands a few more (`TDIGEST.TRIMMED_MEAN`).
+pub const NAME_MAX: usize = 32;
 
-fn clean(name: &[u8]) -> bool {
-    !name.is_empty()
+/// The rule a command name follows, everywhere a name is taken: an ASCII letter, then
+/// letters, digits, `_`, `-`, `|` (a subcommand as redis names it, `CONFIG|GET`) or `.` (a
+/// module's command: `FT.SEARCH`, `JSON.SET`), at most `NAME_MAX` bytes. Anything else is
+/// not shown (it could be data).
+#[inline]
+pub fn is_command_name(name: &[u8]) -> bool {
+    name.first().is_some_and(u8::is_ascii_alphabetic)
         && name.len() <= NAME_MAX
         && name
             .iter()
-            .all(|b| b.is_ascii_alphabetic() || *b == b'_' || *b == b'-' || *b == b'|')
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'|' | b'.'))
+}
+
+fn clean(name: &[u8]) -> bool {
+    is_command_name(name)
+}
+
+/// The first command name of a request buffer (as sent, not upper-cased), framed as
+/// `for_each_command` frames it: the first name that walk gives, without walking further.
+pub fn first_command(data: &[u8]) -> Option<&[u8]> {
+    let mut s = data;
+    while !s.is_empty() {
+        if s[0] == b'*' {
+            let (n, rest) = int_line(&s[1..])?;
+            if n <= 0 {
+                s = rest;
+                continue;
+            }
+            let (name, _) = bulk(rest)?;
+            return clean(name).then_some(name);
+        }
+        let end = s
+            .iter()
+            .position(|b| *b == b'\r' || *b == b'\n')
+            .unwrap_or(s.len());
+        let word = s[..end].split(|b| *b == b' ').next().unwrap_or(&[]);
+        return clean(word).then_some(word);
+    }
+    None
 }
 
 #[cfg(test)]
@@ -284,7 +320,14 @@ mod tests {
             seed
         };
         let words: [&[u8]; 8] = [
-            b"GET", b"set", b"HSET", b"PING", b"x\x01", b"", b"EVALSHA", b"A|B",
+            b"GET",
+            b"ft.search",
+            b"HSET",
+            b"PING",
+            b"x\x01",
+            b"",
+            b"JSON.SET",
+            b"A|B",
         ];
         let mut lazy_used = 0;
         for _ in 0..60_000 {
@@ -340,6 +383,14 @@ mod tests {
             let d = Data::escaped(&text);
             let head = d.head();
             let (whole, _) = command_names(head.bytes(), head.truncated);
+            let first = first_command(head.bytes())
+                .map(|n| String::from_utf8_lossy(n).to_ascii_uppercase());
+            assert_eq!(
+                first.as_ref(),
+                whole.first(),
+                "{:?}",
+                String::from_utf8_lossy(&text)
+            );
             if let Some(name) = escaped_single_name(d.kept().1) {
                 lazy_used += 1;
                 let got = String::from_utf8_lossy(name).to_ascii_uppercase();
@@ -381,6 +432,36 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// Module commands are names like any other; what only looks like one is not.
+    #[test]
+    fn the_name_rule() {
+        let (c, _) = command_names(
+            b"*3\r\n$9\r\nFT.SEARCH\r\n$3\r\nidx\r\n$1\r\n*\r\n*3\r\n$8\r\njson.set\r\n$1\r\nk\r\n$1\r\n1\r\n",
+            false,
+        );
+        assert_eq!(c, vec!["FT.SEARCH", "JSON.SET"]);
+        for ok in ["GET", "CONFIG|GET", "TDIGEST.TRIMMED_MEAN", "R2D2"] {
+            assert!(is_command_name(ok.as_bytes()), "{ok}");
+        }
+        for not in [
+            "",
+            "1GET",
+            ".SET",
+            "-ERR",
+            "a b",
+            "GET\r",
+            &"A".repeat(NAME_MAX + 1),
+        ] {
+            assert!(!is_command_name(not.as_bytes()), "{not:?}");
+        }
+        assert_eq!(
+            first_command(b"*1\r\n$5\r\nDEBUG"),
+            None,
+            "cut before its end"
+        );
+        assert_eq!(first_command(b"*0\r\nPING\r\n"), Some(&b"PING"[..]));
     }
 
     #[test]

@@ -506,36 +506,13 @@ impl Observer {
     }
 }
 
-/// The command name of a RESP request (`*N\r\n$L\r\nNAME\r\n...`), upper-cased; inline
-/// commands (`PING\r\n`) too. Only letters, digits, `_`, `-`, `|` and `.`, up to 32 bytes:
-/// anything else is not a command name and never becomes a label.
+/// The command name of a RESP request, upper-cased: the first name the analysis's decoder
+/// takes (`resp::first_command`, one rule for the report, the metrics and recordings).
 pub(crate) fn command_name(b: &[u8]) -> Option<CmdName> {
-    let name: &[u8] = if b.first() == Some(&b'*') {
-        let mut it = b.splitn(3, |c| *c == b'\n');
-        it.next()?;
-        let len_line = it.next()?;
-        if len_line.first() != Some(&b'$') {
-            return None;
-        }
-        let rest = it.next()?;
-        let end = rest.iter().position(|c| *c == b'\r')?;
-        &rest[..end]
-    } else {
-        let end = b.iter().position(|c| *c == b' ' || *c == b'\r')?;
-        &b[..end]
-    };
-    let ok = !name.is_empty()
-        && name.len() <= 32
-        && name
-            .iter()
-            .all(|c| c.is_ascii_alphanumeric() || b"_-|.".contains(c))
-        && name[0].is_ascii_alphabetic();
-    if !ok {
-        return None;
-    }
+    let name = crate::analyze::resp::first_command(b)?;
     let mut c = CmdName {
         len: name.len() as u8,
-        buf: [0; 32],
+        buf: [0; crate::analyze::resp::NAME_MAX],
     };
     c.buf[..name.len()].copy_from_slice(name);
     c.buf.make_ascii_uppercase();
@@ -548,7 +525,7 @@ pub(crate) fn command_name(b: &[u8]) -> Option<CmdName> {
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) struct CmdName {
     len: u8,
-    buf: [u8; 32],
+    buf: [u8; crate::analyze::resp::NAME_MAX],
 }
 
 impl std::ops::Deref for CmdName {

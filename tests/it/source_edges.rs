@@ -296,3 +296,44 @@ fn stdin_redirected_from_a_file_reads_it_from_its_offset() {
     assert_eq!(rest["summary"]["lines"], 60_000);
     assert_eq!(rest, by_name(&second));
 }
+
+/// Module commands are command names like any other (one decoder for the report, the
+/// metrics and recordings): a trace of `FT.SEARCH`, `JSON.SET` and `GET` requests counts all
+/// three in the command table, and a name that only looks like one (`1X`) is not counted.
+#[test]
+fn module_commands_are_in_the_command_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("modules.strace");
+    let mut text = String::new();
+    let fd = "8<TCP:[127.0.0.1:6379->127.0.0.1:50000]>";
+    let mut us = 1_700_000_000_000_000u64;
+    for _ in 0..5 {
+        for name in ["FT.SEARCH", "json.set", "GET", "1X"] {
+            let req = format!("*2\\r\\n${}\\r\\n{name}\\r\\n$3\\r\\nidx\\r\\n", name.len());
+            let len = 4 + 1 + name.len().to_string().len() + 2 + name.len() + 2 + 9;
+            let t = |us: u64| format!("{}.{:06}", us / 1_000_000, us % 1_000_000);
+            us += 1000;
+            text += &format!(
+                "{} epoll_wait(5<anon_inode:[eventpoll]>, [{{events=EPOLLIN, data={{u32=8, u64=8}}}}], 10128, 100) = 1 <0.000010>\n",
+                t(us)
+            );
+            us += 100;
+            text += &format!(
+                "{} read({fd}, \"{req}\", 16384) = {len} <0.000005>\n",
+                t(us)
+            );
+            us += 200;
+            text += &format!("{} write({fd}, \"+OK\\r\\n\", 5) = 5 <0.000005>\n", t(us));
+        }
+    }
+    std::fs::write(&path, text).unwrap();
+    let r = report(path.to_str().unwrap());
+    let names: Vec<(&str, u64)> = r["commands"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["phase"] == "all")
+        .map(|c| (c["command"].as_str().unwrap(), c["calls"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(names, [("FT.SEARCH", 5), ("GET", 5), ("JSON.SET", 5)]);
+}
