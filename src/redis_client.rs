@@ -490,7 +490,7 @@ fn hand_over(c: &Conn, pid: u32, own: &Mutex<OwnConns>, stop: &AtomicBool, wait:
     };
     let want = {
         let mut o = own.lock().unwrap_or_else(|e| e.into_inner());
-        o.new.push((fd, crate::live::now_mono()));
+        o.new.push((fd, crate::clock::now_mono()));
         o.published += 1;
         o.published
     };
