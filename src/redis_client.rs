@@ -8,7 +8,7 @@
 //! Only names and numbers are kept: command names from SLOWLOG, never their arguments (keys
 //! and values are user data).
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -48,23 +48,79 @@ impl Reply {
     }
 }
 
-/// Reads one RESP2 (or the RESP3 scalars redis may send) reply.
+/// Limits on what a peer's reply may make this process hold. The five commands asked read
+/// a few KB (INFO) or a few hundred items (SLOWLOG GET, LATENCY HISTORY); a peer that is not
+/// redis, or a broken one, must not size an allocation with its `$n` or `*n`.
+pub mod limits {
+    /// Longest bulk string.
+    pub const BULK_MAX: usize = 1 << 20;
+    /// Longest line (a simple string, an error, a number, a length).
+    pub const LINE_MAX: usize = 64 << 10;
+    /// Deepest nesting of arrays (SLOWLOG GET is three deep).
+    pub const DEPTH_MAX: usize = 8;
+    /// Elements of all the arrays of one reply.
+    pub const ITEMS_MAX: usize = 1 << 20;
+    /// Bytes of one reply, lines and bulk strings together.
+    pub const BYTES_MAX: usize = 16 << 20;
+}
+
+/// What is left of one reply's limits as it is read.
+struct Budget {
+    items: usize,
+    bytes: usize,
+}
+
+fn invalid(what: String) -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::InvalidData, what)
+}
+
+/// Reads one RESP2 (or the RESP3 scalars redis may send) reply, within `limits`: a length
+/// over them is an error before anything is allocated for it, and a bulk string is read as
+/// it arrives, not into a buffer of the announced size.
 pub fn read_reply(r: &mut impl BufRead) -> std::io::Result<Reply> {
+    let mut budget = Budget {
+        items: limits::ITEMS_MAX,
+        bytes: limits::BYTES_MAX,
+    };
+    read_nested(r, 0, &mut budget)
+}
+
+/// One line, without its line end, of at most `LINE_MAX` bytes.
+fn read_line(r: &mut impl BufRead, budget: &mut Budget) -> std::io::Result<String> {
     let mut line = Vec::new();
-    r.read_until(b'\n', &mut line)?;
+    r.take(limits::LINE_MAX as u64 + 1)
+        .read_until(b'\n', &mut line)?;
     if line.is_empty() {
         return Err(std::io::ErrorKind::UnexpectedEof.into());
     }
+    if line.len() > limits::LINE_MAX {
+        return Err(invalid(format!(
+            "a RESP line longer than {} bytes",
+            limits::LINE_MAX
+        )));
+    }
+    take_bytes(budget, line.len())?;
     let text = String::from_utf8_lossy(&line);
-    let text = text.trim_end_matches(['\r', '\n']);
+    Ok(text.trim_end_matches(['\r', '\n']).to_string())
+}
+
+fn take_bytes(budget: &mut Budget, n: usize) -> std::io::Result<()> {
+    budget.bytes = budget.bytes.checked_sub(n).ok_or_else(|| {
+        invalid(format!(
+            "a RESP reply of more than {} bytes",
+            limits::BYTES_MAX
+        ))
+    })?;
+    Ok(())
+}
+
+fn read_nested(r: &mut impl BufRead, depth: usize, budget: &mut Budget) -> std::io::Result<Reply> {
+    let text = read_line(r, budget)?;
     let bad = || {
-        std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            format!(
-                "not a RESP reply: {:?}",
-                text.chars().take(40).collect::<String>()
-            ),
-        )
+        invalid(format!(
+            "not a RESP reply: {:?}",
+            text.chars().take(40).collect::<String>()
+        ))
     };
     let (kind, rest) = text.split_at(1.min(text.len()));
     Ok(match kind {
@@ -73,29 +129,63 @@ pub fn read_reply(r: &mut impl BufRead) -> std::io::Result<Reply> {
         ":" => Reply::Int(rest.parse().map_err(|_| bad())?),
         "$" => {
             let n: i64 = rest.parse().map_err(|_| bad())?;
-            if n < 0 {
-                Reply::Bulk(None)
-            } else {
-                let mut b = vec![0; n as usize + 2];
-                r.read_exact(&mut b)?;
-                b.truncate(n as usize);
-                Reply::Bulk(Some(b))
+            match usize::try_from(n) {
+                Err(_) => Reply::Bulk(None),
+                Ok(n) => Reply::Bulk(Some(read_bulk(r, n, budget)?)),
             }
         }
         "*" => {
             let n: i64 = rest.parse().map_err(|_| bad())?;
-            if n < 0 {
-                Reply::Array(None)
-            } else {
-                let mut v = Vec::with_capacity(n.min(1024) as usize);
-                for _ in 0..n {
-                    v.push(read_reply(r)?);
-                }
-                Reply::Array(Some(v))
+            match usize::try_from(n) {
+                Err(_) => Reply::Array(None),
+                Ok(n) => Reply::Array(Some(read_array(r, n, depth, budget)?)),
             }
         }
         _ => return Err(bad()),
     })
+}
+
+/// A bulk string of `n` bytes and its line end.
+fn read_bulk(r: &mut impl BufRead, n: usize, budget: &mut Budget) -> std::io::Result<Vec<u8>> {
+    if n > limits::BULK_MAX {
+        return Err(invalid(format!(
+            "a RESP bulk string of {n} bytes (at most {} are read)",
+            limits::BULK_MAX
+        )));
+    }
+    take_bytes(budget, n + 2)?;
+    let mut b = Vec::new();
+    r.take(n as u64 + 2).read_to_end(&mut b)?;
+    if b.len() < n + 2 {
+        return Err(std::io::ErrorKind::UnexpectedEof.into());
+    }
+    b.truncate(n);
+    Ok(b)
+}
+
+fn read_array(
+    r: &mut impl BufRead,
+    n: usize,
+    depth: usize,
+    budget: &mut Budget,
+) -> std::io::Result<Vec<Reply>> {
+    if depth >= limits::DEPTH_MAX {
+        return Err(invalid(format!(
+            "RESP arrays nested more than {} deep",
+            limits::DEPTH_MAX
+        )));
+    }
+    budget.items = budget.items.checked_sub(n).ok_or_else(|| {
+        invalid(format!(
+            "a RESP reply of more than {} elements",
+            limits::ITEMS_MAX
+        ))
+    })?;
+    let mut v = Vec::with_capacity(n.min(1024));
+    for _ in 0..n {
+        v.push(read_nested(r, depth + 1, budget)?);
+    }
+    Ok(v)
 }
 
 /// One connection to redis, with short timeouts: a redis stalled for seconds (the very thing
@@ -678,6 +768,71 @@ mod tests {
         assert_eq!(read_reply(&mut r).unwrap(), Reply::Simple("OK".into()));
         assert_eq!(read_reply(&mut r).unwrap(), Reply::Array(None));
         assert!(read_reply(&mut &b"?what\r\n"[..]).is_err());
+    }
+
+    fn err_of(bytes: &[u8]) -> String {
+        match read_reply(&mut &bytes[..]) {
+            Ok(r) => panic!("read {r:?}"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    /// A peer's lengths never size an allocation past the limits: each is refused from its
+    /// header, before its body (which is not even sent here) is waited for.
+    #[test]
+    fn hostile_lengths_are_refused_from_their_header() {
+        let e = err_of(b"$9223372036854775807\r\n");
+        assert!(
+            e.contains("bulk string of 9223372036854775807 bytes"),
+            "{e}"
+        );
+        let e = err_of(format!("${}\r\n", limits::BULK_MAX + 1).as_bytes());
+        assert!(e.contains("at most"), "{e}");
+        let e = err_of(b"*9223372036854775807\r\n");
+        assert!(e.contains("elements"), "{e}");
+        // Elements add up across the arrays of one reply.
+        let mut many = b"*2\r\n".to_vec();
+        for _ in 0..2 {
+            many.extend_from_slice(format!("*{}\r\n", limits::ITEMS_MAX / 2 + 1).as_bytes());
+        }
+        assert!(err_of(&many).contains("elements"));
+        let deep = "*1\r\n".repeat(limits::DEPTH_MAX + 1) + ":1\r\n";
+        assert!(err_of(deep.as_bytes()).contains("nested"));
+        let ok = "*1\r\n".repeat(limits::DEPTH_MAX - 1) + ":1\r\n";
+        assert!(read_reply(&mut ok.as_bytes()).is_ok());
+        let long = vec![b'+'; limits::LINE_MAX + 10];
+        assert!(err_of(&long).contains("line longer"));
+        // A body shorter than announced is an early end, not a buffer of zeros.
+        assert!(matches!(
+            read_reply(&mut &b"$10\r\nabc"[..]).map_err(|e| e.kind()),
+            Err(std::io::ErrorKind::UnexpectedEof)
+        ));
+        assert_eq!(
+            read_reply(&mut &b"$3\r\nabc\r\n"[..]).unwrap(),
+            Reply::Bulk(Some(b"abc".to_vec()))
+        );
+    }
+
+    /// Through a connection: a peer that answers every command with a huge bulk length
+    /// fails the command at once (no 4 GB buffer, no wait for the body).
+    #[test]
+    fn a_hostile_peer_fails_the_command_not_the_process() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        let peer = std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            let mut buf = [0u8; 256];
+            let _ = std::io::Read::read(&mut s, &mut buf);
+            s.write_all(b"$4294967296\r\n").unwrap();
+            // Held open: the client must not be waiting for the body.
+            std::thread::sleep(Duration::from_millis(300));
+        });
+        let t0 = Instant::now();
+        let mut c = Conn::connect_unauthenticated(&addr, Duration::from_secs(5)).unwrap();
+        let e = c.cmd(&["PING"]).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidData, "{e}");
+        assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+        peer.join().unwrap();
     }
 
     #[test]
