@@ -11,6 +11,7 @@ pub mod cli;
 pub(crate) mod clock;
 pub(crate) mod docs;
 pub mod event;
+pub(crate) mod evidence;
 pub(crate) mod fdtable;
 pub(crate) mod handoff;
 pub mod live;
@@ -18,8 +19,9 @@ pub(crate) mod progress;
 pub(crate) mod recording;
 pub(crate) mod redis_client;
 pub(crate) mod redis_conf;
-pub(crate) mod redis_evidence;
 pub(crate) mod redis_log;
+/// The join's old path, for the session code that calls it until it moves (`evidence`).
+pub(crate) use evidence as redis_evidence;
 pub(crate) mod render;
 pub(crate) mod report;
 pub mod run;
