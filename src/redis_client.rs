@@ -594,6 +594,92 @@ fn hand_over(c: &Conn, pid: u32, own: &Mutex<OwnConns>, stop: &AtomicBool, wait:
     false
 }
 
+/// One failure more in `errors` (the same failure every few seconds is one note).
+fn note(data: &Mutex<Collected>, msg: String) {
+    let mut d = data.lock().unwrap_or_else(|e| e.into_inner());
+    if d.errors.last() != Some(&msg) && d.errors.len() < 20 {
+        d.errors.push(msg);
+    }
+}
+
+/// A connection of the poller's own. To the traced redis, it is handed over to the
+/// analysis before AUTH (that is a command of ours too); when stopping, the tracer is gone
+/// or going, and the last round is sent whether or not it was taken.
+fn connect_own(
+    addr: &str,
+    traced: Option<(u32, &Mutex<OwnConns>)>,
+    stop: &AtomicBool,
+) -> std::io::Result<Conn> {
+    let mut c = Conn::connect_unauthenticated(addr, CONNECT_TIMEOUT)?;
+    if let Some((pid, own)) = traced {
+        if !hand_over(&c, pid, own, stop, OWN_WAIT) && !stop.load(Ordering::SeqCst) {
+            return Err(std::io::Error::other(
+                "the analysis did not take this connection as ours in time \
+                 (a loaded machine); trying again",
+            ));
+        }
+    }
+    c.auth()?;
+    Ok(c)
+}
+
+/// The first round on the first connection: the thresholds and the SLOWLOG so far.
+fn first_round(c: &mut Conn, data: &Mutex<Collected>) -> std::io::Result<()> {
+    let lt = config_int(c, "latency-monitor-threshold");
+    let st = config_int(c, "slowlog-log-slower-than");
+    let sl = parse_slowlog(&c.cmd(&["SLOWLOG", "GET", "128"])?);
+    let mut d = data.lock().unwrap_or_else(|e| e.into_inner());
+    d.latency_threshold_ms = lt;
+    d.slowlog_threshold_us = st;
+    d.slowlog.extend(sl);
+    Ok(())
+}
+
+/// One poll: LATENCY LATEST and INFO, kept with the wall-clock times it was sent and
+/// answered; the latency events seen are added to `seen_events`.
+fn poll_round(
+    c: &mut Conn,
+    data: &Mutex<Collected>,
+    seen_events: &mut Vec<String>,
+) -> std::io::Result<()> {
+    let sent = wall_ms();
+    let lat = c.cmd(&["LATENCY", "LATEST"])?;
+    let pers = c.cmd(&["INFO", "persistence"])?;
+    let stats = c.cmd(&["INFO", "stats"])?;
+    let at = wall_ms();
+    let mut fields = vec![];
+    for r in [&pers, &stats] {
+        if let Some(t) = r.as_text() {
+            parse_info(&t, &mut fields);
+        }
+    }
+    let lat = parse_latency(&lat);
+    let mut d = data.lock().unwrap_or_else(|e| e.into_inner());
+    for l in &lat {
+        if !seen_events.contains(&l.event) {
+            seen_events.push(l.event.clone());
+        }
+    }
+    d.latency.extend(lat);
+    d.info.push(InfoSample {
+        at_ms: at,
+        sent_ms: sent,
+        fields,
+    });
+    d.polls += 1;
+    d.first_ok_ms.get_or_insert(sent);
+    d.last_ok_ms = Some(at);
+    Ok(())
+}
+
+/// Sleeps until `next`, a stop, or an asked history round, whichever comes first.
+fn wait_until(next: Instant, interval: Duration, stop: &AtomicBool, history: &History) {
+    let asked_more = || history.asked.load(Ordering::SeqCst) > history.done.load(Ordering::SeqCst);
+    while Instant::now() < next && !stop.load(Ordering::SeqCst) && !asked_more() {
+        std::thread::sleep(Duration::from_millis(20).min(interval));
+    }
+}
+
 fn poll_loop(
     addr: &str,
     interval: Duration,
@@ -602,14 +688,6 @@ fn poll_loop(
     traced: Option<(u32, &Mutex<OwnConns>)>,
     history: &History,
 ) {
-    let lock = || data.lock().unwrap_or_else(|e| e.into_inner());
-    let note = |msg: String| {
-        let mut d = lock();
-        // The same failure every few seconds is one note.
-        if d.errors.last() != Some(&msg) && d.errors.len() < 20 {
-            d.errors.push(msg);
-        }
-    };
     let mut conn: Option<Conn> = None;
     let mut last_try: Option<Instant> = None;
     let mut started = false;
@@ -619,67 +697,20 @@ fn poll_loop(
         let stopping = stop.load(Ordering::SeqCst);
         if conn.is_none() && last_try.is_none_or(|t| t.elapsed() >= RETRY_EVERY || stopping) {
             last_try = Some(Instant::now());
-            // The connection is handed over before AUTH: that is a command of ours too.
-            match Conn::connect_unauthenticated(addr, CONNECT_TIMEOUT).and_then(|mut c| {
-                if let Some((pid, own)) = traced {
-                    // When stopping, the tracer is gone or going: the last round is sent.
-                    if !hand_over(&c, pid, own, stop, OWN_WAIT) && !stop.load(Ordering::SeqCst) {
-                        return Err(std::io::Error::other(
-                            "the analysis did not take this connection as ours in time \
-                             (a loaded machine); trying again",
-                        ));
-                    }
-                }
-                c.auth()?;
-                Ok(c)
-            }) {
+            match connect_own(addr, traced, stop) {
                 Ok(c) => conn = Some(c),
-                Err(e) => note(format!("--redis {addr}: cannot connect: {e}")),
+                Err(e) => note(data, format!("--redis {addr}: cannot connect: {e}")),
             }
         }
         if let Some(c) = conn.as_mut() {
-            let round = (|| -> std::io::Result<()> {
-                if !started {
-                    let lt = config_int(c, "latency-monitor-threshold");
-                    let st = config_int(c, "slowlog-log-slower-than");
-                    let sl = parse_slowlog(&c.cmd(&["SLOWLOG", "GET", "128"])?);
-                    let mut d = lock();
-                    d.latency_threshold_ms = lt;
-                    d.slowlog_threshold_us = st;
-                    d.slowlog.extend(sl);
-                    started = true;
-                }
-                let sent = wall_ms();
-                let lat = c.cmd(&["LATENCY", "LATEST"])?;
-                let pers = c.cmd(&["INFO", "persistence"])?;
-                let stats = c.cmd(&["INFO", "stats"])?;
-                let at = wall_ms();
-                let mut fields = vec![];
-                for r in [&pers, &stats] {
-                    if let Some(t) = r.as_text() {
-                        parse_info(&t, &mut fields);
-                    }
-                }
-                let lat = parse_latency(&lat);
-                let mut d = lock();
-                for l in &lat {
-                    if !seen_events.contains(&l.event) {
-                        seen_events.push(l.event.clone());
-                    }
-                }
-                d.latency.extend(lat);
-                d.info.push(InfoSample {
-                    at_ms: at,
-                    sent_ms: sent,
-                    fields,
-                });
-                d.polls += 1;
-                d.first_ok_ms.get_or_insert(sent);
-                d.last_ok_ms = Some(at);
+            let round = if started {
                 Ok(())
-            })();
+            } else {
+                first_round(c, data).map(|()| started = true)
+            }
+            .and_then(|()| poll_round(c, data, &mut seen_events));
             if let Err(e) = round {
-                note(format!("--redis {addr}: poll failed: {e}"));
+                note(data, format!("--redis {addr}: poll failed: {e}"));
                 conn = None;
             }
         }
@@ -690,9 +721,8 @@ fn poll_loop(
         if asked > history.done.load(Ordering::SeqCst) {
             if let Some(c) = conn.as_mut() {
                 if let Err(e) = history_round(c, &seen_events, data) {
-                    note(format!(
-                        "--redis {addr}: SLOWLOG/LATENCY HISTORY read failed: {e}"
-                    ));
+                    let msg = format!("--redis {addr}: SLOWLOG/LATENCY HISTORY read failed: {e}");
+                    note(data, msg);
                     conn = None;
                 }
             }
@@ -700,11 +730,7 @@ fn poll_loop(
             history.done.store(asked, Ordering::SeqCst);
         }
         next += interval;
-        let asked_more =
-            || history.asked.load(Ordering::SeqCst) > history.done.load(Ordering::SeqCst);
-        while Instant::now() < next && !stop.load(Ordering::SeqCst) && !asked_more() {
-            std::thread::sleep(Duration::from_millis(20).min(interval));
-        }
+        wait_until(next, interval, stop, history);
         if Instant::now() > next + interval {
             next = Instant::now();
         }
@@ -712,9 +738,10 @@ fn poll_loop(
     // The last round: what happened since the last poll, at full resolution.
     if let Some(c) = conn.as_mut() {
         if let Err(e) = history_round(c, &seen_events, data) {
-            note(format!(
-                "--redis {addr}: final SLOWLOG/LATENCY read failed: {e}"
-            ));
+            note(
+                data,
+                format!("--redis {addr}: final SLOWLOG/LATENCY read failed: {e}"),
+            );
         }
     }
 }
