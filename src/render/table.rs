@@ -199,17 +199,17 @@ pub fn render(r: &Report, w: &mut dyn Write, color: bool) -> io::Result<()> {
 }
 
 fn header(r: &Report, w: &mut dyn Write, p: &Paint) -> io::Result<()> {
-    // File names only: full paths are in the JSON, and a long one cannot wrap.
-    let files = if r.source.files.is_empty() {
-        "stdin".to_string()
-    } else {
-        r.source
-            .files
-            .iter()
-            .map(|f| f.rsplit('/').next().unwrap_or(f))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
+    headline(r, w, p)?;
+    w.write_all(wrap(&source_line(r), 0).as_bytes())?;
+    caveats(r, w, p)?;
+    if let Some(line) = tracing_cost(r) {
+        w.write_all(wrap(&line, 0).as_bytes())?;
+    }
+    Ok(())
+}
+
+/// The first line: how many stalls over the threshold, or that none can be known.
+fn headline(r: &Report, w: &mut dyn Write, p: &Paint) -> io::Result<()> {
     let span = human(r.summary.span_us);
     if r.summary.durations == Durations::None {
         // Not "0 stalls": a trace that measures nothing is not a clean one.
@@ -235,6 +235,22 @@ fn header(r: &Report, w: &mut dyn Write, p: &Paint) -> io::Result<()> {
             ))
         )?;
     }
+    Ok(())
+}
+
+/// What was read: the files (or the live process), their size, and when the trace starts.
+fn source_line(r: &Report) -> String {
+    // File names only: full paths are in the JSON, and a long one cannot wrap.
+    let files = if r.source.files.is_empty() {
+        "stdin".to_string()
+    } else {
+        r.source
+            .files
+            .iter()
+            .map(|f| f.rsplit('/').next().unwrap_or(f))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
     let mut meta = if r.source.kind == SourceKind::Live {
         format!(
             "live pid {} ({}): {} syscalls, {} thread{}",
@@ -271,7 +287,12 @@ fn header(r: &Report, w: &mut dyn Write, p: &Paint) -> io::Result<()> {
             ClockKind::Absolute => "",
         });
     }
-    w.write_all(wrap(&meta, 0).as_bytes())?;
+    meta
+}
+
+/// What the reader must know before trusting the figures: lost events, reconstructed
+/// durations.
+fn caveats(r: &Report, w: &mut dyn Write, p: &Paint) -> io::Result<()> {
     if r.summary.lost_events > 0 {
         writeln!(
             w,
@@ -295,25 +316,27 @@ fn header(r: &Report, w: &mut dyn Write, p: &Paint) -> io::Result<()> {
             .as_bytes(),
         )?;
     }
-
-    if let Some(o) = &r.overhead {
-        let mut line = if matches!(r.source.backend, Some(LiveBackend::Perf | LiveBackend::Bpf)) {
-            format!(
-                "Tracing cost: {:.0} syscalls/s traced; redis is never stopped",
-                o.syscalls_per_s
-            )
-        } else {
-            format!(
-                "Tracing cost: {:.0} syscalls/s traced, {:.1} µs per tracer stop",
-                o.syscalls_per_s, o.mean_stop_us
-            )
-        };
-        if let Some(warn) = &o.warning {
-            line.push_str(&format!(". {warn}"));
-        }
-        w.write_all(wrap(&line, 0).as_bytes())?;
-    }
     Ok(())
+}
+
+/// What tracing cost a live process.
+fn tracing_cost(r: &Report) -> Option<String> {
+    let o = r.overhead.as_ref()?;
+    let mut line = if matches!(r.source.backend, Some(LiveBackend::Perf | LiveBackend::Bpf)) {
+        format!(
+            "Tracing cost: {:.0} syscalls/s traced; redis is never stopped",
+            o.syscalls_per_s
+        )
+    } else {
+        format!(
+            "Tracing cost: {:.0} syscalls/s traced, {:.1} µs per tracer stop",
+            o.syscalls_per_s, o.mean_stop_us
+        )
+    };
+    if let Some(warn) = &o.warning {
+        line.push_str(&format!(". {warn}"));
+    }
+    Some(line)
 }
 
 fn findings(fs: &[Finding], w: &mut dyn Write, p: &Paint) -> io::Result<()> {

@@ -60,11 +60,24 @@ fn role_rank(role: Role) -> i64 {
 }
 
 pub fn render(r: &Report, w: &mut dyn Write) -> io::Result<()> {
+    let (tracks, main) = tracks(r);
     let mut events: Vec<Value> = Vec::new();
+    track_names(r, &tracks, main, &mut events);
+    call_events(r, &mut events);
+    async_events(r, main, &mut events);
+    counter_events(r, main, &mut events);
+    write_events(r, &events, w)
+}
 
+/// A thread's track: its role and name.
+type Tracks = BTreeMap<(u32, u32), (Role, Option<String>)>;
+
+/// Every (pid, tid) that any event lands on, and the main thread's: the track the phases,
+/// incidents and counters go on.
+fn tracks(r: &Report) -> (Tracks, (u32, u32)) {
     // Tracks: every (pid, tid) that any event lands on gets a name, from the thread table
     // when the analyzer classified it, else from the stall's own role.
-    let mut tracks: BTreeMap<(u32, u32), (Role, Option<String>)> = BTreeMap::new();
+    let mut tracks: Tracks = BTreeMap::new();
     for t in &r.threads {
         tracks.insert((t.pid, t.tid), (t.role, t.name.clone()));
     }
@@ -83,6 +96,11 @@ pub fn render(r: &Report, w: &mut dyn Write) -> io::Result<()> {
         .or_else(|| r.source.pid.map(|p| (p, p)))
         .or_else(|| tracks.keys().next().copied())
         .unwrap_or((0, 0));
+    (tracks, main)
+}
+
+/// The names and sort order of the processes and threads (metadata events).
+fn track_names(r: &Report, tracks: &Tracks, main: (u32, u32), events: &mut Vec<Value>) {
     let child_pids: HashMap<u32, &str> = r
         .phases
         .iter()
@@ -104,7 +122,7 @@ pub fn render(r: &Report, w: &mut dyn Write) -> io::Result<()> {
         let sort = if *pid == main.0 { 0 } else { 1 };
         events.push(json!({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": sort}}));
     }
-    for ((pid, tid), (role, name)) in &tracks {
+    for ((pid, tid), (role, name)) in tracks {
         let label = match name {
             Some(n) if n != role.as_str() => format!("{role} {tid} ({n})"),
             _ => format!("{role} {tid}"),
@@ -112,7 +130,11 @@ pub fn render(r: &Report, w: &mut dyn Write) -> io::Result<()> {
         events.push(json!({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": label}}));
         events.push(json!({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid, "args": {"sort_index": role_rank(*role)}}));
     }
+}
 
+/// The timeline's calls and the stalls as slices per thread (nested as the viewers need),
+/// and each stall as an instant carrying its cause.
+fn call_events(r: &Report, events: &mut Vec<Value>) {
     // Slices per thread.
     let mut slices: BTreeMap<(u32, u32), Vec<Slice>> = BTreeMap::new();
     let mut in_timeline: std::collections::HashSet<(u32, i64, &str)> = Default::default();
@@ -174,8 +196,10 @@ pub fn render(r: &Report, w: &mut dyn Write) -> io::Result<()> {
             }));
         }
     }
+}
 
-    // Phases and incidents as async slices on the redis process.
+/// Background phases and incidents as async slices on the redis process.
+fn async_events(r: &Report, main: (u32, u32), events: &mut Vec<Value>) {
     for (i, p) in r.phases.iter().enumerate() {
         let (_, label) = phase_style(p.kind);
         let end = p.end_at_us.unwrap_or(p.start_at_us.max(r.summary.span_us));
@@ -198,7 +222,10 @@ pub fn render(r: &Report, w: &mut dyn Write) -> io::Result<()> {
         events.push(json!({"ph": "b", "cat": "incident", "name": name, "id": id, "ts": inc.start_at_us, "pid": main.0, "tid": main.1, "args": args}));
         events.push(json!({"ph": "e", "cat": "incident", "name": name, "id": id, "ts": inc.end_at_us, "pid": main.0, "tid": main.1}));
     }
+}
 
+/// Live host samples as counter tracks.
+fn counter_events(r: &Report, main: (u32, u32), events: &mut Vec<Value>) {
     if let Some(h) = &r.host {
         for s in &h.samples {
             if s.minflt_per_s.is_finite() {
@@ -209,7 +236,10 @@ pub fn render(r: &Report, w: &mut dyn Write) -> io::Result<()> {
             }
         }
     }
+}
 
+/// The document: what it was made from (`otherData`), then the events.
+fn write_events(r: &Report, events: &[Value], w: &mut dyn Write) -> io::Result<()> {
     let other = json!({
         "generator": format!("stallscope {}", env!("CARGO_PKG_VERSION")),
         "schema": r.schema,
