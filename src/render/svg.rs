@@ -175,6 +175,42 @@ pub fn write_svg(r: &Report, w: &mut dyn Write) -> io::Result<()> {
     let g = Geometry::new(r);
     let plot_b = TOP + PLOT_H;
     let plot_r = LEFT + g.plot_w;
+    write_opening(r, w, &g)?;
+    write_heading(r, w)?;
+    // Plot frame background.
+    writeln!(
+        w,
+        "<rect class=\"plot-area\" x=\"{LEFT}\" y=\"{TOP}\" width=\"{:.1}\" height=\"{PLOT_H}\" fill=\"#fbfbfb\" stroke=\"none\"/>",
+        g.plot_w
+    )?;
+
+    write_phase_bands(r, w, &g)?;
+    write_y_axis(w, &g, plot_r)?;
+
+    // X axis.
+    write_x_axis(w, &g, plot_b)?;
+
+    // Frame.
+    writeln!(
+        w,
+        "<rect x=\"{LEFT}\" y=\"{TOP}\" width=\"{:.1}\" height=\"{PLOT_H}\" fill=\"none\" stroke=\"#888\"/>",
+        g.plot_w
+    )?;
+
+    write_threshold(r, w, &g, plot_r)?;
+    write_context(r, w, &g)?;
+    write_marks(r, w, &g)?;
+    write_mark_notes(r, w, &g)?;
+    if g.has_host {
+        write_host_strip(r, w, &g)?;
+    }
+    write_legend(r, w, &g)?;
+    writeln!(w, "</svg>")
+}
+
+/// The `<svg>` element, its title (what the picture shows, for screen readers) and its
+/// white background.
+fn write_opening(r: &Report, w: &mut dyn Write, g: &Geometry) -> io::Result<()> {
     writeln!(
         w,
         "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"stallscope-timeline\" width=\"{WIDTH}\" height=\"{h:.0}\" viewBox=\"0 0 {WIDTH} {h:.0}\" {FONT} font-size=\"12\" role=\"img\">",
@@ -201,7 +237,11 @@ pub fn write_svg(r: &Report, w: &mut dyn Write) -> io::Result<()> {
         g.height
     )?;
 
-    // Heading.
+    Ok(())
+}
+
+/// The heading: how many stalls over what, and from which trace.
+fn write_heading(r: &Report, w: &mut dyn Write) -> io::Result<()> {
     let heading = format!(
         "{} stall{} over {} in {} of trace",
         super::markup::count(r.stalls.len() as u64),
@@ -236,14 +276,11 @@ pub fn write_svg(r: &Report, w: &mut dyn Write) -> io::Result<()> {
         )?;
     }
 
-    // Plot frame background.
-    writeln!(
-        w,
-        "<rect class=\"plot-area\" x=\"{LEFT}\" y=\"{TOP}\" width=\"{:.1}\" height=\"{PLOT_H}\" fill=\"#fbfbfb\" stroke=\"none\"/>",
-        g.plot_w
-    )?;
+    Ok(())
+}
 
-    // Phase bands, under everything else.
+/// Background phases as bands, under everything else (and under the host strip).
+fn write_phase_bands(r: &Report, w: &mut dyn Write, g: &Geometry) -> io::Result<()> {
     writeln!(w, "<g class=\"phases\">")?;
     for (i, p) in r.phases.iter().enumerate() {
         let end = p.end_at_us.map(|e| e as f64).unwrap_or(g.t1);
@@ -289,8 +326,11 @@ pub fn write_svg(r: &Report, w: &mut dyn Write) -> io::Result<()> {
         }
     }
     writeln!(w, "</g>")?;
+    Ok(())
+}
 
-    // Y axis: decades with labels, minor grid lines between them.
+/// The Y axis: decades with labels, minor grid lines between them.
+fn write_y_axis(w: &mut dyn Write, g: &Geometry, plot_r: f64) -> io::Result<()> {
     writeln!(
         w,
         "<g class=\"axis y-axis\" data-lo-us=\"{}\" data-hi-us=\"{}\">",
@@ -322,18 +362,11 @@ pub fn write_svg(r: &Report, w: &mut dyn Write) -> io::Result<()> {
         TOP + PLOT_H / 2.0
     )?;
     writeln!(w, "</g>")?;
+    Ok(())
+}
 
-    // X axis.
-    write_x_axis(w, &g, plot_b)?;
-
-    // Frame.
-    writeln!(
-        w,
-        "<rect x=\"{LEFT}\" y=\"{TOP}\" width=\"{:.1}\" height=\"{PLOT_H}\" fill=\"none\" stroke=\"#888\"/>",
-        g.plot_w
-    )?;
-
-    // Threshold.
+/// The threshold as a dashed line.
+fn write_threshold(r: &Report, w: &mut dyn Write, g: &Geometry, plot_r: f64) -> io::Result<()> {
     let ty = g.y(r.summary.threshold_us.max(1) as f64);
     writeln!(
         w,
@@ -343,9 +376,11 @@ pub fn write_svg(r: &Report, w: &mut dyn Write) -> io::Result<()> {
         ty - 4.0,
         esc(&format!("threshold {}", dur(r.summary.threshold_us)))
     )?;
+    Ok(())
+}
 
-    write_context(r, w, &g)?;
-
+/// The stall marks.
+fn write_marks(r: &Report, w: &mut dyn Write, g: &Geometry) -> io::Result<()> {
     // Marks. Big stalls are drawn last so they stay on top of a crowd of small ones; past
     // MAX_MARKS only the longest are drawn (the picture would not show more anyway).
     let n = r.stalls.len();
@@ -367,75 +402,93 @@ pub fn write_svg(r: &Report, w: &mut dyn Write) -> io::Result<()> {
     };
     writeln!(w, "<g class=\"stalls\">")?;
     for (rank, i) in order.into_iter().enumerate() {
-        let s = &r.stalls[i];
-        let x = g.x(s.at_us as f64);
-        let y = g.y(s.duration_us.max(1) as f64);
-        let x_end = g.x((s.at_us + s.duration_us.max(0)) as f64);
-        let (color, kind_class) = match s.kind {
-            StallKind::SlowSyscall => (class_color(s.class), "slow"),
-            StallKind::Gap => (GAP_COLOR, "gap"),
-        };
-        let exact = s.bound == Bound::Exact;
-        let fill = if exact { color } else { "#ffffff" };
-        let what = match (&s.kind, &s.syscall) {
-            (StallKind::SlowSyscall, Some(sc)) => {
-                let mut t = sc.clone();
-                if let Some(fd) = s.fd {
-                    t.push_str(&format!("({fd})"));
-                }
-                t
+        write_mark(r, w, g, i, radius, rank >= extents_from)?;
+    }
+    writeln!(w, "</g>")
+}
+
+/// One stall: a circle (a slow call) or a diamond (a gap), hollow when its duration is a
+/// bound, with its extent in time when `extent` and it is wide enough to see.
+fn write_mark(
+    r: &Report,
+    w: &mut dyn Write,
+    g: &Geometry,
+    i: usize,
+    radius: f64,
+    extent: bool,
+) -> io::Result<()> {
+    let s = &r.stalls[i];
+    let x = g.x(s.at_us as f64);
+    let y = g.y(s.duration_us.max(1) as f64);
+    let x_end = g.x((s.at_us + s.duration_us.max(0)) as f64);
+    let (color, kind_class) = match s.kind {
+        StallKind::SlowSyscall => (class_color(s.class), "slow"),
+        StallKind::Gap => (GAP_COLOR, "gap"),
+    };
+    let exact = s.bound == Bound::Exact;
+    let fill = if exact { color } else { "#ffffff" };
+    let what = match (&s.kind, &s.syscall) {
+        (StallKind::SlowSyscall, Some(sc)) => {
+            let mut t = sc.clone();
+            if let Some(fd) = s.fd {
+                t.push_str(&format!("({fd})"));
             }
-            (StallKind::SlowSyscall, None) => "syscall".into(),
-            (StallKind::Gap, _) => "gap (no syscall)".into(),
-        };
-        let mut title = format!("{what} {} in {} at {}", dur(s.duration_us), s.thread, s.ts);
-        if let Some(p) = &s.path {
-            title.push_str(&format!("\n{p}"));
+            t
         }
-        if let Some(c) = &s.class {
-            title.push_str(&format!(" [{c}]"));
-        }
-        match s.bound {
-            Bound::Exact => {}
-            Bound::AtLeast => title.push_str("\nat least (cut off by the trace)"),
-            Bound::AtMost => title.push_str("\nat most (reconstructed)"),
-        }
-        if !s.cause.is_empty() {
-            title.push_str(&format!("\n{}", s.cause));
-        }
-        writeln!(w, "<g class=\"stall\"><title>{}</title>", esc(&title))?;
-        if x_end - x >= 2.0 && rank >= extents_from {
+        (StallKind::SlowSyscall, None) => "syscall".into(),
+        (StallKind::Gap, _) => "gap (no syscall)".into(),
+    };
+    let mut title = format!("{what} {} in {} at {}", dur(s.duration_us), s.thread, s.ts);
+    if let Some(p) = &s.path {
+        title.push_str(&format!("\n{p}"));
+    }
+    if let Some(c) = &s.class {
+        title.push_str(&format!(" [{c}]"));
+    }
+    match s.bound {
+        Bound::Exact => {}
+        Bound::AtLeast => title.push_str("\nat least (cut off by the trace)"),
+        Bound::AtMost => title.push_str("\nat most (reconstructed)"),
+    }
+    if !s.cause.is_empty() {
+        title.push_str(&format!("\n{}", s.cause));
+    }
+    writeln!(w, "<g class=\"stall\"><title>{}</title>", esc(&title))?;
+    if x_end - x >= 2.0 && extent {
+        writeln!(
+            w,
+            "<line class=\"extent\" x1=\"{x:.1}\" y1=\"{y:.1}\" x2=\"{x_end:.1}\" y2=\"{y:.1}\" stroke=\"{color}\" stroke-opacity=\"0.55\" stroke-width=\"2\"/>"
+        )?;
+    }
+    let data = format!(
+        "data-i=\"{i}\" data-at-us=\"{}\" data-duration-us=\"{}\" data-class=\"{}\"",
+        s.at_us,
+        s.duration_us,
+        esc(s.class.as_ref().map_or("", FileClass::as_str))
+    );
+    match s.kind {
+        StallKind::SlowSyscall => writeln!(
+            w,
+            "<circle class=\"mark {kind_class}\" {data} cx=\"{x:.1}\" cy=\"{y:.1}\" r=\"{radius}\" fill=\"{fill}\" fill-opacity=\"0.8\" stroke=\"{color}\" stroke-width=\"1.3\"/>"
+        )?,
+        StallKind::Gap => {
+            let d = radius * 1.35;
             writeln!(
                 w,
-                "<line class=\"extent\" x1=\"{x:.1}\" y1=\"{y:.1}\" x2=\"{x_end:.1}\" y2=\"{y:.1}\" stroke=\"{color}\" stroke-opacity=\"0.55\" stroke-width=\"2\"/>"
-            )?;
+                "<path class=\"mark {kind_class}\" {data} d=\"M{x:.1} {:.1}L{:.1} {y:.1}L{x:.1} {:.1}L{:.1} {y:.1}Z\" fill=\"{fill}\" fill-opacity=\"0.7\" stroke=\"{color}\" stroke-width=\"1.3\"/>",
+                y - d,
+                x + d,
+                y + d,
+                x - d
+            )?
         }
-        let data = format!(
-            "data-i=\"{i}\" data-at-us=\"{}\" data-duration-us=\"{}\" data-class=\"{}\"",
-            s.at_us,
-            s.duration_us,
-            esc(s.class.as_ref().map_or("", FileClass::as_str))
-        );
-        match s.kind {
-            StallKind::SlowSyscall => writeln!(
-                w,
-                "<circle class=\"mark {kind_class}\" {data} cx=\"{x:.1}\" cy=\"{y:.1}\" r=\"{radius}\" fill=\"{fill}\" fill-opacity=\"0.8\" stroke=\"{color}\" stroke-width=\"1.3\"/>"
-            )?,
-            StallKind::Gap => {
-                let d = radius * 1.35;
-                writeln!(
-                    w,
-                    "<path class=\"mark {kind_class}\" {data} d=\"M{x:.1} {:.1}L{:.1} {y:.1}L{x:.1} {:.1}L{:.1} {y:.1}Z\" fill=\"{fill}\" fill-opacity=\"0.7\" stroke=\"{color}\" stroke-width=\"1.3\"/>",
-                    y - d,
-                    x + d,
-                    y + d,
-                    x - d
-                )?
-            }
-        }
-        writeln!(w, "</g>")?;
     }
     writeln!(w, "</g>")?;
+    Ok(())
+}
+
+/// What the marks do not show: the stalls past `MAX_MARKS`, or that there is none.
+fn write_mark_notes(r: &Report, w: &mut dyn Write, g: &Geometry) -> io::Result<()> {
     if r.stalls.len() > MAX_MARKS {
         writeln!(
             w,
@@ -456,12 +509,7 @@ pub fn write_svg(r: &Report, w: &mut dyn Write) -> io::Result<()> {
             TOP + PLOT_H / 2.0
         )?;
     }
-
-    if g.has_host {
-        write_host_strip(r, w, &g)?;
-    }
-    write_legend(r, w, &g)?;
-    writeln!(w, "</svg>")
+    Ok(())
 }
 
 /// Timeline calls that are not stalls, drawn small and faint under the stall marks: they
@@ -670,8 +718,51 @@ fn legend_item(
 
 fn write_legend(r: &Report, w: &mut dyn Write, g: &Geometry) -> io::Result<()> {
     let x = LEFT + g.plot_w + 40.0;
-    let mut y = TOP + 6.0;
+    let y = TOP + 6.0;
     writeln!(w, "<g class=\"legend\">")?;
+    let y = legend_stalls(r, w, x, y)?;
+    legend_lines_and_phases(r, w, x, y)?;
+    if g.has_host {
+        let sy = g.strip_top() + 16.0;
+        let glyph = legend_stroke(
+            x,
+            sy,
+            &format!("stroke=\"{MINFLT_COLOR}\" stroke-width=\"1.6\""),
+        );
+        legend_item(w, x, sy, "", &glyph, "minor faults/s")?;
+        let sy = sy + 18.0;
+        let glyph = legend_stroke(
+            x,
+            sy,
+            &format!("stroke=\"{IOWAIT_COLOR}\" stroke-width=\"1.6\" stroke-dasharray=\"5 3\""),
+        );
+        legend_item(w, x, sy, "", &glyph, "iowait %")?;
+    }
+    writeln!(w, "</g>")
+}
+
+/// A legend glyph left of its label: a dot centred 4 px above the label's baseline `y`.
+fn legend_dot(x: f64, y: f64, r: f64, style: &str) -> String {
+    format!(
+        "<circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"{r}\" {style}/>",
+        x + 6.0,
+        y - 4.0
+    )
+}
+
+/// A legend glyph left of its label: a stroke 4 px above the label's baseline `y`.
+fn legend_stroke(x: f64, y: f64, style: &str) -> String {
+    format!(
+        "<line x1=\"{x:.1}\" y1=\"{:.1}\" x2=\"{:.1}\" y2=\"{:.1}\" {style}/>",
+        y - 4.0,
+        x + 12.0,
+        y - 4.0
+    )
+}
+
+/// The marks' legend from `y` down: file classes with their counts, gaps, bounds, extents
+/// and the calls under the threshold. Returns where the next item goes.
+fn legend_stalls(r: &Report, w: &mut dyn Write, x: f64, mut y: f64) -> io::Result<f64> {
     let mut classes: Vec<(FileClass, usize)> = Vec::new();
     for s in r.stalls.iter().filter(|s| s.kind == StallKind::SlowSyscall) {
         let c = s.class.unwrap_or(FileClass::Unknown);
@@ -690,25 +781,10 @@ fn write_legend(r: &Report, w: &mut dyn Write, g: &Geometry) -> io::Result<()> {
         )?;
         y += 18.0;
     }
-    // Glyphs are drawn left of the label, centred 4 px above its baseline `y`.
-    let dot = |y: f64, r: f64, style: &str| {
-        format!(
-            "<circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"{r}\" {style}/>",
-            x + 6.0,
-            y - 4.0
-        )
-    };
-    let stroke = |y: f64, style: &str| {
-        format!(
-            "<line x1=\"{x:.1}\" y1=\"{:.1}\" x2=\"{:.1}\" y2=\"{:.1}\" {style}/>",
-            y - 4.0,
-            x + 12.0,
-            y - 4.0
-        )
-    };
     for (c, n) in classes.iter().take(16) {
         let color = class_color(Some(*c));
-        let glyph = dot(
+        let glyph = legend_dot(
+            x,
             y,
             5.0,
             &format!("fill=\"{color}\" fill-opacity=\"0.8\" stroke=\"{color}\""),
@@ -735,12 +811,13 @@ fn write_legend(r: &Report, w: &mut dyn Write, g: &Geometry) -> io::Result<()> {
         y += 18.0;
     }
     if r.stalls.iter().any(|s| s.bound != Bound::Exact) {
-        let glyph = dot(y, 5.0, "fill=\"#ffffff\" stroke=\"#555\"");
+        let glyph = legend_dot(x, y, 5.0, "fill=\"#ffffff\" stroke=\"#555\"");
         legend_item(w, x, y, "", &glyph, "bound, not exact")?;
         y += 18.0;
     }
     if r.stalls.iter().any(|s| s.duration_us > 0) {
-        let glyph = stroke(
+        let glyph = legend_stroke(
+            x,
             y,
             "stroke=\"#555\" stroke-opacity=\"0.55\" stroke-width=\"2\"",
         );
@@ -749,13 +826,19 @@ fn write_legend(r: &Report, w: &mut dyn Write, g: &Geometry) -> io::Result<()> {
     }
     let ctx = context_calls(r).len();
     if ctx > 0 {
-        let glyph = dot(y, 1.5, "fill=\"#777\" fill-opacity=\"0.5\"");
+        let glyph = legend_dot(x, y, 1.5, "fill=\"#777\" fill-opacity=\"0.5\"");
         let label = format!("{} calls under threshold", super::markup::count(ctx as u64));
         legend_item(w, x, y, "", &glyph, &label)?;
         y += 18.0;
     }
+    Ok(y)
+}
+
+/// The threshold's line and the phases' bands, from `y` down.
+fn legend_lines_and_phases(r: &Report, w: &mut dyn Write, x: f64, mut y: f64) -> io::Result<()> {
     y += 6.0;
-    let glyph = stroke(
+    let glyph = legend_stroke(
+        x,
         y,
         &format!("stroke=\"{THRESHOLD_COLOR}\" stroke-width=\"1.2\" stroke-dasharray=\"6 4\""),
     );
@@ -777,19 +860,5 @@ fn write_legend(r: &Report, w: &mut dyn Write, g: &Geometry) -> io::Result<()> {
         legend_item(w, x, y, &data, &glyph, &esc(label))?;
         y += 18.0;
     }
-    if g.has_host {
-        let sy = g.strip_top() + 16.0;
-        let glyph = stroke(
-            sy,
-            &format!("stroke=\"{MINFLT_COLOR}\" stroke-width=\"1.6\""),
-        );
-        legend_item(w, x, sy, "", &glyph, "minor faults/s")?;
-        let sy = sy + 18.0;
-        let glyph = stroke(
-            sy,
-            &format!("stroke=\"{IOWAIT_COLOR}\" stroke-width=\"1.6\" stroke-dasharray=\"5 3\""),
-        );
-        legend_item(w, x, sy, "", &glyph, "iowait %")?;
-    }
-    writeln!(w, "</g>")
+    Ok(())
 }
