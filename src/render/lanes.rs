@@ -139,7 +139,6 @@ pub fn write_lanes(r: &Report, w: &mut dyn Write) -> io::Result<()> {
 /// The same, placed at `y` inside an enclosing picture when given (`--svg` draws it below
 /// the scatter plot); returns its height, 0 when nothing was written.
 pub(crate) fn write_lanes_at(r: &Report, w: &mut dyn Write, y: Option<f64>) -> io::Result<f64> {
-    let lanes = lanes(r);
     let red = r.redis.as_ref();
     let log_lines = red.map(|x| x.lines.as_slice()).unwrap_or(&[]);
     let server = red.and_then(|x| x.server.as_ref());
@@ -148,10 +147,6 @@ pub(crate) fn write_lanes_at(r: &Report, w: &mut dyn Write, y: Option<f64>) -> i
     if r.stalls.is_empty() && !has_marks {
         return Ok(0.0);
     }
-    let span = r.summary.span_us.max(1) as f64;
-    let (t0, t1) = (0f64, span);
-    let plot_w = WIDTH - LEFT - RIGHT;
-    let x = |at: f64| LEFT + (at.clamp(t0, t1) - t0) / (t1 - t0) * plot_w;
     // The LATENCY / SLOWLOG lane only when redis was asked (--redis): an empty lane would
     // read as "redis saw nothing".
     let mark_labels: Vec<&str> = match (has_marks, server.is_some()) {
@@ -159,15 +154,69 @@ pub(crate) fn write_lanes_at(r: &Report, w: &mut dyn Write, y: Option<f64>) -> i
         (true, false) => vec!["redis log"],
         (true, true) => vec!["redis log", "LATENCY / SLOWLOG"],
     };
-    let mark_lanes = mark_labels.len() as f64;
-    let lanes_top = TOP + mark_lanes * MARK_LANE_H;
-    let height = lanes_top + lanes.len() as f64 * LANE_H + AXIS_H;
-    let lane_y = |tid: u32| -> Option<f64> {
-        lanes
+    let f = Frame::new(r, mark_labels.len());
+    write_open(w, y, f.height)?;
+    write_phase_bands(r, w, &f)?;
+    write_lane_labels(w, &f, &mark_labels)?;
+    write_bars(r, w, &f)?;
+    write_waits(r, w, &f)?;
+    if has_marks {
+        write_log_marks(w, &f, log_lines)?;
+        if let Some(sv) = server {
+            write_server_marks(r, w, &f, sv)?;
+        }
+    }
+    write_time_axis(r, w, &f)?;
+    writeln!(w, "</svg>")?;
+    Ok(f.height)
+}
+
+/// The picture's geometry: the time scale, the thread lanes and where they start (below
+/// the marks' lanes), and the whole height.
+struct Frame {
+    lanes: Vec<Lane>,
+    span: f64,
+    t0: f64,
+    t1: f64,
+    plot_w: f64,
+    lanes_top: f64,
+    height: f64,
+}
+
+impl Frame {
+    fn new(r: &Report, mark_lanes: usize) -> Frame {
+        let lanes = lanes(r);
+        let span = r.summary.span_us.max(1) as f64;
+        let lanes_top = TOP + mark_lanes as f64 * MARK_LANE_H;
+        let height = lanes_top + lanes.len() as f64 * LANE_H + AXIS_H;
+        Frame {
+            lanes,
+            span,
+            t0: 0f64,
+            t1: span,
+            plot_w: WIDTH - LEFT - RIGHT,
+            lanes_top,
+            height,
+        }
+    }
+
+    /// A time on the axis.
+    fn x(&self, at: f64) -> f64 {
+        LEFT + (at.clamp(self.t0, self.t1) - self.t0) / (self.t1 - self.t0) * self.plot_w
+    }
+
+    /// The top of a thread's lane, when it has one.
+    fn lane_y(&self, tid: u32) -> Option<f64> {
+        self.lanes
             .iter()
             .position(|l| l.tid == tid)
-            .map(|i| lanes_top + i as f64 * LANE_H)
-    };
+            .map(|i| self.lanes_top + i as f64 * LANE_H)
+    }
+}
+
+/// The `<svg>` element (placed at `y` in an enclosing picture), its title and the arrow's
+/// marker.
+fn write_open(w: &mut dyn Write, y: Option<f64>, height: f64) -> io::Result<()> {
     writeln!(
         w,
         "<svg xmlns=\"http://www.w3.org/2000/svg\" id=\"lanes\"{pos} width=\"{WIDTH}\" height=\"{height:.0}\" viewBox=\"0 0 {WIDTH} {height:.0}\" {FONT} font-size=\"11\">",
@@ -181,7 +230,13 @@ pub(crate) fn write_lanes_at(r: &Report, w: &mut dyn Write, y: Option<f64>) -> i
         w,
         "<defs><marker id=\"arrowhead\" viewBox=\"0 0 10 10\" refX=\"9\" refY=\"5\" markerWidth=\"7\" markerHeight=\"7\" orient=\"auto-start-reverse\"><path d=\"M 0 0 L 10 5 L 0 10 z\" fill=\"{ARROW_COLOR}\"/></marker></defs>"
     )?;
-    // Phases: bands across every lane.
+    Ok(())
+}
+
+/// Phases: bands across every lane.
+fn write_phase_bands(r: &Report, w: &mut dyn Write, f: &Frame) -> io::Result<()> {
+    let height = f.height;
+    let x = |at: f64| f.x(at);
     for (i, p) in r.phases.iter().enumerate() {
         let (fill, label) = phase_style(p.kind);
         let x0 = x(p.start_at_us as f64);
@@ -195,24 +250,28 @@ pub(crate) fn write_lanes_at(r: &Report, w: &mut dyn Write, y: Option<f64>) -> i
             dur(p.end_at_us.map_or(r.summary.span_us - p.start_at_us, |e| e - p.start_at_us))
         )?;
     }
-    // Lane labels and guides.
-    if has_marks {
-        for (k, label) in mark_labels.iter().enumerate() {
-            let y = TOP + k as f64 * MARK_LANE_H;
-            writeln!(
-                w,
-                "<text x=\"{:.0}\" y=\"{:.1}\" text-anchor=\"end\" fill=\"#333\">{label}</text>",
-                LEFT - 8.0,
-                y + MARK_LANE_H / 2.0 + 4.0
-            )?;
-            writeln!(
-                w,
-                "<line x1=\"{LEFT}\" x2=\"{:.0}\" y1=\"{:.1}\" y2=\"{:.1}\" stroke=\"#eee\"/>",
-                WIDTH - RIGHT,
-                y + MARK_LANE_H / 2.0,
-                y + MARK_LANE_H / 2.0
-            )?;
-        }
+    Ok(())
+}
+
+/// Lane labels and guides: the marks' lanes, then one lane per thread.
+fn write_lane_labels(w: &mut dyn Write, f: &Frame, mark_labels: &[&str]) -> io::Result<()> {
+    let (plot_w, lanes_top) = (f.plot_w, f.lanes_top);
+    let lanes = &f.lanes;
+    for (k, label) in mark_labels.iter().enumerate() {
+        let y = TOP + k as f64 * MARK_LANE_H;
+        writeln!(
+            w,
+            "<text x=\"{:.0}\" y=\"{:.1}\" text-anchor=\"end\" fill=\"#333\">{label}</text>",
+            LEFT - 8.0,
+            y + MARK_LANE_H / 2.0 + 4.0
+        )?;
+        writeln!(
+            w,
+            "<line x1=\"{LEFT}\" x2=\"{:.0}\" y1=\"{:.1}\" y2=\"{:.1}\" stroke=\"#eee\"/>",
+            WIDTH - RIGHT,
+            y + MARK_LANE_H / 2.0,
+            y + MARK_LANE_H / 2.0
+        )?;
     }
     for (i, l) in lanes.iter().enumerate() {
         let y = lanes_top + i as f64 * LANE_H;
@@ -227,6 +286,13 @@ pub(crate) fn write_lanes_at(r: &Report, w: &mut dyn Write, y: Option<f64>) -> i
             esc(&l.label)
         )?;
     }
+    Ok(())
+}
+
+/// Stalls as bars on their thread's lane.
+fn write_bars(r: &Report, w: &mut dyn Write, f: &Frame) -> io::Result<()> {
+    let x = |at: f64| f.x(at);
+    let lane_y = |tid: u32| f.lane_y(tid);
     // Stalls as bars, the longest drawn first so short ones stay visible on top.
     let mut order: Vec<usize> = (0..r.stalls.len()).collect();
     order.sort_by_key(|&i| std::cmp::Reverse(r.stalls[i].duration_us));
@@ -256,7 +322,13 @@ pub(crate) fn write_lanes_at(r: &Report, w: &mut dyn Write, y: Option<f64>) -> i
             esc(&s.cause)
         )?;
     }
-    // The cross-thread cause.
+    Ok(())
+}
+
+/// The cross-thread cause: an arrow from a bio fsync's end to the AOF write it released.
+fn write_waits(r: &Report, w: &mut dyn Write, f: &Frame) -> io::Result<()> {
+    let x = |at: f64| f.x(at);
+    let lane_y = |tid: u32| f.lane_y(tid);
     for (m, b) in waits_for_fsync(r) {
         let (Some(ym), Some(yb)) = (lane_y(m.tid), lane_y(b.tid)) else {
             continue;
@@ -275,74 +347,98 @@ pub(crate) fn write_lanes_at(r: &Report, w: &mut dyn Write, y: Option<f64>) -> i
             dur(m.duration_us)
         )?;
     }
-    // redis's own marks.
-    if has_marks {
-        let y = TOP + MARK_LANE_H / 2.0;
-        for l in log_lines {
-            let big = l.meaning.is_some() || l.level == Some(LogLevel::Warning);
-            let color = match l.level {
-                Some(LogLevel::Warning) => "#c0392b",
-                Some(LogLevel::Notice) => "#1f618d",
-                _ => "#95a5a6",
-            };
-            let xx = x(l.at_us as f64);
-            let (h, sw) = if big { (12.0, 2.0) } else { (7.0, 1.0) };
-            writeln!(
-                w,
-                "<line class=\"log-mark\" data-line=\"{}\" data-at=\"{}\" x1=\"{xx:.1}\" x2=\"{xx:.1}\" y1=\"{:.1}\" y2=\"{:.1}\" stroke=\"{color}\" stroke-width=\"{sw}\"><title>{} [{} {}] {}</title></line>",
-                l.line,
-                l.at_us,
-                y - h,
-                y + h,
-                esc(&l.ts),
-                esc(l.role.as_str()),
-                l.pid.map(|p| p.to_string()).unwrap_or_default(),
-                esc(&l.message)
-            )?;
-        }
-        if let Some(sv) = server {
-            let y = TOP + MARK_LANE_H * 1.5;
-            // Both are stamped to the second (the event ended somewhere in it): each is a
-            // bar over its second, LATENCY above the line, SLOWLOG below.
-            let second = |at: i64| {
-                (
-                    x(at as f64),
-                    (x((at + 1_000_000) as f64) - x(at as f64)).max(3.0),
-                )
-            };
-            for l in &sv.latency {
-                if !(-1_000_000..=r.summary.span_us).contains(&l.at_us) {
-                    continue;
-                }
-                let (xx, wd) = second(l.at_us);
-                writeln!(
-                    w,
-                    "<rect class=\"latency-mark\" data-event=\"{}\" data-at=\"{}\" x=\"{xx:.1}\" y=\"{:.1}\" width=\"{wd:.1}\" height=\"7\" fill=\"#8e44ad\" fill-opacity=\"0.75\"><title>LATENCY {} {} ms, in this second (redis stamps events to the second)</title></rect>",
-                    esc(&l.event),
-                    l.at_us,
-                    y - 8.0,
-                    esc(&l.event),
-                    l.latency_ms
-                )?;
-            }
-            for e in &sv.slowlog {
-                if !(-1_000_000..=r.summary.span_us).contains(&e.at_us) {
-                    continue;
-                }
-                let (xx, wd) = second(e.at_us);
-                writeln!(
-                    w,
-                    "<rect class=\"slowlog-mark\" data-at=\"{}\" x=\"{xx:.1}\" y=\"{:.1}\" width=\"{wd:.1}\" height=\"7\" fill=\"#16a085\" fill-opacity=\"0.75\"><title>SLOWLOG #{} {} {}, in this second</title></rect>",
-                    e.at_us,
-                    y + 1.0,
-                    e.id,
-                    esc(&e.command),
-                    dur(e.duration_us)
-                )?;
-            }
-        }
+    Ok(())
+}
+
+/// redis's log lines as ticks on their lane, taller for a warning or a line that names a
+/// cause.
+fn write_log_marks(
+    w: &mut dyn Write,
+    f: &Frame,
+    log_lines: &[crate::report::RedisLogLine],
+) -> io::Result<()> {
+    let x = |at: f64| f.x(at);
+    let y = TOP + MARK_LANE_H / 2.0;
+    for l in log_lines {
+        let big = l.meaning.is_some() || l.level == Some(LogLevel::Warning);
+        let color = match l.level {
+            Some(LogLevel::Warning) => "#c0392b",
+            Some(LogLevel::Notice) => "#1f618d",
+            _ => "#95a5a6",
+        };
+        let xx = x(l.at_us as f64);
+        let (h, sw) = if big { (12.0, 2.0) } else { (7.0, 1.0) };
+        writeln!(
+            w,
+            "<line class=\"log-mark\" data-line=\"{}\" data-at=\"{}\" x1=\"{xx:.1}\" x2=\"{xx:.1}\" y1=\"{:.1}\" y2=\"{:.1}\" stroke=\"{color}\" stroke-width=\"{sw}\"><title>{} [{} {}] {}</title></line>",
+            l.line,
+            l.at_us,
+            y - h,
+            y + h,
+            esc(&l.ts),
+            esc(l.role.as_str()),
+            l.pid.map(|p| p.to_string()).unwrap_or_default(),
+            esc(&l.message)
+        )?;
     }
-    // The time axis.
+    Ok(())
+}
+
+/// LATENCY and SLOWLOG records on their lane.
+fn write_server_marks(
+    r: &Report,
+    w: &mut dyn Write,
+    f: &Frame,
+    sv: &crate::report::RedisServerInfo,
+) -> io::Result<()> {
+    let x = |at: f64| f.x(at);
+    let y = TOP + MARK_LANE_H * 1.5;
+    // Both are stamped to the second (the event ended somewhere in it): each is a
+    // bar over its second, LATENCY above the line, SLOWLOG below.
+    let second = |at: i64| {
+        (
+            x(at as f64),
+            (x((at + 1_000_000) as f64) - x(at as f64)).max(3.0),
+        )
+    };
+    for l in &sv.latency {
+        if !(-1_000_000..=r.summary.span_us).contains(&l.at_us) {
+            continue;
+        }
+        let (xx, wd) = second(l.at_us);
+        writeln!(
+            w,
+            "<rect class=\"latency-mark\" data-event=\"{}\" data-at=\"{}\" x=\"{xx:.1}\" y=\"{:.1}\" width=\"{wd:.1}\" height=\"7\" fill=\"#8e44ad\" fill-opacity=\"0.75\"><title>LATENCY {} {} ms, in this second (redis stamps events to the second)</title></rect>",
+            esc(&l.event),
+            l.at_us,
+            y - 8.0,
+            esc(&l.event),
+            l.latency_ms
+        )?;
+    }
+    for e in &sv.slowlog {
+        if !(-1_000_000..=r.summary.span_us).contains(&e.at_us) {
+            continue;
+        }
+        let (xx, wd) = second(e.at_us);
+        writeln!(
+            w,
+            "<rect class=\"slowlog-mark\" data-at=\"{}\" x=\"{xx:.1}\" y=\"{:.1}\" width=\"{wd:.1}\" height=\"7\" fill=\"#16a085\" fill-opacity=\"0.75\"><title>SLOWLOG #{} {} {}, in this second</title></rect>",
+            e.at_us,
+            y + 1.0,
+            e.id,
+            esc(&e.command),
+            dur(e.duration_us)
+        )?;
+    }
+    Ok(())
+}
+
+/// The time axis under the lanes, and when time 0 is.
+fn write_time_axis(r: &Report, w: &mut dyn Write, f: &Frame) -> io::Result<()> {
+    let (span, t0, t1, lanes_top) = (f.span, f.t0, f.t1, f.lanes_top);
+    let lanes = &f.lanes;
+    let x = |at: f64| f.x(at);
     let base = lanes_top + lanes.len() as f64 * LANE_H;
     writeln!(
         w,
@@ -380,8 +476,7 @@ pub(crate) fn write_lanes_at(r: &Report, w: &mut dyn Write, y: Option<f64>) -> i
         base + 32.0,
         esc(start)
     )?;
-    writeln!(w, "</svg>")?;
-    Ok(height)
+    Ok(())
 }
 
 /// The HTML section: the lanes, how redis's clock was read, and each stall's evidence
