@@ -306,7 +306,58 @@ impl Serialize for PhaseStatsOf {
 }
 
 pub use crate::fdtable::FileClass;
-pub use crate::redis_log::{LogLevel, LogRole};
+/// Who wrote a log line, by its role mark (redis's `M`/`S`/`C`/`X`, valkey's words).
+/// Serialized as the word: "master", "replica", "child", "sentinel", "signal-handler", or
+/// valkey's own word for a role redis has no mark for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LogRole {
+    Master,
+    Replica,
+    Child,
+    Sentinel,
+    SignalHandler,
+    Other(Box<str>),
+}
+
+impl LogRole {
+    pub fn as_str(&self) -> &str {
+        match self {
+            LogRole::Master => "master",
+            LogRole::Replica => "replica",
+            LogRole::Child => "child",
+            LogRole::Sentinel => "sentinel",
+            LogRole::SignalHandler => "signal-handler",
+            LogRole::Other(w) => w,
+        }
+    }
+}
+
+impl serde::Serialize for LogRole {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+/// A log line's level (signal-handler lines have none). Ordered by verbosity.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogLevel {
+    Debug,
+    Verbose,
+    Notice,
+    Warning,
+}
+
+impl LogLevel {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LogLevel::Debug => "debug",
+            LogLevel::Verbose => "verbose",
+            LogLevel::Notice => "notice",
+            LogLevel::Warning => "warning",
+        }
+    }
+}
 
 impl std::fmt::Display for FileClass {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -65,39 +65,6 @@ const LONG_FNS: &[(&str, &str, &str)] = &[
         "extract_args_named",
         "the strace argument scanner's per-line hot path",
     ),
-    ("src/render/svg.rs", "write_svg", "not yet split (issue 38)"),
-    (
-        "src/render/svg.rs",
-        "write_legend",
-        "not yet split (issue 38)",
-    ),
-    (
-        "src/render/lanes.rs",
-        "write_lanes_at",
-        "not yet split (issue 38)",
-    ),
-    (
-        "src/render/trace_export.rs",
-        "render",
-        "not yet split (issue 38)",
-    ),
-    ("src/render/table.rs", "header", "not yet split (issue 38)"),
-    ("src/redis_evidence.rs", "apply", "not yet split (issue 38)"),
-    (
-        "src/redis_evidence.rs",
-        "finding_signals",
-        "not yet split (issue 38)",
-    ),
-    (
-        "src/redis_evidence.rs",
-        "stall_evidence",
-        "not yet split (issue 38)",
-    ),
-    (
-        "src/redis_client.rs",
-        "poll_loop",
-        "not yet split (issue 38)",
-    ),
 ];
 
 /// Structs still over `MAX_FIELDS`: (file, struct, reason).
@@ -121,11 +88,6 @@ const UPWARD: &[(&str, &str, &str)] = &[
         "report",
         "fdtable",
         "`FileClass` is defined with the fd table; it moves to the schema once issue 39's fd classes land",
-    ),
-    (
-        "report",
-        "redis_log",
-        "`LogLevel` and `LogRole` are defined with the log parser; they move to the schema with the typed evidence",
     ),
     (
         "report",
