@@ -21,7 +21,6 @@ pub(crate) mod redis_client;
 pub(crate) mod redis_conf;
 pub(crate) mod redis_log;
 /// The join's old path, for the session code that calls it until it moves (`evidence`).
-pub(crate) use evidence as redis_evidence;
 pub(crate) mod render;
 pub(crate) mod report;
 pub mod run;

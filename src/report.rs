@@ -967,6 +967,9 @@ pub struct HostSample {
 #[derive(Clone, Debug, Serialize, Default)]
 pub struct Overhead {
     pub syscalls_per_s: f64,
+    /// Whether the backend stops redis at each call (ptrace); otherwise nothing is stopped
+    /// and the cost to watch is lost records.
+    pub stops_redis: bool,
     pub mean_stop_us: f64,
     pub warning: Option<String>,
 }

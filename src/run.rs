@@ -241,16 +241,16 @@ pub(crate) fn report_of(args: &AnalyzeArgs) -> Result<Report> {
 /// onto the stalls (`redis_evidence`).
 fn join_redis_log(report: &mut Report, args: &AnalyzeArgs, conf: Option<&RedisConf>) -> Result<()> {
     let log = match &args.out.redis_log {
-        Some(p) => Some(crate::redis_evidence::LogSource {
+        Some(p) => Some(crate::evidence::LogSource {
             path: p.clone(),
             found: crate::report::LogFound::Flag,
             explicit: true,
         }),
-        None => crate::redis_evidence::find_log(&args.files, conf, report),
+        None => crate::evidence::find_log(&args.files, conf, report),
     };
-    crate::redis_evidence::apply(
+    crate::evidence::apply(
         report,
-        crate::redis_evidence::Inputs {
+        crate::evidence::Inputs {
             log,
             date_given: args.date.is_some(),
             ..Default::default()

@@ -5,10 +5,10 @@
 use crate::analyze::Analyzer;
 use crate::cli::AttachArgs;
 use crate::event::{Event, Nanos, SchedSpan, Tid};
+use crate::evidence::LiveRedis;
 use crate::live::{host, procctx};
 use crate::live::{BackendChoice, TracerConfig};
 use crate::recording::{FileStore, RecordingStart, RecordingWriter};
-use crate::redis_evidence::LiveRedis;
 use crate::report::{Report, SourceKind};
 use crate::session::{self, Enrichment, LiveSession, Sink, Threads, Tick};
 use crate::source::{Counters, SourceInfo};
@@ -29,7 +29,7 @@ pub fn run(args: &AttachArgs) -> Result<u64> {
     // Found before the attach: once traced, the one-off `CONFIG GET logfile` connection's
     // command would count as a client's.
     let asked_log = args.redis.as_deref().and_then(|addr| {
-        crate::redis_evidence::log_source_before_attach(
+        crate::evidence::log_source_before_attach(
             pid,
             args.out.redis_log.as_deref(),
             Some(addr),

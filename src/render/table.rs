@@ -322,7 +322,7 @@ fn caveats(r: &Report, w: &mut dyn Write, p: &Paint) -> io::Result<()> {
 /// What tracing cost a live process.
 fn tracing_cost(r: &Report) -> Option<String> {
     let o = r.overhead.as_ref()?;
-    let mut line = if matches!(r.source.backend, Some(LiveBackend::Perf | LiveBackend::Bpf)) {
+    let mut line = if !o.stops_redis {
         format!(
             "Tracing cost: {:.0} syscalls/s traced; redis is never stopped",
             o.syscalls_per_s

@@ -996,6 +996,7 @@ fn tracing_cost_line_follows_the_backend() {
         r.source.backend = Some(backend.into());
         r.overhead = Some(Overhead {
             syscalls_per_s: 3000.0,
+            stops_redis: backend == "ptrace",
             mean_stop_us: 9.7,
             warning: None,
         });

@@ -355,6 +355,7 @@ pub(crate) fn add_overhead(report: &mut Report, st: &TracerStats, stops_tracee: 
         });
         report.overhead = Some(Overhead {
             syscalls_per_s: per_s,
+            stops_redis: false,
             mean_stop_us: 0.0,
             warning,
         });
@@ -381,6 +382,7 @@ pub(crate) fn add_overhead(report: &mut Report, st: &TracerStats, stops_tracee: 
     });
     report.overhead = Some(Overhead {
         syscalls_per_s: per_s,
+        stops_redis: true,
         mean_stop_us,
         warning,
     });

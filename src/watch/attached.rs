@@ -106,7 +106,7 @@ fn keep_ns(w: &Watcher) -> Nanos {
 pub(super) fn watch_one(w: &mut Watcher, pid: Tid) -> Result<()> {
     // What redis's log is, found before the attach.
     let log_src = (w.args.redis.is_some() || w.args.redis_log.is_some()).then(|| {
-        crate::redis_evidence::log_source_before_attach(
+        crate::evidence::log_source_before_attach(
             pid,
             w.args.redis_log.as_deref(),
             w.args.redis.as_deref(),
@@ -121,7 +121,7 @@ pub(super) fn watch_one(w: &mut Watcher, pid: Tid) -> Result<()> {
 pub(super) fn watch_session(
     w: &mut Watcher,
     mut s: LiveSession,
-    log_src: Option<Option<crate::redis_evidence::LogSource>>,
+    log_src: Option<Option<crate::evidence::LogSource>>,
 ) -> Result<()> {
     let pid = s.pid;
     w.metrics.attached.set(1);
@@ -191,7 +191,7 @@ fn view_of(s: &LiveSession, w: &Watcher) -> SessionView {
 fn start_redis(
     w: &Watcher,
     s: &LiveSession,
-    log_src: Option<Option<crate::redis_evidence::LogSource>>,
+    log_src: Option<Option<crate::evidence::LogSource>>,
 ) -> Option<redis::WatchRedis> {
     let conf = s.opts.redis_conf.as_ref();
     let wanted = w.args.redis.is_some()

@@ -6,8 +6,8 @@
 //! samples of its window after one SLOWLOG/LATENCY HISTORY round of its own.
 
 use crate::event::Nanos;
+use crate::evidence::{FollowedLog, Inputs, LogSource};
 use crate::redis_client::{Poller, PollerView};
-use crate::redis_evidence::{FollowedLog, Inputs, LogSource};
 use crate::redis_log::{Follower, LogLine, ReadStats};
 use crate::report::Report;
 use std::collections::VecDeque;
@@ -47,7 +47,7 @@ impl WatchRedis {
         ctx: &crate::live::procctx::ProcContext,
         conf: Option<&crate::fdtable::RedisConf>,
     ) -> Option<LogSource> {
-        crate::redis_evidence::live_log_source(redis_log, redis, ctx, conf)
+        crate::evidence::live_log_source(redis_log, redis, ctx, conf)
     }
 
     /// `src`: the log to follow (`log_source`, before the attach).
@@ -147,7 +147,7 @@ impl IncidentRedis {
             v.history_round(HISTORY_WAIT);
             v.since(self.from_wall_ms - 1000)
         });
-        crate::redis_evidence::apply(
+        crate::evidence::apply(
             report,
             Inputs {
                 log: None,
