@@ -76,13 +76,8 @@ const WAKE_SIGNAL: libc::c_int = libc::SIGUSR1;
 extern "C" fn wake_handler(_: libc::c_int) {}
 
 fn install_wake_handler() {
-    unsafe {
-        let mut sa: libc::sigaction = std::mem::zeroed();
-        sa.sa_sigaction = wake_handler as *const () as usize;
-        sa.sa_flags = 0; // no SA_RESTART: waitpid must return EINTR
-        libc::sigemptyset(&mut sa.sa_mask);
-        libc::sigaction(WAKE_SIGNAL, &sa, std::ptr::null_mut());
-    }
+    // No SA_RESTART: the tracer's blocking waitpid must return EINTR to be woken.
+    crate::signals::install(WAKE_SIGNAL, wake_handler as *const () as usize, 0);
 }
 
 /// Handle on the tracer thread.
