@@ -145,9 +145,17 @@ impl Latency {
         // gave them (the same keys inserted in the same order: the same iteration order),
         // so reports stay byte-identical.
         // One insert at a time, as the map grew (`collect` would reserve at once).
-        let mut order: HashMap<FileId, &Agg> = HashMap::default();
+        // Lifetimes given records of their own (`FdTable::record_for`) fold into the row
+        // of their identity.
+        let mut order: HashMap<FileId, std::borrow::Cow<'_, Agg>> = HashMap::default();
         for f in &self.file_order {
-            order.insert(*f, self.cells.agg(*f).expect("a file with a timed call"));
+            let a = self.cells.agg(*f).expect("a file with a timed call");
+            match order.entry(world.canonical_file(*f)) {
+                std::collections::hash_map::Entry::Occupied(mut e) => e.get_mut().to_mut().merge(a),
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    e.insert(std::borrow::Cow::Borrowed(a));
+                }
+            }
         }
         let mut v: Vec<report::FdStats> = order
             .iter()

@@ -407,6 +407,11 @@ impl World {
         self.fds.file(id)
     }
 
+    /// The file that stands for `id` in the report's rows (`FdTable::canonical`).
+    pub(crate) fn canonical_file(&self, id: FileId) -> FileId {
+        self.fds.canonical(id)
+    }
+
     /// Some file of the trace is an AOF.
     pub(crate) fn aof_seen(&self) -> bool {
         self.fds.files().iter().any(|f| f.class == FileClass::Aof)
