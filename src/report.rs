@@ -774,6 +774,7 @@ pub enum FindingId {
     Command,
     IoThreads,
     DiskContention,
+    SlowFileIo,
     AofFsyncBackground,
     ChildCowReport,
     ChildDiskIo,
@@ -800,6 +801,7 @@ impl FindingId {
             FindingId::Command => "command",
             FindingId::IoThreads => "io-threads",
             FindingId::DiskContention => "disk-contention",
+            FindingId::SlowFileIo => "slow-file-io",
             FindingId::AofFsyncBackground => "aof-fsync-background",
             FindingId::ChildCowReport => "child-cow-report",
             FindingId::ChildDiskIo => "child-disk-io",
@@ -814,7 +816,7 @@ impl FindingId {
 }
 
 impl FindingId {
-    pub const ALL: [FindingId; 20] = [
+    pub const ALL: [FindingId; 21] = [
         FindingId::AofFsyncAlways,
         FindingId::AofWriteActiveChild,
         FindingId::AofWritePendingFsync,
@@ -826,6 +828,7 @@ impl FindingId {
         FindingId::Command,
         FindingId::IoThreads,
         FindingId::DiskContention,
+        FindingId::SlowFileIo,
         FindingId::AofFsyncBackground,
         FindingId::ChildCowReport,
         FindingId::ChildDiskIo,

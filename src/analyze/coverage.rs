@@ -30,6 +30,10 @@ pub(crate) struct Coverage {
     /// receives, accepts): a loop told of work that never takes it is a filtered trace.
     ready_waits: u64,
     takes: u64,
+    /// Which calls of the syscall table the trace holds (a bit per `syscalls::index_of`),
+    /// and whether any other name: how many kinds of call a trace holds is the evidence
+    /// that it was filtered (`-e trace=fdatasync` leaves one or two).
+    kinds: [u64; 4],
 }
 
 /// Ready-fd returns of event-loop waits that, with no read or accept in the trace at all,
@@ -42,6 +46,11 @@ const READY_WITHOUT_TAKES: u64 = 3;
 /// many rereads of /proc/PID/stat through one open (one could follow an lseek).
 const UNTRACED_OPENS_MIN: u64 = 2;
 
+/// Most kinds of call a trace filtered with `-e trace=` is taken to hold: redis's latency
+/// guide asks for one (`-e trace=fdatasync`); a filter by class (`%file`, `%desc`) holds
+/// more, but then calls of other kinds are missing too, which the other verdicts see.
+pub(crate) const FILTERED_KINDS_MAX: u32 = 4;
+
 /// Calls, all failed, that show a `-Z` trace (fewer could be a trace cut to a few lines).
 const FAILED_ONLY_MIN: u64 = 5;
 
@@ -49,7 +58,13 @@ const FAILED_ONLY_MIN: u64 = 5;
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) enum GapVerdict {
     /// Not one event-loop wait (epoll, select/poll): `strace -e trace=...`, or a few lines.
-    Filtered { syscalls: u64 },
+    Filtered {
+        syscalls: u64,
+        /// Kinds of call in the trace (`Coverage::kinds`): few only when `-e trace=` was used.
+        kinds: u32,
+        /// A perf trace: no strace option filtered it.
+        perf: bool,
+    },
     /// Event-loop waits returned ready fds this many times, yet no call read or accepted:
     /// `-e trace=` kept the waits and dropped the calls that serve them.
     ServingFiltered { ready: u64 },
@@ -79,7 +94,10 @@ impl GapVerdict {
     /// The sentence the findings show.
     pub(crate) fn why(&self) -> String {
         match self {
-            GapVerdict::Filtered { .. } => "the trace looks filtered (-e trace=...)".into(),
+            GapVerdict::Filtered { kinds, perf, .. } if !*perf && *kinds <= FILTERED_KINDS_MAX => {
+                "the trace looks filtered (-e trace=...)".into()
+            }
+            GapVerdict::Filtered { .. } => "the trace has no wait of an event loop".into(),
             GapVerdict::ServingFiltered { ready } => format!(
                 "event-loop waits returned ready fds {ready} times, yet the trace has not one \
                  read, receive or accept: strace was probably run with -e trace=..., and a gap \
@@ -218,6 +236,9 @@ impl Coverage {
         // As `Event::end`: saturating.
         self.last_ts = self.last_ts.max(ts.saturating_add(cx.dur));
         self.syscalls += 1;
+        if let Some(i) = crate::syscalls::index_of(sc.sys).filter(|i| *i < 256) {
+            self.kinds[i / 64] |= 1 << (i % 64);
+        }
         // The edges of a trace, exits, and the calls an exit cut short (`= ?`) are timed
         // by pairing even under -T: none of them counts as measured or reconstructed. The
         // common case (measured, none of those) is tested first.
@@ -302,6 +323,8 @@ impl Coverage {
         if self.syscalls > 0 && no_event_loop {
             return Some(GapVerdict::Filtered {
                 syscalls: self.syscalls,
+                kinds: self.kinds.iter().map(|w| w.count_ones()).sum(),
+                perf: clock.perf,
             });
         }
         if let Some(min) = self.duration_filter() {
@@ -437,7 +460,11 @@ mod tests {
         let epoch = clock(TimeFmt::Epoch, 6);
         assert_eq!(
             c.gap_verdict(&epoch, 10_000_000, true, (0, 0), 0, 1, 0),
-            Some(GapVerdict::Filtered { syscalls: 1000 })
+            Some(GapVerdict::Filtered {
+                syscalls: 1000,
+                kinds: 1,
+                perf: false
+            })
         );
         assert_eq!(
             c.gap_verdict(&epoch, 10_000_000, false, (0, 0), 0, 1, 0),

@@ -8,7 +8,7 @@ use super::phases::Segment;
 use super::roles::Role;
 use super::stats::Agg;
 use super::world::World;
-use crate::event::{DurSource, Nanos};
+use crate::event::{DurSource, Nanos, Tid};
 use crate::fdtable::{FileClass, FileId};
 use crate::report::Dist;
 use hdrhistogram::Histogram;
@@ -84,6 +84,10 @@ pub(crate) struct FileTime {
     aof_upper_ns: i64,
     /// (start, end) of background fsyncs of the AOF of at least 1 ms, in trace order.
     bio_fsyncs: Vec<(Nanos, Nanos)>,
+    /// (start, end, thread) of disk-file calls of at least 1 ms by threads other than the
+    /// main thread (a save child, a background thread, another program of a whole-machine
+    /// trace), in trace order: the other writers a busy-disk finding needs to point at.
+    others_disk: Vec<(Nanos, Nanos, Tid)>,
 }
 
 impl FileTime {
@@ -130,6 +134,14 @@ impl FileTime {
             && self.bio_fsyncs.len() < BIO_FSYNCS_MAX
         {
             self.bio_fsyncs.push((cx.ts(), cx.end));
+        }
+        if role != Role::Main
+            && c.is_disk_file()
+            && cx.timed
+            && cx.dur >= 1_000_000
+            && self.others_disk.len() < BIO_FSYNCS_MAX
+        {
+            self.others_disk.push((cx.ts(), cx.end, cx.tid));
         }
         tag
     }
@@ -185,6 +197,22 @@ impl FileTime {
     /// Most of the serving threads' AOF time was timed only as upper bounds.
     pub(crate) fn aof_time_is_upper_bound(&self) -> bool {
         self.aof_upper_ns > 0 && self.aof_upper_ns * 2 >= self.aof_ns
+    }
+
+    /// How many fsyncs of file `f` the main thread made (timed ones).
+    pub(crate) fn main_fsyncs_of(&self, f: FileId) -> u64 {
+        self.main_fsync_by_file
+            .get(f as usize)
+            .map_or(0, |a| a.count)
+    }
+
+    /// Another thread than `not` (a child, a background thread, another program) was in a
+    /// disk-file call of at least 1 ms at some time in [start, end): evidence of another
+    /// writer on the disks the trace can show.
+    pub(crate) fn other_disk_io(&self, not: Tid, start: Nanos, end: Nanos) -> bool {
+        self.others_disk
+            .iter()
+            .any(|(s, e, t)| *t != not && *s < end && *e > start)
     }
 
     /// A background fsync of the AOF ran at some time in [start, end).

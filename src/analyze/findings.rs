@@ -7,7 +7,7 @@
 //! are tables of rules, each fed by an explicit evidence input, in the order the findings
 //! are listed before they are sorted by severity.
 
-use super::coverage::GapVerdict;
+use super::coverage::{GapVerdict, FILTERED_KINDS_MAX};
 use super::file_time::FileTime;
 use super::holds::Held;
 use super::phases::Phases;
@@ -495,9 +495,7 @@ fn cause_of_call(
             Some(FindingId::CowPageFaults),
             format!("a socket call does not wait for the disk; slowed by page faults or CPU contention{during}"),
         ),
-        (Role::Main, c2, _) if c2.is_disk_file() => {
-            (Some(FindingId::DiskContention), "file I/O in the main thread waited on a busy disk".into())
-        }
+        (Role::Main, c2, _) if c2.is_disk_file() => disk_cause(a, c, fsync),
         (Role::Main, FileClass::Unknown, _) if sys.facts.has(Facts::CLOSE) && c.file.is_none() && c.dur_facts.in_flight.is_some() => (
             None,
             "the fd was opened before tracing began, so its file is unknown; in redis a close() \
@@ -507,6 +505,39 @@ fn cause_of_call(
         ),
         _ => (None, "no finding explains it".into()),
     }
+}
+
+/// Fsyncs of one file by the main thread from which on they are steady: redis's
+/// `appendfsync always` fsyncs the AOF once per event-loop turn that wrote.
+const STEADY_FSYNCS: u64 = 8;
+
+/// A main-thread call on a disk file: a busy disk only on evidence of another writer (a
+/// background child ran, or another thread or program of the trace was in disk I/O at the
+/// time); otherwise the call's own wait, with what the trace cannot show said plainly.
+fn disk_cause(a: &Evidence<'_>, c: &Cand, fsync: bool) -> (Option<FindingId>, String) {
+    let end = c.start + c.dur;
+    if c.phase.is_some() || a.file_time.other_disk_io(c.tid, c.start, end) {
+        return (
+            Some(FindingId::DiskContention),
+            "file I/O in the main thread waited on a busy disk (another writer was in disk I/O at the time)".into(),
+        );
+    }
+    let steady = fsync
+        && c.file
+            .is_some_and(|f| a.file_time.main_fsyncs_of(f) >= STEADY_FSYNCS);
+    let why = if steady {
+        format!(
+            "the thread that owns the process fsyncs this fd steadily ({} times), the signature of \
+             appendfsync always; the trace shows no other writer and names no file, so whether the \
+             disk was busy or is simply this slow to make data durable is not known",
+            c.file.map_or(0, |f| a.file_time.main_fsyncs_of(f))
+        )
+    } else {
+        "the main thread waited for the disk in its own call; the trace shows no other writer, so \
+         whether the disk was busy is not known"
+            .to_string()
+    };
+    (Some(FindingId::SlowFileIo), why)
 }
 
 /// What the stalls of one finding add up to.
@@ -830,10 +861,11 @@ fn gaps_unmeasurable(cx: &Ctx<'_>, _: Option<&ByFinding>) -> bool {
 
 fn gaps_evidence(cx: &Ctx<'_>, _: Option<&ByFinding>) -> String {
     match cx.ev.gaps {
-        Some(GapVerdict::Filtered { syscalls }) => format!(
-            "{syscalls} syscalls and not one wait of an event loop (epoll_wait, or select/poll): \
-             strace was probably run with -e trace=..., or the trace is cut to a few lines"
-        ),
+        Some(GapVerdict::Filtered {
+            syscalls,
+            kinds,
+            perf,
+        }) => filtered_words(*syscalls, *kinds, *perf),
         Some(v) if v.loop_traced() => format!(
             "{}; only the main thread's gaps that client commands waited through are shown \
              (the event loop's waits are in the trace, so such a gap is time the loop did \
@@ -875,6 +907,29 @@ fn io_threads_title(cx: &Ctx<'_>, e: Option<&ByFinding>) -> String {
         format!(
             "The main thread waited for its {n} I/O thread{} (no command was slow)",
             plural(n)
+        )
+    }
+}
+
+/// Why a trace with no event-loop wait shows no gaps, saying it was filtered only on
+/// evidence: a perf trace is never strace's `-e trace=`, and a trace of many kinds of call
+/// is a program that waits for work some other way, or a cut.
+fn filtered_words(syscalls: u64, kinds: u32, perf: bool) -> String {
+    let head = format!(
+        "{syscalls} syscall{} and not one wait of an event loop (epoll_wait, or select/poll)",
+        plural(syscalls)
+    );
+    if !perf && kinds <= FILTERED_KINDS_MAX {
+        format!(
+            "{head}, in only {kinds} kind{} of call: strace was probably run with -e trace=..., \
+             so calls between the ones shown are missing and gaps are not time a client waited",
+            plural(u64::from(kinds))
+        )
+    } else {
+        format!(
+            "{head}, in {kinds} kinds of call: the traced program waits for work some other way \
+             (or not at all), or the trace is cut to a few lines, so a gap is not time a client \
+             waited"
         )
     }
 }
@@ -1031,6 +1086,15 @@ static RULES: &[Rule] = &[
         FindingId::DiskContention,
         "File I/O in the main thread waited on a busy disk",
         "Find what saturates the disk (iostat -x, pidstat -d) and move redis's files to a disk of their own.",
+    ),
+    on_its_stalls(
+        FindingId::SlowFileIo,
+        "File I/O in the main thread waited for the disk, with no other writer in the trace",
+        "These calls wait for the device itself (an fsync returns only once the data is on stable storage), \
+         with every client waiting behind the main thread. Measure the device (iostat -x: w_await, %util) and \
+         look for writers the trace does not show (pidstat -d, iotop). A steady fsync in the main thread is \
+         redis's `appendfsync always`: `appendfsync everysec` moves it to a background thread (trade-off: up \
+         to about 1 s of acknowledged writes lost on a crash); or put the file on a faster disk.",
     ),
     Rule {
         id: FindingId::AofFsyncBackground,
