@@ -83,13 +83,31 @@ fn prefix(line: &[u8]) -> Option<PerfPrefix<'_>> {
     if dur_column && n > 0 && s.get(n) == Some(&b'(') {
         return Some((ts, dur, 0, s));
     }
-    // `comm/tid`: comm may hold spaces or slashes, the tid is the digits after the last `/`
-    // before the first blank that follows digits.
-    let sp = s.iter().position(|b| *b == b' ')?;
-    let who = &s[..sp];
-    let slash = memchr::memrchr(b'/', who)?;
-    let tid: Tid = std::str::from_utf8(&who[slash + 1..]).ok()?.parse().ok()?;
-    Some((ts, dur, tid, skip_ws(&s[sp..])))
+    let (tid, rest) = comm_tid(s)?;
+    Some((ts, dur, tid, rest))
+}
+
+/// The kernel's comm is at most 15 bytes (`TASK_COMM_LEN` less its NUL).
+const COMM_MAX: usize = 15;
+
+/// `comm/tid rest` -> (tid, rest). A comm may hold spaces and slashes (`Web Content/219299`,
+/// `JS Watchdog/947933`, `kworker/u8:2/77`): the tid is the first run of digits after a `/`
+/// within a comm's length of the start that a blank follows.
+fn comm_tid(s: &[u8]) -> Option<(Tid, &[u8])> {
+    let mut from = 0;
+    while let Some(i) = memchr::memchr(b'/', &s[from..]).map(|i| from + i) {
+        if i > COMM_MAX {
+            return None;
+        }
+        let digits = s[i + 1..].iter().take_while(|b| b.is_ascii_digit()).count();
+        let end = i + 1 + digits;
+        if digits > 0 && matches!(s.get(end), Some(b' ' | b'\t')) {
+            let tid: Tid = std::str::from_utf8(&s[i + 1..end]).ok()?.parse().ok()?;
+            return Some((tid, skip_ws(&s[end..])));
+        }
+        from = i + 1;
+    }
+    None
 }
 
 /// `2272.992` (ms) -> ns
@@ -642,6 +660,30 @@ mod tests {
             out[1].ts, 26_000,
             "a wrapped time is no time: the last one seen"
         );
+    }
+
+    /// `perf trace -a` prints every program's threads: a comm with spaces or slashes is one.
+    #[test]
+    fn a_comm_with_spaces_or_slashes_is_read() {
+        for (line, tid) in [
+            (
+                "  10.000 ( 0.010 ms): Web Content/219299 recvmsg(fd: 12) = -1 EAGAIN",
+                219299,
+            ),
+            (
+                "  10.000 ( 0.010 ms): JS Watchdog/947933 futex(uaddr: 0x7f, op: WAIT) = 0",
+                947933,
+            ),
+            ("  10.000 ( 0.010 ms): kworker/u8:2/77 read(fd: 3) = 0", 77),
+            (
+                "  10.000 ( 0.010 ms): redis-server/4242 fdatasync(fd: 7) = 0",
+                4242,
+            ),
+        ] {
+            let ev = one(line);
+            assert_eq!(ev.len(), 1, "{line}");
+            assert_eq!(ev[0].tid, tid, "{line}");
+        }
     }
 
     /// `perf trace -p PID` of a single thread prints no `comm/tid` column.
