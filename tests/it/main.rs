@@ -17,3 +17,4 @@ mod render_cli;
 mod source_edges;
 mod sources_corpus;
 mod variants;
+mod wild_shapes;

@@ -1,0 +1,294 @@
+//! Shapes from traces people paste publicly (issue 39), each from hand-written lines in
+//! fixtures/wild/ (README there): what the report must not claim from them (a busy disk from
+//! a filtered fsync trace, two classes for one fd lifetime, a socket taken for the AOF, a
+//! trace called filtered without evidence), and what it must read (an outgoing connection
+//! from its connect, comms with spaces in a whole-machine perf trace). Then properties over
+//! every trace in fixtures/: no socket is ever the AOF, and no finding without the evidence
+//! its cause needs (`EVIDENCE`).
+
+use assert_cmd::Command;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+fn analyze(path: &Path) -> Value {
+    let out = Command::cargo_bin("stallscope")
+        .unwrap()
+        .arg("analyze")
+        .arg(path)
+        .args(["--format", "json", "--date", "2026-11-30Z"])
+        .output()
+        .unwrap();
+    serde_json::from_slice(&out.stdout).unwrap_or(Value::Null)
+}
+
+fn wild(name: &str) -> Value {
+    analyze(&Path::new("fixtures/wild").join(name))
+}
+
+fn finding_ids(r: &Value) -> Vec<String> {
+    r["findings"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|f| f["id"].as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn finding<'a>(r: &'a Value, id: &str) -> Option<&'a Value> {
+    r["findings"]
+        .as_array()?
+        .iter()
+        .find(|f| f["id"].as_str() == Some(id))
+}
+
+/// (fd, class) of every FILES row.
+fn rows(r: &Value) -> Vec<(i64, String)> {
+    r["fds"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|f| {
+                    (
+                        f["fd"].as_i64().unwrap_or(-1),
+                        f["class"].as_str().unwrap_or("").to_string(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// `strace -p PID -T -e trace=fdatasync` of `appendfsync always`: steady fsyncs of one fd
+/// in the thread that owns the pid, and nothing else. No other writer is in it, so no busy
+/// disk; the stall says what the trace can and cannot show.
+#[test]
+fn a_filtered_fsync_trace_claims_no_busy_disk() {
+    let r = wild("fsync-filtered-always.strace");
+    let ids = finding_ids(&r);
+    assert!(!ids.contains(&"disk-contention".to_string()), "{ids:?}");
+    assert!(ids.contains(&"slow-file-io".to_string()), "{ids:?}");
+    let cause = r["stalls"][0]["cause"].as_str().unwrap_or("");
+    assert!(cause.contains("appendfsync always"), "{cause}");
+    assert!(cause.contains("no other writer"), "{cause}");
+    // One kind of call: the filter is evidence enough to say so.
+    let ev = finding(&r, "filtered-trace").expect("filtered-trace")["evidence"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
+    assert!(ev.contains("-e trace"), "{ev}");
+}
+
+/// fd 7 is fsynced before the RESP write that shows it is the AOF: its lifetime is the AOF
+/// from its first call, one FILES row, one cause for identical calls.
+#[test]
+fn one_fd_lifetime_has_one_class() {
+    let r = wild("fd-classed-late.strace");
+    let fd7: Vec<_> = rows(&r).into_iter().filter(|(fd, _)| *fd == 7).collect();
+    assert_eq!(fd7, vec![(7, "aof".to_string())]);
+    let ids = finding_ids(&r);
+    assert!(ids.contains(&"aof-fsync-always".to_string()), "{ids:?}");
+    assert!(!ids.contains(&"disk-contention".to_string()), "{ids:?}");
+    assert!(!ids.contains(&"slow-file-io".to_string()), "{ids:?}");
+}
+
+/// RESP written with sendto, on a socket made in the trace, or on an fd of unknown origin
+/// with nothing else to go on: none of them is the AOF.
+#[test]
+fn resp_on_a_socket_or_an_fd_of_unknown_origin_is_not_the_aof() {
+    let r = wild("resp-on-sockets.strace");
+    let rows = rows(&r);
+    assert!(!rows.is_empty());
+    for (fd, class) in &rows {
+        assert_ne!(class, "aof", "fd {fd}: {rows:?}");
+    }
+}
+
+/// A connect classes its socket from the call itself (its own stall and the setsockopt
+/// before it), one row per class, nothing left as "unknown".
+#[test]
+fn a_connect_classes_its_socket_from_the_call_itself() {
+    let r = wild("connect-classed.strace");
+    let fd4: Vec<_> = rows(&r).into_iter().filter(|(fd, _)| *fd == 4).collect();
+    assert_eq!(fd4, vec![(4, "replica".to_string())]);
+    let cause = r["stalls"][0]["cause"].as_str().unwrap_or("");
+    assert!(cause.contains("connect()"), "{cause}");
+    assert!(!cause.contains("unknown"), "{cause}");
+}
+
+/// `perf trace -a`: `Web Content/219299` and `kworker/u8:2/77` are comms, their lines calls.
+#[test]
+fn whole_machine_perf_comms_with_spaces_are_read() {
+    let r = wild("whole-machine-comms.perf.txt");
+    assert_eq!(
+        r["summary"]["syscalls"].as_u64(),
+        Some(40),
+        "{}",
+        r["summary"]
+    );
+    assert_eq!(
+        r["summary"]["threads"].as_u64(),
+        Some(4),
+        "{}",
+        r["summary"]
+    );
+    // A perf trace is never strace's -e trace=.
+    if let Some(f) = finding(&r, "filtered-trace") {
+        let ev = f["evidence"].as_str().unwrap_or("");
+        assert!(!ev.contains("-e trace"), "{ev}");
+    }
+}
+
+/// A trace of many kinds of call and no event loop was not filtered: it is not called so.
+#[test]
+fn an_unfiltered_trace_is_not_called_filtered() {
+    let r = wild("no-loop-unfiltered.strace");
+    let ev = finding(&r, "filtered-trace").expect("no event loop: gaps are not reported")
+        ["evidence"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
+    assert!(!ev.contains("-e trace"), "{ev}");
+    // `/etc/hosts` is read: a file, not a directory.
+    let hosts: Vec<_> = r["fds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["path"].as_str() == Some("/etc/hosts"))
+        .map(|f| f["class"].as_str().unwrap_or("").to_string())
+        .collect();
+    assert_eq!(hosts, vec!["other".to_string()]);
+}
+
+/// Every trace file under fixtures/ (as evidence_props.rs finds them).
+fn traces() -> Vec<PathBuf> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                walk(&p, out);
+                continue;
+            }
+            let name = p.file_name().unwrap().to_string_lossy().into_owned();
+            let peer = p.to_string_lossy().contains("peer")
+                && name.ends_with(".txt")
+                && !name.starts_with("SOURCES")
+                && !name.starts_with("README");
+            let trace = name.ends_with(".strace")
+                || name.ends_with(".strace.gz")
+                || name.ends_with(".perf.txt")
+                || name.ends_with(".perf.txt.gz");
+            if peer || trace {
+                out.push(p);
+            }
+        }
+    }
+    let mut out = vec![];
+    walk(Path::new("fixtures"), &mut out);
+    out.sort();
+    out
+}
+
+/// A `-y` path of a socket.
+fn socket_path(p: &str) -> bool {
+    ["TCP", "UDP", "UNIX", "socket:", "NETLINK"]
+        .iter()
+        .any(|k| p.starts_with(k))
+        || p.contains("->")
+}
+
+/// A check of the report for what a finding needs.
+type Needs = fn(&Value) -> bool;
+
+/// What each finding needs in the report before it may be made: a finding naming a file's
+/// class needs a row of that class (or a call on it), one naming a child needs a phase, a
+/// busy disk needs another writer (a child's phase or more than one thread), and so on.
+/// Findings not listed (unexplained, gaps-*, the live ones) claim no cause.
+const EVIDENCE: &[(&str, Needs)] = &[
+    ("aof-fsync-always", |r| {
+        has_class(r, "aof") && has_call(r, &["fsync", "fdatasync"])
+    }),
+    ("aof-fsync-background", |r| {
+        has_class(r, "aof") && threads(r) > 1
+    }),
+    ("aof-write-pending-fsync", |r| {
+        has_class(r, "aof") && threads(r) > 1
+    }),
+    ("aof-write-active-child", |r| {
+        has_class(r, "aof") && has_phase(r)
+    }),
+    ("aof-write-alone", |r| has_class(r, "aof")),
+    ("log-file-blocking", |r| has_class(r, "log")),
+    ("fork", |r| {
+        has_call(r, &["fork", "vfork", "clone", "clone3"])
+    }),
+    ("cow-page-faults", has_phase),
+    ("child-cow-report", has_child),
+    ("child-disk-io", has_child),
+    ("disk-contention", |r| has_child(r) || threads(r) > 1),
+    ("slow-file-io", |r| {
+        r["fds"].as_array().is_some_and(|a| {
+            a.iter().any(|f| {
+                !matches!(
+                    f["class"].as_str(),
+                    Some("client" | "listener" | "replica" | "pipe" | "epoll" | "unknown")
+                )
+            })
+        })
+    }),
+];
+
+fn has_class(r: &Value, class: &str) -> bool {
+    rows(r).iter().any(|(_, c)| c == class)
+}
+
+fn has_call(r: &Value, names: &[&str]) -> bool {
+    r["syscalls"].as_array().is_some_and(|a| {
+        a.iter()
+            .any(|s| names.contains(&s["name"].as_str().unwrap_or("")))
+    })
+}
+
+fn has_phase(r: &Value) -> bool {
+    r["phases"].as_array().is_some_and(|a| !a.is_empty())
+}
+
+/// A background child ran: a phase, or a second process in the trace.
+fn has_child(r: &Value) -> bool {
+    has_phase(r) || r["summary"]["processes"].as_u64().unwrap_or(0) > 1
+}
+
+fn threads(r: &Value) -> u64 {
+    r["summary"]["threads"].as_u64().unwrap_or(0)
+}
+
+/// Over every fixture and peer trace: no FILES row of a socket is the AOF (or any disk
+/// file), and every finding has the evidence its cause needs.
+#[test]
+fn no_socket_is_the_aof_and_no_finding_lacks_its_evidence() {
+    let all = traces();
+    assert!(all.len() > 40, "{} traces", all.len());
+    for t in all {
+        let r = analyze(&t);
+        if r.is_null() {
+            continue;
+        }
+        for f in r["fds"].as_array().into_iter().flatten() {
+            let path = f["path"].as_str().unwrap_or("");
+            let class = f["class"].as_str().unwrap_or("");
+            if socket_path(path) {
+                assert!(
+                    matches!(class, "client" | "listener" | "replica" | "unknown"),
+                    "{}: {path} is {class}",
+                    t.display()
+                );
+            }
+        }
+        for id in finding_ids(&r) {
+            if let Some((_, needs)) = EVIDENCE.iter().find(|(i, _)| *i == id) {
+                assert!(needs(&r), "{}: {id} without its evidence", t.display());
+            }
+        }
+    }
+}
