@@ -141,7 +141,10 @@ pub(crate) fn decide(ev: &RoleEvidence, s: Situation<'_>) -> (Role, Why) {
             }
         }
     }
-    if s.is_root_tid {
+    // The thread that owns the pid is redis's main thread, unless another thread of the
+    // process runs the event loop and it does not (a program whose first thread only
+    // starts the others, sleeps or waits to join them).
+    if s.is_root_tid && (ev.epoll > 0 || !s.loop_beside) {
         return (Role::Main, Why::Rule("tid == pid"));
     }
     // redis 8's io threads run event loops of their own: a second epoll thread is not main.
@@ -339,5 +342,28 @@ mod tests {
         assert_eq!(decide(&e, Situation::default()).0, Role::BioAof);
         assert!(e.count(crate::syscalls::info("epoll_wait").facts, None));
         assert!(!e.count(crate::syscalls::info("epoll_wait").facts, None));
+    }
+
+    /// Issue 39: the pid's thread that never waits in epoll beside a thread that does is
+    /// not the main thread (it starts the others and sleeps, or waits to join them).
+    #[test]
+    fn the_pid_thread_beside_an_event_loop_is_main_only_if_it_runs_one() {
+        let idle = RoleEvidence::default();
+        let looping = RoleEvidence {
+            epoll: 3,
+            ..Default::default()
+        };
+        let s = Situation {
+            is_root_tid: true,
+            loop_beside: true,
+            ..Default::default()
+        };
+        assert_ne!(decide(&idle, s).0, Role::Main);
+        assert_eq!(decide(&looping, s).0, Role::Main);
+        let alone = Situation {
+            loop_beside: false,
+            ..s
+        };
+        assert_eq!(decide(&idle, alone).0, Role::Main);
     }
 }

@@ -275,7 +275,7 @@ impl World {
             && self.threads.iter().any(|o| {
                 o.tid != t.tid
                     && o.proc == t.proc
-                    && (self.root_pid == Some(o.tid)
+                    && ((self.root_pid == Some(o.tid) && o.evidence.epoll > 0)
                         || o.name.as_deref().and_then(Role::from_name) == Some(Role::Main)
                         || (o.evidence.epoll > 0 && o.tid < t.tid))
             });

@@ -161,6 +161,26 @@ fn an_unfiltered_trace_is_not_called_filtered() {
     assert_eq!(hosts, vec!["other".to_string()]);
 }
 
+/// The thread that owns the pid sleeps in `select` with no fd sets while another thread
+/// runs the event loop: it is not the main thread, and its sleep holds no client.
+#[test]
+fn the_pid_thread_beside_an_event_loop_is_not_main() {
+    let r = wild("pid-thread-sleeps-beside-loop.strace");
+    let ids = finding_ids(&r);
+    assert!(!ids.contains(&"command".to_string()), "{ids:?}");
+    for f in r["findings"].as_array().unwrap() {
+        assert_ne!(f["severity"].as_str(), Some("critical"), "{f}");
+    }
+    let main: Vec<_> = r["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["role"].as_str() == Some("main"))
+        .map(|t| t["tid"].as_u64())
+        .collect();
+    assert_eq!(main, vec![Some(9001)], "{}", r["threads"]);
+}
+
 /// Every trace file under fixtures/ (as evidence_props.rs finds them).
 fn traces() -> Vec<PathBuf> {
     fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
