@@ -56,11 +56,6 @@ const LONG_FNS: &[(&str, &str, &str)] = &[
         "the perf text parser's per-line hot path (issue 17's profile rounds)",
     ),
     (
-        "src/fdtable.rs",
-        "apply",
-        "the fd table's per-call update, one match over the syscall's fd effect: on the hot path",
-    ),
-    (
         "src/source/strace/args.rs",
         "extract_args_named",
         "the strace argument scanner's per-line hot path",
