@@ -221,6 +221,12 @@ impl PerfParser {
                         out.push(e);
                     }
                 }
+                // A continued call is printed at its entry's time, which may predate every
+                // line before it: the trace starts at the earliest time it shows, so no
+                // event is before its start (a header never shows `+-1.986s`).
+                if self.first.is_some_and(|f| t < f) {
+                    self.first = Some(t);
+                }
                 self.last_ts = self.last_ts.max(t);
                 t
             }
@@ -660,6 +666,21 @@ mod tests {
             out[1].ts, 26_000,
             "a wrapped time is no time: the last one seen"
         );
+    }
+
+    /// A continued call timed before the first line starts the trace.
+    #[test]
+    fn the_trace_starts_at_its_earliest_time() {
+        let mut p = PerfParser::default();
+        let mut out = vec![];
+        for l in [
+            "  1000.000 ( 0.010 ms): redis-server/42 epoll_wait(epfd: 5, maxevents: 10) = 0",
+            "   998.014 ( 5.000 ms): redis-server/43  ... [continued]: fdatasync()) = 0",
+        ] {
+            p.feed(l.as_bytes(), &mut out);
+        }
+        assert_eq!(p.first, Some(998_014_000));
+        assert!(out.iter().all(|e| e.ts >= p.first.unwrap()));
     }
 
     /// `perf trace -a` prints every program's threads: a comm with spaces or slashes is one.
