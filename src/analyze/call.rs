@@ -71,12 +71,15 @@ pub(crate) use crate::syscalls::Facts;
 
 impl Facts {
     /// Whether a call of this name is waiting for work, not holding anyone up, in a thread
-    /// of this role.
+    /// of this role. A thread other than redis's main one parked in accept() (a
+    /// thread-per-connection server's acceptor) waits for a connection, as one in read()
+    /// waits for a request.
     #[inline]
     pub(crate) fn is_idle_in(self, role: Role) -> bool {
         self.has(Self::ALWAYS_IDLE)
             || (role != Role::Main
-                && (self.has(Self::BG_WAIT) || (self.has(Self::READ) && role == Role::Other)))
+                && (self.has(Self::BG_WAIT)
+                    || ((self.has(Self::READ) || self.has(Self::ACCEPT)) && role == Role::Other)))
     }
 }
 

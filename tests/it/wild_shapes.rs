@@ -181,6 +181,15 @@ fn the_pid_thread_beside_an_event_loop_is_not_main() {
     assert_eq!(main, vec![Some(9001)], "{}", r["threads"]);
 }
 
+/// A thread-per-connection server's acceptor parked 2 s in accept() waits for work: no
+/// stall, whether its accept returned or was still waiting when the trace ended.
+#[test]
+fn a_thread_parked_in_accept_is_no_stall() {
+    let r = wild("accept-parked.strace");
+    assert_eq!(r["summary"]["stalls"].as_u64(), Some(0), "{}", r["stalls"]);
+    assert!(!finding_ids(&r).contains(&"unexplained".to_string()));
+}
+
 /// Every trace file under fixtures/ (as evidence_props.rs finds them).
 fn traces() -> Vec<PathBuf> {
     fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
