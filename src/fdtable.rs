@@ -17,68 +17,7 @@ use rustc_hash::FxHashMap as HashMap;
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-/// What a file descriptor points at, in redis terms (REPORT.md `class`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, Default)]
-#[serde(rename_all = "snake_case")]
-pub enum FileClass {
-    Aof,
-    AofManifest,
-    AofRewriteTemp,
-    Rdb,
-    RdbTemp,
-    Log,
-    Client,
-    Listener,
-    Replica,
-    Pipe,
-    Epoll,
-    Dir,
-    Proc,
-    Other,
-    #[default]
-    Unknown,
-}
-
-impl FileClass {
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            FileClass::Aof => "aof",
-            FileClass::AofManifest => "aof_manifest",
-            FileClass::AofRewriteTemp => "aof_rewrite_temp",
-            FileClass::Rdb => "rdb",
-            FileClass::RdbTemp => "rdb_temp",
-            FileClass::Log => "log",
-            FileClass::Client => "client",
-            FileClass::Listener => "listener",
-            FileClass::Replica => "replica",
-            FileClass::Pipe => "pipe",
-            FileClass::Epoll => "epoll",
-            FileClass::Dir => "dir",
-            FileClass::Proc => "proc",
-            FileClass::Other => "other",
-            FileClass::Unknown => "unknown",
-        }
-    }
-
-    /// A file on disk whose syscalls can block on I/O.
-    pub fn is_disk_file(&self) -> bool {
-        matches!(
-            self,
-            FileClass::Aof
-                | FileClass::AofManifest
-                | FileClass::AofRewriteTemp
-                | FileClass::Rdb
-                | FileClass::RdbTemp
-                | FileClass::Log
-                | FileClass::Dir
-                | FileClass::Other
-        )
-    }
-
-    pub fn is_aof(&self) -> bool {
-        matches!(self, FileClass::Aof | FileClass::AofManifest)
-    }
-}
+pub use crate::report::FileClass;
 
 use crate::redis_conf::basename;
 pub use crate::redis_conf::RedisConf;

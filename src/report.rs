@@ -305,7 +305,69 @@ impl Serialize for PhaseStatsOf {
     }
 }
 
-pub use crate::fdtable::FileClass;
+/// What a file descriptor points at, in redis terms (REPORT.md `class`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum FileClass {
+    Aof,
+    AofManifest,
+    AofRewriteTemp,
+    Rdb,
+    RdbTemp,
+    Log,
+    Client,
+    Listener,
+    Replica,
+    Pipe,
+    Epoll,
+    Dir,
+    Proc,
+    Other,
+    #[default]
+    Unknown,
+}
+
+impl FileClass {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            FileClass::Aof => "aof",
+            FileClass::AofManifest => "aof_manifest",
+            FileClass::AofRewriteTemp => "aof_rewrite_temp",
+            FileClass::Rdb => "rdb",
+            FileClass::RdbTemp => "rdb_temp",
+            FileClass::Log => "log",
+            FileClass::Client => "client",
+            FileClass::Listener => "listener",
+            FileClass::Replica => "replica",
+            FileClass::Pipe => "pipe",
+            FileClass::Epoll => "epoll",
+            FileClass::Dir => "dir",
+            FileClass::Proc => "proc",
+            FileClass::Other => "other",
+            FileClass::Unknown => "unknown",
+        }
+    }
+
+    /// A file on disk whose syscalls can block on I/O.
+    pub fn is_disk_file(&self) -> bool {
+        matches!(
+            self,
+            FileClass::Aof
+                | FileClass::AofManifest
+                | FileClass::AofRewriteTemp
+                | FileClass::Rdb
+                | FileClass::RdbTemp
+                | FileClass::Log
+                | FileClass::Dir
+                | FileClass::Other
+        )
+    }
+
+    pub fn is_aof(&self) -> bool {
+        matches!(self, FileClass::Aof | FileClass::AofManifest)
+    }
+}
+
 /// Who wrote a log line, by its role mark (redis's `M`/`S`/`C`/`X`, valkey's words).
 /// Serialized as the word: "master", "replica", "child", "sentinel", "signal-handler", or
 /// valkey's own word for a role redis has no mark for.
@@ -476,7 +538,7 @@ pub struct Skipped {
     pub line: u64,
     /// The file it is in, when the trace has several.
     pub file: Option<String>,
-    pub reason: crate::source::SkipReason,
+    pub reason: SkipReason,
     /// The start of the offending line (lossy UTF-8, cut at 120 bytes).
     pub text: String,
 }
@@ -1119,6 +1181,49 @@ pub struct RedisSlow {
 pub struct RedisInfoSample {
     pub at_us: i64,
     pub fields: std::collections::BTreeMap<String, i64>,
+}
+
+/// Why a line was not used (the report's `skipped[].reason`).
+#[derive(Debug, PartialEq, Eq, PartialOrd, Ord, Clone, Copy)]
+pub enum SkipReason {
+    Empty,
+    NoSyscall,
+    BadReturn,
+    ResumedWithoutName,
+    TooLong,
+    CutOff,
+    BadTimestamp,
+    /// A compressed input that ends early: the rest of the file (one line counted for it).
+    CutShort,
+    /// `perf trace`'s `LOST N events!`: its ring buffer dropped records there.
+    Lost,
+    /// A `perf trace` line that pairs an exit with an entry across lost events.
+    AcrossLoss,
+}
+
+impl SkipReason {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            SkipReason::Empty => "empty line",
+            SkipReason::NoSyscall => "not a syscall, signal, exit or strace message",
+            SkipReason::BadReturn => "syscall line with an unreadable return value",
+            SkipReason::ResumedWithoutName => "resumed line without a syscall name",
+            SkipReason::TooLong => "line longer than the limit",
+            SkipReason::CutOff => "cut-off line (no result, no <unfinished ...>)",
+            SkipReason::BadTimestamp => "timestamp does not match the trace's format",
+            SkipReason::CutShort => "compressed input ends early: the rest of the file is missing",
+            SkipReason::Lost => "perf lost events here: what the threads did meanwhile is unknown",
+            SkipReason::AcrossLoss => {
+                "perf paired this exit with an entry across lost events: which call, and how long, is unknown"
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for SkipReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 #[cfg(test)]

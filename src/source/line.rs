@@ -7,48 +7,7 @@ use super::strace::{StraceParser, TimeFmt};
 use super::Clock;
 use crate::event::Event;
 
-/// Why a line was not used (the report's `skipped[].reason`).
-#[derive(Debug, PartialEq, Eq, PartialOrd, Ord, Clone, Copy)]
-pub enum SkipReason {
-    Empty,
-    NoSyscall,
-    BadReturn,
-    ResumedWithoutName,
-    TooLong,
-    CutOff,
-    BadTimestamp,
-    /// A compressed input that ends early: the rest of the file (one line counted for it).
-    CutShort,
-    /// `perf trace`'s `LOST N events!`: its ring buffer dropped records there.
-    Lost,
-    /// A `perf trace` line that pairs an exit with an entry across lost events.
-    AcrossLoss,
-}
-
-impl SkipReason {
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            SkipReason::Empty => "empty line",
-            SkipReason::NoSyscall => "not a syscall, signal, exit or strace message",
-            SkipReason::BadReturn => "syscall line with an unreadable return value",
-            SkipReason::ResumedWithoutName => "resumed line without a syscall name",
-            SkipReason::TooLong => "line longer than the limit",
-            SkipReason::CutOff => "cut-off line (no result, no <unfinished ...>)",
-            SkipReason::BadTimestamp => "timestamp does not match the trace's format",
-            SkipReason::CutShort => "compressed input ends early: the rest of the file is missing",
-            SkipReason::Lost => "perf lost events here: what the threads did meanwhile is unknown",
-            SkipReason::AcrossLoss => {
-                "perf paired this exit with an entry across lost events: which call, and how long, is unknown"
-            }
-        }
-    }
-}
-
-impl std::fmt::Display for SkipReason {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+pub use crate::report::SkipReason;
 
 /// What one line produced.
 #[derive(Debug, PartialEq)]
