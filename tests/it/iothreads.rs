@@ -413,12 +413,18 @@ fn figures(bin: &str, io_args: &[&str], plain_args: &[&str]) {
         "{bin}: the I/O threads never read (the test would prove nothing)"
     );
     drop(s);
-    // The bpf backend measures the I/O threads' wait for a CPU over each wait for them.
+    // The bpf backend measures the I/O threads' wait for a CPU over each wait for them. How
+    // many waits a run has depends on the machine's load (7 to 900 here): with a handful,
+    // none may have had an I/O-thread call to split, so it is asked of a run with many.
+    let measured = main_gaps(&r, "io-threads")
+        .iter()
+        .filter(|s| s["sched"]["io_threads_runnable_us"].as_i64().is_some())
+        .count();
+    let gaps = main_gaps(&r, "io-threads").len();
+    eprintln!("{bin}: the I/O threads' CPU wait measured over {measured} of {gaps} waits");
     assert!(
-        main_gaps(&r, "io-threads")
-            .iter()
-            .any(|s| s["sched"]["io_threads_runnable_us"].as_i64().is_some()),
-        "{bin}: no I/O-thread CPU wait measured"
+        measured > 0 || gaps < 20,
+        "{bin}: no I/O-thread CPU wait measured over {gaps} waits"
     );
     // Slow commands the ground truth does not have (neither the EVAL nor DEBUG SLEEP
     // waited through them). A few remain where both the main thread and the I/O thread
@@ -478,13 +484,16 @@ fn figures(bin: &str, io_args: &[&str], plain_args: &[&str]) {
     // here: with I/O threads on these 2 vCPUs a GET takes milliseconds, without them a few
     // hundred µs, of which the client's own share (not in the report, which times a
     // request from its arrival on the socket to its reply's write) is a large part. What
-    // holds for both: the report's figure is a part of the client's round trip, and
-    // a large part of it. (With redis 7's I/O threads spinning on 2 vCPUs the client
+    // holds for both: the report's figure is a part of the client's round trip. (With redis 7's I/O threads spinning on 2 vCPUs the client
     // itself waits for a CPU: 0.40 measured, against 0.61 without them; valkey 0.96
     // against 0.60.)
+    // Only the upper bound is asserted: measured from the request's arrival in redis, a
+    // command never takes longer than the client's round trip. How much shorter depends on
+    // the client's own share, which this VM's load moves (0.12-0.61 without I/O threads
+    // over runs of the same build).
     for (ratio, what) in [(ratio_io, "with"), (ratio_plain, "without")] {
         assert!(
-            (0.3..=1.05).contains(&ratio),
+            ratio > 0.0 && ratio <= 1.05,
             "{bin}: GET p50 report/client {what} I/O threads {ratio:.3}"
         );
     }
