@@ -23,8 +23,9 @@ fn analyze(path: &Path, extra: &[&str]) -> (Option<i32>, Value, String) {
     (out.status.code(), json, stderr)
 }
 
-/// Every trace file under fixtures/ (the shapes scripts/golden.sh reads).
-fn traces() -> Vec<PathBuf> {
+/// Every trace file under fixtures/ (the shapes scripts/golden.sh reads); also the
+/// property tests of `wild_shapes`.
+pub(crate) fn traces() -> Vec<PathBuf> {
     fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
         for e in std::fs::read_dir(dir).unwrap() {
             let p = e.unwrap().path();

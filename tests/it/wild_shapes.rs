@@ -8,7 +8,7 @@
 
 use assert_cmd::Command;
 use serde_json::Value;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 fn analyze(path: &Path) -> Value {
     let out = Command::cargo_bin("stallscope")
@@ -190,35 +190,6 @@ fn a_thread_parked_in_accept_is_no_stall() {
     assert!(!finding_ids(&r).contains(&"unexplained".to_string()));
 }
 
-/// Every trace file under fixtures/ (as evidence_props.rs finds them).
-fn traces() -> Vec<PathBuf> {
-    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
-        for e in std::fs::read_dir(dir).unwrap() {
-            let p = e.unwrap().path();
-            if p.is_dir() {
-                walk(&p, out);
-                continue;
-            }
-            let name = p.file_name().unwrap().to_string_lossy().into_owned();
-            let peer = p.to_string_lossy().contains("peer")
-                && name.ends_with(".txt")
-                && !name.starts_with("SOURCES")
-                && !name.starts_with("README");
-            let trace = name.ends_with(".strace")
-                || name.ends_with(".strace.gz")
-                || name.ends_with(".perf.txt")
-                || name.ends_with(".perf.txt.gz");
-            if peer || trace {
-                out.push(p);
-            }
-        }
-    }
-    let mut out = vec![];
-    walk(Path::new("fixtures"), &mut out);
-    out.sort();
-    out
-}
-
 /// A `-y` path of a socket.
 fn socket_path(p: &str) -> bool {
     ["TCP", "UDP", "UNIX", "socket:", "NETLINK"]
@@ -296,7 +267,7 @@ fn threads(r: &Value) -> u64 {
 /// file), and every finding has the evidence its cause needs.
 #[test]
 fn no_socket_is_the_aof_and_no_finding_lacks_its_evidence() {
-    let all = traces();
+    let all = crate::evidence_props::traces();
     assert!(all.len() > 40, "{} traces", all.len());
     for t in all {
         let r = analyze(&t);
