@@ -23,6 +23,8 @@ pub(crate) struct ReplayTracer {
     recording: Recording,
     caps: Capabilities,
     stats: TracerStats,
+    /// The traced process (its main thread's tid), from the recording's attach.
+    pid: crate::event::Tid,
     /// Events read ahead of the next batch: the first one starts the next batch (it has
     /// records lost before it, which must reach the consumer just before it).
     ahead: Option<(u64, Event)>,
@@ -56,6 +58,7 @@ impl ReplayTracer {
             recording,
             caps,
             stats: TracerStats::default(),
+            pid: 0,
             ahead: None,
             lost_now: 0,
             exhausted: false,
@@ -72,6 +75,7 @@ impl ReplayTracer {
             EventKind::Attach { threads } => (first.1.tid, threads.unwrap_or(1)),
             _ => (first.1.tid, 1),
         };
+        self.pid = pid;
         self.stats.attach_mono = first.1.ts;
         self.stats.attach_wall = first.1.ts;
         self.ahead = Some(first);
@@ -109,8 +113,7 @@ impl ReplayTracer {
 
     fn count(&mut self, ev: &Event) {
         if let Some(sc) = ev.syscall() {
-            let main = self.inputs.info().pid.unwrap_or(ev.tid);
-            self.stats.count(ev.tid, main, sc.dur);
+            self.stats.count(ev.tid, self.pid, sc.dur);
         }
         self.stats.detach_mono = self.stats.detach_mono.max(ev.end());
     }
