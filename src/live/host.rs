@@ -194,7 +194,7 @@ fn read_raw(p: &Process) -> Option<Raw> {
     let status = p.status().ok();
     let (cpu_total, cpu_iowait) = cpu_times().unwrap_or((0, 0));
     Some(Raw {
-        mono: crate::live::now_mono(),
+        mono: crate::clock::now_mono(),
         minflt: st.minflt,
         majflt: st.majflt,
         read_bytes: io.as_ref().map_or(0, |i| i.read_bytes),
@@ -291,7 +291,7 @@ mod tests {
     fn keeps_a_bounded_window_of_this_process() {
         let me = std::process::id();
         let h = Sampler::start(me, INTERVAL, Keep::Last(Duration::from_millis(300)));
-        let t0 = crate::live::now_mono();
+        let t0 = crate::clock::now_mono();
         let deadline = std::time::Instant::now() + Duration::from_secs(20);
         // Poll until the queue is full (the bound is 5 readings), however slow the machine.
         let mut got = vec![];
@@ -318,7 +318,7 @@ mod tests {
     #[test]
     fn keeps_every_reading_until_finished() {
         let me = std::process::id();
-        let t0 = crate::live::now_mono();
+        let t0 = crate::clock::now_mono();
         let s = Sampler::start(me, Duration::from_millis(20), Keep::All);
         // Touch fresh memory so minor faults happen.
         let v: Vec<u8> = vec![1; 8 << 20];

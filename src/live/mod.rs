@@ -20,8 +20,6 @@ use crate::report::LiveBackend;
 use anyhow::Result;
 use std::time::Duration;
 
-pub use crate::clock::{now_mono, now_wall};
-
 /// Boxes of the scheduler's split (`Syscall::sched`), reused. The bpf and perf backends box
 /// one per call, a whole queue of events at a time, and the consumer frees them a queue at
 /// a time: that pattern misses malloc's per-thread cache, and malloc and free were about a

@@ -15,7 +15,8 @@
 
 use super::decode::{self, blocked_in_call, nr_info, Args};
 use super::sysnames::{is_restart_errno, signal_name};
-use super::{now_mono, now_wall, AttachError, Tracer, TracerStats};
+use super::{AttachError, Tracer, TracerStats};
+use crate::clock::{now_mono, now_wall};
 use crate::event::{self, Event, EventKind, InFlight, Nanos, Syscall, Tid};
 use anyhow::Result;
 use std::collections::{HashMap, HashSet};

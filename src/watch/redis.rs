@@ -113,7 +113,7 @@ impl WatchRedis {
         if self.log.is_none() && self.poller.is_none() {
             return None;
         }
-        let now = crate::live::now_mono();
+        let now = crate::clock::now_mono();
         let from_wall_ms = crate::redis_client::wall_ms() - (now - from).max(0) / 1_000_000;
         Some(IncidentRedis {
             log: self.log.as_ref().map(|(src, _)| FollowedLog {

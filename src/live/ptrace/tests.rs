@@ -142,7 +142,7 @@ fn traces_writes_with_data_fd_and_duration_then_detaches_cleanly() {
 fn a_call_running_at_attach_is_kept_as_in_flight_at_start() {
     let _g = PTRACE_LOCK.lock().unwrap_or_else(|e| e.into_inner());
     // sleep(1) is in nanosleep (restartable) for the whole attach.
-    let spawned = crate::live::now_mono();
+    let spawned = crate::clock::now_mono();
     let child = Kill(Command::new("sleep").arg("0.6").spawn().unwrap());
     let pid = child.0.id();
     // Attach once it sleeps (clock_nanosleep is 230, nanosleep 35 on x86_64), however long
@@ -161,11 +161,11 @@ fn a_call_running_at_attach_is_kept_as_in_flight_at_start() {
         );
         std::thread::sleep(Duration::from_millis(5));
     }
-    let seen = crate::live::now_mono();
+    let seen = crate::clock::now_mono();
     let mut t = PtraceTracer::attach(cfg(pid)).unwrap();
-    let attached = crate::live::now_mono();
+    let attached = crate::clock::now_mono();
     let evs = collect(&mut t, |_| false, Duration::from_secs(30));
-    let done = crate::live::now_mono();
+    let done = crate::clock::now_mono();
     assert!(t.is_done());
     let sleeps: Vec<&Syscall> = evs
         .iter()
