@@ -454,12 +454,8 @@ pub struct Report {
     pub findings: Vec<Finding>,
     /// Idle time (waits that are not stalls) per thread role.
     pub idle: Vec<IdleStats>,
-    /// Live sources only: /proc samples aligned with phases and stalls.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub host: Option<HostContext>,
-    /// Live sources only: what tracing cost.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub overhead: Option<Overhead>,
+    #[serde(flatten)]
+    pub live: LiveContext,
     /// A bounded sample of individual calls for timelines (trace export, plots): per thread,
     /// the slowest calls at or above a floor. None when the analyzer did not keep one.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -469,6 +465,18 @@ pub struct Report {
     /// parts are written into those objects as `redis_evidence` / `redis_signals`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub redis: Option<RedisSection>,
+}
+
+/// What only a live session sees (flattened into the report: `host`, `overhead`; both
+/// absent offline).
+#[derive(Clone, Debug, Serialize, Default)]
+pub struct LiveContext {
+    /// /proc samples aligned with phases and stalls.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host: Option<HostContext>,
+    /// What tracing cost.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub overhead: Option<Overhead>,
 }
 
 #[derive(Clone, Debug, Serialize, Default)]
@@ -592,13 +600,11 @@ pub struct FdStats {
 pub struct SlowCall {
     pub ts: String,
     pub at_us: i64,
-    pub pid: u32,
-    pub tid: u32,
-    pub thread: Role,
+    #[serde(flatten)]
+    pub who: ThreadRef,
     pub syscall: String,
-    pub fd: Option<i32>,
-    pub path: Option<String>,
-    pub class: Option<FileClass>,
+    #[serde(flatten)]
+    pub target: FdRef,
     pub duration_us: i64,
     pub line: Option<u64>,
     pub bound: Bound,
@@ -648,14 +654,12 @@ pub struct Stall {
     pub ts: String,
     pub ts_iso: Option<String>,
     pub at_us: i64,
-    pub pid: u32,
-    pub tid: u32,
-    pub thread: Role,
+    #[serde(flatten)]
+    pub who: ThreadRef,
     pub kind: StallKind,
     pub syscall: Option<String>,
-    pub fd: Option<i32>,
-    pub path: Option<String>,
-    pub class: Option<FileClass>,
+    #[serde(flatten)]
+    pub target: FdRef,
     pub duration_us: i64,
     pub line: Option<u64>,
     pub cause: String,
@@ -664,11 +668,8 @@ pub struct Stall {
     /// How `duration_us` is known.
     pub duration_known: DurationKnown,
     pub in_flight: Option<crate::event::InFlight>,
-    pub waiting_commands: u64,
-    /// The waiting commands by command name.
-    pub waiting_by_command: std::collections::BTreeMap<String, u64>,
-    pub waiting_clients: u64,
-    pub worst_wait_us: Option<i64>,
+    #[serde(flatten)]
+    pub waiting: Waiting,
     /// Index into `phases` of the background child running at the time, if any.
     pub phase: Option<usize>,
     /// Events were lost (live perf backend) around this stall: it may be incomplete.
@@ -684,6 +685,37 @@ pub struct Stall {
     /// a wall clock (absent otherwise; possibly empty).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub redis_evidence: Option<Vec<RedisEvidence>>,
+}
+
+/// The thread a call or a stall belongs to (flattened into its object: `pid`, `tid`, `thread`).
+#[derive(Clone, Debug, Serialize, Default, PartialEq, Eq)]
+pub struct ThreadRef {
+    pub pid: u32,
+    pub tid: u32,
+    pub thread: Role,
+}
+
+/// The fd a call worked on and what it is (flattened into its object: `fd`, `path`, `class`).
+#[derive(Clone, Debug, Serialize, Default, PartialEq, Eq)]
+pub struct FdRef {
+    pub fd: Option<i32>,
+    pub path: Option<String>,
+    pub class: Option<FileClass>,
+}
+
+/// The client commands that waited behind a stall (flattened into it: `waiting_*`,
+/// `worst_wait_us`).
+#[derive(Clone, Debug, Serialize, Default, PartialEq, Eq)]
+pub struct Waiting {
+    #[serde(rename = "waiting_commands")]
+    pub commands: u64,
+    /// The waiting commands by command name.
+    #[serde(rename = "waiting_by_command")]
+    pub by_command: std::collections::BTreeMap<String, u64>,
+    #[serde(rename = "waiting_clients")]
+    pub clients: u64,
+    #[serde(rename = "worst_wait_us")]
+    pub worst_us: Option<i64>,
 }
 
 /// A thread's wait for work still blocked when the trace ended (`Report::parked_at_end`).
@@ -1064,9 +1096,8 @@ pub struct TimelineCall {
     pub pid: u32,
     pub tid: u32,
     pub syscall: String,
-    pub fd: Option<i32>,
-    pub path: Option<String>,
-    pub class: Option<FileClass>,
+    #[serde(flatten)]
+    pub target: FdRef,
     pub duration_us: i64,
     pub bound: Bound,
     /// Input line where the call ends, null live.

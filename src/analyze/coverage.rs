@@ -417,7 +417,7 @@ pub(crate) fn without_command_times(r: &mut report::Report) {
 
 /// As `without_command_times`: a client's wait through a stall spans two calls too.
 pub(crate) fn without_waits(r: &mut report::Report) {
-    r.stalls.iter_mut().for_each(|s| s.worst_wait_us = None);
+    r.stalls.iter_mut().for_each(|s| s.waiting.worst_us = None);
     r.incidents.iter_mut().for_each(|i| i.worst_wait_us = None);
 }
 

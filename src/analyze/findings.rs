@@ -1215,7 +1215,7 @@ pub(crate) fn findings(
         if s.duration_us >= e.worst {
             e.worst = s.duration_us;
             e.worst_line = s.line;
-            e.worst_path = s.path.clone();
+            e.worst_path = s.target.path.clone();
             e.worst_bound = s.bound;
         }
     }
@@ -1633,14 +1633,18 @@ mod tests {
             ts: String::new(),
             ts_iso: None,
             at_us: 0,
-            pid: 100,
-            tid: 100,
-            thread: Role::Main,
+            who: crate::report::ThreadRef {
+                pid: 100,
+                tid: 100,
+                thread: Role::Main,
+            },
             kind: StallKind::Gap,
             syscall: None,
-            fd: None,
-            path: None,
-            class: None,
+            target: crate::report::FdRef {
+                fd: None,
+                path: None,
+                class: None,
+            },
             duration_us: us,
             line: None,
             cause: String::new(),
@@ -1648,10 +1652,12 @@ mod tests {
             bound: Bound::Exact,
             duration_known: crate::report::DurationKnown::Measured,
             in_flight: None,
-            waiting_commands: 0,
-            waiting_by_command: Default::default(),
-            waiting_clients: 0,
-            worst_wait_us: None,
+            waiting: crate::report::Waiting {
+                commands: 0,
+                by_command: Default::default(),
+                clients: 0,
+                worst_us: None,
+            },
             phase: None,
             events_lost: false,
             sched: None,

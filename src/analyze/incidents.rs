@@ -52,7 +52,7 @@ pub(super) fn incidents(
         inc.stalls.push(i);
         held.extend(h.seqs.iter().copied());
         clients.extend(h.clients.iter().copied());
-        inc.worst_wait_us = match (inc.worst_wait_us, s.worst_wait_us) {
+        inc.worst_wait_us = match (inc.worst_wait_us, s.waiting.worst_us) {
             (Some(a), Some(b)) => Some(a.max(b)),
             (a, b) => a.or(b),
         };
@@ -115,14 +115,18 @@ mod tests {
             ts: String::new(),
             ts_iso: None,
             at_us: start / 1000,
-            pid: 100,
-            tid: 100,
-            thread: Role::Main,
+            who: crate::report::ThreadRef {
+                pid: 100,
+                tid: 100,
+                thread: Role::Main,
+            },
             kind: StallKind::SlowSyscall,
             syscall: Some("write".into()),
-            fd: Some(7),
-            path: None,
-            class: None,
+            target: crate::report::FdRef {
+                fd: Some(7),
+                path: None,
+                class: None,
+            },
             duration_us: dur / 1000,
             line: None,
             cause: String::new(),
@@ -130,10 +134,12 @@ mod tests {
             bound: Bound::Exact,
             duration_known: DurationKnown::Measured,
             in_flight: None,
-            waiting_commands: 0,
-            waiting_by_command: Default::default(),
-            waiting_clients: 0,
-            worst_wait_us,
+            waiting: crate::report::Waiting {
+                commands: 0,
+                by_command: Default::default(),
+                clients: 0,
+                worst_us: worst_wait_us,
+            },
             phase: None,
             events_lost: false,
             sched: None,

@@ -188,14 +188,18 @@ impl Kept<'_> {
             ts: self.clock.format(c.start),
             ts_iso: self.clock.iso(c.start),
             at_us: (c.start - self.first) / 1000,
-            pid: self.world.pid_of(c.proc, c.tid),
-            tid: c.tid,
-            thread: role,
+            who: crate::report::ThreadRef {
+                pid: self.world.pid_of(c.proc, c.tid),
+                tid: c.tid,
+                thread: role,
+            },
             kind: c.kind,
             syscall: c.syscall.map(str::to_string),
-            fd: c.fd,
-            path: info.and_then(|i| i.path.as_deref().map(str::to_string)),
-            class: info.map(|i| i.class),
+            target: crate::report::FdRef {
+                fd: c.fd,
+                path: info.and_then(|i| i.path.as_deref().map(str::to_string)),
+                class: info.map(|i| i.class),
+            },
             duration_us: c.dur / 1000,
             line: c.line,
             cause,
@@ -203,14 +207,16 @@ impl Kept<'_> {
             bound: c.dur_facts.bound,
             duration_known: c.dur_facts.known,
             in_flight: c.dur_facts.in_flight,
-            waiting_commands: held.waiting,
-            waiting_by_command: held
-                .by_cmd
-                .iter()
-                .map(|(k, v)| (self.names.name(*k).to_string(), *v))
-                .collect(),
-            waiting_clients: held.clients.len() as u64,
-            worst_wait_us: held.worst_wait.map(|w| w / 1000),
+            waiting: crate::report::Waiting {
+                commands: held.waiting,
+                by_command: held
+                    .by_cmd
+                    .iter()
+                    .map(|(k, v)| (self.names.name(*k).to_string(), *v))
+                    .collect(),
+                clients: held.clients.len() as u64,
+                worst_us: held.worst_wait.map(|w| w / 1000),
+            },
             phase: c.phase,
             events_lost: c.events_lost,
             sched: c.sched.map(|d| crate::report::StallSched {
@@ -312,7 +318,10 @@ mod tests {
             event(101, 0, 30 * MS, "fdatasync"),
         ];
         let got = rows(&calls, &[(101, "bio_aof")], &[during]);
-        let held: Vec<(u32, u64)> = got.iter().map(|s| (s.tid, s.waiting_commands)).collect();
+        let held: Vec<(u32, u64)> = got
+            .iter()
+            .map(|s| (s.who.tid, s.waiting.commands))
+            .collect();
         assert_eq!(held, vec![(100, 1), (101, 0)]);
     }
 }

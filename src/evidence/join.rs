@@ -112,8 +112,10 @@ pub(super) fn server_evidence(
 /// Whether a log line was written by the stalled thread's process. A trace without a pid
 /// column (one process, no -f) gives its stalls pid 0: its main thread is redis's master.
 pub(super) fn same_process(l: &LogLine, s: &Stall) -> bool {
-    l.pid == Some(s.pid)
-        || (s.pid == 0 && s.thread == crate::report::Role::Main && l.role == LogRole::Master)
+    l.pid == Some(s.who.pid)
+        || (s.who.pid == 0
+            && s.who.thread == crate::report::Role::Main
+            && l.role == LogRole::Master)
 }
 
 /// What redis said in a stall's window: its log lines and, with `--redis`, the server's
@@ -175,7 +177,7 @@ pub(super) fn stall_log_lines(s: &Stall, placed: &Placed, axis: &Axis) -> Vec<(u
         .iter()
         .map(|(at, l)| {
             let position = if Some(l.line) == before {
-                Some(if s.class == Some(FileClass::Log) {
+                Some(if s.target.class == Some(FileClass::Log) {
                     LinePosition::BeingWritten
                 } else {
                     LinePosition::JustBefore

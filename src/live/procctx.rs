@@ -267,7 +267,7 @@ pub fn attach_host_context(report: &mut Report, samples: Vec<HostSample>, interv
             "during the {:.1} ms {} stall of {} at {}: minor faults {}/s, major faults {}/s, iowait {:.0}%",
             st.duration_us as f64 / 1000.0,
             what,
-            st.thread,
+            st.who.thread,
             st.ts,
             thousands(m.minflt),
             thousands(m.majflt),
@@ -284,7 +284,7 @@ pub fn attach_host_context(report: &mut Report, samples: Vec<HostSample>, interv
             mb(all.wbytes)
         ));
     }
-    report.host = Some(HostContext {
+    report.live.host = Some(HostContext {
         sample_interval_ms: interval.as_millis() as u64,
         samples,
         notes,

@@ -263,11 +263,11 @@ fn slowest(rows: &[SlowCall], w: &mut dyn Write) -> io::Result<()> {
             vec![
                 Cell::Mono(s.ts.clone()),
                 num(offset(s.at_us)),
-                Cell::NoWrap(super::thread_label(s.thread.as_str(), s.tid, true)),
+                Cell::NoWrap(super::thread_label(s.who.thread.as_str(), s.who.tid, true)),
                 Cell::Mono(s.syscall.clone()),
-                num(opt(s.fd)),
-                Cell::Raw(swatch(s.class)),
-                Cell::Path(opt(s.path.as_ref())),
+                num(opt(s.target.fd)),
+                Cell::Raw(swatch(s.target.class)),
+                Cell::Path(opt(s.target.path.as_ref())),
                 num(d),
             ]
         })
@@ -637,7 +637,7 @@ fn write_header(r: &Report, w: &mut dyn Write) -> io::Result<()> {
         ));
     }
     writeln!(w, "<p class=\"meta\">{line}</p>")?;
-    if let Some(o) = &r.overhead {
+    if let Some(o) = &r.live.overhead {
         if let Some(warn) = &o.warning {
             writeln!(w, "<p class=\"meta\">Tracer overhead: {}</p>", esc(warn))?;
         }
@@ -647,17 +647,18 @@ fn write_header(r: &Report, w: &mut dyn Write) -> io::Result<()> {
 
 /// "2 clients: INFO, SET" — who waited through a stall.
 fn held_up(s: &crate::report::Stall) -> String {
-    if s.waiting_clients == 0 && s.waiting_commands == 0 {
+    if s.waiting.clients == 0 && s.waiting.commands == 0 {
         return "–".into();
     }
     let mut t = format!(
         "{} client{}",
-        s.waiting_clients,
-        crate::units::plural(s.waiting_clients)
+        s.waiting.clients,
+        crate::units::plural(s.waiting.clients)
     );
-    if !s.waiting_by_command.is_empty() {
+    if !s.waiting.by_command.is_empty() {
         let cmds: Vec<String> = s
-            .waiting_by_command
+            .waiting
+            .by_command
             .iter()
             .map(|(c, n)| {
                 if *n == 1 {
@@ -670,7 +671,7 @@ fn held_up(s: &crate::report::Stall) -> String {
         t.push_str(": ");
         t.push_str(&cmds.join(", "));
     }
-    if let Some(w) = s.worst_wait_us {
+    if let Some(w) = s.waiting.worst_us {
         t.push_str(&format!("; worst wait {}", dur(w)));
     }
     t
@@ -708,15 +709,15 @@ fn write_stalls(r: &Report, st: &StallRows, w: &mut dyn Write) -> io::Result<()>
                 num((i + 1).to_string()),
                 Cell::Mono(s.ts.clone()),
                 num(offset(s.at_us)),
-                Cell::NoWrap(super::thread_label(s.thread.as_str(), s.tid, true)),
+                Cell::NoWrap(super::thread_label(s.who.thread.as_str(), s.who.tid, true)),
                 Cell::Mono(what),
-                num(opt(s.fd)),
+                num(opt(s.target.fd)),
                 Cell::Raw(if s.kind == StallKind::Gap {
                     String::new()
                 } else {
-                    swatch(s.class)
+                    swatch(s.target.class)
                 }),
-                Cell::Path(opt(s.path.as_ref())),
+                Cell::Path(opt(s.target.path.as_ref())),
                 num(d),
                 Cell::Prose(s.cause.clone()),
                 text(held_up(s)),

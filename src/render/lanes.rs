@@ -47,7 +47,7 @@ fn role_rank(role: Role) -> u8 {
 }
 
 fn lanes(r: &Report) -> Vec<Lane> {
-    let stalls_of = |tid: u32| r.stalls.iter().filter(|s| s.tid == tid).count();
+    let stalls_of = |tid: u32| r.stalls.iter().filter(|s| s.who.tid == tid).count();
     let mut ts: Vec<&crate::report::ThreadInfo> = r
         .threads
         .iter()
@@ -87,11 +87,11 @@ fn lanes(r: &Report) -> Vec<Lane> {
         .collect();
     // A stall whose thread is not in the thread list (tid 0 of a single-process trace).
     for s in &r.stalls {
-        if !out.iter().any(|l| l.tid == s.tid) && out.len() < MAX_LANES {
+        if !out.iter().any(|l| l.tid == s.who.tid) && out.len() < MAX_LANES {
             out.push(Lane {
-                pid: s.pid,
-                tid: s.tid,
-                label: super::thread_label(s.thread.as_str(), s.tid, false),
+                pid: s.who.pid,
+                tid: s.who.tid,
+                label: super::thread_label(s.who.thread.as_str(), s.who.tid, false),
             });
         }
     }
@@ -103,20 +103,20 @@ fn lanes(r: &Report) -> Vec<Lane> {
 pub(crate) fn waits_for_fsync(r: &Report) -> Vec<(&Stall, &Stall)> {
     let mut out = vec![];
     for m in r.stalls.iter().filter(|s| {
-        s.thread == Role::Main
+        s.who.thread == Role::Main
             && s.syscall.as_deref() == Some("write")
-            && s.class == Some(FileClass::Aof)
+            && s.target.class == Some(FileClass::Aof)
     }) {
         let m_end = m.at_us + m.duration_us;
         let bio = r
             .stalls
             .iter()
             .filter(|b| {
-                matches!(b.thread, Role::BioAof | Role::BioCloseFile | Role::BioLazyFree)
+                matches!(b.who.thread, Role::BioAof | Role::BioCloseFile | Role::BioLazyFree)
                     && b.syscall.as_deref().is_some_and(|n| {
                         crate::syscalls::info(n).facts.has(crate::syscalls::Facts::FSYNC)
                     })
-                    && b.class == Some(FileClass::Aof)
+                    && b.target.class == Some(FileClass::Aof)
                     && b.at_us <= m.at_us
                     // The write is released by the fsync's end: the two ends meet (the
                     // main thread needs a moment to be scheduled again).
@@ -299,21 +299,24 @@ fn write_bars(r: &Report, w: &mut dyn Write, f: &Frame) -> io::Result<()> {
     order.truncate(MAX_BARS);
     for i in order {
         let s = &r.stalls[i];
-        let Some(y) = lane_y(s.tid) else { continue };
+        let Some(y) = lane_y(s.who.tid) else { continue };
         let x0 = x(s.at_us as f64);
         let x1 = x((s.at_us + s.duration_us) as f64);
         let (fill, extra) = match s.kind {
             StallKind::Gap => ("#4d4d4d", " stroke-dasharray=\"3,2\" fill-opacity=\"0.5\""),
-            StallKind::SlowSyscall => (class_color(s.class), ""),
+            StallKind::SlowSyscall => (class_color(s.target.class), ""),
         };
         let what = match &s.syscall {
-            Some(sc) => format!("{sc}() {}", super::file_label(s.class, s.path.as_deref())),
+            Some(sc) => format!(
+                "{sc}() {}",
+                super::file_label(s.target.class, s.target.path.as_deref())
+            ),
             None => "no syscall (gap)".into(),
         };
         writeln!(
             w,
             "<rect class=\"stall-bar\" data-stall=\"{i}\" data-tid=\"{}\" x=\"{x0:.1}\" y=\"{:.1}\" width=\"{:.1}\" height=\"{BAR_H}\" fill=\"{fill}\" stroke=\"#fff\" stroke-width=\"1.5\"{extra}><title>{} {} {}: {}</title></rect>",
-            s.tid,
+            s.who.tid,
             y + (LANE_H - BAR_H) / 2.0,
             (x1 - x0).max(2.0),
             esc(&s.ts),
@@ -330,7 +333,7 @@ fn write_waits(r: &Report, w: &mut dyn Write, f: &Frame) -> io::Result<()> {
     let x = |at: f64| f.x(at);
     let lane_y = |tid: u32| f.lane_y(tid);
     for (m, b) in waits_for_fsync(r) {
-        let (Some(ym), Some(yb)) = (lane_y(m.tid), lane_y(b.tid)) else {
+        let (Some(ym), Some(yb)) = (lane_y(m.who.tid), lane_y(b.who.tid)) else {
             continue;
         };
         let xb = x((b.at_us + b.duration_us) as f64);
@@ -339,8 +342,8 @@ fn write_waits(r: &Report, w: &mut dyn Write, f: &Frame) -> io::Result<()> {
         writeln!(
             w,
             "<path class=\"waits-for\" data-from-tid=\"{}\" data-to-tid=\"{}\" d=\"M {xb:.1} {y_from:.1} C {:.1} {y_from:.1}, {:.1} {y_to:.1}, {xm:.1} {:.1}\" fill=\"none\" stroke=\"{ARROW_COLOR}\" stroke-width=\"1.6\" marker-end=\"url(#arrowhead)\"><title>the main thread's write() to the AOF waited {} for this fdatasync() of the bio thread to end</title></path>",
-            b.tid,
-            m.tid,
+            b.who.tid,
+            m.who.tid,
             xb + 18.0,
             xm + 18.0,
             y_to + if y_to > y_from { -BAR_H / 2.0 } else { BAR_H / 2.0 },
@@ -562,14 +565,18 @@ mod tests {
             ts: format!("+{at_us}"),
             ts_iso: None,
             at_us,
-            pid: 100,
-            tid,
-            thread: thread.into(),
+            who: crate::report::ThreadRef {
+                pid: 100,
+                tid,
+                thread: thread.into(),
+            },
             kind: StallKind::SlowSyscall,
             syscall: Some(syscall.into()),
-            fd: Some(7),
-            path: Some("/d/appendonly.aof".into()),
-            class: Some(class.into()),
+            target: crate::report::FdRef {
+                fd: Some(7),
+                path: Some("/d/appendonly.aof".into()),
+                class: Some(class.into()),
+            },
             duration_us,
             line: None,
             cause: "c".into(),
@@ -577,10 +584,12 @@ mod tests {
             bound: Bound::Exact,
             duration_known: crate::report::DurationKnown::Measured,
             in_flight: None,
-            waiting_commands: 0,
-            waiting_by_command: Default::default(),
-            waiting_clients: 0,
-            worst_wait_us: None,
+            waiting: crate::report::Waiting {
+                commands: 0,
+                by_command: Default::default(),
+                clients: 0,
+                worst_us: None,
+            },
             phase: None,
             events_lost: false,
         }

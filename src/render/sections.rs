@@ -253,7 +253,7 @@ fn page(r: &Report) -> Vec<Section<'_>> {
 }
 
 fn host(r: &Report) -> Option<Section<'_>> {
-    let h = r.host.as_ref().filter(|h| !h.notes.is_empty())?;
+    let h = r.live.host.as_ref().filter(|h| !h.notes.is_empty())?;
     Some(Section::Host {
         interval_ms: h.sample_interval_ms,
         notes: &h.notes,

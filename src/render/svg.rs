@@ -92,7 +92,7 @@ impl Geometry {
             lo = lo.min(d);
             hi = hi.max(d);
         }
-        let samples = r.host.as_ref().map(|h| h.samples.as_slice()).unwrap_or(&[]);
+        let samples = r.live.host.as_ref().map(|h| h.samples.as_slice()).unwrap_or(&[]);
         for s in samples {
             t1 = t1.max(s.at_us as f64);
         }
@@ -422,7 +422,7 @@ fn write_mark(
     let y = g.y(s.duration_us.max(1) as f64);
     let x_end = g.x((s.at_us + s.duration_us.max(0)) as f64);
     let (color, kind_class) = match s.kind {
-        StallKind::SlowSyscall => (class_color(s.class), "slow"),
+        StallKind::SlowSyscall => (class_color(s.target.class), "slow"),
         StallKind::Gap => (GAP_COLOR, "gap"),
     };
     let exact = s.bound == Bound::Exact;
@@ -430,7 +430,7 @@ fn write_mark(
     let what = match (&s.kind, &s.syscall) {
         (StallKind::SlowSyscall, Some(sc)) => {
             let mut t = sc.clone();
-            if let Some(fd) = s.fd {
+            if let Some(fd) = s.target.fd {
                 t.push_str(&format!("({fd})"));
             }
             t
@@ -438,11 +438,16 @@ fn write_mark(
         (StallKind::SlowSyscall, None) => "syscall".into(),
         (StallKind::Gap, _) => "gap (no syscall)".into(),
     };
-    let mut title = format!("{what} {} in {} at {}", dur(s.duration_us), s.thread, s.ts);
-    if let Some(p) = &s.path {
+    let mut title = format!(
+        "{what} {} in {} at {}",
+        dur(s.duration_us),
+        s.who.thread,
+        s.ts
+    );
+    if let Some(p) = &s.target.path {
         title.push_str(&format!("\n{p}"));
     }
-    if let Some(c) = &s.class {
+    if let Some(c) = &s.target.class {
         title.push_str(&format!(" [{c}]"));
     }
     match s.bound {
@@ -464,7 +469,7 @@ fn write_mark(
         "data-i=\"{i}\" data-at-us=\"{}\" data-duration-us=\"{}\" data-class=\"{}\"",
         s.at_us,
         s.duration_us,
-        esc(s.class.as_ref().map_or("", FileClass::as_str))
+        esc(s.target.class.as_ref().map_or("", FileClass::as_str))
     );
     match s.kind {
         StallKind::SlowSyscall => writeln!(
@@ -542,7 +547,7 @@ fn write_context(r: &Report, w: &mut dyn Write, g: &Geometry) -> io::Result<()> 
     let mut by_class: std::collections::BTreeMap<&str, (FileClass, usize, String)> =
         Default::default();
     for c in &calls {
-        let class = c.class.unwrap_or(FileClass::Unknown);
+        let class = c.target.class.unwrap_or(FileClass::Unknown);
         let e = by_class
             .entry(class.as_str())
             .or_insert((class, 0, String::new()));
@@ -595,7 +600,7 @@ fn write_x_axis(w: &mut dyn Write, g: &Geometry, baseline: f64) -> io::Result<()
 }
 
 fn write_host_strip(r: &Report, w: &mut dyn Write, g: &Geometry) -> io::Result<()> {
-    let Some(host) = &r.host else { return Ok(()) };
+    let Some(host) = &r.live.host else { return Ok(()) };
     let top = g.strip_top();
     let bottom = top + STRIP_H;
     let plot_r = LEFT + g.plot_w;
@@ -765,7 +770,7 @@ fn legend_stroke(x: f64, y: f64, style: &str) -> String {
 fn legend_stalls(r: &Report, w: &mut dyn Write, x: f64, mut y: f64) -> io::Result<f64> {
     let mut classes: Vec<(FileClass, usize)> = Vec::new();
     for s in r.stalls.iter().filter(|s| s.kind == StallKind::SlowSyscall) {
-        let c = s.class.unwrap_or(FileClass::Unknown);
+        let c = s.target.class.unwrap_or(FileClass::Unknown);
         match classes.iter_mut().find(|(k, _)| *k == c) {
             Some((_, n)) => *n += 1,
             None => classes.push((c, 1)),

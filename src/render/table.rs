@@ -104,8 +104,8 @@ pub fn stall_line(s: &Stall) -> String {
     let what = match s.kind {
         StallKind::Gap => "no syscall (gap)".to_string(),
         StallKind::SlowSyscall => {
-            let fd = s.fd.map(|f| f.to_string()).unwrap_or_default();
-            let file = match (&s.class, &s.path) {
+            let fd = s.target.fd.map(|f| f.to_string()).unwrap_or_default();
+            let file = match (&s.target.class, &s.target.path) {
                 (Some(c), Some(p)) => format!(" {c} {}", p.rsplit('/').next().unwrap_or(p)),
                 (Some(c), None) => format!(" {c}"),
                 _ => String::new(),
@@ -117,10 +117,10 @@ pub fn stall_line(s: &Stall) -> String {
         "{} {:>9} {:<8} {}",
         short_ts(&s.ts),
         format!("{}{}", super::bound_word(s.bound), human(s.duration_us)),
-        s.thread,
+        s.who.thread,
         what
     );
-    if let Some(i) = impact(s.waiting_commands, s.waiting_clients, s.worst_wait_us) {
+    if let Some(i) = impact(s.waiting.commands, s.waiting.clients, s.waiting.worst_us) {
         line.push_str(&format!("  {i}"));
     }
     line
@@ -321,7 +321,7 @@ fn caveats(r: &Report, w: &mut dyn Write, p: &Paint) -> io::Result<()> {
 
 /// What tracing cost a live process.
 fn tracing_cost(r: &Report) -> Option<String> {
-    let o = r.overhead.as_ref()?;
+    let o = r.live.overhead.as_ref()?;
     let mut line = if !o.stops_redis {
         format!(
             "Tracing cost: {:.0} syscalls/s traced; redis is never stopped",
@@ -400,9 +400,10 @@ fn incidents(r: &Report, inc: &Incidents, w: &mut dyn Write, p: &Paint) -> io::R
         for si in &i.stalls {
             let s = &inc.stalls[*si];
             let mut line = s.line.map(|l| format!(" [line {l}]")).unwrap_or_default();
-            if !s.waiting_by_command.is_empty() {
+            if !s.waiting.by_command.is_empty() {
                 let by: Vec<String> = s
-                    .waiting_by_command
+                    .waiting
+                    .by_command
                     .iter()
                     .map(|(k, v)| format!("{v} {k}"))
                     .collect();
@@ -684,8 +685,8 @@ fn slowest(r: &Report, rows: &[SlowCall], w: &mut dyn Write, p: &Paint) -> io::R
     // points into the trace, and the narrow table leaves the room to the file.
     let alone = |role: Role| r.threads.iter().filter(|t| t.role == role).count() <= 1;
     for s in rows {
-        let file = super::file_label(s.class, s.path.as_deref());
-        let tid = if alone(s.thread) { 0 } else { s.tid };
+        let file = super::file_label(s.target.class, s.target.path.as_deref());
+        let tid = if alone(s.who.thread) { 0 } else { s.who.tid };
         t.add_row(vec![
             Cell::new(to_ms(&short_ts(&s.ts))),
             right(format!(
@@ -693,11 +694,11 @@ fn slowest(r: &Report, rows: &[SlowCall], w: &mut dyn Write, p: &Paint) -> io::R
                 super::bound_word(s.bound),
                 human(s.duration_us)
             )),
-            Cell::new(super::thread_label(s.thread.as_str(), tid, false)),
+            Cell::new(super::thread_label(s.who.thread.as_str(), tid, false)),
             Cell::new(format!(
                 "{}({})",
                 s.syscall,
-                s.fd.map(|f| f.to_string()).unwrap_or_default()
+                s.target.fd.map(|f| f.to_string()).unwrap_or_default()
             )),
             Cell::new(file),
             right(s.line.map(|l| l.to_string()).unwrap_or_default()),

@@ -14,18 +14,22 @@ fn stall(at_us: i64, duration_us: i64, kind: StallKind, class: Option<&str>, tid
         ts: format!("22:38:{:02}.{:06}", 50 + at_us / S, at_us % S),
         ts_iso: None,
         at_us,
-        pid: 9380,
-        tid,
-        thread: if tid == 9380 {
-            Role::Main
-        } else {
-            Role::BioAof
+        who: crate::report::ThreadRef {
+            pid: 9380,
+            tid,
+            thread: if tid == 9380 {
+                Role::Main
+            } else {
+                Role::BioAof
+            },
         },
         kind,
         syscall: (kind == StallKind::SlowSyscall).then(|| "fdatasync".into()),
-        fd: (kind == StallKind::SlowSyscall).then_some(12),
-        path: class.map(|c| format!("/data/appendonlydir/{c}.file")),
-        class: class.map(FileClass::from),
+        target: crate::report::FdRef {
+            fd: (kind == StallKind::SlowSyscall).then_some(12),
+            path: class.map(|c| format!("/data/appendonlydir/{c}.file")),
+            class: class.map(FileClass::from),
+        },
         duration_us,
         line: Some(100 + at_us as u64 / 1000),
         cause: "the AOF fsync waited for the disk".into(),
@@ -33,10 +37,12 @@ fn stall(at_us: i64, duration_us: i64, kind: StallKind, class: Option<&str>, tid
         bound: Bound::Exact,
         duration_known: crate::report::DurationKnown::Measured,
         in_flight: None,
-        waiting_commands: 1,
-        waiting_by_command: [("SET".to_string(), 1)].into_iter().collect(),
-        waiting_clients: 1,
-        worst_wait_us: Some(duration_us),
+        waiting: crate::report::Waiting {
+            commands: 1,
+            by_command: [("SET".to_string(), 1)].into_iter().collect(),
+            clients: 1,
+            worst_us: Some(duration_us),
+        },
         phase: None,
         events_lost: false,
         sched: None,
@@ -178,7 +184,7 @@ fn many(phases: bool, host: bool) -> Report {
         ));
     }
     if host {
-        r.host = Some(HostContext {
+        r.live.host = Some(HostContext {
             sample_interval_ms: 100,
             samples: (0..100)
                 .map(|i| HostSample {
@@ -326,7 +332,7 @@ fn check_svg(r: &Report, doc: &Document) {
             .parent()
             .and_then(|p| p.children().find(|c| c.tag_name().name() == "title"));
         assert!(
-            title.is_some_and(|t| t.text().unwrap_or_default().contains(s.thread.as_str())),
+            title.is_some_and(|t| t.text().unwrap_or_default().contains(s.who.thread.as_str())),
             "mark {i} has a title"
         );
         pts.push((s.at_us, s.duration_us, cx, cy));
@@ -502,7 +508,7 @@ fn svg_empty_report_still_has_axes() {
 fn svg_and_html_escape_trace_text() {
     let mut r = two_stalls();
     let nasty = "/data/<script>alert(1)</script>&\"'\u{1}.aof";
-    r.stalls[0].path = Some(nasty.into());
+    r.stalls[0].target.path = Some(nasty.into());
     r.stalls[0].cause = "a < b && c > d".into();
     r.source.files = vec!["x</title><script>.strace".into()];
     r.findings.push(Finding {
@@ -684,9 +690,11 @@ fn trace_export_has_what_perfetto_needs() {
         pid: 9380,
         tid: 9380,
         syscall: name.into(),
-        fd: Some(12),
-        path: Some("/data/appendonlydir/appendonly.aof.2.incr.aof".into()),
-        class: Some("aof".into()),
+        target: crate::report::FdRef {
+            fd: Some(12),
+            path: Some("/data/appendonlydir/appendonly.aof.2.incr.aof".into()),
+            class: Some("aof".into()),
+        },
         duration_us,
         bound: Bound::AtMost,
         line: Some(7),
@@ -697,7 +705,7 @@ fn trace_export_has_what_perfetto_needs() {
         dropped: 0,
         calls: vec![
             TimelineCall {
-                tid: s0.tid,
+                tid: s0.who.tid,
                 at_us: s0.at_us,
                 duration_us: s0.duration_us,
                 syscall: "fdatasync".into(),
@@ -894,7 +902,10 @@ fn svg_caps_marks_past_max_and_draws_timeline_context() {
     let call = |at_us: i64, duration_us: i64, class: &str| TimelineCall {
         at_us,
         duration_us,
-        class: Some(class.into()),
+        target: crate::report::FdRef {
+            class: Some(class.into()),
+            ..Default::default()
+        },
         syscall: "fdatasync".into(),
         ..Default::default()
     };
@@ -994,7 +1005,7 @@ fn tracing_cost_line_follows_the_backend() {
         let mut r = base(1_000_000);
         r.source.kind = "live".into();
         r.source.backend = Some(backend.into());
-        r.overhead = Some(Overhead {
+        r.live.overhead = Some(Overhead {
             syscalls_per_s: 3000.0,
             stops_redis: backend == "ptrace",
             mean_stop_us: 9.7,

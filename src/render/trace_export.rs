@@ -82,7 +82,9 @@ fn tracks(r: &Report) -> (Tracks, (u32, u32)) {
         tracks.insert((t.pid, t.tid), (t.role, t.name.clone()));
     }
     for s in &r.stalls {
-        tracks.entry((s.pid, s.tid)).or_insert((s.thread, None));
+        tracks
+            .entry((s.who.pid, s.who.tid))
+            .or_insert((s.who.thread, None));
     }
     if let Some(tl) = &r.timeline {
         for c in &tl.calls {
@@ -146,7 +148,13 @@ fn call_events(r: &Report, events: &mut Vec<Value>) {
                 dur: c.duration_us.max(0),
                 name: c.syscall.clone(),
                 cat: "syscall",
-                args: file_args(c.fd, &c.path, &c.class, c.bound, c.line),
+                args: file_args(
+                    c.target.fd,
+                    &c.target.path,
+                    &c.target.class,
+                    c.bound,
+                    c.line,
+                ),
             });
         }
     }
@@ -155,33 +163,42 @@ fn call_events(r: &Report, events: &mut Vec<Value>) {
             StallKind::SlowSyscall => s.syscall.clone().unwrap_or_else(|| "syscall".into()),
             StallKind::Gap => "gap (no syscall)".into(),
         };
-        let mut args = file_args(s.fd, &s.path, &s.class, s.bound, s.line);
+        let mut args = file_args(
+            s.target.fd,
+            &s.target.path,
+            &s.target.class,
+            s.bound,
+            s.line,
+        );
         args.insert("stall".into(), json!(i));
         args.insert("cause".into(), json!(s.cause));
         args.insert("finding".into(), json!(s.finding));
         args.insert("duration_us".into(), json!(s.duration_us));
-        args.insert("waiting_clients".into(), json!(s.waiting_clients));
-        args.insert("waiting_commands".into(), json!(s.waiting_commands));
+        args.insert("waiting_clients".into(), json!(s.waiting.clients));
+        args.insert("waiting_commands".into(), json!(s.waiting.commands));
         args.insert("ts".into(), json!(s.ts));
         let already = s.kind == StallKind::SlowSyscall
-            && in_timeline.contains(&(s.tid, s.at_us, name.as_str()));
+            && in_timeline.contains(&(s.who.tid, s.at_us, name.as_str()));
         if !already {
-            slices.entry((s.pid, s.tid)).or_default().push(Slice {
-                ts: s.at_us,
-                dur: s.duration_us.max(0),
-                name: name.clone(),
-                cat: if s.kind == StallKind::Gap {
-                    "gap"
-                } else {
-                    "stall"
-                },
-                args: args.clone(),
-            });
+            slices
+                .entry((s.who.pid, s.who.tid))
+                .or_default()
+                .push(Slice {
+                    ts: s.at_us,
+                    dur: s.duration_us.max(0),
+                    name: name.clone(),
+                    cat: if s.kind == StallKind::Gap {
+                        "gap"
+                    } else {
+                        "stall"
+                    },
+                    args: args.clone(),
+                });
         }
         events.push(json!({
             "ph": "i", "s": "t", "cat": "stall",
             "name": format!("stall: {name} {}", dur(s.duration_us)),
-            "ts": s.at_us, "pid": s.pid, "tid": s.tid, "args": Value::Object(args),
+            "ts": s.at_us, "pid": s.who.pid, "tid": s.who.tid, "args": Value::Object(args),
         }));
     }
     for ((pid, tid), list) in slices.iter_mut() {
@@ -226,7 +243,7 @@ fn async_events(r: &Report, main: (u32, u32), events: &mut Vec<Value>) {
 
 /// Live host samples as counter tracks.
 fn counter_events(r: &Report, main: (u32, u32), events: &mut Vec<Value>) {
-    if let Some(h) = &r.host {
+    if let Some(h) = &r.live.host {
         for s in &h.samples {
             if s.minflt_per_s.is_finite() {
                 events.push(json!({"ph": "C", "name": "minor faults/s", "ts": s.at_us, "pid": main.0, "args": {"minflt": s.minflt_per_s, "majflt": s.majflt_per_s}}));

@@ -320,7 +320,7 @@ pub(crate) fn enrich(report: &mut Report, e: &Enrichment) {
     // Only a tracer that stops redis slows it down; the others' warning is about lost
     // records, said in the overhead section.
     let tracing_cost = report
-        .overhead
+        .live.overhead
         .as_ref()
         .and_then(|o| o.warning.clone())
         .filter(|_| e.caps.stops_tracee);
@@ -353,7 +353,7 @@ pub(crate) fn add_overhead(report: &mut Report, st: &TracerStats, stops_tracee: 
                 st.lost_events
             )
         });
-        report.overhead = Some(Overhead {
+        report.live.overhead = Some(Overhead {
             syscalls_per_s: per_s,
             stops_redis: false,
             mean_stop_us: 0.0,
@@ -380,7 +380,7 @@ pub(crate) fn add_overhead(report: &mut Report, st: &TracerStats, stops_tracee: 
             share * 100.0
         )
     });
-    report.overhead = Some(Overhead {
+    report.live.overhead = Some(Overhead {
         syscalls_per_s: per_s,
         stops_redis: true,
         mean_stop_us,

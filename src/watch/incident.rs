@@ -308,7 +308,7 @@ fn add_host(report: &mut crate::report::Report, raw: &[super::host::Raw], first_
             "during the {:.1} ms {} stall of {} at {}",
             s.duration_us as f64 / 1000.0,
             s.syscall.as_deref().unwrap_or("gap"),
-            s.thread,
+            s.who.thread,
             s.ts
         );
         notes.extend(super::host::sched_note(
@@ -318,7 +318,7 @@ fn add_host(report: &mut crate::report::Report, raw: &[super::host::Raw], first_
             &what,
         ));
     }
-    if let Some(h) = &mut report.host {
+    if let Some(h) = &mut report.live.host {
         h.notes.extend(notes);
     }
 }
@@ -465,14 +465,18 @@ pub(crate) mod tests {
             ts: "07:30:12.345678".into(),
             ts_iso: Some("2026-12-01T08:30:12.345678+01:00".into()),
             at_us: 0,
-            pid: 1,
-            tid: 1,
-            thread: "main".into(),
+            who: crate::report::ThreadRef {
+                pid: 1,
+                tid: 1,
+                thread: "main".into(),
+            },
             kind: StallKind::SlowSyscall,
             syscall: Some("nanosleep".into()),
-            fd: None,
-            path: None,
-            class: None,
+            target: crate::report::FdRef {
+                fd: None,
+                path: None,
+                class: None,
+            },
             duration_us: dur_us,
             line: None,
             cause: String::new(),
@@ -480,10 +484,12 @@ pub(crate) mod tests {
             bound: Bound::Exact,
             duration_known: crate::report::DurationKnown::Measured,
             in_flight: None,
-            waiting_commands: 0,
-            waiting_by_command: Default::default(),
-            waiting_clients: 0,
-            worst_wait_us: None,
+            waiting: crate::report::Waiting {
+                commands: 0,
+                by_command: Default::default(),
+                clients: 0,
+                worst_us: None,
+            },
             phase: None,
             events_lost: false,
             sched: None,

@@ -84,19 +84,19 @@ impl EventLog {
 pub(crate) fn event_line(s: &Stall) -> String {
     serde_json::json!({
         "time": s.ts_iso,
-        "pid": s.pid,
-        "tid": s.tid,
-        "thread": s.thread,
+        "pid": s.who.pid,
+        "tid": s.who.tid,
+        "thread": s.who.thread,
         "kind": s.kind,
         "syscall": s.syscall,
-        "file_class": s.class,
-        "path": s.path,
+        "file_class": s.target.class,
+        "path": s.target.path,
         "duration_s": s.duration_us as f64 / 1e6,
         "bound": s.bound,
         "finding": s.finding,
         "cause": s.cause,
-        "commands": s.waiting_by_command,
-        "waiting_clients": s.waiting_clients,
+        "commands": s.waiting.by_command,
+        "waiting_clients": s.waiting.clients,
         "events_lost": s.events_lost,
     })
     .to_string()
@@ -104,12 +104,12 @@ pub(crate) fn event_line(s: &Stall) -> String {
 
 fn stall_labels(s: &Stall) -> StallLabels {
     StallLabels {
-        role: s.thread.to_string(),
+        role: s.who.thread.to_string(),
         kind: match s.kind {
             crate::report::StallKind::SlowSyscall => "slow_syscall".into(),
             crate::report::StallKind::Gap => "gap".into(),
         },
-        file_class: s.class.map_or("none", |c| c.as_str()).to_string(),
+        file_class: s.target.class.map_or("none", |c| c.as_str()).to_string(),
         finding: s
             .finding
             .map_or_else(|| "none".to_string(), |f| f.as_str().to_string()),

@@ -163,8 +163,8 @@ fn sleeping_bio_thread_is_not_a_stall_but_a_main_futex_is() {
     s.call(100, MS, 50 * MS, "futex", None, 0, Extra::None);
     let r = s.report();
     assert_eq!(r.stalls.len(), 1, "{:?}", r.stalls);
-    assert_eq!(r.stalls[0].tid, 100);
-    assert_eq!(r.stalls[0].thread, "main");
+    assert_eq!(r.stalls[0].who.tid, 100);
+    assert_eq!(r.stalls[0].who.thread, "main");
 }
 
 /// Sleeping is how background threads wait for work, but redis's main thread only ever
@@ -178,7 +178,7 @@ fn sleep_is_idle_in_a_bio_thread_and_a_stall_in_main() {
     s.call(100, 160 * MS, 40 * MS, "poll", None, 1, Extra::None);
     let r = s.report();
     assert_eq!(r.stalls.len(), 2, "{:?}", r.stalls);
-    assert!(r.stalls.iter().all(|x| x.tid == 100));
+    assert!(r.stalls.iter().all(|x| x.who.tid == 100));
     assert!(r
         .stalls
         .iter()
@@ -212,7 +212,7 @@ fn io_and_bio_thread_gaps_are_not_stalls() {
     );
     let r = s.report();
     assert_eq!(r.stalls.len(), 1, "{:?}", r.stalls);
-    assert_eq!(r.stalls[0].thread, "main");
+    assert_eq!(r.stalls[0].who.thread, "main");
     assert_eq!(r.stalls[0].kind, StallKind::Gap);
 }
 
@@ -275,8 +275,8 @@ fn reused_fd_number_is_attributed_to_the_right_file() {
     s.call(100, 4_005 * MS, 10 * US, "accept4", Some(6), 8, Extra::None);
     let r = s.report();
     assert_eq!(r.stalls.len(), 1);
-    assert_eq!(r.stalls[0].class, Some(FileClass::Log));
-    assert_eq!(r.stalls[0].path.as_deref(), Some("/data/redis.log"));
+    assert_eq!(r.stalls[0].target.class, Some(FileClass::Log));
+    assert_eq!(r.stalls[0].target.path.as_deref(), Some("/data/redis.log"));
     assert_eq!(
         r.stalls[0].finding.map(FindingId::as_str),
         Some("log-file-blocking")
@@ -303,9 +303,9 @@ fn slow_open_is_attributed_to_the_file_it_opens() {
     assert_eq!(r.stalls.len(), 1, "{:?}", r.stalls);
     let st = &r.stalls[0];
     assert_eq!(st.syscall.as_deref(), Some("openat"));
-    assert_eq!(st.fd, Some(11));
-    assert_eq!(st.class, Some(FileClass::Log));
-    assert_eq!(st.path.as_deref(), Some("/data/redis.log"));
+    assert_eq!(st.target.fd, Some(11));
+    assert_eq!(st.target.class, Some(FileClass::Log));
+    assert_eq!(st.target.path.as_deref(), Some("/data/redis.log"));
     assert_eq!(st.finding.map(FindingId::as_str), Some("log-file-blocking"));
 }
 
@@ -352,19 +352,19 @@ fn aof_write_overlapping_background_fsync_is_pending_fsync() {
     // main: write to the AOF blocked 500..1010 ms, inside that fsync
     s.write(100, 500 * MS, 510 * MS, 7, b"*3\r\n$3\r\nSET\r\n");
     let r = s.report();
-    let main = r.stalls.iter().find(|x| x.thread == "main").unwrap();
+    let main = r.stalls.iter().find(|x| x.who.thread == "main").unwrap();
     assert_eq!(
         main.finding.map(FindingId::as_str),
         Some("aof-write-pending-fsync")
     );
-    let bio = r.stalls.iter().find(|x| x.tid == 101).unwrap();
-    assert_eq!(bio.thread, "bio_aof");
+    let bio = r.stalls.iter().find(|x| x.who.tid == 101).unwrap();
+    assert_eq!(bio.who.thread, "bio_aof");
     assert_eq!(
         bio.finding.map(FindingId::as_str),
         Some("aof-fsync-background")
     );
     // A bio stall holds up no client by itself...
-    assert_eq!(bio.waiting_commands, 0);
+    assert_eq!(bio.waiting.commands, 0);
     // ...but its finding does not claim that clients were spared.
     let f = r
         .findings
@@ -489,7 +489,7 @@ fn child_reading_its_smaps_is_the_copy_on_write_report() {
     s.open(200, 50 * MS, "/proc/self/stat", 13);
     s.call(200, 51 * MS, 20 * MS, "read", Some(13), 300, Extra::None);
     let r = s.report();
-    let by_fd = |fd| r.stalls.iter().find(|x| x.fd == Some(fd)).unwrap();
+    let by_fd = |fd| r.stalls.iter().find(|x| x.target.fd == Some(fd)).unwrap();
     assert_eq!(
         by_fd(12).finding.map(FindingId::as_str),
         Some("child-cow-report")
@@ -557,9 +557,9 @@ fn commands_are_timed_and_counted_as_held_by_a_stall() {
     // from arrival (end of the wait, 10 ms) to the end of the reply write
     assert_eq!(get.p50_us, 2_001_010);
     let st = &r.stalls[0];
-    assert_eq!(st.waiting_commands, 2);
-    assert_eq!(st.waiting_clients, 1);
-    assert_eq!(st.waiting_by_command.get("PING"), Some(&1));
+    assert_eq!(st.waiting.commands, 2);
+    assert_eq!(st.waiting.clients, 1);
+    assert_eq!(st.waiting.by_command.get("PING"), Some(&1));
     assert!(
         get.log_us >= 2_000_000,
         "log time attributed: {}",
@@ -586,7 +586,7 @@ fn call_still_running_at_the_end_is_listed_even_below_the_threshold() {
     assert!(r.stalls.is_empty());
     assert_eq!(r.in_flight.len(), 1);
     assert_eq!(r.in_flight[0].bound, Bound::AtLeast);
-    assert_eq!(r.in_flight[0].class, Some(FileClass::Log));
+    assert_eq!(r.in_flight[0].target.class, Some(FileClass::Log));
 }
 
 #[test]
@@ -787,7 +787,7 @@ fn request_found_after_a_stall_at_the_start_is_not_dated_before_it() {
     s.read(100, 3_001 * MS, 9, b"*1\r\n$4\r\nPING\r\n");
     s.write(100, 3_002 * MS, 10 * US, 9, b"+PONG\r\n");
     let r = s.report();
-    assert_eq!(r.stalls[0].waiting_commands, 0, "{:?}", r.stalls[0]);
+    assert_eq!(r.stalls[0].waiting.commands, 0, "{:?}", r.stalls[0]);
     let ping = r.commands.iter().find(|c| c.command == "PING").unwrap();
     // From the fdatasync's end (the wait's start) to the end of the reply.
     assert_eq!(ping.p50_us, 2_010);
@@ -949,7 +949,7 @@ fn whole_second_timestamps_time_no_command_and_no_wait() {
         .find(|s| s.syscall.as_deref() == Some("close"))
         .expect("the 20 ms close is measured by -T");
     assert_eq!(st.duration_us, 20_000);
-    assert_eq!(st.worst_wait_us, None);
+    assert_eq!(st.waiting.worst_us, None);
     assert!(r.incidents.iter().all(|i| i.worst_wait_us.is_none()));
     let f = r
         .findings
@@ -1435,7 +1435,10 @@ fn a_detached_call_of_unknown_duration_is_listed_and_named_in_the_table() {
     assert_eq!(r.in_flight.len(), 1, "{:?}", r.in_flight);
     let c = &r.in_flight[0];
     assert_eq!(c.syscall.as_deref(), Some("close"));
-    assert_eq!(c.path.as_deref(), Some("/var/log/redis/redis-server.log"));
+    assert_eq!(
+        c.target.path.as_deref(),
+        Some("/var/log/redis/redis-server.log")
+    );
     let mut out = Vec::new();
     crate::render::table::render(&r, &mut out, false).unwrap();
     let text = String::from_utf8(out).unwrap();
@@ -1512,7 +1515,7 @@ fn a_first_request_is_not_dated_before_a_wait_that_would_have_returned_it() {
         .iter()
         .find(|x| x.syscall.as_deref() == Some("fdatasync"))
         .expect("the fdatasync stall");
-    assert_eq!(fsync.waiting_commands, 0, "{fsync:?}");
+    assert_eq!(fsync.waiting.commands, 0, "{fsync:?}");
     let ping = r.commands.iter().find(|c| c.command == "PING").unwrap();
     // The main thread made no syscall from 600 to 700 ms (a gap stall) before the wait that
     // found the PING: from that wait's start to the reply.
@@ -1533,7 +1536,7 @@ fn a_first_request_is_not_dated_before_a_wait_that_would_have_returned_it() {
         .iter()
         .find(|x| x.syscall.as_deref() == Some("fdatasync"))
         .unwrap();
-    assert_eq!(fsync.waiting_commands, 0, "{fsync:?}");
+    assert_eq!(fsync.waiting.commands, 0, "{fsync:?}");
     let ping = r.commands.iter().find(|c| c.command == "PING").unwrap();
     assert_eq!(ping.p50_us, 1_010, "from the fdatasync's end at 506 ms");
     // With nothing stall-long between, from the connect (the accept's wait at 5 ms).
@@ -1642,7 +1645,7 @@ fn a_queued_request_is_never_dated_before_a_stall_on_every_path() {
                     .iter()
                     .find(|x| x.duration_us >= 200_000)
                     .unwrap_or_else(|| panic!("{label}: {:?}", r.stalls));
-                assert_eq!(stall.waiting_commands, 0, "{label}: {stall:?}");
+                assert_eq!(stall.waiting.commands, 0, "{label}: {stall:?}");
                 let get = r
                     .commands
                     .iter()

@@ -302,7 +302,7 @@ fn a_recording_analyzes_to_the_live_report() {
             .map(|s| {
                 format!(
                     "{} {:?} {:?} at {} for {} {:?} {:?}",
-                    s.tid, s.kind, s.syscall, s.at_us, s.duration_us, s.bound, s.in_flight
+                    s.who.tid, s.kind, s.syscall, s.at_us, s.duration_us, s.bound, s.in_flight
                 )
             })
             .collect()
