@@ -92,7 +92,12 @@ impl Geometry {
             lo = lo.min(d);
             hi = hi.max(d);
         }
-        let samples = r.live.host.as_ref().map(|h| h.samples.as_slice()).unwrap_or(&[]);
+        let samples = r
+            .live
+            .host
+            .as_ref()
+            .map(|h| h.samples.as_slice())
+            .unwrap_or(&[]);
         for s in samples {
             t1 = t1.max(s.at_us as f64);
         }
@@ -600,7 +605,9 @@ fn write_x_axis(w: &mut dyn Write, g: &Geometry, baseline: f64) -> io::Result<()
 }
 
 fn write_host_strip(r: &Report, w: &mut dyn Write, g: &Geometry) -> io::Result<()> {
-    let Some(host) = &r.live.host else { return Ok(()) };
+    let Some(host) = &r.live.host else {
+        return Ok(());
+    };
     let top = g.strip_top();
     let bottom = top + STRIP_H;
     let plot_r = LEFT + g.plot_w;

@@ -320,7 +320,8 @@ pub(crate) fn enrich(report: &mut Report, e: &Enrichment) {
     // Only a tracer that stops redis slows it down; the others' warning is about lost
     // records, said in the overhead section.
     let tracing_cost = report
-        .live.overhead
+        .live
+        .overhead
         .as_ref()
         .and_then(|o| o.warning.clone())
         .filter(|_| e.caps.stops_tracee);

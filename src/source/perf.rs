@@ -7,7 +7,7 @@
 
 use super::line::{LineOutcome, SkipReason};
 use super::scan::{is_name_byte, lossy, skip_ws, trim_end, Piece, Quoted};
-use super::strace::{extract_args_with, parse_tail, NameCache};
+use super::strace::{extract_args_with, parse_tail, Name, NameCache};
 use crate::event::{DurSource, Event, EventKind, InFlight, Nanos, Syscall, Tid};
 use memchr::memmem;
 
@@ -182,56 +182,11 @@ impl PerfParser {
     fn feed_line(&mut self, raw: &[u8], out: &mut Vec<Event>) -> Result<(), SkipReason> {
         self.line += 1;
         let line_no = self.line;
-        let t = skip_ws(raw);
-        if t.is_empty() {
-            return if self.in_summary {
-                Ok(())
-            } else {
-                Err(SkipReason::Empty)
-            };
-        }
-        let (ts, dur, tid, body) = match prefix(raw) {
-            Some(p) => p,
-            None if self.in_summary => return Ok(()),
-            None if t.starts_with(b"Summary of events:") => {
-                self.in_summary = true;
-                return Ok(());
-            }
-            None if lost_count(t).is_some() => {
-                self.lost_marks += 1;
-                self.lost += lost_count(t).unwrap_or(0);
-                return Err(SkipReason::Lost);
-            }
-            None => {
-                // callchain frames under an event (`   do_syscall_64 ([kernel.kallsyms])`)
-                return if raw.first() == Some(&b' ') && memmem::find(t, b"(").is_some() {
-                    Ok(())
-                } else {
-                    Err(SkipReason::NoSyscall)
-                };
-            }
+        let Some((ts, dur, tid, body)) = self.event_prefix(raw)? else {
+            return Ok(());
         };
         let timed = ts.is_some();
-        let ts = match ts {
-            Some(t) => {
-                if self.first.is_none() {
-                    self.first = Some(t);
-                    for mut e in self.untimed.drain(..) {
-                        e.ts = t;
-                        out.push(e);
-                    }
-                }
-                // A continued call is printed at its entry's time, which may predate every
-                // line before it: the trace starts at the earliest time it shows, so no
-                // event is before its start (a header never shows `+-1.986s`).
-                if self.first.is_some_and(|f| t < f) {
-                    self.first = Some(t);
-                }
-                self.last_ts = self.last_ts.max(t);
-                t
-            }
-            None => self.last_ts,
-        };
+        let ts = self.stamp(ts, out);
         if dur.is_some() {
             self.seen_dur = true;
         }
@@ -244,13 +199,7 @@ impl PerfParser {
             .take_while(|b| is_name_byte(**b) || **b == b':')
             .count();
         if n == 0 || body.get(n) != Some(&b'(') {
-            if is_fault(body) {
-                // `perf trace -F`: a page fault of the thread, not a call (and no line to
-                // warn about). Its time is often printed wrapped around.
-                self.faults += 1;
-                return Ok(());
-            }
-            return Err(SkipReason::NoSyscall);
+            return self.not_a_call(body);
         }
         let name_b = &body[..n];
         if memchr::memchr(b':', name_b).is_some() {
@@ -258,54 +207,20 @@ impl PerfParser {
             return Ok(());
         }
         let facts = self.names.get(name_b);
-        let name = facts.name;
-        // perf pairs a thread's exit with the last entry it saw of that thread. A thread's
-        // first exit after a loss may be paired with an entry before it (the name and
-        // arguments of one call, the result of another, the time across the lost ones);
-        // a continuation of another call's entry is one too. Neither line can be read as
-        // a call: the timeline breaks there.
-        let after_loss = self.lost_marks > 0
-            && self.seen_since_lost.insert(tid, self.lost_marks) != Some(self.lost_marks);
-        let mismatched = continued && self.pending.get(&tid).is_some_and(|p| p.2.name != name);
-        if (after_loss || mismatched) && !is_entry_only(continued, &body[n + 1..]) {
-            // The entry printed before, if any, ended somewhere in the loss: its length is
-            // unknown (pushed before the break, so nothing bounds it across).
-            if let Some((t0, l0, sc)) = self.pending.remove(&tid) {
-                out.push(Event {
-                    tid,
-                    ts: t0,
-                    line: l0,
-                    kind: EventKind::Syscall(sc),
-                });
-            }
-            return Err(SkipReason::AcrossLoss);
-        }
-        if !continued || self.pending.get(&tid).is_some_and(|p| p.2.name != name) {
-            // A call printed as `name(args) ...` whose continuation never came: it ended
-            // before this, the thread's next event (an upper bound, not a call in flight).
-            if let Some((t0, l0, mut sc)) = self.pending.remove(&tid) {
-                // Unless a line that could not be read came between: it may have been the
-                // continuation. Then how long the call ran is unknown.
-                if self.broken_line <= l0 {
-                    sc.dur = Some((ts - t0).max(0));
-                    sc.dur_src = DurSource::UpperBound;
-                }
-                out.push(Event {
-                    tid,
-                    ts: t0,
-                    line: l0,
-                    kind: EventKind::Syscall(sc),
-                });
-            }
-        }
         let rest = &body[n + 1..];
+        self.break_at_loss(tid, facts.name, continued, rest, out)?;
+        if !continued
+            || self
+                .pending
+                .get(&tid)
+                .is_some_and(|p| p.2.name != facts.name)
+        {
+            self.end_unfinished(tid, ts, out);
+        }
         let trimmed = trim_end(rest);
         if !continued && trimmed.ends_with(b"...") && memmem::rfind(trimmed, b") = ").is_none() {
-            let mut args = std::mem::take(&mut self.unlabeled);
-            strip_labels(&trimmed[..trimmed.len() - 3], &mut args);
-            let mut sc = Syscall::with(name, facts.sys);
-            extract_args_with(&mut sc, facts, &args);
-            self.unlabeled = args;
+            let mut sc = Syscall::with(facts.name, facts.sys);
+            self.read_args(&mut sc, facts, &trimmed[..trimmed.len() - 3]);
             sc.start_line = Some(line_no);
             self.pending.insert(tid, (ts, line_no, sc));
             return Ok(());
@@ -315,55 +230,205 @@ impl PerfParser {
             Some(c) => (&rest[..c], &rest[c + 1..]),
             None => return Err(SkipReason::CutOff),
         };
-        let tail_s = skip_ws(tail);
-        let tail = match tail_s.strip_prefix(b"=") {
+        let tail = match skip_ws(tail).strip_prefix(b"=") {
             Some(t) => parse_tail(t).ok_or(SkipReason::BadReturn)?,
             None => return Err(SkipReason::BadReturn),
         };
         let (mut sc, start, start_line) = if continued {
-            match self.pending.remove(&tid) {
-                Some((t0, l0, sc)) if sc.name == name => (sc, t0, Some(l0)),
-                _ => {
-                    let mut sc = Syscall::with(name, facts.sys);
-                    // perf prints an exit line with the time of the entry it paired it with,
-                    // `?` when it saw none: only then was the call running before tracing
-                    // began. A timed line whose entry line is not here (cut from the text,
-                    // or not printed, as with --failure) began at its time and lasted its
-                    // duration; only its arguments are unknown.
-                    if !timed {
-                        sc.in_flight = Some(InFlight::AtStart);
-                    }
-                    (sc, ts, None)
-                }
-            }
+            self.entry_of(tid, facts, ts, timed)
         } else {
-            let mut sc = Syscall::with(name, facts.sys);
-            let mut a = std::mem::take(&mut self.unlabeled);
-            strip_labels(args, &mut a);
-            extract_args_with(&mut sc, facts, &a);
-            self.unlabeled = a;
+            let mut sc = Syscall::with(facts.name, facts.sys);
+            self.read_args(&mut sc, facts, args);
             (sc, ts, None)
         };
         sc.ret = tail.ret;
         if let Some(p) = tail.ret_path {
             sc.ret_path = Some(lossy(p));
         }
-        match dur {
+        let exit = Exit {
+            ts,
+            dur,
+            start,
+            start_line,
+            timed,
+            continued,
+        };
+        self.complete(tid, line_no, sc, exit, out);
+        Ok(())
+    }
+
+    /// The line's time, duration and thread, or what a line without them is: nothing to
+    /// read (`Ok(None)`: the summary, callchain frames) or a line skipped for a reason.
+    #[inline(always)]
+    fn event_prefix<'a>(&mut self, raw: &'a [u8]) -> Result<Option<PerfPrefix<'a>>, SkipReason> {
+        let t = skip_ws(raw);
+        if t.is_empty() {
+            return if self.in_summary {
+                Ok(None)
+            } else {
+                Err(SkipReason::Empty)
+            };
+        }
+        match prefix(raw) {
+            Some(p) => Ok(Some(p)),
+            None if self.in_summary => Ok(None),
+            None if t.starts_with(b"Summary of events:") => {
+                self.in_summary = true;
+                Ok(None)
+            }
+            None if lost_count(t).is_some() => {
+                self.lost_marks += 1;
+                self.lost += lost_count(t).unwrap_or(0);
+                Err(SkipReason::Lost)
+            }
+            // callchain frames under an event (`   do_syscall_64 ([kernel.kallsyms])`)
+            None if raw.first() == Some(&b' ') && memmem::find(t, b"(").is_some() => Ok(None),
+            None => Err(SkipReason::NoSyscall),
+        }
+    }
+
+    /// The time a line is placed at: its own, or the last one seen when it has none (`?`).
+    /// The first timed line also dates the untimed events before it.
+    #[inline(always)]
+    fn stamp(&mut self, ts: Option<Nanos>, out: &mut Vec<Event>) -> Nanos {
+        let Some(t) = ts else {
+            return self.last_ts;
+        };
+        if self.first.is_none() {
+            self.first = Some(t);
+            for mut e in self.untimed.drain(..) {
+                e.ts = t;
+                out.push(e);
+            }
+        }
+        // A continued call is printed at its entry's time, which may predate every line
+        // before it: the trace starts at the earliest time it shows, so no event is before
+        // its start (a header never shows `+-1.986s`).
+        if self.first.is_some_and(|f| t < f) {
+            self.first = Some(t);
+        }
+        self.last_ts = self.last_ts.max(t);
+        t
+    }
+
+    /// A line with a thread but no `name(`: a page fault, or nothing this parser reads.
+    fn not_a_call(&mut self, body: &[u8]) -> Result<(), SkipReason> {
+        if is_fault(body) {
+            // `perf trace -F`: a page fault of the thread, not a call (and no line to warn
+            // about). Its time is often printed wrapped around.
+            self.faults += 1;
+            return Ok(());
+        }
+        Err(SkipReason::NoSyscall)
+    }
+
+    /// perf pairs a thread's exit with the last entry it saw of that thread. A thread's first
+    /// exit after a loss may be paired with an entry before it (the name and arguments of one
+    /// call, the result of another, the time across the lost ones); a continuation of another
+    /// call's entry is one too. Neither line can be read as a call: the timeline breaks there.
+    #[inline(always)]
+    fn break_at_loss(
+        &mut self,
+        tid: Tid,
+        name: &'static str,
+        continued: bool,
+        rest: &[u8],
+        out: &mut Vec<Event>,
+    ) -> Result<(), SkipReason> {
+        let after_loss = self.lost_marks > 0
+            && self.seen_since_lost.insert(tid, self.lost_marks) != Some(self.lost_marks);
+        let mismatched = continued && self.pending.get(&tid).is_some_and(|p| p.2.name != name);
+        if !(after_loss || mismatched) || is_entry_only(continued, rest) {
+            return Ok(());
+        }
+        // The entry printed before, if any, ended somewhere in the loss: its length is
+        // unknown (pushed before the break, so nothing bounds it across).
+        if let Some((t0, l0, sc)) = self.pending.remove(&tid) {
+            out.push(Event {
+                tid,
+                ts: t0,
+                line: l0,
+                kind: EventKind::Syscall(sc),
+            });
+        }
+        Err(SkipReason::AcrossLoss)
+    }
+
+    /// A call printed as `name(args) ...` whose continuation never came: it ended before
+    /// `ts`, the thread's next event (an upper bound, not a call in flight).
+    fn end_unfinished(&mut self, tid: Tid, ts: Nanos, out: &mut Vec<Event>) {
+        let Some((t0, l0, mut sc)) = self.pending.remove(&tid) else {
+            return;
+        };
+        // Unless a line that could not be read came between: it may have been the
+        // continuation. Then how long the call ran is unknown.
+        if self.broken_line <= l0 {
+            sc.dur = Some((ts - t0).max(0));
+            sc.dur_src = DurSource::UpperBound;
+        }
+        out.push(Event {
+            tid,
+            ts: t0,
+            line: l0,
+            kind: EventKind::Syscall(sc),
+        });
+    }
+
+    /// A call's arguments, their `name: ` labels taken off (one buffer, reused).
+    #[inline(always)]
+    fn read_args(&mut self, sc: &mut Syscall, facts: Name, args: &[u8]) {
+        let mut a = std::mem::take(&mut self.unlabeled);
+        strip_labels(args, &mut a);
+        extract_args_with(sc, facts, &a);
+        self.unlabeled = a;
+    }
+
+    /// The entry of a `[continued]` exit: the thread's pending call of that name, with its
+    /// time and line, or a call without its arguments.
+    fn entry_of(
+        &mut self,
+        tid: Tid,
+        facts: Name,
+        ts: Nanos,
+        timed: bool,
+    ) -> (Syscall, Nanos, Option<u64>) {
+        match self.pending.remove(&tid) {
+            Some((t0, l0, sc)) if sc.name == facts.name => (sc, t0, Some(l0)),
+            _ => {
+                let mut sc = Syscall::with(facts.name, facts.sys);
+                // perf prints an exit line with the time of the entry it paired it with, `?`
+                // when it saw none: only then was the call running before tracing began. A
+                // timed line whose entry line is not here (cut from the text, or not
+                // printed, as with --failure) began at its time and lasted its duration;
+                // only its arguments are unknown.
+                if !timed {
+                    sc.in_flight = Some(InFlight::AtStart);
+                }
+                (sc, ts, None)
+            }
+        }
+    }
+
+    /// A call's exit read: its duration (measured, or paired with its entry line) and the
+    /// event, held back while no line has had a time.
+    #[inline(always)]
+    fn complete(&mut self, tid: Tid, line_no: u64, mut sc: Syscall, x: Exit, out: &mut Vec<Event>) {
+        match x.dur {
             Some(d) => {
                 sc.dur = Some(d);
                 sc.dur_src = DurSource::Measured;
             }
-            None if start_line.is_some() => {
-                sc.dur = Some((ts - start).max(0));
+            None if x.start_line.is_some() => {
+                sc.dur = Some((x.ts - x.start).max(0));
                 sc.dur_src = DurSource::Paired;
             }
             None => {}
         }
-        sc.start_line = start_line;
-        let begin = if continued && start_line.is_none() && !timed {
-            ts - sc.dur.unwrap_or(0)
+        sc.start_line = x.start_line;
+        let begin = if x.continued && x.start_line.is_none() && !x.timed {
+            x.ts - sc.dur.unwrap_or(0)
         } else {
-            start
+            x.start
         };
         let ev = Event {
             tid,
@@ -371,12 +436,11 @@ impl PerfParser {
             line: line_no,
             kind: EventKind::Syscall(sc),
         };
-        if !timed && self.first.is_none() {
+        if !x.timed && self.first.is_none() {
             self.untimed.push(ev);
         } else {
             out.push(ev);
         }
-        Ok(())
     }
 
     pub fn finish(&mut self, out: &mut Vec<Event>) {
@@ -397,6 +461,17 @@ impl PerfParser {
             });
         }
     }
+}
+
+/// What an exit line says beyond its call: its time and duration, where its entry began
+/// (time and line), whether it had a time of its own and whether it continues an entry.
+struct Exit {
+    ts: Nanos,
+    dur: Option<Nanos>,
+    start: Nanos,
+    start_line: Option<u64>,
+    timed: bool,
+    continued: bool,
 }
 
 /// `name(args) ...`: an entry perf printed before its exit (the exit comes as a

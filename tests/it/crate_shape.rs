@@ -49,18 +49,7 @@ const LAYERS: &[(&str, u8)] = &[
 ];
 
 /// Functions still over `MAX_FN_LINES`, with why they stay: (file, function, reason).
-const LONG_FNS: &[(&str, &str, &str)] = &[
-    (
-        "src/source/perf.rs",
-        "feed_line",
-        "the perf text parser's per-line hot path (issue 17's profile rounds)",
-    ),
-    (
-        "src/source/strace/args.rs",
-        "extract_args_named",
-        "the strace argument scanner's per-line hot path",
-    ),
-];
+const LONG_FNS: &[(&str, &str, &str)] = &[];
 
 /// Structs still over `MAX_FIELDS`: (file, struct, reason).
 const WIDE_STRUCTS: &[(&str, &str, &str)] = &[];

@@ -213,15 +213,31 @@ pub(super) fn extract_args_hot(sc: &mut Syscall, facts: Name, args: &[u8]) {
     extract_args_named(sc, facts, args)
 }
 
-/// `extract_args` with the name facts already looked up.
+/// `extract_args` with the name facts already looked up: out of line, off the common
+/// path (a plain fd first, which `extract_args` reads itself).
 #[inline(never)]
 pub(super) fn extract_args_named(sc: &mut Syscall, facts: Name, args: &[u8]) {
+    let (a0, rest) = fd_and_first_arg(sc, facts, args);
+    match facts.sys.args {
+        ArgKind::Data => data_from(sc, rest),
+        ArgKind::Nothing => {}
+        kind => {
+            if let Some(extra) = extra_of(kind, a0, rest, args) {
+                sc.extra = extra;
+            }
+        }
+    }
+}
+
+/// The fd of a call whose first argument is one (with its `-y` annotation), and the first
+/// argument's text and the rest after it.
+fn fd_and_first_arg<'a>(sc: &mut Syscall, facts: Name, args: &'a [u8]) -> (&'a [u8], &'a [u8]) {
     let plain = if facts.sys.fd_first {
         plain_fd_arg(args)
     } else {
         None
     };
-    let (a0, rest) = match plain {
+    match plain {
         Some((fd, a0, rest)) => {
             sc.fd = Some(fd);
             (a0, rest)
@@ -237,101 +253,74 @@ pub(super) fn extract_args_named(sc: &mut Syscall, facts: Name, args: &[u8]) {
             }
             (a0, rest)
         }
-    };
-    match facts.sys.args {
-        ArgKind::Path0 => {
-            if let Some(p) = path_arg(a0) {
-                sc.extra = Extra::Path(p);
-            }
-        }
-        ArgKind::Path1 => {
-            let (a1, _) = first_arg(rest);
-            if let Some(p) = path_arg(a1) {
-                if !p.is_empty() {
-                    sc.extra = Extra::Path(p);
-                }
-            }
-        }
+    }
+}
+
+/// What a call's arguments say beyond its fd (`Extra`), by the kind of its arguments
+/// (`args` whole, `a0` the first and `rest` what follows it).
+fn extra_of(kind: ArgKind, a0: &[u8], rest: &[u8], args: &[u8]) -> Option<Extra> {
+    match kind {
+        ArgKind::Path0 => path_arg(a0).map(Extra::Path),
+        ArgKind::Path1 => path_arg(first_arg(rest).0)
+            .filter(|p| !p.is_empty())
+            .map(Extra::Path),
         ArgKind::Rename => {
             let (a1, _) = first_arg(rest);
-            if let (Some(o), Some(n)) = (path_arg(a0), path_arg(a1)) {
-                sc.extra = Extra::Rename(o, n);
-            }
+            Some(Extra::Rename(path_arg(a0)?, path_arg(a1)?))
         }
         ArgKind::RenameAt => {
             let (a1, r) = first_arg(rest);
             let (_, r) = first_arg(r);
             let (a3, _) = first_arg(r);
-            if let (Some(o), Some(n)) = (path_arg(a1), path_arg(a3)) {
-                sc.extra = Extra::Rename(o, n);
-            }
+            Some(Extra::Rename(path_arg(a1)?, path_arg(a3)?))
         }
-        ArgKind::Pipe | ArgKind::Socketpair => {
-            let arr = if facts.sys.args == ArgKind::Socketpair {
-                let (_, r) = first_arg(rest);
-                let (_, r) = first_arg(r);
-                first_arg(r).0
-            } else {
-                a0
-            };
-            let arr = skip_ws(arr);
-            if let Some(inner) = arr.strip_prefix(b"[") {
-                let (x, r) = first_arg(inner);
-                let (a, _) = parse_fd_arg(x);
-                let (b, _) = parse_fd_arg(r);
-                if let (Some(a), Some(b)) = (a, b) {
-                    sc.extra = Extra::FdPair(a, b);
-                }
-            }
+        ArgKind::Pipe => fd_pair(a0),
+        ArgKind::Socketpair => {
+            let (_, r) = first_arg(rest);
+            let (_, r) = first_arg(r);
+            fd_pair(first_arg(r).0)
         }
-        ArgKind::Dup2 => {
-            let (a1, _) = first_arg(rest);
-            if let (Some(fd), _) = parse_fd_arg(a1) {
-                sc.extra = Extra::NewFd(fd);
-            }
-        }
-        ArgKind::Fcntl => {
-            let (a1, _) = first_arg(rest);
-            if skip_ws(a1).starts_with(b"F_DUPFD") {
-                sc.extra = Extra::DupFd;
-            }
-        }
-        ArgKind::CloseRange => {
-            let (a1, _) = first_arg(rest);
-            let lo = parse_u64(skip_ws(a0)).map(|v| v.0 as u32);
-            let a1 = skip_ws(a1);
-            let hi = if a1.starts_with(b"~0") || a1.starts_with(b"4294967295") {
-                Some(u32::MAX)
-            } else {
-                parse_u64(a1).map(|v| v.0.min(u32::MAX as u64) as u32)
-            };
-            if let (Some(lo), Some(hi)) = (lo, hi) {
-                sc.extra = Extra::CloseRange(lo, hi);
-            }
-        }
-        ArgKind::Clone | ArgKind::Clone3 | ArgKind::Fork => {
-            sc.extra = Extra::Clone {
-                thread: memmem::find(args, b"CLONE_THREAD").is_some(),
-            };
-        }
+        ArgKind::Dup2 => parse_fd_arg(first_arg(rest).0).0.map(Extra::NewFd),
+        ArgKind::Fcntl => skip_ws(first_arg(rest).0)
+            .starts_with(b"F_DUPFD")
+            .then_some(Extra::DupFd),
+        ArgKind::CloseRange => close_range(a0, first_arg(rest).0),
+        ArgKind::Clone | ArgKind::Clone3 | ArgKind::Fork => Some(Extra::Clone {
+            thread: memmem::find(args, b"CLONE_THREAD").is_some(),
+        }),
         ArgKind::Socket => {
             let a = skip_ws(a0);
             let n = a.iter().take_while(|b| is_name_byte(**b)).count();
-            sc.extra = Extra::Socket(intern(&a[..n]));
+            Some(Extra::Socket(intern(&a[..n])))
         }
-        ArgKind::Data => data_from(sc, rest),
         ArgKind::Restart => {
             // `<... resuming interrupted nanosleep ...>`: the call this one continues.
-            if let Some(i) = memmem::find(args, b"interrupted ") {
-                let r = &args[i + 12..];
-                let n = r.iter().take_while(|b| is_name_byte(**b)).count();
-                if n > 0 {
-                    sc.extra = Extra::Resumes(intern(&r[..n]));
-                }
-            }
+            let i = memmem::find(args, b"interrupted ")?;
+            let r = &args[i + 12..];
+            let n = r.iter().take_while(|b| is_name_byte(**b)).count();
+            (n > 0).then(|| Extra::Resumes(intern(&r[..n])))
         }
-        ArgKind::Nothing => {}
+        ArgKind::Data | ArgKind::Nothing => None,
     }
+}
+
+/// `[3, 4]`: the two fds a pipe or a socketpair made.
+fn fd_pair(arr: &[u8]) -> Option<Extra> {
+    let inner = skip_ws(arr).strip_prefix(b"[")?;
+    let (x, r) = first_arg(inner);
+    Some(Extra::FdPair(parse_fd_arg(x).0?, parse_fd_arg(r).0?))
+}
+
+/// `close_range(3, ~0U, 0)`: the fds it closes, `~0` (or its value) meaning all above.
+fn close_range(a0: &[u8], a1: &[u8]) -> Option<Extra> {
+    let lo = parse_u64(skip_ws(a0)).map(|v| v.0 as u32)?;
+    let a1 = skip_ws(a1);
+    let hi = if a1.starts_with(b"~0") || a1.starts_with(b"4294967295") {
+        u32::MAX
+    } else {
+        parse_u64(a1).map(|v| v.0.min(u32::MAX as u64) as u32)?
+    };
+    Some(Extra::CloseRange(lo, hi))
 }
 
 /// A bare fd number as the whole first argument (`8, ...` or `8`), the common case that

@@ -16,7 +16,7 @@ mod prefix;
 mod shape;
 
 pub use super::line::{LineOutcome, SkipReason};
-pub(crate) use args::{extract_args_with, intern, NameCache};
+pub(crate) use args::{extract_args_with, intern, Name, NameCache};
 pub use body::{fast_path_agrees, lazy_data_agrees};
 pub(crate) use body::{parse_body, parse_tail};
 pub use clock::ClockState;
