@@ -25,19 +25,24 @@ fn parse<T: clap::Args + clap::FromArgMatches>(argv: &[&str]) -> T {
 }
 
 /// Attach's loop over the recording at `path`, as if bpf traced it now; with `record`, it
-/// records what it traced there, as `attach --record` does.
-fn attach_replay(path: &str, record: Option<&str>) -> Report {
+/// records what it traced there, as `attach --record` does; with `conf`, the redis.conf
+/// given as `--redis-conf`.
+fn attach_replay(path: &str, record: Option<&str>, conf: Option<&str>) -> Report {
     let mut argv = vec!["attach", "--pid", "1", "--threshold", "10ms"];
     if let Some(r) = record {
         argv.extend(["--record", r]);
     }
+    if let Some(c) = conf {
+        argv.extend(["--redis-conf", c]);
+    }
     let args: AttachArgs = parse(&argv);
     let opts = crate::run::options(&args.out).unwrap();
+    let conf = conf.map(|c| std::fs::read_to_string(c).unwrap());
     let (started, ctx) = ReplayTracer::open(path, true, false)
         .unwrap()
         .start(LiveBackend::Bpf)
         .unwrap();
-    let mut s = LiveSession::around(started, ctx, &opts, None, None);
+    let mut s = LiveSession::around(started, ctx, &opts, conf, None);
     let mut sink = AttachSink::new(&s, &args).unwrap();
     sink.out = Box::new(std::io::sink());
     let (report, _, err) = trace(&mut s, sink, &args).unwrap();
@@ -114,7 +119,7 @@ fn a_replayed_session_records_what_analyze_reads_back_to_the_same_report() {
     let dir = tempfile::tempdir().unwrap();
     let rec = dir.path().join("rec.strace");
     let rec = rec.to_str().unwrap();
-    let live = attach_replay(&fixture(), Some(rec));
+    let live = attach_replay(&fixture(), Some(rec), None);
     // What the fixture exercises: each sidecar's part of the report.
     assert!(live.summary.lost_events > 0, "records lost");
     assert_eq!(
@@ -148,37 +153,73 @@ fn a_replayed_session_records_what_analyze_reads_back_to_the_same_report() {
     let (a, b) = (comparable(&live), comparable(&back));
     assert!(a == b, "{:?}", first_difference(&a, &b, ""));
     // And the replay of the recording through the loop again: the same live report.
-    let again = attach_replay(rec, None);
+    let again = attach_replay(rec, None, None);
     let c = comparable(&again);
     assert!(a == c, "{:?}", first_difference(&a, &c, ""));
 }
 
-#[test]
-fn each_sidecar_is_needed_for_the_replay_to_give_the_live_report() {
-    let dir = tempfile::tempdir().unwrap();
-    let rec = dir.path().join("rec.strace");
-    let rec = rec.to_str().unwrap();
-    let live = comparable(&attach_replay(&fixture(), Some(rec)));
-    for suffix in [
+/// The fixture with redis's log renamed to a path that only the config can class (no `.log`
+/// in it), beside its sidecars, in `dir`; and the config file that names it.
+fn renamed_log_variant(dir: &std::path::Path) -> (String, String) {
+    use std::io::Read;
+    let mut text = String::new();
+    flate2::read::GzDecoder::new(std::fs::File::open(fixture()).unwrap())
+        .read_to_string(&mut text)
+        .unwrap();
+    let renamed = "/tmp/mkrec/server.out";
+    assert!(text.contains("/tmp/mkrec/redis.log"));
+    let path = dir.join("variant.strace");
+    std::fs::write(&path, text.replace("/tmp/mkrec/redis.log", renamed)).unwrap();
+    let path = path.to_str().unwrap().to_string();
+    for s in [
         crate::recording::THREADS_SUFFIX,
         crate::recording::LOST_SUFFIX,
         crate::recording::SCHED_SUFFIX,
         crate::recording::ARRIVALS_SUFFIX,
     ] {
+        std::fs::copy(format!("{}{s}", fixture()), format!("{path}{s}")).unwrap();
+    }
+    let conf = dir.join("redis.conf");
+    std::fs::write(&conf, format!("dir /tmp/mkrec\nlogfile {renamed}\n")).unwrap();
+    (path, conf.to_str().unwrap().to_string())
+}
+
+#[test]
+fn each_sidecar_is_needed_for_the_replay_to_give_the_live_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let (variant, conf) = renamed_log_variant(dir.path());
+    let rec = dir.path().join("rec.strace");
+    let rec = rec.to_str().unwrap();
+    let live = attach_replay(&variant, Some(rec), Some(&conf));
+    // The config is what classes the renamed log: without it the conf sidecar could go
+    // unnoticed.
+    assert!(
+        live.fds
+            .iter()
+            .any(|f| f.class == crate::report::FileClass::Log
+                && f.path.as_deref() == Some("/tmp/mkrec/server.out")),
+        "the config's logfile classes the renamed log"
+    );
+    let live = comparable(&live);
+    assert_eq!(
+        comparable(&analyze(rec)),
+        live,
+        "the whole recording reads back"
+    );
+    let all = [
+        crate::recording::THREADS_SUFFIX,
+        crate::recording::CONF_SUFFIX,
+        crate::recording::LOST_SUFFIX,
+        crate::recording::SCHED_SUFFIX,
+        crate::recording::ARRIVALS_SUFFIX,
+    ];
+    for suffix in all {
         let other = tempfile::tempdir().unwrap();
         let copy = other.path().join("rec.strace");
         let copy = copy.to_str().unwrap();
         std::fs::copy(rec, copy).unwrap();
-        for s in [
-            crate::recording::THREADS_SUFFIX,
-            crate::recording::CONF_SUFFIX,
-            crate::recording::LOST_SUFFIX,
-            crate::recording::SCHED_SUFFIX,
-            crate::recording::ARRIVALS_SUFFIX,
-        ] {
-            if s != suffix {
-                std::fs::copy(format!("{rec}{s}"), format!("{copy}{s}")).unwrap();
-            }
+        for s in all.iter().filter(|s| **s != suffix) {
+            std::fs::copy(format!("{rec}{s}"), format!("{copy}{s}")).unwrap();
         }
         let back = comparable(&analyze(copy));
         assert!(
