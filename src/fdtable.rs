@@ -315,7 +315,8 @@ pub struct FdTable {
     /// handful of fds per request, and two hash lookups per event showed in profiles. An
     /// entry holds only while `generation` is unchanged (every change to a binding bumps it).
     /// `RECENT` entries (8 KB): with 16, the ~50 client fds a benchmark's connections hold
-    /// shared slots, and each request missed (`lookup_slow` was 3-6 % of the live tracer).
+    /// shared slots, and each request missed (`lookup_slow` in the live profiles: bench/PROFILE.md,
+    /// seventh round).
     recent: [std::cell::Cell<Recent>; RECENT],
     generation: u32,
     /// Classes learned from what was done with a path, which win over its name the next

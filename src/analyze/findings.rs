@@ -133,9 +133,9 @@ pub(crate) fn explain(
         Some(crate::event::InFlight::AtEnd) => " (still running when tracing ended)",
         None => "",
     };
-    // Joined with `push_str`: a `format!` cost ~1,300 instructions, and every stall row of
-    // the report is one of these sentences. Room for a long one at once: grown from `who`
-    // it was reallocated four times.
+    // Joined with `push_str`: three `format!` a row showed in a profile (bench/PROFILE.md,
+    // eighth round), and every stall row of the report is one of these sentences. Room for
+    // a long one at once: grown from `who` it was reallocated four times.
     let mut text = String::with_capacity(256);
     for part in [&who, " blocked ", bound, &d, " in ", name, "()"] {
         text.push_str(part);

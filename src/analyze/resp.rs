@@ -85,8 +85,8 @@ pub fn for_each_command(data: &[u8], truncated: bool, mut f: impl FnMut(&[u8])) 
 /// `*N\r\n$L\r\nNAME\r\n`, then the end of the text (N = 1) or a first argument that
 /// cannot fit in what is left of the head (the walk stops there, having read nothing of
 /// it). None for anything else, for which the caller decodes the head and walks it:
-/// decoding all of it cost ~300 instructions a read and the walk ~300 more, for a name
-/// in its first twenty bytes.
+/// decoding all of it and the walk cost more than the rest of the read's handling, for a
+/// name in its first twenty bytes (bench/PROFILE.md's rounds on the analyzer's per-event path).
 pub(crate) fn escaped_single_name(raw: &[u8]) -> Option<&[u8]> {
     // `pos`: decoded bytes so far (an escaped line end is four bytes of text, two decoded).
     let (n, mut i) = escaped_int_line(raw, 0, b'*')?;

@@ -297,8 +297,8 @@ impl Ring {
     pub(crate) fn new(max_bytes: usize, keep_ns: Nanos) -> Ring {
         // Sized once for the most events the bounds admit: a VecDeque that regrows
         // doubles, and as its head wraps through the whole allocation every page of it
-        // becomes resident, so RSS would step up by the old size (the second soak's floor
-        // rose 245 -> 322 MB in one step at 20 min).
+        // becomes resident, so RSS would step up by the old size (seen as a step in the
+        // second soak's floor: bench/RESULTS.md, Soak).
         let max_events = max_bytes / std::mem::size_of::<Event>() + 1;
         let most = max_events.min(max_bytes / std::mem::size_of::<Held>() + 1);
         Ring {
