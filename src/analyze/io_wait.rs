@@ -105,7 +105,13 @@ impl IoHelpers {
     /// Notes a call when it is an I/O thread's.
     #[inline]
     pub(crate) fn on_call(&mut self, cx: &ResolvedCall<'_>) {
-        if !Self::is_helper_call(cx) || !cx.timed {
+        if !cx.timed {
+            return;
+        }
+        if !Self::is_helper_call(cx) {
+            if cx.role == Role::IoThread {
+                self.on_handoff(cx);
+            }
             return;
         }
         let sched = cx.sc.sched.as_deref();
@@ -129,10 +135,35 @@ impl IoHelpers {
                 .map_or(0, |b| b.on_cpu_ns as Nanos),
             sched: sched.is_some_and(|s| s.before.is_some()),
         };
-        let ring = match self.procs.iter_mut().position(|(p, _)| *p == cx.proc) {
+        self.push(cx.proc, call);
+    }
+
+    /// Another call of an I/O thread (the hand-off wait in `futex` of redis 6/7 and valkey,
+    /// an eventfd read): it blocked until the main thread woke it for work, then waited
+    /// for a CPU before it returned. The blocked part is no one's wait; the part after the
+    /// wake (its runnable time, at the call's end) is the I/O thread's, on work the main
+    /// thread spins for, so it covers that stretch of a gap like a call of its own. Without
+    /// the scheduler's split only its return is known: a point.
+    fn on_handoff(&mut self, cx: &ResolvedCall<'_>) {
+        let sched = cx.sc.sched.as_deref();
+        let before = sched.and_then(|s| s.before);
+        let woken_wait = sched.map_or(0, |s| s.during.runnable_ns as Nanos);
+        let call = HelperCall {
+            start: (cx.end - woken_wait).max(cx.ts()),
+            end: cx.end,
+            runnable_before: before.map_or(0, |b| b.runnable_ns as Nanos),
+            runnable_during: woken_wait,
+            on_cpu_before: before.map_or(0, |b| b.on_cpu_ns as Nanos),
+            sched: before.is_some(),
+        };
+        self.push(cx.proc, call);
+    }
+
+    fn push(&mut self, proc: ProcKey, call: HelperCall) {
+        let ring = match self.procs.iter_mut().position(|(p, _)| *p == proc) {
             Some(i) => &mut self.procs[i].1,
             None => {
-                self.procs.push((cx.proc, VecDeque::new()));
+                self.procs.push((proc, VecDeque::new()));
                 &mut self.procs.last_mut().expect("just pushed").1
             }
         };
