@@ -279,15 +279,18 @@ pub(super) fn info_changes(c: &Collected) -> Vec<(String, i64, i64, i64, i64)> {
     out
 }
 
+/// `child_in_log`: the phase's child as redis's log numbers it (its pid in redis's own pid
+/// namespace: "Background saving started by pid N" is redis's text, not mapped).
 pub(super) fn phase_evidence(
     p: &crate::report::Phase,
     parent: Option<u32>,
+    child_in_log: u32,
     span_us: i64,
     placed: &Placed,
     server: Option<&Collected>,
     axis: &Axis,
 ) -> Vec<RedisEvidence> {
-    let by_pid = format!("by pid {}", p.child_pid);
+    let by_pid = format!("by pid {child_in_log}");
     let start = p.start_at_us;
     let mut out: Vec<RedisEvidence> = vec![];
     let mut ended = false;
@@ -469,7 +472,32 @@ pub(super) fn give_evidence(
     }
     let parent = report.source.pid;
     let span_us = report.summary.span_us;
+    let pids = report
+        .container
+        .as_ref()
+        .map(|c| c.pids.clone())
+        .unwrap_or_default();
     for p in &mut report.phases {
-        p.redis_evidence = Some(phase_evidence(p, parent, span_us, placed, server, axis));
+        let in_log = pids
+            .iter()
+            .find(|x| x.host == p.child_pid)
+            .map_or(p.child_pid, |x| x.ns);
+        p.redis_evidence = Some(phase_evidence(
+            p, parent, in_log, span_us, placed, server, axis,
+        ));
+    }
+}
+
+/// A container's log lines carry the pids of its own pid namespace (pid 1 for redis):
+/// each is given the host's pid of the same process, which the trace and the report use.
+/// A pid not mapped (a process not traced) is left as redis wrote it.
+pub(super) fn map_pids(lines: &mut [LogLine], pids: &[crate::report::NsPid]) {
+    if pids.iter().all(|p| p.host == p.ns) {
+        return;
+    }
+    for l in lines {
+        if let Some(m) = l.pid.and_then(|n| pids.iter().find(|p| p.ns == n)) {
+            l.pid = Some(m.host);
+        }
     }
 }

@@ -201,6 +201,9 @@ pub fn render(r: &Report, w: &mut dyn Write, color: bool) -> io::Result<()> {
 fn header(r: &Report, w: &mut dyn Write, p: &Paint) -> io::Result<()> {
     headline(r, w, p)?;
     w.write_all(wrap(&source_line(r), 0).as_bytes())?;
+    if let Some(c) = &r.container {
+        w.write_all(wrap(&container_line(c, r.source.pid), 0).as_bytes())?;
+    }
     caveats(r, w, p)?;
     if let Some(line) = tracing_cost(r) {
         w.write_all(wrap(&line, 0).as_bytes())?;
@@ -288,6 +291,37 @@ fn source_line(r: &Report) -> String {
         });
     }
     meta
+}
+
+/// The container the live process runs in: what names it, and how it was reached.
+fn container_line(c: &crate::report::Container, pid: Option<u32>) -> String {
+    let mut names = vec![];
+    if let Some(h) = &c.hostname {
+        names.push(format!("hostname {h}"));
+    }
+    if let Some(id) = &c.id {
+        let short = &id[..id.len().min(12)];
+        names.push(format!("{} {short}", c.runtime.as_deref().unwrap_or("id")));
+    }
+    if let Some(uid) = &c.kubernetes_pod_uid {
+        let qos = c.kubernetes_qos.as_deref().unwrap_or("?");
+        names.push(format!("kubernetes pod {uid} ({qos})"));
+    }
+    if let Some(cg) = &c.cgroup {
+        names.push(format!("cgroup {cg}"));
+    }
+    let mut line = format!("container: {}", names.join(", "));
+    if !c.namespaces.is_empty() {
+        line.push_str(&format!("; namespaces of its own: {}", c.namespaces.join(", ")));
+    }
+    let inside = c.pids.iter().find(|x| Some(x.host) == pid && x.host != x.ns);
+    if let Some(x) = inside {
+        line.push_str(&format!("; pid {} inside (its log's)", x.ns));
+    }
+    if let Some(v) = &c.files_via {
+        line.push_str(&format!("; its files read through {v}"));
+    }
+    line
 }
 
 /// What the reader must know before trusting the figures: lost events, reconstructed
