@@ -207,9 +207,8 @@ fn in_namespace<T: Send + 'static>(
     std::thread::Builder::new()
         .name(format!("ns-{kind}"))
         .spawn(move || {
-            nix::sched::setns(&ns, flag).map_err(|e| {
-                std::io::Error::other(format!("cannot enter {path} (setns): {e}"))
-            })?;
+            nix::sched::setns(&ns, flag)
+                .map_err(|e| std::io::Error::other(format!("cannot enter {path} (setns): {e}")))?;
             f()
         })?
         .join()
@@ -219,7 +218,11 @@ fn in_namespace<T: Send + 'static>(
 /// A TCP connection to `addr` made from inside `pid`'s network namespace when it differs
 /// from ours (a container's `127.0.0.1:6379` is its own, not the host's); a plain connect
 /// otherwise. The socket stays in the namespace it was made in, whichever thread uses it.
-pub fn connect_tcp(addr: SocketAddr, timeout: Duration, pid: Option<Tid>) -> std::io::Result<TcpStream> {
+pub fn connect_tcp(
+    addr: SocketAddr,
+    timeout: Duration,
+    pid: Option<Tid>,
+) -> std::io::Result<TcpStream> {
     match pid.filter(|p| differs(*p, "net")) {
         Some(p) => in_namespace(p, "net", nix::sched::CloneFlags::CLONE_NEWNET, move || {
             TcpStream::connect_timeout(&addr, timeout)
@@ -499,7 +502,10 @@ mod tests {
         );
         assert_eq!(cgroup_path(&v1), Some(format!("/docker/{ID}")));
         let v2 = format!("0::/system.slice/docker-{ID}.scope\n");
-        assert_eq!(cgroup_path(&v2), Some(format!("/system.slice/docker-{ID}.scope")));
+        assert_eq!(
+            cgroup_path(&v2),
+            Some(format!("/system.slice/docker-{ID}.scope"))
+        );
         let plain = "4:memory:/jobs/a\n1:cpu:/\n0::/\n";
         assert_eq!(cgroup_path(plain).as_deref(), Some("/jobs/a"));
         assert_eq!(cgroup_path("0::/\n").as_deref(), Some("/"));
@@ -523,7 +529,10 @@ mod tests {
         assert_eq!(r.target_path("/tmp/x/root/data"), "/data");
         assert_eq!(r.target_path("/tmp/x/root"), "/");
         assert_eq!(r.target_path("/tmp/x/rootless"), "/tmp/x/rootless");
-        assert_eq!(r.host_path("/data/redis.log"), "/proc/7/root/data/redis.log");
+        assert_eq!(
+            r.host_path("/data/redis.log"),
+            "/proc/7/root/data/redis.log"
+        );
         assert_eq!(r.host_path("redis.log"), "redis.log");
         assert_eq!(Root::host().host_path("/data/a"), "/data/a");
     }

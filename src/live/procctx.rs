@@ -128,7 +128,11 @@ fn socket_names(p: &Process) -> HashMap<u64, String> {
 /// arguments, then the working directory (redis chdir()s into `dir` at startup, so
 /// /proc/PID/cwd is `dir` whatever the config said). The config file is read through
 /// `root` (a container's `/data/redis.conf` is under /proc/PID/root on the host).
-pub fn redis_conf_text(cmdline: &[String], cwd: Option<&str>, root: &Root) -> (String, Vec<String>) {
+pub fn redis_conf_text(
+    cmdline: &[String],
+    cwd: Option<&str>,
+    root: &Root,
+) -> (String, Vec<String>) {
     let mut text = String::new();
     let mut sources = vec![];
     // redis rewrites its process title ("redis-server 127.0.0.1:6379"), which drops the

@@ -312,9 +312,15 @@ fn container_line(c: &crate::report::Container, pid: Option<u32>) -> String {
     }
     let mut line = format!("container: {}", names.join(", "));
     if !c.namespaces.is_empty() {
-        line.push_str(&format!("; namespaces of its own: {}", c.namespaces.join(", ")));
+        line.push_str(&format!(
+            "; namespaces of its own: {}",
+            c.namespaces.join(", ")
+        ));
     }
-    let inside = c.pids.iter().find(|x| Some(x.host) == pid && x.host != x.ns);
+    let inside = c
+        .pids
+        .iter()
+        .find(|x| Some(x.host) == pid && x.host != x.ns);
     if let Some(x) = inside {
         line.push_str(&format!("; pid {} inside (its log's)", x.ns));
     }

@@ -68,7 +68,11 @@ fn can_run() -> bool {
     let root = unsafe { libc::geteuid() } == 0;
     let tracefs = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"]
         .iter()
-        .any(|r| Path::new(r).join("events/raw_syscalls/sys_enter/id").exists());
+        .any(|r| {
+            Path::new(r)
+                .join("events/raw_syscalls/sys_enter/id")
+                .exists()
+        });
     let tools = [
         ("redis-server", "--version"),
         ("redis-cli", "--version"),
@@ -134,12 +138,13 @@ impl Container {
             if let Ok(Some(st)) = self.unshare.try_wait() {
                 panic!("the container ended before redis served: {st}");
             }
-            let kids = std::fs::read_to_string(format!(
-                "/proc/{0}/task/{0}/children",
-                self.unshare.id()
-            ))
-            .unwrap_or_default();
-            for k in kids.split_whitespace().filter_map(|k| k.parse::<u32>().ok()) {
+            let kids =
+                std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", self.unshare.id()))
+                    .unwrap_or_default();
+            for k in kids
+                .split_whitespace()
+                .filter_map(|k| k.parse::<u32>().ok())
+            {
                 let comm = std::fs::read_to_string(format!("/proc/{k}/comm")).unwrap_or_default();
                 if comm.trim() == "redis-server" && self.cli(k, &["PING"]).contains("PONG") {
                     return k;
@@ -165,7 +170,16 @@ impl Container {
     fn load(&self) {
         let st = Command::new("nsenter")
             .arg(format!("--net=/proc/{}/ns/net", self.pid))
-            .args(["redis-benchmark", "-p", PORT, "-q", "-t", "set", "-n", "5000"])
+            .args([
+                "redis-benchmark",
+                "-p",
+                PORT,
+                "-q",
+                "-t",
+                "set",
+                "-n",
+                "5000",
+            ])
             .args(["-c", "4", "-d", "512", "-r", "2000"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -218,12 +232,21 @@ fn attach_from_the_host_names_the_container_and_reads_its_log_and_server() {
     let rec = rec_dir.path().join("c.strace");
     let rec_s = rec.to_string_lossy().into_owned();
     let redis_addr = format!("127.0.0.1:{PORT}");
-    let args = ["--redis", &redis_addr, "--threshold", "100ms", "--format", "json"];
+    let args = [
+        "--redis",
+        &redis_addr,
+        "--threshold",
+        "100ms",
+        "--format",
+        "json",
+    ];
     let a = Attach::start("bpf", c.pid, &[&args[..], &["--record", &rec_s]].concat());
     assert!(a.attached, "stallscope did not attach: {:?}", a.stderr);
     c.load();
     assert!(c.cli(c.pid, &["DEBUG", "SLEEP", "0.3"]).contains("OK"));
-    assert!(c.cli(c.pid, &["BGSAVE"]).contains("Background saving started"));
+    assert!(c
+        .cli(c.pid, &["BGSAVE"])
+        .contains("Background saving started"));
     // The poller's next round (once a second) sees the LATENCY event; the save ends.
     std::thread::sleep(Duration::from_millis(1500));
     // SAFETY: a signal to the stallscope this test started.
@@ -249,14 +272,32 @@ fn attach_from_the_host_names_the_container_and_reads_its_log_and_server() {
 
     let log = &r["redis"]["log"];
     let log_path = log["path"].as_str().unwrap_or("");
-    assert_eq!(log_path, format!("/proc/{}/root/data/redis.log", c.pid), "{log}");
+    assert_eq!(
+        log_path,
+        format!("/proc/{}/root/data/redis.log", c.pid),
+        "{log}"
+    );
     let stall = r["stalls"]
         .as_array()
-        .and_then(|s| s.iter().find(|s| s["duration_us"].as_i64() >= Some(250_000)))
+        .and_then(|s| {
+            s.iter()
+                .find(|s| s["duration_us"].as_i64() >= Some(250_000))
+        })
         .unwrap_or_else(|| panic!("no DEBUG SLEEP stall: {}", r["stalls"]));
-    assert!(joined_log_line(stall, c.pid), "no log line of master {} on the stall: {stall}", c.pid);
-    assert!(has_source(stall, "latency"), "no LATENCY event on the stall: {stall}");
-    assert!(r["redis"]["server"]["polls"].as_u64() > Some(0), "{}", r["redis"]);
+    assert!(
+        joined_log_line(stall, c.pid),
+        "no log line of master {} on the stall: {stall}",
+        c.pid
+    );
+    assert!(
+        has_source(stall, "latency"),
+        "no LATENCY event on the stall: {stall}"
+    );
+    assert!(
+        r["redis"]["server"]["polls"].as_u64() > Some(0),
+        "{}",
+        r["redis"]
+    );
 
     // The save child: its clone result and the log's "started by pid N" are the namespace's
     // pids; the phase names the host's and still finds the line.
@@ -265,9 +306,16 @@ fn attach_from_the_host_names_the_container_and_reads_its_log_and_server() {
         .and_then(|p| p.iter().find(|p| p["kind"] == "bgsave"))
         .unwrap_or_else(|| panic!("no bgsave phase: {}", r["phases"]));
     let child = phase["child_pid"].as_u64().unwrap_or(0) as u32;
-    assert!(pids.iter().any(|p| p["host"] == child && p["ns"] != child), "{ct}");
+    assert!(
+        pids.iter().any(|p| p["host"] == child && p["ns"] != child),
+        "{ct}"
+    );
     let started = phase["redis_evidence"].as_array().is_some_and(|ev| {
-        ev.iter().any(|e| e["text"].as_str().is_some_and(|t| t.contains("started by pid")))
+        ev.iter().any(|e| {
+            e["text"]
+                .as_str()
+                .is_some_and(|t| t.contains("started by pid"))
+        })
     });
     assert!(started, "the save's log line is not on its phase: {phase}");
 
