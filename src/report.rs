@@ -465,10 +465,6 @@ pub struct Report {
     /// parts are written into those objects as `redis_evidence` / `redis_signals`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub redis: Option<RedisSection>,
-    /// Live only: the container the traced process runs in, seen from the host (its own
-    /// namespaces, or a cgroup a container runtime made); absent on a bare host.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub container: Option<Container>,
 }
 
 /// The top-level `container` section: what names the container the traced process runs in
@@ -504,8 +500,8 @@ pub struct NsPid {
     pub ns: u32,
 }
 
-/// What only a live session sees (flattened into the report: `host`, `overhead`; both
-/// absent offline).
+/// What only a live session sees (flattened into the report: `host`, `overhead`,
+/// `container`; all absent offline).
 #[derive(Clone, Debug, Serialize, Default)]
 pub struct LiveContext {
     /// /proc samples aligned with phases and stalls.
@@ -514,6 +510,10 @@ pub struct LiveContext {
     /// What tracing cost.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub overhead: Option<Overhead>,
+    /// The container the traced process runs in, seen from the host (its own namespaces,
+    /// or a cgroup a container runtime made); absent on a bare host.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub container: Option<Container>,
 }
 
 #[derive(Clone, Debug, Serialize, Default)]

@@ -473,6 +473,7 @@ pub(super) fn give_evidence(
     let parent = report.source.pid;
     let span_us = report.summary.span_us;
     let pids = report
+        .live
         .container
         .as_ref()
         .map(|c| c.pids.clone())

@@ -173,7 +173,7 @@ pub fn apply(report: &mut Report, mut inp: Inputs) -> Result<()> {
     }
     let span = report.summary.span_us.max(0);
     let mut lines = log.lines;
-    if let Some(c) = &report.container {
+    if let Some(c) = &report.live.container {
         join::map_pids(&mut lines, &c.pids);
     }
     let placed = join::place_lines(lines, &log.file_ends, &axis, span);

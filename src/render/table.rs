@@ -201,7 +201,7 @@ pub fn render(r: &Report, w: &mut dyn Write, color: bool) -> io::Result<()> {
 fn header(r: &Report, w: &mut dyn Write, p: &Paint) -> io::Result<()> {
     headline(r, w, p)?;
     w.write_all(wrap(&source_line(r), 0).as_bytes())?;
-    if let Some(c) = &r.container {
+    if let Some(c) = &r.live.container {
         w.write_all(wrap(&container_line(c, r.source.pid), 0).as_bytes())?;
     }
     caveats(r, w, p)?;

@@ -330,7 +330,7 @@ pub(crate) struct Enrichment<'a> {
 pub(crate) fn enrich(report: &mut Report, e: &Enrichment) {
     report.source.backend = Some(e.backend);
     report.summary.command_start = e.caps.command_start();
-    report.container = e.container.clone();
+    report.live.container = e.container.clone();
     if let Some(st) = e.stats {
         add_overhead(report, st, e.caps.stops_tracee);
     }
