@@ -502,3 +502,33 @@ pub(super) fn map_pids(lines: &mut [LogLine], pids: &[crate::report::NsPid]) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::NsPid;
+
+    fn line(pid: u32) -> LogLine {
+        crate::redis_log::parse_line(
+            &format!("{pid}:M 06 Dec 2026 21:47:32.655 * Background saving started by pid 29"),
+            1,
+        )
+        .unwrap()
+        .0
+    }
+
+    #[test]
+    fn a_container_s_log_pids_become_the_host_s() {
+        let pids = [NsPid { host: 5680, ns: 1 }, NsPid { host: 5778, ns: 29 }];
+        let mut lines = vec![line(1), line(29), line(3)];
+        map_pids(&mut lines, &pids);
+        let got: Vec<Option<u32>> = lines.iter().map(|l| l.pid).collect();
+        // A pid not mapped is left as redis wrote it; the text is redis's, never rewritten.
+        assert_eq!(got, [Some(5680), Some(5778), Some(3)]);
+        assert!(lines[0].message.ends_with("by pid 29"));
+        // A bare host's identity pairs change nothing.
+        let mut same = vec![line(1)];
+        map_pids(&mut same, &[NsPid { host: 1, ns: 1 }]);
+        assert_eq!(same[0].pid, Some(1));
+    }
+}

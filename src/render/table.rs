@@ -868,6 +868,40 @@ fn skipped(lines: u64, first: &[Skipped], w: &mut dyn Write, p: &Paint) -> io::R
 mod tests {
     use super::*;
 
+    #[test]
+    fn the_container_line_names_it_and_how_it_was_reached() {
+        let c = crate::report::Container {
+            cgroup: Some("/kubepods/burstable/podab12/3f6c2d9e8b7a6f5e".into()),
+            id: Some("3f6c2d9e8b7a6f5e".into()),
+            kubernetes_pod_uid: Some("ab12".into()),
+            kubernetes_qos: Some("burstable".into()),
+            hostname: Some("redis-0".into()),
+            namespaces: vec!["mnt".into(), "pid".into(), "net".into()],
+            files_via: Some("/proc/4242/root".into()),
+            pids: vec![crate::report::NsPid { host: 4242, ns: 1 }],
+            ..Default::default()
+        };
+        let l = container_line(&c, Some(4242));
+        assert!(
+            l.starts_with("container: hostname redis-0, id 3f6c2d9e8b7a,"),
+            "{l}"
+        );
+        assert!(l.contains("kubernetes pod ab12 (burstable)"), "{l}");
+        assert!(l.contains("namespaces of its own: mnt, pid, net"), "{l}");
+        assert!(l.contains("pid 1 inside"), "{l}");
+        assert!(l.ends_with("its files read through /proc/4242/root"), "{l}");
+        // Its own pid namespace not in use: no pid to say.
+        let bare = crate::report::Container {
+            runtime: Some("docker".into()),
+            id: Some("0123456789abcdef".into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            container_line(&bare, Some(7)),
+            "container: docker 0123456789ab"
+        );
+    }
+
     /// 200 SETs from a Unix-socket client and one over TCP (live bpf dates only the TCP
     /// one's arrival): the table says which were timed from where, not "read to reply" of
     /// a time that started at the arrival.

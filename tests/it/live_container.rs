@@ -319,7 +319,30 @@ fn attach_from_the_host_names_the_container_and_reads_its_log_and_server() {
     });
     assert!(started, "the save's log line is not on its phase: {phase}");
 
-    // The recording keeps the config read through the container's root.
+    // The recording keeps the config read through the container's root, and reads back to
+    // the same stalls and the same save child (the host's pid, as its calls are named).
     let conf = std::fs::read_to_string(format!("{rec_s}.redis.conf")).expect("conf sidecar");
     assert!(conf.contains("logfile /data/redis.log"), "{conf}");
+    let back = Command::new(env!("CARGO_BIN_EXE_stallscope"))
+        .args([
+            "analyze",
+            &rec_s,
+            "--threshold",
+            "100ms",
+            "--format",
+            "json",
+        ])
+        .output()
+        .expect("run analyze");
+    let b = json(&String::from_utf8_lossy(&back.stdout));
+    assert_eq!(
+        b["summary"]["stalls"], r["summary"]["stalls"],
+        "{}",
+        b["stalls"]
+    );
+    let kids = |r: &serde_json::Value| -> Vec<serde_json::Value> {
+        let p = r["phases"].as_array().cloned().unwrap_or_default();
+        p.iter().map(|p| p["child_pid"].clone()).collect()
+    };
+    assert_eq!(kids(&b), kids(&r), "the replay's phases: {}", b["phases"]);
 }
