@@ -14,6 +14,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::common::{ci, json, serial, Attach, DEADLINE};
+use crate::live_watch::{incident_reports, poll, Watch};
 
 /// The container's hostname (a pod's name).
 const HOSTNAME: &str = "redis-pod-7f9c";
@@ -345,4 +346,66 @@ fn attach_from_the_host_names_the_container_and_reads_its_log_and_server() {
         p.iter().map(|p| p["child_pid"].clone()).collect()
     };
     assert_eq!(kids(&b), kids(&r), "the replay's phases: {}", b["phases"]);
+}
+
+/// `watch` from the host: an incident's report names the container and carries redis's log
+/// and LATENCY, read through its mount and network namespaces.
+#[test]
+fn watch_from_the_host_writes_incidents_that_name_the_container() {
+    let _g = serial();
+    if !can_run() {
+        return;
+    }
+    let c = Container::start();
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let out = tmp.path().join("incidents");
+    let addr = format!("127.0.0.1:{PORT}");
+    let pid = c.pid.to_string();
+    let mut w = Watch::start(&[
+        "--pid",
+        &pid,
+        "--backend",
+        "bpf",
+        "--redis",
+        &addr,
+        "--out",
+        out.to_str().unwrap(),
+        "--after",
+        "1s",
+        "--threshold",
+        "100ms",
+    ]);
+    assert!(w.wait_line("watching", DEADLINE), "{:?}", w.lines());
+    let log = format!("following redis's log /proc/{}/root/data/redis.log", c.pid);
+    assert!(
+        w.lines().iter().any(|l| l.contains(&log)),
+        "{:?}",
+        w.lines()
+    );
+    c.load();
+    assert!(c.cli(c.pid, &["DEBUG", "SLEEP", "0.3"]).contains("OK"));
+    let reports = poll(DEADLINE, || {
+        let v = incident_reports(&out);
+        (!v.is_empty()).then_some(v)
+    })
+    .unwrap_or_else(|| panic!("no incident report; watcher: {:?}", w.lines()));
+    assert_eq!(w.terminate(DEADLINE), Some(0), "{:?}", w.lines());
+    let r = json(&std::fs::read_to_string(&reports[0]).expect("incident report"));
+    assert_eq!(r["container"]["hostname"], HOSTNAME, "{}", r["container"]);
+    let stall = r["stalls"]
+        .as_array()
+        .and_then(|s| {
+            s.iter()
+                .find(|s| s["duration_us"].as_i64() >= Some(250_000))
+        })
+        .unwrap_or_else(|| panic!("no DEBUG SLEEP stall: {}", r["stalls"]));
+    assert!(
+        joined_log_line(stall, c.pid),
+        "no log line of master {}: {stall}",
+        c.pid
+    );
+    assert!(
+        has_source(stall, "latency"),
+        "no LATENCY event on the stall: {stall}"
+    );
 }
