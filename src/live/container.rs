@@ -136,20 +136,25 @@ impl PidNs {
         p
     }
 
-    /// The host's pid of the namespace's pid `ns`, learnt from /proc when it is a child of
-    /// process `parent` not seen yet (a forked save child: its clone returned `ns`). The
+    /// The host's pid of the namespace's pid `ns`, a child of process `parent`. `fresh`:
+    /// the child was just made (its clone returned `ns`), so it is looked up in /proc
+    /// whether or not `ns` was mapped before (a pid the namespace reuses is another
+    /// process); else (a wait reaped it, and it is gone from /proc) what was learnt. The
     /// value itself when nothing is to be mapped or it cannot be found.
-    pub fn to_host(&mut self, parent: Tid, ns: i64) -> i64 {
+    pub fn to_host(&mut self, parent: Tid, ns: i64, fresh: bool) -> i64 {
         if !self.nested || ns <= 0 {
             return ns;
         }
         let n = ns as Tid;
-        if let Some(h) = self.to_host.get(&n) {
-            return *h as i64;
+        if fresh {
+            // Better unmapped than mapped to the process that had the pid before.
+            self.to_host.remove(&n);
         }
-        for h in children(parent) {
-            if let Some(c) = ns_pid(h) {
-                self.to_host.insert(c, h);
+        if !self.to_host.contains_key(&n) {
+            for h in children(parent) {
+                if let Some(c) = ns_pid(h) {
+                    self.to_host.insert(c, h);
+                }
             }
         }
         self.to_host.get(&n).map_or(ns, |h| *h as i64)
@@ -161,7 +166,9 @@ impl PidNs {
     #[inline]
     pub fn host_ret(&mut self, sys: &SysInfo, ret: Option<i64>, caller: Tid) -> Option<i64> {
         match ret {
-            Some(r) if self.nested && r > 0 && returns_pid(sys) => Some(self.to_host(caller, r)),
+            Some(r) if self.nested && r > 0 && returns_pid(sys) => {
+                Some(self.to_host(caller, r, sys.fd == FdKind::Clone))
+            }
             _ => ret,
         }
     }
@@ -537,6 +544,26 @@ mod tests {
         assert_eq!(Root::host().host_path("/data/a"), "/data/a");
     }
 
+    /// A wait's pid is the child learnt at its fork; a fork's is looked up afresh, never
+    /// taken from a process that had the pid before (here none is found: this process has
+    /// no child, so the namespace's value is kept).
+    #[test]
+    fn a_reused_namespace_pid_is_not_mapped_to_the_old_process() {
+        let me = std::process::id();
+        let mut p = PidNs {
+            nested: true,
+            to_host: [(29, 5778)].into_iter().collect(),
+        };
+        let wait4 = crate::syscalls::info("wait4");
+        let clone = crate::syscalls::info("clone");
+        let read = crate::syscalls::info("read");
+        assert_eq!(p.host_ret(wait4, Some(29), me), Some(5778));
+        assert_eq!(p.host_ret(read, Some(29), me), Some(29));
+        assert_eq!(p.host_ret(wait4, Some(-10), me), Some(-10));
+        assert_eq!(p.host_ret(clone, Some(29), me), Some(29));
+        assert!(p.pairs().is_empty());
+    }
+
     /// On a bare host (this test's own process) nothing differs and nothing is mapped.
     #[test]
     fn our_own_process_is_on_the_host() {
@@ -544,7 +571,7 @@ mod tests {
         assert!(differing_namespaces(me).is_empty());
         assert!(!Root::of(me).is_other());
         let mut p = PidNs::of(me);
-        assert_eq!(p.to_host(me, 5), 5);
+        assert_eq!(p.to_host(me, 5, true), 5);
         assert_eq!(hostname(me), None);
     }
 }
