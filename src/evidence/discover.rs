@@ -31,37 +31,36 @@ pub fn live_log_source(
         None => conf
             .and_then(|c| c.logfile.as_deref())
             .filter(|l| !l.is_empty())
-            .map(|l| {
-                let p = std::path::Path::new(l);
-                let full = match (&ctx.cwd, p.is_absolute()) {
-                    (Some(cwd), false) => std::path::Path::new(cwd).join(p),
-                    _ => p.to_path_buf(),
-                };
-                LogSource {
-                    path: full.to_string_lossy().into_owned(),
-                    found: LogFound::ConfLogfile,
-                    explicit: false,
-                }
+            .map(|l| LogSource {
+                path: host_path(ctx, l),
+                found: LogFound::ConfLogfile,
+                explicit: false,
             }),
     };
     // redis rewrites its argv, so /proc may not tell the config; redis itself can.
     src.or_else(|| {
         let addr = redis?;
-        let mut c =
-            crate::redis_client::Conn::connect(addr, std::time::Duration::from_secs(2)).ok()?;
+        let wait = std::time::Duration::from_secs(2);
+        let mut c = crate::redis_client::Conn::connect_near(addr, wait, Some(ctx.pid)).ok()?;
         let r = c.cmd(&["CONFIG", "GET", "logfile"]).ok()?;
         let lf = r.items().get(1)?.as_text().filter(|l| !l.is_empty())?;
-        let p = std::path::Path::new(&lf);
-        let full = match (&ctx.cwd, p.is_absolute()) {
-            (Some(cwd), false) => std::path::Path::new(cwd).join(p),
-            _ => p.to_path_buf(),
-        };
         Some(LogSource {
-            path: full.to_string_lossy().into_owned(),
+            path: host_path(ctx, &lf),
             found: LogFound::ConfigGet,
             explicit: false,
         })
     })
+}
+
+/// Where the host reads a file the process names `p` (relative to its working directory,
+/// which redis has changed to its `dir`): through /proc/PID/root in a container.
+fn host_path(ctx: &crate::live::procctx::ProcContext, p: &str) -> String {
+    let path = std::path::Path::new(p);
+    let full = match (&ctx.cwd, path.is_absolute()) {
+        (Some(cwd), false) => std::path::Path::new(cwd).join(path),
+        _ => path.to_path_buf(),
+    };
+    ctx.root.host_path(&full.to_string_lossy())
 }
 
 /// Which log to follow, found before the tracer attaches (`attach --redis`, `watch`): once
@@ -159,11 +158,22 @@ pub fn find_log(
             return Some(found(p, LogFound::ConfLogfile));
         }
     }
+    trace_log_file(report, &crate::live::container::Root::host())
+}
+
+/// The log file the trace saw redis write, when the host can read it: through `root`
+/// (a container's paths are under /proc/PID/root on the host).
+pub fn trace_log_file(report: &Report, root: &crate::live::container::Root) -> Option<LogSource> {
     report
         .fds
         .iter()
         .filter(|f| f.class == FileClass::Log)
         .filter_map(|f| f.path.as_deref())
-        .find(|p| exists(std::path::Path::new(p)))
-        .map(|p| found(p.into(), LogFound::TraceLogFile))
+        .map(|p| root.host_path(p))
+        .find(|p| std::path::Path::new(p).is_file())
+        .map(|p| LogSource {
+            path: p,
+            found: LogFound::TraceLogFile,
+            explicit: false,
+        })
 }

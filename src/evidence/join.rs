@@ -279,15 +279,18 @@ pub(super) fn info_changes(c: &Collected) -> Vec<(String, i64, i64, i64, i64)> {
     out
 }
 
+/// `child_in_log`: the phase's child as redis's log numbers it (its pid in redis's own pid
+/// namespace: "Background saving started by pid N" is redis's text, not mapped).
 pub(super) fn phase_evidence(
     p: &crate::report::Phase,
     parent: Option<u32>,
+    child_in_log: u32,
     span_us: i64,
     placed: &Placed,
     server: Option<&Collected>,
     axis: &Axis,
 ) -> Vec<RedisEvidence> {
-    let by_pid = format!("by pid {}", p.child_pid);
+    let by_pid = format!("by pid {child_in_log}");
     let start = p.start_at_us;
     let mut out: Vec<RedisEvidence> = vec![];
     let mut ended = false;
@@ -469,7 +472,63 @@ pub(super) fn give_evidence(
     }
     let parent = report.source.pid;
     let span_us = report.summary.span_us;
+    let pids = report
+        .live
+        .container
+        .as_ref()
+        .map(|c| c.pids.clone())
+        .unwrap_or_default();
     for p in &mut report.phases {
-        p.redis_evidence = Some(phase_evidence(p, parent, span_us, placed, server, axis));
+        let in_log = pids
+            .iter()
+            .find(|x| x.host == p.child_pid)
+            .map_or(p.child_pid, |x| x.ns);
+        p.redis_evidence = Some(phase_evidence(
+            p, parent, in_log, span_us, placed, server, axis,
+        ));
+    }
+}
+
+/// A container's log lines carry the pids of its own pid namespace (pid 1 for redis):
+/// each is given the host's pid of the same process, which the trace and the report use.
+/// A pid not mapped (a process not traced) is left as redis wrote it.
+pub(super) fn map_pids(lines: &mut [LogLine], pids: &[crate::report::NsPid]) {
+    if pids.iter().all(|p| p.host == p.ns) {
+        return;
+    }
+    for l in lines {
+        if let Some(m) = l.pid.and_then(|n| pids.iter().find(|p| p.ns == n)) {
+            l.pid = Some(m.host);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::NsPid;
+
+    fn line(pid: u32) -> LogLine {
+        crate::redis_log::parse_line(
+            &format!("{pid}:M 06 Dec 2026 21:47:32.655 * Background saving started by pid 29"),
+            1,
+        )
+        .unwrap()
+        .0
+    }
+
+    #[test]
+    fn a_container_s_log_pids_become_the_host_s() {
+        let pids = [NsPid { host: 5680, ns: 1 }, NsPid { host: 5778, ns: 29 }];
+        let mut lines = vec![line(1), line(29), line(3)];
+        map_pids(&mut lines, &pids);
+        let got: Vec<Option<u32>> = lines.iter().map(|l| l.pid).collect();
+        // A pid not mapped is left as redis wrote it; the text is redis's, never rewritten.
+        assert_eq!(got, [Some(5680), Some(5778), Some(3)]);
+        assert!(lines[0].message.ends_with("by pid 29"));
+        // A bare host's identity pairs change nothing.
+        let mut same = vec![line(1)];
+        map_pids(&mut same, &[NsPid { host: 1, ns: 1 }]);
+        assert_eq!(same[0].pid, Some(1));
     }
 }

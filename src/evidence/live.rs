@@ -12,6 +12,8 @@ use anyhow::Result;
 pub struct LiveRedis {
     follower: Option<(LogSource, redis_log::Follower)>,
     poller: Option<crate::redis_client::Poller>,
+    /// How the host reads the process's files (its log, found at the end).
+    root: crate::live::container::Root,
 }
 
 impl LiveRedis {
@@ -44,7 +46,11 @@ impl LiveRedis {
                 "stallscope: asking redis at {a} for LATENCY, INFO and SLOWLOG once a second"
             );
         }
-        LiveRedis { follower, poller }
+        LiveRedis {
+            follower,
+            poller,
+            root: ctx.root.clone(),
+        }
     }
 
     /// The traced redis's fds of the poller's connections made since the last call (see
@@ -72,7 +78,7 @@ impl LiveRedis {
         // No config named a log: the one the trace saw redis write, read whole (through the
         // helper too: this disk may be the one that stalls).
         let followed = followed.or_else(|| {
-            let src = discover::find_log(&[], None, report)?;
+            let src = discover::trace_log_file(report, &self.root)?;
             let got = redis_log::Follower::read_whole(&src.path)
                 .finish(std::time::Duration::from_secs(2));
             Some(FollowedLog {

@@ -172,7 +172,11 @@ pub fn apply(report: &mut Report, mut inp: Inputs) -> Result<()> {
         axis.date_the_report(report);
     }
     let span = report.summary.span_us.max(0);
-    let placed = join::place_lines(log.lines, &log.file_ends, &axis, span);
+    let mut lines = log.lines;
+    if let Some(c) = &report.live.container {
+        join::map_pids(&mut lines, &c.pids);
+    }
+    let placed = join::place_lines(lines, &log.file_ends, &axis, span);
     let mut log_info = log.info;
     if let Some(li) = &mut log_info {
         note_log_ends(li, &placed, &axis, span, &mut sec.notes);

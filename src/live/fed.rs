@@ -27,6 +27,9 @@ pub(crate) struct Fed {
     pub last_check: Instant,
     /// Boxes for the calls' scheduler split, handed back by the consumer.
     pub spans: SpanPool,
+    /// The traced process's pid namespace: its clone and wait results are mapped to the
+    /// host's pids, which the kernel's records name tasks by.
+    pub pidns: super::container::PidNs,
 }
 
 impl Fed {
@@ -40,6 +43,7 @@ impl Fed {
             warnings: vec![],
             last_check: Instant::now(),
             spans: SpanPool::default(),
+            pidns: Default::default(),
         }
     }
 

@@ -2,9 +2,11 @@
 //! the text sources, from a running process, and says what it can see (`Capabilities`);
 //! `start_tracer` picks and starts one (`TracerConfig`); `procctx` adds what only a live
 //! process can tell (its open fds, thread names, redis config, page faults, I/O and iowait
-//! over time). The sessions layer (`session`) runs them; nothing here knows the commands.
+//! over time), `container` how the host reaches a process in its own namespaces (its files,
+//! pids and network) and what its cgroup path names. The sessions layer (`session`) runs them; nothing here knows the commands.
 
 pub(crate) mod bpf;
+pub mod container;
 mod decode;
 mod fed;
 pub(crate) mod host;
@@ -117,6 +119,9 @@ pub struct TracerStats {
     pub lost_events: u64,
     /// Durations of the main thread's calls as seen under tracing, by power of two of ns.
     pub main_call_log2: [u64; 32],
+    /// (host pid, pid in its own pid namespace) of the traced processes mapped so far
+    /// (`container::PidNs`); empty on a bare host.
+    pub ns_pids: Vec<(Tid, Tid)>,
 }
 
 impl TracerStats {

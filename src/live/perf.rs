@@ -525,6 +525,7 @@ impl PerfTracer {
         super::check_target(cfg.pid)?;
         let tp = find_tracepoints().map_err(AttachError::Other)?;
         let mut me = Self::unattached(cfg, (tp.enter, tp.exit));
+        me.fed.pidns = super::container::PidNs::of(me.cfg.pid);
         let wakeup = if std::env::var_os(NO_SCHED_ENV).is_some_and(|v| v == "1") {
             Err(format!("{NO_SCHED_ENV}=1 is set"))
         } else {
@@ -1086,6 +1087,7 @@ impl PerfTracer {
         args_known: bool,
     ) -> Event {
         let info = nr_info(e.nr);
+        let ret = self.fed.pidns.host_ret(info.sys, ret, tgid);
         let mut sc = Syscall::with(info.name, info.sys);
         let args = if args_known {
             Args::Late {
@@ -1548,7 +1550,9 @@ impl Tracer for PerfTracer {
     }
 
     fn stats(&self) -> TracerStats {
-        self.fed.stats.clone()
+        let mut s = self.fed.stats.clone();
+        s.ns_pids = self.fed.pidns.pairs();
+        s
     }
 
     fn warnings(&mut self) -> Vec<String> {

@@ -5,6 +5,7 @@
 //! directory redis chdir()s into), and the notes that compare the host's samples (taken by
 //! `host::Sampler`) across phases and stalls in `report.host`.
 
+use super::container::Root;
 use crate::event::Tid;
 use crate::report::{HostContext, HostSample, Report};
 use procfs::process::{FDTarget, Process};
@@ -24,6 +25,9 @@ pub struct ProcContext {
     pub redis_conf: String,
     /// Where each part of `redis_conf` came from, for the report's notes.
     pub conf_sources: Vec<String>,
+    /// How the host reads the process's paths (through /proc/PID/root in a container);
+    /// `cwd` and the fd table's paths are the process's own.
+    pub root: Root,
 }
 
 /// Reads the fd table, thread names and config of `pid`. Parts that cannot be read (a
@@ -37,11 +41,15 @@ pub fn gather(pid: Tid) -> ProcContext {
         Ok(p) => p,
         Err(_) => return ctx,
     };
+    ctx.root = Root::of(pid);
     ctx.cmdline = proc_.cmdline().unwrap_or_default();
-    ctx.cwd = proc_.cwd().ok().map(|p| p.to_string_lossy().into_owned());
-    ctx.fds = fd_table(&proc_);
+    ctx.cwd = proc_
+        .cwd()
+        .ok()
+        .map(|p| ctx.root.target_path(&p.to_string_lossy()));
+    ctx.fds = fd_table(&proc_, &ctx.root);
     ctx.thread_names = thread_names(pid);
-    let (text, sources) = redis_conf_text(&ctx.cmdline, ctx.cwd.as_deref());
+    let (text, sources) = redis_conf_text(&ctx.cmdline, ctx.cwd.as_deref(), &ctx.root);
     ctx.redis_conf = text;
     ctx.conf_sources = sources;
     ctx
@@ -63,7 +71,7 @@ pub fn thread_names(pid: Tid) -> HashMap<Tid, String> {
     m
 }
 
-fn fd_table(p: &Process) -> Vec<(i32, String)> {
+fn fd_table(p: &Process, root: &Root) -> Vec<(i32, String)> {
     let sockets = socket_names(p);
     let mut v = vec![];
     let fds = match p.fd() {
@@ -72,7 +80,7 @@ fn fd_table(p: &Process) -> Vec<(i32, String)> {
     };
     for fd in fds.flatten() {
         let what = match &fd.target {
-            FDTarget::Path(path) => path.to_string_lossy().into_owned(),
+            FDTarget::Path(path) => root.target_path(&path.to_string_lossy()),
             FDTarget::Socket(ino) => sockets
                 .get(ino)
                 .cloned()
@@ -118,8 +126,13 @@ fn socket_names(p: &Process) -> HashMap<u64, String> {
 /// The redis settings that name files, as a redis.conf text. Order of precedence, later
 /// wins as in redis itself: the config file named on the command line, then `--option value`
 /// arguments, then the working directory (redis chdir()s into `dir` at startup, so
-/// /proc/PID/cwd is `dir` whatever the config said).
-pub fn redis_conf_text(cmdline: &[String], cwd: Option<&str>) -> (String, Vec<String>) {
+/// /proc/PID/cwd is `dir` whatever the config said). The config file is read through
+/// `root` (a container's `/data/redis.conf` is under /proc/PID/root on the host).
+pub fn redis_conf_text(
+    cmdline: &[String],
+    cwd: Option<&str>,
+    root: &Root,
+) -> (String, Vec<String>) {
     let mut text = String::new();
     let mut sources = vec![];
     // redis rewrites its process title ("redis-server 127.0.0.1:6379"), which drops the
@@ -137,10 +150,11 @@ pub fn redis_conf_text(cmdline: &[String], cwd: Option<&str>) -> (String, Vec<St
             // working directory is the best guess left.
             format!("{}/{}", cwd.unwrap_or("."), conf)
         };
-        if let Ok(t) = std::fs::read_to_string(&path) {
+        let read_at = root.host_path(&path);
+        if let Ok(t) = std::fs::read_to_string(&read_at) {
             text.push_str(&t);
             text.push('\n');
-            sources.push(format!("config file {path}"));
+            sources.push(format!("config file {read_at}"));
         }
     }
     let mut i = 1;
@@ -413,7 +427,7 @@ mod tests {
             "--logfile".into(),
             "/var/log/r.log".into(),
         ];
-        let (t, src) = redis_conf_text(&cmd, Some("/data"));
+        let (t, src) = redis_conf_text(&cmd, Some("/data"), &Root::host());
         let dir_lines: Vec<&str> = t.lines().filter(|l| l.starts_with("dir ")).collect();
         assert_eq!(dir_lines.last(), Some(&"dir /data"));
         assert!(t.contains("appendfilename \"x.aof\""));

@@ -133,7 +133,8 @@ impl PtraceTracer {
                     }
                 }
                 let r = t.run();
-                let stats = t.stats.clone();
+                let mut stats = t.stats.clone();
+                stats.ns_pids = t.pidns.pairs();
                 match r {
                     Ok(()) => {
                         let _ = tx.send(Msg::Done(Box::new(stats)));
@@ -411,6 +412,8 @@ struct Inner {
     /// Tids the tracer has already seen exit (so a late rescan does not re-seize them).
     /// Redis's threads are long-lived; bounded by the thread count of the process.
     gone: HashSet<Tid>,
+    /// The traced process's pid namespace (its clone and wait results are mapped).
+    pidns: super::container::PidNs,
 }
 
 const BATCH: usize = 512;
@@ -430,6 +433,7 @@ type Shared = (std::sync::Mutex<Buffer>, std::sync::Condvar);
 impl Inner {
     fn new(cfg: PtraceConfig, tx: SyncSender<Msg>, ctl: Arc<StopCtl>, shared: Arc<Shared>) -> Self {
         Inner {
+            pidns: super::container::PidNs::of(cfg.pid),
             cfg,
             tx,
             ctl,
@@ -871,6 +875,7 @@ impl Inner {
     /// still stopped at the call's exit (or gone).
     fn build(&mut self, tid: Tid, e: Entry, ret: Option<i64>, now: Nanos) -> Event {
         let info = nr_info(e.nr);
+        let ret = self.pidns.host_ret(info.sys, ret, tid);
         let mut sc = Syscall::with(info.name, info.sys);
         sc.in_flight = e.in_flight;
         let args = Args::Stopped { args: &e.args, tid };

@@ -201,6 +201,9 @@ pub fn render(r: &Report, w: &mut dyn Write, color: bool) -> io::Result<()> {
 fn header(r: &Report, w: &mut dyn Write, p: &Paint) -> io::Result<()> {
     headline(r, w, p)?;
     w.write_all(wrap(&source_line(r), 0).as_bytes())?;
+    if let Some(c) = &r.live.container {
+        w.write_all(wrap(&container_line(c, r.source.pid), 0).as_bytes())?;
+    }
     caveats(r, w, p)?;
     if let Some(line) = tracing_cost(r) {
         w.write_all(wrap(&line, 0).as_bytes())?;
@@ -288,6 +291,43 @@ fn source_line(r: &Report) -> String {
         });
     }
     meta
+}
+
+/// The container the live process runs in: what names it, and how it was reached.
+fn container_line(c: &crate::report::Container, pid: Option<u32>) -> String {
+    let mut names = vec![];
+    if let Some(h) = &c.hostname {
+        names.push(format!("hostname {h}"));
+    }
+    if let Some(id) = &c.id {
+        let short = &id[..id.len().min(12)];
+        names.push(format!("{} {short}", c.runtime.as_deref().unwrap_or("id")));
+    }
+    if let Some(uid) = &c.kubernetes_pod_uid {
+        let qos = c.kubernetes_qos.as_deref().unwrap_or("?");
+        names.push(format!("kubernetes pod {uid} ({qos})"));
+    }
+    if let Some(cg) = &c.cgroup {
+        names.push(format!("cgroup {cg}"));
+    }
+    let mut line = format!("container: {}", names.join(", "));
+    if !c.namespaces.is_empty() {
+        line.push_str(&format!(
+            "; namespaces of its own: {}",
+            c.namespaces.join(", ")
+        ));
+    }
+    let inside = c
+        .pids
+        .iter()
+        .find(|x| Some(x.host) == pid && x.host != x.ns);
+    if let Some(x) = inside {
+        line.push_str(&format!("; pid {} inside (its log's)", x.ns));
+    }
+    if let Some(v) = &c.files_via {
+        line.push_str(&format!("; its files read through {v}"));
+    }
+    line
 }
 
 /// What the reader must know before trusting the figures: lost events, reconstructed
@@ -827,6 +867,40 @@ fn skipped(lines: u64, first: &[Skipped], w: &mut dyn Write, p: &Paint) -> io::R
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_container_line_names_it_and_how_it_was_reached() {
+        let c = crate::report::Container {
+            cgroup: Some("/kubepods/burstable/podab12/3f6c2d9e8b7a6f5e".into()),
+            id: Some("3f6c2d9e8b7a6f5e".into()),
+            kubernetes_pod_uid: Some("ab12".into()),
+            kubernetes_qos: Some("burstable".into()),
+            hostname: Some("redis-0".into()),
+            namespaces: vec!["mnt".into(), "pid".into(), "net".into()],
+            files_via: Some("/proc/4242/root".into()),
+            pids: vec![crate::report::NsPid { host: 4242, ns: 1 }],
+            ..Default::default()
+        };
+        let l = container_line(&c, Some(4242));
+        assert!(
+            l.starts_with("container: hostname redis-0, id 3f6c2d9e8b7a,"),
+            "{l}"
+        );
+        assert!(l.contains("kubernetes pod ab12 (burstable)"), "{l}");
+        assert!(l.contains("namespaces of its own: mnt, pid, net"), "{l}");
+        assert!(l.contains("pid 1 inside"), "{l}");
+        assert!(l.ends_with("its files read through /proc/4242/root"), "{l}");
+        // Its own pid namespace not in use: no pid to say.
+        let bare = crate::report::Container {
+            runtime: Some("docker".into()),
+            id: Some("0123456789abcdef".into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            container_line(&bare, Some(7)),
+            "container: docker 0123456789ab"
+        );
+    }
 
     /// 200 SETs from a Unix-socket client and one over TCP (live bpf dates only the TCP
     /// one's arrival): the table says which were timed from where, not "read to reply" of

@@ -14,9 +14,10 @@ mod tests;
 use crate::analyze::findings::{LiveEvidence, WatchWindow};
 use crate::analyze::{Analyzer, Options, RedisConf};
 use crate::event::{Event, EventKind, Nanos, SchedSpan, Tid};
+use crate::live::container;
 use crate::live::procctx::{self, ProcContext};
 use crate::live::{Capabilities, Started, Tracer, TracerConfig, TracerStats};
-use crate::report::{LiveBackend, Overhead, Report};
+use crate::report::{Container, LiveBackend, Overhead, Report};
 use crate::source::{Clock, TimeFmt};
 use anyhow::Result;
 use std::collections::HashMap;
@@ -48,6 +49,9 @@ pub(crate) struct LiveSession {
     /// The clock is this machine's monotonic one, now (a live tracer), which a long watch
     /// keeps in step with the wall clock; a replayed recording's is its own.
     pub live_clock: bool,
+    /// The container the process runs in, read at the attach (None on a bare host, and
+    /// for a replayed recording).
+    pub container: Option<Container>,
 }
 
 impl LiveSession {
@@ -63,7 +67,16 @@ impl LiveSession {
         let fault_copy = procctx::cow_fault_bytes(cfg.pid);
         let mut s = Self::around(started, ctx, base, user_conf, fault_copy);
         s.live_clock = true;
+        s.container = container::describe(cfg.pid, &[]);
         Ok(s)
+    }
+
+    /// The container as the report names it: as read at the attach, with the pids of its
+    /// processes that the tracer mapped since (`stats`: the tracer's counts, read now).
+    pub(crate) fn container_now(&self, stats: &TracerStats) -> Option<Container> {
+        let mut c = self.container.clone()?;
+        container::add_pids(&mut c, &stats.ns_pids);
+        Some(c)
     }
 
     /// A session around a tracer that has already attached, with the process's context as
@@ -108,6 +121,7 @@ impl LiveSession {
             opts,
             conf_text,
             live_clock: false,
+            container: None,
         }
     }
 
@@ -306,6 +320,8 @@ pub(crate) struct Enrichment<'a> {
     pub stats: Option<&'a TracerStats>,
     /// A watch incident: the window its report covers.
     pub watch: Option<WatchWindow>,
+    /// The container the process runs in (`LiveSession::container_now`).
+    pub container: Option<Container>,
 }
 
 /// Adds to a live report what only the session knows: the backend, where command latency
@@ -314,6 +330,7 @@ pub(crate) struct Enrichment<'a> {
 pub(crate) fn enrich(report: &mut Report, e: &Enrichment) {
     report.source.backend = Some(e.backend);
     report.summary.command_start = e.caps.command_start();
+    report.live.container = e.container.clone();
     if let Some(st) = e.stats {
         add_overhead(report, st, e.caps.stops_tracee);
     }

@@ -183,6 +183,7 @@ fn view_of(s: &LiveSession, w: &Watcher) -> SessionView {
         caps: s.caps,
         follow_forks: !w.args.no_follow_forks,
         own_conns: vec![],
+        container: s.container.clone(),
     }
 }
 
@@ -396,6 +397,9 @@ impl Sink for WatchSink<'_, '_> {
             p.an.set_thread_name(tid, name);
         }
         self.ac.view.thread_names.insert(tid, name.to_string());
+        if let Some(c) = &mut self.ac.view.container {
+            crate::live::container::learn_pid(c, tid);
+        }
     }
 
     fn event(&mut self, slot: &mut Event, _threads: &Threads) {

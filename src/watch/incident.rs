@@ -153,6 +153,8 @@ pub(crate) struct SessionView {
     pub follow_forks: bool,
     /// The traced redis's fds of stallscope's own poller connections.
     pub own_conns: Vec<(i32, Nanos)>,
+    /// The container redis runs in, with the pids of the processes seen so far.
+    pub container: Option<crate::report::Container>,
 }
 
 /// Everything the writer needs to make one incident's files.
@@ -405,6 +407,7 @@ fn analyse(job: &mut Job) -> crate::report::Report {
             backend: v.backend,
             caps: v.caps,
             stats: None,
+            container: v.container.clone(),
             watch: Some(crate::analyze::findings::WatchWindow {
                 stalls: job.count,
                 threshold_ns: v.opts.threshold_ns,
@@ -645,6 +648,7 @@ pub(crate) mod tests {
                 },
                 follow_forks: true,
                 own_conns: vec![],
+                container: None,
             },
             first: stall(300_000, None),
             worst: stall(300_000, None),

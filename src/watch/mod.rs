@@ -716,6 +716,7 @@ mod tests {
                 caps: Default::default(),
                 follow_forks: true,
                 own_conns: vec![],
+                container: None,
             },
             resync: false,
             host: None,

@@ -61,7 +61,7 @@ fn free_port() -> u16 {
 }
 
 /// Polls `f` until it gives Some or `limit` passes.
-fn poll<T>(limit: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+pub(crate) fn poll<T>(limit: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
     let start = Instant::now();
     loop {
         if let Some(v) = f() {
@@ -105,13 +105,13 @@ fn metric(port: u16, name: &str) -> Option<f64> {
 }
 
 /// A running `stallscope watch`, its stderr collected on a thread.
-struct Watch {
+pub(crate) struct Watch {
     child: Child,
     stderr: Arc<Mutex<Vec<String>>>,
 }
 
 impl Watch {
-    fn start(args: &[&str]) -> Watch {
+    pub(crate) fn start(args: &[&str]) -> Watch {
         let mut child = Command::new(env!("CARGO_BIN_EXE_stallscope"))
             .arg("watch")
             .args(args)
@@ -130,11 +130,11 @@ impl Watch {
         Watch { child, stderr }
     }
 
-    fn lines(&self) -> Vec<String> {
+    pub(crate) fn lines(&self) -> Vec<String> {
         self.stderr.lock().unwrap().clone()
     }
 
-    fn wait_line(&self, what: &str, limit: Duration) -> bool {
+    pub(crate) fn wait_line(&self, what: &str, limit: Duration) -> bool {
         poll(limit, || {
             self.lines().iter().any(|l| l.contains(what)).then_some(())
         })
@@ -142,7 +142,7 @@ impl Watch {
     }
 
     /// SIGTERM, then the exit status within `limit`.
-    fn terminate(&mut self, limit: Duration) -> Option<i32> {
+    pub(crate) fn terminate(&mut self, limit: Duration) -> Option<i32> {
         unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
         let code = poll(limit, || self.child.try_wait().ok().flatten());
         code.map(|c| c.code().unwrap_or(-1))
@@ -168,7 +168,7 @@ fn debug_sleep(port: u16) {
     assert_eq!(r.text(), "+OK");
 }
 
-fn incident_reports(dir: &Path) -> Vec<PathBuf> {
+pub(crate) fn incident_reports(dir: &Path) -> Vec<PathBuf> {
     let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
         .into_iter()
         .flatten()

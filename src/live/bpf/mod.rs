@@ -310,6 +310,7 @@ impl BpfTracer {
             threads_at_attach: 0,
             arrivals: arrivals::Arrivals::default(),
         };
+        me.fed.pidns = super::container::PidNs::of(me.cfg.pid);
         me.arrivals
             .started(arrivals.map(|_| ()), &mut me.fed.warnings);
         me.start_tracing()?;
@@ -364,6 +365,7 @@ impl BpfTracer {
             line: 0,
             kind: EventKind::Syscall(Syscall::with(info.name, info.sys)),
         });
+        let ret = self.fed.pidns.host_ret(info.sys, ret, r.tgid);
         let sc = sc_of_back(&mut self.fed.queue);
         sc.sched = sched;
         let args = if args_known {
@@ -796,7 +798,9 @@ impl Tracer for BpfTracer {
     }
 
     fn stats(&self) -> TracerStats {
-        self.fed.stats.clone()
+        let mut s = self.fed.stats.clone();
+        s.ns_pids = self.fed.pidns.pairs();
+        s
     }
 
     fn warnings(&mut self) -> Vec<String> {
