@@ -846,6 +846,44 @@ mod tests {
         );
     }
 
+    /// Five idle connections (a port scan, half-open sockets) held open: a scrape still
+    /// answers within a second; and one that sends its request byte by byte, slower than
+    /// the deadline, is closed without holding anyone up.
+    #[test]
+    fn idle_connections_never_delay_a_scrape() {
+        use std::io::Read;
+        use std::net::TcpStream;
+        use std::time::{Duration, Instant};
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let m = Metrics::new();
+        m.instance("127.0.0.1:6379").attached.set(1);
+        serve(l, m);
+        let idle: Vec<TcpStream> = (0..5).map(|_| TcpStream::connect(addr).unwrap()).collect();
+        let mut slow = TcpStream::connect(addr).unwrap();
+        slow.write_all(b"GE").unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        let t = Instant::now();
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+        let mut body = String::new();
+        s.read_to_string(&mut body).unwrap();
+        let took = t.elapsed();
+        assert!(took < Duration::from_secs(1), "{took:?}");
+        assert!(body.starts_with("HTTP/1.1 200"), "{body}");
+        assert!(
+            body.contains("stallscope_attached{instance=\"127.0.0.1:6379\"} 1"),
+            "{body}"
+        );
+        // The slow one is cut off at the deadline, with no answer.
+        slow.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut rest = vec![];
+        let n = slow.read_to_end(&mut rest).unwrap_or(0);
+        assert_eq!(n, 0, "{:?}", String::from_utf8_lossy(&rest));
+        drop(idle);
+    }
+
     #[test]
     fn addresses() {
         assert_eq!(parse_addr(":9323").unwrap().to_string(), "127.0.0.1:9323");

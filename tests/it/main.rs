@@ -10,6 +10,7 @@ mod evidence_props;
 mod iothreads;
 mod live_attach;
 mod live_edges;
+mod live_fleet;
 mod live_watch;
 mod parser_props;
 mod redis_evidence;
