@@ -48,7 +48,8 @@ scenario() {
   "$BIN" watch --name "$NAME" --metrics "127.0.0.1:$(free_port)" >/dev/null 2>"$DIR/w.err" &
   WPID=$!
   for _ in $(seq 400); do
-    [ "$(grep -c 'as instance' "$DIR/w.err" 2>/dev/null)" -ge "$n" ] && break
+    got=$(grep -c 'as instance' "$DIR/w.err" 2>/dev/null) || got=0
+    [ "$got" -ge "$n" ] && break
     sleep 0.05
   done
   sleep 2
