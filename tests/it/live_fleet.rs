@@ -436,6 +436,29 @@ fn all_counts_each_instance_under_its_own_label_through_prometheus() {
             .count();
         assert_eq!(n, 1, "{}: {lines}", s.label());
     }
+    // A forked child's calls are routed with its parent's: a BGSAVE's writes of the
+    // temporary RDB are counted under the instance.
+    let mut cl = Client::connect(a.port, Duration::from_secs(10)).unwrap();
+    assert!(cl
+        .cmd(&["BGSAVE"])
+        .unwrap()
+        .text()
+        .contains("Background saving started"));
+    let prefix = format!(
+        "stallscope_syscall_duration_seconds_count{{instance=\"{}\"",
+        a.label()
+    );
+    let child_writes = poll(Duration::from_secs(30), || {
+        let (_, body) = http_get(mport, "/metrics")?;
+        body.lines()
+            .any(|l| l.starts_with(&prefix) && l.contains("file_class=\"rdb_temp\""))
+            .then_some(())
+    });
+    assert!(
+        child_writes.is_some(),
+        "no rdb_temp calls under {}",
+        a.label()
+    );
     // Every panel of the dashboard has data to show.
     poll(Duration::from_secs(20), || {
         prom_query(pport, "stallscope_instances").filter(|r| !r.is_empty())

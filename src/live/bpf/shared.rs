@@ -137,7 +137,9 @@ fn demux(inner: &HostInner, reader: Reader<BpfRing>) {
     loop {
         let stopping = inner.stop.load(Ordering::SeqCst);
         if let Some(batch) = reader.next(Duration::from_millis(20)) {
-            route_batch(inner, &batch, &mut by_route);
+            let mut routes = inner.routes.lock().unwrap_or_else(|e| e.into_inner());
+            route_batch(&mut routes, inner.follow_forks, &batch, &mut by_route);
+            drop(routes);
             reader.give_back(batch);
             for (_, (r, recs)) in by_route.drain() {
                 r.backlog.fetch_add(recs.len(), Ordering::Relaxed);
@@ -154,16 +156,16 @@ fn demux(inner: &HostInner, reader: Reader<BpfRing>) {
 /// Sorts one batch's records into their routes (`by_route`, by route address), following
 /// forks: a child process's records go where its parent's do, until it exits.
 fn route_batch(
-    inner: &HostInner,
+    routes: &mut FxHashMap<Tid, Arc<RouteTx>>,
+    follow_forks: bool,
     batch: &[Rec],
     by_route: &mut FxHashMap<usize, (Arc<RouteTx>, Vec<Rec>)>,
 ) {
-    let mut routes = inner.routes.lock().unwrap_or_else(|e| e.into_inner());
     for r in batch {
         let Some(route) = routes.get(&r.tgid).cloned() else {
             continue;
         };
-        if r.kind == REC_FORK && r.ret != 1 && inner.follow_forks && r.nr > 0 {
+        if r.kind == REC_FORK && r.ret != 1 && follow_forks && r.nr > 0 {
             routes.insert(r.nr as Tid, route.clone());
         }
         let key = Arc::as_ptr(&route) as usize;
@@ -307,5 +309,127 @@ impl Drop for Route {
         {
             let _ = m.remove(&self.pid);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{DATA_MAX, REC_CALL};
+    use super::*;
+
+    fn rec(kind: u32, tid: Tid, tgid: Tid) -> Rec {
+        Rec {
+            kind,
+            tid,
+            tgid,
+            data_len: 0,
+            nr: 0,
+            ret: 0,
+            enter_ns: 0,
+            exit_ns: 0,
+            args: [0; 6],
+            sched_enter: [0; 4],
+            sched_exit: [0; 4],
+            arrival_first: 0,
+            arrival_at: 0,
+            data: [0; DATA_MAX],
+        }
+    }
+
+    fn route() -> (Arc<RouteTx>, mpsc::Receiver<Vec<Rec>>) {
+        let (tx, rx) = mpsc::channel();
+        let r = Arc::new(RouteTx {
+            tx,
+            backlog: AtomicUsize::new(0),
+            lost: AtomicU64::new(0),
+        });
+        (r, rx)
+    }
+
+    /// Routes `batch` and returns, per route, the (tid, kind) of what it got.
+    fn run(
+        routes: &mut FxHashMap<Tid, Arc<RouteTx>>,
+        batch: &[Rec],
+    ) -> FxHashMap<usize, Vec<(Tid, u32)>> {
+        let mut by = FxHashMap::default();
+        route_batch(routes, true, batch, &mut by);
+        by.into_iter()
+            .map(|(k, (_, v))| (k, v.iter().map(|r| (r.tid, r.kind)).collect()))
+            .collect()
+    }
+
+    #[test]
+    fn records_go_to_their_process_and_a_forked_child_goes_with_its_parent() {
+        let (a, _ra) = route();
+        let (b, _rb) = route();
+        let mut routes: FxHashMap<Tid, Arc<RouteTx>> = FxHashMap::default();
+        routes.insert(100, a.clone());
+        routes.insert(200, b.clone());
+        let mut fork = rec(REC_FORK, 100, 100);
+        fork.nr = 150;
+        fork.ret = 0;
+        let mut thread = rec(REC_FORK, 200, 200);
+        thread.nr = 201;
+        thread.ret = 1;
+        let batch = [
+            rec(REC_CALL, 101, 100),
+            rec(REC_CALL, 200, 200),
+            fork,
+            thread,
+            rec(REC_CALL, 150, 150),
+            rec(REC_CALL, 201, 200),
+            rec(REC_CALL, 300, 300),
+        ];
+        let got = run(&mut routes, &batch);
+        let ka = Arc::as_ptr(&a) as usize;
+        let kb = Arc::as_ptr(&b) as usize;
+        assert_eq!(
+            got[&ka],
+            vec![(101, REC_CALL), (100, REC_FORK), (150, REC_CALL)]
+        );
+        assert_eq!(
+            got[&kb],
+            vec![(200, REC_CALL), (200, REC_FORK), (201, REC_CALL)]
+        );
+        assert_eq!(got.len(), 2, "an untraced tgid goes nowhere");
+        assert!(
+            Arc::ptr_eq(&routes[&150], &a),
+            "the child is routed with its parent"
+        );
+        assert!(
+            !routes.contains_key(&201),
+            "a thread shares its process's tgid"
+        );
+        // The child's last thread exits: its route goes; the watched process's own stays
+        // (its tracer removes it).
+        let got = run(
+            &mut routes,
+            &[rec(REC_TASK_EXIT, 150, 150), rec(REC_TASK_EXIT, 100, 100)],
+        );
+        assert_eq!(got[&ka], vec![(150, REC_TASK_EXIT), (100, REC_TASK_EXIT)]);
+        assert!(!routes.contains_key(&150));
+        assert!(routes.contains_key(&100));
+    }
+
+    #[test]
+    fn a_route_that_falls_behind_loses_its_own_records_counted() {
+        let (a, _ra) = route();
+        let (b, _rb) = route();
+        a.backlog.store(ROUTE_BACKLOG - 2, Ordering::Relaxed);
+        let mut routes: FxHashMap<Tid, Arc<RouteTx>> = FxHashMap::default();
+        routes.insert(100, a.clone());
+        routes.insert(200, b.clone());
+        let batch: Vec<Rec> = (0..5)
+            .flat_map(|_| [rec(REC_CALL, 100, 100), rec(REC_CALL, 200, 200)])
+            .collect();
+        let got = run(&mut routes, &batch);
+        assert_eq!(got[&(Arc::as_ptr(&a) as usize)].len(), 2);
+        assert_eq!(a.lost.load(Ordering::Relaxed), 3);
+        assert_eq!(
+            got[&(Arc::as_ptr(&b) as usize)].len(),
+            5,
+            "the other is untouched"
+        );
+        assert_eq!(b.lost.load(Ordering::Relaxed), 0);
     }
 }
