@@ -489,6 +489,15 @@ fn all_counts_each_instance_under_its_own_label_through_prometheus() {
         let q = format!("stallscope_attached{{instance=\"{}\"}}", s.label());
         assert_eq!(prom_value(pport, &q), Some(1.0), "{q}");
     }
+    // SIGTERM lets go of every instance and exits 0, promptly.
+    let mut w = w;
+    unsafe { libc::kill(w.child.id() as i32, libc::SIGTERM) };
+    let code = poll(Duration::from_secs(5), || w.child.try_wait().ok().flatten());
+    assert_eq!(code.and_then(|c| c.code()), Some(0), "{:?}", w.lines());
+    for s in [&a, &b] {
+        let mut c = Client::connect(s.port, Duration::from_secs(5)).unwrap();
+        assert_eq!(c.cmd(&["PING"]).unwrap().text(), "+PONG");
+    }
 }
 
 #[test]
