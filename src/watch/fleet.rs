@@ -285,6 +285,15 @@ impl<'s> Fleet<'s> {
                 .map(|c| c.trim_end().to_string())
                 .unwrap_or_else(|_| "redis".into()),
         };
+        // A restart: the old process's watch has not ended yet. The new one waits for it,
+        // so that it takes over the label instead of a `#2`.
+        let old_gone = self
+            .running
+            .iter()
+            .any(|(p, r)| r.label == label && crate::live::check_target(*p).is_err());
+        if old_gone {
+            return;
+        }
         self.unnamed.remove(&pid);
         let label = self.unique(label);
         self.departed.remove(&label);

@@ -553,6 +553,16 @@ fn name_follows_a_restart() {
         w.lines()
     );
     assert_eq!(metric(mport, "stallscope_attaches_total"), Some(2.0));
+    // The restarted redis, on the same address, goes on under the same instance label.
+    assert_eq!(
+        metric(
+            mport,
+            &format!("stallscope_attaches_total{{instance=\"127.0.0.1:{port}\"}}")
+        ),
+        Some(2.0),
+        "{:?}",
+        w.lines()
+    );
     debug_sleep(port);
     let n = poll(Duration::from_secs(60), || {
         metric(mport, "stallscope_stalls_total").filter(|n| *n >= 1.0)
