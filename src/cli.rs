@@ -212,16 +212,24 @@ pub struct AttachArgs {
 }
 
 #[derive(Args, Debug)]
-#[command(group(clap::ArgGroup::new("target").args(["pid", "name"])))]
+#[command(group(clap::ArgGroup::new("target").args(["pid", "name", "all"])))]
 pub struct WatchArgs {
     /// The process to watch (every thread; forked children too unless --no-follow-forks).
-    /// When it exits, metrics go on with `stallscope_attached 0`
+    /// When it exits, metrics go on with `stallscope_attached 0`, and its restart (the
+    /// process listening on the same address, or named by its pidfile) is watched next
     #[arg(long, short = 'p')]
     pub pid: Option<u32>,
-    /// Watch the process of this name (comm or argv[0]; default redis-server), and attach
-    /// again to the new process when it restarts
+    /// Watch every process of this name (comm, argv[0] or executable; default
+    /// redis-server), each as an instance of its own (as --all does), attaching to new
+    /// ones as they start
     #[arg(long)]
     pub name: Option<String>,
+    /// Watch every redis-server and valkey-server on the host, each as an instance labelled
+    /// by its listening address (`instance` on every metric, reports under --out/INSTANCE/,
+    /// `instance` in --events lines); new ones are found within a second, departed ones let
+    /// go of. One set of bpf programs serves them all; --backend ptrace is refused
+    #[arg(long)]
+    pub all: bool,
     /// How to trace: `auto` picks the cheapest backend the kernel allows (bpf, else perf) and
     /// never falls back to ptrace; `ptrace` must be asked for, it slows a busy redis several times
     #[arg(long, value_enum, default_value_t = Backend::Auto)]
@@ -241,7 +249,8 @@ pub struct WatchArgs {
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     pub after: i64,
     /// Memory for the history ring (--before): under heavy load it covers less time than
-    /// --before, and the report's span says how much (units: KiB, MiB, GiB)
+    /// --before, and the report's span says how much (units: KiB, MiB, GiB). With several
+    /// instances it is one budget split equally between their rings (1 MiB each at least)
     #[arg(long, default_value = "32MiB", value_name = "SIZE", value_parser = parse_bytes)]
     pub ring_size: usize,
     /// Also keep each incident's raw recording (strace text) beside its report

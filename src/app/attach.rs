@@ -118,14 +118,12 @@ fn resolve_pid(args: &AttachArgs) -> Result<Tid> {
     match found.len() {
         0 => anyhow::bail!("--name {name}: no running process has that name"),
         1 => Ok(found[0].0),
-        _ => {
-            let list: Vec<String> = found.iter().map(|(p, c)| format!("  {p}  {c}")).collect();
-            anyhow::bail!(
-                "--name {name}: {} processes match; choose one with --pid:\n{}",
-                found.len(),
-                list.join("\n")
-            )
-        }
+        _ => anyhow::bail!(
+            "--name {name}: {} processes match; attach traces one: choose it with --pid PID \
+             (`stallscope watch --name {name}` watches them all):\n{}",
+            found.len(),
+            crate::watch::fleet::list_matches(&found)
+        ),
     }
 }
 

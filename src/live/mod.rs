@@ -348,6 +348,11 @@ pub(crate) fn list_tasks(pid: Tid) -> std::io::Result<Vec<Tid>> {
 
 /// `--name`: processes whose command name (comm, or argv[0]'s base name) is `name`.
 pub fn find_by_name(name: &str) -> Vec<(Tid, String)> {
+    find_by_names(&[name])
+}
+
+/// Processes whose comm, argv[0]'s base name or executable's base name is one of `names`.
+pub fn find_by_names(names: &[&str]) -> Vec<(Tid, String)> {
     let me = std::process::id();
     let mut found = vec![];
     let rd = match std::fs::read_dir("/proc") {
@@ -378,7 +383,14 @@ pub fn find_by_name(name: &str) -> Vec<(Tid, String)> {
                 .unwrap_or("")
                 .to_string()
         });
-        if comm.trim_end() == name || argv0.as_deref() == Some(name) {
+        let exe = std::fs::read_link(e.path().join("exe")).ok();
+        let exe = exe
+            .as_ref()
+            .and_then(|p| p.file_name())
+            .and_then(|n| n.to_str())
+            .map(|n| n.trim_end_matches(" (deleted)"));
+        let is = |n: Option<&str>| n.is_some_and(|n| names.contains(&n));
+        if is(Some(comm.trim_end())) || is(argv0.as_deref()) || is(exe) {
             found.push((pid, args.join(" ")));
         }
     }
@@ -506,6 +518,24 @@ fn start_bpf(cfg: &TracerConfig, how: &str) -> Tried {
         "stallscope: backend bpf{how}: BPF programs on the syscall tracepoints, filtered and paired in the \
          kernel: redis is never stopped, and command names are read from its requests"
     );
+    let threads = t.threads_at_attach;
+    Ok(Started {
+        tracer: Box::new(t),
+        backend: LiveBackend::Bpf,
+        threads,
+    })
+}
+
+/// Starts tracing `cfg.pid` with the programs `host` loaded once for every watched
+/// process (`watch --all`).
+pub fn start_on_host(host: &bpf::BpfHost, cfg: &TracerConfig) -> Result<Started> {
+    let bpf_cfg = bpf::BpfConfig {
+        pid: cfg.pid,
+        follow_forks: cfg.follow_forks,
+        pages: cfg.pages.unwrap_or(bpf::DEFAULT_PAGES),
+    };
+    let t = bpf::BpfTracer::on_host(host, bpf_cfg)
+        .map_err(|e| anyhow::anyhow!("cannot attach to process {} with bpf: {e}", cfg.pid))?;
     let threads = t.threads_at_attach;
     Ok(Started {
         tracer: Box::new(t),

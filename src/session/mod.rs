@@ -63,12 +63,23 @@ impl LiveSession {
         user_conf: Option<String>,
     ) -> Result<Self> {
         let started = crate::live::start_tracer(cfg)?;
-        let ctx = procctx::gather(cfg.pid);
-        let fault_copy = procctx::cow_fault_bytes(cfg.pid);
+        Ok(Self::live(started, cfg.pid, base, user_conf))
+    }
+
+    /// A session around a tracer that has just attached to live process `pid` (one of
+    /// the programs every watched process shares, `live::start_on_host`).
+    pub(crate) fn live(
+        started: Started,
+        pid: Tid,
+        base: &Options,
+        user_conf: Option<String>,
+    ) -> Self {
+        let ctx = procctx::gather(pid);
+        let fault_copy = procctx::cow_fault_bytes(pid);
         let mut s = Self::around(started, ctx, base, user_conf, fault_copy);
         s.live_clock = true;
-        s.container = container::describe(cfg.pid, &[]);
-        Ok(s)
+        s.container = container::describe(pid, &[]);
+        s
     }
 
     /// The container as the report names it: as read at the attach, with the pids of its

@@ -79,7 +79,11 @@ pub(super) struct AttachCtx {
 /// Starts the tracer. `auto` must never end up on ptrace: a watcher runs for days, and
 /// ptrace would slow redis that whole time.
 fn start(w: &Watcher, pid: Tid) -> Result<LiveSession> {
-    let backend = BackendChoice::from(w.args.backend);
+    // With one set of bpf programs for every instance, auto without them means perf.
+    let backend = match (w.args.backend, w.inst.fleet) {
+        (crate::cli::Backend::Auto, true) if w.inst.host.is_none() => BackendChoice::Perf,
+        (b, _) => BackendChoice::from(b),
+    };
     if backend == BackendChoice::Ptrace {
         eprintln!(
             "stallscope: warning: --backend ptrace stops every redis thread twice per syscall: a busy redis \
@@ -94,6 +98,15 @@ fn start(w: &Watcher, pid: Tid) -> Result<LiveSession> {
         pages: w.args.perf_pages,
         auto_may_stop: false,
     };
+    if let Some(host) = &w.inst.host {
+        let started = crate::live::start_on_host(host, &cfg)?;
+        return Ok(LiveSession::live(
+            started,
+            pid,
+            &w.opts,
+            w.user_conf.clone(),
+        ));
+    }
     LiveSession::start(&cfg, &w.opts, w.user_conf.clone())
 }
 
@@ -225,13 +238,14 @@ fn start_redis(
 fn say_watching(w: &Watcher, s: &LiveSession) {
     use crate::units::{human, plural};
     eprintln!(
-        "stallscope: watching {} ({} thread{}) with {}; stalls over {}{}",
+        "stallscope: watching {} ({} thread{}) with {} as instance {}; stalls over {}{}",
         s.pid,
         s.threads_at_attach,
         plural(s.threads_at_attach as u64),
         s.backend,
+        w.inst.label,
         human(w.args.threshold / 1000),
-        match &w.args.out {
+        match &w.inst.out {
             Some(d) => format!(", incidents into {}", d.display()),
             None => String::new(),
         }

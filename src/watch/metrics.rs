@@ -138,8 +138,16 @@ impl prometheus_client::encoding::EncodeMetric for Histogram {
     }
 }
 
+/// The instance a series is about: its listening address (and, later, its container's
+/// name), never a pid (`fleet::instance_label`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct InstanceLabel {
+    pub instance: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct StallLabels {
+    pub instance: String,
     pub role: String,
     pub kind: String,
     pub file_class: String,
@@ -148,6 +156,7 @@ pub(crate) struct StallLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct SyscallLabels {
+    instance: String,
     syscall: &'static str,
     file_class: &'static str,
 }
@@ -155,6 +164,7 @@ struct SyscallLabels {
 /// Why an incident's stalls are in no report: a closed set.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct UnreportedLabels {
+    pub instance: String,
     pub reason: &'static str,
 }
 
@@ -167,99 +177,45 @@ pub(crate) const WRITE_ERROR: &str = "write_error";
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CommandLabels {
+    instance: String,
     command: String,
 }
 
 type HistFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+type ByInstance<M> = Family<InstanceLabel, M>;
+type SecondsCounter = Counter<f64, AtomicU64>;
 
-/// Every metric, cheap to clone (handles share their values).
+/// Every per-instance metric family, each labelled by `instance`.
+struct Families {
+    stalls: Family<StallLabels, Counter>,
+    syscalls: HistFamily<SyscallLabels>,
+    commands: HistFamily<CommandLabels>,
+    lost_events: ByInstance<Counter>,
+    attached: ByInstance<Gauge>,
+    attaches: ByInstance<Counter>,
+    incidents: ByInstance<Counter>,
+    incidents_suppressed: ByInstance<Counter>,
+    incident_errors: ByInstance<Counter>,
+    unreported: Family<UnreportedLabels, Counter>,
+    write_seconds: ByInstance<SecondsCounter>,
+    write_cpu_seconds: ByInstance<SecondsCounter>,
+    event_log_errors: ByInstance<Counter>,
+    ring_evicted: ByInstance<Counter>,
+    ring_bytes: ByInstance<Gauge>,
+}
+
+/// Every metric, cheap to clone (handles share their values): the per-instance families
+/// and the watcher's own cost.
 #[derive(Clone)]
 pub(crate) struct Metrics {
     registry: Arc<Registry>,
-    pub stalls: Family<StallLabels, Counter>,
-    syscalls: HistFamily<SyscallLabels>,
-    commands: HistFamily<CommandLabels>,
-    pub lost_events: Counter,
-    pub attached: Gauge,
-    pub attaches: Counter,
-    pub incidents: Counter,
-    pub incidents_suppressed: Counter,
-    pub incident_errors: Counter,
-    /// Stalls over the threshold whose incident was not written, by why.
-    pub unreported: Family<UnreportedLabels, Counter>,
-    /// The writer's wall and CPU time over the reports it made.
-    pub write_seconds: Counter<f64, AtomicU64>,
-    pub write_cpu_seconds: Counter<f64, AtomicU64>,
-    pub event_log_errors: Counter,
-    pub ring_evicted: Counter,
-    pub ring_bytes: Gauge,
-    cpu: Counter<f64, AtomicU64>,
+    fam: Arc<Families>,
+    /// Instances attached now.
+    pub instances: Gauge,
+    cpu: SecondsCounter,
     rss: Gauge,
     /// CPU seconds already added to `cpu` (it is a counter, fed by differences).
     cpu_seen: Arc<Mutex<f64>>,
-}
-
-/// The watcher's own health: what its incident writer, its `--events` log, its history
-/// ring and the watcher process cost.
-#[allow(clippy::type_complexity)]
-fn register_own(
-    r: &mut Registry,
-) -> (
-    Counter<f64, AtomicU64>,
-    Counter<f64, AtomicU64>,
-    Counter,
-    Counter,
-    Gauge,
-    Counter<f64, AtomicU64>,
-    Gauge,
-) {
-    let r = &mut *r;
-    let write_seconds = reg(
-        r,
-        "incident_write_seconds",
-        "Wall time the incident writer spent making reports (analysis, HTML, JSON, recording)",
-        Counter::<f64, AtomicU64>::default(),
-    );
-    let write_cpu_seconds = reg(
-        r,
-        "incident_write_cpu_seconds",
-        "CPU time of the incident writer thread over the reports it made",
-        Counter::<f64, AtomicU64>::default(),
-    );
-    let event_log_errors = reg(
-        r,
-        "event_log_errors",
-        "Stall lines that could not be written to --events",
-        Counter::default(),
-    );
-    let ring_evicted = reg(r, "ring_evicted_early", "Events dropped from the history ring while still wanted (--before, plus 10 s for long stalls): --ring-size is too small for the load", Counter::default());
-    let ring_bytes = reg(
-        r,
-        "ring_bytes",
-        "Bytes held by the history ring",
-        Gauge::default(),
-    );
-    let cpu = reg(
-        r,
-        "watcher_cpu_seconds",
-        "CPU time (user + system) used by the watcher itself",
-        Counter::<f64, AtomicU64>::default(),
-    );
-    let rss = reg(
-        r,
-        "watcher_resident_bytes",
-        "Resident memory of the watcher itself",
-        Gauge::default(),
-    );
-    (
-        write_seconds,
-        write_cpu_seconds,
-        event_log_errors,
-        ring_evicted,
-        ring_bytes,
-        cpu,
-        rss,
-    )
 }
 
 /// Registers `m` under `name` and returns it, for `Metrics` to keep a handle.
@@ -273,69 +229,105 @@ fn reg<M: prometheus_client::registry::Metric + Clone>(
     m
 }
 
-impl Metrics {
-    pub(crate) fn new() -> Metrics {
-        let mut r = Registry::with_prefix("stallscope");
-        let stalls = reg(&mut r, "stalls", "Stalls over the threshold, by thread role, kind (slow_syscall or gap), file class and finding", Family::<StallLabels, Counter>::default());
+/// The families of what the watch loop counts per instance: stalls, calls, commands, what
+/// the tracer lost, attachment.
+fn register_watch(r: &mut Registry) -> [Family<InstanceLabel, Counter>; 2] {
+    let lost = reg(
+        r,
+        "lost_events",
+        "Syscall records the kernel dropped (ring buffer full; with one bpf ring for every instance, each instance counts every drop of it)",
+        Family::default(),
+    );
+    let attaches = reg(
+        r,
+        "attaches",
+        "Times the watcher attached to the instance (more than 1: it restarted)",
+        Family::default(),
+    );
+    [lost, attaches]
+}
+
+/// The families of the incident writer's and the ring's health, per instance.
+fn register_incidents(r: &mut Registry) -> [Family<InstanceLabel, Counter>; 5] {
+    let incidents = reg(
+        r,
+        "incidents",
+        "Incident reports written",
+        Family::default(),
+    );
+    let suppressed = reg(
+        r,
+        "incidents_suppressed",
+        "Incidents not written: over --max-incidents-per-hour, or the writer was still busy",
+        Family::default(),
+    );
+    let errors = reg(
+        r,
+        "incident_write_errors",
+        "Incident reports that could not be written (full disk, unwritable --out)",
+        Family::default(),
+    );
+    let event_log_errors = reg(
+        r,
+        "event_log_errors",
+        "Stall lines that could not be written to --events",
+        Family::default(),
+    );
+    let ring_evicted = reg(r, "ring_evicted_early", "Events dropped from the history ring while still wanted (--before, plus 10 s for long stalls): --ring-size is too small for the load", Family::default());
+    [
+        incidents,
+        suppressed,
+        errors,
+        event_log_errors,
+        ring_evicted,
+    ]
+}
+
+/// The writer's time, per instance.
+fn register_writer(r: &mut Registry) -> [ByInstance<SecondsCounter>; 2] {
+    let wall = reg(
+        r,
+        "incident_write_seconds",
+        "Wall time the incident writer spent making reports (analysis, HTML, JSON, recording)",
+        Family::default(),
+    );
+    let cpu = reg(
+        r,
+        "incident_write_cpu_seconds",
+        "CPU time of the incident writer thread over the reports it made",
+        Family::default(),
+    );
+    [wall, cpu]
+}
+
+impl Families {
+    fn register(r: &mut Registry) -> Families {
+        let stalls = reg(r, "stalls", "Stalls over the threshold, by instance, thread role, kind (slow_syscall or gap), file class and finding", Family::<StallLabels, Counter>::default());
         let syscalls: HistFamily<SyscallLabels> = reg(
-            &mut r,
+            r,
             "syscall_duration_seconds",
-            "Traced syscall durations by syscall and file class",
+            "Traced syscall durations by instance, syscall and file class",
             Family::new_with_constructor(histogram),
         );
-        let commands: HistFamily<CommandLabels> = reg(&mut r, "command_duration_seconds", "Command latency inside redis, from the request's read to the reply's write (backends that see buffers: bpf, ptrace)", Family::new_with_constructor(histogram));
-        let lost_events = reg(
-            &mut r,
-            "lost_events",
-            "Syscall records the kernel dropped (perf ring buffer full)",
-            Counter::default(),
-        );
+        let commands: HistFamily<CommandLabels> = reg(r, "command_duration_seconds", "Command latency inside redis, by instance, from the request's read to the reply's write (backends that see buffers: bpf, ptrace)", Family::new_with_constructor(histogram));
+        let [lost_events, attaches] = register_watch(r);
         let attached = reg(
-            &mut r,
+            r,
             "attached",
-            "1 while the watcher traces the process, 0 while it is gone",
-            Gauge::default(),
+            "1 while the watcher traces the instance, 0 once it is gone (its other series then stop growing; all are dropped 10 minutes after it left, unless it came back)",
+            Family::default(),
         );
-        let attaches = reg(
-            &mut r,
-            "attaches",
-            "Times the watcher attached (more than 1: the process restarted)",
-            Counter::default(),
+        let [incidents, incidents_suppressed, incident_errors, event_log_errors, ring_evicted] =
+            register_incidents(r);
+        let unreported = reg(r, "stalls_not_reported", "Stalls over the threshold (counted in stallscope_stalls_total) in no incident report, by reason: rate_limit, writer_busy (the incident waited for the writer until the history ring dropped its first stall), write_error", Family::<UnreportedLabels, Counter>::default());
+        let [write_seconds, write_cpu_seconds] = register_writer(r);
+        let ring_bytes = reg(
+            r,
+            "ring_bytes",
+            "Bytes held by the instance's history ring (its share of --ring-size)",
+            Family::default(),
         );
-        let incidents = reg(
-            &mut r,
-            "incidents",
-            "Incident reports written",
-            Counter::default(),
-        );
-        let incidents_suppressed = reg(
-            &mut r,
-            "incidents_suppressed",
-            "Incidents not written: over --max-incidents-per-hour, or the writer was still busy",
-            Counter::default(),
-        );
-        let incident_errors = reg(
-            &mut r,
-            "incident_write_errors",
-            "Incident reports that could not be written (full disk, unwritable --out)",
-            Counter::default(),
-        );
-        let unreported = reg(&mut r, "stalls_not_reported", "Stalls over the threshold (counted in stallscope_stalls_total) in no incident report, by reason: rate_limit, writer_busy (the incident waited for the writer until the history ring dropped its first stall), write_error", Family::<UnreportedLabels, Counter>::default());
-        for reason in [RATE_LIMIT, WRITER_BUSY, WRITE_ERROR] {
-            // Present at 0 from the start: an alert on its rate needs the series.
-            drop(unreported.get_or_create(&UnreportedLabels { reason }));
-        }
-        let (
-            write_seconds,
-            write_cpu_seconds,
-            event_log_errors,
-            ring_evicted,
-            ring_bytes,
-            cpu,
-            rss,
-        ) = register_own(&mut r);
-        Metrics {
-            registry: Arc::new(r),
+        Families {
             stalls,
             syscalls,
             commands,
@@ -351,10 +343,70 @@ impl Metrics {
             event_log_errors,
             ring_evicted,
             ring_bytes,
+        }
+    }
+}
+
+impl Metrics {
+    pub(crate) fn new() -> Metrics {
+        let mut r = Registry::with_prefix("stallscope");
+        let fam = Families::register(&mut r);
+        let instances = reg(
+            &mut r,
+            "instances",
+            "Instances the watcher is attached to now",
+            Gauge::default(),
+        );
+        let cpu = reg(
+            &mut r,
+            "watcher_cpu_seconds",
+            "CPU time (user + system) used by the watcher itself",
+            SecondsCounter::default(),
+        );
+        let rss = reg(
+            &mut r,
+            "watcher_resident_bytes",
+            "Resident memory of the watcher itself",
+            Gauge::default(),
+        );
+        Metrics {
+            registry: Arc::new(r),
+            fam: Arc::new(fam),
+            instances,
             cpu,
             rss,
             cpu_seen: Arc::new(Mutex::new(0.0)),
         }
+    }
+
+    /// The handles of instance `label`'s series, created now (at 0) so that an alert on
+    /// their rate has them from the start.
+    pub(crate) fn instance(&self, label: &str) -> InstanceMetrics {
+        let f = &self.fam;
+        let l = InstanceLabel {
+            instance: label.to_string(),
+        };
+        let c = |fam: &ByInstance<Counter>| fam.get_or_create_owned(&l);
+        let im = InstanceMetrics {
+            label: label.to_string(),
+            fam: self.fam.clone(),
+            lost_events: c(&f.lost_events),
+            attached: f.attached.get_or_create_owned(&l),
+            attaches: c(&f.attaches),
+            incidents: c(&f.incidents),
+            incidents_suppressed: c(&f.incidents_suppressed),
+            incident_errors: c(&f.incident_errors),
+            write_seconds: f.write_seconds.get_or_create_owned(&l),
+            write_cpu_seconds: f.write_cpu_seconds.get_or_create_owned(&l),
+            event_log_errors: c(&f.event_log_errors),
+            ring_evicted: c(&f.ring_evicted),
+            ring_bytes: f.ring_bytes.get_or_create_owned(&l),
+            created: Arc::default(),
+        };
+        for reason in [RATE_LIMIT, WRITER_BUSY, WRITE_ERROR] {
+            drop(im.unreported(reason));
+        }
+        im
     }
 
     /// The OpenMetrics text of every metric, with the watcher's own CPU and memory read now.
@@ -373,6 +425,124 @@ impl Metrics {
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut s, &self.registry);
         s
+    }
+}
+
+/// The label sets an instance's labelled families got beyond the one-label ones: what
+/// `InstanceMetrics::forget` removes.
+#[derive(Default)]
+struct Created {
+    stalls: Vec<StallLabels>,
+    syscalls: Vec<SyscallLabels>,
+    commands: Vec<CommandLabels>,
+}
+
+/// One instance's series: the handles the watch loop and its writer update.
+#[derive(Clone)]
+pub(crate) struct InstanceMetrics {
+    pub label: String,
+    fam: Arc<Families>,
+    pub lost_events: Counter,
+    pub attached: Gauge,
+    pub attaches: Counter,
+    pub incidents: Counter,
+    pub incidents_suppressed: Counter,
+    pub incident_errors: Counter,
+    /// The writer's wall and CPU time over the reports it made.
+    pub write_seconds: SecondsCounter,
+    pub write_cpu_seconds: SecondsCounter,
+    pub event_log_errors: Counter,
+    pub ring_evicted: Counter,
+    pub ring_bytes: Gauge,
+    created: Arc<Mutex<Created>>,
+}
+
+impl InstanceMetrics {
+    /// Counts a stall (`l.instance` is filled in).
+    pub(crate) fn count_stall(&self, mut l: StallLabels) {
+        l.instance.clone_from(&self.label);
+        let c = self.fam.stalls.get_or_create_owned(&l);
+        if c.get() == 0 {
+            let mut cr = self.created.lock().unwrap_or_else(|e| e.into_inner());
+            if !cr.stalls.contains(&l) {
+                cr.stalls.push(l);
+            }
+        }
+        c.inc();
+    }
+
+    /// Stalls over the threshold in no report, for `reason`.
+    pub(crate) fn unreported(&self, reason: &'static str) -> Counter {
+        self.fam.unreported.get_or_create_owned(&UnreportedLabels {
+            instance: self.label.clone(),
+            reason,
+        })
+    }
+
+    fn syscall_hist(&self, syscall: &'static str, file_class: &'static str) -> Histogram {
+        let l = SyscallLabels {
+            instance: self.label.clone(),
+            syscall,
+            file_class,
+        };
+        let h = self.fam.syscalls.get_or_create_owned(&l);
+        let mut cr = self.created.lock().unwrap_or_else(|e| e.into_inner());
+        if !cr.syscalls.contains(&l) {
+            cr.syscalls.push(l);
+        }
+        h
+    }
+
+    fn command_hist(&self, command: &str) -> Histogram {
+        let l = CommandLabels {
+            instance: self.label.clone(),
+            command: command.to_string(),
+        };
+        let h = self.fam.commands.get_or_create_owned(&l);
+        let mut cr = self.created.lock().unwrap_or_else(|e| e.into_inner());
+        if !cr.commands.contains(&l) {
+            cr.commands.push(l);
+        }
+        h
+    }
+
+    /// Drops every series of this instance from what a scrape shows (it left a while ago).
+    pub(crate) fn forget(&self) {
+        let f = &self.fam;
+        let l = InstanceLabel {
+            instance: self.label.clone(),
+        };
+        for fam in [
+            &f.lost_events,
+            &f.attaches,
+            &f.incidents,
+            &f.incidents_suppressed,
+            &f.incident_errors,
+            &f.event_log_errors,
+            &f.ring_evicted,
+        ] {
+            fam.remove(&l);
+        }
+        f.attached.remove(&l);
+        f.ring_bytes.remove(&l);
+        f.write_seconds.remove(&l);
+        f.write_cpu_seconds.remove(&l);
+        for reason in [RATE_LIMIT, WRITER_BUSY, WRITE_ERROR] {
+            f.unreported.remove(&UnreportedLabels {
+                instance: self.label.clone(),
+                reason,
+            });
+        }
+        let cr = std::mem::take(&mut *self.created.lock().unwrap_or_else(|e| e.into_inner()));
+        for s in &cr.stalls {
+            f.stalls.remove(s);
+        }
+        for s in &cr.syscalls {
+            f.syscalls.remove(s);
+        }
+        for c in &cr.commands {
+            f.commands.remove(c);
+        }
     }
 }
 
@@ -418,7 +588,7 @@ const MAX_COMMANDS: usize = 256;
 /// cached (a family lookup per syscall would take a lock and hash a label set), and the
 /// request-to-reply timing of commands for backends that see buffers.
 pub(crate) struct Observer {
-    m: Metrics,
+    m: InstanceMetrics,
     by_call: HashMap<(usize, FileClass), (Histogram, Unpublished)>,
     by_cmd: HashMap<Box<str>, (Histogram, Unpublished)>,
     /// Client fd -> (command name, when its request was read). The first command of a
@@ -427,7 +597,7 @@ pub(crate) struct Observer {
 }
 
 impl Observer {
-    pub(crate) fn new(m: Metrics) -> Observer {
+    pub(crate) fn new(m: InstanceMetrics) -> Observer {
         Observer {
             m,
             by_call: HashMap::default(),
@@ -462,11 +632,10 @@ impl Observer {
         let key = (sc.name.as_ptr() as usize, class);
         let m = &self.m;
         let (_, local) = self.by_call.entry(key).or_insert_with(|| {
-            let h = m.syscalls.get_or_create_owned(&SyscallLabels {
-                syscall: sc.name,
-                file_class: class.as_str(),
-            });
-            (h, Unpublished::default())
+            (
+                m.syscall_hist(sc.name, class.as_str()),
+                Unpublished::default(),
+            )
         });
         local.add(dur.max(0) as u64);
         let Some(fd) = sc.fd else { return };
@@ -494,9 +663,7 @@ impl Observer {
                 if let Some((_, local)) = self.by_cmd.get_mut(&*name) {
                     local.add(ns);
                 } else if self.by_cmd.len() < MAX_COMMANDS {
-                    let h = m.commands.get_or_create_owned(&CommandLabels {
-                        command: name.to_string(),
-                    });
+                    let h = m.command_hist(&name);
                     let mut local = Unpublished::default();
                     local.add(ns);
                     self.by_cmd.insert((&*name).into(), (h, local));
@@ -559,66 +726,101 @@ pub(crate) fn parse_addr(s: &str) -> Result<std::net::SocketAddr, String> {
         .map_err(|_| format!("{s:?} is not an address: use 127.0.0.1:9323 or :9323"))
 }
 
-/// Serves `GET /metrics` on a thread of its own until the process ends. One connection at
-/// a time, each with a short timeout: a scraper is one client every few seconds.
+/// Connections served at once at most: each has a thread of its own for at most
+/// `REQUEST_DEADLINE` of reading plus its write; past this many, a new one is closed at once.
+const MAX_CONNS: usize = 32;
+/// The whole request (line and headers) must come within this: an idle or slow connection
+/// (a port scan, a half-open socket) holds its own thread that long, never the listener.
+const REQUEST_DEADLINE: std::time::Duration = std::time::Duration::from_millis(1000);
+
+/// Serves `GET /metrics` on a thread of its own until the process ends. Each connection
+/// is read and answered on a thread of its own, with a deadline for its request: an idle
+/// or slow client cannot delay another one's scrape (the listener only accepts).
 pub(crate) fn serve(listener: std::net::TcpListener, m: Metrics) {
+    let live = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     std::thread::Builder::new()
         .name("metrics".into())
         .spawn(move || {
             for conn in listener.incoming() {
-                let Ok(mut s) = conn else { continue };
-                let _ = s.set_read_timeout(Some(std::time::Duration::from_secs(5)));
-                let _ = s.set_write_timeout(Some(std::time::Duration::from_secs(5)));
-                let mut line = String::new();
-                let mut r = BufReader::new(match s.try_clone() {
-                    Ok(c) => c,
-                    Err(_) => continue,
-                });
-                if r.read_line(&mut line).is_err() {
+                let Ok(s) = conn else { continue };
+                if live.fetch_add(1, Ordering::SeqCst) >= MAX_CONNS {
+                    live.fetch_sub(1, Ordering::SeqCst);
                     continue;
                 }
-                // The headers are not needed, only consumed (bounded: a few KB at most).
-                let mut h = String::new();
-                let mut total = 0;
-                while total < 16 << 10 {
-                    h.clear();
-                    match r.read_line(&mut h) {
-                        Ok(0) | Err(_) => break,
-                        Ok(n) => total += n,
-                    }
-                    if h == "\r\n" || h == "\n" {
-                        break;
-                    }
+                let (m, live2) = (m.clone(), live.clone());
+                let spawned = std::thread::Builder::new()
+                    .name("metrics-conn".into())
+                    .stack_size(256 << 10)
+                    .spawn(move || {
+                        answer(s, &m);
+                        live2.fetch_sub(1, Ordering::SeqCst);
+                    });
+                if spawned.is_err() {
+                    live.fetch_sub(1, Ordering::SeqCst);
                 }
-                let mut parts = line.split_whitespace();
-                let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-                let path = path.split('?').next().unwrap_or("");
-                let (status, ctype, body) = match (method, path) {
-                    ("GET", "/metrics") => (
-                        "200 OK",
-                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                        m.encode(),
-                    ),
-                    ("GET", "/") => (
-                        "200 OK",
-                        "text/plain; charset=utf-8",
-                        "stallscope watch: metrics at /metrics\n".to_string(),
-                    ),
-                    _ => (
-                        "404 Not Found",
-                        "text/plain; charset=utf-8",
-                        "not found: try /metrics\n".to_string(),
-                    ),
-                };
-                let _ = write!(
-                    s,
-                    "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-                let _ = s.flush();
             }
         })
         .expect("spawn the metrics thread");
+}
+
+/// Reads the request line and headers of one connection (within `REQUEST_DEADLINE`, at
+/// most 16 KiB) and answers it.
+fn answer(mut s: std::net::TcpStream, m: &Metrics) {
+    let t0 = std::time::Instant::now();
+    let _ = s.set_write_timeout(Some(std::time::Duration::from_secs(5)));
+    let mut r = BufReader::new(match s.try_clone() {
+        Ok(c) => c,
+        Err(_) => return,
+    });
+    let mut line = String::new();
+    let mut h = String::new();
+    let mut total = 0;
+    loop {
+        let left = REQUEST_DEADLINE.saturating_sub(t0.elapsed());
+        if left.is_zero() || total > 16 << 10 {
+            break;
+        }
+        let _ = s.set_read_timeout(Some(left));
+        h.clear();
+        match r.read_line(&mut h) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => total += n,
+        }
+        if line.is_empty() {
+            line = std::mem::take(&mut h);
+        } else if h == "\r\n" || h == "\n" {
+            break;
+        }
+    }
+    if line.is_empty() {
+        return;
+    }
+    let mut parts = line.split_whitespace();
+    let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    let path = path.split('?').next().unwrap_or("");
+    let (status, ctype, body) = match (method, path) {
+        ("GET", "/metrics") => (
+            "200 OK",
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            m.encode(),
+        ),
+        ("GET", "/") => (
+            "200 OK",
+            "text/plain; charset=utf-8",
+            "stallscope watch: metrics at /metrics\n".to_string(),
+        ),
+        _ => (
+            "404 Not Found",
+            "text/plain; charset=utf-8",
+            "not found: try /metrics\n".to_string(),
+        ),
+    };
+    let _ = write!(
+        s,
+        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = s.flush();
 }
 
 #[cfg(test)]
@@ -642,6 +844,44 @@ mod tests {
             command_name(b"GET /metrics HTTP/1.1\r\n").as_deref(),
             Some("GET")
         );
+    }
+
+    /// Five idle connections (a port scan, half-open sockets) held open: a scrape still
+    /// answers within a second; and one that sends its request byte by byte, slower than
+    /// the deadline, is closed without holding anyone up.
+    #[test]
+    fn idle_connections_never_delay_a_scrape() {
+        use std::io::Read;
+        use std::net::TcpStream;
+        use std::time::{Duration, Instant};
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let m = Metrics::new();
+        m.instance("127.0.0.1:6379").attached.set(1);
+        serve(l, m);
+        let idle: Vec<TcpStream> = (0..5).map(|_| TcpStream::connect(addr).unwrap()).collect();
+        let mut slow = TcpStream::connect(addr).unwrap();
+        slow.write_all(b"GE").unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        let t = Instant::now();
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+        let mut body = String::new();
+        s.read_to_string(&mut body).unwrap();
+        let took = t.elapsed();
+        assert!(took < Duration::from_secs(1), "{took:?}");
+        assert!(body.starts_with("HTTP/1.1 200"), "{body}");
+        assert!(
+            body.contains("stallscope_attached{instance=\"127.0.0.1:6379\"} 1"),
+            "{body}"
+        );
+        // The slow one is cut off at the deadline, with no answer.
+        slow.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut rest = vec![];
+        let n = slow.read_to_end(&mut rest).unwrap_or(0);
+        assert_eq!(n, 0, "{:?}", String::from_utf8_lossy(&rest));
+        drop(idle);
     }
 
     #[test]
@@ -709,15 +949,20 @@ mod tests {
     #[test]
     fn encodes_the_contract_names() {
         let m = Metrics::new();
-        m.stalls
-            .get_or_create(&StallLabels {
-                role: "main".into(),
-                kind: "slow_syscall".into(),
-                file_class: "none".into(),
-                finding: "debug-sleep".into(),
-            })
-            .inc();
-        let mut o = Observer::new(m.clone());
+        let text = m.encode();
+        assert!(
+            !text.contains("stallscope_attached{"),
+            "no instance yet: {text}"
+        );
+        let im = m.instance("127.0.0.1:6379");
+        im.count_stall(StallLabels {
+            instance: String::new(),
+            role: "main".into(),
+            kind: "slow_syscall".into(),
+            file_class: "none".into(),
+            finding: "debug-sleep".into(),
+        });
+        let mut o = Observer::new(im.clone());
         let mut sc = crate::event::Syscall::new("fdatasync");
         sc.dur = Some(30_000_000);
         o.observe(
@@ -737,22 +982,40 @@ mod tests {
         o.publish();
         let text = m.encode();
         assert!(counted(&text), "{text}");
-        assert!(text.contains("stallscope_stalls_total{role=\"main\",kind=\"slow_syscall\",file_class=\"none\",finding=\"debug-sleep\"} 1"), "{text}");
-        assert!(text.contains("stallscope_syscall_duration_seconds_bucket{le=\"0.05\",syscall=\"fdatasync\",file_class=\"aof\"} 1") || text.contains("stallscope_syscall_duration_seconds_bucket{syscall=\"fdatasync\",file_class=\"aof\",le=\"0.05\"} 1"), "{text}");
-        assert!(text.contains("stallscope_attached 0"), "{text}");
+        let i = "instance=\"127.0.0.1:6379\"";
+        assert!(text.contains(&format!("stallscope_stalls_total{{{i},role=\"main\",kind=\"slow_syscall\",file_class=\"none\",finding=\"debug-sleep\"}} 1")), "{text}");
+        assert!(text.contains(&format!("stallscope_syscall_duration_seconds_bucket{{le=\"0.05\",{i},syscall=\"fdatasync\",file_class=\"aof\"}} 1")) || text.contains(&format!("stallscope_syscall_duration_seconds_bucket{{{i},syscall=\"fdatasync\",file_class=\"aof\",le=\"0.05\"}} 1")), "{text}");
+        assert!(
+            text.contains(&format!("stallscope_attached{{{i}}} 0")),
+            "{text}"
+        );
         assert!(
             text.contains("stallscope_watcher_cpu_seconds_total"),
             "{text}"
         );
-        assert!(text.contains("stallscope_lost_events_total 0"), "{text}");
+        assert!(
+            text.contains(&format!("stallscope_lost_events_total{{{i}}} 0")),
+            "{text}"
+        );
         // Each reason a stall can miss its report is a series from the start.
         for r in ["rate_limit", "writer_busy", "write_error"] {
             assert!(
                 text.contains(&format!(
-                    "stallscope_stalls_not_reported_total{{reason=\"{r}\"}} 0"
+                    "stallscope_stalls_not_reported_total{{{i},reason=\"{r}\"}} 0"
                 )),
                 "{text}"
             );
         }
+        // Another instance has series of its own; forgetting the first leaves none of it.
+        let other = m.instance("[::1]:6380");
+        other.attached.set(1);
+        im.forget();
+        let text = m.encode();
+        let left: Vec<&str> = text.lines().filter(|l| l.contains(i)).collect();
+        assert!(left.is_empty(), "{left:?}");
+        assert!(
+            text.contains("stallscope_attached{instance=\"[::1]:6380\"} 1"),
+            "{text}"
+        );
     }
 }

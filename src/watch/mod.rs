@@ -10,6 +10,7 @@
 //! (label sets, rate limit) or bytes (ring).
 
 pub(crate) mod attached;
+pub(crate) mod fleet;
 pub(crate) mod follow;
 pub(crate) mod incident;
 pub(crate) mod metrics;
@@ -23,7 +24,7 @@ use crate::live::{self, host};
 use crate::report::Stall;
 use anyhow::{Context, Result};
 use incident::{Grouper, Job, Outcome, RateLimit};
-use metrics::{Metrics, Observer, StallLabels};
+use metrics::{InstanceMetrics, Metrics, Observer, StallLabels};
 use ring::Ring;
 use std::io::Write;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -44,7 +45,7 @@ const WRITER_NICER_BY: libc::c_int = 2;
 const FOLLOW_POLL: Duration = Duration::from_millis(200);
 
 /// `--events`: where stall lines go.
-enum EventLog {
+pub(crate) enum EventLog {
     Stdout,
     File(std::fs::File, String),
 }
@@ -79,11 +80,12 @@ impl EventLog {
     }
 }
 
-/// One stall as a log line for shippers: ISO 8601 time, who, what, how long, why, and the
-/// names (never the keys) of the commands it held up.
-pub(crate) fn event_line(s: &Stall) -> String {
+/// One stall as a log line for shippers: ISO 8601 time, which instance, who, what, how
+/// long, why, and the names (never the keys) of the commands it held up.
+pub(crate) fn event_line(s: &Stall, instance: &str) -> String {
     serde_json::json!({
         "time": s.ts_iso,
+        "instance": instance,
         "pid": s.who.pid,
         "tid": s.who.tid,
         "thread": s.who.thread,
@@ -104,6 +106,7 @@ pub(crate) fn event_line(s: &Stall) -> String {
 
 fn stall_labels(s: &Stall) -> StallLabels {
     StallLabels {
+        instance: String::new(),
         role: s.who.thread.to_string(),
         kind: match s.kind {
             crate::report::StallKind::SlowSyscall => "slow_syscall".into(),
@@ -130,14 +133,11 @@ fn find_target(args: &WatchArgs) -> Result<Option<Tid>, String> {
     match found.len() {
         0 => Ok(None),
         1 => Ok(Some(found[0].0)),
-        _ => {
-            let list: Vec<String> = found.iter().map(|(p, c)| format!("  {p}  {c}")).collect();
-            Err(format!(
-                "--name {name}: {} processes match; choose one with --pid:\n{}",
-                found.len(),
-                list.join("\n")
-            ))
-        }
+        _ => Err(format!(
+            "--name {name}: {} processes match; choose one with --pid PID:\n{}",
+            found.len(),
+            fleet::list_matches(&found)
+        )),
     }
 }
 
@@ -147,12 +147,13 @@ pub(crate) struct Watcher<'a> {
     opts: Options,
     /// `--redis-conf`'s text, kept beside recordings.
     user_conf: Option<String>,
-    metrics: Metrics,
+    metrics: InstanceMetrics,
     observer: Observer,
     ring: Ring,
     grouper: Grouper,
     limit: RateLimit,
-    events: Option<EventLog>,
+    /// `--events`, shared by every instance's watcher.
+    events: Option<SharedLog>,
     event_err_said: bool,
     jobs: Option<std::sync::mpsc::SyncSender<Job>>,
     writer: Option<std::thread::JoinHandle<()>>,
@@ -168,7 +169,12 @@ pub(crate) struct Watcher<'a> {
     /// What the process attached last listened on and its pidfile: how `--pid` finds it
     /// again after a restart.
     identity: Option<follow::Identity>,
+    /// Which instance this is, where its reports go, and its ring's share.
+    inst: fleet::Instance,
 }
+
+/// The `--events` log, written by every instance's watcher.
+pub(crate) type SharedLog = std::sync::Arc<std::sync::Mutex<EventLog>>;
 
 impl Watcher<'_> {
     /// A signal asked to stop, or (when `clock`: the clock may be read) `--duration` is up.
@@ -178,13 +184,18 @@ impl Watcher<'_> {
     }
 
     fn on_stall(&mut self, s: &Stall, start: Nanos, end: Nanos) {
-        self.metrics.stalls.get_or_create(&stall_labels(s)).inc();
-        eprintln!("stall: {}", crate::render::table::stall_line(s));
-        if let Some(log) = &mut self.events {
-            if let Err(e) = log.write_line(&event_line(s)) {
+        self.metrics.count_stall(stall_labels(s));
+        eprintln!(
+            "stall: {}{}",
+            self.inst.say(),
+            crate::render::table::stall_line(s)
+        );
+        if let Some(log) = &self.events {
+            let mut log = log.lock().unwrap_or_else(|e| e.into_inner());
+            if let Err(e) = log.write_line(&event_line(s, &self.inst.label)) {
                 self.metrics.event_log_errors.inc();
                 if !self.event_err_said {
-                    let what = match log {
+                    let what = match &*log {
                         EventLog::Stdout => "-".to_string(),
                         EventLog::File(_, p) => p.clone(),
                     };
@@ -204,7 +215,7 @@ impl Watcher<'_> {
     /// joins it: the ring holds both anyway, and one report for the two keeps every stall
     /// in a report without a second copy of the events.
     fn incident_due(&mut self, o: incident::Open) {
-        if self.args.out.is_none() || o.stalls.is_empty() {
+        if self.inst.out.is_none() || o.stalls.is_empty() {
             self.release_ring();
             return;
         }
@@ -291,7 +302,7 @@ impl Watcher<'_> {
         }
         let Some(p) = self.pending.take() else { return };
         self.release_ring();
-        let Some(dir) = &self.args.out else { return };
+        let Some(dir) = &self.inst.out else { return };
         let (Some(first), Some(worst)) = (p.open.stalls.first().cloned(), p.open.worst().cloned())
         else {
             return;
@@ -333,10 +344,7 @@ impl Watcher<'_> {
     }
 
     fn unreported(&self, reason: &'static str, stalls: u64) {
-        self.metrics
-            .unreported
-            .get_or_create(&metrics::UnreportedLabels { reason })
-            .inc_by(stalls);
+        self.metrics.unreported(reason).inc_by(stalls);
     }
 
     /// At detach: lets the writer finish its report before the last one is given (not
@@ -361,6 +369,7 @@ impl Watcher<'_> {
             self.ring_evicted_seen = ev;
         }
         self.metrics.ring_bytes.set(self.ring.bytes() as i64);
+        self.ring.set_max_bytes(self.inst.budget.share());
     }
 }
 
@@ -377,25 +386,8 @@ struct Pending {
 /// `stallscope watch`. Returns 0 (for the exit status) when stopped by a signal or
 /// `--duration`; errors are setup errors (bad flags, no process, no backend).
 pub fn run_watch(args: &WatchArgs) -> Result<u64> {
-    let mut opts = Options {
-        threshold_ns: args.threshold,
-        ..Default::default()
-    };
-    let mut user_conf = None;
-    if let Some(f) = &args.redis_conf {
-        let text = std::fs::read_to_string(f)
-            .with_context(|| format!("--redis-conf {f}: cannot read it"))?;
-        opts.redis_conf = Some(RedisConf::parse(&text));
-        user_conf = Some(text);
-    }
-    let first_pid = match find_target(args) {
-        Ok(Some(p)) => p,
-        Ok(None) => anyhow::bail!(
-            "--name {}: no running process has that name",
-            args.name.as_deref().unwrap_or("redis-server")
-        ),
-        Err(e) => anyhow::bail!(e),
-    };
+    let (opts, user_conf) = options(args)?;
+    let mode = Mode::of(args)?;
     let metrics = Metrics::new();
     if let Some(addr) = &args.metrics {
         let a = metrics::parse_addr(addr).map_err(|e| anyhow::anyhow!("--metrics {e}"))?;
@@ -407,7 +399,12 @@ pub fn run_watch(args: &WatchArgs) -> Result<u64> {
         );
         metrics::serve(l, metrics.clone());
     }
-    let events = args.events.as_deref().map(EventLog::open).transpose()?;
+    let events = args
+        .events
+        .as_deref()
+        .map(EventLog::open)
+        .transpose()?
+        .map(|l| std::sync::Arc::new(std::sync::Mutex::new(l)));
     if let Some(dir) = &args.out {
         if let Err(e) = std::fs::create_dir_all(dir) {
             // Reported, not fatal: the disk may come back, and metrics go on meanwhile.
@@ -418,34 +415,136 @@ pub fn run_watch(args: &WatchArgs) -> Result<u64> {
         }
     }
     crate::signals::install_stop_handlers();
-    let (tx, writer, jobs_out) = start_writer(&metrics)?;
-    let mut w = Watcher {
+    let sh = fleet::Shared {
         args,
         opts,
         user_conf,
-        observer: Observer::new(metrics.clone()),
         metrics,
-        ring: Ring::new(args.ring_size, args.before + LONG_STALL_NS),
-        grouper: Grouper::new(args.after),
-        limit: RateLimit::new(args.max_incidents_per_hour),
         events,
-        event_err_said: false,
-        jobs: Some(tx),
-        writer: Some(writer),
-        ring_evicted_seen: 0,
-        reported_upto: None,
-        pending: None,
-        jobs_out,
-        identity: None,
-        deadline: args
-            .duration
-            .map(|d| Instant::now() + Duration::from_nanos(d as u64)),
+        budget: std::sync::Arc::new(fleet::Budget::new(args.ring_size)),
     };
-    let result = follow(&mut w, first_pid);
-    shutdown(&mut w);
-    result?;
+    match mode {
+        Mode::One(first_pid) => watch_alone(&sh, first_pid)?,
+        Mode::Fleet(names) => {
+            let names: Vec<&str> = names.iter().map(String::as_str).collect();
+            fleet::run(&sh, &names)?
+        }
+    }
     eprintln!("stallscope: watch stopped");
     Ok(0)
+}
+
+/// The analysis options, with `--redis-conf` read, and that file's text.
+fn options(args: &WatchArgs) -> Result<(Options, Option<String>)> {
+    let mut opts = Options {
+        threshold_ns: args.threshold,
+        ..Default::default()
+    };
+    let mut user_conf = None;
+    if let Some(f) = &args.redis_conf {
+        let text = std::fs::read_to_string(f)
+            .with_context(|| format!("--redis-conf {f}: cannot read it"))?;
+        opts.redis_conf = Some(RedisConf::parse(&text));
+        user_conf = Some(text);
+    }
+    Ok((opts, user_conf))
+}
+
+/// One process followed across its restarts, or every process of some names.
+enum Mode {
+    One(Tid),
+    Fleet(Vec<String>),
+}
+
+impl Mode {
+    /// `--pid`, and `--name` with flags about one redis (`--redis`, `--redis-log`,
+    /// `--redis-conf`), watch one process; `--all`, and `--name` otherwise, every match.
+    fn of(args: &WatchArgs) -> Result<Mode> {
+        let one_redis =
+            args.redis.is_some() || args.redis_log.is_some() || args.redis_conf.is_some();
+        let fleet = args.all || (args.pid.is_none() && !one_redis);
+        if fleet && args.backend == crate::cli::Backend::Ptrace {
+            anyhow::bail!(
+                "--backend ptrace: cannot watch every instance ({}): ptrace stops every thread of each redis twice per syscall; watch one with --pid, or use --backend bpf or perf",
+                if args.all { "--all" } else { "--name" }
+            );
+        }
+        if args.all {
+            return Ok(Mode::Fleet(
+                fleet::ALL_NAMES.iter().map(|n| n.to_string()).collect(),
+            ));
+        }
+        if fleet {
+            let name = args.name.as_deref().unwrap_or("redis-server");
+            if fleet::discover(&[name]).is_empty() {
+                anyhow::bail!("--name {name}: no running process has that name (--all waits for instances to start)");
+            }
+            return Ok(Mode::Fleet(vec![name.to_string()]));
+        }
+        match find_target(args) {
+            Ok(Some(p)) => Ok(Mode::One(p)),
+            Ok(None) => anyhow::bail!(
+                "--name {}: no running process has that name",
+                args.name.as_deref().unwrap_or("redis-server")
+            ),
+            Err(e) => anyhow::bail!(
+                "{e}\n(--redis, --redis-log and --redis-conf are about one redis: drop them to watch every match)"
+            ),
+        }
+    }
+}
+
+/// Watches one process and its successors (`follow`), labelled by its address.
+fn watch_alone(sh: &fleet::Shared, first_pid: Tid) -> Result<()> {
+    let label = fleet::label_of(first_pid).unwrap_or_else(|| "redis".to_string());
+    sh.budget.join();
+    let inst = fleet::Instance {
+        label: label.clone(),
+        out: sh.args.out.clone(),
+        budget: sh.budget.clone(),
+        fleet: false,
+        host: None,
+    };
+    let mut w = Watcher::new(sh, sh.metrics.instance(&label), inst)?;
+    sh.metrics.instances.set(1);
+    let result = follow(&mut w, first_pid);
+    shutdown(&mut w);
+    result
+}
+
+impl<'a> Watcher<'a> {
+    /// A watcher of one instance, its incident writer started.
+    pub(crate) fn new(
+        sh: &fleet::Shared<'a>,
+        metrics: InstanceMetrics,
+        inst: fleet::Instance,
+    ) -> Result<Watcher<'a>> {
+        let args = sh.args;
+        let (tx, writer, jobs_out) = start_writer(&metrics)?;
+        Ok(Watcher {
+            args,
+            opts: sh.opts.clone(),
+            user_conf: sh.user_conf.clone(),
+            observer: Observer::new(metrics.clone()),
+            metrics,
+            ring: Ring::new(inst.budget.share(), args.before + LONG_STALL_NS),
+            grouper: Grouper::new(args.after),
+            limit: RateLimit::new(args.max_incidents_per_hour),
+            events: sh.events.clone(),
+            event_err_said: false,
+            jobs: Some(tx),
+            writer: Some(writer),
+            ring_evicted_seen: 0,
+            reported_upto: None,
+            pending: None,
+            jobs_out,
+            identity: None,
+            deadline: args
+                .duration
+                .map(|d| Instant::now() + Duration::from_nanos(d as u64)),
+            inst,
+        })
+    }
 }
 
 type Writer = (
@@ -457,7 +556,7 @@ type Writer = (
 /// The incident writer: a thread that makes each incident's files, nicer than the watch
 /// loop, counting what it wrote and what it could not. Returns where to send it jobs, its
 /// handle, and the count of jobs given and not yet written.
-fn start_writer(metrics: &Metrics) -> Result<Writer> {
+fn start_writer(metrics: &InstanceMetrics) -> Result<Writer> {
     let (tx, rx) = std::sync::mpsc::sync_channel::<Job>(1);
     let m2 = metrics.clone();
     let jobs_out = std::sync::Arc::new(AtomicUsize::new(0));
@@ -489,11 +588,7 @@ fn start_writer(metrics: &Metrics) -> Result<Writer> {
                     }
                     Outcome::Failed(e) => {
                         m2.incident_errors.inc();
-                        m2.unreported
-                            .get_or_create(&metrics::UnreportedLabels {
-                                reason: metrics::WRITE_ERROR,
-                            })
-                            .inc_by(stalls);
+                        m2.unreported(metrics::WRITE_ERROR).inc_by(stalls);
                         eprintln!("stallscope: warning: incident not written: {e} (counted in stallscope_incident_write_errors_total; watching goes on)");
                     }
                 }
@@ -596,7 +691,7 @@ fn give_back_memory() {
 }
 
 /// Lets the writer finish what it was given (briefly: a stop must not hang).
-fn shutdown(w: &mut Watcher) {
+pub(crate) fn shutdown(w: &mut Watcher) {
     w.jobs = None;
     if let Some(h) = w.writer.take() {
         // Redis is already detached; SIGTERM must still end the watcher within 2 s.
@@ -671,7 +766,7 @@ mod tests {
     /// A watcher with no writer thread: the test takes the jobs and says when it is idle.
     fn watcher(args: &WatchArgs) -> (Watcher<'_>, Receiver<Job>) {
         let (tx, rx) = std::sync::mpsc::sync_channel::<Job>(1);
-        let metrics = Metrics::new();
+        let metrics = Metrics::new().instance("127.0.0.1:6379");
         let w = Watcher {
             args,
             opts: Options::default(),
@@ -691,6 +786,13 @@ mod tests {
             pending: None,
             jobs_out: std::sync::Arc::new(AtomicUsize::new(0)),
             identity: None,
+            inst: fleet::Instance {
+                label: "127.0.0.1:6379".into(),
+                out: args.out.clone(),
+                budget: std::sync::Arc::new(fleet::Budget::new(args.ring_size)),
+                fleet: false,
+                host: None,
+            },
         };
         (w, rx)
     }
@@ -784,10 +886,7 @@ mod tests {
     }
 
     fn unreported(w: &Watcher, reason: &'static str) -> u64 {
-        w.metrics
-            .unreported
-            .get_or_create(&metrics::UnreportedLabels { reason })
-            .get()
+        w.metrics.unreported(reason).get()
     }
 
     #[test]

@@ -474,6 +474,23 @@ impl Ring {
         self.bytes
     }
 
+    /// The ring's share of `--ring-size` changed (instances came or went): events past the
+    /// new bound are evicted at the next push, and the slots' allocation follows a smaller
+    /// bound down, so that the rings of every instance together stay within the budget.
+    pub(crate) fn set_max_bytes(&mut self, max_bytes: usize) {
+        if max_bytes == self.max_bytes {
+            return;
+        }
+        self.max_bytes = max_bytes;
+        self.max_events = max_bytes / std::mem::size_of::<Event>() + 1;
+        let most = self
+            .max_events
+            .min(max_bytes / std::mem::size_of::<Held>() + 1);
+        if self.slots.capacity() > most * 2 {
+            self.slots.shrink_to(most.max(self.slots.len()));
+        }
+    }
+
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.slots.len()

@@ -440,7 +440,10 @@ fn unwritable_out_is_counted_and_rate_limit_too_and_watching_goes_on() {
     let unrep = poll(Duration::from_secs(30), || {
         metric(
             mport,
-            "stallscope_stalls_not_reported_total{reason=\"write_error\"}",
+            &format!(
+                "stallscope_stalls_not_reported_total{{instance=\"127.0.0.1:{}\",reason=\"write_error\"}}",
+                redis.port
+            ),
         )
         .filter(|n| *n >= 1.0)
     });
@@ -464,7 +467,10 @@ fn unwritable_out_is_counted_and_rate_limit_too_and_watching_goes_on() {
     assert!(sup.is_some(), "rate limit not counted; {:?}", w.lines());
     let unrep = metric(
         mport,
-        "stallscope_stalls_not_reported_total{reason=\"rate_limit\"}",
+        &format!(
+            "stallscope_stalls_not_reported_total{{instance=\"127.0.0.1:{}\",reason=\"rate_limit\"}}",
+            redis.port
+        ),
     );
     assert!(unrep.is_some_and(|n| n >= 1.0), "{unrep:?}");
 }
@@ -547,6 +553,16 @@ fn name_follows_a_restart() {
         w.lines()
     );
     assert_eq!(metric(mport, "stallscope_attaches_total"), Some(2.0));
+    // The restarted redis, on the same address, goes on under the same instance label.
+    assert_eq!(
+        metric(
+            mport,
+            &format!("stallscope_attaches_total{{instance=\"127.0.0.1:{port}\"}}")
+        ),
+        Some(2.0),
+        "{:?}",
+        w.lines()
+    );
     debug_sleep(port);
     let n = poll(Duration::from_secs(60), || {
         metric(mport, "stallscope_stalls_total").filter(|n| *n >= 1.0)
@@ -856,7 +872,10 @@ fn auto_never_falls_back_to_ptrace_and_ptrace_warns() {
     let sets = poll(Duration::from_secs(30), || {
         metric(
             mport,
-            "stallscope_command_duration_seconds_count{command=\"SET\"}",
+            &format!(
+                "stallscope_command_duration_seconds_count{{instance=\"127.0.0.1:{}\",command=\"SET\"}}",
+                redis.port
+            ),
         )
         .filter(|n| *n >= 50.0)
     });

@@ -11,6 +11,7 @@ mod iothreads;
 mod live_attach;
 mod live_container;
 mod live_edges;
+mod live_fleet;
 mod live_watch;
 mod parser_props;
 mod redis_evidence;

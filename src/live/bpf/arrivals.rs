@@ -104,6 +104,14 @@ pub(super) struct Listening {
 }
 
 impl Listening {
+    /// No ports known: nothing is skipped (programs shared by several processes).
+    pub(super) fn unknown() -> Listening {
+        Listening {
+            ports: [0; LISTEN_MAX],
+            count: LISTEN_MAX as u32 + 1,
+        }
+    }
+
     pub(super) fn of(pid: Tid) -> Listening {
         let unknown = Listening {
             ports: [0; LISTEN_MAX],

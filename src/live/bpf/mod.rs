@@ -20,6 +20,7 @@
 mod arrivals;
 mod load;
 mod ring;
+pub(crate) mod shared;
 
 use super::decode::{self, blocked_in_call, nr_info, Args};
 use super::fed::Fed;
@@ -31,6 +32,7 @@ use anyhow::Result;
 use load::{errno_of, load_error, Link};
 use ring::BpfRing;
 use rustc_hash::FxHashMap;
+pub use shared::BpfHost;
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
@@ -249,12 +251,36 @@ impl Thread {
 
 use super::sched_delta as delta;
 
+/// Where a tracer's records come from: a ring of its own, or its route from a shared one.
+enum Feed {
+    Own(Reader<BpfRing>),
+    Shared(shared::Route),
+}
+
+impl Feed {
+    #[inline]
+    fn next(&self, wait: Duration) -> Option<Vec<Rec>> {
+        match self {
+            Feed::Own(r) => r.next(wait),
+            Feed::Shared(r) => r.next(wait),
+        }
+    }
+
+    #[inline]
+    fn give_back(&self, batch: Vec<Rec>) {
+        if let Feed::Own(r) = self {
+            r.give_back(batch);
+        }
+    }
+}
+
 pub struct BpfTracer {
     cfg: BpfConfig,
     bpf: Option<aya::Ebpf>,
     links: Vec<(&'static str, Link)>,
-    /// The thread that empties the ring into batches of records.
-    reader: Reader<BpfRing>,
+    /// The thread that empties the ring into batches of records, or this process's route
+    /// from the ring that every watched process shares.
+    reader: Feed,
     /// The batch being processed, and how far (`take_records` stops part way).
     part: Vec<Rec>,
     part_at: usize,
@@ -299,7 +325,7 @@ impl BpfTracer {
             cfg,
             bpf: Some(bpf),
             links,
-            reader,
+            reader: Feed::Own(reader),
             part: vec![],
             part_at: 0,
             threads: FxHashMap::default(),
@@ -317,6 +343,50 @@ impl BpfTracer {
         Ok(me)
     }
 
+    /// Starts tracing `cfg.pid` with the programs of `host`, which every watched process
+    /// shares: its tgid goes into their map and its records come through its route.
+    pub fn on_host(host: &BpfHost, cfg: BpfConfig) -> Result<Self, AttachError> {
+        super::check_target(cfg.pid)?;
+        let route = shared::Route::open(&host.inner, cfg.pid)?;
+        let mut me = BpfTracer {
+            cfg,
+            bpf: None,
+            links: vec![],
+            reader: Feed::Shared(route),
+            part: vec![],
+            part_at: 0,
+            threads: FxHashMap::default(),
+            forked: FxHashMap::default(),
+            exit_codes: FxHashMap::default(),
+            drops_seen: 0,
+            fed: Fed::new(),
+            threads_at_attach: 0,
+            arrivals: arrivals::Arrivals::default(),
+        };
+        me.cfg.pages = host.inner.pages;
+        me.arrivals.started(
+            host.inner.arrivals.clone().map(|_| ()),
+            &mut me.fed.warnings,
+        );
+        // What the kernel dropped before this process was traced is not its loss.
+        me.drops_seen = me.with_bpf(read_drop_total).flatten().unwrap_or(0);
+        me.fed.stats.attach_mono = now_mono();
+        me.fed.stats.attach_wall = now_wall();
+        me.take_threads()?;
+        Ok(me)
+    }
+
+    /// Runs `f` on the loaded object: this tracer's own, or the shared host's (locked).
+    fn with_bpf<T>(&self, f: impl FnOnce(&aya::Ebpf) -> T) -> Option<T> {
+        match (&self.bpf, &self.reader) {
+            (Some(b), _) => Some(f(b)),
+            (None, Feed::Shared(r)) => {
+                Some(f(&r.host().bpf.lock().unwrap_or_else(|e| e.into_inner())))
+            }
+            (None, Feed::Own(_)) => None,
+        }
+    }
+
     /// Puts the process in the filter map, and takes its threads from /proc with the call
     /// each sleeps in now (the programs see no entry of those).
     fn start_tracing(&mut self) -> Result<(), AttachError> {
@@ -324,6 +394,13 @@ impl BpfTracer {
         self.fed.stats.attach_mono = now_mono();
         self.fed.stats.attach_wall = now_wall();
         load::start_tracing(self.bpf.as_mut().expect("loaded"), pid)?;
+        self.take_threads()
+    }
+
+    /// The process's threads from /proc, with the call each sleeps in now (the programs
+    /// see no entry of those), and the attach event.
+    fn take_threads(&mut self) -> Result<(), AttachError> {
+        let pid = self.cfg.pid;
         let tids = match super::list_tasks(pid) {
             Ok(t) if !t.is_empty() => t,
             _ => return Err(AttachError::NoSuchPid(pid)),
@@ -556,16 +633,14 @@ impl BpfTracer {
 
     /// Adds what the kernel counted as dropped since the last read.
     fn read_drops(&mut self) {
-        let Some(bpf) = self.bpf.as_ref() else {
+        if let Feed::Shared(r) = &self.reader {
+            let own = r.take_lost();
+            if own > 0 {
+                self.fed.lost(own);
+            }
+        }
+        let Some(Some(total)) = self.with_bpf(read_drop_total) else {
             return;
-        };
-        let Some(m) = bpf.map("drops") else { return };
-        let Ok(arr) = aya::maps::PerCpuArray::<_, u64>::try_from(m) else {
-            return;
-        };
-        let total: u64 = match arr.get(&0, 0) {
-            Ok(v) => v.iter().sum(),
-            Err(_) => return,
         };
         if total > self.drops_seen {
             self.fed.lost(total - self.drops_seen);
@@ -591,6 +666,9 @@ impl BpfTracer {
             for (prog, link) in self.links.drain(..) {
                 load::detach(bpf, prog, link);
             }
+        }
+        if let Feed::Shared(r) = &self.reader {
+            r.stop_tracing();
         }
         // No program runs any more: what the reader finds now is everything.
         self.stop_reader();
@@ -649,8 +727,10 @@ impl BpfTracer {
 
     /// Stops the reader thread once it has emptied the ring.
     fn stop_reader(&mut self) {
-        if let Some(ring) = self.reader.stop() {
-            ring.tell_discarded();
+        if let Feed::Own(reader) = &mut self.reader {
+            if let Some(ring) = reader.stop() {
+                ring.tell_discarded();
+            }
         }
     }
 
@@ -661,13 +741,22 @@ impl BpfTracer {
     /// /proc).
     fn still_running(&self) -> (Vec<(Tid, KEntry)>, HashMap<Tid, event::SchedDelta>) {
         let mut running: Vec<(Tid, KEntry)> = vec![];
-        if let Some(bpf) = self.bpf.as_ref() {
+        self.with_bpf(|bpf| {
             if let Some(m) = bpf.map("inflight") {
                 if let Ok(h) = aya::maps::HashMap::<_, u32, KEntry>::try_from(m) {
                     // A thread's entry outlives its calls: ts 0 is no call in progress.
-                    running.extend(h.iter().flatten().filter(|(_, e)| e.ts != 0));
+                    // Only this tracer's threads: the map may be shared.
+                    running.extend(
+                        h.iter()
+                            .flatten()
+                            .filter(|(t, e)| e.ts != 0 && self.threads.contains_key(t)),
+                    );
                 }
             }
+        });
+        if let Feed::Shared(r) = &self.reader {
+            let tids: Vec<Tid> = self.threads.keys().copied().collect();
+            r.forget_threads(&tids);
         }
         let mut quiet: Vec<Tid> = self
             .threads
@@ -697,6 +786,12 @@ impl BpfTracer {
         running.sort_by_key(|(t, _)| *t);
         (running, quiet_sched)
     }
+}
+
+/// The kernel's count of records the ring had no room for, over every CPU.
+fn read_drop_total(bpf: &aya::Ebpf) -> Option<u64> {
+    let arr = aya::maps::PerCpuArray::<_, u64>::try_from(bpf.map("drops")?).ok()?;
+    arr.get(&0, 0).ok().map(|v| v.iter().sum())
 }
 
 /// The call of the event `BpfTracer::build` just pushed.
