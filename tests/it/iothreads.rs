@@ -451,12 +451,12 @@ fn figures(bin: &str, io_args: &[&str], plain_args: &[&str]) {
         "{bin}: no I/O-thread CPU wait measured over {gaps} waits"
     );
     // Slow commands the ground truth does not have (neither the EVAL nor DEBUG SLEEP
-    // waited through them). A few remain where both the main thread and the I/O thread
-    // were "on a CPU" without a call for most of a gap (the main thread spinning, the
-    // I/O thread is on a CPU without a call before its share: not understood yet): at most
-    // 1 in 5 of the waits for the I/O threads (measured on this loaded 2-vCPU VM: 0-12
-    // against 78-230 for valkey, 2-8 against 71-480 for redis 7; before issue 40 every one
-    // of those waits was a slow command or CPU starvation).
+    // waited through them). A few remain: gaps that end while the I/O thread is still in
+    // its hand-off wait (woken by the main thread, waiting for a CPU), which the analysis
+    // judges before that call's end is read. At most 1 in 10 of the waits for the I/O
+    // threads (measured on this loaded 2-vCPU VM after the hand-off's woken wait counted:
+    // redis 7 0 of 460, valkey 3 of 198; before, 2-8 of 71-480 and 0-12 of 78-230; before
+    // issue 40 every one of those waits was a slow command or CPU starvation).
     let false_cmd = false_slow_commands(&r);
     let waits = main_gaps(&r, "io-threads").len();
     eprintln!(
@@ -464,7 +464,7 @@ fn figures(bin: &str, io_args: &[&str], plain_args: &[&str]) {
         false_cmd.len()
     );
     assert!(
-        false_cmd.len() * 5 <= waits.max(1),
+        false_cmd.len() * 10 <= waits.max(1),
         "{bin}: {} false slow commands against {waits} I/O-thread waits: {false_cmd:?}",
         false_cmd.len()
     );
