@@ -409,3 +409,73 @@ fn watch_from_the_host_writes_incidents_that_name_the_container() {
         "no LATENCY event on the stall: {stall}"
     );
 }
+
+/// `watch --all` finds the container's redis among the host's and labels it by its name
+/// (the host name of its UTS namespace, a pod's name) before its address: in the metrics,
+/// where its DEBUG SLEEP is counted, and in the incident directory.
+#[test]
+fn watch_all_labels_the_container_instance_by_its_name() {
+    let _g = serial();
+    if !can_run() {
+        return;
+    }
+    let c = Container::start();
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let out = tmp.path().join("out");
+    let mport = crate::live_fleet::free_port();
+    let maddr = format!("127.0.0.1:{mport}");
+    let mut w = Watch::start(&[
+        "--all",
+        "--backend",
+        "bpf",
+        "--metrics",
+        &maddr,
+        "--out",
+        out.to_str().unwrap(),
+        "--after",
+        "1s",
+        "--threshold",
+        "100ms",
+    ]);
+    let label = format!("{HOSTNAME}/127.0.0.1:{PORT}");
+    let of_it = format!("instance=\"{label}\"");
+    let metrics = || {
+        crate::live_fleet::http_get(mport, "/metrics")
+            .filter(|(code, _)| *code == 200)
+            .map(|(_, body)| body)
+    };
+    let attached = format!("stallscope_attached{{{of_it}}} 1");
+    assert!(
+        poll(DEADLINE, || metrics().filter(|b| b.contains(&attached))).is_some(),
+        "{attached} never scraped; watcher: {:?}",
+        w.lines()
+    );
+    c.load();
+    assert!(c.cli(c.pid, &["DEBUG", "SLEEP", "0.3"]).contains("OK"));
+    let counted = poll(DEADLINE, || {
+        let body = metrics()?;
+        let n: f64 = body
+            .lines()
+            .filter(|l| l.starts_with("stallscope_stalls_total{") && l.contains(&of_it))
+            .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+            .sum();
+        (n >= 1.0).then_some(n)
+    });
+    assert!(
+        counted.is_some(),
+        "no stall counted under {label}; watcher: {:?}",
+        w.lines()
+    );
+    let dir = out.join(label.replace('/', "_"));
+    let reports = poll(DEADLINE, || {
+        let v = incident_reports(&dir);
+        (!v.is_empty()).then_some(v)
+    });
+    assert!(
+        reports.is_some(),
+        "no incident report under {}; watcher: {:?}",
+        dir.display(),
+        w.lines()
+    );
+    assert_eq!(w.terminate(DEADLINE), Some(0), "{:?}", w.lines());
+}

@@ -58,7 +58,7 @@ fn can_trace() -> bool {
     ok
 }
 
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
@@ -78,7 +78,7 @@ fn poll<T>(limit: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
     }
 }
 
-fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+pub(crate) fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
     let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
     write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").ok()?;
