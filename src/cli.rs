@@ -87,6 +87,16 @@ pub struct OutputArgs {
     pub export_trace: Option<String>,
 }
 
+/// `watch --mode`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum WatchMode {
+    /// No syscall tracepoint while nothing is wrong; every syscall traced for --after
+    /// once a stall is found
+    Cheap,
+    /// Every syscall traced all the time (about 0.87 of untraced redis throughput)
+    Full,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Backend {
     Auto,
@@ -226,6 +236,20 @@ pub struct WatchArgs {
     /// never falls back to ptrace; `ptrace` must be asked for, it slows a busy redis several times
     #[arg(long, value_enum, default_value_t = Backend::Auto)]
     pub backend: Backend,
+    /// `cheap` (the default; bpf only): no syscall tracepoint while nothing is wrong. A
+    /// thread blocked in a syscall past --threshold (seen at its switch out and back in:
+    /// the call and its fd named) and a main thread that made no read or write for
+    /// --threshold while on a CPU (its CPU time sampled every --sample-period: a gap's edges
+    /// are known to that) are found; then every syscall is traced for --after, and the
+    /// incident report has the detail of what followed. It cannot see: command names and
+    /// waiting clients before the escalation, a gap shorter than about two sampling periods,
+    /// calls that did not block (a slow call on a CPU shows as a gap, unnamed). `full`:
+    /// every syscall traced all the time (today's watch; --backend perf or ptrace imply it)
+    #[arg(long, value_enum, default_value_t = WatchMode::Cheap)]
+    pub mode: WatchMode,
+    /// cheap mode: the sampling period of the main thread's CPU time
+    #[arg(long, default_value = "2ms", value_parser = parse_duration)]
+    pub sample_period: i64,
     /// A stall is a syscall at least this long, or the main thread making no syscall for it
     #[arg(long, short = 't', default_value = "10ms", value_parser = parse_duration)]
     pub threshold: i64,

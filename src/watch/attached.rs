@@ -114,7 +114,22 @@ pub(super) fn watch_one(w: &mut Watcher, pid: Tid) -> Result<()> {
         )
     });
     let s = start(w, pid)?;
-    watch_session(w, s, log_src)
+    watch_session(w, s, log_src, false)
+}
+
+/// `--mode cheap`'s escalation: the full tier attached to `pid` until the open incident's
+/// report is handed to the writer (or the process is gone, or a stop is asked for).
+pub(super) fn escalate(w: &mut Watcher, pid: Tid) -> Result<()> {
+    let log_src = (w.args.redis.is_some() || w.args.redis_log.is_some()).then(|| {
+        crate::evidence::log_source_before_attach(
+            pid,
+            w.args.redis_log.as_deref(),
+            w.args.redis.as_deref(),
+            w.opts.redis_conf.as_ref(),
+        )
+    });
+    let s = start(w, pid)?;
+    watch_session(w, s, log_src, true)
 }
 
 /// Watches the session until its tracer is done (the process gone, or a stop asked for).
@@ -122,6 +137,7 @@ pub(super) fn watch_session(
     w: &mut Watcher,
     mut s: LiveSession,
     log_src: Option<Option<crate::evidence::LogSource>>,
+    escalated: bool,
 ) -> Result<()> {
     let pid = s.pid;
     w.metrics.attached.set(1);
@@ -146,6 +162,7 @@ pub(super) fn watch_session(
     };
     say_watching(w, &s);
     let mut sink = WatchSink::new(w, ac, s.clock.first);
+    sink.escalated = escalated;
     s.run(&mut sink)?;
     let WatchSink { w, mut ac, .. } = sink;
     let st = s.end();
@@ -305,6 +322,9 @@ pub(super) struct WatchSink<'w, 'a> {
     drains: DrainClock,
     /// The latest end of any event: the ring's clock.
     latest: Nanos,
+    /// The full tier attached by `--mode cheap` for one incident: done once its report is
+    /// handed to the writer.
+    pub escalated: bool,
 }
 
 impl<'w, 'a> WatchSink<'w, 'a> {
@@ -314,6 +334,7 @@ impl<'w, 'a> WatchSink<'w, 'a> {
             prev: None,
             drains: DrainClock::new(w.args.ring_size, Instant::now()),
             latest: attach_mono,
+            escalated: false,
             w,
             ac,
         }
@@ -452,6 +473,7 @@ impl Sink for WatchSink<'_, '_> {
 
     fn want_stop(&mut self, look: bool) -> bool {
         self.w.want_stop(look)
+            || (self.escalated && self.w.grouper.open.is_none() && self.w.pending.is_none())
     }
 
     fn spent(&mut self) -> &mut Vec<Box<SchedSpan>> {

@@ -179,6 +179,8 @@ pub(crate) struct Job {
     pub redis: Option<super::redis::IncidentRedis>,
     pub dir: PathBuf,
     pub record: bool,
+    /// `--mode cheap`: the cheap tier's stalls of this incident (not in `events`).
+    pub cheap: Option<super::cheap::Seen>,
 }
 
 /// What became of a job.
@@ -418,6 +420,9 @@ fn analyse(job: &mut Job) -> crate::report::Report {
             }),
         },
     );
+    if let Some(seen) = &job.cheap {
+        super::cheap::into_report(&mut report, seen, first_ts);
+    }
     add_host(&mut report, &job.host, first_ts);
     if let Some(r) = job.redis.take() {
         // A log that cannot be read is a note in the report, never a lost incident.

@@ -10,6 +10,7 @@
 //! (label sets, rate limit) or bytes (ring).
 
 pub(crate) mod attached;
+pub(crate) mod cheap;
 pub(crate) mod follow;
 pub(crate) mod incident;
 pub(crate) mod metrics;
@@ -168,6 +169,8 @@ pub(crate) struct Watcher<'a> {
     /// What the process attached last listened on and its pidfile: how `--pid` finds it
     /// again after a restart.
     identity: Option<follow::Identity>,
+    /// The cheap tier's stalls waiting for their incident's report (`--mode cheap`).
+    cheap: cheap::Seen,
 }
 
 impl Watcher<'_> {
@@ -319,6 +322,7 @@ impl Watcher<'_> {
             redis: ctx.redis.as_ref().and_then(|r| r.for_incident(from)),
             dir: dir.clone(),
             record: self.args.record,
+            cheap: self.take_cheap(p.open.start),
         };
         if let Some(tx) = &self.jobs {
             self.jobs_out.fetch_add(1, Ordering::SeqCst);
@@ -330,6 +334,21 @@ impl Watcher<'_> {
                 eprintln!("stallscope: incident not written: the previous one is still being written (counted in stallscope_incidents_suppressed_total)");
             }
         }
+    }
+
+    /// The cheap tier's stalls for the report being handed over (those from the incident's
+    /// `start` on; earlier ones were of incidents not written), and what it says of the
+    /// tiers; None in full mode.
+    fn take_cheap(&mut self, start: Nanos) -> Option<cheap::Seen> {
+        self.cheap.stalls.retain(|(_, s)| *s >= start);
+        if self.cheap.stalls.is_empty() {
+            return None;
+        }
+        let seen = self.cheap.clone();
+        self.cheap.stalls.clear();
+        self.cheap.escalated_at = None;
+        self.cheap.escalated_iso = None;
+        Some(seen)
     }
 
     fn unreported(&self, reason: &'static str, stalls: u64) {
@@ -437,6 +456,7 @@ pub fn run_watch(args: &WatchArgs) -> Result<u64> {
         pending: None,
         jobs_out,
         identity: None,
+        cheap: cheap::Seen::default(),
         deadline: args
             .duration
             .map(|d| Instant::now() + Duration::from_nanos(d as u64)),
@@ -519,7 +539,17 @@ fn follow(w: &mut Watcher, first_pid: Tid) -> Result<()> {
             continue;
         };
         said_waiting = false;
-        match attached::watch_one(w, p) {
+        let tiered = w.args.mode == crate::cli::WatchMode::Cheap
+            && matches!(
+                w.args.backend,
+                crate::cli::Backend::Auto | crate::cli::Backend::Bpf
+            );
+        let watched = if tiered {
+            cheap::watch_one(w, p)
+        } else {
+            attached::watch_one(w, p)
+        };
+        match watched {
             Ok(()) => {}
             Err(e) if first => return Err(e),
             Err(e) => eprintln!("stallscope: warning: {e:#}; trying again"),
@@ -691,6 +721,7 @@ mod tests {
             pending: None,
             jobs_out: std::sync::Arc::new(AtomicUsize::new(0)),
             identity: None,
+            cheap: cheap::Seen::default(),
         };
         (w, rx)
     }
@@ -1021,7 +1052,7 @@ mod tests {
             .start(LiveBackend::Bpf)
             .unwrap();
         let s = LiveSession::around(started, ctx, &w.opts, None, None);
-        attached::watch_session(&mut w, s, None).unwrap();
+        attached::watch_session(&mut w, s, None, false).unwrap();
         let jobs: Vec<Job> = rx.try_iter().collect();
         assert_eq!(jobs.len(), 1, "one incident");
         let job = jobs.into_iter().next().unwrap();
