@@ -76,9 +76,17 @@ pub(super) struct AttachCtx {
     pub redis: Option<redis::WatchRedis>,
 }
 
-/// Starts the tracer. `auto` must never end up on ptrace: a watcher runs for days, and
-/// ptrace would slow redis that whole time.
-fn start(w: &Watcher, pid: Tid) -> Result<LiveSession> {
+/// The bpf ring of the full tier when `--mode cheap` attaches it for an incident (unless
+/// --perf-pages says otherwise), in pages: 4 MiB, an eighth of the default. The ring is mapped
+/// twice over (its data pages twice, by aya and by the reader) and all of it counts in RSS:
+/// the default's 128 MiB would be most of the watcher's memory for seconds per incident,
+/// where 4 MiB holds about 30,000 calls, a tenth of a second of a saturated redis, which the
+/// reader empties every few ms (a drop is counted and reported, as always).
+const ESCALATION_PAGES: usize = 1024;
+
+/// Starts the tracer (`escalation`: for `--mode cheap`'s incident). `auto` must never end up
+/// on ptrace: a watcher runs for days, and ptrace would slow redis that whole time.
+fn start(w: &Watcher, pid: Tid, escalation: bool) -> Result<LiveSession> {
     let backend = BackendChoice::from(w.args.backend);
     if backend == BackendChoice::Ptrace {
         eprintln!(
@@ -91,7 +99,10 @@ fn start(w: &Watcher, pid: Tid) -> Result<LiveSession> {
         pid,
         backend,
         follow_forks: !w.args.no_follow_forks,
-        pages: w.args.perf_pages,
+        pages: match escalation {
+            true => w.args.perf_pages.or(Some(ESCALATION_PAGES)),
+            false => w.args.perf_pages,
+        },
         auto_may_stop: false,
     };
     LiveSession::start(&cfg, &w.opts, w.user_conf.clone())
@@ -113,7 +124,7 @@ pub(super) fn watch_one(w: &mut Watcher, pid: Tid) -> Result<()> {
             w.opts.redis_conf.as_ref(),
         )
     });
-    let s = start(w, pid)?;
+    let s = start(w, pid, false)?;
     watch_session(w, s, log_src, false)
 }
 
@@ -128,7 +139,7 @@ pub(super) fn escalate(w: &mut Watcher, pid: Tid) -> Result<()> {
             w.opts.redis_conf.as_ref(),
         )
     });
-    let s = start(w, pid)?;
+    let s = start(w, pid, true)?;
     watch_session(w, s, log_src, true)
 }
 

@@ -223,16 +223,22 @@ fn name_blocked(
 }
 
 /// Watches `pid` with the cheap tier until it is gone or a stop is asked for, escalating to
-/// the full tier for each incident when incidents are written.
-pub(super) fn watch_one(w: &mut Watcher, pid: Tid) -> Result<()> {
+/// the full tier for each incident when incidents are written. False (said on stderr) when
+/// the cheap tier cannot run here: the caller watches in full mode instead.
+pub(super) fn watch_one(w: &mut Watcher, pid: Tid) -> Result<bool> {
     let cfg = CheapConfig {
         pid,
         main_tid: pid,
         threshold_ns: w.args.threshold,
         sample_period_ns: w.args.sample_period.max(10_000) as u64,
     };
-    let mut t = CheapTracer::attach(&cfg)
-        .map_err(|e| anyhow::anyhow!("cannot start the cheap tier on process {pid}: {e}"))?;
+    let mut t = match CheapTracer::attach(&cfg) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("stallscope: warning: the cheap tier cannot run on process {pid}: {e}; watching in full mode (every syscall traced)");
+            return Ok(false);
+        }
+    };
     let ctx = procctx::gather(pid);
     let conf = w
         .opts
@@ -286,7 +292,7 @@ pub(super) fn watch_one(w: &mut Watcher, pid: Tid) -> Result<()> {
     w.wait_writer_idle(Duration::from_millis(300));
     w.hand_over(&ac, true);
     eprintln!("stallscope: detached from {pid} (cheap tier)");
-    Ok(())
+    Ok(true)
 }
 
 /// The full tier, attached until the open incident's report is handed to the writer. The

@@ -544,10 +544,12 @@ fn follow(w: &mut Watcher, first_pid: Tid) -> Result<()> {
                 w.args.backend,
                 crate::cli::Backend::Auto | crate::cli::Backend::Bpf
             );
-        let watched = if tiered {
-            cheap::watch_one(w, p)
-        } else {
-            attached::watch_one(w, p)
+        let watched = match tiered {
+            true => match cheap::watch_one(w, p) {
+                Ok(false) => attached::watch_one(w, p),
+                other => other.map(|_| ()),
+            },
+            false => attached::watch_one(w, p),
         };
         match watched {
             Ok(()) => {}
