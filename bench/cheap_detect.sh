@@ -5,8 +5,9 @@
 # busy loop of 0.5 s (a main-thread gap on a CPU), and a close() of redis's log file that
 # slowfs holds for 400 ms (DEBUG LOG; the call and the log file must be named). Each must be
 # found once, with a duration within the sampling period plus 10 % of what was injected
-# (slowfs's own log gives the close's real delay). Then INCIDENTS stalls with --out, each
-# escalating to the full tier for its incident, and the watcher's peak RSS (VmHWM) over both.
+# (slowfs's own log gives the close's real delay). Then INCIDENTS stalls with --out under
+# redis-benchmark load, each escalating to the full tier for its incident, and the watcher's
+# peak RSS (VmHWM) over both phases.
 #
 #   bench/cheap_detect.sh [RUNS] [INCIDENTS]   (defaults 20, 5)
 #
@@ -45,7 +46,7 @@ EVAL="local t = redis.call('TIME') local s = t[1] + t[2] / 1e6 while true do loc
 start_watch() {
   rm -f "$D/w.err"
   "$BIN" watch --pid "$RP" --threshold 50ms --sample-period "${PERIOD_MS}ms" --events "$1" \
-    --redis-log "$D/mnt/redis.log" "${@:2}" >/dev/null 2>"$D/w.err" &
+    --redis-log "$D/mnt/redis.log" "${@:2}" ${WATCH_EXTRA:-} >/dev/null 2>"$D/w.err" &
   W=$!
   for _ in $(seq 400); do grep -q "watching $RP" "$D/w.err" 2>/dev/null && return 0; sleep 0.05; done
   echo "the watcher did not start: $(cat "$D/w.err")" >&2; exit 2
@@ -98,6 +99,9 @@ PY
 echo "peak RSS (VmHWM) over the detection rounds: $((PEAK_A / 1024)) MiB"
 
 start_watch "$D/events2.jsonl" --out "$D/incidents" --after 1s
+# Under load: each escalation's full tier records a saturated redis (its history ring fills).
+redis-benchmark -p "$PORT" -t set -n 100000000 -c 50 -q >/dev/null 2>&1 &
+LOAD=$!
 for i in $(seq "$INCIDENTS"); do
   n=$(count)
   redis-cli -p "$PORT" debug sleep 0.3 >/dev/null
@@ -107,5 +111,6 @@ for i in $(seq "$INCIDENTS"); do
   done
 done
 PEAK_B=$(peak)
+kill "$LOAD" 2>/dev/null || true
 stop_watch
-echo "incidents: $(count) of $INCIDENTS written, $(ended) escalations ended; peak RSS (VmHWM) with escalations: $((PEAK_B / 1024)) MiB"
+echo "incidents under load: $(count) of $INCIDENTS written, $(ended) escalations ended, $(grep -o '[0-9]* lost' "$D/w.err" | awk '{s += $1} END {print s + 0}') records lost; peak RSS (VmHWM) with escalations: $((PEAK_B / 1024)) MiB"

@@ -264,10 +264,12 @@ pub struct WatchArgs {
     /// in that time joins the same incident)
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     pub after: i64,
-    /// Memory for the history ring (--before): under heavy load it covers less time than
-    /// --before, and the report's span says how much (units: KiB, MiB, GiB)
-    #[arg(long, default_value = "32MiB", value_name = "SIZE", value_parser = parse_bytes)]
-    pub ring_size: usize,
+    /// Memory for the history ring (--before; in cheap mode what the full tier records for
+    /// an incident): under heavy load it covers less time, and the report's span says how much
+    /// (units: KiB, MiB, GiB; default 32MiB, 8MiB in cheap mode, which keeps the watcher's
+    /// peak RSS under 64 MiB through an incident of a saturated redis)
+    #[arg(long, value_name = "SIZE", value_parser = parse_bytes)]
+    pub ring_size: Option<usize>,
     /// Also keep each incident's raw recording (strace text) beside its report
     #[arg(long)]
     pub record: bool,
@@ -306,6 +308,16 @@ pub struct WatchArgs {
     /// they fall in (default: the logfile the redis config names)
     #[arg(long, value_name = "FILE")]
     pub redis_log: Option<String>,
+}
+
+impl WatchArgs {
+    /// `--ring-size`, or the mode's default.
+    pub fn ring_bytes(&self) -> usize {
+        self.ring_size.unwrap_or(match self.mode {
+            WatchMode::Cheap => 8 << 20,
+            WatchMode::Full => 32 << 20,
+        })
+    }
 }
 
 /// `64MiB`, `512KiB`, `1GiB`, `1000000` (bytes) -> bytes

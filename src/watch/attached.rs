@@ -343,7 +343,7 @@ impl<'w, 'a> WatchSink<'w, 'a> {
         WatchSink {
             cur: Window::new(&ac.view),
             prev: None,
-            drains: DrainClock::new(w.args.ring_size, Instant::now()),
+            drains: DrainClock::new(w.args.ring_bytes(), Instant::now()),
             latest: attach_mono,
             escalated: false,
             w,
