@@ -15,7 +15,9 @@
 # minutes on a quiet machine. Also prints the watcher's CPU seconds and RSS after each watched
 # run, from its own metrics, and how long it took to exit on SIGTERM (with its exit status and
 # redis's TracerPid afterwards).
-# WATCH_EXTRA adds watcher flags to every mode (e.g. `--backend perf`, which implies full).
+# WATCH_EXTRA adds watcher flags to every mode (e.g. `--backend perf`, which implies full);
+# a mode `cheap:task` runs the cheap mode with its sampler opened on redis's main thread
+# (STALLSCOPE_CHEAP_SAMPLER=task, the A/B of that choice); BIN picks another build.
 # Needs redis-server, redis-benchmark, redis-cli, curl, python3, root (BPF, perf events), and
 # a release build (cargo build --release; CARGO_TARGET_DIR is honoured).
 set -euo pipefail
@@ -24,7 +26,7 @@ N=${1:-200000}
 C=${2:-50}
 ROUNDS=${3:-9}
 read -r -a MODES <<<"${MODES:-cheap full}"
-BIN=${CARGO_TARGET_DIR:-target}/release/stallscope
+BIN=${BIN:-${CARGO_TARGET_DIR:-target}/release/stallscope}
 [ -x "$BIN" ] || { echo "build first: cargo build --release ($BIN missing)" >&2; exit 2; }
 for t in redis-server redis-benchmark redis-cli curl python3; do
   command -v "$t" >/dev/null || { echo "$t is required" >&2; exit 2; }
@@ -53,7 +55,7 @@ for _ in $(seq 100); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; slee
 # "RPS CPU_NS". CPU per request is the second figure: what tracing adds to redis's own work,
 # much less moved than throughput by other load on a shared machine (which takes the CPU
 # away from redis, not adds work to it).
-cpu_ns() { cat /proc/"$RPID"/task/*/schedstat | awk '{s += $1} END {print s}'; }
+cpu_ns() { cat /proc/"$RPID"/task/*/schedstat | awk '{s += $1} END {printf "%.0f\n", s}'; }
 rps() {
   local c0 r c1
   c0=$(cpu_ns)
@@ -74,8 +76,11 @@ SUM_BASE=0; UNTRACED=()
 for m in "${MODES[@]}"; do RATIOS[$m]=""; SUM_W[$m]=0; CPU_RATIOS[$m]=""; done
 # One watched run of mode $1: its throughput in WR, the watcher's figures in LINE.
 watched() {
-  rm -f "$DIR/w.err"
-  "$BIN" watch --pid "$RPID" --mode "$1" --out "$DIR/incidents" --metrics "127.0.0.1:$MPORT" \
+  rm -f "$DIR/w.err" "$DIR/events.jsonl"
+  # cheap:task: the cheap mode with its sampler on the thread (measurement only).
+  local sampler=""
+  [ "${1#*:}" != "$1" ] && sampler=${1#*:}
+  STALLSCOPE_CHEAP_SAMPLER=$sampler "$BIN" watch --pid "$RPID" --mode "${1%%:*}" --out "$DIR/incidents" --metrics "127.0.0.1:$MPORT" \
     --events "$DIR/events.jsonl" ${WATCH_EXTRA:-} >/dev/null 2>"$DIR/w.err" &
   W=$!
   wait_line "$DIR/w.err" "watching $RPID"
@@ -92,7 +97,10 @@ watched() {
   kill -TERM "$W"; set +e; wait "$W"; code=$?; set -e; W=""
   stop=$(python3 -c "print(f'{$(date +%s.%N) - $t0:.3f}')")
   traced=$(awk '/^TracerPid:/ {print $2}' /proc/"$RPID"/status)
-  LINE="watcher CPU ${cpu}s, RSS $(python3 -c "print(f'{$rss/1048576:.0f}')") MiB, $lost lost; SIGTERM: exit $code after ${stop}s, TracerPid $traced"
+  local stalls escal
+  stalls=$({ cat "$DIR/events.jsonl" 2>/dev/null || true; } | wc -l)
+  escal=$({ grep -c "escalating" "$DIR/w.err" || true; } | head -1)
+  LINE="$stalls stalls, $escal escalations; watcher CPU ${cpu}s, RSS $(python3 -c "print(f'{$rss/1048576:.0f}')") MiB, $lost lost; SIGTERM: exit $code after ${stop}s, TracerPid $traced"
 }
 read -r BASE2 BCPU2 <<<"$(rps)"; UNTRACED+=("$BASE2")
 for round in $(seq "$ROUNDS"); do
@@ -102,7 +110,7 @@ for round in $(seq "$ROUNDS"); do
     order=(); for ((i=${#MODES[@]}-1; i>=0; i--)); do order+=("${MODES[$i]}"); done
   fi
   declare -A GOT GOTCPU LINES
-  for m in "${order[@]}"; do watched "$m"; GOT[$m]=$WR; GOTCPU[$m]=$WCPU; LINES[$m]=$LINE; done
+  for m in "${order[@]}"; do watched "$m"; GOT[$m]=${WR:-0}; GOTCPU[$m]=${WCPU:-0}; LINES[$m]=$LINE; done
   read -r BASE2 BCPU2 <<<"$(rps)"; UNTRACED+=("$BASE2")
   BCPU=$(( (BCPU1 + BCPU2) / 2 ))
   BASE=$(python3 -c "print(f'{($BASE1 + $BASE2) / 2:.2f}')")
@@ -111,7 +119,7 @@ for round in $(seq "$ROUNDS"); do
   for m in "${order[@]}"; do
     R=$(python3 -c "print(f'{${GOT[$m]} / $BASE:.3f}')")
     RATIOS[$m]="${RATIOS[$m]} $R"
-    CR=$(python3 -c "print(f'{$BCPU / ${GOTCPU[$m]}:.3f}')")
+    CR=$(python3 -c "print(f'{$BCPU / max(${GOTCPU[$m]:-0}, 1):.3f}')")
     CPU_RATIOS[$m]="${CPU_RATIOS[$m]} $CR"
     SUM_W[$m]=$(python3 -c "print(${SUM_W[$m]} + ${GOT[$m]})")
     echo "  $m: ${GOT[$m]} rps ($R), redis CPU $((GOTCPU[$m] / N)) ns/request (untraced/this $CR); ${LINES[$m]}"

@@ -816,8 +816,8 @@ int btf_arrival_destroy(__u64 *ctx)
 // No syscall tracepoint: attaching any program to one puts every thread of the host on the
 // slow syscall path (../shared/DESIGN.md, "The cost of staying attached"). What runs instead
 // costs per context switch of the host (sched_switch, a tgid compare for other tasks) and
-// per sample of the watched main thread's CPU time (a perf software event, only while that
-// thread runs), and sends a record only for what is over the threshold:
+// per sample (a cpu-clock event on each CPU, every sampling period, kept when it finds the
+// watched main thread running), and sends a record only for what is over the threshold:
 //
 // - CHEAP_BLOCKED: a watched thread switched out blocked (not preempted) and switched back
 //   in at least the threshold later. The syscall it blocked in and its first arguments come
@@ -831,13 +831,12 @@ int btf_arrival_destroy(__u64 *ctx)
 //   each switch. Its start is the first check that saw the counts at their final value, its
 //   end the first that saw them move (or the thread block): each known to a sampling period
 //   of the thread's CPU time (or to its switch).
-// - The name of a file being flushed by close(): the fd is out of the table by then, so
-//   `cheap_flush` (fentry on filp_flush, where the kernel supports it) keeps the dentry's
-//   last path components per thread while it runs.
+// A close() that blocks in its flush has taken its fd out of the table already: nothing here
+// names its file (fentry on filp_flush would, but tracing programs other than tp_btf are
+// refused here: bench/bpf_fentry_probe.result.txt); user space names it when it can.
 
 #define CHEAP_BLOCKED 1
 #define CHEAP_GAP 2
-#define CHEAP_NAME 48
 
 volatile const __u64 cheap_threshold_ns = 10000000;
 
@@ -877,7 +876,6 @@ struct cheap_thread {
 	__u64 io;          // at their present value, and that value
 	struct sched_snap at_progress;
 	struct sched_snap at_off; // its counters at the blocked switch-out
-	char name[CHEAP_NAME]; // the file close() was flushing when it blocked
 };
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -897,7 +895,6 @@ struct cheap_rec {
 	__u32 samples;
 	struct sched_snap before;
 	struct sched_snap after;
-	char name[CHEAP_NAME];
 };
 
 struct {
@@ -922,14 +919,6 @@ struct {
 	__type(key, __u32);
 	__type(value, __u32);
 } cheap_idle_nr SEC(".maps");
-
-// What filp_flush is flushing, by thread: the file's last path components.
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 1024);
-	__type(key, __u32);
-	__type(value, char[CHEAP_NAME]);
-} cheap_flush SEC(".maps");
 
 static __always_inline struct cheap_target *cheap_watched(void)
 {
@@ -1043,11 +1032,6 @@ static __always_inline void cheap_switched_out(struct task_struct___cheap *t, __
 		th->args[1] = a[1];
 		th->args[2] = a[2];
 	}
-	char *name = bpf_map_lookup_elem(&cheap_flush, &tid);
-	if (name)
-		__builtin_memcpy(th->name, name, CHEAP_NAME);
-	else
-		th->name[0] = 0;
 }
 
 static __always_inline void cheap_switched_in(struct task_struct___cheap *t, __u32 main_tid,
@@ -1079,7 +1063,6 @@ static __always_inline void cheap_switched_in(struct task_struct___cheap *t, __u
 	r->samples = 0;
 	r->before = th->at_off;
 	cheap_snap(&r->after, t);
-	__builtin_memcpy(r->name, th->name, CHEAP_NAME);
 	bpf_ringbuf_submit(r, 0);
 }
 
@@ -1105,7 +1088,8 @@ int cheap_switch(__u64 *ctx)
 }
 #endif
 
-// A sample of the main thread's CPU time (the perf event is opened for that thread only).
+// A sample: of each CPU's time (a cpu-clock event per CPU), kept when it finds the main
+// thread running; or of the main thread's own (task-clock, for measurement).
 SEC("perf_event")
 int cheap_sample(void *ctx)
 {
@@ -1120,51 +1104,5 @@ int cheap_sample(void *ctx)
 		return 0;
 	struct task_struct___cheap *t = (void *)bpf_get_current_task_btf();
 	cheap_check(th, tid, bpf_ktime_get_ns(), t, CHECK_RUNS);
-	return 0;
-}
-
-struct qstr___cheap {
-	const unsigned char *name;
-} __attribute__((preserve_access_index));
-struct dentry___cheap {
-	struct dentry___cheap *d_parent;
-	struct qstr___cheap d_name;
-} __attribute__((preserve_access_index));
-struct path___cheap {
-	struct dentry___cheap *dentry;
-} __attribute__((preserve_access_index));
-struct file___cheap {
-	struct path___cheap f_path;
-} __attribute__((preserve_access_index));
-
-// close() flushing a file of the watched process: its parent directory's name and its own,
-// "dir/name", kept while the flush runs (the switch-out of a close() that blocks takes it).
-SEC("fentry/filp_flush")
-int cheap_flush_start(__u64 *ctx)
-{
-	__u64 id = bpf_get_current_pid_tgid();
-	struct cheap_target *w = cheap_watched();
-	if (!w || w->tgid != (__u32)(id >> 32))
-		return 0;
-	__u32 tid = (__u32)id;
-	struct file___cheap *f = (void *)ctx[0];
-	char name[CHEAP_NAME] = {};
-	struct dentry___cheap *d = BPF_CORE_READ(f, f_path.dentry);
-	const unsigned char *parent = BPF_CORE_READ(d, d_parent, d_name.name);
-	const unsigned char *own = BPF_CORE_READ(d, d_name.name);
-	long n = bpf_probe_read_kernel_str(name, CHEAP_NAME / 2, parent);
-	if (n < 1 || n > CHEAP_NAME / 2)
-		n = 1;
-	name[n - 1] = '/';
-	bpf_probe_read_kernel_str(name + n, CHEAP_NAME / 2, own);
-	bpf_map_update_elem(&cheap_flush, &tid, name, BPF_ANY);
-	return 0;
-}
-
-SEC("fexit/filp_flush")
-int cheap_flush_done(__u64 *ctx)
-{
-	__u32 tid = (__u32)bpf_get_current_pid_tgid();
-	bpf_map_delete_elem(&cheap_flush, &tid);
 	return 0;
 }

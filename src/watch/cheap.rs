@@ -1,8 +1,8 @@
 //! App layer, `watch`'s default mode (`--mode cheap`): the cheap tier (`live::bpf::cheap`:
 //! no syscall tracepoint, only scheduler switches and samples of the main thread's CPU
 //! time) stays attached while nothing is wrong; each of its records becomes a `Stall` named
-//! from the live process (the call from the saved registers, its fd from /proc or the file a
-//! close() flushed), counted, printed and grouped like the full tier's; then, when incidents
+//! from the live process (the call from the saved registers, its fd from /proc, a close()
+//! whose fd had left the table as redis's log file when that was just written), counted, printed and grouped like the full tier's; then, when incidents
 //! are written (`--out`), the full tier is attached (`attached::escalate`) until the
 //! incident's report is handed to the writer, and the cheap tier's stalls go into that
 //! report beside what the full tier saw (`into_report`), with how exact each figure is.
@@ -36,7 +36,6 @@ pub(crate) struct Seen {
     /// When the full tier was attached for the incident.
     pub escalated_at: Option<Nanos>,
     pub escalated_iso: Option<String>,
-    pub names_flushes: bool,
 }
 
 /// What names a record's thread and file, read from the live process.
@@ -76,10 +75,10 @@ impl Names {
         self.fds.get(&fd).cloned()
     }
 
-    /// The config's log file, if it was written within `window` (monotonic ns) and so may be
-    /// the file a close() that blocked was flushing: redis opens and closes it for each line,
-    /// and its fd is out of the table once close() begins to flush (without the flush probe
-    /// nothing else names it).
+    /// redis's log file (`--redis-log`, else the config's), if it was written within
+    /// `window` (monotonic ns) and so may be the file a close() that blocked was flushing:
+    /// redis opens and closes it for each line, and its fd is out of the table once close()
+    /// begins to flush (a kernel probe on the flush would name it; none loads here).
     fn log_written_in(&self, window: (Nanos, Nanos)) -> Option<String> {
         let log = self.log_path()?;
         let mtime = std::fs::metadata(&log).ok()?.modified().ok()?;
@@ -100,17 +99,6 @@ impl Names {
             (Some(cwd), false) => format!("{cwd}/{l}"),
             _ => l,
         })
-    }
-
-    /// The full path of "dir/name" (what the flush probe keeps): the config's log file or
-    /// a file of the fd table that ends so, else the two components as they are.
-    fn flushed(&self, tail: &str) -> String {
-        let log = self.log_path();
-        let suffix = format!("/{tail}");
-        log.into_iter()
-            .chain(self.fds.values().cloned())
-            .find(|p| p.ends_with(&suffix))
-            .unwrap_or_else(|| format!(".../{tail}"))
     }
 
     fn role(&mut self, tid: Tid) -> Role {
@@ -169,22 +157,14 @@ fn stall_of(r: &CheapRecord, names: &mut Names, clock: &Clock, first: Nanos) -> 
             );
         }
         CheapKind::Blocked {
-            uninterruptible,
-            name,
-            ..
-        } => name_blocked(&mut s, r, names, *uninterruptible, name.as_deref()),
+            uninterruptible, ..
+        } => name_blocked(&mut s, r, names, *uninterruptible),
     }
     s
 }
 
 /// A blocked call's stall: the call and its file, from the registers at the switch-out.
-fn name_blocked(
-    s: &mut Stall,
-    r: &CheapRecord,
-    names: &mut Names,
-    uninterruptible: bool,
-    flushed: Option<&str>,
-) {
+fn name_blocked(s: &mut Stall, r: &CheapRecord, names: &mut Names, uninterruptible: bool) {
     s.bound = Bound::AtLeast;
     let how = if uninterruptible {
         "in an uninterruptible wait (disk)"
@@ -199,9 +179,8 @@ fn name_blocked(
     s.syscall = Some(sc.name.to_string());
     s.fd = sc.fd;
     let mut how_named = "";
-    s.path = match (flushed, sc.fd) {
-        (Some(tail), _) => Some(names.flushed(tail)),
-        (None, Some(fd)) => names.fd(fd).or_else(|| {
+    s.path = match sc.fd {
+        Some(fd) => names.fd(fd).or_else(|| {
             let closing = sc.sys.facts.has(crate::syscalls::Facts::CLOSE);
             let log = closing.then(|| names.log_written_in((r.start, r.end))).flatten();
             if log.is_some() {
@@ -209,7 +188,7 @@ fn name_blocked(
             }
             log
         }),
-        (None, None) => sc.fd_path.as_deref().map(str::to_string),
+        None => sc.fd_path.as_deref().map(str::to_string),
     };
     s.class = s
         .path
@@ -257,10 +236,9 @@ pub(super) fn watch_one(w: &mut Watcher, pid: Tid) -> Result<bool> {
     w.metrics.attaches.inc();
     w.cheap = Seen {
         sample_period_ns: cfg.sample_period_ns as Nanos,
-        names_flushes: t.names_flushes,
         ..Seen::default()
     };
-    say_watching(w, pid, &cfg, t.names_flushes);
+    say_watching(w, pid, &cfg);
     let mut recs = vec![];
     while !w.want_stop(true) && !gone(pid) {
         recs.clear();
@@ -347,12 +325,11 @@ fn gone(pid: Tid) -> bool {
     crate::live::check_target(pid).is_err()
 }
 
-fn say_watching(w: &Watcher, pid: Tid, cfg: &CheapConfig, flushes: bool) {
+fn say_watching(w: &Watcher, pid: Tid, cfg: &CheapConfig) {
     use crate::units::human;
     eprintln!(
-        "stallscope: watching {pid} with the cheap tier (sched_switch, main thread's CPU time sampled every {}{}; no syscall tracepoint); stalls over {}{}",
+        "stallscope: watching {pid} with the cheap tier (sched_switch, main thread's CPU time sampled every {}; no syscall tracepoint); stalls over {}{}",
         human(cfg.sample_period_ns as i64 / 1000),
-        if flushes { ", close() flushes named" } else { "" },
         human(w.args.threshold / 1000),
         match &w.args.out {
             Some(d) => format!(", incidents into {} (every syscall traced for each, until it is written)", d.display()),
@@ -377,9 +354,7 @@ pub(crate) fn into_report(report: &mut crate::report::Report, seen: &Seen, first
         "a blocked call is timed from the thread's switch-out to its switch-in: the call began a little before and ended a little after (duration: at least)".into(),
         "before the full tier was attached, which commands ran and which clients waited is not known".into(),
     ];
-    if !seen.names_flushes {
-        notes.push("the file of a close() that blocked is not named (fentry on filp_flush cannot run on this kernel)".into());
-    }
+    notes.push("a close() that blocked had taken its fd out of the table: it is named only as redis's log file, when that was written just before".into());
     let full = match seen.escalated_at {
         Some(_) => "every syscall of the process from full_from until the report was written (the stalls without `cheap tier` in their cause, the commands, files and what followed)".to_string(),
         None => "nothing: the full tier was not attached (the stalls are the cheap tier's alone)".to_string(),

@@ -683,7 +683,6 @@ pub(crate) mod tests {
             sample_period_ns: 2 * ms,
             escalated_at: Some(10 * ms - 50 * ms),
             escalated_iso: Some("2026-12-06T21:00:00.000000Z".into()),
-            names_flushes: false,
         });
         j.record = false;
         let Outcome::Written(json) = write(j) else {

@@ -1,8 +1,7 @@
 //! The cheap tier of the bpf backend, `watch`'s default mode: the kernel programs of
 //! bpf/stallscope.bpf.c's "cheap tier" section loaded on their own (no syscall tracepoint:
 //! `sched_switch` as a BTF-typed raw tracepoint, a perf software event sampling the main
-//! thread's CPU time, fentry/fexit on `filp_flush` where the kernel allows it), and their
-//! records read from their own small ring as `CheapRecord`s: a watched thread that was
+//! thread's CPU time), and their records read from their own small ring as `CheapRecord`s: a watched thread that was
 //! blocked in a syscall past the threshold, and a main-thread stretch past the threshold on a
 //! CPU (or waiting for one) without a read or write. What the records mean is for the
 //! watcher (`watch::cheap`); this module only loads, attaches and reads.
@@ -19,7 +18,6 @@ const CHEAP_BLOCKED: u32 = 1;
 const CHEAP_GAP: u32 = 2;
 const CHEAP_IDLE_ANY: u32 = 1;
 const CHEAP_IDLE_BG: u32 = 2;
-const NAME_LEN: usize = 48;
 
 /// `struct cheap_rec`.
 #[repr(C)]
@@ -35,7 +33,6 @@ struct RawRec {
     samples: u32,
     before: [u64; 4],
     after: [u64; 4],
-    name: [u8; NAME_LEN],
 }
 
 /// `struct cheap_target`.
@@ -62,13 +59,11 @@ pub struct CheapConfig {
 #[derive(Clone, Debug, PartialEq)]
 pub enum CheapKind {
     /// Switched out blocked and back in after the threshold: in syscall `nr` (-1: not in a
-    /// syscall, a page fault) with its first arguments from the saved registers; `name`:
-    /// the file a close() was flushing ("dir/name"), when the flush probe runs.
+    /// syscall, a page fault) with its first arguments from the saved registers.
     Blocked {
         nr: i64,
         args: [u64; 3],
         uninterruptible: bool,
-        name: Option<String>,
     },
     /// No read or write for the span while on a CPU or runnable; `samples`: checks that saw
     /// the counts unchanged.
@@ -92,8 +87,6 @@ pub struct CheapRecord {
 pub struct CheapTracer {
     ring: aya::maps::RingBuf<aya::maps::MapData>,
     bpf: aya::Ebpf,
-    /// Whether close()'s file is named (fentry/fexit on filp_flush loaded).
-    pub names_flushes: bool,
     drops_seen: u64,
 }
 
@@ -123,13 +116,6 @@ impl CheapTracer {
         })?;
         attach_switch(&mut bpf, &btf)?;
         attach_sampler(&mut bpf, cfg)?;
-        let names_flushes = match attach_flush(&mut bpf, &btf) {
-            Ok(()) => true,
-            Err(why) => {
-                eprintln!("stallscope: warning: the file a blocking close() flushes will not be named by the cheap tier: {why}");
-                false
-            }
-        };
         set_target(&mut bpf, cfg)?;
         let ring = bpf
             .take_map("cheap_events")
@@ -139,7 +125,6 @@ impl CheapTracer {
         Ok(CheapTracer {
             ring,
             bpf,
-            names_flushes,
             drops_seen: 0,
         })
     }
@@ -202,7 +187,6 @@ fn parse(b: &[u8]) -> Option<CheapRecord> {
             args: r.args,
             // TASK_UNINTERRUPTIBLE: a disk wait, not a sleep or a wait on a socket.
             uninterruptible: r.state & 2 != 0,
-            name: name_of(&r.name),
         },
         CHEAP_GAP => CheapKind::Gap { samples: r.samples },
         _ => return None,
@@ -215,13 +199,6 @@ fn parse(b: &[u8]) -> Option<CheapRecord> {
         before: r.before,
         after: r.after,
     })
-}
-
-/// "dir/name" as the flush probe wrote it (NUL-ended), if it wrote one.
-fn name_of(b: &[u8]) -> Option<String> {
-    let end = b.iter().position(|c| *c == 0).unwrap_or(b.len());
-    let s = String::from_utf8_lossy(&b[..end]).into_owned();
-    (!s.is_empty() && s != "/").then_some(s)
 }
 
 /// Tells the programs which syscalls are a wait for work, by the syscall table's facts.
@@ -279,8 +256,16 @@ fn attach_switch(bpf: &mut aya::Ebpf, btf: &aya::Btf) -> Result<(), AttachError>
     Ok(())
 }
 
-/// The main thread's CPU time, sampled every `sample_period_ns` of it (task-clock: no
-/// sample while it sleeps).
+/// For measurement only (bench/watch.sh's A/B): `task` samples with a task-clock event
+/// opened on the main thread instead of a cpu-clock event per CPU.
+pub const SAMPLER_ENV: &str = "STALLSCOPE_CHEAP_SAMPLER";
+
+/// The main thread's time on a CPU, sampled every `sample_period_ns`: a cpu-clock event on
+/// each CPU, whose program keeps only the samples that find the main thread running. An
+/// event opened on the thread itself (task-clock) samples only its time too, but it lives in
+/// the thread's perf context, which the kernel switches out and in (a timer cancelled and
+/// armed) at each of the thread's context switches: redis's cost, paid per switch, where a
+/// per-CPU event costs a sample every period whoever runs.
 fn attach_sampler(bpf: &mut aya::Ebpf, cfg: &CheapConfig) -> Result<(), AttachError> {
     use aya::programs::perf_event::{perf_sw_ids, PerfEventScope, PerfTypeId, SamplePolicy};
     let prog = "cheap_sample";
@@ -290,49 +275,56 @@ fn attach_sampler(bpf: &mut aya::Ebpf, cfg: &CheapConfig) -> Result<(), AttachEr
         .try_into()
         .map_err(|e| load_error(prog, &e, None))?;
     p.load().map_err(|e| verifier_refusal(prog, &e))?;
-    p.attach(
-        PerfTypeId::Software,
-        perf_sw_ids::PERF_COUNT_SW_TASK_CLOCK as u64,
-        PerfEventScope::OneProcessAnyCpu { pid: cfg.main_tid },
-        SamplePolicy::Period(cfg.sample_period_ns),
-        false,
-    )
-    .map_err(|e| {
-        load_error(
-            &format!(
-                "cannot sample thread {}'s CPU time (perf task-clock)",
-                cfg.main_tid
-            ),
-            &e,
-            errno_of(&e),
+    let per_task = std::env::var(SAMPLER_ENV).is_ok_and(|v| v == "task");
+    let scopes: Vec<(u64, PerfEventScope)> = if per_task {
+        vec![(
+            perf_sw_ids::PERF_COUNT_SW_TASK_CLOCK as u64,
+            PerfEventScope::OneProcessAnyCpu { pid: cfg.main_tid },
+        )]
+    } else {
+        online_cpus()
+            .into_iter()
+            .map(|cpu| {
+                (
+                    perf_sw_ids::PERF_COUNT_SW_CPU_CLOCK as u64,
+                    PerfEventScope::AllProcessesOneCpu { cpu },
+                )
+            })
+            .collect()
+    };
+    for (config, scope) in scopes {
+        p.attach(
+            PerfTypeId::Software,
+            config,
+            scope,
+            SamplePolicy::Period(cfg.sample_period_ns),
+            false,
         )
-    })?;
+        .map_err(|e| {
+            load_error(
+                "cannot sample the main thread's CPU time (perf cpu-clock)",
+                &e,
+                errno_of(&e),
+            )
+        })?;
+    }
     Ok(())
 }
 
-/// fentry and fexit on filp_flush, or why they cannot run here (then neither does).
-fn attach_flush(bpf: &mut aya::Ebpf, btf: &aya::Btf) -> Result<(), String> {
-    {
-        let p: &mut aya::programs::FExit = bpf
-            .program_mut("cheap_flush_done")
-            .ok_or("the BPF object lacks cheap_flush_done")?
-            .try_into()
-            .map_err(|e| format!("cheap_flush_done: {e}"))?;
-        p.load("filp_flush", btf)
-            .map_err(|e| verifier_refusal("cheap_flush_done", &e).to_string())?;
-        p.attach()
-            .map_err(|e| format!("cannot attach fexit/filp_flush: {e}"))?;
+/// The CPUs that are online (/sys/devices/system/cpu/online: "0-3,6").
+fn online_cpus() -> Vec<u32> {
+    let text = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap_or_default();
+    let mut cpus = vec![];
+    for part in text.trim().split(',').filter(|p| !p.is_empty()) {
+        let (a, b) = part.split_once('-').unwrap_or((part, part));
+        if let (Ok(a), Ok(b)) = (a.parse::<u32>(), b.parse::<u32>()) {
+            cpus.extend(a..=b);
+        }
     }
-    let p: &mut aya::programs::FEntry = bpf
-        .program_mut("cheap_flush_start")
-        .ok_or("the BPF object lacks cheap_flush_start")?
-        .try_into()
-        .map_err(|e| format!("cheap_flush_start: {e}"))?;
-    p.load("filp_flush", btf)
-        .map_err(|e| verifier_refusal("cheap_flush_start", &e).to_string())?;
-    p.attach()
-        .map_err(|e| format!("cannot attach fentry/filp_flush: {e}"))?;
-    Ok(())
+    if cpus.is_empty() {
+        cpus.extend(0..std::thread::available_parallelism().map_or(1, |n| n.get() as u32));
+    }
+    cpus
 }
 
 #[cfg(test)]
@@ -341,8 +333,8 @@ mod tests {
 
     #[test]
     fn a_record_reads_back_as_the_kernel_laid_it_out() {
-        assert_eq!(std::mem::size_of::<RawRec>(), 176);
-        let mut b = vec![0u8; 176];
+        assert_eq!(std::mem::size_of::<RawRec>(), 128);
+        let mut b = vec![0u8; 128];
         b[0..4].copy_from_slice(&CHEAP_BLOCKED.to_ne_bytes());
         b[4..8].copy_from_slice(&42u32.to_ne_bytes());
         b[8..16].copy_from_slice(&3i64.to_ne_bytes());
@@ -350,7 +342,6 @@ mod tests {
         b[40..48].copy_from_slice(&1_000u64.to_ne_bytes());
         b[48..56].copy_from_slice(&401_000u64.to_ne_bytes());
         b[56..60].copy_from_slice(&2u32.to_ne_bytes());
-        b[128..139].copy_from_slice(b"d/redis.log");
         let r = parse(&b).expect("parsed");
         assert_eq!((r.tid, r.start, r.end), (42, 1_000, 401_000));
         assert_eq!(
@@ -359,13 +350,12 @@ mod tests {
                 nr: 3,
                 args: [7, 0, 0],
                 uninterruptible: true,
-                name: Some("d/redis.log".into())
             }
         );
         b[0..4].copy_from_slice(&CHEAP_GAP.to_ne_bytes());
         b[60..64].copy_from_slice(&90u32.to_ne_bytes());
         let r = parse(&b).expect("parsed");
         assert_eq!(r.kind, CheapKind::Gap { samples: 90 });
-        assert!(parse(&b[..175]).is_none());
+        assert!(parse(&b[..127]).is_none());
     }
 }
