@@ -465,10 +465,6 @@ pub struct Report {
     /// parts are written into those objects as `redis_evidence` / `redis_signals`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub redis: Option<RedisSection>,
-    /// `watch`'s default mode only: which tier saw which part of the incident, and how
-    /// exact each figure is (`WatchTiers`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub watch_tiers: Option<WatchTiers>,
 }
 
 /// An incident of `watch`'s default mode: the cheap tier (always attached, no syscall
@@ -540,6 +536,10 @@ pub struct LiveContext {
     /// or a cgroup a container runtime made); absent on a bare host.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub container: Option<Container>,
+    /// `watch`'s default mode only: which tier saw which part of the incident, and how
+    /// exact each figure is (`WatchTiers`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub watch_tiers: Option<WatchTiers>,
 }
 
 #[derive(Clone, Debug, Serialize, Default)]

@@ -14,7 +14,9 @@ use crate::analyze::RedisConf;
 use crate::event::{Nanos, Tid};
 use crate::live::bpf::cheap::{call_of, CheapConfig, CheapKind, CheapRecord, CheapTracer};
 use crate::live::procctx;
-use crate::report::{Bound, DurationKnown, Role, Stall, StallKind, StallSched, WatchTiers};
+use crate::report::{
+    Bound, DurationKnown, FdRef, Role, Stall, StallKind, StallSched, ThreadRef, Waiting, WatchTiers,
+};
 use crate::source::Clock;
 use anyhow::Result;
 use std::collections::HashMap;
@@ -124,14 +126,14 @@ fn stall_of(r: &CheapRecord, names: &mut Names, clock: &Clock, first: Nanos) -> 
         ts: clock.format(r.start),
         ts_iso: clock.iso(r.start),
         at_us: (r.start - first) / 1000,
-        pid: names.pid,
-        tid: r.tid,
-        thread: role,
+        who: ThreadRef {
+            pid: names.pid,
+            tid: r.tid,
+            thread: role,
+        },
         kind: StallKind::Gap,
         syscall: None,
-        fd: None,
-        path: None,
-        class: None,
+        target: FdRef::default(),
         duration_us: dur / 1000,
         line: None,
         cause: String::new(),
@@ -139,10 +141,7 @@ fn stall_of(r: &CheapRecord, names: &mut Names, clock: &Clock, first: Nanos) -> 
         bound: Bound::Exact,
         duration_known: DurationKnown::Sampled,
         in_flight: None,
-        waiting_commands: 0,
-        waiting_by_command: Default::default(),
-        waiting_clients: 0,
-        worst_wait_us: None,
+        waiting: Waiting::default(),
         phase: None,
         events_lost: false,
         sched: Some(StallSched::of(&d, dur)),
@@ -177,9 +176,9 @@ fn name_blocked(s: &mut Stall, r: &CheapRecord, names: &mut Names, uninterruptib
     };
     s.kind = StallKind::SlowSyscall;
     s.syscall = Some(sc.name.to_string());
-    s.fd = sc.fd;
+    s.target.fd = sc.fd;
     let mut how_named = "";
-    s.path = match sc.fd {
+    s.target.path = match sc.fd {
         Some(fd) => names.fd(fd).or_else(|| {
             let closing = sc.sys.facts.has(crate::syscalls::Facts::CLOSE);
             let log = closing.then(|| names.log_written_in((r.start, r.end))).flatten();
@@ -190,14 +189,15 @@ fn name_blocked(s: &mut Stall, r: &CheapRecord, names: &mut Names, uninterruptib
         }),
         None => sc.fd_path.as_deref().map(str::to_string),
     };
-    s.class = s
+    s.target.class = s
+        .target
         .path
         .as_deref()
         .map(|p| crate::fdtable::classify_path(p, names.conf.as_ref()));
     s.cause = format!(
         "cheap tier: {}({}) blocked {how} from the thread's switch-out to its switch-in (the call itself began a little before and ended a little after: at least this long){how_named}; which commands waited is known only to the full tier",
         sc.name,
-        s.fd.map(|f| f.to_string()).unwrap_or_default()
+        s.target.fd.map(|f| f.to_string()).unwrap_or_default()
     );
 }
 
@@ -314,6 +314,7 @@ fn cheap_ctx(w: &Watcher, ctx: &procctx::ProcContext) -> AttachCtx {
             caps: Default::default(),
             follow_forks: !w.args.no_follow_forks,
             own_conns: vec![],
+            container: crate::live::container::describe(ctx.pid, &[]),
         },
         resync: true,
         host: None,
@@ -359,7 +360,7 @@ pub(crate) fn into_report(report: &mut crate::report::Report, seen: &Seen, first
         Some(_) => "every syscall of the process from full_from until the report was written (the stalls without `cheap tier` in their cause, the commands, files and what followed)".to_string(),
         None => "nothing: the full tier was not attached (the stalls are the cheap tier's alone)".to_string(),
     };
-    report.watch_tiers = Some(WatchTiers {
+    report.live.watch_tiers = Some(WatchTiers {
         cheap: "scheduler switches of every thread and the main thread's CPU time sampled: blocked syscalls and main-thread gaps over the threshold".into(),
         sample_period_us: period_us,
         cheap_stalls: seen.stalls.len() as u64,
