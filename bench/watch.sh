@@ -1,27 +1,32 @@
 #!/usr/bin/env bash
 # What `stallscope watch` costs redis: `redis-benchmark -t set -c 50` throughput with the
-# watcher attached (perf backend, incident ring, metrics endpoint scraped, --events) against
-# the same redis untraced, in the same run, on a fresh redis-server on a free loopback port.
+# watcher attached (incident ring, metrics endpoint scraped, --events, --out) against the same
+# redis untraced, in the same run, on a fresh redis-server on a free loopback port, for each
+# watch mode in MODES (default "cheap full": the default mode, no syscall tracepoint until a
+# stall, and the always-full mode).
 #
 #   bench/watch.sh [REQUESTS] [CLIENTS] [ROUNDS]   (defaults 200000, 50, 9)
 #
-# Untraced and watched runs strictly alternate (U W U W ... W U: ROUNDS watched runs, one
-# more untraced); each watched run's baseline is the mean of the untraced runs just before
-# and just after it (throughput on a shared VM drifts), and the median of the ROUNDS ratios
-# is the figure, beside the ratio of the totals and the spread of the ratios and of the
-# untraced runs (how noisy the machine was). With the defaults, about 2 minutes on a quiet
-# machine. Also prints the watcher's CPU seconds and
-# RSS after each watched run, from its own metrics, and how long it took to exit on SIGTERM
-# (with its exit status and redis's TracerPid afterwards).
-# WATCH_EXTRA adds watcher flags (e.g. `--backend perf`; the default is auto: bpf where it loads).
-# Needs redis-server, redis-benchmark, redis-cli, curl, python3, root (perf tracepoints), and
+# Untraced and watched runs alternate (U M1 M2 U M2 M1 U ...: ROUNDS runs of each mode, the
+# modes' order swapped every round); each watched run's baseline is the mean of the untraced
+# runs just before and just after its round (throughput on a shared VM drifts), and the median
+# of each mode's ROUNDS ratios is its figure, beside the ratio of the totals and the spread of
+# the ratios and of the untraced runs (how noisy the machine was). With the defaults, about 3
+# minutes on a quiet machine. Also prints the watcher's CPU seconds and RSS after each watched
+# run, from its own metrics, and how long it took to exit on SIGTERM (with its exit status and
+# redis's TracerPid afterwards).
+# WATCH_EXTRA adds watcher flags to every mode (e.g. `--backend perf`, which implies full);
+# a mode `cheap:task` runs the cheap mode with its sampler opened on redis's main thread
+# (STALLSCOPE_CHEAP_SAMPLER=task, the A/B of that choice); BIN picks another build.
+# Needs redis-server, redis-benchmark, redis-cli, curl, python3, root (BPF, perf events), and
 # a release build (cargo build --release; CARGO_TARGET_DIR is honoured).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${1:-200000}
 C=${2:-50}
 ROUNDS=${3:-9}
-BIN=${CARGO_TARGET_DIR:-target}/release/stallscope
+read -r -a MODES <<<"${MODES:-cheap full}"
+BIN=${BIN:-${CARGO_TARGET_DIR:-target}/release/stallscope}
 [ -x "$BIN" ] || { echo "build first: cargo build --release ($BIN missing)" >&2; exit 2; }
 for t in redis-server redis-benchmark redis-cli curl python3; do
   command -v "$t" >/dev/null || { echo "$t is required" >&2; exit 2; }
@@ -46,8 +51,17 @@ cleanup() {
 trap cleanup EXIT
 for _ in $(seq 100); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sleep 0.05; done
 
+# redis's CPU time (ns, all threads, from schedstat) and the throughput of one benchmark run:
+# "RPS CPU_NS". CPU per request is the second figure: what tracing adds to redis's own work,
+# much less moved than throughput by other load on a shared machine (which takes the CPU
+# away from redis, not adds work to it).
+cpu_ns() { cat /proc/"$RPID"/task/*/schedstat | awk '{s += $1} END {printf "%.0f\n", s}'; }
 rps() {
-  redis-benchmark -p "$PORT" -t set -n "$N" -c "$C" -q --csv 2>/dev/null | awk -F'"' '/^"SET"/ {print $4}'
+  local c0 r c1
+  c0=$(cpu_ns)
+  r=$(redis-benchmark -p "$PORT" -t set -n "$N" -c "$C" -q --csv 2>/dev/null | awk -F'"' '/^"SET"/ {print $4}')
+  c1=$(cpu_ns)
+  echo "$r $((c1 - c0))"
 }
 wait_line() {
   for _ in $(seq 400); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.05; done
@@ -56,42 +70,72 @@ wait_line() {
 metric() { curl -s "http://127.0.0.1:$MPORT/metrics" | awk -v m="$1" '$1 == m {print $2}'; }
 
 rps >/dev/null # warm up
-echo "watch ${WATCH_EXTRA:-(backend auto)}; redis-benchmark -t set -n $N -c $C on $(nproc) cores, redis $(redis-server --version | awk '{print $3}' | cut -d= -f2), kernel $(uname -r)"
-RATIOS=(); SUM_BASE=0; SUM_W=0; UNTRACED=()
-BASE2=$(rps); UNTRACED+=("$BASE2")
-for round in $(seq "$ROUNDS"); do
-  BASE1=$BASE2
-  rm -f "$DIR/w.err"
-  "$BIN" watch --pid "$RPID" --out "$DIR/incidents" --metrics "127.0.0.1:$MPORT" \
+echo "watch modes ${MODES[*]} ${WATCH_EXTRA:-}; redis-benchmark -t set -n $N -c $C on $(nproc) cores, redis $(redis-server --version | awk '{print $3}' | cut -d= -f2), kernel $(uname -r)"
+declare -A RATIOS SUM_W CPU_RATIOS
+SUM_BASE=0; UNTRACED=()
+for m in "${MODES[@]}"; do RATIOS[$m]=""; SUM_W[$m]=0; CPU_RATIOS[$m]=""; done
+# One watched run of mode $1: its throughput in WR, the watcher's figures in LINE.
+watched() {
+  rm -f "$DIR/w.err" "$DIR/events.jsonl"
+  # cheap:task: the cheap mode with its sampler on the thread (measurement only).
+  local sampler=""
+  [ "${1#*:}" != "$1" ] && sampler=${1#*:}
+  STALLSCOPE_CHEAP_SAMPLER=$sampler "$BIN" watch --pid "$RPID" --mode "${1%%:*}" --out "$DIR/incidents" --metrics "127.0.0.1:$MPORT" \
     --events "$DIR/events.jsonl" ${WATCH_EXTRA:-} >/dev/null 2>"$DIR/w.err" &
   W=$!
   wait_line "$DIR/w.err" "watching $RPID"
   # A Prometheus-like scraper, every second, for the whole watched run.
   ( while sleep 1; do curl -s "http://127.0.0.1:$MPORT/metrics" >/dev/null || true; done ) &
   SCRAPER=$!
-  WR=$(rps)
+  read -r WR WCPU <<<"$(rps)"
   kill "$SCRAPER"; wait "$SCRAPER" 2>/dev/null || true; SCRAPER=""
-  CPU=$(metric stallscope_watcher_cpu_seconds_total)
-  RSS=$(metric stallscope_watcher_resident_bytes)
-  LOST=$(metric stallscope_lost_events_total)
-  T0=$(date +%s.%N)
-  kill -TERM "$W"; set +e; wait "$W"; WCODE=$?; set -e; W=""
-  STOP_S=$(python3 -c "print(f'{$(date +%s.%N) - $T0:.3f}')")
-  TRACED=$(awk '/^TracerPid:/ {print $2}' /proc/"$RPID"/status)
-  BASE2=$(rps); UNTRACED+=("$BASE2")
+  local cpu rss lost t0 code stop traced
+  cpu=$(metric stallscope_watcher_cpu_seconds_total)
+  rss=$(metric stallscope_watcher_resident_bytes)
+  lost=$(metric stallscope_lost_events_total)
+  t0=$(date +%s.%N)
+  kill -TERM "$W"; set +e; wait "$W"; code=$?; set -e; W=""
+  stop=$(python3 -c "print(f'{$(date +%s.%N) - $t0:.3f}')")
+  traced=$(awk '/^TracerPid:/ {print $2}' /proc/"$RPID"/status)
+  local stalls escal
+  stalls=$({ cat "$DIR/events.jsonl" 2>/dev/null || true; } | wc -l)
+  escal=$({ grep -c "escalating" "$DIR/w.err" || true; } | head -1)
+  LINE="$stalls stalls, $escal escalations; watcher CPU ${cpu}s, RSS $(python3 -c "print(f'{$rss/1048576:.0f}')") MiB, $lost lost; SIGTERM: exit $code after ${stop}s, TracerPid $traced"
+}
+read -r BASE2 BCPU2 <<<"$(rps)"; UNTRACED+=("$BASE2")
+for round in $(seq "$ROUNDS"); do
+  BASE1=$BASE2; BCPU1=$BCPU2
+  order=("${MODES[@]}")
+  if [ $((round % 2)) -eq 0 ]; then
+    order=(); for ((i=${#MODES[@]}-1; i>=0; i--)); do order+=("${MODES[$i]}"); done
+  fi
+  declare -A GOT GOTCPU LINES
+  for m in "${order[@]}"; do watched "$m"; GOT[$m]=${WR:-0}; GOTCPU[$m]=${WCPU:-0}; LINES[$m]=$LINE; done
+  read -r BASE2 BCPU2 <<<"$(rps)"; UNTRACED+=("$BASE2")
+  BCPU=$(( (BCPU1 + BCPU2) / 2 ))
   BASE=$(python3 -c "print(f'{($BASE1 + $BASE2) / 2:.2f}')")
-  R=$(python3 -c "print(f'{$WR / $BASE:.3f}')")
-  RATIOS+=("$R")
   SUM_BASE=$(python3 -c "print($SUM_BASE + $BASE)")
-  SUM_W=$(python3 -c "print($SUM_W + $WR)")
-  echo "round $round: untraced $BASE rps ($BASE1, $BASE2) | watch $WR rps ($R); watcher CPU ${CPU}s, RSS $(python3 -c "print(f'{$RSS/1048576:.0f}')") MiB, $LOST lost; SIGTERM: exit $WCODE after ${STOP_S}s, TracerPid $TRACED"
+  echo "round $round: untraced $BASE rps ($BASE1, $BASE2), redis CPU $((BCPU / N)) ns/request"
+  for m in "${order[@]}"; do
+    R=$(python3 -c "print(f'{${GOT[$m]} / $BASE:.3f}')")
+    RATIOS[$m]="${RATIOS[$m]} $R"
+    CR=$(python3 -c "print(f'{$BCPU / max(${GOTCPU[$m]:-0}, 1):.3f}')")
+    CPU_RATIOS[$m]="${CPU_RATIOS[$m]} $CR"
+    SUM_W[$m]=$(python3 -c "print(${SUM_W[$m]} + ${GOT[$m]})")
+    echo "  $m: ${GOT[$m]} rps ($R), redis CPU $((GOTCPU[$m] / N)) ns/request (untraced/this $CR); ${LINES[$m]}"
+  done
 done
-echo "watch, total over all rounds: $(python3 -c "print(f'{$SUM_W / $SUM_BASE:.3f}')") of untraced"
-python3 - "${UNTRACED[*]}" "${RATIOS[*]}" <<'PY'
+python3 - "${UNTRACED[*]}" <<'PY'
 import statistics, sys
 u = [float(x) for x in sys.argv[1].split()]
-r = sorted(float(x) for x in sys.argv[2].split())
 print(f"untraced runs: {len(u)}, {min(u):.0f}-{max(u):.0f} rps (spread {max(u) / min(u):.2f}x, cv {statistics.pstdev(u) / statistics.mean(u):.3f})")
-print(f"ratios: {' '.join(f'{x:.3f}' for x in r)}")
-print(f"median ratio to untraced: {statistics.median(r):.3f}")
 PY
+for m in "${MODES[@]}"; do
+  python3 - "$m" "${RATIOS[$m]}" "${SUM_W[$m]}" "$SUM_BASE" "${CPU_RATIOS[$m]}" <<'PY'
+import statistics, sys
+m, r, w, b = sys.argv[1], sorted(float(x) for x in sys.argv[2].split()), float(sys.argv[3]), float(sys.argv[4])
+c = sorted(float(x) for x in sys.argv[5].split())
+print(f"{m}: throughput ratios {' '.join(f'{x:.3f}' for x in r)}; median ratio to untraced {statistics.median(r):.3f}; total {w / b:.3f}")
+print(f"{m}: redis CPU per request, untraced/{m}: {' '.join(f'{x:.3f}' for x in c)}; median {statistics.median(c):.3f}")
+PY
+done

@@ -810,3 +810,299 @@ int btf_arrival_destroy(__u64 *ctx)
 	bpf_map_delete_elem(&arrival_stamps, &sk);
 	return 0;
 }
+
+// ---- The cheap tier: `watch`'s default mode ----
+//
+// No syscall tracepoint: attaching any program to one puts every thread of the host on the
+// slow syscall path (../shared/DESIGN.md, "The cost of staying attached"). What runs instead
+// costs per context switch of the host (sched_switch, a tgid compare for other tasks) and
+// per sample (a cpu-clock event on each CPU, every sampling period, kept when it finds the
+// watched main thread running), and sends a record only for what is over the threshold:
+//
+// - CHEAP_BLOCKED: a watched thread switched out blocked (not preempted) and switched back
+//   in at least the threshold later. The syscall it blocked in and its first arguments come
+//   from its saved user registers at the switch-out (a thread blocks only inside a syscall,
+//   a page fault or a signal stop; `in_syscall` says whether orig_ax held a number). Waits
+//   for work (epoll_wait, futex...) are skipped in the kernel: `cheap_idle_nr`, filled by
+//   the loader from the syscall table.
+// - CHEAP_GAP: the main thread made no read or write (the kernel's per-task syscr and
+//   syscw, which every read-like and write-like call counts, client I/O included) for at
+//   least the threshold while it was on a CPU or waiting for one: checked at each sample and
+//   each switch. Its start is the first check that saw the counts at their final value, its
+//   end the first that saw them move (or the thread block): each known to a sampling period
+//   of the thread's CPU time (or to its switch).
+// A close() that blocks in its flush has taken its fd out of the table already: nothing here
+// names its file (fentry on filp_flush would, but tracing programs other than tp_btf are
+// refused here: bench/bpf_fentry_probe.result.txt); user space names it when it can.
+
+#define CHEAP_BLOCKED 1
+#define CHEAP_GAP 2
+
+volatile const __u64 cheap_threshold_ns = 10000000;
+
+struct task_io_accounting___cheap {
+	__u64 syscr;
+	__u64 syscw;
+} __attribute__((preserve_access_index));
+struct task_struct___cheap {
+	int pid;
+	int tgid;
+	struct task_io_accounting___cheap ioac;
+	unsigned long min_flt;
+	unsigned long maj_flt;
+	struct sched_entity se;
+	struct sched_info sched_info;
+} __attribute__((preserve_access_index));
+
+// The watched process and its main thread (the loader sets them).
+struct cheap_target {
+	__u32 tgid;
+	__u32 main_tid;
+};
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct cheap_target);
+} cheap_target SEC(".maps");
+
+struct cheap_thread {
+	__u64 off_ts;   // switched out blocked at (0: not blocked)
+	__s64 nr;       // the syscall it blocked in (-1: not in one)
+	__u64 args[3];
+	__u32 state;    // prev_state at the switch-out
+	__u32 samples;  // checks since progress (the main thread)
+	__u64 progress_ts; // the main thread: the first check that saw its read/write counts
+	__u64 io;          // at their present value, and that value
+	struct sched_snap at_progress;
+	struct sched_snap at_off; // its counters at the blocked switch-out
+};
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, struct cheap_thread);
+} cheap_threads SEC(".maps");
+
+struct cheap_rec {
+	__u32 kind;
+	__u32 tid;
+	__s64 nr;
+	__u64 args[3];
+	__u64 start;
+	__u64 end;
+	__u32 state;
+	__u32 samples;
+	struct sched_snap before;
+	struct sched_snap after;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 256 << 10);
+} cheap_events SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} cheap_drops SEC(".maps");
+
+// Syscall numbers that are a wait for work, never a stall when blocked in: in any thread
+// (the event loop's wait), or outside the main thread (a background thread's wait for a job).
+#define CHEAP_IDLE_ANY 1
+#define CHEAP_IDLE_BG 2
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, NR_MAX);
+	__type(key, __u32);
+	__type(value, __u32);
+} cheap_idle_nr SEC(".maps");
+
+static __always_inline struct cheap_target *cheap_watched(void)
+{
+	__u32 zero = 0;
+	return bpf_map_lookup_elem(&cheap_target, &zero);
+}
+
+static __always_inline void cheap_snap(struct sched_snap *s, struct task_struct___cheap *t)
+{
+	s->v[0] = t->se.sum_exec_runtime;
+	s->v[1] = t->sched_info.run_delay;
+	s->v[2] = t->min_flt;
+	s->v[3] = t->maj_flt;
+}
+
+static __always_inline struct cheap_thread *cheap_thread_of(__u32 tid)
+{
+	struct cheap_thread *th = bpf_map_lookup_elem(&cheap_threads, &tid);
+	if (th)
+		return th;
+	struct cheap_thread n = { .nr = -1 };
+	bpf_map_update_elem(&cheap_threads, &tid, &n, BPF_NOEXIST);
+	return bpf_map_lookup_elem(&cheap_threads, &tid);
+}
+
+static __always_inline void cheap_count_drop(void)
+{
+	__u32 zero = 0;
+	__u64 *n = bpf_map_lookup_elem(&cheap_drops, &zero);
+	if (n)
+		*n += 1;
+}
+
+// The main thread's gap from `th->progress_ts` to `now`, sent if over the threshold.
+static __always_inline void cheap_gap(struct cheap_thread *th, __u32 tid, __u64 now,
+				      struct task_struct___cheap *t)
+{
+	if (!th->progress_ts || now - th->progress_ts < cheap_threshold_ns)
+		return;
+	struct cheap_rec *r = bpf_ringbuf_reserve(&cheap_events, sizeof(*r), 0);
+	if (!r) {
+		cheap_count_drop();
+		return;
+	}
+	__builtin_memset(r, 0, sizeof(*r));
+	r->kind = CHEAP_GAP;
+	r->tid = tid;
+	r->nr = -1;
+	r->start = th->progress_ts;
+	r->end = now;
+	r->samples = th->samples;
+	r->before = th->at_progress;
+	cheap_snap(&r->after, t);
+	bpf_ringbuf_submit(r, 0);
+}
+
+// How a check of the main thread comes.
+#define CHECK_RUNS 0  // a sample, or a preemption: it is on a CPU or waiting for one
+#define CHECK_BLOCKS 1 // it blocks: a stretch on the CPU ends, and no gap runs while it waits
+#define CHECK_WAKES 2  // it runs again after blocking: a new stretch starts
+
+// A check of the main thread's read/write counts: moved means it served (the gap, if the
+// stretch since the last move was one, ended).
+static __always_inline void cheap_check(struct cheap_thread *th, __u32 tid, __u64 now,
+					struct task_struct___cheap *t, int how)
+{
+	__u64 io = t->ioac.syscr + t->ioac.syscw;
+	if (how == CHECK_RUNS && io == th->io) {
+		th->samples += 1;
+		return;
+	}
+	if (how != CHECK_WAKES)
+		cheap_gap(th, tid, now, t);
+	th->io = io;
+	th->progress_ts = how == CHECK_BLOCKS ? 0 : now;
+	th->samples = 0;
+	cheap_snap(&th->at_progress, t);
+}
+
+static __always_inline void cheap_switched_out(struct task_struct___cheap *t, __u32 main_tid,
+					       __u64 preempt, __u32 state, __u64 now,
+					       struct task_struct *bt)
+{
+	__u32 tid = t->pid;
+	struct cheap_thread *th = cheap_thread_of(tid);
+	if (!th)
+		return;
+	int blocked = !preempt && state != 0;
+	if (tid == main_tid)
+		cheap_check(th, tid, now, t, blocked ? CHECK_BLOCKS : CHECK_RUNS);
+	if (!blocked)
+		return;
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(bt);
+	__s64 nr = -1;
+	if (regs)
+		nr = REGS_NR(regs);
+	if (nr >= 0 && nr < NR_MAX) {
+		__u32 i = nr;
+		__u32 *idle = bpf_map_lookup_elem(&cheap_idle_nr, &i);
+		if (idle && (*idle == CHEAP_IDLE_ANY || (*idle == CHEAP_IDLE_BG && tid != main_tid)))
+			return;
+	}
+	th->off_ts = now;
+	cheap_snap(&th->at_off, t);
+	th->nr = nr;
+	th->state = state;
+	if (regs) {
+		__u64 a[6];
+		REGS_ARGS(regs, a);
+		th->args[0] = a[0];
+		th->args[1] = a[1];
+		th->args[2] = a[2];
+	}
+}
+
+static __always_inline void cheap_switched_in(struct task_struct___cheap *t, __u32 main_tid,
+					      __u64 now)
+{
+	__u32 tid = t->pid;
+	struct cheap_thread *th = bpf_map_lookup_elem(&cheap_threads, &tid);
+	if (!th)
+		return;
+	if (tid == main_tid && !th->progress_ts)
+		cheap_check(th, tid, now, t, CHECK_WAKES);
+	__u64 off = th->off_ts;
+	th->off_ts = 0;
+	if (!off || now - off < cheap_threshold_ns)
+		return;
+	struct cheap_rec *r = bpf_ringbuf_reserve(&cheap_events, sizeof(*r), 0);
+	if (!r) {
+		cheap_count_drop();
+		return;
+	}
+	r->kind = CHEAP_BLOCKED;
+	r->tid = tid;
+	r->nr = th->nr;
+	for (int i = 0; i < 3; i++)
+		r->args[i] = th->args[i];
+	r->start = off;
+	r->end = now;
+	r->state = th->state;
+	r->samples = 0;
+	r->before = th->at_off;
+	cheap_snap(&r->after, t);
+	bpf_ringbuf_submit(r, 0);
+}
+
+#ifdef REGS_NR
+SEC("tp_btf/sched_switch")
+int cheap_switch(__u64 *ctx)
+{
+	struct task_struct___cheap *prev = (void *)ctx[1], *next = (void *)ctx[2];
+	struct cheap_target *w = cheap_watched();
+	if (!w || !w->tgid)
+		return 0;
+	__u32 want = w->tgid, main_tid = w->main_tid;
+	int out = prev->tgid == want, in = next->tgid == want;
+	if (!out && !in)
+		return 0;
+	__u64 now = bpf_ktime_get_ns();
+	if (out)
+		cheap_switched_out(prev, main_tid, ctx[0], (__u32)ctx[3], now,
+				   (struct task_struct *)ctx[1]);
+	if (in)
+		cheap_switched_in(next, main_tid, now);
+	return 0;
+}
+#endif
+
+// A sample: of each CPU's time (a cpu-clock event per CPU), kept when it finds the main
+// thread running; or of the main thread's own (task-clock, for measurement).
+SEC("perf_event")
+int cheap_sample(void *ctx)
+{
+	struct cheap_target *w = cheap_watched();
+	if (!w)
+		return 0;
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	if (tid != w->main_tid)
+		return 0;
+	struct cheap_thread *th = cheap_thread_of(tid);
+	if (!th)
+		return 0;
+	struct task_struct___cheap *t = (void *)bpf_get_current_task_btf();
+	cheap_check(th, tid, bpf_ktime_get_ns(), t, CHECK_RUNS);
+	return 0;
+}

@@ -87,6 +87,16 @@ pub struct OutputArgs {
     pub export_trace: Option<String>,
 }
 
+/// `watch --mode`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum WatchMode {
+    /// No syscall tracepoint while nothing is wrong; every syscall traced for --after
+    /// once a stall is found
+    Cheap,
+    /// Every syscall traced all the time (about 0.87 of untraced redis throughput)
+    Full,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Backend {
     Auto,
@@ -234,6 +244,20 @@ pub struct WatchArgs {
     /// never falls back to ptrace; `ptrace` must be asked for, it slows a busy redis several times
     #[arg(long, value_enum, default_value_t = Backend::Auto)]
     pub backend: Backend,
+    /// `cheap` (the default; bpf only): no syscall tracepoint while nothing is wrong. A
+    /// thread blocked in a syscall past --threshold (seen at its switch out and back in:
+    /// the call and its fd named) and a main thread that made no read or write for
+    /// --threshold while on a CPU (its CPU time sampled every --sample-period: a gap's edges
+    /// are known to that) are found; then every syscall is traced for --after, and the
+    /// incident report has the detail of what followed. It cannot see: command names and
+    /// waiting clients before the escalation, a gap shorter than about two sampling periods,
+    /// calls that did not block (a slow call on a CPU shows as a gap, unnamed). `full`:
+    /// every syscall traced all the time (today's watch; --backend perf or ptrace imply it)
+    #[arg(long, value_enum, default_value_t = WatchMode::Cheap)]
+    pub mode: WatchMode,
+    /// cheap mode: the sampling period of the main thread's CPU time
+    #[arg(long, default_value = "2ms", value_parser = parse_duration)]
+    pub sample_period: i64,
     /// A stall is a syscall at least this long, or the main thread making no syscall for it
     #[arg(long, short = 't', default_value = "10ms", value_parser = parse_duration)]
     pub threshold: i64,
@@ -248,11 +272,13 @@ pub struct WatchArgs {
     /// in that time joins the same incident)
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     pub after: i64,
-    /// Memory for the history ring (--before): under heavy load it covers less time than
-    /// --before, and the report's span says how much (units: KiB, MiB, GiB). With several
+    /// Memory for the history ring (--before; in cheap mode what the full tier records for
+    /// an incident): under heavy load it covers less time, and the report's span says how much
+    /// (units: KiB, MiB, GiB; default 32MiB, 8MiB in cheap mode, which keeps the watcher's
+    /// peak RSS under 64 MiB through an incident of a saturated redis). With several
     /// instances it is one budget split equally between their rings (1 MiB each at least)
-    #[arg(long, default_value = "32MiB", value_name = "SIZE", value_parser = parse_bytes)]
-    pub ring_size: usize,
+    #[arg(long, value_name = "SIZE", value_parser = parse_bytes)]
+    pub ring_size: Option<usize>,
     /// Also keep each incident's raw recording (strace text) beside its report
     #[arg(long)]
     pub record: bool,
@@ -267,9 +293,6 @@ pub struct WatchArgs {
     /// Write one JSON line per stall as it ends to FILE (appended), or `-` for stdout
     #[arg(long, value_name = "FILE")]
     pub events: Option<String>,
-    /// The redis.conf in use (default: found from the process's command line)
-    #[arg(long, value_name = "FILE")]
-    pub redis_conf: Option<String>,
     /// Do not trace forked children (the BGSAVE / AOF rewrite child)
     #[arg(long)]
     pub no_follow_forks: bool,
@@ -279,6 +302,17 @@ pub struct WatchArgs {
     /// perf backend: ring-buffer size per CPU, in pages (a power of two)
     #[arg(long, hide = true, value_name = "PAGES", value_parser = parse_pages)]
     pub perf_pages: Option<usize>,
+    /// What redis tells beside the trace: its config, its server and its log.
+    #[command(flatten)]
+    pub from_redis: WatchRedisArgs,
+}
+
+/// `watch`'s sources from redis itself (flattened into its options).
+#[derive(Args, Debug, Default)]
+pub struct WatchRedisArgs {
+    /// The redis.conf in use (default: found from the process's command line)
+    #[arg(long, value_name = "FILE")]
+    pub redis_conf: Option<String>,
     /// Also ask redis itself, on a connection of its own: LATENCY LATEST and INFO
     /// persistence/stats once a second, SLOWLOG GET and LATENCY HISTORY once per incident
     /// (password from REDISCLI_AUTH, as redis-cli); each incident report says which of
@@ -291,6 +325,16 @@ pub struct WatchArgs {
     /// they fall in (default: the logfile the redis config names)
     #[arg(long, value_name = "FILE")]
     pub redis_log: Option<String>,
+}
+
+impl WatchArgs {
+    /// `--ring-size`, or the mode's default.
+    pub fn ring_bytes(&self) -> usize {
+        self.ring_size.unwrap_or(match self.mode {
+            WatchMode::Cheap => 8 << 20,
+            WatchMode::Full => 32 << 20,
+        })
+    }
 }
 
 /// `64MiB`, `512KiB`, `1GiB`, `1000000` (bytes) -> bytes

@@ -467,6 +467,28 @@ pub struct Report {
     pub redis: Option<RedisSection>,
 }
 
+/// An incident of `watch`'s default mode: the cheap tier (always attached, no syscall
+/// tracepoint) found its first stalls; the full tier (every syscall) was attached from
+/// `full_from` for `--after` and saw what followed. The cheap tier's stalls are in `stalls`
+/// with `tier` named in their `cause`.
+#[derive(Clone, Debug, Serialize, Default)]
+pub struct WatchTiers {
+    /// What the cheap tier watches, in words.
+    pub cheap: String,
+    /// The sampling period of the main thread's CPU time: a gap's start and end are each
+    /// known to about this much of its CPU time.
+    pub sample_period_us: i64,
+    /// Stalls the cheap tier found in this incident (in `stalls`).
+    pub cheap_stalls: u64,
+    /// When the full tier was attached (absent: it was not, and `stalls` holds only the
+    /// cheap tier's), and what it saw.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub full_from: Option<String>,
+    pub full: String,
+    /// How exact each figure is, and what neither tier saw.
+    pub notes: Vec<String>,
+}
+
 /// The top-level `container` section: what names the container the traced process runs in
 /// and how the host reached it.
 #[derive(Clone, Debug, Serialize, Default, PartialEq)]
@@ -514,6 +536,10 @@ pub struct LiveContext {
     /// or a cgroup a container runtime made); absent on a bare host.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub container: Option<Container>,
+    /// `watch`'s default mode only: which tier saw which part of the incident, and how
+    /// exact each figure is (`WatchTiers`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub watch_tiers: Option<WatchTiers>,
 }
 
 #[derive(Clone, Debug, Serialize, Default)]
@@ -669,6 +695,9 @@ closed_set!(
         UpperBound => "upper_bound",
         /// Not known at all (a call cut by the trace's end or by an unreadable line).
         Unknown => "unknown",
+        /// `watch`'s cheap tier: each edge known to its sampling period (a gap) or to the
+        /// thread's switches (a blocked call: from its switch-out to its switch-in).
+        Sampled => "sampled",
     }
 );
 

@@ -76,9 +76,17 @@ pub(super) struct AttachCtx {
     pub redis: Option<redis::WatchRedis>,
 }
 
-/// Starts the tracer. `auto` must never end up on ptrace: a watcher runs for days, and
-/// ptrace would slow redis that whole time.
-fn start(w: &Watcher, pid: Tid) -> Result<LiveSession> {
+/// The bpf ring of the full tier when `--mode cheap` attaches it for an incident (unless
+/// --perf-pages says otherwise), in pages: 4 MiB, an eighth of the default. The ring is mapped
+/// twice over (its data pages twice, by aya and by the reader) and all of it counts in RSS:
+/// the default's 128 MiB would be most of the watcher's memory for seconds per incident,
+/// where 4 MiB holds about 30,000 calls, a tenth of a second of a saturated redis, which the
+/// reader empties every few ms (a drop is counted and reported, as always).
+const ESCALATION_PAGES: usize = 1024;
+
+/// Starts the tracer (`escalation`: for `--mode cheap`'s incident). `auto` must never end up
+/// on ptrace: a watcher runs for days, and ptrace would slow redis that whole time.
+fn start(w: &Watcher, pid: Tid, escalation: bool) -> Result<LiveSession> {
     // With one set of bpf programs for every instance, auto without them means perf.
     let backend = match (w.args.backend, w.inst.fleet) {
         (crate::cli::Backend::Auto, true) if w.inst.host.is_none() => BackendChoice::Perf,
@@ -95,7 +103,10 @@ fn start(w: &Watcher, pid: Tid) -> Result<LiveSession> {
         pid,
         backend,
         follow_forks: !w.args.no_follow_forks,
-        pages: w.args.perf_pages,
+        pages: match escalation {
+            true => w.args.perf_pages.or(Some(ESCALATION_PAGES)),
+            false => w.args.perf_pages,
+        },
         auto_may_stop: false,
     };
     if let Some(host) = &w.inst.host {
@@ -118,16 +129,33 @@ fn keep_ns(w: &Watcher) -> Nanos {
 /// Traces process `pid` until it is gone or a stop is asked for.
 pub(super) fn watch_one(w: &mut Watcher, pid: Tid) -> Result<()> {
     // What redis's log is, found before the attach.
-    let log_src = (w.args.redis.is_some() || w.args.redis_log.is_some()).then(|| {
-        crate::evidence::log_source_before_attach(
-            pid,
-            w.args.redis_log.as_deref(),
-            w.args.redis.as_deref(),
-            w.opts.redis_conf.as_ref(),
-        )
-    });
-    let s = start(w, pid)?;
-    watch_session(w, s, log_src)
+    let log_src = (w.args.from_redis.redis.is_some() || w.args.from_redis.redis_log.is_some())
+        .then(|| {
+            crate::evidence::log_source_before_attach(
+                pid,
+                w.args.from_redis.redis_log.as_deref(),
+                w.args.from_redis.redis.as_deref(),
+                w.opts.redis_conf.as_ref(),
+            )
+        });
+    let s = start(w, pid, false)?;
+    watch_session(w, s, log_src, false)
+}
+
+/// `--mode cheap`'s escalation: the full tier attached to `pid` until the open incident's
+/// report is handed to the writer (or the process is gone, or a stop is asked for).
+pub(super) fn escalate(w: &mut Watcher, pid: Tid) -> Result<()> {
+    let log_src = (w.args.from_redis.redis.is_some() || w.args.from_redis.redis_log.is_some())
+        .then(|| {
+            crate::evidence::log_source_before_attach(
+                pid,
+                w.args.from_redis.redis_log.as_deref(),
+                w.args.from_redis.redis.as_deref(),
+                w.opts.redis_conf.as_ref(),
+            )
+        });
+    let s = start(w, pid, true)?;
+    watch_session(w, s, log_src, true)
 }
 
 /// Watches the session until its tracer is done (the process gone, or a stop asked for).
@@ -135,6 +163,7 @@ pub(super) fn watch_session(
     w: &mut Watcher,
     mut s: LiveSession,
     log_src: Option<Option<crate::evidence::LogSource>>,
+    escalated: bool,
 ) -> Result<()> {
     let pid = s.pid;
     w.metrics.attached.set(1);
@@ -159,6 +188,7 @@ pub(super) fn watch_session(
     };
     say_watching(w, &s);
     let mut sink = WatchSink::new(w, ac, s.clock.first);
+    sink.escalated = escalated;
     s.run(&mut sink)?;
     let WatchSink { w, mut ac, .. } = sink;
     let st = s.end();
@@ -208,28 +238,28 @@ fn start_redis(
     log_src: Option<Option<crate::evidence::LogSource>>,
 ) -> Option<redis::WatchRedis> {
     let conf = s.opts.redis_conf.as_ref();
-    let wanted = w.args.redis.is_some()
-        || w.args.redis_log.is_some()
+    let wanted = w.args.from_redis.redis.is_some()
+        || w.args.from_redis.redis_log.is_some()
         || conf.is_some_and(|c| c.logfile.is_some());
     if !wanted {
         return None;
     }
     let src = log_src.unwrap_or_else(|| {
         redis::WatchRedis::log_source(
-            w.args.redis_log.as_deref(),
-            w.args.redis.as_deref(),
+            w.args.from_redis.redis_log.as_deref(),
+            w.args.from_redis.redis.as_deref(),
             &s.ctx,
             conf,
         )
     });
-    let r = redis::WatchRedis::start(w.args.redis.as_deref(), &s.ctx, src);
+    let r = redis::WatchRedis::start(w.args.from_redis.redis.as_deref(), &s.ctx, src);
     if let Some(src) = r.followed() {
         eprintln!(
             "stallscope: following redis's log {} ({})",
             src.path, src.found
         );
     }
-    if let Some(a) = &w.args.redis {
+    if let Some(a) = &w.args.from_redis.redis {
         eprintln!("stallscope: asking redis at {a} for LATENCY and INFO once a second, SLOWLOG and LATENCY HISTORY once per incident");
     }
     Some(r)
@@ -319,6 +349,9 @@ pub(super) struct WatchSink<'w, 'a> {
     drains: DrainClock,
     /// The latest end of any event: the ring's clock.
     latest: Nanos,
+    /// The full tier attached by `--mode cheap` for one incident: done once its report is
+    /// handed to the writer.
+    pub escalated: bool,
 }
 
 impl<'w, 'a> WatchSink<'w, 'a> {
@@ -326,8 +359,9 @@ impl<'w, 'a> WatchSink<'w, 'a> {
         WatchSink {
             cur: Window::new(&ac.view),
             prev: None,
-            drains: DrainClock::new(w.args.ring_size, Instant::now()),
+            drains: DrainClock::new(w.args.ring_bytes(), Instant::now()),
             latest: attach_mono,
+            escalated: false,
             w,
             ac,
         }
@@ -466,6 +500,7 @@ impl Sink for WatchSink<'_, '_> {
 
     fn want_stop(&mut self, look: bool) -> bool {
         self.w.want_stop(look)
+            || (self.escalated && self.w.grouper.open.is_none() && self.w.pending.is_none())
     }
 
     fn spent(&mut self) -> &mut Vec<Box<SchedSpan>> {

@@ -240,11 +240,18 @@ struct Fleet<'s> {
 /// Watches every process named one of `names` until a stop is asked for (a signal or
 /// `--duration`), each on a thread of its own.
 pub(crate) fn run(sh: &Shared, names: &[&str]) -> Result<()> {
+    if sh.args.mode == crate::cli::WatchMode::Cheap {
+        // The cheap tier is loaded per process and escalates per process; several
+        // instances share one set of full programs instead (issue 43 left this for later).
+        eprintln!(
+            "stallscope: note: --mode cheap watches one process; with several, every instance is watched in full mode"
+        );
+    }
     let host = start_host(sh.args)?.map(Arc::new);
     eprintln!(
         "stallscope: watching every process named {} on this host (rescanned every second; --ring-size {} MiB shared between them)",
         names.join(" or "),
-        sh.args.ring_size >> 20
+        sh.args.ring_bytes() >> 20
     );
     let deadline = sh
         .args

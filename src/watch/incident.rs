@@ -179,6 +179,8 @@ pub(crate) struct Job {
     pub redis: Option<super::redis::IncidentRedis>,
     pub dir: PathBuf,
     pub record: bool,
+    /// `--mode cheap`: the cheap tier's stalls of this incident (not in `events`).
+    pub cheap: Option<super::cheap::Seen>,
 }
 
 /// What became of a job.
@@ -418,6 +420,9 @@ fn analyse(job: &mut Job) -> crate::report::Report {
             }),
         },
     );
+    if let Some(seen) = &job.cheap {
+        super::cheap::into_report(&mut report, seen, first_ts);
+    }
     add_host(&mut report, &job.host, first_ts);
     if let Some(r) = job.redis.take() {
         // A log that cannot be read is a note in the report, never a lost incident.
@@ -660,7 +665,52 @@ pub(crate) mod tests {
             redis: None,
             dir: dir.to_path_buf(),
             record: true,
+            cheap: None,
         }
+    }
+
+    #[test]
+    fn the_cheap_tiers_stalls_go_into_the_report_with_what_each_tier_saw() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut j = job(tmp.path(), crate::report::LiveBackend::Bpf);
+        let ms = 1_000_000;
+        // A 400 ms gap the cheap tier found 500 ms before the full tier's first call.
+        let mut gap = stall(400_000, None);
+        gap.cause = "cheap tier: a gap".into();
+        gap.duration_known = crate::report::DurationKnown::Sampled;
+        j.cheap = Some(super::super::cheap::Seen {
+            stalls: vec![(gap, 10 * ms - 500 * ms)],
+            sample_period_ns: 2 * ms,
+            escalated_at: Some(10 * ms - 50 * ms),
+            escalated_iso: Some("2026-12-06T21:00:00.000000Z".into()),
+        });
+        j.record = false;
+        let Outcome::Written(json) = write(j) else {
+            panic!("not written")
+        };
+        let r: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        let stalls = r["stalls"].as_array().unwrap();
+        assert_eq!(stalls.len(), 2, "{stalls:?}");
+        // In time order: the cheap tier's first, placed 500 ms before the first call.
+        assert_eq!(stalls[0]["cause"], "cheap tier: a gap");
+        assert_eq!(stalls[0]["at_us"], -500_000);
+        assert_eq!(stalls[0]["duration_known"], "sampled");
+        assert_eq!(stalls[1]["syscall"], "sched_yield");
+        assert_eq!(r["summary"]["stalls"], 2);
+        let t = &r["watch_tiers"];
+        assert_eq!(t["cheap_stalls"], 1);
+        assert_eq!(t["sample_period_us"], 2000);
+        assert_eq!(t["full_from"], "2026-12-06T21:00:00.000000Z");
+        assert!(t["notes"].as_array().unwrap().len() >= 3, "{t}");
+        // A full-mode report has no watch_tiers.
+        let Outcome::Written(json) = write(job(tmp.path(), crate::report::LiveBackend::Perf))
+        else {
+            panic!("not written")
+        };
+        let r: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        assert!(r.get("watch_tiers").is_none());
     }
 
     #[test]

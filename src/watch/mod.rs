@@ -10,6 +10,7 @@
 //! (label sets, rate limit) or bytes (ring).
 
 pub(crate) mod attached;
+pub(crate) mod cheap;
 pub(crate) mod fleet;
 pub(crate) mod follow;
 pub(crate) mod incident;
@@ -171,6 +172,8 @@ pub(crate) struct Watcher<'a> {
     identity: Option<follow::Identity>,
     /// Which instance this is, where its reports go, and its ring's share.
     inst: fleet::Instance,
+    /// The cheap tier's stalls waiting for their incident's report (`--mode cheap`).
+    cheap: cheap::Seen,
 }
 
 /// The `--events` log, written by every instance's watcher.
@@ -330,6 +333,7 @@ impl Watcher<'_> {
             redis: ctx.redis.as_ref().and_then(|r| r.for_incident(from)),
             dir: dir.clone(),
             record: self.args.record,
+            cheap: self.take_cheap(p.open.start),
         };
         if let Some(tx) = &self.jobs {
             self.jobs_out.fetch_add(1, Ordering::SeqCst);
@@ -341,6 +345,21 @@ impl Watcher<'_> {
                 eprintln!("stallscope: incident not written: the previous one is still being written (counted in stallscope_incidents_suppressed_total)");
             }
         }
+    }
+
+    /// The cheap tier's stalls for the report being handed over (those from the incident's
+    /// `start` on; earlier ones were of incidents not written), and what it says of the
+    /// tiers; None in full mode.
+    fn take_cheap(&mut self, start: Nanos) -> Option<cheap::Seen> {
+        self.cheap.stalls.retain(|(_, s)| *s >= start);
+        if self.cheap.stalls.is_empty() {
+            return None;
+        }
+        let seen = self.cheap.clone();
+        self.cheap.stalls.clear();
+        self.cheap.escalated_at = None;
+        self.cheap.escalated_iso = None;
+        Some(seen)
     }
 
     fn unreported(&self, reason: &'static str, stalls: u64) {
@@ -421,7 +440,7 @@ pub fn run_watch(args: &WatchArgs) -> Result<u64> {
         user_conf,
         metrics,
         events,
-        budget: std::sync::Arc::new(fleet::Budget::new(args.ring_size)),
+        budget: std::sync::Arc::new(fleet::Budget::new(args.ring_bytes())),
     };
     match mode {
         Mode::One(first_pid) => watch_alone(&sh, first_pid)?,
@@ -441,7 +460,7 @@ fn options(args: &WatchArgs) -> Result<(Options, Option<String>)> {
         ..Default::default()
     };
     let mut user_conf = None;
-    if let Some(f) = &args.redis_conf {
+    if let Some(f) = &args.from_redis.redis_conf {
         let text = std::fs::read_to_string(f)
             .with_context(|| format!("--redis-conf {f}: cannot read it"))?;
         opts.redis_conf = Some(RedisConf::parse(&text));
@@ -460,8 +479,9 @@ impl Mode {
     /// `--pid`, and `--name` with flags about one redis (`--redis`, `--redis-log`,
     /// `--redis-conf`), watch one process; `--all`, and `--name` otherwise, every match.
     fn of(args: &WatchArgs) -> Result<Mode> {
-        let one_redis =
-            args.redis.is_some() || args.redis_log.is_some() || args.redis_conf.is_some();
+        let one_redis = args.from_redis.redis.is_some()
+            || args.from_redis.redis_log.is_some()
+            || args.from_redis.redis_conf.is_some();
         let fleet = args.all || (args.pid.is_none() && !one_redis);
         if fleet && args.backend == crate::cli::Backend::Ptrace {
             anyhow::bail!(
@@ -539,6 +559,7 @@ impl<'a> Watcher<'a> {
             pending: None,
             jobs_out,
             identity: None,
+            cheap: cheap::Seen::default(),
             deadline: args
                 .duration
                 .map(|d| Instant::now() + Duration::from_nanos(d as u64)),
@@ -614,7 +635,19 @@ fn follow(w: &mut Watcher, first_pid: Tid) -> Result<()> {
             continue;
         };
         said_waiting = false;
-        match attached::watch_one(w, p) {
+        let tiered = w.args.mode == crate::cli::WatchMode::Cheap
+            && matches!(
+                w.args.backend,
+                crate::cli::Backend::Auto | crate::cli::Backend::Bpf
+            );
+        let watched = match tiered {
+            true => match cheap::watch_one(w, p) {
+                Ok(false) => attached::watch_one(w, p),
+                other => other.map(|_| ()),
+            },
+            false => attached::watch_one(w, p),
+        };
+        match watched {
             Ok(()) => {}
             Err(e) if first => return Err(e),
             Err(e) => eprintln!("stallscope: warning: {e:#}; trying again"),
@@ -773,7 +806,7 @@ mod tests {
             user_conf: None,
             observer: Observer::new(metrics.clone()),
             metrics,
-            ring: Ring::new(args.ring_size, args.before + LONG_STALL_NS),
+            ring: Ring::new(args.ring_bytes(), args.before + LONG_STALL_NS),
             grouper: Grouper::new(args.after),
             limit: RateLimit::new(args.max_incidents_per_hour),
             events: None,
@@ -789,10 +822,11 @@ mod tests {
             inst: fleet::Instance {
                 label: "127.0.0.1:6379".into(),
                 out: args.out.clone(),
-                budget: std::sync::Arc::new(fleet::Budget::new(args.ring_size)),
+                budget: std::sync::Arc::new(fleet::Budget::new(args.ring_bytes())),
                 fleet: false,
                 host: None,
             },
+            cheap: cheap::Seen::default(),
         };
         (w, rx)
     }
@@ -1120,7 +1154,7 @@ mod tests {
             .start(LiveBackend::Bpf)
             .unwrap();
         let s = LiveSession::around(started, ctx, &w.opts, None, None);
-        attached::watch_session(&mut w, s, None).unwrap();
+        attached::watch_session(&mut w, s, None, false).unwrap();
         let jobs: Vec<Job> = rx.try_iter().collect();
         assert_eq!(jobs.len(), 1, "one incident");
         let job = jobs.into_iter().next().unwrap();

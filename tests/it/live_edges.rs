@@ -23,7 +23,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use crate::common::{ci, json, serial, Attach, Client, Redis};
 
 /// What the test needs, or why it cannot run (a failure under CI=true).
-fn missing() -> Option<String> {
+pub(crate) fn missing() -> Option<String> {
     let ok = |cmd: &str, args: &[&str]| {
         Command::new(cmd)
             .args(args)
@@ -91,25 +91,25 @@ const HELD_MS: u64 = 120_000;
 /// One delay slowfs injected: when it began and ended (epoch s; end None while it runs),
 /// the operation, the file's base name, and the thread that waited.
 #[derive(Debug)]
-struct Delay {
-    begin: f64,
-    end: Option<f64>,
-    op: String,
-    base: String,
-    tid: u32,
+pub(crate) struct Delay {
+    pub begin: f64,
+    pub end: Option<f64>,
+    pub op: String,
+    pub base: String,
+    pub tid: u32,
 }
 
 /// A slowfs mount, unmounted (and its daemon stopped by pid) when dropped, even when the
 /// test failed.
-struct SlowFs {
+pub(crate) struct SlowFs {
     daemon: Child,
-    mnt: PathBuf,
+    pub mnt: PathBuf,
     control: PathBuf,
     log: PathBuf,
 }
 
 impl SlowFs {
-    fn mount(dir: &Path) -> SlowFs {
+    pub(crate) fn mount(dir: &Path) -> SlowFs {
         let back = dir.join("back");
         let mnt = dir.join("mnt");
         std::fs::create_dir_all(&back).expect("mkdir back");
@@ -149,7 +149,7 @@ impl SlowFs {
     }
 
     /// Sends a rule set; returns once slowfs has it in force (it answers after the swap).
-    fn send(&self, req: &str) {
+    pub(crate) fn send(&self, req: &str) {
         let mut s = UnixStream::connect(&self.control).expect("connect to slowfs's control socket");
         s.set_read_timeout(Some(Duration::from_secs(30))).ok();
         writeln!(s, "{req}").expect("send rules");
@@ -173,7 +173,7 @@ impl SlowFs {
     }
 
     /// slowfs's log, begin and end rows joined.
-    fn delays(&self) -> Vec<Delay> {
+    pub(crate) fn delays(&self) -> Vec<Delay> {
         let text = std::fs::read_to_string(&self.log).unwrap_or_default();
         let mut v: Vec<(u64, Delay)> = vec![];
         for l in text.lines().skip(1) {

@@ -112,8 +112,17 @@ pub(crate) struct Watch {
 
 impl Watch {
     pub(crate) fn start(args: &[&str]) -> Watch {
+        // These tests check the full tier's detail from a stall's first instant (commands
+        // held, syscall histograms): the always-full mode. The default (cheap) mode has its
+        // own tests (live_cheap.rs).
+        let mode: &[&str] = if args.contains(&"--mode") {
+            &[]
+        } else {
+            &["--mode", "full"]
+        };
         let mut child = Command::new(env!("CARGO_BIN_EXE_stallscope"))
             .arg("watch")
+            .args(mode)
             .args(args)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

@@ -18,6 +18,7 @@
 //! backend does.
 
 mod arrivals;
+pub mod cheap;
 mod load;
 mod ring;
 pub(crate) mod shared;

@@ -1,0 +1,361 @@
+//! The cheap tier of the bpf backend, `watch`'s default mode: the kernel programs of
+//! bpf/stallscope.bpf.c's "cheap tier" section loaded on their own (no syscall tracepoint:
+//! `sched_switch` as a BTF-typed raw tracepoint, a perf software event sampling the main
+//! thread's CPU time), and their records read from their own small ring as `CheapRecord`s: a watched thread that was
+//! blocked in a syscall past the threshold, and a main-thread stretch past the threshold on a
+//! CPU (or waiting for one) without a read or write. What the records mean is for the
+//! watcher (`watch::cheap`); this module only loads, attaches and reads.
+
+use super::load::{errno_of, load_error, verifier_refusal};
+use super::{NR_MAX, OBJECT};
+use crate::event::{Nanos, Tid};
+use crate::live::decode;
+use crate::live::AttachError;
+use crate::syscalls::Facts;
+
+/// Record kinds and the idle kinds of `cheap_idle_nr`, as in bpf/stallscope.bpf.c.
+const CHEAP_BLOCKED: u32 = 1;
+const CHEAP_GAP: u32 = 2;
+const CHEAP_IDLE_ANY: u32 = 1;
+const CHEAP_IDLE_BG: u32 = 2;
+
+/// `struct cheap_rec`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct RawRec {
+    kind: u32,
+    tid: u32,
+    nr: i64,
+    args: [u64; 3],
+    start: u64,
+    end: u64,
+    state: u32,
+    samples: u32,
+    before: [u64; 4],
+    after: [u64; 4],
+}
+
+/// `struct cheap_target`.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct KCheapTarget {
+    tgid: u32,
+    main_tid: u32,
+}
+// SAFETY: plain old data, the layout of `struct cheap_target` in the C source.
+unsafe impl aya::Pod for KCheapTarget {}
+
+#[derive(Clone, Debug)]
+pub struct CheapConfig {
+    pub pid: Tid,
+    /// The thread whose CPU time is sampled and whose gaps are looked for.
+    pub main_tid: Tid,
+    pub threshold_ns: Nanos,
+    /// The sampling period of the main thread's CPU time (task-clock), ns.
+    pub sample_period_ns: u64,
+}
+
+/// What a record says happened.
+#[derive(Clone, Debug, PartialEq)]
+pub enum CheapKind {
+    /// Switched out blocked and back in after the threshold: in syscall `nr` (-1: not in a
+    /// syscall, a page fault) with its first arguments from the saved registers.
+    Blocked {
+        nr: i64,
+        args: [u64; 3],
+        uninterruptible: bool,
+    },
+    /// No read or write for the span while on a CPU or runnable; `samples`: checks that saw
+    /// the counts unchanged.
+    Gap { samples: u32 },
+}
+
+#[derive(Clone, Debug)]
+pub struct CheapRecord {
+    pub tid: Tid,
+    pub kind: CheapKind,
+    /// On the monotonic clock (the full tier's too).
+    pub start: Nanos,
+    pub end: Nanos,
+    /// The thread's scheduler counters at the start and at the end, as `live::sched_delta`
+    /// takes them.
+    pub before: [u64; 4],
+    pub after: [u64; 4],
+}
+
+/// The cheap tier's programs, attached; dropping it detaches and unloads them.
+pub struct CheapTracer {
+    ring: aya::maps::RingBuf<aya::maps::MapData>,
+    bpf: aya::Ebpf,
+    drops_seen: u64,
+}
+
+impl CheapTracer {
+    /// Loads the cheap tier's programs from the embedded object (the full tier's maps made as
+    /// small as the kernel allows: it loads none of their programs), attaches them, and starts
+    /// watching `cfg.pid`.
+    pub fn attach(cfg: &CheapConfig) -> Result<CheapTracer, AttachError> {
+        crate::live::check_target(cfg.pid)?;
+        let threshold = cfg.threshold_ns.max(1) as u64;
+        let page = crate::live::page_size() as u32;
+        let mut loader = aya::EbpfLoader::new();
+        loader
+            .set_global("cheap_threshold_ns", &threshold, true)
+            .set_max_entries("events", page)
+            .set_max_entries("inflight", 1)
+            .set_max_entries("arrival_stamps", 1)
+            .set_max_entries("tgids", 1);
+        let mut bpf = loader
+            .load(OBJECT)
+            .map_err(|e| load_error("cannot load the BPF object", &e, errno_of(&e)))?;
+        fill_idle(&mut bpf)?;
+        let btf = aya::Btf::from_sys_fs().map_err(|e| {
+            AttachError::Other(format!(
+                "the cheap tier needs the kernel's BTF (/sys/kernel/btf/vmlinux): {e}; use --mode full"
+            ))
+        })?;
+        attach_switch(&mut bpf, &btf)?;
+        attach_sampler(&mut bpf, cfg)?;
+        set_target(&mut bpf, cfg)?;
+        let ring = bpf
+            .take_map("cheap_events")
+            .ok_or_else(|| AttachError::Other("the BPF object lacks cheap_events".into()))?;
+        let ring = aya::maps::RingBuf::try_from(ring)
+            .map_err(|e| load_error("cannot map the cheap ring buffer", &e, errno_of(&e)))?;
+        Ok(CheapTracer {
+            ring,
+            bpf,
+            drops_seen: 0,
+        })
+    }
+
+    /// Appends the records the kernel has sent since the last call.
+    pub fn poll(&mut self, out: &mut Vec<CheapRecord>) {
+        while let Some(item) = self.ring.next() {
+            if let Some(r) = parse(&item) {
+                out.push(r);
+            }
+        }
+    }
+
+    /// Records the kernel had no room for since the last call.
+    pub fn take_drops(&mut self) -> u64 {
+        let Some(m) = self.bpf.map("cheap_drops") else {
+            return 0;
+        };
+        let Ok(arr) = aya::maps::PerCpuArray::<_, u64>::try_from(m) else {
+            return 0;
+        };
+        let total: u64 = arr.get(&0, 0).map(|v| v.iter().sum()).unwrap_or(0);
+        let new = total.saturating_sub(self.drops_seen);
+        self.drops_seen = total;
+        new
+    }
+}
+
+/// The call a blocked record was in, decoded as the full tier decodes a call read after the
+/// fact (its fd, a path argument read from process `tgid`'s memory); None outside a syscall.
+pub fn call_of(r: &CheapRecord, tgid: Tid) -> Option<crate::event::Syscall> {
+    let CheapKind::Blocked { nr, args, .. } = &r.kind else {
+        return None;
+    };
+    if *nr < 0 {
+        return None;
+    }
+    let info = decode::nr_info(*nr);
+    let mut sc = crate::event::Syscall::with(info.name, info.sys);
+    let all = [args[0], args[1], args[2], 0, 0, 0];
+    let forked = rustc_hash::FxHashMap::default();
+    let late = decode::Args::Late {
+        args: &all,
+        tgid,
+        forked: &forked,
+    };
+    decode::call(&mut sc, &info, None, r.end - r.start, late);
+    Some(sc)
+}
+
+fn parse(b: &[u8]) -> Option<CheapRecord> {
+    if b.len() < std::mem::size_of::<RawRec>() {
+        return None;
+    }
+    // SAFETY: `RawRec` is `repr(C)` of integers only; the record is at least that long.
+    let r: RawRec = unsafe { std::ptr::read_unaligned(b.as_ptr().cast()) };
+    let kind = match r.kind {
+        CHEAP_BLOCKED => CheapKind::Blocked {
+            nr: r.nr,
+            args: r.args,
+            // TASK_UNINTERRUPTIBLE: a disk wait, not a sleep or a wait on a socket.
+            uninterruptible: r.state & 2 != 0,
+        },
+        CHEAP_GAP => CheapKind::Gap { samples: r.samples },
+        _ => return None,
+    };
+    Some(CheapRecord {
+        tid: r.tid,
+        kind,
+        start: r.start as Nanos,
+        end: r.end as Nanos,
+        before: r.before,
+        after: r.after,
+    })
+}
+
+/// Tells the programs which syscalls are a wait for work, by the syscall table's facts.
+fn fill_idle(bpf: &mut aya::Ebpf) -> Result<(), AttachError> {
+    let mut m: aya::maps::Array<_, u32> = aya::maps::Array::try_from(
+        bpf.map_mut("cheap_idle_nr")
+            .ok_or_else(|| AttachError::Other("the BPF object lacks cheap_idle_nr".into()))?,
+    )
+    .map_err(|e| load_error("cheap_idle_nr", &e, None))?;
+    for nr in 0..NR_MAX {
+        let f = crate::syscalls::info(crate::live::sysnames::syscall_name(nr)).facts;
+        let k = if f.has(Facts::ALWAYS_IDLE | Facts::EPOLL | Facts::POLL | Facts::ACCEPT) {
+            CHEAP_IDLE_ANY
+        } else if f.has(Facts::BG_WAIT) {
+            CHEAP_IDLE_BG
+        } else {
+            continue;
+        };
+        m.set(nr as u32, k, 0)
+            .map_err(|e| load_error("cannot fill cheap_idle_nr", &e, errno_of(&e)))?;
+    }
+    Ok(())
+}
+
+fn set_target(bpf: &mut aya::Ebpf, cfg: &CheapConfig) -> Result<(), AttachError> {
+    let mut m: aya::maps::Array<_, KCheapTarget> = aya::maps::Array::try_from(
+        bpf.map_mut("cheap_target")
+            .ok_or_else(|| AttachError::Other("the BPF object lacks cheap_target".into()))?,
+    )
+    .map_err(|e| load_error("cheap_target", &e, None))?;
+    let t = KCheapTarget {
+        tgid: cfg.pid,
+        main_tid: cfg.main_tid,
+    };
+    m.set(0, t, 0)
+        .map_err(|e| load_error("cannot start watching", &e, errno_of(&e)))
+}
+
+fn attach_switch(bpf: &mut aya::Ebpf, btf: &aya::Btf) -> Result<(), AttachError> {
+    let prog = "cheap_switch";
+    let p: &mut aya::programs::BtfTracePoint = bpf
+        .program_mut(prog)
+        .ok_or_else(|| AttachError::Other(format!("the BPF object lacks {prog}")))?
+        .try_into()
+        .map_err(|e| load_error(prog, &e, None))?;
+    p.load("sched_switch", btf)
+        .map_err(|e| verifier_refusal(prog, &e))?;
+    p.attach().map_err(|e| {
+        load_error(
+            "cannot attach cheap_switch to tp_btf/sched_switch",
+            &e,
+            errno_of(&e),
+        )
+    })?;
+    Ok(())
+}
+
+/// For measurement only (bench/watch.sh's A/B): `task` samples with a task-clock event
+/// opened on the main thread instead of a cpu-clock event per CPU.
+pub const SAMPLER_ENV: &str = "STALLSCOPE_CHEAP_SAMPLER";
+
+/// The main thread's time on a CPU, sampled every `sample_period_ns`: a cpu-clock event on
+/// each CPU, whose program keeps only the samples that find the main thread running. An
+/// event opened on the thread itself (task-clock) samples only its time too, but it lives in
+/// the thread's perf context, which the kernel switches out and in (a timer cancelled and
+/// armed) at each of the thread's context switches: redis's cost, paid per switch, where a
+/// per-CPU event costs a sample every period whoever runs.
+fn attach_sampler(bpf: &mut aya::Ebpf, cfg: &CheapConfig) -> Result<(), AttachError> {
+    use aya::programs::perf_event::{perf_sw_ids, PerfEventScope, PerfTypeId, SamplePolicy};
+    let prog = "cheap_sample";
+    let p: &mut aya::programs::PerfEvent = bpf
+        .program_mut(prog)
+        .ok_or_else(|| AttachError::Other(format!("the BPF object lacks {prog}")))?
+        .try_into()
+        .map_err(|e| load_error(prog, &e, None))?;
+    p.load().map_err(|e| verifier_refusal(prog, &e))?;
+    let per_task = std::env::var(SAMPLER_ENV).is_ok_and(|v| v == "task");
+    let scopes: Vec<(u64, PerfEventScope)> = if per_task {
+        vec![(
+            perf_sw_ids::PERF_COUNT_SW_TASK_CLOCK as u64,
+            PerfEventScope::OneProcessAnyCpu { pid: cfg.main_tid },
+        )]
+    } else {
+        online_cpus()
+            .into_iter()
+            .map(|cpu| {
+                (
+                    perf_sw_ids::PERF_COUNT_SW_CPU_CLOCK as u64,
+                    PerfEventScope::AllProcessesOneCpu { cpu },
+                )
+            })
+            .collect()
+    };
+    for (config, scope) in scopes {
+        p.attach(
+            PerfTypeId::Software,
+            config,
+            scope,
+            SamplePolicy::Period(cfg.sample_period_ns),
+            false,
+        )
+        .map_err(|e| {
+            load_error(
+                "cannot sample the main thread's CPU time (perf cpu-clock)",
+                &e,
+                errno_of(&e),
+            )
+        })?;
+    }
+    Ok(())
+}
+
+/// The CPUs that are online (/sys/devices/system/cpu/online: "0-3,6").
+fn online_cpus() -> Vec<u32> {
+    let text = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap_or_default();
+    let mut cpus = vec![];
+    for part in text.trim().split(',').filter(|p| !p.is_empty()) {
+        let (a, b) = part.split_once('-').unwrap_or((part, part));
+        if let (Ok(a), Ok(b)) = (a.parse::<u32>(), b.parse::<u32>()) {
+            cpus.extend(a..=b);
+        }
+    }
+    if cpus.is_empty() {
+        cpus.extend(0..std::thread::available_parallelism().map_or(1, |n| n.get() as u32));
+    }
+    cpus
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_reads_back_as_the_kernel_laid_it_out() {
+        assert_eq!(std::mem::size_of::<RawRec>(), 128);
+        let mut b = vec![0u8; 128];
+        b[0..4].copy_from_slice(&CHEAP_BLOCKED.to_ne_bytes());
+        b[4..8].copy_from_slice(&42u32.to_ne_bytes());
+        b[8..16].copy_from_slice(&3i64.to_ne_bytes());
+        b[16..24].copy_from_slice(&7u64.to_ne_bytes());
+        b[40..48].copy_from_slice(&1_000u64.to_ne_bytes());
+        b[48..56].copy_from_slice(&401_000u64.to_ne_bytes());
+        b[56..60].copy_from_slice(&2u32.to_ne_bytes());
+        let r = parse(&b).expect("parsed");
+        assert_eq!((r.tid, r.start, r.end), (42, 1_000, 401_000));
+        assert_eq!(
+            r.kind,
+            CheapKind::Blocked {
+                nr: 3,
+                args: [7, 0, 0],
+                uninterruptible: true,
+            }
+        );
+        b[0..4].copy_from_slice(&CHEAP_GAP.to_ne_bytes());
+        b[60..64].copy_from_slice(&90u32.to_ne_bytes());
+        let r = parse(&b).expect("parsed");
+        assert_eq!(r.kind, CheapKind::Gap { samples: 90 });
+        assert!(parse(&b[..127]).is_none());
+    }
+}
