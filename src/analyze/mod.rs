@@ -207,7 +207,7 @@ impl Analyzer {
     }
 
     fn gap_verdict(&self, clock: &Clock) -> Option<GapVerdict> {
-        self.coverage.gap_verdict(
+        let mut v = self.coverage.gap_verdict(
             clock,
             self.opts.threshold_ns,
             self.world.no_event_loop(),
@@ -215,7 +215,11 @@ impl Analyzer {
             self.world.untraced_children(),
             self.world.thread_count(),
             self.latency.errors(),
-        )
+        );
+        if let Some(GapVerdict::Filtered { kinds, .. }) = &mut v {
+            *kinds = self.latency.kinds();
+        }
+        v
     }
 
     fn evidence<'a>(&'a self, gaps: Option<&'a GapVerdict>) -> Evidence<'a> {
