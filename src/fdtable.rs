@@ -495,6 +495,38 @@ impl FdTable {
         Some(self.resolved(id))
     }
 
+    /// Names the outgoing connection on `fd` by its peer (`10.0.0.2:6380`, a unix socket's
+    /// path) when nothing named it yet: the lifetime's own record takes the name from its
+    /// start, a shared one is left for a record of the peer's from here on. One row per
+    /// peer (not per connection: a reconnect loop to one peer would make rows without
+    /// bound), never shared with the fd's other lifetimes. The call's resolution.
+    fn name_peer(&mut self, proc: ProcKey, fd: i32, peer: &str) -> Option<Resolved> {
+        let cur = self.procs.get(&proc)?.live.get(&fd)?.file;
+        let info = &self.files[cur as usize];
+        if info.path.is_some() || info.class != FileClass::Replica {
+            return None;
+        }
+        let id = if self.bindings[cur as usize] == 1 {
+            let old_key = (proc, fd, None, FileClass::Replica);
+            if self.index.get(&old_key) == Some(&cur) {
+                self.index.remove(&old_key);
+            }
+            let path: Arc<str> = Arc::from(peer);
+            self.index
+                .entry((proc, fd, Some(path.clone()), FileClass::Replica))
+                .or_insert(cur);
+            self.files[cur as usize].path = Some(path);
+            cur
+        } else {
+            let id = self.intern(proc, fd, Some(peer), FileClass::Replica);
+            self.bindings[id as usize] += 1;
+            self.live_mut(proc, fd)?.file = id;
+            id
+        };
+        self.generation = self.generation.wrapping_add(1).max(1);
+        Some(self.resolved(id))
+    }
+
     /// The live binding of `fd`, for what its calls show of it.
     fn live_mut(&mut self, proc: ProcKey, fd: i32) -> Option<&mut Binding> {
         self.procs.get_mut(&proc).and_then(|p| p.live.get_mut(&fd))
@@ -1048,6 +1080,11 @@ impl FdTable {
                     _ => FileClass::Replica,
                 };
                 resolved = self.classed_by_call(proc, fd, ts, class);
+                // A connect names its peer (strace's `{sa_family=AF_INET, ...}`): the
+                // lifetime's row is that connection's.
+                if let (FileClass::Replica, Some(peer)) = (class, sc.path()) {
+                    resolved = self.name_peer(proc, fd, peer).or(resolved);
+                }
             }
             FdEffect::Pair { a, b, socket } => {
                 let class = if socket {

@@ -358,6 +358,7 @@ impl Analyzer {
         report::Summary {
             threads: self.world.thread_count() as u64,
             processes: self.world.process_count() as u64,
+            silent_threads: self.world.silent_threads(),
             threshold_us: self.opts.threshold_ns / 1000,
             top: self.opts.top,
             ..self.coverage.summary(counters, clock)
