@@ -433,3 +433,17 @@ fn a_request_then_a_wait_is_a_stall_on_the_reply() {
     }
     assert!(finding_ids(&r).contains(&"awaits-reply".to_string()));
 }
+
+/// perf trace prints a futex as `op: WAIT_PRIVATE, val: 2`: a lock wait too, so not in the
+/// IDLE table of waits for work (`JS Watchdog/947933` in the whole-machine trace).
+#[test]
+fn a_perf_contended_futex_is_no_wait_for_work() {
+    let r = wild("whole-machine-comms.perf.txt");
+    let idle: Vec<&str> = r["idle"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|i| i["syscall"].as_str())
+        .collect();
+    assert!(!idle.contains(&"futex"), "{idle:?}");
+}

@@ -325,10 +325,13 @@ fn close_range(a0: &[u8], a1: &[u8]) -> Option<Extra> {
     Some(Extra::CloseRange(lo, hi))
 }
 
-/// `futex(addr, FUTEX_WAIT_PRIVATE, 2, NULL)`: a wait on a lock glibc marked contended (2).
+/// `futex(addr, FUTEX_WAIT_PRIVATE, 2, NULL)` (perf trace: `op: WAIT|PRIVATE_FLAG, val: 2`,
+/// its labels stripped): a wait on a lock glibc marked contended (2).
 fn futex_lock((op, r): (&[u8], &[u8])) -> Option<Extra> {
     let val = parse_u64(skip_ws(first_arg(r).0)).map(|v| v.0);
-    let wait = op.starts_with(b"FUTEX_WAIT") && !op.starts_with(b"FUTEX_WAIT_REQUEUE");
+    let op = skip_ws(op);
+    let op = op.strip_prefix(b"FUTEX_").unwrap_or(op);
+    let wait = op.starts_with(b"WAIT") && !op.starts_with(b"WAIT_REQUEUE");
     (wait && val == Some(2)).then_some(Extra::LockWait)
 }
 
