@@ -130,6 +130,9 @@ pub enum Extra {
     Socket(&'static str),
     /// The first bytes of a read/write buffer, unescaped.
     Data(Data),
+    /// `futex(addr, FUTEX_WAIT_PRIVATE, 2, ...)`: 2 is glibc's value of a contended mutex,
+    /// so the thread waits for a lock another thread holds, not for work.
+    LockWait,
     /// restart_syscall: the call it continues (`<... resuming interrupted nanosleep ...>`),
     /// a wait interrupted by a signal or by the attach, now resumed.
     Resumes(&'static str),
@@ -684,7 +687,8 @@ impl Event {
                         | Extra::Clone { .. }
                         | Extra::Socket(_)
                         | Extra::Data(_)
-                        | Extra::Resumes(_) => false,
+                        | Extra::Resumes(_)
+                        | Extra::LockWait => false,
                     }
             }
             EventKind::ThreadName(_) => true,

@@ -495,6 +495,38 @@ impl FdTable {
         Some(self.resolved(id))
     }
 
+    /// Names the outgoing connection on `fd` by its peer (`10.0.0.2:6380`, a unix socket's
+    /// path) when nothing named it yet: the lifetime's own record takes the name from its
+    /// start, a shared one is left for a record of the peer's from here on. One row per
+    /// peer (not per connection: a reconnect loop to one peer would make rows without
+    /// bound), never shared with the fd's other lifetimes. The call's resolution.
+    fn name_peer(&mut self, proc: ProcKey, fd: i32, peer: &str) -> Option<Resolved> {
+        let cur = self.procs.get(&proc)?.live.get(&fd)?.file;
+        let info = &self.files[cur as usize];
+        if info.path.is_some() || info.class != FileClass::Replica {
+            return None;
+        }
+        let id = if self.bindings[cur as usize] == 1 {
+            let old_key = (proc, fd, None, FileClass::Replica);
+            if self.index.get(&old_key) == Some(&cur) {
+                self.index.remove(&old_key);
+            }
+            let path: Arc<str> = Arc::from(peer);
+            self.index
+                .entry((proc, fd, Some(path.clone()), FileClass::Replica))
+                .or_insert(cur);
+            self.files[cur as usize].path = Some(path);
+            cur
+        } else {
+            let id = self.intern(proc, fd, Some(peer), FileClass::Replica);
+            self.bindings[id as usize] += 1;
+            self.live_mut(proc, fd)?.file = id;
+            id
+        };
+        self.generation = self.generation.wrapping_add(1).max(1);
+        Some(self.resolved(id))
+    }
+
     /// The live binding of `fd`, for what its calls show of it.
     fn live_mut(&mut self, proc: ProcKey, fd: i32) -> Option<&mut Binding> {
         self.procs.get_mut(&proc).and_then(|p| p.live.get_mut(&fd))
@@ -830,9 +862,22 @@ impl FdTable {
         let mut resolved = None;
         if let Some(fd) = sc.fd {
             resolved = self.resolve_arg(proc, tid, ts, sc, fd);
-            resolved = self.learn_from_content(proc, fd, resolved, sc);
-            if let Some(r) = resolved {
-                resolved = Some(self.learn_from_use(proc, fd, r, sc));
+            if let Some(d) = sc.data() {
+                self.check_stat_read(proc, fd, sc, d);
+            }
+            // Nearly every call is on an fd whose class is settled (a client, the AOF, the
+            // epoll fd): nothing to learn from it, one test. Only an fd of open class (or
+            // a path taken for a directory) is looked at further, out of line: the learning
+            // inline cost ~20 instructions an event (bench/ab.result.txt [I18]).
+            // A failed call with no data (`read(3, ...) = -1 EAGAIN`) teaches nothing either:
+            // each step of `learn` wants content or a success.
+            if let Some(r) = resolved.filter(|r| {
+                matches!(
+                    r.class,
+                    FileClass::Unknown | FileClass::Other | FileClass::Dir
+                ) && (sc.data().is_some() || !sc.ret.is_err())
+            }) {
+                resolved = Some(self.learn(proc, fd, r, sc));
             }
         }
         // Most calls (reads, writes, waits, fsyncs) create, copy or close no fd: no trip
@@ -894,31 +939,43 @@ impl FdTable {
         resolved
     }
 
-    /// What the call's data shows of its fd: a /proc/PID/stat read again, a path taken for
-    /// a directory that data was read from or written to, content that classes an fd no
-    /// path names (`content_fits`). The resolution, as it is after.
+    /// A read that returned the start of a /proc/PID/stat (`note_stat_read`).
+    #[inline]
+    fn check_stat_read(&mut self, proc: ProcKey, fd: i32, sc: &Syscall, d: &crate::event::Data) {
+        // Reads of client requests start with `*` or a letter, replies and log lines are
+        // writes: a read starting with a digit is rare enough to look at.
+        let (_, raw) = d.kept();
+        if raw.first().is_some_and(u8::is_ascii_digit)
+            && !sc.sys.puts
+            && sc.sys.name == "read"
+            && sc.ret.val().is_some_and(|n| n > 0)
+            && is_proc_stat(raw)
+        {
+            self.note_stat_read(proc, fd);
+        }
+    }
+
+    /// What a call on an fd of open class (or a path taken for a directory) shows of it:
+    /// its content, then its kind. The resolution, as it is after.
+    #[inline(never)]
+    fn learn(&mut self, proc: ProcKey, fd: i32, r: Resolved, sc: &Syscall) -> Resolved {
+        let r = self.learn_from_content(proc, fd, r, sc);
+        self.learn_from_use(proc, fd, r, sc)
+    }
+
+    /// What the call's data shows of its fd: a path taken for a directory that data was
+    /// read from or written to, content that classes an fd no path names
+    /// (`content_fits`). The resolution, as it is after.
     #[inline]
     fn learn_from_content(
         &mut self,
         proc: ProcKey,
         fd: i32,
-        mut resolved: Option<Resolved>,
+        r: Resolved,
         sc: &Syscall,
-    ) -> Option<Resolved> {
+    ) -> Resolved {
+        let mut resolved = r;
         if let Some(d) = sc.data() {
-            // Reads of client requests start with `*` or a letter, replies and log
-            // lines are writes: a read starting with a digit is rare enough to look at.
-            let (_, raw) = d.kept();
-            if raw.first().is_some_and(u8::is_ascii_digit)
-                && !sc.sys.puts
-                && sc.sys.name == "read"
-                && sc.ret.val().is_some_and(|n| n > 0)
-                && is_proc_stat(raw)
-            {
-                self.note_stat_read(proc, fd);
-            }
-        }
-        if let (Some(r), Some(d)) = (resolved, sc.data()) {
             let unnamed = !r.named || r.class == FileClass::Unknown;
             let is_write = sc.sys.puts;
             // An extensionless path was taken for a directory (redis fsyncs its
@@ -933,7 +990,7 @@ impl FdTable {
                     self.learned.insert(p, c);
                 }
                 if let Some(id) = self.reclassify_binding(proc, fd, c) {
-                    resolved = Some(self.resolved(id));
+                    resolved = self.resolved(id);
                 }
             } else if matches!(r.class, FileClass::Unknown | FileClass::Other) && unnamed {
                 self.note_origin(proc, fd, sc);
@@ -942,7 +999,7 @@ impl FdTable {
                     .filter(|c| Self::content_fits(origin, *c, is_write));
                 if let Some(c) = found {
                     if let Some(id) = self.reclassify_binding(proc, fd, c) {
-                        resolved = Some(self.resolved(id));
+                        resolved = self.resolved(id);
                     }
                 }
             }
@@ -1023,6 +1080,11 @@ impl FdTable {
                     _ => FileClass::Replica,
                 };
                 resolved = self.classed_by_call(proc, fd, ts, class);
+                // A connect names its peer (strace's `{sa_family=AF_INET, ...}`): the
+                // lifetime's row is that connection's.
+                if let (FileClass::Replica, Some(peer)) = (class, sc.path()) {
+                    resolved = self.name_peer(proc, fd, peer).or(resolved);
+                }
             }
             FdEffect::Pair { a, b, socket } => {
                 let class = if socket {

@@ -581,6 +581,10 @@ pub struct Summary {
     pub in_flight_at_end: u64,
     /// Calls already running when the trace began.
     pub in_flight_at_start: u64,
+    /// Threads strace said it attached to (`attached with 11 threads`) that made no call in
+    /// the trace: silent, each blocked in one call since before the trace, or idle.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub silent_threads: u64,
     /// Live bpf backend: where per-command latency starts (absent elsewhere).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub command_start: Option<CommandStart>,
@@ -944,6 +948,8 @@ pub enum FindingId {
     BackendLimits,
     TracerOverhead,
     WatchIncident,
+    AwaitsReply,
+    LockWait,
 }
 
 impl FindingId {
@@ -971,12 +977,14 @@ impl FindingId {
             FindingId::BackendLimits => "backend-limits",
             FindingId::TracerOverhead => "tracer-overhead",
             FindingId::WatchIncident => "watch-incident",
+            FindingId::AwaitsReply => "awaits-reply",
+            FindingId::LockWait => "lock-wait",
         }
     }
 }
 
 impl FindingId {
-    pub const ALL: [FindingId; 21] = [
+    pub const ALL: [FindingId; 23] = [
         FindingId::AofFsyncAlways,
         FindingId::AofWriteActiveChild,
         FindingId::AofWritePendingFsync,
@@ -998,6 +1006,8 @@ impl FindingId {
         FindingId::BackendLimits,
         FindingId::TracerOverhead,
         FindingId::WatchIncident,
+        FindingId::AwaitsReply,
+        FindingId::LockWait,
     ];
 }
 
@@ -1296,6 +1306,12 @@ pub enum SkipReason {
     Lost,
     /// A `perf trace` line that pairs an exit with an entry across lost events.
     AcrossLoss,
+    /// `[...]`, `...`, `…` on a line of its own: lines left out there (by whoever pasted
+    /// the trace into a book, a mail or a ticket).
+    Elided,
+    /// A call line with a `-T` duration but no result (`write(8, "+OK\r\n", 5 <0.000010>`):
+    /// a paste ate its end. The call returned; it is no call still running.
+    Damaged,
 }
 
 impl SkipReason {
@@ -1312,6 +1328,12 @@ impl SkipReason {
             SkipReason::Lost => "perf lost events here: what the threads did meanwhile is unknown",
             SkipReason::AcrossLoss => {
                 "perf paired this exit with an entry across lost events: which call, and how long, is unknown"
+            }
+            SkipReason::Elided => {
+                "lines left out here ([...]): what the threads did meanwhile is unknown"
+            }
+            SkipReason::Damaged => {
+                "damaged call line (a duration but no result: its end was cut, it is no call still running)"
             }
         }
     }

@@ -69,6 +69,10 @@ pub enum ArgKind {
     /// fork, vfork: a new process, never a thread.
     Fork,
     Socket,
+    /// futex: a wait on a contended lock (`FUTEX_WAIT*`, value 2).
+    Futex,
+    /// connect: the peer's address (`{sa_family=AF_INET, sin_port=htons(6380), ...}`).
+    Connect,
     /// A buffer argument after the fd (read, write, sendto...).
     Data,
     /// restart_syscall: strace names the call it continues.
@@ -375,7 +379,10 @@ static TABLE: &[SysInfo] = &[
         .on_fd()
         .used_as(FdUse::Listener)
         .fd(K::Listen),
-    SysInfo::new("connect").on_fd().fd(K::Connect),
+    SysInfo::new("connect")
+        .on_fd()
+        .fd(K::Connect)
+        .args(A::Connect),
     SysInfo::new("bind").on_fd(),
     SysInfo::new("shutdown").on_fd(),
     SysInfo::new("setsockopt").on_fd(),
@@ -436,7 +443,9 @@ static TABLE: &[SysInfo] = &[
     SysInfo::new("rt_sigsuspend")
         .facts(F::BG_WAIT)
         .blocking(B::SyncWait),
-    SysInfo::new("futex").facts(F::BG_WAIT | F::QUIET),
+    SysInfo::new("futex")
+        .facts(F::BG_WAIT | F::QUIET)
+        .args(A::Futex),
     SysInfo::new("wait4").facts(F::BG_WAIT | F::WAIT_CHILD),
     SysInfo::new("waitid").facts(F::BG_WAIT | F::WAIT_CHILD),
     SysInfo::new("sched_yield").facts(F::QUIET),

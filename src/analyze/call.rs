@@ -102,8 +102,10 @@ pub(crate) struct ResolvedCall<'e> {
     pub(crate) facts: Facts,
     /// As known at this event; report builders re-read final roles.
     pub(crate) role: Role,
-    /// `facts.is_idle_in(role)`.
+    /// `facts.is_idle_in(role)`, unless the call waits for a lock or a reply (`waits`).
     pub(crate) idle: bool,
+    /// What a wait waits for, when the trace shows it is not work.
+    pub(crate) waits: Waits,
     pub(crate) file: Option<FileId>,
     pub(crate) class: Option<FileClass>,
     /// The fd it touched (an open: the one it returned).
@@ -112,6 +114,20 @@ pub(crate) struct ResolvedCall<'e> {
     pub(crate) dur: Nanos,
     pub(crate) timed: bool,
     pub(crate) end: Nanos,
+}
+
+/// What a call waits for, when the trace shows more than its name: a wait in a call that is
+/// otherwise a wait for work (futex, poll, recv outside the main thread) can be neither.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum Waits {
+    /// As its name says.
+    #[default]
+    AsNamed,
+    /// A lock another thread holds (`Extra::LockWait`).
+    Lock,
+    /// The reply to the request the thread had just sent on this fd (an outgoing
+    /// connection): a wait in poll/select, or the read of the reply itself.
+    Reply(i32),
 }
 
 impl ResolvedCall<'_> {
@@ -180,6 +196,7 @@ pub(crate) mod testing {
             facts,
             role,
             idle: facts.is_idle_in(role),
+            waits: Waits::AsNamed,
             file: class.map(|c| c as FileId),
             class,
             call_fd: sc.fd,

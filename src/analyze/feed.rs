@@ -54,7 +54,8 @@ impl Analyzer {
                     self.phases.end(child, ev.ts, report::EndedBy::Exit);
                 }
             }
-            EventKind::Attach { .. } => {
+            EventKind::Attach { threads } => {
+                self.world.announce(*threads);
                 if let Some(t) = self.world.on_attach(ev.tid) {
                     self.stalls.forget_last_end(t);
                     self.arrivals.forget(Some(t));

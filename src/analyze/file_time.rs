@@ -127,21 +127,15 @@ impl FileTime {
                 }
             }
         }
-        if fsync
-            && c.is_aof()
-            && role != Role::Main
-            && cx.dur >= 1_000_000
-            && self.bio_fsyncs.len() < BIO_FSYNCS_MAX
-        {
-            self.bio_fsyncs.push((cx.ts(), cx.end));
-        }
-        if role != Role::Main
-            && c.is_disk_file()
-            && cx.timed
-            && cx.dur >= 1_000_000
-            && self.others_disk.len() < BIO_FSYNCS_MAX
-        {
-            self.others_disk.push((cx.ts(), cx.end, cx.tid));
+        // Calls of 1 ms or more outside the main thread, tested once for both lists (nearly
+        // every call of a trace is the main thread's, or shorter).
+        if role != Role::Main && cx.dur >= 1_000_000 {
+            if fsync && c.is_aof() && self.bio_fsyncs.len() < BIO_FSYNCS_MAX {
+                self.bio_fsyncs.push((cx.ts(), cx.end));
+            }
+            if c.is_disk_file() && cx.timed && self.others_disk.len() < BIO_FSYNCS_MAX {
+                self.others_disk.push((cx.ts(), cx.end, cx.tid));
+            }
         }
         tag
     }

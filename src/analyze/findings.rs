@@ -141,11 +141,44 @@ pub(crate) fn explain(
         text.push_str(part);
     }
     on_what(&mut text, c, file);
+    if let Some(e) = c.dur_facts.error {
+        text.push_str(", which failed with ");
+        text.push_str(e);
+    }
     text.push_str(edge);
-    let (fid, why) = cause_of_call(a, c, role, file, &during);
+    let (fid, why) = cause_of_wait(a, c, role, file, &during);
     text.push_str(": ");
     text.push_str(&why);
     (fid, text)
+}
+
+/// The cause of a slow call: what it waited for when the trace shows more than its name
+/// (`Waits`), else the rule for its call (`cause_of_call`).
+fn cause_of_wait(
+    a: &Evidence<'_>,
+    c: &Cand,
+    role: Role,
+    file: Option<&FileInfo>,
+    during: &str,
+) -> (Option<FindingId>, String) {
+    match c.dur_facts.waits {
+        super::call::Waits::Lock => (Some(FindingId::LockWait), LOCK_WAIT.to_string()),
+        // redis's main thread beside its event loop keeps redis's cause (MIGRATE's and a
+        // replication handshake's synchronous waits are exactly this).
+        super::call::Waits::Reply(_)
+            if role == Role::Main && !a.world.no_event_loop() && !a.world.loop_is_poll(c.proc) =>
+        {
+            cause_of_call(a, c, role, file, during)
+        }
+        super::call::Waits::Reply(fd) => (
+            Some(FindingId::AwaitsReply),
+            format!(
+                "it waited for the reply to the request it had just sent on fd {fd}: the peer \
+                 (or the network) was slow to answer"
+            ),
+        ),
+        super::call::Waits::AsNamed => cause_of_call(a, c, role, file, during),
+    }
 }
 
 /// The I/O threads' cover of a main-thread gap, when the gap was the main thread waiting
@@ -393,6 +426,9 @@ fn on_what(text: &mut String, c: &Cand, file: Option<&FileInfo>) {
     let what = match file {
         Some(f) => match (&f.path, f.class) {
             (Some(p), FileClass::Client) => format!("{} ({p})", class_words(f.class)),
+            // A connect named its peer (`FdTable::name_peer`); `-y` names a socket so too.
+            (Some(p), FileClass::Replica) if p.contains(":[") => format!("a connection ({p})"),
+            (Some(p), FileClass::Replica) => format!("a connection to {p}"),
             (Some(p), _) => format!(
                 "{} {}",
                 class_words(f.class),
@@ -410,6 +446,11 @@ fn on_what(text: &mut String, c: &Cand, file: Option<&FileInfo>) {
         text.push_str(&what);
     }
 }
+
+/// Why a wait on a contended lock took long: what the trace can say of it.
+const LOCK_WAIT: &str = "it waited for a lock another thread held (futex value 2, glibc's \
+     contended mutex), not for work; the holder is the thread that wakes it (FUTEX_WAKE \
+     on the same address), if the trace shows one";
 
 /// The rule for a slow call: by the thread's role, the file's class and the call.
 fn cause_of_call(
@@ -1164,6 +1205,22 @@ static RULES: &[Rule] = &[
         ),
         stalls: with_id,
     },
+    on_its_stalls(
+        FindingId::AwaitsReply,
+        "A thread waited for the reply to a request it had sent on an outgoing connection",
+        "The thread sent a request (on a connection it made: to a primary, a cluster peer, a server it is a \
+         client of) and then waited in poll/select or in the read for the answer: the time is the peer's, or \
+         the network's. Look at the peer named by the connection (its own latency, SLOWLOG if it is a redis) \
+         and at the network between them.",
+    ),
+    on_its_stalls(
+        FindingId::LockWait,
+        "A thread waited for a lock another thread held",
+        "futex(..., FUTEX_WAIT*, 2, ...) is glibc's wait on a contended mutex: the thread waits for the one \
+         holding the lock, not for work. The holder is the thread that wakes it (FUTEX_WAKE on the same \
+         address); if every thread waits so, the process is deadlocked: take its stacks (gdb -p PID, \
+         `thread apply all bt`, or eu-stack -p PID).",
+    ),
 ];
 
 /// All findings of the trace, most severe first. `held[i]` is what `stalls[i]` held.
@@ -1422,6 +1479,7 @@ mod tests {
                 bound: Bound::Exact,
                 known: crate::report::DurationKnown::Measured,
                 in_flight: None,
+                ..Default::default()
             },
             phase,
             events_lost: false,

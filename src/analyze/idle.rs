@@ -2,7 +2,7 @@
 //! threads on their futex). Waits are counted whatever the thread's role is so far and
 //! reported by its final role: a main thread is known as such only at its first epoll_wait.
 
-use super::call::{is_idle, Facts, PerThread, ResolvedCall};
+use super::call::{is_idle, Facts, PerThread, ResolvedCall, Waits};
 use super::roles::Role;
 use super::world::World;
 use crate::report;
@@ -19,8 +19,9 @@ impl Idle {
     #[inline]
     pub(crate) fn on_call(&mut self, cx: &ResolvedCall<'_>) {
         let f = cx.facts;
-        // An exit is not a stall either, but no wait for work: it has no place in idle time.
-        if (cx.idle || f.is_wait()) && !f.has(Facts::EXIT) {
+        // An exit is not a stall either, but no wait for work: it has no place in idle time;
+        // nor has a wait for a lock or a reply (`Waits`).
+        if (cx.idle || f.is_wait()) && !f.has(Facts::EXIT) && cx.waits == Waits::AsNamed {
             let name = cx.sc.name;
             let waits = self.per.at(cx.thread);
             let i = match waits

@@ -104,6 +104,7 @@ mod tests {
                 bound: Bound::Exact,
                 known: DurationKnown::Measured,
                 in_flight: None,
+                ..Default::default()
             },
             phase: None,
             events_lost: false,

@@ -54,8 +54,19 @@ impl Kept<'_> {
         if !stalls::keep(c, role, self.gaps_ok() || held_through) {
             return None;
         }
+        // An I/O thread parks on a mutex while there is no work (`World::observe` could
+        // know its role only once it had done client I/O).
+        if c.dur_facts.waits == super::call::Waits::Lock && role == Role::IoThread {
+            return None;
+        }
+        // A gap of a thread that is no role of redis's and never served anyone (a language
+        // runtime's helper: GC, JIT, timers) is its own work: no one waited for it.
+        if c.kind == StallKind::Gap && role == Role::Other && !self.world.serves(c.tid) {
+            return None;
+        }
         // A process that never waits in epoll waits for work in select/poll: idle there.
         if c.kind == StallKind::SlowSyscall
+            && c.dur_facts.waits == super::call::Waits::AsNamed
             && c.syscall
                 .is_some_and(|n| crate::syscalls::info(n).facts.has(super::call::Facts::POLL))
             && self.world.loop_is_poll(c.proc)

@@ -60,6 +60,13 @@ impl Latency {
         }
     }
 
+    /// How many calls of the syscall table the trace holds (of its first 256 entries; names
+    /// not in the table are not counted): few are the evidence that `-e trace=` filtered
+    /// the trace (`GapVerdict::Filtered`).
+    pub(crate) fn kinds(&self) -> u32 {
+        self.by_sys.iter().take(256).filter(|s| s.is_some()).count() as u32
+    }
+
     /// The aggregate of a call's syscall, and its slot in `by_sys` when it is there.
     #[inline]
     fn agg(&mut self, name: &'static str, sys: &'static SysInfo) -> (&mut Agg, Option<usize>) {

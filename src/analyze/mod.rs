@@ -207,7 +207,7 @@ impl Analyzer {
     }
 
     fn gap_verdict(&self, clock: &Clock) -> Option<GapVerdict> {
-        self.coverage.gap_verdict(
+        let mut v = self.coverage.gap_verdict(
             clock,
             self.opts.threshold_ns,
             self.world.no_event_loop(),
@@ -215,7 +215,11 @@ impl Analyzer {
             self.world.untraced_children(),
             self.world.thread_count(),
             self.latency.errors(),
-        )
+        );
+        if let Some(GapVerdict::Filtered { kinds, .. }) = &mut v {
+            *kinds = self.latency.kinds();
+        }
+        v
     }
 
     fn evidence<'a>(&'a self, gaps: Option<&'a GapVerdict>) -> Evidence<'a> {
@@ -354,6 +358,7 @@ impl Analyzer {
         report::Summary {
             threads: self.world.thread_count() as u64,
             processes: self.world.process_count() as u64,
+            silent_threads: self.world.silent_threads(),
             threshold_us: self.opts.threshold_ns / 1000,
             top: self.opts.top,
             ..self.coverage.summary(counters, clock)

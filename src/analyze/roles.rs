@@ -57,6 +57,10 @@ pub(crate) struct RoleEvidence {
     pub(crate) client_io: u64,
     /// select/poll waits (an event loop only where no thread of the process waits in epoll).
     pub(crate) poll: u64,
+    /// Received, sent or accepted on a socket, a pipe or an fd of unknown kind: the thread
+    /// serves someone (client I/O counts too). A thread that never does serves no one: a
+    /// language runtime's helper (GC, JIT, timers), whose gaps are its own work.
+    pub(crate) serves: bool,
 }
 
 impl RoleEvidence {
@@ -101,8 +105,14 @@ impl RoleEvidence {
             self.file_close == 1 || self.file_close == self.aof_sync
         } else if facts.has(F::CLIENT_RW) && class == Some(FileClass::Client) {
             self.client_io += 1;
+            self.serves = true;
             self.client_io == 1
         } else {
+            // Not read by `decide`: no change of role.
+            if facts.has(F::RECV | F::SEND | F::ACCEPT) && !class.is_some_and(|c| c.is_disk_file())
+            {
+                self.serves = true;
+            }
             false
         }
     }
@@ -218,6 +228,7 @@ mod tests {
             file_close,
             client_io,
             poll: 0,
+            serves: client_io > 0,
         }
     }
 

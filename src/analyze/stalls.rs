@@ -85,14 +85,18 @@ struct OpenGap {
     sched: Option<crate::event::SchedDelta>,
 }
 
-/// How far a candidate's duration is known: the report's bound, duration_known and
-/// in_flight.
-#[derive(Clone, Copy, Debug)]
+/// How far a candidate's duration is known (the report's bound, duration_known and
+/// in_flight), and, for a call, how it ended and what it waited for.
+#[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct DurFacts {
     pub(crate) bound: Bound,
     pub(crate) known: DurationKnown,
     /// Cut by the trace's start or end.
     pub(crate) in_flight: Option<InFlight>,
+    /// The errno a slow call returned (`connect() = -1 ETIMEDOUT`).
+    pub(crate) error: Option<&'static str>,
+    /// A wait for a lock or for a reply (`ResolvedCall::waits`): never a wait for work.
+    pub(crate) waits: super::call::Waits,
 }
 
 /// A candidate just stored, for the holds unit.
@@ -251,12 +255,17 @@ impl Stalls {
                     bound: cx.bound(),
                     known: call_known(cx),
                     in_flight: cx.sc.in_flight,
+                    error: match cx.sc.ret {
+                        crate::event::Ret::Err(e) => Some(e),
+                        _ => None,
+                    },
+                    waits: cx.waits,
                 }
             } else {
                 DurFacts {
                     bound: Bound::Exact,
                     known: DurationKnown::Measured,
-                    in_flight: None,
+                    ..Default::default()
                 }
             },
             phase: None,
@@ -473,7 +482,10 @@ pub(crate) fn keep(c: &Cand, role: Role, gaps_ok: bool) -> bool {
         // (saving, freeing memory for UNLINK/FLUSHALL ASYNC); io threads spin without a
         // syscall while they wait for the main thread's hand-off.
         StallKind::Gap => matches!(role, Role::Main | Role::Other) && gaps_ok,
-        StallKind::SlowSyscall => !c.syscall.is_some_and(|n| is_idle(n, role)),
+        StallKind::SlowSyscall => {
+            c.dur_facts.waits != super::call::Waits::AsNamed
+                || !c.syscall.is_some_and(|n| is_idle(n, role))
+        }
     }
 }
 

@@ -4,7 +4,7 @@
 //! `ResolvedCall` every unit reads (`observe`). Process structure from clone/fork is applied
 //! after the units have seen the call (`after`), as the units expect the parent's view.
 
-use super::call::{Facts, ResolvedCall, ThreadIdx};
+use super::call::{Facts, ResolvedCall, ThreadIdx, Waits};
 use super::roles::{decide, Role, RoleEvidence, Situation, Why};
 use crate::event::{Event, Extra, Nanos, Ret, Syscall, Tid};
 use crate::fdtable::{FdTable, FileClass, FileId, FileInfo, ProcKey};
@@ -23,6 +23,9 @@ struct ThreadRec {
     /// (evidence epoch, role) of the last role decision: roles change rarely, the hot path
     /// asks for them on every event.
     role_cache: Cell<Option<(u64, Role)>>,
+    /// The fd of an outgoing connection this thread's last call sent a request on (or the
+    /// wait for its reply that followed): its next wait or read there is for that reply.
+    sent: Option<i32>,
 }
 
 pub(crate) struct World {
@@ -49,6 +52,8 @@ pub(crate) struct World {
     any_poll: bool,
     /// The trace is read: roles are decided on what it showed as a whole.
     finished: bool,
+    /// The most threads strace said it attached to (`attached with 11 threads`).
+    announced: u32,
 }
 
 impl World {
@@ -70,6 +75,7 @@ impl World {
             any_epoll: false,
             any_poll: false,
             finished: false,
+            announced: 0,
         }
     }
 
@@ -132,6 +138,23 @@ impl World {
         i
     }
 
+    /// `Process N attached with K threads`: K threads were there to trace.
+    pub(crate) fn announce(&mut self, threads: Option<u32>) {
+        self.announced = self.announced.max(threads.unwrap_or(0));
+    }
+
+    /// Threads strace announced at attach that made no call in the trace (at least this
+    /// many: a thread created later counts as one seen): each blocked in one call since
+    /// before the trace began, or never scheduled.
+    pub(crate) fn silent_threads(&self) -> u64 {
+        let seen = self
+            .threads
+            .iter()
+            .filter(|t| t.proc == ProcKey::Root && t.calls > 0)
+            .count();
+        u64::from(self.announced).saturating_sub(seen as u64)
+    }
+
     /// strace's first "Process N attached" names the traced process.
     pub(crate) fn on_attach(&mut self, tid: Tid) -> Option<ThreadIdx> {
         if self.root_pid.is_none() && self.threads.is_empty() {
@@ -165,6 +188,7 @@ impl World {
             sc.fd
         };
         t.calls += 1;
+        let sent = t.sent;
         // The counts only grow: a first epoll or poll wait is a change `count` reports.
         if t.evidence.count(facts, class) {
             self.role_epoch += 1;
@@ -175,6 +199,14 @@ impl World {
             Some((epoch, role)) if epoch == self.role_epoch => role,
             _ => self.role_at(thread),
         };
+        // Nearly every call: no request just sent, no lock: one test.
+        // (A send matters only on an outgoing connection: not a reply to a client.)
+        let request = facts.has(Facts::SEND) && class == Some(FileClass::Replica);
+        let waits = if sent.is_none() && !request && !matches!(sc.extra, Extra::LockWait) {
+            Waits::AsNamed
+        } else {
+            self.note_waits(thread, role, class, sc)
+        };
         let dur = sc.dur.unwrap_or(0);
         ResolvedCall {
             ev,
@@ -184,7 +216,9 @@ impl World {
             proc,
             facts,
             role,
-            idle: facts.is_idle_in(role),
+            // A wait for a lock or for a reply is never a wait for work.
+            idle: facts.is_idle_in(role) && waits == Waits::AsNamed,
+            waits,
             file: resolved.map(|r| r.file),
             class,
             call_fd,
@@ -192,6 +226,22 @@ impl World {
             timed: sc.dur.is_some(),
             end: ev.ts + dur,
         }
+    }
+
+    /// What a call that may wait for a lock or a reply waits for (`waits_for`), and the fd
+    /// its thread waits for a reply on after it (`sent_after`). Out of the common path.
+    #[inline(never)]
+    fn note_waits(
+        &mut self,
+        thread: ThreadIdx,
+        role: Role,
+        class: Option<FileClass>,
+        sc: &Syscall,
+    ) -> Waits {
+        let t = &mut self.threads[thread.get()];
+        let waits = waits_for(t.sent, sc, role);
+        t.sent = sent_after(waits, class, sc);
+        waits
     }
 
     /// The process structure a clone or fork creates, applied once every unit has seen the
@@ -231,6 +281,13 @@ impl World {
     /// An answered PSYNC/SYNC turned a client connection into a replication link.
     pub(crate) fn became_replica(&mut self, conn: (ProcKey, i32)) {
         self.fds.reclassify(conn.0, conn.1, FileClass::Replica);
+    }
+
+    /// The thread received, sent or accepted on something other than a disk file
+    /// (`RoleEvidence::serves`).
+    pub(crate) fn serves(&self, tid: Tid) -> bool {
+        self.known(tid)
+            .is_some_and(|t| self.threads[t.get()].evidence.serves)
     }
 
     /// The role a thread has on current evidence (final at `finish`).
@@ -440,6 +497,42 @@ impl World {
     /// Final roles of every thread seen, for the report builders.
     pub(crate) fn roles(&self) -> impl Iterator<Item = (ThreadIdx, Role)> + '_ {
         (0..self.threads.len() as u32).map(|i| (ThreadIdx(i), self.role_at(ThreadIdx(i))))
+    }
+}
+
+/// What a call waits for, given the fd its thread had just sent a request on. redis's I/O
+/// threads park on a mutex the main thread holds while there is no work (redis 6/7's
+/// io_threads_mutex, valkey's the same way): their lock wait is a wait for work.
+fn waits_for(sent: Option<i32>, sc: &Syscall, role: Role) -> Waits {
+    if matches!(sc.extra, Extra::LockWait) {
+        return if role == Role::IoThread {
+            Waits::AsNamed
+        } else {
+            Waits::Lock
+        };
+    }
+    match sent {
+        Some(fd)
+            if sc.sys.facts.has(Facts::POLL)
+                || (sc.fd == Some(fd) && sc.sys.facts.has(Facts::RECV)) =>
+        {
+            Waits::Reply(fd)
+        }
+        _ => Waits::AsNamed,
+    }
+}
+
+/// The fd a thread waits for a reply on after this call: a request sent on an outgoing
+/// connection (its class from the connect), kept through a poll/select for the reply.
+fn sent_after(waits: Waits, class: Option<FileClass>, sc: &Syscall) -> Option<i32> {
+    let sent_now = sc.sys.facts.has(Facts::SEND)
+        && sc.sys.puts
+        && class == Some(FileClass::Replica)
+        && sc.ret.val().is_some_and(|n| n > 0);
+    match waits {
+        _ if sent_now => sc.fd,
+        Waits::Reply(fd) if sc.sys.facts.has(Facts::POLL) => Some(fd),
+        _ => None,
     }
 }
 

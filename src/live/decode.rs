@@ -276,7 +276,8 @@ fn decode_args(tid: Tid, sc: &mut Syscall, a: &[u64; 6], ret: Option<i64>, data:
 pub(super) fn decodes_more(sys: &SysInfo) -> bool {
     !matches!(
         sys.args,
-        ArgKind::Data | ArgKind::Restart | ArgKind::Nothing
+        // A connect's peer address is read from strace's text only.
+        ArgKind::Data | ArgKind::Restart | ArgKind::Nothing | ArgKind::Connect | ArgKind::Futex
     )
 }
 

@@ -497,6 +497,7 @@ impl<W: Write> Recorder<W> {
                 )
             }
             Extra::Resumes(n) => format!("<... resuming interrupted {n} ...>"),
+            Extra::LockWait => "0x1, FUTEX_WAIT_PRIVATE, 2, NULL".to_string(),
             Extra::None => fd(self).unwrap_or_default(),
         }
     }

@@ -105,6 +105,8 @@ pub struct InFlightRows<'r> {
     /// Of those, the ones listed here or as stalls.
     pub listed_at_end: usize,
     pub threads: u64,
+    /// Threads strace attached to that made no call (`Summary::silent_threads`).
+    pub silent: u64,
     /// The others, each a thread's wait for work: which thread waits in what (the first few).
     pub parked: &'r [Parked],
     /// Parked calls past `parked`.
@@ -138,7 +140,11 @@ fn terminal(r: &Report) -> Vec<Section<'_>> {
         worst,
         more,
     }));
-    if !r.in_flight.is_empty() || r.summary.in_flight_at_end > 0 || !r.parked_at_end.is_empty() {
+    if !r.in_flight.is_empty()
+        || r.summary.in_flight_at_end > 0
+        || !r.parked_at_end.is_empty()
+        || r.summary.silent_threads > 0
+    {
         out.push(Section::InFlight(InFlightRows {
             rows: first(&r.in_flight, 10),
             more: r.in_flight.len().saturating_sub(10),
@@ -150,6 +156,7 @@ fn terminal(r: &Report) -> Vec<Section<'_>> {
                 .filter(|s| s.in_flight == Some(crate::event::InFlight::AtEnd))
                 .count(),
             threads: r.summary.threads,
+            silent: r.summary.silent_threads,
             parked: first(&r.parked_at_end, 10),
             parked_more: r.parked_at_end.len().saturating_sub(10),
             timed: r.source.clock != crate::report::ClockKind::None,

@@ -545,6 +545,15 @@ fn in_flight(f: &InFlightRows, w: &mut dyn Write, p: &Paint) -> io::Result<()> {
         );
         w.write_all(wrap(&line, 2).as_bytes())?;
     }
+    if f.silent > 0 {
+        let line = format!(
+            "{} thread{} strace attached to made no call the trace shows (silent: blocked in one \
+             call since before it began, idle, or its calls filtered out)",
+            f.silent,
+            plural(f.silent)
+        );
+        w.write_all(wrap(&line, 2).as_bytes())?;
+    }
     // Which thread waits in what: a hang in which every thread is parked names them all.
     for k in f.parked {
         w.write_all(wrap(&parked_words(k, f.timed), 4).as_bytes())?;

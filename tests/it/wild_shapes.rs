@@ -292,3 +292,158 @@ fn no_socket_is_the_aof_and_no_finding_lacks_its_evidence() {
         }
     }
 }
+
+/// A connect names its peer and its error: a refused TCP connect, a slow unix-socket one, a
+/// timed-out IPv6 one, each on fd 5 after the last was closed. Each socket has a row of its
+/// own (by peer), and none is called a replication link for being connected.
+#[test]
+fn a_stall_on_connect_names_the_peer_and_the_error() {
+    let r = wild("connect-peers.strace");
+    let causes: Vec<&str> = r["stalls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["cause"].as_str().unwrap_or(""))
+        .collect();
+    let has = |want: &[&str]| causes.iter().any(|c| want.iter().all(|w| c.contains(w)));
+    assert!(
+        has(&["connect()", "10.1.2.3:6380", "ECONNREFUSED"]),
+        "{causes:?}"
+    );
+    assert!(
+        has(&["connect()", "/var/run/redis/redis.sock"]),
+        "{causes:?}"
+    );
+    assert!(has(&["connect()", "[::1]:6379", "ETIMEDOUT"]), "{causes:?}");
+    assert!(
+        !causes.iter().any(|c| c.contains("replication")),
+        "{causes:?}"
+    );
+    let paths: Vec<&str> = r["fds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["fd"].as_i64() == Some(5))
+        .map(|f| f["path"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(
+        paths.len(),
+        3,
+        "one row per socket on the reused fd: {paths:?}"
+    );
+}
+
+/// `[...]` on a line of its own is an elision (lines left out by whoever pasted the trace):
+/// no gap spans it. A call line whose end a paste ate (`write(8, "+OK\r\n", 5 <0.000010>`)
+/// returned (it has a duration): damaged, not a call still running at the end.
+#[test]
+fn an_elision_and_a_damaged_line_are_no_stalls() {
+    let r = wild("elided-and-damaged.strace");
+    assert_eq!(r["summary"]["stalls"].as_u64(), Some(0), "{}", r["stalls"]);
+    let skipped: Vec<(u64, String)> = r["skipped"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["line"].as_u64().unwrap_or(0),
+                s["reason"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    assert!(
+        skipped
+            .iter()
+            .any(|(l, why)| *l == 5 && why.contains("left out")),
+        "{skipped:?}"
+    );
+    assert!(
+        skipped
+            .iter()
+            .any(|(l, why)| *l == 11 && why.contains("damaged")),
+        "{skipped:?}"
+    );
+    // Only the last line (epoll_wait, cut by the end of the trace) is still running.
+    assert_eq!(r["summary"]["in_flight_at_end"].as_u64(), Some(1));
+}
+
+/// A hang: the main thread and 7301 wait in `futex(..., FUTEX_WAIT_PRIVATE, 2, NULL)`
+/// (glibc's contended-mutex value): waits for a lock, not for work; 7302's value-0 wait
+/// (a condition variable) is one. strace attached 4 threads, 3 made a call: 1 is silent.
+#[test]
+fn a_contended_futex_is_a_lock_wait_and_silent_threads_are_named() {
+    let r = wild("futex-hang.strace");
+    let lock_tids: Vec<u64> = r["stalls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["cause"].as_str().unwrap_or("").contains("lock"))
+        .filter_map(|s| s["tid"].as_u64())
+        .collect();
+    assert!(lock_tids.contains(&7300), "{}", r["stalls"]);
+    assert!(lock_tids.contains(&7301), "{}", r["stalls"]);
+    let parked: Vec<u64> = r["parked_at_end"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p["tid"].as_u64())
+        .collect();
+    assert_eq!(parked, vec![7302], "{}", r["parked_at_end"]);
+    assert_eq!(r["summary"]["silent_threads"].as_u64(), Some(1));
+}
+
+/// A runtime's helper thread (8201: futex wakes, madvise, sched_yield, nanosleep) serves
+/// no one: its gaps are its own work, no stall. A worker that reads jobs and writes
+/// results (8202) serves: its gap stays a stall.
+#[test]
+fn a_runtime_helper_s_gaps_are_no_stalls() {
+    let r = wild("runtime-helper-gaps.strace");
+    let tids: Vec<u64> = r["stalls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|s| s["tid"].as_u64())
+        .collect();
+    assert!(!tids.contains(&8201), "{}", r["stalls"]);
+    assert!(tids.contains(&8202), "{}", r["stalls"]);
+}
+
+/// A client with no event loop sends a request on the connection it made and waits 3 s in
+/// poll() for the answer, then 2 s in read() after another: both are stalls on the reply,
+/// not idle waits; the quick round trips before are not.
+#[test]
+fn a_request_then_a_wait_is_a_stall_on_the_reply() {
+    let r = wild("request-then-poll.strace");
+    let stalls = r["stalls"].as_array().unwrap();
+    let calls: Vec<&str> = stalls
+        .iter()
+        .map(|s| s["syscall"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(stalls.len(), 2, "{calls:?} {}", r["stalls"]);
+    assert!(
+        calls.contains(&"poll") && calls.contains(&"read"),
+        "{calls:?}"
+    );
+    for s in stalls {
+        assert!(
+            s["cause"].as_str().unwrap_or("").contains("reply"),
+            "{}",
+            s["cause"]
+        );
+    }
+    assert!(finding_ids(&r).contains(&"awaits-reply".to_string()));
+}
+
+/// perf trace prints a futex as `op: WAIT_PRIVATE, val: 2`: a lock wait too, so not in the
+/// IDLE table of waits for work (`JS Watchdog/947933` in the whole-machine trace).
+#[test]
+fn a_perf_contended_futex_is_no_wait_for_work() {
+    let r = wild("whole-machine-comms.perf.txt");
+    let idle: Vec<&str> = r["idle"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|i| i["syscall"].as_str())
+        .collect();
+    assert!(!idle.contains(&"futex"), "{idle:?}");
+}

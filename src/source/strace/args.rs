@@ -300,6 +300,8 @@ fn extra_of(kind: ArgKind, a0: &[u8], rest: &[u8], args: &[u8]) -> Option<Extra>
             let n = r.iter().take_while(|b| is_name_byte(**b)).count();
             (n > 0).then(|| Extra::Resumes(intern(&r[..n])))
         }
+        ArgKind::Futex => futex_lock(first_arg(rest)),
+        ArgKind::Connect => peer_address(first_arg(rest).0).map(Extra::Path),
         ArgKind::Data | ArgKind::Nothing => None,
     }
 }
@@ -321,6 +323,48 @@ fn close_range(a0: &[u8], a1: &[u8]) -> Option<Extra> {
         parse_u64(a1).map(|v| v.0.min(u32::MAX as u64) as u32)?
     };
     Some(Extra::CloseRange(lo, hi))
+}
+
+/// `futex(addr, FUTEX_WAIT_PRIVATE, 2, NULL)` (perf trace: `op: WAIT|PRIVATE_FLAG, val: 2`,
+/// its labels stripped): a wait on a lock glibc marked contended (2).
+fn futex_lock((op, r): (&[u8], &[u8])) -> Option<Extra> {
+    let val = parse_u64(skip_ws(first_arg(r).0)).map(|v| v.0);
+    let op = skip_ws(op);
+    let op = op.strip_prefix(b"FUTEX_").unwrap_or(op);
+    let wait = op.starts_with(b"WAIT") && !op.starts_with(b"WAIT_REQUEUE");
+    (wait && val == Some(2)).then_some(Extra::LockWait)
+}
+
+/// The peer a connect names, as the report shows it: `10.0.0.2:6380`, `[::1]:6379`, a unix
+/// socket's path (`@name` for an abstract one). None for a family or shape not known here.
+fn peer_address(a: &[u8]) -> Option<Box<str>> {
+    let field = |key: &[u8]| memmem::find(a, key).map(|i| &a[i + key.len()..]);
+    let quoted = |key: &[u8]| -> Option<String> {
+        let r = field(key)?;
+        let (abstract_ns, r) = match r.strip_prefix(b"@") {
+            Some(r) => (true, r),
+            None => (false, r),
+        };
+        let (bytes, _, _) = unescape(r.strip_prefix(b"\"")?, 256);
+        let s = String::from_utf8_lossy(&bytes);
+        Some(if abstract_ns {
+            format!("@{s}")
+        } else {
+            s.into_owned()
+        })
+    };
+    if let Some(p) = quoted(b"sun_path=") {
+        return Some(p.into_boxed_str());
+    }
+    let port = parse_u64(field(b"port=htons(")?)?.0;
+    let addr = if let Some(v4) = quoted(b"inet_addr(") {
+        v4
+    } else {
+        let r = field(b"inet_pton(")?;
+        let r = &r[memchr::memchr(b',', r)? + 1..];
+        format!("[{}]", path_arg(r)?)
+    };
+    Some(format!("{addr}:{port}").into_boxed_str())
 }
 
 /// A bare fd number as the whole first argument (`8, ...` or `8`), the common case that

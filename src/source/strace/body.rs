@@ -735,7 +735,7 @@ mod tests {
             // --secontext after the pid and after an fd annotation.
             (
                 r#"151020 [unconfined_t] 14:37:21.990449 connect(3<UNIX-STREAM:[524197]> [unconfined_t], {sa_family=AF_UNIX, sun_path="/run/dbus/system_bus_socket" [system_dbusd_var_run_t]}, 30) = 0 <0.000033>"#,
-                call(151020, tod(14, 37, 21, 990_449), 1, "connect").fd(3).fd_path("UNIX-STREAM:[524197]").val(0).measured(33 * US).0,
+                call(151020, tod(14, 37, 21, 990_449), 1, "connect").fd(3).fd_path("UNIX-STREAM:[524197]").extra(Extra::Path("/run/dbus/system_bus_socket".into())).val(0).measured(33 * US).0,
             ),
             // -yy on a returned socket fd.
             (

@@ -101,6 +101,32 @@ impl Default for StraceParser {
     }
 }
 
+/// A line of its own that marks lines left out: `[...]`, `...`, `…` (UTF-8 e2 80 a6),
+/// `[…]`, `[snip]`.
+fn is_elision(raw: &[u8]) -> bool {
+    let t = trim_end(skip_ws(raw));
+    let inner = t
+        .strip_prefix(b"[")
+        .and_then(|r| r.strip_suffix(b"]"))
+        .map_or(t, |r| trim_end(skip_ws(r)));
+    matches!(
+        inner,
+        b"..." | b"...." | b"\xe2\x80\xa6" | b"snip" | b"<snip>"
+    ) || t == b"<snip>"
+}
+
+/// A call's text ends in a `-T` duration (`... <0.000010>`).
+fn ends_in_duration(b: &[u8]) -> bool {
+    let Some(r) = b.strip_suffix(b">") else {
+        return false;
+    };
+    let Some(i) = memmem::rfind(r, b" <") else {
+        return false;
+    };
+    let d = &r[i + 2..];
+    !d.is_empty() && d.iter().all(|c| c.is_ascii_digit() || *c == b'.') && d.contains(&b'.')
+}
+
 impl StraceParser {
     pub fn new(default_pid: Tid) -> Self {
         StraceParser {
@@ -293,6 +319,10 @@ impl StraceParser {
                 // strace was killed). Keep it as a call in flight at the end.
                 let (_, b) = parse_prefix(raw);
                 let b = trim_end(b);
+                // ...unless it ends in a duration: it returned, and a paste ate its end.
+                if ends_in_duration(b) {
+                    return LineOutcome::Skipped(SkipReason::Damaged);
+                }
                 let n = b.iter().take_while(|c| is_name_byte(**c)).count();
                 if n > 0 && b.get(n) == Some(&b'(') && defer {
                     // The traced program's own output printed into the line (strace and
@@ -314,6 +344,7 @@ impl StraceParser {
                 return LineOutcome::Skipped(SkipReason::CutOff);
             }
             Err(_) if is_summary_line(raw) => return LineOutcome::Used,
+            Err(_) if is_elision(raw) => return LineOutcome::Skipped(SkipReason::Elided),
             Err(r) => return LineOutcome::Skipped(r),
         };
         let ts = if matches!(body, Body::Noise) {
