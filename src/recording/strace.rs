@@ -108,6 +108,8 @@ pub fn parse_sched(text: &str) -> Result<HashMap<u64, SchedSpan>, String> {
                 runnable_ns: num(k + 1)?,
                 minor_faults: num(k + 2)?,
                 major_faults: num(k + 3)?,
+                // Not recorded: a replay's split has no throttled part (REPORT.md).
+                throttled_ns: None,
             })
         };
         let line = num(0).ok_or_else(bad)?;

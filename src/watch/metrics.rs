@@ -202,6 +202,91 @@ struct Families {
     event_log_errors: ByInstance<Counter>,
     ring_evicted: ByInstance<Counter>,
     ring_bytes: ByInstance<Gauge>,
+    /// What each watched instance's cgroup limits did (read at each scrape).
+    cgroup: CgroupMetrics,
+}
+
+/// `stallscope_cgroup_memory_events_total`'s labels: the instance, and the event, from a
+/// closed set.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CgroupEventLabels {
+    instance: String,
+    event: &'static str,
+}
+
+const MEMORY_EVENTS: [&str; 4] = ["high", "max", "oom", "failcnt"];
+
+/// Each watched instance's cgroup (its container), as the cgroup's own counters say
+/// (`live::cgroup`): its CPU quota's throttling and its memory limit's events, added at each
+/// scrape by what they did since the last one. No label names the cgroup (a path is no label
+/// value): the instance label says whose it is.
+struct CgroupMetrics {
+    periods: ByInstance<Counter>,
+    throttled_periods: ByInstance<Counter>,
+    throttled_seconds: ByInstance<SecondsCounter>,
+    memory_events: Family<CgroupEventLabels, Counter>,
+    reclaimed_pages: ByInstance<Counter>,
+    /// By instance label: the cgroup followed and its counters when last published.
+    followed: Mutex<HashMap<String, (crate::live::cgroup::Cgroup, crate::live::cgroup::CgRaw)>>,
+}
+
+impl CgroupMetrics {
+    fn register(r: &mut Registry) -> Self {
+        CgroupMetrics {
+            periods: reg(r, "cgroup_cpu_periods", "CFS periods of the instance's cgroup with runnable tasks (cpu.stat nr_periods)", Family::default()),
+            throttled_periods: reg(r, "cgroup_cpu_throttled_periods", "Periods in which the instance's cgroup's CPU quota ran out and its tasks were stopped (cpu.stat nr_throttled)", Family::default()),
+            throttled_seconds: reg(r, "cgroup_cpu_throttled_seconds", "Time the instance's cgroup's tasks were stopped by its CPU quota, summed over its CPUs (cpu.stat throttled_time / throttled_usec)", Family::default()),
+            memory_events: reg(r, "cgroup_memory_events", "The instance's cgroup at its memory limit: memory.events high (over memory.high: reclaimed and throttled), max (at memory.max), oom (cgroup v2), failcnt (a v1 charge that hit memory.limit_in_bytes)", Family::default()),
+            reclaimed_pages: reg(r, "cgroup_memory_direct_reclaimed_pages", "Pages the instance's cgroup's own tasks reclaimed (v2 memory.stat pgsteal_direct)", Family::default()),
+            followed: Mutex::new(HashMap::default()),
+        }
+    }
+
+    /// Adds what every followed cgroup's counters did since the last scrape.
+    fn publish(&self) {
+        let mut followed = self.followed.lock().unwrap_or_else(|e| e.into_inner());
+        for (label, (cg, last)) in followed.iter_mut() {
+            let now = cg.read();
+            let d = now.since(last);
+            *last = now;
+            let l = InstanceLabel {
+                instance: label.clone(),
+            };
+            self.periods.get_or_create(&l).inc_by(d.nr_periods);
+            self.throttled_periods.get_or_create(&l).inc_by(d.nr_throttled);
+            self.throttled_seconds
+                .get_or_create(&l)
+                .inc_by(d.throttled_ns as f64 / 1e9);
+            let events = [d.mem_high, d.mem_max, d.mem_oom, d.failcnt];
+            for (event, n) in MEMORY_EVENTS.into_iter().zip(events) {
+                let e = CgroupEventLabels {
+                    instance: label.clone(),
+                    event,
+                };
+                self.memory_events.get_or_create(&e).inc_by(n);
+            }
+            self.reclaimed_pages
+                .get_or_create(&l)
+                .inc_by(d.direct_reclaimed_pages);
+        }
+    }
+
+    /// Instance `label`'s cgroup from now on (counted from now: a restarted redis adds only
+    /// what happens while it is watched); None stops following it, what it did until now
+    /// kept.
+    fn follow(&self, label: &str, cg: Option<crate::live::cgroup::Cgroup>) {
+        self.publish();
+        let mut followed = self.followed.lock().unwrap_or_else(|e| e.into_inner());
+        match cg {
+            Some(c) => {
+                let now = c.read();
+                followed.insert(label.to_string(), (c, now));
+            }
+            None => {
+                followed.remove(label);
+            }
+        }
+    }
 }
 
 /// Every metric, cheap to clone (handles share their values): the per-instance families
@@ -343,6 +428,7 @@ impl Families {
             event_log_errors,
             ring_evicted,
             ring_bytes,
+            cgroup: CgroupMetrics::register(r),
         }
     }
 }
@@ -421,6 +507,7 @@ impl Metrics {
         if let Some(rss) = self_rss_bytes() {
             self.rss.set(rss as i64);
         }
+        self.fam.cgroup.publish();
         let mut s = String::new();
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut s, &self.registry);
@@ -458,6 +545,12 @@ pub(crate) struct InstanceMetrics {
 }
 
 impl InstanceMetrics {
+    /// From now on the instance's cgroup series follow `pid`'s cgroup; None stops them.
+    pub(crate) fn watch_cgroup(&self, pid: Option<crate::event::Tid>) {
+        let cg = pid.and_then(|p| crate::live::cgroup::Cgroup::of(std::path::Path::new("/"), p));
+        self.fam.cgroup.follow(&self.label, cg);
+    }
+
     /// Counts a stall (`l.instance` is filled in).
     pub(crate) fn count_stall(&self, mut l: StallLabels) {
         l.instance.clone_from(&self.label);

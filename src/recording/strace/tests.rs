@@ -411,6 +411,7 @@ fn the_scheduler_split_of_long_calls_and_gaps_reads_back_at_their_lines() {
         runnable_ns: run,
         minor_faults: minor,
         major_faults: 0,
+        throttled_ns: None,
     };
     let with = |at: Nanos, dur: Nanos, during, before| {
         let mut s = sc("read", Some(8), Ret::Val(3), dur);
@@ -622,6 +623,7 @@ fn a_gap_through_a_quiet_call_reads_back_with_its_split() {
         runnable_ns: run,
         minor_faults: 0,
         major_faults: 0,
+        throttled_ns: None,
     };
     let with = |name: &'static str, fd: i32, at: Nanos, before: Option<SchedDelta>| {
         let mut s = sc(name, Some(fd), Ret::Val(0), 1_000);
