@@ -1709,7 +1709,10 @@ mod tests {
         };
         // A 50 ms gap at 0..50 ms; readings at -100, 0 (none yet), 100 ms.
         let gap = cand(StallKind::Gap, None, None);
-        let throttled = cg(false, vec![reading(-100, 0, 0), reading(0, 0, 0), reading(100, 40, 0)]);
+        let throttled = cg(
+            false,
+            vec![reading(-100, 0, 0), reading(0, 0, 0), reading(100, 40, 0)],
+        );
         with_cgroup(limits.quota(), Some(&throttled), |ev| {
             let (id, why) = explain(ev, &gap, Role::Main, None);
             assert_eq!(id, Some(FindingId::CpuThrottled), "{why}");
@@ -1719,18 +1722,27 @@ mod tests {
         // Where the backend measures it, no estimate: the split said no throttle.
         let exact = cg(true, throttled.readings.clone());
         with_cgroup(limits.quota(), Some(&exact), |ev| {
-            assert_eq!(explain(ev, &gap, Role::Main, None).0, Some(FindingId::Command));
+            assert_eq!(
+                explain(ev, &gap, Role::Main, None).0,
+                Some(FindingId::Command)
+            );
         });
         // A window in which the cgroup throttled less than half the stall: not throttling.
         let little = cg(false, vec![reading(0, 0, 0), reading(100, 10, 0)]);
         with_cgroup(limits.quota(), Some(&little), |ev| {
-            assert_eq!(explain(ev, &gap, Role::Main, None).0, Some(FindingId::Command));
+            assert_eq!(
+                explain(ev, &gap, Role::Main, None).0,
+                Some(FindingId::Command)
+            );
         });
         let reclaim = cg(true, vec![reading(0, 0, 0), reading(100, 0, 3)]);
         with_cgroup(limits.quota(), Some(&reclaim), |ev| {
             let (id, why) = explain(ev, &gap, Role::Main, None);
             assert_eq!(id, Some(FindingId::MemoryReclaim), "{why}");
-            assert!(why.contains("memory.high 256 MiB") && why.contains("3 memory.high events"), "{why}");
+            assert!(
+                why.contains("memory.high 256 MiB") && why.contains("3 memory.high events"),
+                "{why}"
+            );
             // A stall another rule explains keeps its finding; the reclaim is said.
             let mut starved = gap.clone();
             starved.sched = Some(crate::event::SchedDelta {
@@ -1740,7 +1752,10 @@ mod tests {
             });
             let (id, why) = explain(ev, &starved, Role::Main, None);
             assert_eq!(id, Some(FindingId::CpuStarvation), "{why}");
-            assert!(why.contains("meanwhile the cgroup hit its memory limit"), "{why}");
+            assert!(
+                why.contains("meanwhile the cgroup hit its memory limit"),
+                "{why}"
+            );
         });
     }
 

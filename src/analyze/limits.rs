@@ -48,7 +48,10 @@ pub(crate) fn amend(
         let part = (w.delta.throttled_ns as i64).min(c.dur);
         let took = part * 2 >= c.dur;
         if took && (open || id == Some(FindingId::CpuStarvation)) {
-            text.push_str(&format!("; {}", estimate_words(&ev.limits, part, c.dur, &w)));
+            text.push_str(&format!(
+                "; {}",
+                estimate_words(&ev.limits, part, c.dur, &w)
+            ));
             return (Some(FindingId::CpuThrottled), text);
         }
     }
@@ -112,4 +115,3 @@ fn reclaim_words(l: &CgroupLimits, w: &CgWindow) -> String {
 pub(crate) fn mib(b: u64) -> String {
     format!("{:.0} MiB", b as f64 / (1u64 << 20) as f64)
 }
-

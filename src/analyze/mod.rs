@@ -255,7 +255,10 @@ impl Analyzer {
 
     /// Live: the cgroup's readings over the trace (the /proc sampler's), read by the rules
     /// of `limits` when the report is made; ignored when the process's cgroup is not known.
-    pub fn cgroup_readings(&mut self, readings: Vec<(crate::event::Nanos, crate::live::cgroup::CgRaw)>) {
+    pub fn cgroup_readings(
+        &mut self,
+        readings: Vec<(crate::event::Nanos, crate::live::cgroup::CgRaw)>,
+    ) {
         if let Some(c) = &mut self.opts.cgroup {
             c.readings = readings;
         }

@@ -8,8 +8,7 @@
 
 use crate::event::{Nanos, Tid};
 use crate::report::{
-    CgroupLimits, CgroupMemory, CgroupReport, CgroupTotals, CgroupVersion, Pressure,
-    PressureShares,
+    CgroupLimits, CgroupMemory, CgroupReport, CgroupTotals, CgroupVersion, Pressure, PressureShares,
 };
 use std::path::{Path, PathBuf};
 
@@ -149,7 +148,11 @@ pub struct CgWindow {
 /// reading at or before `from` to the first at or after `to` (the first and last readings
 /// when the window runs past them).
 pub(crate) fn window(readings: &[(Nanos, CgRaw)], from: Nanos, to: Nanos) -> Option<CgWindow> {
-    let a = readings.iter().rev().find(|r| r.0 <= from).or(readings.first())?;
+    let a = readings
+        .iter()
+        .rev()
+        .find(|r| r.0 <= from)
+        .or(readings.first())?;
     let b = readings.iter().find(|r| r.0 >= to).or(readings.last())?;
     (b.0 > a.0).then(|| CgWindow {
         span_ns: b.0 - a.0,
@@ -185,7 +188,10 @@ impl Cgroup {
 
     /// The trace's pressure: the host's, and the cgroup's where it has pressure files.
     pub(crate) fn pressure(&self, w: &CgWindow) -> Option<Pressure> {
-        let host = self.host_psi.is_some().then(|| w.delta.host_psi.shares(w.span_ns));
+        let host = self
+            .host_psi
+            .is_some()
+            .then(|| w.delta.host_psi.shares(w.span_ns));
         let cgroup = self.has_psi().then(|| w.delta.psi.shares(w.span_ns));
         (host.is_some() || cgroup.is_some()).then_some(Pressure { host, cgroup })
     }
@@ -212,11 +218,14 @@ impl Cgroup {
             let path = cpu1.as_ref().or(mem1.as_ref())?.0.clone();
             let memory_path = mem1.as_ref().map(|m| m.0.clone()).filter(|p| *p != path);
             // Pressure of the unified hierarchy of a hybrid host, else of the v1 CPU cgroup.
-            let psi_dir = [v2.as_ref().map(|v| &v.1), cpu1.as_ref().map(|c| &c.1)]
+            // Not the root's: its pressure is the host's.
+            let own = |c: &Option<(String, PathBuf)>| {
+                c.as_ref().filter(|c| c.0 != "/").map(|c| c.1.clone())
+            };
+            let psi_dir = [own(&v2), own(&cpu1)]
                 .into_iter()
                 .flatten()
-                .find(|d| d.join("cpu.pressure").exists())
-                .cloned();
+                .find(|d| d.join("cpu.pressure").exists());
             Cgroup {
                 version: CgroupVersion::V1,
                 path,
@@ -228,13 +237,15 @@ impl Cgroup {
             }
         } else {
             let (path, dir) = v2?;
+            let psi_dir =
+                Some(dir.clone()).filter(|d| path != "/" && d.join("cpu.pressure").exists());
             Cgroup {
                 version: CgroupVersion::V2,
                 path,
                 memory_path: None,
                 cpu_dir: Some(dir.clone()),
                 mem_dir: Some(dir.clone()),
-                psi_dir: Some(dir).filter(|d| d.join("cpu.pressure").exists()),
+                psi_dir,
                 host_psi,
             }
         };

@@ -6,8 +6,8 @@
 //! pids and network) and what its cgroup path names. The sessions layer (`session`) runs them; nothing here knows the commands.
 
 pub(crate) mod bpf;
-pub mod container;
 pub(crate) mod cgroup;
+pub mod container;
 mod decode;
 mod fed;
 pub(crate) mod host;

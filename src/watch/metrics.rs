@@ -253,7 +253,9 @@ impl CgroupMetrics {
                 instance: label.clone(),
             };
             self.periods.get_or_create(&l).inc_by(d.nr_periods);
-            self.throttled_periods.get_or_create(&l).inc_by(d.nr_throttled);
+            self.throttled_periods
+                .get_or_create(&l)
+                .inc_by(d.nr_throttled);
             self.throttled_seconds
                 .get_or_create(&l)
                 .inc_by(d.throttled_ns as f64 / 1e9);

@@ -973,7 +973,10 @@ mod tests {
             (d.on_cpu_ns, d.runnable_ns, d.minor_faults, d.major_faults),
             (30_000, 60_000, 2, 0)
         );
-        assert_eq!(d.throttled_ns, None, "not measured without the throttle programs");
+        assert_eq!(
+            d.throttled_ns, None,
+            "not measured without the throttle programs"
+        );
         let t = delta(&[0, 0, 0, 0, 7_000], &[0, 60_000, 0, 0, 47_000], true);
         assert_eq!(t.throttled_ns, Some(40_000));
         let s = crate::report::StallSched::of(&t, 100_000);
