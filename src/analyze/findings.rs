@@ -107,7 +107,7 @@ fn explain_trace(
                 io_wait_words(c, &who, &d, &during, &v),
             );
         }
-        if let Some(v) = sched_of_gap(a.fault_copy, a.quota, c, role, &who, &d, &during, running) {
+        if let Some(v) = sched_of_gap(a, c, role, &who, &d, &during, running) {
             return v;
         }
         // Kept in a trace missing calls only because commands waited through it (`Kept`).
@@ -406,8 +406,7 @@ fn bytes_words(b: u64) -> String {
 
 /// A gap of a client-facing thread explained by the scheduler, when it says enough.
 fn sched_of_gap(
-    fault_copy: Option<u64>,
-    quota: Option<(u64, u64)>,
+    a: &Evidence<'_>,
     c: &Cand,
     role: Role,
     who: &str,
@@ -418,12 +417,12 @@ fn sched_of_gap(
     if !matches!(role, Role::Main | Role::IoThread) {
         return None;
     }
-    let s = SchedSplit::of(c, fault_copy)?;
+    let s = SchedSplit::of(c, a.fault_copy)?;
     let w = s.words();
     if s.throttled(c.dur) {
         return Some((
             Some(FindingId::CpuThrottled),
-            format!("{who} {d}{during}: {}", throttled_words(quota, &s, c.dur)),
+            format!("{who} {d}{during}: {}", throttled_words(a.quota, &s, c.dur)),
         ));
     }
     if s.starved(c.dur) {
@@ -493,21 +492,10 @@ fn cause_of_call(
     let fsync = sys.facts.has(Facts::FSYNC);
     let class = file.map(|f| f.class).unwrap_or(FileClass::Unknown);
     let sched = SchedSplit::of(c, a.fault_copy);
+    if let Some(v) = cpu_wait_cause(a, c, role, sched.as_ref(), during) {
+        return v;
+    }
     match (role, class, sys.blocking) {
-        (Role::Main | Role::IoThread, _, _) if sched.as_ref().is_some_and(|s| s.throttled(c.dur)) => (
-            Some(FindingId::CpuThrottled),
-            format!(
-                "the call was ready to go on but {}{during}",
-                sched.as_ref().map(|s| throttled_words(a.quota, s, c.dur)).unwrap_or_default()
-            ),
-        ),
-        (Role::Main | Role::IoThread, _, _) if sched.as_ref().is_some_and(|s| s.starved(c.dur)) => (
-            Some(FindingId::CpuStarvation),
-            format!(
-                "the call was ready to go on but waited for a CPU ({}): CPU starvation{during}",
-                sched.as_ref().map(SchedSplit::words).unwrap_or_default()
-            ),
-        ),
         (Role::Main, FileClass::Client, _) if c.phase.is_some() && sched.as_ref().is_some_and(SchedSplit::fault_burst) => (
             Some(FindingId::CowPageFaults),
             format!(
@@ -580,6 +568,36 @@ fn cause_of_call(
         ),
         _ => (None, "no finding explains it".into()),
     }
+}
+
+/// A call of a client-facing thread that was ready to go on and waited for a CPU most of
+/// its time: the quota's throttling, or other work on its CPUs.
+fn cpu_wait_cause(
+    a: &Evidence<'_>,
+    c: &Cand,
+    role: Role,
+    sched: Option<&SchedSplit>,
+    during: &str,
+) -> Option<(Option<FindingId>, String)> {
+    let s = sched.filter(|_| matches!(role, Role::Main | Role::IoThread))?;
+    if s.throttled(c.dur) {
+        return Some((
+            Some(FindingId::CpuThrottled),
+            format!(
+                "the call was ready to go on but {}{during}",
+                throttled_words(a.quota, s, c.dur)
+            ),
+        ));
+    }
+    s.starved(c.dur).then(|| {
+        (
+            Some(FindingId::CpuStarvation),
+            format!(
+                "the call was ready to go on but waited for a CPU ({}): CPU starvation{during}",
+                s.words()
+            ),
+        )
+    })
 }
 
 /// Fsyncs of one file by the main thread from which on they are steady: redis's
