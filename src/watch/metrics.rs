@@ -1041,6 +1041,57 @@ mod tests {
         );
     }
 
+    /// Each instance's cgroup counters are published at each scrape by what they did since
+    /// the last one, from the cgroup followed (a fake v2 tree here), and stop with it.
+    #[test]
+    fn the_cgroup_counters_follow_each_instances_cgroup() {
+        let tmp = tempfile::tempdir().unwrap();
+        let put = |rel: &str, text: &str| {
+            let p = tmp.path().join(rel);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, text).unwrap();
+        };
+        put("proc/5/cgroup", "0::/box\n");
+        put(
+            "proc/self/mountinfo",
+            "30 22 0:26 / /cg rw - cgroup2 cgroup2 rw\n",
+        );
+        let stat = |periods: u64, throttled: u64, usec: u64| {
+            format!("nr_periods {periods}\nnr_throttled {throttled}\nthrottled_usec {usec}\n")
+        };
+        put("cg/box/cpu.stat", &stat(10, 4, 1_000_000));
+        put("cg/box/memory.events", "high 7\nmax 0\noom 0\n");
+        let cg = crate::live::cgroup::Cgroup::of(tmp.path(), 5).unwrap();
+        let m = Metrics::new();
+        m.fam.cgroup.follow("r1", Some(cg));
+        put("cg/box/cpu.stat", &stat(13, 7, 1_250_000));
+        put("cg/box/memory.events", "high 9\nmax 1\noom 0\n");
+        let text = m.encode();
+        for want in [
+            "stallscope_cgroup_cpu_periods_total{instance=\"r1\"} 3",
+            "stallscope_cgroup_cpu_throttled_periods_total{instance=\"r1\"} 3",
+            "stallscope_cgroup_cpu_throttled_seconds_total{instance=\"r1\"} 0.25",
+            "stallscope_cgroup_memory_events_total{instance=\"r1\",event=\"high\"} 2",
+            "stallscope_cgroup_memory_events_total{instance=\"r1\",event=\"max\"} 1",
+            "stallscope_cgroup_memory_events_total{instance=\"r1\",event=\"failcnt\"} 0",
+        ] {
+            assert!(text.contains(want), "{want}: {text}");
+        }
+        // Published once: a scrape with nothing new adds nothing.
+        assert!(m
+            .encode()
+            .contains("stallscope_cgroup_cpu_periods_total{instance=\"r1\"} 3"));
+        // What happened before it stopped following is kept; nothing after.
+        put("cg/box/cpu.stat", &stat(14, 8, 1_300_000));
+        m.fam.cgroup.follow("r1", None);
+        put("cg/box/cpu.stat", &stat(20, 9, 9_000_000));
+        let text = m.encode();
+        assert!(
+            text.contains("stallscope_cgroup_cpu_periods_total{instance=\"r1\"} 4"),
+            "{text}"
+        );
+    }
+
     #[test]
     fn encodes_the_contract_names() {
         let m = Metrics::new();
