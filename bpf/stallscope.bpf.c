@@ -102,10 +102,13 @@ struct pt_regs {
 	} while (0)
 #endif
 
-// on_cpu_ns, runnable_ns, minor_faults, major_faults of the current task, cumulative.
+// on_cpu_ns, runnable_ns, minor_faults, major_faults of the current task, cumulative, and
+// the ns it waited for a CPU while its cgroup was throttled (the Throttling section below).
 struct sched_snap {
-	__u64 v[4];
+	__u64 v[5];
 };
+
+static __always_inline __u64 cg_throttled_ns(__u32 tid);
 
 struct entry {
 	__u64 ts;
@@ -206,28 +209,30 @@ struct exit_ctx {
 	__s64 ret;
 };
 
-static __always_inline void snap(struct sched_snap *s)
+static __always_inline void snap(struct sched_snap *s, __u32 tid)
 {
 	struct task_struct *t = (struct task_struct *)bpf_get_current_task();
 	s->v[0] = BPF_CORE_READ(t, se.sum_exec_runtime);
 	s->v[1] = BPF_CORE_READ(t, sched_info.run_delay);
 	s->v[2] = BPF_CORE_READ(t, min_flt);
 	s->v[3] = BPF_CORE_READ(t, maj_flt);
+	s->v[4] = cg_throttled_ns(tid);
 }
 
 // The same counters read with plain loads through the task's BTF pointer (tp_btf programs:
 // four loads instead of four bpf_probe_read_kernel calls). `bt` is null in the classic
 // programs, where the helper reads stay (kernels before bpf_get_current_task_btf).
-static __always_inline void snap_of(struct sched_snap *s, struct task_struct *bt)
+static __always_inline void snap_of(struct sched_snap *s, struct task_struct *bt, __u32 tid)
 {
 	if (!bt) {
-		snap(s);
+		snap(s, tid);
 		return;
 	}
 	s->v[0] = bt->se.sum_exec_runtime;
 	s->v[1] = bt->sched_info.run_delay;
 	s->v[2] = bt->min_flt;
 	s->v[3] = bt->maj_flt;
+	s->v[4] = cg_throttled_ns(tid);
 }
 
 // Is tgid traced? The attached process first; the map of forked children only once one
@@ -289,7 +294,7 @@ static __always_inline void emit_enter_only_of(struct entry *e, __u32 tid, __u32
 	for (int i = 0; i < 6; i++)
 		r->args[i] = e->args[i];
 	r->sched_enter = e->sched;
-	snap_of(&r->sched_exit, bt);
+	snap_of(&r->sched_exit, bt, tid);
 	r->arrival_first = 0;
 	r->arrival_at = 0;
 	submit(r);
@@ -311,7 +316,7 @@ static __always_inline void on_enter(struct entry *e, __u32 tid, __u32 tgid,
 	if (slot && slot->ts)
 		emit_enter_only_of(slot, tid, tgid, now, bt);
 	e->ts = now;
-	snap_of(&e->sched, bt);
+	snap_of(&e->sched, bt, tid);
 	if (slot)
 		*slot = *e;
 	else
@@ -349,7 +354,7 @@ static __always_inline void on_exit(__s64 nr, __s64 ret, __u32 tid, __u32 tgid,
 		for (int i = 0; i < 6; i++)
 			r->args[i] = 0;
 		__builtin_memset(&r->sched_enter, 0, sizeof(r->sched_enter));
-		snap_of(&r->sched_exit, bt);
+		snap_of(&r->sched_exit, bt, tid);
 		r->arrival_first = 0;
 		r->arrival_at = 0;
 		submit(r);
@@ -393,7 +398,7 @@ static __always_inline void on_exit(__s64 nr, __s64 ret, __u32 tid, __u32 tgid,
 	for (int i = 0; i < 6; i++)
 		r->args[i] = e->args[i];
 	r->sched_enter = e->sched;
-	snap_of(&r->sched_exit, bt);
+	snap_of(&r->sched_exit, bt, tid);
 	r->arrival_first = e->arrival_first;
 	r->arrival_at = e->arrival_at;
 	submit(r);
@@ -1104,5 +1109,172 @@ int cheap_sample(void *ctx)
 		return 0;
 	struct task_struct___cheap *t = (void *)bpf_get_current_task_btf();
 	cheap_check(th, tid, bpf_ktime_get_ns(), t, CHECK_RUNS);
+	return 0;
+}
+
+// ---- Throttling: the time a traced thread waited for a CPU because its cgroup's CPU quota
+// was spent ----
+//
+// A thread stopped by its cgroup's quota is still runnable, so the scheduler's run_delay counts
+// that wait with any other wait for a CPU. The programs here split it: when a traced thread
+// begins to wait (switched out while runnable, or woken), they note its group runqueue and
+// how much throttled time that runqueue had; when the thread is switched in again, the part of
+// its wait during which that runqueue was throttled is added to the thread's `total`, which
+// `snap` puts into each call's counters (v[4]). The runqueue's own clock of throttled time
+// (`throttled_clock_self`, `throttled_clock_self_time`, kernels 6.8 and later, those behind
+// cpu.stat.local) makes the split exact, a throttle that begins or ends during the wait
+// included; on an older kernel a wait that began while the runqueue was throttled counts
+// whole (its tail after the unthrottle, until the thread is picked, is counted too).
+// sched_switch and sched_wakeup carry no per-syscall flag: the cost follows context switches.
+
+struct rq___cg {
+	__u64 clock;
+} __attribute__((preserve_access_index));
+struct cfs_rq___cg {
+	int throttle_count;
+	__u64 throttled_clock_self;
+	__u64 throttled_clock_self_time;
+	struct rq___cg *rq;
+} __attribute__((preserve_access_index));
+struct sched_entity___cg {
+	struct cfs_rq___cg *cfs_rq;
+} __attribute__((preserve_access_index));
+struct task_struct___cg {
+	int pid;
+	int tgid;
+	struct sched_entity___cg se;
+} __attribute__((preserve_access_index));
+
+struct throttle_state {
+	__u64 since;  // when the thread began to wait (0: it is not waiting)
+	__u64 cfs_rq; // its group runqueue then
+	__u64 self0;  // that runqueue's throttled_clock_self_time then
+	__u64 pre;    // how long the runqueue had been throttled by then (or 1: throttled, no clock)
+	__u64 total;  // ns waited while the group was throttled, cumulative
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, struct throttle_state);
+} throttle SEC(".maps");
+
+// Whether any traced thread was ever throttled: until then `snap` skips the lookup (a hash
+// lookup per call entry and exit for nothing, on every host without a quota).
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} throttle_seen SEC(".maps");
+
+static __always_inline __u64 cg_throttled_ns(__u32 tid)
+{
+	__u32 zero = 0;
+	__u32 *seen = bpf_map_lookup_elem(&throttle_seen, &zero);
+	if (!seen || !*seen)
+		return 0;
+	struct throttle_state *s = bpf_map_lookup_elem(&throttle, &tid);
+	return s ? s->total : 0;
+}
+
+// How long `c` has been throttled in all, by its own clock (ns; 0 without the clock).
+static __always_inline __u64 cg_throttled_so_far(struct cfs_rq___cg *c)
+{
+	__u64 done = BPF_CORE_READ(c, throttled_clock_self_time);
+	__u64 start = BPF_CORE_READ(c, throttled_clock_self);
+	if (start) {
+		__u64 now = BPF_CORE_READ(c, rq, clock);
+		if (now > start)
+			done += now - start;
+	}
+	return done;
+}
+
+// A traced thread begins to wait for a CPU.
+static __always_inline void cg_wait_begins(struct task_struct___cg *t, __u32 tid, __u64 now)
+{
+	struct cfs_rq___cg *c = BPF_CORE_READ(t, se.cfs_rq);
+	if (!c)
+		return;
+	struct throttle_state *s = bpf_map_lookup_elem(&throttle, &tid);
+	__u64 pre;
+	if (bpf_core_field_exists(c->throttled_clock_self_time)) {
+		pre = cg_throttled_so_far(c);
+	} else {
+		// No clock: only a wait that begins throttled counts (whole).
+		if (!BPF_CORE_READ(c, throttle_count)) {
+			if (s)
+				s->since = 0;
+			return;
+		}
+		pre = 1;
+	}
+	if (!s) {
+		struct throttle_state n = { .since = now, .cfs_rq = (__u64)c, .pre = pre };
+		bpf_map_update_elem(&throttle, &tid, &n, BPF_NOEXIST);
+		return;
+	}
+	s->since = now;
+	s->cfs_rq = (__u64)c;
+	s->pre = pre;
+}
+
+// A traced thread is switched in: its wait ends.
+static __always_inline void cg_wait_ends(__u32 tid, __u64 now)
+{
+	struct throttle_state *s = bpf_map_lookup_elem(&throttle, &tid);
+	if (!s || !s->since)
+		return;
+	__u64 waited = now > s->since ? now - s->since : 0;
+	struct cfs_rq___cg *c = (struct cfs_rq___cg *)s->cfs_rq;
+	__u64 part;
+	if (bpf_core_field_exists(c->throttled_clock_self_time)) {
+		__u64 so_far = cg_throttled_so_far(c);
+		part = so_far > s->pre ? so_far - s->pre : 0;
+	} else {
+		part = waited;
+	}
+	if (part > waited)
+		part = waited;
+	s->since = 0;
+	if (!part)
+		return;
+	s->total += part;
+	__u32 zero = 0;
+	__u32 *seen = bpf_map_lookup_elem(&throttle_seen, &zero);
+	if (seen && !*seen)
+		*seen = 1;
+}
+
+#define TASK_RUNNING 0
+
+SEC("tp_btf/sched_switch")
+int btf_throttle_switch(__u64 *ctx)
+{
+	struct task_struct___cg *prev = (struct task_struct___cg *)ctx[1];
+	struct task_struct___cg *next = (struct task_struct___cg *)ctx[2];
+	__u64 now = 0;
+	if (traced(BPF_CORE_READ(next, tgid))) {
+		now = bpf_ktime_get_ns();
+		cg_wait_ends(BPF_CORE_READ(next, pid), now);
+	}
+	// Switched out while still runnable (preempted, or stopped by the quota).
+	if ((__u32)ctx[3] == TASK_RUNNING && traced(BPF_CORE_READ(prev, tgid))) {
+		if (!now)
+			now = bpf_ktime_get_ns();
+		cg_wait_begins(prev, BPF_CORE_READ(prev, pid), now);
+	}
+	return 0;
+}
+
+SEC("tp_btf/sched_wakeup")
+int btf_throttle_wakeup(__u64 *ctx)
+{
+	struct task_struct___cg *p = (struct task_struct___cg *)ctx[0];
+	if (!traced(BPF_CORE_READ(p, tgid)))
+		return 0;
+	cg_wait_begins(p, BPF_CORE_READ(p, pid), bpf_ktime_get_ns());
 	return 0;
 }

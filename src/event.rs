@@ -598,6 +598,9 @@ pub struct SchedDelta {
     pub runnable_ns: u64,
     pub minor_faults: u64,
     pub major_faults: u64,
+    /// Of the runnable time, the part the thread's cgroup was throttled (its CPU quota
+    /// spent): None where the backend does not measure it.
+    pub throttled_ns: Option<u64>,
 }
 
 /// `during`: from the call's entry to its exit; `before`: from the end of the thread's

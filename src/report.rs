@@ -523,7 +523,7 @@ pub struct NsPid {
 }
 
 /// What only a live session sees (flattened into the report: `host`, `overhead`,
-/// `container`; all absent offline).
+/// `container`, `cgroup`; all absent offline).
 #[derive(Clone, Debug, Serialize, Default)]
 pub struct LiveContext {
     /// /proc samples aligned with phases and stalls.
@@ -540,6 +540,10 @@ pub struct LiveContext {
     /// exact each figure is (`WatchTiers`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub watch_tiers: Option<WatchTiers>,
+    /// The traced process's cgroup, its limits and what they did over the trace (absent in
+    /// the root cgroup with no limits).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cgroup: Option<CgroupReport>,
 }
 
 #[derive(Clone, Debug, Serialize, Default)]
@@ -813,6 +817,10 @@ pub struct StallSched {
     pub on_cpu_us: i64,
     pub runnable_us: i64,
     pub blocked_us: i64,
+    /// Of `runnable_us`, the time the thread's cgroup was throttled by its CPU quota (bpf
+    /// backend, where the kernel's throttle state is read; absent where it is not measured).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub throttled_us: Option<i64>,
     pub minor_faults: u64,
     pub major_faults: u64,
     /// The call was already running when tracing began: the split covers only its traced
@@ -839,6 +847,7 @@ impl StallSched {
             on_cpu_us: on / 1000,
             runnable_us: run / 1000,
             blocked_us: (dur_ns - on - run).max(0) / 1000,
+            throttled_us: d.throttled_ns.map(|t| (t as i64).min(run) / 1000),
             minor_faults: d.minor_faults,
             major_faults: d.major_faults,
             since_attach: false,
@@ -935,6 +944,8 @@ pub enum FindingId {
     Fork,
     CowPageFaults,
     CpuStarvation,
+    CpuThrottled,
+    MemoryReclaim,
     Command,
     IoThreads,
     DiskContention,
@@ -964,6 +975,8 @@ impl FindingId {
             FindingId::Fork => "fork",
             FindingId::CowPageFaults => "cow-page-faults",
             FindingId::CpuStarvation => "cpu-starvation",
+            FindingId::CpuThrottled => "cpu-throttled",
+            FindingId::MemoryReclaim => "memory-reclaim",
             FindingId::Command => "command",
             FindingId::IoThreads => "io-threads",
             FindingId::DiskContention => "disk-contention",
@@ -984,7 +997,7 @@ impl FindingId {
 }
 
 impl FindingId {
-    pub const ALL: [FindingId; 23] = [
+    pub const ALL: [FindingId; 25] = [
         FindingId::AofFsyncAlways,
         FindingId::AofWriteActiveChild,
         FindingId::AofWritePendingFsync,
@@ -993,6 +1006,8 @@ impl FindingId {
         FindingId::Fork,
         FindingId::CowPageFaults,
         FindingId::CpuStarvation,
+        FindingId::CpuThrottled,
+        FindingId::MemoryReclaim,
         FindingId::Command,
         FindingId::IoThreads,
         FindingId::DiskContention,
@@ -1125,6 +1140,117 @@ pub struct HostContext {
     pub samples: Vec<HostSample>,
     /// Human-readable comparisons ("during the BGSAVE: minor faults 9,300/s vs 570/s before").
     pub notes: Vec<String>,
+    /// Pressure over the whole trace (absent on a kernel without PSI).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pressure: Option<Pressure>,
+}
+
+/// The cgroup version a process's controllers were read from.
+#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum CgroupVersion {
+    #[default]
+    V1,
+    V2,
+}
+
+/// A cgroup's limits (absent: none).
+#[derive(Clone, Debug, Serialize, Default, PartialEq)]
+pub struct CgroupLimits {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_quota_us: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_period_us: Option<u64>,
+    /// `cpu.max.burst` / `cpu.cfs_burst_us`, when set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_burst_us: Option<u64>,
+    /// v2 `memory.max` and `memory.high`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory_max_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory_high_bytes: Option<u64>,
+    /// v1 `memory.limit_in_bytes`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory_limit_in_bytes: Option<u64>,
+}
+
+impl CgroupLimits {
+    /// A quota with its period: "30 ms per 100 ms".
+    pub fn quota(&self) -> Option<(u64, u64)> {
+        Some((self.cpu_quota_us?, self.cpu_period_us?))
+    }
+    /// The memory limit that reclaim starts at: v2 high, else max, else v1's limit.
+    pub fn memory_limit(&self) -> Option<(&'static str, u64)> {
+        self.memory_high_bytes
+            .map(|b| ("memory.high", b))
+            .or(self.memory_max_bytes.map(|b| ("memory.max", b)))
+            .or(self
+                .memory_limit_in_bytes
+                .map(|b| ("memory.limit_in_bytes", b)))
+    }
+    /// A CPU quota or a memory limit is set (a period alone limits nothing).
+    pub fn any(&self) -> bool {
+        self.cpu_quota_us.is_some() || self.memory_limit().is_some()
+    }
+}
+
+/// What the cgroup's counters did over the trace (deltas from the first reading to the last).
+#[derive(Clone, Debug, Serialize, Default, PartialEq)]
+pub struct CgroupTotals {
+    /// CFS periods with runnable tasks, and those the quota ran out in.
+    pub nr_periods: u64,
+    pub nr_throttled: u64,
+    pub throttled_us: u64,
+    /// v2 `memory.events` high and max, and OOM; v1 `memory.failcnt`.
+    pub memory_high_events: u64,
+    pub memory_max_events: u64,
+    pub memory_oom_events: u64,
+    pub memory_failcnt: u64,
+    /// Pages reclaimed by the cgroup's own tasks (v2 `memory.stat` pgsteal_direct).
+    pub direct_reclaimed_pages: u64,
+}
+
+/// What counted against the memory limit at the end of the trace (bytes).
+#[derive(Clone, Debug, Serialize, Default, PartialEq)]
+pub struct CgroupMemory {
+    pub usage_bytes: u64,
+    pub anon_bytes: u64,
+    /// Page cache: the AOF's, the RDB's and the log's pages are charged here.
+    pub file_bytes: u64,
+}
+
+/// The report's `cgroup`: where the traced process runs and what its limits did.
+#[derive(Clone, Debug, Serialize, Default)]
+pub struct CgroupReport {
+    pub version: CgroupVersion,
+    /// The CPU controller's cgroup (v2: the one cgroup).
+    pub path: String,
+    /// v1, when the memory controller's cgroup is another one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory_path: Option<String>,
+    pub limits: CgroupLimits,
+    pub totals: CgroupTotals,
+    pub memory: CgroupMemory,
+}
+
+/// Pressure over a window: the share of it (%) in which some (or every) task waited for
+/// the resource.
+#[derive(Clone, Debug, Serialize, Default, PartialEq)]
+pub struct PressureShares {
+    pub cpu_some_pct: f64,
+    pub io_some_pct: f64,
+    pub io_full_pct: f64,
+    pub memory_some_pct: f64,
+    pub memory_full_pct: f64,
+}
+
+/// The host's and the cgroup's pressure over the whole trace (PSI).
+#[derive(Clone, Debug, Serialize, Default)]
+pub struct Pressure {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host: Option<PressureShares>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cgroup: Option<PressureShares>,
 }
 
 #[derive(Clone, Debug, Serialize, Default)]

@@ -56,11 +56,32 @@ pub(crate) struct Evidence<'a> {
     /// The most bytes one copy-on-write fault copies where the trace was taken, when the
     /// tracer knows (`Options::fault_copy_bytes`).
     pub(crate) fault_copy: Option<u64>,
+    /// The traced process's CPU quota and period (µs), live, when its cgroup has one.
+    pub(crate) quota: Option<(u64, u64)>,
+    /// Live: the cgroup's readings over the trace, for the rules that read them
+    /// (`limits`: memory reclaim, and throttling where the split does not measure it).
+    pub(crate) cgroup: Option<&'a super::limits::CgEvidence>,
 }
 
 /// (finding id, plain-words cause) for one stall. `running`: the command its thread ran
 /// through all of it, when known (`Held::running`).
 pub(crate) fn explain(
+    a: &Evidence<'_>,
+    c: &Cand,
+    role: Role,
+    running: Option<&str>,
+) -> (Option<FindingId>, String) {
+    let v = explain_trace(a, c, role, running);
+    match a.cgroup {
+        Some(cg) if matches!(role, Role::Main | Role::IoThread | Role::Other) => {
+            super::limits::amend(cg, c, v)
+        }
+        _ => v,
+    }
+}
+
+/// `explain` from the trace and the scheduler's split alone.
+fn explain_trace(
     a: &Evidence<'_>,
     c: &Cand,
     role: Role,
@@ -86,7 +107,7 @@ pub(crate) fn explain(
                 io_wait_words(c, &who, &d, &during, &v),
             );
         }
-        if let Some(v) = sched_of_gap(a.fault_copy, c, role, &who, &d, &during, running) {
+        if let Some(v) = sched_of_gap(a, c, role, &who, &d, &during, running) {
             return v;
         }
         // Kept in a trace missing calls only because commands waited through it (`Kept`).
@@ -281,9 +302,12 @@ const UPPER_BOUNDS_ONLY: &str = "every one of these durations is an upper bound 
 /// Where a stall's time went, by the scheduler's counters of the thread (live bpf backend):
 /// the input of the rules that tell a thread waiting for a CPU (`cpu-starvation`), one
 /// copying pages after a fork (`cow-page-faults`) and one busy in a command apart.
-struct SchedSplit {
+pub(crate) struct SchedSplit {
     on_ns: i64,
     runnable_ns: i64,
+    /// Of `runnable_ns`, the time the cgroup's CPU quota throttled the thread, where the
+    /// backend measures it.
+    throttled_ns: Option<i64>,
     minor_faults: u64,
     major_faults: u64,
     /// The most bytes a fault copies, when the tracer knows it.
@@ -308,9 +332,11 @@ impl SchedSplit {
     fn of(c: &Cand, fault_copy: Option<u64>) -> Option<Self> {
         let d = c.sched?;
         let on = (d.on_cpu_ns as i64).min(c.dur.max(0));
+        let runnable_ns = (d.runnable_ns as i64).min(c.dur.max(0) - on);
         Some(SchedSplit {
             on_ns: on,
-            runnable_ns: (d.runnable_ns as i64).min(c.dur.max(0) - on),
+            runnable_ns,
+            throttled_ns: d.throttled_ns.map(|t| (t as i64).min(runnable_ns)),
             minor_faults: d.minor_faults,
             major_faults: d.major_faults,
             fault_copy: fault_copy.filter(|b| *b > 0),
@@ -335,8 +361,17 @@ impl SchedSplit {
         }
     }
     /// Waiting for a CPU took at least half of the stall.
-    fn starved(&self, dur: i64) -> bool {
+    fn waited(&self, dur: i64) -> bool {
         self.runnable_ns * 2 >= dur
+    }
+    /// It waited for a CPU most of the stall, mostly because its cgroup's quota was spent.
+    fn throttled(&self, dur: i64) -> bool {
+        self.waited(dur) && self.throttled_ns.is_some_and(|t| t * 2 >= self.runnable_ns)
+    }
+    /// It waited for a CPU most of the stall, mostly while other work had the CPUs (not
+    /// its quota: `cpu-starvation` never stands for throttled time).
+    fn starved(&self, dur: i64) -> bool {
+        self.waited(dur) && !self.throttled(dur)
     }
     /// On a CPU for at least half of it.
     fn busy(&self, dur: i64) -> bool {
@@ -349,8 +384,15 @@ impl SchedSplit {
     }
     /// "240 ms waiting for a CPU, 60 ms on one, 1200 minor page faults"
     fn words(&self) -> String {
+        let throttled = match self.throttled_ns {
+            Some(t) if t > 0 => format!(
+                " ({} of it throttled by the cgroup's CPU quota)",
+                human(t / 1000)
+            ),
+            _ => String::new(),
+        };
         let mut w = format!(
-            "{} waiting for a CPU, {} on one",
+            "{} waiting for a CPU{throttled}, {} on one",
             human(self.runnable_ns / 1000),
             human(self.on_ns / 1000)
         );
@@ -366,6 +408,25 @@ impl SchedSplit {
     }
 }
 
+/// "the container's CPU quota of 30 ms per 100 ms stopped it for 62 ms of this 68 ms stall
+/// (cpu-throttled; ...)", from the measured split.
+fn throttled_words(quota: Option<(u64, u64)>, s: &SchedSplit, dur: i64) -> String {
+    let limit = match quota {
+        Some((q, p)) => format!(
+            "the container's CPU quota of {} per {}",
+            human(q as i64),
+            human(p as i64)
+        ),
+        None => "its cgroup's CPU quota (set on the cgroup or a parent)".to_string(),
+    };
+    format!(
+        "{limit} stopped it for {} of this {} stall (throttled: {}), not other work on its CPUs",
+        human(s.throttled_ns.unwrap_or(0) / 1000),
+        human(dur / 1000),
+        s.words()
+    )
+}
+
 /// "4 KiB", "2 MiB", "39 MiB".
 fn bytes_words(b: u64) -> String {
     match b {
@@ -378,7 +439,7 @@ fn bytes_words(b: u64) -> String {
 
 /// A gap of a client-facing thread explained by the scheduler, when it says enough.
 fn sched_of_gap(
-    fault_copy: Option<u64>,
+    a: &Evidence<'_>,
     c: &Cand,
     role: Role,
     who: &str,
@@ -389,8 +450,14 @@ fn sched_of_gap(
     if !matches!(role, Role::Main | Role::IoThread) {
         return None;
     }
-    let s = SchedSplit::of(c, fault_copy)?;
+    let s = SchedSplit::of(c, a.fault_copy)?;
     let w = s.words();
+    if s.throttled(c.dur) {
+        return Some((
+            Some(FindingId::CpuThrottled),
+            format!("{who} {d}{during}: {}", throttled_words(a.quota, &s, c.dur)),
+        ));
+    }
     if s.starved(c.dur) {
         // The command it ran through the gap is what held the clients; the missing CPU is
         // why it took so long.
@@ -466,14 +533,10 @@ fn cause_of_call(
     let fsync = sys.facts.has(Facts::FSYNC);
     let class = file.map(|f| f.class).unwrap_or(FileClass::Unknown);
     let sched = SchedSplit::of(c, a.fault_copy);
+    if let Some(v) = cpu_wait_cause(a, c, role, sched.as_ref(), during) {
+        return v;
+    }
     match (role, class, sys.blocking) {
-        (Role::Main | Role::IoThread, _, _) if sched.as_ref().is_some_and(|s| s.starved(c.dur)) => (
-            Some(FindingId::CpuStarvation),
-            format!(
-                "the call was ready to go on but waited for a CPU ({}): CPU starvation{during}",
-                sched.as_ref().map(SchedSplit::words).unwrap_or_default()
-            ),
-        ),
         (Role::Main, FileClass::Client, _) if c.phase.is_some() && sched.as_ref().is_some_and(SchedSplit::fault_burst) => (
             Some(FindingId::CowPageFaults),
             format!(
@@ -548,6 +611,36 @@ fn cause_of_call(
     }
 }
 
+/// A call of a client-facing thread that was ready to go on and waited for a CPU most of
+/// its time: the quota's throttling, or other work on its CPUs.
+fn cpu_wait_cause(
+    a: &Evidence<'_>,
+    c: &Cand,
+    role: Role,
+    sched: Option<&SchedSplit>,
+    during: &str,
+) -> Option<(Option<FindingId>, String)> {
+    let s = sched.filter(|_| matches!(role, Role::Main | Role::IoThread))?;
+    if s.throttled(c.dur) {
+        return Some((
+            Some(FindingId::CpuThrottled),
+            format!(
+                "the call was ready to go on but {}{during}",
+                throttled_words(a.quota, s, c.dur)
+            ),
+        ));
+    }
+    s.starved(c.dur).then(|| {
+        (
+            Some(FindingId::CpuStarvation),
+            format!(
+                "the call was ready to go on but waited for a CPU ({}): CPU starvation{during}",
+                s.words()
+            ),
+        )
+    })
+}
+
 /// Fsyncs of one file by the main thread from which on they are steady: redis's
 /// `appendfsync always` fsyncs the AOF once per event-loop turn that wrote.
 const STEADY_FSYNCS: u64 = 8;
@@ -605,6 +698,9 @@ struct ByFinding {
     /// the part of it the I/O threads waited for a CPU.
     io_measured: i64,
     io_runnable: i64,
+    /// Stalls whose throttled time was estimated from the cgroup's readings, not measured
+    /// (`limits`): they support a warning at most.
+    estimated: u64,
 }
 
 /// Everything a trace rule reads.
@@ -682,6 +778,69 @@ fn by_stalls(e: Option<&ByFinding>, base: Severity) -> Severity {
 
 fn warning(_: &Ctx<'_>, e: Option<&ByFinding>) -> Severity {
     by_stalls(e, Severity::Warning)
+}
+
+/// A warning at most: evidence sampled around the stalls, not measured in them.
+fn warning_at_most(_: &Ctx<'_>, e: Option<&ByFinding>) -> Severity {
+    by_stalls(e, Severity::Warning).min(Severity::Warning)
+}
+
+/// Critical on a measured throttled stall of 100 ms; never on an estimate.
+fn throttled_severity(_: &Ctx<'_>, e: Option<&ByFinding>) -> Severity {
+    let s = by_stalls(e, Severity::Warning);
+    if e.is_some_and(|e| e.estimated > 0) {
+        s.min(Severity::Warning)
+    } else {
+        s
+    }
+}
+
+fn throttled_title(cx: &Ctx<'_>, _: Option<&ByFinding>) -> String {
+    match cx.ev.quota {
+        Some((q, p)) => format!(
+            "The container's CPU quota ({} per {}) stopped redis (CPU throttling)",
+            human(q as i64),
+            human(p as i64)
+        ),
+        None => "The cgroup's CPU quota stopped redis (CPU throttling)".into(),
+    }
+}
+
+fn throttled_evidence(cx: &Ctx<'_>, e: Option<&ByFinding>) -> String {
+    let mut ev = stall_evidence(cx, e);
+    match e {
+        Some(e) if e.estimated > 0 => ev.push_str(&format!(
+            "; the throttled time of {} of them is estimated from the cgroup's cpu.stat over the readings \
+             around each (this backend does not measure it), so this is a warning at most",
+            e.estimated
+        )),
+        Some(_) => ev.push_str(
+            "; the throttled time of each stall is measured: the thread's wait for a CPU while its cgroup \
+             was throttled (bpf, the scheduler's own throttle state)",
+        ),
+        None => {}
+    }
+    ev
+}
+
+fn reclaim_evidence(cx: &Ctx<'_>, e: Option<&ByFinding>) -> String {
+    let mut ev = stall_evidence(cx, e);
+    let Some(cg) = cx.ev.cgroup else {
+        return ev;
+    };
+    if let Some((name, b)) = cg.limits.memory_limit() {
+        ev.push_str(&format!("; limit: {name} {}", super::limits::mib(b)));
+    }
+    if let Some((_, last)) = cg.readings.last() {
+        ev.push_str(&format!(
+            "; charged at the end: {} in all, {} anonymous (redis's data), {} page cache (the AOF's, RDB's \
+             and log's pages among it)",
+            super::limits::mib(last.usage),
+            super::limits::mib(last.anon),
+            super::limits::mib(last.file)
+        ));
+    }
+    ev
 }
 
 fn info(_: &Ctx<'_>, _: Option<&ByFinding>) -> Severity {
@@ -1097,6 +1256,41 @@ static RULES: &[Rule] = &[
          CPUAffinity) or lower the others' priority (nice). Save and rewrite children, io-threads \
          beyond the free cores and busy neighbours on the same cores all compete for it.",
     ),
+    Rule {
+        id: FindingId::CpuThrottled,
+        applies: on_stalls,
+        severity: throttled_severity,
+        title: Text::Made(throttled_title),
+        evidence: Text::Made(throttled_evidence),
+        advice: Text::Fixed(
+            "Redis was ready to run but its container's CPU quota for the period was spent: the kernel stops every \
+             thread of the cgroup until the next period (100 ms by default), however idle the host's CPUs are. Raise \
+             or remove the CPU limit (docker --cpus, Kubernetes resources.limits.cpu, cpu.max or cpu.cfs_quota_us) so \
+             that a period's quota covers redis's bursts (its save and rewrite children and io-threads spend the same \
+             quota), or allow a burst (cpu.max.burst, cpu.cfs_burst_us: unused quota carried into the next period). \
+             A shorter period (cpu.cfs_period_us) shortens each stop at the same share. Trade-off: a higher limit or a \
+             burst lets redis take CPU its neighbours on the host were promised (the limit is what protects them, and \
+             what you pay for); a burst only carries over quota left unused, so a steady load above the quota still \
+             throttles. Giving the CPUs to no one else is not the fix: throttling is not CPU starvation.",
+        ),
+        stalls: with_id,
+    },
+    Rule {
+        id: FindingId::MemoryReclaim,
+        applies: on_stalls,
+        severity: warning_at_most,
+        title: Text::Fixed("The container's memory limit made its tasks reclaim memory during stalls"),
+        evidence: Text::Made(reclaim_evidence),
+        advice: Text::Fixed(
+            "At memory.high (or memory.max, v1 limit_in_bytes) the kernel makes the cgroup's own allocating threads \
+             reclaim memory before they go on: redis's main thread pays for it, and the page cache of its AOF, RDB \
+             and log counts against the same limit. Set redis `maxmemory` well below the limit, leaving room for \
+             client buffers, copy-on-write during BGSAVE and AOF rewrites, and page cache; or raise the container's \
+             memory limit (memory.high / memory.max, Kubernetes resources.limits.memory). Trade-off: a lower \
+             maxmemory evicts (or refuses writes) sooner; a higher limit reserves memory neighbours cannot use.",
+        ),
+        stalls: with_id,
+    },
     on_its_stalls(
         FindingId::Command,
         "Commands held the main thread: slow, sleeping or blocking commands, or descheduling",
@@ -1250,7 +1444,13 @@ pub(crate) fn findings(
                 running: Default::default(),
                 io_measured: 0,
                 io_runnable: 0,
+                estimated: 0,
             });
+        if s.finding == Some(FindingId::CpuThrottled)
+            && s.sched.as_ref().and_then(|x| x.throttled_us).is_none()
+        {
+            e.estimated += 1;
+        }
         if let Some(r) = s.sched.as_ref().and_then(|x| x.io_threads_runnable_us) {
             e.io_measured += s.duration_us;
             e.io_runnable += r;
@@ -1490,6 +1690,14 @@ mod tests {
     }
 
     fn with_evidence<T>(f: impl FnOnce(&Evidence<'_>) -> T) -> T {
+        with_cgroup(None, None, f)
+    }
+
+    fn with_cgroup<T>(
+        quota: Option<(u64, u64)>,
+        cgroup: Option<&super::super::limits::CgEvidence>,
+        f: impl FnOnce(&Evidence<'_>) -> T,
+    ) -> T {
         let world = World::new(Some(100), Default::default(), None);
         let (phases, file_time) = (Phases::default(), FileTime::default());
         f(&Evidence {
@@ -1500,7 +1708,131 @@ mod tests {
             conf: None,
             threshold_us: 10_000,
             fault_copy: None,
+            quota,
+            cgroup,
         })
+    }
+
+    /// A thread that waited for a CPU mostly while its cgroup was throttled is
+    /// `cpu-throttled`, with the quota in the words; other waiting is `cpu-starvation`,
+    /// which never stands for throttled time.
+    #[test]
+    fn throttled_time_is_its_own_cause_and_never_starvation() {
+        use crate::event::SchedDelta;
+        let with = |kind, syscall, on_ms: u64, run_ms: u64, thr_ms: Option<u64>| {
+            let mut c = cand(kind, syscall, None);
+            c.sched = Some(SchedDelta {
+                on_cpu_ns: on_ms * MS as u64,
+                runnable_ns: run_ms * MS as u64,
+                throttled_ns: thr_ms.map(|t| t * MS as u64),
+                ..Default::default()
+            });
+            c
+        };
+        let (gap, call) = (StallKind::Gap, StallKind::SlowSyscall);
+        let cases: &[(Cand, Option<FindingId>, &str)] = &[
+            (with(gap, None, 5, 45, Some(40)), Some(FindingId::CpuThrottled),
+             "the container's CPU quota of 30 ms per 100 ms stopped it for 40 ms of this 50 ms stall"),
+            (with(gap, None, 5, 45, Some(0)), Some(FindingId::CpuStarvation), "45 ms waiting for a CPU, 5.0 ms on one"),
+            // Most of the wait was other work's: starvation, the throttled part said.
+            (with(gap, None, 5, 45, Some(20)), Some(FindingId::CpuStarvation), "(20 ms of it throttled by the cgroup's CPU quota)"),
+            (with(call, Some("write"), 1, 30, Some(28)), Some(FindingId::CpuThrottled), "ready to go on but the container's CPU quota"),
+            // Mostly on a CPU: throttled or not, a command.
+            (with(gap, None, 45, 5, Some(5)), Some(FindingId::Command), "a slow command"),
+        ];
+        with_cgroup(Some((30_000, 100_000)), None, |ev| {
+            for (i, (c, want, words)) in cases.iter().enumerate() {
+                let (id, why) = explain(ev, c, Role::Main, None);
+                assert_eq!(id, *want, "case {i}: {why}");
+                assert!(why.contains(words), "case {i}: {why}");
+            }
+        });
+        // The quota unknown (set on a parent, or unreadable): still throttling.
+        with_evidence(|ev| {
+            let (id, why) = explain(ev, &cases[0].0, Role::Main, None);
+            assert_eq!(id, Some(FindingId::CpuThrottled));
+            assert!(why.contains("its cgroup's CPU quota"), "{why}");
+        });
+    }
+
+    /// The cgroup's readings around a stall: an estimate of the throttled time where the
+    /// split does not measure it (said so), and memory reclaim.
+    #[test]
+    fn the_cgroups_readings_estimate_throttling_and_show_reclaim() {
+        use crate::live::cgroup::CgRaw;
+        use crate::report::CgroupLimits;
+        let reading = |at_ms: i64, throttled_ms: u64, high: u64| {
+            (
+                at_ms * MS,
+                CgRaw {
+                    throttled_ns: throttled_ms * MS as u64,
+                    nr_throttled: throttled_ms / 40,
+                    mem_high: high,
+                    ..Default::default()
+                },
+            )
+        };
+        let limits = CgroupLimits {
+            cpu_quota_us: Some(30_000),
+            cpu_period_us: Some(100_000),
+            memory_high_bytes: Some(256 << 20),
+            ..Default::default()
+        };
+        let cg = |exact, readings| super::super::limits::CgEvidence {
+            limits: limits.clone(),
+            readings,
+            exact_throttle: exact,
+        };
+        // A 50 ms gap at 0..50 ms; readings at -100, 0 (none yet), 100 ms.
+        let gap = cand(StallKind::Gap, None, None);
+        let throttled = cg(
+            false,
+            vec![reading(-100, 0, 0), reading(0, 0, 0), reading(100, 40, 0)],
+        );
+        with_cgroup(limits.quota(), Some(&throttled), |ev| {
+            let (id, why) = explain(ev, &gap, Role::Main, None);
+            assert_eq!(id, Some(FindingId::CpuThrottled), "{why}");
+            assert!(why.contains("about 40 ms of this 50 ms stall"), "{why}");
+            assert!(why.contains("estimated"), "{why}");
+        });
+        // Where the backend measures it, no estimate: the split said no throttle.
+        let exact = cg(true, throttled.readings.clone());
+        with_cgroup(limits.quota(), Some(&exact), |ev| {
+            assert_eq!(
+                explain(ev, &gap, Role::Main, None).0,
+                Some(FindingId::Command)
+            );
+        });
+        // A window in which the cgroup throttled less than half the stall: not throttling.
+        let little = cg(false, vec![reading(0, 0, 0), reading(100, 10, 0)]);
+        with_cgroup(limits.quota(), Some(&little), |ev| {
+            assert_eq!(
+                explain(ev, &gap, Role::Main, None).0,
+                Some(FindingId::Command)
+            );
+        });
+        let reclaim = cg(true, vec![reading(0, 0, 0), reading(100, 0, 3)]);
+        with_cgroup(limits.quota(), Some(&reclaim), |ev| {
+            let (id, why) = explain(ev, &gap, Role::Main, None);
+            assert_eq!(id, Some(FindingId::MemoryReclaim), "{why}");
+            assert!(
+                why.contains("memory.high 256 MiB") && why.contains("3 memory.high events"),
+                "{why}"
+            );
+            // A stall another rule explains keeps its finding; the reclaim is said.
+            let mut starved = gap.clone();
+            starved.sched = Some(crate::event::SchedDelta {
+                runnable_ns: 45 * MS as u64,
+                throttled_ns: Some(0),
+                ..Default::default()
+            });
+            let (id, why) = explain(ev, &starved, Role::Main, None);
+            assert_eq!(id, Some(FindingId::CpuStarvation), "{why}");
+            assert!(
+                why.contains("meanwhile the cgroup hit its memory limit"),
+                "{why}"
+            );
+        });
     }
 
     #[test]
@@ -1560,6 +1892,7 @@ mod tests {
                 runnable_ns: run_ms * MS as u64,
                 minor_faults: minor,
                 major_faults: 0,
+                throttled_ns: None,
             });
             c
         };
@@ -1618,6 +1951,7 @@ mod tests {
                 runnable_ns: 5 * MS as u64,
                 minor_faults: minor,
                 major_faults: 0,
+                throttled_ns: None,
             });
             c
         };
@@ -1631,6 +1965,8 @@ mod tests {
             conf: None,
             threshold_us: 10_000,
             fault_copy,
+            quota: None,
+            cgroup: None,
         };
         let huge = Some(2 << 20);
         let base = Some(4096);
@@ -1676,6 +2012,7 @@ mod tests {
             runnable_ns: 30 * MS as u64,
             minor_faults: 0,
             major_faults: 0,
+            throttled_ns: None,
         });
         let (id, why) = explain(&ev(base), &c, Role::Main, None);
         assert_eq!(id, Some(FindingId::CpuStarvation), "{why}");

@@ -286,6 +286,8 @@ mod tests {
             conf: None,
             threshold_us: 10_000,
             fault_copy: None,
+            quota: None,
+            cgroup: None,
         };
         let clock = Clock::none();
         // The commands unit's names: SET is the first one read.

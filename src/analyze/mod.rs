@@ -20,6 +20,7 @@ mod incidents;
 mod io_wait;
 mod kept;
 mod latency;
+pub mod limits;
 mod options;
 mod own_conns;
 mod phases;
@@ -231,6 +232,8 @@ impl Analyzer {
             conf: self.opts.redis_conf.as_ref(),
             threshold_us: self.opts.threshold_ns / 1000,
             fault_copy: self.opts.fault_copy_bytes,
+            quota: self.opts.cgroup.as_ref().and_then(|c| c.limits.quota()),
+            cgroup: self.opts.cgroup.as_ref(),
         }
     }
 
@@ -252,6 +255,17 @@ impl Analyzer {
         let gaps = self.gap_verdict(clock);
         let ev = self.evidence(gaps.as_ref());
         self.kept(&ev, clock).rows_at(&self.stalls, &fresh)
+    }
+
+    /// Live: the cgroup's readings over the trace (the /proc sampler's), read by the rules
+    /// of `limits` when the report is made; ignored when the process's cgroup is not known.
+    pub fn cgroup_readings(
+        &mut self,
+        readings: Vec<(crate::event::Nanos, crate::live::cgroup::CgRaw)>,
+    ) {
+        if let Some(c) = &mut self.opts.cgroup {
+            c.readings = readings;
+        }
     }
 
     pub fn finish(mut self, info: SourceInfo, counters: Counters) -> Report {

@@ -24,6 +24,9 @@ pub struct Options {
     /// The most bytes one copy-on-write page fault copies on the traced machine (live, from
     /// the kernel: a base page, or a huge page before Linux 5.8); None when not known.
     pub fault_copy_bytes: Option<u64>,
+    /// Live: the traced process's cgroup (limits from the start; readings added before the
+    /// report is made, `Analyzer::cgroup_readings`).
+    pub cgroup: Option<super::limits::CgEvidence>,
 }
 
 impl Default for Options {
@@ -37,6 +40,7 @@ impl Default for Options {
             timeline_floor_ns: None,
             stamped_at_stops: false,
             fault_copy_bytes: None,
+            cgroup: None,
         }
     }
 }

@@ -460,6 +460,12 @@ fn add_sched(a: crate::event::SchedDelta, b: crate::event::SchedDelta) -> crate:
         runnable_ns: a.runnable_ns + b.runnable_ns,
         minor_faults: a.minor_faults + b.minor_faults,
         major_faults: a.major_faults + b.major_faults,
+        // The empty sum a gap starts from (`Default`) knows no throttled part: measured
+        // pieces make it known.
+        throttled_ns: match (a.throttled_ns, b.throttled_ns) {
+            (None, None) => None,
+            (x, y) => Some(x.unwrap_or(0) + y.unwrap_or(0)),
+        },
     }
 }
 

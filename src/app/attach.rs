@@ -53,14 +53,20 @@ pub fn run(args: &AttachArgs) -> Result<u64> {
     );
     say_attached(&s, args);
     sink.redis = Some(&redis_side);
-    let (mut report, first_ts, record_err) = trace(&mut s, sink, args)?;
+    let (mut report, first_ts, record_err) = trace(&mut s, sink, args, Some(&sampler))?;
+    let cgroup = sampler.cgroup().cloned();
+    let raw = sampler.finish();
     add_host(
         &mut report,
-        host::samples(&sampler.finish(), s.clock.first),
+        host::samples(&raw, s.clock.first),
         interval,
         first_ts,
         s.clock.first,
     );
+    if let Some(cg) = &cgroup {
+        let origin = first_ts.unwrap_or(s.clock.first);
+        host::add_cgroup(&mut report, cg, cg.limits(), &raw, origin);
+    }
     redis_side.finish(&mut report)?;
     if let Some(e) = record_err {
         let path = args.record.as_deref().unwrap_or("");
@@ -77,9 +83,13 @@ pub(crate) fn trace(
     s: &mut LiveSession,
     mut sink: AttachSink,
     args: &AttachArgs,
+    sampler: Option<&host::Sampler>,
 ) -> Result<(Report, Option<Nanos>, Option<std::io::Error>)> {
     s.run(&mut sink)?;
     let stats = s.end();
+    if let Some(sm) = sampler {
+        LiveSession::cgroup_readings(&mut sink.an, sm);
+    }
     eprintln!(
         "stallscope: traced {} syscalls ({} of the main thread {}); {} lost",
         stats.syscalls, stats.main_syscalls, s.pid, stats.lost_events

@@ -8,8 +8,9 @@
 //! CPU quota and throttling, its memory limit and events, the pressure files) is more fields
 //! of `Raw`, read in `read_raw`, and so reaches both commands at once.
 
+use super::cgroup::{CgRaw, CgWindow, Cgroup};
 use crate::event::{Nanos, Tid};
-use crate::report::HostSample;
+use crate::report::{CgroupLimits, HostSample, Report};
 use procfs::process::Process;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -41,6 +42,8 @@ pub(crate) struct Raw {
     pub voluntary_cs: u64,
     pub involuntary_cs: u64,
     pub rss_kb: u64,
+    /// The process's cgroup and the host's pressure (cgroup.rs; zeros where not read).
+    pub cg: CgRaw,
 }
 
 /// Which readings a sampler keeps.
@@ -54,6 +57,8 @@ pub(crate) enum Keep {
 
 /// The sampler thread of one traced process and what it kept.
 pub(crate) struct Sampler {
+    /// The traced process's cgroup, found at the start (or the host's pressure alone).
+    cgroup: Option<Cgroup>,
     stop: Arc<AtomicBool>,
     kept: Arc<Mutex<Kept>>,
     handle: Option<std::thread::JoinHandle<()>>,
@@ -66,6 +71,9 @@ impl Sampler {
         let stop = Arc::new(AtomicBool::new(false));
         let kept = Arc::new(Mutex::new(Kept::new(keep, interval)));
         let (s, k) = (stop.clone(), kept.clone());
+        let root = std::path::Path::new("/");
+        let cgroup = Cgroup::of(root, pid).or_else(|| Cgroup::host_only(root));
+        let cg = cgroup.clone();
         let handle = std::thread::Builder::new()
             .name("procsampler".into())
             .spawn(move || {
@@ -74,13 +82,25 @@ impl Sampler {
                 };
                 while !s.load(Ordering::SeqCst) {
                     // Without the process's stat the process is gone.
-                    let Some(r) = read_raw(&p) else { break };
+                    let Some(r) = read_raw(&p, cg.as_ref()) else {
+                        break;
+                    };
                     k.lock().unwrap_or_else(|e| e.into_inner()).push(r);
                     std::thread::sleep(interval);
                 }
             })
             .ok();
-        Sampler { stop, kept, handle }
+        Sampler {
+            cgroup,
+            stop,
+            kept,
+            handle,
+        }
+    }
+
+    /// The traced process's cgroup, when it was found.
+    pub(crate) fn cgroup(&self) -> Option<&Cgroup> {
+        self.cgroup.as_ref()
     }
 
     /// The readings from just before `from` to just after `to` (monotonic ns).
@@ -187,7 +207,7 @@ impl Kept {
 
 /// Reads what a `Raw` holds; None when the process is gone. Each part that cannot be read
 /// (a kernel without schedstat, /proc/PID/io of another user) is 0.
-fn read_raw(p: &Process) -> Option<Raw> {
+fn read_raw(p: &Process, cg: Option<&Cgroup>) -> Option<Raw> {
     let st = p.stat().ok()?;
     let io = p.io().ok();
     let sched = p.schedstat().ok();
@@ -212,6 +232,7 @@ fn read_raw(p: &Process) -> Option<Raw> {
             .and_then(|s| s.nonvoluntary_ctxt_switches)
             .unwrap_or(0),
         rss_kb: status.as_ref().and_then(|s| s.vmrss).unwrap_or(0),
+        cg: cg.map(Cgroup::read).unwrap_or_default(),
     })
 }
 
@@ -281,6 +302,115 @@ pub(crate) fn sched_note(raw: &[Raw], from: Nanos, to: Nanos, what: &str) -> Opt
         b.involuntary_cs.saturating_sub(a.involuntary_cs),
         b.rss_kb / 1024
     ))
+}
+
+/// The cgroup's counters over [from, to] (monotonic ns), from the readings around it.
+pub(crate) fn cg_window(raw: &[Raw], from: Nanos, to: Nanos) -> Option<CgWindow> {
+    super::cgroup::window(&cg_readings(raw), from, to)
+}
+
+/// The cgroup's readings, as the analysis takes them (`analyze::limits::CgEvidence`).
+pub(crate) fn cg_readings(raw: &[Raw]) -> Vec<(Nanos, CgRaw)> {
+    raw.iter().map(|r| (r.mono, r.cg)).collect()
+}
+
+/// "{what} (200 ms of readings): the cgroup was throttled 62.0 ms in 1 period, 3 memory.high
+/// events; pressure (share of the time some task waited): cgroup cpu 61%, io 0%, memory 0%;
+/// host cpu 35%, io 2%, memory 0%".
+pub(crate) fn cg_note(cg: &Cgroup, w: &CgWindow, what: &str) -> String {
+    let d = &w.delta;
+    let mut parts = vec![];
+    if !cg.path.is_empty() {
+        parts.push(format!(
+            "the cgroup was throttled {:.1} ms in {} period{} (cpu.stat)",
+            d.throttled_ns as f64 / 1e6,
+            d.nr_throttled,
+            crate::units::plural(d.nr_throttled)
+        ));
+        for (n, name) in [
+            (d.mem_high, "memory.high event"),
+            (d.mem_max, "memory.max event"),
+            (d.failcnt, "memory.failcnt charge"),
+        ] {
+            if n > 0 {
+                parts.push(format!("{n} {name}{}", crate::units::plural(n)));
+            }
+        }
+    }
+    if let Some(p) = cg.pressure(w) {
+        let words = |s: &crate::report::PressureShares| {
+            format!(
+                "cpu {:.0}%, io {:.0}%, memory {:.0}%",
+                s.cpu_some_pct, s.io_some_pct, s.memory_some_pct
+            )
+        };
+        let mut pr = vec![];
+        if let Some(c) = &p.cgroup {
+            pr.push(format!("cgroup {}", words(c)));
+        }
+        if let Some(h) = &p.host {
+            pr.push(format!("host {}", words(h)));
+        }
+        parts.push(format!(
+            "pressure (share of the time some task waited): {}",
+            pr.join("; ")
+        ));
+    }
+    format!(
+        "{what} ({:.0} ms of readings): {}",
+        w.span_ns as f64 / 1e6,
+        parts.join(", ")
+    )
+}
+
+/// The cgroup's part of a live report from the sampler's readings (`origin`: the monotonic
+/// time of the report's `at_us` 0): `report.cgroup`, the trace's pressure in `report.host`,
+/// a note on the longest stalls. Returns each stall's window, the input of the rules that
+/// read the cgroup (`analyze::limits`).
+pub(crate) fn add_cgroup(
+    report: &mut Report,
+    cg: &Cgroup,
+    limits: CgroupLimits,
+    raw: &[Raw],
+    origin: Nanos,
+) -> Vec<Option<CgWindow>> {
+    let (Some(first), Some(last)) = (raw.first(), raw.last()) else {
+        return vec![None; report.stalls.len()];
+    };
+    report.live.cgroup = cg.report(limits, &first.cg, &last.cg);
+    let whole = cg_window(raw, first.mono, last.mono);
+    let windows: Vec<Option<CgWindow>> = report
+        .stalls
+        .iter()
+        .map(|s| {
+            let from = origin + s.at_us * 1000;
+            cg_window(raw, from, from + s.duration_us * 1000)
+        })
+        .collect();
+    let mut longest: Vec<usize> = (0..report.stalls.len()).collect();
+    longest.sort_by_key(|i| std::cmp::Reverse(report.stalls[*i].duration_us));
+    let mut notes = vec![];
+    for i in longest.into_iter().take(3) {
+        let s = &report.stalls[i];
+        if let Some(w) = &windows[i] {
+            let what = format!(
+                "during the {:.1} ms {} stall of {} at {}",
+                s.duration_us as f64 / 1000.0,
+                s.syscall.as_deref().unwrap_or("gap"),
+                s.who.thread,
+                s.ts
+            );
+            notes.push(cg_note(cg, w, &what));
+        }
+    }
+    if let Some(w) = &whole {
+        notes.push(cg_note(cg, w, "whole trace"));
+    }
+    if let Some(h) = &mut report.live.host {
+        h.pressure = whole.as_ref().and_then(|w| cg.pressure(w));
+        h.notes.extend(notes);
+    }
+    windows
 }
 
 #[cfg(test)]

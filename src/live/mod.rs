@@ -6,6 +6,7 @@
 //! pids and network) and what its cgroup path names. The sessions layer (`session`) runs them; nothing here knows the commands.
 
 pub(crate) mod bpf;
+pub(crate) mod cgroup;
 pub mod container;
 mod decode;
 mod fed;
@@ -75,6 +76,7 @@ pub(crate) fn sched_delta(from: &[u64; 4], to: &[u64; 4]) -> crate::event::Sched
         runnable_ns: to[1].saturating_sub(from[1]),
         minor_faults: to[2].saturating_sub(from[2]),
         major_faults: to[3].saturating_sub(from[3]),
+        throttled_ns: None,
     }
 }
 
@@ -206,6 +208,8 @@ pub struct Capabilities {
     /// When socket reads' data arrived: None when it has no means, Some(false) when this
     /// kernel lacks them.
     pub dates_arrivals: Option<bool>,
+    /// Its split measures the time the cgroup's CPU quota throttled the thread.
+    pub splits_throttle: bool,
 }
 
 impl Capabilities {
@@ -275,7 +279,13 @@ pub trait Tracer {
             reads_buffers: self.reads_buffers(),
             splits_sched: self.splits_sched(),
             dates_arrivals: self.dates_arrivals(),
+            splits_throttle: self.splits_throttle(),
         }
+    }
+    /// Whether its scheduler split says how much of the wait for a CPU was the cgroup's
+    /// quota throttling the thread (`SchedDelta::throttled_ns`).
+    fn splits_throttle(&self) -> bool {
+        false
     }
     /// Whether its socket reads carry when their data arrived (`Syscall::arrived`): None
     /// when the backend has no such means, Some(false) when this kernel lacks them.

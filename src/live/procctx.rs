@@ -302,6 +302,7 @@ pub fn attach_host_context(report: &mut Report, samples: Vec<HostSample>, interv
         sample_interval_ms: interval.as_millis() as u64,
         samples,
         notes,
+        pressure: None,
     });
 }
 

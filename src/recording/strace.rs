@@ -96,11 +96,26 @@ pub fn parse_sched(text: &str) -> Result<HashMap<u64, SchedSpan>, String> {
         }
         let bad = || {
             format!(
-                "line {}: not `LINE ON RUN MINOR MAJOR [ON RUN MINOR MAJOR | -]`: {l:?}",
+                "line {}: not `LINE ON RUN MINOR MAJOR [ON RUN MINOR MAJOR | -] [t=THROTTLED/THROTTLED]`: {l:?}",
                 i + 1
             )
         };
-        let f: Vec<&str> = l.split_whitespace().collect();
+        let mut f: Vec<&str> = l.split_whitespace().collect();
+        // The throttled parts (bpf), when measured: a last `t=DURING/BEFORE` (`-` for none).
+        let throttled = match f.last().and_then(|t| t.strip_prefix("t=")) {
+            Some(t) => {
+                let (d, b) = t.split_once('/').ok_or_else(bad)?;
+                f.pop();
+                let n = |v: &str| -> Result<Option<u64>, String> {
+                    match v {
+                        "-" => Ok(None),
+                        v => v.parse().map(Some).map_err(|_| bad()),
+                    }
+                };
+                (n(d)?, n(b)?)
+            }
+            None => (None, None),
+        };
         let num = |k: usize| f.get(k).and_then(|v| v.parse::<u64>().ok());
         let delta = |k: usize| -> Option<SchedDelta> {
             Some(SchedDelta {
@@ -108,13 +123,18 @@ pub fn parse_sched(text: &str) -> Result<HashMap<u64, SchedSpan>, String> {
                 runnable_ns: num(k + 1)?,
                 minor_faults: num(k + 2)?,
                 major_faults: num(k + 3)?,
+                throttled_ns: None,
             })
         };
         let line = num(0).ok_or_else(bad)?;
-        let during = delta(1).ok_or_else(bad)?;
+        let mut during = delta(1).ok_or_else(bad)?;
+        during.throttled_ns = throttled.0;
         let before = match f.get(5) {
             Some(&"-") if f.len() == 6 => None,
-            Some(_) if f.len() == 9 => Some(delta(5).ok_or_else(bad)?),
+            Some(_) if f.len() == 9 => Some(SchedDelta {
+                throttled_ns: throttled.1,
+                ..delta(5).ok_or_else(bad)?
+            }),
             _ => return Err(bad()),
         };
         out.insert(line, SchedSpan { during, before });
@@ -123,7 +143,8 @@ pub fn parse_sched(text: &str) -> Result<HashMap<u64, SchedSpan>, String> {
 }
 
 const SCHED_HEADER: &str = "# stallscope attach --record: the scheduler's split (bpf, perf), as `LINE` then, for the call on \
-                            that line and for the gap before it (or -): ns on a CPU, ns runnable, minor faults, major faults\n";
+                            that line and for the gap before it (or -): ns on a CPU, ns runnable, minor faults, major faults; \
+                            then, where measured (bpf), `t=` the ns of each runnable time its cgroup was throttled (- for none)\n";
 
 const LOST_HEADER: &str =
     "# stallscope attach --record: records the kernel dropped, as `LINE COUNT`: \
@@ -310,7 +331,12 @@ impl<W: Write> Recorder<W> {
             )
         };
         let before = s.before.as_ref().map_or_else(|| "-".to_string(), d);
-        writeln!(w, "{} {} {before}", self.lines + 1, d(&s.during))
+        let t = |x: Option<u64>| x.map_or_else(|| "-".to_string(), |v| v.to_string());
+        let throttled = match (s.during.throttled_ns, s.before.and_then(|b| b.throttled_ns)) {
+            (None, None) => String::new(),
+            (a, b) => format!(" t={}/{}", t(a), t(b)),
+        };
+        writeln!(w, "{} {} {before}{throttled}", self.lines + 1, d(&s.during))
     }
 
     /// Keeps when each socket read's data arrived in `w` (`FILE.arrivals`).

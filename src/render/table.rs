@@ -204,6 +204,9 @@ fn header(r: &Report, w: &mut dyn Write, p: &Paint) -> io::Result<()> {
     if let Some(c) = &r.live.container {
         w.write_all(wrap(&container_line(c, r.source.pid), 0).as_bytes())?;
     }
+    if let Some(line) = cgroup_line(r) {
+        w.write_all(wrap(&line, 0).as_bytes())?;
+    }
     caveats(r, w, p)?;
     if let Some(line) = tracing_cost(r) {
         w.write_all(wrap(&line, 0).as_bytes())?;
@@ -328,6 +331,54 @@ fn container_line(c: &crate::report::Container, pid: Option<u32>) -> String {
         line.push_str(&format!("; its files read through {v}"));
     }
     line
+}
+
+/// "cgroup v1 /box: CPU quota 30 ms per 100 ms, memory.limit_in_bytes 1024 MiB; over the
+/// trace throttled in 29 of 40 periods for 1.20 s, 3 memory.high events".
+fn cgroup_line(r: &Report) -> Option<String> {
+    let c = r.live.cgroup.as_ref()?;
+    let version = match c.version {
+        crate::report::CgroupVersion::V1 => "v1",
+        crate::report::CgroupVersion::V2 => "v2",
+    };
+    let mut limits = vec![];
+    if let Some((q, per)) = c.limits.quota() {
+        limits.push(format!(
+            "CPU quota {} per {}",
+            human(q as i64),
+            human(per as i64)
+        ));
+    }
+    if let Some((name, b)) = c.limits.memory_limit() {
+        limits.push(format!("{name} {:.0} MiB", b as f64 / (1u64 << 20) as f64));
+    }
+    if limits.is_empty() {
+        limits.push("no CPU or memory limit".into());
+    }
+    let t = &c.totals;
+    let mut over = vec![format!(
+        "throttled in {} of {} period{} for {}",
+        t.nr_throttled,
+        t.nr_periods,
+        plural(t.nr_periods),
+        human(t.throttled_us as i64)
+    )];
+    for (n, what) in [
+        (t.memory_high_events, "memory.high event"),
+        (t.memory_max_events, "memory.max event"),
+        (t.memory_oom_events, "OOM"),
+        (t.memory_failcnt, "memory.failcnt charge"),
+    ] {
+        if n > 0 {
+            over.push(format!("{n} {what}{}", plural(n)));
+        }
+    }
+    Some(format!(
+        "cgroup {version} {}: {}; over the trace {}",
+        c.path,
+        limits.join(", "),
+        over.join(", ")
+    ))
 }
 
 /// What the reader must know before trusting the figures: lost events, reconstructed

@@ -79,6 +79,7 @@ impl LiveSession {
         let mut s = Self::around(started, ctx, base, user_conf, fault_copy);
         s.live_clock = true;
         s.container = container::describe(pid, &[]);
+        s.opts.cgroup = cgroup_evidence(pid, s.caps.splits_throttle);
         s
     }
 
@@ -88,6 +89,13 @@ impl LiveSession {
         let mut c = self.container.clone()?;
         container::add_pids(&mut c, &stats.ns_pids);
         Some(c)
+    }
+
+    /// The readings of the cgroup's rules (`analyze::limits`) go to `an` before its report
+    /// is made: those of `sampler` so far.
+    pub(crate) fn cgroup_readings(an: &mut Analyzer, sampler: &crate::live::host::Sampler) {
+        let raw = sampler.window(Nanos::MIN / 2, Nanos::MAX / 2);
+        an.cgroup_readings(crate::live::host::cg_readings(&raw));
     }
 
     /// A session around a tracer that has already attached, with the process's context as
@@ -361,6 +369,21 @@ pub(crate) fn enrich(report: &mut Report, e: &Enrichment) {
     report
         .findings
         .extend(crate::analyze::findings::live_findings(&live));
+}
+
+/// What the analysis knows of `pid`'s cgroup from the start: its limits; None in the root
+/// cgroup with no limits, or when its cgroup cannot be read.
+fn cgroup_evidence(pid: Tid, exact_throttle: bool) -> Option<crate::analyze::limits::CgEvidence> {
+    let cg = crate::live::cgroup::Cgroup::of(std::path::Path::new("/"), pid)?;
+    let limits = cg.limits();
+    if cg.is_root() && !limits.any() {
+        return None;
+    }
+    Some(crate::analyze::limits::CgEvidence {
+        limits,
+        readings: vec![],
+        exact_throttle,
+    })
 }
 
 /// Above this share of the main thread's time spent in ptrace round trips, the report warns

@@ -50,6 +50,7 @@ impl ReplayTracer {
             reads_buffers,
             splits_sched: !recording.sched.is_empty(),
             dates_arrivals: (!recording.arrivals.is_empty()).then_some(true),
+            splits_throttle: false,
         };
         let inputs = Inputs::open(&[path.to_string()], InputFormat::Strace, false)
             .with_context(|| format!("{path}: cannot replay it"))?;

@@ -45,7 +45,7 @@ fn attach_replay(path: &str, record: Option<&str>, conf: Option<&str>) -> Report
     let mut s = LiveSession::around(started, ctx, &opts, conf, None);
     let mut sink = AttachSink::new(&s, &args).unwrap();
     sink.out = Box::new(std::io::sink());
-    let (report, _, err) = trace(&mut s, sink, &args).unwrap();
+    let (report, _, err) = trace(&mut s, sink, &args, None).unwrap();
     assert!(err.is_none(), "{err:?}");
     report
 }

@@ -168,6 +168,7 @@ pub(super) fn watch_session(
     let pid = s.pid;
     w.metrics.attached.set(1);
     w.metrics.attaches.inc();
+    w.metrics.watch_cgroup(Some(pid));
     w.observer.reset_process();
     w.ring.clear();
     w.reported_upto = None;

@@ -400,6 +400,7 @@ fn analyse(job: &mut Job) -> crate::report::Report {
         pid: Some(v.pid),
         clock: v.clock.clone(),
     };
+    an.cgroup_readings(super::host::cg_readings(&job.host));
     let mut report = an.finish(info, Counters::default());
     let span = job.events.back().map_or(0, |e| e.end()) - first_ts;
     // The watcher does not measure its own cost per incident (its metrics do).
@@ -424,6 +425,10 @@ fn analyse(job: &mut Job) -> crate::report::Report {
         super::cheap::into_report(&mut report, seen, first_ts);
     }
     add_host(&mut report, &job.host, first_ts);
+    let root = std::path::Path::new("/");
+    if let Some(cg) = crate::live::cgroup::Cgroup::of(root, v.pid) {
+        super::host::add_cgroup(&mut report, &cg, cg.limits(), &job.host, first_ts);
+    }
     if let Some(r) = job.redis.take() {
         // A log that cannot be read is a note in the report, never a lost incident.
         if let Err(e) = r.apply(&mut report) {
@@ -605,6 +610,7 @@ pub(crate) mod tests {
                     runnable_ns: dur as u64 - 1_000,
                     minor_faults: 0,
                     major_faults: 0,
+                    throttled_ns: None,
                 };
                 sc.sched = Some(Box::new(SchedSpan {
                     during: d,
@@ -650,6 +656,7 @@ pub(crate) mod tests {
                     reads_buffers: bpf,
                     splits_sched: bpf,
                     dates_arrivals: bpf.then_some(true),
+                    splits_throttle: false,
                 },
                 follow_forks: true,
                 own_conns: vec![],

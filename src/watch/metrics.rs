@@ -202,6 +202,93 @@ struct Families {
     event_log_errors: ByInstance<Counter>,
     ring_evicted: ByInstance<Counter>,
     ring_bytes: ByInstance<Gauge>,
+    /// What each watched instance's cgroup limits did (read at each scrape).
+    cgroup: CgroupMetrics,
+}
+
+/// `stallscope_cgroup_memory_events_total`'s labels: the instance, and the event, from a
+/// closed set.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CgroupEventLabels {
+    instance: String,
+    event: &'static str,
+}
+
+const MEMORY_EVENTS: [&str; 4] = ["high", "max", "oom", "failcnt"];
+
+/// Each watched instance's cgroup (its container), as the cgroup's own counters say
+/// (`live::cgroup`): its CPU quota's throttling and its memory limit's events, added at each
+/// scrape by what they did since the last one. No label names the cgroup (a path is no label
+/// value): the instance label says whose it is.
+struct CgroupMetrics {
+    periods: ByInstance<Counter>,
+    throttled_periods: ByInstance<Counter>,
+    throttled_seconds: ByInstance<SecondsCounter>,
+    memory_events: Family<CgroupEventLabels, Counter>,
+    reclaimed_pages: ByInstance<Counter>,
+    /// By instance label: the cgroup followed and its counters when last published.
+    followed: Mutex<HashMap<String, (crate::live::cgroup::Cgroup, crate::live::cgroup::CgRaw)>>,
+}
+
+impl CgroupMetrics {
+    fn register(r: &mut Registry) -> Self {
+        CgroupMetrics {
+            periods: reg(r, "cgroup_cpu_periods", "CFS periods of the instance's cgroup with runnable tasks (cpu.stat nr_periods)", Family::default()),
+            throttled_periods: reg(r, "cgroup_cpu_throttled_periods", "Periods in which the instance's cgroup's CPU quota ran out and its tasks were stopped (cpu.stat nr_throttled)", Family::default()),
+            throttled_seconds: reg(r, "cgroup_cpu_throttled_seconds", "Time the instance's cgroup's tasks were stopped by its CPU quota, summed over its CPUs (cpu.stat throttled_time / throttled_usec)", Family::default()),
+            memory_events: reg(r, "cgroup_memory_events", "The instance's cgroup at its memory limit: memory.events high (over memory.high: reclaimed and throttled), max (at memory.max), oom (cgroup v2), failcnt (a v1 charge that hit memory.limit_in_bytes)", Family::default()),
+            reclaimed_pages: reg(r, "cgroup_memory_direct_reclaimed_pages", "Pages the instance's cgroup's own tasks reclaimed (v2 memory.stat pgsteal_direct)", Family::default()),
+            followed: Mutex::new(HashMap::default()),
+        }
+    }
+
+    /// Adds what every followed cgroup's counters did since the last scrape.
+    fn publish(&self) {
+        let mut followed = self.followed.lock().unwrap_or_else(|e| e.into_inner());
+        for (label, (cg, last)) in followed.iter_mut() {
+            let now = cg.read();
+            let d = now.since(last);
+            *last = now;
+            let l = InstanceLabel {
+                instance: label.clone(),
+            };
+            self.periods.get_or_create(&l).inc_by(d.nr_periods);
+            self.throttled_periods
+                .get_or_create(&l)
+                .inc_by(d.nr_throttled);
+            self.throttled_seconds
+                .get_or_create(&l)
+                .inc_by(d.throttled_ns as f64 / 1e9);
+            let events = [d.mem_high, d.mem_max, d.mem_oom, d.failcnt];
+            for (event, n) in MEMORY_EVENTS.into_iter().zip(events) {
+                let e = CgroupEventLabels {
+                    instance: label.clone(),
+                    event,
+                };
+                self.memory_events.get_or_create(&e).inc_by(n);
+            }
+            self.reclaimed_pages
+                .get_or_create(&l)
+                .inc_by(d.direct_reclaimed_pages);
+        }
+    }
+
+    /// Instance `label`'s cgroup from now on (counted from now: a restarted redis adds only
+    /// what happens while it is watched); None stops following it, what it did until now
+    /// kept.
+    fn follow(&self, label: &str, cg: Option<crate::live::cgroup::Cgroup>) {
+        self.publish();
+        let mut followed = self.followed.lock().unwrap_or_else(|e| e.into_inner());
+        match cg {
+            Some(c) => {
+                let now = c.read();
+                followed.insert(label.to_string(), (c, now));
+            }
+            None => {
+                followed.remove(label);
+            }
+        }
+    }
 }
 
 /// Every metric, cheap to clone (handles share their values): the per-instance families
@@ -343,6 +430,7 @@ impl Families {
             event_log_errors,
             ring_evicted,
             ring_bytes,
+            cgroup: CgroupMetrics::register(r),
         }
     }
 }
@@ -421,6 +509,7 @@ impl Metrics {
         if let Some(rss) = self_rss_bytes() {
             self.rss.set(rss as i64);
         }
+        self.fam.cgroup.publish();
         let mut s = String::new();
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut s, &self.registry);
@@ -458,6 +547,12 @@ pub(crate) struct InstanceMetrics {
 }
 
 impl InstanceMetrics {
+    /// From now on the instance's cgroup series follow `pid`'s cgroup; None stops them.
+    pub(crate) fn watch_cgroup(&self, pid: Option<crate::event::Tid>) {
+        let cg = pid.and_then(|p| crate::live::cgroup::Cgroup::of(std::path::Path::new("/"), p));
+        self.fam.cgroup.follow(&self.label, cg);
+    }
+
     /// Counts a stall (`l.instance` is filled in).
     pub(crate) fn count_stall(&self, mut l: StallLabels) {
         l.instance.clone_from(&self.label);
@@ -943,6 +1038,57 @@ mod tests {
         assert!(
             a.contains("t_d_bucket{le=\"1e-5\"} 3") || a.contains("le=\"0.00001\"} 3"),
             "{a}"
+        );
+    }
+
+    /// Each instance's cgroup counters are published at each scrape by what they did since
+    /// the last one, from the cgroup followed (a fake v2 tree here), and stop with it.
+    #[test]
+    fn the_cgroup_counters_follow_each_instances_cgroup() {
+        let tmp = tempfile::tempdir().unwrap();
+        let put = |rel: &str, text: &str| {
+            let p = tmp.path().join(rel);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, text).unwrap();
+        };
+        put("proc/5/cgroup", "0::/box\n");
+        put(
+            "proc/self/mountinfo",
+            "30 22 0:26 / /cg rw - cgroup2 cgroup2 rw\n",
+        );
+        let stat = |periods: u64, throttled: u64, usec: u64| {
+            format!("nr_periods {periods}\nnr_throttled {throttled}\nthrottled_usec {usec}\n")
+        };
+        put("cg/box/cpu.stat", &stat(10, 4, 1_000_000));
+        put("cg/box/memory.events", "high 7\nmax 0\noom 0\n");
+        let cg = crate::live::cgroup::Cgroup::of(tmp.path(), 5).unwrap();
+        let m = Metrics::new();
+        m.fam.cgroup.follow("r1", Some(cg));
+        put("cg/box/cpu.stat", &stat(13, 7, 1_250_000));
+        put("cg/box/memory.events", "high 9\nmax 1\noom 0\n");
+        let text = m.encode();
+        for want in [
+            "stallscope_cgroup_cpu_periods_total{instance=\"r1\"} 3",
+            "stallscope_cgroup_cpu_throttled_periods_total{instance=\"r1\"} 3",
+            "stallscope_cgroup_cpu_throttled_seconds_total{instance=\"r1\"} 0.25",
+            "stallscope_cgroup_memory_events_total{instance=\"r1\",event=\"high\"} 2",
+            "stallscope_cgroup_memory_events_total{instance=\"r1\",event=\"max\"} 1",
+            "stallscope_cgroup_memory_events_total{instance=\"r1\",event=\"failcnt\"} 0",
+        ] {
+            assert!(text.contains(want), "{want}: {text}");
+        }
+        // Published once: a scrape with nothing new adds nothing.
+        assert!(m
+            .encode()
+            .contains("stallscope_cgroup_cpu_periods_total{instance=\"r1\"} 3"));
+        // What happened before it stopped following is kept; nothing after.
+        put("cg/box/cpu.stat", &stat(14, 8, 1_300_000));
+        m.fam.cgroup.follow("r1", None);
+        put("cg/box/cpu.stat", &stat(20, 9, 9_000_000));
+        let text = m.encode();
+        assert!(
+            text.contains("stallscope_cgroup_cpu_periods_total{instance=\"r1\"} 4"),
+            "{text}"
         );
     }
 

@@ -654,6 +654,7 @@ fn follow(w: &mut Watcher, first_pid: Tid) -> Result<()> {
         }
         first = false;
         w.metrics.attached.set(0);
+        w.metrics.watch_cgroup(None);
         if w.want_stop(true) {
             break;
         }

@@ -540,6 +540,7 @@ mod tests {
                     runnable_ns: 8,
                     minor_faults: 7,
                     major_faults: 6,
+                    throttled_ns: None,
                 },
                 before: Some(SchedDelta::default()),
             }));

@@ -9,6 +9,7 @@ mod crate_shape;
 mod evidence_props;
 mod iothreads;
 mod live_attach;
+mod live_cgroup;
 mod live_cheap;
 mod live_container;
 mod live_edges;

@@ -68,8 +68,13 @@ fn fill_nr_kinds(bpf: &mut aya::Ebpf) -> Result<(), AttachError> {
     Ok(())
 }
 
-/// The attached programs, and the arrival programs' flavour (or why they do not run).
-pub(super) type Attached = (Vec<(&'static str, Link)>, Result<&'static str, String>);
+/// The attached programs, the arrival programs' flavour (or why they do not run), and
+/// whether the throttle programs run.
+pub(super) type Attached = (
+    Vec<(&'static str, Link)>,
+    Result<&'static str, String>,
+    bool,
+);
 
 /// Attaches the programs, says on stderr which ones run, and returns their links.
 pub(super) fn attach_programs(
@@ -102,11 +107,19 @@ pub(super) fn attach_programs(
             format!("classic tracepoints (raw_syscalls:sys_enter, sys_exit), as tp_btf cannot be used: {why}")
         }
     };
+    let throttle = match attach_btf(bpf, &THROTTLE_PROGRAMS) {
+        Ok(l) => {
+            links.extend(l);
+            "; throttle programs on tp_btf/sched_switch, sched_wakeup".to_string()
+        }
+        Err(why) => format!("; no throttled time in the scheduler's split: {why}"),
+    };
     eprintln!(
-        "stallscope: bpf syscall programs on {programs}{}",
+        "stallscope: bpf syscall programs on {programs}{}{throttle}",
         arrival_programs(&arrivals, listening)
     );
-    Ok((links, arrivals))
+    let on = throttle.starts_with("; throttle");
+    Ok((links, arrivals, on))
 }
 
 /// What the startup line says of the arrival programs.
@@ -285,12 +298,28 @@ fn attach_tp(
     Ok(Link::Tp(id))
 }
 
+/// The programs that split a thread's wait for a CPU into the part its cgroup was throttled
+/// (the Throttling section of the C source): tp_btf only (they read the scheduler's
+/// runqueues through BTF); without them the split has no throttled part.
+const THROTTLE_PROGRAMS: [(&str, &str); 2] = [
+    ("btf_throttle_switch", "sched_switch"),
+    ("btf_throttle_wakeup", "sched_wakeup"),
+];
+
 /// Loads and attaches the tp_btf syscall programs, or says why they cannot run here (then
 /// neither is left attached).
 fn attach_btf_syscalls(bpf: &mut aya::Ebpf) -> Result<Vec<(&'static str, Link)>, String> {
+    attach_btf(bpf, &BTF_SYSCALL_PROGRAMS)
+}
+
+/// Loads and attaches tp_btf programs (name, tracepoint), all or none.
+fn attach_btf(
+    bpf: &mut aya::Ebpf,
+    progs: &[(&'static str, &str)],
+) -> Result<Vec<(&'static str, Link)>, String> {
     let btf = aya::Btf::from_sys_fs().map_err(|e| format!("no kernel BTF: {e}"))?;
     let mut links = vec![];
-    for (prog, tp) in BTF_SYSCALL_PROGRAMS {
+    for &(prog, tp) in progs {
         let p: &mut aya::programs::BtfTracePoint = bpf
             .program_mut(prog)
             .ok_or_else(|| format!("the BPF object lacks {prog}"))?

@@ -411,6 +411,7 @@ fn the_scheduler_split_of_long_calls_and_gaps_reads_back_at_their_lines() {
         runnable_ns: run,
         minor_faults: minor,
         major_faults: 0,
+        throttled_ns: None,
     };
     let with = |at: Nanos, dur: Nanos, during, before| {
         let mut s = sc("read", Some(8), Ret::Val(3), dur);
@@ -457,6 +458,40 @@ fn the_scheduler_split_of_long_calls_and_gaps_reads_back_at_their_lines() {
     );
     assert!(parse_sched("2 1 2 3\n").is_err());
     assert!(parse_sched("2 1 2 3 4 -\n").unwrap()[&2].before.is_none());
+}
+
+/// The throttled parts (bpf) go beside the split where measured and read back; a line
+/// without them (perf, or a recording from before) reads as not measured.
+#[test]
+fn the_throttled_parts_of_a_split_read_back() {
+    use crate::event::{SchedDelta, SchedSpan};
+    let mut buf = vec![];
+    let (_dir, side, mut r) = recorder_with_sched(&mut buf, 1_000_000);
+    let split = |run: u64, throttled: Option<u64>| SchedDelta {
+        runnable_ns: run,
+        throttled_ns: throttled,
+        ..Default::default()
+    };
+    r.write_event(&ev(100, 0, sc("read", Some(8), Ret::Val(3), 1_000)))
+        .unwrap();
+    let mut s = sc("read", Some(8), Ret::Val(3), 1_000);
+    s.sched = Some(Box::new(SchedSpan {
+        during: split(0, Some(0)),
+        before: Some(split(70_000_000, Some(62_000_000))),
+    }));
+    r.write_event(&ev(100, 70_001_000, s)).unwrap();
+    r.finish().unwrap();
+    let text = std::fs::read_to_string(&side).unwrap();
+    assert!(text.contains(" t=0/62000000\n"), "{text}");
+    let got = parse_sched(&text).unwrap();
+    assert_eq!(got[&2].during, split(0, Some(0)));
+    assert_eq!(got[&2].before, Some(split(70_000_000, Some(62_000_000))));
+    let old = parse_sched("2 1 2 3 4 5 6 7 8\n").unwrap();
+    assert_eq!(old[&2].during.throttled_ns, None);
+    let none = parse_sched("2 1 2 3 4 - t=5/-\n").unwrap();
+    assert_eq!(none[&2].during.throttled_ns, Some(5));
+    assert!(parse_sched("2 1 2 3 4 - t=5\n").is_err());
+    assert!(parse_sched("2 1 2 3 4 - t=x/-\n").is_err());
 }
 
 /// The live analysis of `events` (seeded with `fds`, as `run_attach` does) and the analysis
@@ -622,6 +657,7 @@ fn a_gap_through_a_quiet_call_reads_back_with_its_split() {
         runnable_ns: run,
         minor_faults: 0,
         major_faults: 0,
+        throttled_ns: None,
     };
     let with = |name: &'static str, fd: i32, at: Nanos, before: Option<SchedDelta>| {
         let mut s = sc(name, Some(fd), Ret::Val(0), 1_000);
