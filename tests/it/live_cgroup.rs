@@ -292,7 +292,9 @@ fn hog_half(r: &Redis, cg: &TestCgroup) {
         cg_ns / 1000
     );
     assert_eq!(cg_ns, 0, "throttled without a quota");
-    assert!(starved >= 3, "{all:?}");
+    // How many of redis's turns the hogs preempt depends on the machine's other load (2 in
+    // a CI run beside a release build, 53 on a quieter one): at least one shows it.
+    assert!(starved >= 1, "{all:?}");
     assert!(
         !all.iter().any(|s| s["finding"] == "cpu-throttled"),
         "{all:?}"
