@@ -67,7 +67,8 @@ wait_line() {
   for _ in $(seq 400); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.05; done
   echo "no '$2' in $1: $(cat "$1")" >&2; exit 2
 }
-metric() { curl -s "http://127.0.0.1:$MPORT/metrics" | awk -v m="$1" '$1 == m {print $2}'; }
+# A metric's value, summed over its label sets (per-instance metrics carry `instance`).
+metric() { curl -s "http://127.0.0.1:$MPORT/metrics" | awk -v m="$1" '$1 == m || index($1, m "{") == 1 {s += $2; n++} END {if (n) print s}'; }
 
 rps >/dev/null # warm up
 echo "watch modes ${MODES[*]} ${WATCH_EXTRA:-}; redis-benchmark -t set -n $N -c $C on $(nproc) cores, redis $(redis-server --version | awk '{print $3}' | cut -d= -f2), kernel $(uname -r)"
