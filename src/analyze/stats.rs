@@ -25,9 +25,9 @@ fn new_hist() -> Histogram<u64> {
 
 /// The crate's histogram, fed a run of equal samples as one `record_n`: consecutive
 /// durations of one call on one file (or of one command) often repeat at µs resolution
-/// (a quarter to a half of the timed calls of the captures in /work/shared/captures, four
-/// in five on the ingest benchmark), and the crate's checked `record` (~56 Ir, one per
-/// timed call) cost as much as the rest of a call's latency bookkeeping. Equal values land
+/// (bench/PROFILE.md's rounds on the analyzer's per-event path counted how often), and the
+/// crate's checked `record`, one per timed call, cost as much as the rest of a call's
+/// latency bookkeeping. Equal values land
 /// at one index, so the counts are the ones a record per sample gives; the run held back
 /// is recorded before the histogram is read (`get`, `settle`). A different value costs
 /// the record it always did, and a compare.
