@@ -7,14 +7,12 @@
 //! it and the report says which tier saw what. Serial (`serial()`), deadlines everywhere;
 //! needs root, BPF and slowfs (a failure under CI=true, a skip otherwise).
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::common::{ci, serial, Client, Redis};
 use crate::live_edges::{missing, SlowFs};
+use crate::live_watch::Watch;
 
 const LONG: Duration = Duration::from_secs(60);
 const RUNS: usize = 3;
@@ -37,64 +35,30 @@ fn can_run() -> bool {
     }
 }
 
-/// A running watcher, its stderr collected on a thread.
-struct Watch {
-    child: Child,
-    stderr: Arc<Mutex<Vec<String>>>,
-}
-
-impl Watch {
-    fn start(pid: u32, events: &Path, log: &Path, extra: &[&str]) -> Watch {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_stallscope"))
-            .args(["watch", "--pid", &pid.to_string(), "--threshold", "50ms"])
-            .args(["--sample-period", "2ms", "--events"])
-            .arg(events)
-            .arg("--redis-log")
-            .arg(log)
-            .args(extra)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start stallscope watch");
-        let err = child.stderr.take().expect("stderr");
-        let stderr = Arc::new(Mutex::new(vec![]));
-        let s2 = stderr.clone();
-        std::thread::spawn(move || {
-            for l in BufReader::new(err).lines().map_while(Result::ok) {
-                s2.lock().unwrap().push(l);
-            }
-        });
-        let w = Watch { child, stderr };
-        assert!(
-            w.wait_line(&format!("watching {pid} with the cheap tier")),
-            "{:?}",
-            w.lines()
-        );
-        w
-    }
-
-    fn lines(&self) -> Vec<String> {
-        self.stderr.lock().unwrap().clone()
-    }
-
-    fn wait_line(&self, what: &str) -> bool {
-        let t = Instant::now();
-        while t.elapsed() < LONG {
-            if self.lines().iter().any(|l| l.contains(what)) {
-                return true;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        false
-    }
-}
-
-impl Drop for Watch {
-    fn drop(&mut self) {
-        // SAFETY: a signal to the watcher this test started, by its pid.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let _ = self.child.wait();
-    }
+/// A watcher in the cheap mode on `pid`, once it says it watches with the cheap tier.
+fn watch_cheap(pid: u32, events: &Path, log: &Path, extra: &[&str]) -> Watch {
+    let (pid_s, events, log) = (
+        pid.to_string(),
+        events.to_str().unwrap(),
+        log.to_str().unwrap(),
+    );
+    let mut args = vec!["--mode", "cheap", "--pid", &pid_s, "--threshold", "50ms"];
+    args.extend([
+        "--sample-period",
+        "2ms",
+        "--events",
+        events,
+        "--redis-log",
+        log,
+    ]);
+    args.extend(extra);
+    let w = Watch::start(&args);
+    assert!(
+        w.wait_line(&format!("watching {pid} with the cheap tier"), LONG),
+        "{:?}",
+        w.lines()
+    );
+    w
 }
 
 /// The `n`th line of the events file (0-based), once it is there.
@@ -163,7 +127,7 @@ fn the_cheap_tier_finds_and_names_a_sleep_a_busy_script_and_a_slow_close() {
     let fs = SlowFs::mount(tmp.path());
     let (redis, log) = redis_on(&fs, tmp.path());
     let events = tmp.path().join("events.jsonl");
-    let w = Watch::start(redis.pid(), &events, &log, &[]);
+    let w = watch_cheap(redis.pid(), &events, &log, &[]);
     let mut n = 0;
     for _ in 0..RUNS {
         let waited = timed(redis.port, &["DEBUG", "SLEEP", "0.3"]);
@@ -216,20 +180,24 @@ fn a_cheap_stall_escalates_to_the_full_tier_for_its_incident() {
     let (redis, log) = redis_on(&fs, tmp.path());
     let events = tmp.path().join("events.jsonl");
     let out = tmp.path().join("incidents");
-    let w = Watch::start(
+    let w = watch_cheap(
         redis.pid(),
         &events,
         &log,
         &["--out", out.to_str().unwrap(), "--after", "2s"],
     );
     timed(redis.port, &["DEBUG", "SLEEP", "0.3"]);
-    assert!(w.wait_line("escalating"), "{:?}", w.lines());
+    assert!(w.wait_line("escalating", LONG), "{:?}", w.lines());
     // What follows, seen by the full tier: a second sleep within --after.
-    assert!(w.wait_line("watching"), "{:?}", w.lines());
+    assert!(w.wait_line("watching", LONG), "{:?}", w.lines());
     std::thread::sleep(Duration::from_millis(300));
     timed(redis.port, &["DEBUG", "SLEEP", "0.2"]);
-    assert!(w.wait_line("incident written"), "{:?}", w.lines());
-    assert!(w.wait_line("back to the cheap tier"), "{:?}", w.lines());
+    assert!(w.wait_line("incident written", LONG), "{:?}", w.lines());
+    assert!(
+        w.wait_line("back to the cheap tier", LONG),
+        "{:?}",
+        w.lines()
+    );
     let json = std::fs::read_dir(&out)
         .unwrap()
         .flatten()

@@ -14,7 +14,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::common::{ci, json, serial, Attach, DEADLINE};
-use crate::live_watch::{incident_reports, poll, Watch};
+use crate::common::{free_port, http_get, poll};
+use crate::live_watch::{incident_reports, Watch};
 
 /// The container's hostname (a pod's name).
 const HOSTNAME: &str = "redis-pod-7f9c";
@@ -422,7 +423,7 @@ fn watch_all_labels_the_container_instance_by_its_name() {
     let c = Container::start();
     let tmp = tempfile::tempdir().expect("tempdir");
     let out = tmp.path().join("out");
-    let mport = crate::live_fleet::free_port();
+    let mport = free_port();
     let maddr = format!("127.0.0.1:{mport}");
     let mut w = Watch::start(&[
         "--all",
@@ -440,7 +441,7 @@ fn watch_all_labels_the_container_instance_by_its_name() {
     let label = format!("{HOSTNAME}/127.0.0.1:{PORT}");
     let of_it = format!("instance=\"{label}\"");
     let metrics = || {
-        crate::live_fleet::http_get(mport, "/metrics")
+        http_get(mport, "/metrics")
             .filter(|(code, _)| *code == 200)
             .map(|(_, body)| body)
     };

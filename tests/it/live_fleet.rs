@@ -14,30 +14,13 @@
 //! `--all` watches every redis on the machine, the test's and any other's: the assertions
 //! are about the test's own instances, found by their ports.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crate::common::{ci, serial, Client};
-
-fn have(tool: &str, arg: &str) -> bool {
-    let ok = Command::new(tool)
-        .arg(arg)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok && ci() {
-        panic!("{tool} is required under CI=true (scripts/test-deps.sh installs it)");
-    }
-    if !ok {
-        eprintln!("skipping: {tool} is not installed");
-    }
-    ok
-}
+use crate::common::{ci, free_port, have, http_get, poll, serial, Client};
 
 /// Root and tracefs: what the bpf programs need.
 fn can_trace() -> bool {
@@ -56,37 +39,6 @@ fn can_trace() -> bool {
         eprintln!("skipping: not root, or no tracefs");
     }
     ok
-}
-
-pub(crate) fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
-}
-
-fn poll<T>(limit: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
-    let start = Instant::now();
-    loop {
-        if let Some(v) = f() {
-            return Some(v);
-        }
-        if start.elapsed() >= limit {
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
-
-pub(crate) fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
-    write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").ok()?;
-    let mut buf = String::new();
-    s.read_to_string(&mut buf).ok()?;
-    let status = buf.split_whitespace().nth(1)?.parse().ok()?;
-    let body = buf.split_once("\r\n\r\n").map(|x| x.1.to_string())?;
-    Some((status, body))
 }
 
 /// The sum of the watcher's samples whose line starts with `prefix` (a name and labels).

@@ -418,3 +418,54 @@ impl Drop for Attach {
         }
     }
 }
+
+/// Whether `tool arg` runs; under CI=true a missing tool is a failure, not a skip.
+pub fn have(tool: &str, arg: &str) -> bool {
+    let ok = Command::new(tool)
+        .arg(arg)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok && ci() {
+        panic!("{tool} is required under CI=true (scripts/test-deps.sh installs it)");
+    }
+    if !ok {
+        eprintln!("skipping: {tool} is not installed");
+    }
+    ok
+}
+
+/// A loopback port free now.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+/// Polls `f` until it gives Some or `limit` passes.
+pub fn poll<T>(limit: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        if start.elapsed() > limit {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A plain HTTP/1.0 GET on loopback: (status, body).
+pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").ok()?;
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).ok()?;
+    let status = buf.split_whitespace().nth(1)?.parse().ok()?;
+    let body = buf.split_once("\r\n\r\n").map(|x| x.1.to_string())?;
+    Some((status, body))
+}
