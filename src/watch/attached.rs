@@ -128,34 +128,29 @@ fn keep_ns(w: &Watcher) -> Nanos {
 
 /// Traces process `pid` until it is gone or a stop is asked for.
 pub(super) fn watch_one(w: &mut Watcher, pid: Tid) -> Result<()> {
-    // What redis's log is, found before the attach.
-    let log_src = (w.args.from_redis.redis.is_some() || w.args.from_redis.redis_log.is_some())
-        .then(|| {
-            crate::evidence::log_source_before_attach(
-                pid,
-                w.args.from_redis.redis_log.as_deref(),
-                w.args.from_redis.redis.as_deref(),
-                w.opts.redis_conf.as_ref(),
-            )
-        });
-    let s = start(w, pid, false)?;
-    watch_session(w, s, log_src, false)
+    attach_and_watch(w, pid, false)
 }
 
 /// `--mode cheap`'s escalation: the full tier attached to `pid` until the open incident's
 /// report is handed to the writer (or the process is gone, or a stop is asked for).
 pub(super) fn escalate(w: &mut Watcher, pid: Tid) -> Result<()> {
-    let log_src = (w.args.from_redis.redis.is_some() || w.args.from_redis.redis_log.is_some())
-        .then(|| {
-            crate::evidence::log_source_before_attach(
-                pid,
-                w.args.from_redis.redis_log.as_deref(),
-                w.args.from_redis.redis.as_deref(),
-                w.opts.redis_conf.as_ref(),
-            )
-        });
-    let s = start(w, pid, true)?;
-    watch_session(w, s, log_src, true)
+    attach_and_watch(w, pid, true)
+}
+
+/// What redis's log is (found before the attach: once traced, a `CONFIG GET` of our own
+/// would count as a client's command), then the tracer and its session.
+fn attach_and_watch(w: &mut Watcher, pid: Tid, escalation: bool) -> Result<()> {
+    let r = &w.args.from_redis;
+    let log_src = (r.redis.is_some() || r.redis_log.is_some()).then(|| {
+        crate::evidence::log_source_before_attach(
+            pid,
+            r.redis_log.as_deref(),
+            r.redis.as_deref(),
+            w.opts.redis_conf.as_ref(),
+        )
+    });
+    let s = start(w, pid, escalation)?;
+    watch_session(w, s, log_src, escalation)
 }
 
 /// Watches the session until its tracer is done (the process gone, or a stop asked for).
