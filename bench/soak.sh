@@ -64,7 +64,7 @@ metric_sum() { curl -s "http://127.0.0.1:$MPORT/metrics" | awk -v m="$1" 'index(
 LOAD=$!
 SPIN='local t = redis.call("TIME") local s = t[1] * 1000000 + t[2] while true do local n = redis.call("TIME") if n[1] * 1000000 + n[2] - s > 300000 then break end end return 1'
 START=$(date +%s)
-INJ_SLEEP=0; INJ_SPIN=0; RSS5=""; i=0
+INJ_SLEEP=0; INJ_SPIN=0; RSS5=""; RSS10=""; i=0
 echo "soak: ${DUR}s, threshold ${THRESHOLD:-10ms}, redis $RPID on port $PORT, watcher $W, started $(date -u +%FT%TZ)" | tee "$OUT"
 while :; do
   now=$(date +%s); el=$((now - START))
@@ -74,6 +74,7 @@ while :; do
     echo "$el $(cut -d' ' -f1 /proc/loadavg)" >>"$DIR/load.txt"
   fi
   if [ -z "$RSS5" ] && [ "$el" -ge 300 ]; then RSS5=$(rss); echo "RSS at ${el}s: ${RSS5} kB" | tee -a "$OUT"; fi
+  if [ -z "$RSS10" ] && [ "$el" -ge 600 ]; then RSS10=$(rss); echo "RSS at ${el}s: ${RSS10} kB" | tee -a "$OUT"; fi
   # One injection per minute, at 30 s past each minute of the run.
   if [ "$el" -ge $((i * 60 + 30)) ]; then
     # When each injection was sent and answered: bench/soak_check.py finds its stalls by
@@ -123,6 +124,7 @@ kill -TERM "$W"; set +e; wait "$W"; WCODE=$?; set -e; W=""
 {
   echo "ended $(date -u +%FT%TZ)"
   echo "watcher RSS: ${RSS5} kB at 5 min, ${RSSEND} kB at the end: $(python3 -c "print(f'{$RSSEND / $RSS5:.3f}')")x"
+  [ -n "$RSS10" ] && echo "watcher RSS: ${RSS10} kB at 10 min, ${RSSEND} kB at the end: $(python3 -c "print(f'{$RSSEND / $RSS10:.3f}')")x"
   python3 - "$DIR/rss.txt" "$DUR" <<'PY'
 import sys
 rows = [tuple(map(int, l.split())) for l in open(sys.argv[1]) if len(l.split()) == 2]
@@ -133,6 +135,9 @@ def window(a, b):
 f5, p5 = window(240, 300)
 fe, pe = window(end - 60, end + 1)
 print(f"watcher RSS floor/peak over the minute before 5 min: {f5}/{p5} kB; before the end: {fe}/{pe} kB; floor ratio {fe / f5:.3f}, peak ratio {pe / p5:.3f}")
+if end >= 600:
+    f10, p10 = window(540, 600)
+    print(f"watcher RSS floor/peak over the minute before 10 min: {f10}/{p10} kB; floor ratio at the end {fe / f10:.3f}, peak ratio {pe / p10:.3f}")
 # Per minute: a leak climbs; the live analyzer, replaced every 10 minutes, saws.
 floors = [window(m * 60, m * 60 + 60)[0] for m in range(end // 60) if any(m * 60 <= t < m * 60 + 60 for t, _ in rows)]
 print("watcher RSS floor per minute (MB): " + " ".join(f"{f / 1024:.0f}" for f in floors))
