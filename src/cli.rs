@@ -246,7 +246,8 @@ pub struct WatchArgs {
     pub backend: Backend,
     /// `cheap` (the default; bpf only): no syscall tracepoint while nothing is wrong. A
     /// thread blocked in a syscall past --threshold (seen at its switch out and back in:
-    /// the call and its fd named) and a main thread that made no read or write for
+    /// the call and its fd named; forked children's threads too, unless --no-follow-forks)
+    /// and a main thread that made no read or write for
     /// --threshold while on a CPU (its CPU time sampled every --sample-period: a gap's edges
     /// are known to that) are found; then every syscall is traced for --after, and the
     /// incident report has the detail of what followed. With --redis, a new LATENCY event or

@@ -134,10 +134,15 @@ impl Names {
         }
     }
 
-    /// What fd `fd` is now, else what it was at the last reading of the table.
-    fn fd(&mut self, fd: i32) -> Option<String> {
-        if let Ok(p) = std::fs::read_link(format!("/proc/{}/fd/{fd}", self.pid)) {
+    /// What fd `fd` of process `tgid` is now, else (the watched process's) what it was at
+    /// the last reading of its table. A forked child's table is not kept: its fd is named
+    /// only while the child lives.
+    fn fd(&mut self, tgid: Tid, fd: i32) -> Option<String> {
+        if let Ok(p) = std::fs::read_link(format!("/proc/{tgid}/fd/{fd}")) {
             return Some(p.to_string_lossy().into_owned());
+        }
+        if tgid != self.pid {
+            return None;
         }
         if self.fds_at.elapsed() >= FDS_EVERY {
             self.fds = procctx::gather(self.pid).fds.into_iter().collect();
@@ -172,7 +177,10 @@ impl Names {
         })
     }
 
-    fn role(&mut self, tid: Tid) -> Role {
+    fn role(&mut self, tgid: Tid, tid: Tid) -> Role {
+        if tgid != self.pid {
+            return Role::Child;
+        }
         if tid == self.pid {
             return Role::Main;
         }
@@ -190,13 +198,13 @@ impl Names {
 fn stall_of(r: &CheapRecord, names: &mut Names, clock: &Clock, first: Nanos) -> Stall {
     let dur = r.end - r.start;
     let d = crate::live::sched_delta(&r.before, &r.after);
-    let role = names.role(r.tid);
+    let role = names.role(r.tgid, r.tid);
     let mut s = Stall {
         ts: clock.format(r.start),
         ts_iso: clock.iso(r.start),
         at_us: (r.start - first) / 1000,
         who: ThreadRef {
-            pid: names.pid,
+            pid: r.tgid,
             tid: r.tid,
             thread: role,
         },
@@ -239,7 +247,7 @@ fn name_blocked(s: &mut Stall, r: &CheapRecord, names: &mut Names, uninterruptib
     } else {
         "asleep"
     };
-    let Some(sc) = call_of(r, names.pid) else {
+    let Some(sc) = call_of(r, r.tgid) else {
         s.cause = format!("cheap tier: the thread was blocked {how} outside a syscall (a page fault) from its switch-out to its switch-in");
         return;
     };
@@ -248,7 +256,7 @@ fn name_blocked(s: &mut Stall, r: &CheapRecord, names: &mut Names, uninterruptib
     s.target.fd = sc.fd;
     let mut how_named = "";
     s.target.path = match sc.fd {
-        Some(fd) => names.fd(fd).or_else(|| {
+        Some(fd) => names.fd(r.tgid, fd).or_else(|| {
             let closing = sc.sys.facts.has(crate::syscalls::Facts::CLOSE);
             let log = closing.then(|| names.log_written_in((r.start, r.end))).flatten();
             if log.is_some() {
@@ -263,8 +271,12 @@ fn name_blocked(s: &mut Stall, r: &CheapRecord, names: &mut Names, uninterruptib
         .path
         .as_deref()
         .map(|p| crate::fdtable::classify_path(p, names.conf.as_ref()));
+    let whose = match r.tgid == names.pid {
+        true => String::new(),
+        false => format!(" in redis's forked child {} (a BGSAVE or AOF rewrite: it holds up no client, but its disk writes compete with redis's own)", r.tgid),
+    };
     s.cause = format!(
-        "cheap tier: {}({}) blocked {how} from the thread's switch-out to its switch-in (the call itself began a little before and ended a little after: at least this long){how_named}; which commands waited is known only to the full tier",
+        "cheap tier: {}({}) blocked {how}{whose} from the thread's switch-out to its switch-in (the call itself began a little before and ended a little after: at least this long){how_named}; which commands waited is known only to the full tier",
         sc.name,
         s.target.fd.map(|f| f.to_string()).unwrap_or_default()
     );
@@ -279,6 +291,7 @@ pub(super) fn watch_one(w: &mut Watcher, pid: Tid) -> Result<bool> {
         main_tid: pid,
         threshold_ns: w.args.threshold,
         sample_period_ns: w.args.sample_period.max(10_000) as u64,
+        follow_forks: !w.args.no_follow_forks,
     };
     let mut t = match CheapTracer::attach(&cfg) {
         Ok(t) => t,
@@ -503,6 +516,9 @@ pub(crate) fn into_report(report: &mut crate::report::Report, seen: &Seen, first
         "before the full tier was attached, which commands ran and which clients waited is not known".into(),
     ];
     notes.push("a close() that blocked had taken its fd out of the table: it is named only as redis's log file, when that was written just before".into());
+    if seen.stalls.iter().any(|(s, _)| s.who.thread == Role::Child) {
+        notes.push("a forked child's (BGSAVE, AOF rewrite) call is named from its fd table when its record is read: a call just before the child closed the file or exited stays unnamed".into());
+    }
     let signal = match &seen.trigger {
         Some(Trigger::Redis { signal, ended_ms }) => {
             notes.extend(signal_notes(seen, signal, *ended_ms));

@@ -367,3 +367,76 @@ fn redis_signals_escalate_the_cheap_tier() {
     assert_eq!(w.terminate(LONG), Some(0));
     redis.assert_unharmed();
 }
+
+/// The first line of the events file that `pred` accepts, once it is there.
+fn event_where(path: &Path, pred: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
+    crate::common::poll(LONG, || {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        text.lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .find(|e| pred(e))
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "no such event in {}:\n{}",
+            path.display(),
+            std::fs::read_to_string(path).unwrap_or_default()
+        )
+    })
+}
+
+/// A BGSAVE child's write of its temporary RDB, held 400 ms by slowfs, is seen by the cheap
+/// tier (the child is followed from its fork) and named: the child's thread, the call, the
+/// file. slowfs then holds the child's fsync until the test lets it go, so the child still
+/// has the file open when its write's record is read (a child's fds are read from /proc
+/// while it lives).
+#[test]
+fn the_cheap_tier_follows_a_bgsave_child() {
+    let _g = serial();
+    if !can_run() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let fs = SlowFs::mount(tmp.path());
+    let (redis, log) = redis_on(&fs, tmp.path());
+    let mut c = redis.client();
+    for i in 0..100 {
+        c.cmd(&["SET", &format!("k{i}"), "v"]).unwrap();
+    }
+    let events = tmp.path().join("events.jsonl");
+    let w = watch_cheap(redis.pid(), &events, &log, &[]);
+    fs.send(
+        r#"{"rules": [{"op": "write", "match": "temp-*.rdb", "ms": 400},
+                      {"op": "fsync", "match": "temp-*.rdb", "ms": 60000}]}"#
+            .replace('\n', " ")
+            .as_str(),
+    );
+    assert!(c
+        .cmd(&["BGSAVE"])
+        .unwrap()
+        .text()
+        .contains("Background saving started"));
+    let e = event_where(&events, |e| e["thread"] == "child");
+    fs.send(r#"{"rules": [], "release": true}"#);
+    assert_eq!(e["syscall"], "write", "{e}");
+    assert_ne!(e["pid"], redis.pid(), "{e}");
+    let path = e["path"].as_str().unwrap_or("");
+    assert!(
+        path.contains("temp-") && path.ends_with(".rdb"),
+        "the child's temporary RDB: {e}"
+    );
+    assert!(
+        e["cause"].as_str().unwrap_or("").contains("forked child"),
+        "{e}"
+    );
+    check_duration(&e, 0.4, 60.0);
+    let done = crate::common::poll(LONG, || {
+        (c.info_field("persistence", "rdb_bgsave_in_progress")
+            .as_deref()
+            == Some("0"))
+        .then_some(())
+    });
+    assert!(done.is_some(), "the BGSAVE did not end");
+    drop(w);
+    redis.assert_unharmed();
+}
