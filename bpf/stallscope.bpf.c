@@ -859,10 +859,15 @@ struct task_struct___cheap {
 	struct sched_info sched_info;
 } __attribute__((preserve_access_index));
 
-// The watched process and its main thread (the loader sets them).
+// The watched process and its main thread (the loader sets them), and its forked children
+// (a BGSAVE or AOF rewrite child: `cheap_fork` adds them, `cheap_exit` lets them go), whose
+// blocked calls are watched as its own threads' are. Four at most at a time: redis forks one
+// child at a time (two with a module's fork).
+#define CHEAP_CHILDREN 4
 struct cheap_target {
 	__u32 tgid;
 	__u32 main_tid;
+	__u32 children[CHEAP_CHILDREN];
 };
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -900,6 +905,8 @@ struct cheap_rec {
 	__u32 samples;
 	struct sched_snap before;
 	struct sched_snap after;
+	__u32 tgid; // the watched process, or a forked child of it
+	__u32 pad;
 };
 
 struct {
@@ -931,12 +938,24 @@ static __always_inline struct cheap_target *cheap_watched(void)
 	return bpf_map_lookup_elem(&cheap_target, &zero);
 }
 
+// `tgid` is the watched process or one of its forked children.
+static __always_inline int cheap_is_watched(struct cheap_target *w, __u32 tgid)
+{
+	if (tgid == w->tgid)
+		return 1;
+	for (int i = 0; i < CHEAP_CHILDREN; i++)
+		if (w->children[i] && w->children[i] == tgid)
+			return 1;
+	return 0;
+}
+
 static __always_inline void cheap_snap(struct sched_snap *s, struct task_struct___cheap *t)
 {
 	s->v[0] = t->se.sum_exec_runtime;
 	s->v[1] = t->sched_info.run_delay;
 	s->v[2] = t->min_flt;
 	s->v[3] = t->maj_flt;
+	s->v[4] = 0; // the full tier's throttled time: not measured here
 }
 
 static __always_inline struct cheap_thread *cheap_thread_of(__u32 tid)
@@ -971,6 +990,7 @@ static __always_inline void cheap_gap(struct cheap_thread *th, __u32 tid, __u64 
 	__builtin_memset(r, 0, sizeof(*r));
 	r->kind = CHEAP_GAP;
 	r->tid = tid;
+	r->tgid = t->tgid;
 	r->nr = -1;
 	r->start = th->progress_ts;
 	r->end = now;
@@ -1059,6 +1079,8 @@ static __always_inline void cheap_switched_in(struct task_struct___cheap *t, __u
 	}
 	r->kind = CHEAP_BLOCKED;
 	r->tid = tid;
+	r->tgid = t->tgid;
+	r->pad = 0;
 	r->nr = th->nr;
 	for (int i = 0; i < 3; i++)
 		r->args[i] = th->args[i];
@@ -1079,8 +1101,8 @@ int cheap_switch(__u64 *ctx)
 	struct cheap_target *w = cheap_watched();
 	if (!w || !w->tgid)
 		return 0;
-	__u32 want = w->tgid, main_tid = w->main_tid;
-	int out = prev->tgid == want, in = next->tgid == want;
+	__u32 main_tid = w->main_tid;
+	int out = cheap_is_watched(w, prev->tgid), in = cheap_is_watched(w, next->tgid);
 	if (!out && !in)
 		return 0;
 	__u64 now = bpf_ktime_get_ns();
@@ -1089,6 +1111,46 @@ int cheap_switch(__u64 *ctx)
 				   (struct task_struct *)ctx[1]);
 	if (in)
 		cheap_switched_in(next, main_tid, now);
+	return 0;
+}
+
+// A process forked by the watched one (not a thread: those share its tgid) is watched from
+// now on, in the first free slot (none free: not watched). The loader attaches this only
+// when forks are followed.
+SEC("tp_btf/sched_process_fork")
+int cheap_fork(__u64 *ctx)
+{
+	struct task_struct___cheap *parent = (void *)ctx[0], *child = (void *)ctx[1];
+	struct cheap_target *w = cheap_watched();
+	if (!w || !w->tgid || parent->tgid != w->tgid || child->tgid == w->tgid)
+		return 0;
+	for (int i = 0; i < CHEAP_CHILDREN; i++) {
+		if (!w->children[i]) {
+			w->children[i] = child->tgid;
+			return 0;
+		}
+	}
+	return 0;
+}
+
+// A watched thread exits: its state goes (the map would otherwise fill with the threads of
+// children long gone, one BGSAVE after another), and a child that exits whole frees its slot.
+SEC("tp_btf/sched_process_exit")
+int cheap_exit(__u64 *ctx)
+{
+	struct task_struct___cheap *p = (void *)ctx[0];
+	struct cheap_target *w = cheap_watched();
+	if (!w || !w->tgid)
+		return 0;
+	__u32 tgid = p->tgid, tid = p->pid;
+	if (!cheap_is_watched(w, tgid))
+		return 0;
+	bpf_map_delete_elem(&cheap_threads, &tid);
+	if (tid != tgid || tgid == w->tgid)
+		return 0;
+	for (int i = 0; i < CHEAP_CHILDREN; i++)
+		if (w->children[i] == tgid)
+			w->children[i] = 0;
 	return 0;
 }
 #endif

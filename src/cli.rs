@@ -246,12 +246,15 @@ pub struct WatchArgs {
     pub backend: Backend,
     /// `cheap` (the default; bpf only): no syscall tracepoint while nothing is wrong. A
     /// thread blocked in a syscall past --threshold (seen at its switch out and back in:
-    /// the call and its fd named) and a main thread that made no read or write for
+    /// the call and its fd named; forked children's threads too, unless --no-follow-forks)
+    /// and a main thread that made no read or write for
     /// --threshold while on a CPU (its CPU time sampled every --sample-period: a gap's edges
     /// are known to that) are found; then every syscall is traced for --after, and the
-    /// incident report has the detail of what followed. It cannot see: command names and
-    /// waiting clients before the escalation, a gap shorter than about two sampling periods,
-    /// calls that did not block (a slow call on a CPU shows as a gap, unnamed). `full`:
+    /// incident report has the detail of what followed. With --redis, a new LATENCY event or
+    /// slow log entry escalates too (the full tier then sees only what followed that stall).
+    /// It cannot see: command names and waiting clients before the escalation, a gap shorter
+    /// than about two sampling periods, calls that did not block (a slow call on a CPU shows
+    /// as a gap, unnamed). `full`:
     /// every syscall traced all the time (today's watch; --backend perf or ptrace imply it)
     #[arg(long, value_enum, default_value_t = WatchMode::Cheap)]
     pub mode: WatchMode,
@@ -316,7 +319,9 @@ pub struct WatchRedisArgs {
     /// Also ask redis itself, on a connection of its own: LATENCY LATEST and INFO
     /// persistence/stats once a second, SLOWLOG GET and LATENCY HISTORY once per incident
     /// (password from REDISCLI_AUTH, as redis-cli); each incident report says which of
-    /// redis's signals saw its stalls. When redis runs in a network namespace of its own (a
+    /// redis's signals saw its stalls. In the cheap mode each poll also reads SLOWLOG GET 8,
+    /// and a new LATENCY event or slow log entry (not the poller's own) escalates to the
+    /// full tier as a stall does (`watch_tiers.trigger` in the report). When redis runs in a network namespace of its own (a
     /// container), HOST:PORT is inside it: 127.0.0.1:6379 is the container's, reached from
     /// the host through /proc/PID/ns/net. A failing connection is noted, never stops watching
     #[arg(long, value_name = "HOST:PORT")]

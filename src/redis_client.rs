@@ -2,8 +2,11 @@
 //! redis-evidence join. One job: a background thread that asks redis, on its own
 //! connection, for `LATENCY LATEST`, `INFO persistence` and `INFO stats` once a second, and
 //! `SLOWLOG GET` / `LATENCY HISTORY` at the start and the end, and keeps the answers with the
-//! wall-clock time they came. Three commands a second at most; a connection that fails is
-//! retried every few seconds and noted, and never stops the tracing.
+//! wall-clock time they came. For `watch` (`Poller::start_signalling`) each poll also reads
+//! the slow log's newest entries (`SLOWLOG GET 8`) and hands out what is new in both
+//! (`Signal`): redis's own word that it stalled, which escalates the cheap tier. Four
+//! commands a second at most; a connection that fails is retried every few seconds and
+//! noted, and never stops the tracing.
 //!
 //! Only names and numbers are kept: command names from SLOWLOG, never their arguments (keys
 //! and values are user data).
@@ -270,6 +273,43 @@ pub struct SlowEntry {
     pub command: String,
 }
 
+/// What a `watch` poller found new in redis's own signals since its previous poll: redis's
+/// word that it stalled, whether or not a tracer saw it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SignalKind {
+    /// A `LATENCY LATEST` event with a newer timestamp than at the previous poll (or an
+    /// event not there before).
+    Latency(LatencySample),
+    /// The slow log grew: its newest entry since the previous poll that was not of the
+    /// poller's own.
+    Slowlog(SlowEntry),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Signal {
+    /// Wall clock (epoch ms) when the poll that found it had its answer.
+    pub seen_ms: i64,
+    pub kind: SignalKind,
+}
+
+impl Signal {
+    /// Epoch ms of the end of the stall redis measured, as it stamped it (to the second).
+    pub fn ended_ms(&self) -> i64 {
+        match &self.kind {
+            SignalKind::Latency(l) => l.ts * 1000,
+            SignalKind::Slowlog(e) => e.ts * 1000,
+        }
+    }
+
+    /// How long redis measured it, µs.
+    pub fn duration_us(&self) -> i64 {
+        match &self.kind {
+            SignalKind::Latency(l) => l.latency_ms * 1000,
+            SignalKind::Slowlog(e) => e.duration_us,
+        }
+    }
+}
+
 /// One `INFO persistence` + `INFO stats` poll: the fields that tell of stalls.
 #[derive(Clone, Debug, PartialEq)]
 pub struct InfoSample {
@@ -345,6 +385,12 @@ fn parse_history(event: &str, r: &Reply) -> Vec<LatencySample> {
 }
 
 fn parse_slowlog(r: &Reply) -> Vec<SlowEntry> {
+    parse_slowlog_from(r).into_iter().map(|(e, _)| e).collect()
+}
+
+/// Each entry with the address of the client that sent it (redis 4+), which is only
+/// compared with the poller's own and never kept.
+fn parse_slowlog_from(r: &Reply) -> Vec<(SlowEntry, Option<String>)> {
     r.items()
         .iter()
         .filter_map(|e| {
@@ -356,7 +402,7 @@ fn parse_slowlog(r: &Reply) -> Vec<SlowEntry> {
                 .and_then(|a| a.as_text())
                 .map(|c| c.to_ascii_uppercase())
                 .unwrap_or_default();
-            Some(SlowEntry {
+            let entry = SlowEntry {
                 id: it.first()?.as_int()?,
                 ts: it.get(1)?.as_int()?,
                 duration_us: it.get(2)?.as_int()?,
@@ -369,7 +415,8 @@ fn parse_slowlog(r: &Reply) -> Vec<SlowEntry> {
                 } else {
                     "?".into()
                 },
-            })
+            };
+            Some((entry, it.get(4).and_then(|a| a.as_text())))
         })
         .collect()
 }
@@ -426,6 +473,8 @@ pub struct Poller {
     data: Arc<Mutex<Collected>>,
     own: Arc<Mutex<OwnConns>>,
     history: Arc<History>,
+    /// What a signalling poller found new (`start_signalling`).
+    signals: Option<Arc<Mutex<std::collections::VecDeque<Signal>>>>,
     handle: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -500,6 +549,17 @@ impl Poller {
     /// redis-side fd is then found and handed out (`take_own_conns`) before the first
     /// command is sent on it.
     pub fn start_for(addr: &str, interval: Duration, traced: Option<u32>) -> Poller {
+        Self::spawn(addr, interval, traced, false)
+    }
+
+    /// As `start_for`, and each poll also reads the slow log's newest entries and hands out
+    /// what is new in LATENCY LATEST and the slow log since the previous poll
+    /// (`take_signals`): `watch`'s triggers.
+    pub fn start_signalling(addr: &str, interval: Duration, traced: Option<u32>) -> Poller {
+        Self::spawn(addr, interval, traced, true)
+    }
+
+    fn spawn(addr: &str, interval: Duration, traced: Option<u32>, signalling: bool) -> Poller {
         let stop = Arc::new(AtomicBool::new(false));
         let data = Arc::new(Mutex::new(Collected {
             addr: addr.to_string(),
@@ -514,17 +574,36 @@ impl Poller {
             own.clone(),
             history.clone(),
         );
+        let signals = signalling.then(Arc::default);
+        let sg = signals.clone();
         let handle = std::thread::Builder::new()
             .name("redis-poller".into())
-            .spawn(move || poll_loop(&a, interval, &s, &d, traced.map(|p| (p, &*o)), &h))
+            .spawn(move || {
+                let traced = traced.map(|p| (p, &*o));
+                poll_loop(&a, interval, &s, &d, traced, &h, sg.as_deref())
+            })
             .ok();
         Poller {
             stop,
             data,
             own,
             history,
+            signals,
             handle,
         }
+    }
+
+    /// What the polls found new in redis's own signals since the last call, oldest first.
+    pub fn take_signals(&self) -> Vec<Signal> {
+        self.signals
+            .as_ref()
+            .map(|q| {
+                q.lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .drain(..)
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 
     pub fn view(&self) -> PollerView {
@@ -648,7 +727,7 @@ fn poll_round(
     c: &mut Conn,
     data: &Mutex<Collected>,
     seen_events: &mut Vec<String>,
-) -> std::io::Result<()> {
+) -> std::io::Result<Vec<LatencySample>> {
     let sent = wall_ms();
     let lat = c.cmd(&["LATENCY", "LATEST"])?;
     let pers = c.cmd(&["INFO", "persistence"])?;
@@ -667,7 +746,7 @@ fn poll_round(
             seen_events.push(l.event.clone());
         }
     }
-    d.latency.extend(lat);
+    d.latency.extend(lat.iter().cloned());
     d.info.push(InfoSample {
         at_ms: at,
         sent_ms: sent,
@@ -676,7 +755,82 @@ fn poll_round(
     d.polls += 1;
     d.first_ok_ms.get_or_insert(sent);
     d.last_ok_ms = Some(at);
-    Ok(())
+    Ok(lat)
+}
+
+/// Slow-log entries a signalling poller reads at each poll: more than its own commands of
+/// one round (4, each logged where `slowlog-log-slower-than` is 0), so that a client's
+/// entry among the newest is never crowded out by them.
+const SLOWLOG_PEEK: &str = "8";
+/// Signals waiting to be taken, at most (the oldest go first).
+const SIGNALS_MAX: usize = 64;
+/// Latency events followed, at most (redis has about twenty kinds).
+const EVENTS_MAX: usize = 64;
+
+/// A signalling poller's marks: each latency event's newest timestamp and the slow log's
+/// newest id, from its first poll on (what came before is history, not a signal).
+#[derive(Default)]
+struct Marks {
+    latency: std::collections::HashMap<String, i64>,
+    slowlog_id: Option<i64>,
+    primed: bool,
+}
+
+impl Marks {
+    /// What is new since the previous poll, `lat` being this poll's LATENCY LATEST; the slow
+    /// log's newest entries are read here. Entries the poller's own connection caused are
+    /// left out: they are no sign of a stall.
+    fn round(
+        &mut self,
+        c: &mut Conn,
+        lat: &[LatencySample],
+        data: &Mutex<Collected>,
+    ) -> std::io::Result<Vec<SignalKind>> {
+        let own = c.w.local_addr().ok().map(|a| a.to_string());
+        let entries = parse_slowlog_from(&c.cmd(&["SLOWLOG", "GET", SLOWLOG_PEEK])?);
+        let mut found = vec![];
+        for l in lat {
+            if self.latency.len() >= EVENTS_MAX && !self.latency.contains_key(&l.event) {
+                continue;
+            }
+            let prev = self.latency.insert(l.event.clone(), l.ts);
+            if self.primed && prev.is_none_or(|p| l.ts > p) {
+                found.push(SignalKind::Latency(l.clone()));
+            }
+        }
+        let last = self.slowlog_id;
+        // A restarted redis counts its ids from 0 again: the mark follows them down.
+        if let Some(newest) = entries.iter().map(|(e, _)| e.id).max() {
+            self.slowlog_id = Some(newest);
+        }
+        let theirs: Vec<SlowEntry> = entries
+            .into_iter()
+            .filter(|(e, from)| last.is_some_and(|l| e.id > l) && (own.is_none() || *from != own))
+            .map(|(e, _)| e)
+            .collect();
+        if let Some(newest) = theirs.iter().max_by_key(|e| e.id) {
+            if self.primed {
+                found.push(SignalKind::Slowlog(newest.clone()));
+            }
+        }
+        data.lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .slowlog
+            .extend(theirs);
+        self.primed = true;
+        Ok(found)
+    }
+}
+
+/// Queues what a poll found, as seen at `seen_ms`.
+fn publish(out: &Mutex<std::collections::VecDeque<Signal>>, found: Vec<SignalKind>, seen_ms: i64) {
+    let mut q = out.lock().unwrap_or_else(|e| e.into_inner());
+    for kind in found {
+        if q.len() >= SIGNALS_MAX {
+            q.pop_front();
+        }
+        q.push_back(Signal { seen_ms, kind });
+    }
 }
 
 /// Sleeps until `next`, a stop, or an asked history round, whichever comes first.
@@ -694,11 +848,13 @@ fn poll_loop(
     data: &Mutex<Collected>,
     traced: Option<(u32, &Mutex<OwnConns>)>,
     history: &History,
+    signals: Option<&Mutex<std::collections::VecDeque<Signal>>>,
 ) {
     let mut conn: Option<Conn> = None;
     let mut last_try: Option<Instant> = None;
     let mut started = false;
     let mut seen_events: Vec<String> = vec![];
+    let mut marks = Marks::default();
     let mut next = Instant::now();
     loop {
         let stopping = stop.load(Ordering::SeqCst);
@@ -715,7 +871,13 @@ fn poll_loop(
             } else {
                 first_round(c, data).map(|()| started = true)
             }
-            .and_then(|()| poll_round(c, data, &mut seen_events));
+            .and_then(|()| poll_round(c, data, &mut seen_events))
+            .and_then(|lat| match signals {
+                Some(out) => marks
+                    .round(c, &lat, data)
+                    .map(|found| publish(out, found, wall_ms())),
+                None => Ok(()),
+            });
             if let Err(e) = round {
                 note(data, format!("--redis {addr}: poll failed: {e}"));
                 conn = None;
@@ -883,6 +1045,81 @@ mod tests {
                 command: "SET".into()
             }]
         );
+    }
+
+    /// A slow log entry as redis sends it: id, time, µs, [name], client address, client name.
+    fn slow_entry(id: i64, name: &str, client: &str) -> String {
+        format!(
+            "*6\r\n:{id}\r\n:1796079312\r\n:30000\r\n*1\r\n${}\r\n{name}\r\n${}\r\n{client}\r\n$0\r\n\r\n",
+            name.len(),
+            client.len()
+        )
+    }
+
+    /// What a signalling poller hands out: nothing from its first poll (history), nothing
+    /// for the slow log entries of its own commands, and then each latency event with a
+    /// newer timestamp (or new) and the newest slow log entry of someone else.
+    #[test]
+    fn signals_are_what_is_new_and_not_the_pollers_own() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        let peer = std::thread::spawn(move || {
+            let (s, me) = l.accept().unwrap();
+            let (me, other) = (me.to_string(), "10.0.0.9:4000");
+            let mut r = BufReader::new(s.try_clone().unwrap());
+            let mut w = s;
+            let rounds = [
+                vec![slow_entry(5, "get", other)],
+                vec![slow_entry(6, "info", &me), slow_entry(5, "get", other)],
+                vec![
+                    slow_entry(8, "debug", other),
+                    slow_entry(7, "latency", &me),
+                    slow_entry(6, "info", &me),
+                ],
+            ];
+            for entries in rounds {
+                let asked = read_reply(&mut r).unwrap();
+                assert_eq!(asked.items()[0].as_text().as_deref(), Some("SLOWLOG"));
+                w.write_all(format!("*{}\r\n{}", entries.len(), entries.concat()).as_bytes())
+                    .unwrap();
+            }
+        });
+        let mut c = Conn::connect_unauthenticated(&addr, Duration::from_secs(5), None).unwrap();
+        let data = Mutex::new(Collected::default());
+        let lat = |ev: &str, ts: i64| LatencySample {
+            event: ev.into(),
+            ts,
+            latency_ms: 300,
+        };
+        let mut m = Marks::default();
+        assert_eq!(
+            m.round(&mut c, &[lat("command", 100)], &data).unwrap(),
+            vec![]
+        );
+        assert_eq!(
+            m.round(&mut c, &[lat("command", 100)], &data).unwrap(),
+            vec![]
+        );
+        let found = m
+            .round(&mut c, &[lat("command", 101), lat("fork", 50)], &data)
+            .unwrap();
+        assert_eq!(
+            found,
+            vec![
+                SignalKind::Latency(lat("command", 101)),
+                SignalKind::Latency(lat("fork", 50)),
+                SignalKind::Slowlog(SlowEntry {
+                    id: 8,
+                    ts: 1_796_079_312,
+                    duration_us: 30_000,
+                    command: "DEBUG".into()
+                }),
+            ]
+        );
+        // Only others' entries are kept, as names.
+        let kept: Vec<i64> = data.lock().unwrap().slowlog.iter().map(|e| e.id).collect();
+        assert_eq!(kept, vec![8]);
+        peer.join().unwrap();
     }
 
     #[test]

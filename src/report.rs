@@ -468,11 +468,19 @@ pub struct Report {
 }
 
 /// An incident of `watch`'s default mode: the cheap tier (always attached, no syscall
-/// tracepoint) found its first stalls; the full tier (every syscall) was attached from
-/// `full_from` for `--after` and saw what followed. The cheap tier's stalls are in `stalls`
-/// with `tier` named in their `cause`.
+/// tracepoint) found its first stalls, or redis's own signals (`--redis`) said it stalled
+/// (`trigger`); the full tier (every syscall) was attached from `full_from` for `--after`
+/// and saw what followed. The cheap tier's stalls are in `stalls` with `tier` named in
+/// their `cause`.
 #[derive(Clone, Debug, Serialize, Default)]
 pub struct WatchTiers {
+    /// What opened the incident and escalated to the full tier: `stall` (the cheap tier
+    /// found one over the threshold), `latency-event` (a new LATENCY LATEST event) or
+    /// `slowlog` (the slow log grew).
+    pub trigger: String,
+    /// The redis signal that opened it, when one did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub redis_signal: Option<RedisSignal>,
     /// What the cheap tier watches, in words.
     pub cheap: String,
     /// The sampling period of the main thread's CPU time: a gap's start and end are each
@@ -487,6 +495,23 @@ pub struct WatchTiers {
     pub full: String,
     /// How exact each figure is, and what neither tier saw.
     pub notes: Vec<String>,
+}
+
+/// A sign from redis itself that it stalled (`watch --redis`): a LATENCY LATEST event newer
+/// than at the previous poll, or the slow log's newest entry. Names only: no key, no argument.
+#[derive(Clone, Debug, Serialize, Default, PartialEq)]
+pub struct RedisSignal {
+    /// `latency` or `slowlog`.
+    pub source: String,
+    /// The latency event's name (`command`, `fork`, `aof-fsync-always`...), or the slow
+    /// command's name.
+    pub name: String,
+    /// When redis says it ended (it stamps them to the second), ISO 8601.
+    pub ended: String,
+    /// How long redis measured it (LATENCY: to the millisecond).
+    pub duration_us: i64,
+    /// When the poll (once a second) saw it, ISO 8601.
+    pub seen: String,
 }
 
 /// The top-level `container` section: what names the container the traced process runs in

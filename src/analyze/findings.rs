@@ -1516,6 +1516,9 @@ pub struct WatchWindow {
     pub suppressed: u64,
     /// Incidents that ended while the previous report was being written, joined in this one.
     pub joined: u64,
+    /// What opened the incident when it was not a stall: redis's own sign of one
+    /// (`watch --mode cheap --redis`), in words.
+    pub opened_by: Option<&'static str>,
 }
 
 fn in_watch(l: &LiveEvidence<'_>, _: Option<&ByFinding>) -> bool {
@@ -1535,8 +1538,9 @@ fn watch_title(l: &LiveEvidence<'_>, _: Option<&ByFinding>) -> String {
     let Some(w) = l.watch else {
         return String::new();
     };
+    let by = w.opened_by.map(|b| format!(" on {b}")).unwrap_or_default();
     format!(
-        "Incident caught by stallscope watch: {} stall{} over {}",
+        "Incident caught by stallscope watch{by}: {} stall{} over {}",
         w.stalls,
         plural(w.stalls),
         human(w.threshold_ns / 1000)
@@ -2121,6 +2125,7 @@ mod tests {
             ring_short: false,
             suppressed: 0,
             joined: 0,
+            opened_by: None,
         };
         let perf = |watch| LiveEvidence {
             sees_commands: false,
@@ -2157,6 +2162,7 @@ mod tests {
             ring_short: true,
             suppressed: 2,
             joined: 1,
+            opened_by: None,
         };
         let l = LiveEvidence {
             sees_commands: true,

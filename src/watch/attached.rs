@@ -122,43 +122,49 @@ fn start(w: &Watcher, pid: Tid, escalation: bool) -> Result<LiveSession> {
 }
 
 /// How long the host ring and the redis poller keep: what an incident can reach back to.
-fn keep_ns(w: &Watcher) -> Nanos {
+pub(super) fn keep_ns(w: &Watcher) -> Nanos {
     w.args.before + LONG_STALL_NS + incident::MAX_SPAN_NS + w.args.after
 }
 
 /// Traces process `pid` until it is gone or a stop is asked for.
 pub(super) fn watch_one(w: &mut Watcher, pid: Tid) -> Result<()> {
-    attach_and_watch(w, pid, false)
+    let log_src = log_before_attach(w, pid);
+    let s = start(w, pid, false)?;
+    watch_session(w, s, log_src, None)
 }
 
 /// `--mode cheap`'s escalation: the full tier attached to `pid` until the open incident's
-/// report is handed to the writer (or the process is gone, or a stop is asked for).
-pub(super) fn escalate(w: &mut Watcher, pid: Tid) -> Result<()> {
-    attach_and_watch(w, pid, true)
+/// report is handed to the writer (or the process is gone, or a stop is asked for). The
+/// cheap tier lends it its redis poller and log follower (`lent.redis`: one connection and
+/// one follower across both tiers, so a log line or a latency sample from before the
+/// escalation is still there for the report) and the fds of the poller's connections.
+pub(super) fn escalate(w: &mut Watcher, pid: Tid, lent: &mut AttachCtx) -> Result<()> {
+    let s = start(w, pid, true)?;
+    watch_session(w, s, None, Some(lent))
 }
 
-/// What redis's log is (found before the attach: once traced, a `CONFIG GET` of our own
-/// would count as a client's command), then the tracer and its session.
-fn attach_and_watch(w: &mut Watcher, pid: Tid, escalation: bool) -> Result<()> {
+/// What redis's log is, found before the attach: once traced, a `CONFIG GET` of our own
+/// would count as a client's command.
+fn log_before_attach(w: &Watcher, pid: Tid) -> Option<Option<crate::evidence::LogSource>> {
     let r = &w.args.from_redis;
-    let log_src = (r.redis.is_some() || r.redis_log.is_some()).then(|| {
+    (r.redis.is_some() || r.redis_log.is_some()).then(|| {
         crate::evidence::log_source_before_attach(
             pid,
             r.redis_log.as_deref(),
             r.redis.as_deref(),
             w.opts.redis_conf.as_ref(),
         )
-    });
-    let s = start(w, pid, escalation)?;
-    watch_session(w, s, log_src, escalation)
+    })
 }
 
 /// Watches the session until its tracer is done (the process gone, or a stop asked for).
+/// `lent`: the cheap tier's context, for an escalation (its redis sources are used and
+/// given back).
 pub(super) fn watch_session(
     w: &mut Watcher,
     mut s: LiveSession,
     log_src: Option<Option<crate::evidence::LogSource>>,
-    escalated: bool,
+    mut lent: Option<&mut AttachCtx>,
 ) -> Result<()> {
     let pid = s.pid;
     w.metrics.attached.set(1);
@@ -172,20 +178,28 @@ pub(super) fn watch_session(
         &s.ctx.redis_conf,
         s.ctx.cwd.as_deref(),
     ));
+    let mut view = view_of(&s, w);
+    let redis = match lent.as_deref_mut() {
+        Some(l) => {
+            view.own_conns.clone_from(&l.view.own_conns);
+            l.redis.take()
+        }
+        None => start_redis(w, &s.ctx, s.opts.redis_conf.as_ref(), log_src, false),
+    };
     let ac = AttachCtx {
-        view: view_of(&s, w),
+        view,
         resync: s.live_clock,
         host: Some(host::Sampler::start(
             pid,
             host::INTERVAL,
             host::Keep::Last(Duration::from_nanos(keep_ns(w) as u64)),
         )),
-        redis: start_redis(w, &s, log_src),
+        redis,
     };
     say_watching(w, &s);
     let mut sink = WatchSink::new(w, ac, s.clock.first);
-    sink.escalated = escalated;
-    s.run(&mut sink)?;
+    sink.escalated = lent.is_some();
+    let ran = s.run(&mut sink);
     let WatchSink { w, mut ac, .. } = sink;
     let st = s.end();
     // The process is gone or we are stopping: an incident being recorded is complete.
@@ -198,9 +212,18 @@ pub(super) fn watch_session(
     if let Some(h) = ac.host.take() {
         h.stop();
     }
-    if let Some(r) = ac.redis.take() {
-        r.stop();
+    match lent {
+        Some(l) => {
+            l.redis = ac.redis.take();
+            l.view.own_conns = std::mem::take(&mut ac.view.own_conns);
+        }
+        None => {
+            if let Some(r) = ac.redis.take() {
+                r.stop();
+            }
+        }
     }
+    ran?;
     eprintln!(
         "stallscope: detached from {pid}: traced {} syscalls; {} lost",
         st.syscalls, st.lost_events
@@ -227,13 +250,16 @@ fn view_of(s: &LiveSession, w: &Watcher) -> SessionView {
 }
 
 /// redis's log, followed, and the `--redis` poller, when asked for or when the config
-/// names a log file.
-fn start_redis(
+/// (`conf`) names a log file. `log_src`: the log found before the attach (else found now,
+/// from `ctx`); `signalling`: the cheap tier's poller, whose polls also look for redis's own
+/// signs of a stall (`WatchRedis::take_signals`).
+pub(super) fn start_redis(
     w: &Watcher,
-    s: &LiveSession,
+    ctx: &procctx::ProcContext,
+    conf: Option<&crate::analyze::RedisConf>,
     log_src: Option<Option<crate::evidence::LogSource>>,
+    signalling: bool,
 ) -> Option<redis::WatchRedis> {
-    let conf = s.opts.redis_conf.as_ref();
     let wanted = w.args.from_redis.redis.is_some()
         || w.args.from_redis.redis_log.is_some()
         || conf.is_some_and(|c| c.logfile.is_some());
@@ -244,11 +270,11 @@ fn start_redis(
         redis::WatchRedis::log_source(
             w.args.from_redis.redis_log.as_deref(),
             w.args.from_redis.redis.as_deref(),
-            &s.ctx,
+            ctx,
             conf,
         )
     });
-    let r = redis::WatchRedis::start(w.args.from_redis.redis.as_deref(), &s.ctx, src);
+    let r = redis::WatchRedis::start(w.args.from_redis.redis.as_deref(), ctx, src, signalling);
     if let Some(src) = r.followed() {
         eprintln!(
             "stallscope: following redis's log {} ({})",
@@ -256,7 +282,10 @@ fn start_redis(
         );
     }
     if let Some(a) = &w.args.from_redis.redis {
-        eprintln!("stallscope: asking redis at {a} for LATENCY and INFO once a second, SLOWLOG and LATENCY HISTORY once per incident");
+        match signalling {
+            true => eprintln!("stallscope: asking redis at {a} for LATENCY, INFO and the slow log's newest entries once a second (a new LATENCY event or slow log entry escalates to the full tier, as a stall does), SLOWLOG and LATENCY HISTORY once per incident"),
+            false => eprintln!("stallscope: asking redis at {a} for LATENCY and INFO once a second, SLOWLOG and LATENCY HISTORY once per incident"),
+        }
     }
     Some(r)
 }

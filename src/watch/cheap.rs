@@ -14,8 +14,10 @@ use crate::analyze::RedisConf;
 use crate::event::{Nanos, Tid};
 use crate::live::bpf::cheap::{call_of, CheapConfig, CheapKind, CheapRecord, CheapTracer};
 use crate::live::procctx;
+use crate::redis_client::{Signal, SignalKind};
 use crate::report::{
-    Bound, DurationKnown, FdRef, Role, Stall, StallKind, StallSched, ThreadRef, Waiting, WatchTiers,
+    Bound, DurationKnown, FdRef, RedisSignal, Role, Stall, StallKind, StallSched, ThreadRef,
+    Waiting, WatchTiers,
 };
 use crate::source::Clock;
 use anyhow::Result;
@@ -38,6 +40,73 @@ pub(crate) struct Seen {
     /// When the full tier was attached for the incident.
     pub escalated_at: Option<Nanos>,
     pub escalated_iso: Option<String>,
+    /// The same, wall clock epoch ms.
+    pub escalated_ms: Option<i64>,
+    /// What opened the incident (and escalated): None while none is open.
+    pub trigger: Option<Trigger>,
+    /// `--threshold`, to say why the cheap tier did not see the stall redis signalled.
+    pub threshold_ns: Nanos,
+}
+
+/// What opened an incident in the cheap mode.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum Trigger {
+    /// The cheap tier found a stall over the threshold.
+    Stall,
+    /// redis said it stalled (`--redis`): a new LATENCY event or slow log entry; `ended_ms`
+    /// is when redis says the stall ended (epoch ms, to the second).
+    Redis { signal: RedisSignal, ended_ms: i64 },
+}
+
+impl Trigger {
+    /// The report's and the metric's word for it.
+    pub(crate) fn as_str(&self) -> &'static str {
+        match self {
+            Trigger::Stall => "stall",
+            Trigger::Redis { signal, .. } if signal.source == "slowlog" => "slowlog",
+            Trigger::Redis { .. } => "latency-event",
+        }
+    }
+}
+
+impl Seen {
+    /// What opened the incident when it was not a stall, for the report's title.
+    pub(crate) fn opened_by(&self) -> Option<&'static str> {
+        match self.trigger.as_ref()?.as_str() {
+            "latency-event" => Some("redis's LATENCY event"),
+            "slowlog" => Some("redis's slow log"),
+            _ => None,
+        }
+    }
+
+    /// The files' name of an incident a sign from redis opened.
+    pub(crate) fn signal_name(&self) -> Option<String> {
+        let Some(Trigger::Redis { signal, .. }) = &self.trigger else {
+            return None;
+        };
+        let at = self.escalated_iso.as_deref().unwrap_or(&signal.seen);
+        Some(super::incident::signal_name(at, signal))
+    }
+}
+
+/// A poller's signal as the report says it.
+fn redis_signal(s: &Signal) -> RedisSignal {
+    let iso = |ms: i64| {
+        chrono::DateTime::from_timestamp_millis(ms)
+            .map(|t| t.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string())
+            .unwrap_or_default()
+    };
+    let (source, name) = match &s.kind {
+        SignalKind::Latency(l) => ("latency", l.event.clone()),
+        SignalKind::Slowlog(e) => ("slowlog", e.command.clone()),
+    };
+    RedisSignal {
+        source: source.into(),
+        name,
+        ended: iso(s.ended_ms()),
+        duration_us: s.duration_us(),
+        seen: iso(s.seen_ms),
+    }
 }
 
 /// What names a record's thread and file, read from the live process.
@@ -65,10 +134,15 @@ impl Names {
         }
     }
 
-    /// What fd `fd` is now, else what it was at the last reading of the table.
-    fn fd(&mut self, fd: i32) -> Option<String> {
-        if let Ok(p) = std::fs::read_link(format!("/proc/{}/fd/{fd}", self.pid)) {
+    /// What fd `fd` of process `tgid` is now, else (the watched process's) what it was at
+    /// the last reading of its table. A forked child's table is not kept: its fd is named
+    /// only while the child lives.
+    fn fd(&mut self, tgid: Tid, fd: i32) -> Option<String> {
+        if let Ok(p) = std::fs::read_link(format!("/proc/{tgid}/fd/{fd}")) {
             return Some(p.to_string_lossy().into_owned());
+        }
+        if tgid != self.pid {
+            return None;
         }
         if self.fds_at.elapsed() >= FDS_EVERY {
             self.fds = procctx::gather(self.pid).fds.into_iter().collect();
@@ -103,7 +177,10 @@ impl Names {
         })
     }
 
-    fn role(&mut self, tid: Tid) -> Role {
+    fn role(&mut self, tgid: Tid, tid: Tid) -> Role {
+        if tgid != self.pid {
+            return Role::Child;
+        }
         if tid == self.pid {
             return Role::Main;
         }
@@ -121,13 +198,13 @@ impl Names {
 fn stall_of(r: &CheapRecord, names: &mut Names, clock: &Clock, first: Nanos) -> Stall {
     let dur = r.end - r.start;
     let d = crate::live::sched_delta(&r.before, &r.after);
-    let role = names.role(r.tid);
+    let role = names.role(r.tgid, r.tid);
     let mut s = Stall {
         ts: clock.format(r.start),
         ts_iso: clock.iso(r.start),
         at_us: (r.start - first) / 1000,
         who: ThreadRef {
-            pid: names.pid,
+            pid: r.tgid,
             tid: r.tid,
             thread: role,
         },
@@ -170,7 +247,7 @@ fn name_blocked(s: &mut Stall, r: &CheapRecord, names: &mut Names, uninterruptib
     } else {
         "asleep"
     };
-    let Some(sc) = call_of(r, names.pid) else {
+    let Some(sc) = call_of(r, r.tgid) else {
         s.cause = format!("cheap tier: the thread was blocked {how} outside a syscall (a page fault) from its switch-out to its switch-in");
         return;
     };
@@ -179,7 +256,7 @@ fn name_blocked(s: &mut Stall, r: &CheapRecord, names: &mut Names, uninterruptib
     s.target.fd = sc.fd;
     let mut how_named = "";
     s.target.path = match sc.fd {
-        Some(fd) => names.fd(fd).or_else(|| {
+        Some(fd) => names.fd(r.tgid, fd).or_else(|| {
             let closing = sc.sys.facts.has(crate::syscalls::Facts::CLOSE);
             let log = closing.then(|| names.log_written_in((r.start, r.end))).flatten();
             if log.is_some() {
@@ -194,8 +271,12 @@ fn name_blocked(s: &mut Stall, r: &CheapRecord, names: &mut Names, uninterruptib
         .path
         .as_deref()
         .map(|p| crate::fdtable::classify_path(p, names.conf.as_ref()));
+    let whose = match r.tgid == names.pid {
+        true => String::new(),
+        false => format!(" in redis's forked child {} (a BGSAVE or AOF rewrite: it holds up no client, but its disk writes compete with redis's own)", r.tgid),
+    };
     s.cause = format!(
-        "cheap tier: {}({}) blocked {how} from the thread's switch-out to its switch-in (the call itself began a little before and ended a little after: at least this long){how_named}; which commands waited is known only to the full tier",
+        "cheap tier: {}({}) blocked {how}{whose} from the thread's switch-out to its switch-in (the call itself began a little before and ended a little after: at least this long){how_named}; which commands waited is known only to the full tier",
         sc.name,
         s.target.fd.map(|f| f.to_string()).unwrap_or_default()
     );
@@ -210,6 +291,7 @@ pub(super) fn watch_one(w: &mut Watcher, pid: Tid) -> Result<bool> {
         main_tid: pid,
         threshold_ns: w.args.threshold,
         sample_period_ns: w.args.sample_period.max(10_000) as u64,
+        follow_forks: !w.args.no_follow_forks,
     };
     let mut t = match CheapTracer::attach(&cfg) {
         Ok(t) => t,
@@ -226,7 +308,9 @@ pub(super) fn watch_one(w: &mut Watcher, pid: Tid) -> Result<bool> {
         .or_else(|| Some(RedisConf::parse(&ctx.redis_conf)));
     let mut names = Names::new(&ctx, conf);
     names.log = w.args.from_redis.redis_log.clone();
-    let ac = cheap_ctx(w, &ctx);
+    let mut ac = cheap_ctx(w, &ctx);
+    // Nothing is traced yet: the poller's and the log's set-up commands are not seen.
+    ac.redis = attached::start_redis(w, &ctx, names.conf.as_ref(), None, true);
     w.identity = Some(super::follow::Identity::of(
         pid,
         &ctx.redis_conf,
@@ -236,25 +320,40 @@ pub(super) fn watch_one(w: &mut Watcher, pid: Tid) -> Result<bool> {
     w.metrics.attaches.inc();
     w.cheap = Seen {
         sample_period_ns: cfg.sample_period_ns as Nanos,
+        threshold_ns: w.args.threshold,
         ..Seen::default()
     };
     say_watching(w, pid, &cfg);
     let mut recs = vec![];
+    // redis's signs of a stall that ended before this (epoch ms) were the full tier's to see.
+    let mut covered_ms = 0;
     while !w.want_stop(true) && !gone(pid) {
+        // Before the ring is read: a stall redis signals is then read from the ring too,
+        // and escalates as the cheap tier's own (its record came before redis's reply).
+        let signals = tick_redis(w, &mut ac);
         recs.clear();
         t.poll(&mut recs);
         let lost = t.take_drops();
         if lost > 0 {
             w.metrics.lost_events.inc_by(lost);
         }
-        let found = !recs.is_empty();
         for r in &recs {
             let s = stall_of(r, &mut names, &ac.view.clock, ac.view.clock.first);
             w.on_stall(&s, r.start, r.end);
             w.cheap.stalls.push((s, r.start));
         }
-        if found && w.args.out.is_some() && w.pending.is_none() {
-            escalate(w, pid, &mut t);
+        if !recs.is_empty() {
+            w.cheap.trigger.get_or_insert(Trigger::Stall);
+            if may_escalate(w) {
+                escalate(w, pid, &mut t, &mut ac);
+                covered_ms = crate::redis_client::wall_ms();
+            }
+        }
+        for sig in signals {
+            if open_by_signal(w, &sig, covered_ms) {
+                escalate(w, pid, &mut t, &mut ac);
+                covered_ms = crate::redis_client::wall_ms();
+            }
         }
         let now = crate::clock::now_mono();
         if let Some(o) = w.grouper.take_due(now, w.ring.evicted_upto()) {
@@ -269,27 +368,88 @@ pub(super) fn watch_one(w: &mut Watcher, pid: Tid) -> Result<bool> {
     }
     w.wait_writer_idle(Duration::from_millis(300));
     w.hand_over(&ac, true);
+    if let Some(r) = ac.redis.take() {
+        r.stop();
+    }
     eprintln!("stallscope: detached from {pid} (cheap tier)");
     Ok(true)
 }
 
+/// redis's log and poller: new lines kept, the poller's new connections taken (its first
+/// command waits for that), and what its polls found new in redis's own signals.
+fn tick_redis(w: &Watcher, ac: &mut AttachCtx) -> Vec<Signal> {
+    let Some(r) = &mut ac.redis else {
+        return vec![];
+    };
+    r.tick(crate::clock::now_mono(), attached::keep_ns(w));
+    let own = &mut ac.view.own_conns;
+    for (fd, since) in r.take_own_conns() {
+        own.retain(|(f, _)| *f != fd);
+        if own.len() >= 8 {
+            own.remove(0);
+        }
+        own.push((fd, since));
+    }
+    r.take_signals()
+}
+
+/// Whether the open incident is to be escalated: its report is to be written (`--out`, no
+/// report waiting for the writer, the hourly limit not reached: the full tier would cost
+/// redis for a report nobody gets).
+fn may_escalate(w: &mut Watcher) -> bool {
+    w.args.out.is_some() && w.pending.is_none() && w.limit.would_allow(Instant::now())
+}
+
+/// A sign from redis that it stalled: opens an incident (true: to escalate) unless the last
+/// escalation's full tier saw its time (redis stamps it to the second: one stamped in the
+/// second the full tier detached is taken as that incident's), an incident is being
+/// recorded or waits for the writer (the sign is of it, or joins it), or no report is to
+/// be written.
+fn open_by_signal(w: &mut Watcher, sig: &Signal, covered_ms: i64) -> bool {
+    if sig.ended_ms() < covered_ms || w.grouper.open.is_some() || !may_escalate(w) {
+        return false;
+    }
+    let signal = redis_signal(sig);
+    eprintln!(
+        "stallscope: redis signalled a stall the cheap tier did not find: {} {} of {} ending {} (seen {})",
+        match signal.source.as_str() {
+            "slowlog" => "a slow log entry for",
+            _ => "the LATENCY event",
+        },
+        signal.name,
+        crate::units::human(signal.duration_us),
+        signal.ended,
+        signal.seen,
+    );
+    w.grouper.open_by_signal(crate::clock::now_mono());
+    w.cheap.trigger = Some(Trigger::Redis {
+        signal,
+        ended_ms: sig.ended_ms(),
+    });
+    true
+}
+
 /// The full tier, attached until the open incident's report is handed to the writer. The
 /// cheap tier's records of that time are dropped after it (the full tier saw those stalls).
-fn escalate(w: &mut Watcher, pid: Tid, t: &mut CheapTracer) {
+fn escalate(w: &mut Watcher, pid: Tid, t: &mut CheapTracer, ac: &mut AttachCtx) {
     let at = crate::clock::now_mono();
     w.cheap.escalated_at = Some(at);
+    w.cheap.escalated_ms = Some(crate::redis_client::wall_ms());
     w.cheap.escalated_iso = Some(
         chrono::Utc::now()
             .format("%Y-%m-%dT%H:%M:%S%.6fZ")
             .to_string(),
     );
+    let trigger = w.cheap.trigger.as_ref().map_or("stall", Trigger::as_str);
+    w.metrics.escalation(trigger).inc();
     eprintln!(
-        "stallscope: escalating: every syscall of {pid} traced until the incident is written"
+        "stallscope: escalating ({trigger}): every syscall of {pid} traced until the incident is written"
     );
-    if let Err(e) = attached::escalate(w, pid) {
+    if let Err(e) = attached::escalate(w, pid, ac) {
         eprintln!("stallscope: warning: the full tier could not be attached: {e:#}; the incident's report will hold only the cheap tier's stalls");
         w.cheap.escalated_at = None;
         w.cheap.escalated_iso = None;
+        w.cheap.escalated_ms = None;
         return;
     }
     let mut during = vec![];
@@ -356,11 +516,27 @@ pub(crate) fn into_report(report: &mut crate::report::Report, seen: &Seen, first
         "before the full tier was attached, which commands ran and which clients waited is not known".into(),
     ];
     notes.push("a close() that blocked had taken its fd out of the table: it is named only as redis's log file, when that was written just before".into());
+    if seen.stalls.iter().any(|(s, _)| s.who.thread == Role::Child) {
+        notes.push("a forked child's (BGSAVE, AOF rewrite) call is named from its fd table when its record is read: a call just before the child closed the file or exited stays unnamed".into());
+    }
+    let signal = match &seen.trigger {
+        Some(Trigger::Redis { signal, ended_ms }) => {
+            notes.extend(signal_notes(seen, signal, *ended_ms));
+            Some(signal.clone())
+        }
+        _ => None,
+    };
     let full = match seen.escalated_at {
         Some(_) => "every syscall of the process from full_from until the report was written (the stalls without `cheap tier` in their cause, the commands, files and what followed)".to_string(),
         None => "nothing: the full tier was not attached (the stalls are the cheap tier's alone)".to_string(),
     };
     report.live.watch_tiers = Some(WatchTiers {
+        trigger: seen
+            .trigger
+            .as_ref()
+            .map_or("stall", Trigger::as_str)
+            .to_string(),
+        redis_signal: signal,
         cheap: "scheduler switches of every thread and the main thread's CPU time sampled: blocked syscalls and main-thread gaps over the threshold".into(),
         sample_period_us: period_us,
         cheap_stalls: seen.stalls.len() as u64,
@@ -368,4 +544,40 @@ pub(crate) fn into_report(report: &mut crate::report::Report, seen: &Seen, first
         full,
         notes,
     });
+}
+
+/// What the report must say of an incident a sign from redis opened: the stall it signalled
+/// was not seen by the cheap tier, and the full tier, attached after the poll found it, saw
+/// only what followed.
+fn signal_notes(seen: &Seen, signal: &RedisSignal, ended_ms: i64) -> Vec<String> {
+    use crate::units::human;
+    let what = match signal.source.as_str() {
+        "slowlog" => format!("the slow log's entry for {}", signal.name),
+        _ => format!("redis's LATENCY event `{}`", signal.name),
+    };
+    let why = if signal.duration_us * 1000 < seen.threshold_ns {
+        format!(
+            "it was shorter than --threshold ({}), which is all the cheap tier reports; redis's own threshold (latency-monitor-threshold, slowlog-log-slower-than) is lower",
+            human(seen.threshold_ns / 1000)
+        )
+    } else {
+        format!(
+            "it was over --threshold ({}), and the cheap tier did not find it: the main thread made a read or write during it (a gap is a stretch with none), or it blocked where the cheap tier does not look, or it was shorter than two sampling periods of the main thread's CPU time in wall time",
+            human(seen.threshold_ns / 1000)
+        )
+    };
+    let mut notes = vec![format!(
+        "this incident was opened by {what} ({} as redis measured it, ending {} to the second; the poll, once a second, saw it at {}), not by the cheap tier: {why}",
+        human(signal.duration_us),
+        signal.ended,
+        signal.seen
+    )];
+    notes.push(match seen.escalated_ms {
+        Some(at) => format!(
+            "the full tier was asked for about {} after that stall ended (redis's stamp is to the second; the report's events begin once its programs were attached), so it saw only what followed: which commands and clients that stall held up, and what it waited on, are not in this report; redis's own account of it is in the `redis` section",
+            human((at - ended_ms).max(0) * 1000)
+        ),
+        None => "the full tier could not be attached: neither tier saw the stall redis signalled; redis's own account of it is in the `redis` section".into(),
+    });
+    notes
 }

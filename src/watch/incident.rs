@@ -1,5 +1,6 @@
-//! `watch`'s incidents: which stalls make one incident (a stall opens it, stalls ending
-//! within `--after` of the last one join it), when it is complete, the hourly rate limit,
+//! `watch`'s incidents: which stalls make one incident (a stall opens it, or in the cheap
+//! mode a sign from redis itself; stalls ending within `--after` of the last one join it),
+//! when it is complete, the hourly rate limit,
 //! and the writer thread that turns the incident's events (taken from the history ring)
 //! into a report by running a fresh `Analyzer` over them: the same JSON and HTML as
 //! `analyze`, plus the raw recording with `--record`. Files are created mode 0640 and
@@ -33,6 +34,9 @@ pub(crate) struct Open {
     pub due: Nanos,
     pub stalls: Vec<Stall>,
     pub count: u64,
+    /// It was opened by a sign from redis itself (`--mode cheap` with `--redis`), not a
+    /// stall: it is written even if no tier saw a stall over the threshold.
+    pub by_signal: bool,
 }
 
 impl Open {
@@ -45,6 +49,7 @@ impl Open {
         self.end = self.end.max(o.end);
         self.due = self.due.max(o.due);
         self.count += o.count;
+        self.by_signal |= o.by_signal;
         let room = MAX_STALLS.saturating_sub(self.stalls.len());
         self.stalls.extend(o.stalls.into_iter().take(room));
     }
@@ -79,9 +84,24 @@ impl Grouper {
                     due: end + self.after,
                     stalls: vec![s.clone()],
                     count: 1,
+                    by_signal: false,
                 })
             }
         }
+    }
+
+    /// Opens an incident at `at` (tracer clock) for a sign from redis itself that it
+    /// stalled, unless one is open (the sign joins it). It lasts `--after`; the stalls the
+    /// full tier finds meanwhile join it as any do.
+    pub(crate) fn open_by_signal(&mut self, at: Nanos) {
+        self.open.get_or_insert(Open {
+            start: at,
+            end: at,
+            due: at + self.after,
+            stalls: vec![],
+            count: 0,
+            by_signal: true,
+        });
     }
 
     /// The incident, once `now` is past its due time, or as soon as the history ring has
@@ -117,7 +137,13 @@ impl RateLimit {
         }
     }
 
-    pub(crate) fn allow(&mut self, now: Instant) -> bool {
+    /// Whether `allow` would let a report be written now (nothing is counted).
+    pub(crate) fn would_allow(&mut self, now: Instant) -> bool {
+        self.forget_older(now);
+        self.written.len() < self.max as usize
+    }
+
+    fn forget_older(&mut self, now: Instant) {
         while self
             .written
             .front()
@@ -125,6 +151,10 @@ impl RateLimit {
         {
             self.written.pop_front();
         }
+    }
+
+    pub(crate) fn allow(&mut self, now: Instant) -> bool {
+        self.forget_older(now);
         if self.written.len() >= self.max as usize {
             self.suppressed += 1;
             return false;
@@ -163,9 +193,8 @@ pub(crate) struct Job {
     /// Records the tracer lost before the event at each index (`ring::Taken`).
     pub lost: Vec<(usize, u64)>,
     pub session: SessionView,
-    /// The incident's first stall, as the live analysis saw it: names the files.
-    pub first: Stall,
-    pub worst: Stall,
+    /// What the files are named (`base_name`, `signal_name`).
+    pub base: String,
     pub count: u64,
     /// Incidents that finished while this one waited for the writer, and are in its report.
     pub joined: u64,
@@ -226,6 +255,32 @@ pub(crate) fn base_name(first: &Stall, worst: &Stall) -> String {
         })
         .take(48)
         .collect();
+    format!("{t}-{what}")
+}
+
+/// The name of an incident that only a sign from redis opened (no tier saw a stall over the
+/// threshold): `2026-12-01T07-30-12.345Z-redis-latency-command`, from when it was opened
+/// (`at_iso`) and what redis said.
+pub(crate) fn signal_name(at_iso: &str, signal: &crate::report::RedisSignal) -> String {
+    let t = chrono::DateTime::parse_from_rfc3339(at_iso)
+        .map(|t| t.with_timezone(&chrono::Utc))
+        .unwrap_or_else(|_| chrono::Utc::now())
+        .format("%Y-%m-%dT%H-%M-%S%.3fZ");
+    let what: String = format!(
+        "redis-{}-{}",
+        signal.source,
+        signal.name.to_ascii_lowercase()
+    )
+    .chars()
+    .map(|c| {
+        if c.is_ascii_alphanumeric() || c == '-' {
+            c
+        } else {
+            '-'
+        }
+    })
+    .take(48)
+    .collect();
     format!("{t}-{what}")
 }
 
@@ -337,7 +392,7 @@ pub(crate) fn write(job: Job) -> Outcome {
 }
 
 fn write_inner(mut job: Job) -> Result<PathBuf, String> {
-    let base = base_name(&job.first, &job.worst);
+    let base = job.base.clone();
     let dir = job.dir.clone();
     std::fs::create_dir_all(&dir)
         .map_err(|e| format!("--out {}: cannot create it: {e}", dir.display()))?;
@@ -418,6 +473,7 @@ fn analyse(job: &mut Job) -> crate::report::Report {
                 ring_short: job.ring_short,
                 suppressed: job.suppressed,
                 joined: job.joined,
+                opened_by: job.cheap.as_ref().and_then(super::cheap::Seen::opened_by),
             }),
         },
     );
@@ -662,8 +718,7 @@ pub(crate) mod tests {
                 own_conns: vec![],
                 container: None,
             },
-            first: stall(300_000, None),
-            worst: stall(300_000, None),
+            base: base_name(&stall(300_000, None), &stall(300_000, None)),
             count: 1,
             joined: 0,
             suppressed: 0,
@@ -690,6 +745,8 @@ pub(crate) mod tests {
             sample_period_ns: 2 * ms,
             escalated_at: Some(10 * ms - 50 * ms),
             escalated_iso: Some("2026-12-06T21:00:00.000000Z".into()),
+            trigger: Some(super::super::cheap::Trigger::Stall),
+            ..Default::default()
         });
         j.record = false;
         let Outcome::Written(json) = write(j) else {
@@ -707,6 +764,8 @@ pub(crate) mod tests {
         assert_eq!(r["summary"]["stalls"], 2);
         let t = &r["watch_tiers"];
         assert_eq!(t["cheap_stalls"], 1);
+        assert_eq!(t["trigger"], "stall");
+        assert!(t.get("redis_signal").is_none(), "{t}");
         assert_eq!(t["sample_period_us"], 2000);
         assert_eq!(t["full_from"], "2026-12-06T21:00:00.000000Z");
         assert!(t["notes"].as_array().unwrap().len() >= 3, "{t}");
@@ -718,6 +777,73 @@ pub(crate) mod tests {
         let r: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
         assert!(r.get("watch_tiers").is_none());
+    }
+
+    /// An incident a LATENCY event opened, in which neither tier saw a stall over the
+    /// threshold: written, named after the event, and saying that the full tier saw only
+    /// what followed.
+    #[test]
+    fn an_incident_opened_by_redis_says_so() {
+        use super::super::cheap::{Seen, Trigger};
+        let tmp = tempfile::tempdir().unwrap();
+        let mut j = job(tmp.path(), crate::report::LiveBackend::Bpf);
+        j.events
+            .retain(|e| e.syscall().is_some_and(|s| s.name != "sched_yield"));
+        j.count = 0;
+        j.record = false;
+        j.session.opts.threshold_ns = 2_000_000_000;
+        let signal = crate::report::RedisSignal {
+            source: "latency".into(),
+            name: "command".into(),
+            ended: "2026-12-06T21:00:00.000Z".into(),
+            duration_us: 300_000,
+            seen: "2026-12-06T21:00:00.400Z".into(),
+        };
+        let seen = Seen {
+            sample_period_ns: 2_000_000,
+            escalated_at: Some(0),
+            escalated_iso: Some("2026-12-06T21:00:00.420000Z".into()),
+            escalated_ms: Some(1_796_590_800_420),
+            trigger: Some(Trigger::Redis {
+                signal,
+                ended_ms: 1_796_590_800_000,
+            }),
+            threshold_ns: 2_000_000_000,
+            ..Default::default()
+        };
+        let name = seen.signal_name().unwrap();
+        assert_eq!(name, "2026-12-06T21-00-00.420Z-redis-latency-command");
+        j.base = name;
+        j.cheap = Some(seen);
+        let Outcome::Written(json) = write(j) else {
+            panic!("not written")
+        };
+        assert!(json.ends_with("2026-12-06T21-00-00.420Z-redis-latency-command.json"));
+        let r: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        let t = &r["watch_tiers"];
+        assert_eq!(t["trigger"], "latency-event");
+        assert_eq!(t["redis_signal"]["duration_us"], 300_000);
+        assert_eq!(t["cheap_stalls"], 0);
+        let notes = t["notes"].to_string();
+        assert!(
+            notes.contains("shorter than --threshold (2.00 s)"),
+            "{notes}"
+        );
+        assert!(notes.contains("about 420 ms after"), "{notes}");
+        assert!(notes.contains("saw only what followed"), "{notes}");
+        let titles: Vec<&str> = r["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|f| f["title"].as_str())
+            .collect();
+        assert!(
+            titles.contains(
+                &"Incident caught by stallscope watch on redis's LATENCY event: 0 stalls over 2.00 s"
+            ),
+            "{titles:?}"
+        );
     }
 
     #[test]
@@ -755,7 +881,9 @@ pub(crate) mod tests {
         // A tracer that does not split calls leaves no .sched, and without losses no .lost.
         let mut j = job(tmp.path(), crate::report::LiveBackend::Perf);
         j.lost.clear();
-        j.first.ts_iso = Some("2026-12-01T09:30:12.345678+01:00".into());
+        let mut first = stall(300_000, None);
+        first.ts_iso = Some("2026-12-01T09:30:12.345678+01:00".into());
+        j.base = base_name(&first, &first);
         let Outcome::Written(json) = write(j) else {
             panic!("not written")
         };

@@ -175,6 +175,17 @@ pub(crate) const WRITER_BUSY: &str = "writer_busy";
 /// The report could not be written (full disk, unwritable --out).
 pub(crate) const WRITE_ERROR: &str = "write_error";
 
+/// What escalated the cheap tier to the full one: a closed set.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct EscalationLabels {
+    pub instance: String,
+    pub trigger: &'static str,
+}
+
+/// `stallscope_escalations_total`'s triggers: the cheap tier's stall, redis's LATENCY
+/// event, the slow log growing.
+pub(crate) const TRIGGERS: [&str; 3] = ["stall", "latency-event", "slowlog"];
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CommandLabels {
     instance: String,
@@ -197,6 +208,7 @@ struct Families {
     incidents_suppressed: ByInstance<Counter>,
     incident_errors: ByInstance<Counter>,
     unreported: Family<UnreportedLabels, Counter>,
+    escalations: Family<EscalationLabels, Counter>,
     write_seconds: ByInstance<SecondsCounter>,
     write_cpu_seconds: ByInstance<SecondsCounter>,
     event_log_errors: ByInstance<Counter>,
@@ -407,6 +419,7 @@ impl Families {
         let [incidents, incidents_suppressed, incident_errors, event_log_errors, ring_evicted] =
             register_incidents(r);
         let unreported = reg(r, "stalls_not_reported", "Stalls over the threshold (counted in stallscope_stalls_total) in no incident report, by reason: rate_limit, writer_busy (the incident waited for the writer until the history ring dropped its first stall), write_error", Family::<UnreportedLabels, Counter>::default());
+        let escalations = reg(r, "escalations", "Times the cheap tier (watch --mode cheap) attached the full tier for an incident, by trigger: stall (the cheap tier found one over the threshold), latency-event (a new LATENCY LATEST event, with --redis), slowlog (the slow log grew, with --redis)", Family::<EscalationLabels, Counter>::default());
         let [write_seconds, write_cpu_seconds] = register_writer(r);
         let ring_bytes = reg(
             r,
@@ -425,6 +438,7 @@ impl Families {
             incidents_suppressed,
             incident_errors,
             unreported,
+            escalations,
             write_seconds,
             write_cpu_seconds,
             event_log_errors,
@@ -493,6 +507,9 @@ impl Metrics {
         };
         for reason in [RATE_LIMIT, WRITER_BUSY, WRITE_ERROR] {
             drop(im.unreported(reason));
+        }
+        for trigger in TRIGGERS {
+            drop(im.escalation(trigger));
         }
         im
     }
@@ -574,6 +591,14 @@ impl InstanceMetrics {
         })
     }
 
+    /// Escalations to the full tier for `trigger` (one of `TRIGGERS`).
+    pub(crate) fn escalation(&self, trigger: &'static str) -> Counter {
+        self.fam.escalations.get_or_create_owned(&EscalationLabels {
+            instance: self.label.clone(),
+            trigger,
+        })
+    }
+
     fn syscall_hist(&self, syscall: &'static str, file_class: &'static str) -> Histogram {
         let l = SyscallLabels {
             instance: self.label.clone(),
@@ -626,6 +651,12 @@ impl InstanceMetrics {
             f.unreported.remove(&UnreportedLabels {
                 instance: self.label.clone(),
                 reason,
+            });
+        }
+        for trigger in TRIGGERS {
+            f.escalations.remove(&EscalationLabels {
+                instance: self.label.clone(),
+                trigger,
             });
         }
         let cr = std::mem::take(&mut *self.created.lock().unwrap_or_else(|e| e.into_inner()));

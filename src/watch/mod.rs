@@ -218,7 +218,7 @@ impl Watcher<'_> {
     /// joins it: the ring holds both anyway, and one report for the two keeps every stall
     /// in a report without a second copy of the events.
     fn incident_due(&mut self, o: incident::Open) {
-        if self.inst.out.is_none() || o.stalls.is_empty() {
+        if self.inst.out.is_none() || (o.stalls.is_empty() && !o.by_signal) {
             self.release_ring();
             return;
         }
@@ -233,10 +233,9 @@ impl Watcher<'_> {
         if !self.limit.allow(Instant::now()) {
             self.metrics.incidents_suppressed.inc();
             self.unreported(metrics::RATE_LIMIT, o.count);
-            let first = &o.stalls[0];
             eprintln!(
-                "stallscope: incident at {} not written: {} already written in the last hour (--max-incidents-per-hour); counted in stallscope_incidents_suppressed_total",
-                first.ts_iso.as_deref().unwrap_or(&first.ts),
+                "stallscope: incident {} not written: {} already written in the last hour (--max-incidents-per-hour); counted in stallscope_incidents_suppressed_total",
+                began(&o),
                 self.args.max_incidents_per_hour
             );
             self.release_ring();
@@ -292,10 +291,9 @@ impl Watcher<'_> {
                 self.metrics.incidents_suppressed.inc_by(1 + p.joined);
                 self.limit.suppressed += 1 + p.joined;
                 self.unreported(metrics::WRITER_BUSY, p.open.count);
-                let first = &p.open.stalls[0];
                 eprintln!(
-                    "stallscope: incident at {} not written: the writer still had {out} reports to write when the history ring (--ring-size) dropped its first stall; its {} stall{} are counted in stallscope_stalls_not_reported_total{{reason=\"writer_busy\"}}",
-                    first.ts_iso.as_deref().unwrap_or(&first.ts),
+                    "stallscope: incident {} not written: the writer still had {out} reports to write when the history ring (--ring-size) dropped its first stall; its {} stall{} are counted in stallscope_stalls_not_reported_total{{reason=\"writer_busy\"}}",
+                    began(&p.open),
                     p.open.count,
                     crate::analyze::findings::plural(p.open.count),
                 );
@@ -305,10 +303,16 @@ impl Watcher<'_> {
         }
         let Some(p) = self.pending.take() else { return };
         self.release_ring();
-        let Some(dir) = &self.inst.out else { return };
-        let (Some(first), Some(worst)) = (p.open.stalls.first().cloned(), p.open.worst().cloned())
-        else {
+        let Some(dir) = self.inst.out.clone() else {
             return;
+        };
+        let cheap = self.take_cheap(p.open.start);
+        let base = match (p.open.stalls.first(), p.open.worst()) {
+            (Some(first), Some(worst)) => incident::base_name(first, worst),
+            _ => match cheap.as_ref().and_then(cheap::Seen::signal_name) {
+                Some(n) => n,
+                None => return,
+            },
         };
         let from = p.from;
         let taken = self.ring.take_upto(from, p.cut);
@@ -323,17 +327,16 @@ impl Watcher<'_> {
             events,
             lost: taken.lost,
             session: ctx.view.clone(),
-            first,
-            worst,
+            base,
             count: p.open.count,
             joined: p.joined,
             suppressed: std::mem::take(&mut self.limit.suppressed),
             ring_short,
             host,
             redis: ctx.redis.as_ref().and_then(|r| r.for_incident(from)),
-            dir: dir.clone(),
+            dir,
             record: self.args.record,
-            cheap: self.take_cheap(p.open.start),
+            cheap,
         };
         if let Some(tx) = &self.jobs {
             self.jobs_out.fetch_add(1, Ordering::SeqCst);
@@ -352,13 +355,14 @@ impl Watcher<'_> {
     /// tiers; None in full mode.
     fn take_cheap(&mut self, start: Nanos) -> Option<cheap::Seen> {
         self.cheap.stalls.retain(|(_, s)| *s >= start);
-        if self.cheap.stalls.is_empty() {
+        if self.cheap.stalls.is_empty() && self.cheap.trigger.is_none() {
             return None;
         }
         let seen = self.cheap.clone();
         self.cheap.stalls.clear();
         self.cheap.escalated_at = None;
         self.cheap.escalated_iso = None;
+        self.cheap.trigger = None;
         Some(seen)
     }
 
@@ -389,6 +393,14 @@ impl Watcher<'_> {
         }
         self.metrics.ring_bytes.set(self.ring.bytes() as i64);
         self.ring.set_max_bytes(self.inst.budget.share());
+    }
+}
+
+/// When an incident began, for messages: its first stall's time.
+fn began(o: &incident::Open) -> String {
+    match o.stalls.first() {
+        Some(f) => format!("at {}", f.ts_iso.as_deref().unwrap_or(&f.ts)),
+        None => "opened by a sign from redis".into(),
     }
 }
 
@@ -1155,7 +1167,7 @@ mod tests {
             .start(LiveBackend::Bpf)
             .unwrap();
         let s = LiveSession::around(started, ctx, &w.opts, None, None);
-        attached::watch_session(&mut w, s, None, false).unwrap();
+        attached::watch_session(&mut w, s, None, None).unwrap();
         let jobs: Vec<Job> = rx.try_iter().collect();
         assert_eq!(jobs.len(), 1, "one incident");
         let job = jobs.into_iter().next().unwrap();

@@ -51,17 +51,24 @@ impl WatchRedis {
     }
 
     /// `src`: the log to follow (`log_source`, before the attach).
-    /// `redis`: `--redis`'s address, polled once a second.
+    /// `redis`: `--redis`'s address, polled once a second; `signalling`: each poll also
+    /// looks for what is new in LATENCY LATEST and the slow log (`take_signals`, the cheap
+    /// tier's triggers).
     pub(crate) fn start(
         redis: Option<&str>,
         ctx: &crate::live::procctx::ProcContext,
         src: Option<LogSource>,
+        signalling: bool,
     ) -> WatchRedis {
         let log = src.map(|s| {
             let f = Follower::start(&s.path, Duration::from_millis(200));
             (s, f)
         });
-        let poller = redis.map(|a| Poller::start_for(a, Duration::from_secs(1), Some(ctx.pid)));
+        let every = Duration::from_secs(1);
+        let poller = redis.map(|a| match signalling {
+            true => Poller::start_signalling(a, every, Some(ctx.pid)),
+            false => Poller::start_for(a, every, Some(ctx.pid)),
+        });
         WatchRedis {
             log,
             poller,
@@ -105,6 +112,14 @@ impl WatchRedis {
         self.poller
             .as_ref()
             .map(|p| p.take_own_conns())
+            .unwrap_or_default()
+    }
+
+    /// What the poller found new in redis's own signals since the last call.
+    pub(crate) fn take_signals(&self) -> Vec<crate::redis_client::Signal> {
+        self.poller
+            .as_ref()
+            .map(|p| p.take_signals())
             .unwrap_or_default()
     }
 

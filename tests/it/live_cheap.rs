@@ -151,8 +151,14 @@ fn the_cheap_tier_finds_and_names_a_sleep_a_busy_script_and_a_slow_close() {
         fs.send(r#"{"rules": [{"op": "flush", "match": "redis.log", "ms": 400}]}"#);
         let waited = timed(redis.port, &["DEBUG", "LOG", "cheap tier test"]);
         fs.send(r#"{"rules": []}"#);
-        let e = event(&events, n);
+        // On a loaded machine slowfs itself may hold the log's open() past the threshold:
+        // that is a stall too, named, and not the one looked for here.
+        let mut e = event(&events, n);
         n += 1;
+        while e["syscall"] == "openat" && e["path"].is_null() {
+            e = event(&events, n);
+            n += 1;
+        }
         assert_eq!(e["syscall"], "close", "{e}");
         assert!(
             e["path"].as_str().unwrap_or("").ends_with("/redis.log"),
@@ -188,8 +194,9 @@ fn a_cheap_stall_escalates_to_the_full_tier_for_its_incident() {
     );
     timed(redis.port, &["DEBUG", "SLEEP", "0.3"]);
     assert!(w.wait_line("escalating", LONG), "{:?}", w.lines());
-    // What follows, seen by the full tier: a second sleep within --after.
-    assert!(w.wait_line("watching", LONG), "{:?}", w.lines());
+    // What follows, seen by the full tier (once it traces: its own "watching" line, not the
+    // cheap tier's): a second sleep within --after.
+    assert!(w.wait_line("with bpf as instance", LONG), "{:?}", w.lines());
     std::thread::sleep(Duration::from_millis(300));
     timed(redis.port, &["DEBUG", "SLEEP", "0.2"]);
     assert!(w.wait_line("incident written", LONG), "{:?}", w.lines());
@@ -226,6 +233,210 @@ fn a_cheap_stall_escalates_to_the_full_tier_for_its_incident() {
         .find(|s| !s["cause"].as_str().unwrap_or("").starts_with("cheap tier"))
         .unwrap_or_else(|| panic!("the full tier saw the second sleep: {stalls:?}"));
     assert_eq!(full["waiting_by_command"]["DEBUG"], 1, "{full}");
+    drop(w);
+    redis.assert_unharmed();
+}
+
+/// Until redis lists a client whose last command was the poller's slow log peek: its first
+/// round is done, and what redis signals from now on is new to it.
+fn wait_poller_primed(port: u16) {
+    let primed = crate::common::poll(LONG, || {
+        let mut c = Client::connect(port, LONG).ok()?;
+        let list = c.cmd(&["CLIENT", "LIST"]).ok()?.text();
+        list.contains("cmd=slowlog").then_some(())
+    });
+    assert!(
+        primed.is_some(),
+        "the --redis poller never read the slow log"
+    );
+}
+
+/// The incident reports written so far, parsed, oldest first.
+fn reports(dir: &Path) -> Vec<(String, serde_json::Value)> {
+    crate::live_watch::incident_reports(dir)
+        .into_iter()
+        .map(|p| {
+            let text = std::fs::read_to_string(&p).unwrap();
+            (
+                p.file_name().unwrap().to_string_lossy().into_owned(),
+                serde_json::from_str(&text).unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// A stall the cheap tier cannot report (a 0.3 s sleep under a 2 s threshold) that redis's
+/// latency monitor (threshold 50 ms) records: the LATENCY event escalates the cheap tier,
+/// and the incident's report says what triggered it and that the full tier saw only what
+/// followed; then a 30 ms command, under the latency monitor's threshold and over the slow
+/// log's, escalates by the slow log.
+#[test]
+fn redis_signals_escalate_the_cheap_tier() {
+    let _g = serial();
+    if !can_run() {
+        return;
+    }
+    let redis = Redis::start(&[
+        "--enable-debug-command",
+        "local",
+        "--latency-monitor-threshold",
+        "50",
+        "--slowlog-log-slower-than",
+        "20000",
+    ]);
+    let tmp = tempfile::tempdir().unwrap();
+    let (events, out) = (tmp.path().join("events.jsonl"), tmp.path().join("out"));
+    let addr = format!("127.0.0.1:{}", redis.port);
+    let mport = crate::common::free_port();
+    let mut w = Watch::start(&[
+        "--mode",
+        "cheap",
+        "--pid",
+        &redis.pid().to_string(),
+        "--threshold",
+        "2s",
+        "--after",
+        "1s",
+        "--redis",
+        &addr,
+        "--out",
+        out.to_str().unwrap(),
+        "--events",
+        events.to_str().unwrap(),
+        "--metrics",
+        &format!("127.0.0.1:{mport}"),
+    ]);
+    assert!(w.wait_line("with the cheap tier", LONG), "{:?}", w.lines());
+    wait_poller_primed(redis.port);
+    let waited = timed(redis.port, &["DEBUG", "SLEEP", "0.3"]);
+    assert!(waited >= 0.3, "{waited}");
+    assert!(
+        w.wait_line("escalating (latency-event)", LONG),
+        "{:?}",
+        w.lines()
+    );
+    assert!(
+        w.wait_line("back to the cheap tier", LONG),
+        "{:?}",
+        w.lines()
+    );
+    let all = reports(&out);
+    assert_eq!(all.len(), 1, "{:?}", w.lines());
+    let (name, r) = &all[0];
+    assert!(name.contains("redis-latency-command"), "{name}");
+    let t = &r["watch_tiers"];
+    assert_eq!(t["trigger"], "latency-event", "{t}");
+    assert_eq!(t["cheap_stalls"], 0, "{t}");
+    let sig = &t["redis_signal"];
+    assert_eq!(sig["source"], "latency", "{sig}");
+    assert_eq!(sig["name"], "command", "{sig}");
+    let d = sig["duration_us"].as_i64().unwrap();
+    assert!(
+        d >= 300_000 && d as f64 <= waited * 1e6 + 1000.0,
+        "{sig}: the client waited {waited} s"
+    );
+    assert!(t["full_from"].is_string(), "{t}");
+    let notes = t["notes"].to_string();
+    assert!(notes.contains("shorter than --threshold"), "{notes}");
+    assert!(notes.contains("saw only what followed"), "{notes}");
+    // No stall over the threshold: no --events line.
+    assert_eq!(std::fs::read_to_string(&events).unwrap_or_default(), "");
+    let esc = |trigger: &str| {
+        crate::live_watch::metric(
+            mport,
+            &format!("stallscope_escalations_total{{instance=\"{addr}\",trigger=\"{trigger}\"}}"),
+        )
+    };
+    assert_eq!(esc("latency-event"), Some(1.0));
+    assert_eq!(esc("stall"), Some(0.0));
+
+    // Redis stamps its signals to the second: a stall in the second the full tier let go
+    // is taken as that incident's.
+    std::thread::sleep(Duration::from_millis(1100));
+    timed(redis.port, &["DEBUG", "SLEEP", "0.03"]);
+    assert!(w.wait_line("escalating (slowlog)", LONG), "{:?}", w.lines());
+    let got = crate::common::poll(LONG, || {
+        let all = reports(&out);
+        (all.len() == 2).then_some(all)
+    })
+    .unwrap_or_else(|| panic!("no second report: {:?}", w.lines()));
+    let t = &got[1].1["watch_tiers"];
+    assert_eq!(t["trigger"], "slowlog", "{t}");
+    assert_eq!(t["redis_signal"]["name"], "DEBUG", "{t}");
+    assert_eq!(esc("slowlog"), Some(1.0));
+    assert_eq!(w.terminate(LONG), Some(0));
+    redis.assert_unharmed();
+}
+
+/// The first line of the events file that `pred` accepts, once it is there.
+fn event_where(path: &Path, pred: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
+    crate::common::poll(LONG, || {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        text.lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .find(|e| pred(e))
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "no such event in {}:\n{}",
+            path.display(),
+            std::fs::read_to_string(path).unwrap_or_default()
+        )
+    })
+}
+
+/// A BGSAVE child's write of its temporary RDB, held 400 ms by slowfs, is seen by the cheap
+/// tier (the child is followed from its fork) and named: the child's thread, the call, the
+/// file. slowfs then holds the child's fsync until the test lets it go, so the child still
+/// has the file open when its write's record is read (a child's fds are read from /proc
+/// while it lives).
+#[test]
+fn the_cheap_tier_follows_a_bgsave_child() {
+    let _g = serial();
+    if !can_run() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let fs = SlowFs::mount(tmp.path());
+    let (redis, log) = redis_on(&fs, tmp.path());
+    let mut c = redis.client();
+    for i in 0..100 {
+        c.cmd(&["SET", &format!("k{i}"), "v"]).unwrap();
+    }
+    let events = tmp.path().join("events.jsonl");
+    let w = watch_cheap(redis.pid(), &events, &log, &[]);
+    fs.send(
+        r#"{"rules": [{"op": "write", "match": "temp-*.rdb", "ms": 400},
+                      {"op": "fsync", "match": "temp-*.rdb", "ms": 60000}]}"#
+            .replace('\n', " ")
+            .as_str(),
+    );
+    assert!(c
+        .cmd(&["BGSAVE"])
+        .unwrap()
+        .text()
+        .contains("Background saving started"));
+    let e = event_where(&events, |e| e["thread"] == "child");
+    fs.send(r#"{"rules": [], "release": true}"#);
+    assert_eq!(e["syscall"], "write", "{e}");
+    assert_ne!(e["pid"], redis.pid(), "{e}");
+    let path = e["path"].as_str().unwrap_or("");
+    assert!(
+        path.contains("temp-") && path.ends_with(".rdb"),
+        "the child's temporary RDB: {e}"
+    );
+    assert!(
+        e["cause"].as_str().unwrap_or("").contains("forked child"),
+        "{e}"
+    );
+    check_duration(&e, 0.4, 60.0);
+    let done = crate::common::poll(LONG, || {
+        (c.info_field("persistence", "rdb_bgsave_in_progress")
+            .as_deref()
+            == Some("0"))
+        .then_some(())
+    });
+    assert!(done.is_some(), "the BGSAVE did not end");
     drop(w);
     redis.assert_unharmed();
 }

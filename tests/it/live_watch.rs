@@ -38,7 +38,7 @@ fn can_run() -> bool {
 
 /// The value of one sample line of the watcher's metrics (`name{labels}` exactly as printed,
 /// or the sum over every sample of the family when `name` has no labels).
-fn metric(port: u16, name: &str) -> Option<f64> {
+pub(crate) fn metric(port: u16, name: &str) -> Option<f64> {
     let (code, body) = http_get(port, "/metrics")?;
     if code != 200 {
         return None;

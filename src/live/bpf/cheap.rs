@@ -31,16 +31,19 @@ struct RawRec {
     end: u64,
     state: u32,
     samples: u32,
-    before: [u64; 4],
-    after: [u64; 4],
+    before: [u64; 5],
+    after: [u64; 5],
+    tgid: u32,
+    _pad: u32,
 }
 
-/// `struct cheap_target`.
+/// `struct cheap_target`: the children are the kernel's to fill.
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
 struct KCheapTarget {
     tgid: u32,
     main_tid: u32,
+    children: [u32; 4],
 }
 // SAFETY: plain old data, the layout of `struct cheap_target` in the C source.
 unsafe impl aya::Pod for KCheapTarget {}
@@ -53,6 +56,9 @@ pub struct CheapConfig {
     pub threshold_ns: Nanos,
     /// The sampling period of the main thread's CPU time (task-clock), ns.
     pub sample_period_ns: u64,
+    /// Watch the blocked calls of the processes it forks (a BGSAVE or AOF rewrite child)
+    /// as its own threads'.
+    pub follow_forks: bool,
 }
 
 /// What a record says happened.
@@ -73,6 +79,8 @@ pub enum CheapKind {
 #[derive(Clone, Debug)]
 pub struct CheapRecord {
     pub tid: Tid,
+    /// The watched process, or a child it forked.
+    pub tgid: Tid,
     pub kind: CheapKind,
     /// On the monotonic clock (the full tier's too).
     pub start: Nanos,
@@ -114,7 +122,12 @@ impl CheapTracer {
                 "the cheap tier needs the kernel's BTF (/sys/kernel/btf/vmlinux): {e}; use --mode full"
             ))
         })?;
-        attach_switch(&mut bpf, &btf)?;
+        attach_btf(&mut bpf, &btf, "cheap_switch", "sched_switch")?;
+        // Before the target is set: its children slots start empty, then fill from forks.
+        attach_btf(&mut bpf, &btf, "cheap_exit", "sched_process_exit")?;
+        if cfg.follow_forks {
+            attach_btf(&mut bpf, &btf, "cheap_fork", "sched_process_fork")?;
+        }
         attach_sampler(&mut bpf, cfg)?;
         set_target(&mut bpf, cfg)?;
         let ring = bpf
@@ -193,12 +206,19 @@ fn parse(b: &[u8]) -> Option<CheapRecord> {
     };
     Some(CheapRecord {
         tid: r.tid,
+        tgid: r.tgid,
         kind,
         start: r.start as Nanos,
         end: r.end as Nanos,
-        before: r.before,
-        after: r.after,
+        before: first4(&r.before),
+        after: first4(&r.after),
     })
+}
+
+/// A `struct sched_snap`'s counters as `live::sched_delta` takes them (its fifth, the full
+/// tier's throttled time, is not measured by the cheap tier).
+fn first4(v: &[u64; 5]) -> [u64; 4] {
+    [v[0], v[1], v[2], v[3]]
 }
 
 /// Tells the programs which syscalls are a wait for work, by the syscall table's facts.
@@ -232,23 +252,28 @@ fn set_target(bpf: &mut aya::Ebpf, cfg: &CheapConfig) -> Result<(), AttachError>
     let t = KCheapTarget {
         tgid: cfg.pid,
         main_tid: cfg.main_tid,
+        children: [0; 4],
     };
     m.set(0, t, 0)
         .map_err(|e| load_error("cannot start watching", &e, errno_of(&e)))
 }
 
-fn attach_switch(bpf: &mut aya::Ebpf, btf: &aya::Btf) -> Result<(), AttachError> {
-    let prog = "cheap_switch";
+/// Loads program `prog` and attaches it to the BTF-typed raw tracepoint `tp`.
+fn attach_btf(
+    bpf: &mut aya::Ebpf,
+    btf: &aya::Btf,
+    prog: &str,
+    tp: &str,
+) -> Result<(), AttachError> {
     let p: &mut aya::programs::BtfTracePoint = bpf
         .program_mut(prog)
         .ok_or_else(|| AttachError::Other(format!("the BPF object lacks {prog}")))?
         .try_into()
         .map_err(|e| load_error(prog, &e, None))?;
-    p.load("sched_switch", btf)
-        .map_err(|e| verifier_refusal(prog, &e))?;
+    p.load(tp, btf).map_err(|e| verifier_refusal(prog, &e))?;
     p.attach().map_err(|e| {
         load_error(
-            "cannot attach cheap_switch to tp_btf/sched_switch",
+            &format!("cannot attach {prog} to tp_btf/{tp}"),
             &e,
             errno_of(&e),
         )
@@ -333,8 +358,12 @@ mod tests {
 
     #[test]
     fn a_record_reads_back_as_the_kernel_laid_it_out() {
-        assert_eq!(std::mem::size_of::<RawRec>(), 128);
-        let mut b = vec![0u8; 128];
+        // struct sched_snap holds 5 counters (the throttled time came with issue 41).
+        assert_eq!(std::mem::size_of::<RawRec>(), 152);
+        let mut b = vec![0u8; 152];
+        b[144..148].copy_from_slice(&40u32.to_ne_bytes());
+        // `after`'s on-CPU time, at its own offset (after `before`'s five counters).
+        b[104..112].copy_from_slice(&9u64.to_ne_bytes());
         b[0..4].copy_from_slice(&CHEAP_BLOCKED.to_ne_bytes());
         b[4..8].copy_from_slice(&42u32.to_ne_bytes());
         b[8..16].copy_from_slice(&3i64.to_ne_bytes());
@@ -343,7 +372,8 @@ mod tests {
         b[48..56].copy_from_slice(&401_000u64.to_ne_bytes());
         b[56..60].copy_from_slice(&2u32.to_ne_bytes());
         let r = parse(&b).expect("parsed");
-        assert_eq!((r.tid, r.start, r.end), (42, 1_000, 401_000));
+        assert_eq!((r.tid, r.tgid, r.start, r.end), (42, 40, 1_000, 401_000));
+        assert_eq!(r.after, [9, 0, 0, 0]);
         assert_eq!(
             r.kind,
             CheapKind::Blocked {
@@ -356,6 +386,6 @@ mod tests {
         b[60..64].copy_from_slice(&90u32.to_ne_bytes());
         let r = parse(&b).expect("parsed");
         assert_eq!(r.kind, CheapKind::Gap { samples: 90 });
-        assert!(parse(&b[..127]).is_none());
+        assert!(parse(&b[..151]).is_none());
     }
 }
