@@ -253,7 +253,14 @@ pub(super) fn watch_one(w: &mut Watcher, pid: Tid) -> Result<bool> {
             w.on_stall(&s, r.start, r.end);
             w.cheap.stalls.push((s, r.start));
         }
-        if found && w.args.out.is_some() && w.pending.is_none() {
+        // Past --max-incidents-per-hour the incident is only counted: the full tier would
+        // cost redis its syscall path for a report nobody gets (a host starved of CPU stalls
+        // redis every few seconds, and would keep the full tier attached for good).
+        if found
+            && w.args.out.is_some()
+            && w.pending.is_none()
+            && w.limit.has_room(std::time::Instant::now())
+        {
             escalate(w, pid, &mut t);
         }
         let now = crate::clock::now_mono();

@@ -405,6 +405,7 @@ struct Pending {
 /// `stallscope watch`. Returns 0 (for the exit status) when stopped by a signal or
 /// `--duration`; errors are setup errors (bad flags, no process, no backend).
 pub fn run_watch(args: &WatchArgs) -> Result<u64> {
+    one_malloc_arena();
     let (opts, user_conf) = options(args)?;
     let mode = Mode::of(args)?;
     let metrics = Metrics::new();
@@ -451,6 +452,22 @@ pub fn run_watch(args: &WatchArgs) -> Result<u64> {
     }
     eprintln!("stallscope: watch stopped");
     Ok(0)
+}
+
+/// Before any thread starts: glibc gives each thread a malloc arena of its own, and an arena
+/// keeps what was freed in it for reuse by its thread. The watcher's threads hand events and
+/// reports to one another (the ring reader decodes, the main thread holds, the incident
+/// writer analyses), so each arena grew to the largest incident that passed through it and
+/// stayed there: one arena shared by all keeps one such peak, not one per thread
+/// (bench/watch_rss.result.txt [R1]). Each thread's small-object cache still spares it the
+/// arena's lock on most calls.
+fn one_malloc_arena() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: mallopt only sets a tunable of glibc's allocator; called before the watcher
+    // starts any thread.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 1);
+    }
 }
 
 /// The analysis options, with `--redis-conf` read, and that file's text.

@@ -108,13 +108,15 @@ impl CheapTracer {
         let mut bpf = loader
             .load(OBJECT)
             .map_err(|e| load_error("cannot load the BPF object", &e, errno_of(&e)))?;
+        drop(loader);
         fill_idle(&mut bpf)?;
-        let btf = aya::Btf::from_sys_fs().map_err(|e| {
+        let btf = super::load::kernel_btf().map_err(|e| {
             AttachError::Other(format!(
                 "the cheap tier needs the kernel's BTF (/sys/kernel/btf/vmlinux): {e}; use --mode full"
             ))
         })?;
         attach_switch(&mut bpf, &btf)?;
+        drop(btf);
         attach_sampler(&mut bpf, cfg)?;
         set_target(&mut bpf, cfg)?;
         let ring = bpf
