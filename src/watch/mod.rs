@@ -541,6 +541,7 @@ fn watch_alone(sh: &fleet::Shared, first_pid: Tid) -> Result<()> {
         budget: sh.budget.clone(),
         fleet: false,
         host: None,
+        cheap: None,
     };
     let mut w = Watcher::new(sh, sh.metrics.instance(&label), inst)?;
     sh.metrics.instances.set(1);
@@ -843,6 +844,7 @@ mod tests {
                 budget: std::sync::Arc::new(fleet::Budget::new(args.ring_bytes())),
                 fleet: false,
                 host: None,
+                cheap: None,
             },
             cheap: cheap::Seen::default(),
         };
