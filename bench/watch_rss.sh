@@ -51,6 +51,9 @@ while :; do
   sleep 2
 done
 sleep 8
+# Each watcher's CPU time (user + system, s) over the run: what its allocator settings cost.
+cpu() { awk -v hz="$(getconf CLK_TCK)" '{printf "%.1f", ($14 + $15) / hz}' /proc/"$1"/stat; }
+echo "watcher CPU: A $(cpu "$WA") s, B $(cpu "$WB") s; peak (VmHWM): A $(awk '/^VmHWM:/ {print int($2 / 1024)}' /proc/"$WA"/status) MB, B $(awk '/^VmHWM:/ {print int($2 / 1024)}' /proc/"$WB"/status) MB"
 python3 - "$DIR/rss.txt" "$(find "$DIR/a" -name '*.json' | wc -l)" "$(find "$DIR/b" -name '*.json' | wc -l)" <<'PY'
 import sys, statistics
 rows = [tuple(map(int, l.split())) for l in open(sys.argv[1]) if len(l.split()) == 3]

@@ -859,22 +859,39 @@ struct task_struct___cheap {
 	struct sched_info sched_info;
 } __attribute__((preserve_access_index));
 
-// The watched process and its main thread (the loader sets them), and its forked children
-// (a BGSAVE or AOF rewrite child: `cheap_fork` adds them, `cheap_exit` lets them go), whose
-// blocked calls are watched as its own threads' are. Four at most at a time: redis forks one
-// child at a time (two with a module's fork).
-#define CHEAP_CHILDREN 4
+// The watched processes (one watcher, every redis of a host), by tgid: each with its main
+// thread (user space adds and removes them), and their forked children (a BGSAVE or AOF
+// rewrite child: `cheap_fork` adds them with their parent as `owner` and no main thread,
+// `cheap_exit` removes them), whose blocked calls are watched as the parent's threads' are.
+// Every context switch of the host asks whether its two tasks are watched: a bit per tgid
+// modulo 4096 (`cheap_tgid_bits`, user space's processes) or a count of children there
+// (`cheap_child_slots`, the kernel's), in arrays the verifier inlines, answers no for nearly
+// all of them before the hash is asked.
 struct cheap_target {
-	__u32 tgid;
-	__u32 main_tid;
-	__u32 children[CHEAP_CHILDREN];
+	__u32 owner;    // the watched process this one is, or is a child of
+	__u32 main_tid; // 0 for a child
 };
 struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
 	__type(key, __u32);
 	__type(value, struct cheap_target);
 } cheap_target SEC(".maps");
+
+#define CHEAP_BITS_WORDS 64
+#define CHEAP_SLOTS (CHEAP_BITS_WORDS * 64)
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, CHEAP_BITS_WORDS);
+	__type(key, __u32);
+	__type(value, __u64);
+} cheap_tgid_bits SEC(".maps");
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, CHEAP_SLOTS);
+	__type(key, __u32);
+	__type(value, __u32);
+} cheap_child_slots SEC(".maps");
 
 struct cheap_thread {
 	__u64 off_ts;   // switched out blocked at (0: not blocked)
@@ -905,8 +922,8 @@ struct cheap_rec {
 	__u32 samples;
 	struct sched_snap before;
 	struct sched_snap after;
-	__u32 tgid; // the watched process, or a forked child of it
-	__u32 pad;
+	__u32 tgid;  // the process the thread is of: a watched one, or a forked child of it
+	__u32 owner; // the watched process (the child's parent)
 };
 
 struct {
@@ -932,21 +949,19 @@ struct {
 	__type(value, __u32);
 } cheap_idle_nr SEC(".maps");
 
-static __always_inline struct cheap_target *cheap_watched(void)
+static __always_inline struct cheap_target *cheap_watched(__u32 tgid)
 {
-	__u32 zero = 0;
-	return bpf_map_lookup_elem(&cheap_target, &zero);
-}
-
-// `tgid` is the watched process or one of its forked children.
-static __always_inline int cheap_is_watched(struct cheap_target *w, __u32 tgid)
-{
-	if (tgid == w->tgid)
-		return 1;
-	for (int i = 0; i < CHEAP_CHILDREN; i++)
-		if (w->children[i] && w->children[i] == tgid)
-			return 1;
-	return 0;
+	__u32 word = (tgid >> 6) & (CHEAP_BITS_WORDS - 1);
+	__u64 *bits = bpf_map_lookup_elem(&cheap_tgid_bits, &word);
+	if (!bits)
+		return 0;
+	if (!(*bits & (1ULL << (tgid & 63)))) {
+		__u32 slot = tgid & (CHEAP_SLOTS - 1);
+		__u32 *kids = bpf_map_lookup_elem(&cheap_child_slots, &slot);
+		if (!kids || !*kids)
+			return 0;
+	}
+	return bpf_map_lookup_elem(&cheap_target, &tgid);
 }
 
 static __always_inline void cheap_snap(struct sched_snap *s, struct task_struct___cheap *t)
@@ -991,6 +1006,7 @@ static __always_inline void cheap_gap(struct cheap_thread *th, __u32 tid, __u64 
 	r->kind = CHEAP_GAP;
 	r->tid = tid;
 	r->tgid = t->tgid;
+	r->owner = t->tgid; // only a watched process's main thread has gaps
 	r->nr = -1;
 	r->start = th->progress_ts;
 	r->end = now;
@@ -1060,7 +1076,7 @@ static __always_inline void cheap_switched_out(struct task_struct___cheap *t, __
 }
 
 static __always_inline void cheap_switched_in(struct task_struct___cheap *t, __u32 main_tid,
-					      __u64 now)
+					      __u32 owner, __u64 now)
 {
 	__u32 tid = t->pid;
 	struct cheap_thread *th = bpf_map_lookup_elem(&cheap_threads, &tid);
@@ -1080,7 +1096,7 @@ static __always_inline void cheap_switched_in(struct task_struct___cheap *t, __u
 	r->kind = CHEAP_BLOCKED;
 	r->tid = tid;
 	r->tgid = t->tgid;
-	r->pad = 0;
+	r->owner = owner;
 	r->nr = th->nr;
 	for (int i = 0; i < 3; i++)
 		r->args[i] = th->args[i];
@@ -1098,59 +1114,66 @@ SEC("tp_btf/sched_switch")
 int cheap_switch(__u64 *ctx)
 {
 	struct task_struct___cheap *prev = (void *)ctx[1], *next = (void *)ctx[2];
-	struct cheap_target *w = cheap_watched();
-	if (!w || !w->tgid)
-		return 0;
-	__u32 main_tid = w->main_tid;
-	int out = cheap_is_watched(w, prev->tgid), in = cheap_is_watched(w, next->tgid);
-	if (!out && !in)
-		return 0;
-	__u64 now = bpf_ktime_get_ns();
-	if (out)
-		cheap_switched_out(prev, main_tid, ctx[0], (__u32)ctx[3], now,
+	// Each side tested on its own: `!wo && !wi` compiles to an OR of the two pointers,
+	// which the verifier refuses.
+	__u64 now = 0;
+	struct cheap_target *wo = cheap_watched(prev->tgid);
+	if (wo) {
+		now = bpf_ktime_get_ns();
+		cheap_switched_out(prev, wo->main_tid, ctx[0], (__u32)ctx[3], now,
 				   (struct task_struct *)ctx[1]);
-	if (in)
-		cheap_switched_in(next, main_tid, now);
-	return 0;
-}
-
-// A process forked by the watched one (not a thread: those share its tgid) is watched from
-// now on, in the first free slot (none free: not watched). The loader attaches this only
-// when forks are followed.
-SEC("tp_btf/sched_process_fork")
-int cheap_fork(__u64 *ctx)
-{
-	struct task_struct___cheap *parent = (void *)ctx[0], *child = (void *)ctx[1];
-	struct cheap_target *w = cheap_watched();
-	if (!w || !w->tgid || parent->tgid != w->tgid || child->tgid == w->tgid)
-		return 0;
-	for (int i = 0; i < CHEAP_CHILDREN; i++) {
-		if (!w->children[i]) {
-			w->children[i] = child->tgid;
-			return 0;
-		}
+	}
+	struct cheap_target *wi = cheap_watched(next->tgid);
+	if (wi) {
+		if (!now)
+			now = bpf_ktime_get_ns();
+		cheap_switched_in(next, wi->main_tid, wi->owner, now);
 	}
 	return 0;
 }
 
+// A process forked by a watched one (not a thread: those share its tgid) is watched from
+// now on, as its parent's child (a child's own forks are not followed). The loader attaches
+// this only when forks are followed.
+SEC("tp_btf/sched_process_fork")
+int cheap_fork(__u64 *ctx)
+{
+	struct task_struct___cheap *parent = (void *)ctx[0], *child = (void *)ctx[1];
+	__u32 ptgid = parent->tgid, ctgid = child->tgid;
+	if (ptgid == ctgid)
+		return 0;
+	struct cheap_target *w = cheap_watched(ptgid);
+	if (!w || w->owner != ptgid)
+		return 0;
+	struct cheap_target c = { .owner = ptgid, .main_tid = 0 };
+	if (bpf_map_update_elem(&cheap_target, &ctgid, &c, BPF_NOEXIST))
+		return 0;
+	__u32 slot = ctgid & (CHEAP_SLOTS - 1);
+	__u32 *kids = bpf_map_lookup_elem(&cheap_child_slots, &slot);
+	if (kids)
+		__sync_fetch_and_add(kids, 1);
+	return 0;
+}
+
 // A watched thread exits: its state goes (the map would otherwise fill with the threads of
-// children long gone, one BGSAVE after another), and a child that exits whole frees its slot.
+// children long gone, one BGSAVE after another), and a child that exits whole is let go.
 SEC("tp_btf/sched_process_exit")
 int cheap_exit(__u64 *ctx)
 {
 	struct task_struct___cheap *p = (void *)ctx[0];
-	struct cheap_target *w = cheap_watched();
-	if (!w || !w->tgid)
-		return 0;
 	__u32 tgid = p->tgid, tid = p->pid;
-	if (!cheap_is_watched(w, tgid))
+	struct cheap_target *w = cheap_watched(tgid);
+	if (!w)
 		return 0;
 	bpf_map_delete_elem(&cheap_threads, &tid);
-	if (tid != tgid || tgid == w->tgid)
+	if (tid != tgid || w->main_tid)
 		return 0;
-	for (int i = 0; i < CHEAP_CHILDREN; i++)
-		if (w->children[i] == tgid)
-			w->children[i] = 0;
+	if (bpf_map_delete_elem(&cheap_target, &tgid))
+		return 0;
+	__u32 slot = tgid & (CHEAP_SLOTS - 1);
+	__u32 *kids = bpf_map_lookup_elem(&cheap_child_slots, &slot);
+	if (kids && *kids)
+		__sync_fetch_and_add(kids, -1);
 	return 0;
 }
 #endif
@@ -1160,10 +1183,11 @@ int cheap_exit(__u64 *ctx)
 SEC("perf_event")
 int cheap_sample(void *ctx)
 {
-	struct cheap_target *w = cheap_watched();
+	__u64 id = bpf_get_current_pid_tgid();
+	struct cheap_target *w = cheap_watched(id >> 32);
 	if (!w)
 		return 0;
-	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	__u32 tid = (__u32)id;
 	if (tid != w->main_tid)
 		return 0;
 	struct cheap_thread *th = cheap_thread_of(tid);

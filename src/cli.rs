@@ -237,7 +237,8 @@ pub struct WatchArgs {
     /// Watch every redis-server and valkey-server on the host, each as an instance labelled
     /// by its listening address (`instance` on every metric, reports under --out/INSTANCE/,
     /// `instance` in --events lines); new ones are found within a second, departed ones let
-    /// go of. One set of bpf programs serves them all; --backend ptrace is refused
+    /// go of. One set of bpf programs serves them all (the cheap tier's, and in --mode full the
+    /// full programs'; an incident escalates only its own instance); --backend ptrace is refused
     #[arg(long)]
     pub all: bool,
     /// How to trace: `auto` picks the cheapest backend the kernel allows (bpf, else perf) and

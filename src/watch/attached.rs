@@ -87,9 +87,12 @@ const ESCALATION_PAGES: usize = 1024;
 /// Starts the tracer (`escalation`: for `--mode cheap`'s incident). `auto` must never end up
 /// on ptrace: a watcher runs for days, and ptrace would slow redis that whole time.
 fn start(w: &Watcher, pid: Tid, escalation: bool) -> Result<LiveSession> {
-    // With one set of bpf programs for every instance, auto without them means perf.
+    // With one set of bpf programs for every instance, auto without them means perf; an
+    // escalation of the cheap mode loads its own, for as long as its incident lasts.
     let backend = match (w.args.backend, w.inst.fleet) {
-        (crate::cli::Backend::Auto, true) if w.inst.host.is_none() => BackendChoice::Perf,
+        (crate::cli::Backend::Auto, true) if w.inst.host.is_none() && !escalation => {
+            BackendChoice::Perf
+        }
         (b, _) => BackendChoice::from(b),
     };
     if backend == BackendChoice::Ptrace {

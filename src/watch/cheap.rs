@@ -22,6 +22,7 @@ use crate::report::{
 use crate::source::Clock;
 use anyhow::Result;
 use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// How often the cheap tier's ring is read: a stall is printed at most this late.
@@ -29,6 +30,112 @@ const POLL: Duration = Duration::from_millis(20);
 /// How often the fd table is read again (a blocked call's fd is read when its record comes;
 /// this is for an fd closed by then).
 const FDS_EVERY: Duration = Duration::from_secs(5);
+
+/// The programs' settings, from watch's flags.
+pub(crate) fn config(args: &crate::cli::WatchArgs) -> CheapConfig {
+    CheapConfig {
+        threshold_ns: args.threshold,
+        sample_period_ns: args.sample_period.max(10_000) as u64,
+        follow_forks: !args.no_follow_forks,
+    }
+}
+
+/// The cheap tier's programs shared by every instance of a fleet watcher (`watch --all`):
+/// one set in the kernel with the watched processes in its map; whichever instance polls
+/// first reads the ring and sorts the records out by process. The kernel counts the records
+/// it had no room for per CPU, not per process: each instance is told of every such loss,
+/// as each may have been the one to lose a record.
+pub(crate) struct SharedCheap {
+    inner: Mutex<SharedInner>,
+}
+
+struct SharedInner {
+    tracer: CheapTracer,
+    /// Per watched process: its records not yet taken, and losses not yet told.
+    queues: HashMap<Tid, (Vec<CheapRecord>, u64)>,
+}
+
+impl SharedCheap {
+    pub(crate) fn start(args: &crate::cli::WatchArgs) -> Result<SharedCheap, String> {
+        let cfg = config(args);
+        let tracer = CheapTracer::attach(&cfg).map_err(|e| e.to_string())?;
+        Ok(SharedCheap {
+            inner: Mutex::new(SharedInner {
+                tracer,
+                queues: HashMap::new(),
+            }),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, SharedInner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Where an instance's records come from: programs of its own, or its share of a fleet's.
+enum Feed {
+    Own(Box<CheapTracer>),
+    Shared(Arc<SharedCheap>, Tid),
+}
+
+impl Feed {
+    fn start(w: &Watcher, pid: Tid) -> Result<Feed, String> {
+        match &w.inst.cheap {
+            Some(sh) => {
+                let mut g = sh.lock();
+                g.tracer.watch(pid, pid).map_err(|e| e.to_string())?;
+                g.queues.insert(pid, (vec![], 0));
+                Ok(Feed::Shared(sh.clone(), pid))
+            }
+            None => {
+                let mut t = CheapTracer::attach(&config(w.args)).map_err(|e| e.to_string())?;
+                t.watch(pid, pid).map_err(|e| e.to_string())?;
+                Ok(Feed::Own(Box::new(t)))
+            }
+        }
+    }
+
+    /// Appends this process's records read since the last call; returns the records lost.
+    fn poll(&mut self, out: &mut Vec<CheapRecord>) -> u64 {
+        match self {
+            Feed::Own(t) => {
+                t.poll(out);
+                t.take_drops()
+            }
+            Feed::Shared(sh, pid) => {
+                let mut g = sh.lock();
+                let g = &mut *g;
+                let mut fresh = vec![];
+                g.tracer.poll(&mut fresh);
+                let lost = g.tracer.take_drops();
+                for r in fresh {
+                    // A process unwatched since its record was sent: nobody wants it.
+                    if let Some(q) = g.queues.get_mut(&r.owner) {
+                        q.0.push(r);
+                    }
+                }
+                for q in g.queues.values_mut() {
+                    q.1 += lost;
+                }
+                let Some(q) = g.queues.get_mut(pid) else {
+                    return 0;
+                };
+                out.append(&mut q.0);
+                std::mem::take(&mut q.1)
+            }
+        }
+    }
+}
+
+impl Drop for Feed {
+    fn drop(&mut self) {
+        if let Feed::Shared(sh, pid) = self {
+            let mut g = sh.lock();
+            g.tracer.unwatch(*pid);
+            g.queues.remove(pid);
+        }
+    }
+}
 
 /// The cheap tier's stalls waiting for their incident's report, and what the report says of
 /// the tiers.
@@ -286,17 +393,11 @@ fn name_blocked(s: &mut Stall, r: &CheapRecord, names: &mut Names, uninterruptib
 /// the full tier for each incident when incidents are written. False (said on stderr) when
 /// the cheap tier cannot run here: the caller watches in full mode instead.
 pub(super) fn watch_one(w: &mut Watcher, pid: Tid) -> Result<bool> {
-    let cfg = CheapConfig {
-        pid,
-        main_tid: pid,
-        threshold_ns: w.args.threshold,
-        sample_period_ns: w.args.sample_period.max(10_000) as u64,
-        follow_forks: !w.args.no_follow_forks,
-    };
-    let mut t = match CheapTracer::attach(&cfg) {
+    let cfg = config(w.args);
+    let mut t = match Feed::start(w, pid) {
         Ok(t) => t,
         Err(e) => {
-            eprintln!("stallscope: warning: the cheap tier cannot run on process {pid}: {e}; watching in full mode (every syscall traced)");
+            eprintln!("stallscope: warning: {}the cheap tier cannot run on process {pid}: {e}; watching in full mode (every syscall traced)", w.inst.say());
             return Ok(false);
         }
     };
@@ -332,8 +433,7 @@ pub(super) fn watch_one(w: &mut Watcher, pid: Tid) -> Result<bool> {
         // and escalates as the cheap tier's own (its record came before redis's reply).
         let signals = tick_redis(w, &mut ac);
         recs.clear();
-        t.poll(&mut recs);
-        let lost = t.take_drops();
+        let lost = t.poll(&mut recs);
         if lost > 0 {
             w.metrics.lost_events.inc_by(lost);
         }
@@ -431,7 +531,7 @@ fn open_by_signal(w: &mut Watcher, sig: &Signal, covered_ms: i64) -> bool {
 
 /// The full tier, attached until the open incident's report is handed to the writer. The
 /// cheap tier's records of that time are dropped after it (the full tier saw those stalls).
-fn escalate(w: &mut Watcher, pid: Tid, t: &mut CheapTracer, ac: &mut AttachCtx) {
+fn escalate(w: &mut Watcher, pid: Tid, t: &mut Feed, ac: &mut AttachCtx) {
     let at = crate::clock::now_mono();
     w.cheap.escalated_at = Some(at);
     w.cheap.escalated_ms = Some(crate::redis_client::wall_ms());
@@ -489,10 +589,11 @@ fn gone(pid: Tid) -> bool {
 fn say_watching(w: &Watcher, pid: Tid, cfg: &CheapConfig) {
     use crate::units::human;
     eprintln!(
-        "stallscope: watching {pid} with the cheap tier (sched_switch, main thread's CPU time sampled every {}; no syscall tracepoint); stalls over {}{}",
+        "stallscope: watching {pid} with the cheap tier (sched_switch, main thread's CPU time sampled every {}; no syscall tracepoint) as instance {}; stalls over {}{}",
         human(cfg.sample_period_ns as i64 / 1000),
+        w.inst.label,
         human(w.args.threshold / 1000),
-        match &w.args.out {
+        match &w.inst.out {
             Some(d) => format!(", incidents into {} (every syscall traced for each, until it is written)", d.display()),
             None => String::new(),
         }

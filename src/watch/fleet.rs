@@ -85,6 +85,8 @@ pub(crate) struct Instance {
     pub fleet: bool,
     /// The bpf programs every instance shares, when they run.
     pub host: Option<Arc<BpfHost>>,
+    /// The cheap tier's programs every instance shares (`--mode cheap`, when they run).
+    pub cheap: Option<Arc<super::cheap::SharedCheap>>,
 }
 
 impl Instance {
@@ -196,6 +198,21 @@ fn parent_of(pid: Tid) -> Option<Tid> {
         .ok()
 }
 
+/// The cheap tier's programs for every instance (`--mode cheap`, the default), or None (said
+/// on stderr) where they cannot run: then every instance is watched in full mode.
+fn start_cheap(args: &WatchArgs) -> Option<super::cheap::SharedCheap> {
+    if args.mode != crate::cli::WatchMode::Cheap {
+        return None;
+    }
+    match super::cheap::SharedCheap::start(args) {
+        Ok(c) => Some(c),
+        Err(e) => {
+            eprintln!("stallscope: warning: the cheap tier cannot run here: {e}; every instance is watched in full mode (every syscall traced)");
+            None
+        }
+    }
+}
+
 /// The bpf programs for every instance: loaded once for `--backend bpf`, and for `auto`
 /// where the kernel allows them (else each instance is traced with perf, which has no
 /// shared form: its events are opened per process).
@@ -240,17 +257,20 @@ struct Fleet<'s> {
 /// Watches every process named one of `names` until a stop is asked for (a signal or
 /// `--duration`), each on a thread of its own.
 pub(crate) fn run(sh: &Shared, names: &[&str]) -> Result<()> {
-    if sh.args.mode == crate::cli::WatchMode::Cheap {
-        // The cheap tier is loaded per process and escalates per process; several
-        // instances share one set of full programs instead (issue 43 left this for later).
-        eprintln!(
-            "stallscope: note: --mode cheap watches one process; with several, every instance is watched in full mode"
-        );
-    }
-    let host = start_host(sh.args)?.map(Arc::new);
+    let cheap = start_cheap(sh.args).map(Arc::new);
+    // In the cheap mode each instance's incident attaches the full tier for itself, for as
+    // long as the incident lasts; the full programs are loaded for all only without it.
+    let host = match cheap {
+        Some(_) => None,
+        None => start_host(sh.args)?.map(Arc::new),
+    };
     eprintln!(
-        "stallscope: watching every process named {} on this host (rescanned every second; --ring-size {} MiB shared between them)",
+        "stallscope: watching every process named {} on this host{} (rescanned every second; --ring-size {} MiB shared between them)",
         names.join(" or "),
+        match cheap {
+            Some(_) => " with one cheap tier for all, each incident escalating its instance to the full tier",
+            None => "",
+        },
         sh.args.ring_bytes() >> 20
     );
     let deadline = sh
@@ -265,7 +285,7 @@ pub(crate) fn run(sh: &Shared, names: &[&str]) -> Result<()> {
             f.forget_departed(Instant::now());
             for (pid, _) in discover(names) {
                 if !f.running.contains_key(&pid) && !f.failed.contains_key(&pid) {
-                    f.start(sc, sh, pid, host.clone());
+                    f.start(sc, sh, pid, (host.clone(), cheap.clone()));
                 }
             }
             sh.metrics.instances.set(f.running.len() as i64);
@@ -288,7 +308,7 @@ impl<'s> Fleet<'s> {
         sc: &'s std::thread::Scope<'s, 'e>,
         sh: &'s Shared<'e>,
         pid: Tid,
-        host: Option<Arc<BpfHost>>,
+        (host, cheap): (Option<Arc<BpfHost>>, Option<Arc<super::cheap::SharedCheap>>),
     ) {
         let first = *self.unnamed.entry(pid).or_insert_with(Instant::now);
         let label = match label_of(pid) {
@@ -317,6 +337,7 @@ impl<'s> Fleet<'s> {
             budget: sh.budget.clone(),
             fleet: true,
             host,
+            cheap,
         };
         let m2 = metrics.clone();
         let spawned = std::thread::Builder::new()
@@ -402,7 +423,14 @@ fn watch_instance(sh: &Shared, pid: Tid, inst: Instance, metrics: InstanceMetric
             return false;
         }
     };
-    let ok = match attached::watch_one(&mut w, pid) {
+    let watched = match w.inst.cheap.is_some() {
+        true => match super::cheap::watch_one(&mut w, pid) {
+            Ok(false) => attached::watch_one(&mut w, pid),
+            other => other.map(|_| ()),
+        },
+        false => attached::watch_one(&mut w, pid),
+    };
+    let ok = match watched {
         Ok(()) => true,
         Err(e) => {
             eprintln!("stallscope: warning: cannot watch {pid} ({label}): {e:#}");

@@ -385,9 +385,23 @@ fn add_host(report: &mut crate::report::Report, raw: &[super::host::Raw], first_
 /// Runs the analysis over the incident's events and writes its files. Returns the JSON
 /// report's path.
 pub(crate) fn write(job: Job) -> Outcome {
-    match write_inner(job) {
+    let out = match write_inner(job) {
         Ok(p) => Outcome::Written(p),
         Err(e) => Outcome::Failed(e),
+    };
+    give_back_freed_memory();
+    out
+}
+
+/// The incident's events, analysis and report are freed by now, mostly below live
+/// allocations, where glibc keeps the pages: an incident of a saturated redis left the
+/// watcher's RSS tens of MB above its floor until the next one reused them. Trimming hands
+/// the free pages back (a few milliseconds, once per incident).
+fn give_back_freed_memory() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: malloc_trim only returns free memory of glibc's heap to the kernel.
+    unsafe {
+        libc::malloc_trim(0);
     }
 }
 
@@ -621,6 +635,8 @@ pub(crate) mod tests {
         let t0 = Instant::now();
         assert!(r.allow(t0));
         assert!(r.allow(t0 + Duration::from_secs(1)));
+        assert!(!r.would_allow(t0 + Duration::from_secs(2)));
+        assert_eq!(r.suppressed, 0, "asking is not suppressing");
         assert!(!r.allow(t0 + Duration::from_secs(2)));
         assert_eq!(r.suppressed, 1);
         assert!(r.allow(t0 + Duration::from_secs(3601)));

@@ -417,6 +417,7 @@ struct Pending {
 /// `stallscope watch`. Returns 0 (for the exit status) when stopped by a signal or
 /// `--duration`; errors are setup errors (bad flags, no process, no backend).
 pub fn run_watch(args: &WatchArgs) -> Result<u64> {
+    one_malloc_arena();
     let (opts, user_conf) = options(args)?;
     let mode = Mode::of(args)?;
     let metrics = Metrics::new();
@@ -463,6 +464,22 @@ pub fn run_watch(args: &WatchArgs) -> Result<u64> {
     }
     eprintln!("stallscope: watch stopped");
     Ok(0)
+}
+
+/// Before any thread starts: glibc gives each thread a malloc arena of its own, and an arena
+/// keeps what was freed in it for reuse by its thread. The watcher's threads hand events and
+/// reports to one another (the ring reader decodes, the main thread holds, the incident
+/// writer analyses), so each arena grew to the largest incident that passed through it and
+/// stayed there: one arena shared by all keeps one such peak, not one per thread
+/// (bench/watch_rss.result.txt [R1]). Each thread's small-object cache still spares it the
+/// arena's lock on most calls.
+fn one_malloc_arena() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: mallopt only sets a tunable of glibc's allocator; called before the watcher
+    // starts any thread.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 1);
+    }
 }
 
 /// The analysis options, with `--redis-conf` read, and that file's text.
@@ -536,6 +553,7 @@ fn watch_alone(sh: &fleet::Shared, first_pid: Tid) -> Result<()> {
         budget: sh.budget.clone(),
         fleet: false,
         host: None,
+        cheap: None,
     };
     let mut w = Watcher::new(sh, sh.metrics.instance(&label), inst)?;
     sh.metrics.instances.set(1);
@@ -838,6 +856,7 @@ mod tests {
                 budget: std::sync::Arc::new(fleet::Budget::new(args.ring_bytes())),
                 fleet: false,
                 host: None,
+                cheap: None,
             },
             cheap: cheap::Seen::default(),
         };

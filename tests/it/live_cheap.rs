@@ -440,3 +440,54 @@ fn the_cheap_tier_follows_a_bgsave_child() {
     drop(w);
     redis.assert_unharmed();
 }
+
+#[test]
+fn past_the_incident_rate_limit_a_stall_is_counted_without_escalating() {
+    let _g = serial();
+    if !can_run() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let fs = SlowFs::mount(tmp.path());
+    let (redis, log) = redis_on(&fs, tmp.path());
+    let events = tmp.path().join("events.jsonl");
+    let out = tmp.path().join("incidents");
+    let w = watch_cheap(
+        redis.pid(),
+        &events,
+        &log,
+        &[
+            "--out",
+            out.to_str().unwrap(),
+            "--after",
+            "1s",
+            "--max-incidents-per-hour",
+            "1",
+        ],
+    );
+    timed(redis.port, &["DEBUG", "SLEEP", "0.3"]);
+    assert!(w.wait_line("incident written", LONG), "{:?}", w.lines());
+    assert!(
+        w.wait_line("back to the cheap tier", LONG),
+        "{:?}",
+        w.lines()
+    );
+    // The hour's one incident is written: the next stall is counted by the cheap tier (an
+    // events line, as every stall) and the full tier stays off.
+    let seen = std::fs::read_to_string(&events).unwrap().lines().count();
+    timed(redis.port, &["DEBUG", "SLEEP", "0.3"]);
+    let sleep_seen = (seen..seen + 20).any(|n| {
+        let e = event(&events, n);
+        e["syscall"].as_str().unwrap_or("").contains("nanosleep")
+    });
+    assert!(sleep_seen, "{:?}", std::fs::read_to_string(&events));
+    std::thread::sleep(Duration::from_millis(500));
+    let escalations = w
+        .lines()
+        .iter()
+        .filter(|l| l.contains("escalating"))
+        .count();
+    assert_eq!(escalations, 1, "{:?}", w.lines());
+    drop(w);
+    redis.assert_unharmed();
+}

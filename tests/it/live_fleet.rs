@@ -298,8 +298,12 @@ fn all_counts_each_instance_under_its_own_label_through_prometheus() {
     let b = Server::start("valkey-server", &[]);
     let mport = free_port();
     let maddr = format!("127.0.0.1:{mport}");
+    // The full mode: every syscall traced, so that each dashboard panel (syscall latency
+    // included) has data; the default mode's sharing is `all_in_the_cheap_mode_...` below.
     let w = watch(&[
         "--all",
+        "--mode",
+        "full",
         "--metrics",
         &maddr,
         "--out",
@@ -451,6 +455,133 @@ fn all_counts_each_instance_under_its_own_label_through_prometheus() {
         let mut c = Client::connect(s.port, Duration::from_secs(5)).unwrap();
         assert_eq!(c.cmd(&["PING"]).unwrap().text(), "+PONG");
     }
+}
+
+/// The default mode with several instances: one cheap tier for all (no syscall tracepoint
+/// while nothing is wrong), each instance's stall counted and reported under its own label
+/// by the cheap tier's record, its incident escalating that instance alone to the full tier
+/// (which sees its second sleep, with the command named) while the other stays cheap.
+#[test]
+fn all_in_the_cheap_mode_shares_one_cheap_tier_and_escalates_each_instance_alone() {
+    let _g = serial();
+    if !(can_trace() && have("redis-server", "--version")) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let events = tmp.path().join("events.jsonl");
+    let a = Server::start("redis-server", &[]);
+    let b = Server::start("redis-server", &[]);
+    let mport = free_port();
+    let w = watch(&[
+        "--all",
+        "--metrics",
+        &format!("127.0.0.1:{mport}"),
+        "--out",
+        out.to_str().unwrap(),
+        "--events",
+        events.to_str().unwrap(),
+        "--threshold",
+        "100ms",
+        "--after",
+        "2s",
+    ]);
+    assert!(
+        w.wait_line("with one cheap tier for all", Duration::from_secs(30)),
+        "{:?}",
+        w.lines()
+    );
+    for s in [&a, &b] {
+        let l = format!("as instance {}", s.label());
+        assert!(
+            w.wait_line(&l, Duration::from_secs(30)),
+            "{l}: {:?}",
+            w.lines()
+        );
+    }
+    assert!(
+        !w.lines().iter().any(|l| l.contains("escalating")
+            && (l.contains(&a.child.id().to_string()) || l.contains(&b.child.id().to_string()))),
+        "escalated before any stall: {:?}",
+        w.lines()
+    );
+    // a's stall: the cheap tier sees the first sleep and escalates a only; the full tier,
+    // attached within --after, sees the second with the command named.
+    a.debug_sleep();
+    let esc_a = format!("every syscall of {} traced", a.child.id());
+    assert!(
+        w.wait_line(&esc_a, Duration::from_secs(30)),
+        "{:?}",
+        w.lines()
+    );
+    let full_a = format!("watching {} (", a.child.id());
+    assert!(
+        w.wait_line(&full_a, Duration::from_secs(30)),
+        "{:?}",
+        w.lines()
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    a.debug_sleep();
+    let dir_a = out.join(a.label());
+    let r = poll(Duration::from_secs(60), || {
+        Some(reports(&dir_a)).filter(|r| !r.is_empty())
+    })
+    .unwrap_or_else(|| panic!("no report under {}: {:?}", dir_a.display(), w.lines()));
+    let j: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&r[0]).unwrap()).unwrap();
+    assert!(
+        j["watch_tiers"]["full_from"].is_string(),
+        "{}",
+        j["watch_tiers"]
+    );
+    let stalls = j["stalls"].as_array().unwrap();
+    assert!(
+        stalls
+            .iter()
+            .any(|s| s["syscall"] == "clock_nanosleep" && s["waiting_by_command"]["DEBUG"] == 1),
+        "the full tier saw a's second sleep: {stalls:?}"
+    );
+    let esc_b = format!("every syscall of {} traced", b.child.id());
+    assert!(
+        !w.lines().iter().any(|l| l.contains(&esc_b)),
+        "b escalated with a: {:?}",
+        w.lines()
+    );
+    // b's stall, seen by the same cheap tier, under b's label only.
+    b.debug_sleep();
+    let dir_b = out.join(b.label());
+    let rb = poll(Duration::from_secs(60), || {
+        Some(reports(&dir_b)).filter(|r| !r.is_empty())
+    });
+    assert!(
+        rb.is_some(),
+        "no report under {}: {:?}",
+        dir_b.display(),
+        w.lines()
+    );
+    let lines = std::fs::read_to_string(&events).unwrap();
+    for s in [&a, &b] {
+        let sleeps = lines
+            .lines()
+            .filter(|l| l.contains(&format!("\"instance\":\"{}\"", s.label())))
+            .filter(|l| l.contains("nanosleep"))
+            .count();
+        assert!(sleeps >= 1, "{}: {lines}", s.label());
+    }
+    let attached = poll(Duration::from_secs(10), || {
+        let body = http_get(mport, "/metrics")?.1;
+        let n = [&a, &b]
+            .iter()
+            .filter(|s| {
+                body.contains(&format!(
+                    "stallscope_attached{{instance=\"{}\"}} 1",
+                    s.label()
+                ))
+            })
+            .count();
+        (n == 2).then_some(n)
+    });
+    assert_eq!(attached, Some(2), "{:?}", w.lines());
 }
 
 #[test]

@@ -206,10 +206,11 @@ pub(super) fn attach(
     layout: &Layout,
     links: &mut Vec<(&'static str, Link)>,
     classic: bool,
+    btf: &super::load::KernelBtf,
 ) -> Result<&'static str, String> {
     layout.as_ref().map_err(|e| e.clone())?;
     if !classic {
-        if let Ok(l) = attach_btf(bpf) {
+        if let Ok(l) = attach_btf(bpf, btf) {
             links.extend(l);
             return Ok("tp_btf");
         }
@@ -217,8 +218,11 @@ pub(super) fn attach(
     attach_classic(bpf, links).map(|()| "classic tracepoints")
 }
 
-fn attach_btf(bpf: &mut aya::Ebpf) -> Result<Vec<(&'static str, Link)>, String> {
-    let btf = aya::Btf::from_sys_fs().map_err(|e| format!("no kernel BTF: {e}"))?;
+fn attach_btf(
+    bpf: &mut aya::Ebpf,
+    btf: &super::load::KernelBtf,
+) -> Result<Vec<(&'static str, Link)>, String> {
+    let btf = btf.as_ref().map_err(String::clone)?;
     let mut mine = vec![];
     for (prog, tp) in BTF_PROGRAMS {
         let r = (|| {
@@ -227,7 +231,7 @@ fn attach_btf(bpf: &mut aya::Ebpf) -> Result<Vec<(&'static str, Link)>, String> 
                 .ok_or_else(|| format!("the BPF object lacks {prog}"))?
                 .try_into()
                 .map_err(|e| format!("{prog}: {e}"))?;
-            p.load(tp, &btf)
+            p.load(tp, btf)
                 .map_err(|e| verifier_refusal(prog, &e).to_string())?;
             p.attach()
                 .map_err(|e| format!("cannot attach {prog} to tp_btf/{tp}: {e}"))

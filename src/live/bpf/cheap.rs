@@ -31,28 +31,32 @@ struct RawRec {
     end: u64,
     state: u32,
     samples: u32,
+    /// `struct sched_snap`: five counters, of which the cheap tier sets the first four (the
+    /// fifth is the throttle programs' throttled time, which this tier does not read).
     before: [u64; 5],
     after: [u64; 5],
+    /// The process of the thread (a watched one, or a forked child of it) and the watched
+    /// process it belongs to.
     tgid: u32,
-    _pad: u32,
+    owner: u32,
 }
 
-/// `struct cheap_target`: the children are the kernel's to fill.
+/// Words of `cheap_tgid_bits` (a bit per tgid modulo their number times 64).
+const BITS_WORDS: u32 = 64;
+
+/// `struct cheap_target`: a watched process's own entry (a child's are the kernel's).
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
 struct KCheapTarget {
-    tgid: u32,
+    owner: u32,
     main_tid: u32,
-    children: [u32; 4],
 }
 // SAFETY: plain old data, the layout of `struct cheap_target` in the C source.
 unsafe impl aya::Pod for KCheapTarget {}
 
+/// What the programs are loaded with: the same for every process they watch.
 #[derive(Clone, Debug)]
 pub struct CheapConfig {
-    pub pid: Tid,
-    /// The thread whose CPU time is sampled and whose gaps are looked for.
-    pub main_tid: Tid,
     pub threshold_ns: Nanos,
     /// The sampling period of the main thread's CPU time (task-clock), ns.
     pub sample_period_ns: u64,
@@ -78,8 +82,10 @@ pub enum CheapKind {
 
 #[derive(Clone, Debug)]
 pub struct CheapRecord {
+    /// The watched process it belongs to (whose instance it goes to).
+    pub owner: Tid,
     pub tid: Tid,
-    /// The watched process, or a child it forked.
+    /// The process of the thread: the watched process, or a child it forked.
     pub tgid: Tid,
     pub kind: CheapKind,
     /// On the monotonic clock (the full tier's too).
@@ -91,19 +97,23 @@ pub struct CheapRecord {
     pub after: [u64; 4],
 }
 
-/// The cheap tier's programs, attached; dropping it detaches and unloads them.
+/// The cheap tier's programs, attached; dropping it detaches and unloads them. One set
+/// watches any number of processes (`watch`/`unwatch`): their records say whose they are.
 pub struct CheapTracer {
     ring: aya::maps::RingBuf<aya::maps::MapData>,
     bpf: aya::Ebpf,
     drops_seen: u64,
+    /// The watched processes (tgid, main thread).
+    targets: Vec<(Tid, Tid)>,
+    cfg: CheapConfig,
+    misread_said: bool,
 }
 
 impl CheapTracer {
     /// Loads the cheap tier's programs from the embedded object (the full tier's maps made as
-    /// small as the kernel allows: it loads none of their programs), attaches them, and starts
-    /// watching `cfg.pid`.
+    /// small as the kernel allows: it loads none of their programs) and attaches them,
+    /// watching no process yet.
     pub fn attach(cfg: &CheapConfig) -> Result<CheapTracer, AttachError> {
-        crate::live::check_target(cfg.pid)?;
         let threshold = cfg.threshold_ns.max(1) as u64;
         let page = crate::live::page_size() as u32;
         let mut loader = aya::EbpfLoader::new();
@@ -116,20 +126,20 @@ impl CheapTracer {
         let mut bpf = loader
             .load(OBJECT)
             .map_err(|e| load_error("cannot load the BPF object", &e, errno_of(&e)))?;
+        drop(loader);
         fill_idle(&mut bpf)?;
-        let btf = aya::Btf::from_sys_fs().map_err(|e| {
+        let btf = super::load::kernel_btf().map_err(|e| {
             AttachError::Other(format!(
                 "the cheap tier needs the kernel's BTF (/sys/kernel/btf/vmlinux): {e}; use --mode full"
             ))
         })?;
         attach_btf(&mut bpf, &btf, "cheap_switch", "sched_switch")?;
-        // Before the target is set: its children slots start empty, then fill from forks.
         attach_btf(&mut bpf, &btf, "cheap_exit", "sched_process_exit")?;
         if cfg.follow_forks {
             attach_btf(&mut bpf, &btf, "cheap_fork", "sched_process_fork")?;
         }
-        attach_sampler(&mut bpf, cfg)?;
-        set_target(&mut bpf, cfg)?;
+        drop(btf);
+        attach_sampler(&mut bpf, cfg, None)?;
         let ring = bpf
             .take_map("cheap_events")
             .ok_or_else(|| AttachError::Other("the BPF object lacks cheap_events".into()))?;
@@ -139,14 +149,80 @@ impl CheapTracer {
             ring,
             bpf,
             drops_seen: 0,
+            targets: vec![],
+            cfg: cfg.clone(),
+            misread_said: false,
         })
+    }
+
+    /// Starts watching process `pid`, whose main thread is `main_tid`.
+    pub fn watch(&mut self, pid: Tid, main_tid: Tid) -> Result<(), AttachError> {
+        crate::live::check_target(pid)?;
+        let mut m: aya::maps::HashMap<_, u32, KCheapTarget> = aya::maps::HashMap::try_from(
+            self.bpf
+                .map_mut("cheap_target")
+                .ok_or_else(|| AttachError::Other("the BPF object lacks cheap_target".into()))?,
+        )
+        .map_err(|e| load_error("cheap_target", &e, None))?;
+        let t = KCheapTarget {
+            owner: pid,
+            main_tid,
+        };
+        m.insert(pid, t, 0)
+            .map_err(|e| load_error("cannot start watching", &e, errno_of(&e)))?;
+        self.targets.retain(|(p, _)| *p != pid);
+        self.targets.push((pid, main_tid));
+        if per_task() {
+            attach_sampler(&mut self.bpf, &self.cfg, Some(main_tid))?;
+        }
+        self.set_bits()
+    }
+
+    /// Stops watching process `pid` (gone, or no longer wanted).
+    pub fn unwatch(&mut self, pid: Tid) {
+        self.targets.retain(|(p, _)| *p != pid);
+        // Bits first: a switch that still finds the entry is harmless, one that finds the bit
+        // and no entry just looks in vain.
+        let _ = self.set_bits();
+        if let Some(m) = self.bpf.map_mut("cheap_target") {
+            if let Ok(mut m) = aya::maps::HashMap::<_, u32, KCheapTarget>::try_from(m) {
+                let _ = m.remove(&pid);
+            }
+        }
+    }
+
+    /// Rewrites `cheap_tgid_bits` from the watched set (a bit can be shared by two tgids).
+    fn set_bits(&mut self) -> Result<(), AttachError> {
+        let mut words = [0u64; BITS_WORDS as usize];
+        for (p, _) in &self.targets {
+            words[((p >> 6) % BITS_WORDS) as usize] |= 1 << (p & 63);
+        }
+        let mut m: aya::maps::Array<_, u64> =
+            aya::maps::Array::try_from(self.bpf.map_mut("cheap_tgid_bits").ok_or_else(|| {
+                AttachError::Other("the BPF object lacks cheap_tgid_bits".into())
+            })?)
+            .map_err(|e| load_error("cheap_tgid_bits", &e, None))?;
+        for (i, w) in words.iter().enumerate() {
+            m.set(i as u32, w, 0)
+                .map_err(|e| load_error("cannot set cheap_tgid_bits", &e, errno_of(&e)))?;
+        }
+        Ok(())
     }
 
     /// Appends the records the kernel has sent since the last call.
     pub fn poll(&mut self, out: &mut Vec<CheapRecord>) {
         while let Some(item) = self.ring.next() {
-            if let Some(r) = parse(&item) {
-                out.push(r);
+            match parse(&item) {
+                Some(r) => out.push(r),
+                None if !self.misread_said => {
+                    self.misread_said = true;
+                    eprintln!(
+                        "stallscope: warning: the cheap tier sent a record of {} bytes, which this build does not read ({} expected): its BPF object and its code disagree; such records are dropped",
+                        item.len(),
+                        std::mem::size_of::<RawRec>()
+                    );
+                }
+                None => {}
             }
         }
     }
@@ -188,11 +264,14 @@ pub fn call_of(r: &CheapRecord, tgid: Tid) -> Option<crate::event::Syscall> {
     Some(sc)
 }
 
+/// None for a record that is not one: of another length than `RawRec` (the C struct grew
+/// without this one: each field after the change would be misread, as the scheduler
+/// counters once were when `struct sched_snap` gained its fifth) or of an unknown kind.
 fn parse(b: &[u8]) -> Option<CheapRecord> {
-    if b.len() < std::mem::size_of::<RawRec>() {
+    if b.len() != std::mem::size_of::<RawRec>() {
         return None;
     }
-    // SAFETY: `RawRec` is `repr(C)` of integers only; the record is at least that long.
+    // SAFETY: `RawRec` is `repr(C)` of integers only; the record is exactly that long.
     let r: RawRec = unsafe { std::ptr::read_unaligned(b.as_ptr().cast()) };
     let kind = match r.kind {
         CHEAP_BLOCKED => CheapKind::Blocked {
@@ -205,8 +284,9 @@ fn parse(b: &[u8]) -> Option<CheapRecord> {
         _ => return None,
     };
     Some(CheapRecord {
-        tid: r.tid,
         tgid: r.tgid,
+        owner: r.owner,
+        tid: r.tid,
         kind,
         start: r.start as Nanos,
         end: r.end as Nanos,
@@ -243,21 +323,6 @@ fn fill_idle(bpf: &mut aya::Ebpf) -> Result<(), AttachError> {
     Ok(())
 }
 
-fn set_target(bpf: &mut aya::Ebpf, cfg: &CheapConfig) -> Result<(), AttachError> {
-    let mut m: aya::maps::Array<_, KCheapTarget> = aya::maps::Array::try_from(
-        bpf.map_mut("cheap_target")
-            .ok_or_else(|| AttachError::Other("the BPF object lacks cheap_target".into()))?,
-    )
-    .map_err(|e| load_error("cheap_target", &e, None))?;
-    let t = KCheapTarget {
-        tgid: cfg.pid,
-        main_tid: cfg.main_tid,
-        children: [0; 4],
-    };
-    m.set(0, t, 0)
-        .map_err(|e| load_error("cannot start watching", &e, errno_of(&e)))
-}
-
 /// Loads program `prog` and attaches it to the BTF-typed raw tracepoint `tp`.
 fn attach_btf(
     bpf: &mut aya::Ebpf,
@@ -282,8 +347,12 @@ fn attach_btf(
 }
 
 /// For measurement only (bench/watch.sh's A/B): `task` samples with a task-clock event
-/// opened on the main thread instead of a cpu-clock event per CPU.
+/// opened on each watched main thread instead of a cpu-clock event per CPU.
 pub const SAMPLER_ENV: &str = "STALLSCOPE_CHEAP_SAMPLER";
+
+fn per_task() -> bool {
+    std::env::var(SAMPLER_ENV).is_ok_and(|v| v == "task")
+}
 
 /// The main thread's time on a CPU, sampled every `sample_period_ns`: a cpu-clock event on
 /// each CPU, whose program keeps only the samples that find the main thread running. An
@@ -291,7 +360,13 @@ pub const SAMPLER_ENV: &str = "STALLSCOPE_CHEAP_SAMPLER";
 /// the thread's perf context, which the kernel switches out and in (a timer cancelled and
 /// armed) at each of the thread's context switches: redis's cost, paid per switch, where a
 /// per-CPU event costs a sample every period whoever runs.
-fn attach_sampler(bpf: &mut aya::Ebpf, cfg: &CheapConfig) -> Result<(), AttachError> {
+/// With `main_tid` (the task-clock A/B, `SAMPLER_ENV`), its own event; without, the per-CPU
+/// events (loading the program first).
+fn attach_sampler(
+    bpf: &mut aya::Ebpf,
+    cfg: &CheapConfig,
+    main_tid: Option<Tid>,
+) -> Result<(), AttachError> {
     use aya::programs::perf_event::{perf_sw_ids, PerfEventScope, PerfTypeId, SamplePolicy};
     let prog = "cheap_sample";
     let p: &mut aya::programs::PerfEvent = bpf
@@ -299,23 +374,26 @@ fn attach_sampler(bpf: &mut aya::Ebpf, cfg: &CheapConfig) -> Result<(), AttachEr
         .ok_or_else(|| AttachError::Other(format!("the BPF object lacks {prog}")))?
         .try_into()
         .map_err(|e| load_error(prog, &e, None))?;
-    p.load().map_err(|e| verifier_refusal(prog, &e))?;
-    let per_task = std::env::var(SAMPLER_ENV).is_ok_and(|v| v == "task");
-    let scopes: Vec<(u64, PerfEventScope)> = if per_task {
-        vec![(
+    let scopes: Vec<(u64, PerfEventScope)> = match main_tid {
+        Some(pid) => vec![(
             perf_sw_ids::PERF_COUNT_SW_TASK_CLOCK as u64,
-            PerfEventScope::OneProcessAnyCpu { pid: cfg.main_tid },
-        )]
-    } else {
-        online_cpus()
-            .into_iter()
-            .map(|cpu| {
-                (
-                    perf_sw_ids::PERF_COUNT_SW_CPU_CLOCK as u64,
-                    PerfEventScope::AllProcessesOneCpu { cpu },
-                )
-            })
-            .collect()
+            PerfEventScope::OneProcessAnyCpu { pid },
+        )],
+        None => {
+            p.load().map_err(|e| verifier_refusal(prog, &e))?;
+            if per_task() {
+                return Ok(());
+            }
+            online_cpus()
+                .into_iter()
+                .map(|cpu| {
+                    (
+                        perf_sw_ids::PERF_COUNT_SW_CPU_CLOCK as u64,
+                        PerfEventScope::AllProcessesOneCpu { cpu },
+                    )
+                })
+                .collect()
+        }
     };
     for (config, scope) in scopes {
         p.attach(
@@ -358,12 +436,8 @@ mod tests {
 
     #[test]
     fn a_record_reads_back_as_the_kernel_laid_it_out() {
-        // struct sched_snap holds 5 counters (the throttled time came with issue 41).
         assert_eq!(std::mem::size_of::<RawRec>(), 152);
         let mut b = vec![0u8; 152];
-        b[144..148].copy_from_slice(&40u32.to_ne_bytes());
-        // `after`'s on-CPU time, at its own offset (after `before`'s five counters).
-        b[104..112].copy_from_slice(&9u64.to_ne_bytes());
         b[0..4].copy_from_slice(&CHEAP_BLOCKED.to_ne_bytes());
         b[4..8].copy_from_slice(&42u32.to_ne_bytes());
         b[8..16].copy_from_slice(&3i64.to_ne_bytes());
@@ -371,9 +445,14 @@ mod tests {
         b[40..48].copy_from_slice(&1_000u64.to_ne_bytes());
         b[48..56].copy_from_slice(&401_000u64.to_ne_bytes());
         b[56..60].copy_from_slice(&2u32.to_ne_bytes());
+        // before: five counters from 64, after: five from 104 (each sched_snap's fifth unread).
+        b[64..72].copy_from_slice(&5u64.to_ne_bytes());
+        b[96..104].copy_from_slice(&99u64.to_ne_bytes());
+        b[104..112].copy_from_slice(&9u64.to_ne_bytes());
+        b[144..148].copy_from_slice(&40u32.to_ne_bytes());
         let r = parse(&b).expect("parsed");
-        assert_eq!((r.tid, r.tgid, r.start, r.end), (42, 40, 1_000, 401_000));
-        assert_eq!(r.after, [9, 0, 0, 0]);
+        assert_eq!((r.tgid, r.tid, r.start, r.end), (40, 42, 1_000, 401_000));
+        assert_eq!((r.before, r.after), ([5, 0, 0, 0], [9, 0, 0, 0]));
         assert_eq!(
             r.kind,
             CheapKind::Blocked {
@@ -387,5 +466,6 @@ mod tests {
         let r = parse(&b).expect("parsed");
         assert_eq!(r.kind, CheapKind::Gap { samples: 90 });
         assert!(parse(&b[..151]).is_none());
+        assert!(parse(&[b.clone(), vec![0; 8]].concat()).is_none());
     }
 }

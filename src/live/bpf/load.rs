@@ -50,6 +50,18 @@ pub(super) fn load(
     Ok(bpf)
 }
 
+/// The kernel's BTF for attaching tp_btf programs, parsed once and lent to each: a parse of
+/// /sys/kernel/btf/vmlinux costs tens of milliseconds and about 20 MB of short-lived heap,
+/// and the syscall, throttle and arrival programs each parsed it again (a watcher's peak
+/// RSS, its escalation's delay). aya's loader parses its own copy in `EbpfLoader::new()`
+/// (it has no constructor that borrows one): parse this one after the loader is dropped,
+/// so that two are never held at once.
+pub(in crate::live) type KernelBtf = Result<aya::Btf, String>;
+
+pub(in crate::live) fn kernel_btf() -> KernelBtf {
+    aya::Btf::from_sys_fs().map_err(|e| format!("no kernel BTF: {e}"))
+}
+
 /// Tells the programs which syscall numbers have a buffer to copy or clone flags to read.
 fn fill_nr_kinds(bpf: &mut aya::Ebpf) -> Result<(), AttachError> {
     let mut kinds: aya::maps::Array<_, u32> = aya::maps::Array::try_from(
@@ -81,6 +93,7 @@ pub(super) fn attach_programs(
     bpf: &mut aya::Ebpf,
     layout: &arrivals::Layout,
     listening: &arrivals::Listening,
+    btf: &KernelBtf,
 ) -> Result<Attached, AttachError> {
     // The fork and exit programs first: a child forked once the syscall programs run is
     // then always seen.
@@ -89,13 +102,13 @@ pub(super) fn attach_programs(
         links.push((prog, attach_tp(bpf, prog, cat, name)?));
     }
     let classic = std::env::var(CLASSIC_ENV).is_ok_and(|v| v == "1");
-    let arrivals = arrivals::attach(bpf, layout, &mut links, classic);
-    let btf = if classic {
+    let arrivals = arrivals::attach(bpf, layout, &mut links, classic, btf);
+    let syscalls = if classic {
         Err(format!("{CLASSIC_ENV}=1"))
     } else {
-        attach_btf_syscalls(bpf)
+        attach_btf(bpf, &BTF_SYSCALL_PROGRAMS, btf)
     };
-    let programs = match btf {
+    let programs = match syscalls {
         Ok(l) => {
             links.extend(l);
             "BTF-typed raw tracepoints (tp_btf/sys_enter, tp_btf/sys_exit)".to_string()
@@ -107,7 +120,7 @@ pub(super) fn attach_programs(
             format!("classic tracepoints (raw_syscalls:sys_enter, sys_exit), as tp_btf cannot be used: {why}")
         }
     };
-    let throttle = match attach_btf(bpf, &THROTTLE_PROGRAMS) {
+    let throttle = match attach_btf(bpf, &THROTTLE_PROGRAMS, btf) {
         Ok(l) => {
             links.extend(l);
             "; throttle programs on tp_btf/sched_switch, sched_wakeup".to_string()
@@ -306,18 +319,14 @@ const THROTTLE_PROGRAMS: [(&str, &str); 2] = [
     ("btf_throttle_wakeup", "sched_wakeup"),
 ];
 
-/// Loads and attaches the tp_btf syscall programs, or says why they cannot run here (then
-/// neither is left attached).
-fn attach_btf_syscalls(bpf: &mut aya::Ebpf) -> Result<Vec<(&'static str, Link)>, String> {
-    attach_btf(bpf, &BTF_SYSCALL_PROGRAMS)
-}
-
-/// Loads and attaches tp_btf programs (name, tracepoint), all or none.
+/// Loads and attaches tp_btf programs (name, tracepoint), all or none, or says why they
+/// cannot run here.
 fn attach_btf(
     bpf: &mut aya::Ebpf,
     progs: &[(&'static str, &str)],
+    btf: &KernelBtf,
 ) -> Result<Vec<(&'static str, Link)>, String> {
-    let btf = aya::Btf::from_sys_fs().map_err(|e| format!("no kernel BTF: {e}"))?;
+    let btf = btf.as_ref().map_err(String::clone)?;
     let mut links = vec![];
     for &(prog, tp) in progs {
         let p: &mut aya::programs::BtfTracePoint = bpf
@@ -325,7 +334,7 @@ fn attach_btf(
             .ok_or_else(|| format!("the BPF object lacks {prog}"))?
             .try_into()
             .map_err(|e| format!("{prog}: {e}"))?;
-        let r = match p.load(tp, &btf) {
+        let r = match p.load(tp, btf) {
             Err(e) => Err(verifier_refusal(prog, &e).to_string()),
             Ok(()) => p
                 .attach()

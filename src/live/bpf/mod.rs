@@ -324,8 +324,10 @@ impl BpfTracer {
         let arrival_layout = arrivals::layout();
         let listening = arrivals::Listening::of(cfg.pid);
         let mut bpf = load::load(&cfg, measure, ring_bytes, &arrival_layout, &listening)?;
+        let btf = load::kernel_btf();
         let (links, arrivals, throttle) =
-            load::attach_programs(&mut bpf, &arrival_layout, &listening)?;
+            load::attach_programs(&mut bpf, &arrival_layout, &listening, &btf)?;
+        drop(btf);
         if measure != Measure::Off {
             eprintln!("stallscope: {MEASURE_ENV} is set: records are discarded, this run reports nothing (measurement only)");
         }

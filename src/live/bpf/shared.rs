@@ -70,7 +70,10 @@ impl BpfHost {
         // Whose sends to skip is per process: with many, none is skipped.
         let listening = arrivals::Listening::unknown();
         let mut bpf = load::load(&cfg, Measure::Off, ring_bytes, &layout, &listening)?;
-        let (links, arrivals, throttle) = load::attach_programs(&mut bpf, &layout, &listening)?;
+        let btf = load::kernel_btf();
+        let (links, arrivals, throttle) =
+            load::attach_programs(&mut bpf, &layout, &listening, &btf)?;
+        drop(btf);
         every_tgid_in_the_map(&mut bpf)?;
         let ring = bpf
             .take_map("events")
