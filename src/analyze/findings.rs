@@ -226,12 +226,27 @@ fn io_wait_words(
     during: &str,
     v: &super::io_wait::IoCover,
 ) -> String {
-    let mut text = format!(
-        "{who} {d}{during}: it waited for its I/O threads, which made {} client I/O call{} \
-         meanwhile (the hand-off of redis 6/7's io-threads, valkey's spin), not a slow command",
-        v.calls,
-        plural(v.calls as u64)
-    );
+    let mut text = if v.calls == 0 {
+        format!(
+            "{who} {d}{during}: it lost the CPU right after it waited for its I/O threads \
+             (their share of the hand-off ended as this began; they spin for the next one on a \
+             CPU), no longer than the scheduler takes to give a CPU back, not a slow command"
+        )
+    } else {
+        format!(
+            "{who} {d}{during}: it waited for its I/O threads, which made {} client I/O call{} \
+             meanwhile (the hand-off of redis 6/7's io-threads, valkey's spin), not a slow \
+             command",
+            v.calls,
+            plural(v.calls as u64)
+        )
+    };
+    if v.late_start > 0 {
+        text.push_str(&format!(
+            "; they began their share {} after the main thread's own (waiting for a CPU)",
+            human(v.late_start / 1000)
+        ));
+    }
     if v.longest_own() > 0 {
         text.push_str(&format!(
             "; its longest stretch without them, {}, is what a spinning thread loses to the \

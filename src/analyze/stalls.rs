@@ -199,7 +199,40 @@ pub(crate) struct Stalls {
     parked: Vec<Cand>,
     /// The I/O threads' recent calls, for the main thread's gaps.
     helpers: IoHelpers,
+    /// The last gaps stored, for I/O-thread calls printed after them that began before
+    /// their end (`recover`).
+    recent: RecentGaps,
 }
+
+/// A gap just stored: (index, id, process, from, to, the main thread's share there).
+type RecentGap = (
+    usize,
+    u64,
+    crate::fdtable::ProcKey,
+    Nanos,
+    Nanos,
+    Option<super::io_wait::Dir>,
+);
+
+/// The last few gaps stored: an I/O thread's call whose line comes after a gap's end (an
+/// `<unfinished ...>` call resumed later, a hand-off wait woken in the gap, a bpf record
+/// read after the main thread's next one) can only begin so long before, so a handful
+/// within `RECENT_SPAN` of the newest call is enough.
+#[derive(Default)]
+struct RecentGaps {
+    gaps: [Option<RecentGap>; 8],
+    next: usize,
+}
+
+impl RecentGaps {
+    fn push(&mut self, g: RecentGap) {
+        self.gaps[self.next] = Some(g);
+        self.next = (self.next + 1) % self.gaps.len();
+    }
+}
+
+/// How long after a gap's end an I/O-thread call that began inside it is still looked for.
+const RECENT_SPAN: Nanos = 1_000_000_000;
 
 /// Calls cut by the trace's edge listed below the threshold, at most.
 const IN_FLIGHT_SMALL_MAX: usize = 1000;
@@ -219,6 +252,22 @@ impl Stalls {
             in_flight_small: vec![],
             parked: vec![],
             helpers: IoHelpers::default(),
+            recent: RecentGaps::default(),
+        }
+    }
+
+    /// An I/O-thread call covering from `start` came: the recent gaps of its process that
+    /// ended after that are covered again with it.
+    fn recover(&mut self, proc: crate::fdtable::ProcKey, start: Nanos, now: Nanos) {
+        for slot in self.recent.gaps.iter_mut() {
+            let Some((idx, id, p, from, to, share)) = *slot else {
+                continue;
+            };
+            if to + RECENT_SPAN < now || self.cands.get(idx).is_none_or(|c| c.id != id) {
+                *slot = None;
+            } else if p == proc && start < to {
+                self.cands[idx].through.io = self.helpers.cover(proc, from, to, share);
+            }
         }
     }
 
@@ -289,7 +338,6 @@ impl Stalls {
         lost: bool,
     ) -> StallStep {
         let mut step = StallStep::default();
-        self.helpers.on_call(cx);
         let (ts, dur) = (cx.ts(), cx.dur);
         let last = self.last.at(cx.thread);
         let prev_end = last.end;
@@ -345,8 +393,12 @@ impl Stalls {
                 }
                 c.phase = phases.active_at(from);
                 c.events_lost = lost;
-                c.through.io = self.helpers.cover(cx.proc, from, ts);
+                let share = self.helpers.share(cx.proc, from);
+                c.through.io = self.helpers.cover(cx.proc, from, ts, share);
                 step.added[0] = self.add(c);
+                if let Some(a) = step.added[0] {
+                    self.recent.push((a.idx, a.id, cx.proc, from, ts, share));
+                }
             }
         }
         let at_end = cx.sc.in_flight == Some(InFlight::AtEnd);
@@ -370,7 +422,20 @@ impl Stalls {
             c.phase = phases.active_at(ts);
             self.parked.push(c);
         }
+        // After the gap it ends: the main thread's call moves its side of the hand-off on.
+        self.note_helper(cx);
         step
+    }
+
+    /// The call as the I/O threads' unit sees it; one of theirs covers the recent gaps it
+    /// began in again.
+    #[inline]
+    fn note_helper(&mut self, cx: &ResolvedCall<'_>) {
+        if let Some(start) = self.helpers.on_call(cx) {
+            if self.recent.gaps.iter().any(Option::is_some) {
+                self.recover(cx.proc, start, cx.end);
+            }
+        }
     }
 
     fn add(&mut self, mut c: Cand) -> Option<Added> {

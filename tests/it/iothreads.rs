@@ -166,6 +166,13 @@ fn redis7_busy_wait_is_no_slow_command() {
     // jemalloc's background thread has a role of its own.
     assert_eq!(role_of(&r, 10785), "jemalloc_bg");
     assert_eq!(role_of(&r, 10784), "io_thread");
+    // Slow commands the ground truth lacks: 24 before the hand-off's shares, the late
+    // lines and the work that ended as a gap began were read; 6 now (3 at the attach
+    // itself, before any client, where strace stretched every call; 2 write hand-offs
+    // whose main thread came back 10-11 ms after the I/O thread's share; 1 of 4 ms with
+    // no I/O-thread call near it).
+    let false_cmd = false_slow_commands(&r);
+    assert!(false_cmd.len() <= 6, "{}: {false_cmd:?}", false_cmd.len());
 }
 
 /// valkey 9.1 with `--io-threads 2`: the I/O thread reads, writes and runs the main thread's
@@ -189,6 +196,14 @@ fn valkey9_spin_is_no_slow_command_and_the_eval_is_named() {
         long_cmd[0]
     );
     assert_slow_commands_found(&r, 700_000);
+    // Slow commands the ground truth lacks: 31 before the main thread's futex wake of its
+    // I/O thread was read; 30 now. What is left is not read from the syscalls: 21 are gaps
+    // with no I/O-thread call in or near them (most between the main thread's own /proc
+    // reads of serverCron, which strace stretched to 4-42 ms each: every thread of the
+    // process was held), the rest gaps whose stretch after or between the I/O thread's
+    // work (11-57 ms) no hand-off explains.
+    let false_cmd = false_slow_commands(&r);
+    assert!(false_cmd.len() <= 30, "{}: {false_cmd:?}", false_cmd.len());
     for (tid, role) in [
         (16401, "bio_rdb_save"),
         (16402, "bio_tls_reload"),
@@ -273,14 +288,10 @@ fn valkey9_bpf_recording_reads_the_io_threads_waits() {
     // io_thd_1's hand-off waits (futex) end in the main thread's gaps after it waited for
     // a CPU through most of them: those gaps are the main thread spinning on an I/O thread
     // that waits for a CPU (9 of 92 were slow commands before the woken wait counted; 2
-    // remain, gaps that end while the I/O thread is still in its hand-off wait: the
-    // analysis judges a gap before that call's end is read).
+    // more ended while the I/O thread was still in its hand-off wait, and are covered
+    // again when that call's record comes: none remain).
     let false_cmd = false_slow_commands(&r);
-    let waits = main_gaps(&r, "io-threads").len();
-    assert!(
-        false_cmd.len() * 20 <= waits,
-        "{waits} waits, {false_cmd:?}"
-    );
+    assert!(false_cmd.is_empty(), "{false_cmd:?}");
 }
 
 // ---- live ----

@@ -2045,3 +2045,156 @@ fn a_script_cut_by_the_allocators_own_calls_is_one_gap() {
         gaps[0].cause
     );
 }
+
+/// Issue 40, offline: redis 6/7 with I/O threads under strace. Main (100) accepts clients
+/// 9 and 10; io_thd_1 is 102.
+/// At `--threshold 2ms`, io_thd_1 already seen at work (an earlier turn).
+fn io_seq() -> Seq {
+    let mut s = Seq::with(Options {
+        root_pid: Some(100),
+        thread_names: [(102, "io_thd_1".to_string())].into_iter().collect(),
+        threshold_ns: 2 * MS,
+        ..Default::default()
+    });
+    s.call(100, 0, 10 * US, "accept4", Some(6), 9, Extra::None);
+    s.call(100, 100 * US, 10 * US, "accept4", Some(6), 10, Extra::None);
+    s.read(102, 200 * US, 10, SET);
+    s.write(102, 300 * US, 10 * US, 10, b"+OK\r\n");
+    s.call(
+        100,
+        400 * US,
+        10 * US,
+        "epoll_wait",
+        Some(5),
+        0,
+        Extra::None,
+    );
+    s
+}
+
+const SET: &[u8] = b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n";
+
+/// The main thread's gaps at `at_ms` (start, ms): (finding, cause).
+fn main_gap_at(r: &Report, at_ms: i64) -> (Option<&'static str>, String) {
+    let st = r
+        .stalls
+        .iter()
+        .find(|x| x.who.tid == 100 && x.kind == StallKind::Gap && x.at_us / 1000 == at_ms)
+        .unwrap_or_else(|| panic!("no main gap at {at_ms} ms: {:?}", r.stalls));
+    (st.finding.map(FindingId::as_str), st.cause.clone())
+}
+
+/// The main thread reads its share of a batch, io_thd_1 its share 15 ms later (it waited
+/// for a CPU), the main thread writes the replies 8 ms after that: nothing of the main
+/// thread's runs before the I/O thread's share, so the 15 ms are their late start, not a
+/// command (before: the hole was over half the gap, "a slow command"). An EVAL run after
+/// both shares in the same trace is still a slow command, named.
+#[test]
+fn a_late_io_thread_share_of_a_batch_is_no_slow_command() {
+    let mut s = io_seq();
+    s.call(100, 9 * MS, 10 * US, "epoll_wait", Some(5), 2, Extra::None);
+    s.read(100, 10 * MS, 9, SET);
+    s.read(102, 25 * MS, 10, SET);
+    s.write(100, 33 * MS, 10 * US, 9, b"+OK\r\n");
+    s.write(102, 33 * MS + 20 * US, 10 * US, 10, b"+OK\r\n");
+    s.call(100, 34 * MS, 10 * US, "epoll_wait", Some(5), 2, Extra::None);
+    let eval = b"*3\r\n$4\r\nEVAL\r\n$1\r\nx\r\n$1\r\n0\r\n";
+    s.read(100, 100 * MS, 9, eval);
+    s.read(102, 100 * MS + 50 * US, 10, SET);
+    s.write(100, 600 * MS, 10 * US, 9, b":1\r\n");
+    s.write(102, 600 * MS + 20 * US, 10 * US, 10, b"+OK\r\n");
+    s.call(
+        100,
+        601 * MS,
+        10 * US,
+        "epoll_wait",
+        Some(5),
+        0,
+        Extra::None,
+    );
+    let r = s.report();
+    let (id, why) = main_gap_at(&r, 10);
+    assert_eq!(id, Some("io-threads"), "{why}");
+    assert!(why.contains("began their share 15 ms after"), "{why}");
+    let (id, why) = main_gap_at(&r, 100);
+    assert_eq!(id, Some("command"), "{why}");
+    assert!(why.contains("(EVAL)"), "{why}");
+}
+
+/// valkey switching its I/O thread on: the main thread wakes it (futex = 1) inside its gap,
+/// the woken thread returns from its futex wait 12 ms later (waiting for a CPU) and does
+/// the clients' I/O. Without the scheduler's split the wake is what says when the I/O
+/// thread's wait for a CPU began (before: a 12 ms hole of the main thread's own).
+#[test]
+fn a_futex_wake_starts_the_io_threads_wait_for_a_cpu() {
+    let mut s = io_seq();
+    s.call(100, 9 * MS, MS, "epoll_wait", Some(5), 1, Extra::None);
+    s.call(
+        100,
+        10 * MS + 50 * US,
+        10 * US,
+        "futex",
+        None,
+        1,
+        Extra::None,
+    );
+    // Its hand-off wait, from before the gap to 12 ms after the wake.
+    s.call(102, 5 * MS, 17 * MS, "futex", None, 0, Extra::None);
+    s.read(102, 22 * MS + 100 * US, 10, SET);
+    s.write(102, 22 * MS + 200 * US, 10 * US, 10, b"+OK\r\n");
+    s.call(100, 23 * MS, 10 * US, "epoll_wait", Some(5), 0, Extra::None);
+    let r = s.report();
+    let (id, why) = main_gap_at(&r, 10);
+    assert_eq!(id, Some("io-threads"), "{why}");
+}
+
+/// An I/O thread's call that began in the main thread's gap but whose line comes after the
+/// gap's end (strace's `<unfinished ...>` resumed later, a bpf record read late) still
+/// covers the gap: the gap is covered again when it comes (before: judged without it).
+#[test]
+fn an_io_thread_call_printed_after_the_gap_still_covers_it() {
+    let mut s = io_seq();
+    s.call(100, 9 * MS, 10 * US, "epoll_wait", Some(5), 1, Extra::None);
+    s.read(100, 10 * MS, 9, SET);
+    s.write(100, 25 * MS, 10 * US, 9, b"+OK\r\n");
+    // Begun at 11 ms, ended at 24.5 ms, printed after the main thread's write.
+    s.call(
+        102,
+        11 * MS,
+        13_500 * US,
+        "read",
+        Some(10),
+        SET.len() as i64,
+        Extra::Data(Data::new(SET, false)),
+    );
+    s.write(102, 25 * MS + 20 * US, 10 * US, 10, b"+OK\r\n");
+    s.call(100, 26 * MS, 10 * US, "epoll_wait", Some(5), 0, Extra::None);
+    let r = s.report();
+    let (id, why) = main_gap_at(&r, 10);
+    assert_eq!(id, Some("io-threads"), "{why}");
+}
+
+/// Both threads write their shares side by side; the main thread's next call comes 6 ms
+/// after both ended: less than a scheduler tick right after the hand-off (the I/O thread
+/// spins on a CPU for the next one). 30 ms is not: that stays the main thread's own.
+#[test]
+fn a_short_gap_right_after_the_io_threads_share_is_scheduling() {
+    let mut s = io_seq();
+    s.call(100, 9 * MS, 10 * US, "epoll_wait", Some(5), 2, Extra::None);
+    s.read(100, 9_500 * US, 9, SET);
+    s.read(102, 9_600 * US, 10, SET);
+    s.write(102, 10 * MS, 10 * US, 10, b"+OK\r\n");
+    s.write(100, 10 * MS + 5 * US, 10 * US, 9, b"+OK\r\n");
+    s.call(100, 16 * MS, 10 * US, "epoll_wait", Some(5), 2, Extra::None);
+    s.read(100, 16_500 * US, 9, SET);
+    s.read(102, 16_600 * US, 10, SET);
+    s.write(102, 17 * MS, 10 * US, 10, b"+OK\r\n");
+    s.write(100, 17 * MS + 5 * US, 10 * US, 9, b"+OK\r\n");
+    s.call(100, 47 * MS, 10 * US, "epoll_wait", Some(5), 0, Extra::None);
+    let r = s.report();
+    let (id, why) = main_gap_at(&r, 10);
+    assert_eq!(id, Some("io-threads"), "{why}");
+    assert!(why.contains("lost the CPU right after"), "{why}");
+    let (id, why) = main_gap_at(&r, 17);
+    assert_eq!(id, Some("command"), "{why}");
+}
