@@ -667,6 +667,7 @@ pub(crate) mod tests {
                     minor_faults: 0,
                     major_faults: 0,
                     throttled_ns: None,
+                    reclaim_ns: None,
                 };
                 sc.sched = Some(Box::new(SchedSpan {
                     during: d,

@@ -31,8 +31,8 @@ struct RawRec {
     end: u64,
     state: u32,
     samples: u32,
-    before: [u64; 5],
-    after: [u64; 5],
+    before: [u64; crate::live::bpf::SNAP],
+    after: [u64; crate::live::bpf::SNAP],
     tgid: u32,
     _pad: u32,
 }
@@ -217,7 +217,7 @@ fn parse(b: &[u8]) -> Option<CheapRecord> {
 
 /// A `struct sched_snap`'s counters as `live::sched_delta` takes them (its fifth, the full
 /// tier's throttled time, is not measured by the cheap tier).
-fn first4(v: &[u64; 5]) -> [u64; 4] {
+fn first4(v: &[u64; crate::live::bpf::SNAP]) -> [u64; 4] {
     [v[0], v[1], v[2], v[3]]
 }
 
@@ -358,12 +358,13 @@ mod tests {
 
     #[test]
     fn a_record_reads_back_as_the_kernel_laid_it_out() {
-        // struct sched_snap holds 5 counters (the throttled time came with issue 41).
-        assert_eq!(std::mem::size_of::<RawRec>(), 152);
-        let mut b = vec![0u8; 152];
-        b[144..148].copy_from_slice(&40u32.to_ne_bytes());
-        // `after`'s on-CPU time, at its own offset (after `before`'s five counters).
-        b[104..112].copy_from_slice(&9u64.to_ne_bytes());
+        // struct sched_snap holds 6 counters (the throttled time and the reclaim time came
+        // with issue 41).
+        assert_eq!(std::mem::size_of::<RawRec>(), 168);
+        let mut b = vec![0u8; 168];
+        b[160..164].copy_from_slice(&40u32.to_ne_bytes());
+        // `after`'s on-CPU time, at its own offset (after `before`'s six counters).
+        b[112..120].copy_from_slice(&9u64.to_ne_bytes());
         b[0..4].copy_from_slice(&CHEAP_BLOCKED.to_ne_bytes());
         b[4..8].copy_from_slice(&42u32.to_ne_bytes());
         b[8..16].copy_from_slice(&3i64.to_ne_bytes());
@@ -386,6 +387,6 @@ mod tests {
         b[60..64].copy_from_slice(&90u32.to_ne_bytes());
         let r = parse(&b).expect("parsed");
         assert_eq!(r.kind, CheapKind::Gap { samples: 90 });
-        assert!(parse(&b[..151]).is_none());
+        assert!(parse(&b[..167]).is_none());
     }
 }

@@ -43,8 +43,8 @@ pub(crate) struct HostInner {
     pub(super) follow_forks: bool,
     /// Whether the arrival programs run, and which flavour (or why not).
     pub(super) arrivals: Result<&'static str, String>,
-    /// The throttle programs run (`BpfTracer::throttle`).
-    pub(super) throttle: bool,
+    /// Which optional programs run (`BpfTracer::extras`).
+    pub(super) extras: super::Extras,
     /// Passes of the demux thread: a tracer that stops waits for passes after it.
     passes: AtomicU64,
     stop: AtomicBool,
@@ -70,7 +70,7 @@ impl BpfHost {
         // Whose sends to skip is per process: with many, none is skipped.
         let listening = arrivals::Listening::unknown();
         let mut bpf = load::load(&cfg, Measure::Off, ring_bytes, &layout, &listening)?;
-        let (links, arrivals, throttle) = load::attach_programs(&mut bpf, &layout, &listening)?;
+        let (links, arrivals, extras) = load::attach_programs(&mut bpf, &layout, &listening)?;
         every_tgid_in_the_map(&mut bpf)?;
         let ring = bpf
             .take_map("events")
@@ -87,7 +87,7 @@ impl BpfHost {
             pages,
             follow_forks,
             arrivals,
-            throttle,
+            extras,
             passes: AtomicU64::new(0),
             stop: AtomicBool::new(false),
         });
@@ -331,8 +331,8 @@ mod tests {
             enter_ns: 0,
             exit_ns: 0,
             args: [0; 6],
-            sched_enter: [0; 5],
-            sched_exit: [0; 5],
+            sched_enter: [0; crate::live::bpf::SNAP],
+            sched_exit: [0; crate::live::bpf::SNAP],
             arrival_first: 0,
             arrival_at: 0,
             data: [0; DATA_MAX],
