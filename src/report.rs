@@ -515,8 +515,8 @@ pub struct RedisSignal {
 }
 
 /// The top-level `container` section: what names the container the traced process runs in
-/// and how the host reached it.
-#[derive(Clone, Debug, Serialize, Default, PartialEq)]
+/// and how the host reached it. Read back too: a recording keeps it (`FILE.container`).
+#[derive(Clone, Debug, Serialize, serde::Deserialize, Default, PartialEq)]
 pub struct Container {
     /// Its cgroup path (/proc/PID/cgroup: the one that names the container, else the
     /// unified hierarchy's, else the cpu or memory controller's).
@@ -541,7 +541,7 @@ pub struct Container {
 }
 
 /// One process's pid on the host and inside its pid namespace.
-#[derive(Clone, Copy, Debug, Serialize, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Serialize, serde::Deserialize, Default, PartialEq, Eq)]
 pub struct NsPid {
     pub host: u32,
     pub ns: u32,

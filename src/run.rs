@@ -230,6 +230,9 @@ pub(crate) fn report_of(args: &AnalyzeArgs) -> Result<Report> {
     info.pid = args.pid;
     info.clock.date = args.date;
     let mut report = an.finish_at_exit(info, counters);
+    // The container as the live report named it: its pids map the log's (pid 1) to the
+    // trace's when the log is joined below.
+    report.live.container = rec.container.take();
     if dated {
         report.summary.command_start = Some(crate::report::CommandStart::Arrival);
     }

@@ -521,7 +521,11 @@ fn record(job: &Job, path: &Path) -> std::io::Result<()> {
     for (_, n) in marks {
         r.note_lost(*n);
     }
-    r.finish(&v.thread_names, v.conf_text.as_deref())
+    r.finish(
+        &v.thread_names,
+        v.conf_text.as_deref(),
+        v.container.as_ref(),
+    )
 }
 
 #[cfg(test)]
