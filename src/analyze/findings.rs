@@ -849,6 +849,53 @@ fn throttled_title(cx: &Ctx<'_>, _: Option<&ByFinding>) -> String {
     }
 }
 
+/// The quota's advice, with the cgroup's CPU burst where the kernel has one (`burst_words`).
+fn throttled_advice(cx: &Ctx<'_>, _: Option<&ByFinding>) -> String {
+    format!(
+        "Redis was ready to run but its container's CPU quota for the period was spent: the kernel stops every \
+         thread of the cgroup until the next period (100 ms by default), however idle the host's CPUs are. Raise \
+         or remove the CPU limit (docker --cpus, Kubernetes resources.limits.cpu, cpu.max or cpu.cfs_quota_us) so \
+         that a period's quota covers redis's bursts (its save and rewrite children and io-threads spend the same \
+         quota). A shorter period (cpu.cfs_period_us) shortens each stop at the same share. {} Trade-off: a higher \
+         limit lets redis take CPU its neighbours on the host were promised (the limit is what protects them, and \
+         what you pay for). Giving the CPUs to no one else is not the fix: throttling is not CPU starvation.",
+        burst_words(cx.ev.cgroup)
+    )
+}
+
+/// What the advice says of a CPU burst (quota left unused in a period, carried into the next):
+/// whether this kernel has it for the cgroup, and what it is set to.
+fn burst_words(cg: Option<&super::limits::CgEvidence>) -> String {
+    const TRADE: &str = "A burst only carries over quota left unused, up to the burst, so a steady load above \
+         the quota still throttles; while the cgroup bursts it runs beyond its share and its neighbours on the \
+         host wait for the CPUs it takes (their latency, not redis's, pays for it).";
+    let Some(cg) = cg else {
+        return format!(
+            "Or allow a burst (cpu.max.burst, cpu.cfs_burst_us: Linux 5.14 and later). {TRADE}"
+        );
+    };
+    let Some(file) = cg.burst_file else {
+        return "This kernel has no CPU burst for the cgroup (no cpu.max.burst or cpu.cfs_burst_us: it \
+                came with Linux 5.14), so raising the quota is the way."
+            .into();
+    };
+    match cg.limits.cpu_burst_us.filter(|b| *b > 0) {
+        Some(b) => format!(
+            "{file} is {} here: the stalls came with that burst, so redis's need in a period exceeds the \
+             quota and the burst together; raise the quota rather than the burst. {TRADE}",
+            human(b as i64)
+        ),
+        None => format!(
+            "Or allow a burst: {file} is 0 here; set to up to the quota{}, it lets unused quota carry into \
+             the next period, so a spike after a quieter period runs on. {TRADE}",
+            cg.limits
+                .quota()
+                .map(|(q, _)| format!(" ({})", human(q as i64)))
+                .unwrap_or_default()
+        ),
+    }
+}
+
 fn throttled_evidence(cx: &Ctx<'_>, e: Option<&ByFinding>) -> String {
     let mut ev = stall_evidence(cx, e);
     match e {
@@ -1318,17 +1365,7 @@ static RULES: &[Rule] = &[
         severity: measured_severity,
         title: Text::Made(throttled_title),
         evidence: Text::Made(throttled_evidence),
-        advice: Text::Fixed(
-            "Redis was ready to run but its container's CPU quota for the period was spent: the kernel stops every \
-             thread of the cgroup until the next period (100 ms by default), however idle the host's CPUs are. Raise \
-             or remove the CPU limit (docker --cpus, Kubernetes resources.limits.cpu, cpu.max or cpu.cfs_quota_us) so \
-             that a period's quota covers redis's bursts (its save and rewrite children and io-threads spend the same \
-             quota), or allow a burst (cpu.max.burst, cpu.cfs_burst_us: unused quota carried into the next period). \
-             A shorter period (cpu.cfs_period_us) shortens each stop at the same share. Trade-off: a higher limit or a \
-             burst lets redis take CPU its neighbours on the host were promised (the limit is what protects them, and \
-             what you pay for); a burst only carries over quota left unused, so a steady load above the quota still \
-             throttles. Giving the CPUs to no one else is not the fix: throttling is not CPU starvation.",
-        ),
+        advice: Text::Made(throttled_advice),
         stalls: with_id,
     },
     Rule {
@@ -1848,6 +1885,7 @@ mod tests {
             limits: limits.clone(),
             readings,
             exact_throttle: exact,
+            burst_file: None,
         };
         // A 50 ms gap at 0..50 ms; readings at -100, 0 (none yet), 100 ms.
         let gap = cand(StallKind::Gap, None, None);
@@ -1929,6 +1967,7 @@ mod tests {
             limits,
             readings: vec![at(-100, 0), at(100, 700)],
             exact_throttle: true,
+            burst_file: None,
         };
         let with = |kind, syscall, on_ms: i64, reclaim_ms: i64| {
             let mut c = cand(kind, syscall, None);
@@ -1971,6 +2010,42 @@ mod tests {
             assert_eq!(id, Some(FindingId::MemoryReclaim), "{why}");
             assert!(why.contains("700 memory.failcnt charges"), "{why}");
         });
+    }
+
+    /// The quota's advice says what this kernel offers of a CPU burst: none (raise the quota),
+    /// a burst file at 0 (set it, with its trade-off), or one already set (then the quota).
+    #[test]
+    fn the_throttling_advice_names_the_burst_the_kernel_has() {
+        use crate::report::CgroupLimits;
+        let cg = |file, burst| super::super::limits::CgEvidence {
+            limits: CgroupLimits {
+                cpu_quota_us: Some(30_000),
+                cpu_period_us: Some(100_000),
+                cpu_burst_us: burst,
+                ..Default::default()
+            },
+            burst_file: file,
+            ..Default::default()
+        };
+        let none = burst_words(Some(&cg(None, None)));
+        assert!(
+            none.contains("no CPU burst") && none.contains("5.14"),
+            "{none}"
+        );
+        let zero = burst_words(Some(&cg(Some("cpu.max.burst"), Some(0))));
+        for part in [
+            "cpu.max.burst is 0 here",
+            "up to the quota (30 ms)",
+            "neighbours",
+        ] {
+            assert!(zero.contains(part), "{part:?}: {zero}");
+        }
+        let set = burst_words(Some(&cg(Some("cpu.cfs_burst_us"), Some(20_000))));
+        assert!(
+            set.contains("cpu.cfs_burst_us is 20 ms here") && set.contains("raise the quota"),
+            "{set}"
+        );
+        assert!(burst_words(None).contains("Linux 5.14"));
     }
 
     #[test]

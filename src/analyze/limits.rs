@@ -22,6 +22,9 @@ pub struct CgEvidence {
     /// The backend measures each stall's throttled time (`Capabilities::splits_throttle`):
     /// no estimate is made from the readings.
     pub exact_throttle: bool,
+    /// The CPU burst file the kernel has for the cgroup (`cpu.max.burst`, v1
+    /// `cpu.cfs_burst_us`), None where it has none.
+    pub burst_file: Option<&'static str>,
 }
 
 impl CgEvidence {
