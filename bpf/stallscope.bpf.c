@@ -102,13 +102,16 @@ struct pt_regs {
 	} while (0)
 #endif
 
-// on_cpu_ns, runnable_ns, minor_faults, major_faults of the current task, cumulative, and
-// the ns it waited for a CPU while its cgroup was throttled (the Throttling section below).
+// on_cpu_ns, runnable_ns, minor_faults, major_faults of the current task, cumulative, the
+// ns it waited for a CPU while its cgroup was throttled (the Throttling section below), and
+// the ns it spent reclaiming memory (the Reclaim section).
 struct sched_snap {
-	__u64 v[5];
+	__u64 v[6];
 };
 
 static __always_inline __u64 cg_throttled_ns(__u32 tid);
+static __always_inline __u64 reclaim_ns(__u32 tid);
+static __always_inline void reclaim_forget(__u32 tid);
 
 struct entry {
 	__u64 ts;
@@ -217,6 +220,7 @@ static __always_inline void snap(struct sched_snap *s, __u32 tid)
 	s->v[2] = BPF_CORE_READ(t, min_flt);
 	s->v[3] = BPF_CORE_READ(t, maj_flt);
 	s->v[4] = cg_throttled_ns(tid);
+	s->v[5] = reclaim_ns(tid);
 }
 
 // The same counters read with plain loads through the task's BTF pointer (tp_btf programs:
@@ -233,6 +237,7 @@ static __always_inline void snap_of(struct sched_snap *s, struct task_struct *bt
 	s->v[2] = bt->min_flt;
 	s->v[3] = bt->maj_flt;
 	s->v[4] = cg_throttled_ns(tid);
+	s->v[5] = reclaim_ns(tid);
 }
 
 // Is tgid traced? The attached process first; the map of forked children only once one
@@ -524,6 +529,7 @@ int process_exit(void *ctx)
 			emit_enter_only(e, tid, tgid, now);
 		bpf_map_delete_elem(&inflight, &tid);
 	}
+	reclaim_forget(tid);
 	struct rec *r = bpf_ringbuf_reserve(&events, sizeof(*r), 0);
 	if (r) {
 		__builtin_memset(r, 0, sizeof(*r));
@@ -970,7 +976,8 @@ static __always_inline void cheap_snap(struct sched_snap *s, struct task_struct_
 	s->v[1] = t->sched_info.run_delay;
 	s->v[2] = t->min_flt;
 	s->v[3] = t->maj_flt;
-	s->v[4] = 0; // the full tier's throttled time: not measured here
+	s->v[4] = 0; // the full tier's throttled and reclaim times: not measured here
+	s->v[5] = 0;
 }
 
 static __always_inline struct cheap_thread *cheap_thread_of(__u32 tid)
@@ -1363,4 +1370,124 @@ int btf_throttle_wakeup(__u64 *ctx)
 		return 0;
 	cg_wait_begins(p, BPF_CORE_READ(p, pid), bpf_ktime_get_ns());
 	return 0;
+}
+
+// ---- Reclaim: the time a traced thread spent reclaiming memory itself ----
+//
+// A thread that allocates (a page fault, the page cache a write() fills) past its cgroup's
+// memory limit reclaims memory before it goes on (try_to_free_mem_cgroup_pages: vmscan's
+// mm_vmscan_memcg_reclaim_begin/end, cgroup v1 limit_in_bytes and v2 memory.max and
+// memory.high alike), and one that finds the host short of free memory reclaims directly
+// (mm_vmscan_direct_reclaim_begin/end). Both pairs fire in the reclaiming task's own context
+// around the whole reclaim, the waits for writeback inside it included, so the time between
+// them is exact; `snap` puts each thread's total into its counters (v[5]). A begin inside
+// another (a soft-limit reclaim inside a direct one) counts once. Not counted: v2's penalty
+// sleep past memory.high (a sleep on the way back to user space, after the reclaim) and
+// kswapd's reclaim (another task's time).
+
+struct reclaim_state {
+	__u64 since; // when the outermost reclaim began (0: not reclaiming)
+	__u64 depth;
+	__u64 total; // ns spent reclaiming, cumulative
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, struct reclaim_state);
+} reclaim SEC(".maps");
+
+// Whether any traced thread ever reclaimed: until then `snap` skips the lookup.
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} reclaim_seen SEC(".maps");
+
+static __always_inline __u64 reclaim_ns(__u32 tid)
+{
+	__u32 zero = 0;
+	__u32 *seen = bpf_map_lookup_elem(&reclaim_seen, &zero);
+	if (!seen || !*seen)
+		return 0;
+	struct reclaim_state *s = bpf_map_lookup_elem(&reclaim, &tid);
+	return s ? s->total : 0;
+}
+
+// A traced thread ended: its tid may be reused by a task that is not traced.
+static __always_inline void reclaim_forget(__u32 tid)
+{
+	__u32 zero = 0;
+	__u32 *seen = bpf_map_lookup_elem(&reclaim_seen, &zero);
+	if (seen && *seen)
+		bpf_map_delete_elem(&reclaim, &tid);
+}
+
+static __always_inline int reclaim_begins(void)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	if (!traced(id >> 32))
+		return KEEP;
+	__u32 tid = (__u32)id;
+	__u64 now = bpf_ktime_get_ns();
+	struct reclaim_state *s = bpf_map_lookup_elem(&reclaim, &tid);
+	if (!s) {
+		struct reclaim_state n = { .since = now, .depth = 1 };
+		bpf_map_update_elem(&reclaim, &tid, &n, BPF_NOEXIST);
+		__u32 zero = 0;
+		__u32 *seen = bpf_map_lookup_elem(&reclaim_seen, &zero);
+		if (seen && !*seen)
+			*seen = 1;
+		return KEEP;
+	}
+	if (!s->depth)
+		s->since = now;
+	s->depth += 1;
+	return KEEP;
+}
+
+static __always_inline int reclaim_ends(void)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	if (!traced(id >> 32))
+		return KEEP;
+	__u32 tid = (__u32)id;
+	struct reclaim_state *s = bpf_map_lookup_elem(&reclaim, &tid);
+	// An end whose begin came before the attach is not counted: its start is unknown.
+	if (!s || !s->depth)
+		return KEEP;
+	s->depth -= 1;
+	if (s->depth)
+		return KEEP;
+	__u64 now = bpf_ktime_get_ns();
+	if (now > s->since)
+		s->total += now - s->since;
+	s->since = 0;
+	return KEEP;
+}
+
+SEC("tracepoint/vmscan/mm_vmscan_memcg_reclaim_begin")
+int reclaim_memcg_begin(void *ctx)
+{
+	return reclaim_begins();
+}
+
+SEC("tracepoint/vmscan/mm_vmscan_memcg_reclaim_end")
+int reclaim_memcg_end(void *ctx)
+{
+	return reclaim_ends();
+}
+
+SEC("tracepoint/vmscan/mm_vmscan_direct_reclaim_begin")
+int reclaim_direct_begin(void *ctx)
+{
+	return reclaim_begins();
+}
+
+SEC("tracepoint/vmscan/mm_vmscan_direct_reclaim_end")
+int reclaim_direct_end(void *ctx)
+{
+	return reclaim_ends();
 }

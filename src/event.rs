@@ -601,6 +601,11 @@ pub struct SchedDelta {
     /// Of the runnable time, the part the thread's cgroup was throttled (its CPU quota
     /// spent): None where the backend does not measure it.
     pub throttled_ns: Option<u64>,
+    /// The time the thread spent reclaiming memory itself (its cgroup's limit, or the
+    /// host short of free memory): exact where the backend measures it (bpf on the
+    /// kernel's vmscan tracepoints), None elsewhere. It overlaps the other parts: a
+    /// reclaim runs on a CPU and waits for writeback.
+    pub reclaim_ns: Option<u64>,
 }
 
 /// `during`: from the call's entry to its exit; `before`: from the end of the thread's

@@ -515,8 +515,8 @@ pub struct RedisSignal {
 }
 
 /// The top-level `container` section: what names the container the traced process runs in
-/// and how the host reached it.
-#[derive(Clone, Debug, Serialize, Default, PartialEq)]
+/// and how the host reached it. Read back too: a recording keeps it (`FILE.container`).
+#[derive(Clone, Debug, Serialize, serde::Deserialize, Default, PartialEq)]
 pub struct Container {
     /// Its cgroup path (/proc/PID/cgroup: the one that names the container, else the
     /// unified hierarchy's, else the cpu or memory controller's).
@@ -541,7 +541,7 @@ pub struct Container {
 }
 
 /// One process's pid on the host and inside its pid namespace.
-#[derive(Clone, Copy, Debug, Serialize, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Serialize, serde::Deserialize, Default, PartialEq, Eq)]
 pub struct NsPid {
     pub host: u32,
     pub ns: u32,
@@ -846,6 +846,11 @@ pub struct StallSched {
     /// backend, where the kernel's throttle state is read; absent where it is not measured).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub throttled_us: Option<i64>,
+    /// The time the thread spent reclaiming memory itself in the stall (its cgroup's memory
+    /// limit, or the host short of free memory), exact: bpf on the kernel's vmscan
+    /// tracepoints; absent where not measured. It overlaps the three parts above.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reclaim_us: Option<i64>,
     pub minor_faults: u64,
     pub major_faults: u64,
     /// The call was already running when tracing began: the split covers only its traced
@@ -873,6 +878,7 @@ impl StallSched {
             runnable_us: run / 1000,
             blocked_us: (dur_ns - on - run).max(0) / 1000,
             throttled_us: d.throttled_ns.map(|t| (t as i64).min(run) / 1000),
+            reclaim_us: d.reclaim_ns.map(|t| (t as i64).min(dur_ns.max(0)) / 1000),
             minor_faults: d.minor_faults,
             major_faults: d.major_faults,
             since_attach: false,

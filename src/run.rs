@@ -233,13 +233,21 @@ pub(crate) fn report_of(args: &AnalyzeArgs) -> Result<Report> {
     if dated {
         report.summary.command_start = Some(crate::report::CommandStart::Arrival);
     }
-    join_redis_log(&mut report, args, conf.as_ref())?;
+    join_redis_log(&mut report, args, conf.as_ref(), rec.container.take())?;
     Ok(report)
 }
 
 /// Offline: redis's own log, named with `--redis-log` or found beside the trace, joined
 /// onto the stalls (`redis_evidence`).
-fn join_redis_log(report: &mut Report, args: &AnalyzeArgs, conf: Option<&RedisConf>) -> Result<()> {
+/// `container`: a recording's, as the live report named it: its pids map the log's (pid 1)
+/// to the trace's.
+fn join_redis_log(
+    report: &mut Report,
+    args: &AnalyzeArgs,
+    conf: Option<&RedisConf>,
+    container: Option<crate::report::Container>,
+) -> Result<()> {
+    report.live.container = container;
     let log = match &args.out.redis_log {
         Some(p) => Some(crate::evidence::LogSource {
             path: p.clone(),

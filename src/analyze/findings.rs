@@ -323,6 +323,9 @@ pub(crate) struct SchedSplit {
     /// Of `runnable_ns`, the time the cgroup's CPU quota throttled the thread, where the
     /// backend measures it.
     throttled_ns: Option<i64>,
+    /// The time it spent reclaiming memory itself, where the backend measures it (it
+    /// overlaps the other parts).
+    reclaim_ns: Option<i64>,
     minor_faults: u64,
     major_faults: u64,
     /// The most bytes a fault copies, when the tracer knows it.
@@ -352,6 +355,7 @@ impl SchedSplit {
             on_ns: on,
             runnable_ns,
             throttled_ns: d.throttled_ns.map(|t| (t as i64).min(runnable_ns)),
+            reclaim_ns: d.reclaim_ns.map(|t| (t as i64).min(c.dur.max(0))),
             minor_faults: d.minor_faults,
             major_faults: d.major_faults,
             fault_copy: fault_copy.filter(|b| *b > 0),
@@ -382,6 +386,10 @@ impl SchedSplit {
     /// It waited for a CPU most of the stall, mostly because its cgroup's quota was spent.
     fn throttled(&self, dur: i64) -> bool {
         self.waited(dur) && self.throttled_ns.is_some_and(|t| t * 2 >= self.runnable_ns)
+    }
+    /// It reclaimed memory itself for at least half of the stall (measured).
+    fn reclaimed(&self, dur: i64) -> bool {
+        self.reclaim_ns.is_some_and(|r| r * 2 >= dur)
     }
     /// It waited for a CPU most of the stall, mostly while other work had the CPUs (not
     /// its quota: `cpu-starvation` never stands for throttled time).
@@ -416,11 +424,33 @@ impl SchedSplit {
                 w.push_str(&format!(", {n} {what} page fault{}", plural(n)));
             }
         }
+        if let Some(r) = self.reclaim_ns.filter(|r| *r > 0) {
+            w.push_str(&format!(", {} reclaiming memory", human(r / 1000)));
+        }
         if self.since_attach {
             w.push_str(", in its traced part only");
         }
         w
     }
+}
+
+/// "it reclaimed memory itself for 48 ms of this 52 ms stall (measured: ...), its cgroup at
+/// its memory limit (memory.limit_in_bytes 48 MiB)", from the measured split.
+fn reclaim_words(a: &Evidence<'_>, s: &SchedSplit, dur: i64) -> String {
+    let limit = match a.cgroup.and_then(|c| c.limits.memory_limit()) {
+        Some((name, b)) => format!(
+            "its cgroup's memory limit ({name} {}) reached",
+            super::limits::mib(b)
+        ),
+        None => "the host short of free memory, or a parent cgroup's memory limit reached (no limit on its own cgroup)".into(),
+    };
+    format!(
+        "it reclaimed memory itself for {} of this {} stall, {limit}: memory reclaim (measured by the kernel's \
+         memcg and direct reclaim tracepoints; {})",
+        human(s.reclaim_ns.unwrap_or(0) / 1000),
+        human(dur / 1000),
+        s.words()
+    )
 }
 
 /// "the container's CPU quota of 30 ms per 100 ms stopped it for 62 ms of this 68 ms stall
@@ -467,6 +497,12 @@ fn sched_of_gap(
     }
     let s = SchedSplit::of(c, a.fault_copy)?;
     let w = s.words();
+    if s.reclaimed(c.dur) {
+        return Some((
+            Some(FindingId::MemoryReclaim),
+            format!("{who} {d}{during}: {}", reclaim_words(a, &s, c.dur)),
+        ));
+    }
     if s.throttled(c.dur) {
         return Some((
             Some(FindingId::CpuThrottled),
@@ -626,8 +662,9 @@ fn cause_of_call(
     }
 }
 
-/// A call of a client-facing thread that was ready to go on and waited for a CPU most of
-/// its time: the quota's throttling, or other work on its CPUs.
+/// A call of a client-facing thread that reclaimed memory itself most of its time (where
+/// measured), or was ready to go on and waited for a CPU most of it: the quota's
+/// throttling, or other work on its CPUs.
 fn cpu_wait_cause(
     a: &Evidence<'_>,
     c: &Cand,
@@ -636,6 +673,15 @@ fn cpu_wait_cause(
     during: &str,
 ) -> Option<(Option<FindingId>, String)> {
     let s = sched.filter(|_| matches!(role, Role::Main | Role::IoThread))?;
+    if s.reclaimed(c.dur) {
+        return Some((
+            Some(FindingId::MemoryReclaim),
+            format!(
+                "the call was held while {}{during}",
+                reclaim_words(a, s, c.dur)
+            ),
+        ));
+    }
     if s.throttled(c.dur) {
         return Some((
             Some(FindingId::CpuThrottled),
@@ -713,9 +759,11 @@ struct ByFinding {
     /// the part of it the I/O threads waited for a CPU.
     io_measured: i64,
     io_runnable: i64,
-    /// Stalls whose throttled time was estimated from the cgroup's readings, not measured
-    /// (`limits`): they support a warning at most.
+    /// Stalls whose throttled time (`cpu-throttled`) or reclaim (`memory-reclaim`) was
+    /// inferred from the cgroup's readings, not measured (`limits`): a warning at most.
     estimated: u64,
+    /// The measured reclaim time of the stalls (µs; `memory-reclaim`).
+    reclaim_us: i64,
 }
 
 /// Everything a trace rule reads.
@@ -795,13 +843,8 @@ fn warning(_: &Ctx<'_>, e: Option<&ByFinding>) -> Severity {
     by_stalls(e, Severity::Warning)
 }
 
-/// A warning at most: evidence sampled around the stalls, not measured in them.
-fn warning_at_most(_: &Ctx<'_>, e: Option<&ByFinding>) -> Severity {
-    by_stalls(e, Severity::Warning).min(Severity::Warning)
-}
-
-/// Critical on a measured throttled stall of 100 ms; never on an estimate.
-fn throttled_severity(_: &Ctx<'_>, e: Option<&ByFinding>) -> Severity {
+/// Critical on a measured throttled or reclaim stall of 100 ms; never on an estimate.
+fn measured_severity(_: &Ctx<'_>, e: Option<&ByFinding>) -> Severity {
     let s = by_stalls(e, Severity::Warning);
     if e.is_some_and(|e| e.estimated > 0) {
         s.min(Severity::Warning)
@@ -818,6 +861,53 @@ fn throttled_title(cx: &Ctx<'_>, _: Option<&ByFinding>) -> String {
             human(p as i64)
         ),
         None => "The cgroup's CPU quota stopped redis (CPU throttling)".into(),
+    }
+}
+
+/// The quota's advice, with the cgroup's CPU burst where the kernel has one (`burst_words`).
+fn throttled_advice(cx: &Ctx<'_>, _: Option<&ByFinding>) -> String {
+    format!(
+        "Redis was ready to run but its container's CPU quota for the period was spent: the kernel stops every \
+         thread of the cgroup until the next period (100 ms by default), however idle the host's CPUs are. Raise \
+         or remove the CPU limit (docker --cpus, Kubernetes resources.limits.cpu, cpu.max or cpu.cfs_quota_us) so \
+         that a period's quota covers redis's bursts (its save and rewrite children and io-threads spend the same \
+         quota). A shorter period (cpu.cfs_period_us) shortens each stop at the same share. {} Trade-off: a higher \
+         limit lets redis take CPU its neighbours on the host were promised (the limit is what protects them, and \
+         what you pay for). Giving the CPUs to no one else is not the fix: throttling is not CPU starvation.",
+        burst_words(cx.ev.cgroup)
+    )
+}
+
+/// What the advice says of a CPU burst (quota left unused in a period, carried into the next):
+/// whether this kernel has it for the cgroup, and what it is set to.
+fn burst_words(cg: Option<&super::limits::CgEvidence>) -> String {
+    const TRADE: &str = "A burst only carries over quota left unused, up to the burst, so a steady load above \
+         the quota still throttles; while the cgroup bursts it runs beyond its share and its neighbours on the \
+         host wait for the CPUs it takes (their latency, not redis's, pays for it).";
+    let Some(cg) = cg else {
+        return format!(
+            "Or allow a burst (cpu.max.burst, cpu.cfs_burst_us: Linux 5.14 and later). {TRADE}"
+        );
+    };
+    let Some(file) = cg.burst_file else {
+        return "This kernel has no CPU burst for the cgroup (no cpu.max.burst or cpu.cfs_burst_us: it \
+                came with Linux 5.14), so raising the quota is the way."
+            .into();
+    };
+    match cg.limits.cpu_burst_us.filter(|b| *b > 0) {
+        Some(b) => format!(
+            "{file} is {} here: the stalls came with that burst, so redis's need in a period exceeds the \
+             quota and the burst together; raise the quota rather than the burst. {TRADE}",
+            human(b as i64)
+        ),
+        None => format!(
+            "Or allow a burst: {file} is 0 here; set to up to the quota{}, it lets unused quota carry into \
+             the next period, so a spike after a quieter period runs on. {TRADE}",
+            cg.limits
+                .quota()
+                .map(|(q, _)| format!(" ({})", human(q as i64)))
+                .unwrap_or_default()
+        ),
     }
 }
 
@@ -840,6 +930,19 @@ fn throttled_evidence(cx: &Ctx<'_>, e: Option<&ByFinding>) -> String {
 
 fn reclaim_evidence(cx: &Ctx<'_>, e: Option<&ByFinding>) -> String {
     let mut ev = stall_evidence(cx, e);
+    match e {
+        Some(e) if e.estimated > 0 => ev.push_str(&format!(
+            "; {} of them inferred from the cgroup's counters over the readings around each (this backend does \
+             not measure the thread's own reclaim), so this is a warning at most",
+            e.estimated
+        )),
+        Some(e) => ev.push_str(&format!(
+            "; the thread's own reclaim time is measured (bpf on the kernel's vmscan memcg and direct reclaim \
+             tracepoints): {} of these stalls",
+            human(e.reclaim_us)
+        )),
+        None => {}
+    }
     let Some(cg) = cx.ev.cgroup else {
         return ev;
     };
@@ -1274,26 +1377,16 @@ static RULES: &[Rule] = &[
     Rule {
         id: FindingId::CpuThrottled,
         applies: on_stalls,
-        severity: throttled_severity,
+        severity: measured_severity,
         title: Text::Made(throttled_title),
         evidence: Text::Made(throttled_evidence),
-        advice: Text::Fixed(
-            "Redis was ready to run but its container's CPU quota for the period was spent: the kernel stops every \
-             thread of the cgroup until the next period (100 ms by default), however idle the host's CPUs are. Raise \
-             or remove the CPU limit (docker --cpus, Kubernetes resources.limits.cpu, cpu.max or cpu.cfs_quota_us) so \
-             that a period's quota covers redis's bursts (its save and rewrite children and io-threads spend the same \
-             quota), or allow a burst (cpu.max.burst, cpu.cfs_burst_us: unused quota carried into the next period). \
-             A shorter period (cpu.cfs_period_us) shortens each stop at the same share. Trade-off: a higher limit or a \
-             burst lets redis take CPU its neighbours on the host were promised (the limit is what protects them, and \
-             what you pay for); a burst only carries over quota left unused, so a steady load above the quota still \
-             throttles. Giving the CPUs to no one else is not the fix: throttling is not CPU starvation.",
-        ),
+        advice: Text::Made(throttled_advice),
         stalls: with_id,
     },
     Rule {
         id: FindingId::MemoryReclaim,
         applies: on_stalls,
-        severity: warning_at_most,
+        severity: measured_severity,
         title: Text::Fixed("The container's memory limit made its tasks reclaim memory during stalls"),
         evidence: Text::Made(reclaim_evidence),
         advice: Text::Fixed(
@@ -1460,11 +1553,17 @@ pub(crate) fn findings(
                 io_measured: 0,
                 io_runnable: 0,
                 estimated: 0,
+                reclaim_us: 0,
             });
-        if s.finding == Some(FindingId::CpuThrottled)
-            && s.sched.as_ref().and_then(|x| x.throttled_us).is_none()
-        {
-            e.estimated += 1;
+        let measured = match s.finding {
+            Some(FindingId::CpuThrottled) => s.sched.as_ref().and_then(|x| x.throttled_us),
+            Some(FindingId::MemoryReclaim) => s.sched.as_ref().and_then(|x| x.reclaim_us),
+            _ => Some(0),
+        };
+        match measured {
+            None => e.estimated += 1,
+            Some(r) if s.finding == Some(FindingId::MemoryReclaim) => e.reclaim_us += r,
+            Some(_) => {}
         }
         if let Some(r) = s.sched.as_ref().and_then(|x| x.io_threads_runnable_us) {
             e.io_measured += s.duration_us;
@@ -1801,6 +1900,7 @@ mod tests {
             limits: limits.clone(),
             readings,
             exact_throttle: exact,
+            burst_file: None,
         };
         // A 50 ms gap at 0..50 ms; readings at -100, 0 (none yet), 100 ms.
         let gap = cand(StallKind::Gap, None, None);
@@ -1852,6 +1952,115 @@ mod tests {
                 "{why}"
             );
         });
+    }
+
+    /// A stall the thread spent mostly reclaiming memory itself (measured) is
+    /// `memory-reclaim`, whatever its call, with the limit and what was charged; where the
+    /// thread's reclaim was measured small, the cgroup's counters around it name nothing.
+    #[test]
+    fn measured_reclaim_is_memory_reclaim_and_counters_alone_are_not() {
+        use crate::event::SchedDelta;
+        use crate::live::cgroup::CgRaw;
+        use crate::report::CgroupLimits;
+        let limits = CgroupLimits {
+            memory_limit_in_bytes: Some(48 << 20),
+            ..Default::default()
+        };
+        let at = |ms: i64, failcnt: u64| {
+            (
+                ms * MS,
+                CgRaw {
+                    failcnt,
+                    usage: 47 << 20,
+                    anon: 9 << 20,
+                    file: 38 << 20,
+                    ..Default::default()
+                },
+            )
+        };
+        let cg = super::super::limits::CgEvidence {
+            limits,
+            readings: vec![at(-100, 0), at(100, 700)],
+            exact_throttle: true,
+            burst_file: None,
+        };
+        let with = |kind, syscall, on_ms: i64, reclaim_ms: i64| {
+            let mut c = cand(kind, syscall, None);
+            c.sched = Some(SchedDelta {
+                on_cpu_ns: (on_ms * MS) as u64,
+                throttled_ns: Some(0),
+                reclaim_ns: Some((reclaim_ms * MS) as u64),
+                ..Default::default()
+            });
+            c
+        };
+        with_cgroup(None, Some(&cg), |ev| {
+            let write = with(StallKind::SlowSyscall, Some("write"), 20, 40);
+            let (id, why) = explain(ev, &write, Role::Main, None);
+            assert_eq!(id, Some(FindingId::MemoryReclaim), "{why}");
+            for part in [
+                "reclaimed memory itself for 40 ms of this 50 ms stall",
+                "memory.limit_in_bytes 48 MiB",
+                "700 memory.failcnt charges",
+                "9 MiB anonymous",
+                "38 MiB page cache",
+            ] {
+                assert!(why.contains(part), "{part:?} not in {why}");
+            }
+            let gap = with(StallKind::Gap, None, 45, 30);
+            assert_eq!(
+                explain(ev, &gap, Role::Main, None).0,
+                Some(FindingId::MemoryReclaim)
+            );
+            // Measured small: the cgroup reclaimed meanwhile, this thread hardly did.
+            let busy = with(StallKind::Gap, None, 45, 5);
+            let (id, why) = explain(ev, &busy, Role::Main, None);
+            assert_eq!(id, Some(FindingId::Command), "{why}");
+            assert!(why.contains("this thread reclaimed for 5.0 ms"), "{why}");
+        });
+        // The same counters without the measurement: inferred, said so.
+        let unmeasured = cand(StallKind::Gap, None, None);
+        with_cgroup(None, Some(&cg), |ev| {
+            let (id, why) = explain(ev, &unmeasured, Role::Main, None);
+            assert_eq!(id, Some(FindingId::MemoryReclaim), "{why}");
+            assert!(why.contains("700 memory.failcnt charges"), "{why}");
+        });
+    }
+
+    /// The quota's advice says what this kernel offers of a CPU burst: none (raise the quota),
+    /// a burst file at 0 (set it, with its trade-off), or one already set (then the quota).
+    #[test]
+    fn the_throttling_advice_names_the_burst_the_kernel_has() {
+        use crate::report::CgroupLimits;
+        let cg = |file, burst| super::super::limits::CgEvidence {
+            limits: CgroupLimits {
+                cpu_quota_us: Some(30_000),
+                cpu_period_us: Some(100_000),
+                cpu_burst_us: burst,
+                ..Default::default()
+            },
+            burst_file: file,
+            ..Default::default()
+        };
+        let none = burst_words(Some(&cg(None, None)));
+        assert!(
+            none.contains("no CPU burst") && none.contains("5.14"),
+            "{none}"
+        );
+        let zero = burst_words(Some(&cg(Some("cpu.max.burst"), Some(0))));
+        for part in [
+            "cpu.max.burst is 0 here",
+            "up to the quota (30 ms)",
+            "neighbours",
+        ] {
+            assert!(zero.contains(part), "{part:?}: {zero}");
+        }
+        let set = burst_words(Some(&cg(Some("cpu.cfs_burst_us"), Some(20_000))));
+        assert!(
+            set.contains("cpu.cfs_burst_us is 20 ms here") && set.contains("raise the quota"),
+            "{set}"
+        );
+        assert!(burst_words(None).contains("Linux 5.14"));
     }
 
     #[test]
@@ -1912,6 +2121,7 @@ mod tests {
                 minor_faults: minor,
                 major_faults: 0,
                 throttled_ns: None,
+                reclaim_ns: None,
             });
             c
         };
@@ -1971,6 +2181,7 @@ mod tests {
                 minor_faults: minor,
                 major_faults: 0,
                 throttled_ns: None,
+                reclaim_ns: None,
             });
             c
         };
@@ -2032,6 +2243,7 @@ mod tests {
             minor_faults: 0,
             major_faults: 0,
             throttled_ns: None,
+            reclaim_ns: None,
         });
         let (id, why) = explain(&ev(base), &c, Role::Main, None);
         assert_eq!(id, Some(FindingId::CpuStarvation), "{why}");

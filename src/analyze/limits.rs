@@ -1,9 +1,11 @@
 //! The rules that read the traced process's cgroup over each stall (live only): its memory
 //! limit hit (`memory-reclaim`, from memory.events high/max, v1's failcnt, the cgroup's own
-//! direct reclaim), and, where the backend's scheduler split does not measure the throttled
-//! time, the quota's throttling estimated from the cgroup's `cpu.stat` over the readings
-//! around the stall (`cpu-throttled`, said to be an estimate, never critical). Their input
-//! is `CgEvidence`: the limits and the readings the /proc sampler took of the cgroup.
+//! direct reclaim) where the backend's split does not measure the thread's own reclaim time,
+//! and, where it does not measure the throttled time, the quota's throttling estimated from
+//! the cgroup's `cpu.stat` over the readings around the stall (`cpu-throttled`); both said
+//! to be inferred, never critical. Where the split measures the reclaim (`findings` names
+//! the stall from it), the cgroup's readings only add the limit and what was charged.
+//! Their input is `CgEvidence`: the limits and the readings the /proc sampler took.
 
 use super::stalls::Cand;
 use crate::event::Nanos;
@@ -20,6 +22,9 @@ pub struct CgEvidence {
     /// The backend measures each stall's throttled time (`Capabilities::splits_throttle`):
     /// no estimate is made from the readings.
     pub exact_throttle: bool,
+    /// The CPU burst file the kernel has for the cgroup (`cpu.max.burst`, v1
+    /// `cpu.cfs_burst_us`), None where it has none.
+    pub burst_file: Option<&'static str>,
 }
 
 impl CgEvidence {
@@ -55,8 +60,30 @@ pub(crate) fn amend(
             return (Some(FindingId::CpuThrottled), text);
         }
     }
+    let reclaim_ns = c.sched.and_then(|s| s.reclaim_ns);
+    if id == Some(FindingId::MemoryReclaim) && reclaim_ns.is_some() {
+        // Measured: the readings say which limit, and what was charged against it.
+        if w.delta.reclaimed() {
+            text.push_str(&format!(
+                "; the cgroup's counters {}",
+                counts_words(&ev.limits, &w)
+            ));
+        } else {
+            text.push_str(&format!("; {}", charged_words(&ev.limits, &w.delta)));
+        }
+        return (id, text);
+    }
     if w.delta.reclaimed() {
         let words = reclaim_words(&ev.limits, &w);
+        // The thread's own reclaim was measured and took less than half of the stall: the
+        // cgroup's counters around it do not make it the cause.
+        if let Some(r) = reclaim_ns {
+            text.push_str(&format!(
+                " (meanwhile {words}; this thread reclaimed for {} of it)",
+                human(r as i64 / 1000)
+            ));
+            return (id, text);
+        }
         if open {
             text.push_str(&format!("; {words}: memory reclaim"));
             return (Some(FindingId::MemoryReclaim), text);
@@ -89,11 +116,19 @@ fn estimate_words(l: &CgroupLimits, part: i64, dur: i64, w: &CgWindow) -> String
 /// "the cgroup hit its memory limit (memory.high 256 MiB): 3 memory.high events, 1,200 pages
 /// reclaimed by its own tasks".
 fn reclaim_words(l: &CgroupLimits, w: &CgWindow) -> String {
-    let d = &w.delta;
     let limit = l
         .memory_limit()
         .map(|(name, b)| format!(" ({name} {})", mib(b)))
         .unwrap_or_default();
+    format!(
+        "the cgroup hit its memory limit{limit} {}",
+        counts_words(l, w)
+    )
+}
+
+/// "in the 200 ms of readings around it: 3 memory.high events; charged after it: ...".
+fn counts_words(l: &CgroupLimits, w: &CgWindow) -> String {
+    let d = &w.delta;
     let mut what = vec![];
     for (n, name) in [
         (d.mem_high, "memory.high event"),
@@ -106,9 +141,26 @@ fn reclaim_words(l: &CgroupLimits, w: &CgWindow) -> String {
         }
     }
     format!(
-        "the cgroup hit its memory limit{limit} in the {} of readings around it: {}",
+        "in the {} of readings around it: {}; {}",
         human(w.span_ns / 1000),
-        what.join(", ")
+        what.join(", "),
+        charged_words(l, d)
+    )
+}
+
+/// "charged after it: 47 MiB of the limit's 48 MiB, 9 MiB anonymous, 38 MiB page cache (the
+/// AOF's, RDB's and log's pages among it)", from a reading (levels, not deltas).
+fn charged_words(l: &CgroupLimits, r: &CgRaw) -> String {
+    let of = l
+        .memory_limit()
+        .map(|(_, b)| format!(" of the limit's {}", mib(b)))
+        .unwrap_or_default();
+    format!(
+        "charged after it: {}{of}, {} anonymous (redis's data, buffers), {} page cache (the AOF's, \
+         RDB's and log's pages among it)",
+        mib(r.usage),
+        mib(r.anon),
+        mib(r.file)
     )
 }
 

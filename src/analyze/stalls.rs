@@ -531,6 +531,10 @@ fn add_sched(a: crate::event::SchedDelta, b: crate::event::SchedDelta) -> crate:
             (None, None) => None,
             (x, y) => Some(x.unwrap_or(0) + y.unwrap_or(0)),
         },
+        reclaim_ns: match (a.reclaim_ns, b.reclaim_ns) {
+            (None, None) => None,
+            (x, y) => Some(x.unwrap_or(0) + y.unwrap_or(0)),
+        },
     }
 }
 

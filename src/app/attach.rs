@@ -94,7 +94,8 @@ pub(crate) fn trace(
         "stallscope: traced {} syscalls ({} of the main thread {}); {} lost",
         stats.syscalls, stats.main_syscalls, s.pid, stats.lost_events
     );
-    let record_err = sink.finish_recording(s);
+    let container = s.container_now(&stats);
+    let record_err = sink.finish_recording(s, container.as_ref());
     let mut report = sink.an.finish(source_info(s, args), Counters::default());
     session::enrich(
         &mut report,
@@ -103,7 +104,7 @@ pub(crate) fn trace(
             caps: s.caps,
             stats: Some(&stats),
             watch: None,
-            container: s.container_now(&stats),
+            container,
         },
     );
     Ok((report, sink.first_ts, record_err))
@@ -232,12 +233,17 @@ impl AttachSink<'_> {
     }
 
     /// Ends the recording with its sidecars; the first error met while recording, if any.
-    pub(crate) fn finish_recording(&mut self, s: &LiveSession) -> Option<std::io::Error> {
+    pub(crate) fn finish_recording(
+        &mut self,
+        s: &LiveSession,
+        container: Option<&crate::report::Container>,
+    ) -> Option<std::io::Error> {
         let rec = self.rec.take()?;
         if let Some(e) = self.record_err.take() {
             return Some(e);
         }
-        rec.finish(&s.threads.names, s.conf_text.as_deref()).err()
+        rec.finish(&s.threads.names, s.conf_text.as_deref(), container)
+            .err()
     }
 
     fn drain(&mut self) {

@@ -355,6 +355,16 @@ impl Cgroup {
         r
     }
 
+    /// The CPU burst file the kernel has for this cgroup (Linux 5.14 and later), if any.
+    pub(crate) fn burst_file(&self) -> Option<&'static str> {
+        let name = match self.version {
+            CgroupVersion::V2 => "cpu.max.burst",
+            CgroupVersion::V1 => "cpu.cfs_burst_us",
+        };
+        let dir = self.cpu_dir.as_ref()?;
+        dir.join(name).exists().then_some(name)
+    }
+
     /// Whether a cgroup pressure reading is had (the host's is apart).
     pub(crate) fn has_psi(&self) -> bool {
         self.psi_dir.is_some()

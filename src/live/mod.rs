@@ -77,6 +77,7 @@ pub(crate) fn sched_delta(from: &[u64; 4], to: &[u64; 4]) -> crate::event::Sched
         minor_faults: to[2].saturating_sub(from[2]),
         major_faults: to[3].saturating_sub(from[3]),
         throttled_ns: None,
+        reclaim_ns: None,
     }
 }
 

@@ -3,8 +3,9 @@
 //! shape `stallscope analyze` and any strace reader read) and the sidecars beside it that
 //! strace text has no words for: `FILE.threads` (thread names), `FILE.redis.conf` (the
 //! config the live analysis used), `FILE.lost` (where the kernel dropped records),
-//! `FILE.sched` (the scheduler's split of the longer calls and gaps) and `FILE.arrivals`
-//! (when each socket read's data arrived). `attach --record` and the watch's incident files
+//! `FILE.sched` (the scheduler's split of the longer calls and gaps), `FILE.arrivals`
+//! (when each socket read's data arrived) and `FILE.container` (the container the process
+//! ran in, with its processes' pids inside it: the report's `container`, as JSON). `attach --record` and the watch's incident files
 //! write them through `RecordingWriter`; `analyze` and the replay tracer read them through
 //! `Recording::open`, so a sidecar added here is written and read by every path at once.
 
@@ -17,6 +18,7 @@ pub use strace::{LostMarks, Recorder};
 
 /// The sidecars' suffixes, appended to the trace's path.
 pub const THREADS_SUFFIX: &str = ".threads";
+pub const CONTAINER_SUFFIX: &str = ".container";
 pub use strace::{ARRIVALS_SUFFIX, CONF_SUFFIX, LOST_SUFFIX, SCHED_SUFFIX};
 
 /// Where a recording's files go. `attach --record` writes them in place as it traces; the
@@ -185,11 +187,13 @@ impl<S: Store> RecordingWriter<S> {
     }
 
     /// Ends the trace and writes the sidecars: the thread names, the config (if known), the
-    /// losses (none: no file, and none left from an earlier recording of that name).
+    /// container (if any), the losses (none: no file, and none left from an earlier
+    /// recording of that name, as for the container).
     pub(crate) fn finish(
         mut self,
         names: &HashMap<Tid, String>,
         conf: Option<&str>,
+        container: Option<&crate::report::Container>,
     ) -> std::io::Result<()> {
         let lost = self.rec.lost_text();
         self.rec.finish()?;
@@ -205,6 +209,16 @@ impl<S: Store> RecordingWriter<S> {
         match &lost {
             Some(t) => put(LOST_SUFFIX, t.as_bytes())?,
             None => self.store.remove(LOST_SUFFIX)?,
+        }
+        match container {
+            Some(c) => {
+                let mut text = serde_json::to_string_pretty(c).map_err(std::io::Error::other)?;
+                text.push('\n');
+                let mut w = self.store.create(CONTAINER_SUFFIX)?;
+                w.write_all(text.as_bytes())?;
+                w.flush()?;
+            }
+            None => self.store.remove(CONTAINER_SUFFIX)?,
         }
         self.store.commit()
     }
@@ -226,6 +240,8 @@ pub(crate) struct Recording {
     pub lost: Option<LostMarks>,
     pub sched: HashMap<u64, SchedSpan>,
     pub arrivals: HashMap<u64, Nanos>,
+    /// The container the process ran in, as the live report named it.
+    pub container: Option<crate::report::Container>,
 }
 
 impl Recording {
@@ -250,6 +266,12 @@ impl Recording {
         }
         if let Some((p, t)) = side(ARRIVALS_SUFFIX) {
             r.arrivals = strace::parse_arrivals(&t).map_err(|e| format!("{p}: {e}"))?;
+        }
+        if let Some((p, t)) = side(CONTAINER_SUFFIX) {
+            r.container = Some(
+                serde_json::from_str(&t)
+                    .map_err(|e| format!("{p}: not the report's `container` as JSON: {e}"))?,
+            );
         }
         Ok(r)
     }
@@ -290,5 +312,53 @@ impl Recording {
     /// Records lost after the last event.
     pub(crate) fn lost_after_end(&mut self) -> u64 {
         self.lost.as_mut().map_or(0, |l| l.rest())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::{Container, NsPid};
+
+    fn write(base: &str, container: Option<&Container>) {
+        let w = RecordingWriter::start(
+            FileStore::in_place(base),
+            &RecordingStart {
+                pid: 4321,
+                first: 0,
+                wall_at_first: 0,
+                cwd: None,
+                fds: &[],
+                sched_floor: None,
+                arrivals: false,
+            },
+        )
+        .expect("start");
+        w.finish(&HashMap::new(), None, container).expect("finish");
+    }
+
+    /// The container (its name, namespaces and the pids inside it) reads back as written; a
+    /// recording of a process in no container leaves none, not an earlier one's.
+    #[test]
+    fn the_container_and_its_pids_read_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path().join("r.strace").to_string_lossy().into_owned();
+        let c = Container {
+            cgroup: Some("/docker/0123abcd".into()),
+            runtime: Some("docker".into()),
+            id: Some("0123abcd".into()),
+            hostname: Some("cache-0".into()),
+            namespaces: vec!["mnt".into(), "pid".into()],
+            files_via: Some("/proc/4321/root".into()),
+            pids: vec![NsPid { host: 4321, ns: 1 }, NsPid { host: 4400, ns: 19 }],
+            ..Default::default()
+        };
+        write(&base, Some(&c));
+        assert_eq!(Recording::open(&base).unwrap().container, Some(c));
+        write(&base, None);
+        assert_eq!(Recording::open(&base).unwrap().container, None);
+        std::fs::write(format!("{base}{CONTAINER_SUFFIX}"), "{not json").unwrap();
+        let err = Recording::open(&base).err().unwrap();
+        assert!(err.contains(".container"), "{err}");
     }
 }

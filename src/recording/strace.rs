@@ -96,26 +96,15 @@ pub fn parse_sched(text: &str) -> Result<HashMap<u64, SchedSpan>, String> {
         }
         let bad = || {
             format!(
-                "line {}: not `LINE ON RUN MINOR MAJOR [ON RUN MINOR MAJOR | -] [t=THROTTLED/THROTTLED]`: {l:?}",
+                "line {}: not `LINE ON RUN MINOR MAJOR [ON RUN MINOR MAJOR | -] [t=THROTTLED/THROTTLED] [r=RECLAIM/RECLAIM]`: {l:?}",
                 i + 1
             )
         };
         let mut f: Vec<&str> = l.split_whitespace().collect();
-        // The throttled parts (bpf), when measured: a last `t=DURING/BEFORE` (`-` for none).
-        let throttled = match f.last().and_then(|t| t.strip_prefix("t=")) {
-            Some(t) => {
-                let (d, b) = t.split_once('/').ok_or_else(bad)?;
-                f.pop();
-                let n = |v: &str| -> Result<Option<u64>, String> {
-                    match v {
-                        "-" => Ok(None),
-                        v => v.parse().map(Some).map_err(|_| bad()),
-                    }
-                };
-                (n(d)?, n(b)?)
-            }
-            None => (None, None),
-        };
+        // The parts measured only by bpf, last: `r=DURING/BEFORE` the reclaim times, before
+        // it `t=DURING/BEFORE` the throttled ones (`-` for none; older lines lack either).
+        let reclaim = measured_part(&mut f, "r=").ok_or_else(bad)?;
+        let throttled = measured_part(&mut f, "t=").ok_or_else(bad)?;
         let num = |k: usize| f.get(k).and_then(|v| v.parse::<u64>().ok());
         let delta = |k: usize| -> Option<SchedDelta> {
             Some(SchedDelta {
@@ -124,15 +113,18 @@ pub fn parse_sched(text: &str) -> Result<HashMap<u64, SchedSpan>, String> {
                 minor_faults: num(k + 2)?,
                 major_faults: num(k + 3)?,
                 throttled_ns: None,
+                reclaim_ns: None,
             })
         };
         let line = num(0).ok_or_else(bad)?;
         let mut during = delta(1).ok_or_else(bad)?;
         during.throttled_ns = throttled.0;
+        during.reclaim_ns = reclaim.0;
         let before = match f.get(5) {
             Some(&"-") if f.len() == 6 => None,
             Some(_) if f.len() == 9 => Some(SchedDelta {
                 throttled_ns: throttled.1,
+                reclaim_ns: reclaim.1,
                 ..delta(5).ok_or_else(bad)?
             }),
             _ => return Err(bad()),
@@ -142,9 +134,29 @@ pub fn parse_sched(text: &str) -> Result<HashMap<u64, SchedSpan>, String> {
     Ok(out)
 }
 
+/// A last field `PREFIX DURING/BEFORE` of a sidecar line, taken off `f`: (None, None) when
+/// the line has none, None when it is malformed.
+#[allow(clippy::type_complexity)]
+fn measured_part(f: &mut Vec<&str>, prefix: &str) -> Option<(Option<u64>, Option<u64>)> {
+    let Some(t) = f.last().and_then(|t| t.strip_prefix(prefix)) else {
+        return Some((None, None));
+    };
+    let (d, b) = t.split_once('/')?;
+    let n = |v: &str| -> Option<Option<u64>> {
+        match v {
+            "-" => Some(None),
+            v => v.parse().ok().map(Some),
+        }
+    };
+    let part = (n(d)?, n(b)?);
+    f.pop();
+    Some(part)
+}
+
 const SCHED_HEADER: &str = "# stallscope attach --record: the scheduler's split (bpf, perf), as `LINE` then, for the call on \
                             that line and for the gap before it (or -): ns on a CPU, ns runnable, minor faults, major faults; \
-                            then, where measured (bpf), `t=` the ns of each runnable time its cgroup was throttled (- for none)\n";
+                            then, where measured (bpf), `t=` the ns of each runnable time its cgroup was throttled and `r=` the ns \
+                            each spent reclaiming memory (- for none)\n";
 
 const LOST_HEADER: &str =
     "# stallscope attach --record: records the kernel dropped, as `LINE COUNT`: \
@@ -332,11 +344,19 @@ impl<W: Write> Recorder<W> {
         };
         let before = s.before.as_ref().map_or_else(|| "-".to_string(), d);
         let t = |x: Option<u64>| x.map_or_else(|| "-".to_string(), |v| v.to_string());
-        let throttled = match (s.during.throttled_ns, s.before.and_then(|b| b.throttled_ns)) {
+        let part = |p: &str, a: Option<u64>, b: Option<u64>| match (a, b) {
             (None, None) => String::new(),
-            (a, b) => format!(" t={}/{}", t(a), t(b)),
+            (a, b) => format!(" {p}={}/{}", t(a), t(b)),
         };
-        writeln!(w, "{} {} {before}{throttled}", self.lines + 1, d(&s.during))
+        let b = s.before.as_ref();
+        let throttled = part("t", s.during.throttled_ns, b.and_then(|b| b.throttled_ns));
+        let reclaim = part("r", s.during.reclaim_ns, b.and_then(|b| b.reclaim_ns));
+        writeln!(
+            w,
+            "{} {} {before}{throttled}{reclaim}",
+            self.lines + 1,
+            d(&s.during)
+        )
     }
 
     /// Keeps when each socket read's data arrived in `w` (`FILE.arrivals`).

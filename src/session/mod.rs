@@ -383,6 +383,7 @@ fn cgroup_evidence(pid: Tid, exact_throttle: bool) -> Option<crate::analyze::lim
         limits,
         readings: vec![],
         exact_throttle,
+        burst_file: cg.burst_file(),
     })
 }
 

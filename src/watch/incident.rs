@@ -535,7 +535,11 @@ fn record(job: &Job, path: &Path) -> std::io::Result<()> {
     for (_, n) in marks {
         r.note_lost(*n);
     }
-    r.finish(&v.thread_names, v.conf_text.as_deref())
+    r.finish(
+        &v.thread_names,
+        v.conf_text.as_deref(),
+        v.container.as_ref(),
+    )
 }
 
 #[cfg(test)]
@@ -683,6 +687,7 @@ pub(crate) mod tests {
                     minor_faults: 0,
                     major_faults: 0,
                     throttled_ns: None,
+                    reclaim_ns: None,
                 };
                 sc.sched = Some(Box::new(SchedSpan {
                     during: d,

@@ -285,6 +285,24 @@ impl CgroupMetrics {
         }
     }
 
+    /// Stops following instance `label`'s cgroup and drops its series (it is gone).
+    fn drop_instance(&self, label: &str) {
+        self.follow(label, None);
+        let l = InstanceLabel {
+            instance: label.to_string(),
+        };
+        self.periods.remove(&l);
+        self.throttled_periods.remove(&l);
+        self.throttled_seconds.remove(&l);
+        self.reclaimed_pages.remove(&l);
+        for event in MEMORY_EVENTS {
+            self.memory_events.remove(&CgroupEventLabels {
+                instance: label.to_string(),
+                event,
+            });
+        }
+    }
+
     /// Instance `label`'s cgroup from now on (counted from now: a restarted redis adds only
     /// what happens while it is watched); None stops following it, what it did until now
     /// kept.
@@ -413,7 +431,7 @@ impl Families {
         let attached = reg(
             r,
             "attached",
-            "1 while the watcher traces the instance, 0 once it is gone (its other series then stop growing; all are dropped 10 minutes after it left, unless it came back)",
+            "1 while the watcher traces the instance, 0 once it is gone (its other series are then dropped; this one 10 minutes after it left, unless it came back)",
             Family::default(),
         );
         let [incidents, incidents_suppressed, incident_errors, event_log_errors, ring_evicted] =
@@ -628,7 +646,18 @@ impl InstanceMetrics {
 
     /// Drops every series of this instance from what a scrape shows (it left a while ago).
     pub(crate) fn forget(&self) {
+        self.let_go();
+        self.fam.attached.remove(&InstanceLabel {
+            instance: self.label.clone(),
+        });
+    }
+
+    /// The instance is gone: every series of it but `stallscope_attached` (0 by now) is
+    /// dropped, its cgroup's included (no longer followed: the container may live on, or its
+    /// cgroup be reused, and count under a label that no longer stands for a watched redis).
+    pub(crate) fn let_go(&self) {
         let f = &self.fam;
+        f.cgroup.drop_instance(&self.label);
         let l = InstanceLabel {
             instance: self.label.clone(),
         };
@@ -643,7 +672,6 @@ impl InstanceMetrics {
         ] {
             fam.remove(&l);
         }
-        f.attached.remove(&l);
         f.ring_bytes.remove(&l);
         f.write_seconds.remove(&l);
         f.write_cpu_seconds.remove(&l);
@@ -1121,6 +1149,89 @@ mod tests {
             text.contains("stallscope_cgroup_cpu_periods_total{instance=\"r1\"} 4"),
             "{text}"
         );
+    }
+
+    /// A departed instance (`let_go`) leaves only `stallscope_attached 0`: its cgroup's
+    /// series go and are not made again by later scrapes, however its cgroup's counters move;
+    /// another instance's stay.
+    #[test]
+    fn a_departed_instance_leaves_only_attached_0() {
+        let tmp = tempfile::tempdir().unwrap();
+        let put = |rel: &str, text: &str| {
+            let p = tmp.path().join(rel);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, text).unwrap();
+        };
+        put("proc/5/cgroup", "0::/box\n");
+        put(
+            "proc/self/mountinfo",
+            "30 22 0:26 / /cg rw - cgroup2 cgroup2 rw\n",
+        );
+        put(
+            "cg/box/cpu.stat",
+            "nr_periods 1\nnr_throttled 1\nthrottled_usec 10\n",
+        );
+        put("cg/box/memory.events", "high 0\nmax 1\noom 0\n");
+        let cg = || crate::live::cgroup::Cgroup::of(tmp.path(), 5).unwrap();
+        let m = Metrics::new();
+        let (gone, stays) = (m.instance("10.0.0.1:6379"), m.instance("10.0.0.2:6379"));
+        for (im, label) in [(&gone, "10.0.0.1:6379"), (&stays, "10.0.0.2:6379")] {
+            im.attached.set(1);
+            m.fam.cgroup.follow(label, Some(cg()));
+            im.count_stall(StallLabels {
+                instance: String::new(),
+                role: "main".into(),
+                kind: "gap".into(),
+                file_class: "none".into(),
+                finding: "cpu-throttled".into(),
+            });
+        }
+        put(
+            "cg/box/cpu.stat",
+            "nr_periods 5\nnr_throttled 4\nthrottled_usec 90\n",
+        );
+        let before = m.encode();
+        let of = |text: &str, label: &str| -> Vec<String> {
+            let i = format!("instance=\"{label}\"");
+            text.lines()
+                .filter(|l| l.contains(&i))
+                .map(str::to_string)
+                .collect()
+        };
+        assert!(
+            of(&before, "10.0.0.1:6379")
+                .iter()
+                .any(|l| l.starts_with("stallscope_cgroup_cpu_throttled_periods_total")),
+            "{before}"
+        );
+        gone.attached.set(0);
+        gone.let_go();
+        put(
+            "cg/box/cpu.stat",
+            "nr_periods 9\nnr_throttled 8\nthrottled_usec 200\n",
+        );
+        for _ in 0..2 {
+            let text = m.encode();
+            assert_eq!(
+                of(&text, "10.0.0.1:6379"),
+                vec!["stallscope_attached{instance=\"10.0.0.1:6379\"} 0".to_string()],
+                "{text}"
+            );
+            let left = of(&text, "10.0.0.2:6379");
+            for family in [
+                "stallscope_cgroup_cpu_periods_total",
+                "stallscope_cgroup_memory_events_total",
+                "stallscope_stalls_total",
+                "stallscope_attached",
+            ] {
+                assert!(
+                    left.iter().any(|l| l.starts_with(family)),
+                    "{family}: {text}"
+                );
+            }
+        }
+        gone.forget();
+        assert!(of(&m.encode(), "10.0.0.1:6379").is_empty());
     }
 
     #[test]

@@ -541,6 +541,7 @@ mod tests {
                     minor_faults: 7,
                     major_faults: 6,
                     throttled_ns: None,
+                    reclaim_ns: None,
                 },
                 before: Some(SchedDelta::default()),
             }));

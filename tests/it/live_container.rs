@@ -325,12 +325,16 @@ fn attach_from_the_host_names_the_container_and_reads_its_log_and_server() {
     // the same stalls and the same save child (the host's pid, as its calls are named).
     let conf = std::fs::read_to_string(format!("{rec_s}.redis.conf")).expect("conf sidecar");
     assert!(conf.contains("logfile /data/redis.log"), "{conf}");
+    // The log named by hand, as a user of the recording would while the container runs.
+    let log_flag = format!("/proc/{}/root/data/redis.log", c.pid);
     let back = Command::new(env!("CARGO_BIN_EXE_stallscope"))
         .args([
             "analyze",
             &rec_s,
             "--threshold",
             "100ms",
+            "--redis-log",
+            &log_flag,
             "--format",
             "json",
         ])
@@ -347,6 +351,21 @@ fn attach_from_the_host_names_the_container_and_reads_its_log_and_server() {
         p.iter().map(|p| p["child_pid"].clone()).collect()
     };
     assert_eq!(kids(&b), kids(&r), "the replay's phases: {}", b["phases"]);
+    // The container as the live report named it, its pids inside included (`.container`);
+    // they map the log's pid 1 to the host's, so the replay joins the log as attach did.
+    assert_eq!(b["container"], r["container"], "the replay's container");
+    let stall_b = b["stalls"]
+        .as_array()
+        .and_then(|s| {
+            s.iter()
+                .find(|s| s["duration_us"].as_i64() >= Some(250_000))
+        })
+        .unwrap_or_else(|| panic!("no DEBUG SLEEP stall in the replay: {}", b["stalls"]));
+    assert!(
+        joined_log_line(stall_b, c.pid),
+        "the replay joined no log line of master {}: {stall_b}",
+        c.pid
+    );
 }
 
 /// `watch` from the host: an incident's report names the container and carries redis's log

@@ -4,7 +4,7 @@
 //! watcher, injects a `DEBUG SLEEP 0.3` in each, and checks through a real Prometheus's HTTP
 //! API that each stall is counted under its own instance, that each instance has one incident
 //! report under `--out/INSTANCE/`, that the one that exits reads `stallscope_attached 0`
-//! with its series no longer growing, and that every panel query of the Grafana dashboard in
+//! and has no other series left (its cgroup's included), and that every panel query of the Grafana dashboard in
 //! contrib/ answers with data. The others: `attach --name` with several matches lists them
 //! and says how to pick, `watch --name` with several watches each, ptrace is refused with
 //! `--all`, and the alert rules pass `promtool check rules`. Live tests hold `serial()`,
@@ -426,21 +426,49 @@ fn all_counts_each_instance_under_its_own_label_through_prometheus() {
         });
         assert!(r.is_some(), "panel {title:?}: {q} has no data");
     }
-    // The third one exits: attached 0, and its series stop growing.
+    // The third one exits: attached 0, and every other series of it is dropped (its
+    // cgroup's too: it had them while attached), while the others keep theirs.
+    let of = |label: &str| -> Vec<String> {
+        let i = format!("instance=\"{label}\"");
+        http_get(mport, "/metrics")
+            .map(|(_, body)| {
+                body.lines()
+                    .filter(|l| l.contains(&i))
+                    .map(str::to_string)
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    assert!(
+        of(&c.label())
+            .iter()
+            .any(|l| l.starts_with("stallscope_cgroup_cpu_periods_total")),
+        "{:?}",
+        of(&c.label())
+    );
     c.stop();
     let q = format!("stallscope_attached{{instance=\"{}\"}}", c.label());
     let zero = poll(Duration::from_secs(30), || {
         prom_value(pport, &q).filter(|v| *v == 0.0)
     });
     assert_eq!(zero, Some(0.0), "{q}: {:?}", w.lines());
-    let calls = format!(
-        "stallscope_syscall_duration_seconds_count{{instance=\"{}\"",
-        c.label()
+    let only_attached = vec![format!("{q} 0")];
+    let left = poll(Duration::from_secs(30), || {
+        Some(of(&c.label())).filter(|l| *l == only_attached)
+    });
+    assert!(
+        left.is_some(),
+        "left of {}: {:?}",
+        c.label(),
+        of(&c.label())
     );
-    let before = scrape_sum(mport, &calls).expect("scrape");
-    assert!(before > 0.0);
-    std::thread::sleep(Duration::from_secs(3));
-    assert_eq!(scrape_sum(mport, &calls), Some(before), "still growing");
+    assert!(
+        of(&a.label())
+            .iter()
+            .any(|l| l.starts_with("stallscope_cgroup_cpu_periods_total")),
+        "{:?}",
+        of(&a.label())
+    );
     // The others are still attached.
     for s in [&a, &b] {
         let q = format!("stallscope_attached{{instance=\"{}\"}}", s.label());

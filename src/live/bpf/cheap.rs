@@ -31,10 +31,10 @@ struct RawRec {
     end: u64,
     state: u32,
     samples: u32,
-    /// `struct sched_snap`: five counters, of which the cheap tier sets the first four (the
-    /// fifth is the throttle programs' throttled time, which this tier does not read).
-    before: [u64; 5],
-    after: [u64; 5],
+    /// `struct sched_snap`: its counters, of which the cheap tier sets the first four (the
+    /// others are the full tier's throttled and reclaim times, which this tier does not read).
+    before: [u64; crate::live::bpf::SNAP],
+    after: [u64; crate::live::bpf::SNAP],
     /// The process of the thread (a watched one, or a forked child of it) and the watched
     /// process it belongs to.
     tgid: u32,
@@ -297,7 +297,7 @@ fn parse(b: &[u8]) -> Option<CheapRecord> {
 
 /// A `struct sched_snap`'s counters as `live::sched_delta` takes them (its fifth, the full
 /// tier's throttled time, is not measured by the cheap tier).
-fn first4(v: &[u64; 5]) -> [u64; 4] {
+fn first4(v: &[u64; crate::live::bpf::SNAP]) -> [u64; 4] {
     [v[0], v[1], v[2], v[3]]
 }
 
@@ -436,8 +436,13 @@ mod tests {
 
     #[test]
     fn a_record_reads_back_as_the_kernel_laid_it_out() {
-        assert_eq!(std::mem::size_of::<RawRec>(), 152);
-        let mut b = vec![0u8; 152];
+        // struct sched_snap holds 6 counters (the throttled time and the reclaim time came
+        // with issue 41).
+        assert_eq!(std::mem::size_of::<RawRec>(), 168);
+        let mut b = vec![0u8; 168];
+        b[160..164].copy_from_slice(&40u32.to_ne_bytes());
+        // `after`'s on-CPU time, at its own offset (after `before`'s six counters).
+        b[112..120].copy_from_slice(&9u64.to_ne_bytes());
         b[0..4].copy_from_slice(&CHEAP_BLOCKED.to_ne_bytes());
         b[4..8].copy_from_slice(&42u32.to_ne_bytes());
         b[8..16].copy_from_slice(&3i64.to_ne_bytes());
@@ -445,13 +450,13 @@ mod tests {
         b[40..48].copy_from_slice(&1_000u64.to_ne_bytes());
         b[48..56].copy_from_slice(&401_000u64.to_ne_bytes());
         b[56..60].copy_from_slice(&2u32.to_ne_bytes());
-        // before: five counters from 64, after: five from 104 (each sched_snap's fifth unread).
+        // before: six counters from 64, after: six from 112 (the first four of each read).
         b[64..72].copy_from_slice(&5u64.to_ne_bytes());
         b[96..104].copy_from_slice(&99u64.to_ne_bytes());
-        b[104..112].copy_from_slice(&9u64.to_ne_bytes());
-        b[144..148].copy_from_slice(&40u32.to_ne_bytes());
+        b[164..168].copy_from_slice(&39u32.to_ne_bytes());
         let r = parse(&b).expect("parsed");
-        assert_eq!((r.tgid, r.tid, r.start, r.end), (40, 42, 1_000, 401_000));
+        assert_eq!((r.tgid, r.owner, r.tid), (40, 39, 42));
+        assert_eq!((r.start, r.end), (1_000, 401_000));
         assert_eq!((r.before, r.after), ([5, 0, 0, 0], [9, 0, 0, 0]));
         assert_eq!(
             r.kind,
@@ -465,7 +470,7 @@ mod tests {
         b[60..64].copy_from_slice(&90u32.to_ne_bytes());
         let r = parse(&b).expect("parsed");
         assert_eq!(r.kind, CheapKind::Gap { samples: 90 });
-        assert!(parse(&b[..151]).is_none());
+        assert!(parse(&b[..167]).is_none());
         assert!(parse(&[b.clone(), vec![0; 8]].concat()).is_none());
     }
 }

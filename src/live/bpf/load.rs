@@ -81,11 +81,11 @@ fn fill_nr_kinds(bpf: &mut aya::Ebpf) -> Result<(), AttachError> {
 }
 
 /// The attached programs, the arrival programs' flavour (or why they do not run), and
-/// whether the throttle programs run.
+/// which of the throttle and reclaim programs run.
 pub(super) type Attached = (
     Vec<(&'static str, Link)>,
     Result<&'static str, String>,
-    bool,
+    super::Extras,
 );
 
 /// Attaches the programs, says on stderr which ones run, and returns their links.
@@ -127,12 +127,22 @@ pub(super) fn attach_programs(
         }
         Err(why) => format!("; no throttled time in the scheduler's split: {why}"),
     };
+    let reclaim = match attach_all_tp(bpf, &RECLAIM_PROGRAMS) {
+        Ok(l) => {
+            links.extend(l);
+            "; reclaim programs on vmscan:mm_vmscan_memcg_reclaim_begin/end, mm_vmscan_direct_reclaim_begin/end".to_string()
+        }
+        Err(why) => format!("; no reclaim time in the scheduler's split: {why}"),
+    };
     eprintln!(
-        "stallscope: bpf syscall programs on {programs}{}{throttle}",
+        "stallscope: bpf syscall programs on {programs}{}{throttle}{reclaim}",
         arrival_programs(&arrivals, listening)
     );
-    let on = throttle.starts_with("; throttle");
-    Ok((links, arrivals, on))
+    let extras = super::Extras {
+        throttle: throttle.starts_with("; throttle"),
+        reclaim: reclaim.starts_with("; reclaim"),
+    };
+    Ok((links, arrivals, extras))
 }
 
 /// What the startup line says of the arrival programs.
@@ -318,6 +328,48 @@ const THROTTLE_PROGRAMS: [(&str, &str); 2] = [
     ("btf_throttle_switch", "sched_switch"),
     ("btf_throttle_wakeup", "sched_wakeup"),
 ];
+
+/// The programs that time a thread's own memory reclaim (the Reclaim section of the C
+/// source), on classic tracepoints: all four or none (a kernel without the vmscan
+/// tracepoints, or one that renamed them, leaves the split without a reclaim part).
+const RECLAIM_PROGRAMS: [(&str, &str, &str); 4] = [
+    (
+        "reclaim_memcg_begin",
+        "vmscan",
+        "mm_vmscan_memcg_reclaim_begin",
+    ),
+    ("reclaim_memcg_end", "vmscan", "mm_vmscan_memcg_reclaim_end"),
+    (
+        "reclaim_direct_begin",
+        "vmscan",
+        "mm_vmscan_direct_reclaim_begin",
+    ),
+    (
+        "reclaim_direct_end",
+        "vmscan",
+        "mm_vmscan_direct_reclaim_end",
+    ),
+];
+
+/// Loads and attaches classic tracepoint programs, all or none (then says why).
+fn attach_all_tp(
+    bpf: &mut aya::Ebpf,
+    progs: &[(&'static str, &str, &str)],
+) -> Result<Vec<(&'static str, Link)>, String> {
+    let mut links = vec![];
+    for &(prog, cat, name) in progs {
+        match attach_tp(bpf, prog, cat, name) {
+            Ok(l) => links.push((prog, l)),
+            Err(e) => {
+                for (prog, link) in links {
+                    detach(bpf, prog, link);
+                }
+                return Err(e.to_string());
+            }
+        }
+    }
+    Ok(links)
+}
 
 /// Loads and attaches tp_btf programs (name, tracepoint), all or none, or says why they
 /// cannot run here.

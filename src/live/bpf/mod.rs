@@ -91,7 +91,10 @@ const NR_WRITE: u32 = 2;
 const NR_CLONE: u32 = 3;
 const NR_CLONE3: u32 = 4;
 /// Size of a record without its data bytes.
-const REC_LEN: usize = 192;
+const REC_LEN: usize = 208;
+/// The counters of `struct sched_snap`: on CPU ns, runnable ns, minor and major faults, ns
+/// waited while the cgroup was throttled, ns spent reclaiming memory.
+pub(super) const SNAP: usize = 6;
 const DATA_MAX: usize = 64;
 
 #[derive(Clone, Debug)]
@@ -110,7 +113,7 @@ struct KEntry {
     ts: u64,
     nr: i64,
     args: [u64; 6],
-    sched: [u64; 5],
+    sched: [u64; SNAP],
     arrival_first: u64,
     arrival_at: u64,
 }
@@ -143,10 +146,9 @@ struct Rec {
     enter_ns: Nanos,
     exit_ns: Nanos,
     args: [u64; 6],
-    /// The thread's scheduler counters (on CPU ns, runnable ns, minor and major faults, ns
-    /// waited while its cgroup was throttled) at entry and at exit.
-    sched_enter: [u64; 5],
-    sched_exit: [u64; 5],
+    /// The thread's scheduler counters (`SNAP`) at entry and at exit.
+    sched_enter: [u64; SNAP],
+    sched_exit: [u64; SNAP],
     /// The arrival a receive inside the call took, carried in the call's own record:
     /// (stamp, when the receive ended); `arrival_at` 0 if none (arrivals.rs).
     arrival_first: Nanos,
@@ -160,9 +162,9 @@ const _: () = {
     assert!(std::mem::offset_of!(Rec, nr) == 16);
     assert!(std::mem::offset_of!(Rec, args) == 48);
     assert!(std::mem::offset_of!(Rec, sched_enter) == 96);
-    assert!(std::mem::offset_of!(Rec, sched_exit) == 136);
-    assert!(std::mem::offset_of!(Rec, arrival_first) == 176);
-    assert!(std::mem::offset_of!(Rec, arrival_at) == 184);
+    assert!(std::mem::offset_of!(Rec, sched_exit) == 144);
+    assert!(std::mem::offset_of!(Rec, arrival_first) == 192);
+    assert!(std::mem::offset_of!(Rec, arrival_at) == 200);
     assert!(std::mem::offset_of!(Rec, data) == REC_LEN);
     assert!(std::mem::size_of::<Rec>() == REC_LEN + DATA_MAX);
 };
@@ -232,9 +234,9 @@ struct Thread {
     /// The call it slept in at the attach (from /proc): its arguments, for when it returns.
     at_attach: Option<(i64, [u64; 6])>,
     /// Its scheduler counters at the attach (from /proc): the split of that call from then.
-    sched_at_attach: Option<[u64; 5]>,
+    sched_at_attach: Option<[u64; SNAP]>,
     /// Its scheduler counters when its last call ended.
-    last_exit: Option<[u64; 5]>,
+    last_exit: Option<[u64; SNAP]>,
 }
 
 impl Thread {
@@ -250,19 +252,29 @@ impl Thread {
     }
 }
 
-/// `super::sched_delta` of the bpf counters, with the throttled part when the throttle
-/// programs run (`throttle`), else unknown.
-fn delta(from: &[u64; 5], to: &[u64; 5], throttle: bool) -> event::SchedDelta {
-    let four = |a: &[u64; 5]| [a[0], a[1], a[2], a[3]];
+/// Which of the optional programs run: their parts of a split are measured, else unknown.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct Extras {
+    /// The throttle programs: the wait for a CPU while the cgroup was throttled.
+    pub throttle: bool,
+    /// The reclaim programs: the time spent reclaiming memory.
+    pub reclaim: bool,
+}
+
+/// `super::sched_delta` of the bpf counters, with the throttled and reclaim parts where
+/// their programs run.
+fn delta(from: &[u64; SNAP], to: &[u64; SNAP], x: Extras) -> event::SchedDelta {
+    let four = |a: &[u64; SNAP]| [a[0], a[1], a[2], a[3]];
     let mut d = super::sched_delta(&four(from), &four(to));
-    d.throttled_ns = throttle.then(|| to[4].saturating_sub(from[4]));
+    d.throttled_ns = x.throttle.then(|| to[4].saturating_sub(from[4]));
+    d.reclaim_ns = x.reclaim.then(|| to[5].saturating_sub(from[5]));
     d
 }
 
-/// /proc's counters (`super::sched_counters`) in the programs' order: the throttled time
-/// counts from the attach, where the programs' own count starts.
-fn counters_now(tgid: Tid, tid: Tid) -> Option<[u64; 5]> {
-    super::sched_counters(tgid, tid).map(|c| [c[0], c[1], c[2], c[3], 0])
+/// /proc's counters (`super::sched_counters`) in the programs' order: the throttled and
+/// reclaim times count from the attach, where the programs' own counts start.
+fn counters_now(tgid: Tid, tid: Tid) -> Option<[u64; SNAP]> {
+    super::sched_counters(tgid, tid).map(|c| [c[0], c[1], c[2], c[3], 0, 0])
 }
 
 /// Where a tracer's records come from: a ring of its own, or its route from a shared one.
@@ -310,8 +322,8 @@ pub struct BpfTracer {
     pub threads_at_attach: u32,
     /// When the requests that socket reads return arrived (arrivals.rs).
     arrivals: arrivals::Arrivals,
-    /// The throttle programs run: calls' splits carry the throttled time.
-    throttle: bool,
+    /// Which optional programs run: calls' splits carry the throttled and reclaim times.
+    extras: Extras,
 }
 
 impl BpfTracer {
@@ -325,7 +337,7 @@ impl BpfTracer {
         let listening = arrivals::Listening::of(cfg.pid);
         let mut bpf = load::load(&cfg, measure, ring_bytes, &arrival_layout, &listening)?;
         let btf = load::kernel_btf();
-        let (links, arrivals, throttle) =
+        let (links, arrivals, extras) =
             load::attach_programs(&mut bpf, &arrival_layout, &listening, &btf)?;
         drop(btf);
         if measure != Measure::Off {
@@ -354,7 +366,7 @@ impl BpfTracer {
             fed: Fed::new(),
             threads_at_attach: 0,
             arrivals: arrivals::Arrivals::default(),
-            throttle,
+            extras,
         };
         me.fed.pidns = super::container::PidNs::of(me.cfg.pid);
         me.arrivals
@@ -382,7 +394,7 @@ impl BpfTracer {
             fed: Fed::new(),
             threads_at_attach: 0,
             arrivals: arrivals::Arrivals::default(),
-            throttle: host.inner.throttle,
+            extras: host.inner.extras,
         };
         me.cfg.pages = host.inner.pages;
         me.arrivals.started(
@@ -500,7 +512,7 @@ impl BpfTracer {
             return;
         }
         let tid = r.tid;
-        let throttle = self.throttle;
+        let x = self.extras;
         let th = self
             .threads
             .entry(tid)
@@ -511,8 +523,8 @@ impl BpfTracer {
         // What the scheduler did in the call, and in the gap since the thread's last call.
         let sched = (r.kind == REC_CALL || r.kind == REC_ENTER_ONLY).then(|| {
             self.fed.spans.boxed(event::SchedSpan {
-                during: delta(&r.sched_enter, &r.sched_exit, throttle),
-                before: th.last_exit.map(|l| delta(&l, &r.sched_enter, throttle)),
+                during: delta(&r.sched_enter, &r.sched_exit, x),
+                before: th.last_exit.map(|l| delta(&l, &r.sched_enter, x)),
             })
         });
         if matches!(r.kind, REC_CALL | REC_EXIT_ONLY) {
@@ -553,7 +565,7 @@ impl BpfTracer {
         &mut self,
         r: &Rec,
         at_attach: Option<(i64, [u64; 6])>,
-        sched_at_attach: Option<[u64; 5]>,
+        sched_at_attach: Option<[u64; SNAP]>,
     ) {
         let mut r = *r;
         r.enter_ns = self.fed.stats.attach_mono;
@@ -566,7 +578,7 @@ impl BpfTracer {
         };
         let sched = sched_at_attach.map(|a| {
             Box::new(event::SchedSpan {
-                during: delta(&a, &r.sched_exit, self.throttle),
+                during: delta(&a, &r.sched_exit, self.extras),
                 before: None,
             })
         });
@@ -794,7 +806,7 @@ impl BpfTracer {
             };
             let th = &self.threads[&tid];
             if let (Some(a), Some(now)) = (th.sched_at_attach, counters_now(th.tgid, tid)) {
-                quiet_sched.insert(tid, delta(&a, &now, self.throttle));
+                quiet_sched.insert(tid, delta(&a, &now, self.extras));
             }
             let e = KEntry {
                 ts: self.fed.stats.attach_mono as u64,
@@ -909,7 +921,7 @@ impl Tracer for BpfTracer {
     }
 
     fn splits_throttle(&self) -> bool {
-        self.throttle
+        self.extras.throttle
     }
 
     #[allow(clippy::vec_box)]
@@ -971,7 +983,12 @@ mod tests {
 
     #[test]
     fn scheduler_counters_become_a_stall_split_that_adds_up() {
-        let d = delta(&[1_000, 500, 10, 1, 0], &[31_000, 60_500, 12, 1, 0], false);
+        let none = Extras::default();
+        let d = delta(
+            &[1_000, 500, 10, 1, 0, 0],
+            &[31_000, 60_500, 12, 1, 0, 0],
+            none,
+        );
         assert_eq!(
             (d.on_cpu_ns, d.runnable_ns, d.minor_faults, d.major_faults),
             (30_000, 60_000, 2, 0)
@@ -980,10 +997,24 @@ mod tests {
             d.throttled_ns, None,
             "not measured without the throttle programs"
         );
-        let t = delta(&[0, 0, 0, 0, 7_000], &[0, 60_000, 0, 0, 47_000], true);
+        assert_eq!(
+            d.reclaim_ns, None,
+            "not measured without the reclaim programs"
+        );
+        let both = Extras {
+            throttle: true,
+            reclaim: true,
+        };
+        let t = delta(
+            &[0, 0, 0, 0, 7_000, 1_000],
+            &[20_000, 60_000, 0, 0, 47_000, 31_000],
+            both,
+        );
         assert_eq!(t.throttled_ns, Some(40_000));
+        assert_eq!(t.reclaim_ns, Some(30_000));
         let s = crate::report::StallSched::of(&t, 100_000);
         assert_eq!((s.runnable_us, s.throttled_us), (60, Some(40)));
+        assert_eq!(s.reclaim_us, Some(30));
         let s = crate::report::StallSched::of(&d, 100_000);
         assert_eq!((s.on_cpu_us, s.runnable_us, s.blocked_us), (30, 60, 10));
         // On-CPU time trails by up to a tick: never more than the stall, never a negative rest.
@@ -991,7 +1022,7 @@ mod tests {
         assert_eq!((s.on_cpu_us, s.runnable_us, s.blocked_us), (30, 20, 0));
         // Counters that went backwards (a reused tid) give zero, not a wrap.
         assert_eq!(
-            delta(&[5, 5, 5, 5, 5], &[1, 1, 1, 1, 1], false),
+            delta(&[5, 5, 5, 5, 5, 5], &[1, 1, 1, 1, 1, 1], none),
             event::SchedDelta::default()
         );
     }

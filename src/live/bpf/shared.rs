@@ -43,8 +43,8 @@ pub(crate) struct HostInner {
     pub(super) follow_forks: bool,
     /// Whether the arrival programs run, and which flavour (or why not).
     pub(super) arrivals: Result<&'static str, String>,
-    /// The throttle programs run (`BpfTracer::throttle`).
-    pub(super) throttle: bool,
+    /// Which optional programs run (`BpfTracer::extras`).
+    pub(super) extras: super::Extras,
     /// Passes of the demux thread: a tracer that stops waits for passes after it.
     passes: AtomicU64,
     stop: AtomicBool,
@@ -71,8 +71,7 @@ impl BpfHost {
         let listening = arrivals::Listening::unknown();
         let mut bpf = load::load(&cfg, Measure::Off, ring_bytes, &layout, &listening)?;
         let btf = load::kernel_btf();
-        let (links, arrivals, throttle) =
-            load::attach_programs(&mut bpf, &layout, &listening, &btf)?;
+        let (links, arrivals, extras) = load::attach_programs(&mut bpf, &layout, &listening, &btf)?;
         drop(btf);
         every_tgid_in_the_map(&mut bpf)?;
         let ring = bpf
@@ -90,7 +89,7 @@ impl BpfHost {
             pages,
             follow_forks,
             arrivals,
-            throttle,
+            extras,
             passes: AtomicU64::new(0),
             stop: AtomicBool::new(false),
         });
@@ -334,8 +333,8 @@ mod tests {
             enter_ns: 0,
             exit_ns: 0,
             args: [0; 6],
-            sched_enter: [0; 5],
-            sched_exit: [0; 5],
+            sched_enter: [0; crate::live::bpf::SNAP],
+            sched_exit: [0; crate::live::bpf::SNAP],
             arrival_first: 0,
             arrival_at: 0,
             data: [0; DATA_MAX],

@@ -412,6 +412,7 @@ fn the_scheduler_split_of_long_calls_and_gaps_reads_back_at_their_lines() {
         minor_faults: minor,
         major_faults: 0,
         throttled_ns: None,
+        reclaim_ns: None,
     };
     let with = |at: Nanos, dur: Nanos, during, before| {
         let mut s = sc("read", Some(8), Ret::Val(3), dur);
@@ -492,6 +493,44 @@ fn the_throttled_parts_of_a_split_read_back() {
     assert_eq!(none[&2].during.throttled_ns, Some(5));
     assert!(parse_sched("2 1 2 3 4 - t=5\n").is_err());
     assert!(parse_sched("2 1 2 3 4 - t=x/-\n").is_err());
+}
+
+/// The reclaim parts (bpf on the vmscan tracepoints) go after the throttled ones and read
+/// back, with or without them; a line without (perf, or an older recording) is not measured.
+#[test]
+fn the_reclaim_parts_of_a_split_read_back() {
+    use crate::event::{SchedDelta, SchedSpan};
+    let mut buf = vec![];
+    let (_dir, side, mut r) = recorder_with_sched(&mut buf, 1_000_000);
+    let split = |on: u64, throttled: Option<u64>, reclaim: Option<u64>| SchedDelta {
+        on_cpu_ns: on,
+        throttled_ns: throttled,
+        reclaim_ns: reclaim,
+        ..Default::default()
+    };
+    r.write_event(&ev(100, 0, sc("write", Some(9), Ret::Val(3), 1_000)))
+        .unwrap();
+    let mut s = sc("write", Some(9), Ret::Val(3), 48_000_000);
+    s.sched = Some(Box::new(SchedSpan {
+        during: split(30_000_000, Some(0), Some(41_000_000)),
+        before: Some(split(1_000, Some(0), Some(0))),
+    }));
+    r.write_event(&ev(100, 50_000_000, s)).unwrap();
+    r.finish().unwrap();
+    let text = std::fs::read_to_string(&side).unwrap();
+    assert!(text.contains(" t=0/0 r=41000000/0\n"), "{text}");
+    let got = parse_sched(&text).unwrap();
+    assert_eq!(got[&2].during, split(30_000_000, Some(0), Some(41_000_000)));
+    assert_eq!(got[&2].before, Some(split(1_000, Some(0), Some(0))));
+    let only = parse_sched("2 1 2 3 4 - r=7/-\n").unwrap();
+    assert_eq!(
+        (only[&2].during.throttled_ns, only[&2].during.reclaim_ns),
+        (None, Some(7))
+    );
+    let old = parse_sched("2 1 2 3 4 - t=5/-\n").unwrap();
+    assert_eq!(old[&2].during.reclaim_ns, None);
+    assert!(parse_sched("2 1 2 3 4 - r=5\n").is_err());
+    assert!(parse_sched("2 1 2 3 4 - r=5/- t=1/2\n").is_err());
 }
 
 /// The live analysis of `events` (seeded with `fds`, as `run_attach` does) and the analysis
@@ -658,6 +697,7 @@ fn a_gap_through_a_quiet_call_reads_back_with_its_split() {
         minor_faults: 0,
         major_faults: 0,
         throttled_ns: None,
+        reclaim_ns: None,
     };
     let with = |name: &'static str, fd: i32, at: Nanos, before: Option<SchedDelta>| {
         let mut s = sc(name, Some(fd), Ret::Val(0), 1_000);
