@@ -170,6 +170,9 @@ pub enum ProcKey {
     Root,
     /// A child forked in the trace, by its pid.
     Pid(u32),
+    /// Another program's threads in a trace of many (`perf trace -a`), by the first tid
+    /// seen under its comm: a process of its own, never the traced one nor its child.
+    Program(u32),
 }
 
 /// One word per key, as a `u32` pid was: the fd table and the connection maps hash it on
@@ -188,6 +191,7 @@ impl ProcKey {
         match self {
             ProcKey::Root => u64::MAX,
             ProcKey::Pid(p) => u64::from(p),
+            ProcKey::Program(p) => (1 << 32) | u64::from(p),
         }
     }
 
@@ -198,7 +202,7 @@ impl ProcKey {
     /// The pid of a forked child (the traced process's pid is the world's to tell).
     pub fn child_pid(self) -> Option<u32> {
         match self {
-            ProcKey::Root => None,
+            ProcKey::Root | ProcKey::Program(_) => None,
             ProcKey::Pid(p) => Some(p),
         }
     }

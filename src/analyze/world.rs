@@ -26,6 +26,8 @@ struct ThreadRec {
     /// The fd of an outgoing connection this thread's last call sent a request on (or the
     /// wait for its reply that followed): its next wait or read there is for that reply.
     sent: Option<i32>,
+    /// A traced clone made it: its process is its creator's, whatever its comm.
+    cloned: bool,
 }
 
 pub(crate) struct World {
@@ -54,6 +56,11 @@ pub(crate) struct World {
     finished: bool,
     /// The most threads strace said it attached to (`attached with 11 threads`).
     announced: u32,
+    /// Programs by comm in a trace that names no process (`perf trace -a`): the first tid
+    /// seen under each, which keys its process (`ProcKey::Program`).
+    programs: HashMap<Box<str>, u32>,
+    /// Threads named by their comm before their first call (`set_program`).
+    by_comm: HashSet<Tid>,
 }
 
 impl World {
@@ -76,6 +83,8 @@ impl World {
             any_poll: false,
             finished: false,
             announced: 0,
+            programs: HashMap::default(),
+            by_comm: HashSet::default(),
         }
     }
 
@@ -91,6 +100,64 @@ impl World {
             self.threads[t.get()].name = Some(name.to_string());
             self.role_epoch += 1;
         }
+    }
+
+    /// A thread's comm from a trace that names no process (`EventKind::Program`). perf
+    /// trace prints the comm of every thread, of every program on a whole machine: redis's
+    /// threads (by their names) are the traced process; a thread under any other comm,
+    /// first seen by its comm (no traced clone made it), is that program's. Threads of one
+    /// comm are one process (a trace that shows no pids can tell no better).
+    pub(crate) fn set_program(&mut self, tid: Tid, comm: &str) {
+        self.set_name(tid, comm);
+        // A thread that never makes a call (perf's tracepoint lines) is no thread of the
+        // trace: its program is given at its first call (`first_sight`).
+        let Some(t) = self.known(tid) else {
+            self.by_comm.insert(tid);
+            return;
+        };
+        let rec = &self.threads[t.get()];
+        if rec.calls == 0 && !rec.cloned && rec.proc == ProcKey::Root {
+            self.threads[t.get()].proc = self.program_of(tid, comm);
+            self.role_epoch += 1;
+        }
+    }
+
+    /// The process of a thread first seen under `comm` (`set_program`): the traced one for
+    /// redis's names, else its program's.
+    fn program_of(&mut self, tid: Tid, comm: &str) -> ProcKey {
+        if Role::from_name(comm) != Some(Role::Other) {
+            return ProcKey::Root;
+        }
+        ProcKey::Program(*self.programs.entry(comm.into()).or_insert(tid))
+    }
+
+    /// Some thread of the traced process (redis's, by name, in a trace of many programs)
+    /// made a call: only then are the other programs' threads someone else's.
+    fn traced_seen(&self) -> bool {
+        self.threads
+            .iter()
+            .any(|t| !matches!(t.proc, ProcKey::Program(_)) && t.calls > 0)
+    }
+
+    /// The comm of `tid`'s program when it is another program than the traced redis in a
+    /// trace of many (`set_program`): its waits are not redis's stalls.
+    pub(crate) fn other_program(&self, tid: Tid) -> Option<&str> {
+        let t = &self.threads[self.known(tid)?.get()];
+        if !matches!(t.proc, ProcKey::Program(_)) || !self.traced_seen() {
+            return None;
+        }
+        t.name.as_deref()
+    }
+
+    /// The other programs of a trace of many, by comm, in the order they were first seen
+    /// (none when redis is not in it: then no program is told from the traced one).
+    pub(crate) fn other_programs(&self) -> Vec<String> {
+        if !self.traced_seen() {
+            return vec![];
+        }
+        let mut v: Vec<(&u32, &Box<str>)> = self.programs.iter().map(|(n, t)| (t, n)).collect();
+        v.sort();
+        v.into_iter().map(|(_, n)| n.to_string()).collect()
     }
 
     fn proc_key(&self, pid: Tid) -> ProcKey {
@@ -127,9 +194,13 @@ impl World {
     fn first_sight(&mut self, tid: Tid) -> ThreadIdx {
         self.role_epoch += 1;
         let i = ThreadIdx(self.threads.len() as u32);
+        let proc = match self.names.get(&tid).cloned() {
+            Some(comm) if self.by_comm.remove(&tid) => self.program_of(tid, &comm),
+            _ => ProcKey::Root,
+        };
         self.threads.push(ThreadRec {
             tid,
-            proc: ProcKey::Root,
+            proc,
             name: self.names.get(&tid).cloned(),
             ..Default::default()
         });
@@ -261,11 +332,13 @@ impl World {
         if *thread {
             let t = self.touch(child);
             self.threads[t.get()].proc = cx.proc;
+            self.threads[t.get()].cloned = true;
         } else {
             self.fds.fork(cx.proc, ProcKey::Pid(child), cx.ts());
             self.children.insert(child);
             let t = self.touch(child);
             self.threads[t.get()].proc = ProcKey::Pid(child);
+            self.threads[t.get()].cloned = true;
         }
         self.role_epoch += 1;
     }
@@ -356,6 +429,9 @@ impl World {
     }
 
     fn role_why(&self, t: &ThreadRec) -> String {
+        if let Some(p) = self.other_program(t.tid) {
+            return format!("a thread of another program ({p:?}), not redis's");
+        }
         match self.role_and_why(t) {
             (_, Why::Name) => format!("thread name {:?}", t.name.as_deref().unwrap_or("")),
             (_, Why::Rule(why)) => why.into(),
@@ -379,7 +455,7 @@ impl World {
     pub(crate) fn show_pid(&self, proc: ProcKey) -> u32 {
         match proc {
             ProcKey::Root => self.root_display(),
-            ProcKey::Pid(pid) => pid,
+            ProcKey::Pid(pid) | ProcKey::Program(pid) => pid,
         }
     }
 

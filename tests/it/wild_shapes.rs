@@ -447,3 +447,76 @@ fn a_perf_contended_futex_is_no_wait_for_work() {
         .collect();
     assert!(!idle.contains(&"futex"), "{idle:?}");
 }
+
+/// `perf trace -a`: many programs. redis's threads (by their names) are redis's, its main
+/// thread the one named so; another program's event loop (gnome-shell's) is never main, its
+/// waits (a 300 ms recvmsg, Web Content's gaps) are not redis's stalls, and each program has
+/// its own fds. A call wrapped onto two lines is joined; a call line whose end is missing and
+/// a stray result line are counted as skipped, not dropped unsaid.
+#[test]
+fn a_whole_machine_perf_trace_groups_threads_by_program() {
+    let r = wild("whole-machine-programs.perf.txt");
+    let role = |tid: u64| {
+        r["threads"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["tid"].as_u64() == Some(tid))
+            .map(|t| {
+                (
+                    t["role"].as_str().unwrap_or("").to_string(),
+                    t["why"].as_str().unwrap_or("").to_string(),
+                )
+            })
+            .unwrap_or_default()
+    };
+    assert_eq!(role(4242).0, "main", "{}", r["threads"]);
+    assert_eq!(role(4243).0, "bio_close_file", "{}", r["threads"]);
+    for tid in [1731, 219299, 219311] {
+        let (role, why) = role(tid);
+        assert_eq!(role, "other", "{tid}: {why}");
+        assert!(why.contains("another program"), "{tid}: {why}");
+    }
+    let programs: Vec<&str> = r["summary"]["other_programs"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|p| p.as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(programs, ["gnome-shell", "Web Content", "JS Watchdog"]);
+    for s in r["stalls"].as_array().unwrap() {
+        assert_eq!(s["tid"].as_u64(), Some(4242), "{s}");
+    }
+    // Each program's fd 12 is its own.
+    let fd12: Vec<u64> = r["fds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["fd"].as_i64() == Some(12))
+        .filter_map(|f| f["pid"].as_u64())
+        .collect();
+    assert_eq!(fd12.len(), 2, "{}", r["fds"]);
+    assert!(fd12.contains(&1731) && fd12.contains(&219299), "{fd12:?}");
+    // 26 lines: one event wrapped onto two, one damaged, one stray, one callchain frame.
+    assert_eq!(
+        r["summary"]["syscalls"].as_u64(),
+        Some(22),
+        "{}",
+        r["summary"]
+    );
+    let skipped: Vec<(u64, String)> = r["skipped"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["line"].as_u64().unwrap_or(0),
+                s["reason"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(skipped.len(), 2, "{skipped:?}");
+    assert!(
+        skipped[0].0 == 21 && skipped[0].1.contains("damaged"),
+        "{skipped:?}"
+    );
+    assert_eq!(skipped[1].0, 25, "{skipped:?}");
+}
