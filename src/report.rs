@@ -318,6 +318,10 @@ pub enum FileClass {
     Client,
     Listener,
     Replica,
+    /// A connection the process made itself (`connect`): to a server it is a client of, a
+    /// cluster peer, a primary; the replication link (`replica`) only once PSYNC, SYNC or
+    /// REPLCONF is sent on it.
+    Outgoing,
     Pipe,
     Epoll,
     Dir,
@@ -339,6 +343,7 @@ impl FileClass {
             FileClass::Client => "client",
             FileClass::Listener => "listener",
             FileClass::Replica => "replica",
+            FileClass::Outgoing => "outgoing",
             FileClass::Pipe => "pipe",
             FileClass::Epoll => "epoll",
             FileClass::Dir => "dir",

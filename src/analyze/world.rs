@@ -272,7 +272,7 @@ impl World {
         };
         // Nearly every call: no request just sent, no lock: one test.
         // (A send matters only on an outgoing connection: not a reply to a client.)
-        let request = facts.has(Facts::SEND) && class == Some(FileClass::Replica);
+        let request = facts.has(Facts::SEND) && is_outgoing(class);
         let waits = if sent.is_none() && !request && !matches!(sc.extra, Extra::LockWait) {
             Waits::AsNamed
         } else {
@@ -310,8 +310,16 @@ impl World {
         sc: &Syscall,
     ) -> Waits {
         let t = &mut self.threads[thread.get()];
+        let proc = t.proc;
         let waits = waits_for(t.sent, sc, role);
         t.sent = sent_after(waits, class, sc);
+        if class == Some(FileClass::Outgoing) && sc.sys.puts {
+            if let (Some(fd), Some(d)) = (sc.fd, sc.data()) {
+                if replication_request(d.head().bytes()) {
+                    self.fds.outgoing_is_replication(proc, fd);
+                }
+            }
+        }
         waits
     }
 
@@ -598,12 +606,40 @@ fn waits_for(sent: Option<i32>, sc: &Syscall, role: Role) -> Waits {
     }
 }
 
+/// A connection the process made (`FileClass::Outgoing`), or one found to be the
+/// replication link.
+fn is_outgoing(class: Option<FileClass>) -> bool {
+    matches!(class, Some(FileClass::Outgoing | FileClass::Replica))
+}
+
+/// The first bytes sent are a replication handshake's (`PSYNC`, `SYNC`, `REPLCONF`), as a
+/// RESP array or inline.
+fn replication_request(b: &[u8]) -> bool {
+    let name = match b.strip_prefix(b"*") {
+        Some(r) => {
+            // `*3\r\n$5\r\nPSYNC\r\n...`: past the count and the first length.
+            let Some(i) = r.windows(3).position(|w| w == b"\r\n$") else {
+                return false;
+            };
+            let r = &r[i + 3..];
+            let Some(j) = r.windows(2).position(|w| w == b"\r\n") else {
+                return false;
+            };
+            &r[j + 2..]
+        }
+        None => b,
+    };
+    let n = name.iter().take_while(|c| c.is_ascii_alphabetic()).count();
+    let word = name[..n].to_ascii_uppercase();
+    matches!(&word[..], b"PSYNC" | b"SYNC" | b"REPLCONF")
+}
+
 /// The fd a thread waits for a reply on after this call: a request sent on an outgoing
 /// connection (its class from the connect), kept through a poll/select for the reply.
 fn sent_after(waits: Waits, class: Option<FileClass>, sc: &Syscall) -> Option<i32> {
     let sent_now = sc.sys.facts.has(Facts::SEND)
         && sc.sys.puts
-        && class == Some(FileClass::Replica)
+        && is_outgoing(class)
         && sc.ret.val().is_some_and(|n| n > 0);
     match waits {
         _ if sent_now => sc.fd,
