@@ -55,6 +55,10 @@ pub enum EventKind {
     /// The thread's name as the trace gives it (`strace -Y`), when it first appears or
     /// changes.
     ThreadName(Box<str>),
+    /// The thread's comm from a tracer that prints one on every line and no process id
+    /// (`perf trace`'s `comm/tid`), when it first appears or changes: its name, and the
+    /// program it belongs to (a whole-machine trace holds many).
+    Program(Box<str>),
     /// A line that could not be read (a pasted `...`, a cut line, garbage) at `line`, of no
     /// known thread (`tid` 0): the timeline is broken there, for every thread. No duration
     /// reconstructed by the source spans it; neither may a gap.
@@ -699,7 +703,7 @@ impl Event {
                         | Extra::LockWait => false,
                     }
             }
-            EventKind::ThreadName(_) => true,
+            EventKind::ThreadName(_) | EventKind::Program(_) => true,
             EventKind::Signal { .. }
             | EventKind::Exit { .. }
             | EventKind::Attach { .. }

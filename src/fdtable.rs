@@ -170,6 +170,9 @@ pub enum ProcKey {
     Root,
     /// A child forked in the trace, by its pid.
     Pid(u32),
+    /// Another program's threads in a trace of many (`perf trace -a`), by the first tid
+    /// seen under its comm: a process of its own, never the traced one nor its child.
+    Program(u32),
 }
 
 /// One word per key, as a `u32` pid was: the fd table and the connection maps hash it on
@@ -188,6 +191,7 @@ impl ProcKey {
         match self {
             ProcKey::Root => u64::MAX,
             ProcKey::Pid(p) => u64::from(p),
+            ProcKey::Program(p) => (1 << 32) | u64::from(p),
         }
     }
 
@@ -198,7 +202,7 @@ impl ProcKey {
     /// The pid of a forked child (the traced process's pid is the world's to tell).
     pub fn child_pid(self) -> Option<u32> {
         match self {
-            ProcKey::Root => None,
+            ProcKey::Root | ProcKey::Program(_) => None,
             ProcKey::Pid(p) => Some(p),
         }
     }
@@ -210,6 +214,9 @@ pub struct FileInfo {
     pub fd: i32,
     pub path: Option<Arc<str>>,
     pub class: FileClass,
+    /// One connection's own record (`name_peer`): the report never folds it into another
+    /// of the same identity (a reconnect to the same peer is a row of its own).
+    pub own: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -272,7 +279,9 @@ fn socket_path(p: &str) -> bool {
 /// The origin a binding starts with, from its class and path.
 fn origin_of(path: Option<&str>, class: FileClass) -> Origin {
     match (path, class) {
-        (_, FileClass::Client | FileClass::Listener | FileClass::Replica) => Origin::Socket,
+        (_, FileClass::Client | FileClass::Listener | FileClass::Replica | FileClass::Outgoing) => {
+            Origin::Socket
+        }
         (Some(p), _) if socket_path(p) => Origin::Socket,
         (_, c) if c.is_disk_file() && c != FileClass::Other => Origin::File,
         (Some(p), FileClass::Other) if p.starts_with('/') && !p.starts_with("/dev/") => {
@@ -418,6 +427,7 @@ impl FdTable {
             fd,
             path: shown,
             class,
+            own: false,
         });
         self.bindings.push(0);
         self.index.insert(key, id);
@@ -446,6 +456,7 @@ impl FdTable {
                     fd,
                     path: None,
                     class,
+                    own: false,
                 });
                 self.bindings.push(0);
                 return id;
@@ -458,6 +469,9 @@ impl FdTable {
     /// fd, path, class); records given to single lifetimes (`record_for`) fold into it.
     pub fn canonical(&self, id: FileId) -> FileId {
         let f = &self.files[id as usize];
+        if f.own {
+            return id;
+        }
         let key_path = match f.class {
             FileClass::Client => None,
             _ => f.path.clone(),
@@ -496,35 +510,82 @@ impl FdTable {
     }
 
     /// Names the outgoing connection on `fd` by its peer (`10.0.0.2:6380`, a unix socket's
-    /// path) when nothing named it yet: the lifetime's own record takes the name from its
-    /// start, a shared one is left for a record of the peer's from here on. One row per
-    /// peer (not per connection: a reconnect loop to one peer would make rows without
-    /// bound), never shared with the fd's other lifetimes. The call's resolution.
+    /// path) when nothing named it yet. Each connection is a row of its own, from its
+    /// creation to its close: a close and a new socket connected to the same peer start a
+    /// new one, and nothing of the new socket is added to the old (`FileInfo::own`). Past
+    /// `OWN_RECORDS_MAX` records (a reconnect loop over a long trace) connections to one
+    /// peer share a row. The call's resolution.
     fn name_peer(&mut self, proc: ProcKey, fd: i32, peer: &str) -> Option<Resolved> {
         let cur = self.procs.get(&proc)?.live.get(&fd)?.file;
         let info = &self.files[cur as usize];
-        if info.path.is_some() || info.class != FileClass::Replica {
+        if info.path.is_some() || info.class != FileClass::Outgoing {
             return None;
         }
+        let path: Arc<str> = Arc::from(peer);
+        let key = (proc, fd, Some(path.clone()), FileClass::Outgoing);
         let id = if self.bindings[cur as usize] == 1 {
-            let old_key = (proc, fd, None, FileClass::Replica);
+            // The lifetime's own record takes the name from its start.
+            let old_key = (proc, fd, None, FileClass::Outgoing);
             if self.index.get(&old_key) == Some(&cur) {
                 self.index.remove(&old_key);
             }
-            let path: Arc<str> = Arc::from(peer);
-            self.index
-                .entry((proc, fd, Some(path.clone()), FileClass::Replica))
-                .or_insert(cur);
-            self.files[cur as usize].path = Some(path);
+            self.index.entry(key).or_insert(cur);
+            let f = &mut self.files[cur as usize];
+            f.path = Some(path);
+            f.own = true;
             cur
         } else {
-            let id = self.intern(proc, fd, Some(peer), FileClass::Replica);
+            let id = if self.files.len() < OWN_RECORDS_MAX {
+                let id = self.files.len() as FileId;
+                self.files.push(FileInfo {
+                    proc,
+                    fd,
+                    path: Some(path),
+                    class: FileClass::Outgoing,
+                    own: true,
+                });
+                self.bindings.push(0);
+                self.index.entry(key).or_insert(id);
+                id
+            } else {
+                self.intern(proc, fd, Some(peer), FileClass::Outgoing)
+            };
             self.bindings[id as usize] += 1;
             self.live_mut(proc, fd)?.file = id;
             id
         };
         self.generation = self.generation.wrapping_add(1).max(1);
         Some(self.resolved(id))
+    }
+
+    /// The outgoing connection on `fd` carries replication (PSYNC, SYNC or REPLCONF sent on
+    /// it): its whole lifetime is the replication link, one row, one class.
+    pub fn outgoing_is_replication(&mut self, proc: ProcKey, fd: i32) {
+        let Some(cur) = self
+            .procs
+            .get(&proc)
+            .and_then(|p| p.live.get(&fd))
+            .map(|b| b.file)
+        else {
+            return;
+        };
+        if self.files[cur as usize].class != FileClass::Outgoing {
+            return;
+        }
+        if self.bindings[cur as usize] != 1 {
+            self.reclassify(proc, fd, FileClass::Replica);
+            return;
+        }
+        let path = self.files[cur as usize].path.clone();
+        let old_key = (proc, fd, path.clone(), FileClass::Outgoing);
+        if self.index.get(&old_key) == Some(&cur) {
+            self.index.remove(&old_key);
+        }
+        self.index
+            .entry((proc, fd, path, FileClass::Replica))
+            .or_insert(cur);
+        self.files[cur as usize].class = FileClass::Replica;
+        self.generation = self.generation.wrapping_add(1).max(1);
     }
 
     /// The live binding of `fd`, for what its calls show of it.
@@ -909,7 +970,10 @@ impl FdTable {
                 f.path.as_deref() == Some(path)
                     || (matches!(
                         f.class,
-                        FileClass::Client | FileClass::Replica | FileClass::Listener
+                        FileClass::Client
+                            | FileClass::Replica
+                            | FileClass::Outgoing
+                            | FileClass::Listener
                     ) && (path.contains("->") || path.starts_with("socket:")))
             });
             resolved = if same {
@@ -1077,12 +1141,12 @@ impl FdTable {
             FdEffect::Listen(fd) | FdEffect::Connect(fd) => {
                 let class = match fd_effect(sc) {
                     FdEffect::Listen(_) => FileClass::Listener,
-                    _ => FileClass::Replica,
+                    _ => FileClass::Outgoing,
                 };
                 resolved = self.classed_by_call(proc, fd, ts, class);
                 // A connect names its peer (strace's `{sa_family=AF_INET, ...}`): the
                 // lifetime's row is that connection's.
-                if let (FileClass::Replica, Some(peer)) = (class, sc.path()) {
+                if let (FileClass::Outgoing, Some(peer)) = (class, sc.path()) {
                     resolved = self.name_peer(proc, fd, peer).or(resolved);
                 }
             }
@@ -1564,7 +1628,7 @@ mod tests {
         let mut c = call("connect", Some(4), 0, None);
         c.ret = Ret::Err("EINPROGRESS");
         let r = t.apply(P1, T1, 30, &c).unwrap();
-        assert_eq!(r.class, FileClass::Replica, "the connect itself");
+        assert_eq!(r.class, FileClass::Outgoing, "the connect itself");
         assert_eq!(r.file, opt.file, "the setsockopt before it too");
         t.apply(P1, T1, 40, &call("close", Some(4), 0, None));
         t.apply(P1, T1, 50, &call("socket", None, 4, None));
@@ -1573,7 +1637,7 @@ mod tests {
             .unwrap();
         assert_eq!(fresh.class, FileClass::Unknown);
         assert_ne!(fresh.file, r.file);
-        assert_eq!(t.file(r.file).class, FileClass::Replica);
+        assert_eq!(t.file(r.file).class, FileClass::Outgoing);
     }
 
     /// An extensionless path taken for a directory is a file once data is read from it.

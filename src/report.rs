@@ -318,6 +318,10 @@ pub enum FileClass {
     Client,
     Listener,
     Replica,
+    /// A connection the process made itself (`connect`): to a server it is a client of, a
+    /// cluster peer, a primary; the replication link (`replica`) only once PSYNC, SYNC or
+    /// REPLCONF is sent on it.
+    Outgoing,
     Pipe,
     Epoll,
     Dir,
@@ -339,6 +343,7 @@ impl FileClass {
             FileClass::Client => "client",
             FileClass::Listener => "listener",
             FileClass::Replica => "replica",
+            FileClass::Outgoing => "outgoing",
             FileClass::Pipe => "pipe",
             FileClass::Epoll => "epoll",
             FileClass::Dir => "dir",
@@ -614,6 +619,10 @@ pub struct Summary {
     /// the trace: silent, each blocked in one call since before the trace, or idle.
     #[serde(skip_serializing_if = "is_zero")]
     pub silent_threads: u64,
+    /// A trace of many programs (`perf trace -a`): the programs other than redis, by comm
+    /// (their calls are counted, their waits are not redis's stalls). Absent when none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub other_programs: Vec<String>,
     /// Live bpf backend: where per-command latency starts (absent elsewhere).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub command_start: Option<CommandStart>,

@@ -39,9 +39,14 @@ impl Analyzer {
             self.arrivals.forget(None);
             return;
         }
+        // A comm names a thread and its program: no event of the trace.
+        if let EventKind::Program(comm) = &ev.kind {
+            self.world.set_program(ev.tid, comm);
+            return;
+        }
         self.coverage.on_event();
         match &ev.kind {
-            EventKind::Syscall(_) | EventKind::Unreadable => {}
+            EventKind::Syscall(_) | EventKind::Unreadable | EventKind::Program(_) => {}
             EventKind::Signal { name, si_pid } => {
                 self.phases.on_signal(name, *si_pid, ev.ts);
                 self.world.touch(ev.tid);

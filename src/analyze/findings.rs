@@ -34,6 +34,7 @@ fn class_words(c: FileClass) -> &'static str {
         FileClass::Client => "a client socket",
         FileClass::Listener => "the listening socket",
         FileClass::Replica => "a replication link",
+        FileClass::Outgoing => "an outgoing connection",
         FileClass::Pipe => "a pipe",
         FileClass::Epoll => "the epoll fd",
         FileClass::Dir => "a directory",
@@ -545,8 +546,11 @@ fn on_what(text: &mut String, c: &Cand, file: Option<&FileInfo>) {
         Some(f) => match (&f.path, f.class) {
             (Some(p), FileClass::Client) => format!("{} ({p})", class_words(f.class)),
             // A connect named its peer (`FdTable::name_peer`); `-y` names a socket so too.
-            (Some(p), FileClass::Replica) if p.contains(":[") => format!("a connection ({p})"),
-            (Some(p), FileClass::Replica) => format!("a connection to {p}"),
+            (Some(p), FileClass::Outgoing) if p.contains(":[") => format!("a connection ({p})"),
+            (Some(p), FileClass::Outgoing) => format!("a connection to {p}"),
+            (Some(p), FileClass::Replica) if !p.contains(":[") => {
+                format!("the replication link to {p}")
+            }
             (Some(p), _) => format!(
                 "{} {}",
                 class_words(f.class),

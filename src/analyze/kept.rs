@@ -44,6 +44,10 @@ impl Kept<'_> {
 
     /// A stored candidate with what it held, if it is a stall on current roles.
     fn kept(&self, c: &Cand, held: Held) -> Option<(Held, Role)> {
+        // Another program's waits (a whole-machine trace) are not redis's stalls.
+        if self.world.other_program(c.tid).is_some() {
+            return None;
+        }
         let role = self.world.role(c.tid);
         // A trace missing some calls but not its event loop's waits: a main-thread gap that
         // client commands waited through is a stall whatever the thread did in it.
@@ -140,7 +144,8 @@ impl Kept<'_> {
     pub(crate) fn parked(&self, stalls: &Stalls) -> (Vec<Stall>, Vec<Parked>) {
         let mut in_flight = vec![];
         let mut parked: Vec<&Cand> = vec![];
-        for c in stalls.parked() {
+        let ours = |c: &&Cand| self.world.other_program(c.tid).is_none();
+        for c in stalls.parked().iter().filter(ours) {
             match self.kept(c, Held::default()) {
                 Some((h, role)) => in_flight.push(self.row(c, &h, role)),
                 None => parked.push(c),
@@ -153,6 +158,7 @@ impl Kept<'_> {
                 .chain(stalls.iter().map(|(_, c)| c))
                 .filter(|c| c.dur_facts.in_flight == Some(InFlight::AtEnd))
                 .filter(|c| c.kind == StallKind::SlowSyscall)
+                .filter(ours)
                 .filter(|c| self.kept(c, Held::default()).is_none()),
         );
         parked.sort_by_key(|c| (c.tid, c.start));

@@ -373,6 +373,7 @@ impl Analyzer {
             threads: self.world.thread_count() as u64,
             processes: self.world.process_count() as u64,
             silent_threads: self.world.silent_threads(),
+            other_programs: self.world.other_programs(),
             threshold_us: self.opts.threshold_ns / 1000,
             top: self.opts.top,
             ..self.coverage.summary(counters, clock)

@@ -26,6 +26,8 @@ struct ThreadRec {
     /// The fd of an outgoing connection this thread's last call sent a request on (or the
     /// wait for its reply that followed): its next wait or read there is for that reply.
     sent: Option<i32>,
+    /// A traced clone made it: its process is its creator's, whatever its comm.
+    cloned: bool,
 }
 
 pub(crate) struct World {
@@ -54,6 +56,11 @@ pub(crate) struct World {
     finished: bool,
     /// The most threads strace said it attached to (`attached with 11 threads`).
     announced: u32,
+    /// Programs by comm in a trace that names no process (`perf trace -a`): the first tid
+    /// seen under each, which keys its process (`ProcKey::Program`).
+    programs: HashMap<Box<str>, u32>,
+    /// Threads named by their comm before their first call (`set_program`).
+    by_comm: HashSet<Tid>,
 }
 
 impl World {
@@ -76,6 +83,8 @@ impl World {
             any_poll: false,
             finished: false,
             announced: 0,
+            programs: HashMap::default(),
+            by_comm: HashSet::default(),
         }
     }
 
@@ -91,6 +100,64 @@ impl World {
             self.threads[t.get()].name = Some(name.to_string());
             self.role_epoch += 1;
         }
+    }
+
+    /// A thread's comm from a trace that names no process (`EventKind::Program`). perf
+    /// trace prints the comm of every thread, of every program on a whole machine: redis's
+    /// threads (by their names) are the traced process; a thread under any other comm,
+    /// first seen by its comm (no traced clone made it), is that program's. Threads of one
+    /// comm are one process (a trace that shows no pids can tell no better).
+    pub(crate) fn set_program(&mut self, tid: Tid, comm: &str) {
+        self.set_name(tid, comm);
+        // A thread that never makes a call (perf's tracepoint lines) is no thread of the
+        // trace: its program is given at its first call (`first_sight`).
+        let Some(t) = self.known(tid) else {
+            self.by_comm.insert(tid);
+            return;
+        };
+        let rec = &self.threads[t.get()];
+        if rec.calls == 0 && !rec.cloned && rec.proc == ProcKey::Root {
+            self.threads[t.get()].proc = self.program_of(tid, comm);
+            self.role_epoch += 1;
+        }
+    }
+
+    /// The process of a thread first seen under `comm` (`set_program`): the traced one for
+    /// redis's names, else its program's.
+    fn program_of(&mut self, tid: Tid, comm: &str) -> ProcKey {
+        if Role::from_name(comm) != Some(Role::Other) {
+            return ProcKey::Root;
+        }
+        ProcKey::Program(*self.programs.entry(comm.into()).or_insert(tid))
+    }
+
+    /// Some thread of the traced process (redis's, by name, in a trace of many programs)
+    /// made a call: only then are the other programs' threads someone else's.
+    fn traced_seen(&self) -> bool {
+        self.threads
+            .iter()
+            .any(|t| !matches!(t.proc, ProcKey::Program(_)) && t.calls > 0)
+    }
+
+    /// The comm of `tid`'s program when it is another program than the traced redis in a
+    /// trace of many (`set_program`): its waits are not redis's stalls.
+    pub(crate) fn other_program(&self, tid: Tid) -> Option<&str> {
+        let t = &self.threads[self.known(tid)?.get()];
+        if !matches!(t.proc, ProcKey::Program(_)) || !self.traced_seen() {
+            return None;
+        }
+        t.name.as_deref()
+    }
+
+    /// The other programs of a trace of many, by comm, in the order they were first seen
+    /// (none when redis is not in it: then no program is told from the traced one).
+    pub(crate) fn other_programs(&self) -> Vec<String> {
+        if !self.traced_seen() {
+            return vec![];
+        }
+        let mut v: Vec<(&u32, &Box<str>)> = self.programs.iter().map(|(n, t)| (t, n)).collect();
+        v.sort();
+        v.into_iter().map(|(_, n)| n.to_string()).collect()
     }
 
     fn proc_key(&self, pid: Tid) -> ProcKey {
@@ -127,9 +194,13 @@ impl World {
     fn first_sight(&mut self, tid: Tid) -> ThreadIdx {
         self.role_epoch += 1;
         let i = ThreadIdx(self.threads.len() as u32);
+        let proc = match self.names.get(&tid).cloned() {
+            Some(comm) if self.by_comm.remove(&tid) => self.program_of(tid, &comm),
+            _ => ProcKey::Root,
+        };
         self.threads.push(ThreadRec {
             tid,
-            proc: ProcKey::Root,
+            proc,
             name: self.names.get(&tid).cloned(),
             ..Default::default()
         });
@@ -201,7 +272,7 @@ impl World {
         };
         // Nearly every call: no request just sent, no lock: one test.
         // (A send matters only on an outgoing connection: not a reply to a client.)
-        let request = facts.has(Facts::SEND) && class == Some(FileClass::Replica);
+        let request = facts.has(Facts::SEND) && is_outgoing(class);
         let waits = if sent.is_none() && !request && !matches!(sc.extra, Extra::LockWait) {
             Waits::AsNamed
         } else {
@@ -239,8 +310,16 @@ impl World {
         sc: &Syscall,
     ) -> Waits {
         let t = &mut self.threads[thread.get()];
+        let proc = t.proc;
         let waits = waits_for(t.sent, sc, role);
         t.sent = sent_after(waits, class, sc);
+        if class == Some(FileClass::Outgoing) && sc.sys.puts {
+            if let (Some(fd), Some(d)) = (sc.fd, sc.data()) {
+                if replication_request(d.head().bytes()) {
+                    self.fds.outgoing_is_replication(proc, fd);
+                }
+            }
+        }
         waits
     }
 
@@ -261,11 +340,13 @@ impl World {
         if *thread {
             let t = self.touch(child);
             self.threads[t.get()].proc = cx.proc;
+            self.threads[t.get()].cloned = true;
         } else {
             self.fds.fork(cx.proc, ProcKey::Pid(child), cx.ts());
             self.children.insert(child);
             let t = self.touch(child);
             self.threads[t.get()].proc = ProcKey::Pid(child);
+            self.threads[t.get()].cloned = true;
         }
         self.role_epoch += 1;
     }
@@ -356,6 +437,9 @@ impl World {
     }
 
     fn role_why(&self, t: &ThreadRec) -> String {
+        if let Some(p) = self.other_program(t.tid) {
+            return format!("a thread of another program ({p:?}), not redis's");
+        }
         match self.role_and_why(t) {
             (_, Why::Name) => format!("thread name {:?}", t.name.as_deref().unwrap_or("")),
             (_, Why::Rule(why)) => why.into(),
@@ -379,7 +463,7 @@ impl World {
     pub(crate) fn show_pid(&self, proc: ProcKey) -> u32 {
         match proc {
             ProcKey::Root => self.root_display(),
-            ProcKey::Pid(pid) => pid,
+            ProcKey::Pid(pid) | ProcKey::Program(pid) => pid,
         }
     }
 
@@ -522,12 +606,40 @@ fn waits_for(sent: Option<i32>, sc: &Syscall, role: Role) -> Waits {
     }
 }
 
+/// A connection the process made (`FileClass::Outgoing`), or one found to be the
+/// replication link.
+fn is_outgoing(class: Option<FileClass>) -> bool {
+    matches!(class, Some(FileClass::Outgoing | FileClass::Replica))
+}
+
+/// The first bytes sent are a replication handshake's (`PSYNC`, `SYNC`, `REPLCONF`), as a
+/// RESP array or inline.
+fn replication_request(b: &[u8]) -> bool {
+    let name = match b.strip_prefix(b"*") {
+        Some(r) => {
+            // `*3\r\n$5\r\nPSYNC\r\n...`: past the count and the first length.
+            let Some(i) = r.windows(3).position(|w| w == b"\r\n$") else {
+                return false;
+            };
+            let r = &r[i + 3..];
+            let Some(j) = r.windows(2).position(|w| w == b"\r\n") else {
+                return false;
+            };
+            &r[j + 2..]
+        }
+        None => b,
+    };
+    let n = name.iter().take_while(|c| c.is_ascii_alphabetic()).count();
+    let word = name[..n].to_ascii_uppercase();
+    matches!(&word[..], b"PSYNC" | b"SYNC" | b"REPLCONF")
+}
+
 /// The fd a thread waits for a reply on after this call: a request sent on an outgoing
 /// connection (its class from the connect), kept through a poll/select for the reply.
 fn sent_after(waits: Waits, class: Option<FileClass>, sc: &Syscall) -> Option<i32> {
     let sent_now = sc.sys.facts.has(Facts::SEND)
         && sc.sys.puts
-        && class == Some(FileClass::Replica)
+        && is_outgoing(class)
         && sc.ret.val().is_some_and(|n| n > 0);
     match waits {
         _ if sent_now => sc.fd,

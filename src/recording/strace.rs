@@ -444,7 +444,7 @@ impl<W: Write> Recorder<W> {
                 return self.w.write_all(self.line.as_bytes());
             }
             // Names go beside the recording (`.threads`).
-            EventKind::ThreadName(_) => return Ok(()),
+            EventKind::ThreadName(_) | EventKind::Program(_) => return Ok(()),
             // Live tracers read no lines.
             EventKind::Unreadable => return Ok(()),
         }

@@ -93,6 +93,7 @@ pub fn class_color(class: Option<FileClass>) -> &'static str {
         FileClass::Client => "#2ca02c",
         FileClass::Listener => "#98df8a",
         FileClass::Replica => "#bcbd22",
+        FileClass::Outgoing => "#dbdb8d",
         FileClass::Pipe => "#8c564b",
         FileClass::Epoll => "#c49c94",
         FileClass::Dir => "#393b79",

@@ -407,6 +407,21 @@ fn caveats(r: &Report, w: &mut dyn Write, p: &Paint) -> io::Result<()> {
             .as_bytes(),
         )?;
     }
+    if !r.summary.other_programs.is_empty() {
+        let n = r.summary.other_programs.len();
+        w.write_all(
+            wrap(
+                &format!(
+                    "The trace holds {n} other program{} beside redis ({}): their calls are \
+                     counted, their waits are theirs, not redis's stalls.",
+                    plural(n as u64),
+                    r.summary.other_programs.join(", ")
+                ),
+                0,
+            )
+            .as_bytes(),
+        )?;
+    }
     Ok(())
 }
 

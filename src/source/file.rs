@@ -118,10 +118,13 @@ impl FileSource {
     /// Parses lines straight into `out` until it holds `want` events or input ends: the
     /// batch path, where each event is built once in its final place.
     pub(super) fn pump_into(&mut self, out: &mut Vec<Event>, want: usize) -> Result<()> {
-        let before = (out.len(), self.unreadable);
+        let before = (out.len(), self.unreadable, self.parser.named());
         let r = self.pump_lines(out, want);
         // Counted as they are pushed: a second pass over the batch cost more than the count.
-        self.counters.events += (out.len() - before.0) as u64 - (self.unreadable - before.1);
+        // Unreadable lines and perf's comms are no events of the trace.
+        self.counters.events += (out.len() - before.0) as u64
+            - (self.unreadable - before.1)
+            - (self.parser.named() - before.2);
         r
     }
 
@@ -135,6 +138,9 @@ impl FileSource {
                 Some(l) => l,
                 None => {
                     self.parser.finish(out);
+                    if let Some(late) = self.parser.take_late() {
+                        self.late_skip(late)?;
+                    }
                     self.counters.lost_events = self.parser.lost();
                     self.done = true;
                     if self.reader.cut_short {
@@ -187,7 +193,29 @@ impl FileSource {
             } else {
                 self.counters.used += 1;
             }
+            if let Some(late) = self.parser.take_late() {
+                self.late_skip(late)?;
+            }
         }
+        Ok(())
+    }
+
+    /// A line counted as used that the parser found skipped later (its `Unreadable` event
+    /// already pushed, where the timeline breaks).
+    #[cold]
+    fn late_skip(&mut self, (line, reason, text): (u64, SkipReason, Vec<u8>)) -> Result<()> {
+        self.counters.used -= 1;
+        self.unreadable += 1;
+        if self.strict {
+            bail!(
+                "{}:{}: {} (--strict): {}",
+                self.label,
+                line,
+                reason,
+                String::from_utf8_lossy(&text[..text.len().min(120)])
+            );
+        }
+        self.counters.skips.add(&self.label, line, reason, &text);
         Ok(())
     }
 

@@ -43,6 +43,25 @@ impl LineParser {
         }
     }
 
+    /// A line handed back as used that turned out skipped (perf: a held call line nothing
+    /// continued): (line, reason, text).
+    #[inline]
+    pub(crate) fn take_late(&mut self) -> Option<(u64, super::SkipReason, Vec<u8>)> {
+        match self {
+            LineParser::Strace(_) => None,
+            LineParser::Perf(p) => p.take_late(),
+        }
+    }
+
+    /// Name events pushed (perf's comms), which are no events of the trace.
+    #[inline]
+    pub(crate) fn named(&self) -> u64 {
+        match self {
+            LineParser::Strace(_) => 0,
+            LineParser::Perf(p) => p.named,
+        }
+    }
+
     /// A line the reader did not hand over (too long): counted, to keep line numbers.
     pub(crate) fn skip_line(&mut self) {
         match self {

@@ -39,15 +39,72 @@ pub struct PerfParser {
     seen_since_lost: super::TidMap<u32>,
     /// `minfault [...] => ...` / `majfault` lines (`perf trace -F`) read so far.
     pub faults: u64,
+    /// A call line with no end, held for the next line, which may be its wrapped rest:
+    /// (text, line).
+    held: Option<(Vec<u8>, u64)>,
+    /// A held line found damaged once the next line was read (`take_late`).
+    late: Option<(u64, SkipReason, Vec<u8>)>,
+    /// The comm each thread was last shown with, and the last line's thread and comm (a
+    /// one-entry cache in front of the map).
+    comms: super::TidMap<Box<[u8]>>,
+    named_tid: Tid,
+    named_comm: Vec<u8>,
+    /// `EventKind::Program` events pushed: names, not events of the trace.
+    pub named: u64,
+}
+
+/// The most bytes a call wrapped onto several lines is joined into.
+const MAX_JOINED: usize = 1 << 16;
+
+/// A line that may be the wrapped rest of a call line: no time, thread and call of its
+/// own, not perf's own output (a loss, the summary) nor a callchain frame.
+fn wrapped_rest(raw: &[u8]) -> bool {
+    let t = skip_ws(raw);
+    !t.is_empty()
+        && prefix(raw).is_none()
+        && lost_count(t).is_none()
+        && !t.starts_with(b"Summary of events:")
+        && !is_frame(t)
+}
+
+/// Glues a call line's wrapped rest to it. Wrapping in a mail or a book breaks at a blank,
+/// which the break took: perf puts one after `,` and `:` and around `=`, so one goes back
+/// there (or where either half kept it); a terminal cuts at a fixed width, mid-word.
+fn join_wrapped(head: &mut Vec<u8>, rest: &[u8]) {
+    let t = skip_ws(rest);
+    let blank = head.last().is_some_and(|b| b.is_ascii_whitespace())
+        || t.len() < rest.len()
+        || matches!(trim_end(head).last(), Some(b',' | b':'))
+        || t.starts_with(b"=");
+    let keep = trim_end(head).len();
+    head.truncate(keep);
+    if blank {
+        head.push(b' ');
+    }
+    head.extend_from_slice(t);
+}
+
+/// `   do_syscall_64 ([kernel.kallsyms])`, `   __libc_write (/usr/lib/libc.so.6)`: a frame
+/// of a callchain under an event (`perf trace --call-graph`), its object in parentheses.
+fn is_frame(t: &[u8]) -> bool {
+    let t = trim_end(t);
+    let Some(inner) = t.strip_suffix(b")") else {
+        return false;
+    };
+    let Some(open) = memmem::rfind(inner, b" (") else {
+        return false;
+    };
+    let dso = &inner[open + 2..];
+    open > 0 && (dso.starts_with(b"/") || dso.starts_with(b"["))
 }
 
 /// Longer than any call a trace can show (about 104 days).
 const MAX_PLAUSIBLE_NS: Nanos = 1 << 53;
 
-/// (time ns, duration ns, tid, rest of the line)
-type PerfPrefix<'a> = (Option<Nanos>, Option<Nanos>, Tid, &'a [u8]);
+/// (time ns, duration ns, tid, comm (empty when the column is left out), rest of the line)
+type PerfPrefix<'a> = (Option<Nanos>, Option<Nanos>, Tid, &'a [u8], &'a [u8]);
 
-/// `  2272.992 ( 0.037 ms): comm/tid ` -> (time ns, duration ns, tid, rest)
+/// `  2272.992 ( 0.037 ms): comm/tid ` -> (time ns, duration ns, tid, comm, rest)
 fn prefix(line: &[u8]) -> Option<PerfPrefix<'_>> {
     let s = skip_ws(line);
     let (ts, mut s) = if let Some(r) = s.strip_prefix(b"?") {
@@ -81,19 +138,20 @@ fn prefix(line: &[u8]) -> Option<PerfPrefix<'_>> {
     // follows the duration column. Which thread it is, the trace does not say.
     let n = s.iter().take_while(|b| is_name_byte(**b)).count();
     if dur_column && n > 0 && s.get(n) == Some(&b'(') {
-        return Some((ts, dur, 0, s));
+        return Some((ts, dur, 0, &[], s));
     }
-    let (tid, rest) = comm_tid(s)?;
-    Some((ts, dur, tid, rest))
+    let (tid, comm, rest) = comm_tid(s)?;
+    Some((ts, dur, tid, comm, rest))
 }
 
 /// The kernel's comm is at most 15 bytes (`TASK_COMM_LEN` less its NUL).
 const COMM_MAX: usize = 15;
 
-/// `comm/tid rest` -> (tid, rest). A comm may hold spaces and slashes (`Web Content/219299`,
+/// `comm/tid rest` -> (tid, comm, rest). A comm may hold spaces and slashes (`Web Content/219299`,
 /// `JS Watchdog/947933`, `kworker/u8:2/77`): the tid is the first run of digits after a `/`
 /// within a comm's length of the start that a blank follows.
-fn comm_tid(s: &[u8]) -> Option<(Tid, &[u8])> {
+#[inline(always)]
+fn comm_tid(s: &[u8]) -> Option<(Tid, &[u8], &[u8])> {
     let mut from = 0;
     while let Some(i) = memchr::memchr(b'/', &s[from..]).map(|i| from + i) {
         if i > COMM_MAX {
@@ -103,7 +161,7 @@ fn comm_tid(s: &[u8]) -> Option<(Tid, &[u8])> {
         let end = i + 1 + digits;
         if digits > 0 && matches!(s.get(end), Some(b' ' | b'\t')) {
             let tid: Tid = std::str::from_utf8(&s[i + 1..end]).ok()?.parse().ok()?;
-            return Some((tid, skip_ws(&s[end..])));
+            return Some((tid, &s[..i], skip_ws(&s[end..])));
         }
         from = i + 1;
     }
@@ -162,15 +220,84 @@ fn strip_labels(args: &[u8], out: &mut Vec<u8>) {
 impl PerfParser {
     /// Parses one line (without its newline), pushing the events it completes.
     pub fn feed(&mut self, raw: &[u8], out: &mut Vec<Event>) -> LineOutcome {
-        match self.feed_line(raw, out) {
+        self.line += 1;
+        if self.held.is_some() {
+            return self.feed_after_held(raw, out);
+        }
+        self.outcome(raw, self.line, out)
+    }
+
+    #[inline(always)]
+    fn outcome(&mut self, raw: &[u8], line_no: u64, out: &mut Vec<Event>) -> LineOutcome {
+        match self.feed_line(raw, line_no, out) {
             Ok(()) => LineOutcome::Used,
+            // A call with no end may have been wrapped onto the next line (a book, a mail):
+            // held until that line says (`feed_after_held`).
+            Err(SkipReason::CutOff) => {
+                self.held = Some((raw.to_vec(), line_no));
+                LineOutcome::Used
+            }
             Err(r) => {
                 if r != SkipReason::Empty {
-                    self.broken_line = self.line;
+                    self.broken_line = line_no;
                 }
                 LineOutcome::Skipped(r)
             }
         }
+    }
+
+    /// The line after a call line with no end: its rest, wrapped (joined, as strace's
+    /// wrapped lines are), or another line, and the held one was damaged: counted as
+    /// skipped where it was (`late`), the timeline broken there.
+    #[cold]
+    #[inline(never)]
+    fn feed_after_held(&mut self, raw: &[u8], out: &mut Vec<Event>) -> LineOutcome {
+        let Some((mut head, head_line)) = self.held.take() else {
+            return self.outcome(raw, self.line, out);
+        };
+        let line_no = self.line;
+        if wrapped_rest(raw) && head.len() + raw.len() <= MAX_JOINED {
+            join_wrapped(&mut head, raw);
+            return match self.feed_line(&head, line_no, out) {
+                Ok(()) => LineOutcome::Used,
+                // Wrapped onto more lines still.
+                Err(SkipReason::CutOff) => {
+                    self.held = Some((head, head_line));
+                    LineOutcome::Used
+                }
+                Err(r) => {
+                    self.broken_line = line_no;
+                    self.late = Some((head_line, r, head));
+                    LineOutcome::Skipped(r)
+                }
+            };
+        }
+        self.drop_held(head, head_line, out);
+        self.outcome(raw, line_no, out)
+    }
+
+    /// A held call line that nothing continued: damaged (a duration but no result: it
+    /// returned) or cut off. No duration spans it, and it is counted where it was.
+    fn drop_held(&mut self, head: Vec<u8>, head_line: u64, out: &mut Vec<Event>) {
+        let reason = match prefix(&head) {
+            Some((_, Some(_), ..)) => SkipReason::Damaged,
+            _ => SkipReason::CutOff,
+        };
+        self.broken_line = self.broken_line.max(head_line);
+        out.push(Event {
+            tid: 0,
+            ts: self.last_ts,
+            line: head_line,
+            kind: EventKind::Unreadable,
+        });
+        self.late = Some((head_line, reason, head));
+    }
+
+    /// A line skipped after it was handed back as used (a held line nothing continued):
+    /// (line, reason, text), taken once.
+    #[inline]
+    pub fn take_late(&mut self) -> Option<(u64, SkipReason, Vec<u8>)> {
+        self.late.take()
     }
 
     /// A line that the reader could not hand over (too long): it breaks the timeline too.
@@ -179,12 +306,19 @@ impl PerfParser {
         self.broken_line = self.line;
     }
 
-    fn feed_line(&mut self, raw: &[u8], out: &mut Vec<Event>) -> Result<(), SkipReason> {
-        self.line += 1;
-        let line_no = self.line;
-        let Some((ts, dur, tid, body)) = self.event_prefix(raw)? else {
+    fn feed_line(
+        &mut self,
+        raw: &[u8],
+        line_no: u64,
+        out: &mut Vec<Event>,
+    ) -> Result<(), SkipReason> {
+        let Some((ts, dur, tid, comm, body)) = self.event_prefix(raw)? else {
             return Ok(());
         };
+        // Nearly every line is of the thread the last one was, by the same name.
+        if !comm.is_empty() && (tid != self.named_tid || comm != &self.named_comm[..]) {
+            self.note_comm(tid, comm, line_no, out);
+        }
         let timed = ts.is_some();
         let ts = self.stamp(ts, out);
         if dur.is_some() {
@@ -232,6 +366,8 @@ impl PerfParser {
         };
         let tail = match skip_ws(tail).strip_prefix(b"=") {
             Some(t) => parse_tail(t).ok_or(SkipReason::BadReturn)?,
+            // `name(args)` and nothing after: the result may be on the next line.
+            None if skip_ws(tail).is_empty() => return Err(SkipReason::CutOff),
             None => return Err(SkipReason::BadReturn),
         };
         let (mut sc, start, start_line) = if continued {
@@ -282,9 +418,29 @@ impl PerfParser {
                 Err(SkipReason::Lost)
             }
             // callchain frames under an event (`   do_syscall_64 ([kernel.kallsyms])`)
-            None if raw.first() == Some(&b' ') && memmem::find(t, b"(").is_some() => Ok(None),
+            None if raw.first() == Some(&b' ') && is_frame(t) => Ok(None),
             None => Err(SkipReason::NoSyscall),
         }
+    }
+
+    /// A thread's comm, new or changed: perf trace names no process, so the comm is what
+    /// tells programs apart in a whole-machine trace (`EventKind::Program`).
+    #[inline(never)]
+    fn note_comm(&mut self, tid: Tid, comm: &[u8], line_no: u64, out: &mut Vec<Event>) {
+        self.named_tid = tid;
+        self.named_comm.clear();
+        self.named_comm.extend_from_slice(comm);
+        if self.comms.get(&tid).map(|c| &c[..]) == Some(comm) {
+            return;
+        }
+        self.comms.insert(tid, comm.into());
+        self.named += 1;
+        out.push(Event {
+            tid,
+            ts: self.last_ts,
+            line: line_no,
+            kind: EventKind::Program(lossy(comm).into()),
+        });
     }
 
     /// The time a line is placed at: its own, or the last one seen when it has none (`?`).
@@ -444,6 +600,9 @@ impl PerfParser {
     }
 
     pub fn finish(&mut self, out: &mut Vec<Event>) {
+        if let Some((head, head_line)) = self.held.take() {
+            self.drop_held(head, head_line, out);
+        }
         out.append(&mut self.untimed);
         let mut rest: Vec<_> = self.pending.drain().collect();
         rest.sort_by_key(|(_, (_, l, _))| *l);
@@ -499,7 +658,7 @@ fn is_fault(body: &[u8]) -> bool {
 /// True when a line has the perf trace shape (used by format detection).
 pub fn looks_like_perf(line: &[u8]) -> bool {
     match prefix(line) {
-        Some((_, _, _, body)) => {
+        Some((_, _, _, _, body)) => {
             let n = body
                 .iter()
                 .take_while(|b| is_name_byte(**b) || **b == b':')
@@ -517,10 +676,17 @@ mod tests {
     use super::*;
     use crate::event::Ret;
 
+    /// `PerfParser::feed`, the comms it names left out (`comms_are_said_when_new_or_changed`).
+    fn feed(p: &mut PerfParser, raw: &[u8], out: &mut Vec<Event>) -> LineOutcome {
+        let o = p.feed(raw, out);
+        out.retain(|e| !matches!(e.kind, EventKind::Program(_)));
+        o
+    }
+
     fn one(line: &str) -> Vec<Event> {
         let mut p = PerfParser::default();
         let mut out = vec![];
-        assert_eq!(p.feed(line.as_bytes(), &mut out), LineOutcome::Used);
+        assert_eq!(feed(&mut p, line.as_bytes(), &mut out), LineOutcome::Used);
         p.finish(&mut out);
         out
     }
@@ -572,7 +738,7 @@ mod tests {
             "  1329.797 ( 6.213 ms): redis-server/7514 fdatasync(fd: 7) = 0",
             "  1312.368 (31.627 ms): redis-benchmar/8888  ... [continued]: epoll_wait()) = 4",
         ] {
-            assert_eq!(p.feed(l.as_bytes(), &mut out), LineOutcome::Used);
+            assert_eq!(feed(&mut p, l.as_bytes(), &mut out), LineOutcome::Used);
         }
         p.finish(&mut out);
         let e = out.iter().find(|e| e.tid == 8888).unwrap();
@@ -590,14 +756,15 @@ mod tests {
         let mut p = PerfParser::default();
         let mut out = vec![];
         assert_eq!(
-            p.feed(
+            feed(
+                &mut p,
                 b"         ? (         ): redis-server/28471  ... [continued]: epoll_wait())   = 0",
                 &mut out,
             ),
             LineOutcome::Used
         );
         assert!(out.is_empty());
-        assert_eq!(p.feed(
+        assert_eq!(feed(&mut p,
             b"19274896.686 ( 0.027 ms): redis-server/28471 openat(dfd: CWD, filename: 0xd29888c5) = 8",
             &mut out,
         ), LineOutcome::Used);
@@ -620,21 +787,24 @@ mod tests {
         let mut p = PerfParser::default();
         let mut out = vec![];
         assert_eq!(
-            p.feed(
+            feed(
+                &mut p,
                 b"   10.000 (         ): redis-server/7 fdatasync(fd: 7) ...",
                 &mut out,
             ),
             LineOutcome::Used
         );
         assert_eq!(
-            p.feed(
+            feed(
+                &mut p,
                 b"   10.100 ( 0.010 ms): redis-server/8 read(fd: 9, buf: 0x1, count: 5) = 5",
                 &mut out,
             ),
             LineOutcome::Used
         );
         assert_eq!(
-            p.feed(
+            feed(
+                &mut p,
                 b"   10.000 (50.000 ms): redis-server/7  ... [continued]: fdatasync()) = 0",
                 &mut out,
             ),
@@ -663,7 +833,7 @@ mod tests {
             "   642.506 ( 0.004 ms): redis-server/2014 read(fd: 9, buf: 0x1, count: 5) = 5",
             "   642.600 ( 0.000 ms): redis-server/2014 majfault [call+0x272] => 0x55b251f80e98 (?.)",
         ] {
-            assert_eq!(p.feed(l.as_bytes(), &mut out), LineOutcome::Used, "{l}");
+            assert_eq!(feed(&mut p, l.as_bytes(), &mut out), LineOutcome::Used, "{l}");
         }
         p.finish(&mut out);
         assert_eq!(p.faults, 2);
@@ -676,14 +846,16 @@ mod tests {
         let mut p = PerfParser::default();
         let mut out = vec![];
         assert_eq!(
-            p.feed(
+            feed(
+                &mut p,
                 b"                                   do_syscall_64 ([kernel.kallsyms])",
                 &mut out
             ),
             LineOutcome::Used
         );
         assert_eq!(
-            p.feed(
+            feed(
+                &mut p,
                 b"     0.011 pipewire/2290 raw_syscalls:sys_enter(id: 16, args: 1)",
                 &mut out
             ),
@@ -705,7 +877,7 @@ mod tests {
             "   12.500 ( 0.002 ms): redis-server/7 getpid() = 7",
             "   13.000 (         ): redis-server/8 epoll_wait(epfd: 5, events: 0x1, maxevents: 128) ...",
         ] {
-            assert_eq!(p.feed(l.as_bytes(), &mut out), LineOutcome::Used, "{l}");
+            assert_eq!(feed(&mut p, l.as_bytes(), &mut out), LineOutcome::Used, "{l}");
         }
         p.finish(&mut out);
         let by_name = |n: &str| out.iter().find(|e| e.syscall().unwrap().name == n).unwrap();
@@ -735,7 +907,7 @@ mod tests {
             "     0.026 ( 0.003 ms): oomd/972 newfstatat(dfd: 12, filename: \"\", statbuf: 0x1, flag: 4096) = 0",
             "18446744073709.520 ( 0.044 ms): cg/36478 openat(dfd: 4, filename: \".\", flags: RDONLY) = 5",
         ] {
-            assert_eq!(p.feed(l.as_bytes(), &mut out), LineOutcome::Used);
+            assert_eq!(feed(&mut p, l.as_bytes(), &mut out), LineOutcome::Used);
         }
         assert_eq!(
             out[1].ts, 26_000,
@@ -752,7 +924,7 @@ mod tests {
             "  1000.000 ( 0.010 ms): redis-server/42 epoll_wait(epfd: 5, maxevents: 10) = 0",
             "   998.014 ( 5.000 ms): redis-server/43  ... [continued]: fdatasync()) = 0",
         ] {
-            p.feed(l.as_bytes(), &mut out);
+            feed(&mut p, l.as_bytes(), &mut out);
         }
         assert_eq!(p.first, Some(998_014_000));
         assert!(out.iter().all(|e| e.ts >= p.first.unwrap()));
@@ -801,5 +973,81 @@ mod tests {
             b"1796078610.545264 fdatasync(7) = 0 <0.000311>"
         ));
         assert!(!looks_like_perf(b"     0.000123 read(3, \"\", 1) = 0"));
+    }
+
+    /// A call wrapped onto two lines (a mail, a book) is joined; a call line that nothing
+    /// continues is damaged, said once the next line is read (`take_late`), and a result
+    /// line of its own is no callchain frame.
+    #[test]
+    fn wrapped_calls_are_joined_and_damaged_ones_said() {
+        let mut p = PerfParser::default();
+        let mut out = vec![];
+        let mut late = vec![];
+        for l in [
+            "  10.000 ( 0.004 ms): redis-server/7 write(fd: 9, buf: 0x7f,",
+            " count: 5) = 5",
+            "  10.100 ( 0.004 ms): redis-server/7 read(fd: 9, buf: 0x7f, coun",
+            "t: 5)",
+            " = 5",
+            "  10.200 ( 0.004 ms): redis-server/7 read(fd: 9, buf: 0x7f, count:",
+            "  10.300 ( 0.004 ms): redis-server/7 getpid() = 7",
+            "                 do_syscall_64 ([kernel.kallsyms])",
+        ] {
+            assert_eq!(
+                feed(&mut p, l.as_bytes(), &mut out),
+                LineOutcome::Used,
+                "{l}"
+            );
+            late.extend(p.take_late().map(|(l, r, _)| (l, r)));
+        }
+        assert_eq!(
+            feed(
+                &mut p,
+                b" = -1 ENOENT (No such file or directory)",
+                &mut out
+            ),
+            LineOutcome::Skipped(SkipReason::NoSyscall)
+        );
+        p.finish(&mut out);
+        assert_eq!(late, [(6, SkipReason::Damaged)]);
+        let calls: Vec<(&str, Option<i32>)> = out
+            .iter()
+            .filter_map(|e| e.syscall().map(|s| (s.name, s.fd)))
+            .collect();
+        assert_eq!(
+            calls,
+            [("write", Some(9)), ("read", Some(9)), ("getpid", None)]
+        );
+        assert!(out
+            .iter()
+            .any(|e| e.line == 6 && e.kind == EventKind::Unreadable));
+    }
+
+    /// Each thread's comm is said once, before its first call, and again when it changes.
+    #[test]
+    fn comms_are_said_when_new_or_changed() {
+        let mut p = PerfParser::default();
+        let mut out = vec![];
+        for l in [
+            "  10.000 ( 0.004 ms): redis-server/7 getpid() = 7",
+            "  10.100 ( 0.004 ms): Web Content/9 getpid() = 9",
+            "  10.200 ( 0.004 ms): redis-server/7 getpid() = 7",
+            "  10.300 ( 0.004 ms): bio_aof/7 getpid() = 7",
+        ] {
+            p.feed(l.as_bytes(), &mut out);
+        }
+        let names: Vec<(Tid, &str)> = out
+            .iter()
+            .filter_map(|e| match &e.kind {
+                EventKind::Program(n) => Some((e.tid, &n[..])),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            names,
+            [(7, "redis-server"), (9, "Web Content"), (7, "bio_aof")]
+        );
+        assert_eq!(p.named, 3);
+        assert!(matches!(out[0].kind, EventKind::Program(_)));
     }
 }

@@ -261,7 +261,7 @@ pub(crate) fn event_bytes(ev: &Event) -> usize {
                 _ => 0,
             };
         }
-        EventKind::ThreadName(s) => n += s.len(),
+        EventKind::ThreadName(s) | EventKind::Program(s) => n += s.len(),
         _ => {}
     }
     n

@@ -111,7 +111,11 @@ fn resp_on_a_socket_or_an_fd_of_unknown_origin_is_not_the_aof() {
 fn a_connect_classes_its_socket_from_the_call_itself() {
     let r = wild("connect-classed.strace");
     let fd4: Vec<_> = rows(&r).into_iter().filter(|(fd, _)| *fd == 4).collect();
-    assert_eq!(fd4, vec![(4, "replica".to_string())]);
+    // Two sockets in turn on fd 4, each connected: two connections, two rows, one class.
+    assert_eq!(
+        fd4,
+        vec![(4, "outgoing".to_string()), (4, "outgoing".to_string())]
+    );
     let cause = r["stalls"][0]["cause"].as_str().unwrap_or("");
     assert!(cause.contains("connect()"), "{cause}");
     assert!(!cause.contains("unknown"), "{cause}");
@@ -232,7 +236,15 @@ const EVIDENCE: &[(&str, Needs)] = &[
             a.iter().any(|f| {
                 !matches!(
                     f["class"].as_str(),
-                    Some("client" | "listener" | "replica" | "pipe" | "epoll" | "unknown")
+                    Some(
+                        "client"
+                            | "listener"
+                            | "replica"
+                            | "outgoing"
+                            | "pipe"
+                            | "epoll"
+                            | "unknown"
+                    )
                 )
             })
         })
@@ -279,7 +291,10 @@ fn no_socket_is_the_aof_and_no_finding_lacks_its_evidence() {
             let class = f["class"].as_str().unwrap_or("");
             if socket_path(path) {
                 assert!(
-                    matches!(class, "client" | "listener" | "replica" | "unknown"),
+                    matches!(
+                        class,
+                        "client" | "listener" | "replica" | "outgoing" | "unknown"
+                    ),
                     "{}: {path} is {class}",
                     t.display()
                 );
@@ -446,4 +461,119 @@ fn a_perf_contended_futex_is_no_wait_for_work() {
         .filter_map(|i| i["syscall"].as_str())
         .collect();
     assert!(!idle.contains(&"futex"), "{idle:?}");
+}
+
+/// `perf trace -a`: many programs. redis's threads (by their names) are redis's, its main
+/// thread the one named so; another program's event loop (gnome-shell's) is never main, its
+/// waits (a 300 ms recvmsg, Web Content's gaps) are not redis's stalls, and each program has
+/// its own fds. A call wrapped onto two lines is joined; a call line whose end is missing and
+/// a stray result line are counted as skipped, not dropped unsaid.
+#[test]
+fn a_whole_machine_perf_trace_groups_threads_by_program() {
+    let r = wild("whole-machine-programs.perf.txt");
+    let role = |tid: u64| {
+        r["threads"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["tid"].as_u64() == Some(tid))
+            .map(|t| {
+                (
+                    t["role"].as_str().unwrap_or("").to_string(),
+                    t["why"].as_str().unwrap_or("").to_string(),
+                )
+            })
+            .unwrap_or_default()
+    };
+    assert_eq!(role(4242).0, "main", "{}", r["threads"]);
+    assert_eq!(role(4243).0, "bio_close_file", "{}", r["threads"]);
+    for tid in [1731, 219299, 219311] {
+        let (role, why) = role(tid);
+        assert_eq!(role, "other", "{tid}: {why}");
+        assert!(why.contains("another program"), "{tid}: {why}");
+    }
+    let programs: Vec<&str> = r["summary"]["other_programs"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|p| p.as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(programs, ["gnome-shell", "Web Content", "JS Watchdog"]);
+    for s in r["stalls"].as_array().unwrap() {
+        assert_eq!(s["tid"].as_u64(), Some(4242), "{s}");
+    }
+    // Each program's fd 12 is its own.
+    let fd12: Vec<u64> = r["fds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["fd"].as_i64() == Some(12))
+        .filter_map(|f| f["pid"].as_u64())
+        .collect();
+    assert_eq!(fd12.len(), 2, "{}", r["fds"]);
+    assert!(fd12.contains(&1731) && fd12.contains(&219299), "{fd12:?}");
+    // 26 lines: one event wrapped onto two, one damaged, one stray, one callchain frame.
+    assert_eq!(
+        r["summary"]["syscalls"].as_u64(),
+        Some(22),
+        "{}",
+        r["summary"]
+    );
+    let skipped: Vec<(u64, String)> = r["skipped"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["line"].as_u64().unwrap_or(0),
+                s["reason"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(skipped.len(), 2, "{skipped:?}");
+    assert!(
+        skipped[0].0 == 21 && skipped[0].1.contains("damaged"),
+        "{skipped:?}"
+    );
+    assert_eq!(skipped[1].0, 25, "{skipped:?}");
+}
+
+/// A connect refused, the socket closed, a new socket on the same fd connected to the same
+/// peer: two connections, two FILES rows; nothing of the second is added to the first (the
+/// refused one keeps its 150 ms, the second its own calls).
+#[test]
+fn a_reconnect_to_the_same_peer_is_a_row_of_its_own() {
+    let r = wild("reconnect-same-peer.strace");
+    let fd5: Vec<(u64, i64)> = r["fds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["fd"].as_i64() == Some(5))
+        .map(|f| {
+            (
+                f["calls"].as_u64().unwrap_or(0),
+                f["max_us"].as_i64().unwrap_or(0),
+            )
+        })
+        .collect();
+    assert_eq!(fd5.len(), 2, "{}", r["fds"]);
+    assert!(fd5.contains(&(2, 150_000)), "{fd5:?}");
+    assert!(
+        fd5.iter().any(|(calls, max)| *calls == 5 && *max < 1000),
+        "{fd5:?}"
+    );
+}
+
+/// A connect makes an outgoing connection: a client's link to its server is `outgoing`;
+/// only the one PSYNC/REPLCONF is sent on is the replication link, `replica`, from its
+/// connect on (one row, one class).
+#[test]
+fn only_a_link_that_replicates_is_a_replica() {
+    let r = wild("outgoing-and-replication.strace");
+    let mut got = rows(&r);
+    got.sort();
+    assert_eq!(
+        got,
+        vec![(5, "outgoing".to_string()), (6, "replica".to_string())],
+        "{}",
+        r["fds"]
+    );
 }
