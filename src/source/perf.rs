@@ -439,7 +439,7 @@ impl PerfParser {
             tid,
             ts: self.last_ts,
             line: line_no,
-            kind: EventKind::Program(lossy(comm).into()),
+            kind: EventKind::Program(lossy(comm)),
         });
     }
 

@@ -5,9 +5,9 @@
 //! its restarts and bounded in number (its listening address, and later its container's
 //! name, never a pid: `instance_label`); every per-instance metric carries it, its incident
 //! reports go under `--out/<label>/`, and its `--events` lines carry it. The rings of all
-//! instances share `--ring-size` (`Budget`). What an instance left behind is let go of when
-//! it exits: its watch's memory and its metric series (its cgroup's included), all but
-//! `stallscope_attached` 0, which goes `FORGET_AFTER` later unless it is back.
+//! instances share `--ring-size` (`Budget`). What an instance left behind is let go of: its
+//! watch's memory and its cgroup's series when it exits, its other metric series
+//! `FORGET_AFTER` later unless it is back.
 
 use super::metrics::{InstanceMetrics, Metrics};
 use super::{attached, follow, SharedLog, Watcher};
@@ -29,9 +29,10 @@ const RESCAN: Duration = Duration::from_secs(1);
 /// How long a new process that listens on nothing yet is given to start listening before it
 /// is named by its config's port or its name instead.
 const LISTEN_GRACE: Duration = Duration::from_secs(3);
-/// A departed instance's `stallscope_attached` stays 0 this long (an alert on it fires), then
-/// is dropped, unless the instance came back meanwhile. Its other series are dropped when it
-/// leaves (a `rate()` over the last minutes still sees the samples scraped before).
+/// A departed instance's series stay this long at their last values (`stallscope_attached`
+/// 0, the rest no longer growing: a rate over the last minutes still sees its last stalls),
+/// then are dropped, unless the instance came back meanwhile; its cgroup's are dropped when
+/// it leaves (the cgroup is no longer followed).
 pub(crate) const FORGET_AFTER: Duration = Duration::from_secs(600);
 
 /// What every instance's watch shares: the command line, the metrics, the event log, the
@@ -247,8 +248,7 @@ struct Running<'s> {
 #[derive(Default)]
 struct Fleet<'s> {
     running: HashMap<Tid, Running<'s>>,
-    /// Left instances, by label: when, and their `stallscope_attached` (dropped
-    /// `FORGET_AFTER` later; the rest went when they left).
+    /// Left instances, by label: when, and their series (dropped `FORGET_AFTER` later).
     departed: HashMap<String, (Instant, InstanceMetrics)>,
     /// New processes that listen on nothing yet: since when.
     unnamed: HashMap<Tid, Instant>,
@@ -393,7 +393,7 @@ impl<'s> Fleet<'s> {
                 // Never attached, or still there: its watch failed; not tried again.
                 self.failed.insert(pid, Instant::now());
             }
-            r.metrics.let_go();
+            r.metrics.leave();
             self.departed.insert(r.label, (Instant::now(), r.metrics));
         }
         self.failed
@@ -402,7 +402,7 @@ impl<'s> Fleet<'s> {
             .retain(|p, _| std::path::Path::new(&format!("/proc/{p}")).exists());
     }
 
-    /// Drops the `stallscope_attached` of instances gone for `FORGET_AFTER`.
+    /// Drops the series of instances gone for `FORGET_AFTER`.
     fn forget_departed(&mut self, now: Instant) {
         self.departed.retain(|_, (at, m)| {
             let keep = now.duration_since(*at) < FORGET_AFTER;

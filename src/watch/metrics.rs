@@ -644,18 +644,19 @@ impl InstanceMetrics {
         h
     }
 
+    /// The instance is gone: its cgroup is no longer followed and the cgroup's series go (the
+    /// container may live on, or its cgroup be reused, and count under a label that no longer
+    /// stands for a watched redis). Its other series stay at their last values, no longer
+    /// growing, until `forget` (a restart under the same label goes on with them).
+    pub(crate) fn leave(&self) {
+        self.fam.cgroup.drop_instance(&self.label);
+    }
+
     /// Drops every series of this instance from what a scrape shows (it left a while ago).
     pub(crate) fn forget(&self) {
-        self.let_go();
         self.fam.attached.remove(&InstanceLabel {
             instance: self.label.clone(),
         });
-    }
-
-    /// The instance is gone: every series of it but `stallscope_attached` (0 by now) is
-    /// dropped, its cgroup's included (no longer followed: the container may live on, or its
-    /// cgroup be reused, and count under a label that no longer stands for a watched redis).
-    pub(crate) fn let_go(&self) {
         let f = &self.fam;
         f.cgroup.drop_instance(&self.label);
         let l = InstanceLabel {
@@ -1151,11 +1152,11 @@ mod tests {
         );
     }
 
-    /// A departed instance (`let_go`) leaves only `stallscope_attached 0`: its cgroup's
-    /// series go and are not made again by later scrapes, however its cgroup's counters move;
-    /// another instance's stay.
+    /// A departed instance (`leave`) loses its cgroup's series, which are not made again by
+    /// later scrapes however its cgroup's counters move; its own stay until `forget`; another
+    /// instance's all stay.
     #[test]
-    fn a_departed_instance_leaves_only_attached_0() {
+    fn a_departed_instance_lets_go_of_its_cgroup() {
         let tmp = tempfile::tempdir().unwrap();
         let put = |rel: &str, text: &str| {
             let p = tmp.path().join(rel);
@@ -1205,16 +1206,29 @@ mod tests {
             "{before}"
         );
         gone.attached.set(0);
-        gone.let_go();
+        gone.leave();
         put(
             "cg/box/cpu.stat",
             "nr_periods 9\nnr_throttled 8\nthrottled_usec 200\n",
         );
         for _ in 0..2 {
             let text = m.encode();
-            assert_eq!(
-                of(&text, "10.0.0.1:6379"),
-                vec!["stallscope_attached{instance=\"10.0.0.1:6379\"} 0".to_string()],
+            let gone_lines = of(&text, "10.0.0.1:6379");
+            assert!(
+                !gone_lines
+                    .iter()
+                    .any(|l| l.starts_with("stallscope_cgroup_")),
+                "{text}"
+            );
+            assert!(
+                gone_lines
+                    .contains(&"stallscope_attached{instance=\"10.0.0.1:6379\"} 0".to_string()),
+                "{text}"
+            );
+            assert!(
+                gone_lines
+                    .iter()
+                    .any(|l| l.starts_with("stallscope_stalls_total")),
                 "{text}"
             );
             let left = of(&text, "10.0.0.2:6379");
