@@ -20,25 +20,14 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::common::{ci, free_port, have, http_get, poll, serial, Client};
+use crate::common::{free_port, have, http_get, poll, serial, Client};
 
 /// Root and tracefs: what the bpf programs need.
 fn can_trace() -> bool {
-    let ok = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"]
-        .iter()
-        .any(|r| {
-            Path::new(r)
-                .join("events/raw_syscalls/sys_enter/id")
-                .exists()
-        })
-        && unsafe { libc::geteuid() } == 0;
-    if !ok && ci() {
-        panic!("watch --all needs root and tracefs under CI=true");
-    }
-    if !ok {
-        eprintln!("skipping: not root, or no tracefs");
-    }
-    ok
+    crate::common::can_trace(
+        "watch --all needs root and tracefs under CI=true",
+        "skipping: not root, or no tracefs",
+    )
 }
 
 /// The sum of the watcher's samples whose line starts with `prefix` (a name and labels).

@@ -12,24 +12,13 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::common::{ci, free_port, have, http_get, poll, serial, Client, Redis};
+use crate::common::{free_port, have, http_get, poll, serial, Client, Redis};
 
 fn have_perf() -> bool {
-    let ok = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"]
-        .iter()
-        .any(|r| {
-            Path::new(r)
-                .join("events/raw_syscalls/sys_enter/id")
-                .exists()
-        })
-        && unsafe { libc::geteuid() } == 0;
-    if !ok && ci() {
-        panic!("watch needs the perf backend: tracefs with raw_syscalls tracepoints, as root, under CI=true");
-    }
-    if !ok {
-        eprintln!("skipping: the perf backend is not available (tracefs, root)");
-    }
-    ok
+    crate::common::can_trace(
+        "watch needs the perf backend: tracefs with raw_syscalls tracepoints, as root, under CI=true",
+        "skipping: the perf backend is not available (tracefs, root)",
+    )
 }
 
 fn can_run() -> bool {

@@ -469,3 +469,23 @@ pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
     let body = buf.split_once("\r\n\r\n").map(|x| x.1.to_string())?;
     Some((status, body))
 }
+
+/// Root and tracefs with the raw_syscalls tracepoints (what the live backends need): a
+/// panic with `ci_msg` under CI=true when missing, else a skip said with `skip_msg`.
+pub fn can_trace(ci_msg: &str, skip_msg: &str) -> bool {
+    let ok = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"]
+        .iter()
+        .any(|r| {
+            std::path::Path::new(r)
+                .join("events/raw_syscalls/sys_enter/id")
+                .exists()
+        })
+        && unsafe { libc::geteuid() } == 0;
+    if !ok && ci() {
+        panic!("{ci_msg}");
+    }
+    if !ok {
+        eprintln!("{skip_msg}");
+    }
+    ok
+}
