@@ -133,7 +133,7 @@ pub(super) fn keep_ns(w: &Watcher) -> Nanos {
 pub(super) fn watch_one(w: &mut Watcher, pid: Tid) -> Result<()> {
     let log_src = log_before_attach(w, pid);
     let s = start(w, pid, false)?;
-    watch_session(w, s, log_src, None)
+    watch_session(w, s, log_src, None).map(|_| ())
 }
 
 /// `--mode cheap`'s escalation: the full tier attached to `pid` until the open incident's
@@ -141,9 +141,28 @@ pub(super) fn watch_one(w: &mut Watcher, pid: Tid) -> Result<()> {
 /// cheap tier lends it its redis poller and log follower (`lent.redis`: one connection and
 /// one follower across both tiers, so a log line or a latency sample from before the
 /// escalation is still there for the report) and the fds of the poller's connections.
-pub(super) fn escalate(w: &mut Watcher, pid: Tid, lent: &mut AttachCtx) -> Result<()> {
+/// Returns when the full tier saw from and until (its attach and its detach, monotonic).
+pub(super) fn escalate(
+    w: &mut Watcher,
+    pid: Tid,
+    lent: &mut AttachCtx,
+    beside: &mut dyn CheapBeside,
+) -> Result<(Nanos, Nanos)> {
     let s = start(w, pid, true)?;
-    watch_session(w, s, None, Some(lent))
+    watch_session(w, s, None, Some((lent, beside)))
+}
+
+/// The cheap tier beside an escalation's full tier. The full tier sees a call from its
+/// entry and a gap from a syscall, so a stall already under way when its programs were
+/// attached (the attach itself takes a while on a busy host) is the cheap tier's to count:
+/// each drain of the full tier reads the cheap tier first.
+pub(super) trait CheapBeside {
+    /// Reads the cheap tier's new records: those begun before `full_from` are counted
+    /// (`Watcher::on_stall`); the others are the full tier's.
+    fn poll(&mut self, w: &mut Watcher, full_from: Nanos);
+    /// Whether the cheap tier counted a stall of thread `tid` overlapping `start..end`: the
+    /// full tier's part of a call already running at its attach is then not counted again.
+    fn counted(&self, tid: Tid, start: Nanos, end: Nanos) -> bool;
 }
 
 /// What redis's log is, found before the attach: once traced, a `CONFIG GET` of our own
@@ -167,8 +186,12 @@ pub(super) fn watch_session(
     w: &mut Watcher,
     mut s: LiveSession,
     log_src: Option<Option<crate::evidence::LogSource>>,
-    mut lent: Option<&mut AttachCtx>,
-) -> Result<()> {
+    escalation: Option<(&mut AttachCtx, &mut dyn CheapBeside)>,
+) -> Result<(Nanos, Nanos)> {
+    let (mut lent, beside) = match escalation {
+        Some((l, b)) => (Some(l), Some(b)),
+        None => (None, None),
+    };
     let pid = s.pid;
     w.metrics.attached.set(1);
     w.metrics.attaches.inc();
@@ -201,7 +224,9 @@ pub(super) fn watch_session(
     };
     say_watching(w, &s);
     let mut sink = WatchSink::new(w, ac, s.clock.first);
-    sink.escalated = lent.is_some();
+    if let Some(b) = beside {
+        sink.beside = Some(b);
+    }
     let ran = s.run(&mut sink);
     let WatchSink { w, mut ac, .. } = sink;
     let st = s.end();
@@ -231,7 +256,7 @@ pub(super) fn watch_session(
         "stallscope: detached from {pid}: traced {} syscalls; {} lost",
         st.syscalls, st.lost_events
     );
-    Ok(())
+    Ok((st.attach_mono, st.detach_mono))
 }
 
 /// What every incident of this attachment starts from.
@@ -377,9 +402,10 @@ pub(super) struct WatchSink<'w, 'a> {
     drains: DrainClock,
     /// The latest end of any event: the ring's clock.
     latest: Nanos,
-    /// The full tier attached by `--mode cheap` for one incident: done once its report is
-    /// handed to the writer.
-    pub escalated: bool,
+    /// The full tier attached by `--mode cheap` for one incident (done once its report is
+    /// handed to the writer): the cheap tier beside it.
+    pub beside: Option<&'w mut dyn CheapBeside>,
+    attach_mono: Nanos,
 }
 
 impl<'w, 'a> WatchSink<'w, 'a> {
@@ -389,7 +415,8 @@ impl<'w, 'a> WatchSink<'w, 'a> {
             prev: None,
             drains: DrainClock::new(w.args.ring_bytes(), Instant::now()),
             latest: attach_mono,
-            escalated: false,
+            beside: None,
+            attach_mono,
             w,
             ac,
         }
@@ -398,6 +425,11 @@ impl<'w, 'a> WatchSink<'w, 'a> {
     /// Each window's new stalls, in order, those of the old one up to the switch and those
     /// of the new one after it.
     fn drain_stalls(&mut self) {
+        // Before the full tier's stalls: a cheap record of a call is sent at the thread's
+        // switch-in, before the call's exit reaches the full tier.
+        if let Some(b) = self.beside.as_deref_mut() {
+            b.poll(self.w, self.attach_mono);
+        }
         let clock = &self.ac.view.clock;
         let mut found = vec![];
         let switch_at = self.prev.as_ref().map(|(_, s)| *s);
@@ -412,7 +444,11 @@ impl<'w, 'a> WatchSink<'w, 'a> {
         );
         found.sort_by_key(|x| x.1);
         for (s, start, end) in &found {
-            self.w.on_stall(s, *start, *end);
+            let cheap_has_it = s.in_flight == Some(crate::event::InFlight::AtStart)
+                && (self.beside.as_deref()).is_some_and(|b| b.counted(s.who.tid, *start, *end));
+            if !cheap_has_it {
+                self.w.on_stall(s, *start, *end);
+            }
         }
     }
 
@@ -528,7 +564,7 @@ impl Sink for WatchSink<'_, '_> {
 
     fn want_stop(&mut self, look: bool) -> bool {
         self.w.want_stop(look)
-            || (self.escalated && self.w.grouper.open.is_none() && self.w.pending.is_none())
+            || (self.beside.is_some() && self.w.grouper.open.is_none() && self.w.pending.is_none())
     }
 
     fn spent(&mut self) -> &mut Vec<Box<SchedSpan>> {

@@ -426,6 +426,7 @@ pub(super) fn watch_one(w: &mut Watcher, pid: Tid) -> Result<bool> {
     };
     say_watching(w, pid, &cfg);
     let mut recs = vec![];
+    let mut carried = vec![];
     // redis's signs of a stall that ended before this (epoch ms) were the full tier's to see.
     let mut covered_ms = 0;
     while !w.want_stop(true) && !gone(pid) {
@@ -437,21 +438,21 @@ pub(super) fn watch_one(w: &mut Watcher, pid: Tid) -> Result<bool> {
         if lost > 0 {
             w.metrics.lost_events.inc_by(lost);
         }
+        // What the cheap tier saw beside the last escalation and the full tier did not.
+        recs.append(&mut carried);
         for r in &recs {
-            let s = stall_of(r, &mut names, &ac.view.clock, ac.view.clock.first);
-            w.on_stall(&s, r.start, r.end);
-            w.cheap.stalls.push((s, r.start));
+            count(w, r, &mut names, &ac.view.clock);
         }
         if !recs.is_empty() {
             w.cheap.trigger.get_or_insert(Trigger::Stall);
             if may_escalate(w) {
-                escalate(w, pid, &mut t, &mut ac);
+                carried = escalate(w, pid, (&mut t, &mut names), &mut ac);
                 covered_ms = crate::redis_client::wall_ms();
             }
         }
         for sig in signals {
             if open_by_signal(w, &sig, covered_ms) {
-                escalate(w, pid, &mut t, &mut ac);
+                carried = escalate(w, pid, (&mut t, &mut names), &mut ac);
                 covered_ms = crate::redis_client::wall_ms();
             }
         }
@@ -529,32 +530,109 @@ fn open_by_signal(w: &mut Watcher, sig: &Signal, covered_ms: i64) -> bool {
     true
 }
 
-/// The full tier, attached until the open incident's report is handed to the writer. The
-/// cheap tier's records of that time are dropped after it (the full tier saw those stalls).
-fn escalate(w: &mut Watcher, pid: Tid, t: &mut Feed, ac: &mut AttachCtx) {
-    let at = crate::clock::now_mono();
-    w.cheap.escalated_at = Some(at);
+/// A cheap record counted as a stall, and kept for its incident's report.
+fn count(w: &mut Watcher, r: &CheapRecord, names: &mut Names, clock: &Clock) {
+    let s = stall_of(r, names, clock, clock.first);
+    w.on_stall(&s, r.start, r.end);
+    w.cheap.stalls.push((s, r.start));
+}
+
+/// The full tier, attached until the open incident's report is handed to the writer, with
+/// the cheap tier read beside it (`Beside`). Returns the cheap tier's records the full tier
+/// did not see (begun before its attach or after its detach, read once it was gone), to
+/// be counted as new.
+fn escalate(
+    w: &mut Watcher,
+    pid: Tid,
+    (feed, names): (&mut Feed, &mut Names),
+    ac: &mut AttachCtx,
+) -> Vec<CheapRecord> {
+    w.cheap.escalated_at = Some(crate::clock::now_mono());
     w.cheap.escalated_ms = Some(crate::redis_client::wall_ms());
-    w.cheap.escalated_iso = Some(
-        chrono::Utc::now()
-            .format("%Y-%m-%dT%H:%M:%S%.6fZ")
-            .to_string(),
-    );
+    w.cheap.escalated_iso = Some(iso_z(chrono::Utc::now()));
     let trigger = w.cheap.trigger.as_ref().map_or("stall", Trigger::as_str);
     w.metrics.escalation(trigger).inc();
     eprintln!(
         "stallscope: escalating ({trigger}): every syscall of {pid} traced until the incident is written"
     );
-    if let Err(e) = attached::escalate(w, pid, ac) {
-        eprintln!("stallscope: warning: the full tier could not be attached: {e:#}; the incident's report will hold only the cheap tier's stalls");
-        w.cheap.escalated_at = None;
-        w.cheap.escalated_iso = None;
-        w.cheap.escalated_ms = None;
-        return;
+    let mut beside = Beside {
+        feed,
+        names,
+        clock: ac.view.clock.clone(),
+        counted: vec![],
+        later: vec![],
+        seen_from: false,
+    };
+    let (from, until) = match attached::escalate(w, pid, ac, &mut beside) {
+        Ok(span) => span,
+        Err(e) => {
+            eprintln!("stallscope: warning: the full tier could not be attached: {e:#}; the incident's report will hold only the cheap tier's stalls");
+            w.cheap.escalated_at = None;
+            w.cheap.escalated_iso = None;
+            w.cheap.escalated_ms = None;
+            // Nothing was the full tier's.
+            (Nanos::MAX, Nanos::MAX)
+        }
+    };
+    let mut after = std::mem::take(&mut beside.later);
+    let lost = beside.feed.poll(&mut after);
+    if lost > 0 {
+        w.metrics.lost_events.inc_by(lost);
     }
-    let mut during = vec![];
-    t.poll(&mut during);
-    eprintln!("stallscope: back to the cheap tier");
+    after.retain(|r| r.start < from || r.start >= until);
+    if from != Nanos::MAX {
+        eprintln!("stallscope: back to the cheap tier");
+    }
+    after
+}
+
+fn iso_z(t: chrono::DateTime<chrono::Utc>) -> String {
+    t.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()
+}
+
+/// The cheap tier read while the full tier is attached: it counts what was already under
+/// way at the full tier's attach (a sleep, a spin), which the full tier sees only part of
+/// or not at all.
+struct Beside<'t> {
+    feed: &'t mut Feed,
+    names: &'t mut Names,
+    clock: Clock,
+    /// The stalls it counted: thread, start, end.
+    counted: Vec<(Tid, Nanos, Nanos)>,
+    /// The others, until the full tier's detach is known: what began after it is not its.
+    later: Vec<CheapRecord>,
+    /// The report's `full_from` is set to the full tier's attach (it was the ask till then).
+    seen_from: bool,
+}
+
+impl attached::CheapBeside for Beside<'_> {
+    fn poll(&mut self, w: &mut Watcher, full_from: Nanos) {
+        if !self.seen_from {
+            self.seen_from = true;
+            w.cheap.escalated_at = Some(full_from);
+            if let Some(wall) = self.clock.wall_ns(full_from) {
+                let t = chrono::DateTime::from_timestamp_nanos(wall);
+                w.cheap.escalated_iso = Some(iso_z(t));
+            }
+        }
+        let mut recs = vec![];
+        let lost = self.feed.poll(&mut recs);
+        if lost > 0 {
+            w.metrics.lost_events.inc_by(lost);
+        }
+        for r in recs {
+            if r.start < full_from {
+                count(w, &r, self.names, &self.clock);
+                self.counted.push((r.tid, r.start, r.end));
+            } else {
+                self.later.push(r);
+            }
+        }
+    }
+
+    fn counted(&self, tid: Tid, start: Nanos, end: Nanos) -> bool {
+        (self.counted.iter()).any(|&(t, s, e)| t == tid && s < end && e > start)
+    }
 }
 
 /// The cheap tier's own context for incidents it writes without the full tier (which could
@@ -603,6 +681,21 @@ fn say_watching(w: &Watcher, pid: Tid, cfg: &CheapConfig) {
 /// Puts the cheap tier's stalls of an incident into its report (`first`: the report's
 /// origin), with `watch_tiers` saying which tier saw what.
 pub(crate) fn into_report(report: &mut crate::report::Report, seen: &Seen, first: Nanos) {
+    // The full tier's part of a call already running at its attach, when the cheap tier
+    // has the whole of it.
+    let whole = |s: &Stall| {
+        let (a, b) = (s.at_us, s.at_us + s.duration_us);
+        seen.stalls.iter().any(|(c, start)| {
+            let ca = (start - first) / 1000;
+            c.who.tid == s.who.tid && ca < b && ca + c.duration_us > a
+        })
+    };
+    let before = report.stalls.len();
+    report
+        .stalls
+        .retain(|s| s.in_flight != Some(crate::event::InFlight::AtStart) || !whole(s));
+    report.summary.stalls =
+        (report.summary.stalls).saturating_sub((before - report.stalls.len()) as u64);
     for (s, start) in &seen.stalls {
         let mut s = s.clone();
         s.at_us = (start - first) / 1000;
@@ -681,4 +774,50 @@ fn signal_notes(seen: &Seen, signal: &RedisSignal, ended_ms: i64) -> Vec<String>
         None => "the full tier could not be attached: neither tier saw the stall redis signalled; redis's own account of it is in the `redis` section".into(),
     });
     notes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::watch::incident::tests::stall;
+
+    /// The full tier's part of a call already running at its attach goes when the cheap tier
+    /// has the whole call; a call of another thread, or one the cheap tier has not, stays.
+    #[test]
+    fn the_full_tiers_part_of_a_call_the_cheap_tier_has_whole_is_dropped() {
+        let ms = 1_000_000;
+        let first = 1_000 * ms;
+        let part = |tid: Tid, at_ms: i64, dur_ms: i64| {
+            let mut s = stall(dur_ms * 1000, None);
+            s.who.tid = tid;
+            s.at_us = at_ms * 1000;
+            s.bound = Bound::AtLeast;
+            s.in_flight = Some(crate::event::InFlight::AtStart);
+            s
+        };
+        // Thread 1's sleep, attached 200 ms in; thread 2's call the cheap tier did not see.
+        let mut report = crate::report::Report {
+            stalls: vec![part(1, 0, 400), part(2, 0, 300), stall(50_000, None)],
+            ..Default::default()
+        };
+        report.summary.stalls = 3;
+        let mut whole = stall(600_000, None);
+        whole.cause = "cheap tier: the whole sleep".into();
+        let seen = Seen {
+            stalls: vec![(whole, first - 200 * ms)],
+            sample_period_ns: 2 * ms,
+            ..Seen::default()
+        };
+        into_report(&mut report, &seen, first);
+        let got: Vec<(Tid, i64)> = (report.stalls.iter())
+            .map(|s| (s.who.tid, s.duration_us))
+            .collect();
+        assert_eq!(
+            got,
+            vec![(1, 600_000), (2, 300_000), (1, 50_000)],
+            "{:?}",
+            report.stalls
+        );
+        assert_eq!(report.summary.stalls, 3);
+    }
 }

@@ -237,6 +237,74 @@ fn a_cheap_stall_escalates_to_the_full_tier_for_its_incident() {
     redis.assert_unharmed();
 }
 
+/// A sleep sent right after the one that escalates is under way when the full tier's
+/// programs are attached: the full tier sees only its end. The cheap tier, read beside the
+/// full tier, counts it whole, once, in --events and in the incident's report (before, its
+/// record was dropped as the full tier's, and the stall was the full tier's part of it).
+#[test]
+fn a_stall_under_way_when_the_full_tier_attaches_is_counted_whole_and_once() {
+    let _g = serial();
+    if !can_run() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let fs = SlowFs::mount(tmp.path());
+    let (redis, log) = redis_on(&fs, tmp.path());
+    let events = tmp.path().join("events.jsonl");
+    let out = tmp.path().join("incidents");
+    let w = watch_cheap(
+        redis.pid(),
+        &events,
+        &log,
+        &["--out", out.to_str().unwrap(), "--after", "2s"],
+    );
+    let mut c = Client::connect(redis.port, LONG).expect("connect");
+    c.cmd(&["DEBUG", "SLEEP", "0.1"]).expect("reply");
+    // Sent at once: the cheap tier reads its ring every 20 ms, and escalating loads programs.
+    c.cmd(&["DEBUG", "SLEEP", "0.6"]).expect("reply");
+    assert!(
+        w.wait_line("back to the cheap tier", LONG),
+        "{:?}",
+        w.lines()
+    );
+    let sleeps = |v: &[serde_json::Value]| -> Vec<f64> {
+        v.iter()
+            .filter(|e| e["thread"] == "main")
+            .filter(|e| e["syscall"].as_str().unwrap_or("").contains("nanosleep"))
+            .map(|e| e["duration_s"].as_f64().unwrap_or(0.0))
+            .collect()
+    };
+    let text = std::fs::read_to_string(&events).unwrap();
+    let logged: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let got = sleeps(&logged);
+    assert_eq!(got.len(), 2, "two sleeps, each once: {text}");
+    assert!(got[1] >= 0.6 - 2.0 * PERIOD, "the second whole: {got:?}");
+    let reps = reports(&out);
+    assert_eq!(reps.len(), 1, "one incident");
+    let stalls: Vec<serde_json::Value> = reps[0].1["stalls"].as_array().unwrap().clone();
+    let in_report: Vec<u64> = stalls
+        .iter()
+        .filter(|s| s["syscall"].as_str().unwrap_or("").contains("nanosleep"))
+        .map(|s| s["duration_us"].as_u64().unwrap_or(0))
+        .collect();
+    assert_eq!(
+        in_report.len(),
+        2,
+        "each sleep once in the report: {stalls:?}"
+    );
+    assert!(
+        in_report
+            .iter()
+            .any(|d| *d as f64 >= (0.6 - 2.0 * PERIOD) * 1e6),
+        "{in_report:?}"
+    );
+    drop(w);
+    redis.assert_unharmed();
+}
+
 /// Until redis lists a client whose last command was the poller's slow log peek: its first
 /// round is done, and what redis signals from now on is new to it.
 fn wait_poller_primed(port: u16) {
