@@ -107,6 +107,38 @@ fn redis_on(fs: &SlowFs, dir: &Path) -> (Redis, std::path::PathBuf) {
     (redis, log)
 }
 
+/// A redis on slowfs and a cheap-mode watcher of it writing incidents into `out` (fields
+/// dropped in this order: the watcher first, the temporary directory last).
+struct Rig {
+    w: Watch,
+    redis: Redis,
+    events: std::path::PathBuf,
+    out: std::path::PathBuf,
+    _fs: SlowFs,
+    _tmp: tempfile::TempDir,
+}
+
+impl Rig {
+    fn start(extra: &[&str]) -> Rig {
+        let tmp = tempfile::tempdir().unwrap();
+        let fs = SlowFs::mount(tmp.path());
+        let (redis, log) = redis_on(&fs, tmp.path());
+        let events = tmp.path().join("events.jsonl");
+        let out = tmp.path().join("incidents");
+        let mut args = vec!["--out", out.to_str().unwrap()];
+        args.extend(extra);
+        let w = watch_cheap(redis.pid(), &events, &log, &args);
+        Rig {
+            w,
+            redis,
+            events,
+            out,
+            _fs: fs,
+            _tmp: tmp,
+        }
+    }
+}
+
 /// Checks event `e` against a stall of at least `injected` s that the client waited
 /// `waited` s for.
 fn check_duration(e: &serde_json::Value, injected: f64, waited: f64) {
@@ -181,17 +213,8 @@ fn a_cheap_stall_escalates_to_the_full_tier_for_its_incident() {
     if !can_run() {
         return;
     }
-    let tmp = tempfile::tempdir().unwrap();
-    let fs = SlowFs::mount(tmp.path());
-    let (redis, log) = redis_on(&fs, tmp.path());
-    let events = tmp.path().join("events.jsonl");
-    let out = tmp.path().join("incidents");
-    let w = watch_cheap(
-        redis.pid(),
-        &events,
-        &log,
-        &["--out", out.to_str().unwrap(), "--after", "2s"],
-    );
+    let rig = Rig::start(&["--after", "2s"]);
+    let (w, redis, out) = (&rig.w, &rig.redis, &rig.out);
     timed(redis.port, &["DEBUG", "SLEEP", "0.3"]);
     assert!(w.wait_line("escalating", LONG), "{:?}", w.lines());
     // What follows, seen by the full tier (once it traces: its own "watching" line, not the
@@ -205,7 +228,7 @@ fn a_cheap_stall_escalates_to_the_full_tier_for_its_incident() {
         "{:?}",
         w.lines()
     );
-    let json = std::fs::read_dir(&out)
+    let json = std::fs::read_dir(out)
         .unwrap()
         .flatten()
         .map(|e| e.path())
@@ -233,7 +256,7 @@ fn a_cheap_stall_escalates_to_the_full_tier_for_its_incident() {
         .find(|s| !s["cause"].as_str().unwrap_or("").starts_with("cheap tier"))
         .unwrap_or_else(|| panic!("the full tier saw the second sleep: {stalls:?}"));
     assert_eq!(full["waiting_by_command"]["DEBUG"], 1, "{full}");
-    drop(w);
+    drop(rig.w);
     redis.assert_unharmed();
 }
 
@@ -247,17 +270,8 @@ fn a_stall_under_way_when_the_full_tier_attaches_is_counted_whole_and_once() {
     if !can_run() {
         return;
     }
-    let tmp = tempfile::tempdir().unwrap();
-    let fs = SlowFs::mount(tmp.path());
-    let (redis, log) = redis_on(&fs, tmp.path());
-    let events = tmp.path().join("events.jsonl");
-    let out = tmp.path().join("incidents");
-    let w = watch_cheap(
-        redis.pid(),
-        &events,
-        &log,
-        &["--out", out.to_str().unwrap(), "--after", "2s"],
-    );
+    let rig = Rig::start(&["--after", "2s"]);
+    let (w, redis, events, out) = (&rig.w, &rig.redis, &rig.events, &rig.out);
     let mut c = Client::connect(redis.port, LONG).expect("connect");
     c.cmd(&["DEBUG", "SLEEP", "0.1"]).expect("reply");
     // Sent at once: the cheap tier reads its ring every 20 ms, and escalating loads programs.
@@ -274,7 +288,7 @@ fn a_stall_under_way_when_the_full_tier_attaches_is_counted_whole_and_once() {
             .map(|e| e["duration_s"].as_f64().unwrap_or(0.0))
             .collect()
     };
-    let text = std::fs::read_to_string(&events).unwrap();
+    let text = std::fs::read_to_string(events).unwrap();
     let logged: Vec<serde_json::Value> = text
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
@@ -282,7 +296,7 @@ fn a_stall_under_way_when_the_full_tier_attaches_is_counted_whole_and_once() {
     let got = sleeps(&logged);
     assert_eq!(got.len(), 2, "two sleeps, each once: {text}");
     assert!(got[1] >= 0.6 - 2.0 * PERIOD, "the second whole: {got:?}");
-    let reps = reports(&out);
+    let reps = reports(out);
     assert_eq!(reps.len(), 1, "one incident");
     let stalls: Vec<serde_json::Value> = reps[0].1["stalls"].as_array().unwrap().clone();
     let in_report: Vec<u64> = stalls
@@ -301,7 +315,7 @@ fn a_stall_under_way_when_the_full_tier_attaches_is_counted_whole_and_once() {
             .any(|d| *d as f64 >= (0.6 - 2.0 * PERIOD) * 1e6),
         "{in_report:?}"
     );
-    drop(w);
+    drop(rig.w);
     redis.assert_unharmed();
 }
 
@@ -515,24 +529,8 @@ fn past_the_incident_rate_limit_a_stall_is_counted_without_escalating() {
     if !can_run() {
         return;
     }
-    let tmp = tempfile::tempdir().unwrap();
-    let fs = SlowFs::mount(tmp.path());
-    let (redis, log) = redis_on(&fs, tmp.path());
-    let events = tmp.path().join("events.jsonl");
-    let out = tmp.path().join("incidents");
-    let w = watch_cheap(
-        redis.pid(),
-        &events,
-        &log,
-        &[
-            "--out",
-            out.to_str().unwrap(),
-            "--after",
-            "1s",
-            "--max-incidents-per-hour",
-            "1",
-        ],
-    );
+    let rig = Rig::start(&["--after", "1s", "--max-incidents-per-hour", "1"]);
+    let (w, redis, events) = (&rig.w, &rig.redis, &rig.events);
     timed(redis.port, &["DEBUG", "SLEEP", "0.3"]);
     assert!(w.wait_line("incident written", LONG), "{:?}", w.lines());
     assert!(
@@ -542,13 +540,13 @@ fn past_the_incident_rate_limit_a_stall_is_counted_without_escalating() {
     );
     // The hour's one incident is written: the next stall is counted by the cheap tier (an
     // events line, as every stall) and the full tier stays off.
-    let seen = std::fs::read_to_string(&events).unwrap().lines().count();
+    let seen = std::fs::read_to_string(events).unwrap().lines().count();
     timed(redis.port, &["DEBUG", "SLEEP", "0.3"]);
     let sleep_seen = (seen..seen + 20).any(|n| {
-        let e = event(&events, n);
+        let e = event(events, n);
         e["syscall"].as_str().unwrap_or("").contains("nanosleep")
     });
-    assert!(sleep_seen, "{:?}", std::fs::read_to_string(&events));
+    assert!(sleep_seen, "{:?}", std::fs::read_to_string(events));
     std::thread::sleep(Duration::from_millis(500));
     let escalations = w
         .lines()
@@ -556,6 +554,6 @@ fn past_the_incident_rate_limit_a_stall_is_counted_without_escalating() {
         .filter(|l| l.contains("escalating"))
         .count();
     assert_eq!(escalations, 1, "{:?}", w.lines());
-    drop(w);
+    drop(rig.w);
     redis.assert_unharmed();
 }
