@@ -3,9 +3,9 @@
 //! test runs a host redis-server, a valkey-server and a third server started after the
 //! watcher, injects a `DEBUG SLEEP 0.3` in each, and checks through a real Prometheus's HTTP
 //! API that each stall is counted under its own instance, that each instance has one incident
-//! report under `--out/INSTANCE/`, that the one that exits reads `stallscope_attached 0`
-//! and has no other series left (its cgroup's included), and that every panel query of the Grafana dashboard in
-//! contrib/ answers with data. The others: `attach --name` with several matches lists them
+//! report under `--out/INSTANCE/`, that the one that exits reads `stallscope_attached 0`,
+//! its cgroup's series gone and its other series no longer growing, and that every panel
+//! query of the Grafana dashboard in contrib/ answers with data. The others: `attach --name` with several matches lists them
 //! and says how to pick, `watch --name` with several watches each, ptrace is refused with
 //! `--all`, and the alert rules pass `promtool check rules`. Live tests hold `serial()`,
 //! start their own servers on free loopback ports, and stop them by pid; without the tools
