@@ -795,6 +795,41 @@ pub struct Stall {
     pub redis_evidence: Option<Vec<RedisEvidence>>,
 }
 
+#[cfg(test)]
+impl Stall {
+    /// A stall for unit tests: a `write` of process 100's main thread, `duration_us` long,
+    /// `at_us` into the trace, measured, nothing else known; tests set what they need
+    /// (`Stall { .., ..Stall::sample(at, dur) }`).
+    pub(crate) fn sample(at_us: i64, duration_us: i64) -> Stall {
+        Stall {
+            ts: String::new(),
+            ts_iso: None,
+            at_us,
+            who: ThreadRef {
+                pid: 100,
+                tid: 100,
+                thread: Role::Main,
+            },
+            kind: StallKind::SlowSyscall,
+            syscall: Some("write".into()),
+            target: FdRef::default(),
+            duration_us,
+            line: None,
+            cause: String::new(),
+            finding: None,
+            bound: Bound::Exact,
+            duration_known: DurationKnown::Measured,
+            in_flight: None,
+            waiting: Waiting::default(),
+            phase: None,
+            events_lost: false,
+            sched: None,
+            quiet_calls: None,
+            redis_evidence: None,
+        }
+    }
+}
+
 /// The thread a call or a stall belongs to (flattened into its object: `pid`, `tid`, `thread`).
 #[derive(Clone, Debug, Serialize, Default, PartialEq, Eq)]
 pub struct ThreadRef {

@@ -80,7 +80,7 @@ mod tests {
     use crate::analyze::holds::Held;
     use crate::analyze::stalls::{Cand, DurFacts};
     use crate::fdtable::ProcKey;
-    use crate::report::{Bound, DurationKnown, FindingId, Role, StallKind};
+    use crate::report::{Bound, DurationKnown, FindingId, StallKind};
 
     const MS: Nanos = 1_000_000;
 
@@ -113,39 +113,16 @@ mod tests {
             through: Default::default(),
         };
         let s = Stall {
-            ts: String::new(),
-            ts_iso: None,
-            at_us: start / 1000,
-            who: crate::report::ThreadRef {
-                pid: 100,
-                tid: 100,
-                thread: Role::Main,
-            },
-            kind: StallKind::SlowSyscall,
-            syscall: Some("write".into()),
             target: crate::report::FdRef {
                 fd: Some(7),
-                path: None,
-                class: None,
+                ..Default::default()
             },
-            duration_us: dur / 1000,
-            line: None,
-            cause: String::new(),
             finding,
-            bound: Bound::Exact,
-            duration_known: DurationKnown::Measured,
-            in_flight: None,
             waiting: crate::report::Waiting {
-                commands: 0,
-                by_command: Default::default(),
-                clients: 0,
                 worst_us: worst_wait_us,
+                ..Default::default()
             },
-            phase: None,
-            events_lost: false,
-            sched: None,
-            quiet_calls: None,
-            redis_evidence: None,
+            ..Stall::sample(start / 1000, dur / 1000)
         };
         (c, s)
     }

@@ -349,39 +349,19 @@ mod tests {
 
     fn stall(at_us: i64, duration_us: i64, class: &str, finding: &str) -> Stall {
         Stall {
-            sched: None,
-            quiet_calls: None,
-            redis_evidence: None,
-            ts: String::new(),
-            ts_iso: None,
-            at_us,
             who: crate::report::ThreadRef {
                 pid: 1,
                 tid: 1,
                 thread: "main".into(),
             },
-            kind: crate::report::StallKind::SlowSyscall,
             syscall: Some("close".into()),
             target: crate::report::FdRef {
                 fd: Some(9),
                 path: None,
                 class: Some(class.into()),
             },
-            duration_us,
-            line: None,
-            cause: String::new(),
             finding: Some(finding.into()),
-            bound: crate::report::Bound::Exact,
-            duration_known: crate::report::DurationKnown::Measured,
-            in_flight: None,
-            waiting: crate::report::Waiting {
-                commands: 0,
-                by_command: Default::default(),
-                clients: 0,
-                worst_us: None,
-            },
-            phase: None,
-            events_lost: false,
+            ..Stall::sample(at_us, duration_us)
         }
     }
 

@@ -559,39 +559,20 @@ mod tests {
         class: &str,
     ) -> Stall {
         Stall {
-            sched: None,
-            quiet_calls: None,
-            redis_evidence: None,
             ts: format!("+{at_us}"),
-            ts_iso: None,
-            at_us,
             who: crate::report::ThreadRef {
                 pid: 100,
                 tid,
                 thread: thread.into(),
             },
-            kind: StallKind::SlowSyscall,
             syscall: Some(syscall.into()),
             target: crate::report::FdRef {
                 fd: Some(7),
                 path: Some("/d/appendonly.aof".into()),
                 class: Some(class.into()),
             },
-            duration_us,
-            line: None,
             cause: "c".into(),
-            finding: None,
-            bound: Bound::Exact,
-            duration_known: crate::report::DurationKnown::Measured,
-            in_flight: None,
-            waiting: crate::report::Waiting {
-                commands: 0,
-                by_command: Default::default(),
-                clients: 0,
-                worst_us: None,
-            },
-            phase: None,
-            events_lost: false,
+            ..Stall::sample(at_us, duration_us)
         }
     }
 

@@ -34,20 +34,13 @@ fn stall(at_us: i64, duration_us: i64, kind: StallKind, class: Option<&str>, tid
         line: Some(100 + at_us as u64 / 1000),
         cause: "the AOF fsync waited for the disk".into(),
         finding: Some(FindingId::AofFsyncAlways),
-        bound: Bound::Exact,
-        duration_known: crate::report::DurationKnown::Measured,
-        in_flight: None,
         waiting: crate::report::Waiting {
             commands: 1,
             by_command: [("SET".to_string(), 1)].into_iter().collect(),
             clients: 1,
             worst_us: Some(duration_us),
         },
-        phase: None,
-        events_lost: false,
-        sched: None,
-        quiet_calls: None,
-        redis_evidence: None,
+        ..Stall::sample(at_us, duration_us)
     }
 }
 

@@ -545,43 +545,19 @@ fn record(job: &Job, path: &Path) -> std::io::Result<()> {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::report::{Bound, StallKind};
 
     pub(crate) fn stall(dur_us: i64, finding: Option<&str>) -> Stall {
         Stall {
             ts: "07:30:12.345678".into(),
             ts_iso: Some("2026-12-01T08:30:12.345678+01:00".into()),
-            at_us: 0,
             who: crate::report::ThreadRef {
                 pid: 1,
                 tid: 1,
                 thread: "main".into(),
             },
-            kind: StallKind::SlowSyscall,
             syscall: Some("nanosleep".into()),
-            target: crate::report::FdRef {
-                fd: None,
-                path: None,
-                class: None,
-            },
-            duration_us: dur_us,
-            line: None,
-            cause: String::new(),
             finding: finding.map(crate::report::FindingId::from),
-            bound: Bound::Exact,
-            duration_known: crate::report::DurationKnown::Measured,
-            in_flight: None,
-            waiting: crate::report::Waiting {
-                commands: 0,
-                by_command: Default::default(),
-                clients: 0,
-                worst_us: None,
-            },
-            phase: None,
-            events_lost: false,
-            sched: None,
-            quiet_calls: None,
-            redis_evidence: None,
+            ..Stall::sample(0, dur_us)
         }
     }
 

@@ -1101,21 +1101,29 @@ mod tests {
         );
     }
 
+    fn put_file(root: &std::path::Path, rel: &str, text: &str) {
+        let p = root.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    }
+
+    /// A fake root where process 5 is in the cgroup v2 `/box`, mounted at `/cg`.
+    fn fake_v2_box(root: &std::path::Path) {
+        put_file(root, "proc/5/cgroup", "0::/box\n");
+        put_file(
+            root,
+            "proc/self/mountinfo",
+            "30 22 0:26 / /cg rw - cgroup2 cgroup2 rw\n",
+        );
+    }
+
     /// Each instance's cgroup counters are published at each scrape by what they did since
     /// the last one, from the cgroup followed (a fake v2 tree here), and stop with it.
     #[test]
     fn the_cgroup_counters_follow_each_instances_cgroup() {
         let tmp = tempfile::tempdir().unwrap();
-        let put = |rel: &str, text: &str| {
-            let p = tmp.path().join(rel);
-            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-            std::fs::write(p, text).unwrap();
-        };
-        put("proc/5/cgroup", "0::/box\n");
-        put(
-            "proc/self/mountinfo",
-            "30 22 0:26 / /cg rw - cgroup2 cgroup2 rw\n",
-        );
+        let put = |rel: &str, text: &str| put_file(tmp.path(), rel, text);
+        fake_v2_box(tmp.path());
         let stat = |periods: u64, throttled: u64, usec: u64| {
             format!("nr_periods {periods}\nnr_throttled {throttled}\nthrottled_usec {usec}\n")
         };
@@ -1158,16 +1166,8 @@ mod tests {
     #[test]
     fn a_departed_instance_lets_go_of_its_cgroup() {
         let tmp = tempfile::tempdir().unwrap();
-        let put = |rel: &str, text: &str| {
-            let p = tmp.path().join(rel);
-            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-            std::fs::write(p, text).unwrap();
-        };
-        put("proc/5/cgroup", "0::/box\n");
-        put(
-            "proc/self/mountinfo",
-            "30 22 0:26 / /cg rw - cgroup2 cgroup2 rw\n",
-        );
+        let put = |rel: &str, text: &str| put_file(tmp.path(), rel, text);
+        fake_v2_box(tmp.path());
         put(
             "cg/box/cpu.stat",
             "nr_periods 1\nnr_throttled 1\nthrottled_usec 10\n",
