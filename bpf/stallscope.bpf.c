@@ -112,6 +112,7 @@ struct sched_snap {
 static __always_inline __u64 cg_throttled_ns(__u32 tid);
 static __always_inline __u64 reclaim_ns(__u32 tid);
 static __always_inline void reclaim_forget(__u32 tid);
+static __always_inline void throttle_forget(__u32 tid);
 
 struct entry {
 	__u64 ts;
@@ -530,6 +531,7 @@ int process_exit(void *ctx)
 		bpf_map_delete_elem(&inflight, &tid);
 	}
 	reclaim_forget(tid);
+	throttle_forget(tid);
 	struct rec *r = bpf_ringbuf_reserve(&events, sizeof(*r), 0);
 	if (r) {
 		__builtin_memset(r, 0, sizeof(*r));
@@ -976,8 +978,10 @@ static __always_inline void cheap_snap(struct sched_snap *s, struct task_struct_
 	s->v[1] = t->sched_info.run_delay;
 	s->v[2] = t->min_flt;
 	s->v[3] = t->maj_flt;
-	s->v[4] = 0; // the full tier's throttled and reclaim times: not measured here
-	s->v[5] = 0;
+	s->v[4] = 0; // the full tier's throttled time: not measured here
+	// The time it spent reclaiming memory, a reclaim in progress included (the Reclaim
+	// section's programs, which the cheap tier attaches too).
+	s->v[5] = reclaim_ns(t->pid);
 }
 
 static __always_inline struct cheap_thread *cheap_thread_of(__u32 tid)
@@ -1173,6 +1177,7 @@ int cheap_exit(__u64 *ctx)
 	if (!w)
 		return 0;
 	bpf_map_delete_elem(&cheap_threads, &tid);
+	reclaim_forget(tid);
 	if (tid != tgid || w->main_tid)
 		return 0;
 	if (bpf_map_delete_elem(&cheap_target, &tgid))
@@ -1233,10 +1238,14 @@ struct sched_entity___cg {
 	struct cfs_rq___cg *cfs_rq;
 } __attribute__((preserve_access_index));
 struct task_struct___cg {
+	unsigned int flags;
 	int pid;
 	int tgid;
 	struct sched_entity___cg se;
 } __attribute__((preserve_access_index));
+
+// Set (exit_signals) before sched_process_exit fires, where a thread's state is deleted.
+#define PF_EXITING 0x00000004
 
 struct throttle_state {
 	__u64 since;  // when the thread began to wait (0: it is not waiting)
@@ -1272,6 +1281,16 @@ static __always_inline __u64 cg_throttled_ns(__u32 tid)
 	return s ? s->total : 0;
 }
 
+// A traced thread ended (process_exit): its state goes. On a kernel with the runqueue's
+// throttle clock every traced thread that ever waits has an entry, and a host whose redis
+// forks a child per save (each with its threads) would otherwise fill the map's 16384
+// entries, after which no new thread's throttled time is measured; a reused tid would also
+// start from a dead thread's total.
+static __always_inline void throttle_forget(__u32 tid)
+{
+	bpf_map_delete_elem(&throttle, &tid);
+}
+
 // How long `c` has been throttled in all, by its own clock (ns; 0 without the clock).
 static __always_inline __u64 cg_throttled_so_far(struct cfs_rq___cg *c)
 {
@@ -1288,6 +1307,10 @@ static __always_inline __u64 cg_throttled_so_far(struct cfs_rq___cg *c)
 // A traced thread begins to wait for a CPU.
 static __always_inline void cg_wait_begins(struct task_struct___cg *t, __u32 tid, __u64 now)
 {
+	// An exiting thread can still be preempted or woken after process_exit deleted its
+	// state: an entry made then would stay for good.
+	if (BPF_CORE_READ(t, flags) & PF_EXITING)
+		return;
 	struct cfs_rq___cg *c = BPF_CORE_READ(t, se.cfs_rq);
 	if (!c)
 		return;
@@ -1380,10 +1403,14 @@ int btf_throttle_wakeup(__u64 *ctx)
 // memory.high alike), and one that finds the host short of free memory reclaims directly
 // (mm_vmscan_direct_reclaim_begin/end). Both pairs fire in the reclaiming task's own context
 // around the whole reclaim, the waits for writeback inside it included, so the time between
-// them is exact; `snap` puts each thread's total into its counters (v[5]). A begin inside
-// another (a soft-limit reclaim inside a direct one) counts once. Not counted: v2's penalty
-// sleep past memory.high (a sleep on the way back to user space, after the reclaim) and
-// kswapd's reclaim (another task's time).
+// them is exact; `snap` puts each thread's total into its counters (v[5]), and so does the
+// cheap tier's `cheap_snap` for the threads it watches (both tiers attach these programs;
+// each load of the object has its own maps, and its own set of threads in them). One
+// program per edge: `reclaim_begin` is attached to both begin tracepoints, `reclaim_end` to
+// both ends (their records are not read: only which task fires them, and when). A begin
+// inside another (a soft-limit reclaim inside a direct one) counts once. Not counted: v2's
+// penalty sleep past memory.high (a sleep on the way back to user space, after the reclaim)
+// and kswapd's reclaim (another task's time).
 
 struct reclaim_state {
 	__u64 since; // when the outermost reclaim began (0: not reclaiming)
@@ -1406,6 +1433,9 @@ struct {
 	__type(value, __u32);
 } reclaim_seen SEC(".maps");
 
+// The ns thread `tid` spent reclaiming so far, a reclaim in progress included: a cheap-tier
+// record can begin or end inside one (a thread blocked on writeback within a reclaim is
+// switched out and in before the reclaim ends).
 static __always_inline __u64 reclaim_ns(__u32 tid)
 {
 	__u32 zero = 0;
@@ -1413,7 +1443,15 @@ static __always_inline __u64 reclaim_ns(__u32 tid)
 	if (!seen || !*seen)
 		return 0;
 	struct reclaim_state *s = bpf_map_lookup_elem(&reclaim, &tid);
-	return s ? s->total : 0;
+	if (!s)
+		return 0;
+	__u64 total = s->total;
+	if (s->depth) {
+		__u64 now = bpf_ktime_get_ns();
+		if (now > s->since)
+			total += now - s->since;
+	}
+	return total;
 }
 
 // A traced thread ended: its tid may be reused by a task that is not traced.
@@ -1425,15 +1463,31 @@ static __always_inline void reclaim_forget(__u32 tid)
 		bpf_map_delete_elem(&reclaim, &tid);
 }
 
-static __always_inline int reclaim_begins(void)
+// Is the process traced by the full tier, or watched by the cheap tier (a watched process or
+// a child of one)? Whichever tier loaded this object fills its own filter; the other's is
+// empty and answers no at its first (inlined) lookup.
+static __always_inline int reclaim_watched(__u32 tgid)
+{
+	if (traced(tgid))
+		return 1;
+	return cheap_watched(tgid) != 0;
+}
+
+SEC("tracepoint/vmscan/mm_vmscan_memcg_reclaim_begin")
+int reclaim_begin(void *ctx)
 {
 	__u64 id = bpf_get_current_pid_tgid();
-	if (!traced(id >> 32))
+	if (!reclaim_watched(id >> 32))
 		return KEEP;
 	__u32 tid = (__u32)id;
 	__u64 now = bpf_ktime_get_ns();
 	struct reclaim_state *s = bpf_map_lookup_elem(&reclaim, &tid);
 	if (!s) {
+		// Not for a thread past its exit program (as for the throttle state): the entry
+		// would stay for good.
+		struct task_struct___cg *t = (struct task_struct___cg *)bpf_get_current_task();
+		if (BPF_CORE_READ(t, flags) & PF_EXITING)
+			return KEEP;
 		struct reclaim_state n = { .since = now, .depth = 1 };
 		bpf_map_update_elem(&reclaim, &tid, &n, BPF_NOEXIST);
 		__u32 zero = 0;
@@ -1448,10 +1502,11 @@ static __always_inline int reclaim_begins(void)
 	return KEEP;
 }
 
-static __always_inline int reclaim_ends(void)
+SEC("tracepoint/vmscan/mm_vmscan_memcg_reclaim_end")
+int reclaim_end(void *ctx)
 {
 	__u64 id = bpf_get_current_pid_tgid();
-	if (!traced(id >> 32))
+	if (!reclaim_watched(id >> 32))
 		return KEEP;
 	__u32 tid = (__u32)id;
 	struct reclaim_state *s = bpf_map_lookup_elem(&reclaim, &tid);
@@ -1466,28 +1521,4 @@ static __always_inline int reclaim_ends(void)
 		s->total += now - s->since;
 	s->since = 0;
 	return KEEP;
-}
-
-SEC("tracepoint/vmscan/mm_vmscan_memcg_reclaim_begin")
-int reclaim_memcg_begin(void *ctx)
-{
-	return reclaim_begins();
-}
-
-SEC("tracepoint/vmscan/mm_vmscan_memcg_reclaim_end")
-int reclaim_memcg_end(void *ctx)
-{
-	return reclaim_ends();
-}
-
-SEC("tracepoint/vmscan/mm_vmscan_direct_reclaim_begin")
-int reclaim_direct_begin(void *ctx)
-{
-	return reclaim_begins();
-}
-
-SEC("tracepoint/vmscan/mm_vmscan_direct_reclaim_end")
-int reclaim_direct_end(void *ctx)
-{
-	return reclaim_ends();
 }

@@ -304,7 +304,8 @@ impl Names {
 /// A cheap record as the report's stall (its `at_us` from `first`).
 fn stall_of(r: &CheapRecord, names: &mut Names, clock: &Clock, first: Nanos) -> Stall {
     let dur = r.end - r.start;
-    let d = crate::live::sched_delta(&r.before, &r.after);
+    let mut d = crate::live::sched_delta(&r.before, &r.after);
+    d.reclaim_ns = r.reclaim_ns;
     let role = names.role(r.tgid, r.tid);
     let mut s = Stall {
         ts: clock.format(r.start),
@@ -343,7 +344,36 @@ fn stall_of(r: &CheapRecord, names: &mut Names, clock: &Clock, first: Nanos) -> 
             uninterruptible, ..
         } => name_blocked(&mut s, r, names, *uninterruptible),
     }
+    name_reclaim(&mut s, r.tgid);
     s
+}
+
+/// A client-facing thread's stall that was mostly its own memory reclaim (measured, as the
+/// full tier measures it): `memory-reclaim`, with the limit it reached. The rule is the full
+/// tier's (findings.rs, `SchedSplit::reclaimed`): at least half of the stall.
+fn name_reclaim(s: &mut Stall, tgid: Tid) {
+    let Some(reclaim_us) = s.sched.as_ref().and_then(|x| x.reclaim_us) else {
+        return;
+    };
+    if !matches!(s.who.thread, Role::Main | Role::IoThread) || reclaim_us * 2 < s.duration_us {
+        return;
+    }
+    let limits = crate::live::cgroup::Cgroup::of(std::path::Path::new("/"), tgid)
+        .map(|c| c.limits())
+        .unwrap_or_default();
+    let limit = match limits.memory_limit() {
+        Some((name, b)) => format!(
+            "its cgroup's memory limit ({name} {}) reached",
+            crate::analyze::limits::mib(b)
+        ),
+        None => "the host short of free memory, or a parent cgroup's memory limit reached (no limit on its own cgroup)".into(),
+    };
+    s.finding = Some(crate::report::FindingId::MemoryReclaim);
+    s.cause.push_str(&format!(
+        "; it reclaimed memory itself for {} of these {}, {limit}: memory reclaim (measured by the kernel's memcg and direct reclaim tracepoints)",
+        crate::units::human(reclaim_us),
+        crate::units::human(s.duration_us)
+    ));
 }
 
 /// A blocked call's stall: the call and its file, from the registers at the switch-out.
@@ -819,5 +849,66 @@ mod tests {
             report.stalls
         );
         assert_eq!(report.summary.stalls, 3);
+    }
+
+    /// A process that does not exist: nothing is read of it from /proc.
+    const PID: Tid = 999_999_999;
+
+    fn names() -> Names {
+        Names {
+            pid: PID,
+            fds: HashMap::new(),
+            fds_at: Instant::now(),
+            comms: HashMap::new(),
+            conf: None,
+            cwd: None,
+            log: None,
+        }
+    }
+
+    /// A main-thread gap of 50 ms, 45 of it on a CPU, with `reclaim` ms measured reclaiming.
+    fn gap(tgid: Tid, reclaim: Option<u64>) -> CheapRecord {
+        let ms = 1_000_000u64;
+        CheapRecord {
+            owner: PID,
+            tid: tgid,
+            tgid,
+            kind: CheapKind::Gap { samples: 20 },
+            start: 10 * ms as Nanos,
+            end: 60 * ms as Nanos,
+            before: [0, 0, 0, 0],
+            after: [45 * ms, 5 * ms, 0, 0],
+            reclaim_ns: reclaim.map(|r| r * ms),
+        }
+    }
+
+    #[test]
+    fn a_gap_spent_reclaiming_is_memory_reclaim_as_the_full_tier_would_say() {
+        let clock = crate::session::live_clock(0, 1_700_000_000_000_000_000);
+        let mut n = names();
+        let s = stall_of(&gap(PID, Some(40)), &mut n, &clock, 0);
+        assert_eq!(s.finding, Some(crate::report::FindingId::MemoryReclaim));
+        assert_eq!(s.sched.as_ref().and_then(|x| x.reclaim_us), Some(40_000));
+        assert!(
+            s.cause
+                .contains("reclaimed memory itself for 40 ms of these 50 ms"),
+            "{}",
+            s.cause
+        );
+        assert!(s
+            .cause
+            .starts_with("cheap tier: the main thread made no read or write"));
+        // Under half of the stall: the reclaim is in the split, the stall is not named by it.
+        let s = stall_of(&gap(PID, Some(20)), &mut n, &clock, 0);
+        assert_eq!(
+            (s.finding, s.sched.unwrap().reclaim_us),
+            (None, Some(20_000))
+        );
+        // Not measured (no reclaim programs): no reclaim part at all.
+        let s = stall_of(&gap(PID, None), &mut n, &clock, 0);
+        assert_eq!((s.finding, s.sched.unwrap().reclaim_us), (None, None));
+        // A forked child's stall holds up no client: its reclaim is not a finding.
+        let s = stall_of(&gap(PID + 1, Some(45)), &mut n, &clock, 0);
+        assert_eq!((s.who.thread, s.finding), (Role::Child, None));
     }
 }

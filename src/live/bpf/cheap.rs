@@ -3,7 +3,9 @@
 //! `sched_switch` as a BTF-typed raw tracepoint, a perf software event sampling the main
 //! thread's CPU time), and their records read from their own small ring as `CheapRecord`s: a watched thread that was
 //! blocked in a syscall past the threshold, and a main-thread stretch past the threshold on a
-//! CPU (or waiting for one) without a read or write. What the records mean is for the
+//! CPU (or waiting for one) without a read or write; each with the time the thread spent
+//! reclaiming memory in it (the Reclaim section's programs on vmscan's tracepoints, loaded
+//! with the tier's own). What the records mean is for the
 //! watcher (`watch::cheap`); this module only loads, attaches and reads.
 
 use super::load::{errno_of, load_error, verifier_refusal};
@@ -31,8 +33,8 @@ struct RawRec {
     end: u64,
     state: u32,
     samples: u32,
-    /// `struct sched_snap`: its counters, of which the cheap tier sets the first four (the
-    /// others are the full tier's throttled and reclaim times, which this tier does not read).
+    /// `struct sched_snap`: its counters, of which the cheap tier sets the first four and the
+    /// sixth, the reclaim time (the fifth is the full tier's throttled time, not read here).
     before: [u64; crate::live::bpf::SNAP],
     after: [u64; crate::live::bpf::SNAP],
     /// The process of the thread (a watched one, or a forked child of it) and the watched
@@ -95,6 +97,10 @@ pub struct CheapRecord {
     /// takes them.
     pub before: [u64; 4],
     pub after: [u64; 4],
+    /// The time the thread spent reclaiming memory itself within the record's span, exact
+    /// (the memcg and direct reclaim tracepoints); None where the reclaim programs could not
+    /// be attached.
+    pub reclaim_ns: Option<u64>,
 }
 
 /// The cheap tier's programs, attached; dropping it detaches and unloads them. One set
@@ -107,6 +113,8 @@ pub struct CheapTracer {
     targets: Vec<(Tid, Tid)>,
     cfg: CheapConfig,
     misread_said: bool,
+    /// The reclaim programs run: the records' reclaim time is measured.
+    reclaim: bool,
 }
 
 impl CheapTracer {
@@ -122,7 +130,10 @@ impl CheapTracer {
             .set_max_entries("events", page)
             .set_max_entries("inflight", 1)
             .set_max_entries("arrival_stamps", 1)
-            .set_max_entries("tgids", 1);
+            .set_max_entries("tgids", 1)
+            .set_max_entries("throttle", 1)
+            // The watched threads that reclaimed (`cheap_threads` holds as many).
+            .set_max_entries("reclaim", 4096);
         let mut bpf = loader
             .load(OBJECT)
             .map_err(|e| load_error("cannot load the BPF object", &e, errno_of(&e)))?;
@@ -139,6 +150,13 @@ impl CheapTracer {
             attach_btf(&mut bpf, &btf, "cheap_fork", "sched_process_fork")?;
         }
         drop(btf);
+        let reclaim = match super::load::attach_reclaim(&mut bpf) {
+            Ok(_) => true,
+            Err(why) => {
+                eprintln!("stallscope: warning: the cheap tier cannot time memory reclaim ({why}): a stall spent reclaiming memory is not named memory-reclaim");
+                false
+            }
+        };
         attach_sampler(&mut bpf, cfg, None)?;
         let ring = bpf
             .take_map("cheap_events")
@@ -152,6 +170,7 @@ impl CheapTracer {
             targets: vec![],
             cfg: cfg.clone(),
             misread_said: false,
+            reclaim,
         })
     }
 
@@ -213,7 +232,12 @@ impl CheapTracer {
     pub fn poll(&mut self, out: &mut Vec<CheapRecord>) {
         while let Some(item) = self.ring.next() {
             match parse(&item) {
-                Some(r) => out.push(r),
+                Some(mut r) => {
+                    if !self.reclaim {
+                        r.reclaim_ns = None;
+                    }
+                    out.push(r)
+                }
                 None if !self.misread_said => {
                     self.misread_said = true;
                     eprintln!(
@@ -292,11 +316,13 @@ fn parse(b: &[u8]) -> Option<CheapRecord> {
         end: r.end as Nanos,
         before: first4(&r.before),
         after: first4(&r.after),
+        reclaim_ns: Some(r.after[5].saturating_sub(r.before[5])),
     })
 }
 
 /// A `struct sched_snap`'s counters as `live::sched_delta` takes them (its fifth, the full
-/// tier's throttled time, is not measured by the cheap tier).
+/// tier's throttled time, is not measured by the cheap tier; its sixth, the reclaim time,
+/// is the record's `reclaim_ns`).
 fn first4(v: &[u64; crate::live::bpf::SNAP]) -> [u64; 4] {
     [v[0], v[1], v[2], v[3]]
 }
@@ -454,7 +480,11 @@ mod tests {
         b[64..72].copy_from_slice(&5u64.to_ne_bytes());
         b[96..104].copy_from_slice(&99u64.to_ne_bytes());
         b[164..168].copy_from_slice(&39u32.to_ne_bytes());
+        // The sixth counters, the reclaim time: `before`'s at 104, `after`'s at 152.
+        b[104..112].copy_from_slice(&1_000u64.to_ne_bytes());
+        b[152..160].copy_from_slice(&31_000u64.to_ne_bytes());
         let r = parse(&b).expect("parsed");
+        assert_eq!(r.reclaim_ns, Some(30_000));
         assert_eq!((r.tgid, r.owner, r.tid), (40, 39, 42));
         assert_eq!((r.start, r.end), (1_000, 401_000));
         assert_eq!((r.before, r.after), ([5, 0, 0, 0], [9, 0, 0, 0]));

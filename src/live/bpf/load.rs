@@ -127,7 +127,7 @@ pub(super) fn attach_programs(
         }
         Err(why) => format!("; no throttled time in the scheduler's split: {why}"),
     };
-    let reclaim = match attach_all_tp(bpf, &RECLAIM_PROGRAMS) {
+    let reclaim = match attach_reclaim(bpf) {
         Ok(l) => {
             links.extend(l);
             "; reclaim programs on vmscan:mm_vmscan_memcg_reclaim_begin/end, mm_vmscan_direct_reclaim_begin/end".to_string()
@@ -305,20 +305,38 @@ fn attach_tp(
     cat: &str,
     name: &str,
 ) -> Result<Link, AttachError> {
+    let mut links = vec![];
+    attach_each(bpf, prog, cat, &[name], &mut links)?;
+    let (_, link) = links.pop().expect("one link per tracepoint");
+    Ok(link)
+}
+
+/// Loads classic tracepoint program `prog` and attaches it to each tracepoint of `names`
+/// (one program can run on several: the records it reads are laid out alike, or not read).
+fn attach_each(
+    bpf: &mut aya::Ebpf,
+    prog: &'static str,
+    cat: &str,
+    names: &[&str],
+    links: &mut Vec<(&'static str, Link)>,
+) -> Result<(), AttachError> {
     let p: &mut aya::programs::TracePoint = bpf
         .program_mut(prog)
         .ok_or_else(|| AttachError::Other(format!("the BPF object lacks {prog}")))?
         .try_into()
         .map_err(|e| load_error(prog, &e, None))?;
     p.load().map_err(|e| verifier_refusal(prog, &e))?;
-    let id = p.attach(cat, name).map_err(|e| {
-        load_error(
-            &format!("cannot attach BPF program {prog} to {cat}:{name}"),
-            &e,
-            errno_of(&e),
-        )
-    })?;
-    Ok(Link::Tp(id))
+    for name in names {
+        let id = p.attach(cat, name).map_err(|e| {
+            load_error(
+                &format!("cannot attach BPF program {prog} to {cat}:{name}"),
+                &e,
+                errno_of(&e),
+            )
+        })?;
+        links.push((prog, Link::Tp(id)));
+    }
+    Ok(())
 }
 
 /// The programs that split a thread's wait for a CPU into the part its cgroup was throttled
@@ -330,42 +348,38 @@ const THROTTLE_PROGRAMS: [(&str, &str); 2] = [
 ];
 
 /// The programs that time a thread's own memory reclaim (the Reclaim section of the C
-/// source), on classic tracepoints: all four or none (a kernel without the vmscan
-/// tracepoints, or one that renamed them, leaves the split without a reclaim part).
-const RECLAIM_PROGRAMS: [(&str, &str, &str); 4] = [
+/// source), on classic tracepoints: one program per edge of a reclaim, on both reclaim
+/// paths' tracepoints (memcg and direct). All four attachments or none (a kernel without the
+/// vmscan tracepoints, or one that renamed them, leaves the split without a reclaim part).
+const RECLAIM_PROGRAMS: [(&str, &str, [&str; 2]); 2] = [
     (
-        "reclaim_memcg_begin",
+        "reclaim_begin",
         "vmscan",
-        "mm_vmscan_memcg_reclaim_begin",
-    ),
-    ("reclaim_memcg_end", "vmscan", "mm_vmscan_memcg_reclaim_end"),
-    (
-        "reclaim_direct_begin",
-        "vmscan",
-        "mm_vmscan_direct_reclaim_begin",
+        [
+            "mm_vmscan_memcg_reclaim_begin",
+            "mm_vmscan_direct_reclaim_begin",
+        ],
     ),
     (
-        "reclaim_direct_end",
+        "reclaim_end",
         "vmscan",
-        "mm_vmscan_direct_reclaim_end",
+        [
+            "mm_vmscan_memcg_reclaim_end",
+            "mm_vmscan_direct_reclaim_end",
+        ],
     ),
 ];
 
-/// Loads and attaches classic tracepoint programs, all or none (then says why).
-fn attach_all_tp(
-    bpf: &mut aya::Ebpf,
-    progs: &[(&'static str, &str, &str)],
-) -> Result<Vec<(&'static str, Link)>, String> {
+/// Loads and attaches the reclaim programs, all or none (then says why): the full tier's,
+/// and the cheap tier's (`cheap::CheapTracer`, whose records carry the same reclaim time).
+pub(super) fn attach_reclaim(bpf: &mut aya::Ebpf) -> Result<Vec<(&'static str, Link)>, String> {
     let mut links = vec![];
-    for &(prog, cat, name) in progs {
-        match attach_tp(bpf, prog, cat, name) {
-            Ok(l) => links.push((prog, l)),
-            Err(e) => {
-                for (prog, link) in links {
-                    detach(bpf, prog, link);
-                }
-                return Err(e.to_string());
+    for (prog, cat, names) in RECLAIM_PROGRAMS {
+        if let Err(e) = attach_each(bpf, prog, cat, &names, &mut links) {
+            for (prog, link) in links {
+                detach(bpf, prog, link);
             }
+            return Err(e.to_string());
         }
     }
     Ok(links)
