@@ -18,103 +18,41 @@
 //! the two readers of one tracepoint must agree. Root only; skipped otherwise, a failure
 //! under CI=true.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use crate::common::cgroup::{controller_mount, TestCgroup};
 use crate::common::{ci, json, serial, Attach, Redis, DEADLINE};
 
 /// The cgroup's limit: redis with 50 keys of 100 KB is about 15 MiB of anonymous memory
 /// (data, client buffers, the allocator's slack); the rest is the AOF's page cache.
 const LIMIT: u64 = 48 << 20;
 
-/// A memory cgroup made by the test, removed (its processes moved back to the parent) on drop.
-struct MemCgroup {
-    dir: PathBuf,
-    v2: bool,
-}
-
-/// Where the memory controller is: a v1 hierarchy with `memory` in its options, else the v2
-/// unified one when its root offers `memory`.
-fn memory_mount() -> Option<(PathBuf, bool)> {
-    let mi = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    let mut v2 = None;
-    for l in mi.lines() {
-        let Some((pre, post)) = l.split_once(" - ") else {
-            continue;
-        };
-        let Some(point) = pre.split(' ').nth(4) else {
-            continue;
-        };
-        let mut p = post.split(' ');
-        let (fstype, opts) = (p.next().unwrap_or(""), p.nth(1).unwrap_or(""));
-        if fstype == "cgroup" && opts.split(',').any(|o| o == "memory") {
-            return Some((PathBuf::from(point), false));
-        }
-        if fstype == "cgroup2" && v2.is_none() {
-            let ctl = std::fs::read_to_string(Path::new(point).join("cgroup.controllers"));
-            if ctl.is_ok_and(|c| c.split_whitespace().any(|x| x == "memory")) {
-                v2 = Some(PathBuf::from(point));
-            }
-        }
-    }
-    v2.map(|p| (p, true))
-}
-
-impl MemCgroup {
-    fn make(name: &str, limit: u64) -> Option<MemCgroup> {
-        let (root, v2) = memory_mount()?;
-        if v2 {
-            let _ = std::fs::write(root.join("cgroup.subtree_control"), "+memory");
-        }
-        let dir = root.join(name);
-        let _ = std::fs::remove_dir(&dir);
-        std::fs::create_dir(&dir).ok()?;
-        let cg = MemCgroup { dir, v2 };
-        let f = if v2 {
+/// The test's memory cgroup's own limit and counter (v1 memory.limit_in_bytes,
+/// memory.failcnt; v2 memory.max, memory.events), beside what every test cgroup has
+/// (`common::cgroup`).
+impl TestCgroup {
+    fn set_memory_limit(&self, limit: u64) {
+        let f = if self.v2 {
             "memory.max"
         } else {
             "memory.limit_in_bytes"
         };
-        std::fs::write(cg.dir.join(f), limit.to_string())
-            .unwrap_or_else(|e| panic!("{f} {limit}: {e}"));
-        Some(cg)
-    }
-
-    fn add(&self, pid: u32) {
-        std::fs::write(self.dir.join("cgroup.procs"), pid.to_string())
-            .unwrap_or_else(|e| panic!("cgroup.procs {pid}: {e}"));
+        self.write(f, &limit.to_string());
     }
 
     /// The count of charges that hit the limit (each one reclaimed first): v1 memory.failcnt,
     /// v2 memory.events `max`.
     fn limit_hits(&self) -> u64 {
-        let read = |f: &str| std::fs::read_to_string(self.dir.join(f)).unwrap_or_default();
         if self.v2 {
-            read("memory.events")
+            self.read("memory.events")
                 .lines()
                 .find_map(|l| l.strip_prefix("max "))
                 .and_then(|v| v.trim().parse().ok())
                 .unwrap_or(0)
         } else {
-            read("memory.failcnt").trim().parse().unwrap_or(0)
-        }
-    }
-}
-
-impl Drop for MemCgroup {
-    fn drop(&mut self) {
-        let parent = self.dir.parent().unwrap().join("cgroup.procs");
-        let procs = std::fs::read_to_string(self.dir.join("cgroup.procs")).unwrap_or_default();
-        for p in procs.lines() {
-            let _ = std::fs::write(&parent, p);
-        }
-        // The page cache charged to it goes with it (v1 moves it to the parent on rmdir).
-        for _ in 0..50 {
-            if std::fs::remove_dir(&self.dir).is_ok() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
+            self.read("memory.failcnt").trim().parse().unwrap_or(0)
         }
     }
 }
@@ -231,7 +169,7 @@ fn can_run() -> bool {
             .is_ok_and(|o| o.status.success())
     });
     let root = unsafe { libc::geteuid() } == 0;
-    let ok = tools && root && memory_mount().is_some() && tracefs().is_some();
+    let ok = tools && root && controller_mount("memory").is_some() && tracefs().is_some();
     if !ok && ci() {
         panic!("the memory experiment needs root, a memory cgroup controller, tracefs, redis-server and redis-benchmark under CI=true");
     }
@@ -301,35 +239,8 @@ fn a_memory_limit_makes_the_aof_writes_reclaim_and_the_reclaim_is_measured() {
     if !can_run() {
         return;
     }
-    let tmp = disk_tempdir();
-    let dir = tmp.path().to_string_lossy().into_owned();
-    let r = Redis::start_in(
-        tmp.path(),
-        &[
-            "--dir",
-            &dir,
-            "--logfile",
-            "redis.log",
-            "--loglevel",
-            "verbose",
-            "--appendonly",
-            "yes",
-            "--appendfsync",
-            "everysec",
-            // One AOF that only grows: a rewrite child would add its own reclaim.
-            "--auto-aof-rewrite-percentage",
-            "0",
-        ],
-    );
-    let name = format!("stallscope-test-mem-{}", std::process::id());
-    let cg = MemCgroup::make(&name, LIMIT).expect("cannot make a memory cgroup");
-    cg.add(r.pid());
-    let Some(ft) = Ftrace::start(&threads_of(r.pid())) else {
-        assert!(
-            !ci(),
-            "the kernel lacks the vmscan reclaim tracepoints (CI=true)"
-        );
-        eprintln!("skipping: no vmscan reclaim tracepoints");
+    let (_tmp, r, cg) = aof_redis_under_a_limit();
+    let Some(ft) = reclaim_reader(&r) else {
         return;
     };
     let hits_before = cg.limit_hits();
@@ -354,6 +265,139 @@ fn a_memory_limit_makes_the_aof_writes_reclaim_and_the_reclaim_is_measured() {
     );
     let rep = json(&out);
     check_report(&rep, &reclaims, lost, hits);
+    drop(ft);
+    drop(cg);
+    r.assert_unharmed();
+}
+
+/// A redis with an AOF in a directory on the disk, in a memory cgroup of the test's own
+/// with `LIMIT`.
+fn aof_redis_under_a_limit() -> (tempfile::TempDir, Redis, TestCgroup) {
+    let tmp = disk_tempdir();
+    let dir = tmp.path().to_string_lossy().into_owned();
+    let r = Redis::start_in(
+        tmp.path(),
+        &[
+            "--dir",
+            &dir,
+            "--logfile",
+            "redis.log",
+            "--loglevel",
+            "verbose",
+            "--appendonly",
+            "yes",
+            "--appendfsync",
+            "everysec",
+            // One AOF that only grows: a rewrite child would add its own reclaim.
+            "--auto-aof-rewrite-percentage",
+            "0",
+        ],
+    );
+    let name = format!("stallscope-test-mem-{}", std::process::id());
+    let cg = TestCgroup::make("memory", &name).expect("cannot make a memory cgroup");
+    cg.set_memory_limit(LIMIT);
+    cg.add(r.pid());
+    (tmp, r, cg)
+}
+
+/// The test's own reader of redis's reclaims; None (a skip, a failure under CI=true) on a
+/// kernel without the vmscan tracepoints.
+fn reclaim_reader(r: &Redis) -> Option<Ftrace> {
+    let ft = Ftrace::start(&threads_of(r.pid()));
+    if ft.is_none() {
+        assert!(
+            !ci(),
+            "the kernel lacks the vmscan reclaim tracepoints (CI=true)"
+        );
+        eprintln!("skipping: no vmscan reclaim tracepoints");
+    }
+    ft
+}
+
+/// The same load under `watch`'s default mode, the cheap tier (no syscall tracepoint): its
+/// records carry the reclaim time the same programs measure, so a main-thread stall that was
+/// mostly reclaim is `memory-reclaim` there too, with the limit, in the events log and the
+/// stall counter. The cheap tier sees a blocked call from the switch-out to the switch-in:
+/// a reclaim that waited for writeback in one sleep of 5 ms or more is one of its stalls,
+/// one made of shorter sleeps is not; ftrace's account says which there were.
+#[test]
+fn the_cheap_tier_names_a_stall_in_reclaim_memory_reclaim_too() {
+    let _g = serial();
+    if !can_run() {
+        return;
+    }
+    let (tmp, r, cg) = aof_redis_under_a_limit();
+    let Some(ft) = reclaim_reader(&r) else {
+        return;
+    };
+    let events = tmp.path().join("events.jsonl");
+    let pid = r.pid().to_string();
+    let mut w = crate::live_watch::Watch::start(&[
+        "--mode",
+        "cheap",
+        "--pid",
+        &pid,
+        "--threshold",
+        "5ms",
+        "--events",
+        events.to_str().unwrap(),
+    ]);
+    assert!(
+        w.wait_line("with the cheap tier", DEADLINE),
+        "{:?}",
+        w.lines()
+    );
+    assert!(
+        !w.lines()
+            .iter()
+            .any(|l| l.contains("cannot time memory reclaim")),
+        "{:?}",
+        w.lines()
+    );
+    let mut load = Load::start(r.port, 3000);
+    load.wait(Duration::from_secs(10));
+    drop(load);
+    // The last records are read within the tier's poll (20 ms).
+    std::thread::sleep(Duration::from_millis(500));
+    let code = w.terminate(DEADLINE);
+    let (reclaims, _) = ft.reclaims();
+    assert_eq!(code, Some(0), "{:?}", w.lines());
+    let text = std::fs::read_to_string(&events).unwrap_or_default();
+    let stalls: Vec<serde_json::Value> = text.lines().map(json).collect();
+    let main = r.pid();
+    let longest_main = reclaims
+        .iter()
+        .filter(|x| x.0 == main)
+        .map(|x| x.2 - x.1)
+        .max()
+        .unwrap_or(0);
+    let named: Vec<_> = stalls
+        .iter()
+        .filter(|s| s["finding"] == "memory-reclaim")
+        .collect();
+    eprintln!(
+        "cheap tier: {} stalls of 5 ms or more, {} memory-reclaim; ftrace: {} reclaims, the main thread's longest {} µs",
+        stalls.len(),
+        named.len(),
+        reclaims.len(),
+        longest_main / 1000
+    );
+    if let Some(s) = named.first() {
+        eprintln!("a memory-reclaim stall of the cheap tier: {}", s["cause"]);
+    }
+    for s in &named {
+        let why = s["cause"].as_str().unwrap_or("");
+        assert!(why.starts_with("cheap tier: "), "{why}");
+        for part in ["reclaimed memory itself for", "48 MiB", "memory reclaim"] {
+            assert!(why.contains(part), "{part:?} not in {why}");
+        }
+        assert_eq!(s["thread"], "main", "{s}");
+    }
+    if longest_main < 5_000_000 {
+        eprintln!("no reclaim of the main thread reached 5 ms on this disk: nothing to name");
+        return;
+    }
+    assert!(!named.is_empty(), "no memory-reclaim stall: {stalls:?}");
     drop(ft);
     drop(cg);
     r.assert_unharmed();

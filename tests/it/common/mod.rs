@@ -12,6 +12,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{mpsc, Mutex};
 use std::time::{Duration, Instant};
 
+pub mod cgroup;
+
 static SERIAL: Mutex<()> = Mutex::new(());
 
 /// How long a live test waits for something that must happen (redis answering, stallscope
