@@ -339,22 +339,32 @@ pub struct Followed {
     pub error: Option<String>,
     /// The helper's output ended (a whole-file read is complete).
     pub done: bool,
+    /// The lines read, as redis wrote them (parsed or not), when the follower was asked to
+    /// keep them (`attach --record` keeps them beside the recording); as many lines as
+    /// `lines` may hold.
+    pub text: Vec<u8>,
 }
 
 impl Follower {
-    pub fn start(path: &str, every: std::time::Duration) -> Follower {
+    /// `keep_text`: keep the lines' text too (`Followed::text`).
+    pub fn start(path: &str, every: std::time::Duration, keep_text: bool) -> Follower {
         // Where the file ends now: lines before that were written before tracing.
         let from = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
-        Self::spawn(path, from, Some(every))
+        Self::spawn(path, from, Some(every), keep_text)
     }
 
     /// The whole file as it is now, read by the same kind of helper (`tail -c +1`), for a
     /// live trace that learnt the log's path only from the fd table at the end.
-    pub fn read_whole(path: &str) -> Follower {
-        Self::spawn(path, 0, None)
+    pub fn read_whole(path: &str, keep_text: bool) -> Follower {
+        Self::spawn(path, 0, None, keep_text)
     }
 
-    fn spawn(path: &str, from: u64, follow: Option<std::time::Duration>) -> Follower {
+    fn spawn(
+        path: &str,
+        from: u64,
+        follow: Option<std::time::Duration>,
+        keep_text: bool,
+    ) -> Follower {
         let shared = std::sync::Arc::new(std::sync::Mutex::new(Followed::default()));
         let mut cmd = std::process::Command::new("tail");
         if let Some(every) = follow {
@@ -402,6 +412,9 @@ impl Follower {
                     let mut f = sh.lock().unwrap_or_else(|p| p.into_inner());
                     f.stats.lines += 1;
                     let n = f.stats.lines;
+                    if keep_text && n as usize <= FOLLOW_MAX_LINES {
+                        f.text.extend_from_slice(&buf);
+                    }
                     match parse_line(&String::from_utf8_lossy(&buf), n) {
                         Some((line, fmt)) => {
                             *counts.entry(fmt).or_default() += 1;
@@ -443,6 +456,7 @@ impl Follower {
             dropped: f.dropped,
             error: f.error.clone(),
             done: f.done,
+            text: std::mem::take(&mut f.text),
         }
     }
 
@@ -682,7 +696,7 @@ mod tests {
         let p = dir.path().join("redis.log");
         let ps = p.to_str().unwrap();
         std::fs::write(&p, "1:M 30 Nov 2026 22:55:00.000 * before following\n").unwrap();
-        let f = Follower::start(ps, std::time::Duration::from_millis(20));
+        let f = Follower::start(ps, std::time::Duration::from_millis(20), true);
         let mut w = std::fs::OpenOptions::new().append(true).open(&p).unwrap();
         w.write_all(b"1:M 30 Nov 2026 22:55:01.000 * first\n1:M 30 Nov 2026 22:55:0")
             .unwrap();
@@ -718,5 +732,13 @@ mod tests {
             ]
         );
         assert!(got.error.is_none(), "{:?}", got.error);
+        // The text kept (`attach --record`'s sidecar): the lines as written, rotation and
+        // all, none from before following began.
+        assert_eq!(
+            String::from_utf8_lossy(&got.text),
+            "1:M 30 Nov 2026 22:55:01.000 * first\n\
+             1:M 30 Nov 2026 22:55:02.000 * second, written in two pieces\n\
+             1:M 30 Nov 2026 22:55:03.000 # third, in the new file\n"
+        );
     }
 }

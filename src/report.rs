@@ -114,7 +114,8 @@ closed_set!(
     LogFound {
         /// Named by the user.
         Flag => "--redis-log",
-        /// `NAME.redis.log` or `redis.log` beside the trace.
+        /// `NAME.redis.log` or `redis.log` beside the trace, or a recording's own copy of
+        /// the lines (`FILE.redis.log`).
         BesideTrace => "beside the trace",
         /// The `logfile` of a redis config (given, beside the trace, or the live process's).
         ConfLogfile => "redis.conf logfile",

@@ -50,6 +50,7 @@ pub fn run(args: &AttachArgs) -> Result<u64> {
         &s.ctx,
         s.opts.redis_conf.as_ref(),
         asked_log,
+        args.record.is_some(),
     );
     say_attached(&s, args);
     sink.redis = Some(&redis_side);
@@ -67,10 +68,13 @@ pub fn run(args: &AttachArgs) -> Result<u64> {
         let origin = first_ts.unwrap_or(s.clock.first);
         host::add_cgroup(&mut report, cg, cg.limits(), &raw, origin);
     }
-    redis_side.finish(&mut report)?;
-    if let Some(e) = record_err {
-        let path = args.record.as_deref().unwrap_or("");
-        return Err(anyhow::anyhow!("--record {path}: cannot write it: {e}"));
+    let log_text = redis_side.finish(&mut report)?;
+    if let Some(path) = &args.record {
+        let written = match record_err {
+            Some(e) => Err(e),
+            None => crate::recording::write_log(path, log_text.as_deref()),
+        };
+        written.map_err(|e| anyhow::anyhow!("--record {path}: cannot write it: {e}"))?;
     }
     crate::run::emit(&report, &args.out)?;
     Ok(report.summary.stalls)

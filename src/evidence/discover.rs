@@ -78,8 +78,13 @@ pub fn log_source_before_attach(
     live_log_source(explicit, redis, &pre, conf.or(pre_conf.as_ref()))
 }
 
-/// Finds redis's log for an offline trace without being told: beside the trace
-/// (`NAME.redis.log`, `redis.log`, gzipped or not), the file a redis.conf names (given with
+/// A recording's own copy of redis's log lines (`attach --record`), beside the trace at
+/// `FILE` as `FILE.redis.log`.
+pub const RECORDED_LOG_SUFFIX: &str = ".redis.log";
+
+/// Finds redis's log for an offline trace without being told: beside the trace (a
+/// recording's `FILE.redis.log`, then `NAME.redis.log`, `redis.log`, gzipped or not), the
+/// file a redis.conf names (given with
 /// --redis-conf, or `NAME.redis.conf` beside the trace), or the log file the trace itself
 /// wrote, when it exists here.
 pub fn find_log(
@@ -99,6 +104,10 @@ pub fn find_log(
         let p = std::path::Path::new(t);
         let dir = p.parent().unwrap_or(std::path::Path::new("")).to_path_buf();
         let name = p.file_name()?.to_string_lossy().into_owned();
+        let recorded = dir.join(format!("{name}{RECORDED_LOG_SUFFIX}"));
+        if exists(&recorded) {
+            return Some(found(recorded, LogFound::BesideTrace));
+        }
         let mut stem = name.trim_end_matches(".gz").to_string();
         // An `strace -ff` piece: NAME.PID.
         if let Some((head, tail)) = stem.rsplit_once('.') {
@@ -176,4 +185,32 @@ pub fn trace_log_file(report: &Report, root: &crate::live::container::Root) -> O
             found: LogFound::TraceLogFile,
             explicit: false,
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `attach --record FILE` keeps redis's log lines as `FILE.redis.log` (a container's log
+    /// is gone with it): `analyze FILE` finds them without `--redis-log`, before a log that
+    /// merely shares the trace's stem.
+    #[test]
+    fn a_recordings_own_log_is_found_beside_it_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let trace = dir.path().join("c.strace");
+        std::fs::write(&trace, "").unwrap();
+        let files = vec![trace.to_string_lossy().into_owned()];
+        let report = Report::default();
+        assert!(find_log(&files, None, &report).is_none());
+        let stem_log = dir.path().join("c.redis.log");
+        std::fs::write(&stem_log, "").unwrap();
+        let got = find_log(&files, None, &report).expect("found");
+        assert_eq!(got.path, stem_log.to_string_lossy());
+        let own = dir.path().join(format!("c.strace{RECORDED_LOG_SUFFIX}"));
+        std::fs::write(&own, "").unwrap();
+        let got = find_log(&files, None, &report).expect("found");
+        assert_eq!(got.path, own.to_string_lossy());
+        assert_eq!(got.found, LogFound::BesideTrace);
+        assert!(!got.explicit);
+    }
 }

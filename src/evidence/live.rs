@@ -14,6 +14,8 @@ pub struct LiveRedis {
     poller: Option<crate::redis_client::Poller>,
     /// How the host reads the process's files (its log, found at the end).
     root: crate::live::container::Root,
+    /// Keep the log's lines as written (`attach --record`).
+    keep_log: bool,
 }
 
 impl LiveRedis {
@@ -21,17 +23,20 @@ impl LiveRedis {
     /// working directory, which redis has changed to its `dir`).
     /// `asked`: the log found before the attach (`log_source_before_attach`), if redis was
     /// asked.
-    /// `redis_log`: `--redis-log`; `redis`: `--redis`'s address.
+    /// `redis_log`: `--redis-log`; `redis`: `--redis`'s address. `keep_log`: keep the log's
+    /// lines as written, for `finish` to hand back.
     pub fn start(
         redis_log: Option<&str>,
         redis: Option<&str>,
         ctx: &crate::live::procctx::ProcContext,
         conf: Option<&crate::fdtable::RedisConf>,
         asked: Option<LogSource>,
+        keep_log: bool,
     ) -> LiveRedis {
         let src = asked.or_else(|| discover::live_log_source(redis_log, None, ctx, conf));
         let follower = src.map(|s| {
-            let f = redis_log::Follower::start(&s.path, std::time::Duration::from_millis(200));
+            let every = std::time::Duration::from_millis(200);
+            let f = redis_log::Follower::start(&s.path, every, keep_log);
             (s, f)
         });
         let poller = redis.map(|a| {
@@ -50,6 +55,7 @@ impl LiveRedis {
             follower,
             poller,
             root: ctx.root.clone(),
+            keep_log,
         }
     }
 
@@ -62,10 +68,14 @@ impl LiveRedis {
             .unwrap_or_default()
     }
 
-    pub fn finish(self, report: &mut Report) -> Result<()> {
+    /// Joins what was followed and polled onto `report`; returns the log's lines as redis
+    /// wrote them, when asked to keep them and a log was read (None otherwise).
+    pub fn finish(self, report: &mut Report) -> Result<Option<Vec<u8>>> {
         let server = self.poller.map(|p| p.finish());
+        let mut text = None;
         let followed = self.follower.map(|(src, f)| {
-            let got = f.finish(std::time::Duration::from_millis(400));
+            let mut got = f.finish(std::time::Duration::from_millis(400));
+            text = Some(std::mem::take(&mut got.text));
             FollowedLog {
                 source: Some(src),
                 lines: got.lines,
@@ -79,8 +89,9 @@ impl LiveRedis {
         // helper too: this disk may be the one that stalls).
         let followed = followed.or_else(|| {
             let src = discover::trace_log_file(report, &self.root)?;
-            let got = redis_log::Follower::read_whole(&src.path)
+            let mut got = redis_log::Follower::read_whole(&src.path, self.keep_log)
                 .finish(std::time::Duration::from_secs(2));
+            text = Some(std::mem::take(&mut got.text));
             Some(FollowedLog {
                 source: Some(src),
                 lines: got.lines,
@@ -98,6 +109,7 @@ impl LiveRedis {
                 server,
                 date_given: false,
             },
-        )
+        )?;
+        Ok(text.filter(|_| self.keep_log))
     }
 }

@@ -20,7 +20,9 @@ mod join;
 mod live;
 mod signals;
 
-pub use discover::{find_log, live_log_source, log_source_before_attach, LogSource};
+pub use discover::{
+    find_log, live_log_source, log_source_before_attach, LogSource, RECORDED_LOG_SUFFIX,
+};
 pub use live::LiveRedis;
 
 use crate::redis_client::Collected;

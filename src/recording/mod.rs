@@ -5,7 +5,8 @@
 //! config the live analysis used), `FILE.lost` (where the kernel dropped records),
 //! `FILE.sched` (the scheduler's split of the longer calls and gaps), `FILE.arrivals`
 //! (when each socket read's data arrived) and `FILE.container` (the container the process
-//! ran in, with its processes' pids inside it: the report's `container`, as JSON). `attach --record` and the watch's incident files
+//! ran in, with its processes' pids inside it: the report's `container`, as JSON), and, from
+//! `attach --record`, `FILE.redis.log` (redis's log lines read while recording: `write_log`). `attach --record` and the watch's incident files
 //! write them through `RecordingWriter`; `analyze` and the replay tracer read them through
 //! `Recording::open`, so a sidecar added here is written and read by every path at once.
 
@@ -20,6 +21,27 @@ pub use strace::{LostMarks, Recorder};
 pub const THREADS_SUFFIX: &str = ".threads";
 pub const CONTAINER_SUFFIX: &str = ".container";
 pub use strace::{ARRIVALS_SUFFIX, CONF_SUFFIX, LOST_SUFFIX, SCHED_SUFFIX};
+
+/// `FILE.redis.log`: redis's log lines as `attach --record` followed them (through the
+/// container's root when redis runs in one), so that `analyze FILE` joins them wherever the
+/// log itself now is: gone with the container, or on another machine. Not through
+/// `RecordingWriter`: the lines are complete only once the follower stops, after the trace;
+/// `evidence::find_log` reads it as a log beside the trace.
+pub const LOG_SUFFIX: &str = crate::evidence::RECORDED_LOG_SUFFIX;
+
+/// Writes `FILE.redis.log` beside the recording at `base`, or removes an earlier
+/// recording's when no line was read (`text` None or empty).
+pub(crate) fn write_log(base: &str, text: Option<&[u8]>) -> std::io::Result<()> {
+    let mut store = FileStore::in_place(base);
+    match text.filter(|t| !t.is_empty()) {
+        Some(t) => {
+            let mut w = store.create(LOG_SUFFIX)?;
+            w.write_all(t)?;
+            w.flush()
+        }
+        None => store.remove(LOG_SUFFIX),
+    }
+}
 
 /// Where a recording's files go. `attach --record` writes them in place as it traces; the
 /// watch's incident writer writes each whole under a temporary name and renames it once
@@ -335,6 +357,23 @@ mod tests {
         )
         .expect("start");
         w.finish(&HashMap::new(), None, container).expect("finish");
+    }
+
+    /// redis's log lines kept by `attach --record` go beside the trace where `analyze`
+    /// looks for a log; a recording that read none leaves no earlier recording's.
+    #[test]
+    fn the_log_lines_are_kept_beside_the_trace_and_a_stale_copy_goes() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path().join("r.strace").to_string_lossy().into_owned();
+        let side = format!("{base}{LOG_SUFFIX}");
+        let lines = b"1:M 07 Dec 2026 03:00:00.000 * Ready to accept connections tcp\n";
+        write_log(&base, Some(lines)).unwrap();
+        assert_eq!(std::fs::read(&side).unwrap(), lines);
+        write_log(&base, Some(b"")).unwrap();
+        assert!(!std::path::Path::new(&side).exists());
+        write_log(&base, Some(lines)).unwrap();
+        write_log(&base, None).unwrap();
+        assert!(!std::path::Path::new(&side).exists());
     }
 
     /// The container (its name, namespaces and the pids inside it) reads back as written; a

@@ -61,7 +61,7 @@ impl WatchRedis {
         signalling: bool,
     ) -> WatchRedis {
         let log = src.map(|s| {
-            let f = Follower::start(&s.path, Duration::from_millis(200));
+            let f = Follower::start(&s.path, Duration::from_millis(200), false);
             (s, f)
         });
         let every = Duration::from_secs(1);

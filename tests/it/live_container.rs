@@ -325,22 +325,36 @@ fn attach_from_the_host_names_the_container_and_reads_its_log_and_server() {
     // the same stalls and the same save child (the host's pid, as its calls are named).
     let conf = std::fs::read_to_string(format!("{rec_s}.redis.conf")).expect("conf sidecar");
     assert!(conf.contains("logfile /data/redis.log"), "{conf}");
-    // The log named by hand, as a user of the recording would while the container runs.
-    let log_flag = format!("/proc/{}/root/data/redis.log", c.pid);
+    // So are redis's log lines, read while recording (`FILE.redis.log`): the replay finds
+    // them by itself, once the container and its /data are gone too.
+    let kept = std::fs::read_to_string(format!("{rec_s}.redis.log")).expect("log sidecar");
+    assert!(
+        kept.lines().any(|l| l.starts_with("1:M ")),
+        "no line of redis (pid 1 inside) kept: {kept}"
+    );
+    let pid = c.pid;
+    drop(c);
+    let gone = format!("/proc/{pid}/root/data/redis.log");
+    assert!(!Path::new(&gone).exists(), "{gone} still there");
     let back = Command::new(env!("CARGO_BIN_EXE_stallscope"))
         .args([
             "analyze",
             &rec_s,
             "--threshold",
             "100ms",
-            "--redis-log",
-            &log_flag,
             "--format",
             "json",
         ])
         .output()
         .expect("run analyze");
     let b = json(&String::from_utf8_lossy(&back.stdout));
+    assert_eq!(
+        b["redis"]["log"]["path"],
+        format!("{rec_s}.redis.log"),
+        "{}",
+        b["redis"]["log"]
+    );
+    assert_eq!(b["redis"]["log"]["found"], "beside the trace");
     assert_eq!(
         b["summary"]["stalls"], r["summary"]["stalls"],
         "{}",
@@ -362,9 +376,8 @@ fn attach_from_the_host_names_the_container_and_reads_its_log_and_server() {
         })
         .unwrap_or_else(|| panic!("no DEBUG SLEEP stall in the replay: {}", b["stalls"]));
     assert!(
-        joined_log_line(stall_b, c.pid),
-        "the replay joined no log line of master {}: {stall_b}",
-        c.pid
+        joined_log_line(stall_b, pid),
+        "the replay joined no log line of master {pid}: {stall_b}"
     );
 }
 
