@@ -56,9 +56,12 @@ pub(crate) struct World {
     finished: bool,
     /// The most threads strace said it attached to (`attached with 11 threads`).
     announced: u32,
-    /// Programs by comm in a trace that names no process (`perf trace -a`): the first tid
-    /// seen under each, which keys its process (`ProcKey::Program`).
+    /// Programs by comm in a trace that names no process (`perf trace -a`), other than the
+    /// reported redis: the first tid seen under each (the order they are listed in).
     programs: HashMap<Box<str>, u32>,
+    /// Threads first seen under a redis server's comm in such a trace, in order: the first
+    /// is the reported redis, each other a server process of its own (`program_of`).
+    servers: Vec<Tid>,
     /// Threads named by their comm before their first call (`set_program`).
     by_comm: HashSet<Tid>,
 }
@@ -84,6 +87,7 @@ impl World {
             finished: false,
             announced: 0,
             programs: HashMap::default(),
+            servers: vec![],
             by_comm: HashSet::default(),
         }
     }
@@ -103,10 +107,9 @@ impl World {
     }
 
     /// A thread's comm from a trace that names no process (`EventKind::Program`). perf
-    /// trace prints the comm of every thread, of every program on a whole machine: redis's
-    /// threads (by their names) are the traced process; a thread under any other comm,
-    /// first seen by its comm (no traced clone made it), is that program's. Threads of one
-    /// comm are one process (a trace that shows no pids can tell no better).
+    /// trace prints the comm of every thread, of every program on a whole machine: a thread
+    /// first seen by its comm (no traced clone made it) is given its process by
+    /// `program_of`.
     pub(crate) fn set_program(&mut self, tid: Tid, comm: &str) {
         self.set_name(tid, comm);
         // A thread that never makes a call (perf's tracepoint lines) is no thread of the
@@ -122,13 +125,45 @@ impl World {
         }
     }
 
-    /// The process of a thread first seen under `comm` (`set_program`): the traced one for
-    /// redis's names, else its program's.
+    /// The process of a thread first seen under `comm` with no traced clone making it. A
+    /// trace that names no process cannot tell two processes of one program (two
+    /// `redis-benchmark`s, a browser's content processes) from two threads of one: each
+    /// such thread is a process of its own, keyed by its tid, so that no fd, role or wait
+    /// of one is taken for another's. By redis's names: the first thread under a server's
+    /// comm is the reported redis (`ProcKey::Root`), a later one another server of its
+    /// own; a helper (`bio_*`, `io_thd_*`) is the server's nearest below its tid (a
+    /// process makes its threads after itself, with higher tids); a background child by
+    /// its name is a process of its own.
     fn program_of(&mut self, tid: Tid, comm: &str) -> ProcKey {
-        if Role::from_name(comm) != Some(Role::Other) {
-            return ProcKey::Root;
+        let key = match Role::from_name(comm) {
+            Some(Role::Main) => {
+                if !self.servers.contains(&tid) {
+                    self.servers.push(tid);
+                }
+                self.server_proc(tid)
+            }
+            Some(Role::Child) => ProcKey::Pid(tid),
+            Some(Role::Other) | None => ProcKey::Program(tid),
+            Some(_) => {
+                let server = self.servers.iter().copied().filter(|s| *s < tid).max();
+                server.map_or(ProcKey::Root, |s| self.server_proc(s))
+            }
+        };
+        // A program is listed by the threads that make a process of their own (a second
+        // server's helpers are that server's).
+        if key == ProcKey::Program(tid) {
+            self.programs.entry(comm.into()).or_insert(tid);
         }
-        ProcKey::Program(*self.programs.entry(comm.into()).or_insert(tid))
+        key
+    }
+
+    /// The process of the server thread `server` (`program_of`).
+    fn server_proc(&self, server: Tid) -> ProcKey {
+        if self.servers.first() == Some(&server) {
+            ProcKey::Root
+        } else {
+            ProcKey::Program(server)
+        }
     }
 
     /// Some thread of the traced process (redis's, by name, in a trace of many programs)
@@ -149,8 +184,9 @@ impl World {
         t.name.as_deref()
     }
 
-    /// The other programs of a trace of many, by comm, in the order they were first seen
-    /// (none when redis is not in it: then no program is told from the traced one).
+    /// The other programs of a trace of many, by comm (once however many processes had
+    /// it), ordered by the first tid seen under each (none when redis is not in it: then no
+    /// program is told from the traced one).
     pub(crate) fn other_programs(&self) -> Vec<String> {
         if !self.traced_seen() {
             return vec![];
@@ -393,6 +429,15 @@ impl World {
     }
 
     fn role_and_why(&self, t: &ThreadRec) -> (Role, Why) {
+        // A second server's threads (`program_of`) have its roles, not the reported redis's.
+        if matches!(t.proc, ProcKey::Program(_))
+            && t.name
+                .as_deref()
+                .and_then(Role::from_name)
+                .is_some_and(|r| r != Role::Other)
+        {
+            return (Role::Other, Why::Rule("a thread of another server process"));
+        }
         // The first-thread rule needs a scan of every thread: only asked for when the pid is
         // unknown and no thread runs the event loop.
         // The only thread seen is not main for that alone (a filtered or cut trace of any
@@ -438,6 +483,15 @@ impl World {
 
     fn role_why(&self, t: &ThreadRec) -> String {
         if let Some(p) = self.other_program(t.tid) {
+            // A second server on the machine: the report is of the first one seen.
+            if let (ProcKey::Program(server), false) =
+                (t.proc, Role::from_name(p) == Some(Role::Other))
+            {
+                return format!(
+                    "a thread ({p:?}) of another server process (its thread {server}), not the \
+                     redis reported"
+                );
+            }
             return format!("a thread of another program ({p:?}), not redis's");
         }
         match self.role_and_why(t) {

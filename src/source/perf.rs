@@ -674,7 +674,7 @@ pub fn looks_like_perf(line: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::Ret;
+    use crate::event::{Extra, Ret};
 
     /// `PerfParser::feed`, the comms it names left out (`comms_are_said_when_new_or_changed`).
     fn feed(p: &mut PerfParser, raw: &[u8], out: &mut Vec<Event>) -> LineOutcome {
@@ -952,6 +952,25 @@ mod tests {
             assert_eq!(ev.len(), 1, "{line}");
             assert_eq!(ev[0].tid, tid, "{line}");
         }
+    }
+
+    /// perf trace prints clone's flags without their `CLONE_` prefix: `THREAD` among them
+    /// makes a thread of the caller's process; without it, a new process.
+    #[test]
+    fn a_perf_clone_of_a_thread_is_a_thread() {
+        let clone = |line: &str| one(line)[0].syscall().unwrap().extra.clone();
+        assert_eq!(
+            clone(
+                "  10.000 ( 0.050 ms): redis-server/4242 clone(clone_flags: VM|FS|FILES|SIGHAND|THREAD|SYSVSEM|SETTLS|PARENT_SETTID|CHILD_CLEARTID, newsp: 0x7f) = 4243"
+            ),
+            Extra::Clone { thread: true }
+        );
+        assert_eq!(
+            clone(
+                "  10.000 ( 0.050 ms): redis-server/4242 clone(clone_flags: CHILD_CLEARTID|CHILD_SETTID|0x11, newsp: 0) = 5001"
+            ),
+            Extra::Clone { thread: false }
+        );
     }
 
     /// `perf trace -p PID` of a single thread prints no `comm/tid` column.

@@ -577,3 +577,78 @@ fn only_a_link_that_replicates_is_a_replica() {
         r["fds"]
     );
 }
+
+/// `perf trace -a` names no process: two `redis-benchmar` threads are two processes as far
+/// as the trace shows (fd 3 a socket in one, a file in the other), never one; a second
+/// `redis-server` is another server, its helper `bio_aof/5255` (the nearest server below
+/// its tid) with it: its slow write and fsync are not the reported redis's stalls, its fd
+/// 7 (a socket) not the reported one's fd 7 (the AOF).
+#[test]
+fn same_comm_threads_of_a_whole_machine_trace_are_not_one_process() {
+    let r = wild("whole-machine-same-comm.perf.txt");
+    let thread = |tid: u64| {
+        r["threads"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["tid"].as_u64() == Some(tid))
+            .map(|t| {
+                (
+                    t["role"].as_str().unwrap_or("").to_string(),
+                    t["why"].as_str().unwrap_or("").to_string(),
+                )
+            })
+            .unwrap_or_default()
+    };
+    assert_eq!(thread(4242).0, "main", "{}", r["threads"]);
+    assert_eq!(thread(4245).0, "bio_aof", "{}", r["threads"]);
+    for tid in [5252, 5255] {
+        let (role, why) = thread(tid);
+        assert_ne!(role, "main", "{tid}: {why}");
+        assert!(why.contains("another server process"), "{tid}: {why}");
+    }
+    let stalls = r["stalls"].as_array().unwrap();
+    assert!(!stalls.is_empty(), "{}", r["summary"]);
+    for s in stalls {
+        assert_eq!(s["tid"].as_u64(), Some(4242), "{s}");
+    }
+    let of_fd = |fd: i64| -> Vec<(u64, String)> {
+        let mut v: Vec<(u64, String)> = r["fds"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|f| f["fd"].as_i64() == Some(fd))
+            .map(|f| {
+                (
+                    f["pid"].as_u64().unwrap_or(0),
+                    f["class"].as_str().unwrap_or("").to_string(),
+                )
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    let fd3 = of_fd(3);
+    assert_eq!(
+        fd3.iter().map(|f| f.0).collect::<Vec<_>>(),
+        [9840, 9850],
+        "{fd3:?}"
+    );
+    assert_ne!(fd3[0].1, fd3[1].1, "{fd3:?}");
+    let fd7 = of_fd(7);
+    assert_eq!(fd7.len(), 2, "{fd7:?}");
+    assert_eq!(fd7[0], (4242, "aof".to_string()), "{fd7:?}");
+    assert_eq!(fd7[1].0, 5252, "{fd7:?}");
+    assert_ne!(fd7[1].1, "aof", "{fd7:?}");
+    assert_eq!(
+        r["summary"]["processes"].as_u64(),
+        Some(4),
+        "{}",
+        r["summary"]
+    );
+    let programs: Vec<&str> = r["summary"]["other_programs"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|p| p.as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(programs, ["redis-server", "redis-benchmar"]);
+}

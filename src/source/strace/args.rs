@@ -286,7 +286,7 @@ fn extra_of(kind: ArgKind, a0: &[u8], rest: &[u8], args: &[u8]) -> Option<Extra>
             .then_some(Extra::DupFd),
         ArgKind::CloseRange => close_range(a0, first_arg(rest).0),
         ArgKind::Clone | ArgKind::Clone3 | ArgKind::Fork => Some(Extra::Clone {
-            thread: memmem::find(args, b"CLONE_THREAD").is_some(),
+            thread: clone_thread(args),
         }),
         ArgKind::Socket => {
             let a = skip_ws(a0);
@@ -304,6 +304,20 @@ fn extra_of(kind: ArgKind, a0: &[u8], rest: &[u8], args: &[u8]) -> Option<Extra>
         ArgKind::Connect => peer_address(first_arg(rest).0).map(Extra::Path),
         ArgKind::Data | ArgKind::Nothing => None,
     }
+}
+
+/// CLONE_THREAD among a clone's flags: `flags=CLONE_VM|...|CLONE_THREAD|...` (strace), or
+/// `clone_flags: VM|...|THREAD|...` (perf trace, which prints the flags without their
+/// prefix): a thread of the caller's process, not a new process.
+fn clone_thread(args: &[u8]) -> bool {
+    // A whole flag name: after a separator or `CLONE_`, before a separator.
+    let starts_flag = |at: usize| {
+        let head = &args[..at];
+        let head = head.strip_suffix(b"CLONE_").unwrap_or(head);
+        head.last().is_none_or(|b| !is_name_byte(*b))
+    };
+    memmem::find_iter(args, b"THREAD")
+        .any(|i| starts_flag(i) && !args.get(i + 6).is_some_and(|b| is_name_byte(*b)))
 }
 
 /// `[3, 4]`: the two fds a pipe or a socketpair made.
