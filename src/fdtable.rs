@@ -732,6 +732,12 @@ impl FdTable {
 
     /// What `fd` of `proc` was at time `ts` (the live binding, or a closed one that covered ts).
     #[inline]
+    /// When the live binding of `fd` in `proc` began (tests: one fd lifetime's identity).
+    #[cfg(test)]
+    pub(crate) fn live_since(&self, proc: ProcKey, fd: i32) -> Option<Nanos> {
+        self.procs.get(&proc)?.live.get(&fd).map(|b| b.opened)
+    }
+
     pub fn lookup(&self, proc: ProcKey, fd: i32, ts: Nanos) -> Option<Resolved> {
         let r = self.recent[fd as usize % RECENT].get();
         if r.key == recent_key(self.generation, fd) && r.proc == proc.word() && r.opened <= ts {
@@ -1657,158 +1663,5 @@ mod tests {
             )
             .unwrap();
         assert_eq!((r.file, r.class), (o.file, FileClass::Other));
-    }
-
-    /// Every trace under fixtures/ (ours, the variants, the peer traces, the wild shapes).
-    fn fixture_traces() -> Vec<std::path::PathBuf> {
-        fn walk(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
-            for e in std::fs::read_dir(dir).unwrap() {
-                let p = e.unwrap().path();
-                let name = p.file_name().unwrap().to_string_lossy().into_owned();
-                if p.is_dir() {
-                    walk(&p, out);
-                } else if name.ends_with(".strace")
-                    || name.ends_with(".strace.gz")
-                    || name.ends_with(".perf.txt")
-                    || name.ends_with(".perf.txt.gz")
-                    || (p.to_string_lossy().contains("peer")
-                        && name.ends_with(".txt")
-                        && !name.starts_with("SOURCES")
-                        && !name.starts_with("README"))
-                {
-                    out.push(p);
-                }
-            }
-        }
-        let mut out = vec![];
-        walk(std::path::Path::new("fixtures"), &mut out);
-        out.sort();
-        out
-    }
-
-    /// Lifetimes of one trace through the table, each a binding of an fd (from the call
-    /// that made it, or the trace's first use, to its close): per lifetime, the classes of
-    /// the rows its calls count in and whether a call showed it is a socket.
-    fn lifetimes(path: &std::path::Path) -> Option<Vec<(Vec<FileClass>, bool)>> {
-        use crate::source::{InputFormat, Inputs};
-        let Ok(mut input) = Inputs::open(
-            &[path.to_string_lossy().into_owned()],
-            InputFormat::Auto,
-            false,
-        ) else {
-            return Some(vec![]);
-        };
-        let mut t = FdTable::new(None);
-        // A binding is known by its process, fd and start, and by how many calls made or
-        // closed that fd before (a trace without timestamps starts every binding at 0).
-        let mut made: HashMap<(u64, i32), u32> = HashMap::default();
-        let binding = |t: &FdTable, made: &HashMap<(u64, i32), u32>, proc: ProcKey, fd: i32| {
-            t.procs.get(&proc).and_then(|p| p.live.get(&fd)).map(|b| {
-                let n = made.get(&(proc.word(), fd)).copied().unwrap_or(0);
-                (proc.word(), fd, b.opened, n)
-            })
-        };
-        // Threads share their process's table, a forked child has its own (as `World`).
-        let mut procs: HashMap<Tid, ProcKey> = HashMap::default();
-        // Per binding (process word, fd, start, fds made before): its calls' files, and
-        // whether one showed a socket.
-        type Calls = (Vec<FileId>, bool);
-        let mut all: HashMap<(u64, i32, Nanos, u32), Calls> = HashMap::default();
-        while let Ok(Some(ev)) = input.next_event() {
-            // A line that could not be read may have been the clone or the open a lifetime
-            // starts with: such a trace's lifetimes are not known.
-            if matches!(ev.kind, crate::event::EventKind::Unreadable) {
-                return None;
-            }
-            let crate::event::EventKind::Syscall(sc) = &ev.kind else {
-                continue;
-            };
-            let proc = procs.get(&ev.tid).copied().unwrap_or(P1);
-            for fd in match fd_effect(sc) {
-                FdEffect::Open { fd, .. } | FdEffect::New { fd, .. } => vec![fd],
-                FdEffect::Dup { dst, .. } => vec![dst],
-                FdEffect::Pair { a, b, .. } => vec![a, b],
-                _ => vec![],
-            } {
-                *made.entry((proc.word(), fd)).or_default() += 1;
-            }
-            let binding = |t: &FdTable, made: &_, fd| binding(t, made, proc, fd);
-            let before = sc.fd.and_then(|fd| binding(&t, &made, fd));
-            let r = t.apply(proc, ev.tid, ev.ts, sc);
-            if let FdEffect::Clone { child, thread } = fd_effect(sc) {
-                if thread {
-                    procs.insert(child, proc);
-                } else {
-                    procs.insert(child, ProcKey::Pid(child));
-                    t.fork(proc, ProcKey::Pid(child), ev.ts);
-                }
-            }
-            let shows_socket =
-                matches!(sc.sys.name, "sendto" | "recvfrom" | "connect") && !sc.ret.is_err();
-            if let (Some(fd), Some(r)) = (sc.fd, r) {
-                if !sc.sys.facts.has(Facts::OPEN) {
-                    if let Some(k) = binding(&t, &made, fd).or(before) {
-                        let l = all.entry(k).or_default();
-                        l.0.push(r.file);
-                        l.1 |= shows_socket;
-                    }
-                }
-            }
-            if let FdEffect::New { fd, kind, .. } = fd_effect(sc) {
-                if let Some(k) = binding(&t, &made, fd) {
-                    all.entry(k).or_default().1 |= matches!(kind, NewFd::Socket | NewFd::Accepted);
-                }
-            }
-        }
-        let all = all
-            .into_values()
-            .map(|(files, sock)| {
-                let mut c: Vec<FileClass> = files
-                    .iter()
-                    .map(|f| t.file(t.canonical(*f)).class)
-                    .collect();
-                c.sort_unstable();
-                c.dedup();
-                (c, sock)
-            })
-            .collect();
-        Some(all)
-    }
-
-    /// Issue 39, over every trace in fixtures/: the calls of one fd lifetime (from the
-    /// call that made the fd, or the trace's first use of it, to its close) all have one
-    /// class, and a lifetime a call showed to be a socket is never a file on disk.
-    #[test]
-    fn every_fixture_fd_lifetime_has_one_class_and_no_socket_is_a_disk_file() {
-        let traces = fixture_traces();
-        assert!(traces.len() > 40, "{} traces", traces.len());
-        let mut checked = 0;
-        for p in traces {
-            // `perf trace -a`: its programs' threads are not yet grouped into processes, so
-            // their fd tables are one (issue 39's whole-machine grouping, left open).
-            if p.to_string_lossy().contains("-a-dur") {
-                continue;
-            }
-            let Some(lifetimes) = lifetimes(&p) else {
-                continue;
-            };
-            checked += 1;
-            for (classes, sock) in lifetimes {
-                assert!(
-                    classes.len() <= 1,
-                    "{}: a lifetime of classes {classes:?}",
-                    p.display()
-                );
-                assert!(
-                    !(sock
-                        && classes
-                            .iter()
-                            .any(|c| c.is_disk_file() && *c != FileClass::Other)),
-                    "{}: a socket's lifetime is {classes:?}",
-                    p.display()
-                );
-            }
-        }
-        assert!(checked > 30, "{checked} traces checked");
     }
 }

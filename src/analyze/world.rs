@@ -821,4 +821,153 @@ mod tests {
         assert_eq!(w.role(7), Role::Other, "8 runs the loop now");
         assert!(!w.no_event_loop());
     }
+
+    /// Every trace under fixtures/ (ours, the variants, the peer traces, the wild shapes).
+    fn fixture_traces() -> Vec<std::path::PathBuf> {
+        fn walk(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+            for e in std::fs::read_dir(dir).unwrap() {
+                let p = e.unwrap().path();
+                let name = p.file_name().unwrap().to_string_lossy().into_owned();
+                if p.is_dir() {
+                    walk(&p, out);
+                } else if name.ends_with(".strace")
+                    || name.ends_with(".strace.gz")
+                    || name.ends_with(".perf.txt")
+                    || name.ends_with(".perf.txt.gz")
+                    || (p.to_string_lossy().contains("peer")
+                        && name.ends_with(".txt")
+                        && !name.starts_with("SOURCES")
+                        && !name.starts_with("README"))
+                {
+                    out.push(p);
+                }
+            }
+        }
+        let mut out = vec![];
+        walk(std::path::Path::new("fixtures"), &mut out);
+        out.sort();
+        out
+    }
+
+    /// One fd lifetime: its process, fd, start, and how many calls made that fd before (a
+    /// trace without timestamps starts every binding at 0).
+    type Lifetime = (ProcKey, i32, Nanos, u32);
+
+    /// Lifetimes of one trace through the world (its processes as the analysis groups them:
+    /// clones, forks, the programs of a whole-machine perf trace), each a binding of an fd
+    /// from the call that made it, or the trace's first use of it, to its close: per
+    /// lifetime, the classes of the rows its calls count in and whether a call showed it
+    /// is a socket. None for a trace with a line that could not be read (it may have been
+    /// the clone or the open a lifetime starts with).
+    fn lifetimes(path: &std::path::Path) -> Option<Vec<(Vec<FileClass>, bool)>> {
+        use crate::source::{InputFormat, Inputs};
+        use crate::syscalls::{fd_effect, FdEffect, NewFd};
+        let Ok(mut input) = Inputs::open(
+            &[path.to_string_lossy().into_owned()],
+            InputFormat::Auto,
+            false,
+        ) else {
+            return Some(vec![]);
+        };
+        let mut w = World::new(None, HashMap::default(), None);
+        let mut made: HashMap<(ProcKey, i32), u32> = HashMap::default();
+        let mut all: HashMap<Lifetime, (Vec<FileId>, bool)> = HashMap::default();
+        let lifetime = |w: &World, made: &HashMap<(ProcKey, i32), u32>, proc, fd| {
+            let n = made.get(&(proc, fd)).copied().unwrap_or(0);
+            w.fds.live_since(proc, fd).map(|s| (proc, fd, s, n))
+        };
+        while let Ok(Some(ev)) = input.next_event() {
+            let sc = match &ev.kind {
+                EventKind::Syscall(sc) => sc,
+                EventKind::Unreadable => return None,
+                EventKind::Program(comm) => {
+                    w.set_program(ev.tid, comm);
+                    continue;
+                }
+                EventKind::ThreadName(name) => {
+                    w.touch(ev.tid);
+                    w.set_name(ev.tid, name);
+                    continue;
+                }
+                _ => continue,
+            };
+            let t = w.touch(ev.tid);
+            let proc = w.threads[t.get()].proc;
+            let effect = fd_effect(sc);
+            for fd in match effect {
+                FdEffect::Open { fd, .. } | FdEffect::New { fd, .. } => vec![fd],
+                FdEffect::Dup { dst, .. } => vec![dst],
+                FdEffect::Pair { a, b, .. } => vec![a, b],
+                _ => vec![],
+            } {
+                *made.entry((proc, fd)).or_default() += 1;
+            }
+            let before = sc.fd.and_then(|fd| lifetime(&w, &made, proc, fd));
+            let cx = w.observe(&ev, sc);
+            let file = cx.file;
+            w.after(&cx);
+            let shows_socket =
+                matches!(sc.sys.name, "sendto" | "recvfrom" | "connect") && !sc.ret.is_err();
+            if let (Some(fd), Some(file)) = (sc.fd, file) {
+                if !sc.sys.facts.has(Facts::OPEN) {
+                    if let Some(k) = lifetime(&w, &made, proc, fd).or(before) {
+                        let l = all.entry(k).or_default();
+                        l.0.push(file);
+                        l.1 |= shows_socket;
+                    }
+                }
+            }
+            if let FdEffect::New { fd, kind, .. } = effect {
+                if let Some(k) = lifetime(&w, &made, proc, fd) {
+                    all.entry(k).or_default().1 |= matches!(kind, NewFd::Socket | NewFd::Accepted);
+                }
+            }
+        }
+        let all = all
+            .into_values()
+            .map(|(files, sock)| {
+                let mut c: Vec<FileClass> = files
+                    .iter()
+                    .map(|f| w.file(w.canonical_file(*f)).class)
+                    .collect();
+                c.sort_unstable();
+                c.dedup();
+                (c, sock)
+            })
+            .collect();
+        Some(all)
+    }
+
+    /// Issue 39, over every trace in fixtures/ (whole-machine perf traces too, their
+    /// programs' threads grouped as the analysis groups them): the calls of one fd lifetime
+    /// (from the call that made the fd, or the trace's first use of it, to its close) all
+    /// have one class, and a lifetime a call showed to be a socket is never a file on disk.
+    #[test]
+    fn every_fixture_fd_lifetime_has_one_class_and_no_socket_is_a_disk_file() {
+        let traces = fixture_traces();
+        assert!(traces.len() > 40, "{} traces", traces.len());
+        let mut checked = 0;
+        for p in traces {
+            let Some(lifetimes) = lifetimes(&p) else {
+                continue;
+            };
+            checked += 1;
+            for (classes, sock) in lifetimes {
+                assert!(
+                    classes.len() <= 1,
+                    "{}: a lifetime of classes {classes:?}",
+                    p.display()
+                );
+                assert!(
+                    !(sock
+                        && classes
+                            .iter()
+                            .any(|c| c.is_disk_file() && *c != FileClass::Other)),
+                    "{}: a socket's lifetime is {classes:?}",
+                    p.display()
+                );
+            }
+        }
+        assert!(checked > 30, "{checked} traces checked");
+    }
 }
