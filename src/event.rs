@@ -135,8 +135,12 @@ pub enum Extra {
     /// The first bytes of a read/write buffer, unescaped.
     Data(Data),
     /// `futex(addr, FUTEX_WAIT_PRIVATE, 2, ...)`: 2 is glibc's value of a contended mutex,
-    /// so the thread waits for a lock another thread holds, not for work.
-    LockWait,
+    /// so the thread waits for a lock another thread holds, not for work. The futex's
+    /// address (0 when not printed).
+    LockWait(u64),
+    /// Another wait on the futex at `addr`, or (`wake`) a wake of its waiters: which
+    /// thread's wake ended which thread's wait.
+    Futex { addr: u64, wake: bool },
     /// restart_syscall: the call it continues (`<... resuming interrupted nanosleep ...>`),
     /// a wait interrupted by a signal or by the attach, now resumed.
     Resumes(&'static str),
@@ -700,7 +704,8 @@ impl Event {
                         | Extra::Socket(_)
                         | Extra::Data(_)
                         | Extra::Resumes(_)
-                        | Extra::LockWait => false,
+                        | Extra::LockWait(_)
+                        | Extra::Futex { .. } => false,
                     }
             }
             EventKind::ThreadName(_) | EventKind::Program(_) => true,

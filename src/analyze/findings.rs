@@ -1808,6 +1808,7 @@ mod tests {
             id: 1,
             sched: None,
             through: Default::default(),
+            woke: None,
         }
     }
 

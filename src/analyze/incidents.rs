@@ -111,6 +111,7 @@ mod tests {
             id: 1,
             sched: None,
             through: Default::default(),
+            woke: None,
         };
         let s = Stall {
             target: crate::report::FdRef {

@@ -64,8 +64,13 @@ impl Kept<'_> {
             return None;
         }
         // A gap of a thread that is no role of redis's and never served anyone (a language
-        // runtime's helper: GC, JIT, timers) is its own work: no one waited for it.
-        if c.kind == StallKind::Gap && role == Role::Other && !self.world.serves(c.tid) {
+        // runtime's helper: GC, JIT, timers) is its own work, unless another thread waited
+        // through it for the futex wake that ended it (`Woke`).
+        if c.kind == StallKind::Gap
+            && role == Role::Other
+            && !self.world.serves(c.tid)
+            && !c.woke.is_some_and(|w| w.waited)
+        {
             return None;
         }
         // A process that never waits in epoll waits for work in select/poll: idle there.

@@ -7,12 +7,12 @@ use super::call::{is_idle, PerThread, ResolvedCall};
 use super::io_wait::IoHelpers;
 use super::phases::Phases;
 use super::roles::Role;
-use crate::event::{DurSource, InFlight, Nanos, Tid};
-use crate::fdtable::FileId;
+use crate::event::{DurSource, Extra, InFlight, Nanos, Tid};
+use crate::fdtable::{FileId, ProcKey};
 use crate::report::{Bound, DurationKnown, StallKind};
 use crate::syscalls::Facts;
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, VecDeque};
 
 /// A stall candidate: decided as a stall at `finish`, once thread roles are known.
 #[derive(Clone)]
@@ -37,6 +37,59 @@ pub(crate) struct Cand {
     /// A gap's quiet calls: the thread's own housekeeping it ran through, and what the
     /// process's I/O threads did meanwhile.
     pub(crate) through: Through,
+    /// A gap that ended in a futex wake of a waiter: on which futex, and whether another
+    /// thread waited through the gap for it.
+    pub(crate) woke: Option<Woke>,
+}
+
+/// The futex wake a gap ended in (`Cand::woke`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Woke {
+    pub(crate) addr: u64,
+    /// Another thread of the process waited on that futex through at least the threshold
+    /// of the gap, until the wake: someone waited for the gap's work.
+    pub(crate) waited: bool,
+}
+
+/// The futex of a call that woke a waiter (`futex(addr, FUTEX_WAKE_PRIVATE, 1) = 1`).
+fn woke_by(cx: &ResolvedCall<'_>) -> Option<Woke> {
+    match cx.sc.extra {
+        Extra::Futex { addr, wake: true } if cx.sc.ret.val() > Some(0) => Some(Woke {
+            addr,
+            waited: false,
+        }),
+        _ => None,
+    }
+}
+
+/// Futex waits of at least the threshold, and the gaps that ended in a futex wake, matched
+/// in whichever order their lines come (a waiter's `<... futex resumed>` is printed after
+/// the wake that ended it): a gap another thread waited through is someone's wait.
+#[derive(Default)]
+struct FutexWaits {
+    /// (process, futex) -> (thread, start, end) of each long wait.
+    waits: rustc_hash::FxHashMap<(ProcKey, u64), Vec<FutexWait>>,
+    /// How many waits `waits` holds.
+    stored: usize,
+    /// The last gaps that ended in a wake and that no wait matched yet: (index, id).
+    waking: VecDeque<(usize, u64)>,
+}
+
+/// One futex wait: (thread, start, end).
+type FutexWait = (Tid, Nanos, Nanos);
+
+/// Long futex waits kept (a trace of an idle thread pool has one per wait).
+const FUTEX_WAITS_MAX: usize = 1 << 16;
+/// Gaps ended by a wake kept for a wait printed after them.
+const WAKING_GAPS_MAX: usize = 64;
+
+/// The wait `(thread, start, end)`, on the futex whose wake ended the gap `c`, waited
+/// through the gap: another thread's, from before the wake until it, through at least
+/// `threshold` of the gap.
+fn waited_through(c: &Cand, w: FutexWait, threshold: Nanos) -> bool {
+    let wake = c.start + c.dur;
+    let (tid, start, end) = w;
+    tid != c.tid && start < wake && end >= wake && wake - start.max(c.start) >= threshold
 }
 
 /// The quiet calls (`Facts::QUIET`: memory management, futex, time and identity queries) a
@@ -202,6 +255,8 @@ pub(crate) struct Stalls {
     /// The last gaps stored, for I/O-thread calls printed after them that began before
     /// their end (`recover`).
     recent: RecentGaps,
+    /// Long futex waits and the gaps ended by a wake, for who waited for whom.
+    futex: FutexWaits,
 }
 
 /// A gap just stored: (index, id, process, from, to, the main thread's share there).
@@ -253,7 +308,64 @@ impl Stalls {
             parked: vec![],
             helpers: IoHelpers::default(),
             recent: RecentGaps::default(),
+            futex: FutexWaits::default(),
         }
+    }
+
+    /// A gap just stored that ended in a futex wake: waited for by a wait seen already, or
+    /// kept for one printed later.
+    fn note_waking_gap(&mut self, a: Added) {
+        let c = &self.cands[a.idx];
+        let Some(w) = c.woke else {
+            return;
+        };
+        let waits = self.futex.waits.get(&(c.proc, w.addr));
+        if waits.is_some_and(|v| v.iter().any(|x| waited_through(c, *x, self.threshold))) {
+            self.cands[a.idx].woke = Some(Woke { waited: true, ..w });
+        } else {
+            if self.futex.waking.len() == WAKING_GAPS_MAX {
+                self.futex.waking.pop_front();
+            }
+            self.futex.waking.push_back((a.idx, a.id));
+        }
+    }
+
+    /// A futex wait of at least the threshold (`over`) is kept, and the gaps ended by its
+    /// wake that it waited through are marked.
+    #[inline(always)]
+    fn note_futex_wait(&mut self, cx: &ResolvedCall<'_>, over: bool) {
+        if !over {
+            return;
+        }
+        if let Extra::Futex { addr, wake: false } | Extra::LockWait(addr) = cx.sc.extra {
+            self.long_futex_wait(cx, addr);
+        }
+    }
+
+    #[inline(never)]
+    fn long_futex_wait(&mut self, cx: &ResolvedCall<'_>, addr: u64) {
+        let w = (cx.tid, cx.ts(), cx.end);
+        if self.futex.stored < FUTEX_WAITS_MAX {
+            self.futex.waits.entry((cx.proc, addr)).or_default().push(w);
+            self.futex.stored += 1;
+        }
+        let (threshold, cands) = (self.threshold, &mut self.cands);
+        // A gap whose candidate was replaced (the store full) is forgotten.
+        self.futex.waking.retain(|&(idx, id)| {
+            let Some(c) = cands.get_mut(idx).filter(|c| c.id == id) else {
+                return false;
+            };
+            match c.woke {
+                Some(k)
+                    if c.proc == cx.proc && k.addr == addr && waited_through(c, w, threshold) =>
+                {
+                    c.woke = Some(Woke { waited: true, ..k });
+                    false
+                }
+                Some(_) => true,
+                None => false,
+            }
+        });
     }
 
     /// An I/O-thread call covering from `start` came: the recent gaps of its process that
@@ -326,6 +438,7 @@ impl Stalls {
                 .as_ref()
                 .and_then(|s| if call { Some(s.during) } else { s.before }),
             through: Through::default(),
+            woke: None,
         }
     }
 
@@ -378,6 +491,7 @@ impl Stalls {
                     && cx.sc.in_flight != Some(InFlight::AtStart)
             }) {
                 let mut c = self.cand(cx, StallKind::Gap, from, ts - from);
+                c.woke = woke_by(cx);
                 if !known {
                     // From the start of a call of unknown length: the gap is what is left
                     // of that time once the call is taken out, at most this.
@@ -397,12 +511,14 @@ impl Stalls {
                 c.through.io = self.helpers.cover(cx.proc, from, ts, share);
                 step.added[0] = self.add(c);
                 if let Some(a) = step.added[0] {
+                    self.note_waking_gap(a);
                     self.recent.push((a.idx, a.id, cx.proc, from, ts, share));
                 }
             }
         }
         let at_end = cx.sc.in_flight == Some(InFlight::AtEnd);
         let over = cx.timed && dur >= self.threshold;
+        self.note_futex_wait(cx, over);
         if !cx.idle && (over || at_end) {
             let mut c = self.cand(cx, StallKind::SlowSyscall, ts, dur);
             c.phase = phases.active_at(ts);

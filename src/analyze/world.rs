@@ -309,7 +309,7 @@ impl World {
         // Nearly every call: no request just sent, no lock: one test.
         // (A send matters only on an outgoing connection: not a reply to a client.)
         let request = facts.has(Facts::SEND) && is_outgoing(class);
-        let waits = if sent.is_none() && !request && !matches!(sc.extra, Extra::LockWait) {
+        let waits = if sent.is_none() && !request && !matches!(sc.extra, Extra::LockWait(_)) {
             Waits::AsNamed
         } else {
             self.note_waits(thread, role, class, sc)
@@ -642,7 +642,7 @@ impl World {
 /// threads park on a mutex the main thread holds while there is no work (redis 6/7's
 /// io_threads_mutex, valkey's the same way): their lock wait is a wait for work.
 fn waits_for(sent: Option<i32>, sc: &Syscall, role: Role) -> Waits {
-    if matches!(sc.extra, Extra::LockWait) {
+    if matches!(sc.extra, Extra::LockWait(_)) {
         return if role == Role::IoThread {
             Waits::AsNamed
         } else {

@@ -543,7 +543,11 @@ impl<W: Write> Recorder<W> {
                 )
             }
             Extra::Resumes(n) => format!("<... resuming interrupted {n} ...>"),
-            Extra::LockWait => "0x1, FUTEX_WAIT_PRIVATE, 2, NULL".to_string(),
+            Extra::LockWait(a) => format!("{a:#x}, FUTEX_WAIT_PRIVATE, 2, NULL"),
+            Extra::Futex { addr, wake: true } => format!("{addr:#x}, FUTEX_WAKE_PRIVATE, 1"),
+            Extra::Futex { addr, wake: false } => {
+                format!("{addr:#x}, FUTEX_WAIT_PRIVATE, 0, NULL")
+            }
             Extra::None => fd(self).unwrap_or_default(),
         }
     }

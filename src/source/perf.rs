@@ -973,6 +973,25 @@ mod tests {
         );
     }
 
+    /// A futex call keeps its address, so that a wake is tied to the wait it ended; glibc's
+    /// contended-lock value 2 makes a lock wait.
+    #[test]
+    fn a_futex_keeps_its_address() {
+        let extra = |line: &str| one(line)[0].syscall().unwrap().extra.clone();
+        assert_eq!(
+            extra("  10.000 ( 0.003 ms): JS Watchdog/219311 futex(uaddr: 0x7f1c, op: WAKE_PRIVATE, val: 1) = 1"),
+            Extra::Futex { addr: 0x7f1c, wake: true }
+        );
+        assert_eq!(
+            extra("  10.000 (300.000 ms): Web Content/219299 futex(uaddr: 0x7f1c, op: WAIT_PRIVATE, val: 0) = 0"),
+            Extra::Futex { addr: 0x7f1c, wake: false }
+        );
+        assert_eq!(
+            extra("  10.000 (300.000 ms): Web Content/219299 futex(uaddr: 0x7f20, op: WAIT_PRIVATE, val: 2) = 0"),
+            Extra::LockWait(0x7f20)
+        );
+    }
+
     /// `perf trace -p PID` of a single thread prints no `comm/tid` column.
     #[test]
     fn lines_without_the_comm_column_are_read() {

@@ -695,3 +695,22 @@ fn same_comm_threads_of_a_whole_machine_trace_are_not_one_process() {
         .unwrap_or_default();
     assert_eq!(programs, ["redis-server", "redis-benchmar"]);
 }
+
+/// A runtime's helper serves no one, but its gap is a stall when another thread waited
+/// through it: 8300 waits 600 ms in `futex(0xc000050150, FUTEX_WAIT_PRIVATE, 0, NULL)`
+/// until the wake 8301 makes at the end of its 600 ms gap (the waiter's resumed line
+/// comes after the wake). 8302's 500 ms gap ends in a wake of a futex no traced thread
+/// waited on: its own work, no stall.
+#[test]
+fn a_runtime_helper_s_gap_that_a_thread_waited_through_is_a_stall() {
+    let r = wild("runtime-helper-waited.strace");
+    let gaps: Vec<u64> = r["stalls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["kind"] == "gap")
+        .filter_map(|s| s["tid"].as_u64())
+        .collect();
+    assert!(gaps.contains(&8301), "{}", r["stalls"]);
+    assert!(!gaps.contains(&8302), "{}", r["stalls"]);
+}

@@ -300,7 +300,7 @@ fn extra_of(kind: ArgKind, a0: &[u8], rest: &[u8], args: &[u8]) -> Option<Extra>
             let n = r.iter().take_while(|b| is_name_byte(**b)).count();
             (n > 0).then(|| Extra::Resumes(intern(&r[..n])))
         }
-        ArgKind::Futex => futex_lock(first_arg(rest)),
+        ArgKind::Futex => futex(a0, first_arg(rest)),
         ArgKind::Connect => peer_address(first_arg(rest).0).map(Extra::Path),
         ArgKind::Data | ArgKind::Nothing => None,
     }
@@ -339,14 +339,22 @@ fn close_range(a0: &[u8], a1: &[u8]) -> Option<Extra> {
     Some(Extra::CloseRange(lo, hi))
 }
 
-/// `futex(addr, FUTEX_WAIT_PRIVATE, 2, NULL)` (perf trace: `op: WAIT|PRIVATE_FLAG, val: 2`,
-/// its labels stripped): a wait on a lock glibc marked contended (2).
-fn futex_lock((op, r): (&[u8], &[u8])) -> Option<Extra> {
+/// `futex(addr, FUTEX_WAIT_PRIVATE, 2, NULL)` (perf trace: `uaddr: 0x7f.., op:
+/// WAIT|PRIVATE_FLAG, val: 2`, its labels stripped): a wait on a lock glibc marked
+/// contended (2). Another wait or a wake: on which futex, so that a wake is tied to the
+/// wait it ended.
+fn futex(a0: &[u8], (op, r): (&[u8], &[u8])) -> Option<Extra> {
+    let addr = parse_hex(skip_ws(a0)).map(|v| v.0);
     let val = parse_u64(skip_ws(first_arg(r).0)).map(|v| v.0);
     let op = skip_ws(op);
     let op = op.strip_prefix(b"FUTEX_").unwrap_or(op);
     let wait = op.starts_with(b"WAIT") && !op.starts_with(b"WAIT_REQUEUE");
-    (wait && val == Some(2)).then_some(Extra::LockWait)
+    if wait && val == Some(2) {
+        return Some(Extra::LockWait(addr.unwrap_or(0)));
+    }
+    let wake = op.starts_with(b"WAKE");
+    addr.filter(|_| wait || wake)
+        .map(|addr| Extra::Futex { addr, wake })
 }
 
 /// The peer a connect names, as the report shows it: `10.0.0.2:6380`, `[::1]:6379`, a unix

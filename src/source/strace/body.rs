@@ -704,7 +704,11 @@ mod tests {
             // ERESTARTSYS (`= ?` plus an errno-like name).
             (
                 "[pid  9386] 22:38:55.152372 futex(0x55, FUTEX_WAIT_PRIVATE, 0, NULL) = ? ERESTARTSYS (To be restarted if SA_RESTART is set) <2.208605>",
-                call(9386, tod(22, 38, 55, 152_372), 1, "futex").ret(Ret::Err("ERESTARTSYS")).measured(2_208_605 * US).0,
+                call(9386, tod(22, 38, 55, 152_372), 1, "futex")
+                    .ret(Ret::Err("ERESTARTSYS"))
+                    .measured(2_208_605 * US)
+                    .extra(Extra::Futex { addr: 0x55, wake: false })
+                    .0,
             ),
             // (INJECTED) after the errno text.
             (
