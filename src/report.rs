@@ -327,6 +327,10 @@ pub enum FileClass {
     Epoll,
     Dir,
     Proc,
+    /// An in-memory fd with no file behind it (`anon_inode:[eventfd]`, timerfd, signalfd,
+    /// inotify, a memfd): its calls never wait for a disk. redis 8's main and I/O threads
+    /// hand clients to each other through eventfds.
+    AnonInode,
     Other,
     #[default]
     Unknown,
@@ -349,6 +353,7 @@ impl FileClass {
             FileClass::Epoll => "epoll",
             FileClass::Dir => "dir",
             FileClass::Proc => "proc",
+            FileClass::AnonInode => "anon_inode",
             FileClass::Other => "other",
             FileClass::Unknown => "unknown",
         }

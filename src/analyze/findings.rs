@@ -39,6 +39,7 @@ fn class_words(c: FileClass) -> &'static str {
         FileClass::Epoll => "the epoll fd",
         FileClass::Dir => "a directory",
         FileClass::Proc => "a /proc file",
+        FileClass::AnonInode => "an in-memory fd",
         FileClass::Other => "a file",
         FileClass::Unknown => "an fd of unknown type",
     }
@@ -233,6 +234,8 @@ fn io_wait_words(
              (their share of the hand-off ended as this began; they spin for the next one on a \
              CPU), no longer than the scheduler takes to give a CPU back, not a slow command"
         )
+    } else if v.own_loop {
+        own_loop_wait_words(who, d, during, v)
     } else {
         format!(
             "{who} {d}{during}: it waited for its I/O threads, which made {} client I/O call{} \
@@ -269,6 +272,18 @@ fn io_wait_words(
         ));
     }
     text
+}
+
+/// The same of redis 8's I/O threads, which run event loops of their own: the main thread
+/// waits for them only when it pauses them, until each has finished the work in hand.
+fn own_loop_wait_words(who: &str, d: &str, during: &str, v: &super::io_wait::IoCover) -> String {
+    format!(
+        "{who} {d}{during}: it waited for its I/O threads, busy outside their own event loops \
+         through it ({} call{}): redis 8 pauses them (clientsCron every 100 ms, or to touch \
+         their clients) and spins until each has finished the work in hand, not a slow command",
+        v.calls,
+        plural(v.calls as u64)
+    )
 }
 
 /// "made no syscall for 300 ms", or for a gap that ran through the thread's own quiet

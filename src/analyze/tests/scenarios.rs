@@ -2198,3 +2198,95 @@ fn a_short_gap_right_after_the_io_threads_share_is_scheduling() {
     let (id, why) = main_gap_at(&r, 17);
     assert_eq!(id, Some("command"), "{why}");
 }
+
+/// redis 8 (issue 40; the shapes of fixtures/io-threads/redis8-io2): the I/O thread runs an
+/// event loop of its own (epoll fd 13; the main thread's is 7) and the two hand clients to
+/// each other through eventfds (the main thread reads 15, writes 14). A pause (the main
+/// thread pokes 14 and spins while the I/O thread finishes its reads and parks) is a wait
+/// for the I/O thread, the EVAL the main thread runs while its I/O thread sleeps in its loop
+/// is a slow command, and a slow call on an eventfd is no disk wait.
+#[test]
+fn redis8_own_loop_io_thread_pause_eval_and_eventfd() {
+    let mut s = Seq::named(&[(100, "redis-server"), (102, "io_thd_1")]);
+    let on = |s: &mut Seq, tid: u32, ts: i64, dur: i64, name: &'static str, fd: i32, ret: i64| {
+        let mut sc = Syscall::new(name);
+        sc.fd = Some(fd);
+        sc.fd_path = Some(
+            match fd {
+                7 | 13 => "anon_inode:[eventpoll]",
+                14 | 15 => "anon_inode:[eventfd]",
+                _ => "TCP:[127.0.0.1:6379->127.0.0.1:50000]",
+            }
+            .into(),
+        );
+        sc.ret = Ret::Val(ret);
+        (sc.dur, sc.dur_src) = (Some(dur), DurSource::Measured);
+        if fd == 20 && name == "read" {
+            let req: &[u8] = if ts >= 100 * MS {
+                b"*3\r\n$4\r\nEVAL\r\n$3\r\n..."
+            } else {
+                b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n"
+            };
+            sc.extra = Extra::Data(Data::new(req, false));
+        }
+        s.ev(tid, ts, EventKind::Syscall(sc));
+    };
+    on(&mut s, 100, 0, MS, "epoll_wait", 7, 1);
+    on(&mut s, 102, 0, MS, "epoll_wait", 13, 1);
+    on(&mut s, 100, 1990 * US, 10 * US, "write", 14, 8);
+    for t in [3, 5, 7] {
+        on(&mut s, 102, t * MS, 10 * US, "read", 20, 20);
+    }
+    on(&mut s, 102, 55 * MS, 10 * US, "write", 15, 8);
+    on(&mut s, 102, 56 * MS, 44 * MS, "epoll_wait", 13, 1);
+    on(&mut s, 100, 60 * MS, 40 * MS, "epoll_wait", 7, 1);
+    // The EVAL: read and handed over by the I/O thread, which then sleeps in its loop.
+    on(&mut s, 102, 100 * MS, 10 * US, "read", 20, 20);
+    on(&mut s, 102, 100 * MS + 100 * US, 10 * US, "write", 15, 8);
+    on(
+        &mut s,
+        102,
+        100 * MS + 200 * US,
+        700 * MS,
+        "epoll_wait",
+        13,
+        1,
+    );
+    on(&mut s, 100, 100 * MS + 150 * US, 10 * US, "read", 15, 8);
+    on(&mut s, 100, 700 * MS, 10 * US, "write", 14, 8);
+    // A read of its eventfd held 30 ms (the tracer, the scheduler): no disk behind it.
+    on(&mut s, 100, 701 * MS, 30 * MS, "read", 15, 8);
+    on(&mut s, 100, 732 * MS, MS, "epoll_wait", 7, 0);
+    let r = s.report();
+    let gap = |from_ms: i64| {
+        r.stalls
+            .iter()
+            .find(|st| st.kind == StallKind::Gap && (st.at_us / 1000 - from_ms).abs() <= 1)
+            .unwrap_or_else(|| panic!("no gap at {from_ms} ms: {:?}", r.stalls))
+    };
+    let pause = gap(2);
+    assert_eq!(pause.finding, Some(FindingId::IoThreads), "{}", pause.cause);
+    assert!(
+        pause.cause.contains("redis 8 pauses them"),
+        "{}",
+        pause.cause
+    );
+    let eval = gap(100);
+    assert_eq!(eval.finding, Some(FindingId::Command), "{}", eval.cause);
+    assert!(eval.cause.contains("EVAL"), "{}", eval.cause);
+    let efd = r
+        .stalls
+        .iter()
+        .find(|st| st.kind == StallKind::SlowSyscall)
+        .expect("the slow eventfd read");
+    assert_eq!(efd.target.class, Some(FileClass::AnonInode), "{efd:?}");
+    assert!(
+        !matches!(
+            efd.finding,
+            Some(FindingId::SlowFileIo | FindingId::DiskContention)
+        ),
+        "{}",
+        efd.cause
+    );
+    assert!(!efd.cause.contains("disk"), "{}", efd.cause);
+}
