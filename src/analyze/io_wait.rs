@@ -159,7 +159,16 @@ impl IoCover {
             // explains (the tail is the whole gap then).
             return self.adjoining && self.tail < own + main_runnable.unwrap_or(0);
         }
-        self.tail < tail_max && self.longest_hole < own.max(gap / 2)
+        self.tail < tail_max
+            && self.longest_hole < own.max(gap / 2)
+            && !self.own_loop_starved(gap, main_runnable)
+    }
+
+    /// redis 8's main thread spins for its I/O threads only in a pause, on a CPU: one that
+    /// waited for a CPU through half the gap or more was starved, whatever its I/O threads
+    /// did meanwhile (the scheduler's split says so: CPU starvation).
+    fn own_loop_starved(&self, gap: Nanos, main_runnable: Option<Nanos>) -> bool {
+        self.own_loop && main_runnable.is_some_and(|r| r * 2 >= gap)
     }
 
     /// The longest stretch of the gap the main thread had to itself.
@@ -594,6 +603,10 @@ mod tests {
         assert!(v.own_loop, "{v:?}");
         assert!(v.is_wait(2 * MS, 58 * MS, None), "{v:?}");
         assert_eq!(v.tail, 4 * MS);
+        // With the scheduler's split: spinning on a CPU is the pause; a main thread that
+        // waited for a CPU through most of the gap was starved (redis8-io2-bpf: 109 of 122 ms).
+        assert!(v.is_wait(2 * MS, 58 * MS, Some(5 * MS)), "{v:?}");
+        assert!(!v.is_wait(2 * MS, 58 * MS, Some(50 * MS)), "{v:?}");
         // The same calls of a thread that waits in its main thread's epoll fd (valkey's
         // offloaded poll) keep the idle-spin reading: the 48 ms hole is the main thread's.
         let h = helpers(&[
