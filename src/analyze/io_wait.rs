@@ -97,7 +97,11 @@ impl Default for MainSide {
 /// The I/O threads' recent calls of one process and its main thread's side.
 struct Proc {
     key: ProcKey,
-    ring: VecDeque<HelperCall>,
+    /// Each call with the latest end of any call pushed up to it: the calls come in the
+    /// order their lines (or records) do, and one may end long before those pushed ahead of
+    /// it (an own-loop thread's busy time before a long wait, known when the wait returns),
+    /// so the scan back for a gap stops by that latest end, which never decreases.
+    ring: VecDeque<(Nanos, HelperCall)>,
     main: MainSide,
 }
 
@@ -328,7 +332,8 @@ impl IoHelpers {
         if ring.len() == RING {
             ring.pop_front();
         }
-        ring.push_back(call);
+        let latest = ring.back().map_or(call.end, |(l, _)| call.end.max(*l));
+        ring.push_back((latest, call));
     }
 
     /// The kind of the main thread's own share of a batch when its last client I/O ended
@@ -357,7 +362,8 @@ impl IoHelpers {
             .ring
             .iter()
             .rev()
-            .take_while(|c| c.end > from - (to - from).max(ADJOIN))
+            .take_while(|(latest, _)| *latest > from - (to - from).max(ADJOIN))
+            .map(|(_, c)| c)
             .filter(|c| {
                 adjoining |= c.end <= from && c.end > from - ADJOIN && c.dir != Dir::Other;
                 c.end > from && c.start < to
@@ -599,7 +605,9 @@ mod tests {
             (2, 55000, 10, "write", 15),
             (2, 56000, 44000, "epoll_wait", 13),
         ]);
-        let v = h.cover(ProcKey::Root, 2 * MS, 60 * MS, None).expect("a cover");
+        let v = h
+            .cover(ProcKey::Root, 2 * MS, 60 * MS, None)
+            .expect("a cover");
         assert!(v.own_loop, "{v:?}");
         assert!(v.is_wait(2 * MS, 58 * MS, None), "{v:?}");
         assert_eq!(v.tail, 4 * MS);
@@ -618,7 +626,9 @@ mod tests {
             (2, 7000, 10, "read", 22),
             (2, 55000, 10, "write", 15),
         ]);
-        let v = h.cover(ProcKey::Root, 2 * MS, 60 * MS, None).expect("a cover");
+        let v = h
+            .cover(ProcKey::Root, 2 * MS, 60 * MS, None)
+            .expect("a cover");
         assert!(!v.own_loop);
         assert!(!v.is_wait(2 * MS, 58 * MS, None), "{v:?}");
     }
@@ -636,10 +646,34 @@ mod tests {
             (1, 1000, 150, "epoll_wait", 7),
             (1, 1190, 10, "read", 15),
         ]);
-        let v = h.cover(ProcKey::Root, 1200, 850 * MS, None).expect("a cover");
+        let v = h
+            .cover(ProcKey::Root, 1200, 850 * MS, None)
+            .expect("a cover");
         assert!(v.own_loop);
         assert!(!v.is_wait(2 * MS, 850 * MS - 1200, None), "{v:?}");
         assert!(v.longest_own() > 840 * MS, "{v:?}");
+    }
+
+    /// redis8-io4 (the gap at its line 13240): io_thd_3 read a client through the main
+    /// thread's 11.6 ms gap; io_thd_1's wait of 46 ms returned after it, and its busy time
+    /// before that wait, pushed then, ended long before the gap. The scan back for the gap
+    /// went on past it (it stopped there, and the gap was "a slow command").
+    #[test]
+    fn a_call_pushed_behind_one_that_ended_long_before_still_covers_its_gap() {
+        let h = helpers(&[
+            (1, 0, 1000, "epoll_wait", 7),
+            (2, 0, 1000, "epoll_wait", 13),
+            (3, 0, 1000, "epoll_wait", 13),
+            (3, 1500, 10, "read", 21),
+            (1, 29_990, 10, "read", 15),
+            (2, 30_000, 11_500, "read", 20),
+            (3, 1600, 46_000, "epoll_wait", 13),
+        ]);
+        let v = h
+            .cover(ProcKey::Root, 30 * MS, 41_600_000, None)
+            .expect("a cover");
+        assert!(v.is_wait(2 * MS, 11_600_000, None), "{v:?}");
+        assert_eq!(v.tail, 100_000);
     }
 
     #[test]

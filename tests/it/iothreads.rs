@@ -607,6 +607,12 @@ fn redis8_pauses_are_no_slow_command_and_commands_are_counted() {
     assert_eq!(calls_of(&r, "GET"), 2_478);
     assert_eq!(calls_of(&r, "EVAL"), 1);
     assert_eq!(calls_of(&r, "DEBUG"), 1);
+    // Slow commands the ground truth lacks: 28 with the hand-off readings of redis 6/7 and
+    // valkey alone, 10 with redis 8's own loops read: gaps that open at the main thread's
+    // eventfd read or its epoll_wait's return while its I/O thread sleeps in its own loop
+    // (the main thread descheduled under strace; 4 of 40-83 ms).
+    let false_cmd = false_slow_commands(&r);
+    assert!(false_cmd.len() <= 10, "{}: {false_cmd:?}", false_cmd.len());
 
     let r = analyze(&fixture("redis8-io4.strace.gz"), &[]);
     for tid in [28270, 28271, 28272] {
@@ -615,6 +621,10 @@ fn redis8_pauses_are_no_slow_command_and_commands_are_counted() {
     // The 668 ms pause of all three I/O threads included.
     assert_redis8_verdicts(&r, 370_000);
     assert_eq!(calls_of(&r, "SET"), 5_416);
+    // 11 with the hand-off readings alone; 1 now: a 16 ms gap before the first client,
+    // between two of clientsCron's /proc reads (no I/O thread awake).
+    let false_cmd = false_slow_commands(&r);
+    assert!(false_cmd.len() <= 1, "{}: {false_cmd:?}", false_cmd.len());
 }
 
 /// redis 8 recorded live by `attach --backend bpf --record` under a plain GET load: no false
