@@ -296,6 +296,7 @@ mod tests {
             fault_copy: None,
             quota: None,
             cgroup: None,
+            cpus: None,
         };
         let clock = Clock::none();
         // The commands unit's names: SET is the first one read.

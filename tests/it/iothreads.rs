@@ -155,7 +155,17 @@ fn redis7_busy_wait_is_no_slow_command() {
         assert!(c.contains("waited for its I/O threads"), "{c}");
         assert!(!c.contains(": a slow command"), "{c}");
     }
-    assert!(finding(&r, "io-threads").is_some());
+    // Offline the CPUs the process may use are not in the trace, nor the I/O threads' own
+    // wait for a CPU (strace has no scheduler split): the finding says so, not a guess.
+    let ev = finding(&r, "io-threads").expect("the io-threads finding")["evidence"]
+        .as_str()
+        .unwrap();
+    assert!(
+        ev.contains("1 I/O thread and the main thread")
+            && ev.contains("the CPUs they may use are not in a trace")
+            && ev.contains("waited for a CPU is not measured"),
+        "{ev}"
+    );
     assert_slow_commands_found(&r, 500_000);
     // The EVAL ran in one turn with 50 SETs read beside it: named all the same.
     let eval = main_gaps(&r, "command")
@@ -480,6 +490,17 @@ fn figures(bin: &str, io_args: &[&str], plain_args: &[&str]) {
         false_cmd.len()
     );
     assert_slow_commands_found(&r, 100_000);
+    // Live, the CPUs it may use are read at the attach, and the finding weighs its
+    // threads against them.
+    let allowed = r["cpus"]["allowed"]
+        .as_u64()
+        .expect("the CPUs read at the attach");
+    assert!(allowed >= 1, "{}", r["cpus"]);
+    if let Some(f) = finding(&r, "io-threads") {
+        let ev = f["evidence"].as_str().unwrap();
+        let on = format!("threads on {allowed} CPU");
+        assert!(ev.contains(&on), "{bin}: {ev}");
+    }
     let eval = stalls(&r)
         .iter()
         .filter(|s| s["thread"] == "main" && s["kind"] == "gap")

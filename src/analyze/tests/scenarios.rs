@@ -2069,11 +2069,16 @@ fn a_script_cut_by_the_allocators_own_calls_is_one_gap() {
 /// 9 and 10; io_thd_1 is 102.
 /// At `--threshold 2ms`, io_thd_1 already seen at work (an earlier turn).
 fn io_seq() -> Seq {
+    io_seq_with(Options::default())
+}
+
+/// `io_seq` with what a live attach adds to the options (`cpus`, `cgroup`).
+fn io_seq_with(live: Options) -> Seq {
     let mut s = Seq::with(Options {
         root_pid: Some(100),
         thread_names: [(102, "io_thd_1".to_string())].into_iter().collect(),
         threshold_ns: 2 * MS,
-        ..Default::default()
+        ..live
     });
     s.call(100, 0, 10 * US, "accept4", Some(6), 9, Extra::None);
     s.call(100, 100 * US, 10 * US, "accept4", Some(6), 10, Extra::None);
@@ -2329,4 +2334,103 @@ fn redis8_own_loop_io_thread_pause_eval_and_eventfd() {
         efd.cause
     );
     assert!(!efd.cause.contains("disk"), "{}", efd.cause);
+}
+
+/// Issue 40: the `io-threads` finding weighs the I/O threads against the CPUs the process
+/// may use, from evidence only. Live, pinned to 1 CPU of 2 (or 2 CPUs under a quota of half
+/// a CPU), the main thread and io_thd_1 are more threads than CPUs: a warning that says so;
+/// on 2 CPUs, no more than them: info. Offline the CPUs are not in the trace, and said not
+/// to be. Without the scheduler's split the I/O threads' own wait for a CPU is said to be
+/// unmeasured.
+#[test]
+fn the_io_threads_finding_weighs_its_threads_against_the_cpus() {
+    use crate::report::{CgroupLimits, Cpus, Severity};
+    let run = |live: Options| {
+        let mut s = io_seq_with(live);
+        s.call(100, 9 * MS, MS, "epoll_wait", Some(5), 1, Extra::None);
+        s.call(
+            100,
+            10 * MS + 50 * US,
+            10 * US,
+            "futex",
+            None,
+            1,
+            Extra::None,
+        );
+        s.call(102, 5 * MS, 17 * MS, "futex", None, 0, Extra::None);
+        s.read(102, 22 * MS + 100 * US, 10, SET);
+        s.write(102, 22 * MS + 200 * US, 10 * US, 10, b"+OK\r\n");
+        s.call(100, 23 * MS, 10 * US, "epoll_wait", Some(5), 0, Extra::None);
+        let r = s.report();
+        assert_eq!(main_gap_at(&r, 10).0, Some("io-threads"));
+        r.findings
+            .into_iter()
+            .find(|f| f.id == FindingId::IoThreads)
+            .expect("the io-threads finding")
+    };
+    let cpus = |allowed: u32, list: &str| {
+        Some(Cpus {
+            allowed_list: list.into(),
+            allowed,
+            online: 2,
+        })
+    };
+    let unmeasured = "how long the I/O threads themselves waited for a CPU is not measured";
+    let f = run(Options::default());
+    assert_eq!(f.severity, Severity::Info, "{f:?}");
+    assert!(
+        f.evidence.contains("1 I/O thread and the main thread")
+            && f.evidence
+                .contains("the CPUs they may use are not in a trace")
+            && f.evidence.contains(unmeasured),
+        "{}",
+        f.evidence
+    );
+    let f = run(Options {
+        cpus: cpus(1, "1"),
+        ..Default::default()
+    });
+    assert_eq!(f.severity, Severity::Warning, "{f:?}");
+    assert!(f.title.contains("may use 1 CPU"), "{}", f.title);
+    assert!(
+        f.evidence.contains(
+            "2 threads on 1 CPU (1 of 2 online, by their affinity): more threads than CPUs"
+        ),
+        "{}",
+        f.evidence
+    );
+    let f = run(Options {
+        cpus: cpus(2, "0-1"),
+        ..Default::default()
+    });
+    assert_eq!(f.severity, Severity::Info, "{f:?}");
+    assert!(
+        f.evidence.contains(
+            "2 threads on 2 CPUs (0-1 of 2 online, by their affinity): no more threads than CPUs"
+        ),
+        "{}",
+        f.evidence
+    );
+    let f = run(Options {
+        cpus: cpus(2, "0-1"),
+        cgroup: Some(crate::analyze::limits::CgEvidence {
+            limits: CgroupLimits {
+                cpu_quota_us: Some(50_000),
+                cpu_period_us: Some(100_000),
+                ..Default::default()
+            },
+            readings: vec![],
+            exact_throttle: false,
+            burst_file: None,
+        }),
+        ..Default::default()
+    });
+    assert_eq!(f.severity, Severity::Warning, "{f:?}");
+    assert!(f.title.contains("may use 0.5 CPUs"), "{}", f.title);
+    assert!(
+        f.evidence
+            .contains("0.5 CPUs by the cgroup's quota of 50 ms per 100 ms: more threads than CPUs"),
+        "{}",
+        f.evidence
+    );
 }
