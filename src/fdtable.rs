@@ -59,7 +59,7 @@ pub fn classify_path(path: &str, conf: Option<&RedisConf>) -> FileClass {
         return if p.contains("eventpoll") {
             FileClass::Epoll
         } else {
-            FileClass::Other
+            FileClass::AnonInode
         };
     }
     if p.starts_with("/proc/") || p.starts_with("/sys/") {
@@ -1135,7 +1135,7 @@ impl FdTable {
                     NewFd::Socket => FileClass::Unknown,
                     NewFd::Accepted => FileClass::Client,
                     NewFd::Epoll => FileClass::Epoll,
-                    NewFd::Other => FileClass::Other,
+                    NewFd::Other => FileClass::AnonInode,
                 };
                 self.bind(proc, fd, path, Some(class), ts);
                 if kind == NewFd::Socket {
@@ -1287,6 +1287,9 @@ mod tests {
         assert_eq!(c("UNIX-STREAM:[475240]"), FileClass::Unknown);
         assert_eq!(c("TCPv6:[[::1]:6434->[::1]:50102]"), FileClass::Client);
         assert_eq!(c("anon_inode:[eventpoll]"), FileClass::Epoll);
+        // redis 8's hand-off eventfds and other in-memory fds are no disk files.
+        assert_eq!(c("anon_inode:[eventfd]"), FileClass::AnonInode);
+        assert!(!c("anon_inode:[timerfd]").is_disk_file());
         assert_eq!(c("pipe:[1234]"), FileClass::Pipe);
         assert_eq!(c("/var/lib/redis"), FileClass::Dir);
     }

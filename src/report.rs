@@ -327,6 +327,10 @@ pub enum FileClass {
     Epoll,
     Dir,
     Proc,
+    /// An in-memory fd with no file behind it (`anon_inode:[eventfd]`, timerfd, signalfd,
+    /// inotify, a memfd): its calls never wait for a disk. redis 8's main and I/O threads
+    /// hand clients to each other through eventfds.
+    AnonInode,
     Other,
     #[default]
     Unknown,
@@ -349,6 +353,7 @@ impl FileClass {
             FileClass::Epoll => "epoll",
             FileClass::Dir => "dir",
             FileClass::Proc => "proc",
+            FileClass::AnonInode => "anon_inode",
             FileClass::Other => "other",
             FileClass::Unknown => "unknown",
         }
@@ -554,7 +559,7 @@ pub struct NsPid {
 }
 
 /// What only a live session sees (flattened into the report: `host`, `overhead`,
-/// `container`, `cgroup`; all absent offline).
+/// `container`, `cgroup`, `cpus`; all absent offline).
 #[derive(Clone, Debug, Serialize, Default)]
 pub struct LiveContext {
     /// /proc samples aligned with phases and stalls.
@@ -575,6 +580,23 @@ pub struct LiveContext {
     /// the root cgroup with no limits).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cgroup: Option<CgroupReport>,
+    /// The CPUs the traced process may run on, read at the attach (absent when they could
+    /// not be read, and offline: a trace does not tell them).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpus: Option<Cpus>,
+}
+
+/// The CPUs a process may run on: those online that its threads' affinity allows (redis
+/// can pin its threads: `server-cpulist`, `bio-cpulist`; taskset, a container's cpuset).
+/// Its cgroup's CPU quota, another limit, is in `cgroup`.
+#[derive(Clone, Debug, Serialize, Default, PartialEq, Eq)]
+pub struct Cpus {
+    /// The online CPUs any of its threads may run on (the union of their
+    /// `Cpus_allowed_list`), in the kernel's list form ("0-1,4") and counted.
+    pub allowed_list: String,
+    pub allowed: u32,
+    /// The CPUs online on the host (/sys/devices/system/cpu/online).
+    pub online: u32,
 }
 
 #[derive(Clone, Debug, Serialize, Default)]

@@ -39,6 +39,7 @@ fn class_words(c: FileClass) -> &'static str {
         FileClass::Epoll => "the epoll fd",
         FileClass::Dir => "a directory",
         FileClass::Proc => "a /proc file",
+        FileClass::AnonInode => "an in-memory fd",
         FileClass::Other => "a file",
         FileClass::Unknown => "an fd of unknown type",
     }
@@ -62,6 +63,8 @@ pub(crate) struct Evidence<'a> {
     /// Live: the cgroup's readings over the trace, for the rules that read them
     /// (`limits`: memory reclaim, and throttling where the split does not measure it).
     pub(crate) cgroup: Option<&'a super::limits::CgEvidence>,
+    /// Live: the CPUs the traced process may run on (`Options::cpus`).
+    pub(crate) cpus: Option<&'a crate::report::Cpus>,
 }
 
 /// (finding id, plain-words cause) for one stall. `running`: the command its thread ran
@@ -233,6 +236,8 @@ fn io_wait_words(
              (their share of the hand-off ended as this began; they spin for the next one on a \
              CPU), no longer than the scheduler takes to give a CPU back, not a slow command"
         )
+    } else if v.own_loop {
+        own_loop_wait_words(who, d, during, v)
     } else {
         format!(
             "{who} {d}{during}: it waited for its I/O threads, which made {} client I/O call{} \
@@ -269,6 +274,18 @@ fn io_wait_words(
         ));
     }
     text
+}
+
+/// The same of redis 8's I/O threads, which run event loops of their own: the main thread
+/// waits for them only when it pauses them, until each has finished the work in hand.
+fn own_loop_wait_words(who: &str, d: &str, during: &str, v: &super::io_wait::IoCover) -> String {
+    format!(
+        "{who} {d}{during}: it waited for its I/O threads, busy outside their own event loops \
+         through it ({} call{}): redis 8 pauses them (clientsCron every 100 ms, or to touch \
+         their clients) and spins until each has finished the work in hand, not a slow command",
+        v.calls,
+        plural(v.calls as u64)
+    )
 }
 
 /// "made no syscall for 300 ms", or for a gap that ran through the thread's own quiet
@@ -1205,8 +1222,36 @@ fn io_threads_starved(e: Option<&ByFinding>) -> bool {
     e.is_some_and(|e| e.io_measured > 0 && e.io_runnable * 4 >= e.io_measured)
 }
 
-fn io_threads_severity(_: &Ctx<'_>, e: Option<&ByFinding>) -> Severity {
-    if io_threads_starved(e) {
+/// The I/O threads of the trace (by name or behaviour).
+fn io_thread_count(cx: &Ctx<'_>) -> u64 {
+    cx.ev
+        .world
+        .roles()
+        .filter(|(_, r)| *r == Role::IoThread)
+        .count() as u64
+}
+
+/// How many CPUs the process may use, live: those its threads' affinity allows, fewer
+/// where its cgroup's quota gives less (quota / period, in CPUs). None offline.
+fn usable_cpus(cx: &Ctx<'_>) -> Option<f64> {
+    let allowed = f64::from(cx.ev.cpus?.allowed);
+    let quota = cx
+        .ev
+        .quota
+        .filter(|(_, p)| *p > 0)
+        .map(|(q, p)| q as f64 / p as f64);
+    Some(quota.map_or(allowed, |q| q.min(allowed)))
+}
+
+/// More threads wait for each other (the I/O threads, and the main thread that waits for
+/// them on a CPU) than the process may use CPUs: one of them waits for a CPU while the
+/// others wait for it. Known live only.
+fn io_threads_crowded(cx: &Ctx<'_>) -> bool {
+    usable_cpus(cx).is_some_and(|u| (io_thread_count(cx) + 1) as f64 > u)
+}
+
+fn io_threads_severity(cx: &Ctx<'_>, e: Option<&ByFinding>) -> Severity {
+    if io_threads_starved(e) || io_threads_crowded(cx) {
         Severity::Warning
     } else {
         Severity::Info
@@ -1214,16 +1259,18 @@ fn io_threads_severity(_: &Ctx<'_>, e: Option<&ByFinding>) -> Severity {
 }
 
 fn io_threads_title(cx: &Ctx<'_>, e: Option<&ByFinding>) -> String {
-    let n = cx
-        .ev
-        .world
-        .roles()
-        .filter(|(_, r)| *r == Role::IoThread)
-        .count() as u64;
+    let n = io_thread_count(cx);
     if io_threads_starved(e) {
         format!(
             "I/O threads cost more than they give: the main thread spun while its {n} I/O thread{} waited for a CPU",
             plural(n)
+        )
+    } else if let Some(u) = usable_cpus(cx).filter(|_| io_threads_crowded(cx)) {
+        format!(
+            "I/O threads cost more than they give: the main thread and its {n} I/O thread{} may use {} CPU{}",
+            plural(n),
+            cpus_words(u),
+            if u == 1.0 { "" } else { "s" }
         )
     } else {
         format!(
@@ -1231,6 +1278,79 @@ fn io_threads_title(cx: &Ctx<'_>, e: Option<&ByFinding>) -> String {
             plural(n)
         )
     }
+}
+
+/// A count of CPUs, whole or to a tenth (a quota of 150 ms per 100 ms: 1.5).
+fn cpus_words(n: f64) -> String {
+    if n.fract() == 0.0 {
+        format!("{n:.0}")
+    } else {
+        format!("{n:.1}")
+    }
+}
+
+/// "2 I/O threads and the main thread, which waits for them: 3 threads on 2 CPUs (0-1 of 2
+/// online, by their affinity): more threads than CPUs ...", or offline, that the CPUs are
+/// not in a trace.
+fn io_threads_cpu_words(cx: &Ctx<'_>) -> String {
+    let n = io_thread_count(cx);
+    let head = format!(
+        "{n} I/O thread{} and the main thread, which waits for {} on a CPU",
+        plural(n),
+        if n == 1 { "it" } else { "them" }
+    );
+    let Some(c) = cx.ev.cpus else {
+        return format!(
+            "{head}: the CPUs they may use are not in a trace (an attach reads the threads' \
+             affinity, the online CPUs and the cgroup's CPU quota)"
+        );
+    };
+    let mut text = format!(
+        "{head}: {} threads on {} CPU{} ({} of {} online, by their affinity)",
+        n + 1,
+        c.allowed,
+        plural(u64::from(c.allowed)),
+        c.allowed_list,
+        c.online
+    );
+    if let Some((q, p)) = cx.ev.quota.filter(|(_, p)| *p > 0) {
+        text.push_str(&format!(
+            ", {} CPUs by the cgroup's quota of {} per {}",
+            cpus_words(q as f64 / p as f64),
+            human(q as i64),
+            human(p as i64)
+        ));
+    }
+    if io_threads_crowded(cx) {
+        text.push_str(
+            ": more threads than CPUs, so while the main thread waits on a CPU an I/O thread \
+             may wait for one",
+        );
+    } else {
+        text.push_str(
+            ": no more threads than CPUs, free only if nothing else runs there (the clients \
+             included)",
+        );
+    }
+    text
+}
+
+fn io_threads_evidence(cx: &Ctx<'_>, e: Option<&ByFinding>) -> String {
+    let mut ev = stall_evidence(cx, e);
+    ev.push_str("; ");
+    ev.push_str(&io_threads_cpu_words(cx));
+    match e.filter(|e| e.io_measured > 0) {
+        Some(e) => ev.push_str(&format!(
+            "; the I/O threads waited for a CPU {} of the {} the scheduler measured",
+            human(e.io_runnable),
+            human(e.io_measured)
+        )),
+        None => ev.push_str(
+            "; how long the I/O threads themselves waited for a CPU is not measured over \
+             these stalls (the trace has no scheduler split of their calls in them)",
+        ),
+    }
+    ev
 }
 
 /// Why a trace with no event-loop wait shows no gaps, saying it was filtered only on
@@ -1254,18 +1374,6 @@ fn filtered_words(syscalls: u64, kinds: u32, perf: bool) -> String {
              waited"
         )
     }
-}
-
-fn io_threads_evidence(cx: &Ctx<'_>, e: Option<&ByFinding>) -> String {
-    let mut ev = stall_evidence(cx, e);
-    if let Some(e) = e.filter(|e| e.io_measured > 0) {
-        ev.push_str(&format!(
-            "; the I/O threads waited for a CPU {} of the {} the scheduler measured",
-            human(e.io_runnable),
-            human(e.io_measured)
-        ));
-    }
-    ev
 }
 
 fn unexplained_title(_: &Ctx<'_>, e: Option<&ByFinding>) -> String {
@@ -1833,6 +1941,7 @@ mod tests {
             fault_copy: None,
             quota,
             cgroup,
+            cpus: None,
         })
     }
 
@@ -2202,6 +2311,7 @@ mod tests {
             fault_copy,
             quota: None,
             cgroup: None,
+            cpus: None,
         };
         let huge = Some(2 << 20);
         let base = Some(4096);

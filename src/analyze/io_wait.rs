@@ -7,7 +7,11 @@
 //! says how much of it those threads covered: a gap they covered from end to end, with no
 //! stretch of the threshold's length that no I/O thread explains, was a wait for them.
 //! redis 8's I/O threads run their own event loops and hand clients over through an
-//! eventfd: its main thread waits in `epoll_wait` (idle) and is not helped here.
+//! eventfd: its main thread waits in its `epoll_wait` (idle), and waits for them only when
+//! it pauses them (clientsCron, every 100 ms, and wherever it touches their clients): it
+//! pokes the I/O thread's eventfd and spins until the thread has finished the work in hand
+//! and parked. Such a thread is busy whenever it is not blocked in its own loop's wait, so
+//! its calls cover a gap from the end of its previous call (`OwnLoops`).
 //!
 //! Without the scheduler's split (strace offline) the trace still shows the hand-off: the
 //! main thread's own share of a batch of reads or writes, then the I/O thread's share of
@@ -18,7 +22,7 @@
 //! then waits for). Calls printed after the gap's end that began before it (strace's
 //! `<unfinished ...>`, a hand-off wait woken in the gap) are added to it when they come.
 
-use super::call::{Facts, ResolvedCall};
+use super::call::{Facts, PerThread, ResolvedCall};
 use super::roles::Role;
 use crate::event::Nanos;
 use crate::fdtable::{FileClass, ProcKey};
@@ -67,6 +71,8 @@ struct HelperCall {
     /// Its scheduler counters were measured.
     sched: bool,
     dir: Dir,
+    /// Of a thread with an event loop of its own (redis 8): the span is its busy time.
+    own: bool,
 }
 
 /// The main thread's last calls that a hand-off is read from: its last client read or
@@ -91,7 +97,11 @@ impl Default for MainSide {
 /// The I/O threads' recent calls of one process and its main thread's side.
 struct Proc {
     key: ProcKey,
-    ring: VecDeque<HelperCall>,
+    /// Each call with the latest end of any call pushed up to it: the calls come in the
+    /// order their lines (or records) do, and one may end long before those pushed ahead of
+    /// it (an own-loop thread's busy time before a long wait, known when the wait returns),
+    /// so the scan back for a gap stops by that latest end, which never decreases.
+    ring: VecDeque<(Nanos, HelperCall)>,
     main: MainSide,
 }
 
@@ -122,6 +132,9 @@ pub(crate) struct IoCover {
     pub(crate) late_start: Nanos,
     /// I/O-thread work ended as the gap began (`ADJOIN`).
     pub(crate) adjoining: bool,
+    /// Some of them were of I/O threads with event loops of their own (redis 8): the main
+    /// thread waited for them in a pause, not in a hand-off of every loop turn.
+    pub(crate) own_loop: bool,
 }
 
 impl IoCover {
@@ -150,7 +163,16 @@ impl IoCover {
             // explains (the tail is the whole gap then).
             return self.adjoining && self.tail < own + main_runnable.unwrap_or(0);
         }
-        self.tail < tail_max && self.longest_hole < own.max(gap / 2)
+        self.tail < tail_max
+            && self.longest_hole < own.max(gap / 2)
+            && !self.own_loop_starved(gap, main_runnable)
+    }
+
+    /// redis 8's main thread spins for its I/O threads only in a pause, on a CPU: one that
+    /// waited for a CPU through half the gap or more was starved, whatever its I/O threads
+    /// did meanwhile (the scheduler's split says so: CPU starvation).
+    fn own_loop_starved(&self, gap: Nanos, main_runnable: Option<Nanos>) -> bool {
+        self.own_loop && main_runnable.is_some_and(|r| r * 2 >= gap)
     }
 
     /// The longest stretch of the gap the main thread had to itself.
@@ -163,6 +185,8 @@ impl IoCover {
 pub(crate) struct IoHelpers {
     /// Per process with I/O threads (a handful at most: the traced one and its children).
     procs: Vec<Proc>,
+    /// redis 8's I/O threads, which wait in event loops of their own.
+    own: OwnLoops,
 }
 
 impl IoHelpers {
@@ -181,6 +205,15 @@ impl IoHelpers {
     pub(crate) fn on_call(&mut self, cx: &ResolvedCall<'_>) -> Option<Nanos> {
         if !cx.timed {
             return None;
+        }
+        let mut own = [None; 2];
+        if self.own.on_call(cx, &mut own) {
+            let mut start = None;
+            for c in own.into_iter().flatten() {
+                start = Some(start.map_or(c.start, |s: Nanos| s.min(c.start)));
+                self.push(cx.proc, c);
+            }
+            return start;
         }
         if !Self::is_helper_call(cx) {
             if cx.role == Role::IoThread {
@@ -212,6 +245,7 @@ impl IoHelpers {
                 .map_or(0, |b| b.on_cpu_ns as Nanos),
             sched: sched.is_some_and(|s| s.before.is_some()),
             dir: Dir::of(cx),
+            own: false,
         };
         self.push(cx.proc, call);
         Some(start)
@@ -286,6 +320,7 @@ impl IoHelpers {
             on_cpu_before: before.map_or(0, |b| b.on_cpu_ns as Nanos),
             sched: before.is_some(),
             dir: Dir::Other,
+            own: false,
         };
         self.push(cx.proc, call);
         start
@@ -297,7 +332,8 @@ impl IoHelpers {
         if ring.len() == RING {
             ring.pop_front();
         }
-        ring.push_back(call);
+        let latest = ring.back().map_or(call.end, |(l, _)| call.end.max(*l));
+        ring.push_back((latest, call));
     }
 
     /// The kind of the main thread's own share of a batch when its last client I/O ended
@@ -326,7 +362,8 @@ impl IoHelpers {
             .ring
             .iter()
             .rev()
-            .take_while(|c| c.end > from - (to - from).max(ADJOIN))
+            .take_while(|(latest, _)| *latest > from - (to - from).max(ADJOIN))
+            .map(|(_, c)| c)
             .filter(|c| {
                 adjoining |= c.end <= from && c.end > from - ADJOIN && c.dir != Dir::Other;
                 c.end > from && c.start < to
@@ -372,11 +409,93 @@ fn sweep(calls: &[HelperCall], from: Nanos, to: Nanos, share: Option<Dir>) -> Io
         }
         cover.runnable += c.runnable_during;
         cover.sched &= c.sched;
+        cover.own_loop |= c.own;
         cover.calls += 1;
         until = until.max(c.end.min(to));
     }
     cover.tail = to - until;
     cover
+}
+
+/// redis 8's I/O threads: each waits in an epoll fd of its own (not its main thread's), and
+/// is busy whenever it is not blocked there: reading, parsing, writing, handing clients over,
+/// or parked in a pause its main thread spins for. Its time between two calls is that work
+/// (redis 6/7's and valkey's I/O threads spin idle between calls instead), and its loop's
+/// wait is no one's, up to its wake.
+#[derive(Default)]
+struct OwnLoops {
+    /// Per process, the epoll fd its main thread waits in.
+    main_epfd: Vec<(ProcKey, i32)>,
+    threads: PerThread<OwnLoopThread>,
+}
+
+#[derive(Clone, Copy, Default)]
+struct OwnLoopThread {
+    /// It waited in an epoll fd other than its main thread's.
+    own: bool,
+    /// Where its last call ended.
+    last_end: Option<Nanos>,
+}
+
+impl OwnLoops {
+    /// Notes a call; true when it was an own-loop I/O thread's, with the spans it covers in
+    /// `out`: its busy time since its last call (up to a loop wait's start, or through any
+    /// other call), and a loop wait's wake (its wait for a CPU after it, by the scheduler's
+    /// split; without it, the wait's return, a point).
+    fn on_call(&mut self, cx: &ResolvedCall<'_>, out: &mut [Option<HelperCall>; 2]) -> bool {
+        let epoll = cx.facts.has(Facts::EPOLL);
+        if epoll && cx.role == Role::Main {
+            if let Some(fd) = cx.call_fd {
+                match self.main_epfd.iter_mut().find(|(p, _)| *p == cx.proc) {
+                    Some(m) => m.1 = fd,
+                    None => self.main_epfd.push((cx.proc, fd)),
+                }
+            }
+            return false;
+        }
+        if cx.role != Role::IoThread {
+            return false;
+        }
+        let main = self
+            .main_epfd
+            .iter()
+            .find(|(p, _)| *p == cx.proc)
+            .map(|m| m.1);
+        let t = self.threads.at(cx.thread);
+        if epoll && !t.own {
+            t.own = cx.call_fd.zip(main).is_some_and(|(fd, m)| fd != m);
+        }
+        if !t.own {
+            return false;
+        }
+        let ts = cx.ts();
+        let from = t.last_end.map_or(ts, |e| e.min(ts));
+        t.last_end = Some(cx.end);
+        let sched = cx.sc.sched.as_deref();
+        let before = sched
+            .and_then(|s| s.before)
+            .map_or(0, |b| b.runnable_ns as Nanos);
+        let during = sched.map_or(0, |s| s.during.runnable_ns as Nanos);
+        let span = |start: Nanos, end: Nanos, runnable: Nanos| HelperCall {
+            start,
+            end,
+            runnable_before: 0,
+            runnable_during: runnable,
+            on_cpu_before: 0,
+            sched: sched.is_some_and(|s| s.before.is_some()),
+            // Not a share of a hand-off batch, and no spin for the next one after it: such
+            // a thread blocks in its own loop (no late start, no adjoining work).
+            dir: Dir::Other,
+            own: true,
+        };
+        if epoll {
+            out[0] = (ts > from).then(|| span(from, ts, before));
+            out[1] = Some(span((cx.end - during).max(ts), cx.end, during));
+        } else {
+            out[0] = Some(span(from, cx.end, before + during));
+        }
+        true
+    }
 }
 
 #[cfg(test)]
@@ -394,6 +513,7 @@ mod tests {
             on_cpu_before: 0,
             sched: true,
             dir: Dir::Other,
+            own: false,
         }
     }
 
@@ -439,6 +559,121 @@ mod tests {
         assert!(v.is_wait(2 * MS, 10 * MS, Some(0)), "{v:?}");
         // No I/O-thread call in the gap: nothing to wait for.
         assert!(!sweep(&[], 0, 10 * MS, None).is_wait(2 * MS, 10 * MS, Some(0)));
+    }
+
+    /// A call of `tid` (1: the main thread, others I/O threads) on `fd`, `ts`/`dur` in µs.
+    fn ev(tid: u32, ts_us: i64, dur_us: i64, name: &'static str, fd: i32) -> crate::event::Event {
+        let mut e = crate::analyze::call::testing::event(tid, ts_us * 1000, dur_us * 1000, name);
+        if let crate::event::EventKind::Syscall(sc) = &mut e.kind {
+            sc.fd = Some(fd);
+        }
+        e
+    }
+
+    /// Feeds the calls, in order, to the helpers: tid 1 is the main thread.
+    fn helpers(calls: &[(u32, i64, i64, &'static str, i32)]) -> IoHelpers {
+        use crate::fdtable::FileClass as C;
+        let mut h = IoHelpers::default();
+        for &(tid, ts, dur, name, fd) in calls {
+            let e = ev(tid, ts, dur, name, fd);
+            let role = if tid == 1 { Role::Main } else { Role::IoThread };
+            let class = match fd {
+                7 | 13 => C::Epoll,
+                14 | 15 => C::AnonInode,
+                _ => C::Client,
+            };
+            h.on_call(&crate::analyze::call::testing::call(&e, role, Some(class)));
+        }
+        h
+    }
+
+    /// redis 8 (fixtures/io-threads/redis8-io2): the main thread pokes its I/O thread's
+    /// eventfd (14) for a pause and spins; the I/O thread finishes its reads, then makes no
+    /// call until it has parked and been resumed (48 ms on a host short of CPUs), hands its
+    /// clients over (15) and goes back to its own `epoll_wait` (13). Its time between calls
+    /// was work the main thread waited for: the gap is a wait, where the hole between its
+    /// calls (redis 6/7's reading: an idle spin) made it the main thread's own before.
+    #[test]
+    fn a_redis8_pause_is_a_wait_for_the_own_loop_io_thread() {
+        let h = helpers(&[
+            (1, 0, 1000, "epoll_wait", 7),
+            (2, 0, 1000, "epoll_wait", 13),
+            (1, 1990, 10, "write", 14),
+            (2, 3000, 10, "read", 20),
+            (2, 5000, 10, "read", 21),
+            (2, 7000, 10, "read", 22),
+            (2, 55000, 10, "write", 15),
+            (2, 56000, 44000, "epoll_wait", 13),
+        ]);
+        let v = h
+            .cover(ProcKey::Root, 2 * MS, 60 * MS, None)
+            .expect("a cover");
+        assert!(v.own_loop, "{v:?}");
+        assert!(v.is_wait(2 * MS, 58 * MS, None), "{v:?}");
+        assert_eq!(v.tail, 4 * MS);
+        // With the scheduler's split: spinning on a CPU is the pause; a main thread that
+        // waited for a CPU through most of the gap was starved (redis8-io2-bpf: 109 of 122 ms).
+        assert!(v.is_wait(2 * MS, 58 * MS, Some(5 * MS)), "{v:?}");
+        assert!(!v.is_wait(2 * MS, 58 * MS, Some(50 * MS)), "{v:?}");
+        // The same calls of a thread that waits in its main thread's epoll fd (valkey's
+        // offloaded poll) keep the idle-spin reading: the 48 ms hole is the main thread's.
+        let h = helpers(&[
+            (1, 0, 1000, "epoll_wait", 7),
+            (2, 0, 1000, "epoll_wait", 7),
+            (1, 1990, 10, "write", 14),
+            (2, 3000, 10, "read", 20),
+            (2, 5000, 10, "read", 21),
+            (2, 7000, 10, "read", 22),
+            (2, 55000, 10, "write", 15),
+        ]);
+        let v = h
+            .cover(ProcKey::Root, 2 * MS, 60 * MS, None)
+            .expect("a cover");
+        assert!(!v.own_loop);
+        assert!(!v.is_wait(2 * MS, 58 * MS, None), "{v:?}");
+    }
+
+    /// redis 8 running an EVAL: its I/O thread read the request, handed it over and sleeps
+    /// in its own loop until the reply; the main thread's gap is its own, a slow command.
+    #[test]
+    fn a_slow_command_while_the_own_loop_io_thread_sleeps_in_its_loop_is_not() {
+        let h = helpers(&[
+            (1, 0, 1000, "epoll_wait", 7),
+            (2, 0, 1000, "epoll_wait", 13),
+            (2, 1000, 10, "read", 20),
+            (2, 1100, 10, "write", 15),
+            (2, 1200, 898_800, "epoll_wait", 13),
+            (1, 1000, 150, "epoll_wait", 7),
+            (1, 1190, 10, "read", 15),
+        ]);
+        let v = h
+            .cover(ProcKey::Root, 1200, 850 * MS, None)
+            .expect("a cover");
+        assert!(v.own_loop);
+        assert!(!v.is_wait(2 * MS, 850 * MS - 1200, None), "{v:?}");
+        assert!(v.longest_own() > 840 * MS, "{v:?}");
+    }
+
+    /// redis8-io4 (the gap at its line 13240): io_thd_3 read a client through the main
+    /// thread's 11.6 ms gap; io_thd_1's wait of 46 ms returned after it, and its busy time
+    /// before that wait, pushed then, ended long before the gap. The scan back for the gap
+    /// went on past it (it stopped there, and the gap was "a slow command").
+    #[test]
+    fn a_call_pushed_behind_one_that_ended_long_before_still_covers_its_gap() {
+        let h = helpers(&[
+            (1, 0, 1000, "epoll_wait", 7),
+            (2, 0, 1000, "epoll_wait", 13),
+            (3, 0, 1000, "epoll_wait", 13),
+            (3, 1500, 10, "read", 21),
+            (1, 29_990, 10, "read", 15),
+            (2, 30_000, 11_500, "read", 20),
+            (3, 1600, 46_000, "epoll_wait", 13),
+        ]);
+        let v = h
+            .cover(ProcKey::Root, 30 * MS, 41_600_000, None)
+            .expect("a cover");
+        assert!(v.is_wait(2 * MS, 11_600_000, None), "{v:?}");
+        assert_eq!(v.tail, 100_000);
     }
 
     #[test]

@@ -196,13 +196,15 @@ impl Kept<'_> {
     fn row(&self, c: &Cand, held: &Held, role: Role) -> Stall {
         let info = c.file.map(|f| self.world.file(f));
         // With I/O threads the request of the command a gap ran may have been read inside
-        // it, by an I/O thread: then the one answered first after it is that command.
+        // it, by an I/O thread: then the one answered first after it is that command. redis
+        // 8's I/O thread may have read the whole batch before the gap and slept in its own
+        // loop through it (no cover): the batch is the same.
+        let io = c.through.io.is_some() || self.world.has_io_threads(c.proc);
         let running = held
             .running()
             .or_else(|| {
-                c.through
-                    .io
-                    .and_then(|_| held.first_answered().or_else(|| held.odd_one_out()))
+                io.then(|| held.first_answered().or_else(|| held.odd_one_out()))
+                    .flatten()
             })
             .map(|k| self.names.name(k));
         let (finding, cause) = findings::explain(self.evidence, c, role, running);
@@ -299,6 +301,7 @@ mod tests {
             fault_copy: None,
             quota: None,
             cgroup: None,
+            cpus: None,
         };
         let clock = Clock::none();
         // The commands unit's names: SET is the first one read.

@@ -234,6 +234,7 @@ impl Analyzer {
             fault_copy: self.opts.fault_copy_bytes,
             quota: self.opts.cgroup.as_ref().and_then(|c| c.limits.quota()),
             cgroup: self.opts.cgroup.as_ref(),
+            cpus: self.opts.cpus.as_ref(),
         }
     }
 
@@ -310,6 +311,10 @@ impl Analyzer {
                 .commands
                 .report(self.phases.longest(self.coverage.last())),
             idle: self.idle.report(&self.world),
+            live: report::LiveContext {
+                cpus: self.opts.cpus.clone(),
+                ..Default::default()
+            },
             ..Default::default()
         };
         // Without timestamps or -T no call is known to be slow: each "slowest" call would

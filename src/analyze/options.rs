@@ -27,6 +27,8 @@ pub struct Options {
     /// Live: the traced process's cgroup (limits from the start; readings added before the
     /// report is made, `Analyzer::cgroup_readings`).
     pub cgroup: Option<super::limits::CgEvidence>,
+    /// Live: the CPUs the traced process may run on (read at the attach).
+    pub cpus: Option<crate::report::Cpus>,
 }
 
 impl Default for Options {
@@ -41,6 +43,7 @@ impl Default for Options {
             stamped_at_stops: false,
             fault_copy_bytes: None,
             cgroup: None,
+            cpus: None,
         }
     }
 }

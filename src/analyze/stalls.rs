@@ -454,7 +454,12 @@ impl Stalls {
         let (ts, dur) = (cx.ts(), cx.dur);
         let last = self.last.at(cx.thread);
         let prev_end = last.end;
-        last.end = prev_end.max(cx.end);
+        // A call begun before the last break but handed over after it (its unfinished half
+        // before the unreadable lines, a resumed half after them, maybe another call's) has
+        // no end known to be its own: no gap starts at it.
+        if ts >= self.broken_at {
+            last.end = prev_end.max(cx.end);
+        }
         let prev_known = std::mem::replace(&mut last.end_known, call_known(cx).is_known());
         let after_wait = std::mem::replace(&mut last.wait_unknown, cx.idle && !cx.timed);
         let quiet = cx.facts.has(Facts::QUIET)

@@ -586,6 +586,13 @@ impl World {
         mine().all(|t| t.evidence.epoll == 0) && mine().any(|t| t.evidence.poll > 0)
     }
 
+    /// Some thread of this process is an I/O thread (by name or behaviour).
+    pub(crate) fn has_io_threads(&self, proc: ProcKey) -> bool {
+        (0..self.threads.len() as u32).any(|i| {
+            self.threads[i as usize].proc == proc && self.role_at(ThreadIdx(i)) == Role::IoThread
+        })
+    }
+
     pub(crate) fn thread_count(&self) -> usize {
         self.threads.len()
     }

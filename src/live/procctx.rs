@@ -2,12 +2,13 @@
 //! the tracer: the fd table at attach (seeds the analyzer's fd table, so fds opened before
 //! tracing are named, not guessed), thread names (`comm`: main, bio_aof, io_thd_N...), the
 //! redis config (from the command line, the config file it names, and the working
-//! directory redis chdir()s into), and the notes that compare the host's samples (taken by
+//! directory redis chdir()s into), the CPUs it may run on (its threads' affinity, the online
+//! CPUs), and the notes that compare the host's samples (taken by
 //! `host::Sampler`) across phases and stalls in `report.host`.
 
 use super::container::Root;
 use crate::event::Tid;
-use crate::report::{HostContext, HostSample, Report};
+use crate::report::{Cpus, HostContext, HostSample, Report};
 use procfs::process::{FDTarget, Process};
 use std::collections::HashMap;
 use std::time::Duration;
@@ -344,9 +345,122 @@ fn cow_copy(release: &str, base: u64, huge: Option<u64>, anon_huge_kb: u64) -> O
     huge.or(Some(base))
 }
 
+/// The CPUs `pid` may run on: those online that any of its threads' affinity allows. None
+/// when the kernel's lists cannot be read (the process gone, no /sys).
+pub fn cpus(pid: Tid) -> Option<Cpus> {
+    let online = cpu_list(&std::fs::read_to_string("/sys/devices/system/cpu/online").ok()?)?;
+    let mut allowed = std::collections::BTreeSet::new();
+    for e in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .ok()?
+        .flatten()
+    {
+        // A thread that exited meanwhile is skipped.
+        let Ok(status) = std::fs::read_to_string(e.path().join("status")) else {
+            continue;
+        };
+        if let Some(list) = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+            .and_then(cpu_list)
+        {
+            allowed.extend(list);
+        }
+    }
+    cpus_of(&allowed, &online)
+}
+
+/// `cpus` from the threads' allowed CPUs and the online ones: an affinity mask may name
+/// CPUs that are not online (all those possible), which run nothing.
+fn cpus_of(allowed: &std::collections::BTreeSet<u32>, online: &[u32]) -> Option<Cpus> {
+    let usable: Vec<u32> = online
+        .iter()
+        .copied()
+        .filter(|c| allowed.contains(c))
+        .collect();
+    if usable.is_empty() {
+        return None;
+    }
+    Some(Cpus {
+        allowed_list: cpu_list_text(&usable),
+        allowed: usable.len() as u32,
+        online: online.len() as u32,
+    })
+}
+
+/// The CPUs of a kernel CPU list ("0-3,8,10-11"), sorted; None when the text is not one.
+fn cpu_list(text: &str) -> Option<Vec<u32>> {
+    let mut v = vec![];
+    for part in text.trim().split(',').filter(|p| !p.is_empty()) {
+        match part.split_once('-') {
+            Some((a, b)) => {
+                let (a, b): (u32, u32) = (a.parse().ok()?, b.parse().ok()?);
+                // A range no machine has is a misread, not 4 billion CPUs.
+                if b < a || b - a >= 1 << 16 {
+                    return None;
+                }
+                v.extend(a..=b);
+            }
+            None => v.push(part.parse().ok()?),
+        }
+    }
+    v.sort_unstable();
+    v.dedup();
+    (!v.is_empty()).then_some(v)
+}
+
+/// Sorted CPUs in the kernel's list form: "0-1,4".
+fn cpu_list_text(cpus: &[u32]) -> String {
+    let mut parts: Vec<String> = vec![];
+    let mut i = 0;
+    while i < cpus.len() {
+        let mut j = i;
+        while j + 1 < cpus.len() && cpus[j + 1] == cpus[j] + 1 {
+            j += 1;
+        }
+        parts.push(if i == j {
+            cpus[i].to_string()
+        } else {
+            format!("{}-{}", cpus[i], cpus[j])
+        });
+        i = j + 1;
+    }
+    parts.join(",")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cpus_are_those_online_that_some_thread_may_run_on() {
+        assert_eq!(cpu_list("0-3,8,10-11\n"), Some(vec![0, 1, 2, 3, 8, 10, 11]));
+        assert_eq!(cpu_list("1"), Some(vec![1]));
+        for bad in ["", "\n", "a-b", "3-1", "0-4294967295", "0,x"] {
+            assert_eq!(cpu_list(bad), None, "{bad:?}");
+        }
+        assert_eq!(cpu_list_text(&[0, 1, 2, 4, 6, 7]), "0-2,4,6-7");
+        // An affinity over every possible CPU on a host with 2 online: 2.
+        let all: std::collections::BTreeSet<u32> = (0..64).collect();
+        let c = cpus_of(&all, &[0, 1]).unwrap();
+        assert_eq!(
+            (c.allowed, c.online, c.allowed_list.as_str()),
+            (2, 2, "0-1")
+        );
+        // Pinned to CPU 1 of 4 (taskset, server-cpulist).
+        let one: std::collections::BTreeSet<u32> = [1].into();
+        let c = cpus_of(&one, &[0, 1, 2, 3]).unwrap();
+        assert_eq!((c.allowed, c.online, c.allowed_list.as_str()), (1, 4, "1"));
+        // Only offline CPUs allowed: nothing it can run on is known.
+        let off: std::collections::BTreeSet<u32> = [5].into();
+        assert_eq!(cpus_of(&off, &[0, 1]), None);
+    }
+
+    /// This test's own process: at least one CPU, no more than are online.
+    #[test]
+    fn cpus_of_a_live_process_are_read() {
+        let c = cpus(std::process::id() as Tid).expect("this process's CPUs");
+        assert!(c.allowed >= 1 && c.allowed <= c.online, "{c:?}");
+    }
 
     #[test]
     fn a_copy_on_write_fault_copies_a_huge_page_only_before_linux_5_8() {

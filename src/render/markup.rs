@@ -98,6 +98,7 @@ pub fn class_color(class: Option<FileClass>) -> &'static str {
         FileClass::Epoll => "#c49c94",
         FileClass::Dir => "#393b79",
         FileClass::Proc => "#ad494a",
+        FileClass::AnonInode => "#7b4173",
         FileClass::Other => "#636363",
         FileClass::Unknown => "#9a9a9a",
     }

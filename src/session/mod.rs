@@ -80,6 +80,7 @@ impl LiveSession {
         s.live_clock = true;
         s.container = container::describe(pid, &[]);
         s.opts.cgroup = cgroup_evidence(pid, s.caps.splits_throttle);
+        s.opts.cpus = procctx::cpus(pid);
         s
     }
 

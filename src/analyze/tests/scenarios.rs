@@ -1586,6 +1586,25 @@ fn no_gap_starts_at_a_call_from_before_the_break() {
     );
 }
 
+/// The same with the call handed over with a duration: strace paired its unfinished half,
+/// from before the break, with a resumed half after it (maybe another call's), so its end
+/// is not known to be its own, and no gap starts there either (redis8-io2 cut in half had a
+/// 128 ms gap from such an epoll_wait).
+#[test]
+fn no_gap_starts_at_a_call_from_before_the_break_paired_after_it() {
+    let mut s = Seq::new();
+    s.call(100, 0, 10 * US, "epoll_wait", Some(5), 1, Extra::None);
+    s.ev(0, 2 * MS, EventKind::Unreadable);
+    s.call(100, MS, 3 * MS, "epoll_wait", Some(5), 1, Extra::None);
+    s.call(100, 200 * MS, 10 * US, "getpid", None, 100, Extra::None);
+    let r = s.report();
+    assert!(
+        r.stalls.iter().all(|x| x.kind != StallKind::Gap),
+        "{:?}",
+        r.stalls
+    );
+}
+
 /// Issue 13: a request found by a wait that returned at once is dated from the end of the
 /// thread's call before that wait, never from the previous wait's end, and never before a
 /// stall (a slow call, or a gap with no syscall) that ended before it: the stall held no
@@ -2050,11 +2069,16 @@ fn a_script_cut_by_the_allocators_own_calls_is_one_gap() {
 /// 9 and 10; io_thd_1 is 102.
 /// At `--threshold 2ms`, io_thd_1 already seen at work (an earlier turn).
 fn io_seq() -> Seq {
+    io_seq_with(Options::default())
+}
+
+/// `io_seq` with what a live attach adds to the options (`cpus`, `cgroup`).
+fn io_seq_with(live: Options) -> Seq {
     let mut s = Seq::with(Options {
         root_pid: Some(100),
         thread_names: [(102, "io_thd_1".to_string())].into_iter().collect(),
         threshold_ns: 2 * MS,
-        ..Default::default()
+        ..live
     });
     s.call(100, 0, 10 * US, "accept4", Some(6), 9, Extra::None);
     s.call(100, 100 * US, 10 * US, "accept4", Some(6), 10, Extra::None);
@@ -2197,4 +2221,216 @@ fn a_short_gap_right_after_the_io_threads_share_is_scheduling() {
     assert!(why.contains("lost the CPU right after"), "{why}");
     let (id, why) = main_gap_at(&r, 17);
     assert_eq!(id, Some("command"), "{why}");
+}
+
+/// A call of redis8-io2's shapes (`redis8_own_loop_io_thread_pause_eval_and_eventfd`): fds
+/// 7 and 13 are epoll fds, 14 and 15 eventfds, 20 and up clients (20 sent the EVAL at 100 ms).
+fn redis8_call(s: &mut Seq, tid: u32, ts: i64, dur: i64, name: &'static str, fd: i32, ret: i64) {
+    let mut sc = Syscall::new(name);
+    sc.fd = Some(fd);
+    sc.fd_path = Some(
+        match fd {
+            7 | 13 => "anon_inode:[eventpoll]",
+            14 | 15 => "anon_inode:[eventfd]",
+            _ => "TCP:[127.0.0.1:6379->127.0.0.1:50000]",
+        }
+        .into(),
+    );
+    sc.ret = Ret::Val(ret);
+    (sc.dur, sc.dur_src) = (Some(dur), DurSource::Measured);
+    if fd >= 20 {
+        let data: &[u8] = match name {
+            "read" if fd == 20 && ts >= 100 * MS => b"*3\r\n$4\r\nEVAL\r\n$3\r\n...",
+            "read" => b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n",
+            _ => b"$1\r\nv\r\n",
+        };
+        sc.extra = Extra::Data(Data::new(data, false));
+    }
+    s.ev(tid, ts, EventKind::Syscall(sc));
+}
+
+/// redis 8 (issue 40; the shapes of fixtures/io-threads/redis8-io2): the I/O thread runs an
+/// event loop of its own (epoll fd 13; the main thread's is 7) and the two hand clients to
+/// each other through eventfds (the main thread reads 15, writes 14). A pause (the main
+/// thread pokes 14 and spins while the I/O thread finishes its reads and parks) is a wait
+/// for the I/O thread, the EVAL the main thread runs while its I/O thread sleeps in its loop
+/// is a slow command, and a slow call on an eventfd is no disk wait.
+#[test]
+fn redis8_own_loop_io_thread_pause_eval_and_eventfd() {
+    let mut s = Seq::named(&[(100, "redis-server"), (102, "io_thd_1")]);
+    let on = redis8_call;
+    on(&mut s, 100, 0, MS, "epoll_wait", 7, 1);
+    on(&mut s, 102, 0, MS, "epoll_wait", 13, 1);
+    on(&mut s, 100, 1990 * US, 10 * US, "write", 14, 8);
+    for t in [3, 5, 7] {
+        on(&mut s, 102, t * MS, 10 * US, "read", 20, 20);
+    }
+    on(&mut s, 102, 55 * MS, 10 * US, "write", 15, 8);
+    on(&mut s, 102, 56 * MS, 44 * MS, "epoll_wait", 13, 1);
+    on(&mut s, 100, 60 * MS, 40 * MS, "epoll_wait", 7, 1);
+    // The EVAL and three GETs: read and handed over by the I/O thread, which then sleeps
+    // in its loop until the main thread hands them back (no call of it in the gap).
+    for fd in [21, 22, 23] {
+        on(
+            &mut s,
+            102,
+            99 * MS + fd as i64 * 10 * US,
+            10 * US,
+            "read",
+            fd,
+            20,
+        );
+    }
+    on(&mut s, 102, 100 * MS, 10 * US, "read", 20, 20);
+    on(&mut s, 102, 100 * MS + 100 * US, 10 * US, "write", 15, 8);
+    let woken = 600 * MS;
+    on(&mut s, 102, 100 * MS + 200 * US, woken, "epoll_wait", 13, 1);
+    on(&mut s, 100, 100 * MS + 250 * US, 10 * US, "read", 15, 8);
+    on(&mut s, 100, 700 * MS, 10 * US, "write", 14, 8);
+    for fd in [20, 21, 22, 23] {
+        on(
+            &mut s,
+            102,
+            700 * MS + fd as i64 * 20 * US,
+            10 * US,
+            "write",
+            fd,
+            7,
+        );
+    }
+    // A read of its eventfd held 30 ms (the tracer, the scheduler): no disk behind it.
+    on(&mut s, 100, 701 * MS, 30 * MS, "read", 15, 8);
+    on(&mut s, 100, 732 * MS, MS, "epoll_wait", 7, 0);
+    let r = s.report();
+    let gap = |from_ms: i64| {
+        r.stalls
+            .iter()
+            .find(|st| st.kind == StallKind::Gap && (st.at_us / 1000 - from_ms).abs() <= 1)
+            .unwrap_or_else(|| panic!("no gap at {from_ms} ms: {:?}", r.stalls))
+    };
+    let pause = gap(2);
+    assert_eq!(pause.finding, Some(FindingId::IoThreads), "{}", pause.cause);
+    assert!(
+        pause.cause.contains("redis 8 pauses them"),
+        "{}",
+        pause.cause
+    );
+    let eval = gap(100);
+    assert_eq!(eval.finding, Some(FindingId::Command), "{}", eval.cause);
+    // Named: the odd one of the batch the I/O thread handed over before the gap.
+    assert!(eval.cause.contains("(EVAL)"), "{}", eval.cause);
+    let efd = r
+        .stalls
+        .iter()
+        .find(|st| st.kind == StallKind::SlowSyscall)
+        .expect("the slow eventfd read");
+    assert_eq!(efd.target.class, Some(FileClass::AnonInode), "{efd:?}");
+    assert!(
+        !matches!(
+            efd.finding,
+            Some(FindingId::SlowFileIo | FindingId::DiskContention)
+        ),
+        "{}",
+        efd.cause
+    );
+    assert!(!efd.cause.contains("disk"), "{}", efd.cause);
+}
+
+/// Issue 40: the `io-threads` finding weighs the I/O threads against the CPUs the process
+/// may use, from evidence only. Live, pinned to 1 CPU of 2 (or 2 CPUs under a quota of half
+/// a CPU), the main thread and io_thd_1 are more threads than CPUs: a warning that says so;
+/// on 2 CPUs, no more than them: info. Offline the CPUs are not in the trace, and said not
+/// to be. Without the scheduler's split the I/O threads' own wait for a CPU is said to be
+/// unmeasured.
+#[test]
+fn the_io_threads_finding_weighs_its_threads_against_the_cpus() {
+    use crate::report::{CgroupLimits, Cpus, Severity};
+    let run = |live: Options| {
+        let mut s = io_seq_with(live);
+        s.call(100, 9 * MS, MS, "epoll_wait", Some(5), 1, Extra::None);
+        s.call(
+            100,
+            10 * MS + 50 * US,
+            10 * US,
+            "futex",
+            None,
+            1,
+            Extra::None,
+        );
+        s.call(102, 5 * MS, 17 * MS, "futex", None, 0, Extra::None);
+        s.read(102, 22 * MS + 100 * US, 10, SET);
+        s.write(102, 22 * MS + 200 * US, 10 * US, 10, b"+OK\r\n");
+        s.call(100, 23 * MS, 10 * US, "epoll_wait", Some(5), 0, Extra::None);
+        let r = s.report();
+        assert_eq!(main_gap_at(&r, 10).0, Some("io-threads"));
+        r.findings
+            .into_iter()
+            .find(|f| f.id == FindingId::IoThreads)
+            .expect("the io-threads finding")
+    };
+    let cpus = |allowed: u32, list: &str| {
+        Some(Cpus {
+            allowed_list: list.into(),
+            allowed,
+            online: 2,
+        })
+    };
+    let unmeasured = "how long the I/O threads themselves waited for a CPU is not measured";
+    let f = run(Options::default());
+    assert_eq!(f.severity, Severity::Info, "{f:?}");
+    assert!(
+        f.evidence.contains("1 I/O thread and the main thread")
+            && f.evidence
+                .contains("the CPUs they may use are not in a trace")
+            && f.evidence.contains(unmeasured),
+        "{}",
+        f.evidence
+    );
+    let f = run(Options {
+        cpus: cpus(1, "1"),
+        ..Default::default()
+    });
+    assert_eq!(f.severity, Severity::Warning, "{f:?}");
+    assert!(f.title.contains("may use 1 CPU"), "{}", f.title);
+    assert!(
+        f.evidence.contains(
+            "2 threads on 1 CPU (1 of 2 online, by their affinity): more threads than CPUs"
+        ),
+        "{}",
+        f.evidence
+    );
+    let f = run(Options {
+        cpus: cpus(2, "0-1"),
+        ..Default::default()
+    });
+    assert_eq!(f.severity, Severity::Info, "{f:?}");
+    assert!(
+        f.evidence.contains(
+            "2 threads on 2 CPUs (0-1 of 2 online, by their affinity): no more threads than CPUs"
+        ),
+        "{}",
+        f.evidence
+    );
+    let f = run(Options {
+        cpus: cpus(2, "0-1"),
+        cgroup: Some(crate::analyze::limits::CgEvidence {
+            limits: CgroupLimits {
+                cpu_quota_us: Some(50_000),
+                cpu_period_us: Some(100_000),
+                ..Default::default()
+            },
+            readings: vec![],
+            exact_throttle: false,
+            burst_file: None,
+        }),
+        ..Default::default()
+    });
+    assert_eq!(f.severity, Severity::Warning, "{f:?}");
+    assert!(f.title.contains("may use 0.5 CPUs"), "{}", f.title);
+    assert!(
+        f.evidence
+            .contains("0.5 CPUs by the cgroup's quota of 50 ms per 100 ms: more threads than CPUs"),
+        "{}",
+        f.evidence
+    );
 }
