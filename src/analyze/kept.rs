@@ -117,7 +117,8 @@ impl Kept<'_> {
         for (_, _, i) in order {
             let c = stalls.get(i);
             let h = held.get_mut(i).map(std::mem::take).unwrap_or_default();
-            if let Some((h, role)) = self.kept(c, h) {
+            if let Some((mut h, role)) = self.kept(c, h) {
+                h.ran = self.ran(c, &h);
                 rows.stalls.push(self.row(c, &h, role));
                 rows.held.push(h);
                 rows.cands.push(c);
@@ -187,19 +188,21 @@ impl Kept<'_> {
         }
     }
 
+    /// The command a stall's thread ran through it, when it can be told. With I/O threads
+    /// the request of the command a gap ran may have been read inside it, by an I/O thread
+    /// (`Held::across_threads`).
+    fn ran(&self, c: &Cand, held: &Held) -> Option<super::commands::CmdId> {
+        if c.through.io.is_some() {
+            held.across_threads()
+        } else {
+            held.running()
+        }
+    }
+
     /// The report's row for a kept stall.
     fn row(&self, c: &Cand, held: &Held, role: Role) -> Stall {
         let info = c.file.map(|f| self.world.file(f));
-        // With I/O threads the request of the command a gap ran may have been read inside
-        // it, by an I/O thread: then the one answered first after it is that command.
-        let running = held
-            .running()
-            .or_else(|| {
-                c.through
-                    .io
-                    .and_then(|_| held.first_answered().or_else(|| held.odd_one_out()))
-            })
-            .map(|k| self.names.name(k));
+        let running = self.ran(c, held).map(|k| self.names.name(k));
         let (finding, cause) = findings::explain(self.evidence, c, role, running);
         Stall {
             ts: self.clock.format(c.start),
