@@ -147,13 +147,17 @@ impl Held {
     /// while the requests of the batch before it, run first but answered with it, were in
     /// before the gap and out after it: `running` names those (valkey under a GET load: an
     /// EVAL's gap was "a slow command (GET)"). So of every command the gap held: the one name
-    /// when all share it, else the odd one out of them all; else the command in before it and
+    /// when all share it (and one was still unanswered at its end), else the odd one out of
+    /// them all; else the command in before it and
     /// out after when it was alone (the main thread read it itself as the gap began, no copy
     /// of it queued with it), else the first answered of those read in it, else the odd one of
     /// those in before it and out after.
     pub(crate) fn across_threads(&self) -> Option<CmdId> {
+        // One name: unless no command of it was still unanswered at the gap's end (then
+        // none of them ran through it).
         if let [(n, _)] = self.by_cmd.as_slice() {
-            return Some(*n);
+            let open = self.running() == Some(*n) || self.first_answered() == Some(*n);
+            return open.then_some(*n);
         }
         let alone = self
             .running()
@@ -434,6 +438,8 @@ mod tests {
         assert_eq!(named(&v), (Some("GET".into()), Some("EVAL".into())));
         // The GETs alone: they are what ran.
         assert_eq!(named(&gets).1.as_deref(), Some("GET"));
+        // GETs all answered inside the gap: none ran through it.
+        assert_eq!(named(&[("GET", 90, 150), ("GET", 120, 160)]).1, None);
         // Two GETs are no batch of copies: the one read in it and answered first after.
         assert_eq!(named(&v[1..]).1.as_deref(), Some("EVAL"));
         // Two of every name: not known.
