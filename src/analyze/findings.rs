@@ -1692,7 +1692,7 @@ pub(crate) fn findings(
             Bound::AtLeast => e.at_least += 1,
             Bound::Exact => {}
         }
-        if let (Some(n), Some(_)) = (h.running(), &s.sched) {
+        if let (Some(n), Some(_)) = (h.ran, &s.sched) {
             e.running.insert(names.name(n).to_string());
         }
         if s.duration_us >= e.worst {
@@ -1916,7 +1916,6 @@ mod tests {
             id: 1,
             sched: None,
             through: Default::default(),
-            woke: None,
         }
     }
 

@@ -48,6 +48,24 @@ pub(crate) struct Held {
     /// The commands in before the stall began and answered after it ended, by name
     /// (`odd_one_out`; at most `RUNNING_NAMES` names).
     running_names: Vec<(CmdId, u32)>,
+    /// The command the stall's row names as the one its thread ran (`Kept`), for the
+    /// findings' summaries to say the same.
+    pub(crate) ran: Option<CmdId>,
+}
+
+/// Of commands by name (name, how many), the one name only one command has, when every other
+/// name has many (3 or more): copies of a command cost alike, so one of them cannot be the
+/// slow one without the others; the odd one is. None unless there are two names or more.
+fn odd_one(names: impl Iterator<Item = (CmdId, u64)>) -> Option<CmdId> {
+    let (mut single, mut singles, mut others) = (None, 0, 0);
+    for (n, k) in names {
+        match k {
+            1 => (single, singles) = (Some(n), singles + 1),
+            2 => return None,
+            _ => others += 1,
+        }
+    }
+    single.filter(|_| singles == 1 && others > 0)
 }
 
 /// Names of the commands that ran through a stall kept apart, at most.
@@ -120,14 +138,34 @@ impl Held {
     /// of other names: those copies cost alike, so one of them cannot be the slow one
     /// without the others; the odd one is.
     pub(crate) fn odd_one_out(&self) -> Option<CmdId> {
-        let single: Vec<CmdId> = self
-            .running_names
-            .iter()
-            .filter(|(_, k)| *k == 1)
-            .map(|(n, _)| *n)
-            .collect();
-        let copies = self.running_names.iter().all(|(_, k)| *k == 1 || *k >= 3);
-        (self.running_several && single.len() == 1 && copies).then(|| single[0])
+        let names = self.running_names.iter().map(|(n, k)| (*n, u64::from(*k)));
+        odd_one(names).filter(|_| self.running_several)
+    }
+
+    /// The command a gap of a main thread with I/O threads ran. An I/O thread may have read
+    /// its request inside the gap (the main thread waits for it without a call of its own),
+    /// while the requests of the batch before it, run first but answered with it, were in
+    /// before the gap and out after it: `running` names those (valkey under a GET load: an
+    /// EVAL's gap was "a slow command (GET)"). So of every command the gap held: the one name
+    /// when all share it (and one was still unanswered at its end), else the odd one out of
+    /// them all; else the command in before it and
+    /// out after when it was alone (the main thread read it itself as the gap began, no copy
+    /// of it queued with it), else the first answered of those read in it, else the odd one of
+    /// those in before it and out after.
+    pub(crate) fn across_threads(&self) -> Option<CmdId> {
+        // One name: unless no command of it was still unanswered at the gap's end (then
+        // none of them ran through it).
+        if let [(n, _)] = self.by_cmd.as_slice() {
+            let open = self.running() == Some(*n) || self.first_answered() == Some(*n);
+            return open.then_some(*n);
+        }
+        let alone = self
+            .running()
+            .filter(|n| self.running_names.iter().any(|(m, k)| m == n && *k == 1));
+        odd_one(self.by_cmd.iter().copied())
+            .or(alone)
+            .or_else(|| self.first_answered())
+            .or_else(|| self.odd_one_out())
     }
 
     /// Only the threads that serve clients hold them up: a child or bio thread's stall that
@@ -141,6 +179,7 @@ impl Held {
         self.running = None;
         self.first_answered = None;
         self.running_names.clear();
+        self.ran = None;
     }
 }
 
@@ -367,5 +406,53 @@ mod tests {
             "which?"
         );
         assert_eq!(named(&[("EVAL", 90, 150)]), None, "answered during it");
+    }
+
+    /// With I/O threads (issue 40) the command a gap ran is told from everything it held:
+    /// a script read inside the gap by an I/O thread, answered after it with the GETs run
+    /// before it, is named, where `running` names the GETs.
+    #[test]
+    fn across_threads_the_odd_one_of_everything_held_is_named() {
+        let named = |cmds: &[(&str, Nanos, Nanos)]| {
+            let mut names = CmdNames::default();
+            let mut h = Held {
+                start: 100,
+                end: 200,
+                ..Default::default()
+            };
+            for (i, (name, req, reply)) in cmds.iter().enumerate() {
+                h.count_if_held(&DoneCmd {
+                    seq: i as u64,
+                    name: names.intern(name.as_bytes()),
+                    conn: (ProcKey::Root, i as i32),
+                    req: *req,
+                    reply: *reply,
+                });
+            }
+            let n = |k: Option<CmdId>| k.map(|k| names.name(k).to_string());
+            (n(h.running()), n(h.across_threads()))
+        };
+        let gets = [("GET", 90, 205), ("GET", 91, 206), ("GET", 92, 207)];
+        let mut v = gets.to_vec();
+        v.push(("EVAL", 150, 210));
+        assert_eq!(named(&v), (Some("GET".into()), Some("EVAL".into())));
+        // The GETs alone: they are what ran.
+        assert_eq!(named(&gets).1.as_deref(), Some("GET"));
+        // GETs all answered inside the gap: none ran through it.
+        assert_eq!(named(&[("GET", 90, 150), ("GET", 120, 160)]).1, None);
+        // Two GETs are no batch of copies: the one read in it and answered first after.
+        assert_eq!(named(&v[1..]).1.as_deref(), Some("EVAL"));
+        // Two of every name: not known.
+        let two_each = [("GET", 90, 205), ("KEYS", 91, 206)];
+        assert_eq!(named(&[two_each, two_each].concat()).1, None);
+        // The EVAL in before it too: the same answer either way.
+        v[3].1 = 80;
+        assert_eq!(named(&v).1.as_deref(), Some("EVAL"));
+        // A script the main thread read itself as the gap began, one SET an I/O thread read
+        // in it: the lone command in before it and out after.
+        assert_eq!(
+            named(&[("EVAL", 90, 205), ("SET", 150, 206)]).1.as_deref(),
+            Some("EVAL")
+        );
     }
 }

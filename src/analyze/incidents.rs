@@ -111,7 +111,6 @@ mod tests {
             id: 1,
             sched: None,
             through: Default::default(),
-            woke: None,
         };
         let s = Stall {
             target: crate::report::FdRef {

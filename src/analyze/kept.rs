@@ -69,7 +69,7 @@ impl Kept<'_> {
         if c.kind == StallKind::Gap
             && role == Role::Other
             && !self.world.serves(c.tid)
-            && !c.woke.is_some_and(|w| w.waited)
+            && !c.through.woke.is_some_and(|w| w.waited)
         {
             return None;
         }
@@ -122,7 +122,8 @@ impl Kept<'_> {
         for (_, _, i) in order {
             let c = stalls.get(i);
             let h = held.get_mut(i).map(std::mem::take).unwrap_or_default();
-            if let Some((h, role)) = self.kept(c, h) {
+            if let Some((mut h, role)) = self.kept(c, h) {
+                h.ran = self.ran(c, &h);
                 rows.stalls.push(self.row(c, &h, role));
                 rows.held.push(h);
                 rows.cands.push(c);
@@ -192,21 +193,23 @@ impl Kept<'_> {
         }
     }
 
+    /// The command a stall's thread ran through it, when it can be told. With I/O threads
+    /// the request of the command a gap ran may have been read inside it, by an I/O thread
+    /// (`Held::across_threads`).
+    fn ran(&self, c: &Cand, held: &Held) -> Option<super::commands::CmdId> {
+        // redis 8's I/O thread may have read the whole batch before the gap and slept in its
+        // own loop through it (no cover): the batch is the same.
+        if c.through.io.is_some() || self.world.has_io_threads(c.proc) {
+            held.across_threads()
+        } else {
+            held.running()
+        }
+    }
+
     /// The report's row for a kept stall.
     fn row(&self, c: &Cand, held: &Held, role: Role) -> Stall {
         let info = c.file.map(|f| self.world.file(f));
-        // With I/O threads the request of the command a gap ran may have been read inside
-        // it, by an I/O thread: then the one answered first after it is that command. redis
-        // 8's I/O thread may have read the whole batch before the gap and slept in its own
-        // loop through it (no cover): the batch is the same.
-        let io = c.through.io.is_some() || self.world.has_io_threads(c.proc);
-        let running = held
-            .running()
-            .or_else(|| {
-                io.then(|| held.first_answered().or_else(|| held.odd_one_out()))
-                    .flatten()
-            })
-            .map(|k| self.names.name(k));
+        let running = self.ran(c, held).map(|k| self.names.name(k));
         let (finding, cause) = findings::explain(self.evidence, c, role, running);
         Stall {
             ts: self.clock.format(c.start),

@@ -37,12 +37,9 @@ pub(crate) struct Cand {
     /// A gap's quiet calls: the thread's own housekeeping it ran through, and what the
     /// process's I/O threads did meanwhile.
     pub(crate) through: Through,
-    /// A gap that ended in a futex wake of a waiter: on which futex, and whether another
-    /// thread waited through the gap for it.
-    pub(crate) woke: Option<Woke>,
 }
 
-/// The futex wake a gap ended in (`Cand::woke`).
+/// The futex wake a gap ended in (`Through::woke`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Woke {
     pub(crate) addr: u64,
@@ -107,6 +104,9 @@ pub(crate) struct Through {
     pub(crate) no_call: Nanos,
     /// What the process's I/O threads did over the gap (`io_wait`).
     pub(crate) io: Option<super::io_wait::IoCover>,
+    /// The futex wake of a waiter the gap ended in: on which futex, and whether another
+    /// thread waited through the gap for it.
+    pub(crate) woke: Option<Woke>,
 }
 
 impl Through {
@@ -316,12 +316,12 @@ impl Stalls {
     /// kept for one printed later.
     fn note_waking_gap(&mut self, a: Added) {
         let c = &self.cands[a.idx];
-        let Some(w) = c.woke else {
+        let Some(w) = c.through.woke else {
             return;
         };
         let waits = self.futex.waits.get(&(c.proc, w.addr));
         if waits.is_some_and(|v| v.iter().any(|x| waited_through(c, *x, self.threshold))) {
-            self.cands[a.idx].woke = Some(Woke { waited: true, ..w });
+            self.cands[a.idx].through.woke = Some(Woke { waited: true, ..w });
         } else {
             if self.futex.waking.len() == WAKING_GAPS_MAX {
                 self.futex.waking.pop_front();
@@ -355,11 +355,11 @@ impl Stalls {
             let Some(c) = cands.get_mut(idx).filter(|c| c.id == id) else {
                 return false;
             };
-            match c.woke {
+            match c.through.woke {
                 Some(k)
                     if c.proc == cx.proc && k.addr == addr && waited_through(c, w, threshold) =>
                 {
-                    c.woke = Some(Woke { waited: true, ..k });
+                    c.through.woke = Some(Woke { waited: true, ..k });
                     false
                 }
                 Some(_) => true,
@@ -438,7 +438,6 @@ impl Stalls {
                 .as_ref()
                 .and_then(|s| if call { Some(s.during) } else { s.before }),
             through: Through::default(),
-            woke: None,
         }
     }
 
@@ -496,7 +495,6 @@ impl Stalls {
                     && cx.sc.in_flight != Some(InFlight::AtStart)
             }) {
                 let mut c = self.cand(cx, StallKind::Gap, from, ts - from);
-                c.woke = woke_by(cx);
                 if !known {
                     // From the start of a call of unknown length: the gap is what is left
                     // of that time once the call is taken out, at most this.
@@ -510,6 +508,7 @@ impl Stalls {
                     };
                     c.sched = o.sched.zip(c.sched).map(|(a, b)| add_sched(a, b));
                 }
+                c.through.woke = woke_by(cx);
                 c.phase = phases.active_at(from);
                 c.events_lost = lost;
                 let share = self.helpers.share(cx.proc, from);
@@ -521,15 +520,31 @@ impl Stalls {
                 }
             }
         }
-        let at_end = cx.sc.in_flight == Some(InFlight::AtEnd);
         let over = cx.timed && dur >= self.threshold;
         self.note_futex_wait(cx, over);
+        step.added[1] = self.slow_call(cx, phases, lost, over);
+        // After the gap it ends: the main thread's call moves its side of the hand-off on.
+        self.note_helper(cx);
+        step
+    }
+
+    /// A call over the threshold (a stall), still running at the end (listed), or a wait
+    /// for work still parked at the end (named, no stall).
+    fn slow_call(
+        &mut self,
+        cx: &ResolvedCall<'_>,
+        phases: &Phases,
+        lost: bool,
+        over: bool,
+    ) -> Option<Added> {
+        let (ts, dur) = (cx.ts(), cx.dur);
+        let at_end = cx.sc.in_flight == Some(InFlight::AtEnd);
         if !cx.idle && (over || at_end) {
             let mut c = self.cand(cx, StallKind::SlowSyscall, ts, dur);
             c.phase = phases.active_at(ts);
             c.events_lost = lost;
             if over {
-                step.added[1] = self.add(c);
+                return self.add(c);
             } else if self.in_flight_small.len() < IN_FLIGHT_SMALL_MAX {
                 // Listed whatever its known part: a close() of the log still running when
                 // strace detached (`<detached ...>`, nothing known of it) can be the whole
@@ -543,9 +558,7 @@ impl Stalls {
             c.phase = phases.active_at(ts);
             self.parked.push(c);
         }
-        // After the gap it ends: the main thread's call moves its side of the hand-off on.
-        self.note_helper(cx);
-        step
+        None
     }
 
     /// The call as the I/O threads' unit sees it; one of theirs covers the recent gaps it

@@ -56,11 +56,18 @@ pub(crate) struct World {
     finished: bool,
     /// The most threads strace said it attached to (`attached with 11 threads`).
     announced: u32,
-    /// Programs by comm in a trace that names no process (`perf trace -a`), other than the
-    /// reported redis: the first tid seen under each (the order they are listed in).
-    programs: HashMap<Box<str>, u32>,
-    /// Threads first seen under a redis server's comm in such a trace, in order: the first
-    /// is the reported redis, each other a server process of its own (`program_of`).
+    /// A trace that names no process (`perf trace -a`): its programs.
+    progs: Programs,
+}
+
+/// The programs of a trace that names no process (`perf trace -a`), by comm.
+#[derive(Default)]
+struct Programs {
+    /// Programs by comm other than the reported redis: the first tid seen under each (the
+    /// order they are listed in).
+    first_tid: HashMap<Box<str>, u32>,
+    /// Threads first seen under a redis server's comm, in order: the first is the reported
+    /// redis, each other a server process of its own (`program_of`).
     servers: Vec<Tid>,
     /// Threads named by their comm before their first call (`set_program`).
     by_comm: HashSet<Tid>,
@@ -86,9 +93,7 @@ impl World {
             any_poll: false,
             finished: false,
             announced: 0,
-            programs: HashMap::default(),
-            servers: vec![],
-            by_comm: HashSet::default(),
+            progs: Programs::default(),
         }
     }
 
@@ -115,7 +120,7 @@ impl World {
         // A thread that never makes a call (perf's tracepoint lines) is no thread of the
         // trace: its program is given at its first call (`first_sight`).
         let Some(t) = self.known(tid) else {
-            self.by_comm.insert(tid);
+            self.progs.by_comm.insert(tid);
             return;
         };
         let rec = &self.threads[t.get()];
@@ -137,29 +142,35 @@ impl World {
     fn program_of(&mut self, tid: Tid, comm: &str) -> ProcKey {
         let key = match Role::from_name(comm) {
             Some(Role::Main) => {
-                if !self.servers.contains(&tid) {
-                    self.servers.push(tid);
+                if !self.progs.servers.contains(&tid) {
+                    self.progs.servers.push(tid);
                 }
                 self.server_proc(tid)
             }
             Some(Role::Child) => ProcKey::Pid(tid),
             Some(Role::Other) | None => ProcKey::Program(tid),
             Some(_) => {
-                let server = self.servers.iter().copied().filter(|s| *s < tid).max();
+                let server = self
+                    .progs
+                    .servers
+                    .iter()
+                    .copied()
+                    .filter(|s| *s < tid)
+                    .max();
                 server.map_or(ProcKey::Root, |s| self.server_proc(s))
             }
         };
         // A program is listed by the threads that make a process of their own (a second
         // server's helpers are that server's).
         if key == ProcKey::Program(tid) {
-            self.programs.entry(comm.into()).or_insert(tid);
+            self.progs.first_tid.entry(comm.into()).or_insert(tid);
         }
         key
     }
 
     /// The process of the server thread `server` (`program_of`).
     fn server_proc(&self, server: Tid) -> ProcKey {
-        if self.servers.first() == Some(&server) {
+        if self.progs.servers.first() == Some(&server) {
             ProcKey::Root
         } else {
             ProcKey::Program(server)
@@ -191,7 +202,8 @@ impl World {
         if !self.traced_seen() {
             return vec![];
         }
-        let mut v: Vec<(&u32, &Box<str>)> = self.programs.iter().map(|(n, t)| (t, n)).collect();
+        let mut v: Vec<(&u32, &Box<str>)> =
+            self.progs.first_tid.iter().map(|(n, t)| (t, n)).collect();
         v.sort();
         v.into_iter().map(|(_, n)| n.to_string()).collect()
     }
@@ -231,7 +243,7 @@ impl World {
         self.role_epoch += 1;
         let i = ThreadIdx(self.threads.len() as u32);
         let proc = match self.names.get(&tid).cloned() {
-            Some(comm) if self.by_comm.remove(&tid) => self.program_of(tid, &comm),
+            Some(comm) if self.progs.by_comm.remove(&tid) => self.program_of(tid, &comm),
             _ => ProcKey::Root,
         };
         self.threads.push(ThreadRec {

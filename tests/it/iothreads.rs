@@ -307,14 +307,14 @@ fn valkey9_bpf_recording_reads_the_io_threads_waits() {
 // ---- live ----
 
 /// A server of the test's own: `bin` on a free loopback port in a temp dir, stopped by pid.
-struct Server {
-    child: Child,
-    port: u16,
+pub(super) struct Server {
+    pub(super) child: Child,
+    pub(super) port: u16,
     _dir: tempfile::TempDir,
 }
 
 impl Server {
-    fn start(bin: &str, args: &[&str]) -> Option<Server> {
+    pub(super) fn start(bin: &str, args: &[&str]) -> Option<Server> {
         if Command::new(bin).arg("--version").output().is_err() {
             assert!(
                 !common::ci(),
@@ -356,7 +356,7 @@ impl Server {
         panic!("{bin} did not answer PING within {DEADLINE:?}");
     }
 
-    fn client(&self) -> Client {
+    pub(super) fn client(&self) -> Client {
         Client::connect(self.port, DEADLINE).unwrap()
     }
 }

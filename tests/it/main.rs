@@ -14,6 +14,7 @@ mod live_cheap;
 mod live_container;
 mod live_edges;
 mod live_fleet;
+mod live_iothreads_backends;
 mod live_memory;
 mod live_watch;
 mod parser_props;

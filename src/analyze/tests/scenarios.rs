@@ -2198,6 +2198,86 @@ fn an_io_thread_call_printed_after_the_gap_still_covers_it() {
     assert_eq!(id, Some("io-threads"), "{why}");
 }
 
+/// valkey under a GET load (issue 40): io_thd_1 reads three GETs before the main thread's
+/// last call, then (its offloaded `epoll_wait` spinning with a timeout of 0) an EVAL inside
+/// the main thread's gap; the main thread runs the GETs and the 500 ms EVAL without a call,
+/// and every reply goes out after its next one. The GETs were in before the gap and out
+/// after it, as a command run through it would be; the EVAL, the odd one of what the gap
+/// held, is the one named (before: "a slow command (GET)").
+#[test]
+fn a_script_read_by_an_io_thread_inside_the_gap_is_named_not_the_batch_before_it() {
+    const GET: &[u8] = b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n";
+    let eval = b"*3\r\n$4\r\nEVAL\r\n$1\r\nx\r\n$1\r\n0\r\n";
+    let mut s = io_seq();
+    for fd in [11, 12, 13] {
+        s.call(
+            100,
+            500 * US + fd * 10 * US,
+            10 * US,
+            "accept4",
+            Some(6),
+            fd,
+            Extra::None,
+        );
+    }
+    s.call(102, MS, 10 * US, "epoll_wait", Some(5), 3, Extra::None);
+    for fd in [11, 12, 13] {
+        s.read(102, MS + fd as i64 * 20 * US, fd, GET);
+    }
+    s.call(100, 2 * MS, 10 * US, "epoll_wait", Some(5), 0, Extra::None);
+    s.call(
+        102,
+        2_500 * US,
+        10 * US,
+        "epoll_wait",
+        Some(5),
+        0,
+        Extra::None,
+    );
+    s.call(
+        102,
+        2_900 * US,
+        10 * US,
+        "epoll_wait",
+        Some(5),
+        1,
+        Extra::None,
+    );
+    s.read(102, 2_950 * US, 9, eval);
+    s.call(
+        100,
+        504 * MS,
+        10 * US,
+        "epoll_wait",
+        Some(5),
+        0,
+        Extra::None,
+    );
+    s.write(102, 504_100 * US, 10 * US, 9, b":1\r\n");
+    for fd in [11, 12, 13] {
+        s.write(
+            102,
+            504_100 * US + fd as i64 * 20 * US,
+            10 * US,
+            fd,
+            b"$1\r\nv\r\n",
+        );
+    }
+    s.call(
+        100,
+        505 * MS,
+        10 * US,
+        "epoll_wait",
+        Some(5),
+        0,
+        Extra::None,
+    );
+    let r = s.report();
+    let (id, why) = main_gap_at(&r, 2);
+    assert_eq!(id, Some("command"), "{why}");
+    assert!(why.contains("(EVAL)"), "{why}");
+}
+
 /// Both threads write their shares side by side; the main thread's next call comes 6 ms
 /// after both ended: less than a scheduler tick right after the hand-off (the I/O thread
 /// spins on a CPU for the next one). 30 ms is not: that stays the main thread's own.

@@ -1,0 +1,327 @@
+//! redis and valkey with I/O threads, live, under every backend (issue 40): redis 7.0 with
+//! `--io-threads 2 --io-threads-do-reads yes` and valkey 9 with `--io-threads 2` (both from
+//! `scripts/test-deps.sh`), attached with bpf, perf and ptrace at `--threshold 2ms` under a
+//! plain GET load that goes on until a DEBUG SLEEP 0.3 and a busy EVAL of about half a second
+//! have run under it. The main thread's waits for its I/O threads are no slow command; the
+//! two real slow commands are found, the EVAL named where the backend reads requests (bpf,
+//! ptrace; perf reads no buffers, docs/BACKENDS.md), and every GET is counted. Stalls called
+//! a slow command that the ground truth lacks are bounded where the backend splits a gap's
+//! time by the scheduler (bpf, perf), and only counted under ptrace (see `verdicts`).
+//! `iothreads.rs` has the offline tests and the bpf figures (the GET p50 against the client's).
+
+use super::common::{self, Client, DEADLINE};
+use super::iothreads::Server;
+use serde_json::Value;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// A backend and what it can show of commands.
+#[derive(Clone, Copy)]
+struct Backend {
+    name: &'static str,
+    /// It reads request buffers: commands are named and counted.
+    reads_requests: bool,
+    /// It splits a gap's time between on a CPU, waiting for one and blocked.
+    splits_sched: bool,
+    /// GETs per redis-benchmark run: ptrace stops redis at every call (a tenth of its
+    /// speed, less with I/O threads), so its runs are kept small.
+    batch: u32,
+}
+
+const BPF: Backend = Backend {
+    name: "bpf",
+    reads_requests: true,
+    splits_sched: true,
+    batch: 10_000,
+};
+const PERF: Backend = Backend {
+    name: "perf",
+    reads_requests: false,
+    splits_sched: true,
+    batch: 10_000,
+};
+const PTRACE: Backend = Backend {
+    name: "ptrace",
+    reads_requests: true,
+    splits_sched: false,
+    batch: 1_000,
+};
+
+/// Whether this machine can trace with `b`: perf and bpf need root and tracefs; under
+/// CI=true a missing one is a failure.
+fn can_run(b: Backend) -> bool {
+    b.name == "ptrace"
+        || common::can_trace(
+            "the perf and bpf backends need root and tracefs under CI=true",
+            "skipping: the perf and bpf backends need root and tracefs",
+        )
+}
+
+fn now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+}
+
+/// One `redis-benchmark -t get -n N -c 50` run against the port, to its end.
+fn get_run(port: u16, n: u32) {
+    let st = Command::new("redis-benchmark")
+        .args(["-p", &port.to_string(), "-t", "get", "-n", &n.to_string()])
+        .args(["-c", "50", "-q"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .expect("redis-benchmark (redis-tools)");
+    assert!(st.success(), "redis-benchmark: {st}");
+}
+
+/// A plain GET load of 50 clients that goes on (`batch` GETs a redis-benchmark run) until
+/// it is stopped: the slow commands run under it however fast this machine serves. Its
+/// `finish` gives the GETs sent.
+struct Load {
+    stop: Arc<AtomicBool>,
+    handle: JoinHandle<u64>,
+}
+
+impl Load {
+    fn start(port: u16, batch: u32) -> Load {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let handle = std::thread::spawn(move || {
+            let mut sent = 0u64;
+            while !flag.load(Ordering::Relaxed) {
+                get_run(port, batch);
+                sent += u64::from(batch);
+            }
+            sent
+        });
+        Load { stop, handle }
+    }
+
+    fn finish(self) -> u64 {
+        self.stop.store(true, Ordering::Relaxed);
+        self.handle.join().unwrap()
+    }
+}
+
+/// One command, timed by the client on the wall clock: (sent, replied).
+fn timed(c: &mut Client, args: &[&str]) -> (f64, f64) {
+    let sent = now();
+    let r = c.cmd(args).unwrap();
+    assert!(!r.text().starts_with('-'), "{}: {r:?}", args[0]);
+    (sent, now())
+}
+
+/// A stall's span on the wall clock (to the millisecond, as `ts_iso` has it).
+fn span(s: &Value) -> (f64, f64) {
+    let t = s["ts_iso"]
+        .as_str()
+        .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+        .map(|d| d.timestamp_micros() as f64 / 1e6)
+        .unwrap_or_else(|| panic!("no ts_iso: {s}"));
+    (t, t + s["duration_us"].as_f64().unwrap() / 1e6)
+}
+
+/// Two spans overlap, give or take 2 ms (`ts_iso`'s millisecond, the client's clock reads).
+fn overlaps(a: (f64, f64), b: (f64, f64)) -> bool {
+    a.0 <= b.1 + 0.002 && b.0 <= a.1 + 0.002
+}
+
+fn stalls(r: &Value) -> &Vec<Value> {
+    r["stalls"].as_array().unwrap()
+}
+
+fn calls_of(r: &Value, cmd: &str) -> u64 {
+    r["commands"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["command"] == cmd && c["phase"] == "all")
+        .map_or(0, |c| c["calls"].as_u64().unwrap())
+}
+
+/// What one attach saw, with the client's own spans of the slow commands.
+struct Run {
+    report: Value,
+    debug: (f64, f64),
+    eval: (f64, f64),
+    sent: u64,
+    threaded_reads: u64,
+}
+
+/// Attaches `b` to a server with I/O threads, runs DEBUG SLEEP 0.3 and the EVAL under the
+/// GET load, detaches.
+fn run(s: &Server, b: Backend) -> Run {
+    // valkey switches its I/O threads on with the load: load it before attaching.
+    get_run(s.port, 20_000);
+    let mut c = s.client();
+    let threaded = |c: &mut Client| -> u64 {
+        c.info_field("stats", "io_threaded_reads_processed")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    let threaded_before = threaded(&mut c);
+    let a = common::Attach::start(
+        b.name,
+        s.child.id(),
+        &["--threshold", "2ms", "--format", "json"],
+    );
+    assert!(a.attached, "attach --backend {}: {:?}", b.name, a.stderr);
+    let load = Load::start(s.port, b.batch);
+    std::thread::sleep(Duration::from_millis(500));
+    let debug = timed(&mut c, &["DEBUG", "SLEEP", "0.3"]);
+    std::thread::sleep(Duration::from_millis(300));
+    let eval = timed(
+        &mut c,
+        &[
+            "EVAL",
+            "local i=0 for j=1,tonumber(ARGV[1]) do i=i+j end return i",
+            "0",
+            "20000000",
+        ],
+    );
+    // The GETs queued behind the EVAL answered while still attached.
+    std::thread::sleep(Duration::from_millis(300));
+    let sent = load.finish();
+    let threaded_reads = threaded(&mut c) - threaded_before;
+    // SAFETY: SIGINT to the stallscope this test started: it detaches and reports.
+    unsafe { libc::kill(a.child.id() as i32, libc::SIGINT) };
+    let (code, out, err) = a.finish(DEADLINE);
+    assert!(matches!(code, Some(0 | 1)), "exit {code:?}: {err:?}");
+    Run {
+        report: common::json(&out),
+        debug,
+        eval,
+        sent,
+        threaded_reads,
+    }
+}
+
+/// The issue's verdicts on one server under one backend.
+fn verdicts(bin: &str, io_args: &[&str], b: Backend) {
+    let _guard = common::serial();
+    if !can_run(b) || !common::have("redis-benchmark", "--version") {
+        return;
+    }
+    let Some(s) = Server::start(bin, io_args) else {
+        return;
+    };
+    let x = run(&s, b);
+    drop(s);
+    let r = &x.report;
+    let who = format!("{bin} --backend {}", b.name);
+    assert!(
+        x.threaded_reads > 0,
+        "{who}: the I/O threads read nothing while attached (the test would prove nothing)"
+    );
+    // DEBUG SLEEP: the main thread's 300 ms sleep, a slow command.
+    assert!(
+        stalls(r).iter().any(|s| s["thread"] == "main"
+            && s["syscall"]
+                .as_str()
+                .is_some_and(|n| n.contains("nanosleep"))
+            && s["finding"] == "command"
+            && s["duration_us"].as_i64().unwrap() >= 290_000),
+        "{who}: DEBUG SLEEP 0.3 not found: {:?}",
+        stalls(r)
+    );
+    // The EVAL: the main thread's longest gap, within the client's span of it, a slow
+    // command (CPU starvation where the scheduler's split says the main thread mostly
+    // waited for a CPU through it), named where the backend reads requests.
+    let eval = stalls(r)
+        .iter()
+        .filter(|s| s["thread"] == "main" && s["kind"] == "gap")
+        .max_by_key(|s| s["duration_us"].as_i64().unwrap())
+        .unwrap_or_else(|| panic!("{who}: no main-thread gap"));
+    assert!(
+        eval["duration_us"].as_i64().unwrap() >= 200_000 && overlaps(span(eval), x.eval),
+        "{who}: the EVAL's gap (the client's span {:.3}-{:.3}): {eval}",
+        x.eval.0,
+        x.eval.1
+    );
+    assert!(
+        eval["finding"] == "command" || eval["finding"] == "cpu-starvation",
+        "{who}: the EVAL is a slow command: {eval}"
+    );
+    if b.reads_requests {
+        assert!(
+            eval["cause"].as_str().unwrap().contains("EVAL"),
+            "{who}: the EVAL is named: {eval}"
+        );
+        assert_eq!(calls_of(r, "GET"), x.sent, "{who}: every GET counted");
+    }
+    // Stalls called a slow command besides the two real ones (neither within their spans
+    // by the client's clock nor holding them). As in the bpf figures (iothreads.rs) a few
+    // may remain on a loaded machine: at most one, plus one in ten of the main thread's
+    // waits for its I/O threads.
+    let false_cmd: Vec<&Value> = stalls(r)
+        .iter()
+        .filter(|s| s["finding"] == "command")
+        .filter(|s| !overlaps(span(s), x.eval) && !overlaps(span(s), x.debug))
+        .filter(|s| {
+            let held = &s["waiting_by_command"];
+            held.get("EVAL").is_none() && held.get("DEBUG").is_none()
+        })
+        .collect();
+    let waits = stalls(r)
+        .iter()
+        .filter(|s| s["thread"] == "main" && s["finding"] == "io-threads")
+        .count();
+    eprintln!(
+        "{who}: {} GETs, {waits} waits for the I/O threads, {} stalls called a slow command the ground truth lacks",
+        x.sent,
+        false_cmd.len()
+    );
+    // Without the scheduler's split (ptrace) a main thread that lost its CPU after a
+    // hand-off, its I/O thread's share done, cannot be told from one that ran a command by
+    // the syscalls alone: under ptrace on this loaded 2-vCPU VM 5-17 of 86-123 gaps after
+    // a hand-off came back 10-54 ms late (redis 7; valkey 5 of 17), and their cause says
+    // "a slow command, or the process was descheduled". So the bound is asserted where the
+    // backend measures the split; without it the count is printed (issue 40's open part).
+    if b.splits_sched {
+        assert!(
+            false_cmd.len() <= 1 + waits / 10,
+            "{who}: {} false slow commands against {waits} I/O-thread waits: {false_cmd:?}",
+            false_cmd.len()
+        );
+    }
+}
+
+const REDIS7_IO: &[&str] = &["--io-threads", "2", "--io-threads-do-reads", "yes"];
+// valkey turns its I/O threads on only once the main thread is busy enough, which a GET
+// load on this host does not reach untraced: keep them on, as a loaded server has.
+const VALKEY9_IO: &[&str] = &["--io-threads", "2", "--io-threads-always-active", "yes"];
+
+#[test]
+fn redis7_bpf() {
+    verdicts("redis-server", REDIS7_IO, BPF);
+}
+
+#[test]
+fn redis7_perf() {
+    verdicts("redis-server", REDIS7_IO, PERF);
+}
+
+#[test]
+fn redis7_ptrace() {
+    verdicts("redis-server", REDIS7_IO, PTRACE);
+}
+
+#[test]
+fn valkey9_bpf() {
+    verdicts("valkey-server", VALKEY9_IO, BPF);
+}
+
+#[test]
+fn valkey9_perf() {
+    verdicts("valkey-server", VALKEY9_IO, PERF);
+}
+
+#[test]
+fn valkey9_ptrace() {
+    verdicts("valkey-server", VALKEY9_IO, PTRACE);
+}
