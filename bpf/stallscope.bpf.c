@@ -1308,8 +1308,9 @@ static __always_inline __u64 cg_throttled_so_far(struct cfs_rq___cg *c)
 static __always_inline void cg_wait_begins(struct task_struct___cg *t, __u32 tid, __u64 now)
 {
 	// An exiting thread can still be preempted or woken after process_exit deleted its
-	// state: an entry made then would stay for good.
-	if (BPF_CORE_READ(t, flags) & PF_EXITING)
+	// state: an entry made then would stay for good. No traced thread has tid 0 (a read
+	// of a task being torn down gave one, on a quiet host: a key nothing deletes).
+	if (!tid || (BPF_CORE_READ(t, flags) & PF_EXITING))
 		return;
 	struct cfs_rq___cg *c = BPF_CORE_READ(t, se.cfs_rq);
 	if (!c)
