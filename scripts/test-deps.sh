@@ -19,6 +19,8 @@ for t in unshare nsenter pivot_root; do
   command -v "$t" >/dev/null || { need+=(util-linux); break; }
 done
 command -v ip >/dev/null || need+=(iproute2)
+# tests/it/iothreads.rs holds the report's per-command p50 to the loopback wire's (tcpdump).
+command -v tcpdump >/dev/null || need+=(tcpdump)
 # tests/it/live_edges.rs mounts scripts/slowfs.py (FUSE through fusepy, which loads libfuse.so.2).
 command -v fusermount >/dev/null || need+=(fuse)
 dpkg -s libfuse2 >/dev/null 2>&1 || need+=(libfuse2)

@@ -406,15 +406,24 @@ fn benchmark(port: u16, cmd: &str, n: u32) -> std::thread::JoinHandle<f64> {
     })
 }
 
+/// What one attach under load gave: the report, the client's GET p50 and the wire's (µs;
+/// None without tcpdump outside CI).
+struct Run {
+    report: Value,
+    client_p50: f64,
+    wire_p50: Option<f64>,
+}
+
 /// One attach over a GET load of `n` requests, with (`slow`) a DEBUG SLEEP 0.3 and an EVAL
-/// busy loop of about half a second in the middle; (report, the client's GET p50 in µs).
-fn attach_under_load(s: &Server, n: u32, slow: bool) -> (Value, f64) {
+/// busy loop of about half a second in the middle.
+fn attach_under_load(s: &Server, n: u32, slow: bool) -> Run {
     let mut c = s.client();
     // valkey switches its I/O threads on with the load: load it before attaching.
     benchmark(s.port, "set", 20_000).join().unwrap();
     let pid = s.child.id();
     let a = common::Attach::start("bpf", pid, &["--threshold", "2ms", "--format", "json"]);
     assert!(a.attached, "attach: {:?}", a.stderr);
+    let wire = common::wire::Wire::start(s.port);
     let load = benchmark(s.port, "get", n);
     if slow {
         std::thread::sleep(Duration::from_millis(500));
@@ -429,12 +438,25 @@ fn attach_under_load(s: &Server, n: u32, slow: bool) -> (Value, f64) {
         .unwrap();
     }
     let client_p50 = load.join().unwrap();
+    let wire_p50 = wire.map(|w| {
+        let (p50, pairs) = w.finish()["GET"];
+        // A capture may lose a segment now and then (0.1-0.6% before immediate mode).
+        assert!(
+            pairs * 100 >= n as usize * 99,
+            "the wire paired {pairs} GETs of {n}"
+        );
+        p50
+    });
     // SAFETY: SIGINT to the stallscope this test started: it detaches and reports.
     unsafe { libc::kill(a.child.id() as i32, libc::SIGINT) };
     let (code, out, err) = a.finish(DEADLINE);
     assert!(matches!(code, Some(0 | 1)), "exit {code:?}: {err:?}");
     drop(c);
-    (common::json(&out), client_p50)
+    Run {
+        report: common::json(&out),
+        client_p50,
+        wire_p50,
+    }
 }
 
 /// The issue's figures on one server: under a plain GET load at 2 ms the I/O threads'
@@ -447,7 +469,8 @@ fn figures(bin: &str, io_args: &[&str], plain_args: &[&str]) {
     let Some(s) = Server::start(bin, io_args) else {
         return;
     };
-    let (r, client_io) = attach_under_load(&s, n, true);
+    let io = attach_under_load(&s, n, true);
+    let r = &io.report;
     let threaded = s
         .client()
         .info_field("stats", "io_threaded_reads_processed")
@@ -520,32 +543,49 @@ fn figures(bin: &str, io_args: &[&str], plain_args: &[&str]) {
     let Some(p) = Server::start(bin, plain_args) else {
         return;
     };
-    let (rp, client_plain) = attach_under_load(&p, n, false);
-    let ratio_io = p50_of(&r, "GET").unwrap() / client_io;
-    let ratio_plain = p50_of(&rp, "GET").unwrap() / client_plain;
-    eprintln!(
-        "{bin}: GET p50 report/client with I/O threads {ratio_io:.3} ({:.0}/{client_io:.0} us), \
-         without {ratio_plain:.3} ({:.0}/{client_plain:.0} us)",
-        p50_of(&r, "GET").unwrap(),
-        p50_of(&rp, "GET").unwrap()
-    );
-    // The issue asks for the two ratios within 25% of each other; they are not comparable
-    // here: with I/O threads on these 2 vCPUs a GET takes milliseconds, without them a few
-    // hundred µs, of which the client's own share (not in the report, which times a
-    // request from its arrival on the socket to its reply's write) is a large part. What
-    // holds for both: the report's figure is a part of the client's round trip. (With redis 7's I/O threads spinning on 2 vCPUs the client
-    // itself waits for a CPU: 0.40 measured, against 0.61 without them; valkey 0.96
-    // against 0.60.)
-    // Only the upper bound is asserted: measured from the request's arrival in redis, a
-    // command never takes longer than the client's round trip. How much shorter depends on
-    // the client's own share, which this VM's load moves (0.12-0.61 without I/O threads
-    // over runs of the same build).
-    for (ratio, what) in [(ratio_io, "with"), (ratio_plain, "without")] {
+    let plain = attach_under_load(&p, n, false);
+    p50_figures(bin, &io, &plain);
+}
+
+/// The issue's p50 figure: the report's GET p50 against the client's, with and without I/O
+/// threads, and against the wire's (`common::wire`). Against the client the two ratios are
+/// not comparable on a small host, and only the upper bound is asserted: on these 2 vCPUs
+/// the client itself is the bottleneck without I/O threads (the report's 30-50 µs of its
+/// 250-380 µs, 0.10-0.17) and redis with them (0.60-0.65), bench/p50_iothreads.sh [P40b].
+/// Against the wire, the same span the report times with none of the client's queueing, both
+/// ratios are near 1 (1.000-1.007 in every run of [P40b]) and within 25% of each other.
+fn p50_figures(bin: &str, io: &Run, plain: &Run) {
+    let report = |r: &Run| p50_of(&r.report, "GET").unwrap();
+    for (r, what) in [(io, "with"), (plain, "without")] {
+        let ratio = report(r) / r.client_p50;
+        eprintln!(
+            "{bin}: GET p50 {what} I/O threads: report {:.0} us, client {:.0} us ({ratio:.3}), wire {:?} us",
+            report(r),
+            r.client_p50,
+            r.wire_p50
+        );
+        // From the request's arrival in redis, a command never takes longer than the
+        // client's round trip.
         assert!(
             ratio > 0.0 && ratio <= 1.05,
             "{bin}: GET p50 report/client {what} I/O threads {ratio:.3}"
         );
     }
+    let (Some(w_io), Some(w_plain)) = (io.wire_p50, plain.wire_p50) else {
+        return;
+    };
+    let (q_io, q_plain) = (report(io) / w_io, report(plain) / w_plain);
+    // 10% each way of the wire's own p50, and the two ratios within the issue's 25%.
+    for (q, what) in [(q_io, "with"), (q_plain, "without")] {
+        assert!(
+            (0.9..=1.1).contains(&q),
+            "{bin}: GET p50 report/wire {what} I/O threads {q:.3}"
+        );
+    }
+    assert!(
+        (0.75..=1.25).contains(&(q_io / q_plain)),
+        "{bin}: report/wire with I/O threads {q_io:.3}, without {q_plain:.3}"
+    );
 }
 
 #[test]
@@ -575,13 +615,13 @@ fn live_valkey9_io_threads_figures() {
 /// (run while the I/O thread sleeps in its loop) and DEBUG SLEEP are; no eventfd call is a
 /// disk wait; every SET and GET is counted.
 fn assert_redis8_verdicts(r: &Value, eval_min_us: i64) {
-    for s in main_gaps(r, "io-threads") {
+    for s in main_gaps(&r, "io-threads") {
         let c = s["cause"].as_str().unwrap();
         assert!(c.contains("redis 8 pauses them"), "{c}");
     }
     // Of the gaps called a slow command, the long ones (the pauses were, 7 of 100 ms or
     // more in redis8-io2 before) are the EVAL alone, named.
-    let long: Vec<&Value> = main_gaps(r, "command")
+    let long: Vec<&Value> = main_gaps(&r, "command")
         .into_iter()
         .filter(|s| s["duration_us"].as_i64().unwrap() >= 100_000)
         .collect();
@@ -598,7 +638,7 @@ fn assert_redis8_verdicts(r: &Value, eval_min_us: i64) {
             && s["duration_us"].as_i64().unwrap() >= 290_000),
         "DEBUG SLEEP 0.3 not found"
     );
-    for s in stalls(r)
+    for s in stalls(&r)
         .iter()
         .filter(|s| s["path"].as_str().is_some_and(|p| p.contains("eventfd")))
     {

@@ -13,6 +13,7 @@ use std::sync::{mpsc, Mutex};
 use std::time::{Duration, Instant};
 
 pub mod cgroup;
+pub mod wire;
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
