@@ -7,7 +7,9 @@
 //! ptrace; perf reads no buffers, docs/BACKENDS.md), and every GET is counted. Stalls called
 //! a slow command that the ground truth lacks are bounded where the backend splits a gap's
 //! time by the scheduler (bpf, perf), and only counted under ptrace (see `verdicts`).
-//! `iothreads.rs` has the offline tests and the bpf figures (the GET p50 against the client's).
+//! A server whose I/O threads come on and go off within one attach (`*_io_threads_on_and_off`)
+//! stays right on both sides. `iothreads.rs` has the offline tests and the bpf figures (the
+//! GET p50 against the client's and the wire's).
 
 use super::common::{self, Client, DEADLINE};
 use super::iothreads::Server;
@@ -67,11 +69,17 @@ fn now() -> f64 {
         .as_secs_f64()
 }
 
-/// One `redis-benchmark -t get -n N -c 50` run against the port, to its end.
-fn get_run(port: u16, n: u32) {
+/// One `redis-benchmark -t get -n N -c CLIENTS -P PIPELINE` run against the port, to its end.
+fn get_run(port: u16, n: u32, clients: u32, pipeline: u32) {
     let st = Command::new("redis-benchmark")
         .args(["-p", &port.to_string(), "-t", "get", "-n", &n.to_string()])
-        .args(["-c", "50", "-q"])
+        .args([
+            "-c",
+            &clients.to_string(),
+            "-P",
+            &pipeline.to_string(),
+            "-q",
+        ])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status()
@@ -79,22 +87,22 @@ fn get_run(port: u16, n: u32) {
     assert!(st.success(), "redis-benchmark: {st}");
 }
 
-/// A plain GET load of 50 clients that goes on (`batch` GETs a redis-benchmark run) until
-/// it is stopped: the slow commands run under it however fast this machine serves. Its
-/// `finish` gives the GETs sent.
+/// A plain GET load (`Busy`) that goes on (`batch` GETs a redis-benchmark run) until it is
+/// stopped: the slow commands run under it however fast this machine serves. Its `finish`
+/// gives the GETs sent.
 struct Load {
     stop: Arc<AtomicBool>,
     handle: JoinHandle<u64>,
 }
 
 impl Load {
-    fn start(port: u16, batch: u32) -> Load {
+    fn start(port: u16, batch: u32, busy: Busy) -> Load {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let handle = std::thread::spawn(move || {
             let mut sent = 0u64;
             while !flag.load(Ordering::Relaxed) {
-                get_run(port, batch);
+                get_run(port, batch, busy.clients, busy.pipeline);
                 sent += u64::from(batch);
             }
             sent
@@ -107,6 +115,23 @@ impl Load {
         self.handle.join().unwrap()
     }
 }
+
+/// A load's clients and the requests each sends before reading replies.
+#[derive(Clone, Copy)]
+struct Busy {
+    clients: u32,
+    pipeline: u32,
+}
+
+/// The plain load: 50 clients, one request at a time.
+const PLAIN: Busy = Busy {
+    clients: 50,
+    pipeline: 1,
+};
+
+/// The EVAL's loop count (`EVAL_SCRIPT`): about 0.4 s on a quiet machine here.
+const EVAL_LOOPS: &str = "60000000";
+const EVAL_SCRIPT: &str = "local i=0 for j=1,tonumber(ARGV[1]) do i=i+j end return i";
 
 /// One command, timed by the client on the wall clock: (sent, replied).
 fn timed(c: &mut Client, args: &[&str]) -> (f64, f64) {
@@ -157,7 +182,7 @@ struct Run {
 /// GET load, detaches.
 fn run(s: &Server, b: Backend) -> Run {
     // valkey switches its I/O threads on with the load: load it before attaching.
-    get_run(s.port, 20_000);
+    get_run(s.port, 20_000, 50, 1);
     let mut c = s.client();
     let threaded = |c: &mut Client| -> u64 {
         c.info_field("stats", "io_threaded_reads_processed")
@@ -171,7 +196,7 @@ fn run(s: &Server, b: Backend) -> Run {
         &["--threshold", "2ms", "--format", "json"],
     );
     assert!(a.attached, "attach --backend {}: {:?}", b.name, a.stderr);
-    let load = Load::start(s.port, b.batch);
+    let load = Load::start(s.port, b.batch, PLAIN);
     std::thread::sleep(Duration::from_millis(500));
     let debug = timed(&mut c, &["DEBUG", "SLEEP", "0.3"]);
     std::thread::sleep(Duration::from_millis(300));
@@ -183,7 +208,7 @@ fn run(s: &Server, b: Backend) -> Run {
             "0",
             // 20,000,000 took 0.5 s on a loaded machine and 0.13 s on a quiet one (under
             // the test's 200 ms floor): this many takes 0.4 s there.
-            "60000000",
+            EVAL_LOOPS,
         ],
     );
     // The GETs queued behind the EVAL answered while still attached.
@@ -326,4 +351,155 @@ fn valkey9_perf() {
 #[test]
 fn valkey9_ptrace() {
     verdicts("valkey-server", VALKEY9_IO, PTRACE);
+}
+
+/// One phase of `mode_switch`: the EVAL's span by the client's clock, the GETs sent, the
+/// reads the I/O threads did meanwhile.
+struct Phase {
+    eval: (f64, f64),
+    gets: u64,
+    threaded: u64,
+}
+
+/// Runs one phase: a single client's sequential GETs (`busy` None: too few clients in flight
+/// for the server to use its I/O threads), or a load of `busy` clients (they come on), with an
+/// EVAL in the middle.
+fn phase(s: &Server, c: &mut Client, busy: Option<Busy>) -> Phase {
+    let threaded = |c: &mut Client| -> u64 {
+        c.info_field("stats", "io_threaded_reads_processed")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    let before = threaded(c);
+    let load = busy.map(|b| Load::start(s.port, 10_000, b));
+    let mut gets = 0;
+    let mut seq = |c: &mut Client| {
+        if load.is_none() {
+            for _ in 0..1000 {
+                c.cmd(&["GET", "k"]).unwrap();
+            }
+            gets += 1000;
+        } else {
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    };
+    seq(c);
+    let eval = timed(c, &["EVAL", EVAL_SCRIPT, "0", EVAL_LOOPS]);
+    seq(c);
+    if let Some(l) = load {
+        std::thread::sleep(Duration::from_millis(300));
+        gets += l.finish();
+    }
+    // The INFO itself is read by the main thread: it is no I/O-thread read.
+    Phase {
+        eval,
+        gets,
+        threaded: threaded(c) - before,
+    }
+}
+
+/// A server whose I/O threads come on with the load (redis 7 from two clients in flight per
+/// thread, valkey by the ready clients per loop) and, `off_again`, go off without it (redis
+/// 7), attached once across the three phases: quiet, busy, quiet, each with an EVAL. Each EVAL is found and named
+/// whichever mode the server was in; no wait for the I/O threads of the busy phase, nor a
+/// quiet phase judged as if its I/O were threaded, is a slow command; every GET counted.
+fn mode_switch(bin: &str, io_args: &[&str], busy: Busy, off_again: bool) {
+    let _guard = common::serial();
+    if !can_run(BPF) || !common::have("redis-benchmark", "--version") {
+        return;
+    }
+    let Some(s) = Server::start(bin, io_args) else {
+        return;
+    };
+    let mut c = s.client();
+    c.cmd(&["SET", "k", "v"]).unwrap();
+    let a = common::Attach::start(
+        "bpf",
+        s.child.id(),
+        &["--threshold", "2ms", "--format", "json"],
+    );
+    assert!(a.attached, "attach: {:?}", a.stderr);
+    let phases = [
+        phase(&s, &mut c, None),
+        phase(&s, &mut c, Some(busy)),
+        phase(&s, &mut c, None),
+    ];
+    // SAFETY: SIGINT to the stallscope this test started: it detaches and reports.
+    unsafe { libc::kill(a.child.id() as i32, libc::SIGINT) };
+    let (code, out, err) = a.finish(DEADLINE);
+    assert!(matches!(code, Some(0 | 1)), "exit {code:?}: {err:?}");
+    drop(s);
+    let r = &common::json(&out);
+    let threaded: Vec<u64> = phases.iter().map(|p| p.threaded).collect();
+    eprintln!("{bin}: I/O-thread reads per phase {threaded:?}");
+    // The switch happened: off, on, and (redis) off again. valkey keeps them on after a load
+    // (the single client's 2000 reads of the third phase all threaded, measured here).
+    assert!(
+        threaded[0] == 0 && threaded[1] > 0 && (threaded[2] == 0 || !off_again),
+        "{bin}: the I/O threads' reads per phase {threaded:?} (the test would prove nothing)"
+    );
+    for (i, p) in phases.iter().enumerate() {
+        let found = stalls(r).iter().any(|s| {
+            s["thread"] == "main"
+                && s["kind"] == "gap"
+                && s["duration_us"].as_i64().unwrap() >= 200_000
+                && overlaps(span(s), p.eval)
+                && (s["finding"] == "command" || s["finding"] == "cpu-starvation")
+                && s["cause"].as_str().unwrap().contains("EVAL")
+        });
+        assert!(
+            found,
+            "{bin}: phase {i}'s EVAL not found and named: {:?}",
+            stalls(r)
+        );
+    }
+    let sent: u64 = phases.iter().map(|p| p.gets).sum();
+    if busy.pipeline == 1 {
+        assert_eq!(calls_of(r, "GET"), sent, "{bin}: every GET counted");
+    } else {
+        // Pipelined reads are named by their first request only (docs/BACKENDS.md): the
+        // quiet phases' GETs all, the busy phase's at least one per read.
+        let quiet = phases[0].gets + phases[2].gets;
+        let got = calls_of(r, "GET");
+        assert!(
+            got > quiet && got <= sent,
+            "{bin}: GETs counted {got}, sent {sent} ({quiet} one at a time)"
+        );
+    }
+    let false_cmd: Vec<&Value> = stalls(r)
+        .iter()
+        .filter(|s| s["finding"] == "command")
+        .filter(|s| phases.iter().all(|p| !overlaps(span(s), p.eval)))
+        .filter(|s| s["waiting_by_command"].get("EVAL").is_none())
+        .collect();
+    let waits = stalls(r)
+        .iter()
+        .filter(|s| s["thread"] == "main" && s["finding"] == "io-threads")
+        .count();
+    eprintln!(
+        "{bin}: {waits} waits for the I/O threads, {} stalls called a slow command the ground truth lacks",
+        false_cmd.len()
+    );
+    assert!(
+        false_cmd.len() <= 1 + waits / 10,
+        "{bin}: {} false slow commands against {waits} I/O-thread waits: {false_cmd:?}",
+        false_cmd.len()
+    );
+}
+
+#[test]
+fn redis7_io_threads_on_and_off() {
+    mode_switch("redis-server", REDIS7_IO, PLAIN, true);
+}
+
+#[test]
+fn valkey9_io_threads_on_and_off() {
+    // Without `--io-threads-always-active` valkey turns them on when one turn of its event
+    // loop has enough ready clients (`events-per-io-thread`), which a plain GET load does
+    // not give it on this 2-vCPU host (50 to 500 clients, quiet), and a pipelined one does.
+    let busy = Busy {
+        clients: 50,
+        pipeline: 8,
+    };
+    mode_switch("valkey-server", &["--io-threads", "2"], busy, false);
 }
