@@ -484,11 +484,11 @@ fn figures(bin: &str, io_args: &[&str], plain_args: &[&str]) {
     // The bpf backend measures the I/O threads' wait for a CPU over each wait for them. How
     // many waits a run has depends on the machine's load (7 to 900 here): with a handful,
     // none may have had an I/O-thread call to split, so it is asked of a run with many.
-    let measured = main_gaps(&r, "io-threads")
+    let measured = main_gaps(r, "io-threads")
         .iter()
         .filter(|s| s["sched"]["io_threads_runnable_us"].as_i64().is_some())
         .count();
-    let gaps = main_gaps(&r, "io-threads").len();
+    let gaps = main_gaps(r, "io-threads").len();
     eprintln!("{bin}: the I/O threads' CPU wait measured over {measured} of {gaps} waits");
     assert!(
         measured > 0 || gaps < 20,
@@ -501,8 +501,8 @@ fn figures(bin: &str, io_args: &[&str], plain_args: &[&str]) {
     // threads (measured on this loaded 2-vCPU VM after the hand-off's woken wait counted:
     // redis 7 0 of 460, valkey 3 of 198; before, 2-8 of 71-480 and 0-12 of 78-230; before
     // issue 40 every one of those waits was a slow command or CPU starvation).
-    let false_cmd = false_slow_commands(&r);
-    let waits = main_gaps(&r, "io-threads").len();
+    let false_cmd = false_slow_commands(r);
+    let waits = main_gaps(r, "io-threads").len();
     eprintln!(
         "{bin}: {waits} waits for the I/O threads, {} stalls called a slow command the ground truth lacks",
         false_cmd.len()
@@ -512,19 +512,19 @@ fn figures(bin: &str, io_args: &[&str], plain_args: &[&str]) {
         "{bin}: {} false slow commands against {waits} I/O-thread waits: {false_cmd:?}",
         false_cmd.len()
     );
-    assert_slow_commands_found(&r, 100_000);
+    assert_slow_commands_found(r, 100_000);
     // Live, the CPUs it may use are read at the attach, and the finding weighs its
     // threads against them.
     let allowed = r["cpus"]["allowed"]
         .as_u64()
         .expect("the CPUs read at the attach");
     assert!(allowed >= 1, "{}", r["cpus"]);
-    if let Some(f) = finding(&r, "io-threads") {
+    if let Some(f) = finding(r, "io-threads") {
         let ev = f["evidence"].as_str().unwrap();
         let on = format!("threads on {allowed} CPU");
         assert!(ev.contains(&on), "{bin}: {ev}");
     }
-    let eval = stalls(&r)
+    let eval = stalls(r)
         .iter()
         .filter(|s| s["thread"] == "main" && s["kind"] == "gap")
         .max_by_key(|s| s["duration_us"].as_i64().unwrap())
@@ -535,11 +535,7 @@ fn figures(bin: &str, io_args: &[&str], plain_args: &[&str]) {
         eval["finding"] == "cpu-starvation" || eval["cause"].as_str().unwrap().contains("EVAL"),
         "{bin}: the EVAL is named: {eval}"
     );
-    assert_eq!(
-        calls_of(&r, "GET"),
-        u64::from(n),
-        "{bin}: every GET counted"
-    );
+    assert_eq!(calls_of(r, "GET"), u64::from(n), "{bin}: every GET counted");
     let Some(p) = Server::start(bin, plain_args) else {
         return;
     };
@@ -615,13 +611,13 @@ fn live_valkey9_io_threads_figures() {
 /// (run while the I/O thread sleeps in its loop) and DEBUG SLEEP are; no eventfd call is a
 /// disk wait; every SET and GET is counted.
 fn assert_redis8_verdicts(r: &Value, eval_min_us: i64) {
-    for s in main_gaps(&r, "io-threads") {
+    for s in main_gaps(r, "io-threads") {
         let c = s["cause"].as_str().unwrap();
         assert!(c.contains("redis 8 pauses them"), "{c}");
     }
     // Of the gaps called a slow command, the long ones (the pauses were, 7 of 100 ms or
     // more in redis8-io2 before) are the EVAL alone, named.
-    let long: Vec<&Value> = main_gaps(&r, "command")
+    let long: Vec<&Value> = main_gaps(r, "command")
         .into_iter()
         .filter(|s| s["duration_us"].as_i64().unwrap() >= 100_000)
         .collect();
@@ -638,7 +634,7 @@ fn assert_redis8_verdicts(r: &Value, eval_min_us: i64) {
             && s["duration_us"].as_i64().unwrap() >= 290_000),
         "DEBUG SLEEP 0.3 not found"
     );
-    for s in stalls(&r)
+    for s in stalls(r)
         .iter()
         .filter(|s| s["path"].as_str().is_some_and(|p| p.contains("eventfd")))
     {
