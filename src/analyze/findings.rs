@@ -230,7 +230,15 @@ fn io_wait_words(
     during: &str,
     v: &super::io_wait::IoCover,
 ) -> String {
-    let mut text = if v.calls == 0 {
+    let main_runnable = c.sched.map(|s| s.runnable_ns as i64);
+    let spun_for = v.spun_for(c.dur, main_runnable);
+    let mut text = if v.calls == 0 && spun_for > 0 {
+        format!(
+            "{who} {d}{during}: it spun for its I/O threads, which had not finished their \
+             share of the hand-off when they lost the CPU (redis 6/7's busy wait, valkey's \
+             spin), not a slow command"
+        )
+    } else if v.calls == 0 {
         format!(
             "{who} {d}{during}: it lost the CPU right after it waited for its I/O threads \
              (their share of the hand-off ended as this began; they spin for the next one on a \
@@ -253,17 +261,18 @@ fn io_wait_words(
             human(v.late_start / 1000)
         ));
     }
-    if v.longest_own() > 0 {
+    let own = v.longest_own(spun_for);
+    if own > 0 {
         text.push_str(&format!(
             "; its longest stretch without them, {}, is what a spinning thread loses to the \
              scheduler on a host short of CPUs",
-            human(v.longest_own() / 1000)
+            human(own / 1000)
         ));
     }
-    if v.sched {
+    if v.sched || spun_for > 0 {
         text.push_str(&format!(
             "; the I/O threads waited for a CPU {} of it",
-            human(v.runnable / 1000)
+            human((v.runnable + spun_for) / 1000)
         ));
     }
     if let Some(s) = SchedSplit::of(c, None) {

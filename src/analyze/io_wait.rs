@@ -137,6 +137,9 @@ pub(crate) struct IoCover {
     pub(crate) own_loop: bool,
     /// Of the gap, the holes between their calls counted as their wait for a CPU (`sweep`).
     pub(crate) starved_holes: Nanos,
+    /// Of the `tail`, what their next call (past the gap's end) says they spent waiting for
+    /// a CPU, when that was most of the time since their last call (`finish_starved`).
+    pub(crate) starved_after: Nanos,
 }
 
 impl IoCover {
@@ -159,13 +162,15 @@ impl IoCover {
     ) -> bool {
         let own = threshold.max(SCHED_TICK);
         let tail_max = main_runnable.map_or(own.max(gap / 2), |r| own + r);
+        let tail = self.tail - self.spun_for(gap, main_runnable);
         if self.calls == 0 {
             // Nothing of theirs in it, but their work ended as it began: the main thread
             // lost the CPU right after the hand-off, for no longer than scheduling
-            // explains (the tail is the whole gap then).
-            return self.adjoining && self.tail < own + main_runnable.unwrap_or(0);
+            // explains (the tail is the whole gap then), or spun for them while they waited
+            // for one.
+            return self.adjoining && tail < own + main_runnable.unwrap_or(0);
         }
-        self.tail < tail_max
+        tail < tail_max
             && self.longest_hole < own.max(gap / 2)
             && !self.own_loop_starved(gap, main_runnable)
             && !self.both_starved(gap, main_runnable)
@@ -193,9 +198,45 @@ impl IoCover {
         self.starved_holes * 4 >= gap && main_runnable.is_some_and(|r| r * 2 >= gap)
     }
 
-    /// The longest stretch of the gap the main thread had to itself.
-    pub(crate) fn longest_own(&self) -> Nanos {
-        self.longest_hole.max(self.tail)
+    /// The stretch after the I/O threads' last call in the gap (`tail`), when that call
+    /// was a reply's write and their next call (`after`, past the gap's end) says the thread
+    /// waited for a CPU through most of it, by the same rule as a hole between their calls.
+    /// After the replies of a turn the main thread runs no command (redis 6/7 and valkey run
+    /// a turn's commands between its reads and its writes) but waits for the writes to be
+    /// done, then for the next events; after a read it runs the commands read, and a long
+    /// tail there is a command (valkey's EVAL under bpf on a starved host: its idle I/O
+    /// thread waited for a CPU 172 of the EVAL's 299 ms). Known once that call comes
+    /// (`IoHelpers::on_call` says from where it covers, and the gap is covered again).
+    fn finish_starved(&mut self, after: HelperCall, to: Nanos) {
+        let until = to - self.tail;
+        let hole = after.start - until;
+        if self.tail > 0
+            && after.runnable_before * 2 >= hole
+            && after.runnable_before >= after.on_cpu_before
+        {
+            self.starved_after = after.runnable_before.min(self.tail);
+        }
+    }
+
+    /// Of the tail, the part the main thread spun on a CPU for an I/O thread that waited for
+    /// one (`starved_after`): their share of the hand-off was not finished (redis 7 live under
+    /// bpf: the I/O thread preempted right at the hand-off, runnable 14.3 ms, while the main
+    /// thread spun 12.5 ms on a CPU for it, "a slow command" before). Only when the main
+    /// thread was on a CPU through most of the gap: a main thread that itself waited for
+    /// one keeps the tail as its own (an idle I/O thread spinning for the next hand-off
+    /// waits for a CPU too on such a host, whatever the main thread does).
+    pub(crate) fn spun_for(&self, gap: Nanos, main_runnable: Option<Nanos>) -> Nanos {
+        if main_runnable.is_some_and(|r| r * 2 < gap) {
+            self.starved_after
+        } else {
+            0
+        }
+    }
+
+    /// The longest stretch of the gap the main thread had to itself (the tail less what it
+    /// spun for them, `spun_for`).
+    pub(crate) fn longest_own(&self, spun_for: Nanos) -> Nanos {
+        self.longest_hole.max(self.tail - spun_for)
     }
 }
 
@@ -266,7 +307,8 @@ impl IoHelpers {
             own: false,
         };
         self.push(cx.proc, call);
-        Some(start)
+        // Its wait for a CPU before it may have been the end of a gap (`finish_starved`).
+        Some(start - call.runnable_before)
     }
 
     /// The main thread's client I/O (its share of a hand-off's batch) and its futex wakes
@@ -376,6 +418,10 @@ impl IoHelpers {
         // Newest first until the calls end before the gap; out-of-order lines (an
         // unfinished call printed before its neighbours ended) are sorted below.
         let mut adjoining = false;
+        // The first call after the gap whose measured wait for a CPU reaches back into it,
+        // and the last one ending in it or as it began (end, kind).
+        let mut after: Option<HelperCall> = None;
+        let mut last = (Nanos::MIN, Dir::Other);
         let mut inside: Vec<HelperCall> = p
             .ring
             .iter()
@@ -384,6 +430,12 @@ impl IoHelpers {
             .map(|(_, c)| c)
             .filter(|c| {
                 adjoining |= c.end <= from && c.end > from - ADJOIN && c.dir != Dir::Other;
+                if c.start >= to && c.sched && c.start - c.runnable_before < to {
+                    after = Some(after.map_or(**c, |a| if c.start < a.start { **c } else { a }));
+                }
+                if c.end <= to && c.end > from - ADJOIN && c.end > last.0 {
+                    last = (c.end, c.dir);
+                }
                 c.end > from && c.start < to
             })
             .copied()
@@ -393,6 +445,9 @@ impl IoHelpers {
         }
         inside.sort_unstable_by_key(|c| c.start);
         let mut v = sweep(&inside, from, to, share);
+        if let Some(a) = after.filter(|_| last.1 == Dir::Write) {
+            v.finish_starved(a, to);
+        }
         v.adjoining = adjoining;
         Some(v)
     }
@@ -550,7 +605,7 @@ mod tests {
         // hole between is the main thread's own.
         let v = sweep(&[c(0, 1, 0), c(500, 501, 0)], 0, 501 * MS, None);
         assert!(!v.is_wait(2 * MS, 501 * MS, Some(0)), "{v:?}");
-        assert_eq!(v.longest_own(), 499 * MS);
+        assert_eq!(v.longest_own(0), 499 * MS);
         // Work at the start only: the tail is the main thread's.
         let v = sweep(&[c(0, 1, 0)], 0, 300 * MS, None);
         assert!(!v.is_wait(2 * MS, 300 * MS, Some(0)));
@@ -670,7 +725,7 @@ mod tests {
             .expect("a cover");
         assert!(v.own_loop);
         assert!(!v.is_wait(2 * MS, 850 * MS - 1200, None), "{v:?}");
-        assert!(v.longest_own() > 840 * MS, "{v:?}");
+        assert!(v.longest_own(0) > 840 * MS, "{v:?}");
     }
 
     /// redis8-io4 (the gap at its line 13240): io_thd_3 read a client through the main
@@ -725,6 +780,36 @@ mod tests {
         let v = sweep(&[first, second], 0, us(7912), Some(Dir::Write));
         assert_eq!(v.late_start, us(5192));
         assert!(v.is_wait(2 * MS, us(7912), Some(us(4005))), "{v:?}");
+    }
+
+    #[test]
+    fn a_main_thread_spinning_for_an_io_thread_that_lost_its_cpu_waits_for_it() {
+        // redis 7 live under bpf: the I/O thread's last write 8 µs before the gap, then no
+        // call for 14.3 ms while the main thread spun 12.5 ms on a CPU; its next call, after
+        // the gap, says it waited for a CPU 14.29 ms of that.
+        let us = |n: i64| n * 1000;
+        let mut last = c(0, 0, 0);
+        (last.start, last.end, last.dir) = (us(5), us(10), Dir::Write);
+        let mut next = c(0, 0, 0);
+        (next.start, next.end, next.runnable_before) = (us(14_425), us(14_430), us(14_290));
+        let gap = us(14_319);
+        let mut v = sweep(&[last], us(10), us(10) + gap, None);
+        assert!(
+            !v.is_wait(2 * MS, gap, Some(us(1_776))),
+            "before its next call: {v:?}"
+        );
+        v.finish_starved(next, us(10) + gap);
+        assert!(v.is_wait(2 * MS, gap, Some(us(1_776))), "{v:?}");
+        assert!(v.longest_own(v.spun_for(gap, Some(us(1_776)))) < us(100));
+        // An idle I/O thread that spun on a CPU for the next hand-off says nothing of it.
+        let mut idle = next;
+        idle.on_cpu_before = us(14_300);
+        let mut w = sweep(&[last], us(10), us(10) + gap, None);
+        w.finish_starved(idle, us(10) + gap);
+        assert!(!w.is_wait(2 * MS, gap, Some(us(1_776))), "{w:?}");
+        // Nor does it when the main thread itself waited for a CPU through most of the gap
+        // (the tail stays its own; the rule for that is the main thread's own wait).
+        assert_eq!(v.spun_for(gap, Some(us(12_000))), 0);
     }
 
     #[test]
