@@ -93,11 +93,38 @@ pub(crate) fn sched_counters(tgid: Tid, tid: Tid) -> Option<[u64; 4]> {
 }
 
 fn parse_sched_counters(schedstat: &str, stat: &str) -> Option<[u64; 4]> {
-    let mut ss = schedstat.split_whitespace().map(|v| v.parse::<u64>().ok());
-    let (on, run) = (ss.next()??, ss.next()??);
+    parse_sched_bytes(schedstat.as_bytes(), stat.as_bytes())
+}
+
+/// `parse_sched_counters` of the files' bytes, allocating nothing: the ptrace backend reads
+/// them at every stop of a traced thread (`ptrace::SchedFiles`). `stat` may be cut short
+/// after the major-fault field.
+pub(crate) fn parse_sched_bytes(schedstat: &[u8], stat: &[u8]) -> Option<[u64; 4]> {
+    let mut ss = schedstat
+        .split(u8::is_ascii_whitespace)
+        .filter(|f| !f.is_empty());
+    let (on, run) = (parse_u64(ss.next()?)?, parse_u64(ss.next()?)?);
     // After the command name: state ppid pgrp session tty tpgid flags minflt cminflt majflt.
-    let f: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
-    Some([on, run, f.get(7)?.parse().ok()?, f.get(9)?.parse().ok()?])
+    let close = stat.iter().rposition(|b| *b == b')')?;
+    let mut f = stat[close + 1..]
+        .split(u8::is_ascii_whitespace)
+        .filter(|f| !f.is_empty());
+    let minflt = parse_u64(f.nth(7)?)?;
+    let majflt = parse_u64(f.nth(1)?)?;
+    Some([on, run, minflt, majflt])
+}
+
+/// A decimal field of /proc; None if it is not one (or overflows).
+fn parse_u64(b: &[u8]) -> Option<u64> {
+    if b.is_empty() {
+        return None;
+    }
+    b.iter().try_fold(0u64, |n, d| {
+        if !d.is_ascii_digit() {
+            return None;
+        }
+        n.checked_mul(10)?.checked_add(u64::from(d - b'0'))
+    })
 }
 
 /// What a tracer counted while it ran.
@@ -450,6 +477,7 @@ pub fn start_tracer(cfg: &TracerConfig) -> Result<Started> {
         pid,
         follow_forks: cfg.follow_forks,
         detach_wait: Duration::from_millis(1000),
+        split_sched: ptrace::sched::wanted(),
     };
     let start_ptrace = |why: &str| -> Result<Started> {
         eprintln!("stallscope: backend ptrace: {why}");
@@ -605,6 +633,13 @@ mod tests {
         let odd = "7 (a) b) R 1 7 7 0 -1 0 9 0 3 0";
         assert_eq!(parse_sched_counters("1 2 3", odd), Some([1, 2, 9, 3]));
         assert_eq!(parse_sched_counters("", stat), None);
+        assert_eq!(parse_sched_counters("12 x", stat), None);
+        // Cut short after the major faults (a read into a small buffer) is enough; before
+        // them it is not.
+        let cut = &stat[..stat.find(" 0 10").unwrap()];
+        assert_eq!(parse_sched_counters("5 6", cut), Some([5, 6, 1234, 56]));
+        assert_eq!(parse_sched_counters("5 6", &stat[..40]), None);
+        assert_eq!(parse_u64(b"18446744073709551616"), None);
         let me = std::process::id();
         let c = sched_counters(me, me).expect("this thread's counters");
         assert!(c[0] > 0, "it has run: {c:?}");

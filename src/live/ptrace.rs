@@ -13,12 +13,15 @@
 //! tracer runs on its own thread and hands batches of events over a channel; the analysis
 //! runs on the caller's thread and never delays a stopped redis thread.
 
+pub(crate) mod sched;
+
 use super::decode::{self, blocked_in_call, nr_info, Args};
 use super::sysnames::{is_restart_errno, signal_name};
 use super::{AttachError, Tracer, TracerStats};
 use crate::clock::{now_mono, now_wall};
 use crate::event::{self, Event, EventKind, InFlight, Nanos, Syscall, Tid};
 use anyhow::Result;
+use sched::{Counters, SchedFiles};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender};
@@ -35,6 +38,9 @@ pub struct PtraceConfig {
     /// uninterruptible call (fdatasync on a slow disk) cannot stop until the call ends;
     /// past this wait the tracer thread exits and the kernel detaches what is left.
     pub detach_wait: Duration,
+    /// Read each thread's scheduler counters at its stops, for the split of its calls and
+    /// gaps (`sched`): off only to measure what the reads cost (`sched::NO_SCHED_ENV`).
+    pub split_sched: bool,
 }
 
 enum Msg {
@@ -42,6 +48,8 @@ enum Msg {
         threads: u32,
         mono: Nanos,
         wall: Nanos,
+        /// Its calls carry the scheduler's split.
+        sched: bool,
     },
     Warning(String),
     Done(Box<TracerStats>),
@@ -92,6 +100,7 @@ pub struct PtraceTracer {
     done: bool,
     warnings: Vec<String>,
     pub threads_at_attach: u32,
+    splits_sched: bool,
 }
 
 impl PtraceTracer {
@@ -121,6 +130,7 @@ impl PtraceTracer {
                                 threads: n,
                                 mono,
                                 wall,
+                                sched: t.cfg.split_sched,
                             })
                             .is_err()
                         {
@@ -155,14 +165,17 @@ impl PtraceTracer {
             done: false,
             warnings: vec![],
             threads_at_attach: 0,
+            splits_sched: false,
         };
         match me.rx.recv() {
             Ok(Msg::Attached {
                 threads,
                 mono,
                 wall,
+                sched,
             }) => {
                 me.threads_at_attach = threads;
+                me.splits_sched = sched;
                 me.stats.attach_mono = mono;
                 me.stats.attach_wall = wall;
                 Ok(me)
@@ -232,6 +245,12 @@ impl Tracer for PtraceTracer {
 
     fn reads_buffers(&self) -> bool {
         true
+    }
+
+    /// Read from /proc at the stops (`sched`): the tracer's own time with a thread stopped
+    /// counts as blocked in it, never as waiting for a CPU.
+    fn splits_sched(&self) -> bool {
+        self.splits_sched
     }
 
     fn next_event_timeout(&mut self, mut timeout: Duration) -> Result<Option<Event>> {
@@ -347,11 +366,19 @@ struct Entry {
     nr: i64,
     args: [u64; 6],
     in_flight: Option<InFlight>,
+    /// The thread's scheduler counters at the entry (at the attach for a call running then).
+    sched: Option<Counters>,
 }
 
 struct Thread {
     tgid: Tid,
     entry: Option<Entry>,
+    /// Its counter files (`PtraceConfig::split_sched`), closed when it goes.
+    files: Option<SchedFiles>,
+    /// Its counters at the exit of its last call: where the gap before its next one starts.
+    last_exit: Option<Counters>,
+    /// Its counters at the seize, for a call running then.
+    at_attach: Option<Counters>,
     /// Seized at attach (not created while tracing): its first stop may land inside a
     /// syscall that was already running.
     from_attach: bool,
@@ -371,16 +398,48 @@ struct Interrupted {
 }
 
 impl Thread {
+    /// A thread to trace, with its counter files open when the split is read; one seized
+    /// at the attach (`from_attach`) has its counters read now.
+    fn new(tid: Tid, tgid: Tid, from_attach: bool, split_sched: bool) -> Thread {
+        let files = split_sched.then(|| SchedFiles::open(tid)).flatten();
+        Thread {
+            tgid,
+            entry: None,
+            at_attach: files
+                .as_ref()
+                .filter(|_| from_attach)
+                .and_then(|f| f.read()),
+            files,
+            last_exit: None,
+            from_attach,
+            awaiting_first_stop: true,
+            restart_from: None,
+        }
+    }
+
+    /// Its counters now (it is stopped, or they are read as they stand).
+    #[inline]
+    fn counters(&self) -> Option<Counters> {
+        self.files.as_ref()?.read()
+    }
+
     /// At a syscall-entry stop: the call that begins, given what the attach interrupted.
     /// Only the kernel's restart of that call (the same number, or `restart_syscall`)
     /// continues it. Any other entry is a new call of its own, begun now: the interrupted
     /// call came back to user space (EINTR), and is returned to be reported as ended.
-    fn enter(&mut self, nr: i64, args: [u64; 6], now: Nanos) -> (Entry, Option<Interrupted>) {
+    fn enter(
+        &mut self,
+        nr: i64,
+        args: [u64; 6],
+        now: Nanos,
+        sched: Option<Counters>,
+    ) -> (Entry, Option<Interrupted>) {
         let fresh = Entry {
             ts: now,
             nr,
             args,
             in_flight: None,
+            sched,
         };
         match self.restart_from.take() {
             Some(r)
@@ -509,16 +568,8 @@ impl Inner {
                     }
                 }
                 first = false;
-                self.threads.insert(
-                    tid,
-                    Thread {
-                        tgid: pid,
-                        entry: None,
-                        from_attach: true,
-                        awaiting_first_stop: true,
-                        restart_from: None,
-                    },
-                );
+                let t = Thread::new(tid, pid, true, self.cfg.split_sched);
+                self.threads.insert(tid, t);
                 // Brings the thread to a stop so that syscall tracing can be switched on.
                 unsafe { libc::ptrace(libc::PTRACE_INTERRUPT, tid as libc::pid_t, 0usize, 0usize) };
                 added += 1;
@@ -531,6 +582,12 @@ impl Inner {
             }
         }
         let n = self.threads.len() as u32;
+        if self.cfg.split_sched && self.threads.get(&pid).is_none_or(|t| t.at_attach.is_none()) {
+            self.cfg.split_sched = false;
+            self.warn(format!(
+                "no scheduler split of calls and gaps (sched): /proc/{pid}/task/{pid}/schedstat and stat could not be read"
+            ));
+        }
         self.batch.push(Event {
             tid: pid,
             ts: self.attach_ts,
@@ -641,7 +698,8 @@ impl Inner {
             // A signal came before the restart of the call the attach interrupted: that call
             // ends here (strace's `= ? ERESTARTSYS`), and whatever the handler or the restart
             // does next is a call of its own, begun after this signal.
-            self.end_interrupted(tid, r, now, event::DurSource::Measured);
+            let end = self.threads.get(&tid).and_then(Thread::counters);
+            self.end_interrupted(tid, r, now, event::DurSource::Measured, end);
         }
         let si_pid = if sig == libc::SIGCHLD {
             siginfo_pid(tid)
@@ -675,16 +733,8 @@ impl Inner {
 
     fn register_new(&mut self, tid: Tid, tgid: Option<Tid>) {
         let tgid = tgid.unwrap_or_else(|| read_tgid(tid).unwrap_or(tid));
-        self.threads.insert(
-            tid,
-            Thread {
-                tgid,
-                entry: None,
-                from_attach: false,
-                awaiting_first_stop: true,
-                restart_from: None,
-            },
-        );
+        let t = Thread::new(tid, tgid, false, self.cfg.split_sched);
+        self.threads.insert(tid, t);
     }
 
     fn on_ptrace_event(&mut self, tid: Tid, sig: libc::c_int, event: libc::c_int, now: Nanos) {
@@ -745,10 +795,18 @@ impl Inner {
                 let msg = event_msg(tid);
                 let former = msg as Tid;
                 if former != tid {
-                    // The execve entry was seen on the former tid: carry it over.
-                    let entry = self.threads.remove(&former).and_then(|t| t.entry);
+                    // The execve entry was seen on the former tid: carry it over, with where
+                    // its gap began, and read the counters of the thread that now has this
+                    // tid (files open on the old leader's are not its own).
+                    let (entry, last_exit) = self
+                        .threads
+                        .remove(&former)
+                        .map_or((None, None), |t| (t.entry, t.last_exit));
+                    let split = self.cfg.split_sched;
                     if let Some(t) = self.threads.get_mut(&tid) {
                         t.entry = entry;
+                        t.last_exit = last_exit;
+                        t.files = split.then(|| SchedFiles::open(tid)).flatten();
                     }
                 }
                 self.resume(tid, 0)
@@ -770,34 +828,28 @@ impl Inner {
             return; // stopped in user space
         }
         let rax = regs.rax as i64;
-        let attach_ts = self.attach_ts;
+        let Some(t) = self.threads.get_mut(&tid) else {
+            return;
+        };
+        // Timed from the attach, its scheduler split too.
+        let entry = Entry {
+            ts: self.attach_ts,
+            nr,
+            args: [regs.rdi, regs.rsi, regs.rdx, regs.r10, regs.r8, regs.r9],
+            in_flight: Some(InFlight::AtStart),
+            sched: t.at_attach,
+        };
         if rax < 0 && is_restart_errno(-rax) {
             // Interrupted by our stop; the kernel restarts it on resume, and the restarted
             // call's entry stop comes next.
-            let args = [regs.rdi, regs.rsi, regs.rdx, regs.r10, regs.r8, regs.r9];
-            if let Some(t) = self.threads.get_mut(&tid) {
-                t.restart_from = Some(Interrupted {
-                    entry: Entry {
-                        ts: attach_ts,
-                        nr,
-                        args,
-                        in_flight: Some(InFlight::AtStart),
-                    },
-                    errno: -rax,
-                });
-            }
+            t.restart_from = Some(Interrupted { entry, errno: -rax });
             return;
         }
         // It returned while we were stopping it (an uninterruptible call, e.g. fdatasync or
         // close on a slow disk): known part is from the attach to now.
-        let args = [regs.rdi, regs.rsi, regs.rdx, regs.r10, regs.r8, regs.r9];
-        let entry = Entry {
-            ts: attach_ts,
-            nr,
-            args,
-            in_flight: Some(InFlight::AtStart),
-        };
-        let ev = self.build(tid, entry, Some(rax), now);
+        let end = t.counters();
+        let mut ev = self.build(tid, entry, Some(rax), now);
+        self.split(&mut ev, &entry, end);
         self.stats.syscalls += 1;
         self.batch.push(ev);
     }
@@ -813,27 +865,37 @@ impl Inner {
         match info.op {
             libc::PTRACE_SYSCALL_INFO_ENTRY => {
                 let (nr, args) = unsafe { (info.u.entry.nr as i64, info.u.entry.args) };
-                let ended = match self.threads.get_mut(&tid) {
+                let (ended, at) = match self.threads.get_mut(&tid) {
                     Some(t) => {
-                        let (entry, ended) = t.enter(nr, args, now);
+                        let at = t.counters();
+                        let (entry, ended) = t.enter(nr, args, now, at);
                         t.entry = Some(entry);
-                        ended
+                        (ended, at)
                     }
-                    None => None,
+                    None => (None, None),
                 };
                 if let Some(r) = ended {
                     // It returned to user space somewhere since the attach's stop.
-                    self.end_interrupted(tid, r, now, event::DurSource::UpperBound);
+                    self.end_interrupted(tid, r, now, event::DurSource::UpperBound, at);
                 }
             }
             libc::PTRACE_SYSCALL_INFO_EXIT => {
                 // `is_error` is the kernel's IS_ERR_VALUE of `sval`: `decode::is_errno`.
                 let sval = unsafe { info.u.exit.sval };
-                let entry = match self.threads.get_mut(&tid).and_then(|t| t.entry.take()) {
-                    Some(e) => e,
-                    None => return, // an exit with no entry seen (e.g. right after exec)
+                let (entry, end) = match self.threads.get_mut(&tid) {
+                    Some(t) => match t.entry.take() {
+                        Some(e) => (e, t.counters()),
+                        None => {
+                            // An exit with no entry seen (e.g. right after exec): the next
+                            // gap starts here all the same.
+                            t.last_exit = t.counters();
+                            return;
+                        }
+                    },
+                    None => return,
                 };
-                let ev = self.build(tid, entry, Some(sval), now);
+                let mut ev = self.build(tid, entry, Some(sval), now);
+                self.split(&mut ev, &entry, end);
                 self.stats.syscalls += 1;
                 if entry.in_flight.is_none() {
                     let d = now - entry.ts;
@@ -861,14 +923,41 @@ impl Inner {
     }
 
     /// Reports the call the attach interrupted, which did not go on after it: from the
-    /// attach to `now`, with the restart errno the kernel had set.
-    fn end_interrupted(&mut self, tid: Tid, r: Interrupted, now: Nanos, src: event::DurSource) {
+    /// attach to `now` (the thread's counters then: `end`), with the restart errno the
+    /// kernel had set.
+    fn end_interrupted(
+        &mut self,
+        tid: Tid,
+        r: Interrupted,
+        now: Nanos,
+        src: event::DurSource,
+        end: Option<Counters>,
+    ) {
         let mut ev = self.build(tid, r.entry, Some(-r.errno), now);
+        self.split(&mut ev, &r.entry, end);
         if let EventKind::Syscall(sc) = &mut ev.kind {
             sc.dur_src = src;
         }
         self.stats.syscalls += 1;
         self.batch.push(ev);
+    }
+
+    /// Gives `ev`, the call `e` of its thread that ended with the counters `end`, the
+    /// scheduler's split of it and (unless it was running at the attach) of the gap before
+    /// it; the thread's next gap starts at `end`.
+    #[inline]
+    fn split(&mut self, ev: &mut Event, e: &Entry, end: Option<Counters>) {
+        let Some(t) = self.threads.get_mut(&ev.tid) else {
+            return;
+        };
+        let last = std::mem::replace(&mut t.last_exit, end);
+        let (Some(from), Some(end)) = (e.sched, end) else {
+            return;
+        };
+        let last = last.filter(|_| e.in_flight != Some(InFlight::AtStart));
+        if let EventKind::Syscall(sc) = &mut ev.kind {
+            sc.sched = Some(Box::new(sched::span(from, end, last)));
+        }
     }
 
     /// Turns an entry and its result (`None`: it did not return) into an event, the thread
@@ -976,7 +1065,7 @@ impl Inner {
                 // Never stopped since the seize: blocked in an uninterruptible call for the
                 // whole trace (a close() or fdatasync on a stalled disk). It must not be
                 // silent; the kernel still knows which call it is.
-                let e = blocked_since_attach(tid, self.attach_ts);
+                let e = blocked_since_attach(tid, self.attach_ts, t.at_attach);
                 if e.is_some() {
                     // Its stop, when it comes, ends a call that was already reported.
                     t.awaiting_first_stop = false;
@@ -990,7 +1079,10 @@ impl Inner {
                 in_flight: Some(InFlight::AtEnd),
                 ..e
             };
-            let ev = self.build(tid, e, None, detach_ts);
+            // Still in its call, not stopped: its counters as they stand at the detach.
+            let end = self.threads.get(&tid).and_then(Thread::counters);
+            let mut ev = self.build(tid, e, None, detach_ts);
+            self.split(&mut ev, &e, end);
             self.batch.push(ev);
         }
     }
@@ -1054,13 +1146,14 @@ impl Inner {
 /// The call a thread has been blocked in since before `attach_ts`, from /proc (the thread
 /// cannot be stopped to read its registers). None unless it sleeps inside a syscall now:
 /// a thread already in a tracing stop has left its call, and its stop says how.
-fn blocked_since_attach(tid: Tid, attach_ts: Nanos) -> Option<Entry> {
+fn blocked_since_attach(tid: Tid, attach_ts: Nanos, sched: Option<Counters>) -> Option<Entry> {
     let (nr, args) = blocked_in_call(tid)?;
     Some(Entry {
         ts: attach_ts,
         nr,
         args,
         in_flight: Some(InFlight::AtEnd),
+        sched,
     })
 }
 

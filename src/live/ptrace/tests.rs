@@ -37,11 +37,16 @@ fn collect(t: &mut PtraceTracer, until: impl Fn(&[Event]) -> bool, max: Duration
     v
 }
 
+fn d_of(s: &Syscall) -> Nanos {
+    s.dur.unwrap_or(0)
+}
+
 fn cfg(pid: u32) -> PtraceConfig {
     PtraceConfig {
         pid,
         follow_forks: true,
         detach_wait: Duration::from_millis(500),
+        split_sched: true,
     }
 }
 
@@ -174,6 +179,15 @@ fn a_call_running_at_attach_is_kept_as_in_flight_at_start() {
         .collect();
     assert_eq!(sleeps.len(), 1, "{evs:?}");
     assert_eq!(sleeps[0].in_flight, Some(InFlight::AtStart));
+    // Its split counts from the attach; the gap before it is not known.
+    let s = sleeps[0]
+        .sched
+        .as_deref()
+        .expect("the split since the attach");
+    assert!(
+        s.before.is_none() && (s.during.on_cpu_ns as Nanos) < d_of(sleeps[0]) / 2,
+        "{s:?}"
+    );
     // Known from the attach to its end: it began after `spawned` and lasts 0.6 s, the
     // attach began after `seen` and was over by `attached`, its end was handled by `done`.
     let d = sleeps[0].dur.unwrap_or(0);
@@ -213,6 +227,8 @@ fn a_call_running_at_detach_is_kept_as_in_flight_at_end() {
         })
         .unwrap_or_else(|| panic!("no in-flight sleep in {evs:?}"));
     assert!(last.dur.unwrap_or(0) > 100_000_000);
+    let s = last.sched.as_deref().expect("the split up to the detach");
+    assert!((s.during.on_cpu_ns as Nanos) < d_of(last) / 2, "{s:?}");
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     assert!(status
         .lines()
@@ -250,6 +266,9 @@ fn only_the_restart_of_the_interrupted_call_continues_it() {
     let interrupted = |orig: i64| Thread {
         tgid: 1,
         entry: None,
+        files: None,
+        last_exit: None,
+        at_attach: Some([1; 4]),
         from_attach: true,
         awaiting_first_stop: false,
         restart_from: Some(Interrupted {
@@ -258,27 +277,38 @@ fn only_the_restart_of_the_interrupted_call_continues_it() {
                 nr: orig,
                 args: [7; 6],
                 in_flight: Some(InFlight::AtStart),
+                sched: Some([1; 4]),
             },
             errno: crate::live::sysnames::ERESTARTSYS,
         }),
     };
     let mut t = interrupted(wait4);
-    let (e, ended) = t.enter(sigreturn, [0; 6], 500);
+    let (e, ended) = t.enter(sigreturn, [0; 6], 500, Some([9; 4]));
     assert_eq!((e.ts, e.nr, e.in_flight), (500, sigreturn, None));
+    assert_eq!(
+        e.sched,
+        Some([9; 4]),
+        "a new call's split starts at its entry"
+    );
     let ended = ended.expect("the interrupted call is handed back to be reported");
     assert_eq!((ended.entry.ts, ended.entry.nr), (100, wait4));
     assert!(t.restart_from.is_none());
 
     let mut t = interrupted(wait4);
-    let (e, ended) = t.enter(wait4, [1; 6], 500);
+    let (e, ended) = t.enter(wait4, [1; 6], 500, Some([9; 4]));
     assert_eq!(
         (e.ts, e.nr, e.in_flight),
         (100, wait4, Some(InFlight::AtStart))
     );
+    assert_eq!(
+        e.sched,
+        Some([1; 4]),
+        "the restarted call's split starts at the attach"
+    );
     assert!(ended.is_none());
 
     let mut t = interrupted(nr("clock_nanosleep"));
-    let (e, ended) = t.enter(restart, [0; 6], 500);
+    let (e, ended) = t.enter(restart, [0; 6], 500, None);
     assert_eq!(
         (e.ts, e.nr, e.args, e.in_flight),
         (100, nr("clock_nanosleep"), [7; 6], Some(InFlight::AtStart))
@@ -287,7 +317,67 @@ fn only_the_restart_of_the_interrupted_call_continues_it() {
 
     let mut t = interrupted(wait4);
     t.restart_from = None;
-    let (e, ended) = t.enter(wait4, [1; 6], 500);
+    let (e, ended) = t.enter(wait4, [1; 6], 500, None);
     assert_eq!((e.ts, e.in_flight), (500, None));
     assert!(ended.is_none());
+}
+
+/// Every call carries the scheduler's split read at the stops (`sched`): a shell that
+/// spins in its own loop (no syscall) between sleeps shows that loop on a CPU in the gap
+/// before its next call, its waits for the `sleep` it forks as off the CPU, and no split
+/// counts more than the span stamped at the stops around it.
+#[test]
+fn calls_and_gaps_carry_the_split_read_at_the_stops() {
+    let _g = PTRACE_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let child = Kill(
+        Command::new("sh")
+            .arg("-c")
+            .arg("while :; do i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done; sleep 0.03; done")
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let pid = child.0.id();
+    std::thread::sleep(Duration::from_millis(100));
+    let mut t = PtraceTracer::attach(cfg(pid)).unwrap();
+    assert!(t.capabilities().splits_sched);
+    let wait4s = |v: &[Event]| {
+        v.iter()
+            .filter(|e| e.tid == pid)
+            .filter_map(|e| e.syscall())
+            .filter(|s| s.name == "wait4" && s.dur.unwrap_or(0) >= 20_000_000)
+            .count()
+    };
+    let evs = collect(&mut t, |v| wait4s(v) >= 5, Duration::from_secs(30));
+    t.stop();
+    collect(&mut t, |_| false, Duration::from_secs(5));
+    assert!(wait4s(&evs) >= 5, "too few loops traced: {}", evs.len());
+    // Span and split of each call and the gap before it, in the shell's own thread.
+    let mut prev_end = None;
+    let (mut spins, mut waits) = (0, 0);
+    for e in evs.iter().filter(|e| e.tid == pid) {
+        let Some(sc) = e.syscall() else { continue };
+        let dur = sc.dur.unwrap_or(0);
+        let s = sc
+            .sched
+            .as_deref()
+            .unwrap_or_else(|| panic!("no split: {e:?}"));
+        // The counters move only between the stops' reads, inside the stamped span (with
+        // room for the two clocks' rounding).
+        let within = |d: &event::SchedDelta, span: Nanos| {
+            ((d.on_cpu_ns + d.runnable_ns) as Nanos) <= span + span / 50 + 200_000
+        };
+        assert!(within(&s.during, dur), "{e:?}");
+        if let (Some(b), Some(p)) = (s.before, prev_end) {
+            let gap = e.ts - p;
+            assert!(within(&b, gap), "gap {gap}: {e:?}");
+            spins += usize::from(b.on_cpu_ns >= 5_000_000 && b.on_cpu_ns as Nanos * 2 >= gap);
+        }
+        if sc.name == "wait4" && dur >= 20_000_000 {
+            waits += 1;
+            assert!(s.during.on_cpu_ns as Nanos * 2 < dur, "{e:?}");
+        }
+        prev_end = Some(e.ts + dur);
+    }
+    assert!(spins >= 3 && waits >= 3, "{spins} spins, {waits} waits");
 }

@@ -1,0 +1,102 @@
+//! The ptrace backend's scheduler split (`Syscall::sched`): a traced thread's counters (on
+//! a CPU, waiting for one, minor and major faults; the fields `super::super::sched_counters`
+//! reads) taken from /proc at each of its syscall stops, while it is stopped and they are
+//! still. A call's `during` runs from its entry stop to its exit stop, its `before` from the
+//! thread's previous exit stop to this entry stop.
+//!
+//! What ptrace itself puts into those spans: a stopped tracee is off its CPU and not
+//! runnable, so the time from its stop to the tracer's resume counts as neither (blocked,
+//! as a sleep does); the time after the resume until a CPU takes it is runnable, a real
+//! wait for a CPU (which the tracer, one more busy thread, makes likelier on a small host).
+//! The tracer's own handling of the stops is therefore never counted as waiting for a CPU.
+//!
+//! The files are opened once per thread and read with `pread` from offset 0 at every stop
+//! (seq_file regenerates them there), into stack buffers, parsed without allocating.
+
+use crate::event::Tid;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+
+/// Set to 1 to trace without reading the counters at the stops (no `sched` split): what
+/// the reads cost, measured against the same backend with them (bench/ptrace_sched.sh).
+pub const NO_SCHED_ENV: &str = "STALLSCOPE_PTRACE_NO_SCHED";
+
+/// Whether this run reads the counters (`NO_SCHED_ENV` unset or not 1).
+pub(crate) fn wanted() -> bool {
+    std::env::var_os(NO_SCHED_ENV).is_none_or(|v| v != "1")
+}
+
+/// A thread's counters: ns on a CPU, ns runnable, minor faults, major faults (cumulative).
+pub(super) type Counters = [u64; 4];
+
+/// A traced thread's `schedstat` and `stat`, open for its life (closed with it).
+pub(super) struct SchedFiles {
+    schedstat: File,
+    stat: File,
+}
+
+impl SchedFiles {
+    /// `/proc/TID/task/TID` names the thread itself whatever its process (and `stat` there
+    /// is the thread's own, not the process's sum). None once the thread is gone, or on a
+    /// kernel without schedstat (CONFIG_SCHED_INFO).
+    pub(super) fn open(tid: Tid) -> Option<Self> {
+        let dir = format!("/proc/{tid}/task/{tid}");
+        Some(SchedFiles {
+            schedstat: File::open(format!("{dir}/schedstat")).ok()?,
+            stat: File::open(format!("{dir}/stat")).ok()?,
+        })
+    }
+
+    /// The counters now. `stat` is read only as far as the major faults (its first 13
+    /// fields fit in 256 bytes: a 64-byte name at most, then numbers).
+    #[inline]
+    pub(super) fn read(&self) -> Option<Counters> {
+        let mut ss = [0u8; 96];
+        let mut st = [0u8; 256];
+        let n = self.schedstat.read_at(&mut ss, 0).ok()?;
+        let m = self.stat.read_at(&mut st, 0).ok()?;
+        super::super::parse_sched_bytes(&ss[..n], &st[..m])
+    }
+}
+
+/// The split of a call from its entry's counters to `end`'s, and of the gap before it
+/// from the thread's previous exit (`last_exit`), when that is known.
+pub(super) fn span(
+    entry: Counters,
+    end: Counters,
+    last_exit: Option<Counters>,
+) -> crate::event::SchedSpan {
+    crate::event::SchedSpan {
+        during: super::super::sched_delta(&entry, &end),
+        before: last_exit.map(|l| super::super::sched_delta(&l, &entry)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_threads_files_read_again_and_again_give_its_counters() {
+        let tid = unsafe { libc::gettid() } as Tid;
+        let f = SchedFiles::open(tid).expect("this thread's files");
+        let a = f.read().expect("counters");
+        let mut x = 0u64;
+        let t = std::time::Instant::now();
+        while t.elapsed() < std::time::Duration::from_millis(20) {
+            x = x.wrapping_add(std::hint::black_box(1));
+        }
+        let b = f.read().expect("counters again");
+        // 20 ms spinning: on a CPU or, on a loaded machine, waiting for one.
+        let (on, run) = (b[0] - a[0], b[1] - a[1]);
+        assert!(on + run >= 15_000_000, "20 ms counted: {a:?} {b:?} ({x})");
+        assert!(b[1] >= a[1] && b[2] >= a[2] && b[3] >= a[3], "{a:?} {b:?}");
+        // The same fields /proc's other reader gives.
+        let c = crate::live::sched_counters(std::process::id(), tid).unwrap();
+        assert!(c[0] >= b[0] && c[2] >= b[2], "{b:?} {c:?}");
+        assert!(SchedFiles::open(0x7fff_fff0).is_none());
+        let s = span([10, 20, 3, 0], [15, 21, 3, 1], Some([1, 2, 0, 0]));
+        assert_eq!((s.during.on_cpu_ns, s.during.major_faults), (5, 1));
+        assert_eq!(s.before.map(|b| b.runnable_ns), Some(18));
+    }
+}
