@@ -65,6 +65,9 @@ pub(crate) struct Evidence<'a> {
     pub(crate) cgroup: Option<&'a super::limits::CgEvidence>,
     /// Live: the CPUs the traced process may run on (`Options::cpus`).
     pub(crate) cpus: Option<&'a crate::report::Cpus>,
+    /// The tracer stopped the threads at every call (ptrace, `Options::stamped_at_stops`):
+    /// the time a stop waits for it counts as blocked in the scheduler's split.
+    pub(crate) stopped_by_tracer: bool,
 }
 
 /// (finding id, plain-words cause) for one stall. `running`: the command its thread ran
@@ -427,6 +430,18 @@ impl SchedSplit {
     fn busy(&self, dur: i64) -> bool {
         self.on_ns * 2 >= dur
     }
+    /// A gap (no syscall) the thread spent mostly off a CPU and not runnable, with no major
+    /// fault to wait for: under a tracer that stops every call, held stopped at its syscall
+    /// stops (the split counts that time as neither, `live::ptrace::sched`). Less than half
+    /// of it on a CPU, and more of it stopped than waiting for a CPU.
+    fn held_stopped(&self, dur: i64) -> bool {
+        let stopped = self.stopped(dur);
+        self.major_faults == 0 && !self.busy(dur) && stopped > 0 && stopped >= self.runnable_ns
+    }
+    /// Neither on a CPU nor waiting for one.
+    fn stopped(&self, dur: i64) -> i64 {
+        (dur - self.on_ns - self.runnable_ns).max(0)
+    }
     /// Minor faults at the rate of a burst (`FAULT_EVERY_NS`) over the time on a CPU.
     fn fault_burst(&self) -> bool {
         let pages = self.copied() / BASE_PAGE;
@@ -545,6 +560,18 @@ fn sched_of_gap(
         return Some((
             Some(FindingId::CpuStarvation),
             format!("{who} {d}{during}{cmd}: it was waiting for a CPU ({w}): CPU starvation"),
+        ));
+    }
+    if a.stopped_by_tracer && s.held_stopped(c.dur) {
+        return Some((
+            Some(FindingId::TracerOverhead),
+            format!(
+                "{who} {d}{during}: it was held stopped by the tracer {} of it ({w}; off a \
+                 CPU with no syscall and no major fault: under ptrace, its syscall stops \
+                 waiting for the tracer to handle them), the cost of tracing, not a slow \
+                 command",
+                human(s.stopped(c.dur) / 1000)
+            ),
         ));
     }
     if c.phase.is_some() && s.fault_burst() {
@@ -1629,6 +1656,15 @@ static RULES: &[Rule] = &[
         stalls: with_id,
     },
     on_its_stalls(
+        FindingId::TracerOverhead,
+        "The tracer held redis's threads stopped (ptrace stops every syscall)",
+        "These stalls are the tracing's own cost: the thread made no syscall and was neither on a CPU nor \
+         waiting for one, held at a syscall stop until the tracer (stallscope, one thread for every stop of \
+         every traced thread) handled it, which takes longest when the tracer itself waits for a CPU. \
+         Redis without the tracer does not have them. Use --backend bpf or perf (they never stop redis), or \
+         leave the tracer a free core.",
+    ),
+    on_its_stalls(
         FindingId::AwaitsReply,
         "A thread waited for the reply to a request it had sent on an outgoing connection",
         "The thread sent a request (on a connection it made: to a primary, a cluster peer, a server it is a \
@@ -1950,6 +1986,17 @@ mod tests {
             quota,
             cgroup,
             cpus: None,
+            stopped_by_tracer: false,
+        })
+    }
+
+    /// `with_evidence` of a trace whose tracer stopped the threads at every call (ptrace).
+    fn with_stops<T>(f: impl FnOnce(&Evidence<'_>) -> T) -> T {
+        with_evidence(|ev| {
+            f(&Evidence {
+                stopped_by_tracer: true,
+                ..*ev
+            })
         })
     }
 
@@ -2288,6 +2335,72 @@ mod tests {
         });
     }
 
+    /// Under ptrace the split counts a thread held stopped at its syscall stops as neither on
+    /// a CPU nor waiting for one: a gap (no syscall) spent mostly so, with no major fault, is
+    /// the tracer's cost (`tracer-overhead`), not a slow command; waiting for a CPU most of
+    /// it is still starvation, and on a CPU most of it still a command. Without a tracer
+    /// that stops calls (bpf, perf) the same split is no tracer's doing.
+    #[test]
+    fn a_gap_held_stopped_by_the_tracer_is_its_cost_not_a_command() {
+        use crate::event::SchedDelta;
+        let gap = |on_ms: u64, run_ms: u64, major: u64| {
+            let mut c = cand(StallKind::Gap, None, None);
+            c.sched = Some(SchedDelta {
+                on_cpu_ns: on_ms * MS as u64,
+                runnable_ns: run_ms * MS as u64,
+                major_faults: major,
+                ..Default::default()
+            });
+            c
+        };
+        let tracer = Some(FindingId::TracerOverhead);
+        let cases: &[(Cand, Role, Option<FindingId>, &str)] = &[
+            (
+                gap(1, 0, 0),
+                Role::Main,
+                tracer,
+                "held stopped by the tracer 49 ms of it (0 µs waiting for a CPU, 1.0 ms on one",
+            ),
+            (
+                gap(1, 20, 0),
+                Role::Main,
+                tracer,
+                "held stopped by the tracer 29 ms",
+            ),
+            (gap(1, 0, 0), Role::IoThread, tracer, "io_thread thread 101"),
+            (
+                gap(1, 30, 0),
+                Role::Main,
+                Some(FindingId::CpuStarvation),
+                "waiting for a CPU",
+            ),
+            (
+                gap(30, 0, 0),
+                Role::Main,
+                Some(FindingId::Command),
+                "a slow command, on a CPU",
+            ),
+            // Waiting for a page from disk is no stop of the tracer's.
+            (
+                gap(1, 0, 3),
+                Role::Main,
+                Some(FindingId::Command),
+                "or the process was descheduled",
+            ),
+        ];
+        with_stops(|ev| {
+            for (i, (c, role, want, words)) in cases.iter().enumerate() {
+                let (id, why) = explain(ev, c, *role, None);
+                assert_eq!(id, *want, "case {i}: {why}");
+                assert!(why.contains(words), "case {i}: {why}");
+            }
+        });
+        with_evidence(|ev| {
+            let (id, why) = explain(ev, &cases[0].0, Role::Main, None);
+            assert_eq!(id, Some(FindingId::Command), "{why}");
+        });
+    }
+
     /// The copy-on-write burst is counted in bytes copied: where a fault copies a whole huge
     /// page (a kernel before 5.8 with transparent huge pages), a few faults are a burst; where
     /// the tracer says a fault copies a base page the verdict is the count's, and the cause
@@ -2320,6 +2433,7 @@ mod tests {
             quota: None,
             cgroup: None,
             cpus: None,
+            stopped_by_tracer: false,
         };
         let huge = Some(2 << 20);
         let base = Some(4096);

@@ -305,6 +305,7 @@ mod tests {
             quota: None,
             cgroup: None,
             cpus: None,
+            stopped_by_tracer: false,
         };
         let clock = Clock::none();
         // The commands unit's names: SET is the first one read.

@@ -235,6 +235,7 @@ impl Analyzer {
             quota: self.opts.cgroup.as_ref().and_then(|c| c.limits.quota()),
             cgroup: self.opts.cgroup.as_ref(),
             cpus: self.opts.cpus.as_ref(),
+            stopped_by_tracer: self.opts.stamped_at_stops,
         }
     }
 

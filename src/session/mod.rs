@@ -367,9 +367,17 @@ pub(crate) fn enrich(report: &mut Report, e: &Enrichment) {
         tracing_cost: tracing_cost.as_deref(),
         watch: e.watch,
     };
-    report
-        .findings
-        .extend(crate::analyze::findings::live_findings(&live));
+    for f in crate::analyze::findings::live_findings(&live) {
+        // The stalls the tracer held stopped (`tracer-overhead` from the trace) and what
+        // tracing cost over all of it are one finding.
+        match report.findings.iter_mut().find(|g| g.id == f.id) {
+            Some(g) => {
+                g.evidence = format!("{}; {}", g.evidence, f.evidence);
+                g.severity = g.severity.max(f.severity);
+            }
+            None => report.findings.push(f),
+        }
+    }
 }
 
 /// What the analysis knows of `pid`'s cgroup from the start: its limits; None in the root
