@@ -805,7 +805,7 @@ pub struct Stall {
     pub phase: Option<usize>,
     /// Events were lost (live perf backend) around this stall: it may be incomplete.
     pub events_lost: bool,
-    /// Where the thread's time went over the stall (live bpf backend only; absent otherwise).
+    /// Where the thread's time went over the stall (live backends only; absent otherwise).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sched: Option<StallSched>,
     /// A gap that ran through calls of the thread's own housekeeping (memory management,

@@ -344,7 +344,7 @@ fn at_most(upper: bool) -> &'static str {
 const UPPER_BOUNDS_ONLY: &str = "every one of these durations is an upper bound (up to the \
      thread's next event) or not known, so they support a warning at most: rerun strace with -T";
 
-/// Where a stall's time went, by the scheduler's counters of the thread (live bpf backend):
+/// Where a stall's time went, by the scheduler's counters of the thread (live backends):
 /// the input of the rules that tell a thread waiting for a CPU (`cpu-starvation`), one
 /// copying pages after a fork (`cow-page-faults`) and one busy in a command apart.
 pub(crate) struct SchedSplit {

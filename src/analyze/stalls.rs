@@ -32,7 +32,7 @@ pub(crate) struct Cand {
     /// Events had been lost (live perf backend) when it was found: it may be incomplete.
     pub(crate) events_lost: bool,
     pub(crate) id: u64,
-    /// What the scheduler did with the thread over the stall (live bpf backend).
+    /// What the scheduler did with the thread over the stall (live backends).
     pub(crate) sched: Option<crate::event::SchedDelta>,
     /// A gap's quiet calls: the thread's own housekeeping it ran through, and what the
     /// process's I/O threads did meanwhile.
