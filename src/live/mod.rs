@@ -96,14 +96,25 @@ fn parse_sched_counters(schedstat: &str, stat: &str) -> Option<[u64; 4]> {
     parse_sched_bytes(schedstat.as_bytes(), stat.as_bytes())
 }
 
-/// `parse_sched_counters` of the files' bytes, allocating nothing: the ptrace backend reads
-/// them at every stop of a traced thread (`ptrace::SchedFiles`). `stat` may be cut short
-/// after the major-fault field.
-pub(crate) fn parse_sched_bytes(schedstat: &[u8], stat: &[u8]) -> Option<[u64; 4]> {
+/// `parse_sched_counters` of the files' bytes, allocating nothing (the ptrace backend reads
+/// them at the stops of the traced threads, `ptrace::sched`, with the two parts below).
+/// `stat` may be cut short after the major-fault field.
+fn parse_sched_bytes(schedstat: &[u8], stat: &[u8]) -> Option<[u64; 4]> {
+    let [on, run] = parse_schedstat(schedstat)?;
+    let [minflt, majflt] = parse_stat_faults(stat)?;
+    Some([on, run, minflt, majflt])
+}
+
+/// `schedstat`'s ns on a CPU and ns runnable.
+pub(crate) fn parse_schedstat(schedstat: &[u8]) -> Option<[u64; 2]> {
     let mut ss = schedstat
         .split(u8::is_ascii_whitespace)
         .filter(|f| !f.is_empty());
-    let (on, run) = (parse_u64(ss.next()?)?, parse_u64(ss.next()?)?);
+    Some([parse_u64(ss.next()?)?, parse_u64(ss.next()?)?])
+}
+
+/// `stat`'s minor and major faults.
+pub(crate) fn parse_stat_faults(stat: &[u8]) -> Option<[u64; 2]> {
     // After the command name: state ppid pgrp session tty tpgid flags minflt cminflt majflt.
     let close = stat.iter().rposition(|b| *b == b')')?;
     let mut f = stat[close + 1..]
@@ -111,7 +122,7 @@ pub(crate) fn parse_sched_bytes(schedstat: &[u8], stat: &[u8]) -> Option<[u64; 4
         .filter(|f| !f.is_empty());
     let minflt = parse_u64(f.nth(7)?)?;
     let majflt = parse_u64(f.nth(1)?)?;
-    Some([on, run, minflt, majflt])
+    Some([minflt, majflt])
 }
 
 /// A decimal field of /proc; None if it is not one (or overflows).

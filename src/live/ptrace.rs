@@ -401,14 +401,14 @@ impl Thread {
     /// A thread to trace, with its counter files open when the split is read; one seized
     /// at the attach (`from_attach`) has its counters read now.
     fn new(tid: Tid, tgid: Tid, from_attach: bool, split_sched: bool) -> Thread {
-        let files = split_sched.then(|| SchedFiles::open(tid)).flatten();
+        let mut files = split_sched.then(|| SchedFiles::open(tid)).flatten();
         Thread {
             tgid,
             entry: None,
             at_attach: files
-                .as_ref()
+                .as_mut()
                 .filter(|_| from_attach)
-                .and_then(|f| f.read()),
+                .and_then(|f| f.read(now_mono(), true)),
             files,
             last_exit: None,
             from_attach,
@@ -417,10 +417,15 @@ impl Thread {
         }
     }
 
-    /// Its counters now (it is stopped, or they are read as they stand).
+    /// Its counters at a stop at `now`.
     #[inline]
-    fn counters(&self) -> Option<Counters> {
-        self.files.as_ref()?.read()
+    fn counters(&mut self, now: Nanos) -> Option<Counters> {
+        self.files.as_mut()?.read(now, false)
+    }
+
+    /// Its counters as they stand, not stopped (a thread still in its call at the detach).
+    fn counters_now(&mut self) -> Option<Counters> {
+        self.files.as_mut()?.read(now_mono(), true)
     }
 
     /// At a syscall-entry stop: the call that begins, given what the attach interrupted.
@@ -698,7 +703,7 @@ impl Inner {
             // A signal came before the restart of the call the attach interrupted: that call
             // ends here (strace's `= ? ERESTARTSYS`), and whatever the handler or the restart
             // does next is a call of its own, begun after this signal.
-            let end = self.threads.get(&tid).and_then(Thread::counters);
+            let end = self.threads.get_mut(&tid).and_then(|t| t.counters(now));
             self.end_interrupted(tid, r, now, event::DurSource::Measured, end);
         }
         let si_pid = if sig == libc::SIGCHLD {
@@ -847,7 +852,7 @@ impl Inner {
         }
         // It returned while we were stopping it (an uninterruptible call, e.g. fdatasync or
         // close on a slow disk): known part is from the attach to now.
-        let end = t.counters();
+        let end = t.counters(now);
         let mut ev = self.build(tid, entry, Some(rax), now);
         self.split(&mut ev, &entry, end);
         self.stats.syscalls += 1;
@@ -867,7 +872,7 @@ impl Inner {
                 let (nr, args) = unsafe { (info.u.entry.nr as i64, info.u.entry.args) };
                 let (ended, at) = match self.threads.get_mut(&tid) {
                     Some(t) => {
-                        let at = t.counters();
+                        let at = t.counters(now);
                         let (entry, ended) = t.enter(nr, args, now, at);
                         t.entry = Some(entry);
                         (ended, at)
@@ -884,11 +889,11 @@ impl Inner {
                 let sval = unsafe { info.u.exit.sval };
                 let (entry, end) = match self.threads.get_mut(&tid) {
                     Some(t) => match t.entry.take() {
-                        Some(e) => (e, t.counters()),
+                        Some(e) => (e, t.counters(now)),
                         None => {
                             // An exit with no entry seen (e.g. right after exec): the next
                             // gap starts here all the same.
-                            t.last_exit = t.counters();
+                            t.last_exit = t.counters(now);
                             return;
                         }
                     },
@@ -1080,7 +1085,7 @@ impl Inner {
                 ..e
             };
             // Still in its call, not stopped: its counters as they stand at the detach.
-            let end = self.threads.get(&tid).and_then(Thread::counters);
+            let end = self.threads.get_mut(&tid).and_then(Thread::counters_now);
             let mut ev = self.build(tid, e, None, detach_ts);
             self.split(&mut ev, &e, end);
             self.batch.push(ev);
