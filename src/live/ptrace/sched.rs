@@ -16,8 +16,9 @@
 //! write, only at a stop that ends a span of `LONG_SPAN` or more, or once the thread has run
 //! `FAULTS_CPU` on a CPU since it was last read (faults are taken on a CPU): a span's fault
 //! counts may include those of at most that much CPU time before it, and never miss one.
-//! Read at every stop, the two cost 2.9 -> 7.5 us of the tracer's time a stop (median of 9
-//! rounds, bench/ptrace_sched.sh, a shared 2-core VM).
+//! Read at every stop, the two took the tracer's time a stop from 2.9 to 7.5 us (median of 9
+//! alternated rounds on a shared 2-core VM, bench/ptrace_sched.sh [PS1]); so, 3.3 to 4.4 us
+//! [PS2].
 
 use crate::event::{Nanos, Tid};
 use std::fs::File;
