@@ -235,11 +235,20 @@ fn io_wait_words(
 ) -> String {
     let main_runnable = c.sched.map(|s| s.runnable_ns as i64);
     let spun_for = v.spun_for(c.dur, main_runnable);
+    // Right after their share, a scheduler tick at most: the hand-off's own cost.
+    let lost_cpu = v.adjoining && v.tail <= super::io_wait::SCHED_TICK;
     let mut text = if v.calls == 0 && spun_for > 0 {
         format!(
             "{who} {d}{during}: it spun for its I/O threads, which had not finished their \
              share of the hand-off when they lost the CPU (redis 6/7's busy wait, valkey's \
              spin), not a slow command"
+        )
+    } else if v.calls == 0 && v.replied && !lost_cpu {
+        format!(
+            "{who} {d}{during}: every request read before it had been answered (each thread's \
+             last client call was a reply), so the main thread had no command to run: it was \
+             between event-loop turns, waiting for its I/O threads (the rest of their replies, \
+             valkey's offloaded epoll_wait) or descheduled, not a slow command"
         )
     } else if v.calls == 0 {
         format!(
@@ -264,6 +273,13 @@ fn io_wait_words(
             human(v.late_start / 1000)
         ));
     }
+    if v.replied && v.calls > 0 && v.tail >= 1_000_000 {
+        text.push_str(&format!(
+            "; its last {} came after their replies to every request read, with no command \
+             left to run (the I/O threads finishing the replies, or the scheduler)",
+            human(v.tail / 1000)
+        ));
+    }
     let own = v.longest_own(spun_for);
     if own > 0 {
         text.push_str(&format!(
@@ -275,7 +291,7 @@ fn io_wait_words(
     if v.sched || spun_for > 0 {
         text.push_str(&format!(
             "; the I/O threads waited for a CPU {} of it",
-            human((v.runnable + spun_for) / 1000)
+            human((v.runnable + spun_for).min(c.dur) / 1000)
         ));
     }
     if let Some(s) = SchedSplit::of(c, None) {

@@ -223,6 +223,28 @@ fn valkey9_spin_is_no_slow_command_and_the_eval_is_named() {
     }
 }
 
+/// valkey 9's gaps whose silence came after the replies of every request read (issue 40:
+/// "a slow command (SET)" before): io_thd_1 read a batch, polled for the main thread and
+/// wrote the replies, then neither thread made a call for 11-57 ms (the main thread had
+/// no command left to run: descheduled under strace, or waiting for the rest of the
+/// replies). The gaps at these lines of the capture; the EVAL's (line 29902), whose
+/// silence followed its request's read, stays a slow command.
+#[test]
+fn valkey9_silence_after_the_replies_is_no_slow_command() {
+    let r = analyze(&fixture("valkey9-io2.strace.gz"), &[]);
+    let at = |line: u64| {
+        stalls(&r)
+            .iter()
+            .find(|s| s["thread"] == "main" && s["kind"] == "gap" && s["line"] == line)
+            .unwrap_or_else(|| panic!("no main-thread gap at line {line}"))
+    };
+    for line in [14269, 14571, 16971, 17743, 18666, 22560, 29765, 32677] {
+        let s = at(line);
+        assert_eq!(s["finding"], "io-threads", "line {line}: {s}");
+    }
+    assert_eq!(at(29902)["finding"], "command");
+}
+
 /// Without thread names (`-Y` stripped) the I/O thread is found by what it does (client
 /// I/O outside the event loop) and the verdicts stay.
 #[test]
