@@ -576,13 +576,13 @@ fn sweep(
     let mut until = from;
     for c in calls {
         let hole = c.start.min(to) - until;
-        if hole > 0 && turn.replied() {
-            // No command to run: the I/O threads' replies, or the scheduler.
-            cover.replied_holes += hole;
-        } else if hole > 0 && cover.calls == 0 && share == Some(c.dir) {
+        if hole > 0 && cover.calls == 0 && share == Some(c.dir) {
             // Their share of the batch the main thread had just done its own share of:
             // nothing of the main thread's runs before it, the wait is their start.
             cover.late_start = hole;
+        } else if hole > 0 && turn.replied() {
+            // No command to run: the I/O threads' replies, or the scheduler.
+            cover.replied_holes += hole;
         } else if hole > 0 {
             // A hole the I/O thread spent waiting for a CPU (at least half of it) is still
             // the main thread waiting for it.
