@@ -527,7 +527,7 @@ impl Proc {
     /// The turn at `at`, from the calls before it (`Turn`).
     fn turn_at(&self, at: Nanos) -> Turn {
         let mut turn = Turn::default();
-        let mut older: Vec<(Tid, Dir, bool)> = vec![];
+        let mut older: Vec<(Tid, Dir)> = vec![];
         for (latest, c) in self.ring.iter().rev() {
             if *latest < at - TURN_LOOKBACK {
                 break;
@@ -538,7 +538,7 @@ impl Proc {
             }
             let known = older.iter().any(|o| o.0 == c.tid);
             if c.start < at && c.dir != Dir::Other && !known {
-                older.push((c.tid, c.dir, c.own));
+                older.push((c.tid, c.dir));
                 if older.len() == turn.last.len() {
                     break;
                 }
@@ -549,8 +549,8 @@ impl Proc {
             // The main thread's own share (redis 6/7, valkey's clients it still serves).
             turn.note(0, m.io_dir, false);
         }
-        for (tid, dir, own) in older {
-            turn.note(tid, dir, own);
+        for (tid, dir) in older {
+            turn.note(tid, dir, false);
         }
         turn
     }
