@@ -229,10 +229,11 @@ pub(crate) fn io_wait_of(
 }
 
 /// A gap between two calls on one /proc file (`Through::mid_proc_file`), without the
-/// scheduler's split.
+/// scheduler's split: no finding (CPU starvation is read from the scheduler's figures, and
+/// the tracer may have held the thread as well), but no command either.
 fn mid_proc_file(who: &str, d: &str, during: &str) -> (Option<FindingId>, String) {
     (
-        Some(FindingId::CpuStarvation),
+        None,
         format!(
             "{who} {d}{during} between two calls on the /proc file it was reading (redis \
              opens, reads and closes one back to back, as when it samples its memory): no \

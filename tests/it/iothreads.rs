@@ -246,7 +246,7 @@ fn valkey9_silence_after_the_replies_is_no_slow_command() {
     // (serverCron's memory sample, 4-28 ms each under strace): no command runs there.
     for line in [15014, 15015, 16240, 28071, 31960, 31961] {
         let s = at(line);
-        assert_eq!(s["finding"], "cpu-starvation", "line {line}: {s}");
+        assert!(s["finding"].is_null(), "line {line}: {s}");
         assert!(s["cause"].as_str().unwrap().contains("/proc file"), "{s}");
     }
     // The gaps after DEBUG SLEEP's 329 ms clock_nanosleep (two of 28 ms) and after the
