@@ -146,8 +146,9 @@ pub(crate) struct IoCover {
     /// every request read: no command was left for the main thread to run
     /// (`Proc::replied_at`).
     pub(crate) replied: bool,
-    /// Of the gap, the holes between their calls that began after such replies (`sweep`).
-    pub(crate) replied_holes: Nanos,
+    /// Of the gap, the longest hole between their calls that began after such replies
+    /// (`sweep`).
+    pub(crate) replied_hole: Nanos,
 }
 
 impl IoCover {
@@ -182,8 +183,13 @@ impl IoCover {
             // for one.
             return replied || self.adjoining && tail < own + main_runnable.unwrap_or(0);
         }
+        // A hole after the replies the main thread would have had to itself (one that long
+        // makes the gap no wait below) is no command's either; the split of a main thread
+        // that waited for a CPU through half the gap says what held it there.
+        let starved = main_runnable.is_some_and(|r| r * 2 >= gap);
         (tail < tail_max || replied)
             && self.longest_hole < own.max(gap / 2)
+            && !(starved && self.replied_hole >= own.max(gap / 2))
             && !self.own_loop_starved(gap, main_runnable)
             && !self.both_starved(gap, main_runnable)
     }
@@ -206,12 +212,8 @@ impl IoCover {
     /// recording): an I/O thread that waited microseconds for a CPU between two of its calls
     /// says nothing of the gap (live redis 7 at load 4: such gaps, the main thread spinning
     /// a tick and preempted a tick while its I/O thread wrote, were called slow commands).
-    /// So too of holes after the replies (`replied_holes`): the main thread had no command
-    /// to run there, and the scheduler's split says what held it (a tail after the replies
-    /// is held to the main thread's own wait in `is_wait`).
     fn both_starved(&self, gap: Nanos, main_runnable: Option<Nanos>) -> bool {
-        let leaned = self.starved_holes * 4 >= gap || self.replied_holes * 4 >= gap;
-        leaned && main_runnable.is_some_and(|r| r * 2 >= gap)
+        self.starved_holes * 4 >= gap && main_runnable.is_some_and(|r| r * 2 >= gap)
     }
 
     /// The stretch after the I/O threads' last call in the gap (`tail`), when that call
@@ -580,17 +582,17 @@ fn sweep(
             // Their share of the batch the main thread had just done its own share of:
             // nothing of the main thread's runs before it, the wait is their start.
             cover.late_start = hole;
-        } else if hole > 0 && turn.replied() {
-            // No command to run: the I/O threads' replies, or the scheduler.
-            cover.replied_holes += hole;
         } else if hole > 0 {
             // A hole the I/O thread spent waiting for a CPU (at least half of it) is still
-            // the main thread waiting for it.
+            // the main thread waiting for it (the scheduler's word first); one after the
+            // replies of every request read is no command's either.
             let starved =
                 c.sched && c.runnable_before * 2 >= hole && c.runnable_before >= c.on_cpu_before;
             if starved {
                 cover.runnable += c.runnable_before.min(hole);
                 cover.starved_holes += hole;
+            } else if turn.replied() {
+                cover.replied_hole = cover.replied_hole.max(hole);
             } else {
                 cover.longest_hole = cover.longest_hole.max(hole);
             }
