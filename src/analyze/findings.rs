@@ -117,9 +117,6 @@ fn explain_trace(
         if let Some(v) = sched_of_gap(a, c, role, &who, &d, &during, running) {
             return v;
         }
-        if c.through.mid_proc_file && matches!(role, Role::Main | Role::IoThread) {
-            return mid_proc_file(&who, &d, &during);
-        }
         // Kept in a trace missing calls only because commands waited through it (`Kept`).
         if a.gaps.is_some() {
             let what = running.map_or_else(
@@ -228,39 +225,6 @@ pub(crate) fn io_wait_of(
         .filter(|v| v.is_wait(a.threshold_us * 1000, c.dur, main_runnable))
 }
 
-/// A gap between two calls on one /proc file (`Through::mid_proc_file`), without the
-/// scheduler's split: no finding (CPU starvation is read from the scheduler's figures, and
-/// the tracer may have held the thread as well), but no command either.
-fn mid_proc_file(who: &str, d: &str, during: &str) -> (Option<FindingId>, String) {
-    (
-        None,
-        format!(
-            "{who} {d}{during} between two calls on the /proc file it was reading (redis \
-             opens, reads and closes one back to back, as when it samples its memory): no \
-             command runs there; the thread was off its CPU, waiting for one or stopped by the \
-             tracer (no scheduler split in this trace says which)"
-        ),
-    )
-}
-
-/// A main-thread gap no rule explains that began after the stall of the command it held
-/// had ended (`Held::finished`): the command is not named for it, and what it was is not
-/// claimed.
-pub(crate) fn after_its_command(c: &Cand, cmd: &str) -> (Option<FindingId>, String) {
-    let d = gap_words(
-        c,
-        &format!("{}{}", bound_words(c.dur_facts.bound), human(c.dur / 1000)),
-    );
-    (
-        None,
-        format!(
-            "main thread {d} after {cmd}'s own stall had ended: no other command is known to \
-             have run through it, so it was the end of {cmd}'s work (its reply, its slowlog \
-             entry) or the process descheduled; the trace cannot tell which"
-        ),
-    )
-}
-
 /// "main thread made no syscall for 12 ms: it waited for its I/O threads ...".
 fn io_wait_words(
     c: &Cand,
@@ -271,20 +235,11 @@ fn io_wait_words(
 ) -> String {
     let main_runnable = c.sched.map(|s| s.runnable_ns as i64);
     let spun_for = v.spun_for(c.dur, main_runnable);
-    // Right after their share, a scheduler tick at most: the hand-off's own cost.
-    let lost_cpu = v.adjoining && v.tail <= super::io_wait::SCHED_TICK;
     let mut text = if v.calls == 0 && spun_for > 0 {
         format!(
             "{who} {d}{during}: it spun for its I/O threads, which had not finished their \
              share of the hand-off when they lost the CPU (redis 6/7's busy wait, valkey's \
              spin), not a slow command"
-        )
-    } else if v.calls == 0 && v.replied && !lost_cpu {
-        format!(
-            "{who} {d}{during}: every request read before it had been answered (each thread's \
-             last client call was a reply), so the main thread had no command to run: it was \
-             between event-loop turns, waiting for its I/O threads (the rest of their replies, \
-             valkey's offloaded epoll_wait) or descheduled, not a slow command"
         )
     } else if v.calls == 0 {
         format!(
@@ -309,13 +264,6 @@ fn io_wait_words(
             human(v.late_start / 1000)
         ));
     }
-    if v.replied && v.calls > 0 && v.tail >= 1_000_000 {
-        text.push_str(&format!(
-            "; its last {} came after their replies to every request read, with no command \
-             left to run (the I/O threads finishing the replies, or the scheduler)",
-            human(v.tail / 1000)
-        ));
-    }
     let own = v.longest_own(spun_for);
     if own > 0 {
         text.push_str(&format!(
@@ -327,7 +275,7 @@ fn io_wait_words(
     if v.sched || spun_for > 0 {
         text.push_str(&format!(
             "; the I/O threads waited for a CPU {} of it",
-            human((v.runnable + spun_for).min(c.dur) / 1000)
+            human((v.runnable + spun_for) / 1000)
         ));
     }
     if let Some(s) = SchedSplit::of(c, None) {

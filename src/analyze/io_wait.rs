@@ -24,7 +24,7 @@
 
 use super::call::{Facts, PerThread, ResolvedCall};
 use super::roles::Role;
-use crate::event::{Nanos, Tid};
+use crate::event::Nanos;
 use crate::fdtable::{FileClass, ProcKey};
 use std::collections::VecDeque;
 
@@ -73,8 +73,6 @@ struct HelperCall {
     dir: Dir,
     /// Of a thread with an event loop of its own (redis 8): the span is its busy time.
     own: bool,
-    /// Its thread (the turn of each thread is read apart: `Proc::replied_at`).
-    tid: Tid,
 }
 
 /// The main thread's last calls that a hand-off is read from: its last client read or
@@ -112,7 +110,7 @@ struct Proc {
 /// ticks. A main thread that spins while its I/O threads compete with it (and with the
 /// clients and the tracer) for too few CPUs loses about that much after every hand-off: a
 /// stretch of the gap this short is read as scheduling, not as a command of its own.
-pub(crate) const SCHED_TICK: Nanos = 10_000_000;
+const SCHED_TICK: Nanos = 10_000_000;
 
 /// What the I/O threads did over one gap of the main thread.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -142,13 +140,6 @@ pub(crate) struct IoCover {
     /// Of the `tail`, what their next call (past the gap's end) says they spent waiting for
     /// a CPU, when that was most of the time since their last call (`finish_starved`).
     pub(crate) starved_after: Nanos,
-    /// The tail (the whole gap when they made no call in it) began after the replies of
-    /// every request read: no command was left for the main thread to run
-    /// (`Proc::replied_at`).
-    pub(crate) replied: bool,
-    /// Of the gap, the longest hole between their calls that began after such replies
-    /// (`sweep`).
-    pub(crate) replied_hole: Nanos,
 }
 
 impl IoCover {
@@ -172,24 +163,15 @@ impl IoCover {
         let own = threshold.max(SCHED_TICK);
         let tail_max = main_runnable.map_or(own.max(gap / 2), |r| own + r);
         let tail = self.tail - self.spun_for(gap, main_runnable);
-        // After the replies the main thread has no command to run, whatever the tail's
-        // length; one that waited for a CPU through half the gap or more was starved
-        // (the scheduler's split says so).
-        let replied = self.replied && main_runnable.is_none_or(|r| r * 2 < gap);
         if self.calls == 0 {
             // Nothing of theirs in it, but their work ended as it began: the main thread
             // lost the CPU right after the hand-off, for no longer than scheduling
             // explains (the tail is the whole gap then), or spun for them while they waited
             // for one.
-            return replied || self.adjoining && tail < own + main_runnable.unwrap_or(0);
+            return self.adjoining && tail < own + main_runnable.unwrap_or(0);
         }
-        // A hole after the replies the main thread would have had to itself (one that long
-        // makes the gap no wait below) is no command's either; the split of a main thread
-        // that waited for a CPU through half the gap says what held it there.
-        let starved = main_runnable.is_some_and(|r| r * 2 >= gap);
-        (tail < tail_max || replied)
+        tail < tail_max
             && self.longest_hole < own.max(gap / 2)
-            && !(starved && self.replied_hole >= own.max(gap / 2))
             && !self.own_loop_starved(gap, main_runnable)
             && !self.both_starved(gap, main_runnable)
     }
@@ -252,14 +234,9 @@ impl IoCover {
     }
 
     /// The longest stretch of the gap the main thread had to itself (the tail less what it
-    /// spun for them, `spun_for`; a tail after the replies is no time of a command's:
-    /// `replied`).
+    /// spun for them, `spun_for`).
     pub(crate) fn longest_own(&self, spun_for: Nanos) -> Nanos {
-        if self.replied {
-            self.longest_hole
-        } else {
-            self.longest_hole.max(self.tail - spun_for)
-        }
+        self.longest_hole.max(self.tail - spun_for)
     }
 }
 
@@ -328,7 +305,6 @@ impl IoHelpers {
             sched: sched.is_some_and(|s| s.before.is_some()),
             dir: Dir::of(cx),
             own: false,
-            tid: cx.tid,
         };
         self.push(cx.proc, call);
         // Its wait for a CPU before it may have been the end of a gap (`finish_starved`).
@@ -405,7 +381,6 @@ impl IoHelpers {
             sched: before.is_some(),
             dir: Dir::Other,
             own: false,
-            tid: cx.tid,
         };
         self.push(cx.proc, call);
         start
@@ -465,11 +440,11 @@ impl IoHelpers {
             })
             .copied()
             .collect();
-        inside.sort_unstable_by_key(|c| c.start);
-        let mut v = sweep(&inside, from, to, share, p.turn_at(from));
-        if inside.is_empty() && !adjoining && !v.replied {
+        if inside.is_empty() && !adjoining {
             return None;
         }
+        inside.sort_unstable_by_key(|c| c.start);
+        let mut v = sweep(&inside, from, to, share);
         if let Some(a) = after.filter(|_| last.1 == Dir::Write) {
             v.finish_starved(a, to);
         }
@@ -478,99 +453,11 @@ impl IoHelpers {
     }
 }
 
-/// How far back the turn of a process's threads is read (`Proc::turn_at`): the last
-/// client read or write of each thread is rarely older in a process serving clients, and
-/// one older than this says little of what the main thread had in hand.
-const TURN_LOOKBACK: Nanos = 1_000_000_000;
-
-/// The last client call that read or wrote one, of each thread of a process (its I/O
-/// threads and the main thread, tid 0 here), at some time: whose turn it was. redis 6/7
-/// and valkey run every command their threads read in one event-loop turn before any
-/// reply of that turn is written (the replies are handed out in `beforeSleep`), and run
-/// none again until a thread reads the next request (valkey's offloaded `epoll_wait`
-/// hands readiness, not requests): a stretch after the replies holds no command, only the
-/// rest of the turn (the I/O threads finishing the replies, the main thread's timers) or
-/// the scheduler. A thread whose last such call was a read may have handed the main
-/// thread a command (an EVAL read just before its gap). Never so with I/O threads that
-/// run event loops of their own (redis 8): the main thread runs the commands one of them
-/// handed over while another writes replies (`own`).
-#[derive(Clone, Copy, Default)]
-struct Turn {
-    last: [(Tid, Dir); 8],
-    seen: usize,
-    own: bool,
-}
-
-impl Turn {
-    /// A call of `tid`'s, newer than those noted.
-    fn note(&mut self, tid: Tid, dir: Dir, own: bool) {
-        self.own |= own;
-        if dir == Dir::Other {
-            return;
-        }
-        let seen = self.seen;
-        if let Some(l) = self.last[..seen].iter_mut().find(|l| l.0 == tid) {
-            l.1 = dir;
-        } else if seen < self.last.len() {
-            self.last[seen] = (tid, dir);
-            self.seen += 1;
-        }
-    }
-
-    /// Every thread's last client call was a reply (one at least): no command was left
-    /// for the main thread to run.
-    fn replied(&self) -> bool {
-        let last = &self.last[..self.seen];
-        !self.own && !last.is_empty() && last.iter().all(|l| l.1 == Dir::Write)
-    }
-}
-
-impl Proc {
-    /// The turn at `at`, from the calls before it (`Turn`).
-    fn turn_at(&self, at: Nanos) -> Turn {
-        let mut turn = Turn::default();
-        let mut older: Vec<(Tid, Dir)> = vec![];
-        for (latest, c) in self.ring.iter().rev() {
-            if *latest < at - TURN_LOOKBACK {
-                break;
-            }
-            if c.own {
-                turn.own = true;
-                return turn;
-            }
-            let known = older.iter().any(|o| o.0 == c.tid);
-            if c.start < at && c.dir != Dir::Other && !known {
-                older.push((c.tid, c.dir));
-                if older.len() == turn.last.len() {
-                    break;
-                }
-            }
-        }
-        let m = &self.main;
-        if m.io_end > at - TURN_LOOKBACK && m.io_end <= at {
-            // The main thread's own share (redis 6/7, valkey's clients it still serves).
-            turn.note(0, m.io_dir, false);
-        }
-        for (tid, dir) in older {
-            turn.note(tid, dir, false);
-        }
-        turn
-    }
-}
-
 /// The sweep over a gap's helper calls, sorted by start. A hole counts as an I/O thread's
 /// wait for a CPU when, since its previous call, it waited for one for at least half the
 /// hole and no less than it ran on one: an idle I/O thread spins on a CPU without a call
 /// (redis 6/7, valkey) while the main thread runs a command, mostly running.
-/// A hole that began after the replies to every request read (`turn`, from the calls
-/// before the gap on) is no time of a command's either.
-fn sweep(
-    calls: &[HelperCall],
-    from: Nanos,
-    to: Nanos,
-    share: Option<Dir>,
-    mut turn: Turn,
-) -> IoCover {
+fn sweep(calls: &[HelperCall], from: Nanos, to: Nanos, share: Option<Dir>) -> IoCover {
     let mut cover = IoCover {
         sched: true,
         ..Default::default()
@@ -584,34 +471,23 @@ fn sweep(
             cover.late_start = hole;
         } else if hole > 0 {
             // A hole the I/O thread spent waiting for a CPU (at least half of it) is still
-            // the main thread waiting for it (the scheduler's word first); one after the
-            // replies of every request read is no command's either.
+            // the main thread waiting for it.
             let starved =
                 c.sched && c.runnable_before * 2 >= hole && c.runnable_before >= c.on_cpu_before;
             if starved {
                 cover.runnable += c.runnable_before.min(hole);
                 cover.starved_holes += hole;
-            } else if turn.replied() {
-                cover.replied_hole = cover.replied_hole.max(hole);
             } else {
                 cover.longest_hole = cover.longest_hole.max(hole);
             }
         }
-        // Of its wait for a CPU during the call, at most the part inside the gap: a call
-        // begun before it or ended after it waited partly outside ("24 ms of the 17 ms").
-        let inside = (c.end.min(to) - c.start.max(from)).max(0);
-        cover.runnable += c.runnable_during.min(inside);
+        cover.runnable += c.runnable_during;
         cover.sched &= c.sched;
         cover.own_loop |= c.own;
         cover.calls += 1;
         until = until.max(c.end.min(to));
-        turn.note(c.tid, c.dir, c.own);
     }
     cover.tail = to - until;
-    cover.runnable = cover.runnable.min(to - from);
-    cover.replied = turn.replied();
-    // Measured only of their calls: none, nothing measured.
-    cover.sched &= cover.calls > 0;
     cover
 }
 
@@ -685,7 +561,6 @@ impl OwnLoops {
             // a thread blocks in its own loop (no late start, no adjoining work).
             dir: Dir::Other,
             own: true,
-            tid: cx.tid,
         };
         if epoll {
             out[0] = (ts > from).then(|| span(from, ts, before));
@@ -713,20 +588,13 @@ mod tests {
             sched: true,
             dir: Dir::Other,
             own: false,
-            tid: 2,
         }
     }
 
     #[test]
     fn a_gap_covered_by_io_thread_work_is_a_wait_for_it() {
         // 10 ms gap, the io thread reading and writing all through it.
-        let v = sweep(
-            &[c(0, 3, 0), c(3, 6, 0), c(7, 10, 0)],
-            0,
-            10 * MS,
-            None,
-            Turn::default(),
-        );
+        let v = sweep(&[c(0, 3, 0), c(3, 6, 0), c(7, 10, 0)], 0, 10 * MS, None);
         assert!(v.is_wait(2 * MS, 10 * MS, Some(0)), "{v:?}");
         assert_eq!(v.tail, 0);
     }
@@ -735,55 +603,36 @@ mod tests {
     fn a_slow_command_between_hand_offs_is_not() {
         // The read handed off at the start, a 500 ms script, the write at the end: the
         // hole between is the main thread's own.
-        let v = sweep(
-            &[c(0, 1, 0), c(500, 501, 0)],
-            0,
-            501 * MS,
-            None,
-            Turn::default(),
-        );
+        let v = sweep(&[c(0, 1, 0), c(500, 501, 0)], 0, 501 * MS, None);
         assert!(!v.is_wait(2 * MS, 501 * MS, Some(0)), "{v:?}");
         assert_eq!(v.longest_own(0), 499 * MS);
         // Work at the start only: the tail is the main thread's.
-        let v = sweep(&[c(0, 1, 0)], 0, 300 * MS, None, Turn::default());
+        let v = sweep(&[c(0, 1, 0)], 0, 300 * MS, None);
         assert!(!v.is_wait(2 * MS, 300 * MS, Some(0)));
         assert_eq!(v.tail, 299 * MS);
         // A hole of half the gap between their calls is a stretched hand-off; the same
         // stretch after their last call is the main thread's.
-        assert!(sweep(
-            &[c(0, 1, 0), c(50, 100, 0)],
-            0,
-            100 * MS,
-            None,
-            Turn::default()
-        )
-        .is_wait(2 * MS, 100 * MS, Some(0)));
         assert!(
-            !sweep(&[c(0, 50, 0)], 0, 100 * MS, None, Turn::default()).is_wait(
+            sweep(&[c(0, 1, 0), c(50, 100, 0)], 0, 100 * MS, None).is_wait(
                 2 * MS,
                 100 * MS,
                 Some(0)
             )
         );
+        assert!(!sweep(&[c(0, 50, 0)], 0, 100 * MS, None).is_wait(2 * MS, 100 * MS, Some(0)));
         // Without the scheduler's counters a tail of under half the gap is the tracer's
         // stretch; with them, it is the main thread's unless it waited for a CPU.
-        let v = sweep(&[c(0, 70, 0)], 0, 100 * MS, None, Turn::default());
+        let v = sweep(&[c(0, 70, 0)], 0, 100 * MS, None);
         assert!(v.is_wait(2 * MS, 100 * MS, None));
         assert!(!v.is_wait(2 * MS, 100 * MS, Some(0)));
         assert!(v.is_wait(2 * MS, 100 * MS, Some(25 * MS)));
         // A slow command after the hand-off keeps most of the gap: never a wait.
-        assert!(
-            !sweep(&[c(0, 20, 0)], 0, 500 * MS, None, Turn::default()).is_wait(
-                2 * MS,
-                500 * MS,
-                None
-            )
-        );
+        assert!(!sweep(&[c(0, 20, 0)], 0, 500 * MS, None).is_wait(2 * MS, 500 * MS, None));
         // A hand-off, a wait of a scheduler tick, the I/O work, another tick: a wait.
-        let v = sweep(&[c(4, 5, 0), c(5, 6, 0)], 0, 10 * MS, None, Turn::default());
+        let v = sweep(&[c(4, 5, 0), c(5, 6, 0)], 0, 10 * MS, None);
         assert!(v.is_wait(2 * MS, 10 * MS, Some(0)), "{v:?}");
         // No I/O-thread call in the gap: nothing to wait for.
-        assert!(!sweep(&[], 0, 10 * MS, None, Turn::default()).is_wait(2 * MS, 10 * MS, Some(0)));
+        assert!(!sweep(&[], 0, 10 * MS, None).is_wait(2 * MS, 10 * MS, Some(0)));
     }
 
     /// A call of `tid` (1: the main thread, others I/O threads) on `fd`, `ts`/`dur` in µs.
@@ -858,52 +707,6 @@ mod tests {
         assert!(!v.is_wait(2 * MS, 58 * MS, None), "{v:?}");
     }
 
-    /// valkey 9 with its `epoll_wait` offloaded (fixtures/io-threads/valkey9-io2, the gap
-    /// at its line 17743): io_thd_1 reads a batch, polls for the main thread, writes the
-    /// replies, and stops for 57 ms in the middle of them (descheduled) while the main thread
-    /// makes no call. Every request read had its reply written (or handed out): the main
-    /// thread had no command to run, so the silence after the replies is no slow command
-    /// (it was, by its length). An EVAL read last, its poll after it, then silence: the
-    /// main thread's own (the 807 ms EVAL of the same capture). With two I/O threads, one
-    /// still writing replies after the other read the EVAL: the EVAL's.
-    #[test]
-    fn silence_after_the_replies_of_every_request_is_no_command() {
-        let mut calls = vec![(1, 0, 1000, "epoll_wait", 7)];
-        calls.extend((0..5).map(|i| (2, 2000 + 20 * i, 5, "read", 20 + i as i32)));
-        calls.push((2, 2200, 5, "epoll_wait", 7));
-        calls.extend((0..3).map(|i| (2, 2300 + 20 * i, 5, "write", 20 + i as i32)));
-        let h = helpers(&calls);
-        let v = h
-            .cover(ProcKey::Root, 1500, 80 * MS, None)
-            .expect("a cover");
-        assert!(v.replied, "{v:?}");
-        assert!(v.is_wait(2 * MS, 80 * MS - 1500, None), "{v:?}");
-        // A main thread that waited for a CPU through most of it: starved, not this.
-        assert!(!v.is_wait(2 * MS, 80 * MS - 1500, Some(60 * MS)), "{v:?}");
-        // The EVAL: read after the replies, handed over by the poll, then silence.
-        calls.push((2, 2500, 5, "read", 30));
-        calls.push((2, 2520, 5, "epoll_wait", 7));
-        let v = helpers(&calls)
-            .cover(ProcKey::Root, 1500, 800 * MS, None)
-            .expect("a cover");
-        assert!(!v.replied, "{v:?}");
-        assert!(!v.is_wait(2 * MS, 800 * MS - 1500, None), "{v:?}");
-        // Read by another I/O thread while the first still wrote replies: still the EVAL's.
-        calls.pop();
-        calls.last_mut().unwrap().0 = 3;
-        calls.push((2, 2600, 5, "write", 23));
-        let v = helpers(&calls)
-            .cover(ProcKey::Root, 1500, 800 * MS, None)
-            .expect("a cover");
-        assert!(!v.is_wait(2 * MS, 800 * MS - 1500, None), "{v:?}");
-        // No call of theirs in the gap, the last ones replies: no command to run either.
-        let v = helpers(&calls[..10])
-            .cover(ProcKey::Root, 3 * MS, 30 * MS, None)
-            .expect("a cover");
-        assert_eq!(v.calls, 0);
-        assert!(v.is_wait(2 * MS, 27 * MS, None), "{v:?}");
-    }
-
     /// redis 8 running an EVAL: its I/O thread read the request, handed it over and sleeps
     /// in its own loop until the reply; the main thread's gap is its own, a slow command.
     #[test]
@@ -952,34 +755,13 @@ mod tests {
         // The I/O thread waited for a CPU through the gap before its one call at the end:
         // a wait for it while the main thread spun on a CPU, CPU starvation when the main
         // thread waited for one through most of the gap as well.
-        let v = sweep(&[c(799, 800, 760)], 0, 800 * MS, None, Turn::default());
+        let v = sweep(&[c(799, 800, 760)], 0, 800 * MS, None);
         assert!(v.is_wait(2 * MS, 800 * MS, Some(20 * MS)), "{v:?}");
         assert!(!v.is_wait(2 * MS, 800 * MS, Some(670 * MS)), "{v:?}");
         // Covered by their calls, not by their wait for a CPU: a wait whatever the main
         // thread's own share of the CPU.
-        let v = sweep(
-            &[c(0, 400, 0), c(400, 800, 0)],
-            0,
-            800 * MS,
-            None,
-            Turn::default(),
-        );
+        let v = sweep(&[c(0, 400, 0), c(400, 800, 0)], 0, 800 * MS, None);
         assert!(v.is_wait(2 * MS, 800 * MS, Some(670 * MS)), "{v:?}");
-    }
-
-    /// valkey9-io2-bpf: the I/O thread's futex wait, woken inside a 5.6 ms gap, waited
-    /// for a CPU 7.6 ms from its wake, past the gap's end; the cause quoted all of it ("the
-    /// I/O threads waited for a CPU 7.6 ms of it"). Only the part inside the gap counts.
-    #[test]
-    fn the_io_threads_wait_for_a_cpu_is_clipped_to_the_gap() {
-        let mut x = c(1, 9, 0);
-        x.runnable_during = 8 * MS;
-        let v = sweep(&[x], 0, 5 * MS, None, Turn::default());
-        assert_eq!(v.runnable, 4 * MS, "{v:?}");
-        let mut y = c(0, 1, 0);
-        y.runnable_during = MS;
-        let v = sweep(&[y, x], 0, 5 * MS, None, Turn::default());
-        assert!(v.runnable <= 5 * MS, "{v:?}");
     }
 
     #[test]
@@ -995,13 +777,7 @@ mod tests {
         let mut second = first;
         (second.start, second.end) = (us(5235), us(5240));
         second.runnable_before = us(16);
-        let v = sweep(
-            &[first, second],
-            0,
-            us(7912),
-            Some(Dir::Write),
-            Turn::default(),
-        );
+        let v = sweep(&[first, second], 0, us(7912), Some(Dir::Write));
         assert_eq!(v.late_start, us(5192));
         assert!(v.is_wait(2 * MS, us(7912), Some(us(4005))), "{v:?}");
     }
@@ -1017,25 +793,18 @@ mod tests {
         let mut next = c(0, 0, 0);
         (next.start, next.end, next.runnable_before) = (us(14_425), us(14_430), us(14_290));
         let gap = us(14_319);
-        // Another I/O thread's last call a read: the main thread may have had a command
-        // to run after the replies (`Turn`), so the tail is its own until the next call.
-        let mut pending = Turn::default();
-        pending.note(3, Dir::Read, false);
-        let mut v = sweep(&[last], us(10), us(10) + gap, None, pending);
+        let mut v = sweep(&[last], us(10), us(10) + gap, None);
         assert!(
             !v.is_wait(2 * MS, gap, Some(us(1_776))),
             "before its next call: {v:?}"
         );
-        // The replies of every request read: a wait for them, the next call or not.
-        let replied = sweep(&[last], us(10), us(10) + gap, None, Turn::default());
-        assert!(replied.is_wait(2 * MS, gap, Some(us(1_776))), "{replied:?}");
         v.finish_starved(next, us(10) + gap);
         assert!(v.is_wait(2 * MS, gap, Some(us(1_776))), "{v:?}");
         assert!(v.longest_own(v.spun_for(gap, Some(us(1_776)))) < us(100));
         // An idle I/O thread that spun on a CPU for the next hand-off says nothing of it.
         let mut idle = next;
         idle.on_cpu_before = us(14_300);
-        let mut w = sweep(&[last], us(10), us(10) + gap, None, pending);
+        let mut w = sweep(&[last], us(10), us(10) + gap, None);
         w.finish_starved(idle, us(10) + gap);
         assert!(!w.is_wait(2 * MS, gap, Some(us(1_776))), "{w:?}");
         // Nor does it when the main thread itself waited for a CPU through most of the gap
@@ -1046,25 +815,21 @@ mod tests {
     #[test]
     fn an_io_thread_waiting_for_a_cpu_still_holds_the_main_thread() {
         // The io thread was runnable for 9 of the 10 ms before its first call.
-        let v = sweep(&[c(30, 31, 29)], 0, 31 * MS, None, Turn::default());
+        let v = sweep(&[c(30, 31, 29)], 0, 31 * MS, None);
         assert!(v.is_wait(2 * MS, 31 * MS, Some(0)), "{v:?}");
         assert_eq!(v.runnable, 29 * MS);
         // Without the scheduler's word the same hole is the main thread's.
         let mut x = c(30, 31, 29);
         x.sched = false;
-        assert!(!sweep(&[x], 0, 31 * MS, None, Turn::default()).is_wait(2 * MS, 31 * MS, Some(0)));
+        assert!(!sweep(&[x], 0, 31 * MS, None).is_wait(2 * MS, 31 * MS, Some(0)));
         // An I/O thread that spun on a CPU through the hole had nothing to do: the hole is
         // the main thread's (a command), whatever it also waited for a CPU.
         let mut x = c(30, 31, 20);
         x.on_cpu_before = 25 * MS;
-        assert!(!sweep(&[x], 0, 31 * MS, None, Turn::default()).is_wait(2 * MS, 31 * MS, Some(0)));
+        assert!(!sweep(&[x], 0, 31 * MS, None).is_wait(2 * MS, 31 * MS, Some(0)));
         // Woken for the hand-off, it waited for a CPU about as long as it ran: a wait.
         let mut x = c(10, 11, 4);
         x.on_cpu_before = 3 * MS;
-        assert!(sweep(&[x], 4 * MS, 11 * MS, None, Turn::default()).is_wait(
-            2 * MS,
-            7 * MS,
-            Some(0)
-        ));
+        assert!(sweep(&[x], 4 * MS, 11 * MS, None).is_wait(2 * MS, 7 * MS, Some(0)));
     }
 }
