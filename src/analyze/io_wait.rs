@@ -75,6 +75,14 @@ struct HelperCall {
     own: bool,
 }
 
+impl HelperCall {
+    /// Its thread spent the `hole` before it waiting for a CPU, by the scheduler's split: at
+    /// least half of it, and no less than it ran on one (an idle I/O thread spins on a CPU).
+    fn waited_through(&self, hole: Nanos) -> bool {
+        self.sched && self.runnable_before * 2 >= hole && self.runnable_before >= self.on_cpu_before
+    }
+}
+
 /// The main thread's last calls that a hand-off is read from: its last client read or
 /// write (its own share of a batch), and its last futex call that woke a waiter.
 #[derive(Clone, Copy, Debug)]
@@ -210,10 +218,7 @@ impl IoCover {
     fn finish_starved(&mut self, after: HelperCall, to: Nanos) {
         let until = to - self.tail;
         let hole = after.start - until;
-        if self.tail > 0
-            && after.runnable_before * 2 >= hole
-            && after.runnable_before >= after.on_cpu_before
-        {
+        if self.tail > 0 && after.waited_through(hole) {
             self.starved_after = after.runnable_before.min(self.tail);
         }
     }
@@ -472,9 +477,7 @@ fn sweep(calls: &[HelperCall], from: Nanos, to: Nanos, share: Option<Dir>) -> Io
         } else if hole > 0 {
             // A hole the I/O thread spent waiting for a CPU (at least half of it) is still
             // the main thread waiting for it.
-            let starved =
-                c.sched && c.runnable_before * 2 >= hole && c.runnable_before >= c.on_cpu_before;
-            if starved {
+            if c.waited_through(hole) {
                 cover.runnable += c.runnable_before.min(hole);
                 cover.starved_holes += hole;
             } else {
