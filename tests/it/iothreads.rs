@@ -302,6 +302,14 @@ fn valkey9_bpf_recording_reads_the_io_threads_waits() {
     // again when that call's record comes: none remain).
     let false_cmd = false_slow_commands(&r);
     assert!(false_cmd.is_empty(), "{false_cmd:?}");
+    // The I/O threads' wait for a CPU a gap quotes is the part inside it: three quoted
+    // more than the gap ("7.6 ms of" a 5.6 ms gap) before it was clipped.
+    for s in stalls(&r) {
+        let quoted = &s["sched"]["io_threads_runnable_us"];
+        if let Some(us) = quoted.as_i64() {
+            assert!(us <= s["duration_us"].as_i64().unwrap(), "{s}");
+        }
+    }
 }
 
 // ---- live ----
