@@ -117,6 +117,17 @@ fn explain_trace(
         if let Some(v) = sched_of_gap(a, c, role, &who, &d, &during, running) {
             return v;
         }
+        if c.through.mid_proc_file && matches!(role, Role::Main | Role::IoThread) {
+            return (
+                Some(FindingId::CpuStarvation),
+                format!(
+                    "{who} {d}{during} between two calls on the /proc file it was reading \
+                     (redis opens, reads and closes one back to back, as when it samples its \
+                     memory): no command runs there; the thread was off its CPU, waiting for \
+                     one or stopped by the tracer (no scheduler split in this trace says which)"
+                ),
+            );
+        }
         // Kept in a trace missing calls only because commands waited through it (`Kept`).
         if a.gaps.is_some() {
             let what = running.map_or_else(

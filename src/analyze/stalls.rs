@@ -107,6 +107,9 @@ pub(crate) struct Through {
     /// The futex wake of a waiter the gap ended in: on which futex, and whether another
     /// thread waited through the gap for it.
     pub(crate) woke: Option<Woke>,
+    /// The gap lay between two calls on one /proc file (its open and its read, its read and
+    /// its close): the thread was in the middle of reading it (`Last::proc_fd`).
+    pub(crate) mid_proc_file: bool,
 }
 
 impl Through {
@@ -185,6 +188,10 @@ struct Last {
     wait_unknown: bool,
     /// A gap running through quiet calls.
     open: Option<OpenGap>,
+    /// The /proc file its last call opened or read (its fd), not closed by it: redis reads
+    /// one (its RSS and CPU time from /proc/self/stat, smaps) open, read, close, back to
+    /// back, so no command runs between two of those calls.
+    proc_fd: Option<i32>,
 }
 
 /// No last end: below every call's end, so the next call's end is the maximum.
@@ -197,6 +204,7 @@ impl Default for Last {
             end_known: false,
             wait_unknown: false,
             open: None,
+            proc_fd: None,
         }
     }
 }
@@ -461,6 +469,9 @@ impl Stalls {
         }
         let prev_known = std::mem::replace(&mut last.end_known, call_known(cx).is_known());
         let after_wait = std::mem::replace(&mut last.wait_unknown, cx.idle && !cx.timed);
+        let on_proc = cx.class == Some(crate::fdtable::FileClass::Proc);
+        let mid_proc_file = on_proc && last.proc_fd.is_some() && last.proc_fd == cx.call_fd;
+        last.proc_fd = cx.call_fd.filter(|_| on_proc && cx.sc.name != "close");
         let quiet = cx.facts.has(Facts::QUIET)
             && !cx.idle
             && cx.sc.in_flight.is_none()
@@ -509,6 +520,7 @@ impl Stalls {
                     c.sched = o.sched.zip(c.sched).map(|(a, b)| add_sched(a, b));
                 }
                 c.through.woke = woke_by(cx);
+                c.through.mid_proc_file = mid_proc_file && open.is_none();
                 c.phase = phases.active_at(from);
                 c.events_lost = lost;
                 let share = self.helpers.share(cx.proc, from);

@@ -207,19 +207,39 @@ fn valkey9_spin_is_no_slow_command_and_the_eval_is_named() {
     );
     assert_slow_commands_found(&r, 700_000);
     // Slow commands the ground truth lacks: 31 before the main thread's futex wake of its
-    // I/O thread was read; 30 now. What is left is not read from the syscalls: 21 are gaps
-    // with no I/O-thread call in or near them (most between the main thread's own /proc
-    // reads of serverCron, which strace stretched to 4-42 ms each: every thread of the
-    // process was held), the rest gaps whose stretch after or between the I/O thread's
-    // work (11-57 ms) no hand-off explains.
+    // I/O thread was read; 30 before the stretches after the replies and inside a /proc
+    // read were told apart (`valkey9_silence_after_the_replies_is_no_slow_command`). Left:
+    // a 2.0 ms gap between two of the main thread's own client reads (the command it read
+    // ran there, or it was descheduled: the syscalls cannot tell).
     let false_cmd = false_slow_commands(&r);
-    assert!(false_cmd.len() <= 30, "{}: {false_cmd:?}", false_cmd.len());
+    assert!(false_cmd.len() <= 1, "{}: {false_cmd:?}", false_cmd.len());
     for (tid, role) in [
         (16401, "bio_rdb_save"),
         (16402, "bio_tls_reload"),
         (16403, "io_thread"),
     ] {
         assert_eq!(role_of(&r, tid), role, "tid {tid}");
+    }
+}
+
+/// valkey 9's gaps between the main thread's openat and read, or read and close, of
+/// /proc/self/stat (serverCron's memory sample, 4-28 ms each under strace): no command runs
+/// there (issue 40: "a slow command (SET)" before). The EVAL's gap (line 29902) stays a
+/// slow command.
+#[test]
+fn valkey9_gaps_inside_a_proc_read_are_no_slow_command() {
+    let r = analyze(&fixture("valkey9-io2.strace.gz"), &[]);
+    let at = |line: u64| {
+        stalls(&r)
+            .iter()
+            .find(|s| s["thread"] == "main" && s["kind"] == "gap" && s["line"] == line)
+            .unwrap_or_else(|| panic!("no main-thread gap at line {line}"))
+    };
+    assert_eq!(at(29902)["finding"], "command");
+    for line in [15014, 15015, 16240, 28071, 31960, 31961] {
+        let s = at(line);
+        assert_eq!(s["finding"], "cpu-starvation", "line {line}: {s}");
+        assert!(s["cause"].as_str().unwrap().contains("/proc file"), "{s}");
     }
 }
 
