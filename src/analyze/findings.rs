@@ -118,15 +118,7 @@ fn explain_trace(
             return v;
         }
         if c.through.mid_proc_file && matches!(role, Role::Main | Role::IoThread) {
-            return (
-                Some(FindingId::CpuStarvation),
-                format!(
-                    "{who} {d}{during} between two calls on the /proc file it was reading \
-                     (redis opens, reads and closes one back to back, as when it samples its \
-                     memory): no command runs there; the thread was off its CPU, waiting for \
-                     one or stopped by the tracer (no scheduler split in this trace says which)"
-                ),
-            );
+            return mid_proc_file(&who, &d, &during);
         }
         // Kept in a trace missing calls only because commands waited through it (`Kept`).
         if a.gaps.is_some() {
@@ -234,6 +226,21 @@ pub(crate) fn io_wait_of(
     c.through
         .io
         .filter(|v| v.is_wait(a.threshold_us * 1000, c.dur, main_runnable))
+}
+
+/// A gap between two calls on one /proc file (`Through::mid_proc_file`), without the
+/// scheduler's split: no finding (CPU starvation is read from the scheduler's figures, and
+/// the tracer may have held the thread as well), but no command either.
+fn mid_proc_file(who: &str, d: &str, during: &str) -> (Option<FindingId>, String) {
+    (
+        None,
+        format!(
+            "{who} {d}{during} between two calls on the /proc file it was reading (redis \
+             opens, reads and closes one back to back, as when it samples its memory): no \
+             command runs there; the thread was off its CPU, waiting for one or stopped by the \
+             tracer (no scheduler split in this trace says which)"
+        ),
+    )
 }
 
 /// "main thread made no syscall for 12 ms: it waited for its I/O threads ...".

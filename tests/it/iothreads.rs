@@ -238,7 +238,7 @@ fn valkey9_gaps_inside_a_proc_read_are_no_slow_command() {
     assert_eq!(at(29902)["finding"], "command");
     for line in [15014, 15015, 16240, 28071, 31960, 31961] {
         let s = at(line);
-        assert_eq!(s["finding"], "cpu-starvation", "line {line}: {s}");
+        assert!(s["finding"].is_null(), "line {line}: {s}");
         assert!(s["cause"].as_str().unwrap().contains("/proc file"), "{s}");
     }
 }
