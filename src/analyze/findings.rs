@@ -243,6 +243,24 @@ fn mid_proc_file(who: &str, d: &str, during: &str) -> (Option<FindingId>, String
     )
 }
 
+/// A main-thread gap no rule explains that began after the stall of the command it held
+/// had ended (`Held::finished`): the command is not named for it, and what it was is not
+/// claimed.
+pub(crate) fn after_its_command(c: &Cand, cmd: &str) -> (Option<FindingId>, String) {
+    let d = gap_words(
+        c,
+        &format!("{}{}", bound_words(c.dur_facts.bound), human(c.dur / 1000)),
+    );
+    (
+        None,
+        format!(
+            "main thread {d} after {cmd}'s own stall had ended: no other command is known to \
+             have run through it, so it was the end of {cmd}'s work (its reply, its slowlog \
+             entry) or the process descheduled; the trace cannot tell which"
+        ),
+    )
+}
+
 /// "main thread made no syscall for 12 ms: it waited for its I/O threads ...".
 fn io_wait_words(
     c: &Cand,

@@ -51,6 +51,12 @@ pub(crate) struct Held {
     /// The command the stall's row names as the one its thread ran (`Kept`), for the
     /// findings' summaries to say the same.
     pub(crate) ran: Option<CmdId>,
+    /// Of each name (at most `RUNNING_NAMES`), the sequence number of the first command of
+    /// it held: which command a name stands for when one command has it (`lone_seq`).
+    first_seq: Vec<(CmdId, u64)>,
+    /// The command this gap held whose own stall, an earlier one of the same thread, had
+    /// ended before it began (`Kept::all`): not the one it ran.
+    pub(crate) finished: Option<CmdId>,
 }
 
 /// Of commands by name (name, how many), the one name only one command has, when every other
@@ -90,6 +96,10 @@ impl Held {
             match self.by_cmd.iter_mut().find(|(n, _)| *n == d.name) {
                 Some(e) => e.1 += 1,
                 None => self.by_cmd.push((d.name, 1)),
+            }
+            let first = self.first_seq.iter().any(|(n, _)| *n == d.name);
+            if !first && self.first_seq.len() < RUNNING_NAMES {
+                self.first_seq.push((d.name, d.seq));
             }
             if d.req > self.start
                 && d.reply >= self.end
@@ -168,6 +178,14 @@ impl Held {
             .or_else(|| self.odd_one_out())
     }
 
+    /// The sequence number of the one command of this name the stall held, when it held
+    /// one only: the same command as another stall's when the numbers match.
+    pub(crate) fn lone_seq(&self, name: CmdId) -> Option<u64> {
+        let one = self.by_cmd.iter().any(|(n, k)| *n == name && *k == 1);
+        let seq = self.first_seq.iter().find(|(n, _)| *n == name);
+        seq.filter(|_| one).map(|(_, s)| *s)
+    }
+
     /// Only the threads that serve clients hold them up: a child or bio thread's stall that
     /// overlaps a command did not delay it (had it, the main thread would have stalled too).
     pub(crate) fn client_facing_only(&mut self) {
@@ -180,6 +198,8 @@ impl Held {
         self.first_answered = None;
         self.running_names.clear();
         self.ran = None;
+        self.first_seq.clear();
+        self.finished = None;
     }
 }
 

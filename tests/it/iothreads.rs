@@ -241,6 +241,21 @@ fn valkey9_gaps_inside_a_proc_read_are_no_slow_command() {
         assert!(s["finding"].is_null(), "line {line}: {s}");
         assert!(s["cause"].as_str().unwrap().contains("/proc file"), "{s}");
     }
+    // The gaps after DEBUG SLEEP's 329 ms clock_nanosleep (two of 28 ms) and after the
+    // EVAL's 807 ms gap (20 ms) began after the command's own stall had ended: not named
+    // after it ("a slow command (DEBUG)" before), nor claimed as a command.
+    for (line, cmd) in [(24012, "DEBUG"), (24065, "DEBUG"), (29955, "EVAL")] {
+        let s = at(line);
+        let cause = s["cause"].as_str().unwrap();
+        assert!(s["finding"].is_null(), "line {line}: {s}");
+        assert!(!cause.contains(&format!("({cmd})")), "{cause}");
+        assert!(
+            cause.contains(&format!("after {cmd}'s own stall had ended")),
+            "{cause}"
+        );
+    }
+    let eval = at(29902)["cause"].as_str().unwrap();
+    assert!(eval.contains("a slow command (EVAL)"), "{eval}");
 }
 
 /// Without thread names (`-Y` stripped) the I/O thread is found by what it does (client
