@@ -12,7 +12,7 @@ use super::file_time::FileTime;
 use super::holds::Held;
 use super::phases::Phases;
 use super::roles::Role;
-use super::stalls::Cand;
+use super::stalls::{Cand, NoCommand};
 use super::world::World;
 use crate::fdtable::{FileClass, FileInfo};
 use crate::redis_conf::RedisConf;
@@ -117,8 +117,12 @@ fn explain_trace(
         if let Some(v) = sched_of_gap(a, c, role, &who, &d, &during, running) {
             return v;
         }
-        if c.through.mid_proc_file && matches!(role, Role::Main | Role::IoThread) {
-            return mid_proc_file(&who, &d, &during);
+        if let Some(k) = c
+            .through
+            .no_command
+            .filter(|_| matches!(role, Role::Main | Role::IoThread))
+        {
+            return no_command(k, &who, &d, &during);
         }
         // Kept in a trace missing calls only because commands waited through it (`Kept`).
         if a.gaps.is_some() {
@@ -228,17 +232,27 @@ pub(crate) fn io_wait_of(
         .filter(|v| v.is_wait(a.threshold_us * 1000, c.dur, main_runnable))
 }
 
-/// A gap between two calls on one /proc file (`Through::mid_proc_file`), without the
-/// scheduler's split: no finding (CPU starvation is read from the scheduler's figures, and
-/// the tracer may have held the thread as well), but no command either.
-fn mid_proc_file(who: &str, d: &str, during: &str) -> (Option<FindingId>, String) {
+/// A gap between two calls redis runs no command between (`Through::no_command`), without
+/// the scheduler's split: no finding (CPU starvation is read from the scheduler's figures,
+/// and the tracer may have held the thread as well), but no command either.
+fn no_command(k: NoCommand, who: &str, d: &str, during: &str) -> (Option<FindingId>, String) {
+    let between = match k {
+        NoCommand::ProcFile => {
+            "between two calls on the /proc file it was reading (redis opens, reads and \
+             closes one back to back, as when it samples its memory)"
+        }
+        NoCommand::Dispatch => {
+            "between its event-loop wait's return and its read of the notification fd it \
+             woke for (the event's handler reads it first, before the commands of the \
+             clients handed over, as redis 8's I/O threads hand them)"
+        }
+    };
     (
         None,
         format!(
-            "{who} {d}{during} between two calls on the /proc file it was reading (redis \
-             opens, reads and closes one back to back, as when it samples its memory): no \
-             command runs there; the thread was off its CPU, waiting for one or stopped by the \
-             tracer (no scheduler split in this trace says which)"
+            "{who} {d}{during} {between}: no command runs there; the thread was off its CPU, \
+             waiting for one or stopped by the tracer (no scheduler split in this trace says \
+             which)"
         ),
     )
 }

@@ -107,9 +107,24 @@ pub(crate) struct Through {
     /// The futex wake of a waiter the gap ended in: on which futex, and whether another
     /// thread waited through the gap for it.
     pub(crate) woke: Option<Woke>,
-    /// The gap lay between two calls on one /proc file (its open and its read, its read and
-    /// its close): the thread was in the middle of reading it (`Last::proc_fd`).
-    pub(crate) mid_proc_file: bool,
+    /// Where the gap lay that no command runs in (`NoCommand`).
+    pub(crate) no_command: Option<NoCommand>,
+}
+
+/// Two calls between which redis runs no command, whatever the gap between them: a gap
+/// there was the thread off its CPU (waiting for one, or held by a tracer).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum NoCommand {
+    /// Two calls on one /proc file (its open and its read, its read and its close): redis
+    /// reads one (its RSS and CPU time from /proc/self/stat, smaps) open, read, close, back
+    /// to back (`Last::proc_fd`).
+    ProcFile,
+    /// Its event-loop wait's return and its read of a notification fd (an eventfd): the
+    /// event loop runs only `afterSleep` (the time cache, the modules' lock) before the
+    /// first ready event's handler, and a notification's handler reads its fd first (redis
+    /// 8's I/O threads wake the main thread so, `handleClientsFromIOThread`); the commands
+    /// of the clients it hands over run after that read (`Last::loop_returned`).
+    Dispatch,
 }
 
 impl Through {
@@ -192,6 +207,8 @@ struct Last {
     /// one (its RSS and CPU time from /proc/self/stat, smaps) open, read, close, back to
     /// back, so no command runs between two of those calls.
     proc_fd: Option<i32>,
+    /// Its last call was an event-loop wait (timed: it returned then).
+    loop_returned: bool,
 }
 
 /// No last end: below every call's end, so the next call's end is the maximum.
@@ -205,6 +222,7 @@ impl Default for Last {
             wait_unknown: false,
             open: None,
             proc_fd: None,
+            loop_returned: false,
         }
     }
 }
@@ -472,6 +490,20 @@ impl Stalls {
         let on_proc = cx.class == Some(crate::fdtable::FileClass::Proc);
         let mid_proc_file = on_proc && last.proc_fd.is_some() && last.proc_fd == cx.call_fd;
         last.proc_fd = cx.call_fd.filter(|_| on_proc && cx.sc.name != "close");
+        let loop_returned = std::mem::replace(
+            &mut last.loop_returned,
+            cx.facts.has(Facts::EPOLL) && cx.timed,
+        );
+        let no_command = if mid_proc_file {
+            Some(NoCommand::ProcFile)
+        } else if loop_returned
+            && cx.class == Some(crate::fdtable::FileClass::AnonInode)
+            && cx.facts.has(Facts::READ)
+        {
+            Some(NoCommand::Dispatch)
+        } else {
+            None
+        };
         let quiet = cx.facts.has(Facts::QUIET)
             && !cx.idle
             && cx.sc.in_flight.is_none()
@@ -520,7 +552,7 @@ impl Stalls {
                     c.sched = o.sched.zip(c.sched).map(|(a, b)| add_sched(a, b));
                 }
                 c.through.woke = woke_by(cx);
-                c.through.mid_proc_file = mid_proc_file && open.is_none();
+                c.through.no_command = no_command.filter(|_| open.is_none());
                 c.phase = phases.active_at(from);
                 c.events_lost = lost;
                 let share = self.helpers.share(cx.proc, from);
@@ -770,6 +802,42 @@ mod tests {
         ]);
         assert_eq!(g.len(), 1, "{g:?}");
         assert_eq!((g[0].0, g[0].1, g[0].2.calls), (1, 149, 0));
+    }
+
+    /// redis 8 (fixtures/io-threads/redis8-io2, line 8014): the main thread's epoll_wait
+    /// returned its I/O thread's eventfd, then 40 ms passed before its read of that eventfd
+    /// (the handler's first call), under strace: no command runs there. The same gap
+    /// before a client socket's read, or before an eventfd read that follows no loop wait,
+    /// may hold one.
+    #[test]
+    fn a_gap_from_the_loop_waits_return_to_the_eventfd_read_holds_no_command() {
+        use crate::fdtable::FileClass as C;
+        let gap = |calls: &[(i64, &'static str, Option<C>)]| {
+            let mut s = Stalls::new(10 * MS, 8);
+            let p = Phases::default();
+            let mut out = None;
+            for &(ts, name, class) in calls {
+                let e = event(1, ts * MS, 0, name);
+                let step = s.on_call(&call(&e, Role::Main, class), &p, false);
+                if let Some(a) = step.added[0] {
+                    out = Some(s.get(a.idx).through.no_command);
+                }
+            }
+            out.expect("a gap")
+        };
+        let eventfd = Some(C::AnonInode);
+        assert_eq!(
+            gap(&[(0, "epoll_wait", eventfd), (40, "read", eventfd)]),
+            Some(NoCommand::Dispatch)
+        );
+        assert_eq!(
+            gap(&[(0, "epoll_wait", eventfd), (40, "read", Some(C::Client))]),
+            None
+        );
+        assert_eq!(
+            gap(&[(0, "write", Some(C::Client)), (40, "read", eventfd)]),
+            None
+        );
     }
 
     #[test]

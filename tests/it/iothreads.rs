@@ -711,11 +711,22 @@ fn redis8_pauses_are_no_slow_command_and_commands_are_counted() {
     assert_eq!(calls_of(&r, "EVAL"), 1);
     assert_eq!(calls_of(&r, "DEBUG"), 1);
     // Slow commands the ground truth lacks: 28 with the hand-off readings of redis 6/7 and
-    // valkey alone, 10 with redis 8's own loops read: gaps that open at the main thread's
-    // eventfd read or its epoll_wait's return while its I/O thread sleeps in its own loop
-    // (the main thread descheduled under strace; 4 of 40-83 ms).
+    // valkey alone, 10 with redis 8's own loops read; 4 once the gaps between the main
+    // thread's epoll_wait return and its read of the I/O thread's eventfd (the handler's
+    // first call: no command runs before it) were told apart. Left: gaps between that read
+    // and the clients' hand-back (the commands run there; the main thread descheduled
+    // under strace, 4-16 ms) and two before an epoll_wait (69, 83 ms).
+    for line in [8014, 31217, 31878, 37127, 57197, 81520] {
+        let s = stalls(&r)
+            .iter()
+            .find(|s| s["thread"] == "main" && s["kind"] == "gap" && s["line"] == line)
+            .unwrap_or_else(|| panic!("no main-thread gap at line {line}"));
+        let cause = s["cause"].as_str().unwrap();
+        assert!(s["finding"].is_null(), "line {line}: {s}");
+        assert!(cause.contains("notification fd it woke for"), "{cause}");
+    }
     let false_cmd = false_slow_commands(&r);
-    assert!(false_cmd.len() <= 10, "{}: {false_cmd:?}", false_cmd.len());
+    assert!(false_cmd.len() <= 4, "{}: {false_cmd:?}", false_cmd.len());
 
     let r = analyze(&fixture("redis8-io4.strace.gz"), &[]);
     for tid in [28270, 28271, 28272] {
