@@ -228,6 +228,29 @@ impl Default for Last {
 }
 
 impl Last {
+    /// Notes a call's /proc file and event-loop wait, and says whether the gap before it lay
+    /// where no command runs (`NoCommand`).
+    fn no_command(&mut self, cx: &ResolvedCall<'_>) -> Option<NoCommand> {
+        use crate::fdtable::FileClass;
+        let on_proc = cx.class == Some(FileClass::Proc);
+        let mid_proc_file = on_proc && self.proc_fd.is_some() && self.proc_fd == cx.call_fd;
+        self.proc_fd = cx.call_fd.filter(|_| on_proc && cx.sc.name != "close");
+        let loop_returned = std::mem::replace(
+            &mut self.loop_returned,
+            cx.facts.has(Facts::EPOLL) && cx.timed,
+        );
+        if mid_proc_file {
+            Some(NoCommand::ProcFile)
+        } else if loop_returned
+            && cx.class == Some(FileClass::AnonInode)
+            && cx.facts.has(Facts::READ)
+        {
+            Some(NoCommand::Dispatch)
+        } else {
+            None
+        }
+    }
+
     /// A quiet call: the open gap extended in place (made here if none is open), where
     /// moving the ~130-byte gap out and back on every call cost ~30 Ir per event.
     #[inline(always)]
@@ -487,23 +510,7 @@ impl Stalls {
         }
         let prev_known = std::mem::replace(&mut last.end_known, call_known(cx).is_known());
         let after_wait = std::mem::replace(&mut last.wait_unknown, cx.idle && !cx.timed);
-        let on_proc = cx.class == Some(crate::fdtable::FileClass::Proc);
-        let mid_proc_file = on_proc && last.proc_fd.is_some() && last.proc_fd == cx.call_fd;
-        last.proc_fd = cx.call_fd.filter(|_| on_proc && cx.sc.name != "close");
-        let loop_returned = std::mem::replace(
-            &mut last.loop_returned,
-            cx.facts.has(Facts::EPOLL) && cx.timed,
-        );
-        let no_command = if mid_proc_file {
-            Some(NoCommand::ProcFile)
-        } else if loop_returned
-            && cx.class == Some(crate::fdtable::FileClass::AnonInode)
-            && cx.facts.has(Facts::READ)
-        {
-            Some(NoCommand::Dispatch)
-        } else {
-            None
-        };
+        let no_command = last.no_command(cx);
         let quiet = cx.facts.has(Facts::QUIET)
             && !cx.idle
             && cx.sc.in_flight.is_none()
