@@ -291,6 +291,12 @@ fn io_wait_words(
              share of the hand-off when they lost the CPU (redis 6/7's busy wait, valkey's \
              spin), not a slow command"
         )
+    } else if v.calls == 0 && v.starved_through > 0 && !v.adjoining {
+        format!(
+            "{who} {d}{during}: it spun for its I/O threads, which had work in hand through it \
+             (their next call, client I/O, came after it) and waited for a CPU (valkey's spin, \
+             redis 6/7's busy wait), not a slow command"
+        )
     } else if v.calls == 0 {
         format!(
             "{who} {d}{during}: it lost the CPU right after it waited for its I/O threads \

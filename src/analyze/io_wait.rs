@@ -73,6 +73,12 @@ struct HelperCall {
     dir: Dir,
     /// Of a thread with an event loop of its own (redis 8): the span is its busy time.
     own: bool,
+    /// Where its thread's previous call ended (`Nanos::MIN`: not seen): the stretch its
+    /// `runnable_before` and `on_cpu_before` were measured over is from there to its start.
+    prev_end: Nanos,
+    /// That previous call was a client read or write of the same kind as this one: the two
+    /// are of one share of a batch, and the thread had work in hand between them.
+    same_share: bool,
 }
 
 impl HelperCall {
@@ -81,6 +87,34 @@ impl HelperCall {
     fn waited_through(&self, hole: Nanos) -> bool {
         self.sched && self.runnable_before * 2 >= hole && self.runnable_before >= self.on_cpu_before
     }
+
+    /// Its thread had work in hand since its previous call and waited for a CPU: a thread
+    /// with work makes its next call as soon as it has a CPU, so it spent no more of the
+    /// stretch on one than the counter's lag (on-CPU time is updated at ticks: a tick at
+    /// most) and waited for one through most of it (`waited_through`). An idle I/O thread
+    /// spins whenever it has a CPU (redis 6/7, valkey): on a host short of CPUs it waits for
+    /// one most of the time too, but runs its share (live valkey 9 beside three CPU hogs:
+    /// 365 ms on a CPU and 562 ms waiting for one between a turn's replies and the next
+    /// reply, an EVAL's, while the main thread ran the script).
+    fn waited_with_work(&self, hole: Nanos) -> bool {
+        self.on_cpu_before <= SCHED_TICK && self.waited_through(hole)
+    }
+
+    /// A client read or write its thread came to with work in hand through the stretch
+    /// since its previous call (`waited_with_work`): the start of that stretch, when so.
+    fn starved_since(&self) -> Option<Nanos> {
+        (self.dir != Dir::Other
+            && self.prev_end > Nanos::MIN
+            && self.waited_with_work(self.start - self.prev_end))
+        .then_some(self.prev_end)
+    }
+}
+
+/// An I/O thread's last call: where it ended and what it did.
+#[derive(Clone, Copy, Default)]
+struct LastCall {
+    end: Option<Nanos>,
+    dir: Dir,
 }
 
 /// The main thread's last calls that a hand-off is read from: its last client read or
@@ -148,6 +182,15 @@ pub(crate) struct IoCover {
     /// Of the `tail`, what their next call (past the gap's end) says they spent waiting for
     /// a CPU, when that was most of the time since their last call (`finish_starved`).
     pub(crate) starved_after: Nanos,
+    /// Of `starved_holes`, the holes between two calls of one I/O thread's share of a batch
+    /// (two reads, or two writes, nothing of its own between): it lost its CPU with work in
+    /// hand, which the main thread could not go on without.
+    pub(crate) starved_mid_share: Nanos,
+    /// No call of theirs in the gap, but one had work in hand through it and waited for a
+    /// CPU: their next call past it, a client read or write, came after a stretch that began
+    /// before the gap and that the thread spent mostly waiting for a CPU (valkey's main
+    /// thread spins in its event loop while the jobs it posted wait). Of the gap, that wait.
+    pub(crate) starved_through: Nanos,
 }
 
 impl IoCover {
@@ -172,11 +215,13 @@ impl IoCover {
         let tail_max = main_runnable.map_or(own.max(gap / 2), |r| own + r);
         let tail = self.tail - self.spun_for(gap, main_runnable);
         if self.calls == 0 {
-            // Nothing of theirs in it, but their work ended as it began: the main thread
-            // lost the CPU right after the hand-off, for no longer than scheduling
-            // explains (the tail is the whole gap then), or spun for them while they waited
-            // for one.
-            return self.adjoining && tail < own + main_runnable.unwrap_or(0);
+            // Nothing of theirs in it, but their work ended as it began (the main thread
+            // lost the CPU right after the hand-off, or spun for them while they waited for
+            // one), or they had work in hand through it and waited for a CPU
+            // (`starved_through`): the main thread's own time in it (the tail is the whole
+            // gap then) no longer than scheduling explains.
+            return (self.adjoining || self.starved_through > 0)
+                && tail < own + main_runnable.unwrap_or(0);
         }
         tail < tail_max
             && self.longest_hole < own.max(gap / 2)
@@ -202,8 +247,14 @@ impl IoCover {
     /// recording): an I/O thread that waited microseconds for a CPU between two of its calls
     /// says nothing of the gap (live redis 7 at load 4: such gaps, the main thread spinning
     /// a tick and preempted a tick while its I/O thread wrote, were called slow commands).
+    /// Holes in the middle of an I/O thread's share (`starved_mid_share`) say more: it had
+    /// work in hand the main thread spins for, whatever the main thread's own wait for a
+    /// CPU (live redis 7 under bpf beside three CPU hogs on 2 CPUs: the I/O thread wrote 13
+    /// replies, waited 5.3 ms for a CPU, wrote 11 more; the main thread waited 4.9 of the
+    /// gap's 9.6 ms for a CPU, and the gap was "a slow command").
     fn both_starved(&self, gap: Nanos, main_runnable: Option<Nanos>) -> bool {
-        self.starved_holes * 4 >= gap && main_runnable.is_some_and(|r| r * 2 >= gap)
+        (self.starved_holes - self.starved_mid_share) * 4 >= gap
+            && main_runnable.is_some_and(|r| r * 2 >= gap)
     }
 
     /// The stretch after the I/O threads' last call in the gap (`tail`), when that call
@@ -251,6 +302,8 @@ pub(crate) struct IoHelpers {
     procs: Vec<Proc>,
     /// redis 8's I/O threads, which wait in event loops of their own.
     own: OwnLoops,
+    /// Each other thread's last call (`HelperCall::prev_end`, `same_share`).
+    last: PerThread<LastCall>,
 }
 
 impl IoHelpers {
@@ -297,6 +350,8 @@ impl IoHelpers {
         } else {
             cx.ts()
         };
+        let dir = Dir::of(cx);
+        let prev = self.note_last(cx, dir);
         let call = HelperCall {
             start,
             end: cx.end,
@@ -308,12 +363,26 @@ impl IoHelpers {
                 .and_then(|s| s.before)
                 .map_or(0, |b| b.on_cpu_ns as Nanos),
             sched: sched.is_some_and(|s| s.before.is_some()),
-            dir: Dir::of(cx),
+            dir,
             own: false,
+            prev_end: prev.end.unwrap_or(Nanos::MIN),
+            same_share: dir != Dir::Other && prev.dir == dir,
         };
         self.push(cx.proc, call);
-        // Its wait for a CPU before it may have been the end of a gap (`finish_starved`).
-        Some(start - call.runnable_before)
+        // Its wait for a CPU before it may have been the end of a gap (`finish_starved`),
+        // and work in hand it waited for a CPU with may have spanned gaps (`starved_through`).
+        Some(call.starved_since().unwrap_or(start - call.runnable_before))
+    }
+
+    /// Notes a call of a thread other than the main one as its last; returns the one before.
+    fn note_last(&mut self, cx: &ResolvedCall<'_>, dir: Dir) -> LastCall {
+        let last = self.last.at(cx.thread);
+        let prev = *last;
+        *last = LastCall {
+            end: Some(cx.end),
+            dir,
+        };
+        prev
     }
 
     /// The main thread's client I/O (its share of a hand-off's batch) and its futex wakes
@@ -377,6 +446,7 @@ impl IoHelpers {
                 start = start.min(woke_at);
             }
         }
+        let prev = self.note_last(cx, Dir::Other);
         let call = HelperCall {
             start,
             end: cx.end,
@@ -386,6 +456,8 @@ impl IoHelpers {
             sched: before.is_some(),
             dir: Dir::Other,
             own: false,
+            prev_end: prev.end.unwrap_or(Nanos::MIN),
+            same_share: false,
         };
         self.push(cx.proc, call);
         start
@@ -426,6 +498,9 @@ impl IoHelpers {
         // The first call after the gap whose measured wait for a CPU reaches back into it,
         // and the last one ending in it or as it began (end, kind).
         let mut after: Option<HelperCall> = None;
+        // The first call past the gap that had work in hand through all of it, waiting for
+        // a CPU (`IoCover::starved_through`).
+        let mut through: Option<HelperCall> = None;
         let mut last = (Nanos::MIN, Dir::Other);
         let mut inside: Vec<HelperCall> = p
             .ring
@@ -435,8 +510,14 @@ impl IoHelpers {
             .map(|(_, c)| c)
             .filter(|c| {
                 adjoining |= c.end <= from && c.end > from - ADJOIN && c.dir != Dir::Other;
+                let first = |a: Option<HelperCall>| {
+                    Some(a.map_or(**c, |a| if c.start < a.start { **c } else { a }))
+                };
                 if c.start >= to && c.sched && c.start - c.runnable_before < to {
-                    after = Some(after.map_or(**c, |a| if c.start < a.start { **c } else { a }));
+                    after = first(after);
+                }
+                if c.start >= to && c.starved_since().is_some_and(|s| s <= from) {
+                    through = first(through);
                 }
                 if c.end <= to && c.end > from - ADJOIN && c.end > last.0 {
                     last = (c.end, c.dir);
@@ -445,11 +526,15 @@ impl IoHelpers {
             })
             .copied()
             .collect();
-        if inside.is_empty() && !adjoining {
+        if inside.is_empty() && !adjoining && through.is_none() {
             return None;
         }
         inside.sort_unstable_by_key(|c| c.start);
         let mut v = sweep(&inside, from, to, share);
+        if let Some(t) = through.filter(|_| inside.is_empty()) {
+            v.starved_through = t.runnable_before.min(to - from);
+            v.runnable = v.starved_through;
+        }
         if let Some(a) = after.filter(|_| last.1 == Dir::Write) {
             v.finish_starved(a, to);
         }
@@ -480,6 +565,9 @@ fn sweep(calls: &[HelperCall], from: Nanos, to: Nanos, share: Option<Dir>) -> Io
             if c.waited_through(hole) {
                 cover.runnable += c.runnable_before.min(hole);
                 cover.starved_holes += hole;
+                if c.same_share && c.prev_end > from - ADJOIN && c.waited_with_work(hole) {
+                    cover.starved_mid_share += hole;
+                }
             } else {
                 cover.longest_hole = cover.longest_hole.max(hole);
             }
@@ -570,6 +658,8 @@ impl OwnLoops {
             // a thread blocks in its own loop (no late start, no adjoining work).
             dir: Dir::Other,
             own: true,
+            prev_end: Nanos::MIN,
+            same_share: false,
         };
         if epoll {
             out[0] = (ts > from).then(|| span(from, ts, before));
@@ -597,6 +687,8 @@ mod tests {
             sched: true,
             dir: Dir::Other,
             own: false,
+            prev_end: Nanos::MIN,
+            same_share: false,
         }
     }
 
@@ -834,6 +926,89 @@ mod tests {
         // Nor does it when the main thread itself waited for a CPU through most of the gap
         // (the tail stays its own; the rule for that is the main thread's own wait).
         assert_eq!(v.spun_for(gap, Some(us(12_000))), 0);
+    }
+
+    /// A client write of an I/O thread, `µs` from a gap's start: its thread's previous call
+    /// ended at `prev_end`, and it waited `runnable` for a CPU and ran `on_cpu` since.
+    fn write(start: i64, end: i64, prev_end: i64, runnable: i64, on_cpu: i64) -> HelperCall {
+        let us = |n: i64| n * 1000;
+        HelperCall {
+            start: us(start),
+            end: us(end),
+            runnable_before: us(runnable),
+            on_cpu_before: us(on_cpu),
+            dir: Dir::Write,
+            prev_end: us(prev_end),
+            same_share: true,
+            ..c(0, 0, 0)
+        }
+    }
+
+    #[test]
+    fn an_io_thread_preempted_in_the_middle_of_its_share_is_waited_for() {
+        // redis 7 live under bpf beside three CPU hogs on 2 CPUs (bench/RESULTS.md [V41a]):
+        // the main thread wrote its share of 25 replies; the I/O thread wrote one before the
+        // gap, 11 and 2 in it, waited 5.33 ms for a CPU (none on one), wrote 11 more. The
+        // main thread's next call came 9.63 ms after its last, 4.92 ms of them waiting for
+        // a CPU: "a slow command (GET), on a CPU" (the hole was read as an idle spin).
+        let us = |n: i64| n * 1000;
+        let calls = [
+            write(93, 271, -91, 183, 0),
+            write(282, 299, 271, 0, 0),
+            write(5632, 5677, 299, 5329, 0),
+        ];
+        let (gap, main_runnable) = (us(9630), Some(us(4923)));
+        let v = sweep(&calls, 0, gap, Some(Dir::Write));
+        assert_eq!(v.starved_mid_share, us(5333));
+        assert!(v.is_wait(2 * MS, gap, main_runnable), "{v:?}");
+        // The same hole between two shares (a read, then the write) was an idle spin: the
+        // host starved both threads.
+        let mut idle = calls;
+        idle[2].same_share = false;
+        let v = sweep(&idle, 0, gap, Some(Dir::Write));
+        assert!(!v.is_wait(2 * MS, gap, main_runnable), "{v:?}");
+        // An I/O thread that ran 365 ms in the hole had no work in hand: it spun (valkey 9
+        // live beside the hogs: a turn's 45 replies, 928.6 ms, the EVAL's reply; the main
+        // thread ran the script, 560 of its 951 ms waiting for a CPU).
+        let mut eval = [
+            write(20466, 22742, 5902, 10952, 3657),
+            write(951_334, 951_391, 22742, 562_078, 364_864),
+        ];
+        // Its call before the first was its event-loop wait (valkey's offloaded poll).
+        eval[0].same_share = false;
+        let gap = us(951_379);
+        let v = sweep(&eval, 0, gap, None);
+        assert_eq!(v.starved_mid_share, 0);
+        assert!(!v.is_wait(2 * MS, gap, Some(us(559_766))), "{v:?}");
+    }
+
+    #[test]
+    fn a_main_thread_spinning_while_its_io_thread_waits_with_work_waits_for_it() {
+        // valkey 9 live under bpf beside three CPU hogs on 2 CPUs: its event loop's wait
+        // returned 50 clients, whose reads it posted to its I/O thread; it made no call for
+        // 8.08 ms (3.38 of them waiting for a CPU) up to its cron. The I/O thread's last call
+        // had ended 11.75 ms before the gap, its next one (the first of the 50 reads) came
+        // 16 ms into it, after 24.7 ms waiting for a CPU and 3.2 on one (a tick's lag).
+        let us = |n: i64| n * 1000;
+        let mut h = IoHelpers::default();
+        let mut read = write(16_014, 16_047, -11_753, 24_686, 3_245);
+        (read.dir, read.same_share) = (Dir::Read, false);
+        h.push(ProcKey::Root, read);
+        let (gap, main_runnable) = (us(8079), Some(us(3377)));
+        let v = h.cover(ProcKey::Root, 0, gap, None).expect("a cover");
+        assert_eq!((v.calls, v.starved_through), (0, gap));
+        assert!(v.is_wait(2 * MS, gap, main_runnable), "{v:?}");
+        // The main thread's own time in it is what bounds it: a command on a CPU for 300 ms
+        // while the I/O thread waited is the command.
+        let v = h
+            .cover(ProcKey::Root, 0, us(300_000), None)
+            .expect("a cover");
+        assert!(!v.is_wait(2 * MS, us(300_000), Some(us(12_000))), "{v:?}");
+        // A thread that ran through the stretch had no work in hand: nothing covers the gap.
+        let mut h = IoHelpers::default();
+        read.on_cpu_before = us(20_000);
+        h.push(ProcKey::Root, read);
+        assert!(h.cover(ProcKey::Root, 0, gap, None).is_none());
     }
 
     #[test]
