@@ -10,6 +10,9 @@
 #   bench/iothreads_verdicts.sh BINARY [BACKEND] [N] [ROUNDS] [SERVERS]
 #   (defaults bpf, 300000, 3, "redis valkey")
 #
+# HOGS=K runs K busy loops (`sh -c 'while :; do :; done'`) beside it for the whole run: CPU
+# contention, the host short of CPUs for the server's threads ([V40c], [V41a]).
+#
 # Needs root (bpf, perf), redis-server, redis-benchmark, redis-cli, python3, valkey-server.
 set -euo pipefail
 BIN=$(realpath "$1")
@@ -19,8 +22,9 @@ ROUNDS=${4:-3}
 SERVERS=${5:-redis valkey}
 DIR=$(mktemp -d)
 PIDS=()
+HOG_PIDS=()
 cleanup() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${PIDS[@]}" "${HOG_PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
   rm -rf "$DIR"
 }
@@ -29,7 +33,8 @@ trap cleanup EXIT
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 now() { python3 -c 'import time; print(f"{time.time():.6f}")'; }
 
-echo "# $(date -u '+%Y-%m-%d %H:%M:%S') UTC, $(uptime)"
+for _ in $(seq "${HOGS:-0}"); do sh -c 'while :; do :; done' & HOG_PIDS+=($!); done
+echo "# $(date -u '+%Y-%m-%d %H:%M:%S') UTC, $(uptime), ${HOGS:-0} CPU hogs"
 echo "# binary $BIN ($("$BIN" --version 2>/dev/null || true)), backend $BACKEND, N=$N ROUNDS=$ROUNDS, $(nproc) CPUs"
 for s in $SERVERS; do
   case $s in

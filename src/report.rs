@@ -935,11 +935,15 @@ fn is_false(b: &bool) -> bool {
 }
 
 impl StallSched {
-    /// From the counters over a stall of `dur_ns`. On-CPU time is updated at scheduler
-    /// ticks, so it can trail by up to one tick: the blocked rest is clamped at zero.
+    /// From the counters over a stall of `dur_ns`. The runnable time is exact: the kernel
+    /// adds each wait for a CPU as the thread gets one, and the counters are read while the
+    /// thread runs (bpf, perf) or is stopped (ptrace). On-CPU time is updated at scheduler
+    /// ticks and switches, so each reading trails by up to a tick and their difference may
+    /// be a tick off either way: it is clamped to what the runnable time leaves of the
+    /// stall, and the blocked rest at zero.
     pub fn of(d: &crate::event::SchedDelta, dur_ns: i64) -> Self {
-        let on = (d.on_cpu_ns as i64).min(dur_ns.max(0));
-        let run = (d.runnable_ns as i64).min(dur_ns.max(0) - on);
+        let run = (d.runnable_ns as i64).min(dur_ns.max(0));
+        let on = (d.on_cpu_ns as i64).min(dur_ns.max(0) - run);
         StallSched {
             on_cpu_us: on / 1000,
             runnable_us: run / 1000,

@@ -432,11 +432,12 @@ const FAULT_BURST_MIN: u64 = 100;
 const BASE_PAGE: u64 = 4096;
 
 impl SchedSplit {
-    /// Clamped as the JSON's `sched` is (on-CPU time trails by up to a tick).
+    /// Clamped as the JSON's `sched` is (`StallSched::of`: the runnable time is exact,
+    /// on-CPU time a tick off either way, so it gets what the runnable time leaves).
     fn of(c: &Cand, fault_copy: Option<u64>) -> Option<Self> {
         let d = c.sched?;
-        let on = (d.on_cpu_ns as i64).min(c.dur.max(0));
-        let runnable_ns = (d.runnable_ns as i64).min(c.dur.max(0) - on);
+        let runnable_ns = (d.runnable_ns as i64).min(c.dur.max(0));
+        let on = (d.on_cpu_ns as i64).min(c.dur.max(0) - runnable_ns);
         Some(SchedSplit {
             on_ns: on,
             runnable_ns,
@@ -2095,6 +2096,31 @@ mod tests {
             let (id, why) = explain(ev, &cases[0].0, Role::Main, None);
             assert_eq!(id, Some(FindingId::CpuThrottled));
             assert!(why.contains("its cgroup's CPU quota"), "{why}");
+        });
+    }
+
+    /// The runnable time is exact, the on-CPU time a tick off: a gap whose counters add up
+    /// to more than it lasted keeps its runnable time whole (valkey 9 live under bpf beside
+    /// three CPU hogs on 2 CPUs: 15.985 ms, 8.000 on a CPU and 7.997 waiting for one read, the
+    /// main thread and its I/O thread each spinning a tick for the other; clamped the other
+    /// way it was 7.984 waiting, under half, and "a slow command, on a CPU").
+    #[test]
+    fn a_split_over_its_gap_keeps_the_runnable_time_whole() {
+        use crate::event::SchedDelta;
+        let mut c = cand(StallKind::Gap, None, None);
+        c.dur = 15_985_000;
+        c.sched = Some(SchedDelta {
+            on_cpu_ns: 8_000_000,
+            runnable_ns: 7_997_000,
+            ..Default::default()
+        });
+        with_evidence(|ev| {
+            let (id, why) = explain(ev, &c, Role::Main, None);
+            assert_eq!(id, Some(FindingId::CpuStarvation), "{why}");
+            assert!(
+                why.contains("8.0 ms waiting for a CPU, 8.0 ms on one"),
+                "{why}"
+            );
         });
     }
 

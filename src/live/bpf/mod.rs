@@ -1017,9 +1017,12 @@ mod tests {
         assert_eq!(s.reclaim_us, Some(30));
         let s = crate::report::StallSched::of(&d, 100_000);
         assert_eq!((s.on_cpu_us, s.runnable_us, s.blocked_us), (30, 60, 10));
-        // On-CPU time trails by up to a tick: never more than the stall, never a negative rest.
+        // On-CPU time is a tick off either way, the runnable time exact: on-CPU gets what the
+        // runnable time leaves of the stall, never a negative rest.
         let s = crate::report::StallSched::of(&d, 50_000);
-        assert_eq!((s.on_cpu_us, s.runnable_us, s.blocked_us), (30, 20, 0));
+        assert_eq!((s.on_cpu_us, s.runnable_us, s.blocked_us), (0, 50, 0));
+        let s = crate::report::StallSched::of(&d, 80_000);
+        assert_eq!((s.on_cpu_us, s.runnable_us, s.blocked_us), (20, 60, 0));
         // Counters that went backwards (a reused tid) give zero, not a wrap.
         assert_eq!(
             delta(&[5, 5, 5, 5, 5, 5], &[1, 1, 1, 1, 1, 1], none),
