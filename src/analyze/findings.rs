@@ -321,7 +321,9 @@ fn io_wait_words(
         ));
     }
     let own = v.longest_own(spun_for);
-    if own > 0 {
+    // With no call of theirs in it (`starved_through`) the whole gap is "without them":
+    // the sentence before says why.
+    if own > 0 && v.starved_through == 0 {
         text.push_str(&format!(
             "; its longest stretch without them, {}, is what a spinning thread loses to the \
              scheduler on a host short of CPUs",

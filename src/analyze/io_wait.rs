@@ -532,8 +532,9 @@ impl IoHelpers {
         inside.sort_unstable_by_key(|c| c.start);
         let mut v = sweep(&inside, from, to, share);
         if let Some(t) = through.filter(|_| inside.is_empty()) {
+            // Measured by that call's split, though none of theirs was in the gap.
             v.starved_through = t.runnable_before.min(to - from);
-            v.runnable = v.starved_through;
+            (v.runnable, v.sched) = (v.starved_through, true);
         }
         if let Some(a) = after.filter(|_| last.1 == Dir::Write) {
             v.finish_starved(a, to);
@@ -996,7 +997,8 @@ mod tests {
         h.push(ProcKey::Root, read);
         let (gap, main_runnable) = (us(8079), Some(us(3377)));
         let v = h.cover(ProcKey::Root, 0, gap, None).expect("a cover");
-        assert_eq!((v.calls, v.starved_through), (0, gap));
+        assert_eq!((v.calls, v.starved_through, v.runnable), (0, gap, gap));
+        assert!(v.sched);
         assert!(v.is_wait(2 * MS, gap, main_runnable), "{v:?}");
         // The main thread's own time in it is what bounds it: a command on a CPU for 300 ms
         // while the I/O thread waited is the command.
