@@ -152,7 +152,7 @@ struct Proc {
 /// ticks. A main thread that spins while its I/O threads compete with it (and with the
 /// clients and the tracer) for too few CPUs loses about that much after every hand-off: a
 /// stretch of the gap this short is read as scheduling, not as a command of its own.
-const SCHED_TICK: Nanos = 10_000_000;
+pub(crate) const SCHED_TICK: Nanos = 10_000_000;
 
 /// What the I/O threads did over one gap of the main thread.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
