@@ -651,9 +651,11 @@ fn sched_of_gap(
             Some(FindingId::CpuStarvation),
             format!(
                 "{who} {d}{during}: it had no CPU for {} of it, though it was neither waiting \
-                 for one nor in a call ({w}): on a virtual machine, the hypervisor ran something \
-                 else on its CPU (steal time, which the kernel keeps out of a thread's \
-                 counters), not a slow command",
+                 for one nor in a call ({w}): the CPU was taken from under it, not a slow \
+                 command; on a virtual machine, the hypervisor ran something else on it (steal \
+                 time, which the kernel keeps out of a thread's counters: check steal in top \
+                 or /proc/stat), otherwise the process was stopped or frozen (SIGSTOP, a cgroup \
+                 freezer such as docker pause)",
                 human(s.stopped(c.dur) / 1000)
             ),
         ));
