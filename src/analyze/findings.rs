@@ -68,6 +68,8 @@ pub(crate) struct Evidence<'a> {
     /// The tracer stopped the threads at every call (ptrace, `Options::stamped_at_stops`):
     /// the time a stop waits for it counts as blocked in the scheduler's split.
     pub(crate) stopped_by_tracer: bool,
+    /// Live: the host's steal time at each /proc reading (`Options::host_steal`).
+    pub(crate) host_steal: &'a [(crate::event::Nanos, u64)],
 }
 
 /// (finding id, plain-words cause) for one stall. `running`: the command its thread ran
@@ -503,12 +505,15 @@ impl SchedSplit {
     /// Where the kernel accounts steal time (`PARAVIRT_TIME_ACCOUNTING`), the time the
     /// hypervisor held its virtual CPU counts as neither (live redis 7 and valkey 9 beside
     /// three CPU hogs on a 2-vCPU VM: gaps of 104 and 128 ms, 100 ms of them so).
+    /// It ran no longer than a tick in it (the counter's lag), so no command of its own ran
+    /// there either: a script on a CPU 100 ms, then stopped 1 s, was a slow command too.
     fn stolen(&self, dur: i64) -> bool {
         let stopped = self.stopped(dur);
         self.major_faults == 0
             && self.reclaim_ns.unwrap_or(0) * 2 < stopped
             && stopped > super::io_wait::SCHED_TICK
             && stopped * 2 >= dur
+            && self.on_ns <= super::io_wait::SCHED_TICK
     }
     /// Neither on a CPU nor waiting for one.
     fn stopped(&self, dur: i64) -> i64 {
@@ -647,18 +652,12 @@ fn sched_of_gap(
         ));
     }
     if role == Role::Main && !a.stopped_by_tracer && c.through.calls == 0 && s.stolen(c.dur) {
-        return Some((
-            Some(FindingId::CpuStarvation),
-            format!(
-                "{who} {d}{during}: it had no CPU for {} of it, though it was neither waiting \
-                 for one nor in a call ({w}): the CPU was taken from under it, not a slow \
-                 command; on a virtual machine, the hypervisor ran something else on it (steal \
-                 time, which the kernel keeps out of a thread's counters: check steal in top \
-                 or /proc/stat), otherwise the process was stopped or frozen (SIGSTOP, a cgroup \
-                 freezer such as docker pause)",
-                human(s.stopped(c.dur) / 1000)
-            ),
-        ));
+        let head = format!(
+            "{who} {d}{during}: it had no CPU for {} of it, though it was neither waiting for \
+             one nor in a call ({w}): the CPU was taken from under it, not a slow command",
+            human(s.stopped(c.dur) / 1000)
+        );
+        return Some(taken_words(a.host_steal, c, s.stopped(c.dur), head));
     }
     if c.phase.is_some() && s.fault_burst() {
         return Some((
@@ -677,6 +676,55 @@ fn sched_of_gap(
         ));
     }
     None
+}
+
+/// Who took the CPU from under a thread that was neither on one nor waiting for one
+/// (`SchedSplit::stolen`, `stopped` ns of the gap), by the host's steal time over the /proc
+/// readings around the gap: the hypervisor, when it stole at least half that much (of all
+/// the CPUs: the thread's one among them); otherwise the process was stopped or frozen.
+/// Without readings (a replayed recording) both are said.
+fn taken_words(
+    steal: &[(crate::event::Nanos, u64)],
+    c: &Cand,
+    stopped: i64,
+    head: String,
+) -> (Option<FindingId>, String) {
+    let a = steal.iter().rev().find(|r| r.0 <= c.start);
+    let b = steal.iter().find(|r| r.0 >= c.start + c.dur);
+    let Some(((t0, s0), (t1, s1))) = a.zip(b) else {
+        return (
+            Some(FindingId::CpuStarvation),
+            format!(
+                "{head}; on a virtual machine, the hypervisor ran something else on it (steal \
+                 time, which the kernel keeps out of a thread's counters: check steal in top or \
+                 /proc/stat), otherwise the process was stopped or frozen (SIGSTOP, a cgroup \
+                 freezer such as docker pause)"
+            ),
+        );
+    };
+    let rose = s1.saturating_sub(*s0) as i64;
+    let over = format!(
+        "the host's steal time rose {} over the {} of /proc readings around it",
+        human(rose / 1000),
+        human((t1 - t0) / 1000)
+    );
+    if rose * 2 >= stopped {
+        (
+            Some(FindingId::CpuStarvation),
+            format!(
+                "{head}: the hypervisor ran something else on its CPU ({over}; steal time is \
+                 kept out of a thread's counters)"
+            ),
+        )
+    } else {
+        (
+            None,
+            format!(
+                "{head}: the process was stopped or frozen (SIGSTOP, a debugger, a cgroup \
+                 freezer such as docker pause), not the hypervisor ({over})"
+            ),
+        )
+    }
 }
 
 /// Appends " on the AOF appendonly.aof", " on fd 7", or nothing, to `text`.
@@ -2073,10 +2121,21 @@ mod tests {
             cgroup,
             cpus: None,
             stopped_by_tracer: false,
+            host_steal: &[],
         })
     }
 
     /// `with_evidence` of a trace whose tracer stopped the threads at every call (ptrace).
+    /// `with_evidence` with the host's steal readings of a live session.
+    fn with_steal<T>(steal: &[(Nanos, u64)], f: impl FnOnce(&Evidence<'_>) -> T) -> T {
+        with_evidence(|ev| {
+            f(&Evidence {
+                host_steal: steal,
+                ..*ev
+            })
+        })
+    }
+
     fn with_stops<T>(f: impl FnOnce(&Evidence<'_>) -> T) -> T {
         with_evidence(|ev| {
             f(&Evidence {
@@ -2178,6 +2237,37 @@ mod tests {
             // Within a tick, the on-CPU counter's lag: nothing said of it.
             let (id, why) = explain(ev, &gap(3609, 0, 0), Role::Main, None);
             assert_eq!(id, Some(FindingId::Command), "{why}");
+            // A script on a CPU 100 ms, then stopped a second: a slow command as well.
+            let (id, why) = explain(ev, &gap(1_100_000, 100_000, 0), Role::Main, None);
+            assert_ne!(id, Some(FindingId::CpuStarvation), "{why}");
+            assert!(!why.contains("not a slow command"), "{why}");
+        });
+        // Live, the host's steal over the /proc readings around the gap says who took the
+        // CPU: the hypervisor (steal rose by half of it or more), or nobody's steal (the
+        // process was stopped or frozen: `kill -STOP`, `docker pause`).
+        let stolen = gap(104_026, 2459, 1552);
+        let readings = |rose_ms: u64| {
+            [
+                (-50 * MS, 7 * MS as u64),
+                (150 * MS, (7 + rose_ms) * MS as u64),
+            ]
+        };
+        let steal = readings(60);
+        with_steal(&steal, |ev| {
+            let (id, why) = explain(ev, &stolen, Role::Main, None);
+            assert_eq!(id, Some(FindingId::CpuStarvation), "{why}");
+            assert!(why.contains("the hypervisor ran something else"), "{why}");
+            assert!(
+                why.contains("steal time rose 60 ms over the 200 ms"),
+                "{why}"
+            );
+        });
+        let steal = readings(10);
+        with_steal(&steal, |ev| {
+            let (id, why) = explain(ev, &stolen, Role::Main, None);
+            assert_eq!(id, None, "{why}");
+            assert!(why.contains("stopped or frozen"), "{why}");
+            assert!(why.contains("not the hypervisor"), "{why}");
         });
         // Under ptrace the thread is held at its syscall stops: the tracer's cost.
         with_stops(|ev| {
@@ -2580,6 +2670,7 @@ mod tests {
             cgroup: None,
             cpus: None,
             stopped_by_tracer: false,
+            host_steal: &[],
         };
         let huge = Some(2 << 20);
         let base = Some(4096);

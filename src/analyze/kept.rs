@@ -366,6 +366,7 @@ mod tests {
             cgroup: None,
             cpus: None,
             stopped_by_tracer: false,
+            host_steal: &[],
         };
         let clock = Clock::none();
         // The commands unit's names: SET is the first one read.

@@ -236,6 +236,7 @@ impl Analyzer {
             cgroup: self.opts.cgroup.as_ref(),
             cpus: self.opts.cpus.as_ref(),
             stopped_by_tracer: self.opts.stamped_at_stops,
+            host_steal: &self.opts.host_steal,
         }
     }
 
@@ -268,6 +269,12 @@ impl Analyzer {
         if let Some(c) = &mut self.opts.cgroup {
             c.readings = readings;
         }
+    }
+
+    /// Live: the host's steal time at each /proc reading (monotonic ns, cumulative ns), read
+    /// by the rule of a gap the thread spent neither on a CPU nor waiting for one.
+    pub fn host_steal(&mut self, readings: Vec<(crate::event::Nanos, u64)>) {
+        self.opts.host_steal = readings;
     }
 
     pub fn finish(mut self, info: SourceInfo, counters: Counters) -> Report {

@@ -1,7 +1,7 @@
 //! The analyzer's configuration, fixed before the first event: the threshold, what the
 //! outputs need kept, and what is known about the traced redis from outside the trace.
 
-use crate::event::Tid;
+use crate::event::{Nanos, Tid};
 use crate::redis_conf::RedisConf;
 use rustc_hash::FxHashMap as HashMap;
 
@@ -27,6 +27,9 @@ pub struct Options {
     /// Live: the traced process's cgroup (limits from the start; readings added before the
     /// report is made, `Analyzer::cgroup_readings`).
     pub cgroup: Option<super::limits::CgEvidence>,
+    /// Live: the host's steal time (monotonic ns, cumulative ns of all CPUs) at each /proc
+    /// reading (`Analyzer::host_steal`); empty elsewhere.
+    pub host_steal: Vec<(Nanos, u64)>,
     /// Live: the CPUs the traced process may run on (read at the attach).
     pub cpus: Option<crate::report::Cpus>,
 }
@@ -43,6 +46,7 @@ impl Default for Options {
             stamped_at_stops: false,
             fault_copy_bytes: None,
             cgroup: None,
+            host_steal: vec![],
             cpus: None,
         }
     }

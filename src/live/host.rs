@@ -36,6 +36,9 @@ pub(crate) struct Raw {
     /// The host's CPU time (ticks): all of it, and waiting for I/O.
     pub cpu_total: u64,
     pub cpu_iowait: u64,
+    /// The host's steal time (ns, all CPUs): what the hypervisor ran on its virtual CPUs
+    /// instead of this VM (0 on bare metal and where the kernel does not count it).
+    pub steal_ns: u64,
     /// Main thread: ns on a CPU and ns runnable but waiting for one (schedstat).
     pub run_ns: u64,
     pub wait_ns: u64,
@@ -212,7 +215,7 @@ fn read_raw(p: &Process, cg: Option<&Cgroup>) -> Option<Raw> {
     let io = p.io().ok();
     let sched = p.schedstat().ok();
     let status = p.status().ok();
-    let (cpu_total, cpu_iowait) = cpu_times().unwrap_or((0, 0));
+    let (cpu_total, cpu_iowait, steal) = cpu_times().unwrap_or((0, 0, 0));
     Some(Raw {
         mono: crate::clock::now_mono(),
         minflt: st.minflt,
@@ -221,6 +224,7 @@ fn read_raw(p: &Process, cg: Option<&Cgroup>) -> Option<Raw> {
         write_bytes: io.as_ref().map_or(0, |i| i.write_bytes),
         cpu_total,
         cpu_iowait,
+        steal_ns: steal.saturating_mul(1_000_000_000 / procfs::ticks_per_second().max(1)),
         run_ns: sched.as_ref().map_or(0, |s| s.sum_exec_runtime),
         wait_ns: sched.as_ref().map_or(0, |s| s.run_delay),
         voluntary_cs: status
@@ -237,8 +241,8 @@ fn read_raw(p: &Process, cg: Option<&Cgroup>) -> Option<Raw> {
 }
 
 /// The host's CPU time in ticks (/proc/stat's `cpu` line): all of it (user nice system
-/// idle iowait irq softirq steal; guest time is inside user and nice), and iowait.
-fn cpu_times() -> Option<(u64, u64)> {
+/// idle iowait irq softirq steal; guest time is inside user and nice), iowait, and steal.
+fn cpu_times() -> Option<(u64, u64, u64)> {
     use procfs::CurrentSI;
     let t = procfs::KernelStats::current().ok()?.total;
     let total = t.user
@@ -249,7 +253,7 @@ fn cpu_times() -> Option<(u64, u64)> {
             .iter()
             .map(|v| v.unwrap_or(0))
             .sum::<u64>();
-    Some((total, t.iowait?))
+    Some((total, t.iowait?, t.steal.unwrap_or(0)))
 }
 
 fn rate(a: u64, b: u64, secs: f64) -> f64 {
@@ -307,6 +311,11 @@ pub(crate) fn sched_note(raw: &[Raw], from: Nanos, to: Nanos, what: &str) -> Opt
 /// The cgroup's counters over [from, to] (monotonic ns), from the readings around it.
 pub(crate) fn cg_window(raw: &[Raw], from: Nanos, to: Nanos) -> Option<CgWindow> {
     super::cgroup::window(&cg_readings(raw), from, to)
+}
+
+/// The host's steal time over the trace, as the analysis takes it (`Analyzer::host_steal`).
+pub(crate) fn steal_readings(raw: &[Raw]) -> Vec<(Nanos, u64)> {
+    raw.iter().map(|r| (r.mono, r.steal_ns)).collect()
 }
 
 /// The cgroup's readings, as the analysis takes them (`analyze::limits::CgEvidence`).

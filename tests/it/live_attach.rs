@@ -377,7 +377,65 @@ sched_backends!(
     counts_the_wait_for_a_cpu_after_a_wakeup_as_runnable,
     splits_a_call_already_running_at_the_attach_from_the_attach,
     a_script_that_asks_for_info_is_one_gap_through_its_getrusage_calls,
+    a_stopped_process_is_no_slow_command_nor_the_hypervisors,
 );
+
+/// redis stopped by a signal for 300 ms under a GET load (`kill -STOP`, as a debugger or a
+/// cgroup freezer such as `docker pause` stops it): its main thread's gap is neither on a
+/// CPU nor waiting for one, with no call in it. That is not a slow command, and the host's
+/// steal time over the /proc readings around it (none here) says it was not the
+/// hypervisor either (the split alone, without those readings, said "the hypervisor").
+fn a_stopped_process_is_no_slow_command_nor_the_hypervisors(backend: &str) {
+    let redis = Redis::start(&[]);
+    let a = Attach::start(
+        backend,
+        redis.pid(),
+        &[
+            "--duration",
+            "3s",
+            "--threshold",
+            "50ms",
+            "--format",
+            "json",
+        ],
+    );
+    assert!(a.attached, "{:?}", a.stderr);
+    let port = redis.port.to_string();
+    let load = std::thread::spawn(move || {
+        Command::new("redis-benchmark")
+            .args(["-p", &port, "-t", "get", "-n", "1000000", "-c", "20", "-q"])
+            .output()
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let signal = |s: &str| {
+        let st = Command::new("kill")
+            .args([s, &redis.pid().to_string()])
+            .status()
+            .expect("kill");
+        assert!(st.success(), "kill {s}");
+    };
+    signal("-STOP");
+    std::thread::sleep(Duration::from_millis(300));
+    signal("-CONT");
+    let (_, out) = finish(a, Duration::from_secs(30));
+    let r = json(&out);
+    // Stopping the server by its pid ends the benchmark's run too.
+    drop(redis);
+    let _ = load.join();
+    let stopped: Vec<&serde_json::Value> = r["stalls"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|s| s["thread"] == "main" && s["duration_us"].as_i64().unwrap_or(0) >= 250_000)
+        .collect();
+    assert!(!stopped.is_empty(), "no stall of the stop: {}", r["stalls"]);
+    for s in stopped {
+        let cause = s["cause"].as_str().unwrap();
+        assert!(s["finding"].is_null(), "{s}");
+        assert!(cause.contains("stopped or frozen"), "{cause}");
+        assert!(cause.contains("not the hypervisor"), "{cause}");
+    }
+}
 
 /// A 400 ms script that asks INFO every 40 ms (each INFO calls getrusage: a quiet call that
 /// serves no client) kept every client waiting for all of it: one main-thread gap of about
