@@ -332,7 +332,14 @@ fn io_wait_words(
             human(own / 1000)
         ));
     }
-    if v.sched || spun_for > 0 {
+    if v.held > 0 {
+        text.push_str(&format!(
+            "; the I/O threads waited for a CPU or for the tracer {} of it ({} held stopped by \
+             the tracer at their syscalls: the cost of tracing)",
+            human((v.runnable + spun_for) / 1000),
+            human(v.held / 1000)
+        ));
+    } else if v.sched || spun_for > 0 {
         text.push_str(&format!(
             "; the I/O threads waited for a CPU {} of it",
             human((v.runnable + spun_for) / 1000)

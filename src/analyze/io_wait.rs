@@ -79,6 +79,9 @@ struct HelperCall {
     /// That previous call was a client read or write of the same kind as this one: the two
     /// are of one share of a batch, and the thread had work in hand between them.
     same_share: bool,
+    /// Of `runnable_before`, the time a tracer that stops every call (ptrace) held the
+    /// thread at this call's entry (`IoHelpers::tracer_stops`).
+    held_before: Nanos,
 }
 
 impl HelperCall {
@@ -191,6 +194,8 @@ pub(crate) struct IoCover {
     /// before the gap and that the thread spent mostly waiting for a CPU (valkey's main
     /// thread spins in its event loop while the jobs it posted wait). Of the gap, that wait.
     pub(crate) starved_through: Nanos,
+    /// Of `runnable`, the time a tracer that stops every call held them (ptrace).
+    pub(crate) held: Nanos,
 }
 
 impl IoCover {
@@ -304,6 +309,10 @@ pub(crate) struct IoHelpers {
     own: OwnLoops,
     /// Each other thread's last call (`HelperCall::prev_end`, `same_share`).
     last: PerThread<LastCall>,
+    /// The tracer stops every call (ptrace): time an I/O thread spent neither on a CPU nor
+    /// waiting for one before a call, with no call between, was the tracer holding it at
+    /// that call's entry (`HelperCall::held_before`).
+    pub(crate) tracer_stops: bool,
 }
 
 impl IoHelpers {
@@ -352,21 +361,29 @@ impl IoHelpers {
         };
         let dir = Dir::of(cx);
         let prev = self.note_last(cx, dir);
+        let before = sched.and_then(|s| s.before);
+        let on_cpu_before = before.map_or(0, |b| b.on_cpu_ns as Nanos);
+        let runnable = before.map_or(0, |b| b.runnable_ns as Nanos);
+        let held_before = match (self.tracer_stops, prev.end, before) {
+            // Neither on a CPU nor waiting for one since its last call, with no call
+            // between: under ptrace, stopped at this call's entry until the tracer let it go.
+            (true, Some(e), Some(_)) => (cx.ts() - e - on_cpu_before - runnable).max(0),
+            _ => 0,
+        };
         let call = HelperCall {
             start,
             end: cx.end,
-            runnable_before: sched
-                .and_then(|s| s.before)
-                .map_or(0, |b| b.runnable_ns as Nanos),
+            // A thread the tracer holds cannot run any more than one waiting for a CPU:
+            // the rules read both as its wait.
+            runnable_before: runnable + held_before,
             runnable_during: sched.map_or(0, |s| s.during.runnable_ns as Nanos),
-            on_cpu_before: sched
-                .and_then(|s| s.before)
-                .map_or(0, |b| b.on_cpu_ns as Nanos),
-            sched: sched.is_some_and(|s| s.before.is_some()),
+            on_cpu_before,
+            sched: before.is_some(),
             dir,
             own: false,
             prev_end: prev.end.unwrap_or(Nanos::MIN),
             same_share: dir != Dir::Other && prev.dir == dir,
+            held_before,
         };
         self.push(cx.proc, call);
         // Its wait for a CPU before it may have been the end of a gap (`finish_starved`),
@@ -458,6 +475,7 @@ impl IoHelpers {
             own: false,
             prev_end: prev.end.unwrap_or(Nanos::MIN),
             same_share: false,
+            held_before: 0,
         };
         self.push(cx.proc, call);
         start
@@ -565,6 +583,7 @@ fn sweep(calls: &[HelperCall], from: Nanos, to: Nanos, share: Option<Dir>) -> Io
             // the main thread waiting for it.
             if c.waited_through(hole) {
                 cover.runnable += c.runnable_before.min(hole);
+                cover.held += c.held_before.min(hole);
                 cover.starved_holes += hole;
                 if c.same_share && c.prev_end > from - ADJOIN && c.waited_with_work(hole) {
                     cover.starved_mid_share += hole;
@@ -661,6 +680,7 @@ impl OwnLoops {
             own: true,
             prev_end: Nanos::MIN,
             same_share: false,
+            held_before: 0,
         };
         if epoll {
             out[0] = (ts > from).then(|| span(from, ts, before));
@@ -690,6 +710,7 @@ mod tests {
             own: false,
             prev_end: Nanos::MIN,
             same_share: false,
+            held_before: 0,
         }
     }
 
@@ -850,6 +871,62 @@ mod tests {
             .expect("a cover");
         assert!(v.is_wait(2 * MS, 11_600_000, None), "{v:?}");
         assert_eq!(v.tail, 100_000);
+    }
+
+    /// valkey 9 live under ptrace (a full-split recording, its line 363): the main thread's
+    /// 39 ms gap, 24.5 ms on a CPU, spinning for its I/O thread's writes; the I/O thread's
+    /// last call (its offloaded poll) had ended 9 ms before the gap, its next one, the first
+    /// write, came 38.8 ms into it, after 3.8 ms on a CPU, 8.0 ms waiting for one, and 36 ms
+    /// neither: held at that write's entry stop by the tracer. "A slow command (GET), on a
+    /// CPU" before; the tracer's hold read as its wait, it is the main thread waiting for it.
+    #[test]
+    fn an_io_thread_held_at_a_stop_by_the_tracer_is_waited_for() {
+        use crate::event::{SchedDelta, SchedSpan};
+        let us = |n: i64| n * 1000;
+        let feed = |stops: bool| {
+            let mut h = IoHelpers {
+                tracer_stops: stops,
+                ..Default::default()
+            };
+            for (tid, ts, dur, name, fd, before) in [
+                (1, 0, 10, "epoll_wait", 7, None),
+                (2, -9_076, 1, "epoll_wait", 7, None),
+                (2, 38_782, 10, "write", 9, Some((3_826, 8_002))),
+                (2, 38_900, 10, "write", 11, Some((6, 0))),
+            ] {
+                let mut e = ev(tid, ts, dur, name, fd);
+                if let (crate::event::EventKind::Syscall(sc), Some((on, run))) =
+                    (&mut e.kind, before)
+                {
+                    sc.sched = Some(Box::new(SchedSpan {
+                        during: SchedDelta::default(),
+                        before: Some(SchedDelta {
+                            on_cpu_ns: on * 1000,
+                            runnable_ns: run * 1000,
+                            ..Default::default()
+                        }),
+                    }));
+                }
+                let role = if tid == 1 { Role::Main } else { Role::IoThread };
+                let class = if fd == 7 {
+                    FileClass::Epoll
+                } else {
+                    FileClass::Client
+                };
+                h.on_call(&crate::analyze::call::testing::call(&e, role, Some(class)));
+            }
+            h.cover(ProcKey::Root, us(10), us(39_009), None)
+                .expect("a cover")
+        };
+        let (gap, main_runnable) = (us(38_999), Some(us(8_053)));
+        let held = feed(true);
+        assert!(held.is_wait(2 * MS, gap, main_runnable), "{held:?}");
+        assert!(held.held > us(26_000), "{held:?}");
+        // Without a tracer that stops calls, that time is not its wait: the hole is the
+        // main thread's own.
+        let free = feed(false);
+        assert!(!free.is_wait(2 * MS, gap, main_runnable), "{free:?}");
+        assert_eq!(free.held, 0);
     }
 
     #[test]

@@ -116,7 +116,7 @@ impl Analyzer {
             latency: Latency::default(),
             idle: Idle::default(),
             samples: Samples::new(opts.top.max(20), timeline),
-            stalls: Stalls::new(opts.threshold_ns, caps.stalls),
+            stalls: Stalls::new(opts.threshold_ns, caps.stalls).tracer_stops(opts.stamped_at_stops),
             holds: Holds::new(caps.done, caps.recent_stalls),
             arrivals: Arrivals::new(opts.stamped_at_stops, opts.threshold_ns),
             file_time: FileTime::default(),

@@ -342,6 +342,13 @@ const RECENT_SPAN: Nanos = 1_000_000_000;
 const IN_FLIGHT_SMALL_MAX: usize = 1000;
 
 impl Stalls {
+    /// The tracer stops every call (ptrace): the I/O threads' time held at a call's entry
+    /// is read as their wait (`IoHelpers::tracer_stops`).
+    pub(crate) fn tracer_stops(mut self, yes: bool) -> Self {
+        self.helpers.tracer_stops = yes;
+        self
+    }
+
     pub(crate) fn new(threshold: Nanos, cap: usize) -> Self {
         Stalls {
             threshold,
