@@ -174,7 +174,9 @@ pub(crate) fn report_of(args: &AnalyzeArgs) -> Result<Report> {
         args.strict,
         counter.clone(),
     )?;
-    opts.stamped_at_stops = inputs.info().kind == crate::report::SourceKind::Strace;
+    // strace stops every call; a recording of another backend says it did not (`.sched`).
+    opts.stamped_at_stops =
+        inputs.info().kind == crate::report::SourceKind::Strace && rec.stops_tracee != Some(false);
     let conf = opts.redis_conf.clone();
     let mut an = Analyzer::new(opts);
     let mut n = 0usize;

@@ -258,7 +258,8 @@ impl IoCover {
     /// replies, waited 5.3 ms for a CPU, wrote 11 more; the main thread waited 4.9 of the
     /// gap's 9.6 ms for a CPU, and the gap was "a slow command").
     fn both_starved(&self, gap: Nanos, main_runnable: Option<Nanos>) -> bool {
-        (self.starved_holes - self.starved_mid_share) * 4 >= gap
+        // A hole the tracer held them through (`held`) is no sign of a host short of CPUs.
+        (self.starved_holes - self.starved_mid_share - self.held).max(0) * 4 >= gap
             && main_runnable.is_some_and(|r| r * 2 >= gap)
     }
 

@@ -280,6 +280,7 @@ pub(crate) fn start_recording(
             fds: &s.ctx.fds,
             sched_floor: s.caps.splits_sched.then_some(threshold / 10),
             arrivals: s.caps.dates_arrivals == Some(true),
+            stops_tracee: s.caps.stops_tracee,
         },
     )
     .map_err(|e| anyhow::anyhow!("--record {path}: cannot create it: {e}"))

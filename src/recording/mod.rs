@@ -168,6 +168,9 @@ pub(crate) struct RecordingStart<'a> {
     pub sched_floor: Option<Nanos>,
     /// The backend dates socket reads' arrivals.
     pub arrivals: bool,
+    /// The backend stops the threads at every call (ptrace): said in `FILE.sched`, so that
+    /// a replay reads the split's time off a CPU as the tracer's hold only then.
+    pub stops_tracee: bool,
 }
 
 /// Writes a recording: the trace as the events come, the sidecars at `finish`.
@@ -186,7 +189,7 @@ impl<S: Store> RecordingWriter<S> {
         match s.sched_floor {
             Some(floor) => {
                 let w = std::io::BufWriter::new(store.create(SCHED_SUFFIX)?);
-                rec.record_sched(Box::new(w), floor)?;
+                rec.record_sched(Box::new(w), floor, s.stops_tracee)?;
             }
             None => store.remove(SCHED_SUFFIX)?,
         }
@@ -262,6 +265,9 @@ pub(crate) struct Recording {
     pub lost: Option<LostMarks>,
     pub sched: HashMap<u64, SchedSpan>,
     pub arrivals: HashMap<u64, Nanos>,
+    /// Whether the tracer stopped the threads at every call, as `FILE.sched` says (None
+    /// without it: a trace no backend split, strace's own or an older recording's).
+    pub stops_tracee: Option<bool>,
     /// The container the process ran in, as the live report named it.
     pub container: Option<crate::report::Container>,
 }
@@ -285,6 +291,7 @@ impl Recording {
         }
         if let Some((p, t)) = side(SCHED_SUFFIX) {
             r.sched = strace::parse_sched(&t).map_err(|e| format!("{p}: {e}"))?;
+            r.stops_tracee = Some(t.lines().any(|l| l == strace::STOPS_LINE));
         }
         if let Some((p, t)) = side(ARRIVALS_SUFFIX) {
             r.arrivals = strace::parse_arrivals(&t).map_err(|e| format!("{p}: {e}"))?;
@@ -343,6 +350,11 @@ mod tests {
     use crate::report::{Container, NsPid};
 
     fn write(base: &str, container: Option<&Container>) {
+        write_split(base, container, None);
+    }
+
+    /// A recording whose backend split calls (`stops`: and stopped each one) or did not.
+    fn write_split(base: &str, container: Option<&Container>, stops: Option<bool>) {
         let w = RecordingWriter::start(
             FileStore::in_place(base),
             &RecordingStart {
@@ -351,12 +363,26 @@ mod tests {
                 wall_at_first: 0,
                 cwd: None,
                 fds: &[],
-                sched_floor: None,
+                sched_floor: stops.map(|_| 1_000_000),
                 arrivals: false,
+                stops_tracee: stops.unwrap_or(false),
             },
         )
         .expect("start");
         w.finish(&HashMap::new(), None, container).expect("finish");
+    }
+
+    /// A replay reads the split's time off a CPU as the tracer's stops only where the
+    /// recording says its backend stopped each call (ptrace); bpf and perf recordings say
+    /// it did not, and a trace with no split (strace's own) says nothing.
+    #[test]
+    fn the_split_says_whether_the_tracer_stopped_each_call() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path().join("r.strace").to_string_lossy().into_owned();
+        for stops in [Some(true), Some(false), None] {
+            write_split(&base, None, stops);
+            assert_eq!(Recording::open(&base).unwrap().stops_tracee, stops);
+        }
     }
 
     /// redis's log lines kept by `attach --record` go beside the trace where `analyze`

@@ -158,6 +158,11 @@ const SCHED_HEADER: &str = "# stallscope attach --record: the scheduler's split 
                             then, where measured (bpf), `t=` the ns of each runnable time its cgroup was throttled and `r=` the ns \
                             each spent reclaiming memory (- for none)\n";
 
+/// The line of `FILE.sched` that says the backend stopped the threads at every call
+/// (ptrace): its split's time neither on a CPU nor waiting for one includes those stops.
+/// Recordings of bpf and perf, and those made before ptrace had a split, lack it.
+pub const STOPS_LINE: &str = "# the tracer stopped the threads at every call (ptrace)";
+
 const LOST_HEADER: &str =
     "# stallscope attach --record: records the kernel dropped, as `LINE COUNT`: \
                            COUNT were lost before the event on LINE of the recording\n";
@@ -307,8 +312,16 @@ impl<W: Write> Recorder<W> {
     }
 
     /// Keeps the scheduler's split of calls and gaps of at least `floor` in `w` (`FILE.sched`).
-    pub fn record_sched(&mut self, mut w: Box<dyn Write>, floor: Nanos) -> std::io::Result<()> {
+    pub fn record_sched(
+        &mut self,
+        mut w: Box<dyn Write>,
+        floor: Nanos,
+        stops: bool,
+    ) -> std::io::Result<()> {
         w.write_all(SCHED_HEADER.as_bytes())?;
+        if stops {
+            writeln!(w, "{STOPS_LINE}")?;
+        }
         self.sched = Some((w, floor));
         Ok(())
     }

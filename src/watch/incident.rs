@@ -524,6 +524,7 @@ fn record(job: &Job, path: &Path) -> std::io::Result<()> {
             fds: &v.fds,
             sched_floor: v.caps.splits_sched.then_some(v.opts.threshold_ns / 10),
             arrivals: v.caps.dates_arrivals == Some(true),
+            stops_tracee: v.caps.stops_tracee,
         },
     )?;
     let mut marks = job.lost.iter().peekable();

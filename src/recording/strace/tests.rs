@@ -394,8 +394,12 @@ fn recorder_with_sched(
     let dir = tempfile::tempdir().unwrap();
     let side = dir.path().join("rec.strace.sched");
     let mut r = Recorder::new(buf, 100, FIRST, WALL, None);
-    r.record_sched(Box::new(std::fs::File::create(&side).unwrap()), floor)
-        .unwrap();
+    r.record_sched(
+        Box::new(std::fs::File::create(&side).unwrap()),
+        floor,
+        false,
+    )
+    .unwrap();
     (dir, side, r)
 }
 
