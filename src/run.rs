@@ -137,15 +137,12 @@ pub fn analyze(args: &AnalyzeArgs) -> Result<u64> {
 }
 
 /// The report of `analyze`: the traces read, with a recording's sidecars and redis's log.
-pub(crate) fn report_of(args: &AnalyzeArgs) -> Result<Report> {
-    let mut opts = options(&args.out)?;
-    // `stallscope attach --record FILE` (and a watch incident's `.strace`) leaves what strace
-    // text cannot hold beside the recording: thread names, the redis config the live
-    // analysis used, where records were lost, the scheduler's split, the reads' arrivals.
-    let mut rec = match args.files.as_slice() {
-        [one] => crate::recording::Recording::open(one).map_err(anyhow::Error::msg)?,
-        _ => Default::default(),
-    };
+/// A recording's thread names and redis config, unless the command line gave its own.
+fn names_and_conf_of(
+    rec: &crate::recording::Recording,
+    args: &AnalyzeArgs,
+    opts: &mut analyze::Options,
+) {
     if args.out.threads.is_none() {
         if let Some(text) = &rec.threads {
             opts.thread_names = analyze::parse_thread_names(text);
@@ -156,6 +153,18 @@ pub(crate) fn report_of(args: &AnalyzeArgs) -> Result<Report> {
             opts.redis_conf = Some(RedisConf::parse(text));
         }
     }
+}
+
+pub(crate) fn report_of(args: &AnalyzeArgs) -> Result<Report> {
+    let mut opts = options(&args.out)?;
+    // `stallscope attach --record FILE` (and a watch incident's `.strace`) leaves what strace
+    // text cannot hold beside the recording: thread names, the redis config the live
+    // analysis used, where records were lost, the scheduler's split, the reads' arrivals.
+    let mut rec = match args.files.as_slice() {
+        [one] => crate::recording::Recording::open(one).map_err(anyhow::Error::msg)?,
+        _ => Default::default(),
+    };
+    names_and_conf_of(&rec, args, &mut opts);
     let dated = !rec.arrivals.is_empty();
     opts.root_pid = args.pid;
     // Progress on stderr for big files read from a terminal session (silent otherwise).
