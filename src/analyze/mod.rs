@@ -31,7 +31,8 @@ mod stalls;
 pub mod stats;
 mod world;
 
-use crate::event::{Event, Syscall, Tid};
+use crate::event::{Event, Nanos, Syscall, Tid};
+use crate::live::cgroup::CgRaw;
 pub use crate::redis_conf::RedisConf;
 use crate::report::{self, Report, Stall};
 use crate::source::{Clock, Counters, SourceInfo};
@@ -260,21 +261,13 @@ impl Analyzer {
         self.kept(&ev, clock).rows_at(&self.stalls, &fresh)
     }
 
-    /// Live: the cgroup's readings over the trace (the /proc sampler's), read by the rules
-    /// of `limits` when the report is made; ignored when the process's cgroup is not known.
-    pub fn cgroup_readings(
-        &mut self,
-        readings: Vec<(crate::event::Nanos, crate::live::cgroup::CgRaw)>,
-    ) {
+    /// Live: the /proc sampler's readings: the cgroup's (for `limits`, when its cgroup is
+    /// known) and the host's steal time (ns: a gap neither on a CPU nor waiting for one).
+    pub fn host_readings(&mut self, cg: Vec<(Nanos, CgRaw)>, steal: Vec<(Nanos, u64)>) {
         if let Some(c) = &mut self.opts.cgroup {
-            c.readings = readings;
+            c.readings = cg;
         }
-    }
-
-    /// Live: the host's steal time at each /proc reading (monotonic ns, cumulative ns), read
-    /// by the rule of a gap the thread spent neither on a CPU nor waiting for one.
-    pub fn host_steal(&mut self, readings: Vec<(crate::event::Nanos, u64)>) {
-        self.opts.host_steal = readings;
+        self.opts.host_steal = steal;
     }
 
     pub fn finish(mut self, info: SourceInfo, counters: Counters) -> Report {

@@ -25,10 +25,10 @@ pub struct Options {
     /// the kernel: a base page, or a huge page before Linux 5.8); None when not known.
     pub fault_copy_bytes: Option<u64>,
     /// Live: the traced process's cgroup (limits from the start; readings added before the
-    /// report is made, `Analyzer::cgroup_readings`).
+    /// report is made, `Analyzer::host_readings`).
     pub cgroup: Option<super::limits::CgEvidence>,
     /// Live: the host's steal time (monotonic ns, cumulative ns of all CPUs) at each /proc
-    /// reading (`Analyzer::host_steal`); empty elsewhere.
+    /// reading (`Analyzer::host_readings`); empty elsewhere.
     pub host_steal: Vec<(Nanos, u64)>,
     /// Live: the CPUs the traced process may run on (read at the attach).
     pub cpus: Option<crate::report::Cpus>,

@@ -313,7 +313,7 @@ pub(crate) fn cg_window(raw: &[Raw], from: Nanos, to: Nanos) -> Option<CgWindow>
     super::cgroup::window(&cg_readings(raw), from, to)
 }
 
-/// The host's steal time over the trace, as the analysis takes it (`Analyzer::host_steal`).
+/// The host's steal time over the trace, as the analysis takes it (`Analyzer::host_readings`).
 pub(crate) fn steal_readings(raw: &[Raw]) -> Vec<(Nanos, u64)> {
     raw.iter().map(|r| (r.mono, r.steal_ns)).collect()
 }

@@ -96,8 +96,8 @@ impl LiveSession {
     /// is made: those of `sampler` so far.
     pub(crate) fn cgroup_readings(an: &mut Analyzer, sampler: &crate::live::host::Sampler) {
         let raw = sampler.window(Nanos::MIN / 2, Nanos::MAX / 2);
-        an.cgroup_readings(crate::live::host::cg_readings(&raw));
-        an.host_steal(crate::live::host::steal_readings(&raw));
+        let host = crate::live::host::steal_readings(&raw);
+        an.host_readings(crate::live::host::cg_readings(&raw), host);
     }
 
     /// A session around a tracer that has already attached, with the process's context as

@@ -469,8 +469,8 @@ fn analyse(job: &mut Job) -> crate::report::Report {
         pid: Some(v.pid),
         clock: v.clock.clone(),
     };
-    an.cgroup_readings(super::host::cg_readings(&job.host));
-    an.host_steal(super::host::steal_readings(&job.host));
+    let steal = super::host::steal_readings(&job.host);
+    an.host_readings(super::host::cg_readings(&job.host), steal);
     let mut report = an.finish(info, Counters::default());
     let span = job.events.back().map_or(0, |e| e.end()) - first_ts;
     // The watcher does not measure its own cost per incident (its metrics do).
