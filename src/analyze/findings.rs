@@ -2221,8 +2221,8 @@ mod tests {
 
     /// A main-thread gap with no call that the split leaves mostly neither on a CPU nor
     /// waiting for one, by more than the on-CPU counter's lag, is the CPU taken from under
-    /// the VM (live valkey 9 beside three CPU hogs on 2 vCPUs: 104 ms, 2.5 on a CPU and 1.6
-    /// waiting, was "a slow command (GET), or the process was descheduled").
+    /// the thread (live valkey 9 beside three CPU hogs on 2 vCPUs: 104 ms, 2.5 on a CPU and
+    /// 1.6 waiting, was "a slow command (GET), or the process was descheduled").
     #[test]
     fn a_gap_neither_on_a_cpu_nor_runnable_is_the_hypervisors() {
         use crate::event::SchedDelta;
@@ -2581,7 +2581,7 @@ mod tests {
     /// the tracer's cost (`tracer-overhead`), not a slow command; waiting for a CPU most of
     /// it is still starvation, and on a CPU most of it still a command. Without a tracer
     /// that stops calls (bpf, perf) the same split is no tracer's doing: the CPU taken from
-    /// under the VM (`SchedSplit::stolen`).
+    /// under the thread, by the hypervisor or by a stop (`SchedSplit::stolen`).
     #[test]
     fn a_gap_held_stopped_by_the_tracer_is_its_cost_not_a_command() {
         use crate::event::SchedDelta;
