@@ -690,11 +690,16 @@ fn quote(b: &[u8], truncated: bool) -> String {
     s
 }
 
-/// strace escapes `>` and non-printables inside `-y` annotations.
+/// strace escapes `>` and non-printables inside `-y` annotations of paths; a socket's
+/// (`TCP:[127.0.0.1:6379->127.0.0.1:50418]`, `-yy`) it prints as it is, arrow and all,
+/// and that is how the parser classes a connection (escaped, a replay lost the commands of
+/// the clients connected before the attach).
 fn escape_annotation(p: &str) -> String {
+    let socket = p.contains(":[") && p.ends_with(']') && !p.starts_with('/');
     let mut s = String::with_capacity(p.len());
     for c in p.chars() {
         match c {
+            '>' if socket => s.push(c),
             '>' | '\\' | '\n' | '\r' | '\t' => s.push_str(&format!("\\x{:02x}", c as u32)),
             _ => s.push(c),
         }

@@ -760,3 +760,16 @@ fn a_gap_through_a_quiet_call_reads_back_with_its_split() {
     );
     assert_eq!(causes(&live), causes(&back));
 }
+
+/// A socket's `-yy` annotation is written as strace prints it, arrow and all (the parser
+/// classes a client connection by it); a path's `>` is escaped as strace escapes it.
+#[test]
+fn a_sockets_annotation_keeps_its_arrow() {
+    let tcp = "TCP:[127.0.0.1:37111->127.0.0.1:36502]";
+    assert_eq!(super::escape_annotation(tcp), tcp);
+    assert_eq!(super::escape_annotation("/tmp/a>b"), "/tmp/a\\x3eb");
+    assert_eq!(
+        crate::fdtable::classify_path(tcp, None),
+        crate::fdtable::FileClass::Client
+    );
+}
