@@ -301,8 +301,18 @@ fn verdicts(bin: &str, io_args: &[&str], b: Backend) {
         "{who}: the EVAL is a slow command: {eval}"
     );
     if b.reads_requests {
+        // Named, unless the gap held one other single command read with it (a new
+        // redis-benchmark connection's CONFIG GET, read by the I/O thread right after the
+        // EVAL under ptrace, about 1 run in 8): which of the two ran is then not in the
+        // calls, and the gap names neither; it never names the other.
+        let cause = eval["cause"].as_str().unwrap();
+        let by = eval["waiting_by_command"].as_object().unwrap();
+        let other_single = by.iter().any(|(k, v)| k != "EVAL" && v == 1);
         assert!(
-            eval["cause"].as_str().unwrap().contains("EVAL"),
+            cause.contains("(EVAL)")
+                || (by.get("EVAL").is_some_and(|v| v == 1)
+                    && other_single
+                    && !cause.contains("a slow command (")),
             "{who}: the EVAL is named: {eval}"
         );
         assert_eq!(calls_of(r, "GET"), x.sent, "{who}: every GET counted");
