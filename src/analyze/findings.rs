@@ -2105,6 +2105,18 @@ mod tests {
         }
     }
 
+    /// A gap of `dur` ns its thread spent `on` ns on a CPU and `run` ns waiting for one.
+    fn split_gap(dur: Nanos, on: u64, run: u64) -> Cand {
+        let mut c = cand(StallKind::Gap, None, None);
+        c.dur = dur;
+        c.sched = Some(crate::event::SchedDelta {
+            on_cpu_ns: on,
+            runnable_ns: run,
+            ..Default::default()
+        });
+        c
+    }
+
     fn with_evidence<T>(f: impl FnOnce(&Evidence<'_>) -> T) -> T {
         with_cgroup(None, None, f)
     }
@@ -2201,14 +2213,7 @@ mod tests {
     /// way it was 7.984 waiting, under half, and "a slow command, on a CPU").
     #[test]
     fn a_split_over_its_gap_keeps_the_runnable_time_whole() {
-        use crate::event::SchedDelta;
-        let mut c = cand(StallKind::Gap, None, None);
-        c.dur = 15_985_000;
-        c.sched = Some(SchedDelta {
-            on_cpu_ns: 8_000_000,
-            runnable_ns: 7_997_000,
-            ..Default::default()
-        });
+        let c = split_gap(15_985_000, 8_000_000, 7_997_000);
         with_evidence(|ev| {
             let (id, why) = explain(ev, &c, Role::Main, None);
             assert_eq!(id, Some(FindingId::CpuStarvation), "{why}");
@@ -2225,16 +2230,8 @@ mod tests {
     /// 1.6 waiting, was "a slow command (GET), or the process was descheduled").
     #[test]
     fn a_gap_neither_on_a_cpu_nor_runnable_is_the_hypervisors() {
-        use crate::event::SchedDelta;
         let gap = |dur_us: i64, on_us: u64, run_us: u64| {
-            let mut c = cand(StallKind::Gap, None, None);
-            c.dur = dur_us * 1000;
-            c.sched = Some(SchedDelta {
-                on_cpu_ns: on_us * 1000,
-                runnable_ns: run_us * 1000,
-                ..Default::default()
-            });
-            c
+            split_gap(dur_us * 1000, on_us * 1000, run_us * 1000)
         };
         with_evidence(|ev| {
             let (id, why) = explain(ev, &gap(104_026, 2459, 1552), Role::Main, None);
@@ -2584,15 +2581,11 @@ mod tests {
     /// under the thread, by the hypervisor or by a stop (`SchedSplit::stolen`).
     #[test]
     fn a_gap_held_stopped_by_the_tracer_is_its_cost_not_a_command() {
-        use crate::event::SchedDelta;
         let gap = |on_ms: u64, run_ms: u64, major: u64| {
-            let mut c = cand(StallKind::Gap, None, None);
-            c.sched = Some(SchedDelta {
-                on_cpu_ns: on_ms * MS as u64,
-                runnable_ns: run_ms * MS as u64,
-                major_faults: major,
-                ..Default::default()
-            });
+            let mut c = split_gap(50 * MS, on_ms * MS as u64, run_ms * MS as u64);
+            if let Some(s) = c.sched.as_mut() {
+                s.major_faults = major;
+            }
             c
         };
         let tracer = Some(FindingId::TracerOverhead);
