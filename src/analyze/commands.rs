@@ -140,6 +140,26 @@ struct Totals {
 struct ConnState {
     pending: VecDeque<PendingCmd>,
     last_reply: Option<Nanos>,
+    /// Read from (data returned) and not written to since: a request awaits its reply,
+    /// whether or not its command could be named (`Awaiting`).
+    read_open: bool,
+}
+
+/// Whether any client's request awaits its reply, for the gaps that end in the main
+/// thread's event-loop wait (`Commands::quiet_since`): redis runs a command between its
+/// request's read and its reply's write, so once every connection read from has been
+/// written to, no command is left to run until the next read. Counted by connection, not by
+/// named command, so a read whose text the trace lacks (no payloads, a truncated pipeline)
+/// counts as well as a named one.
+#[derive(Default)]
+struct Awaiting {
+    /// Client connections `read_open`.
+    open: u32,
+    /// The end of the latest reply write.
+    last_reply: Nanos,
+    /// Data was read from an fd of no known class: a client's, maybe, so the count above may
+    /// miss a request (strace without -y, a connection from before the trace).
+    blind: bool,
 }
 
 /// What the commands unit reads from the others for one call.
@@ -147,6 +167,9 @@ pub(crate) struct CmdInputs<'a> {
     pub(crate) arrivals: &'a Arrivals,
     pub(crate) file_time: &'a FileTime,
     pub(crate) segment: Segment,
+    /// The call is on stallscope's own poller connection (`OwnConns`): its commands are no
+    /// client's, but they await their replies all the same (`Awaiting`).
+    pub(crate) own: bool,
 }
 
 #[derive(Default)]
@@ -161,6 +184,7 @@ pub(crate) struct Commands {
     by_segment: HashMap<(CmdId, Segment), Agg>,
     /// By id, once a command of that name is answered.
     all: Vec<Option<Totals>>,
+    awaiting: Awaiting,
 }
 
 impl Commands {
@@ -182,6 +206,13 @@ impl Commands {
     ) -> Option<Conn> {
         let (sc, f) = (cx.sc, cx.facts);
         let mut replica = None;
+        if matches!(cx.class, None | Some(FileClass::Unknown))
+            && sc.fd.is_some()
+            && f.has(Facts::RECV)
+            && sc.ret.val() > Some(0)
+        {
+            self.awaiting.blind = true;
+        }
         if cx.class == Some(FileClass::Client) && !sc.ret.is_err() {
             if let Some(fd) = sc.fd {
                 let conn = (cx.proc, fd);
@@ -191,11 +222,15 @@ impl Commands {
                     replica = self.on_reply(cx, conn, inp, answered);
                 }
             }
+        } else if matches!(cx.class, Some(FileClass::Outgoing | FileClass::Replica)) {
+            self.on_link(cx);
         }
         if f.has(Facts::CLOSE) {
             if let Some(fd) = sc.fd {
                 let conn = (cx.proc, fd);
-                self.conns.remove(&conn);
+                if self.conns.remove(&conn).is_some_and(|st| st.read_open) {
+                    self.awaiting.open -= 1;
+                }
                 self.conn_open.remove(&conn);
             }
         }
@@ -211,8 +246,35 @@ impl Commands {
         replica
     }
 
+    /// A read or write on a link redis made or serves as a primary: a replica runs the
+    /// commands its primary's stream carries as it reads them, without replies, so a read
+    /// there awaits (`Awaiting`) until the link is next written to (its REPLCONF ACK comes
+    /// from a timer, after them).
+    fn on_link(&mut self, cx: &ResolvedCall<'_>) {
+        let (Some(fd), false) = (cx.sc.fd, cx.sc.ret.is_err()) else {
+            return;
+        };
+        let st = self.conns.entry((cx.proc, fd)).or_default();
+        let opens = cx.facts.has(Facts::RECV) && cx.sc.ret.val() != Some(0);
+        if opens && !st.read_open {
+            st.read_open = true;
+            self.awaiting.open += 1;
+        } else if cx.facts.has(Facts::SEND) && std::mem::take(&mut st.read_open) {
+            self.awaiting.open -= 1;
+            self.awaiting.last_reply = self.awaiting.last_reply.max(cx.end);
+        }
+    }
+
     fn on_request(&mut self, cx: &ResolvedCall<'_>, conn: Conn, inp: &CmdInputs<'_>) {
-        let Some(data) = cx.sc.data() else {
+        if cx.sc.ret.val() == Some(0) {
+            return;
+        }
+        let st = self.conns.entry(conn).or_default();
+        if !st.read_open {
+            st.read_open = true;
+            self.awaiting.open += 1;
+        }
+        let Some(data) = cx.sc.data().filter(|_| !inp.own) else {
             return;
         };
         let mut ids = [CmdId(0); 8];
@@ -240,7 +302,6 @@ impl Commands {
         }
         let ts = cx.ts();
         let at_req = inp.file_time.so_far(cx.thread);
-        let st = self.conns.entry(conn).or_default();
         // Measured (live bpf): when the read's data was queued on the socket, the earliest
         // data no earlier read took; the later commands of a pipelined read share it.
         // Nothing below applies to it: they are estimates from the thread's calls, and a
@@ -305,11 +366,18 @@ impl Commands {
         inp: &CmdInputs<'_>,
         answered: &mut Vec<DoneCmd>,
     ) -> Option<Conn> {
-        let st = match self.conns.get_mut(&conn) {
-            Some(st) if !st.pending.is_empty() => st,
-            _ => return None,
-        };
         let end = cx.end;
+        self.awaiting.last_reply = self.awaiting.last_reply.max(end);
+        let st = match self.conns.get_mut(&conn) {
+            Some(st) => st,
+            None => return None,
+        };
+        if std::mem::take(&mut st.read_open) {
+            self.awaiting.open -= 1;
+        }
+        if st.pending.is_empty() {
+            return None;
+        }
         st.last_reply = Some(end);
         let q = &mut st.pending;
         let now = inp.file_time.so_far(cx.thread);
@@ -345,6 +413,15 @@ impl Commands {
             return Some(conn);
         }
         None
+    }
+
+    /// Since when no client request read has awaited its reply (the end of the latest
+    /// reply write), when none does now; None while one does, or when data was read from an
+    /// fd of no known class (`Awaiting`).
+    #[inline]
+    pub(crate) fn quiet_since(&self) -> Option<Nanos> {
+        let a = &self.awaiting;
+        (a.open == 0 && !a.blind).then_some(a.last_reply)
     }
 
     /// Requests still unanswered when the trace ended (`end`), as if answered just after.
@@ -487,6 +564,7 @@ mod tests {
             arrivals: &arrivals,
             file_time: &file_time,
             segment: Segment::default(),
+            own: false,
         };
         let mut out = vec![];
         let mut replica = None;
@@ -513,6 +591,68 @@ mod tests {
         assert_eq!(done[0].reply, 6_000);
         assert_eq!(c.report(None).len(), 2);
         assert!(c.unanswered(10).is_empty());
+    }
+
+    /// Whether a request awaits its reply is counted by connection, named or not: a read
+    /// without its text (perf, no payloads) counts; a reply, or a close, ends it; a read of
+    /// an fd of no known class makes it unknowable.
+    #[test]
+    fn no_request_awaits_a_reply_once_every_connection_read_is_written_to() {
+        let mut c = Commands::default();
+        let set = b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n";
+        assert_eq!(c.quiet_since(), Some(0), "nothing read yet");
+        let mut blind = io(0, "read", 8, b"", 40);
+        if let EventKind::Syscall(sc) = &mut blind.kind {
+            sc.extra = Extra::None;
+        }
+        run(&mut c, &[io(0, "read", 7, set, set.len() as i64), blind]);
+        assert_eq!(c.quiet_since(), None);
+        run(&mut c, &[io(5_000, "write", 7, b"+OK\r\n", 5)]);
+        assert_eq!(
+            c.quiet_since(),
+            None,
+            "fd 8's request, unnamed, still awaits"
+        );
+        run(&mut c, &[io(9_000, "read", 8, b"", 0)]);
+        assert_eq!(c.quiet_since(), None, "an EOF is no request, nor an answer");
+        run(&mut c, &[io(10_000, "close", 8, b"", 0)]);
+        assert_eq!(c.quiet_since(), Some(6_000), "since the last reply's end");
+        run(&mut c, &[io(20_000, "write", 7, b"+OK\r\n", 5)]);
+        assert_eq!(
+            c.quiet_since(),
+            Some(21_000),
+            "a reply with nothing read is one too"
+        );
+        let (arrivals, file_time) = (Arrivals::new(false, 10_000_000), FileTime::default());
+        let inp = CmdInputs {
+            arrivals: &arrivals,
+            file_time: &file_time,
+            segment: Segment::default(),
+            own: false,
+        };
+        // A replica's link to its primary: the stream's commands run as they are read.
+        let stream = io(22_000, "read", 10, set, set.len() as i64);
+        c.on_call(
+            &call(&stream, Role::Main, Some(FileClass::Outgoing)),
+            &inp,
+            &mut vec![],
+        );
+        assert_eq!(c.quiet_since(), None, "the primary's stream");
+        let ack = io(25_000, "write", 10, b"*3\r\n", 5);
+        c.on_call(
+            &call(&ack, Role::Main, Some(FileClass::Outgoing)),
+            &inp,
+            &mut vec![],
+        );
+        assert_eq!(
+            c.quiet_since(),
+            Some(26_000),
+            "its REPLCONF ACK came after them"
+        );
+        let unknown = io(30_000, "read", 9, set, set.len() as i64);
+        let cx = call(&unknown, Role::Main, Some(FileClass::Unknown));
+        c.on_call(&cx, &inp, &mut vec![]);
+        assert_eq!(c.quiet_since(), None, "fd 9 may be a client's");
     }
 
     #[test]

@@ -108,6 +108,8 @@ fn explain_trace(
         .map(|child| format!(" while child {child} ran"))
         .unwrap_or_default();
     if c.kind == StallKind::Gap {
+        let trusted = answered_read(a, c);
+        let c = &trusted;
         // A gap from a call of unknown length is at most what it says.
         let d = gap_words(c, &format!("{bound}{}", human(c.dur / 1000)));
         if let Some(v) = io_wait_of(a, c, role) {
@@ -228,17 +230,58 @@ pub(crate) fn io_wait_of(
     if role != Role::Main || c.kind != StallKind::Gap {
         return None;
     }
+    let c = &answered_read(a, c);
     let main_runnable = c.sched.map(|s| s.runnable_ns as i64);
-    c.through
-        .io
-        .filter(|v| v.is_wait(a.threshold_us * 1000, c.dur, main_runnable))
+    let mut v = c.through.io?;
+    let threshold = a.threshold_us * 1000;
+    if v.is_wait(threshold, c.dur, main_runnable) {
+        return Some(v);
+    }
+    // The answered tail is read (and said) only where the wait needs it; a gap wholly
+    // after every reply is that (`NoCommand::Answered`), no wait for the I/O threads.
+    if c.through.no_command == Some(NoCommand::Answered) {
+        return None;
+    }
+    v.answered = c.through.answered_tail(c.start + c.dur).min(v.tail);
+    v.is_wait(threshold, c.dur, main_runnable).then_some(v)
 }
+
+/// The gap as its rules read it: the reading that every request read had been answered
+/// (`Through::answered_from`) holds only where the trace shows every client read (not a
+/// trace missing calls, `Evidence::gaps`), and while a child just forked runs its
+/// copy-on-write faults are the finding, whatever the main thread did meanwhile.
+pub(crate) fn answered_read(a: &Evidence<'_>, c: &Cand) -> Cand {
+    let mut c = c.clone();
+    if a.gaps.is_some() || c.phase.is_some() {
+        c.through.answered_from = None;
+        if c.through.no_command == Some(NoCommand::Answered) {
+            c.through.no_command = None;
+        }
+    }
+    c
+}
+
+/// Where `NoCommand::Answered` lay, in words.
+const ANSWERED: &str = "after every request it had read was answered, until its event-loop \
+     wait: no command runs there (redis runs one between its request's read and its reply's \
+     write)";
 
 /// A gap between two calls redis runs no command between (`Through::no_command`), without
 /// the scheduler's split: no finding (CPU starvation is read from the scheduler's figures,
 /// and the tracer may have held the thread as well), but no command either.
 fn no_command(k: NoCommand, who: &str, d: &str, during: &str) -> (Option<FindingId>, String) {
+    if k == NoCommand::Answered {
+        return (
+            None,
+            format!(
+                "{who} {d}{during} {ANSWERED}: not a slow command; the server's own work before \
+                 it sleeps (freeing clients, evicting) or the thread off its CPU (no scheduler \
+                 split in this trace says which)"
+            ),
+        );
+    }
     let between = match k {
+        NoCommand::Answered => unreachable!("said above"),
         NoCommand::ProcFile => {
             "between two calls on the /proc file it was reading (redis opens, reads and \
              closes one back to back, as when it samples its memory)"
@@ -320,6 +363,13 @@ fn io_wait_words(
         text.push_str(&format!(
             "; they began their share {} after the main thread's own (waiting for a CPU)",
             human(v.late_start / 1000)
+        ));
+    }
+    if v.answered > 0 {
+        text.push_str(&format!(
+            "; no request awaited its reply in its last {}, up to its event-loop wait: no \
+             command ran there",
+            human(v.answered / 1000)
         ));
     }
     let own = v.longest_own(spun_for);
@@ -672,6 +722,15 @@ fn sched_of_gap(
             format!(
                 "{who} {d}{during}: copy-on-write page faults after fork ({w}{})",
                 s.copy_words()
+            ),
+        ));
+    }
+    if role == Role::Main && s.busy(c.dur) && c.through.no_command == Some(NoCommand::Answered) {
+        return Some((
+            None,
+            format!(
+                "{who} {d}{during} {ANSWERED}, on a CPU ({w}): not a slow command; the \
+                 server's own work before it sleeps (freeing clients, evicting)"
             ),
         ));
     }

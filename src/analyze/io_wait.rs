@@ -196,6 +196,10 @@ pub(crate) struct IoCover {
     pub(crate) starved_through: Nanos,
     /// Of `runnable`, the time a tracer that stops every call held them (ptrace).
     pub(crate) held: Nanos,
+    /// Of the `tail`, the stretch at its end after every request read had been answered,
+    /// the gap ending in the event-loop wait (`Through::answered_from`): no command ran
+    /// there, so it is not the main thread's own time a command could take.
+    pub(crate) answered: Nanos,
 }
 
 impl IoCover {
@@ -218,7 +222,7 @@ impl IoCover {
     ) -> bool {
         let own = threshold.max(SCHED_TICK);
         let tail_max = main_runnable.map_or(own.max(gap / 2), |r| own + r);
-        let tail = self.tail - self.spun_for(gap, main_runnable);
+        let tail = self.tail - self.spun_for(gap, main_runnable).max(self.answered);
         if self.calls == 0 {
             // Nothing of theirs in it, but their work ended as it began (the main thread
             // lost the CPU right after the hand-off, or spun for them while they waited for
@@ -298,7 +302,8 @@ impl IoCover {
     /// The longest stretch of the gap the main thread had to itself (the tail less what it
     /// spun for them, `spun_for`).
     pub(crate) fn longest_own(&self, spun_for: Nanos) -> Nanos {
-        self.longest_hole.max(self.tail - spun_for)
+        self.longest_hole
+            .max(self.tail - spun_for.max(self.answered))
     }
 }
 

@@ -204,6 +204,14 @@ impl Kept<'_> {
     /// the request of the command a gap ran may have been read inside it, by an I/O thread
     /// (`Held::across_threads`).
     fn ran(&self, c: &Cand, held: &Held) -> Option<super::commands::CmdId> {
+        // Every request read had been answered when it began, and it ended in the wait for
+        // the next: the commands it held came in during it, read after it.
+        let answered = Some(stalls::NoCommand::Answered);
+        if c.through.no_command == answered
+            && findings::answered_read(self.evidence, c).through.no_command == answered
+        {
+            return None;
+        }
         // redis 8's I/O thread may have read the whole batch before the gap and slept in its
         // own loop through it (no cover): the batch is the same.
         if c.through.io.is_some() || self.world.has_io_threads(c.proc) {
@@ -344,7 +352,7 @@ mod tests {
         let mut holds = Holds::new(16, 4);
         for e in calls {
             let cx = world.observe(e, e.syscall().unwrap());
-            let step = stalls.on_call(&cx, &phases, false);
+            let step = stalls.on_call(&cx, &phases, false, None);
             for a in step.added.into_iter().flatten() {
                 holds.on_stall(a);
             }

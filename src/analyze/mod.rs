@@ -169,9 +169,8 @@ impl Analyzer {
         self.coverage.on_call(&cx);
         self.idle.on_call(&cx);
         self.samples.on_call(&cx);
-        let step = self
-            .stalls
-            .on_call(&cx, &self.phases, self.coverage.lost() > 0);
+        let (lost, answered) = (self.coverage.lost() > 0, self.commands.quiet_since());
+        let step = self.stalls.on_call(&cx, &self.phases, lost, answered);
         // Slot by slot: iterating the array (even by reference, flattened) cost ~11 Ir per
         // event, for the one call in thousands that adds a candidate.
         if let Some(a) = step.added[0] {
@@ -189,12 +188,9 @@ impl Analyzer {
             arrivals: &self.arrivals,
             file_time: &self.file_time,
             segment: self.phases.segment(),
+            own,
         };
-        let replica = if own {
-            None
-        } else {
-            self.commands.on_call(&cx, &inputs, &mut self.answered)
-        };
+        let replica = self.commands.on_call(&cx, &inputs, &mut self.answered);
         // Most calls answer nothing: no drain set up for them.
         if !self.answered.is_empty() {
             for d in self.answered.drain(..) {

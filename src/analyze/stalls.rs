@@ -109,6 +109,18 @@ pub(crate) struct Through {
     pub(crate) woke: Option<Woke>,
     /// Where the gap lay that no command runs in (`NoCommand`).
     pub(crate) no_command: Option<NoCommand>,
+    /// The gap ended in the thread's event-loop wait while no client request awaited its
+    /// reply (`Commands::quiet_since`): from this time on (its start, or the last reply
+    /// written in it) no command ran in it. redis runs a command between its request's read
+    /// and its reply's write, and runs none after a turn's replies before it waits again.
+    pub(crate) answered_from: Option<Nanos>,
+}
+
+impl Through {
+    /// Of a gap ending at `end`, the stretch at its end no command ran in (`answered_from`).
+    pub(crate) fn answered_tail(&self, end: Nanos) -> Nanos {
+        self.answered_from.map_or(0, |a| (end - a).max(0))
+    }
 }
 
 /// Two calls between which redis runs no command, whatever the gap between them: a gap
@@ -119,6 +131,9 @@ pub(crate) enum NoCommand {
     /// reads one (its RSS and CPU time from /proc/self/stat, smaps) open, read, close, back
     /// to back (`Last::proc_fd`).
     ProcFile,
+    /// After every request read had been answered, until its event-loop wait
+    /// (`Through::answered_from` at the gap's start or before).
+    Answered,
     /// Its event-loop wait's return and its read of a notification fd (an eventfd): the
     /// event loop runs only `afterSleep` (the time cache, the modules' lock) before the
     /// first ready event's handler, and a notification's handler reads its fd first (redis
@@ -498,12 +513,14 @@ impl Stalls {
     }
 
     #[inline]
-    /// `lost`: events were lost before this call (live perf backend).
+    /// `lost`: events were lost before this call (live perf backend). `answered`: since when
+    /// no client request has awaited its reply, if none does (`Commands::quiet_since`).
     pub(crate) fn on_call(
         &mut self,
         cx: &ResolvedCall<'_>,
         phases: &Phases,
         lost: bool,
+        answered: Option<Nanos>,
     ) -> StallStep {
         let mut step = StallStep::default();
         let (ts, dur) = (cx.ts(), cx.dur);
@@ -567,6 +584,12 @@ impl Stalls {
                 }
                 c.through.woke = woke_by(cx);
                 c.through.no_command = no_command.filter(|_| open.is_none());
+                if cx.facts.has(Facts::EPOLL) {
+                    c.through.answered_from = answered.map(|q| q.max(from));
+                    if answered.is_some_and(|q| q <= from) {
+                        c.through.no_command.get_or_insert(NoCommand::Answered);
+                    }
+                }
                 c.phase = phases.active_at(from);
                 c.events_lost = lost;
                 let share = self.helpers.share(cx.proc, from);
@@ -770,7 +793,7 @@ mod tests {
         let mut out = vec![];
         for &(ts, dur, name) in calls {
             let e = event(1, ts * MS, dur * MS, name);
-            let step = s.on_call(&call(&e, Role::Main, None), &p, false);
+            let step = s.on_call(&call(&e, Role::Main, None), &p, false, None);
             if let Some(a) = step.added[0] {
                 let c = s.get(a.idx);
                 out.push((c.start / MS, c.dur / MS, c.through));
@@ -832,7 +855,7 @@ mod tests {
             let mut out = None;
             for &(ts, name, class) in calls {
                 let e = event(1, ts * MS, 0, name);
-                let step = s.on_call(&call(&e, Role::Main, class), &p, false);
+                let step = s.on_call(&call(&e, Role::Main, class), &p, false, None);
                 if let Some(a) = step.added[0] {
                     out = Some(s.get(a.idx).through.no_command);
                 }
@@ -860,12 +883,12 @@ mod tests {
         let p = Phases::default();
         let a = event(1, 0, MS, "write");
         assert!(s
-            .on_call(&call(&a, Role::Main, None), &p, false)
+            .on_call(&call(&a, Role::Main, None), &p, false, None)
             .gap
             .is_none());
         // 20 ms after the first call ended, a 15 ms write.
         let b = event(1, 21 * MS, 15 * MS, "write");
-        let step = s.on_call(&call(&b, Role::Main, None), &p, false);
+        let step = s.on_call(&call(&b, Role::Main, None), &p, false, None);
         assert_eq!(step.gap, Some(20 * MS));
         let kinds: Vec<StallKind> = step
             .added
@@ -876,11 +899,17 @@ mod tests {
         assert_eq!(kinds, vec![StallKind::Gap, StallKind::SlowSyscall]);
         // Idle waits and children's gaps are no candidates.
         let w = event(1, 100 * MS, 50 * MS, "epoll_wait");
-        assert!(s.on_call(&call(&w, Role::Main, None), &p, false).added[1].is_none());
+        assert!(s
+            .on_call(&call(&w, Role::Main, None), &p, false, None)
+            .added[1]
+            .is_none());
         let c = event(2, 0, MS, "write");
-        s.on_call(&call(&c, Role::Child, None), &p, false);
+        s.on_call(&call(&c, Role::Child, None), &p, false, None);
         let c = event(2, 50 * MS, MS, "write");
-        assert!(s.on_call(&call(&c, Role::Child, None), &p, false).added[0].is_none());
+        assert!(s
+            .on_call(&call(&c, Role::Child, None), &p, false, None)
+            .added[0]
+            .is_none());
     }
 
     #[test]
@@ -892,7 +921,7 @@ mod tests {
             // One call per thread: no gaps.
             let e = event(i as u32 + 1, 0, d * MS, "fsync");
             added += s
-                .on_call(&call(&e, Role::Main, None), &p, false)
+                .on_call(&call(&e, Role::Main, None), &p, false, None)
                 .added
                 .iter()
                 .flatten()
@@ -914,7 +943,7 @@ mod tests {
         let p = Phases::default();
         let slow = |s: &mut Stalls, tid: u32, d: Nanos| {
             let e = event(tid, 0, d * MS, "fsync");
-            s.on_call(&call(&e, Role::Main, None), &p, false);
+            s.on_call(&call(&e, Role::Main, None), &p, false, None);
         };
         for (i, d) in [11, 30, 12, 40, 13, 50, 10].iter().enumerate() {
             slow(&mut s, i as u32 + 1, *d);
@@ -934,9 +963,9 @@ mod tests {
         let mut s = Stalls::new(10 * MS, 4);
         let p = Phases::default();
         let a = event(1, 0, MS, "write");
-        s.on_call(&call(&a, Role::Main, None), &p, false);
+        s.on_call(&call(&a, Role::Main, None), &p, false, None);
         let b = event(1, 30 * MS, MS, "write");
-        let step = s.on_call(&call(&b, Role::Main, None), &p, false);
+        let step = s.on_call(&call(&b, Role::Main, None), &p, false, None);
         let gap = s.get(step.added[0].unwrap().idx);
         assert!(keep(gap, Role::Main, true));
         assert!(!keep(gap, Role::Main, false));

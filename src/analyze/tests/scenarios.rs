@@ -2280,27 +2280,48 @@ fn a_script_read_by_an_io_thread_inside_the_gap_is_named_not_the_batch_before_it
 
 /// Both threads write their shares side by side; the main thread's next call comes 6 ms
 /// after both ended: less than a scheduler tick right after the hand-off (the I/O thread
-/// spins on a CPU for the next one). 30 ms is not: that stays the main thread's own.
+/// spins on a CPU for the next one). 30 ms is not scheduling: that stays the main thread's
+/// own, which holds no command when every request read had been answered and it ended in
+/// the event-loop wait; one that ends elsewhere (a client's read), or with a request read
+/// and not answered, may hold one.
 #[test]
 fn a_short_gap_right_after_the_io_threads_share_is_scheduling() {
-    let mut s = io_seq();
-    s.call(100, 9 * MS, 10 * US, "epoll_wait", Some(5), 2, Extra::None);
-    s.read(100, 9_500 * US, 9, SET);
-    s.read(102, 9_600 * US, 10, SET);
-    s.write(102, 10 * MS, 10 * US, 10, b"+OK\r\n");
-    s.write(100, 10 * MS + 5 * US, 10 * US, 9, b"+OK\r\n");
-    s.call(100, 16 * MS, 10 * US, "epoll_wait", Some(5), 2, Extra::None);
-    s.read(100, 16_500 * US, 9, SET);
-    s.read(102, 16_600 * US, 10, SET);
-    s.write(102, 17 * MS, 10 * US, 10, b"+OK\r\n");
-    s.write(100, 17 * MS + 5 * US, 10 * US, 9, b"+OK\r\n");
-    s.call(100, 47 * MS, 10 * US, "epoll_wait", Some(5), 0, Extra::None);
-    let r = s.report();
+    let run = |ends_in_wait: bool, unanswered: bool| {
+        let mut s = io_seq();
+        s.call(100, 9 * MS, 10 * US, "epoll_wait", Some(5), 2, Extra::None);
+        s.read(100, 9_500 * US, 9, SET);
+        s.read(102, 9_600 * US, 10, SET);
+        s.write(102, 10 * MS, 10 * US, 10, b"+OK\r\n");
+        s.write(100, 10 * MS + 5 * US, 10 * US, 9, b"+OK\r\n");
+        s.call(100, 16 * MS, 10 * US, "epoll_wait", Some(5), 2, Extra::None);
+        s.read(100, 16_500 * US, 9, SET);
+        s.read(102, 16_600 * US, 10, SET);
+        s.write(102, 17 * MS, 10 * US, 10, b"+OK\r\n");
+        s.write(100, 17 * MS + 5 * US, 10 * US, 9, b"+OK\r\n");
+        if unanswered {
+            s.read(102, 17_100 * US, 10, SET);
+        }
+        if ends_in_wait {
+            s.call(100, 47 * MS, 10 * US, "epoll_wait", Some(5), 0, Extra::None);
+        } else {
+            s.read(100, 47 * MS, 10, SET);
+        }
+        s.report()
+    };
+    let r = run(true, false);
     let (id, why) = main_gap_at(&r, 10);
     assert_eq!(id, Some("io-threads"), "{why}");
     assert!(why.contains("lost the CPU right after"), "{why}");
     let (id, why) = main_gap_at(&r, 17);
-    assert_eq!(id, Some("command"), "{why}");
+    assert_eq!(id, None, "{why}");
+    assert!(
+        why.contains("after every request it had read was answered"),
+        "{why}"
+    );
+    let r = run(false, false);
+    assert_eq!(main_gap_at(&r, 17).0, Some("command"));
+    let r = run(true, true);
+    assert_eq!(main_gap_at(&r, 17).0, Some("command"));
 }
 
 /// A call of redis8-io2's shapes (`redis8_own_loop_io_thread_pause_eval_and_eventfd`): fds
