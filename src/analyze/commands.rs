@@ -368,10 +368,7 @@ impl Commands {
     ) -> Option<Conn> {
         let end = cx.end;
         self.awaiting.last_reply = self.awaiting.last_reply.max(end);
-        let st = match self.conns.get_mut(&conn) {
-            Some(st) => st,
-            None => return None,
-        };
+        let st = self.conns.get_mut(&conn)?;
         if std::mem::take(&mut st.read_open) {
             self.awaiting.open -= 1;
         }
