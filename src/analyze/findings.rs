@@ -121,11 +121,11 @@ fn explain_trace(
         if let Some(v) = sched_of_gap(a, c, role, &who, &d, &during, running) {
             return v;
         }
-        if let Some(k) = c
-            .through
-            .no_command
-            .filter(|_| matches!(role, Role::Main | Role::IoThread))
-        {
+        // No command runs after the replies, and the words are the main thread's.
+        if let Some(k) = c.through.no_command.filter(|k| match k {
+            NoCommand::Answered => role == Role::Main,
+            _ => matches!(role, Role::Main | Role::IoThread),
+        }) {
             return no_command(k, &who, &d, &during);
         }
         // Kept in a trace missing calls only because commands waited through it (`Kept`).
