@@ -169,7 +169,9 @@ impl Analyzer {
         self.coverage.on_call(&cx);
         self.idle.on_call(&cx);
         self.samples.on_call(&cx);
-        let (lost, answered) = (self.coverage.lost() > 0, self.commands.quiet_since());
+        // Events lost (live perf) may be reads: whether one awaits its reply is not known.
+        let lost = self.coverage.lost() > 0;
+        let answered = self.commands.quiet_since().filter(|_| !lost);
         let step = self.stalls.on_call(&cx, &self.phases, lost, answered);
         // Slot by slot: iterating the array (even by reference, flattened) cost ~11 Ir per
         // event, for the one call in thousands that adds a candidate.

@@ -224,6 +224,11 @@ struct Last {
     proc_fd: Option<i32>,
     /// Its last call was an event-loop wait (timed: it returned then).
     loop_returned: bool,
+    /// It has returned from an event-loop wait since the trace began: a command it runs
+    /// after that had its request read in the trace (one read before the attach, still
+    /// running, is not counted as awaiting its reply: `Through::answered_from` waits for
+    /// this).
+    loop_seen: bool,
 }
 
 /// No last end: below every call's end, so the next call's end is the maximum.
@@ -238,6 +243,7 @@ impl Default for Last {
             open: None,
             proc_fd: None,
             loop_returned: false,
+            loop_seen: false,
         }
     }
 }
@@ -459,7 +465,7 @@ impl Stalls {
     /// call whose resumed half was in what could not be read).
     pub(crate) fn forget_all_last_ends(&mut self, at: Nanos) {
         for l in self.last.iter_mut() {
-            (l.end, l.end_known, l.open) = (NO_END, false, None);
+            (l.end, l.end_known, l.open, l.loop_seen) = (NO_END, false, None, false);
         }
         self.broken_at = self.broken_at.max(at);
     }
@@ -467,7 +473,7 @@ impl Stalls {
     /// A thread attached or detached: the time before is no gap of its own.
     pub(crate) fn forget_last_end(&mut self, t: super::call::ThreadIdx) {
         let l = self.last.at(t);
-        (l.end, l.open) = (NO_END, None);
+        (l.end, l.open, l.loop_seen) = (NO_END, None, false);
     }
 
     fn cand(&self, cx: &ResolvedCall<'_>, kind: StallKind, start: Nanos, dur: Nanos) -> Cand {
@@ -535,6 +541,8 @@ impl Stalls {
         let prev_known = std::mem::replace(&mut last.end_known, call_known(cx).is_known());
         let after_wait = std::mem::replace(&mut last.wait_unknown, cx.idle && !cx.timed);
         let no_command = last.no_command(cx);
+        let loop_seen = last.loop_seen;
+        last.loop_seen |= cx.facts.has(Facts::EPOLL) && cx.timed;
         let quiet = cx.facts.has(Facts::QUIET)
             && !cx.idle
             && cx.sc.in_flight.is_none()
@@ -584,7 +592,7 @@ impl Stalls {
                 }
                 c.through.woke = woke_by(cx);
                 c.through.no_command = no_command.filter(|_| open.is_none());
-                if cx.facts.has(Facts::EPOLL) {
+                if cx.facts.has(Facts::EPOLL) && loop_seen {
                     c.through.answered_from = answered.map(|q| q.max(from));
                     if answered.is_some_and(|q| q <= from) {
                         c.through.no_command.get_or_insert(NoCommand::Answered);

@@ -2535,3 +2535,36 @@ fn the_io_threads_finding_weighs_its_threads_against_the_cpus() {
         f.evidence
     );
 }
+
+/// The trace began inside a command whose request was read before it (a script that hands
+/// pages back with madvise, its reply then posted to an I/O thread): no request is seen
+/// awaiting its reply, yet one ran through the gap up to the event-loop wait. A gap is read
+/// as after every reply only once the main thread has come back from an event-loop wait in
+/// the trace.
+#[test]
+fn a_gap_before_the_first_loop_wait_is_never_after_the_replies() {
+    let run = |waited_first: bool| {
+        let mut s = Seq::new();
+        if waited_first {
+            s.call(100, 0, 10 * US, "epoll_wait", Some(5), 0, Extra::None);
+        }
+        s.call(100, MS, 10 * US, "madvise", None, 0, Extra::None);
+        s.call(
+            100,
+            300 * MS,
+            10 * US,
+            "epoll_wait",
+            Some(5),
+            0,
+            Extra::None,
+        );
+        let r = s.report();
+        let gap = r.stalls.iter().find(|x| x.kind == StallKind::Gap).cloned();
+        gap.map(|g| (g.finding.map(FindingId::as_str), g.cause))
+    };
+    let (id, why) = run(false).expect("the gap");
+    assert_eq!(id, Some("command"), "{why}");
+    let (id, why) = run(true).expect("the gap");
+    assert_eq!(id, None, "{why}");
+    assert!(why.contains("after every request"), "{why}");
+}
