@@ -556,6 +556,17 @@ mod tests {
     }
 
     fn run(c: &mut Commands, evs: &[Event]) -> (Vec<DoneCmd>, Option<Conn>) {
+        let client =
+            |e: &Event| (e.syscall().unwrap().name != "accept").then_some(FileClass::Client);
+        run_as(c, evs, client)
+    }
+
+    /// `run` with each call's fd of the class `class_of` gives it.
+    fn run_as(
+        c: &mut Commands,
+        evs: &[Event],
+        class_of: impl Fn(&Event) -> Option<FileClass>,
+    ) -> (Vec<DoneCmd>, Option<Conn>) {
         let (arrivals, file_time) = (Arrivals::new(false, 10_000_000), FileTime::default());
         let inp = CmdInputs {
             arrivals: &arrivals,
@@ -566,8 +577,8 @@ mod tests {
         let mut out = vec![];
         let mut replica = None;
         for e in evs {
-            let class = (e.syscall().unwrap().name != "accept").then_some(FileClass::Client);
-            replica = replica.or(c.on_call(&call(e, Role::Main, class), &inp, &mut out));
+            let cx = call(e, Role::Main, class_of(e));
+            replica = replica.or(c.on_call(&cx, &inp, &mut out));
         }
         (out, replica)
     }
@@ -620,35 +631,23 @@ mod tests {
             Some(21_000),
             "a reply with nothing read is one too"
         );
-        let (arrivals, file_time) = (Arrivals::new(false, 10_000_000), FileTime::default());
-        let inp = CmdInputs {
-            arrivals: &arrivals,
-            file_time: &file_time,
-            segment: Segment::default(),
-            own: false,
-        };
         // A replica's link to its primary: the stream's commands run as they are read.
-        let stream = io(22_000, "read", 10, set, set.len() as i64);
-        c.on_call(
-            &call(&stream, Role::Main, Some(FileClass::Outgoing)),
-            &inp,
-            &mut vec![],
+        let link = |_: &Event| Some(FileClass::Outgoing);
+        run_as(
+            &mut c,
+            &[io(22_000, "read", 10, set, set.len() as i64)],
+            link,
         );
         assert_eq!(c.quiet_since(), None, "the primary's stream");
-        let ack = io(25_000, "write", 10, b"*3\r\n", 5);
-        c.on_call(
-            &call(&ack, Role::Main, Some(FileClass::Outgoing)),
-            &inp,
-            &mut vec![],
+        run_as(&mut c, &[io(25_000, "write", 10, b"*3\r\n", 5)], link);
+        let ack = "its REPLCONF ACK came after them";
+        assert_eq!(c.quiet_since(), Some(26_000), "{ack}");
+        let unknown = |_: &Event| Some(FileClass::Unknown);
+        run_as(
+            &mut c,
+            &[io(30_000, "read", 9, set, set.len() as i64)],
+            unknown,
         );
-        assert_eq!(
-            c.quiet_since(),
-            Some(26_000),
-            "its REPLCONF ACK came after them"
-        );
-        let unknown = io(30_000, "read", 9, set, set.len() as i64);
-        let cx = call(&unknown, Role::Main, Some(FileClass::Unknown));
-        c.on_call(&cx, &inp, &mut vec![]);
         assert_eq!(c.quiet_since(), None, "fd 9 may be a client's");
     }
 
