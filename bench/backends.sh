@@ -31,44 +31,9 @@ C=${2:-50}
 ROUNDS=${3:-3}
 BIN=${CARGO_TARGET_DIR:-target}/release/stallscope
 [ -x "$BIN" ] || { echo "build first: cargo build --release ($BIN missing)" >&2; exit 2; }
-for t in redis-server redis-benchmark redis-cli strace perf python3; do
-  command -v "$t" >/dev/null || { echo "$t is required" >&2; exit 2; }
-done
-
-DIR=$(mktemp -d)
-PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-redis-server --port "$PORT" --bind 127.0.0.1 --dir "$DIR" --save "" --appendonly no \
-  --logfile "$DIR/redis.log" --daemonize no >/dev/null 2>&1 &
-RPID=$!
-TRACER=""
-cleanup() {
-  [ -n "$TRACER" ] && kill "$TRACER" 2>/dev/null || true
-  kill "$RPID" 2>/dev/null || true
-  wait 2>/dev/null || true
-  rm -rf "$DIR"
-}
-trap cleanup EXIT
-for _ in $(seq 100); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sleep 0.05; done
-
-rps() {
-  # "SET","123456.79",... -> 123456.79
-  redis-benchmark -p "$PORT" -t set -n "$N" -c "$C" -q --csv 2>/dev/null | awk -F'"' '/^"SET"/ {print $4}'
-}
-tracer_pid() { awk '/^TracerPid:/ {print $2}' /proc/"$RPID"/status; }
-wait_ptraced() {
-  for _ in $(seq 100); do [ "$(tracer_pid)" != 0 ] && return 0; sleep 0.05; done
-  echo "the tracer did not attach" >&2; exit 2
-}
-wait_untraced() {
-  for _ in $(seq 200); do [ "$(tracer_pid)" = 0 ] && return 0; sleep 0.05; done
-  echo "the tracer did not detach" >&2; exit 2
-}
-# stallscope prints "attached to" once every thread is traced.
-wait_line() {
-  for _ in $(seq 200); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.05; done
-  echo "no '$2' in $1: $(cat "$1")" >&2; exit 2
-}
-stop() { kill -INT "$TRACER"; wait "$TRACER" || true; TRACER=""; }
+. bench/lib.sh
+need redis-server redis-benchmark redis-cli strace perf python3
+start_redis
 
 ratio() { python3 -c "print(f'{float($1)/float($2):.3f}')"; }
 lost_of() { sed -n 's/.*; \([0-9]*\) lost$/\1/p' "$1" | tail -1; }

@@ -19,34 +19,15 @@ C=${2:-50}
 ROUNDS=${3:-3}
 BIN=${BIN:-${CARGO_TARGET_DIR:-target}/release/stallscope}
 [ -x "$BIN" ] || { echo "build first: cargo build --release ($BIN missing)" >&2; exit 2; }
-for t in redis-server redis-benchmark redis-cli bpftool python3; do
-  command -v "$t" >/dev/null || { echo "$t is required" >&2; exit 2; }
-done
+. bench/lib.sh
+need redis-server redis-benchmark redis-cli bpftool python3
 HZ=$(getconf CLK_TCK)
-DIR=$(mktemp -d)
-PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 STATS_WAS=$(sysctl -n kernel.bpf_stats_enabled)
-redis-server --port "$PORT" --bind 127.0.0.1 --dir "$DIR" --save "" --appendonly no \
-  --logfile "$DIR/redis.log" --daemonize no >/dev/null 2>&1 &
-RPID=$!
-TRACER=""
-cleanup() {
-  [ -n "$TRACER" ] && kill "$TRACER" 2>/dev/null || true
-  kill "$RPID" 2>/dev/null || true
-  wait 2>/dev/null || true
-  sysctl -qw kernel.bpf_stats_enabled="$STATS_WAS" || true
-  rm -rf "$DIR"
-}
-trap cleanup EXIT
-for _ in $(seq 100); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sleep 0.05; done
+on_exit 'sysctl -qw kernel.bpf_stats_enabled="$STATS_WAS"'
+start_redis
 sysctl -qw kernel.bpf_stats_enabled=1
 
 ticks() { awk '{print $14 + $15}' /proc/"$1"/stat; }
-bench() { redis-benchmark -p "$PORT" -t set -n "$N" -c "$C" -q --csv 2>/dev/null | awk -F'"' '/^"SET"/ {print $4}'; }
-wait_line() {
-  for _ in $(seq 400); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.05; done
-  echo "no '$2' in $1: $(cat "$1")" >&2; exit 2
-}
 # "id name type run_time_ns run_cnt" of the programs stallscope holds (their ids from the
 # fdinfo of its bpf fds: bpftool's own pid column needs a bpftool built with skeletons).
 progs() {
@@ -60,18 +41,18 @@ for p in json.load(sys.stdin):
 ' "$ids"
 }
 
-bench >/dev/null # warm up
+rps >/dev/null # warm up
 echo "redis-benchmark -t set -n $N -c $C, $(nproc) cores, kernel $(uname -r), load $(cut -d' ' -f1-3 /proc/loadavg), $BIN"
 U_SUM=0; B_SUM=0; S_SUM=0
 for round in $(seq "$ROUNDS"); do
-  t0=$(ticks "$RPID"); U_RPS=$(bench); t1=$(ticks "$RPID")
+  t0=$(ticks "$RPID"); U_RPS=$(rps); t1=$(ticks "$RPID")
   U=$((t1 - t0))
   rm -f "$DIR/bpf.err"
   "$BIN" attach --backend bpf --pid "$RPID" --format json --threshold 1s >"$DIR/bpf.json" 2>"$DIR/bpf.err" &
   TRACER=$!
   wait_line "$DIR/bpf.err" "attached to"
   progs "$TRACER" >"$DIR/p0"
-  s0=$(ticks "$TRACER"); t0=$(ticks "$RPID"); B_RPS=$(bench); t1=$(ticks "$RPID"); s1=$(ticks "$TRACER")
+  s0=$(ticks "$TRACER"); t0=$(ticks "$RPID"); B_RPS=$(rps); t1=$(ticks "$RPID"); s1=$(ticks "$TRACER")
   progs "$TRACER" >"$DIR/p1"
   kill -INT "$TRACER"; wait "$TRACER" || true; TRACER=""
   B=$((t1 - t0)); S=$((s1 - s0))

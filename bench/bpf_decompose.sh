@@ -34,26 +34,12 @@ C=${2:-50}
 ROUNDS=${3:-5}
 BIN=${BIN:-${CARGO_TARGET_DIR:-target}/release/stallscope}
 [ -x "$BIN" ] || { echo "build first: cargo build --release ($BIN missing)" >&2; exit 2; }
-for t in redis-server redis-benchmark redis-cli bpftool python3; do
-  command -v "$t" >/dev/null || { echo "$t is required" >&2; exit 2; }
-done
+. bench/lib.sh
+need redis-server redis-benchmark redis-cli bpftool python3
 HZ=$(getconf CLK_TCK)
-DIR=$(mktemp -d)
-PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 STATS_WAS=$(sysctl -n kernel.bpf_stats_enabled)
-redis-server --port "$PORT" --bind 127.0.0.1 --dir "$DIR" --save "" --appendonly no \
-  --logfile "$DIR/redis.log" --daemonize no >/dev/null 2>&1 &
-RPID=$!
-TRACER=""
-cleanup() {
-  [ -n "$TRACER" ] && kill "$TRACER" 2>/dev/null || true
-  kill "$RPID" 2>/dev/null || true
-  wait 2>/dev/null || true
-  sysctl -qw kernel.bpf_stats_enabled="$STATS_WAS" || true
-  rm -rf "$DIR"
-}
-trap cleanup EXIT
-for _ in $(seq 100); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sleep 0.05; done
+on_exit 'sysctl -qw kernel.bpf_stats_enabled="$STATS_WAS"'
+start_redis
 
 ticks() { awk '{print $14 + $15}' /proc/"$1"/stat; }
 # "rps cpu_ticks" of one redis-benchmark run (its CPU from its rusage, in clock ticks).
@@ -69,10 +55,6 @@ rps = next(l.split('"')[3] for l in out.splitlines() if l.startswith('"SET"'))
 cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
 print(rps, round(cpu * int(hz)))
 PY
-}
-wait_line() {
-  for _ in $(seq 400); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.05; done
-  echo "no '$2' in $1: $(cat "$1")" >&2; exit 2
 }
 # "id name run_time_ns run_cnt" of the programs stallscope holds (ids from its bpf fds).
 progs() {
@@ -117,7 +99,7 @@ for i, (name, t, c) in p1.items():
     _, t0, c0 = p0.get(i, (name, 0, 0))
     print(name, int(t) - int(t0), int(c) - int(c0))
 PY
-    kill -INT "$TRACER"; wait "$TRACER" || true; TRACER=""
+    stop
     cp "$DIR/err" "$DIR/err.$case.$round"
   fi
   echo "$case $round $out $((t1 - t0)) $((s1 - s0))" >>"$DIR/rows"

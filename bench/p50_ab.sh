@@ -4,19 +4,19 @@
 # the same redis, alternated over two rounds (an A/B of where a command's clock starts).
 #   bench/p50_ab.sh BINARY...
 set -euo pipefail
-DIR=$(mktemp -d)
-PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-redis-server --port "$PORT" --bind 127.0.0.1 --dir "$DIR" --save "" --appendonly no --logfile "$DIR/redis.log" --daemonize no >/dev/null 2>&1 &
-RPID=$!
-trap 'kill $RPID 2>/dev/null; wait $RPID 2>/dev/null; rm -rf $DIR' EXIT
-for _ in $(seq 100); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sleep 0.05; done
+BINS=()
+for b in "$@"; do BINS+=("$(realpath "$b")"); done
+cd "$(dirname "$0")/.."
+. bench/lib.sh
+need redis-server redis-benchmark redis-cli python3
+start_redis
 for round in 1 2; do
-for BIN in "$@"; do
+for BIN in "${BINS[@]}"; do
   "$BIN" attach --backend bpf --pid "$RPID" --format json --threshold 1s >"$DIR/bpf.json" 2>"$DIR/bpf.err" &
-  T=$!
-  for _ in $(seq 200); do grep -q "attached to" "$DIR/bpf.err" && break; sleep 0.05; done
+  TRACER=$!
+  wait_line "$DIR/bpf.err" "attached to"
   redis-benchmark -p "$PORT" -t set,get -n 20000 -c 1 --csv 2>/dev/null >"$DIR/c1.csv"
-  kill -INT $T; wait $T || true
+  stop
   echo "== $BIN round $round"
   python3 - "$DIR/bpf.json" "$DIR/c1.csv" <<'PY'
 import json, sys, csv

@@ -19,39 +19,16 @@ ROUNDS=${3:-7}
 shift $(( $# < 3 ? $# : 3 ))
 BIN=${BIN:-target/testing/stallscope}
 [ -x "$BIN" ] || { echo "build first ($BIN missing)" >&2; exit 2; }
-DIR=$(mktemp -d)
-PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-redis-server --port "$PORT" --bind 127.0.0.1 --dir "$DIR" --save "" --appendonly no \
-  --logfile "$DIR/redis.log" --daemonize no "$@" >/dev/null 2>&1 &
-RPID=$!
-TRACER=""
-cleanup() {
-  [ -n "$TRACER" ] && kill "$TRACER" 2>/dev/null || true
-  kill "$RPID" 2>/dev/null || true
-  wait 2>/dev/null || true
-  rm -rf "$DIR"
-}
-trap cleanup EXIT
-for _ in $(seq 100); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sleep 0.05; done
-rps() {
-  redis-benchmark -p "$PORT" -t set -n "$N" -c "$C" -q --csv 2>/dev/null | awk -F'"' '/^"SET"/ {print $4}'
-}
-tracer_pid() { awk '/^TracerPid:/ {print $2}' /proc/"$RPID"/status; }
-wait_ptraced() {
-  for _ in $(seq 200); do [ "$(tracer_pid)" != 0 ] && return 0; sleep 0.05; done
-  echo "the tracer did not attach" >&2; exit 2
-}
-wait_untraced() {
-  for _ in $(seq 200); do [ "$(tracer_pid)" = 0 ] && return 0; sleep 0.05; done
-  echo "the tracer did not detach" >&2; exit 2
-}
+. bench/lib.sh
+need redis-server redis-benchmark redis-cli python3
+start_redis "$@"
 traced() { # $1: 1 = without the split
   STALLSCOPE_PTRACE_NO_SCHED=$1 "$BIN" attach --backend ptrace --pid "$RPID" --format json \
     --threshold 1s >"$DIR/pt.json" 2>"$DIR/pt.err" &
   TRACER=$!
   wait_ptraced
   R=$(rps)
-  kill -INT "$TRACER"; wait "$TRACER" || true; TRACER=""
+  stop
   wait_untraced
   # The tracer's own time per stop (from waitpid's return to the resume), from its report.
   U=$(python3 -c "import json,sys; print(f\"{json.load(open(sys.argv[1]))['overhead']['mean_stop_us']:.2f}\")" "$DIR/pt.json")

@@ -11,20 +11,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 WIN=${1:-0.3}
-DIR=$(mktemp -d)
-PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-redis-server --port "$PORT" --bind 127.0.0.1 --dir "$DIR" --save "" --appendonly no \
-  --logfile "$DIR/redis.log" --daemonize no >/dev/null 2>&1 &
-RPID=$!
+. bench/lib.sh
+need redis-server redis-benchmark redis-cli perf python3
 BPID=""
-cleanup() {
-  [ -n "$BPID" ] && kill "$BPID" 2>/dev/null || true
-  kill "$RPID" 2>/dev/null || true
-  wait 2>/dev/null || true
-  rm -rf "$DIR"
-}
-trap cleanup EXIT
-for _ in $(seq 100); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sleep 0.05; done
+on_exit '[ -n "$BPID" ] && kill "$BPID" 2>/dev/null'
+start_redis
 redis-benchmark -p "$PORT" -t get -n 100000000 -c 1 -q >/dev/null 2>&1 &
 BPID=$!
 sleep 1
