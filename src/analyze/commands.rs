@@ -145,10 +145,10 @@ struct ConnState {
     read_open: bool,
 }
 
-/// Whether any client's request awaits its reply, for the gaps that end in the main
-/// thread's event-loop wait (`Commands::quiet_since`): redis runs a command between its
-/// request's read and its reply's write, so once every connection read from has been
-/// written to, no command is left to run until the next read. Counted by connection, not by
+/// Whether any client's request awaits its reply, for the main thread's gaps
+/// (`Commands::quiet_since`): redis runs a command between its request's read and its
+/// reply's write, so once every connection read from has been written to, no command is
+/// left to run until the next read. Counted by connection, not by
 /// named command, so a read whose text the trace lacks (no payloads, a truncated pipeline)
 /// counts as well as a named one.
 #[derive(Default)]

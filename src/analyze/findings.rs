@@ -261,10 +261,12 @@ pub(crate) fn answered_read(a: &Evidence<'_>, c: &Cand) -> Cand {
     c
 }
 
+/// What redis runs that is no command: its timers and its housekeeping between turns.
+const OWN_WORK: &str = "its timers: expiry, eviction, rehashing; freeing clients";
+
 /// Where `NoCommand::Answered` lay, in words.
-const ANSWERED: &str = "after every request it had read was answered, until its event-loop \
-     wait: no command runs there (redis runs one between its request's read and its reply's \
-     write)";
+const ANSWERED: &str = "after every request it had read was answered: no command runs there \
+     (redis runs one between its request's read and its reply's write)";
 
 /// A gap between two calls redis runs no command between (`Through::no_command`), without
 /// the scheduler's split: no finding (CPU starvation is read from the scheduler's figures,
@@ -274,9 +276,9 @@ fn no_command(k: NoCommand, who: &str, d: &str, during: &str) -> (Option<Finding
         return (
             None,
             format!(
-                "{who} {d}{during} {ANSWERED}: not a slow command; the server's own work before \
-                 it sleeps (freeing clients, evicting) or the thread off its CPU (no scheduler \
-                 split in this trace says which)"
+                "{who} {d}{during} {ANSWERED}: not a slow command; the server's own work \
+                 ({OWN_WORK}) or the thread off its CPU (no scheduler split in this trace says \
+                 which)"
             ),
         );
     }
@@ -367,8 +369,7 @@ fn io_wait_words(
     }
     if v.answered > 0 {
         text.push_str(&format!(
-            "; no request awaited its reply in its last {}, up to its event-loop wait: no \
-             command ran there",
+            "; no request awaited its reply in its last {}: no command ran there",
             human(v.answered / 1000)
         ));
     }
@@ -730,7 +731,7 @@ fn sched_of_gap(
             None,
             format!(
                 "{who} {d}{during} {ANSWERED}, on a CPU ({w}): not a slow command; the \
-                 server's own work before it sleeps (freeing clients, evicting)"
+                 server's own work ({OWN_WORK})"
             ),
         ));
     }

@@ -196,9 +196,9 @@ pub(crate) struct IoCover {
     pub(crate) starved_through: Nanos,
     /// Of `runnable`, the time a tracer that stops every call held them (ptrace).
     pub(crate) held: Nanos,
-    /// Of the `tail`, the stretch at its end after every request read had been answered,
-    /// the gap ending in the event-loop wait (`Through::answered_from`): no command ran
-    /// there, so it is not the main thread's own time a command could take.
+    /// Of the `tail`, the stretch at its end after every request read had been answered
+    /// (`Through::answered_from`): no command ran there, so it is not the main thread's own
+    /// time a command could take.
     pub(crate) answered: Nanos,
 }
 

@@ -204,8 +204,8 @@ impl Kept<'_> {
     /// the request of the command a gap ran may have been read inside it, by an I/O thread
     /// (`Held::across_threads`).
     fn ran(&self, c: &Cand, held: &Held) -> Option<super::commands::CmdId> {
-        // Every request read had been answered when it began, and it ended in the wait for
-        // the next: the commands it held came in during it, read after it.
+        // Every request read had been answered when it began, and none read later awaited
+        // its reply when it ended: the commands it held came in during it, read after it.
         let answered = Some(stalls::NoCommand::Answered);
         if c.through.no_command == answered
             && findings::answered_read(self.evidence, c).through.no_command == answered

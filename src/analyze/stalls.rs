@@ -109,10 +109,10 @@ pub(crate) struct Through {
     pub(crate) woke: Option<Woke>,
     /// Where the gap lay that no command runs in (`NoCommand`).
     pub(crate) no_command: Option<NoCommand>,
-    /// The gap ended in the thread's event-loop wait while no client request awaited its
-    /// reply (`Commands::quiet_since`): from this time on (its start, or the last reply
-    /// written in it) no command ran in it. redis runs a command between its request's read
-    /// and its reply's write, and runs none after a turn's replies before it waits again.
+    /// No client request awaited its reply when the gap ended (`Commands::quiet_since`): from
+    /// this time on (its start, or the last reply written in it) none did, and no command
+    /// ran in it. redis runs a command between its request's read and its reply's write, and
+    /// a request read after that time would still await its reply.
     pub(crate) answered_from: Option<Nanos>,
 }
 
@@ -131,8 +131,8 @@ pub(crate) enum NoCommand {
     /// reads one (its RSS and CPU time from /proc/self/stat, smaps) open, read, close, back
     /// to back (`Last::proc_fd`).
     ProcFile,
-    /// After every request read had been answered, until its event-loop wait
-    /// (`Through::answered_from` at the gap's start or before).
+    /// After every request read had been answered (`Through::answered_from` at the gap's
+    /// start or before).
     Answered,
     /// Its event-loop wait's return and its read of a notification fd (an eventfd): the
     /// event loop runs only `afterSleep` (the time cache, the modules' lock) before the
@@ -592,7 +592,9 @@ impl Stalls {
                 }
                 c.through.woke = woke_by(cx);
                 c.through.no_command = no_command.filter(|_| open.is_none());
-                if cx.facts.has(Facts::EPOLL) && loop_seen {
+                // A gap that ends in a write may end in a reply whose request the trace
+                // lacks (read before the attach, or on an fd of no class): a command ran.
+                if loop_seen && !cx.facts.has(Facts::SEND) {
                     c.through.answered_from = answered.map(|q| q.max(from));
                     if answered.is_some_and(|q| q <= from) {
                         c.through.no_command.get_or_insert(NoCommand::Answered);

@@ -2281,9 +2281,9 @@ fn a_script_read_by_an_io_thread_inside_the_gap_is_named_not_the_batch_before_it
 /// Both threads write their shares side by side; the main thread's next call comes 6 ms
 /// after both ended: less than a scheduler tick right after the hand-off (the I/O thread
 /// spins on a CPU for the next one). 30 ms is not scheduling: that stays the main thread's
-/// own, which holds no command when every request read had been answered and it ended in
-/// the event-loop wait; one that ends elsewhere (a client's read), or with a request read
-/// and not answered, may hold one.
+/// own, which holds no command when every request read had been answered; one that ends in
+/// a reply whose request the trace lacks, or with a request read and not answered, may
+/// hold one.
 #[test]
 fn a_short_gap_right_after_the_io_threads_share_is_scheduling() {
     let run = |ends_in_wait: bool, unanswered: bool| {
@@ -2304,7 +2304,7 @@ fn a_short_gap_right_after_the_io_threads_share_is_scheduling() {
         if ends_in_wait {
             s.call(100, 47 * MS, 10 * US, "epoll_wait", Some(5), 0, Extra::None);
         } else {
-            s.read(100, 47 * MS, 10, SET);
+            s.write(100, 47 * MS, 10 * US, 11, b"+OK\r\n");
         }
         s.report()
     };
