@@ -247,12 +247,14 @@ pub(crate) fn io_wait_of(
 }
 
 /// The gap as its rules read it: the reading that every request read had been answered
-/// (`Through::answered_from`) holds only where the trace shows every client read (not a
-/// trace missing calls, `Evidence::gaps`), and while a child just forked runs its
-/// copy-on-write faults are the finding, whatever the main thread did meanwhile.
+/// (`Through::answered_from`) holds only where the trace shows every client read: not a
+/// trace missing calls (`Evidence::gaps`), nor one of the main thread alone (`strace -p`
+/// without -f: valkey's I/O threads read every request, and an EVAL's gap would be read as
+/// after every reply); and while a child just forked runs its copy-on-write faults are the
+/// finding, whatever the main thread did meanwhile.
 pub(crate) fn answered_read(a: &Evidence<'_>, c: &Cand) -> Cand {
     let mut c = c.clone();
-    if a.gaps.is_some() || c.phase.is_some() {
+    if a.gaps.is_some() || c.phase.is_some() || !a.world.threads_followed(c.proc) {
         c.through.answered_from = None;
         if c.through.no_command == Some(NoCommand::Answered) {
             c.through.no_command = None;

@@ -609,6 +609,16 @@ impl World {
         self.threads.len()
     }
 
+    /// Whether the trace shows more than one thread of this process (it followed them:
+    /// `strace -f`, or live).
+    pub(crate) fn threads_followed(&self, proc: ProcKey) -> bool {
+        self.threads
+            .iter()
+            .filter(|t| t.proc == proc)
+            .nth(1)
+            .is_some()
+    }
+
     pub(crate) fn process_count(&self) -> usize {
         self.threads
             .iter()

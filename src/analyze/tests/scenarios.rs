@@ -2540,11 +2540,16 @@ fn the_io_threads_finding_weighs_its_threads_against_the_cpus() {
 /// pages back with madvise, its reply then posted to an I/O thread): no request is seen
 /// awaiting its reply, yet one ran through the gap up to the event-loop wait. A gap is read
 /// as after every reply only once the main thread has come back from an event-loop wait in
-/// the trace.
+/// the trace, and only in a trace of all its threads (`strace -p` without -f shows none of
+/// the reads valkey's I/O threads make).
 #[test]
 fn a_gap_before_the_first_loop_wait_is_never_after_the_replies() {
-    let run = |waited_first: bool| {
+    let run_followed = |waited_first: bool, followed: bool| {
         let mut s = Seq::new();
+        if followed {
+            // A bio thread's wait: the trace follows the process's threads.
+            s.call(101, 0, 10 * US, "futex", None, 0, Extra::None);
+        }
         if waited_first {
             s.call(100, 0, 10 * US, "epoll_wait", Some(5), 0, Extra::None);
         }
@@ -2562,9 +2567,12 @@ fn a_gap_before_the_first_loop_wait_is_never_after_the_replies() {
         let gap = r.stalls.iter().find(|x| x.kind == StallKind::Gap).cloned();
         gap.map(|g| (g.finding.map(FindingId::as_str), g.cause))
     };
+    let run = |waited_first: bool| run_followed(waited_first, true);
     let (id, why) = run(false).expect("the gap");
     assert_eq!(id, Some("command"), "{why}");
     let (id, why) = run(true).expect("the gap");
     assert_eq!(id, None, "{why}");
     assert!(why.contains("after every request"), "{why}");
+    let (id, why) = run_followed(true, false).expect("the gap");
+    assert_eq!(id, Some("command"), "the main thread alone: {why}");
 }
