@@ -162,6 +162,23 @@ struct Awaiting {
     blind: bool,
 }
 
+impl Awaiting {
+    /// A connection was read from: its request awaits its reply.
+    fn opened(&mut self, st: &mut ConnState) {
+        if !st.read_open {
+            st.read_open = true;
+            self.open += 1;
+        }
+    }
+
+    /// A connection was written to (or closed): whether a request on it awaited its reply.
+    fn closed(&mut self, st: &mut ConnState) -> bool {
+        let was = std::mem::take(&mut st.read_open);
+        self.open -= u32::from(was);
+        was
+    }
+}
+
 /// What the commands unit reads from the others for one call.
 pub(crate) struct CmdInputs<'a> {
     pub(crate) arrivals: &'a Arrivals,
@@ -228,8 +245,8 @@ impl Commands {
         if f.has(Facts::CLOSE) {
             if let Some(fd) = sc.fd {
                 let conn = (cx.proc, fd);
-                if self.conns.remove(&conn).is_some_and(|st| st.read_open) {
-                    self.awaiting.open -= 1;
+                if let Some(mut st) = self.conns.remove(&conn) {
+                    self.awaiting.closed(&mut st);
                 }
                 self.conn_open.remove(&conn);
             }
@@ -255,12 +272,9 @@ impl Commands {
             return;
         };
         let st = self.conns.entry((cx.proc, fd)).or_default();
-        let opens = cx.facts.has(Facts::RECV) && cx.sc.ret.val() != Some(0);
-        if opens && !st.read_open {
-            st.read_open = true;
-            self.awaiting.open += 1;
-        } else if cx.facts.has(Facts::SEND) && std::mem::take(&mut st.read_open) {
-            self.awaiting.open -= 1;
+        if cx.facts.has(Facts::RECV) && cx.sc.ret.val() != Some(0) {
+            self.awaiting.opened(st);
+        } else if cx.facts.has(Facts::SEND) && self.awaiting.closed(st) {
             self.awaiting.last_reply = self.awaiting.last_reply.max(cx.end);
         }
     }
@@ -270,10 +284,7 @@ impl Commands {
             return;
         }
         let st = self.conns.entry(conn).or_default();
-        if !st.read_open {
-            st.read_open = true;
-            self.awaiting.open += 1;
-        }
+        self.awaiting.opened(st);
         let Some(data) = cx.sc.data().filter(|_| !inp.own) else {
             return;
         };
@@ -369,9 +380,7 @@ impl Commands {
         let end = cx.end;
         self.awaiting.last_reply = self.awaiting.last_reply.max(end);
         let st = self.conns.get_mut(&conn)?;
-        if std::mem::take(&mut st.read_open) {
-            self.awaiting.open -= 1;
-        }
+        self.awaiting.closed(st);
         if st.pending.is_empty() {
             return None;
         }

@@ -21,6 +21,7 @@ use crate::report::{
 };
 use crate::syscalls::{Blocking, Facts};
 pub use crate::units::{human, plural};
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashSet};
 
 fn class_words(c: FileClass) -> &'static str {
@@ -109,7 +110,7 @@ fn explain_trace(
         .unwrap_or_default();
     if c.kind == StallKind::Gap {
         let trusted = answered_read(a, c);
-        let c = &trusted;
+        let c: &Cand = &trusted;
         // A gap from a call of unknown length is at most what it says.
         let d = gap_words(c, &format!("{bound}{}", human(c.dur / 1000)));
         if let Some(v) = io_wait_of(a, c, role) {
@@ -230,7 +231,8 @@ pub(crate) fn io_wait_of(
     if role != Role::Main || c.kind != StallKind::Gap {
         return None;
     }
-    let c = &answered_read(a, c);
+    let trusted = answered_read(a, c);
+    let c: &Cand = &trusted;
     let main_runnable = c.sched.map(|s| s.runnable_ns as i64);
     let mut v = c.through.io?;
     let threshold = a.threshold_us * 1000;
@@ -252,15 +254,23 @@ pub(crate) fn io_wait_of(
 /// without -f: valkey's I/O threads read every request, and an EVAL's gap would be read as
 /// after every reply); and while a child just forked runs its copy-on-write faults are the
 /// finding, whatever the main thread did meanwhile.
-pub(crate) fn answered_read(a: &Evidence<'_>, c: &Cand) -> Cand {
-    let mut c = c.clone();
-    if a.gaps.is_some() || c.phase.is_some() || !a.world.threads_followed(c.proc) {
-        c.through.answered_from = None;
-        if c.through.no_command == Some(NoCommand::Answered) {
-            c.through.no_command = None;
-        }
+/// Copied only when the reading is dropped from a gap that had it.
+pub(crate) fn answered_read<'c>(a: &Evidence<'_>, c: &'c Cand) -> Cow<'c, Cand> {
+    if c.through.answered_from.is_none() || answered_holds(a, c) {
+        return Cow::Borrowed(c);
     }
-    c
+    let mut c = c.clone();
+    c.through.answered_from = None;
+    if c.through.no_command == Some(NoCommand::Answered) {
+        c.through.no_command = None;
+    }
+    Cow::Owned(c)
+}
+
+/// Whether the reading that every request read had been answered holds for this gap's
+/// trace (`answered_read`).
+pub(crate) fn answered_holds(a: &Evidence<'_>, c: &Cand) -> bool {
+    a.gaps.is_none() && c.phase.is_none() && a.world.threads_followed(c.proc)
 }
 
 /// What redis runs that is no command: its timers and its housekeeping between turns.
@@ -274,18 +284,18 @@ const ANSWERED: &str = "after every request it had read was answered: no command
 /// the scheduler's split: no finding (CPU starvation is read from the scheduler's figures,
 /// and the tracer may have held the thread as well), but no command either.
 fn no_command(k: NoCommand, who: &str, d: &str, during: &str) -> (Option<FindingId>, String) {
-    if k == NoCommand::Answered {
-        return (
-            None,
-            format!(
-                "{who} {d}{during} {ANSWERED}: not a slow command; the server's own work \
-                 ({OWN_WORK}) or the thread off its CPU (no scheduler split in this trace says \
-                 which)"
-            ),
-        );
-    }
     let between = match k {
-        NoCommand::Answered => unreachable!("said above"),
+        // Not only off its CPU: the server's own work runs there too.
+        NoCommand::Answered => {
+            return (
+                None,
+                format!(
+                    "{who} {d}{during} {ANSWERED}: not a slow command; the server's own work \
+                     ({OWN_WORK}) or the thread off its CPU (no scheduler split in this trace \
+                     says which)"
+                ),
+            );
+        }
         NoCommand::ProcFile => {
             "between two calls on the /proc file it was reading (redis opens, reads and \
              closes one back to back, as when it samples its memory)"

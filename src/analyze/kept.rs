@@ -206,9 +206,8 @@ impl Kept<'_> {
     fn ran(&self, c: &Cand, held: &Held) -> Option<super::commands::CmdId> {
         // Every request read had been answered when it began, and none read later awaited
         // its reply when it ended: the commands it held came in during it, read after it.
-        let answered = Some(stalls::NoCommand::Answered);
-        if c.through.no_command == answered
-            && findings::answered_read(self.evidence, c).through.no_command == answered
+        if c.through.no_command == Some(stalls::NoCommand::Answered)
+            && findings::answered_holds(self.evidence, c)
         {
             return None;
         }

@@ -542,7 +542,8 @@ impl Stalls {
         let after_wait = std::mem::replace(&mut last.wait_unknown, cx.idle && !cx.timed);
         let no_command = last.no_command(cx);
         let loop_seen = last.loop_seen;
-        last.loop_seen |= cx.facts.has(Facts::EPOLL) && cx.timed;
+        // `no_command` noted whether this call is an event-loop wait that returned.
+        last.loop_seen |= last.loop_returned;
         let quiet = cx.facts.has(Facts::QUIET)
             && !cx.idle
             && cx.sc.in_flight.is_none()
