@@ -7,11 +7,12 @@
 //! the holds join compare and hash integers; the text is looked up only for the report.
 
 use super::arrivals::Arrivals;
-use super::call::{Facts, ResolvedCall};
+use super::call::{Facts, ResolvedCall, ThreadIdx};
 use super::file_time::{FileNs, FileTime};
 use super::holds::DoneCmd;
 use super::phases::Segment;
 use super::resp;
+use super::roles::Role;
 use super::stats::Agg;
 use crate::event::{Nanos, Ret};
 use crate::fdtable::{FileClass, ProcKey};
@@ -143,6 +144,10 @@ struct ConnState {
     /// Read from (data returned) and not written to since: a request awaits its reply,
     /// whether or not its command could be named (`Awaiting`).
     read_open: bool,
+    /// Read by this own-loop I/O thread (redis 8) and not yet taken by the main thread: its
+    /// request awaits its reply, but no command of it can run before the main thread reads
+    /// that thread's eventfd (`Awaiting::held`).
+    with_io: Option<ThreadIdx>,
 }
 
 /// Whether any client's request awaits its reply, for the main thread's gaps
@@ -151,10 +156,20 @@ struct ConnState {
 /// left to run until the next read. Counted by connection, not by
 /// named command, so a read whose text the trace lacks (no payloads, a truncated pipeline)
 /// counts as well as a named one.
+///
+/// redis 8's I/O threads run event loops of their own: one reads its clients' requests,
+/// then hands those clients to the main thread (it writes the main thread's eventfd for
+/// it), and the main thread takes them when it reads that eventfd
+/// (`handleClientsFromIOThread`), and runs their commands only then. Until that read such a
+/// request is `held`, not `open`: however long the main thread goes without a call, it
+/// cannot run that command meanwhile.
 #[derive(Default)]
 struct Awaiting {
     /// Client connections `read_open`.
     open: u32,
+    /// Client connections read by an own-loop I/O thread and not yet taken by the main
+    /// thread (`ConnState::with_io`).
+    held: u32,
     /// The end of the latest reply write.
     last_reply: Nanos,
     /// Data was read from an fd of no known class: a client's, maybe, so the count above may
@@ -171,12 +186,37 @@ impl Awaiting {
         }
     }
 
+    /// A connection was read by an own-loop I/O thread: its request is with that thread
+    /// until the main thread takes it. Returns whether it was not already.
+    fn held_by(&mut self, st: &mut ConnState, t: ThreadIdx) -> bool {
+        if st.read_open || st.with_io.is_some() {
+            return false;
+        }
+        st.with_io = Some(t);
+        self.held += 1;
+        true
+    }
+
     /// A connection was written to (or closed): whether a request on it awaited its reply.
     fn closed(&mut self, st: &mut ConnState) -> bool {
         let was = std::mem::take(&mut st.read_open);
         self.open -= u32::from(was);
+        if st.with_io.take().is_some() {
+            self.held -= 1;
+        }
         was
     }
+}
+
+/// Since when no client request has been in the main thread's hands unanswered
+/// (`Commands::quiet_since`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Quiet {
+    /// The end of the latest reply write.
+    pub(crate) since: Nanos,
+    /// Requests read since then await their replies with redis 8's own-loop I/O threads,
+    /// not yet handed to the main thread (`Awaiting::held`).
+    pub(crate) io_held: bool,
 }
 
 /// What the commands unit reads from the others for one call.
@@ -187,6 +227,9 @@ pub(crate) struct CmdInputs<'a> {
     /// The call is on stallscope's own poller connection (`OwnConns`): its commands are no
     /// client's, but they await their replies all the same (`Awaiting`).
     pub(crate) own: bool,
+    /// The call's thread is one of redis 8's I/O threads with an event loop of its own
+    /// (`IoHelpers::own_loop`): the requests it reads are `Awaiting::held`.
+    pub(crate) own_loop: bool,
 }
 
 #[derive(Default)]
@@ -202,6 +245,14 @@ pub(crate) struct Commands {
     /// By id, once a command of that name is answered.
     all: Vec<Option<Totals>>,
     awaiting: Awaiting,
+    /// The connections `Awaiting::held` (and some no longer: checked when taken).
+    held: Vec<Conn>,
+    /// The eventfd (or pipe) each own-loop I/O thread writes to hand clients over, by the
+    /// process's fd.
+    notifiers: Vec<(Conn, ThreadIdx)>,
+    /// Per process, the end of its main thread's latest write of a notification fd: its
+    /// hand-back of the clients it took (or a pause of the I/O threads).
+    handed_back: Vec<(ProcKey, Nanos)>,
 }
 
 impl Commands {
@@ -235,12 +286,22 @@ impl Commands {
                 let conn = (cx.proc, fd);
                 if f.has(Facts::RECV) {
                     self.on_request(cx, conn, inp);
+                    // Entries of connections taken or closed since are dropped at the next
+                    // take; one that never comes (no main-thread eventfd read seen) must
+                    // not grow the list.
+                    if self.held.len() >= 2 * self.awaiting.held as usize + 64 {
+                        let conns = &self.conns;
+                        self.held
+                            .retain(|k| conns.get(k).is_some_and(|s| s.with_io.is_some()));
+                    }
                 } else if f.has(Facts::SEND) {
                     replica = self.on_reply(cx, conn, inp, answered);
                 }
             }
         } else if matches!(cx.class, Some(FileClass::Outgoing | FileClass::Replica)) {
             self.on_link(cx);
+        } else if matches!(cx.class, Some(FileClass::AnonInode | FileClass::Pipe)) {
+            self.on_notifier(cx, inp);
         }
         if f.has(Facts::CLOSE) {
             if let Some(fd) = sc.fd {
@@ -279,12 +340,59 @@ impl Commands {
         }
     }
 
+    /// An own-loop I/O thread's write of an eventfd (or pipe) is its hand-over to the main
+    /// thread; the main thread's read of one takes the clients handed over through it, or,
+    /// of one no such thread was seen writing, every client the I/O threads hold (a take
+    /// too many only keeps the `Awaiting` reading from a gap).
+    fn on_notifier(&mut self, cx: &ResolvedCall<'_>, inp: &CmdInputs<'_>) {
+        let (Some(fd), Some(n)) = (cx.sc.fd, cx.sc.ret.val()) else {
+            return;
+        };
+        let key = (cx.proc, fd);
+        if cx.role == Role::Main && cx.facts.has(Facts::SEND) {
+            match self.handed_back.iter_mut().find(|(p, _)| *p == cx.proc) {
+                Some(e) => e.1 = cx.end,
+                None => self.handed_back.push((cx.proc, cx.end)),
+            }
+        } else if inp.own_loop && cx.facts.has(Facts::SEND) {
+            match self.notifiers.iter_mut().find(|(k, _)| *k == key) {
+                Some(e) => e.1 = cx.thread,
+                None => self.notifiers.push((key, cx.thread)),
+            }
+        } else if cx.role == Role::Main && cx.facts.has(Facts::RECV) && n > 0 {
+            if self.awaiting.held == 0 {
+                return;
+            }
+            let from = self.notifiers.iter().find(|(k, _)| *k == key).map(|e| e.1);
+            let (conns, awaiting) = (&mut self.conns, &mut self.awaiting);
+            self.held.retain(|k| {
+                let Some(st) = conns.get_mut(k).filter(|_| k.0 == cx.proc) else {
+                    return k.0 != cx.proc;
+                };
+                match st.with_io {
+                    Some(t) if from.is_none_or(|f| f == t) => {
+                        st.with_io = None;
+                        awaiting.held -= 1;
+                        awaiting.opened(st);
+                        false
+                    }
+                    Some(_) => true,
+                    None => false,
+                }
+            });
+        }
+    }
+
     fn on_request(&mut self, cx: &ResolvedCall<'_>, conn: Conn, inp: &CmdInputs<'_>) {
         if cx.sc.ret.val() == Some(0) {
             return;
         }
         let st = self.conns.entry(conn).or_default();
-        self.awaiting.opened(st);
+        if !inp.own_loop {
+            self.awaiting.opened(st);
+        } else if self.awaiting.held_by(st, cx.thread) {
+            self.held.push(conn);
+        }
         let Some(data) = cx.sc.data().filter(|_| !inp.own) else {
             return;
         };
@@ -378,8 +486,19 @@ impl Commands {
         answered: &mut Vec<DoneCmd>,
     ) -> Option<Conn> {
         let end = cx.end;
-        self.awaiting.last_reply = self.awaiting.last_reply.max(end);
-        let st = self.conns.get_mut(&conn)?;
+        let Some(st) = self.conns.get_mut(&conn) else {
+            self.awaiting.last_reply = self.awaiting.last_reply.max(end);
+            return None;
+        };
+        // An own-loop I/O thread writes the reply of a request the main thread took only
+        // once the main thread has handed the client back (its write of that thread's
+        // eventfd): the request left its hands then, at the latest at its last such write.
+        let handed_back = || self.handed_back.iter().find(|(p, _)| *p == cx.proc);
+        let left = match (inp.own_loop && st.read_open).then(handed_back).flatten() {
+            Some(&(_, h)) => h.min(end),
+            None => end,
+        };
+        self.awaiting.last_reply = self.awaiting.last_reply.max(left);
         self.awaiting.closed(st);
         if st.pending.is_empty() {
             return None;
@@ -421,13 +540,16 @@ impl Commands {
         None
     }
 
-    /// Since when no client request read has awaited its reply (the end of the latest
-    /// reply write), when none does now; None while one does, or when data was read from an
-    /// fd of no known class (`Awaiting`).
+    /// Since when no client request read has awaited its reply in the main thread's hands
+    /// (the end of the latest reply write), when none does now; None while one does, or
+    /// when data was read from an fd of no known class (`Awaiting`).
     #[inline]
-    pub(crate) fn quiet_since(&self) -> Option<Nanos> {
+    pub(crate) fn quiet_since(&self) -> Option<Quiet> {
         let a = &self.awaiting;
-        (a.open == 0 && !a.blind).then_some(a.last_reply)
+        (a.open == 0 && !a.blind).then_some(Quiet {
+            since: a.last_reply,
+            io_held: a.held > 0,
+        })
     }
 
     /// Requests still unanswered when the trace ended (`end`), as if answered just after.
@@ -564,6 +686,10 @@ mod tests {
         e
     }
 
+    fn since(c: &Commands) -> Option<Nanos> {
+        c.quiet_since().map(|q| q.since)
+    }
+
     fn run(c: &mut Commands, evs: &[Event]) -> (Vec<DoneCmd>, Option<Conn>) {
         let client =
             |e: &Event| (e.syscall().unwrap().name != "accept").then_some(FileClass::Client);
@@ -577,16 +703,24 @@ mod tests {
         class_of: impl Fn(&Event) -> Option<FileClass>,
     ) -> (Vec<DoneCmd>, Option<Conn>) {
         let (arrivals, file_time) = (Arrivals::new(false, 10_000_000), FileTime::default());
-        let inp = CmdInputs {
+        let mut inp = CmdInputs {
             arrivals: &arrivals,
             file_time: &file_time,
             segment: Segment::default(),
             own: false,
+            own_loop: false,
         };
         let mut out = vec![];
         let mut replica = None;
         for e in evs {
-            let cx = call(e, Role::Main, class_of(e));
+            // Thread 1 is the main one; others are redis 8's own-loop I/O threads.
+            let role = if e.tid == 1 {
+                Role::Main
+            } else {
+                Role::IoThread
+            };
+            inp.own_loop = role == Role::IoThread;
+            let cx = call(e, role, class_of(e));
             replica = replica.or(c.on_call(&cx, &inp, &mut out));
         }
         (out, replica)
@@ -617,26 +751,22 @@ mod tests {
     fn no_request_awaits_a_reply_once_every_connection_read_is_written_to() {
         let mut c = Commands::default();
         let set = b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n";
-        assert_eq!(c.quiet_since(), Some(0), "nothing read yet");
+        assert_eq!(since(&c), Some(0), "nothing read yet");
         let mut blind = io(0, "read", 8, b"", 40);
         if let EventKind::Syscall(sc) = &mut blind.kind {
             sc.extra = Extra::None;
         }
         run(&mut c, &[io(0, "read", 7, set, set.len() as i64), blind]);
-        assert_eq!(c.quiet_since(), None);
+        assert_eq!(since(&c), None);
         run(&mut c, &[io(5_000, "write", 7, b"+OK\r\n", 5)]);
-        assert_eq!(
-            c.quiet_since(),
-            None,
-            "fd 8's request, unnamed, still awaits"
-        );
+        assert_eq!(since(&c), None, "fd 8's request, unnamed, still awaits");
         run(&mut c, &[io(9_000, "read", 8, b"", 0)]);
-        assert_eq!(c.quiet_since(), None, "an EOF is no request, nor an answer");
+        assert_eq!(since(&c), None, "an EOF is no request, nor an answer");
         run(&mut c, &[io(10_000, "close", 8, b"", 0)]);
-        assert_eq!(c.quiet_since(), Some(6_000), "since the last reply's end");
+        assert_eq!(since(&c), Some(6_000), "since the last reply's end");
         run(&mut c, &[io(20_000, "write", 7, b"+OK\r\n", 5)]);
         assert_eq!(
-            c.quiet_since(),
+            since(&c),
             Some(21_000),
             "a reply with nothing read is one too"
         );
@@ -647,17 +777,73 @@ mod tests {
             &[io(22_000, "read", 10, set, set.len() as i64)],
             link,
         );
-        assert_eq!(c.quiet_since(), None, "the primary's stream");
+        assert_eq!(since(&c), None, "the primary's stream");
         run_as(&mut c, &[io(25_000, "write", 10, b"*3\r\n", 5)], link);
         let ack = "its REPLCONF ACK came after them";
-        assert_eq!(c.quiet_since(), Some(26_000), "{ack}");
+        assert_eq!(since(&c), Some(26_000), "{ack}");
         let unknown = |_: &Event| Some(FileClass::Unknown);
         run_as(
             &mut c,
             &[io(30_000, "read", 9, set, set.len() as i64)],
             unknown,
         );
-        assert_eq!(c.quiet_since(), None, "fd 9 may be a client's");
+        assert_eq!(since(&c), None, "fd 9 may be a client's");
+    }
+
+    /// redis 8: a request an own-loop I/O thread read is not in the main thread's hands
+    /// until the main thread reads the eventfd that thread writes to hand it over; another
+    /// I/O thread's hand-over takes none of it.
+    #[test]
+    fn a_request_with_an_own_loop_io_thread_awaits_the_main_threads_eventfd_read() {
+        let mut c = Commands::default();
+        let set = b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n";
+        let on = |tid: u32, e: Event| Event { tid, ..e };
+        let notify = |e: &Event| {
+            Some(if e.syscall().unwrap().fd.unwrap() >= 14 {
+                FileClass::AnonInode
+            } else {
+                FileClass::Client
+            })
+        };
+        let quiet = |c: &Commands| c.quiet_since().map(|q| (q.since, q.io_held));
+        run_as(
+            &mut c,
+            &[
+                on(2, io(0, "read", 7, set, set.len() as i64)),
+                on(2, io(2_000, "write", 15, b"", 8)),
+                on(3, io(3_000, "read", 9, set, set.len() as i64)),
+                on(3, io(3_500, "write", 18, b"", 8)),
+            ],
+            notify,
+        );
+        assert_eq!(quiet(&c), Some((0, true)), "both with their I/O threads");
+        run_as(&mut c, &[io(4_000, "read", 15, b"", 8)], notify);
+        assert_eq!(quiet(&c), None, "fd 7 taken by the main thread");
+        run_as(
+            &mut c,
+            &[on(2, io(9_000, "write", 7, b"+OK\r\n", 5))],
+            notify,
+        );
+        assert_eq!(quiet(&c), Some((10_000, true)), "fd 9 still with thread 3");
+        // A notification fd no own-loop thread was seen writing takes every one.
+        run_as(&mut c, &[io(12_000, "read", 21, b"", 8)], notify);
+        assert_eq!(quiet(&c), None);
+        run_as(
+            &mut c,
+            &[on(3, io(14_000, "write", 9, b"+OK\r\n", 5))],
+            notify,
+        );
+        assert_eq!(quiet(&c), Some((15_000, false)));
+        // Read by the I/O thread and closed before any hand-over: nothing left with it.
+        run_as(
+            &mut c,
+            &[
+                on(2, io(20_000, "read", 7, set, set.len() as i64)),
+                on(2, io(21_000, "close", 7, b"", 0)),
+            ],
+            notify,
+        );
+        assert_eq!(quiet(&c), Some((15_000, false)));
     }
 
     #[test]

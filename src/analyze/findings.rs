@@ -127,7 +127,7 @@ fn explain_trace(
             NoCommand::Answered => role == Role::Main,
             _ => matches!(role, Role::Main | Role::IoThread),
         }) {
-            return no_command(k, &who, &d, &during);
+            return no_command(c, k, &who, &d, &during);
         }
         // Kept in a trace missing calls only because commands waited through it (`Kept`).
         if a.gaps.is_some() {
@@ -260,7 +260,7 @@ pub(crate) fn answered_read<'c>(a: &Evidence<'_>, c: &'c Cand) -> Cow<'c, Cand> 
         return Cow::Borrowed(c);
     }
     let mut c = c.clone();
-    c.through.answered_from = None;
+    (c.through.answered_from, c.through.answered_io) = (None, false);
     if c.through.no_command == Some(NoCommand::Answered) {
         c.through.no_command = None;
     }
@@ -276,21 +276,37 @@ pub(crate) fn answered_holds(a: &Evidence<'_>, c: &Cand) -> bool {
 /// What redis runs that is no command: its timers and its housekeeping between turns.
 const OWN_WORK: &str = "its timers: expiry, eviction, rehashing; freeing clients";
 
-/// Where `NoCommand::Answered` lay, in words.
-const ANSWERED: &str = "after every request it had read was answered: no command runs there \
-     (redis runs one between its request's read and its reply's write)";
+/// Where `NoCommand::Answered` lay, in words; `io`: requests read later were still with
+/// redis 8's own-loop I/O threads (`Through::answered_io`).
+fn answered_words(io: bool) -> &'static str {
+    if io {
+        "after every request handed to it was answered (those read since were still with its \
+         I/O threads, which hand requests over through an eventfd it had not yet read): no \
+         command runs there (redis 8 runs one between that read and its reply's write)"
+    } else {
+        "after every request it had read was answered: no command runs there (redis runs one \
+         between its request's read and its reply's write)"
+    }
+}
 
 /// A gap between two calls redis runs no command between (`Through::no_command`), without
 /// the scheduler's split: no finding (CPU starvation is read from the scheduler's figures,
 /// and the tracer may have held the thread as well), but no command either.
-fn no_command(k: NoCommand, who: &str, d: &str, during: &str) -> (Option<FindingId>, String) {
+fn no_command(
+    c: &Cand,
+    k: NoCommand,
+    who: &str,
+    d: &str,
+    during: &str,
+) -> (Option<FindingId>, String) {
     let between = match k {
         // Not only off its CPU: the server's own work runs there too.
         NoCommand::Answered => {
+            let answered = answered_words(c.through.answered_io);
             return (
                 None,
                 format!(
-                    "{who} {d}{during} {ANSWERED}: not a slow command; the server's own work \
+                    "{who} {d}{during} {answered}: not a slow command; the server's own work \
                      ({OWN_WORK}) or the thread off its CPU (no scheduler split in this trace \
                      says which)"
                 ),
@@ -380,8 +396,14 @@ fn io_wait_words(
         ));
     }
     if v.answered > 0 {
+        // redis 8: the requests read meanwhile were with its I/O threads.
+        let handed = if c.through.answered_io {
+            " handed to it"
+        } else {
+            ""
+        };
         text.push_str(&format!(
-            "; no request awaited its reply in its last {}: no command ran there",
+            "; no request{handed} awaited its reply in its last {}: no command ran there",
             human(v.answered / 1000)
         ));
     }
@@ -739,10 +761,11 @@ fn sched_of_gap(
         ));
     }
     if role == Role::Main && s.busy(c.dur) && c.through.no_command == Some(NoCommand::Answered) {
+        let answered = answered_words(c.through.answered_io);
         return Some((
             None,
             format!(
-                "{who} {d}{during} {ANSWERED}, on a CPU ({w}): not a slow command; the \
+                "{who} {d}{during} {answered}, on a CPU ({w}): not a slow command; the \
                  server's own work ({OWN_WORK})"
             ),
         ));

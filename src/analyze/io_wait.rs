@@ -22,7 +22,7 @@
 //! then waits for). Calls printed after the gap's end that began before it (strace's
 //! `<unfinished ...>`, a hand-off wait woken in the gap) are added to it when they come.
 
-use super::call::{Facts, PerThread, ResolvedCall};
+use super::call::{Facts, PerThread, ResolvedCall, ThreadIdx};
 use super::roles::Role;
 use crate::event::Nanos;
 use crate::fdtable::{FileClass, ProcKey};
@@ -340,6 +340,13 @@ impl IoHelpers {
         !matches!(cx.role, Role::Main | Role::Child)
             && (cx.facts.has(Facts::EPOLL)
                 || (cx.facts.has(Facts::CLIENT_RW) && cx.class == Some(FileClass::Client)))
+    }
+
+    /// Whether the thread is an I/O thread seen waiting in an event loop of its own (redis
+    /// 8), so far.
+    #[inline]
+    pub(crate) fn own_loop(&self, t: ThreadIdx) -> bool {
+        self.own.threads.get(t).is_some_and(|o| o.own)
     }
 
     /// Notes a call when it is an I/O thread's (the start it covers from is returned, for

@@ -49,6 +49,7 @@ use latency::Latency;
 pub use options::Options;
 use own_conns::OwnConns;
 use phases::{AofUse, Phases};
+use roles::Role;
 use samples::Samples;
 use stalls::Stalls;
 use world::World;
@@ -191,6 +192,7 @@ impl Analyzer {
             file_time: &self.file_time,
             segment: self.phases.segment(),
             own,
+            own_loop: cx.role == Role::IoThread && self.stalls.own_loop(cx.thread),
         };
         let replica = self.commands.on_call(&cx, &inputs, &mut self.answered);
         // Most calls answer nothing: no drain set up for them.

@@ -3,7 +3,8 @@
 //! stalls only at the end, once thread roles are final (`keep`). The store is bounded: past
 //! its cap the shortest candidate makes room, and the rest are counted.
 
-use super::call::{is_idle, PerThread, ResolvedCall};
+use super::call::{is_idle, PerThread, ResolvedCall, ThreadIdx};
+use super::commands::Quiet;
 use super::io_wait::IoHelpers;
 use super::phases::Phases;
 use super::roles::Role;
@@ -114,6 +115,9 @@ pub(crate) struct Through {
     /// ran in it. redis runs a command between its request's read and its reply's write, and
     /// a request read after that time would still await its reply.
     pub(crate) answered_from: Option<Nanos>,
+    /// Requests read by then awaited their replies with redis 8's own-loop I/O threads,
+    /// not yet handed to the main thread (`commands::Quiet::io_held`).
+    pub(crate) answered_io: bool,
 }
 
 impl Through {
@@ -370,6 +374,13 @@ impl Stalls {
         self
     }
 
+    /// Whether the thread is one of redis 8's I/O threads with an event loop of its own
+    /// (`IoHelpers::own_loop`).
+    #[inline]
+    pub(crate) fn own_loop(&self, t: ThreadIdx) -> bool {
+        self.helpers.own_loop(t)
+    }
+
     pub(crate) fn new(threshold: Nanos, cap: usize) -> Self {
         Stalls {
             threshold,
@@ -526,7 +537,7 @@ impl Stalls {
         cx: &ResolvedCall<'_>,
         phases: &Phases,
         lost: bool,
-        answered: Option<Nanos>,
+        answered: Option<Quiet>,
     ) -> StallStep {
         let mut step = StallStep::default();
         let (ts, dur) = (cx.ts(), cx.dur);
@@ -595,9 +606,10 @@ impl Stalls {
                 c.through.no_command = no_command.filter(|_| open.is_none());
                 // A gap that ends in a write may end in a reply whose request the trace
                 // lacks (read before the attach, or on an fd of no class): a command ran.
-                if loop_seen && !cx.facts.has(Facts::SEND) {
-                    c.through.answered_from = answered.map(|q| q.max(from));
-                    if answered.is_some_and(|q| q <= from) {
+                if let Some(q) = answered.filter(|_| loop_seen && !cx.facts.has(Facts::SEND)) {
+                    c.through.answered_from = Some(q.since.max(from));
+                    c.through.answered_io = q.io_held;
+                    if q.since <= from {
                         c.through.no_command.get_or_insert(NoCommand::Answered);
                     }
                 }

@@ -2437,6 +2437,68 @@ fn redis8_own_loop_io_thread_pause_eval_and_eventfd() {
     assert!(!efd.cause.contains("disk"), "{}", efd.cause);
 }
 
+/// redis 8 (issue 40; fixtures/io-threads/redis8-io2 lines 28901 and 37126): the main thread
+/// hands its clients back (its write of the I/O thread's eventfd 14), then makes no call
+/// for 80 ms while the I/O thread writes their replies, reads new requests and hands them
+/// over (its write of 15). Those requests are not the main thread's until it reads 15, so no
+/// command ran in the gap (before: "a slow command (GET)"). Taken before the gap (the main
+/// thread read 15 at 12 ms), the same requests make it a slow command.
+#[test]
+fn a_redis8_gap_after_the_hand_back_holds_no_command_until_the_hand_over_is_read() {
+    let run = |taken_early: bool| {
+        let mut s = Seq::named(&[(100, "redis-server"), (102, "io_thd_1")]);
+        let on = redis8_call;
+        on(&mut s, 100, 0, MS, "epoll_wait", 7, 1);
+        on(&mut s, 102, 0, MS, "epoll_wait", 13, 1);
+        on(&mut s, 102, 2 * MS, 10 * US, "read", 20, 20);
+        on(&mut s, 102, 2 * MS + 100 * US, 10 * US, "read", 21, 20);
+        on(&mut s, 102, 2 * MS + 500 * US, 10 * US, "write", 15, 8);
+        on(
+            &mut s,
+            102,
+            2 * MS + 600 * US,
+            900 * US,
+            "epoll_wait",
+            13,
+            1,
+        );
+        on(&mut s, 100, 3 * MS, 10 * US, "epoll_wait", 7, 1);
+        on(&mut s, 100, 3 * MS + 100 * US, 10 * US, "read", 15, 8);
+        on(&mut s, 100, 3 * MS + 500 * US, 10 * US, "write", 14, 8);
+        on(&mut s, 102, 3 * MS + 600 * US, 10 * US, "read", 14, 8);
+        on(&mut s, 102, 3 * MS + 700 * US, 10 * US, "write", 20, 7);
+        on(&mut s, 102, 3 * MS + 800 * US, 10 * US, "write", 21, 7);
+        on(&mut s, 102, 10 * MS, 10 * US, "read", 20, 20);
+        on(&mut s, 102, 10 * MS + 100 * US, 10 * US, "read", 21, 20);
+        on(&mut s, 102, 10 * MS + 300 * US, 10 * US, "write", 15, 8);
+        on(
+            &mut s,
+            102,
+            10 * MS + 400 * US,
+            80 * MS,
+            "epoll_wait",
+            13,
+            1,
+        );
+        if taken_early {
+            on(&mut s, 100, 11 * MS, 10 * US, "epoll_wait", 7, 1);
+            on(&mut s, 100, 12 * MS, 10 * US, "read", 15, 8);
+        }
+        on(&mut s, 100, 83 * MS + 500 * US, 10 * US, "epoll_wait", 7, 1);
+        on(&mut s, 100, 83 * MS + 600 * US, 10 * US, "read", 15, 8);
+        s.report()
+    };
+    let r = run(false);
+    let (finding, cause) = main_gap_at(&r, 3);
+    assert_eq!(finding, None, "{cause}");
+    assert!(cause.contains("still with its I/O threads"), "{cause}");
+    assert!(!cause.contains("slow command (GET)"), "{cause}");
+    let r = run(true);
+    let (finding, cause) = main_gap_at(&r, 12);
+    assert_eq!(finding, Some("command"), "{cause}");
+    assert!(cause.contains("(GET)"), "{cause}");
+}
+
 /// Issue 40: the `io-threads` finding weighs the I/O threads against the CPUs the process
 /// may use, from evidence only. Live, pinned to 1 CPU of 2 (or 2 CPUs under a quota of half
 /// a CPU), the main thread and io_thd_1 are more threads than CPUs: a warning that says so;
