@@ -8,7 +8,7 @@
 # EVAL named, and the GETs counted against those sent.
 #
 #   bench/iothreads_verdicts.sh BINARY [BACKEND] [N] [ROUNDS] [SERVERS]
-#   (defaults bpf, 300000, 3, "redis valkey")
+#   (defaults bpf, 300000, 3, "redis valkey"; "redis8" too with REDIS8_SERVER set)
 #
 # HOGS=K runs K busy loops (`sh -c 'while :; do :; done'`) beside it for the whole run: CPU
 # contention, the host short of CPUs for the server's threads ([V40c], [V41a]).
@@ -42,6 +42,9 @@ for s in $SERVERS; do
     # valkey switches its I/O threads on only under more load than this host gives it
     # untraced: kept on, as a loaded server has them.
     valkey) sbin=valkey-server; io=(--io-threads 2 --io-threads-always-active yes) ;;
+    # redis 8 is not packaged here: REDIS8_SERVER names a redis-server built from its source
+    # (fixtures/io-threads/README.md says how). Its I/O threads run event loops of their own.
+    redis8) sbin=${REDIS8_SERVER:?set REDIS8_SERVER to a redis 8 redis-server}; io=(--io-threads 2) ;;
     *) echo "unknown server $s" >&2; exit 2 ;;
   esac
   echo "# $s: $("$sbin" --version)"

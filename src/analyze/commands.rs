@@ -281,27 +281,23 @@ impl Commands {
         {
             self.awaiting.blind = true;
         }
-        if cx.class == Some(FileClass::Client) && !sc.ret.is_err() {
-            if let Some(fd) = sc.fd {
-                let conn = (cx.proc, fd);
-                if f.has(Facts::RECV) {
-                    self.on_request(cx, conn, inp);
-                    // Entries of connections taken or closed since are dropped at the next
-                    // take; one that never comes (no main-thread eventfd read seen) must
-                    // not grow the list.
-                    if self.held.len() >= 2 * self.awaiting.held as usize + 64 {
-                        let conns = &self.conns;
-                        self.held
-                            .retain(|k| conns.get(k).is_some_and(|s| s.with_io.is_some()));
+        match cx.class {
+            Some(FileClass::Client) => {
+                if let (Some(fd), false) = (sc.fd, sc.ret.is_err()) {
+                    let conn = (cx.proc, fd);
+                    if f.has(Facts::RECV) {
+                        self.on_request(cx, conn, inp);
+                        if inp.own_loop {
+                            self.bound_held();
+                        }
+                    } else if f.has(Facts::SEND) {
+                        replica = self.on_reply(cx, conn, inp, answered);
                     }
-                } else if f.has(Facts::SEND) {
-                    replica = self.on_reply(cx, conn, inp, answered);
                 }
             }
-        } else if matches!(cx.class, Some(FileClass::Outgoing | FileClass::Replica)) {
-            self.on_link(cx);
-        } else if matches!(cx.class, Some(FileClass::AnonInode | FileClass::Pipe)) {
-            self.on_notifier(cx, inp);
+            Some(FileClass::Outgoing | FileClass::Replica) => self.on_link(cx),
+            Some(FileClass::AnonInode | FileClass::Pipe) => self.on_notifier(cx, inp),
+            _ => {}
         }
         if f.has(Facts::CLOSE) {
             if let Some(fd) = sc.fd {
@@ -380,6 +376,22 @@ impl Commands {
                     None => false,
                 }
             });
+        }
+    }
+
+    /// Entries of `held` whose connections were taken or closed since are dropped at the
+    /// next take; one that never comes (no main-thread eventfd read seen) must not grow it.
+    #[cold]
+    fn compact_held(&mut self) {
+        let conns = &self.conns;
+        self.held
+            .retain(|k| conns.get(k).is_some_and(|s| s.with_io.is_some()));
+    }
+
+    #[inline]
+    fn bound_held(&mut self) {
+        if self.held.len() >= 2 * self.awaiting.held as usize + 64 {
+            self.compact_held();
         }
     }
 

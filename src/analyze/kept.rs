@@ -351,7 +351,7 @@ mod tests {
         let mut holds = Holds::new(16, 4);
         for e in calls {
             let cx = world.observe(e, e.syscall().unwrap());
-            let step = stalls.on_call(&cx, &phases, false, None);
+            let step = stalls.on_call(&cx, &phases, false, || None);
             for a in step.added.into_iter().flatten() {
                 holds.on_stall(a);
             }

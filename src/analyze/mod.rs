@@ -172,7 +172,8 @@ impl Analyzer {
         self.samples.on_call(&cx);
         // Events lost (live perf) may be reads: whether one awaits its reply is not known.
         let lost = self.coverage.lost() > 0;
-        let answered = self.commands.quiet_since().filter(|_| !lost);
+        let commands = &self.commands;
+        let answered = || commands.quiet_since().filter(|_| !lost);
         let step = self.stalls.on_call(&cx, &self.phases, lost, answered);
         // Slot by slot: iterating the array (even by reference, flattened) cost ~11 Ir per
         // event, for the one call in thousands that adds a candidate.

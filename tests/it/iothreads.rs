@@ -722,28 +722,26 @@ fn redis8_pauses_are_no_slow_command_and_commands_are_counted() {
     // eventfd, and a reply the I/O thread writes as leaving the main thread's hands at its
     // hand-back. Left: gaps between that read and the clients' hand-back (the commands run
     // there; the main thread descheduled under strace, 4 and 16 ms).
-    for line in [8014, 31217, 31878, 37127, 57197, 81520] {
-        let s = stalls(&r)
-            .iter()
-            .find(|s| s["thread"] == "main" && s["kind"] == "gap" && s["line"] == line)
-            .unwrap_or_else(|| panic!("no main-thread gap at line {line}"));
-        let cause = s["cause"].as_str().unwrap();
-        assert!(s["finding"].is_null(), "line {line}: {s}");
-        assert!(cause.contains("notification fd it woke for"), "{cause}");
-    }
+    // Each of these main-thread gaps has no finding, and says why.
+    let no_command = |lines: &[u64], why: &str| {
+        for &line in lines {
+            let s = stalls(&r)
+                .iter()
+                .find(|s| s["thread"] == "main" && s["kind"] == "gap" && s["line"] == line)
+                .unwrap_or_else(|| panic!("no main-thread gap at line {line}"));
+            assert!(s["finding"].is_null(), "line {line}: {s}");
+            assert!(s["cause"].as_str().unwrap().contains(why), "{s}");
+        }
+    };
+    no_command(
+        &[8014, 31217, 31878, 37127, 57197, 81520],
+        "notification fd it woke for",
+    );
     let false_cmd = false_slow_commands(&r);
     assert!(false_cmd.len() <= 2, "{}: {false_cmd:?}", false_cmd.len());
     // The two before an epoll_wait: the clients were handed back, the I/O thread had
     // answered them and read new requests it had not yet handed over.
-    for line in [28901, 37126] {
-        let s = stalls(&r)
-            .iter()
-            .find(|s| s["thread"] == "main" && s["kind"] == "gap" && s["line"] == line)
-            .unwrap_or_else(|| panic!("no main-thread gap at line {line}"));
-        let cause = s["cause"].as_str().unwrap();
-        assert!(s["finding"].is_null(), "line {line}: {s}");
-        assert!(cause.contains("still with its I/O threads"), "{cause}");
-    }
+    no_command(&[28901, 37126], "still with its I/O threads");
 
     let r = analyze(&fixture("redis8-io4.strace.gz"), &[]);
     for tid in [28270, 28271, 28272] {

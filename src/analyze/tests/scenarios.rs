@@ -2448,38 +2448,23 @@ fn a_redis8_gap_after_the_hand_back_holds_no_command_until_the_hand_over_is_read
     let run = |taken_early: bool| {
         let mut s = Seq::named(&[(100, "redis-server"), (102, "io_thd_1")]);
         let on = redis8_call;
+        // The I/O thread reads two requests at `at`, hands them over (15), sleeps `sleep`.
+        let hand_over = |s: &mut Seq, at: i64, sleep: i64| {
+            on(s, 102, at, 10 * US, "read", 20, 20);
+            on(s, 102, at + 100 * US, 10 * US, "read", 21, 20);
+            on(s, 102, at + 500 * US, 10 * US, "write", 15, 8);
+            on(s, 102, at + 600 * US, sleep, "epoll_wait", 13, 1);
+        };
         on(&mut s, 100, 0, MS, "epoll_wait", 7, 1);
         on(&mut s, 102, 0, MS, "epoll_wait", 13, 1);
-        on(&mut s, 102, 2 * MS, 10 * US, "read", 20, 20);
-        on(&mut s, 102, 2 * MS + 100 * US, 10 * US, "read", 21, 20);
-        on(&mut s, 102, 2 * MS + 500 * US, 10 * US, "write", 15, 8);
-        on(
-            &mut s,
-            102,
-            2 * MS + 600 * US,
-            900 * US,
-            "epoll_wait",
-            13,
-            1,
-        );
+        hand_over(&mut s, 2 * MS, 900 * US);
         on(&mut s, 100, 3 * MS, 10 * US, "epoll_wait", 7, 1);
         on(&mut s, 100, 3 * MS + 100 * US, 10 * US, "read", 15, 8);
         on(&mut s, 100, 3 * MS + 500 * US, 10 * US, "write", 14, 8);
         on(&mut s, 102, 3 * MS + 600 * US, 10 * US, "read", 14, 8);
         on(&mut s, 102, 3 * MS + 700 * US, 10 * US, "write", 20, 7);
         on(&mut s, 102, 3 * MS + 800 * US, 10 * US, "write", 21, 7);
-        on(&mut s, 102, 10 * MS, 10 * US, "read", 20, 20);
-        on(&mut s, 102, 10 * MS + 100 * US, 10 * US, "read", 21, 20);
-        on(&mut s, 102, 10 * MS + 300 * US, 10 * US, "write", 15, 8);
-        on(
-            &mut s,
-            102,
-            10 * MS + 400 * US,
-            80 * MS,
-            "epoll_wait",
-            13,
-            1,
-        );
+        hand_over(&mut s, 10 * MS, 80 * MS);
         if taken_early {
             on(&mut s, 100, 11 * MS, 10 * US, "epoll_wait", 7, 1);
             on(&mut s, 100, 12 * MS, 10 * US, "read", 15, 8);
