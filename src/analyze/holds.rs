@@ -389,26 +389,32 @@ mod tests {
         assert_eq!(h.held(1).waiting, 2);
     }
 
+    /// A stall from 100 to 200 ns and the commands (name, request, reply) it held.
+    fn held_through_100_200(cmds: &[(&str, Nanos, Nanos)]) -> (Held, CmdNames) {
+        let mut names = CmdNames::default();
+        let mut h = Held {
+            start: 100,
+            end: 200,
+            ..Default::default()
+        };
+        for (i, (name, req, reply)) in cmds.iter().enumerate() {
+            h.count_if_held(&DoneCmd {
+                seq: i as u64,
+                name: names.intern(name.as_bytes()),
+                conn: (ProcKey::Root, i as i32),
+                req: *req,
+                reply: *reply,
+            });
+        }
+        (h, names)
+    }
+
     /// The command a stall ran through is the one in before it and out after it, when a
     /// single name is: EVAL through its own gap, not the GETs that queued behind it.
     #[test]
     fn the_command_running_through_a_stall_is_named_when_one_name_is() {
         let named = |cmds: &[(&str, Nanos, Nanos)]| {
-            let mut names = CmdNames::default();
-            let mut h = Held {
-                start: 100,
-                end: 200,
-                ..Default::default()
-            };
-            for (i, (name, req, reply)) in cmds.iter().enumerate() {
-                h.count_if_held(&DoneCmd {
-                    seq: i as u64,
-                    name: names.intern(name.as_bytes()),
-                    conn: (ProcKey::Root, i as i32),
-                    req: *req,
-                    reply: *reply,
-                });
-            }
+            let (h, names) = held_through_100_200(cmds);
             h.running().map(|k| names.name(k).to_string())
         };
         assert_eq!(
@@ -434,21 +440,7 @@ mod tests {
     #[test]
     fn across_threads_the_odd_one_of_everything_held_is_named() {
         let named = |cmds: &[(&str, Nanos, Nanos)]| {
-            let mut names = CmdNames::default();
-            let mut h = Held {
-                start: 100,
-                end: 200,
-                ..Default::default()
-            };
-            for (i, (name, req, reply)) in cmds.iter().enumerate() {
-                h.count_if_held(&DoneCmd {
-                    seq: i as u64,
-                    name: names.intern(name.as_bytes()),
-                    conn: (ProcKey::Root, i as i32),
-                    req: *req,
-                    reply: *reply,
-                });
-            }
+            let (h, names) = held_through_100_200(cmds);
             let n = |k: Option<CmdId>| k.map(|k| names.name(k).to_string());
             (n(h.running()), n(h.across_threads()))
         };

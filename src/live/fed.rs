@@ -84,15 +84,15 @@ pub(crate) const QUEUE_KEEP: usize = 16 * 1024;
 
 /// A backend fed by kernel buffers.
 pub(crate) trait KernelFed {
+    /// The state every such backend keeps: its queue, whether it ended or was asked to
+    /// stop, when the process was last checked on.
+    fn fed(&mut self) -> &mut Fed;
     /// Events ready to be returned, in order.
-    fn queue(&mut self) -> &mut VecDeque<Event>;
-    /// Tracing has ended: every event left is in the queue.
-    fn ended(&self) -> bool;
-    fn stop_requested(&self) -> bool;
+    fn queue(&mut self) -> &mut VecDeque<Event> {
+        &mut self.fed().queue
+    }
     /// Ends tracing: takes what the kernel still holds, the calls still running, the detach.
     fn finish(&mut self);
-    /// When the process was last checked on.
-    fn last_check(&mut self) -> &mut Instant;
     /// The periodic check: whether the traced process is gone.
     fn check(&mut self) -> bool;
     /// Moves what the kernel wrote into the queue, waiting at most `wait` for it to come.
@@ -135,15 +135,15 @@ fn wait_ready<T: KernelFed>(t: &mut T, timeout: Duration) -> bool {
         if !t.queue().is_empty() {
             return true;
         }
-        if t.ended() {
+        if t.fed().done {
             return false;
         }
-        if t.stop_requested() {
+        if t.fed().stop_requested {
             t.finish();
             continue;
         }
-        if t.last_check().elapsed() >= CHECK_EVERY {
-            *t.last_check() = Instant::now();
+        if t.fed().last_check.elapsed() >= CHECK_EVERY {
+            t.fed().last_check = Instant::now();
             if t.check() {
                 t.finish();
                 continue;
@@ -169,27 +169,23 @@ mod tests {
     /// A backend whose kernel delivers one event per gather, up to `left`, and whose
     /// process is gone once `gone_after` checks have been made.
     struct Fake {
-        queue: VecDeque<Event>,
+        fed: Fed,
         left: u32,
-        ended: bool,
-        stop: bool,
         finished: u32,
         checks: u32,
         gone_after: u32,
-        last: Instant,
     }
 
     fn fake(left: u32, gone_after: u32) -> Fake {
+        let mut fed = Fed::new();
+        // Due for a check at the first call.
+        fed.last_check = Instant::now() - CHECK_EVERY;
         Fake {
-            queue: VecDeque::new(),
+            fed,
             left,
-            ended: false,
-            stop: false,
             finished: 0,
             checks: 0,
             gone_after,
-            // Due for a check at the first call.
-            last: Instant::now() - CHECK_EVERY,
         }
     }
 
@@ -203,22 +199,13 @@ mod tests {
     }
 
     impl KernelFed for Fake {
-        fn queue(&mut self) -> &mut VecDeque<Event> {
-            &mut self.queue
-        }
-        fn ended(&self) -> bool {
-            self.ended
-        }
-        fn stop_requested(&self) -> bool {
-            self.stop
+        fn fed(&mut self) -> &mut Fed {
+            &mut self.fed
         }
         fn finish(&mut self) {
             self.finished += 1;
-            self.ended = true;
-            self.queue.push_back(ev(-1, EventKind::Detach));
-        }
-        fn last_check(&mut self) -> &mut Instant {
-            &mut self.last
+            self.fed.done = true;
+            self.fed.queue.push_back(ev(-1, EventKind::Detach));
         }
         fn check(&mut self) -> bool {
             self.checks += 1;
@@ -227,7 +214,8 @@ mod tests {
         fn gather(&mut self, _: Duration) {
             if self.left > 0 {
                 self.left -= 1;
-                self.queue
+                self.fed
+                    .queue
                     .push_back(ev(self.left as i64, EventKind::Attach { threads: None }));
             }
         }
@@ -241,7 +229,7 @@ mod tests {
         assert_eq!(next_event_timeout(&mut f, t).map(|e| e.ts), Some(0));
         assert_eq!(next_event_timeout(&mut f, t), None, "nothing more came");
         assert_eq!(f.finished, 0);
-        f.stop = true;
+        f.fed.stop_requested = true;
         let d = next_event_timeout(&mut f, t).expect("the detach");
         assert_eq!(d.kind, EventKind::Detach);
         assert_eq!(next_event_timeout(&mut f, t), None);
@@ -252,7 +240,8 @@ mod tests {
     fn a_batch_is_the_whole_queue_in_order_then_the_detach_once_stopped() {
         let mut f = fake(0, u32::MAX);
         for i in 0..5 {
-            f.queue
+            f.fed
+                .queue
                 .push_back(ev(i, EventKind::Attach { threads: None }));
         }
         let t = Duration::from_millis(1);
@@ -260,7 +249,7 @@ mod tests {
         next_batch(&mut f, t, &mut out);
         let ts: Vec<i64> = out.iter().map(|e| e.ts).collect();
         assert_eq!(ts, vec![0, 1, 2, 3, 4]);
-        assert!(f.queue.is_empty());
+        assert!(f.fed.queue.is_empty());
         // Into a batch not yet drained, the next events are appended after it.
         f.left = 1;
         next_batch(&mut f, t, &mut out);
@@ -269,7 +258,7 @@ mod tests {
         out.clear();
         next_batch(&mut f, t, &mut out);
         assert!(out.is_empty(), "nothing more came");
-        f.stop = true;
+        f.fed.stop_requested = true;
         next_batch(&mut f, t, &mut out);
         assert_eq!(out.pop_front().map(|e| e.kind), Some(EventKind::Detach));
         next_batch(&mut f, t, &mut out);
@@ -289,7 +278,8 @@ mod tests {
         let mut f = fake(0, u32::MAX);
         // What one gather takes in after the tracer was descheduled for a while.
         for i in 0..20 * QUEUE_KEEP {
-            f.queue
+            f.fed
+                .queue
                 .push_back(ev(i as i64, EventKind::Attach { threads: None }));
         }
         let t = Duration::from_millis(1);
@@ -299,9 +289,9 @@ mod tests {
         }
         assert_eq!(n, 20 * QUEUE_KEEP);
         assert!(
-            f.queue.capacity() <= 4 * QUEUE_KEEP,
+            f.fed.queue.capacity() <= 4 * QUEUE_KEEP,
             "{}",
-            f.queue.capacity()
+            f.fed.queue.capacity()
         );
     }
 }

@@ -1477,20 +1477,11 @@ impl super::reader::Source for PerfRings {
 }
 
 impl super::fed::KernelFed for PerfTracer {
-    fn queue(&mut self) -> &mut VecDeque<Event> {
-        &mut self.fed.queue
-    }
-    fn ended(&self) -> bool {
-        self.fed.done
-    }
-    fn stop_requested(&self) -> bool {
-        self.fed.stop_requested
+    fn fed(&mut self) -> &mut super::fed::Fed {
+        &mut self.fed
     }
     fn finish(&mut self) {
         PerfTracer::finish(self)
-    }
-    fn last_check(&mut self) -> &mut std::time::Instant {
-        &mut self.fed.last_check
     }
     /// Also looks for threads the events missed, now and then.
     fn check(&mut self) -> bool {

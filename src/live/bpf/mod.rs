@@ -863,20 +863,11 @@ fn prefetch_rec(batch: &[Rec], i: usize) {
 }
 
 impl super::fed::KernelFed for BpfTracer {
-    fn queue(&mut self) -> &mut VecDeque<Event> {
-        &mut self.fed.queue
-    }
-    fn ended(&self) -> bool {
-        self.fed.done
-    }
-    fn stop_requested(&self) -> bool {
-        self.fed.stop_requested
+    fn fed(&mut self) -> &mut super::fed::Fed {
+        &mut self.fed
     }
     fn finish(&mut self) {
         BpfTracer::finish(self)
-    }
-    fn last_check(&mut self) -> &mut std::time::Instant {
-        &mut self.fed.last_check
     }
     fn check(&mut self) -> bool {
         self.process_gone()
