@@ -284,8 +284,30 @@ fn answered_words(io: bool) -> &'static str {
          I/O threads, which hand requests over through an eventfd it had not yet read): no \
          command runs there (redis 8 runs one between that read and its reply's write)"
     } else {
-        "after every request it had read was answered: no command runs there (redis runs one \
-         between its request's read and its reply's write)"
+        ANSWERED_PLAIN
+    }
+}
+
+const ANSWERED_PLAIN: &str = "after every request it had read was answered: no command runs \
+     there (redis runs one between its request's read and its reply's write)";
+
+/// Where a gap lay that no command runs in (`NoCommand`), in words.
+fn between_words(k: NoCommand) -> &'static str {
+    match k {
+        NoCommand::ProcFile => {
+            "between two calls on the /proc file it was reading (redis opens, reads and \
+             closes one back to back, as when it samples its memory)"
+        }
+        NoCommand::Dispatch => {
+            "between its event-loop wait's return and its read of the notification fd it \
+             woke for (the event's handler reads it first, before the commands of the \
+             clients handed over, as redis 8's I/O threads hand them)"
+        }
+        NoCommand::Replies => {
+            "between two of its writes to clients (redis writes a turn's replies one after \
+             another once their commands have run; a later command's request is read first)"
+        }
+        NoCommand::Answered => ANSWERED_PLAIN,
     }
 }
 
@@ -312,15 +334,7 @@ fn no_command(
                 ),
             );
         }
-        NoCommand::ProcFile => {
-            "between two calls on the /proc file it was reading (redis opens, reads and \
-             closes one back to back, as when it samples its memory)"
-        }
-        NoCommand::Dispatch => {
-            "between its event-loop wait's return and its read of the notification fd it \
-             woke for (the event's handler reads it first, before the commands of the \
-             clients handed over, as redis 8's I/O threads hand them)"
-        }
+        k => between_words(k),
     };
     (
         None,
@@ -760,24 +774,43 @@ fn sched_of_gap(
             ),
         ));
     }
-    if role == Role::Main && s.busy(c.dur) && c.through.no_command == Some(NoCommand::Answered) {
-        let answered = answered_words(c.through.answered_io);
-        return Some((
-            None,
-            format!(
-                "{who} {d}{during} {answered}, on a CPU ({w}): not a slow command; the \
-                 server's own work ({OWN_WORK})"
-            ),
-        ));
-    }
     if role == Role::Main && s.busy(c.dur) {
-        let cmd = running.map(|n| format!(" ({n})")).unwrap_or_default();
-        return Some((
-            Some(FindingId::Command),
-            format!("{who} {d}: a slow command{cmd}, on a CPU ({w})"),
-        ));
+        return Some(busy_words(c, who, d, during, &w, running));
     }
     None
+}
+
+/// A main-thread gap on a CPU through most of it: a slow command, unless it lay where no
+/// command runs (`NoCommand`): the server's own work there.
+fn busy_words(
+    c: &Cand,
+    who: &str,
+    d: &str,
+    during: &str,
+    w: &str,
+    running: Option<&str>,
+) -> (Option<FindingId>, String) {
+    let text = match c.through.no_command {
+        None => {
+            let cmd = running.map(|n| format!(" ({n})")).unwrap_or_default();
+            return (
+                Some(FindingId::Command),
+                format!("{who} {d}: a slow command{cmd}, on a CPU ({w})"),
+            );
+        }
+        Some(NoCommand::Answered) => format!(
+            "{who} {d}{during} {}, on a CPU ({w}): not a slow command; the server's own work \
+             ({OWN_WORK})",
+            answered_words(c.through.answered_io)
+        ),
+        // Between two calls of one piece of redis's own work (freeing what a reply held,
+        // say), not a command.
+        Some(k) => format!(
+            "{who} {d}{during} {}, on a CPU ({w}): no command runs there, not a slow command",
+            between_words(k)
+        ),
+    };
+    (None, text)
 }
 
 /// Who took the CPU from under a thread that was neither on one nor waiting for one

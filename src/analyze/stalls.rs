@@ -121,6 +121,16 @@ pub(crate) struct Through {
 }
 
 impl Through {
+    /// No client request awaited its reply in the main thread's hands when the gap (from
+    /// `from`) ended, since `q.since`.
+    fn answered(&mut self, q: Quiet, from: Nanos) {
+        self.answered_from = Some(q.since.max(from));
+        self.answered_io = q.io_held;
+        if q.since <= from {
+            self.no_command.get_or_insert(NoCommand::Answered);
+        }
+    }
+
     /// Of a gap ending at `end`, the stretch at its end no command ran in (`answered_from`).
     pub(crate) fn answered_tail(&self, end: Nanos) -> Nanos {
         self.answered_from.map_or(0, |a| (end - a).max(0))
@@ -144,6 +154,11 @@ pub(crate) enum NoCommand {
     /// 8's I/O threads wake the main thread so, `handleClientsFromIOThread`); the commands
     /// of the clients it hands over run after that read (`Last::loop_returned`).
     Dispatch,
+    /// Two writes to client connections: redis writes a turn's replies one after another
+    /// once its commands have run (`handleClientsWithPendingWrites` in `beforeSleep`, its
+    /// own share of them with I/O threads), and a command that runs later has its request
+    /// read first, a call between (`Last::replied`).
+    Replies,
 }
 
 impl Through {
@@ -228,6 +243,8 @@ struct Last {
     proc_fd: Option<i32>,
     /// Its last call was an event-loop wait (timed: it returned then).
     loop_returned: bool,
+    /// Its last call wrote to a client connection.
+    replied: bool,
     /// It has returned from an event-loop wait since the trace began: a command it runs
     /// after that had its request read in the trace (one read before the attach, still
     /// running, is not counted as awaiting its reply: `Through::answered_from` waits for
@@ -247,6 +264,7 @@ impl Default for Last {
             open: None,
             proc_fd: None,
             loop_returned: false,
+            replied: false,
             loop_seen: false,
         }
     }
@@ -264,8 +282,12 @@ impl Last {
             &mut self.loop_returned,
             cx.facts.has(Facts::EPOLL) && cx.timed,
         );
+        let replies = cx.class == Some(FileClass::Client) && cx.facts.has(Facts::SEND);
+        let replied = std::mem::replace(&mut self.replied, replies);
         if mid_proc_file {
             Some(NoCommand::ProcFile)
+        } else if replied && replies {
+            Some(NoCommand::Replies)
         } else if loop_returned
             && cx.class == Some(FileClass::AnonInode)
             && cx.facts.has(Facts::READ)
@@ -607,15 +629,11 @@ impl Stalls {
                 c.through.no_command = no_command.filter(|_| open.is_none());
                 // A gap that ends in a write may end in a reply whose request the trace
                 // lacks (read before the attach, or on an fd of no class): a command ran.
-                let answered = (loop_seen && !cx.facts.has(Facts::SEND))
+                if let Some(q) = (loop_seen && !cx.facts.has(Facts::SEND))
                     .then(answered)
-                    .flatten();
-                if let Some(q) = answered {
-                    c.through.answered_from = Some(q.since.max(from));
-                    c.through.answered_io = q.io_held;
-                    if q.since <= from {
-                        c.through.no_command.get_or_insert(NoCommand::Answered);
-                    }
+                    .flatten()
+                {
+                    c.through.answered(q, from);
                 }
                 c.phase = phases.active_at(from);
                 c.events_lost = lost;
@@ -872,9 +890,9 @@ mod tests {
     /// returned its I/O thread's eventfd, then 40 ms passed before its read of that eventfd
     /// (the handler's first call), under strace: no command runs there. The same gap
     /// before a client socket's read, or before an eventfd read that follows no loop wait,
-    /// may hold one.
+    /// may hold one. Nor does a gap between two replies.
     #[test]
-    fn a_gap_from_the_loop_waits_return_to_the_eventfd_read_holds_no_command() {
+    fn gaps_between_calls_redis_runs_no_command_between_hold_none() {
         use crate::fdtable::FileClass as C;
         let gap = |calls: &[(i64, &'static str, Option<C>)]| {
             let mut s = Stalls::new(10 * MS, 8);
@@ -902,6 +920,18 @@ mod tests {
             gap(&[(0, "write", Some(C::Client)), (40, "read", eventfd)]),
             None
         );
+        // Between two replies (redis 7's main thread writing its share: fixtures/io-threads/
+        // redis7-io2 line 8460, 4 ms): no command. Between a request's read and its reply,
+        // or a reply and the next read, one may run.
+        let client = Some(C::Client);
+        assert_eq!(
+            gap(&[(0, "write", client), (40, "write", client)]),
+            Some(NoCommand::Replies)
+        );
+        assert_eq!(gap(&[(0, "read", client), (40, "write", client)]), None);
+        assert_eq!(gap(&[(0, "write", client), (40, "read", client)]), None);
+        let aof = Some(C::Aof);
+        assert_eq!(gap(&[(0, "write", client), (40, "write", aof)]), None);
     }
 
     #[test]

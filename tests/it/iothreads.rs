@@ -181,9 +181,11 @@ fn redis7_busy_wait_is_no_slow_command() {
     // replies were (2 write hand-offs whose main thread came back 10-12 ms after the I/O
     // thread's share, in its epoll_wait, every request read answered: no command runs
     // there; and the one at the attach itself, after an epoll_wait that returned no event,
-    // before any client); 1 now, of 4 ms, with no I/O-thread call near it.
+    // before any client); 1, of 4 ms, with no I/O-thread call near it; none once a gap
+    // between two of the main thread's replies (its own share of the writes) is read as
+    // holding no command.
     let false_cmd = false_slow_commands(&r);
-    assert!(false_cmd.len() <= 1, "{}: {false_cmd:?}", false_cmd.len());
+    assert!(false_cmd.is_empty(), "{}: {false_cmd:?}", false_cmd.len());
 }
 
 /// valkey 9.1 with `--io-threads 2`: the I/O thread reads, writes and runs the main thread's
