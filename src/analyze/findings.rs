@@ -14,7 +14,7 @@ use super::phases::Phases;
 use super::roles::Role;
 use super::stalls::{Cand, NoCommand};
 use super::world::World;
-use crate::fdtable::{FileClass, FileInfo};
+use crate::fdtable::{FileClass, FileInfo, ProcKey};
 use crate::redis_conf::RedisConf;
 use crate::report::{
     Bound, CommandPhase, CommandStats, Finding, FindingId, Severity, Stall, StallKind,
@@ -71,6 +71,10 @@ pub(crate) struct Evidence<'a> {
     pub(crate) stopped_by_tracer: bool,
     /// Live: the host's steal time at each /proc reading (`Options::host_steal`).
     pub(crate) host_steal: &'a [(crate::event::Nanos, u64)],
+    /// Processes whose main thread's event-loop wait an I/O thread made (valkey's offloaded
+    /// poll): there the main thread runs the commands its I/O threads read with no call of
+    /// its own between two of its replies (`NoCommand::Replies` does not hold).
+    pub(crate) polls_shared: &'a [ProcKey],
 }
 
 /// (finding id, plain-words cause) for one stall. `running`: the command its thread ran
@@ -253,18 +257,37 @@ pub(crate) fn io_wait_of(
 /// trace missing calls (`Evidence::gaps`), nor one of the main thread alone (`strace -p`
 /// without -f: valkey's I/O threads read every request, and an EVAL's gap would be read as
 /// after every reply); and while a child just forked runs its copy-on-write faults are the
-/// finding, whatever the main thread did meanwhile.
-/// Copied only when the reading is dropped from a gap that had it.
+/// finding, whatever the main thread did meanwhile. No command between two replies holds
+/// where `replies_hold` says. Copied only when a reading is dropped from a gap that had it.
 pub(crate) fn answered_read<'c>(a: &Evidence<'_>, c: &'c Cand) -> Cow<'c, Cand> {
-    if c.through.answered_from.is_none() || answered_holds(a, c) {
+    let drop_replies = c.through.no_command == Some(NoCommand::Replies) && !replies_hold(a, c);
+    let drop_answered = c.through.answered_from.is_some() && !answered_holds(a, c);
+    if !drop_replies && !drop_answered {
         return Cow::Borrowed(c);
     }
     let mut c = c.clone();
-    (c.through.answered_from, c.through.answered_io) = (None, false);
-    if c.through.no_command == Some(NoCommand::Answered) {
+    if drop_replies {
         c.through.no_command = None;
     }
+    if drop_answered {
+        (c.through.answered_from, c.through.answered_io) = (None, false);
+        if c.through.no_command == Some(NoCommand::Answered) {
+            c.through.no_command = None;
+        }
+    }
     Cow::Owned(c)
+}
+
+/// Whether no command ran between two of the main thread's replies (`NoCommand::Replies`)
+/// holds for this gap's trace: one with every call (no filter, no lost events) of every
+/// thread of the process (valkey's I/O threads read requests whose commands its main thread
+/// runs without a call of its own), none of which waits in the main thread's event loop for
+/// it (valkey's offloaded poll: its main thread makes no loop wait between two turns).
+fn replies_hold(a: &Evidence<'_>, c: &Cand) -> bool {
+    a.gaps.is_none()
+        && !c.events_lost
+        && a.world.threads_followed(c.proc)
+        && !a.polls_shared.contains(&c.proc)
 }
 
 /// Whether the reading that every request read had been answered holds for this gap's
@@ -2269,6 +2292,7 @@ mod tests {
             cpus: None,
             stopped_by_tracer: false,
             host_steal: &[],
+            polls_shared: &[],
         })
     }
 
@@ -2799,6 +2823,7 @@ mod tests {
             cpus: None,
             stopped_by_tracer: false,
             host_steal: &[],
+            polls_shared: &[],
         };
         let huge = Some(2 << 20);
         let base = Some(4096);

@@ -342,6 +342,11 @@ impl IoHelpers {
                 || (cx.facts.has(Facts::CLIENT_RW) && cx.class == Some(FileClass::Client)))
     }
 
+    /// Processes whose main thread's event-loop wait an I/O thread made (`OwnLoops::shared`).
+    pub(crate) fn polls_shared(&self) -> &[ProcKey] {
+        &self.own.shared
+    }
+
     /// Whether the thread is an I/O thread seen waiting in an event loop of its own (redis
     /// 8), so far.
     #[inline]
@@ -642,6 +647,9 @@ struct OwnLoops {
     /// Per process, the epoll fd its main thread waits in.
     main_epfd: Vec<(ProcKey, i32)>,
     threads: PerThread<OwnLoopThread>,
+    /// Processes an I/O thread of which waited in the main thread's epoll fd: valkey's
+    /// offloaded poll, where the main thread makes no event-loop call of its own.
+    shared: Vec<ProcKey>,
 }
 
 #[derive(Clone, Copy, Default)]
@@ -678,7 +686,11 @@ impl OwnLoops {
             .map(|m| m.1);
         let t = self.threads.at(cx.thread);
         if epoll && !t.own {
-            t.own = cx.call_fd.zip(main).is_some_and(|(fd, m)| fd != m);
+            let same = cx.call_fd.zip(main).map(|(fd, m)| fd == m);
+            t.own = same == Some(false);
+            if same == Some(true) && !self.shared.contains(&cx.proc) {
+                self.shared.push(cx.proc);
+            }
         }
         if !t.own {
             return false;
@@ -856,6 +868,11 @@ mod tests {
         // waited for a CPU through most of the gap was starved (redis8-io2-bpf: 109 of 122 ms).
         assert!(v.is_wait(2 * MS, 58 * MS, Some(5 * MS)), "{v:?}");
         assert!(!v.is_wait(2 * MS, 58 * MS, Some(50 * MS)), "{v:?}");
+        // Its loop is its own: the main thread's event-loop wait is not shared.
+        assert!(h.polls_shared().is_empty());
+        // valkey's I/O thread waits in the main thread's epoll fd (its offloaded poll).
+        let valkey = helpers(&[(1, 0, 1000, "epoll_wait", 7), (2, 0, 10, "epoll_wait", 7)]);
+        assert_eq!(valkey.polls_shared(), &[ProcKey::Root]);
         // The same calls of a thread that waits in its main thread's epoll fd (valkey's
         // offloaded poll) keep the idle-spin reading: the 48 ms hole is the main thread's.
         let h = helpers(&[

@@ -374,6 +374,7 @@ mod tests {
             cpus: None,
             stopped_by_tracer: false,
             host_steal: &[],
+            polls_shared: &[],
         };
         let clock = Clock::none();
         // The commands unit's names: SET is the first one read.

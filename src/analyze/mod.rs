@@ -172,8 +172,7 @@ impl Analyzer {
         self.samples.on_call(&cx);
         // Events lost (live perf) may be reads: whether one awaits its reply is not known.
         let lost = self.coverage.lost() > 0;
-        let commands = &self.commands;
-        let answered = || commands.quiet_since().filter(|_| !lost);
+        let answered = || self.commands.quiet_since().filter(|_| !lost);
         let step = self.stalls.on_call(&cx, &self.phases, lost, answered);
         // Slot by slot: iterating the array (even by reference, flattened) cost ~11 Ir per
         // event, for the one call in thousands that adds a candidate.
@@ -239,6 +238,7 @@ impl Analyzer {
             cpus: self.opts.cpus.as_ref(),
             stopped_by_tracer: self.opts.stamped_at_stops,
             host_steal: &self.opts.host_steal,
+            polls_shared: self.stalls.polls_shared(),
         }
     }
 

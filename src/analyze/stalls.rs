@@ -396,6 +396,12 @@ impl Stalls {
         self
     }
 
+    /// Processes whose main thread's event-loop wait an I/O thread made (valkey's offloaded
+    /// poll: `IoHelpers::polls_shared`).
+    pub(crate) fn polls_shared(&self) -> &[ProcKey] {
+        self.helpers.polls_shared()
+    }
+
     /// Whether the thread is one of redis 8's I/O threads with an event loop of its own
     /// (`IoHelpers::own_loop`).
     #[inline]

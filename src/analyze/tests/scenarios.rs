@@ -2484,6 +2484,42 @@ fn a_redis8_gap_after_the_hand_back_holds_no_command_until_the_hand_over_is_read
     assert!(cause.contains("(GET)"), "{cause}");
 }
 
+/// A main-thread gap between two of its replies holds no command (redis writes a turn's
+/// replies back to back once their commands ran: fixtures/io-threads/redis7-io2 line 8460),
+/// where the trace shows every thread and none waits in the main thread's event loop. Not
+/// beside valkey's offloaded poll (an I/O thread waits in the main thread's epoll fd 7, and
+/// the main thread runs the commands that thread read with no call of its own), nor in a
+/// trace of the main thread alone.
+#[test]
+fn a_gap_between_two_replies_holds_no_command_where_the_trace_shows_it() {
+    let run = |other: Option<i32>| {
+        let mut s = Seq::named(&[(100, "redis-server"), (102, "io_thd_1")]);
+        let on = redis8_call;
+        on(&mut s, 100, 0, MS, "epoll_wait", 7, 1);
+        if let Some(epfd) = other {
+            on(&mut s, 102, 0, MS, "epoll_wait", epfd, 1);
+        }
+        on(&mut s, 100, MS, 10 * US, "read", 20, 20);
+        on(&mut s, 100, MS + 100 * US, 10 * US, "read", 21, 20);
+        on(&mut s, 100, MS + 500 * US, 10 * US, "write", 20, 7);
+        on(&mut s, 100, 20 * MS, 10 * US, "write", 21, 7);
+        on(&mut s, 100, 21 * MS, MS, "epoll_wait", 7, 0);
+        s.report()
+    };
+    let r = run(Some(13));
+    let (finding, cause) = main_gap_at(&r, 1);
+    assert_eq!(finding, None, "{cause}");
+    assert!(
+        cause.contains("between two of its writes to clients"),
+        "{cause}"
+    );
+    for other in [Some(7), None] {
+        let r = run(other);
+        let (finding, cause) = main_gap_at(&r, 1);
+        assert_eq!(finding, Some("command"), "{other:?}: {cause}");
+    }
+}
+
 /// Issue 40: the `io-threads` finding weighs the I/O threads against the CPUs the process
 /// may use, from evidence only. Live, pinned to 1 CPU of 2 (or 2 CPUs under a quota of half
 /// a CPU), the main thread and io_thd_1 are more threads than CPUs: a warning that says so;
