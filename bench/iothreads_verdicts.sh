@@ -20,17 +20,13 @@ BACKEND=${2:-bpf}
 N=${3:-300000}
 ROUNDS=${4:-3}
 SERVERS=${5:-redis valkey}
-DIR=$(mktemp -d)
-PIDS=()
+cd "$(dirname "$0")/.."
+. bench/lib.sh
+need redis-benchmark redis-cli python3
+in_temp_dir
 HOG_PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}" "${HOG_PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$DIR"
-}
-trap cleanup EXIT
+on_exit 'for h in "${HOG_PIDS[@]}"; do kill "$h" 2>/dev/null; done'
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 now() { python3 -c 'import time; print(f"{time.time():.6f}")'; }
 
 for _ in $(seq "${HOGS:-0}"); do sh -c 'while :; do :; done' & HOG_PIDS+=($!); done
@@ -49,17 +45,12 @@ for s in $SERVERS; do
   esac
   echo "# $s: $("$sbin" --version)"
   for r in $(seq "$ROUNDS"); do
-    mkdir -p "$DIR/$s"
-    PORT=$(free_port)
-    "$sbin" --port "$PORT" --bind 127.0.0.1 --dir "$DIR/$s" --save "" --appendonly no \
-      --enable-debug-command yes --daemonize no "${io[@]}" >/dev/null 2>&1 &
-    SPID=$!
-    PIDS=("$SPID")
-    for _ in $(seq 200); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sleep 0.05; done
+    launch "$sbin" "$s-$r" --enable-debug-command yes "${io[@]}"
     redis-benchmark -p "$PORT" -t get -n 20000 -c 50 -q >/dev/null 2>&1
+    rm -f "$DIR/r.err" # wait_line must not see the previous round's line
     "$BIN" attach --backend "$BACKEND" --pid "$SPID" --threshold 2ms --format json >"$DIR/r.json" 2>"$DIR/r.err" &
-    T=$!
-    for _ in $(seq 400); do grep -q "attached to" "$DIR/r.err" && break; sleep 0.05; done
+    TRACER=$!
+    wait_line "$DIR/r.err" "attached to"
     redis-benchmark -p "$PORT" -t get -n "$N" -c 50 -q >/dev/null 2>&1 &
     B=$!
     sleep 1
@@ -69,8 +60,8 @@ for s in $SERVERS; do
     redis-cli -p "$PORT" eval "local i=0 for j=1,tonumber(ARGV[1]) do i=i+j end return i" 0 60000000 >/dev/null
     e1=$(now)
     wait "$B"
-    kill -INT "$T"; wait "$T" || true
-    kill "$SPID"; wait "$SPID" 2>/dev/null || true
+    stop
+    stop_server "$SPID"
     python3 - "$s" "$DIR/r.json" "$N" "$d0" "$d1" "$e0" "$e1" <<'PY'
 import datetime, json, sys
 name, rep, n = sys.argv[1], json.load(open(sys.argv[2])), int(sys.argv[3])

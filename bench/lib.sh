@@ -4,6 +4,10 @@
 #   . bench/lib.sh                 (from the repository's root, where the scripts cd to)
 #   need TOOL...                   exits 2 naming the first TOOL missing
 #   start_redis [REDIS ARGS...]    sets DIR, PORT, RPID; returns once it answers PING
+#   in_temp_dir                    sets DIR (removed at exit) for scripts that run several servers
+#   launch BINARY SUBDIR [ARGS...] one more server (redis-server, valkey-server, a build of
+#                                  redis 8) in $DIR/SUBDIR; sets PORT, SPID; stopped at exit
+#   stop_server PID                stops one now
 #   on_exit 'COMMAND'              one more step for the exit's cleanup (before the server stops)
 #   TRACER=$!                      a tracer to kill at exit; `stop` ends it with SIGINT
 #   tracer_pid, wait_ptraced, wait_untraced, wait_line FILE TEXT, rps (needs N and C)
@@ -29,21 +33,39 @@ cleanup() {
   [ -n "$TRACER" ] && kill "$TRACER" 2>/dev/null || true
   local s
   for s in "${EXIT_STEPS[@]}"; do eval "$s" || true; done
-  [ -n "${RPID:-}" ] && kill "$RPID" 2>/dev/null || true
+  local p
+  for p in "${SERVER_PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
   [ -n "${DIR:-}" ] && rm -rf "$DIR"
 }
 
-start_redis() {
+SERVER_PIDS=()
+
+in_temp_dir() {
   DIR=$(mktemp -d)
-  PORT=$(free_port)
   trap cleanup EXIT
-  redis-server --port "$PORT" --bind 127.0.0.1 --dir "$DIR" --save "" --appendonly no \
-    --logfile "$DIR/redis.log" --daemonize no "$@" >/dev/null 2>&1 &
-  RPID=$!
-  for _ in $(seq 100); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && return 0; sleep 0.05; done
-  echo "redis-server did not answer on port $PORT: $(tail -3 "$DIR/redis.log" 2>/dev/null)" >&2
+}
+
+launch() {
+  local bin=$1 sdir=$DIR/$2
+  shift 2
+  mkdir -p "$sdir"
+  PORT=$(free_port)
+  "$bin" --port "$PORT" --bind 127.0.0.1 --dir "$sdir" --save "" --appendonly no \
+    --logfile "$sdir/server.log" --daemonize no "$@" >/dev/null 2>&1 &
+  SPID=$!
+  SERVER_PIDS+=("$SPID")
+  for _ in $(seq 200); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && return 0; sleep 0.05; done
+  echo "$bin did not answer on port $PORT: $(tail -3 "$sdir/server.log" 2>/dev/null)" >&2
   exit 2
+}
+
+stop_server() { kill "$1" 2>/dev/null || true; wait "$1" 2>/dev/null || true; }
+
+start_redis() {
+  in_temp_dir
+  launch redis-server . "$@"
+  RPID=$SPID
 }
 
 tracer_pid() { awk '/^TracerPid:/ {print $2}' /proc/"$RPID"/status; }

@@ -28,29 +28,10 @@ ROUNDS=${4:-5}
 SERVERS=${5:-redis valkey}
 WIRE=${WIRE:-1}
 HERE=$(dirname "$(realpath "$0")")
-DIR=$(mktemp -d)
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$DIR"
-}
-trap cleanup EXIT
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-
-# start NAME BINARY ARGS...: a server in $DIR/NAME on a free port; sets PORT and SPID.
-start() {
-  local name=$1 bin=$2; shift 2
-  mkdir -p "$DIR/$name"
-  PORT=$(free_port)
-  "$bin" --port "$PORT" --bind 127.0.0.1 --dir "$DIR/$name" --save "" --appendonly no \
-    --logfile "$DIR/$name/server.log" --daemonize no "$@" >/dev/null 2>&1 &
-  SPID=$!
-  PIDS+=("$SPID")
-  for _ in $(seq 200); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && return 0; sleep 0.05; done
-  echo "$name did not answer PING" >&2; exit 2
-}
+cd "$HERE/.."
+. bench/lib.sh
+need redis-benchmark redis-cli python3
+in_temp_dir
 
 threaded_reads() { redis-cli -p "$1" info stats | tr -d '\r' | awk -F: '/^io_threaded_reads_processed:/ {print $2}'; }
 
@@ -58,10 +39,10 @@ threaded_reads() { redis-cli -p "$1" info stats | tr -d '\r' | awk -F: '/^io_thr
 run() {
   local case=$1 port=$2 pid=$3 before after
   before=$(threaded_reads "$port")
+  rm -f "$DIR/r.err" # wait_line must not see the previous run's line
   "$BIN" attach --backend bpf --pid "$pid" --format json --threshold 1s >"$DIR/r.json" 2>"$DIR/r.err" &
-  local t=$!
-  for _ in $(seq 400); do grep -q "attached to" "$DIR/r.err" && break; sleep 0.05; done
-  grep -q "attached to" "$DIR/r.err" || { cat "$DIR/r.err" >&2; exit 2; }
+  TRACER=$!
+  wait_line "$DIR/r.err" "attached to"
   local w=""
   if [ "$WIRE" = 1 ]; then
     tcpdump -i lo -s 160 -B 65536 --immediate-mode --time-stamp-precision=nano -w "$DIR/w.pcap" "tcp port $port" 2>"$DIR/w.err" &
@@ -69,7 +50,7 @@ run() {
     for _ in $(seq 200); do grep -q "listening on" "$DIR/w.err" && break; sleep 0.05; done
   fi
   redis-benchmark -p "$port" -t set,get -n "$N" -c "$C" --csv 2>/dev/null >"$DIR/c.csv"
-  kill -INT "$t"; wait "$t" || true
+  stop
   : >"$DIR/wire.txt"
   if [ -n "$w" ]; then
     kill -INT "$w"; wait "$w" || true
@@ -110,10 +91,10 @@ for s in $SERVERS; do
     valkey) sbin=valkey-server; io=(--io-threads 2 --io-threads-always-active yes) ;;
     *) echo "unknown server $s" >&2; exit 2 ;;
   esac
-  command -v "$sbin" >/dev/null || { echo "$sbin is required" >&2; exit 2; }
+  need "$sbin"
   echo "# $s: $("$sbin" --version)"
-  start "$s-plain" "$sbin"; PPORT=$PORT; PPID_=$SPID
-  start "$s-io" "$sbin" "${io[@]}"; IPORT=$PORT; IPID=$SPID
+  launch "$sbin" "$s-plain"; PPORT=$PORT; PPID_=$SPID
+  launch "$sbin" "$s-io" "${io[@]}"; IPORT=$PORT; IPID=$SPID
   for r in $(seq "$ROUNDS"); do
     # The order flips each round: neither case always runs first.
     if [ $((r % 2)) = 1 ]; then
@@ -122,7 +103,7 @@ for s in $SERVERS; do
       run "$s-plain" "$PPORT" "$PPID_"; run "$s-io" "$IPORT" "$IPID"
     fi
   done
-  kill "$PPID_" "$IPID"; wait "$PPID_" "$IPID" 2>/dev/null || true; PIDS=()
+  stop_server "$PPID_"; stop_server "$IPID"
 done
 python3 - "$DIR/all.txt" <<'PY'
 import statistics, sys
