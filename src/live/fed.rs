@@ -82,6 +82,17 @@ const WAIT_AT_MOST: Duration = Duration::from_millis(20);
 /// would otherwise keep, as resident memory, room for the largest backlog it ever had.
 pub(crate) const QUEUE_KEEP: usize = 16 * 1024;
 
+/// The traced process has exited: gone from /proc, or a zombie (dead, not yet reaped).
+pub(crate) fn process_gone(pid: crate::event::Tid) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(s) => s
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|st| st == "Z" || st == "X"),
+        Err(_) => true,
+    }
+}
+
 /// A backend fed by kernel buffers.
 pub(crate) trait KernelFed {
     /// The state every such backend keeps: its queue, whether it ended or was asked to
@@ -219,6 +230,13 @@ mod tests {
                     .push_back(ev(self.left as i64, EventKind::Attach { threads: None }));
             }
         }
+    }
+
+    #[test]
+    fn a_running_process_is_not_gone_and_a_missing_one_is() {
+        assert!(!process_gone(std::process::id()));
+        // Above the kernel's pid_max (at most 2^22): no such process.
+        assert!(process_gone(1 << 23));
     }
 
     #[test]

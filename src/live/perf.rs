@@ -1319,16 +1319,6 @@ impl PerfTracer {
         }
     }
 
-    fn process_gone(&self) -> bool {
-        match std::fs::read_to_string(format!("/proc/{}/stat", self.cfg.pid)) {
-            Ok(s) => s
-                .rsplit_once(')')
-                .and_then(|(_, rest)| rest.split_whitespace().next())
-                .is_some_and(|st| st == "Z" || st == "X"),
-            Err(_) => true,
-        }
-    }
-
     /// Ends tracing: reads what is left, closes every event, reports calls still running.
     fn finish(&mut self) {
         let end = now_mono();
@@ -1485,7 +1475,7 @@ impl super::fed::KernelFed for PerfTracer {
     }
     /// Also looks for threads the events missed, now and then.
     fn check(&mut self) -> bool {
-        if self.process_gone() {
+        if super::fed::process_gone(self.cfg.pid) {
             return true;
         }
         if self.last_rescan.elapsed() >= RESCAN_EVERY {

@@ -682,16 +682,6 @@ impl BpfTracer {
         }
     }
 
-    fn process_gone(&self) -> bool {
-        match std::fs::read_to_string(format!("/proc/{}/stat", self.cfg.pid)) {
-            Ok(s) => s
-                .rsplit_once(')')
-                .and_then(|(_, rest)| rest.split_whitespace().next())
-                .is_some_and(|st| st == "Z" || st == "X"),
-            Err(_) => true,
-        }
-    }
-
     /// Ends tracing: detaches the programs, empties the ring, reports calls still running.
     fn finish(&mut self) {
         let end = now_mono();
@@ -870,7 +860,7 @@ impl super::fed::KernelFed for BpfTracer {
         BpfTracer::finish(self)
     }
     fn check(&mut self) -> bool {
-        self.process_gone()
+        super::fed::process_gone(self.cfg.pid)
     }
     fn gather(&mut self, wait: Duration) {
         self.take_records(wait)
