@@ -77,6 +77,29 @@ pub(crate) struct Evidence<'a> {
     pub(crate) polls_shared: &'a [ProcKey],
 }
 
+#[cfg(test)]
+impl<'a> Evidence<'a> {
+    /// A whole offline trace's evidence at a 10 ms threshold: no filter, no config, no live
+    /// readings.
+    pub(crate) fn plain(phases: &'a Phases, file_time: &'a FileTime, world: &'a World) -> Self {
+        Evidence {
+            phases,
+            file_time,
+            world,
+            gaps: None,
+            conf: None,
+            threshold_us: 10_000,
+            fault_copy: None,
+            quota: None,
+            cgroup: None,
+            cpus: None,
+            stopped_by_tracer: false,
+            host_steal: &[],
+            polls_shared: &[],
+        }
+    }
+}
+
 /// (finding id, plain-words cause) for one stall. `running`: the command its thread ran
 /// through all of it, when known (`Held::running`).
 pub(crate) fn explain(
@@ -2280,19 +2303,9 @@ mod tests {
         let world = World::new(Some(100), Default::default(), None);
         let (phases, file_time) = (Phases::default(), FileTime::default());
         f(&Evidence {
-            phases: &phases,
-            file_time: &file_time,
-            world: &world,
-            gaps: None,
-            conf: None,
-            threshold_us: 10_000,
-            fault_copy: None,
             quota,
             cgroup,
-            cpus: None,
-            stopped_by_tracer: false,
-            host_steal: &[],
-            polls_shared: &[],
+            ..Evidence::plain(&phases, &file_time, &world)
         })
     }
 
@@ -2811,19 +2824,8 @@ mod tests {
         let world = World::new(Some(100), Default::default(), None);
         let (phases, file_time) = (Phases::default(), FileTime::default());
         let ev = |fault_copy: Option<u64>| Evidence {
-            phases: &phases,
-            file_time: &file_time,
-            world: &world,
-            gaps: None,
-            conf: None,
-            threshold_us: 10_000,
             fault_copy,
-            quota: None,
-            cgroup: None,
-            cpus: None,
-            stopped_by_tracer: false,
-            host_steal: &[],
-            polls_shared: &[],
+            ..Evidence::plain(&phases, &file_time, &world)
         };
         let huge = Some(2 << 20);
         let base = Some(4096);

@@ -361,21 +361,7 @@ mod tests {
         }
         world.finish();
         let held = holds.take_all();
-        let ev = Evidence {
-            phases: &phases,
-            file_time: &file_time,
-            world: &world,
-            gaps: None,
-            conf: None,
-            threshold_us: 10_000,
-            fault_copy: None,
-            quota: None,
-            cgroup: None,
-            cpus: None,
-            stopped_by_tracer: false,
-            host_steal: &[],
-            polls_shared: &[],
-        };
+        let ev = Evidence::plain(&phases, &file_time, &world);
         let clock = Clock::none();
         // The commands unit's names: SET is the first one read.
         let mut names = CmdNames::default();
