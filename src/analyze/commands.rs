@@ -102,6 +102,8 @@ struct PendingCmd {
     seq: u64,
     name: CmdId,
     req: Nanos,
+    /// When its read began (`DoneCmd::read`).
+    read: Nanos,
     at_req: FileNs,
     /// `req` is the measured arrival of its read's data (`Syscall::arrived`).
     measured: bool,
@@ -447,7 +449,7 @@ impl Commands {
                 &mut self.seq,
                 caps,
                 &ids[..n],
-                arrived,
+                (arrived, ts),
                 at_req,
                 true,
             );
@@ -484,7 +486,7 @@ impl Commands {
             &mut self.seq,
             caps,
             &ids[..n],
-            req,
+            (req, ts),
             at_req,
             false,
         );
@@ -542,6 +544,7 @@ impl Commands {
                 name: p.name,
                 conn,
                 req: p.req,
+                read: p.read,
                 reply: end,
             });
         }
@@ -574,6 +577,7 @@ impl Commands {
                     name: p.name,
                     conn: *k,
                     req: p.req,
+                    read: p.read,
                     reply: end + 1,
                 })
             })
@@ -663,7 +667,7 @@ fn queue(
     seq: &mut u64,
     cap: usize,
     ids: &[CmdId],
-    req: Nanos,
+    (req, read): (Nanos, Nanos),
     at_req: FileNs,
     measured: bool,
 ) {
@@ -674,6 +678,7 @@ fn queue(
                 seq: *seq,
                 name,
                 req,
+                read,
                 at_req,
                 measured,
             });

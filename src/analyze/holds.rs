@@ -19,6 +19,10 @@ pub(crate) struct DoneCmd {
     /// (process, fd) of the connection.
     pub(crate) conn: (ProcKey, i32),
     pub(crate) req: Nanos,
+    /// When the thread that read the request began that read: after a stall's end, the
+    /// command cannot have run in it, however early its data arrived (a new connection's
+    /// request queued in the kernel until the main thread's accept).
+    pub(crate) read: Nanos,
     pub(crate) reply: Nanos,
 }
 
@@ -35,7 +39,9 @@ pub(crate) struct Held {
     pub(crate) worst_wait: Option<i64>,
     /// Commands (by sequence number) it held up, for merging into incidents.
     pub(crate) seqs: Vec<u64>,
-    pub(crate) by_cmd: Vec<(CmdId, u64)>,
+    /// By name: how many it held, and how many of those were read before it ended (the
+    /// ones that could have run in it).
+    pub(crate) by_cmd: Vec<(CmdId, u64, u64)>,
     /// The command whose request was in before the stall began and whose reply went out
     /// after it ended: the one the thread ran through it (`None` too when commands of
     /// different names did, as a pipeline does).
@@ -62,6 +68,15 @@ pub(crate) struct Held {
 /// Of commands by name (name, how many), the one name only one command has, when every other
 /// name has many (3 or more): copies of a command cost alike, so one of them cannot be the
 /// slow one without the others; the odd one is. None unless there are two names or more.
+/// One more command of `name` in a by-name count (`Held::by_cmd`); `ran`: it could have run.
+fn count(by: &mut Vec<(CmdId, u64, u64)>, name: CmdId, ran: bool) {
+    let ran = u64::from(ran);
+    match by.iter_mut().find(|(n, _, _)| *n == name) {
+        Some(e) => (e.1, e.2) = (e.1 + 1, e.2 + ran),
+        None => by.push((name, 1, ran)),
+    }
+}
+
 fn odd_one(names: impl Iterator<Item = (CmdId, u64)>) -> Option<CmdId> {
     let (mut single, mut singles, mut others) = (None, 0, 0);
     for (n, k) in names {
@@ -93,13 +108,15 @@ impl Held {
             if self.seqs.len() < HELD_MAX {
                 self.seqs.push(d.seq);
             }
-            match self.by_cmd.iter_mut().find(|(n, _)| *n == d.name) {
-                Some(e) => e.1 += 1,
-                None => self.by_cmd.push((d.name, 1)),
-            }
+            let ran = d.read < self.end;
+            count(&mut self.by_cmd, d.name, ran);
             let first = self.first_seq.iter().any(|(n, _)| *n == d.name);
             if !first && self.first_seq.len() < RUNNING_NAMES {
                 self.first_seq.push((d.name, d.seq));
+            }
+            if !ran {
+                // It waited through the stall, but was read after it: it did not run in it.
+                return;
             }
             if d.req > self.start
                 && d.reply >= self.end
@@ -165,23 +182,33 @@ impl Held {
     pub(crate) fn across_threads(&self) -> Option<CmdId> {
         // One name: unless no command of it was still unanswered at the gap's end (then
         // none of them ran through it).
-        if let [(n, _)] = self.by_cmd.as_slice() {
-            let open = self.running() == Some(*n) || self.first_answered() == Some(*n);
-            return open.then_some(*n);
+        let mut could_run = self
+            .by_cmd
+            .iter()
+            .filter(|e| e.2 > 0)
+            .map(|&(n, _, k)| (n, k));
+        if let (Some((n, _)), None) = (could_run.next(), could_run.next()) {
+            let open = self.running() == Some(n) || self.first_answered() == Some(n);
+            return open.then_some(n);
         }
         let alone = self
             .running()
             .filter(|n| self.running_names.iter().any(|(m, k)| m == n && *k == 1));
-        odd_one(self.by_cmd.iter().copied())
-            .or(alone)
-            .or_else(|| self.first_answered())
-            .or_else(|| self.odd_one_out())
+        odd_one(
+            self.by_cmd
+                .iter()
+                .filter(|e| e.2 > 0)
+                .map(|&(n, _, k)| (n, k)),
+        )
+        .or(alone)
+        .or_else(|| self.first_answered())
+        .or_else(|| self.odd_one_out())
     }
 
     /// The sequence number of the one command of this name the stall held, when it held
     /// one only: the same command as another stall's when the numbers match.
     pub(crate) fn lone_seq(&self, name: CmdId) -> Option<u64> {
-        let one = self.by_cmd.iter().any(|(n, k)| *n == name && *k == 1);
+        let one = self.by_cmd.iter().any(|(n, k, _)| *n == name && *k == 1);
         let seq = self.first_seq.iter().find(|(n, _)| *n == name);
         seq.filter(|_| one).map(|(_, s)| *s)
     }
@@ -306,6 +333,7 @@ mod tests {
             name: set(),
             conn: (ProcKey::Root, conn),
             req,
+            read: req,
             reply,
         }
     }
@@ -351,7 +379,7 @@ mod tests {
         let x = h.held(0);
         assert_eq!((x.waiting, x.clients.len()), (2, 2));
         assert_eq!(x.worst_wait, Some(280));
-        assert_eq!(x.by_cmd, vec![(set(), 2)]);
+        assert_eq!(x.by_cmd, vec![(set(), 2, 2)]);
     }
 
     #[test]
@@ -403,6 +431,7 @@ mod tests {
                 name: names.intern(name.as_bytes()),
                 conn: (ProcKey::Root, i as i32),
                 req: *req,
+                read: *req,
                 reply: *reply,
             });
         }
@@ -432,6 +461,47 @@ mod tests {
             "which?"
         );
         assert_eq!(named(&[("EVAL", 90, 150)]), None, "answered during it");
+    }
+
+    /// A request read after the stall ended did not run in it, however early its data
+    /// arrived: valkey's EVAL gap under bpf held the EVAL and a CONFIG GET whose new
+    /// connection the main thread accepted only after the EVAL (its data queued in the
+    /// kernel meanwhile), and answered first after it (the main thread ran it at once; the
+    /// EVAL's reply went out through the I/O thread). Read in the gap, the CONFIG would be
+    /// the first answered of those read in it, the name; read after it, it is not a
+    /// candidate, and the EVAL is named.
+    #[test]
+    fn a_request_read_after_the_stall_did_not_run_in_it() {
+        let mut names = CmdNames::default();
+        let (eval, config) = (names.intern(b"EVAL"), names.intern(b"CONFIG"));
+        let named = |config_read: Nanos| {
+            let mut h = Held {
+                start: 100,
+                end: 200,
+                ..Default::default()
+            };
+            for (i, (name, req, read, reply)) in
+                [(eval, 110, 110, 205), (config, 150, config_read, 203)]
+                    .into_iter()
+                    .enumerate()
+            {
+                h.count_if_held(&DoneCmd {
+                    seq: i as u64,
+                    name,
+                    conn: (ProcKey::Root, i as i32),
+                    req,
+                    read,
+                    reply,
+                });
+            }
+            (h.across_threads(), h.waiting)
+        };
+        assert_eq!(named(150), (Some(config), 2), "read in it, answered first");
+        assert_eq!(
+            named(201),
+            (Some(eval), 2),
+            "the CONFIG waited, but ran after"
+        );
     }
 
     /// With I/O threads (issue 40) the command a gap ran is told from everything it held:

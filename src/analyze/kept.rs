@@ -264,7 +264,7 @@ impl Kept<'_> {
                 by_command: held
                     .by_cmd
                     .iter()
-                    .map(|(k, v)| (self.names.name(*k).to_string(), *v))
+                    .map(|(k, v, _)| (self.names.name(*k).to_string(), *v))
                     .collect(),
                 clients: held.clients.len() as u64,
                 worst_us: held.worst_wait.map(|w| w / 1000),
@@ -389,6 +389,7 @@ mod tests {
             name: set,
             conn: (ProcKey::Root, 9),
             req: 0,
+            read: 0,
             reply: 400 * MS,
         };
         let calls = [
@@ -435,6 +436,7 @@ mod tests {
             name: set,
             conn: (ProcKey::Root, 9),
             req: 5 * MS,
+            read: 5 * MS,
             reply: 40 * MS,
         };
         let calls = [
