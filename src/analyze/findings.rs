@@ -136,7 +136,7 @@ fn explain_trace(
         .map(|child| format!(" while child {child} ran"))
         .unwrap_or_default();
     if c.kind == StallKind::Gap {
-        let trusted = answered_read(a, c);
+        let trusted = gap_as_read(a, c);
         let c: &Cand = &trusted;
         // A gap from a call of unknown length is at most what it says.
         let d = gap_words(c, &format!("{bound}{}", human(c.dur / 1000)));
@@ -258,7 +258,7 @@ pub(crate) fn io_wait_of(
     if role != Role::Main || c.kind != StallKind::Gap {
         return None;
     }
-    let trusted = answered_read(a, c);
+    let trusted = gap_as_read(a, c);
     let c: &Cand = &trusted;
     let main_runnable = c.sched.map(|s| s.runnable_ns as i64);
     let mut v = c.through.io?;
@@ -282,7 +282,7 @@ pub(crate) fn io_wait_of(
 /// after every reply); and while a child just forked runs its copy-on-write faults are the
 /// finding, whatever the main thread did meanwhile. No command between two replies holds
 /// where `replies_hold` says. Copied only when a reading is dropped from a gap that had it.
-pub(crate) fn answered_read<'c>(a: &Evidence<'_>, c: &'c Cand) -> Cow<'c, Cand> {
+fn gap_as_read<'c>(a: &Evidence<'_>, c: &'c Cand) -> Cow<'c, Cand> {
     let drop_replies = c.through.no_command == Some(NoCommand::Replies) && !replies_hold(a, c);
     let drop_answered = c.through.answered_from.is_some() && !answered_holds(a, c);
     if !drop_replies && !drop_answered {
@@ -314,7 +314,7 @@ fn replies_hold(a: &Evidence<'_>, c: &Cand) -> bool {
 }
 
 /// Whether the reading that every request read had been answered holds for this gap's
-/// trace (`answered_read`).
+/// trace (`gap_as_read`).
 pub(crate) fn answered_holds(a: &Evidence<'_>, c: &Cand) -> bool {
     a.gaps.is_none() && c.phase.is_none() && a.world.threads_followed(c.proc)
 }
