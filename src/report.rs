@@ -1063,6 +1063,8 @@ pub enum FindingId {
     WatchIncident,
     AwaitsReply,
     LockWait,
+    OffCpu,
+    OwnWork,
 }
 
 impl FindingId {
@@ -1094,12 +1096,14 @@ impl FindingId {
             FindingId::WatchIncident => "watch-incident",
             FindingId::AwaitsReply => "awaits-reply",
             FindingId::LockWait => "lock-wait",
+            FindingId::OffCpu => "off-cpu",
+            FindingId::OwnWork => "own-work",
         }
     }
 }
 
 impl FindingId {
-    pub const ALL: [FindingId; 25] = [
+    pub const ALL: [FindingId; 27] = [
         FindingId::AofFsyncAlways,
         FindingId::AofWriteActiveChild,
         FindingId::AofWritePendingFsync,
@@ -1125,6 +1129,8 @@ impl FindingId {
         FindingId::WatchIncident,
         FindingId::AwaitsReply,
         FindingId::LockWait,
+        FindingId::OffCpu,
+        FindingId::OwnWork,
     ];
 }
 

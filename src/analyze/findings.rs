@@ -154,7 +154,7 @@ fn explain_trace(
             NoCommand::Answered => role == Role::Main,
             _ => matches!(role, Role::Main | Role::IoThread),
         }) {
-            return no_command(c, k, &who, &d, &during);
+            return no_command(a, c, k, &who, &d, &during);
         }
         // Kept in a trace missing calls only because commands waited through it (`Kept`).
         if a.gaps.is_some() {
@@ -357,37 +357,42 @@ fn between_words(k: NoCommand) -> &'static str {
     }
 }
 
-/// A gap between two calls redis runs no command between (`Through::no_command`), without
-/// the scheduler's split: no finding (CPU starvation is read from the scheduler's figures,
-/// and the tracer may have held the thread as well), but no command either.
+/// A gap between two calls redis runs no command between (`Through::no_command`) that the
+/// scheduler's split, if any, did not explain (`sched_of_gap`). Without a split: off its CPU
+/// (`off-cpu`), or after every reply the server's own work as well (`own-work`); with one
+/// neither is claimed (its words say what it measured), but no command either.
 fn no_command(
+    a: &Evidence<'_>,
     c: &Cand,
     k: NoCommand,
     who: &str,
     d: &str,
     during: &str,
 ) -> (Option<FindingId>, String) {
-    let between = match k {
-        // Not only off its CPU: the server's own work runs there too.
-        NoCommand::Answered => {
-            let answered = answered_words(c.through.answered_io);
-            return (
-                None,
-                format!(
-                    "{who} {d}{during} {answered}: not a slow command; the server's own work \
-                     ({OWN_WORK}) or the thread off its CPU (no scheduler split in this trace \
-                     says which)"
-                ),
-            );
-        }
-        k => between_words(k),
+    let (unsplit, which) = match SchedSplit::of(c, a.fault_copy) {
+        None => (
+            true,
+            "no scheduler split in this trace says which".to_string(),
+        ),
+        Some(s) => (false, s.words()),
     };
+    if k == NoCommand::Answered {
+        // Not only off its CPU: the server's own work runs there too.
+        let answered = answered_words(c.through.answered_io);
+        return (
+            unsplit.then_some(FindingId::OwnWork),
+            format!(
+                "{who} {d}{during} {answered}: not a slow command; the server's own work \
+                 ({OWN_WORK}) or the thread off its CPU ({which})"
+            ),
+        );
+    }
     (
-        None,
+        unsplit.then_some(FindingId::OffCpu),
         format!(
-            "{who} {d}{during} {between}: no command runs there; the thread was off its CPU, \
-             waiting for one or stopped by the tracer (no scheduler split in this trace says \
-             which)"
+            "{who} {d}{during} {}: no command runs there; the thread was off its CPU, waiting \
+             for one or stopped by the tracer ({which})",
+            between_words(k)
         ),
     )
 }
@@ -827,7 +832,7 @@ fn sched_of_gap(
 }
 
 /// A main-thread gap on a CPU through most of it: a slow command, unless it lay where no
-/// command runs (`NoCommand`): the server's own work there.
+/// command runs (`NoCommand`): the server's own work there (`own-work`).
 fn busy_words(
     c: &Cand,
     who: &str,
@@ -852,11 +857,12 @@ fn busy_words(
         // Between two calls of one piece of redis's own work (freeing what a reply held,
         // say), not a command.
         Some(k) => format!(
-            "{who} {d}{during} {}, on a CPU ({w}): no command runs there, not a slow command",
+            "{who} {d}{during} {}, on a CPU ({w}): no command runs there, not a slow command: \
+             the server's own work",
             between_words(k)
         ),
     };
-    (None, text)
+    (Some(FindingId::OwnWork), text)
 }
 
 /// Who took the CPU from under a thread that was neither on one nor waiting for one
@@ -1030,7 +1036,61 @@ fn cause_of_call(
              after every log line (rerun with -y, or attach earlier, to confirm)"
                 .into(),
         ),
+        (Role::Main | Role::IoThread, _, _) if c.sched.is_none() && c.phase.is_none() => {
+            off_cpu(sys, file)
+        }
         _ => (None, "no finding explains it".into()),
+    }
+}
+
+/// A client-facing thread's call with no scheduler split: off its CPU where the call
+/// returns at once in redis (`returns_at_once`), else nothing known.
+fn off_cpu(sys: &crate::syscalls::SysInfo, file: Option<&FileInfo>) -> (Option<FindingId>, String) {
+    match returns_at_once(sys, file) {
+        Some(why) => (
+            Some(FindingId::OffCpu),
+            format!(
+                "the call returns at once in redis ({why}), so the thread was off its CPU, \
+                 waiting for one or stopped by the tracer (no scheduler split in this trace \
+                 says which)"
+            ),
+        ),
+        None => (None, "no finding explains it".into()),
+    }
+}
+
+/// Why a call of a client-facing thread returns at once in redis, whatever it is asked:
+/// the ones a long duration can only mean the thread lost its CPU (or the tracer held it).
+/// Not a pipe (redis logs to stdout through one, which blocks when the reader lags), a
+/// replication link or an outgoing connection (redis makes those blocking for a diskless
+/// load or a synchronous handshake), nor smaps (the kernel walks every mapping, on a CPU).
+fn returns_at_once(
+    sys: &crate::syscalls::SysInfo,
+    file: Option<&FileInfo>,
+) -> Option<&'static str> {
+    if matches!(
+        sys.name,
+        "getpeername" | "getsockname" | "getsockopt" | "setsockopt" | "epoll_ctl"
+    ) {
+        return Some("it reads or sets a socket's or the event loop's settings");
+    }
+    let f = file?;
+    let io = sys.facts.has(Facts::CLIENT_RW | Facts::RECV | Facts::SEND);
+    let path = f.path.as_deref().unwrap_or("");
+    match f.class {
+        FileClass::Client if io || sys.facts.has(Facts::CLOSE) => {
+            Some("its client sockets are non-blocking")
+        }
+        FileClass::Listener if sys.facts.has(Facts::ACCEPT) => {
+            Some("its listening socket is non-blocking")
+        }
+        FileClass::AnonInode if io && path.contains("eventfd") => {
+            Some("its eventfds are non-blocking")
+        }
+        FileClass::Proc if matches!(path.rsplit('/').next(), Some("stat" | "statm" | "status")) => {
+            Some("the kernel answers /proc/PID/stat from memory")
+        }
+        _ => None,
     }
 }
 
@@ -1331,6 +1391,12 @@ fn reclaim_evidence(cx: &Ctx<'_>, e: Option<&ByFinding>) -> String {
         ));
     }
     ev
+}
+
+/// A warning, never critical: what these stalls were is not measured (no scheduler split,
+/// or one that says only that no command ran), however long they took.
+fn unsplit_warning(_: &Ctx<'_>, _: Option<&ByFinding>) -> Severity {
+    Severity::Warning
 }
 
 fn info(_: &Ctx<'_>, _: Option<&ByFinding>) -> Severity {
@@ -1995,6 +2061,43 @@ static RULES: &[Rule] = &[
          address); if every thread waits so, the process is deadlocked: take its stacks (gdb -p PID, \
          `thread apply all bt`, or eu-stack -p PID).",
     ),
+    Rule {
+        id: FindingId::OffCpu,
+        applies: on_stalls,
+        severity: unsplit_warning,
+        title: Text::Fixed(
+            "Threads were off their CPU where nothing waits: not a slow command, not the disk",
+        ),
+        evidence: Text::Made(stall_evidence),
+        advice: Text::Fixed(
+            "A call that returns at once in redis (its client sockets and eventfds are non-blocking, \
+             /proc/PID/stat is answered from memory), or a gap where redis runs no command, takes long \
+             only while the thread is off its CPU: waiting for one, throttled by its cgroup's CPU quota, \
+             or held by the tracer (strace stops every traced thread at every call, and under strace -f \
+             many of these are its own cost). To tell them apart attach with `--backend bpf` (its scheduler split names CPU \
+             starvation and throttling); meanwhile check the load against the cores, steal time, and \
+             the cgroup's cpu.stat (nr_throttled).",
+        ),
+        stalls: with_id,
+    },
+    Rule {
+        id: FindingId::OwnWork,
+        applies: on_stalls,
+        severity: unsplit_warning,
+        title: Text::Fixed("The main thread stalled between commands, not in one"),
+        evidence: Text::Made(stall_evidence),
+        advice: Text::Fixed(
+            "No command ran in these gaps: each began after every request read had been answered, or \
+             lay between two calls of one piece of redis's own work. On a CPU (where the trace's \
+             scheduler split says so) that is redis's own work: active expiry of many keys with TTLs at \
+             once, eviction at maxmemory, rehashing a large dict, freeing a large value or client \
+             (lazyfree-lazy-* moves that to a background thread); set latency-monitor-threshold and \
+             read LATENCY LATEST (expire-cycle, eviction-cycle, active-defrag-cycle). Without a split \
+             the thread may as well have been off its CPU: attach with `--backend bpf` to tell them \
+             apart.",
+        ),
+        stalls: with_id,
+    },
 ];
 
 /// All findings of the trace, most severe first. `held[i]` is what `stalls[i]` held.

@@ -46,7 +46,9 @@ pub(crate) fn amend(
     let (id, mut text) = v;
     let open = matches!(
         id,
-        None | Some(FindingId::Command) | Some(FindingId::Unexplained)
+        None | Some(
+            FindingId::Command | FindingId::Unexplained | FindingId::OffCpu | FindingId::OwnWork
+        )
     );
     let measured = c.sched.is_some_and(|s| s.throttled_ns.is_some());
     if !ev.exact_throttle && !measured {

@@ -261,6 +261,12 @@ const EVIDENCE: &[(&str, Needs)] = &[
         has_class(r, "outgoing") || has_class(r, "replica")
     }),
     ("lock-wait", |r, _| has_call(r, &["futex"])),
+    // Off its CPU, or redis's own work between commands: only where redis's client-facing
+    // threads are.
+    ("off-cpu", |r, _| {
+        has_role(r, "main") || has_role(r, "io_thread")
+    }),
+    ("own-work", |r, _| has_role(r, "main")),
     // A lack of CPU, a CPU quota or memory is read from the scheduler's figures.
     ("cpu-starvation", |r, _| has_sched(r)),
     ("cpu-throttled", |r, _| has_sched(r)),

@@ -2313,7 +2313,7 @@ fn a_short_gap_right_after_the_io_threads_share_is_scheduling() {
     assert_eq!(id, Some("io-threads"), "{why}");
     assert!(why.contains("lost the CPU right after"), "{why}");
     let (id, why) = main_gap_at(&r, 17);
-    assert_eq!(id, None, "{why}");
+    assert_eq!(id, Some("own-work"), "{why}");
     assert!(
         why.contains("after every request it had read was answered"),
         "{why}"
@@ -2475,7 +2475,7 @@ fn a_redis8_gap_after_the_hand_back_holds_no_command_until_the_hand_over_is_read
     };
     let r = run(false);
     let (finding, cause) = main_gap_at(&r, 3);
-    assert_eq!(finding, None, "{cause}");
+    assert_eq!(finding, Some("own-work"), "{cause}");
     assert!(cause.contains("still with its I/O threads"), "{cause}");
     assert!(!cause.contains("slow command (GET)"), "{cause}");
     let r = run(true);
@@ -2508,7 +2508,7 @@ fn a_gap_between_two_replies_holds_no_command_where_the_trace_shows_it() {
     };
     let r = run(Some(13));
     let (finding, cause) = main_gap_at(&r, 1);
-    assert_eq!(finding, None, "{cause}");
+    assert_eq!(finding, Some("off-cpu"), "{cause}");
     assert!(
         cause.contains("between two of its writes to clients"),
         "{cause}"
@@ -2654,8 +2654,78 @@ fn a_gap_before_the_first_loop_wait_is_never_after_the_replies() {
     let (id, why) = run(false).expect("the gap");
     assert_eq!(id, Some("command"), "{why}");
     let (id, why) = run(true).expect("the gap");
-    assert_eq!(id, None, "{why}");
+    assert_eq!(id, Some("own-work"), "{why}");
     assert!(why.contains("after every request"), "{why}");
     let (id, why) = run_followed(true, false).expect("the gap");
     assert_eq!(id, Some("command"), "the main thread alone: {why}");
+}
+
+/// A client-facing thread's call that returns at once in redis (a non-blocking client
+/// socket or eventfd, /proc/PID/stat, a socket option) and took long was the thread off its
+/// CPU: `off-cpu`, a warning however long, where no scheduler split says more. A pipe (redis
+/// logs to stdout through one, which blocks), smaps (the kernel walks the mappings), a
+/// background child's call, or the same call with a split that puts it on a CPU are not.
+#[test]
+fn a_call_that_returns_at_once_and_took_long_was_the_thread_off_its_cpu() {
+    let run = |tid: u32, name: &'static str, path: &str, on_cpu: Option<u64>| {
+        let mut s = Seq::named(&[(100, "redis-server"), (102, "io_thd_1")]);
+        s.call(100, 0, 10 * US, "epoll_wait", Some(7), 1, Extra::None);
+        let mut sc = Syscall::new(name);
+        sc.fd = Some(20);
+        sc.fd_path = Some(path.into());
+        sc.ret = Ret::Val(5);
+        (sc.dur, sc.dur_src) = (Some(300 * MS), DurSource::Measured);
+        sc.sched = on_cpu.map(|on| {
+            Box::new(crate::event::SchedSpan {
+                during: crate::event::SchedDelta {
+                    on_cpu_ns: on,
+                    ..Default::default()
+                },
+                before: None,
+            })
+        });
+        s.ev(tid, MS, EventKind::Syscall(sc));
+        s.call(
+            100,
+            302 * MS,
+            10 * US,
+            "epoll_wait",
+            Some(7),
+            0,
+            Extra::None,
+        );
+        let r = s.report();
+        let st = r
+            .stalls
+            .iter()
+            .find(|x| x.kind == StallKind::SlowSyscall)
+            .unwrap_or_else(|| panic!("{:?}", r.stalls));
+        let sev = r
+            .findings
+            .iter()
+            .find(|f| Some(f.id) == st.finding)
+            .map(|f| f.severity);
+        (st.finding.map(FindingId::as_str), st.cause.clone(), sev)
+    };
+    let client = "TCP:[127.0.0.1:6379->127.0.0.1:50000]";
+    for (tid, name, path) in [
+        (100, "write", client),
+        (102, "read", client),
+        (100, "getpeername", client),
+        (102, "read", "anon_inode:[eventfd]"),
+        (100, "read", "/proc/100/stat"),
+    ] {
+        let (id, why, sev) = run(tid, name, path, None);
+        assert_eq!(id, Some("off-cpu"), "{name} {path}: {why}");
+        assert!(why.contains("returns at once in redis"), "{why}");
+        assert_eq!(sev, Some(crate::report::Severity::Warning), "{why}");
+    }
+    for (tid, name, path, on_cpu) in [
+        (100, "write", "pipe:[4242]", None),
+        (100, "read", "/proc/100/smaps", None),
+        (100, "write", client, Some(290 * MS as u64)),
+    ] {
+        let (id, why, _) = run(tid, name, path, on_cpu);
+        assert_ne!(id, Some("off-cpu"), "{name} {path}: {why}");
+    }
 }
