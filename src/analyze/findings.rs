@@ -2156,7 +2156,7 @@ pub(crate) fn findings(
             Bound::Exact => {}
         }
         if let (Some(n), Some(_)) = (h.ran, &s.sched) {
-            e.running.insert(names.name(n).to_string());
+            e.running.insert(super::holds::one_of(names, n, &h.ran_or));
         }
         if s.duration_us >= e.worst {
             e.worst = s.duration_us;

@@ -51,12 +51,18 @@ pub(crate) struct Held {
     /// first (its reply's time): with I/O threads a script's request is read by an I/O
     /// thread inside the main thread's gap, and its reply is the first to go out after.
     first_answered: Option<(Nanos, CmdId)>,
+    /// The commands read during the stall and answered after it, by name (`alike`; at
+    /// most `RUNNING_NAMES` names).
+    read_in: Vec<(CmdId, u32)>,
     /// The commands in before the stall began and answered after it ended, by name
     /// (`odd_one_out`; at most `RUNNING_NAMES` names).
     running_names: Vec<(CmdId, u32)>,
     /// The command the stall's row names as the one its thread ran (`Kept`), for the
     /// findings' summaries to say the same.
     pub(crate) ran: Option<CmdId>,
+    /// Other commands it may as well have run, which the trace cannot tell from `ran`
+    /// (`Held::across_threads`): its row names them all ("EVAL or CONFIG").
+    pub(crate) ran_or: Vec<CmdId>,
     /// Of each name (at most `RUNNING_NAMES`), the sequence number of the first command of
     /// it held: which command a name stands for when one command has it (`lone_seq`).
     first_seq: Vec<(CmdId, u64)>,
@@ -77,6 +83,15 @@ fn count(by: &mut Vec<(CmdId, u64, u64)>, name: CmdId, ran: bool) {
     }
 }
 
+/// One more command of `name` in a by-name tally of at most `RUNNING_NAMES` names.
+fn tally(names: &mut Vec<(CmdId, u32)>, name: CmdId) {
+    if let Some(e) = names.iter_mut().find(|(n, _)| *n == name) {
+        e.1 += 1;
+    } else if names.len() < RUNNING_NAMES {
+        names.push((name, 1));
+    }
+}
+
 fn odd_one(names: impl Iterator<Item = (CmdId, u64)>) -> Option<CmdId> {
     let (mut single, mut singles, mut others) = (None, 0, 0);
     for (n, k) in names {
@@ -87,6 +102,17 @@ fn odd_one(names: impl Iterator<Item = (CmdId, u64)>) -> Option<CmdId> {
         }
     }
     single.filter(|_| singles == 1 && others > 0)
+}
+
+/// "EVAL", "EVAL or CONFIG", "EVAL, CONFIG or GET": the command a stall ran, with those it
+/// cannot be told from (`Held::ran_or`).
+pub(crate) fn one_of(names: &super::commands::CmdNames, ran: CmdId, or: &[CmdId]) -> String {
+    let mut text = names.name(ran).to_string();
+    for (i, n) in or.iter().enumerate() {
+        text.push_str(if i + 1 == or.len() { " or " } else { ", " });
+        text.push_str(names.name(*n));
+    }
+    text
 }
 
 /// Names of the commands that ran through a stall kept apart, at most.
@@ -118,18 +144,14 @@ impl Held {
                 // It waited through the stall, but was read after it: it did not run in it.
                 return;
             }
-            if d.req > self.start
-                && d.reply >= self.end
-                && self.first_answered.is_none_or(|(r, _)| d.reply < r)
-            {
-                self.first_answered = Some((d.reply, d.name));
+            if d.req > self.start && d.reply >= self.end {
+                if self.first_answered.is_none_or(|(r, _)| d.reply < r) {
+                    self.first_answered = Some((d.reply, d.name));
+                }
+                tally(&mut self.read_in, d.name);
             }
             if d.req <= self.start && d.reply >= self.end {
-                if let Some(e) = self.running_names.iter_mut().find(|(n, _)| *n == d.name) {
-                    e.1 += 1;
-                } else if self.running_names.len() < RUNNING_NAMES {
-                    self.running_names.push((d.name, 1));
-                }
+                tally(&mut self.running_names, d.name);
                 match &self.running {
                     _ if self.running_several => {}
                     None => self.running = Some(d.name),
@@ -177,9 +199,10 @@ impl Held {
     /// when all share it (and one was still unanswered at its end), else the odd one out of
     /// them all; else the command in before it and
     /// out after when it was alone (the main thread read it itself as the gap began, no copy
-    /// of it queued with it), else the first answered of those read in it, else the odd one of
-    /// those in before it and out after.
-    pub(crate) fn across_threads(&self) -> Option<CmdId> {
+    /// of it queued with it), else the first answered of those read in it with the others
+    /// it may as well have run (`alike`), else the odd one of those in before it and out
+    /// after.
+    pub(crate) fn across_threads(&self) -> Option<(CmdId, Vec<CmdId>)> {
         // One name: unless no command of it was still unanswered at the gap's end (then
         // none of them ran through it).
         let mut could_run = self
@@ -189,7 +212,7 @@ impl Held {
             .map(|&(n, _, k)| (n, k));
         if let (Some((n, _)), None) = (could_run.next(), could_run.next()) {
             let open = self.running() == Some(n) || self.first_answered() == Some(n);
-            return open.then_some(n);
+            return open.then_some((n, vec![]));
         }
         let alone = self
             .running()
@@ -201,8 +224,30 @@ impl Held {
                 .map(|&(n, _, k)| (n, k)),
         )
         .or(alone)
-        .or_else(|| self.first_answered())
-        .or_else(|| self.odd_one_out())
+        .map(|n| (n, vec![]))
+        .or_else(|| self.first_answered().map(|n| self.alike(n)))
+        .or_else(|| self.odd_one_out().map(|n| (n, vec![])))
+    }
+
+    /// The first answered of the commands read in a gap, `first`, and those read in it it
+    /// cannot be told from: every name of few copies (one or two) among them. The main
+    /// thread runs the commands its I/O threads read in an order the trace does not show,
+    /// and writes their replies in one turn after the slow one ended, so the first reply
+    /// out does not say which ran through the gap; a name of many copies is not the slow
+    /// one (`odd_one`), so where names of few copies are, `first` of many is not said.
+    fn alike(&self, first: CmdId) -> (CmdId, Vec<CmdId>) {
+        let few = self.read_in.iter().filter(|e| e.1 <= 2);
+        let mut names: Vec<CmdId> = few
+            .clone()
+            .any(|e| e.0 == first)
+            .then_some(first)
+            .into_iter()
+            .collect();
+        names.extend(few.map(|e| e.0).filter(|n| *n != first));
+        match names.split_first() {
+            Some((n, rest)) => (*n, rest.to_vec()),
+            None => (first, vec![]),
+        }
     }
 
     /// The sequence number of the one command of this name the stall held, when it held
@@ -223,8 +268,10 @@ impl Held {
         self.by_cmd.clear();
         self.running = None;
         self.first_answered = None;
+        self.read_in.clear();
         self.running_names.clear();
         self.ran = None;
+        self.ran_or.clear();
         self.first_seq.clear();
         self.finished = None;
     }
@@ -496,10 +543,16 @@ mod tests {
             }
             (h.across_threads(), h.waiting)
         };
-        assert_eq!(named(150), (Some(config), 2), "read in it, answered first");
+        // Both read in it, one each: which ran through it the trace cannot tell, and the
+        // row says both, the first answered first.
+        assert_eq!(
+            named(150),
+            (Some((config, vec![eval])), 2),
+            "read in it, answered first"
+        );
         assert_eq!(
             named(201),
-            (Some(eval), 2),
+            (Some((eval, vec![])), 2),
             "the CONFIG waited, but ran after"
         );
     }
@@ -512,7 +565,8 @@ mod tests {
         let named = |cmds: &[(&str, Nanos, Nanos)]| {
             let (h, names) = held_through_100_200(cmds);
             let n = |k: Option<CmdId>| k.map(|k| names.name(k).to_string());
-            (n(h.running()), n(h.across_threads()))
+            let across = h.across_threads().map(|(k, or)| one_of(&names, k, &or));
+            (n(h.running()), across)
         };
         let gets = [("GET", 90, 205), ("GET", 91, 206), ("GET", 92, 207)];
         let mut v = gets.to_vec();
@@ -536,5 +590,13 @@ mod tests {
             named(&[("EVAL", 90, 205), ("SET", 150, 206)]).1.as_deref(),
             Some("EVAL")
         );
+        // Two singles read in it, and fifty GETs: the first answered is a GET, but a copy
+        // of fifty is not the slow one, and the two singles cannot be told apart.
+        let mut w: Vec<(&str, Nanos, Nanos)> = (0..50).map(|i| ("GET", 120, 201 + i)).collect();
+        w.extend([("EVAL", 130, 260), ("CONFIG", 140, 255)]);
+        assert_eq!(named(&w).1.as_deref(), Some("EVAL or CONFIG"));
+        // One of each of three: all three, the first answered first.
+        let three = [("SET", 110, 203), ("EVAL", 120, 201), ("KEYS", 130, 202)];
+        assert_eq!(named(&three).1.as_deref(), Some("EVAL, SET or KEYS"));
     }
 }

@@ -5,7 +5,7 @@
 //! candidate, what it held (the holds unit), its cause (findings) and the names of the
 //! commands it held, looked up here and only here.
 
-use super::commands::CmdNames;
+use super::commands::{CmdId, CmdNames};
 use super::findings::{self, Evidence};
 use super::holds::{Held, Holds};
 use super::roles::Role;
@@ -124,7 +124,7 @@ impl Kept<'_> {
             let c = stalls.get(i);
             let h = held.get_mut(i).map(std::mem::take).unwrap_or_default();
             if let Some((mut h, role)) = self.kept(c, h) {
-                h.ran = self.ran(c, &h);
+                (h.ran, h.ran_or) = self.ran(c, &h);
                 named.note(rows.stalls.len(), c, &h);
                 rows.stalls.push(self.row(c, &h, role));
                 rows.held.push(h);
@@ -134,6 +134,7 @@ impl Kept<'_> {
         for i in named.finished() {
             let (c, h) = (rows.cands[i], &mut rows.held[i]);
             (h.finished, h.ran) = (h.ran, None);
+            h.ran_or.clear();
             rows.stalls[i] = self.row(c, h, self.world.role(c.tid));
         }
         rows
@@ -202,34 +203,36 @@ impl Kept<'_> {
 
     /// The command a stall's thread ran through it, when it can be told. With I/O threads
     /// the request of the command a gap ran may have been read inside it, by an I/O thread
-    /// (`Held::across_threads`).
-    fn ran(&self, c: &Cand, held: &Held) -> Option<super::commands::CmdId> {
+    /// (`Held::across_threads`), with the others it may as well have run.
+    fn ran(&self, c: &Cand, held: &Held) -> (Option<CmdId>, Vec<CmdId>) {
         // Every request read had been answered when it began, and none read later awaited
         // its reply when it ended: the commands it held came in during it, read after it.
         if c.through.no_command == Some(stalls::NoCommand::Answered)
             && findings::answered_holds(self.evidence, c)
         {
-            return None;
+            return (None, vec![]);
         }
         // redis 8's I/O thread may have read the whole batch before the gap and slept in its
         // own loop through it (no cover): the batch is the same.
         if c.through.io.is_some() || self.world.has_io_threads(c.proc) {
             held.across_threads()
+                .map_or((None, vec![]), |(n, or)| (Some(n), or))
         } else {
-            held.running()
+            (held.running(), vec![])
         }
     }
 
     /// The report's row for a kept stall.
     fn row(&self, c: &Cand, held: &Held, role: Role) -> Stall {
         let info = c.file.map(|f| self.world.file(f));
-        let ran = if held.finished.is_some() {
-            None
+        let (ran, or) = if held.finished.is_some() {
+            (None, vec![])
         } else {
             self.ran(c, held)
         };
-        let running = ran.map(|k| self.names.name(k));
-        let (mut finding, mut cause) = findings::explain(self.evidence, c, role, running);
+        let running = ran.map(|k| super::holds::one_of(self.names, k, &or));
+        let (mut finding, mut cause) =
+            findings::explain(self.evidence, c, role, running.as_deref());
         if let Some(k) = held
             .finished
             .filter(|_| finding == Some(FindingId::Command))
@@ -301,7 +304,9 @@ struct Named {
 impl Named {
     /// Row `row`, of `c`, named `held.ran`.
     fn note(&mut self, row: usize, c: &Cand, held: &Held) {
-        if let Some(seq) = held.ran.and_then(|k| held.lone_seq(k)) {
+        // A name the trace cannot tell from others stands for no one command.
+        let sure = held.ran.filter(|_| held.ran_or.is_empty());
+        if let Some(seq) = sure.and_then(|k| held.lone_seq(k)) {
             let gap = c.kind == StallKind::Gap;
             self.rows
                 .push((row, c.tid, seq, c.start, c.start + c.dur, gap));
