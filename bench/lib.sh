@@ -131,10 +131,11 @@ bpf_stats() {
   sysctl -qw kernel.bpf_stats_enabled="$1"
 }
 # "id name type run_time_ns run_cnt" of the programs stallscope holds (their ids from the
-# fdinfo of its bpf fds: bpftool's own pid column needs a bpftool built with skeletons).
+# fdinfo of its bpf fds: bpftool's own pid column needs a bpftool built with skeletons). An
+# fd stallscope closes between the glob and grep holds no program: grep's complaint is moot.
 progs() {
   local ids
-  ids=$(grep -h '^prog_id:' /proc/"$1"/fdinfo/* 2>/dev/null | awk '{print $2}' | sort -u | tr '\n' ' ')
+  ids=$({ grep -h '^prog_id:' /proc/"$1"/fdinfo/* 2>/dev/null || true; } | awk '{print $2}' | sort -u | tr '\n' ' ')
   bpftool -j prog show | python3 -c '
 import json, sys
 ids = set(int(x) for x in sys.argv[1].split())
