@@ -22,24 +22,8 @@ BIN=${BIN:-${CARGO_TARGET_DIR:-target}/release/stallscope}
 . bench/lib.sh
 need redis-server redis-benchmark redis-cli bpftool python3
 HZ=$(getconf CLK_TCK)
-STATS_WAS=$(sysctl -n kernel.bpf_stats_enabled)
-on_exit 'sysctl -qw kernel.bpf_stats_enabled="$STATS_WAS"'
 start_redis
-sysctl -qw kernel.bpf_stats_enabled=1
-
-ticks() { awk '{print $14 + $15}' /proc/"$1"/stat; }
-# "id name type run_time_ns run_cnt" of the programs stallscope holds (their ids from the
-# fdinfo of its bpf fds: bpftool's own pid column needs a bpftool built with skeletons).
-progs() {
-  ids=$(grep -h '^prog_id:' /proc/"$1"/fdinfo/* 2>/dev/null | awk '{print $2}' | sort -u | tr '\n' ' ')
-  bpftool -j prog show | python3 -c '
-import json, sys
-ids = set(int(x) for x in sys.argv[1].split())
-for p in json.load(sys.stdin):
-    if p["id"] in ids:
-        print(p["id"], p.get("name", "?"), p.get("type", "?"), p.get("run_time_ns", 0), p.get("run_cnt", 0))
-' "$ids"
-}
+bpf_stats 1
 
 rps >/dev/null # warm up
 echo "redis-benchmark -t set -n $N -c $C, $(nproc) cores, kernel $(uname -r), load $(cut -d' ' -f1-3 /proc/loadavg), $BIN"
@@ -54,7 +38,7 @@ for round in $(seq "$ROUNDS"); do
   progs "$TRACER" >"$DIR/p0"
   s0=$(ticks "$TRACER"); t0=$(ticks "$RPID"); B_RPS=$(rps); t1=$(ticks "$RPID"); s1=$(ticks "$TRACER")
   progs "$TRACER" >"$DIR/p1"
-  kill -INT "$TRACER"; wait "$TRACER" || true; TRACER=""
+  stop
   B=$((t1 - t0)); S=$((s1 - s0))
   U_SUM=$((U_SUM + U)); B_SUM=$((B_SUM + B)); S_SUM=$((S_SUM + S))
   LOST=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['summary']['lost_events'])" "$DIR/bpf.json")

@@ -37,11 +37,8 @@ BIN=${BIN:-${CARGO_TARGET_DIR:-target}/release/stallscope}
 . bench/lib.sh
 need redis-server redis-benchmark redis-cli bpftool python3
 HZ=$(getconf CLK_TCK)
-STATS_WAS=$(sysctl -n kernel.bpf_stats_enabled)
-on_exit 'sysctl -qw kernel.bpf_stats_enabled="$STATS_WAS"'
 start_redis
 
-ticks() { awk '{print $14 + $15}' /proc/"$1"/stat; }
 # "rps cpu_ticks" of one redis-benchmark run (its CPU from its rusage, in clock ticks).
 bench() {
   python3 - "$PORT" "$N" "$C" "$HZ" <<'PY'
@@ -55,17 +52,6 @@ rps = next(l.split('"')[3] for l in out.splitlines() if l.startswith('"SET"'))
 cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
 print(rps, round(cpu * int(hz)))
 PY
-}
-# "id name run_time_ns run_cnt" of the programs stallscope holds (ids from its bpf fds).
-progs() {
-  ids=$(grep -h '^prog_id:' /proc/"$1"/fdinfo/* 2>/dev/null | awk '{print $2}' | sort -u | tr '\n' ' ')
-  bpftool -j prog show | python3 -c '
-import json, sys
-ids = set(int(x) for x in sys.argv[1].split())
-for p in json.load(sys.stdin):
-    if p["id"] in ids:
-        print(p["id"], p.get("name", "?"), p.get("run_time_ns", 0), p.get("run_cnt", 0))
-' "$ids"
 }
 
 # One case: prints "case round rps bench_ticks redis_ticks tracer_ticks" to $DIR/rows,
@@ -95,8 +81,8 @@ import sys
 def load(p):
     return {l.split()[0]: l.split()[1:] for l in open(p)}
 p0, p1 = load(sys.argv[1]), load(sys.argv[2])
-for i, (name, t, c) in p1.items():
-    _, t0, c0 = p0.get(i, (name, 0, 0))
+for i, (name, _, t, c) in p1.items():
+    _, _, t0, c0 = p0.get(i, (name, None, 0, 0))
     print(name, int(t) - int(t0), int(c) - int(c0))
 PY
     stop
@@ -115,7 +101,7 @@ for round in $(seq "$ROUNDS"); do
   run_case full "$round"
   run_case untraced "$round"
 done
-sysctl -qw kernel.bpf_stats_enabled=1
+bpf_stats 1
 : >"$DIR/rows.stats"
 mv "$DIR/rows" "$DIR/rows.keep"
 for case in filter discard full; do run_case "$case" stats; done
@@ -129,7 +115,7 @@ if [ -n "${COMPARE:-}" ]; then
   grep ' cmp-' "$DIR/rows.keep" >"$DIR/rows.cmp" || true
   grep -v ' cmp-' "$DIR/rows.keep" >"$DIR/rows"
 fi
-sysctl -qw kernel.bpf_stats_enabled="$STATS_WAS"
+bpf_stats "$STATS_WAS"
 echo "# load at end $(cut -d' ' -f1-3 /proc/loadavg)"
 python3 - "$DIR" "$N" "$HZ" "$ROUNDS" <<'PY'
 import os, re, statistics, sys

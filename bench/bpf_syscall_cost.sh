@@ -21,18 +21,12 @@ N=${1:-1000000}
 P=${2:-3}
 BIN=$(realpath "${BIN:-${CARGO_TARGET_DIR:-target}/release/stallscope}")
 [ -x "$BIN" ] || { echo "build first: cargo build --release ($BIN missing)" >&2; exit 2; }
-DIR=$(mktemp -d)
-STATS_WAS=$(sysctl -n kernel.bpf_stats_enabled)
-L=""; S=""; T=""
-cleanup() {
-  [ -n "$S" ] && kill "$S" 2>/dev/null || true
-  [ -n "$T" ] && kill "$T" 2>/dev/null || true
-  [ -n "$L" ] && kill "$L" 2>/dev/null || true
-  wait 2>/dev/null || true
-  sysctl -qw kernel.bpf_stats_enabled="$STATS_WAS" || true
-  rm -rf "$DIR"
-}
-trap cleanup EXIT
+. bench/lib.sh
+need cc python3
+[ "${STATS:-0}" = 1 ] && need bpftool
+in_temp_dir
+L=""; T=""
+on_exit 'for p in "$T" "$L"; do [ -n "$p" ] && kill "$p" 2>/dev/null; done'
 cat >"$DIR/loop.c" <<'C'
 #include <signal.h>
 #include <stdio.h>
@@ -67,17 +61,7 @@ int main(int argc, char **argv)
 }
 C
 cc -O2 -o "$DIR/loop" "$DIR/loop.c"
-sysctl -qw kernel.bpf_stats_enabled="${STATS:-0}"
-progs() {
-  ids=$(grep -h '^prog_id:' /proc/"$1"/fdinfo/* 2>/dev/null | awk '{print $2}' | sort -u | tr '\n' ' ')
-  bpftool -j prog show | python3 -c '
-import json, sys
-ids = set(int(x) for x in sys.argv[1].split())
-for p in json.load(sys.stdin):
-    if p["id"] in ids:
-        print(p["id"], p.get("name", "?"), p.get("run_time_ns", 0), p.get("run_cnt", 0))
-' "$ids"
-}
+bpf_stats "${STATS:-0}"
 "$DIR/loop" "$N" $((2 * P)) >"$DIR/loop.out" &
 L=$!
 TARGET=$L
@@ -95,16 +79,16 @@ for _ in $(seq "$P"); do
   kill -USR1 "$L"; k=$((k + 1)); wait_rounds "$k"
   rm -f "$DIR/s.err"
   "$BIN" attach --backend bpf --pid "$TARGET" --threshold 10s >/dev/null 2>"$DIR/s.err" &
-  S=$!
-  for _ in $(seq 400); do grep -q "attached to" "$DIR/s.err" && break; sleep 0.05; done
-  grep -q "attached to" "$DIR/s.err" || { cat "$DIR/s.err" >&2; exit 2; }
-  [ "${STATS:-0}" = 1 ] && progs "$S" >"$DIR/p0"
+  TRACER=$!
+  wait_line "$DIR/s.err" "attached to"
+  [ "${STATS:-0}" = 1 ] && progs "$TRACER" >"$DIR/p0"
   kill -USR1 "$L"; k=$((k + 1)); wait_rounds "$k"
   if [ "${STATS:-0}" = 1 ]; then
-    progs "$S" >"$DIR/p1"
-    join "$DIR/p0" "$DIR/p1" | awk '$7-$4 > 1000 {printf "  %s: %d runs, %.0f ns/run\n", $2, $7-$4, ($6-$3)/($7-$4)}'
+    progs "$TRACER" >"$DIR/p1"
+    # id name type t c, joined: $4 $5 before, $8 $9 after.
+    join "$DIR/p0" "$DIR/p1" | awk '$9-$5 > 1000 {printf "  %s: %d runs, %.0f ns/run\n", $2, $9-$5, ($8-$4)/($9-$5)}'
   fi
-  kill -INT "$S" 2>/dev/null || true; wait "$S" || true; S=""
+  stop
 done
 grep -h "syscall programs" "$DIR/s.err" || true
 paste - - <"$DIR/loop.out" | awk -v w="$([ "${OTHER:-0}" = 1 ] && echo 'attached elsewhere' || echo traced)" '{printf "CPU per getppid: untraced %s ns, %s %s ns, +%.0f ns\n", $1, w, $2, $2 - $1}'

@@ -20,44 +20,34 @@ INCIDENTS=${2:-5}
 PERIOD_MS=${PERIOD_MS:-2}
 BIN=${BIN:-${CARGO_TARGET_DIR:-target}/release/stallscope}
 [ -x "$BIN" ] || { echo "build first ($BIN missing)" >&2; exit 2; }
-D=$(mktemp -d)
-mkdir -p "$D/back" "$D/mnt"
-RP=""; W=""; FS=""
-cleanup() {
-  [ -n "$W" ] && kill "$W" 2>/dev/null || true
-  [ -n "$RP" ] && kill "$RP" 2>/dev/null || true
-  sleep 0.3
-  fusermount -u "$D/mnt" 2>/dev/null || true
-  [ -n "$FS" ] && kill "$FS" 2>/dev/null || true
-  wait 2>/dev/null || true
-  rm -rf "$D"
-}
-trap cleanup EXIT
-python3 scripts/slowfs.py "$D/back" "$D/mnt" --control "$D/ctl" --log "$D/delays.tsv" >"$D/fs.out" 2>&1 &
+. bench/lib.sh
+need redis-server redis-benchmark redis-cli python3 fusermount mountpoint
+in_temp_dir
+mkdir -p "$DIR/back" "$DIR/mnt"
+FS=""
+# The mount is busy while redis (its log file) or the watcher (which reads that log) holds it
+# open: both are gone before it is unmounted, ahead of lib.sh's own stop of the server.
+on_exit 'stop_server "${RPID:-}"; sleep 0.3; fusermount -u "$DIR/mnt" 2>/dev/null; [ -n "$FS" ] && kill "$FS" 2>/dev/null'
+python3 scripts/slowfs.py "$DIR/back" "$DIR/mnt" --control "$DIR/ctl" --log "$DIR/delays.tsv" >"$DIR/fs.out" 2>&1 &
 FS=$!
-for _ in $(seq 100); do mountpoint -q "$D/mnt" && [ -S "$D/ctl" ] && break; sleep 0.1; done
-PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-redis-server --port "$PORT" --bind 127.0.0.1 --dir "$D/mnt" --save "" --appendonly no \
-  --logfile "$D/mnt/redis.log" --enable-debug-command local --daemonize no >/dev/null 2>&1 &
-RP=$!
-for _ in $(seq 100); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sleep 0.05; done
-rule() { python3 scripts/slowfs.py set "$D/ctl" "$1" >/dev/null; }
+for _ in $(seq 100); do mountpoint -q "$DIR/mnt" && [ -S "$DIR/ctl" ] && break; sleep 0.1; done
+launch redis-server mnt --logfile "$DIR/mnt/redis.log" --enable-debug-command local
+RPID=$SPID
+rule() { python3 scripts/slowfs.py set "$DIR/ctl" "$1" >/dev/null; }
 EVAL="local t = redis.call('TIME') local s = t[1] + t[2] / 1e6 while true do local n = redis.call('TIME') if n[1] + n[2] / 1e6 - s > 0.5 then break end end return 1"
 start_watch() {
-  rm -f "$D/w.err"
-  "$BIN" watch --pid "$RP" --threshold 50ms --sample-period "${PERIOD_MS}ms" --events "$1" \
-    --redis-log "$D/mnt/redis.log" "${@:2}" ${WATCH_EXTRA:-} >/dev/null 2>"$D/w.err" &
-  W=$!
-  for _ in $(seq 400); do grep -q "watching $RP" "$D/w.err" 2>/dev/null && return 0; sleep 0.05; done
-  echo "the watcher did not start: $(cat "$D/w.err")" >&2; exit 2
+  rm -f "$DIR/w.err"
+  "$BIN" watch --pid "$RPID" --threshold 50ms --sample-period "${PERIOD_MS}ms" --events "$1" \
+    --redis-log "$DIR/mnt/redis.log" "${@:2}" ${WATCH_EXTRA:-} >/dev/null 2>"$DIR/w.err" &
+  TRACER=$!
+  wait_line "$DIR/w.err" "watching $RPID"
 }
-count() { { ls "$D/incidents"/*.json 2>/dev/null || true; } | wc -l; }
-ended() { grep -c "back to the cheap tier" "$D/w.err" || true; }
-peak() { awk '/^VmHWM:/ {print $2}' /proc/"$W"/status; }
-stop_watch() { kill -INT "$W"; wait "$W" || true; W=""; }
+count() { { ls "$DIR/incidents"/*.json 2>/dev/null || true; } | wc -l; }
+ended() { grep -c "back to the cheap tier" "$DIR/w.err" || true; }
+peak() { vm_kb "$TRACER" VmHWM; }
 
 echo "cheap tier detection: $RUNS rounds, sampling period ${PERIOD_MS} ms, threshold 50 ms; $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), kernel $(uname -r), $(git rev-parse --short HEAD)"
-start_watch "$D/events.jsonl"
+start_watch "$DIR/events.jsonl"
 for r in $(seq "$RUNS"); do
   redis-cli -p "$PORT" debug sleep 0.3 >/dev/null
   sleep 0.2
@@ -70,8 +60,8 @@ for r in $(seq "$RUNS"); do
 done
 sleep 1
 PEAK_A=$(peak)
-stop_watch
-python3 - "$D/events.jsonl" "$D/delays.tsv" "$RUNS" "$PERIOD_MS" <<'PY'
+stop
+python3 - "$DIR/events.jsonl" "$DIR/delays.tsv" "$RUNS" "$PERIOD_MS" <<'PY'
 import json, statistics, sys
 events = [json.loads(l) for l in open(sys.argv[1])]
 runs, period = int(sys.argv[3]), float(sys.argv[4]) / 1000
@@ -98,7 +88,7 @@ print(f"other stall lines: {len(other)}" + "".join(f"\n  {o['kind']} {o['syscall
 PY
 echo "peak RSS (VmHWM) over the detection rounds: $((PEAK_A / 1024)) MiB"
 
-start_watch "$D/events2.jsonl" --out "$D/incidents" --after 1s
+start_watch "$DIR/events2.jsonl" --out "$DIR/incidents" --after 1s
 # Under load: each escalation's full tier records a saturated redis (its history ring fills).
 redis-benchmark -p "$PORT" -t set -n 100000000 -c 50 -q >/dev/null 2>&1 &
 LOAD=$!
@@ -112,5 +102,5 @@ for i in $(seq "$INCIDENTS"); do
 done
 PEAK_B=$(peak)
 kill "$LOAD" 2>/dev/null || true
-stop_watch
-echo "incidents under load: $(count) of $INCIDENTS written, $(ended) escalations ended, $(grep -o '[0-9]* lost' "$D/w.err" | awk '{s += $1} END {print s + 0}') records lost; peak RSS (VmHWM) with escalations: $((PEAK_B / 1024)) MiB"
+stop
+echo "incidents under load: $(count) of $INCIDENTS written, $(ended) escalations ended, $(grep -o '[0-9]* lost' "$DIR/w.err" | awk '{s += $1} END {print s + 0}') records lost; peak RSS (VmHWM) with escalations: $((PEAK_B / 1024)) MiB"

@@ -34,38 +34,25 @@ DUR=${1:-1800}
 OUT=${2:-bench/soak.result.txt}
 BIN=${CARGO_TARGET_DIR:-target}/release/stallscope
 [ -x "$BIN" ] || { echo "build first: cargo build --release ($BIN missing)" >&2; exit 2; }
-DIR=$(mktemp -d)
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-PORT=$(free_port)
+. bench/lib.sh
+need redis-server redis-benchmark redis-cli curl python3
+start_redis --appendonly yes --appendfsync everysec --enable-debug-command yes
 MPORT=$(free_port)
-redis-server --port "$PORT" --bind 127.0.0.1 --dir "$DIR" --save "" --appendonly yes \
-  --appendfsync everysec --enable-debug-command yes --logfile "$DIR/redis.log" --daemonize no >/dev/null 2>&1 &
-RPID=$!
-W=""; LOAD=""
-cleanup() {
-  [ -n "$LOAD" ] && kill "$LOAD" 2>/dev/null || true
-  [ -n "$W" ] && kill "$W" 2>/dev/null || true
-  kill "$RPID" 2>/dev/null || true
-  wait 2>/dev/null || true
-  if [ -n "${KEEP:-}" ]; then echo "soak: kept $DIR (incidents, events.jsonl, rss.txt, watch.err)" >&2; else rm -rf "$DIR"; fi
-}
-trap cleanup EXIT
-for _ in $(seq 100); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sleep 0.05; done
+# lib.sh's cleanup removes $DIR only when it is still set.
+on_exit '[ -n "${KEEP:-}" ] && echo "soak: kept $DIR (incidents, events.jsonl, rss.txt, watch.err)" >&2 && DIR=""'
 
 "$BIN" watch --pid "$RPID" --out "$DIR/incidents" --events "$DIR/events.jsonl" \
   --metrics "127.0.0.1:$MPORT" --threshold "${THRESHOLD:-10ms}" \
   --max-incidents-per-hour "${MAX_INCIDENTS:-1000}" ${WATCH_EXTRA:-} >/dev/null 2>"$DIR/watch.err" &
-W=$!
-for _ in $(seq 400); do grep -q "watching $RPID" "$DIR/watch.err" 2>/dev/null && break; sleep 0.05; done
-rss() { awk '/^VmRSS:/ {print $2}' /proc/"$W"/status; }
-metric_sum() { curl -s "http://127.0.0.1:$MPORT/metrics" | awk -v m="$1" 'index($1, m) == 1 {s += $2} END {print s + 0}'; }
+TRACER=$!
+wait_line "$DIR/watch.err" "watching $RPID"
+rss() { vm_kb "$TRACER" VmRSS; }
 
-( while true; do redis-benchmark -p "$PORT" -t set,get -n 2000000 -c 4 -r 100000 -q >/dev/null 2>&1 || sleep 1; done ) &
-LOAD=$!
+steady_load
 SPIN='local t = redis.call("TIME") local s = t[1] * 1000000 + t[2] while true do local n = redis.call("TIME") if n[1] * 1000000 + n[2] - s > 300000 then break end end return 1'
 START=$(date +%s)
 INJ_SLEEP=0; INJ_SPIN=0; RSS5=""; RSS10=""; i=0
-echo "soak: ${DUR}s, threshold ${THRESHOLD:-10ms}, redis $RPID on port $PORT, watcher $W, started $(date -u +%FT%TZ)" | tee "$OUT"
+echo "soak: ${DUR}s, threshold ${THRESHOLD:-10ms}, redis $RPID on port $PORT, watcher $TRACER, started $(date -u +%FT%TZ)" | tee "$OUT"
 while :; do
   now=$(date +%s); el=$((now - START))
   [ "$el" -ge "$DUR" ] && break
@@ -95,17 +82,17 @@ done
 sleep 10
 RSSEND=$(rss)
 kill "$LOAD" 2>/dev/null || true; wait "$LOAD" 2>/dev/null || true; LOAD=""
-STALLS_METRIC=$(metric_sum stallscope_stalls_total)
+STALLS_METRIC=$(metric stallscope_stalls_total)
 INCIDENTS=$(find "$DIR/incidents" -name '*.json' | wc -l)
-SUPPRESSED=$(metric_sum stallscope_incidents_suppressed_total)
-LOST=$(metric_sum stallscope_lost_events_total)
-EVICTED=$(metric_sum stallscope_ring_evicted_early_total)
-CPU=$(metric_sum stallscope_watcher_cpu_seconds_total)
-WRITTEN_METRIC=$(metric_sum stallscope_incidents_total)
-WSEC=$(metric_sum stallscope_incident_write_seconds_total)
-WCPU=$(metric_sum stallscope_incident_write_cpu_seconds_total)
+SUPPRESSED=$(metric stallscope_incidents_suppressed_total)
+LOST=$(metric stallscope_lost_events_total)
+EVICTED=$(metric stallscope_ring_evicted_early_total)
+CPU=$(metric stallscope_watcher_cpu_seconds_total)
+WRITTEN_METRIC=$(metric stallscope_incidents_total)
+WSEC=$(metric stallscope_incident_write_seconds_total)
+WCPU=$(metric stallscope_incident_write_cpu_seconds_total)
 NOTREP=$(curl -s "http://127.0.0.1:$MPORT/metrics" | awk 'index($1, "stallscope_stalls_not_reported_total") == 1 {sub(/.*reason="/, "", $1); sub(/".*/, "", $1); printf "%s %s, ", $1, $2}')
-ERRS=$(metric_sum stallscope_incident_write_errors_total)
+ERRS=$(metric stallscope_incident_write_errors_total)
 read -r SEEN_SLEEP SEEN_SPIN < <(python3 - "$DIR/events.jsonl" <<'PY'
 import json, sys
 sl = sp = 0
@@ -120,7 +107,7 @@ for line in open(sys.argv[1]):
 print(sl, sp)
 PY
 )
-kill -TERM "$W"; set +e; wait "$W"; WCODE=$?; set -e; W=""
+stop TERM
 {
   echo "ended $(date -u +%FT%TZ)"
   echo "watcher RSS: ${RSS5} kB at 5 min, ${RSSEND} kB at the end: $(python3 -c "print(f'{$RSSEND / $RSS5:.3f}')")x"
@@ -148,7 +135,7 @@ PY
   echo "stalls in no report (stallscope_stalls_not_reported_total): ${NOTREP%, }"
   python3 -c "n=$WRITTEN_METRIC; print(f'incident writer: {$WSEC:.1f} s wall, {$WCPU:.1f} s CPU for {n:.0f} reports: {$WSEC / max(n, 1):.2f} s wall, {$WCPU / max(n, 1):.2f} s CPU each')"
   python3 -c "import sys; v=[float(l.split()[1]) for l in open('$DIR/load.txt')]; print(f'load average (1 min, every 5 s): min {min(v):.1f}, median {sorted(v)[len(v)//2]:.1f}, max {max(v):.1f}')"
-  echo "lost events $LOST, ring evicted early $EVICTED, watcher CPU ${CPU}s over ${DUR}s; exit status after SIGTERM $WCODE"
+  echo "lost events $LOST, ring evicted early $EVICTED, watcher CPU ${CPU}s over ${DUR}s; exit status after SIGTERM $STATUS"
   python3 bench/soak_check.py "$DIR/events.jsonl" "$DIR/incidents" "$DIR/injected.txt"
   echo "incident files:"; ls "$DIR/incidents" | sed 's/^/  /' | head -80
   echo "watcher stderr (last 5 lines):"; tail -5 "$DIR/watch.err" | sed 's/^/  /'

@@ -28,49 +28,24 @@ ROUNDS=${3:-9}
 read -r -a MODES <<<"${MODES:-cheap full}"
 BIN=${BIN:-${CARGO_TARGET_DIR:-target}/release/stallscope}
 [ -x "$BIN" ] || { echo "build first: cargo build --release ($BIN missing)" >&2; exit 2; }
-for t in redis-server redis-benchmark redis-cli curl python3; do
-  command -v "$t" >/dev/null || { echo "$t is required" >&2; exit 2; }
-done
-
-DIR=$(mktemp -d)
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-PORT=$(free_port)
+. bench/lib.sh
+need redis-server redis-benchmark redis-cli curl python3
+start_redis
 MPORT=$(free_port)
-redis-server --port "$PORT" --bind 127.0.0.1 --dir "$DIR" --save "" --appendonly no \
-  --logfile "$DIR/redis.log" --daemonize no >/dev/null 2>&1 &
-RPID=$!
-W=""
 SCRAPER=""
-cleanup() {
-  [ -n "$SCRAPER" ] && kill "$SCRAPER" 2>/dev/null || true
-  [ -n "$W" ] && kill "$W" 2>/dev/null || true
-  kill "$RPID" 2>/dev/null || true
-  wait 2>/dev/null || true
-  rm -rf "$DIR"
-}
-trap cleanup EXIT
-for _ in $(seq 100); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sleep 0.05; done
+on_exit '[ -n "$SCRAPER" ] && kill "$SCRAPER" 2>/dev/null'
 
-# redis's CPU time (ns, all threads, from schedstat) and the throughput of one benchmark run:
-# "RPS CPU_NS". CPU per request is the second figure: what tracing adds to redis's own work,
-# much less moved than throughput by other load on a shared machine (which takes the CPU
-# away from redis, not adds work to it).
-cpu_ns() { cat /proc/"$RPID"/task/*/schedstat | awk '{s += $1} END {printf "%.0f\n", s}'; }
-rps() {
+# The throughput of one benchmark run and redis's CPU time over it: "RPS CPU_NS". CPU per
+# request is what tracing adds to redis's own work.
+rps_cpu() {
   local c0 r c1
-  c0=$(cpu_ns)
-  r=$(redis-benchmark -p "$PORT" -t set -n "$N" -c "$C" -q --csv 2>/dev/null | awk -F'"' '/^"SET"/ {print $4}')
-  c1=$(cpu_ns)
+  c0=$(cpu_ns "$RPID")
+  r=$(rps)
+  c1=$(cpu_ns "$RPID")
   echo "$r $((c1 - c0))"
 }
-wait_line() {
-  for _ in $(seq 400); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.05; done
-  echo "no '$2' in $1: $(cat "$1")" >&2; exit 2
-}
-# A metric's value, summed over its label sets (per-instance metrics carry `instance`).
-metric() { curl -s "http://127.0.0.1:$MPORT/metrics" | awk -v m="$1" '$1 == m || index($1, m "{") == 1 {s += $2; n++} END {if (n) print s}'; }
 
-rps >/dev/null # warm up
+rps_cpu >/dev/null # warm up
 echo "watch modes ${MODES[*]} ${WATCH_EXTRA:-}; redis-benchmark -t set -n $N -c $C on $(nproc) cores, redis $(redis-server --version | awk '{print $3}' | cut -d= -f2), kernel $(uname -r)"
 declare -A RATIOS SUM_W CPU_RATIOS
 SUM_BASE=0; UNTRACED=()
@@ -83,27 +58,27 @@ watched() {
   [ "${1#*:}" != "$1" ] && sampler=${1#*:}
   STALLSCOPE_CHEAP_SAMPLER=$sampler "$BIN" watch --pid "$RPID" --mode "${1%%:*}" --out "$DIR/incidents" --metrics "127.0.0.1:$MPORT" \
     --events "$DIR/events.jsonl" ${WATCH_EXTRA:-} >/dev/null 2>"$DIR/w.err" &
-  W=$!
+  TRACER=$!
   wait_line "$DIR/w.err" "watching $RPID"
   # A Prometheus-like scraper, every second, for the whole watched run.
   ( while sleep 1; do curl -s "http://127.0.0.1:$MPORT/metrics" >/dev/null || true; done ) &
   SCRAPER=$!
-  read -r WR WCPU <<<"$(rps)"
+  read -r WR WCPU <<<"$(rps_cpu)"
   kill "$SCRAPER"; wait "$SCRAPER" 2>/dev/null || true; SCRAPER=""
-  local cpu rss lost t0 code stop traced
+  local cpu rss lost t0 took traced
   cpu=$(metric stallscope_watcher_cpu_seconds_total)
   rss=$(metric stallscope_watcher_resident_bytes)
   lost=$(metric stallscope_lost_events_total)
   t0=$(date +%s.%N)
-  kill -TERM "$W"; set +e; wait "$W"; code=$?; set -e; W=""
-  stop=$(python3 -c "print(f'{$(date +%s.%N) - $t0:.3f}')")
-  traced=$(awk '/^TracerPid:/ {print $2}' /proc/"$RPID"/status)
+  stop TERM
+  took=$(python3 -c "print(f'{$(date +%s.%N) - $t0:.3f}')")
+  traced=$(tracer_pid)
   local stalls escal
   stalls=$({ cat "$DIR/events.jsonl" 2>/dev/null || true; } | wc -l)
   escal=$({ grep -c "escalating" "$DIR/w.err" || true; } | head -1)
-  LINE="$stalls stalls, $escal escalations; watcher CPU ${cpu}s, RSS $(python3 -c "print(f'{$rss/1048576:.0f}')") MiB, $lost lost; SIGTERM: exit $code after ${stop}s, TracerPid $traced"
+  LINE="$stalls stalls, $escal escalations; watcher CPU ${cpu}s, RSS $(python3 -c "print(f'{$rss/1048576:.0f}')") MiB, $lost lost; SIGTERM: exit $STATUS after ${took}s, TracerPid $traced"
 }
-read -r BASE2 BCPU2 <<<"$(rps)"; UNTRACED+=("$BASE2")
+read -r BASE2 BCPU2 <<<"$(rps_cpu)"; UNTRACED+=("$BASE2")
 for round in $(seq "$ROUNDS"); do
   BASE1=$BASE2; BCPU1=$BCPU2
   order=("${MODES[@]}")
@@ -112,7 +87,7 @@ for round in $(seq "$ROUNDS"); do
   fi
   declare -A GOT GOTCPU LINES
   for m in "${order[@]}"; do watched "$m"; GOT[$m]=${WR:-0}; GOTCPU[$m]=${WCPU:-0}; LINES[$m]=$LINE; done
-  read -r BASE2 BCPU2 <<<"$(rps)"; UNTRACED+=("$BASE2")
+  read -r BASE2 BCPU2 <<<"$(rps_cpu)"; UNTRACED+=("$BASE2")
   BCPU=$(( (BCPU1 + BCPU2) / 2 ))
   BASE=$(python3 -c "print(f'{($BASE1 + $BASE2) / 2:.2f}')")
   SUM_BASE=$(python3 -c "print($SUM_BASE + $BASE)")

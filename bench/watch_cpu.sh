@@ -26,37 +26,12 @@ MODES=("$@")
 [ ${#MODES[@]} -gt 0 ] || MODES=(attach-bpf attach-perf watch-bpf watch-perf)
 BIN=${BIN:-${CARGO_TARGET_DIR:-target}/release/stallscope}
 [ -x "$BIN" ] || { echo "build first ($BIN missing)" >&2; exit 2; }
-DIR=$(mktemp -d)
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-PORT=$(free_port)
+. bench/lib.sh
+need redis-server redis-benchmark redis-cli python3
+start_redis
 MPORT=$(free_port)
-redis-server --port "$PORT" --bind 127.0.0.1 --dir "$DIR" --save "" --appendonly no \
-  --logfile "$DIR/redis.log" --daemonize no >/dev/null 2>&1 &
-RPID=$!
-T=""
 PR=""
-cleanup() {
-  [ -n "$PR" ] && kill -INT "$PR" 2>/dev/null || true
-  [ -n "$T" ] && kill "$T" 2>/dev/null || true
-  kill "$RPID" 2>/dev/null || true
-  wait 2>/dev/null || true
-  rm -rf "$DIR"
-}
-trap cleanup EXIT
-for _ in $(seq 100); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sleep 0.05; done
-cpu_ns() { # sum of on-CPU ns of every thread of $1
-  local s=0 v
-  for f in /proc/"$1"/task/*/schedstat; do
-    read -r v _ <"$f" 2>/dev/null || continue
-    s=$((s + v))
-  done
-  echo "$s"
-}
-ticks() { awk '{print $14 + $15}' /proc/"$1"/stat; }
-wait_line() {
-  for _ in $(seq 600); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.05; done
-  echo "no '$2' in $1: $(cat "$1")" >&2; exit 2
-}
+on_exit '[ -n "$PR" ] && kill -INT "$PR" 2>/dev/null'
 redis-benchmark -p "$PORT" -t set -n 20000 -c 50 -q >/dev/null 2>&1 # warm up
 echo "# $BIN ${ARGS:-}; redis-benchmark -t set -n $N -c 50; load $(cut -d' ' -f1-3 /proc/loadavg)"
 for mode in "${MODES[@]}"; do
@@ -67,27 +42,27 @@ for mode in "${MODES[@]}"; do
     rm -rf "$DIR/inc"
     if [ "$cmd" = attach ]; then
       "$BIN" attach --pid "$RPID" --backend "$backend" --format json ${ARGS:-} >"$DIR/t.out" 2>"$DIR/t.err" &
-      T=$!
-      wait_line "$DIR/t.err" "attached to"
+      TRACER=$!
+      wait_line "$DIR/t.err" "attached to" 600
     else
       "$BIN" watch --pid "$RPID" --backend "$backend" --out "$DIR/inc" --metrics "127.0.0.1:$MPORT" \
         --events "$DIR/events.jsonl" ${ARGS:-} >/dev/null 2>"$DIR/t.err" &
-      T=$!
-      wait_line "$DIR/t.err" "watching $RPID"
+      TRACER=$!
+      wait_line "$DIR/t.err" "watching $RPID" 600
     fi
     sleep 0.3
     if [ -n "${PERF_RECORD:-}" ]; then
       mkdir -p "$PERF_RECORD"
-      perf record ${PERF_G:--g} -F ${PERF_FREQ:-2000} -p "$T" -o "$PERF_RECORD/$mode.data" >/dev/null 2>&1 &
+      perf record ${PERF_G:--g} -F ${PERF_FREQ:-2000} -p "$TRACER" -o "$PERF_RECORD/$mode.data" >/dev/null 2>&1 &
       PR=$!
       sleep 0.5
     fi
-    C0=$(cpu_ns "$T"); K0=$(ticks "$T")
+    C0=$(cpu_ns "$TRACER"); K0=$(ticks "$TRACER")
     redis-benchmark -p "$PORT" -t set -n "$N" -c 50 -q >/dev/null 2>&1
     sleep 0.3 # the tracer catches up with what the kernel still holds
-    C1=$(cpu_ns "$T"); K1=$(ticks "$T")
+    C1=$(cpu_ns "$TRACER"); K1=$(ticks "$TRACER")
     if [ -n "$PR" ]; then kill -INT "$PR"; wait "$PR" 2>/dev/null || true; PR=""; fi
-    kill -INT "$T"; set +e; wait "$T"; code=$?; set -e; T=""
+    stop
     recs=$(grep -oE 'traced [0-9]+ syscalls' "$DIR/t.err" | awk '{print $2}')
     # Stalls found (and incidents written) cost the tracer too: say how many there were.
     stalls=$(grep -c '^stall: ' "$DIR/t.err" || true)
@@ -95,6 +70,6 @@ for mode in "${MODES[@]}"; do
     lost=$(grep -oE '[0-9]+ lost' "$DIR/t.err" | awk '{print $1}')
     python3 -c "
 c = ($C1 - $C0); r = $recs; n = $N
-print(f'$mode round $round: tracer CPU {c/1e9:.3f} s ({$K1 - $K0} ticks), {r} records ({r/n:.2f}/request), {c/r:.0f} ns/record, {c/n:.0f} ns/request; lost $lost; $stalls stalls, $incidents incident reports; exit $code')"
+print(f'$mode round $round: tracer CPU {c/1e9:.3f} s ({$K1 - $K0} ticks), {r} records ({r/n:.2f}/request), {c/r:.0f} ns/record, {c/n:.0f} ns/request; lost $lost; $stalls stalls, $incidents incident reports; exit $STATUS')"
   done
 done

@@ -13,47 +13,34 @@
 # Needs redis-server, redis-benchmark, redis-cli, python3, root.
 set -euo pipefail
 A=${1:?BIN_A}; B=${2:?BIN_B}; DUR=${3:-300}; XA=${4:-}; XB=${5:-}
-DIR=$(mktemp -d)
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-PORT=$(free_port)
-redis-server --port "$PORT" --bind 127.0.0.1 --dir "$DIR" --save "" --appendonly yes \
-  --appendfsync everysec --enable-debug-command yes --logfile "$DIR/redis.log" --daemonize no >/dev/null 2>&1 &
-RPID=$!
-WA=""; WB=""; LOAD=""
-cleanup() {
-  for p in "$LOAD" "$WA" "$WB"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done
-  kill "$RPID" 2>/dev/null || true
-  wait 2>/dev/null || true
-  rm -rf "$DIR"
-}
-trap cleanup EXIT
-for _ in $(seq 100); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sleep 0.05; done
+# No cd to the repository: BIN_A and BIN_B may be paths from where it is run.
+. "$(dirname "$0")/lib.sh"
+need redis-server redis-benchmark redis-cli python3
+start_redis --appendonly yes --appendfsync everysec --enable-debug-command yes
+WA=""; WB=""
+on_exit 'for p in "$WA" "$WB"; do [ -n "$p" ] && kill "$p" 2>/dev/null; done'
 # shellcheck disable=SC2086
 "$A" watch --pid "$RPID" --out "$DIR/a" --events "$DIR/a.jsonl" --max-incidents-per-hour 1000 $XA >/dev/null 2>"$DIR/a.err" &
 WA=$!
 # shellcheck disable=SC2086
 "$B" watch --pid "$RPID" --out "$DIR/b" --events "$DIR/b.jsonl" --max-incidents-per-hour 1000 $XB >/dev/null 2>"$DIR/b.err" &
 WB=$!
-for _ in $(seq 400); do
-  grep -q "watching $RPID" "$DIR/a.err" 2>/dev/null && grep -q "watching $RPID" "$DIR/b.err" 2>/dev/null && break
-  sleep 0.05
-done
-( while true; do redis-benchmark -p "$PORT" -t set,get -n 2000000 -c 4 -r 100000 -q >/dev/null 2>&1 || sleep 1; done ) &
-LOAD=$!
-rss() { awk '/^VmRSS:/ {print $2}' /proc/"$1"/status; }
+wait_line "$DIR/a.err" "watching $RPID"
+wait_line "$DIR/b.err" "watching $RPID"
+steady_load
 START=$(date +%s); NEXT=10
 echo "watch_rss: ${DUR}s; A=$A $XA; B=$B $XB; redis $RPID; started $(date -u +%FT%TZ)"
 while :; do
   el=$(( $(date +%s) - START ))
   [ "$el" -ge "$DUR" ] && break
-  echo "$el $(rss "$WA") $(rss "$WB")" >>"$DIR/rss.txt"
+  echo "$el $(vm_kb "$WA" VmRSS) $(vm_kb "$WB" VmRSS)" >>"$DIR/rss.txt"
   if [ "$el" -ge "$NEXT" ]; then redis-cli -p "$PORT" DEBUG SLEEP 0.3 >/dev/null; NEXT=$((NEXT + 20)); fi
   sleep 2
 done
 sleep 8
 # Each watcher's CPU time (user + system, s) over the run: what its allocator settings cost.
 cpu() { awk -v hz="$(getconf CLK_TCK)" '{printf "%.1f", ($14 + $15) / hz}' /proc/"$1"/stat; }
-echo "watcher CPU: A $(cpu "$WA") s, B $(cpu "$WB") s; peak (VmHWM): A $(awk '/^VmHWM:/ {print int($2 / 1024)}' /proc/"$WA"/status) MB, B $(awk '/^VmHWM:/ {print int($2 / 1024)}' /proc/"$WB"/status) MB"
+echo "watcher CPU: A $(cpu "$WA") s, B $(cpu "$WB") s; peak (VmHWM): A $(($(vm_kb "$WA" VmHWM) / 1024)) MB, B $(($(vm_kb "$WB" VmHWM) / 1024)) MB"
 python3 - "$DIR/rss.txt" "$(find "$DIR/a" -name '*.json' | wc -l)" "$(find "$DIR/b" -name '*.json' | wc -l)" <<'PY'
 import sys, statistics
 rows = [tuple(map(int, l.split())) for l in open(sys.argv[1]) if len(l.split()) == 3]
