@@ -75,52 +75,32 @@ fn gated(backend: &str, body: fn(&str)) {
     }
 }
 
-/// Runs a test body once per backend, as `<name>::ptrace`, `<name>::perf`, `<name>::bpf`.
-macro_rules! all_backends {
-    ($($name:ident),* $(,)?) => {
-        $(
-            mod $name {
+/// Runs each test body once per backend listed, as `<name>::<backend>`
+/// (`<name>::ptrace`, `<name>::perf`, `<name>::bpf`).
+macro_rules! with_backends {
+    ([$($backend:ident),*] $(,)?) => {};
+    ([$($backend:ident),*] $name:ident $(, $rest:ident)* $(,)?) => {
+        mod $name {
+            $(
                 #[test]
-                fn ptrace() {
-                    super::gated("ptrace", super::$name)
+                fn $backend() {
+                    super::gated(stringify!($backend), super::$name)
                 }
-                #[test]
-                fn perf() {
-                    super::gated("perf", super::$name)
-                }
-                #[test]
-                fn bpf() {
-                    super::gated("bpf", super::$name)
-                }
-            }
-        )*
+            )*
+        }
+        with_backends!([$($backend),*] $($rest),*);
     };
 }
 
-/// Runs a test body with the backends that read request buffers (command names).
-macro_rules! command_backends {
-    ($($name:ident),* $(,)?) => {
-        $(
-            mod $name {
-                #[test]
-                fn ptrace() {
-                    super::gated("ptrace", super::$name)
-                }
-                #[test]
-                fn bpf() {
-                    super::gated("bpf", super::$name)
-                }
-            }
-        )*
-    };
-}
-
-command_backends!(
+// The backends that read request buffers (command names).
+with_backends!(
+    [ptrace, bpf]
     a_busy_eval_holds_up_the_commands_behind_it,
     every_command_is_counted,
 );
 
-all_backends!(
+with_backends!(
+    [ptrace, perf, bpf]
     appendfsync_always_is_found_on_the_aof,
     a_busy_eval_is_a_main_thread_gap,
     bgsave_child_phase_with_fork_time,
@@ -129,11 +109,35 @@ all_backends!(
     a_recording_reads_back_to_the_same_findings,
 );
 
+/// stallscope run with `args` to its end.
+fn run_stallscope(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_stallscope"))
+        .args(args)
+        .output()
+        .expect("run")
+}
+
 /// `Attach::finish`, failing the test on exit status 2 (an error).
 fn finish(a: Attach, limit: Duration) -> (Option<i32>, String) {
     let (code, out, stderr) = a.finish(limit);
     assert_ne!(code, Some(2), "stallscope attach failed: {stderr:?}");
     (code, out)
+}
+
+/// SIGINT, as Ctrl-C stops an attach without `--duration`, then `finish`.
+fn interrupt(a: Attach, limit: Duration) -> (Option<i32>, String) {
+    // SAFETY: a signal to the stallscope this test started.
+    unsafe { libc::kill(a.child.id() as i32, libc::SIGINT) };
+    finish(a, limit)
+}
+
+/// `Attach::start` with a JSON report (`--format json` added to `args`), which must have
+/// attached.
+fn attach_json(backend: &str, redis: &Redis, args: &[&str]) -> Attach {
+    let args = [args, &["--format", "json"]].concat();
+    let a = Attach::start(backend, redis.pid(), &args);
+    assert!(a.attached, "stallscope did not attach: {:?}", a.stderr);
+    a
 }
 
 fn finding_ids(r: &serde_json::Value) -> Vec<String> {
@@ -158,6 +162,74 @@ fn set_load(port: u16, n: usize) {
         ])
         .expect("SET");
     }
+}
+
+/// SETs from 8 clients at once, 4000 each: enough load to overflow a one-page ring for
+/// sure, even when the machine is slow.
+fn flood(port: u16) {
+    let loads: Vec<_> = (0..8)
+        .map(|_| std::thread::spawn(move || set_load(port, 4000)))
+        .collect();
+    for l in loads {
+        let _ = l.join();
+    }
+}
+
+/// A script that spins for `us` µs of redis's clock and returns 1: a busy EVAL, which makes
+/// no syscall while it runs.
+fn busy_script(us: u32) -> String {
+    format!(
+        "local t = redis.call('TIME') local s = t[1] * 1000000 + t[2] \
+         while true do local n = redis.call('TIME') if n[1] * 1000000 + n[2] - s > {us} then break end end return 1"
+    )
+}
+
+fn eval_returns_1(c: &mut Client, script: &str) {
+    assert!(matches!(
+        c.cmd(&["EVAL", script, "0"]).expect("EVAL"),
+        Reply::Int(1)
+    ));
+}
+
+/// Waits for the live stall line of a gap: printed once the gap has ended.
+fn wait_gap_line(a: &mut Attach) {
+    assert!(
+        a.wait_line(|l| l.starts_with("stall:") && l.contains("gap"), DEADLINE),
+        "no live stall line; stderr: {:?}",
+        a.stderr
+    );
+}
+
+fn bgsave(c: &mut Client) {
+    let r = c.cmd(&["BGSAVE"]).expect("BGSAVE");
+    assert!(
+        matches!(&r, Reply::Simple(s) if s.contains("Background saving started")),
+        "{r:?}"
+    );
+}
+
+/// Waits for redis to say its BGSAVE is over: it reaps the child (and says so) after the
+/// child's exit, which the tracer has seen by then.
+fn wait_bgsave_over(c: &mut Client) {
+    let start = Instant::now();
+    while c
+        .info_field("persistence", "rdb_bgsave_in_progress")
+        .as_deref()
+        != Some("0")
+    {
+        assert!(start.elapsed() < DEADLINE, "the BGSAVE did not end");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Whether a stall began (its `ts_iso`) between `sent` and `replied`, epoch seconds, with a
+/// millisecond of slack before `sent` for the clocks' rounding.
+fn began_between(s: &serde_json::Value, sent: f64, replied: f64) -> bool {
+    s["ts_iso"]
+        .as_str()
+        .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+        .map(|d| d.timestamp_micros() as f64 / 1e6)
+        .is_some_and(|t| t >= sent - 0.001 && t <= replied)
 }
 
 fn appendfsync_always_is_found_on_the_aof(backend: &str) {
@@ -230,44 +302,23 @@ fn a_busy_eval_is_a_main_thread_gap(backend: &str) {
     let redis = Redis::start(&[]);
     // No --duration: the trace goes on until the stall line has come, so the line can only
     // have been printed live, while tracing, however slow the machine.
-    let mut a = Attach::start(
-        backend,
-        redis.pid(),
-        &["--threshold", "10ms", "--format", "json"],
-    );
-    assert!(a.attached, "stallscope did not attach: {:?}", a.stderr);
-    let script = "local t = redis.call('TIME') local s = t[1] * 1000000 + t[2] \
-                  while true do local n = redis.call('TIME') if n[1] * 1000000 + n[2] - s > 300000 then break end end return 1";
+    let mut a = attach_json(backend, &redis, &["--threshold", "10ms"]);
+    let script = &busy_script(300_000);
     let mut c = redis.client();
     let sent = epoch_now();
     let r = c.cmd(&["EVAL", script, "0"]).expect("EVAL");
     let replied = epoch_now();
     assert!(matches!(r, Reply::Int(1)), "{r:?}");
     // The stall line is printed live, once the gap has ended (at redis's next call).
-    assert!(
-        a.wait_line(|l| l.starts_with("stall:") && l.contains("gap"), DEADLINE),
-        "no live stall line; stderr: {:?}",
-        a.stderr
-    );
-    // SAFETY: a signal to the stallscope this test started.
-    unsafe { libc::kill(a.child.id() as i32, libc::SIGINT) };
-    let (code, out) = finish(a, DEADLINE);
+    wait_gap_line(&mut a);
+    let (code, out) = interrupt(a, DEADLINE);
     assert_eq!(code, Some(1));
     let r = json(&out);
     // The script's 300 ms are main-thread gaps between the request and the reply: one, or a
     // few when the allocator made a syscall (an mmap for Lua's tables) in the middle.
-    let at = |s: &serde_json::Value| {
-        s["ts_iso"]
-            .as_str()
-            .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
-            .map(|d| d.timestamp_micros() as f64 / 1e6)
-    };
-    let gaps: Vec<&serde_json::Value> = r["stalls"]
-        .as_array()
+    let gaps: Vec<&serde_json::Value> = main_gaps(&r)
         .into_iter()
-        .flatten()
-        .filter(|s| s["kind"] == "gap" && s["thread"] == "main")
-        .filter(|s| at(s).is_some_and(|t| t >= sent - 0.001 && t <= replied))
+        .filter(|s| began_between(s, sent, replied))
         .collect();
     let held: i64 = gaps.iter().filter_map(|s| s["duration_us"].as_i64()).sum();
     assert!(
@@ -300,26 +351,17 @@ fn a_busy_eval_is_a_main_thread_gap(backend: &str) {
 /// The commands that waited through a gap are named: the EVAL that made it.
 fn a_busy_eval_holds_up_the_commands_behind_it(backend: &str) {
     let redis = Redis::start(&[]);
-    let a = Attach::start(
+    let a = attach_json(
         backend,
-        redis.pid(),
-        &[
-            "--duration",
-            "2s",
-            "--threshold",
-            "50ms",
-            "--format",
-            "json",
-        ],
+        &redis,
+        &["--duration", "2s", "--threshold", "50ms"],
     );
-    assert!(a.attached, "{:?}", a.stderr);
     let mut pinger = redis.client();
-    let script = "local t = redis.call('TIME') local s = t[1] * 1000000 + t[2] \
-                  while true do local n = redis.call('TIME') if n[1] * 1000000 + n[2] - s > 400000 then break end end return 1";
+    let script = busy_script(400_000);
     let port = redis.port;
     let eval = std::thread::spawn(move || {
         let mut c = Client::connect(port, Duration::from_secs(20)).expect("connect");
-        c.cmd(&["EVAL", script, "0"]).expect("EVAL")
+        c.cmd(&["EVAL", &script, "0"]).expect("EVAL")
     });
     // PINGs go out until the EVAL has replied: those sent while it ran waited for it. (A
     // PING that merely took long is no sign that the EVAL runs: on a loaded machine, under
@@ -334,11 +376,9 @@ fn a_busy_eval_holds_up_the_commands_behind_it(backend: &str) {
     let (code, out) = finish(a, Duration::from_secs(20));
     assert_eq!(code, Some(1));
     let r = json(&out);
-    let gap = r["stalls"]
-        .as_array()
+    let gap = main_gaps(&r)
         .into_iter()
-        .flatten()
-        .find(|s| s["kind"] == "gap" && s["thread"] == "main")
+        .next()
         .unwrap_or_else(|| panic!("no main-thread gap: {}", r["stalls"]));
     assert!(
         gap["waiting_by_command"]["EVAL"].as_u64() >= Some(1),
@@ -352,25 +392,9 @@ fn a_busy_eval_holds_up_the_commands_behind_it(backend: &str) {
     assert_eq!(r["summary"]["lost_events"], 0);
 }
 
-/// Runs a test body with each backend that splits calls and gaps by the scheduler.
-macro_rules! sched_backends {
-    ($($name:ident),* $(,)?) => {
-        $(
-            mod $name {
-                #[test]
-                fn perf() {
-                    super::gated("perf", super::$name)
-                }
-                #[test]
-                fn bpf() {
-                    super::gated("bpf", super::$name)
-                }
-            }
-        )*
-    };
-}
-
-sched_backends!(
+// The backends that split calls and gaps by the scheduler.
+with_backends!(
+    [perf, bpf]
     splits_a_busy_eval_gap_into_cpu_and_runnable_time,
     names_a_gap_spent_waiting_for_a_cpu,
     counts_the_copy_on_write_faults_after_a_bgsave_fork,
@@ -387,19 +411,11 @@ sched_backends!(
 /// hypervisor either (the split alone, without those readings, said "the hypervisor").
 fn a_stopped_process_is_no_slow_command_nor_the_hypervisors(backend: &str) {
     let redis = Redis::start(&[]);
-    let a = Attach::start(
+    let a = attach_json(
         backend,
-        redis.pid(),
-        &[
-            "--duration",
-            "3s",
-            "--threshold",
-            "50ms",
-            "--format",
-            "json",
-        ],
+        &redis,
+        &["--duration", "3s", "--threshold", "50ms"],
     );
-    assert!(a.attached, "{:?}", a.stderr);
     let port = redis.port.to_string();
     let load = std::thread::spawn(move || {
         Command::new("redis-benchmark")
@@ -443,12 +459,7 @@ fn a_stopped_process_is_no_slow_command_nor_the_hypervisors(backend: &str) {
 /// threshold (before quiet calls ran through gaps, the report had no stall at all).
 fn a_script_that_asks_for_info_is_one_gap_through_its_getrusage_calls(backend: &str) {
     let redis = Redis::start(&[]);
-    let a = Attach::start(
-        backend,
-        redis.pid(),
-        &["--threshold", "100ms", "--format", "json"],
-    );
-    assert!(a.attached, "{:?}", a.stderr);
+    let a = attach_json(backend, &redis, &["--threshold", "100ms"]);
     let script = "local t = redis.call('TIME') local s = t[1] * 1000000 + t[2] local last = 0 \
                   while true do local n = redis.call('TIME') local e = n[1] * 1000000 + n[2] - s \
                   if e - last > 40000 then redis.call('INFO', 'cpu') last = e end \
@@ -471,39 +482,20 @@ fn a_script_that_asks_for_info_is_one_gap_through_its_getrusage_calls(backend: &
 /// the parts add up to the gap.
 fn splits_a_busy_eval_gap_into_cpu_and_runnable_time(backend: &str) {
     let redis = Redis::start(&[]);
-    let a = Attach::start(
+    let a = attach_json(
         backend,
-        redis.pid(),
-        &[
-            "--duration",
-            "2s",
-            "--threshold",
-            "20ms",
-            "--format",
-            "json",
-        ],
+        &redis,
+        &["--duration", "2s", "--threshold", "20ms"],
     );
-    assert!(a.attached, "{:?}", a.stderr);
-    let script = "local t = redis.call('TIME') local s = t[1] * 1000000 + t[2] \
-                  while true do local n = redis.call('TIME') if n[1] * 1000000 + n[2] - s > 300000 then break end end return 1";
+    let script = &busy_script(300_000);
     let mut c = redis.client();
-    assert!(matches!(
-        c.cmd(&["EVAL", script, "0"]).expect("EVAL"),
-        Reply::Int(1)
-    ));
+    eval_returns_1(&mut c, script);
     let (_, out) = finish(a, Duration::from_secs(20));
     let r = json(&out);
-    let gaps: Vec<&serde_json::Value> = r["stalls"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|s| s["kind"] == "gap" && s["thread"] == "main")
-        .collect();
+    let gaps = main_gaps(&r);
     assert!(!gaps.is_empty(), "no main-thread gap: {}", r["stalls"]);
     for g in gaps {
-        let s = &g["sched"];
-        let part = |k: &str| s[k].as_i64().unwrap_or_else(|| panic!("no sched.{k}: {g}"));
-        let (on, run, blocked) = (part("on_cpu_us"), part("runnable_us"), part("blocked_us"));
+        let (on, run, blocked) = sched_parts(g);
         let d = g["duration_us"].as_i64().unwrap_or(0);
         // Each part is rounded down to a whole µs on its own: up to 3 µs go missing in the sum.
         assert!((on + run + blocked - d).abs() <= 3, "parts add up: {g}");
@@ -533,33 +525,15 @@ fn bpf_backend_leaves_the_tracepoints_to_other_perf_users() {
     let mut c = redis.client();
     // Both stopped once the client is done (perf first), never after a fixed window that a
     // loaded machine may not fit the SETs into.
-    let b = Attach::start(
-        "bpf",
-        redis.pid(),
-        &["--threshold", "1s", "--format", "json"],
-    );
-    assert!(b.attached, "{:?}", b.stderr);
-    let p = Attach::start(
-        "perf",
-        redis.pid(),
-        &["--threshold", "1s", "--format", "json"],
-    );
-    assert!(p.attached, "{:?}", p.stderr);
+    let b = attach_json("bpf", &redis, &["--threshold", "1s"]);
+    let p = attach_json("perf", &redis, &["--threshold", "1s"]);
     let n = 500;
     for i in 0..n {
         c.cmd(&["SET", &format!("k{i}"), "v"]).expect("SET");
     }
     unsafe { libc::kill(p.child.id() as i32, libc::SIGINT) };
     unsafe { libc::kill(b.child.id() as i32, libc::SIGINT) };
-    let writes = |out: &str| {
-        json(out)["syscalls"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|s| s["name"] == "write")
-            .and_then(|s| s["calls"].as_u64())
-            .unwrap_or(0)
-    };
+    let writes = |out: &str| syscall_calls(&json(out), "write");
     let (_, perf_out) = finish(p, Duration::from_secs(20));
     let (_, bpf_out) = finish(b, Duration::from_secs(20));
     assert!(
@@ -576,19 +550,13 @@ fn every_command_is_counted(backend: &str) {
     let mut c = redis.client();
     // Stopped once the client is done, not after a --duration: under ptrace on a loaded
     // machine 3000 round trips can take longer than any fixed window.
-    let a = Attach::start(
-        backend,
-        redis.pid(),
-        &["--threshold", "1s", "--format", "json"],
-    );
-    assert!(a.attached, "{:?}", a.stderr);
+    let a = attach_json(backend, &redis, &["--threshold", "1s"]);
     let n = 1500;
     for i in 0..n {
         c.cmd(&["SET", &format!("k{i}"), "v"]).expect("SET");
         c.cmd(&["GET", &format!("k{i}")]).expect("GET");
     }
-    unsafe { libc::kill(a.child.id() as i32, libc::SIGINT) };
-    let (_, out) = finish(a, Duration::from_secs(60));
+    let (_, out) = interrupt(a, Duration::from_secs(60));
     let r = json(&out);
     assert_eq!(r["summary"]["lost_events"], 0);
     let calls = |name: &str| {
@@ -623,32 +591,13 @@ fn bgsave_child_phase_with_fork_time(backend: &str) {
         }
     }
     // Traced until the save is over (no --duration: a slow machine makes the save slower).
-    let a = Attach::start(
-        backend,
-        redis.pid(),
-        &["--threshold", "10ms", "--format", "json"],
-    );
-    assert!(a.attached, "stallscope did not attach: {:?}", a.stderr);
+    let a = attach_json(backend, &redis, &["--threshold", "10ms"]);
     let mut c = redis.client();
-    let r = c.cmd(&["BGSAVE"]).expect("BGSAVE");
-    assert!(
-        matches!(&r, Reply::Simple(s) if s.contains("Background saving started")),
-        "{r:?}"
-    );
+    bgsave(&mut c);
     // Redis reaps the child (and says the save is over) after the child's exit, which the
     // tracer has seen by then.
-    let start = Instant::now();
-    while c
-        .info_field("persistence", "rdb_bgsave_in_progress")
-        .as_deref()
-        != Some("0")
-    {
-        assert!(start.elapsed() < DEADLINE, "the BGSAVE did not end");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    // SAFETY: a signal to the stallscope this test started.
-    unsafe { libc::kill(a.child.id() as i32, libc::SIGINT) };
-    let (_, out) = finish(a, DEADLINE);
+    wait_bgsave_over(&mut c);
+    let (_, out) = interrupt(a, DEADLINE);
     let r = json(&out);
     let phases = r["phases"].as_array().cloned().unwrap_or_default();
     let bg = phases
@@ -674,8 +623,7 @@ fn sigint_detaches_and_redis_keeps_serving(backend: &str) {
         assert_ne!(redis.tracer_pid(), 0, "traced while attached");
     }
     set_load(redis.port, 50);
-    unsafe { libc::kill(a.child.id() as i32, libc::SIGINT) };
-    let (code, out) = finish(a, DEADLINE);
+    let (code, out) = interrupt(a, DEADLINE);
     assert!(matches!(code, Some(0) | Some(1)), "exit code {code:?}");
     assert!(
         out.contains("live") || out.contains("stall"),
@@ -881,20 +829,14 @@ fn a_recording_reads_back_to_the_same_findings(backend: &str) {
 #[test]
 fn attach_errors_exit_2_with_a_clear_message() {
     let _g = serial();
-    let out = Command::new(env!("CARGO_BIN_EXE_stallscope"))
-        .args(["attach", "--pid", "4000000"])
-        .output()
-        .expect("run");
+    let out = run_stallscope(&["attach", "--pid", "4000000"]);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         err.contains("stallscope: error:") && err.contains("no such process"),
         "{err}"
     );
-    let out = Command::new(env!("CARGO_BIN_EXE_stallscope"))
-        .args(["attach", "--name", "no-such-program-anywhere"])
-        .output()
-        .expect("run");
+    let out = run_stallscope(&["attach", "--name", "no-such-program-anywhere"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no running process"));
     // Already traced: a second attach is refused while the first holds the process.
@@ -903,16 +845,13 @@ fn attach_errors_exit_2_with_a_clear_message() {
     }
     let redis = Redis::start(&[]);
     let a = Attach::start("ptrace", redis.pid(), &["--threshold", "10ms"]);
-    let out = Command::new(env!("CARGO_BIN_EXE_stallscope"))
-        .args([
-            "attach",
-            "--backend",
-            "ptrace",
-            "--pid",
-            &redis.pid().to_string(),
-        ])
-        .output()
-        .expect("run");
+    let out = run_stallscope(&[
+        "attach",
+        "--backend",
+        "ptrace",
+        "--pid",
+        &redis.pid().to_string(),
+    ]);
     assert_eq!(out.status.code(), Some(2));
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("already traced"),
@@ -930,20 +869,14 @@ fn perf_backend_errors_and_the_auto_choice() {
     if !can_run("perf") {
         return;
     }
-    let out = Command::new(env!("CARGO_BIN_EXE_stallscope"))
-        .args(["attach", "--backend", "perf", "--pid", "4000000"])
-        .output()
-        .expect("run");
+    let out = run_stallscope(&["attach", "--backend", "perf", "--pid", "4000000"]);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         err.contains("stallscope: error:") && err.contains("no such process"),
         "{err}"
     );
-    let out = Command::new(env!("CARGO_BIN_EXE_stallscope"))
-        .args(["attach", "--perf-pages", "3", "--pid", "1"])
-        .output()
-        .expect("run");
+    let out = run_stallscope(&["attach", "--perf-pages", "3", "--pid", "1"]);
     assert_eq!(out.status.code(), Some(2), "3 pages is not a power of two");
     // auto picks bpf here (tracefs, root) and says so; when the kernel refuses a bpf
     // program, it says why and takes perf.
@@ -994,30 +927,29 @@ fn bpf_backend_on_classic_tracepoints_sees_the_same() {
     if !can_run("bpf") {
         return;
     }
-    let redis = Redis::start(&[]);
-    let a = Attach::start("bpf", redis.pid(), &["--duration", "200ms"]);
-    assert!(a.attached, "{:?}", a.stderr);
-    let err = a.stderr.join("\n");
-    finish(a, DEADLINE);
-    assert!(
-        err.contains("syscall programs on BTF-typed raw tracepoints"),
-        "{err}"
-    );
-    drop(redis);
-    // The test processes hold the serial lock: no other live test spawns meanwhile.
-    std::env::set_var("STALLSCOPE_BPF_CLASSIC", "1");
-    let r = std::panic::catch_unwind(|| {
+    // What a short attach to a redis of its own says of the programs it loaded.
+    fn attach_says() -> String {
         let redis = Redis::start(&[]);
         let a = Attach::start("bpf", redis.pid(), &["--duration", "200ms"]);
         assert!(a.attached, "{:?}", a.stderr);
         let err = a.stderr.join("\n");
         finish(a, DEADLINE);
+        err
+    }
+    let err = attach_says();
+    assert!(
+        err.contains("syscall programs on BTF-typed raw tracepoints"),
+        "{err}"
+    );
+    // The test processes hold the serial lock: no other live test spawns meanwhile.
+    std::env::set_var("STALLSCOPE_BPF_CLASSIC", "1");
+    let r = std::panic::catch_unwind(|| {
+        let err = attach_says();
         assert!(
             err.contains("syscall programs on classic tracepoints")
                 && err.contains("STALLSCOPE_BPF_CLASSIC=1"),
             "{err}"
         );
-        drop(redis);
         every_command_is_counted("bpf");
         a_busy_eval_is_a_main_thread_gap("bpf");
     });
@@ -1056,10 +988,7 @@ fn bpf_backend_refused_by_the_verifier_exits_2_with_the_reason() {
             && err.ends_with('\n'),
         "{err}"
     );
-    let out = Command::new(env!("CARGO_BIN_EXE_stallscope"))
-        .args(["attach", "--backend", "bpf", "--pid", "4000000"])
-        .output()
-        .expect("run");
+    let out = run_stallscope(&["attach", "--backend", "bpf", "--pid", "4000000"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no such process"));
     redis.assert_unharmed();
@@ -1076,30 +1005,15 @@ fn perf_backend_sees_every_call_of_the_main_thread() {
     let redis = Redis::start(&[]);
     let mut c = redis.client();
     // Traced until every request was answered (no --duration), however slow the machine.
-    let a = Attach::start(
-        "perf",
-        redis.pid(),
-        &["--threshold", "1s", "--format", "json"],
-    );
-    assert!(a.attached, "stallscope did not attach: {:?}", a.stderr);
+    let a = attach_json("perf", &redis, &["--threshold", "1s"]);
     let n = 2000;
     for i in 0..n {
         c.cmd(&["SET", &format!("k{i}"), "v"]).expect("SET");
     }
-    // SAFETY: a signal to the stallscope this test started.
-    unsafe { libc::kill(a.child.id() as i32, libc::SIGINT) };
-    let (_, out) = finish(a, DEADLINE);
+    let (_, out) = interrupt(a, DEADLINE);
     let r = json(&out);
     assert_eq!(r["summary"]["lost_events"], 0);
-    let calls = |name: &str| {
-        r["syscalls"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|s| s["name"] == name)
-            .and_then(|s| s["calls"].as_u64())
-            .unwrap_or(0)
-    };
+    let calls = |name: &str| syscall_calls(&r, name);
     assert!(
         calls("read") >= n,
         "reads: {} for {n} requests",
@@ -1116,18 +1030,12 @@ fn perf_backend_sees_every_call_of_the_main_thread() {
 /// stalls found after it, and said in the table.
 #[test]
 fn perf_backend_reports_lost_events_with_a_tiny_ring() {
-    let _g = serial();
-    if can_run("perf") {
-        lost_events_with_a_tiny_ring("perf");
-    }
+    gated("perf", lost_events_with_a_tiny_ring);
 }
 
 #[test]
 fn bpf_backend_reports_lost_events_with_a_tiny_ring() {
-    let _g = serial();
-    if can_run("bpf") {
-        lost_events_with_a_tiny_ring("bpf");
-    }
+    gated("bpf", lost_events_with_a_tiny_ring);
 }
 
 fn lost_events_with_a_tiny_ring(backend: &str) {
@@ -1149,16 +1057,7 @@ fn lost_events_with_a_tiny_ring(backend: &str) {
                 "never",
             ],
         );
-        // Enough load to overflow a one-page ring for sure, even when the machine is slow.
-        let loads: Vec<_> = (0..8)
-            .map(|_| {
-                let port = redis.port;
-                std::thread::spawn(move || set_load(port, 4000))
-            })
-            .collect();
-        for l in loads {
-            let _ = l.join();
-        }
+        flood(redis.port);
         let (_, out) = finish(a, DEADLINE);
         out
     };
@@ -1301,18 +1200,9 @@ fn realtime(tid: u32) {
 /// the attach with SIGINT and returns its report.
 fn eval_until_a_gap(redis: &Redis, mut a: Attach, script: &str) -> serde_json::Value {
     let mut c = redis.client();
-    assert!(matches!(
-        c.cmd(&["EVAL", script, "0"]).expect("EVAL"),
-        Reply::Int(1)
-    ));
-    assert!(
-        a.wait_line(|l| l.starts_with("stall:") && l.contains("gap"), DEADLINE),
-        "no live stall line; stderr: {:?}",
-        a.stderr
-    );
-    // SAFETY: a signal to the stallscope this test started.
-    unsafe { libc::kill(a.child.id() as i32, libc::SIGINT) };
-    let (_, out) = finish(a, DEADLINE);
+    eval_returns_1(&mut c, script);
+    wait_gap_line(&mut a);
+    let (_, out) = interrupt(a, DEADLINE);
     json(&out)
 }
 
@@ -1331,6 +1221,36 @@ fn sched_part(g: &serde_json::Value, k: &str) -> i64 {
         .unwrap_or_else(|| panic!("no sched.{k}: {g}"))
 }
 
+/// A stall's scheduler split: (on a CPU, waiting for one, blocked), µs.
+fn sched_parts(s: &serde_json::Value) -> (i64, i64, i64) {
+    (
+        sched_part(s, "on_cpu_us"),
+        sched_part(s, "runnable_us"),
+        sched_part(s, "blocked_us"),
+    )
+}
+
+/// The calls of syscall `name` in a report's syscall table (0 when it has no row).
+fn syscall_calls(r: &serde_json::Value, name: &str) -> u64 {
+    r["syscalls"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|s| s["name"] == name)
+        .and_then(|s| s["calls"].as_u64())
+        .unwrap_or(0)
+}
+
+/// A report's per-command row of `command` over the whole trace (phase `all`).
+fn command_row<'a>(r: &'a serde_json::Value, command: &str) -> &'a serde_json::Value {
+    r["commands"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["command"] == command && c["phase"] == "all")
+        .unwrap_or_else(|| panic!("no {command} row: {}", r["commands"]))
+}
+
 /// A gap mostly on a CPU is a slow command, named when the backend reads requests (bpf):
 /// the busy EVAL's gap says EVAL in its cause, and the command finding names it. The main
 /// thread runs in the real-time class so that, on a busy machine, the gap is still mostly on
@@ -1343,14 +1263,8 @@ fn bpf_backend_names_the_command_a_busy_gap_ran() {
     }
     let redis = Redis::start(&[]);
     realtime(redis.pid());
-    let a = Attach::start(
-        "bpf",
-        redis.pid(),
-        &["--threshold", "20ms", "--format", "json"],
-    );
-    assert!(a.attached, "{:?}", a.stderr);
-    let script = "local t = redis.call('TIME') local s = t[1] * 1000000 + t[2] \
-                  while true do local n = redis.call('TIME') if n[1] * 1000000 + n[2] - s > 300000 then break end end return 1";
+    let a = attach_json("bpf", &redis, &["--threshold", "20ms"]);
+    let script = &busy_script(300_000);
     let r = eval_until_a_gap(&redis, a, script);
     let gaps = main_gaps(&r);
     let g = gaps
@@ -1385,28 +1299,13 @@ fn names_a_gap_spent_waiting_for_a_cpu(backend: &str) {
     pin(redis.pid(), cpu);
     renice(redis.pid(), 19);
     let hog = Hog::on_cpu(cpu);
-    let mut a = Attach::start(
-        backend,
-        redis.pid(),
-        &["--threshold", "20ms", "--format", "json"],
-    );
-    assert!(a.attached, "{:?}", a.stderr);
-    let script = "local t = redis.call('TIME') local s = t[1] * 1000000 + t[2] \
-                  while true do local n = redis.call('TIME') if n[1] * 1000000 + n[2] - s > 300000 then break end end return 1";
+    let mut a = attach_json(backend, &redis, &["--threshold", "20ms"]);
+    let script = &busy_script(300_000);
     let mut c = redis.client();
-    assert!(matches!(
-        c.cmd(&["EVAL", script, "0"]).expect("EVAL"),
-        Reply::Int(1)
-    ));
-    assert!(
-        a.wait_line(|l| l.starts_with("stall:") && l.contains("gap"), DEADLINE),
-        "no live stall line; stderr: {:?}",
-        a.stderr
-    );
+    eval_returns_1(&mut c, script);
+    wait_gap_line(&mut a);
     drop(hog);
-    // SAFETY: a signal to the stallscope this test started.
-    unsafe { libc::kill(a.child.id() as i32, libc::SIGINT) };
-    let (_, out) = finish(a, DEADLINE);
+    let (_, out) = interrupt(a, DEADLINE);
     let r = json(&out);
     let gaps = main_gaps(&r);
     let g = gaps
@@ -1449,21 +1348,14 @@ fn counts_the_wait_for_a_cpu_after_a_wakeup_as_runnable(backend: &str) {
     let mut seen = vec![];
     for _ in 0..6 {
         let hog = Hog::on_cpu(cpu);
-        let a = Attach::start(
-            backend,
-            redis.pid(),
-            &["--threshold", "50ms", "--format", "json"],
-        );
-        assert!(a.attached, "{:?}", a.stderr);
+        let a = attach_json(backend, &redis, &["--threshold", "50ms"]);
         let mut c = redis.client();
         for _ in 0..3 {
             let r = c.cmd(&["DEBUG", "SLEEP", "0.2"]).expect("DEBUG SLEEP");
             assert_eq!(r.text(), "+OK");
         }
         drop(hog);
-        // SAFETY: a signal to the stallscope this test started.
-        unsafe { libc::kill(a.child.id() as i32, libc::SIGINT) };
-        let (_, out) = finish(a, DEADLINE);
+        let (_, out) = interrupt(a, DEADLINE);
         let r = json(&out);
         let sleeps: Vec<serde_json::Value> = r["stalls"]
             .as_array()
@@ -1477,11 +1369,7 @@ fn counts_the_wait_for_a_cpu_after_a_wakeup_as_runnable(backend: &str) {
         assert!(!sleeps.is_empty(), "no sleep among {}", r["stalls"]);
         for s in &sleeps {
             let d = s["duration_us"].as_i64().unwrap_or(0);
-            let (on, run, blocked) = (
-                sched_part(s, "on_cpu_us"),
-                sched_part(s, "runnable_us"),
-                sched_part(s, "blocked_us"),
-            );
+            let (on, run, blocked) = sched_parts(s);
             assert!((on + run + blocked - d).abs() <= 3, "parts add up: {s}");
             assert!(blocked >= 150_000, "asleep for most of it: {s}");
         }
@@ -1526,20 +1414,13 @@ fn splits_a_call_already_running_at_the_attach_from_the_attach(backend: &str) {
             std::thread::sleep(Duration::from_millis(5));
         }
         assert!(in_sleep(), "the main thread never slept");
-        let a = Attach::start(
-            backend,
-            redis.pid(),
-            &["--threshold", "100ms", "--format", "json"],
-        );
-        assert!(a.attached, "{:?}", a.stderr);
+        let a = attach_json(backend, &redis, &["--threshold", "100ms"]);
         let landed = in_sleep();
         assert_eq!(
             sleep.join().expect("DEBUG SLEEP").ok().as_deref(),
             Some("+OK")
         );
-        // SAFETY: a signal to the stallscope this test started.
-        unsafe { libc::kill(a.child.id() as i32, libc::SIGINT) };
-        let (_, out) = finish(a, DEADLINE);
+        let (_, out) = interrupt(a, DEADLINE);
         if !landed {
             eprintln!("attempt {attempt}: the attach came after the sleep");
             continue;
@@ -1557,11 +1438,7 @@ fn splits_a_call_already_running_at_the_attach_from_the_attach(backend: &str) {
             .unwrap_or_else(|| panic!("no sleep in flight at the start: {}", r["stalls"]));
         assert_eq!(s["sched"]["since_attach"], true, "{s}");
         let d = s["duration_us"].as_i64().unwrap_or(0);
-        let (on, run, blocked) = (
-            sched_part(s, "on_cpu_us"),
-            sched_part(s, "runnable_us"),
-            sched_part(s, "blocked_us"),
-        );
+        let (on, run, blocked) = sched_parts(s);
         assert!((on + run + blocked - d).abs() <= 3, "parts add up: {s}");
         assert!(blocked * 2 >= d, "asleep for most of its traced part: {s}");
         assert!(
@@ -1597,17 +1474,8 @@ fn counts_the_copy_on_write_faults_after_a_bgsave_fork(backend: &str) {
         .cmd(&["CONFIG", "SET", "rdb-key-save-delay", "50"])
         .expect("CONFIG SET");
     assert_eq!(r.text(), "+OK");
-    let a = Attach::start(
-        backend,
-        redis.pid(),
-        &["--threshold", "5ms", "--format", "json"],
-    );
-    assert!(a.attached, "{:?}", a.stderr);
-    let r = c.cmd(&["BGSAVE"]).expect("BGSAVE");
-    assert!(
-        matches!(&r, Reply::Simple(s) if s.contains("Background saving started")),
-        "{r:?}"
-    );
+    let a = attach_json(backend, &redis, &["--threshold", "5ms"]);
+    bgsave(&mut c);
     let script = "for i = 0, tonumber(ARGV[1]) - 1 do redis.call('SETRANGE', 'key:' .. i, 0, 'x') end return 1";
     let sent = epoch_now();
     let r = c
@@ -1619,28 +1487,12 @@ fn counts_the_copy_on_write_faults_after_a_bgsave_fork(backend: &str) {
         .cmd(&["CONFIG", "SET", "rdb-key-save-delay", "0"])
         .expect("CONFIG SET");
     assert_eq!(r.text(), "+OK");
-    let start = Instant::now();
-    while c
-        .info_field("persistence", "rdb_bgsave_in_progress")
-        .as_deref()
-        != Some("0")
-    {
-        assert!(start.elapsed() < DEADLINE, "the BGSAVE did not end");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    // SAFETY: a signal to the stallscope this test started.
-    unsafe { libc::kill(a.child.id() as i32, libc::SIGINT) };
-    let (_, out) = finish(a, DEADLINE);
+    wait_bgsave_over(&mut c);
+    let (_, out) = interrupt(a, DEADLINE);
     let r = json(&out);
-    let at = |s: &serde_json::Value| {
-        s["ts_iso"]
-            .as_str()
-            .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
-            .map(|d| d.timestamp_micros() as f64 / 1e6)
-    };
     let gaps: Vec<&serde_json::Value> = main_gaps(&r)
         .into_iter()
-        .filter(|s| at(s).is_some_and(|t| t >= sent - 0.001 && t <= replied))
+        .filter(|s| began_between(s, sent, replied))
         .collect();
     // A fault per value written, nearly all in gaps: the few taken inside the script's short
     // syscalls (memory the allocator asks for) are in no stall.
@@ -1668,18 +1520,12 @@ fn counts_the_copy_on_write_faults_after_a_bgsave_fork(backend: &str) {
 /// a busy script after the load is a stall found after it).
 #[test]
 fn perf_backend_recording_keeps_its_lost_events() {
-    let _g = serial();
-    if can_run("perf") {
-        lost_events_read_back_from_a_recording("perf");
-    }
+    gated("perf", lost_events_read_back_from_a_recording);
 }
 
 #[test]
 fn bpf_backend_recording_keeps_its_lost_events() {
-    let _g = serial();
-    if can_run("bpf") {
-        lost_events_read_back_from_a_recording("bpf");
-    }
+    gated("bpf", lost_events_read_back_from_a_recording);
 }
 
 fn lost_events_read_back_from_a_recording(backend: &str) {
@@ -1701,27 +1547,15 @@ fn lost_events_read_back_from_a_recording(backend: &str) {
         ],
     );
     assert!(a.attached, "{:?}", a.stderr);
-    let loads: Vec<_> = (0..8)
-        .map(|_| {
-            let port = redis.port;
-            std::thread::spawn(move || set_load(port, 4000))
-        })
-        .collect();
-    for l in loads {
-        let _ = l.join();
-    }
-    let script = "local t = redis.call('TIME') local s = t[1] * 1000000 + t[2] \
-                  while true do local n = redis.call('TIME') if n[1] * 1000000 + n[2] - s > 50000 then break end end return 1";
+    flood(redis.port);
+    let script = &busy_script(50_000);
     let mut c = redis.client();
     // The script's gap is seen whole once the ring keeps up again: while the analysis works
     // through the load's backlog a one-page ring may still drop the calls around it, so the
     // script is run again until its gap is printed.
     let start = Instant::now();
     loop {
-        assert!(matches!(
-            c.cmd(&["EVAL", script, "0"]).expect("EVAL"),
-            Reply::Int(1)
-        ));
+        eval_returns_1(&mut c, script);
         if a.wait_line(
             |l| l.starts_with("stall:") && l.contains("gap"),
             Duration::from_secs(10),
@@ -1734,9 +1568,7 @@ fn lost_events_read_back_from_a_recording(backend: &str) {
             a.stderr
         );
     }
-    // SAFETY: a signal to the stallscope this test started.
-    unsafe { libc::kill(a.child.id() as i32, libc::SIGINT) };
-    let (_, out) = finish(a, DEADLINE);
+    let (_, out) = interrupt(a, DEADLINE);
     let live = json(&out);
     let lost = live["summary"]["lost_events"].as_u64().unwrap_or(0);
     assert!(
@@ -1850,12 +1682,7 @@ fn queued_behind_a_sleep(stamps: bool) {
     assert_eq!(r["summary"]["lost_events"], 0);
     let start = if stamps { "arrival" } else { "event_loop" };
     assert_eq!(r["summary"]["command_start"], start, "{}", r["summary"]);
-    let get = r["commands"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|c| c["command"] == "GET" && c["phase"] == "all")
-        .unwrap_or_else(|| panic!("no GET row: {}", r["commands"]));
+    let get = command_row(&r, "GET");
     let max = get["max_us"].as_i64().expect("max_us");
     if stamps {
         assert_eq!(get["from_arrival"], 1, "{get}");
@@ -1911,12 +1738,7 @@ fn bpf_a_burst_read_in_several_reads_is_timed_from_its_one_arrival() {
         return;
     }
     let redis = Redis::start(&["--enable-debug-command", "yes"]);
-    let a = Attach::start(
-        "bpf",
-        redis.pid(),
-        &["--threshold", "100ms", "--format", "json"],
-    );
-    assert!(a.attached, "{:?}", a.stderr);
+    let a = attach_json("bpf", &redis, &["--threshold", "100ms"]);
     let mut s = std::net::TcpStream::connect(("127.0.0.1", redis.port)).expect("connect");
     s.set_read_timeout(Some(DEADLINE)).expect("timeout");
     let ping = b"*1\r\n$4\r\nPING\r\n";
@@ -1936,25 +1758,13 @@ fn bpf_a_burst_read_in_several_reads_is_timed_from_its_one_arrival() {
     s.read_exact(&mut replies[1..]).expect("PONGs");
     assert!(replies.chunks(pong.len()).all(|c| c == pong));
     assert_eq!(sleeper.join().expect("sleeper thread"), "+OK");
-    unsafe { libc::kill(a.child.id() as i32, libc::SIGINT) };
-    let (_, out) = finish(a, Duration::from_secs(20));
+    let (_, out) = interrupt(a, Duration::from_secs(20));
     let r = json(&out);
     assert_eq!(r["summary"]["lost_events"], 0);
     // Only the first commands of each read are named (64 bytes are copied): some of every
     // read, so more than one read's worth when the burst took several.
-    let reads = r["syscalls"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|c| c["name"] == "read")
-        .and_then(|c| c["calls"].as_u64())
-        .unwrap_or(0);
-    let p = r["commands"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|c| c["command"] == "PING" && c["phase"] == "all")
-        .unwrap_or_else(|| panic!("no PING row: {}", r["commands"]));
+    let reads = syscall_calls(&r, "read");
+    let p = command_row(&r, "PING");
     assert!(reads >= 3, "{reads} reads");
     assert_eq!(p["from_arrival"], p["calls"], "{p}");
     // Every read of the burst waited for the rest of the sleep, as its client did: none is

@@ -78,6 +78,17 @@ impl Watch {
         Watch { child, stderr }
     }
 
+    /// `start`, then its "watching" line, which a test waits for before it acts.
+    pub(crate) fn start_watching(args: &[&str]) -> Watch {
+        let w = Watch::start(args);
+        assert!(
+            w.wait_line("watching", Duration::from_secs(20)),
+            "{:?}",
+            w.lines()
+        );
+        w
+    }
+
     pub(crate) fn lines(&self) -> Vec<String> {
         self.stderr.lock().unwrap().clone()
     }
@@ -87,6 +98,16 @@ impl Watch {
             self.lines().iter().any(|l| l.contains(what)).then_some(())
         })
         .is_some()
+    }
+
+    /// SIGTERM: it exits 0 before the live tests' deadline.
+    pub(crate) fn assert_sigterm_exits_0(&mut self) {
+        assert_eq!(
+            self.terminate(crate::common::DEADLINE),
+            Some(0),
+            "{:?}",
+            self.lines()
+        );
     }
 
     /// SIGTERM, then the exit status within `limit`.
@@ -116,6 +137,70 @@ fn debug_sleep(port: u16) {
     assert_eq!(r.text(), "+OK");
 }
 
+/// The incident reports written to `out`, once there is one (a panic after a minute).
+fn wait_incident_reports(out: &Path, w: &Watch) -> Vec<PathBuf> {
+    poll(Duration::from_secs(60), || {
+        let v = incident_reports(out);
+        (!v.is_empty()).then_some(v)
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "no incident report in {}; watcher: {:?}",
+            out.display(),
+            w.lines()
+        )
+    })
+}
+
+fn read_json(path: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+/// The main thread's stall that `debug_sleep` made (300 ms, at least 250 ms as measured).
+fn sleep_stall(r: &serde_json::Value) -> &serde_json::Value {
+    let stalls = r["stalls"].as_array().expect("stalls");
+    stalls
+        .iter()
+        .find(|s| s["thread"] == "main" && s["duration_us"].as_i64().unwrap_or(0) >= 250_000)
+        .unwrap_or_else(|| panic!("no 300 ms main-thread stall in {stalls:?}"))
+}
+
+/// `stallscope analyze` of a recording, as JSON.
+fn replay(recording: &Path) -> serde_json::Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_stallscope"))
+        .args(["analyze", recording.to_str().unwrap(), "--format", "json"])
+        .output()
+        .unwrap();
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)))
+}
+
+/// A client's SETs of keys k0.. on a thread of its own: traffic while the test acts.
+fn set_load(port: u16, n: usize) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let mut c = Client::connect(port, Duration::from_secs(20)).unwrap();
+        for i in 0..n {
+            c.cmd(&["SET", &format!("k{i}"), "v"]).unwrap();
+        }
+    })
+}
+
+/// A watcher of `redis` that writes an incident to `out` a second after its stall, with
+/// `extra` arguments.
+fn watch_incidents(redis: &Redis, out: &Path, extra: &[&str]) -> Watch {
+    let pid = redis.pid().to_string();
+    let mut args = vec![
+        "--pid",
+        &pid,
+        "--out",
+        out.to_str().unwrap(),
+        "--after",
+        "1s",
+    ];
+    args.extend_from_slice(extra);
+    Watch::start_watching(&args)
+}
+
 pub(crate) fn incident_reports(dir: &Path) -> Vec<PathBuf> {
     let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
         .into_iter()
@@ -137,12 +222,7 @@ fn prometheus_counts_an_injected_stall() {
     let redis = debug_redis();
     let mport = free_port();
     let maddr = format!("127.0.0.1:{mport}");
-    let w = Watch::start(&["--pid", &redis.pid().to_string(), "--metrics", &maddr]);
-    assert!(
-        w.wait_line("watching", Duration::from_secs(20)),
-        "{:?}",
-        w.lines()
-    );
+    let w = Watch::start_watching(&["--pid", &redis.pid().to_string(), "--metrics", &maddr]);
     let tmp = tempfile::tempdir().unwrap();
     let conf = tmp.path().join("prometheus.yml");
     std::fs::write(
@@ -230,36 +310,19 @@ fn an_injected_stall_leaves_an_incident_report_and_an_event_line() {
     let out = tmp.path().join("incidents");
     let events = tmp.path().join("stalls.jsonl");
     let mport = free_port();
-    let w = Watch::start(&[
-        "--pid",
-        &redis.pid().to_string(),
-        "--out",
-        out.to_str().unwrap(),
-        "--events",
-        events.to_str().unwrap(),
-        "--after",
-        "1s",
-        "--record",
-        "--metrics",
-        &format!(":{mport}"),
-    ]);
-    assert!(
-        w.wait_line("watching", Duration::from_secs(20)),
-        "{:?}",
-        w.lines()
+    let w = watch_incidents(
+        &redis,
+        &out,
+        &[
+            "--events",
+            events.to_str().unwrap(),
+            "--record",
+            "--metrics",
+            &format!(":{mport}"),
+        ],
     );
     debug_sleep(redis.port);
-    let reports = poll(Duration::from_secs(60), || {
-        let v = incident_reports(&out);
-        (!v.is_empty()).then_some(v)
-    })
-    .unwrap_or_else(|| {
-        panic!(
-            "no incident report in {}; watcher: {:?}",
-            out.display(),
-            w.lines()
-        )
-    });
+    let reports = wait_incident_reports(&out, &w);
     assert_eq!(reports.len(), 1, "{reports:?}");
     let json_path = &reports[0];
     let name = json_path.file_name().unwrap().to_string_lossy().to_string();
@@ -268,8 +331,7 @@ fn an_injected_stall_leaves_an_incident_report_and_an_event_line() {
         name.len() > 25 && name.as_bytes()[4] == b'-' && name.as_bytes()[10] == b'T',
         "{name}"
     );
-    let r: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(json_path).unwrap()).unwrap();
+    let r = read_json(json_path);
     assert_eq!(r["source"]["kind"], "live");
     // auto: bpf or perf, never ptrace.
     assert!(
@@ -277,11 +339,7 @@ fn an_injected_stall_leaves_an_incident_report_and_an_event_line() {
         "{}",
         r["source"]
     );
-    let stalls = r["stalls"].as_array().expect("stalls");
-    let sleep = stalls
-        .iter()
-        .find(|s| s["thread"] == "main" && s["duration_us"].as_i64().unwrap_or(0) >= 250_000)
-        .unwrap_or_else(|| panic!("no 300 ms main-thread stall in {stalls:?}"));
+    let sleep = sleep_stall(&r);
     let finding = sleep["finding"].as_str().expect("the stall has a finding");
     assert!(name.contains(finding), "{name} does not name {finding}");
     // The incident's own /proc samples, as attach has them, and the main thread's schedstat.
@@ -320,11 +378,7 @@ fn an_injected_stall_leaves_an_incident_report_and_an_event_line() {
         );
     }
     // The recording reads back to a report with the same stall.
-    let again = Command::new(env!("CARGO_BIN_EXE_stallscope"))
-        .args(["analyze", strace.to_str().unwrap(), "--format", "json"])
-        .output()
-        .unwrap();
-    let again: serde_json::Value = serde_json::from_slice(&again.stdout).unwrap();
+    let again = replay(&strace);
     assert!(
         again["summary"]["stalls"].as_u64().unwrap_or(0) >= 1,
         "{}",
@@ -362,7 +416,7 @@ fn unwritable_out_is_counted_and_rate_limit_too_and_watching_goes_on() {
     std::fs::write(&blocker, "x").unwrap();
     let bad = blocker.join("incidents");
     let mport = free_port();
-    let w = Watch::start(&[
+    let w = Watch::start_watching(&[
         "--pid",
         &redis.pid().to_string(),
         "--out",
@@ -374,11 +428,6 @@ fn unwritable_out_is_counted_and_rate_limit_too_and_watching_goes_on() {
         "--metrics",
         &format!("127.0.0.1:{mport}"),
     ]);
-    assert!(
-        w.wait_line("watching", Duration::from_secs(20)),
-        "{:?}",
-        w.lines()
-    );
     debug_sleep(redis.port);
     let err = poll(Duration::from_secs(60), || {
         metric(mport, "stallscope_incident_write_errors_total").filter(|n| *n >= 1.0)
@@ -451,6 +500,23 @@ fn named_redis(dir: &Path, bin: &Path, port: u16) -> Child {
     child
 }
 
+/// The redis-server on PATH, to copy or run under another name.
+fn redis_server_bin() -> PathBuf {
+    let out = Command::new("sh")
+        .args(["-c", "command -v redis-server"])
+        .output()
+        .unwrap();
+    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+}
+
+/// Whether the watcher's metrics on `mport` say `stallscope_attached` is `want` within 30 s.
+fn attached_within_30s(mport: u16, want: f64) -> bool {
+    poll(Duration::from_secs(30), || {
+        metric(mport, "stallscope_attached").filter(|v| *v == want)
+    })
+    .is_some()
+}
+
 fn stop_child(c: &mut Child) {
     unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
     if poll(Duration::from_secs(10), || c.try_wait().ok().flatten()).is_none() {
@@ -466,11 +532,7 @@ fn name_follows_a_restart() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
-    let src = Command::new("sh")
-        .args(["-c", "command -v redis-server"])
-        .output()
-        .unwrap();
-    let src = String::from_utf8_lossy(&src.stdout).trim().to_string();
+    let src = redis_server_bin();
     let tag = format!("{:02}", std::process::id() % 100);
     let name = format!("redis-server-{tag}");
     let bin = tmp.path().join(&name);
@@ -479,12 +541,7 @@ fn name_follows_a_restart() {
     let mut r1 = named_redis(tmp.path(), &bin, port);
     let mport = free_port();
     let w = Watch::start(&["--name", &name, "--metrics", &format!(":{mport}")]);
-    let attached = |want: f64| {
-        poll(Duration::from_secs(30), || {
-            metric(mport, "stallscope_attached").filter(|v| *v == want)
-        })
-        .is_some()
-    };
+    let attached = |want: f64| attached_within_30s(mport, want);
     assert!(attached(1.0), "{:?}", w.lines());
     let pid1 = r1.id();
     stop_child(&mut r1);
@@ -546,21 +603,7 @@ fn incidents_carry_redis_latency_events_and_log_lines() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("incidents");
     let addr = format!("127.0.0.1:{}", redis.port);
-    let w = Watch::start(&[
-        "--pid",
-        &redis.pid().to_string(),
-        "--out",
-        out.to_str().unwrap(),
-        "--after",
-        "1s",
-        "--redis",
-        &addr,
-    ]);
-    assert!(
-        w.wait_line("watching", Duration::from_secs(20)),
-        "{:?}",
-        w.lines()
-    );
+    let w = watch_incidents(&redis, &out, &["--redis", &addr]);
     assert!(
         w.wait_line("following redis's log", Duration::from_secs(5)),
         "{:?}",
@@ -570,13 +613,8 @@ fn incidents_carry_redis_latency_events_and_log_lines() {
     let mut c = redis.client();
     c.cmd(&["BGSAVE"]).unwrap();
     debug_sleep(redis.port);
-    let reports = poll(Duration::from_secs(60), || {
-        let v = incident_reports(&out);
-        (!v.is_empty()).then_some(v)
-    })
-    .unwrap_or_else(|| panic!("no incident report; watcher: {:?}", w.lines()));
-    let r: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&reports[0]).unwrap()).unwrap();
+    let reports = wait_incident_reports(&out, &w);
+    let r = read_json(&reports[0]);
     let sec = &r["redis"];
     assert_eq!(sec["log"]["followed"], true, "{sec}");
     assert!(
@@ -588,11 +626,7 @@ fn incidents_carry_redis_latency_events_and_log_lines() {
         "no BGSAVE line in the incident: {sec}"
     );
     assert_eq!(sec["server"]["latency_monitor_threshold_ms"], 100, "{sec}");
-    let stalls = r["stalls"].as_array().unwrap();
-    let sleep = stalls
-        .iter()
-        .find(|s| s["thread"] == "main" && s["duration_us"].as_i64().unwrap_or(0) >= 250_000)
-        .unwrap_or_else(|| panic!("no 300 ms main-thread stall in {stalls:?}"));
+    let sleep = sleep_stall(&r);
     let ev = sleep["redis_evidence"]
         .as_array()
         .cloned()
@@ -614,11 +648,7 @@ fn pid_follows_a_restart_by_its_listening_port() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
-    let src = Command::new("sh")
-        .args(["-c", "command -v redis-server"])
-        .output()
-        .unwrap();
-    let bin = PathBuf::from(String::from_utf8_lossy(&src.stdout).trim());
+    let bin = redis_server_bin();
     let port = free_port();
     let mut r1 = named_redis(tmp.path(), &bin, port);
     let pid1 = r1.id();
@@ -629,12 +659,7 @@ fn pid_follows_a_restart_by_its_listening_port() {
         "--metrics",
         &format!(":{mport}"),
     ]);
-    let attached = |want: f64| {
-        poll(Duration::from_secs(30), || {
-            metric(mport, "stallscope_attached").filter(|v| *v == want)
-        })
-        .is_some()
-    };
+    let attached = |want: f64| attached_within_30s(mport, want);
     assert!(attached(1.0), "{:?}", w.lines());
     stop_child(&mut r1);
     assert!(
@@ -692,12 +717,7 @@ fn pid_without_a_port_or_pidfile_exits_saying_why() {
         poll(Duration::from_secs(10), || sock.exists().then_some(())).is_some(),
         "redis did not create its socket"
     );
-    let mut w = Watch::start(&["--pid", &r.id().to_string()]);
-    assert!(
-        w.wait_line("watching", Duration::from_secs(20)),
-        "{:?}",
-        w.lines()
-    );
+    let mut w = Watch::start_watching(&["--pid", &r.id().to_string()]);
     stop_child(&mut r);
     let code = poll(Duration::from_secs(20), || {
         w.child.try_wait().ok().flatten()
@@ -721,20 +741,9 @@ fn sigterm_detaches_exits_0_and_redis_is_untouched() {
         return;
     }
     let redis = debug_redis();
-    let mut w = Watch::start(&["--pid", &redis.pid().to_string()]);
-    assert!(
-        w.wait_line("watching", Duration::from_secs(20)),
-        "{:?}",
-        w.lines()
-    );
+    let mut w = Watch::start_watching(&["--pid", &redis.pid().to_string()]);
     // Traffic while attached, so the tracer has something in flight when it is stopped.
-    let port = redis.port;
-    let load = std::thread::spawn(move || {
-        let mut c = Client::connect(port, Duration::from_secs(20)).unwrap();
-        for i in 0..2000 {
-            c.cmd(&["SET", &format!("k{i}"), "v"]).unwrap();
-        }
-    });
+    let load = set_load(redis.port, 2000);
     std::thread::sleep(Duration::from_millis(200));
     // How fast is measured by bench/watch.sh (the issue asks for 2 s); on a loaded machine a
     // test only asks that it exits, with 0, before a generous deadline.
@@ -793,7 +802,7 @@ fn auto_never_falls_back_to_ptrace_and_ptrace_warns() {
     }
     // Asked for: it warns about the cost, then watches, and sees commands.
     let mport = free_port();
-    let mut w = Watch::start(&[
+    let mut w = Watch::start_watching(&[
         "--pid",
         &redis.pid().to_string(),
         "--backend",
@@ -801,11 +810,6 @@ fn auto_never_falls_back_to_ptrace_and_ptrace_warns() {
         "--metrics",
         &format!(":{mport}"),
     ]);
-    assert!(
-        w.wait_line("watching", Duration::from_secs(20)),
-        "{:?}",
-        w.lines()
-    );
     assert!(
         w.lines()
             .iter()
@@ -828,12 +832,7 @@ fn auto_never_falls_back_to_ptrace_and_ptrace_warns() {
         .filter(|n| *n >= 50.0)
     });
     assert!(sets.is_some(), "SETs not timed; {:?}", w.lines());
-    assert_eq!(
-        w.terminate(crate::common::DEADLINE),
-        Some(0),
-        "{:?}",
-        w.lines()
-    );
+    w.assert_sigterm_exits_0();
     redis.assert_unharmed();
 }
 
@@ -893,41 +892,23 @@ fn an_incident_recording_replays_to_the_incident_findings() {
     let redis = debug_redis();
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("incidents");
-    let w = Watch::start(&[
-        "--pid",
-        &redis.pid().to_string(),
-        "--out",
-        out.to_str().unwrap(),
-        "--after",
-        "1s",
-        "--record",
-        // Small per-CPU buffers under traffic: records may be lost, and the replay must
-        // place the losses where the incident's analysis had them.
-        "--perf-pages",
-        "1",
-    ]);
-    assert!(
-        w.wait_line("watching", Duration::from_secs(20)),
-        "{:?}",
-        w.lines()
+    let w = watch_incidents(
+        &redis,
+        &out,
+        &[
+            "--record",
+            // Small per-CPU buffers under traffic: records may be lost, and the replay must
+            // place the losses where the incident's analysis had them.
+            "--perf-pages",
+            "1",
+        ],
     );
-    let port = redis.port;
-    let load = std::thread::spawn(move || {
-        let mut c = Client::connect(port, Duration::from_secs(20)).unwrap();
-        for i in 0..3000 {
-            c.cmd(&["SET", &format!("k{i}"), "v"]).unwrap();
-        }
-    });
+    let load = set_load(redis.port, 3000);
     debug_sleep(redis.port);
     load.join().unwrap();
-    let reports = poll(Duration::from_secs(60), || {
-        let v = incident_reports(&out);
-        (!v.is_empty()).then_some(v)
-    })
-    .unwrap_or_else(|| panic!("no incident report; watcher: {:?}", w.lines()));
+    let reports = wait_incident_reports(&out, &w);
     let json_path = &reports[0];
-    let r: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(json_path).unwrap()).unwrap();
+    let r = read_json(json_path);
     let stem = json_path.to_str().unwrap().strip_suffix(".json").unwrap();
     let strace = format!("{stem}.strace");
     let lost = r["summary"]["lost_events"].as_u64().unwrap_or(0);
@@ -942,12 +923,7 @@ fn an_incident_recording_replays_to_the_incident_findings() {
             "a bpf incident's recording has the scheduler's split"
         );
     }
-    let again = Command::new(env!("CARGO_BIN_EXE_stallscope"))
-        .args(["analyze", &strace, "--format", "json"])
-        .output()
-        .unwrap();
-    let again: serde_json::Value = serde_json::from_slice(&again.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&again.stderr)));
+    let again = replay(Path::new(&strace));
     assert_eq!(again["summary"]["lost_events"].as_u64().unwrap_or(0), lost);
     let (s1, f1) = stalls_and_findings(&r);
     let (s2, f2) = stalls_and_findings(&again);
@@ -970,23 +946,7 @@ fn the_redis_pollers_connections_are_not_client_commands() {
     let out = tmp.path().join("incidents");
     let addr = format!("127.0.0.1:{}", redis.port);
     // ptrace: the backend that sees every request buffer on any machine.
-    let w = Watch::start(&[
-        "--pid",
-        &redis.pid().to_string(),
-        "--backend",
-        "ptrace",
-        "--out",
-        out.to_str().unwrap(),
-        "--after",
-        "1s",
-        "--redis",
-        &addr,
-    ]);
-    assert!(
-        w.wait_line("watching", Duration::from_secs(20)),
-        "{:?}",
-        w.lines()
-    );
+    let w = watch_incidents(&redis, &out, &["--backend", "ptrace", "--redis", &addr]);
     assert!(
         w.wait_line("(CONFIG GET logfile)", Duration::from_secs(5)),
         "the log was not found through CONFIG GET: {:?}",
@@ -1001,13 +961,8 @@ fn the_redis_pollers_connections_are_not_client_commands() {
     // A few poller rounds before the stall.
     std::thread::sleep(Duration::from_millis(2500));
     debug_sleep(redis.port);
-    let reports = poll(Duration::from_secs(60), || {
-        let v = incident_reports(&out);
-        (!v.is_empty()).then_some(v)
-    })
-    .unwrap_or_else(|| panic!("no incident report; watcher: {:?}", w.lines()));
-    let r: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&reports[0]).unwrap()).unwrap();
+    let reports = wait_incident_reports(&out, &w);
+    let r = read_json(&reports[0]);
     let cmds: Vec<String> = r["commands"]
         .as_array()
         .into_iter()
@@ -1026,11 +981,6 @@ fn the_redis_pollers_connections_are_not_client_commands() {
         );
     }
     let mut w = w;
-    assert_eq!(
-        w.terminate(crate::common::DEADLINE),
-        Some(0),
-        "{:?}",
-        w.lines()
-    );
+    w.assert_sigterm_exits_0();
     redis.assert_unharmed();
 }

@@ -9,10 +9,18 @@ use crate::source::{Clock, Counters, SourceInfo, TimeFmt};
 
 const MS: i64 = 1_000_000;
 const US: i64 = 1_000;
+const PING: &[u8] = b"*1\r\n$4\r\nPING\r\n";
+const PONG: &[u8] = b"+PONG\r\n";
+const GET: &[u8] = b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n";
+const SET: &[u8] = b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n";
+const OK: &[u8] = b"+OK\r\n";
+const EVAL: &[u8] = b"*3\r\n$4\r\nEVAL\r\n$1\r\nx\r\n$1\r\n0\r\n";
 
 struct Seq {
     a: Analyzer,
     line: u64,
+    /// Where `next_call` puts the main thread's next call.
+    at: i64,
 }
 
 impl Seq {
@@ -34,7 +42,12 @@ impl Seq {
         Seq {
             a: Analyzer::new(o),
             line: 0,
+            at: 0,
         }
+    }
+    /// Redis with one I/O thread, both named as `--threads` would name them.
+    fn with_io_thread() -> Self {
+        Self::named(&[(100, "redis-server"), (102, "io_thd_1")])
     }
     fn ev(&mut self, tid: u32, ts: i64, kind: EventKind) {
         self.line += 1;
@@ -63,6 +76,36 @@ impl Seq {
         sc.dur_src = DurSource::Measured;
         sc.extra = extra;
         self.ev(tid, ts, EventKind::Syscall(sc));
+    }
+    /// A wait of the event loop, whose epoll fd is 5 in these sequences.
+    fn epoll_wait(&mut self, tid: u32, ts: i64, dur: i64, ready: i64) {
+        self.call(tid, ts, dur, "epoll_wait", Some(5), ready, Extra::None);
+    }
+    /// A fork: a clone that makes a process (`child`), not a thread.
+    fn fork(&mut self, tid: u32, ts: i64, dur: i64, child: i64) {
+        let extra = Extra::Clone { thread: false };
+        self.call(tid, ts, dur, "clone", None, child, extra);
+    }
+    /// A client's connection (`fd`) accepted on the listening socket, fd 6.
+    fn accept(&mut self, tid: u32, ts: i64, dur: i64, fd: i64) {
+        self.call(tid, ts, dur, "accept4", Some(6), fd, Extra::None);
+    }
+    fn fdatasync(&mut self, tid: u32, ts: i64, dur: i64, fd: i32) {
+        self.call(tid, ts, dur, "fdatasync", Some(fd), 0, Extra::None);
+    }
+    /// A main-thread call that starts where the one before it ended (`at`), timed as `src`
+    /// times it and returning `data`'s length (1 without data): a synchronous client's
+    /// turns, whose timing rules depend on how each duration is known.
+    fn next_call(&mut self, name: &'static str, fd: i32, dur: i64, src: DurSource, data: &[u8]) {
+        let mut sc = Syscall::new(name);
+        sc.fd = Some(fd);
+        sc.ret = Ret::Val(data.len().max(1) as i64);
+        (sc.dur, sc.dur_src) = (Some(dur), src);
+        if !data.is_empty() {
+            sc.extra = Extra::Data(Data::new(data, false));
+        }
+        self.ev(100, self.at, EventKind::Syscall(sc));
+        self.at += dur;
     }
     /// A call the trace shows only part of: in flight at its start or end, `dur` long as
     /// far as the trace knows (no result).
@@ -140,10 +183,32 @@ fn ids(r: &Report) -> Vec<&str> {
     r.findings.iter().map(|f| f.id.as_str()).collect()
 }
 
+fn assert_no_gap(r: &Report) {
+    if let Some(gap) = r.stalls.iter().find(|x| x.kind == StallKind::Gap) {
+        panic!("a gap: {gap:?}");
+    }
+}
+
+/// The report as the table prints it.
+fn table_text(r: &Report) -> String {
+    let mut out = Vec::new();
+    crate::render::table::render(r, &mut out, false).unwrap();
+    String::from_utf8(out).unwrap()
+}
+
+/// The table's section of calls still running when the trace ended.
+fn still_running(r: &Report) -> String {
+    let text = table_text(r);
+    text.split("STILL RUNNING")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no in-flight section: {text}"))
+        .to_string()
+}
+
 #[test]
 fn idle_main_thread_is_not_a_stall() {
     let mut s = Seq::new();
-    s.call(100, 0, 2_000 * MS, "epoll_wait", Some(5), 0, Extra::None);
+    s.epoll_wait(100, 0, 2_000 * MS, 0);
     s.call(100, 2_000 * MS, 20 * US, "getpid", None, 100, Extra::None);
     // A long exit_group is no stall, and no idle time either.
     s.call(100, 2_001 * MS, 50 * MS, "exit_group", None, 0, Extra::None);
@@ -158,7 +223,7 @@ fn idle_main_thread_is_not_a_stall() {
 #[test]
 fn sleeping_bio_thread_is_not_a_stall_but_a_main_futex_is() {
     let mut s = Seq::new();
-    s.call(100, 0, 10 * US, "epoll_wait", Some(5), 0, Extra::None);
+    s.epoll_wait(100, 0, 10 * US, 0);
     s.call(101, 0, 5_000 * MS, "futex", None, 0, Extra::None);
     s.call(100, MS, 50 * MS, "futex", None, 0, Extra::None);
     let r = s.report();
@@ -172,7 +237,7 @@ fn sleeping_bio_thread_is_not_a_stall_but_a_main_futex_is() {
 #[test]
 fn sleep_is_idle_in_a_bio_thread_and_a_stall_in_main() {
     let mut s = Seq::new();
-    s.call(100, 0, 10 * US, "epoll_wait", Some(5), 0, Extra::None);
+    s.epoll_wait(100, 0, 10 * US, 0);
     s.call(101, 0, 1_000 * MS, "clock_nanosleep", None, 0, Extra::None);
     s.call(100, MS, 150 * MS, "clock_nanosleep", None, 0, Extra::None);
     s.call(100, 160 * MS, 40 * MS, "poll", None, 1, Extra::None);
@@ -196,20 +261,12 @@ fn sleep_is_idle_in_a_bio_thread_and_a_stall_in_main() {
 fn io_and_bio_thread_gaps_are_not_stalls() {
     let mut s = Seq::named(&[(102, "io_thd_1"), (103, "bio_lazy_free")]);
     s.call(102, 0, 10 * US, "read", Some(9), 10, Extra::None);
-    s.call(100, 0, 10 * US, "epoll_wait", Some(5), 1, Extra::None);
+    s.epoll_wait(100, 0, 10 * US, 1);
     s.call(102, 200 * MS, 10 * US, "write", Some(9), 5, Extra::None);
     // bio_lazy_free freeing a flushed keyspace: 250 ms of its own work, no client waits.
     s.call(103, 0, 10 * US, "futex", None, 0, Extra::None);
     s.call(103, 250 * MS, 10 * US, "munmap", None, 0, Extra::None);
-    s.call(
-        100,
-        300 * MS,
-        10 * US,
-        "epoll_wait",
-        Some(5),
-        1,
-        Extra::None,
-    );
+    s.epoll_wait(100, 300 * MS, 10 * US, 1);
     let r = s.report();
     assert_eq!(r.stalls.len(), 1, "{:?}", r.stalls);
     assert_eq!(r.stalls[0].who.thread, "main");
@@ -220,7 +277,7 @@ fn io_and_bio_thread_gaps_are_not_stalls() {
 #[test]
 fn calls_cut_by_the_trace_end_are_listed_whatever_their_known_part() {
     let mut s = Seq::new();
-    s.call(100, 0, 10 * US, "epoll_wait", Some(5), 0, Extra::None);
+    s.epoll_wait(100, 0, 10 * US, 0);
     s.partial(
         100,
         MS,
@@ -253,7 +310,7 @@ fn calls_cut_by_the_trace_end_are_listed_whatever_their_known_part() {
 #[test]
 fn gap_in_main_thread_is_a_command_stall() {
     let mut s = Seq::new();
-    s.call(100, 0, 10 * US, "epoll_wait", Some(5), 0, Extra::None);
+    s.epoll_wait(100, 0, 10 * US, 0);
     s.call(100, 300 * MS, 10 * US, "write", Some(9), 5, Extra::None);
     let r = s.report();
     assert_eq!(r.stalls.len(), 1);
@@ -267,12 +324,12 @@ fn gap_in_main_thread_is_a_command_stall() {
 #[test]
 fn reused_fd_number_is_attributed_to_the_right_file() {
     let mut s = Seq::new();
-    s.call(100, 0, 10 * US, "epoll_wait", Some(5), 0, Extra::None);
+    s.epoll_wait(100, 0, 10 * US, 0);
     s.open(100, MS, "/proc/self/stat", 8);
     s.call(100, 2 * MS, 10 * US, "close", Some(8), 0, Extra::None);
     s.open(100, 3 * MS, "/data/redis.log", 8);
     s.call(100, 4 * MS, 4_000 * MS, "close", Some(8), 0, Extra::None);
-    s.call(100, 4_005 * MS, 10 * US, "accept4", Some(6), 8, Extra::None);
+    s.accept(100, 4_005 * MS, 10 * US, 8);
     let r = s.report();
     assert_eq!(r.stalls.len(), 1);
     assert_eq!(r.stalls[0].target.class, Some(FileClass::Log));
@@ -288,7 +345,7 @@ fn reused_fd_number_is_attributed_to_the_right_file() {
 #[test]
 fn slow_open_is_attributed_to_the_file_it_opens() {
     let mut s = Seq::new();
-    s.call(100, 0, 10 * US, "epoll_wait", Some(5), 0, Extra::None);
+    s.epoll_wait(100, 0, 10 * US, 0);
     s.call(
         100,
         MS,
@@ -315,19 +372,11 @@ fn fsync_of_the_aof_in_main_is_aof_fsync_always_even_without_stalls() {
     s.open(100, 0, "/data/appendonlydir/appendonly.aof.1.incr.aof", 7);
     for i in 0..20 {
         let t = MS + i * MS;
-        s.call(100, t, 10 * US, "epoll_wait", Some(5), 1, Extra::None);
+        s.epoll_wait(100, t, 10 * US, 1);
         // The request the wait returned (a loop that never reads is a filtered trace).
         s.read(100, t + 12 * US, 9, b"*3\r\n$4\r\nSADD\r\n");
         s.write(100, t + 20 * US, 10 * US, 7, b"*3\r\n$4\r\nSADD\r\n");
-        s.call(
-            100,
-            t + 40 * US,
-            150 * US,
-            "fdatasync",
-            Some(7),
-            0,
-            Extra::None,
-        );
+        s.fdatasync(100, t + 40 * US, 150 * US, 7);
     }
     let r = s.report();
     assert!(r.stalls.is_empty());
@@ -338,17 +387,9 @@ fn fsync_of_the_aof_in_main_is_aof_fsync_always_even_without_stalls() {
 fn aof_write_overlapping_background_fsync_is_pending_fsync() {
     let mut s = Seq::new();
     s.open(100, 0, "/data/appendonly.aof", 7);
-    s.call(100, MS, 499 * MS, "epoll_wait", Some(5), 1, Extra::None);
+    s.epoll_wait(100, MS, 499 * MS, 1);
     // bio thread: a slow fdatasync of the AOF, 10..1010 ms
-    s.call(
-        101,
-        10 * MS,
-        1_000 * MS,
-        "fdatasync",
-        Some(7),
-        0,
-        Extra::None,
-    );
+    s.fdatasync(101, 10 * MS, 1_000 * MS, 7);
     // main: write to the AOF blocked 500..1010 ms, inside that fsync
     s.write(100, 500 * MS, 510 * MS, 7, b"*3\r\n$3\r\nSET\r\n");
     let r = s.report();
@@ -378,7 +419,7 @@ fn aof_write_overlapping_background_fsync_is_pending_fsync() {
 fn aof_write_alone_when_nothing_else_runs() {
     let mut s = Seq::new();
     s.open(100, 0, "/data/appendonly.aof", 7);
-    s.call(100, MS, 10 * US, "epoll_wait", Some(5), 1, Extra::None);
+    s.epoll_wait(100, MS, 10 * US, 1);
     s.write(100, 2 * MS, 50 * MS, 7, b"*3\r\n$3\r\nSET\r\n");
     let r = s.report();
     assert_eq!(
@@ -397,27 +438,11 @@ fn aof_write_alone_when_nothing_else_runs() {
 fn fork_starts_a_phase_that_sigchld_ends_and_aof_stalls_blame_the_child() {
     let mut s = Seq::new();
     s.open(100, 0, "/data/appendonly.aof", 7);
-    s.call(100, MS, 10 * US, "epoll_wait", Some(5), 1, Extra::None);
-    s.call(
-        100,
-        10 * MS,
-        25 * MS,
-        "clone",
-        None,
-        200,
-        Extra::Clone { thread: false },
-    );
+    s.epoll_wait(100, MS, 10 * US, 1);
+    s.fork(100, 10 * MS, 25 * MS, 200);
     s.open(200, 40 * MS, "/data/temp-rewriteaof-200.aof", 9);
     s.write(200, 41 * MS, MS, 9, b"*2\r\n$6\r\nSELECT\r\n");
-    s.call(
-        100,
-        100 * MS,
-        300 * MS,
-        "fdatasync",
-        Some(7),
-        0,
-        Extra::None,
-    );
+    s.fdatasync(100, 100 * MS, 300 * MS, 7);
     s.ev(
         200,
         900 * MS,
@@ -434,7 +459,7 @@ fn fork_starts_a_phase_that_sigchld_ends_and_aof_stalls_blame_the_child() {
             si_pid: Some(200),
         },
     );
-    s.call(100, 950 * MS, 10 * MS, "fdatasync", Some(7), 0, Extra::None);
+    s.fdatasync(100, 950 * MS, 10 * MS, 7);
     let r = s.report();
     assert_eq!(r.phases.len(), 1);
     let p = &r.phases[0];
@@ -474,16 +499,8 @@ fn fork_starts_a_phase_that_sigchld_ends_and_aof_stalls_blame_the_child() {
 #[test]
 fn child_reading_its_smaps_is_the_copy_on_write_report() {
     let mut s = Seq::new();
-    s.call(100, 0, 10 * US, "epoll_wait", Some(5), 1, Extra::None);
-    s.call(
-        100,
-        MS,
-        5 * MS,
-        "clone",
-        None,
-        200,
-        Extra::Clone { thread: false },
-    );
+    s.epoll_wait(100, 0, 10 * US, 1);
+    s.fork(100, MS, 5 * MS, 200);
     s.open(200, 10 * MS, "/proc/self/smaps", 12);
     s.call(200, 11 * MS, 30 * MS, "read", Some(12), 1024, Extra::None);
     s.open(200, 50 * MS, "/proc/self/stat", 13);
@@ -507,25 +524,9 @@ fn child_reading_its_smaps_is_the_copy_on_write_report() {
 #[test]
 fn gap_during_a_child_is_copy_on_write() {
     let mut s = Seq::new();
-    s.call(100, 0, 10 * US, "epoll_wait", Some(5), 1, Extra::None);
-    s.call(
-        100,
-        MS,
-        5 * MS,
-        "clone",
-        None,
-        300,
-        Extra::Clone { thread: false },
-    );
-    s.call(
-        100,
-        100 * MS,
-        10 * US,
-        "epoll_wait",
-        Some(5),
-        1,
-        Extra::None,
-    );
+    s.epoll_wait(100, 0, 10 * US, 1);
+    s.fork(100, MS, 5 * MS, 300);
+    s.epoll_wait(100, 100 * MS, 10 * US, 1);
     let r = s.report();
     let gap = r.stalls.iter().find(|x| x.kind == StallKind::Gap).unwrap();
     assert_eq!(gap.finding.map(FindingId::as_str), Some("cow-page-faults"));
@@ -535,10 +536,10 @@ fn gap_during_a_child_is_copy_on_write() {
 #[test]
 fn commands_are_timed_and_counted_as_held_by_a_stall() {
     let mut s = Seq::new();
-    s.call(100, 0, 10 * US, "accept4", Some(6), 9, Extra::None);
+    s.accept(100, 0, 10 * US, 9);
     s.open(100, MS, "/data/redis.log", 11);
     // epoll blocks until the request arrives at 10 ms
-    s.call(100, 2 * MS, 8 * MS, "epoll_wait", Some(5), 1, Extra::None);
+    s.epoll_wait(100, 2 * MS, 8 * MS, 1);
     s.read(
         100,
         10 * MS + 20 * US,
@@ -570,19 +571,17 @@ fn commands_are_timed_and_counted_as_held_by_a_stall() {
     assert!(!json.contains("\"k\""));
 }
 
-#[test]
-fn call_still_running_at_the_end_is_listed_even_below_the_threshold() {
+/// The main thread opens the log file, then closes it, the close cut by the trace.
+fn log_close_cut(known: (i64, DurSource), in_flight: InFlight) -> Report {
     let mut s = Seq::new();
     s.open(100, 0, "/data/redis.log", 11);
-    s.partial(
-        100,
-        MS,
-        "close",
-        Some(11),
-        (2 * MS, DurSource::Paired),
-        InFlight::AtEnd,
-    );
-    let r = s.report();
+    s.partial(100, MS, "close", Some(11), known, in_flight);
+    s.report()
+}
+
+#[test]
+fn call_still_running_at_the_end_is_listed_even_below_the_threshold() {
+    let r = log_close_cut((2 * MS, DurSource::Paired), InFlight::AtEnd);
     assert!(r.stalls.is_empty());
     assert_eq!(r.in_flight.len(), 1);
     assert_eq!(r.in_flight[0].bound, Bound::AtLeast);
@@ -591,17 +590,7 @@ fn call_still_running_at_the_end_is_listed_even_below_the_threshold() {
 
 #[test]
 fn call_running_before_tracing_began_becomes_an_at_least_stall() {
-    let mut s = Seq::new();
-    s.open(100, 0, "/data/redis.log", 11);
-    s.partial(
-        100,
-        MS,
-        "close",
-        Some(11),
-        (4_800 * MS, DurSource::Measured),
-        InFlight::AtStart,
-    );
-    let r = s.report();
+    let r = log_close_cut((4_800 * MS, DurSource::Measured), InFlight::AtStart);
     assert_eq!(r.stalls.len(), 1);
     assert_eq!(r.stalls[0].bound, Bound::AtLeast);
     assert_eq!(r.stalls[0].in_flight, Some(InFlight::AtStart));
@@ -612,7 +601,7 @@ fn call_running_before_tracing_began_becomes_an_at_least_stall() {
 #[test]
 fn fsync_then_close_is_bio_close_file_repeated_fsync_is_bio_aof() {
     let mut s = Seq::new();
-    s.call(100, 0, 10 * US, "epoll_wait", Some(5), 0, Extra::None);
+    s.epoll_wait(100, 0, 10 * US, 0);
     s.open(100, MS, "/data/appendonlydir/appendonly.aof.1.incr.aof", 7);
     s.open(
         100,
@@ -621,15 +610,7 @@ fn fsync_then_close_is_bio_close_file_repeated_fsync_is_bio_aof() {
         9,
     );
     for i in 0..3 {
-        s.call(
-            101,
-            (10 + i) * MS,
-            100 * US,
-            "fdatasync",
-            Some(9),
-            0,
-            Extra::None,
-        );
+        s.fdatasync(101, (10 + i) * MS, 100 * US, 9);
     }
     s.call(102, 20 * MS, 100 * US, "fsync", Some(7), 0, Extra::None);
     s.call(102, 21 * MS, 50 * US, "close", Some(7), 0, Extra::None);
@@ -682,9 +663,9 @@ fn role_names_of_redis_and_valkey() {
 #[test]
 fn connection_becomes_a_replica_after_psync_is_answered() {
     let mut s = Seq::new();
-    s.call(100, 0, 10 * US, "epoll_wait", Some(5), 1, Extra::None);
-    s.call(100, MS, 10 * US, "accept4", Some(6), 9, Extra::None);
-    s.call(100, 2 * MS, 10 * US, "epoll_wait", Some(5), 1, Extra::None);
+    s.epoll_wait(100, 0, 10 * US, 1);
+    s.accept(100, MS, 10 * US, 9);
+    s.epoll_wait(100, 2 * MS, 10 * US, 1);
     s.read(
         100,
         3 * MS,
@@ -694,7 +675,7 @@ fn connection_becomes_a_replica_after_psync_is_answered() {
     s.write(100, 4 * MS, 10 * US, 9, b"+FULLRESYNC 8de1 0\r\n");
     for i in 0..5 {
         let t = (10 + i * 1000) * MS;
-        s.call(100, t, 10 * US, "epoll_wait", Some(5), 1, Extra::None);
+        s.epoll_wait(100, t, 10 * US, 1);
         s.read(
             100,
             t + MS,
@@ -702,7 +683,7 @@ fn connection_becomes_a_replica_after_psync_is_answered() {
             b"*3\r\n$8\r\nREPLCONF\r\n$3\r\nACK\r\n$1\r\n0\r\n",
         );
         // The replication stream, 300 ms later: no reply to the ACK.
-        s.write(100, t + 300 * MS, 10 * US, 9, b"*1\r\n$4\r\nPING\r\n");
+        s.write(100, t + 300 * MS, 10 * US, 9, PING);
     }
     let r = s.report();
     let cmds: Vec<&str> = r
@@ -740,15 +721,7 @@ fn close_running_before_the_trace_with_unknown_fd_says_what_it_likely_is() {
         (4_800 * MS, DurSource::Measured),
         InFlight::AtStart,
     );
-    s.call(
-        100,
-        4_801 * MS,
-        10 * US,
-        "epoll_wait",
-        Some(5),
-        0,
-        Extra::None,
-    );
+    s.epoll_wait(100, 4_801 * MS, 10 * US, 0);
     let r = s.report();
     assert_eq!(r.stalls.len(), 1);
     assert_eq!(r.stalls[0].bound, Bound::AtLeast);
@@ -775,17 +748,9 @@ fn request_found_after_a_stall_at_the_start_is_not_dated_before_it() {
         (3_000 * MS, DurSource::Measured),
         InFlight::AtStart,
     );
-    s.call(
-        100,
-        3_000 * MS,
-        5 * US,
-        "epoll_wait",
-        Some(5),
-        1,
-        Extra::None,
-    );
-    s.read(100, 3_001 * MS, 9, b"*1\r\n$4\r\nPING\r\n");
-    s.write(100, 3_002 * MS, 10 * US, 9, b"+PONG\r\n");
+    s.epoll_wait(100, 3_000 * MS, 5 * US, 1);
+    s.read(100, 3_001 * MS, 9, PING);
+    s.write(100, 3_002 * MS, 10 * US, 9, PONG);
     let r = s.report();
     assert_eq!(r.stalls[0].waiting.commands, 0, "{:?}", r.stalls[0]);
     let ping = r.commands.iter().find(|c| c.command == "PING").unwrap();
@@ -797,45 +762,21 @@ fn request_found_after_a_stall_at_the_start_is_not_dated_before_it() {
 fn untraced_child_forked_right_after_a_new_incr_aof_is_a_rewrite() {
     let mut s = Seq::new();
     s.open(100, 0, "/data/appendonlydir/appendonly.aof.1.incr.aof", 7);
-    s.call(100, MS, 10 * US, "epoll_wait", Some(5), 1, Extra::None);
+    s.epoll_wait(100, MS, 10 * US, 1);
     s.open(
         100,
         500 * MS,
         "/data/appendonlydir/appendonly.aof.2.incr.aof",
         12,
     );
-    s.call(
-        100,
-        501 * MS,
-        5 * MS,
-        "clone",
-        None,
-        400,
-        Extra::Clone { thread: false },
-    );
-    s.call(
-        100,
-        600 * MS,
-        10 * US,
-        "epoll_wait",
-        Some(5),
-        1,
-        Extra::None,
-    );
+    s.fork(100, 501 * MS, 5 * MS, 400);
+    s.epoll_wait(100, 600 * MS, 10 * US, 1);
     let r = s.report();
     assert_eq!(r.phases[0].kind, "aof_rewrite");
     // Without that open, an AOF in use leaves the kind open.
     let mut s = Seq::new();
     s.open(100, 0, "/data/appendonlydir/appendonly.aof.1.incr.aof", 7);
-    s.call(
-        100,
-        501 * MS,
-        5 * MS,
-        "clone",
-        None,
-        400,
-        Extra::Clone { thread: false },
-    );
+    s.fork(100, 501 * MS, 5 * MS, 400);
     assert_eq!(s.report().phases[0].kind, "child");
 }
 
@@ -845,22 +786,10 @@ fn a_filtered_trace_reports_no_gaps() {
     let mut s = Seq::new();
     s.open(100, 0, "/data/appendonly.aof", 7);
     for i in 0..1200 {
-        s.call(
-            100,
-            MS + i * 100 * MS,
-            150 * US,
-            "fdatasync",
-            Some(7),
-            0,
-            Extra::None,
-        );
+        s.fdatasync(100, MS + i * 100 * MS, 150 * US, 7);
     }
     let r = s.report();
-    assert!(
-        r.stalls.iter().all(|x| x.kind != StallKind::Gap),
-        "{:?}",
-        r.stalls.first()
-    );
+    assert_no_gap(&r);
     assert!(ids(&r).contains(&"filtered-trace"));
 }
 
@@ -873,29 +802,17 @@ fn a_trace_filtered_to_the_waits_reports_no_gaps() {
         s.open(100, 0, "/data/appendonly.aof", 7);
         for i in 0..20 {
             let t = MS + i * 100 * MS;
-            s.call(100, t, 50 * US, "epoll_wait", Some(5), 1, Extra::None);
+            s.epoll_wait(100, t, 50 * US, 1);
             if serve {
-                s.read(100, t + 60 * US, 9, b"*1\r\n$4\r\nPING\r\n");
+                s.read(100, t + 60 * US, 9, PING);
             }
             // 40 ms in untraced calls (or, served, in the command) before the next wait.
-            s.call(
-                100,
-                t + 40 * MS,
-                150 * US,
-                "fdatasync",
-                Some(7),
-                0,
-                Extra::None,
-            );
+            s.fdatasync(100, t + 40 * MS, 150 * US, 7);
         }
         s.report()
     };
     let r = trace(false);
-    assert!(
-        r.stalls.iter().all(|x| x.kind != StallKind::Gap),
-        "{:?}",
-        r.stalls.first()
-    );
+    assert_no_gap(&r);
     assert!(ids(&r).contains(&"filtered-trace"), "{:?}", ids(&r));
     // The same loop reading what it was told of: its 40 ms gaps are stalls.
     let r = trace(true);
@@ -922,7 +839,7 @@ fn whole_seconds() -> Clock {
 #[test]
 fn whole_second_timestamps_report_no_gaps() {
     let mut s = Seq::new();
-    s.call(100, 0, 10 * US, "epoll_wait", Some(5), 0, Extra::None);
+    s.epoll_wait(100, 0, 10 * US, 0);
     s.call(100, 1_000 * MS, 10 * US, "write", Some(9), 5, Extra::None);
     let r = s.report_with(whole_seconds());
     assert!(r.stalls.is_empty(), "{:?}", r.stalls);
@@ -936,9 +853,9 @@ fn whole_second_timestamps_report_no_gaps() {
 #[test]
 fn whole_second_timestamps_time_no_command_and_no_wait() {
     let mut s = Seq::new();
-    s.call(100, 0, 10 * US, "accept4", Some(6), 9, Extra::None);
-    s.call(100, 0, 10 * US, "epoll_wait", Some(5), 1, Extra::None);
-    s.read(100, 1_000 * MS, 9, b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n");
+    s.accept(100, 0, 10 * US, 9);
+    s.epoll_wait(100, 0, 10 * US, 1);
+    s.read(100, 1_000 * MS, 9, GET);
     s.call(100, 1_000 * MS, 20 * MS, "close", Some(11), 0, Extra::None);
     s.write(100, 2_000 * MS, 10 * US, 9, b"$1\r\nv\r\n");
     let r = s.report_with(whole_seconds());
@@ -965,35 +882,17 @@ fn whole_second_timestamps_time_no_command_and_no_wait() {
 #[test]
 fn wait_timed_as_an_upper_bound_blocked_only_if_it_beats_the_tracers_cost() {
     let mut s = Seq::new();
-    let mut t = 0;
-    let mut call = |s: &mut Seq, name: &'static str, fd: i32, dur: i64, data: &[u8]| {
-        let mut sc = Syscall::new(name);
-        sc.fd = Some(fd);
-        sc.ret = Ret::Val(data.len().max(1) as i64);
-        sc.dur = Some(dur);
-        sc.dur_src = DurSource::UpperBound;
-        if !data.is_empty() {
-            sc.extra = Extra::Data(Data::new(data, false));
-        }
-        s.ev(100, t, EventKind::Syscall(sc));
-        t += dur;
-    };
+    let ub = DurSource::UpperBound;
     // A synchronous client under strace: every call "takes" 40 µs, the tracer's cost.
     for _ in 0..50 {
-        call(&mut s, "epoll_wait", 5, 40 * US, b"");
-        call(
-            &mut s,
-            "read",
-            9,
-            40 * US,
-            b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n",
-        );
-        call(&mut s, "write", 9, 40 * US, b"$1\r\nv\r\n");
+        s.next_call("epoll_wait", 5, 40 * US, ub, b"");
+        s.next_call("read", 9, 40 * US, ub, GET);
+        s.next_call("write", 9, 40 * US, ub, b"$1\r\nv\r\n");
     }
     // Then a client that paused: the wait blocked for 2 ms.
-    call(&mut s, "epoll_wait", 5, 2 * MS, b"");
-    call(&mut s, "read", 9, 40 * US, b"*1\r\n$4\r\nPING\r\n");
-    call(&mut s, "write", 9, 40 * US, b"+PONG\r\n");
+    s.next_call("epoll_wait", 5, 2 * MS, ub, b"");
+    s.next_call("read", 9, 40 * US, ub, PING);
+    s.next_call("write", 9, 40 * US, ub, PONG);
     let r = s.report();
     let p50 = |name: &str| {
         r.commands
@@ -1018,24 +917,16 @@ fn request_that_woke_the_loop_is_counted_from_a_tracer_round_trip_earlier_under_
             stamped_at_stops,
             ..Default::default()
         });
-        let mut t = 0;
-        let mut call = |s: &mut Seq, name: &'static str, dur: i64, data: &[u8]| {
-            let mut sc = Syscall::new(name);
-            sc.fd = Some(if name == "epoll_wait" { 5 } else { 9 });
-            sc.ret = Ret::Val(data.len().max(1) as i64);
-            sc.dur = Some(dur);
-            sc.dur_src = DurSource::Measured;
-            if !data.is_empty() {
-                sc.extra = Extra::Data(Data::new(data, false));
-            }
-            s.ev(100, t, EventKind::Syscall(sc));
+        let call = |s: &mut Seq, name: &'static str, dur: i64, data: &[u8]| {
+            let fd = if name == "epoll_wait" { 5 } else { 9 };
+            s.next_call(name, fd, dur, DurSource::Measured, data);
             // 20 µs between calls: the tracer's two stops.
-            t += dur + 20 * US;
+            s.at += 20 * US;
         };
         for _ in 0..60 {
             call(&mut s, "epoll_wait", 2 * MS, b"");
-            call(&mut s, "read", 10 * US, b"*1\r\n$4\r\nPING\r\n");
-            call(&mut s, "write", 10 * US, b"+PONG\r\n");
+            call(&mut s, "read", 10 * US, PING);
+            call(&mut s, "write", 10 * US, PONG);
         }
         let r = s.report();
         r.commands
@@ -1057,11 +948,11 @@ fn trace_filtered_by_duration_reports_no_gaps() {
     let mut s = Seq::new();
     let mut t = 0;
     for i in 0..25 {
-        s.call(100, t, 100 * MS, "epoll_wait", Some(5), 0, Extra::None);
+        s.epoll_wait(100, t, 100 * MS, 0);
         t += 100 * MS;
         if i == 10 {
             // 40 ms between two calls the filter let through.
-            s.call(100, t, 600 * US, "fdatasync", Some(7), 0, Extra::None);
+            s.fdatasync(100, t, 600 * US, 7);
             t += 40 * MS;
         }
     }
@@ -1082,7 +973,7 @@ fn trace_filtered_by_duration_reports_no_gaps() {
 fn calls_cut_short_by_exit_do_not_make_a_measured_trace_mixed() {
     let mut s = Seq::new();
     for i in 0..10 {
-        s.call(100, i * MS, 10 * US, "epoll_wait", Some(5), 0, Extra::None);
+        s.epoll_wait(100, i * MS, 10 * US, 0);
     }
     let mut sc = Syscall::new("futex");
     sc.ret = Ret::Unknown;
@@ -1100,7 +991,7 @@ fn calls_cut_short_by_exit_do_not_make_a_measured_trace_mixed() {
 fn idle_time_follows_the_final_role() {
     let mut s = Seq::with(Options::default());
     s.call(100, 0, 2 * MS, "futex", None, 0, Extra::None);
-    s.call(100, 3 * MS, 100 * MS, "epoll_wait", Some(5), 0, Extra::None);
+    s.epoll_wait(100, 3 * MS, 100 * MS, 0);
     s.call(101, 0, 500 * MS, "futex", None, 0, Extra::None);
     let r = s.report();
     let idle: Vec<(&str, &str)> = r
@@ -1134,9 +1025,9 @@ fn without_an_event_loop_the_first_thread_is_main() {
 #[test]
 fn only_stalls_after_a_loss_are_marked_incomplete() {
     let mut s = Seq::new();
-    s.call(100, 0, 50 * MS, "fdatasync", Some(5), 0, Extra::None);
+    s.fdatasync(100, 0, 50 * MS, 5);
     s.a.add_lost_events(3);
-    s.call(100, 55 * MS, 50 * MS, "fdatasync", Some(5), 0, Extra::None);
+    s.fdatasync(100, 55 * MS, 50 * MS, 5);
     let r = s.report();
     let lost: Vec<bool> = r.stalls.iter().map(|x| x.events_lost).collect();
     assert_eq!(lost, vec![false, true]);
@@ -1147,14 +1038,7 @@ fn only_stalls_after_a_loss_are_marked_incomplete() {
 /// report does: a whole-second clock prints no gap as a stall.
 #[test]
 fn live_printing_judges_gaps_by_the_clock_it_is_given() {
-    let coarse = Clock {
-        fmt: TimeFmt::TimeOfDay,
-        perf: false,
-        frac_digits: 0,
-        first: 0,
-        date: None,
-        wall_at_first: None,
-    };
+    let coarse = whole_seconds();
     let mut s = Seq::new();
     s.call(100, 0, 10 * US, "epoll_wait", None, 1, Extra::None);
     s.call(100, 200 * MS, 10 * US, "getpid", None, 100, Extra::None);
@@ -1170,21 +1054,13 @@ fn stalls_say_how_their_duration_is_known_and_upper_bounds_cap_severity() {
     let bounded = |src: DurSource| {
         let mut s = Seq::new();
         s.open(100, 0, "/data/appendonly.aof", 7);
-        s.call(100, MS, 10 * US, "epoll_wait", Some(5), 1, Extra::None);
+        s.epoll_wait(100, MS, 10 * US, 1);
         let mut sc = Syscall::new("fdatasync");
         sc.fd = Some(7);
         sc.ret = Ret::Val(0);
         (sc.dur, sc.dur_src) = (Some(500 * MS), src);
         s.ev(100, 2 * MS, EventKind::Syscall(sc));
-        s.call(
-            100,
-            503 * MS,
-            10 * US,
-            "epoll_wait",
-            Some(5),
-            1,
-            Extra::None,
-        );
+        s.epoll_wait(100, 503 * MS, 10 * US, 1);
         s.report()
     };
     let r = bounded(DurSource::UpperBound);
@@ -1207,22 +1083,14 @@ fn stalls_say_how_their_duration_is_known_and_upper_bounds_cap_severity() {
     // measured by its two timestamps.
     let gap_after = |src: DurSource| {
         let mut s = Seq::new();
-        s.call(100, 0, 10 * US, "epoll_wait", Some(5), 1, Extra::None);
+        s.epoll_wait(100, 0, 10 * US, 1);
         let mut sc = Syscall::new("kill");
         sc.ret = Ret::Val(100);
         if src == DurSource::Measured {
             (sc.dur, sc.dur_src) = (Some(10 * US), src);
         }
         s.ev(100, MS, EventKind::Syscall(sc));
-        s.call(
-            100,
-            300 * MS,
-            10 * US,
-            "epoll_wait",
-            Some(5),
-            1,
-            Extra::None,
-        );
+        s.epoll_wait(100, 300 * MS, 10 * US, 1);
         s.report()
     };
     let r = gap_after(DurSource::Unknown);
@@ -1249,22 +1117,10 @@ fn role_of(r: &Report, tid: u32) -> &str {
 fn a_short_filtered_trace_has_no_gaps_and_no_main_by_default() {
     let mut s = Seq::with(Options::default());
     for i in 0..30 {
-        s.call(
-            300,
-            i * 200 * MS,
-            150 * US,
-            "fdatasync",
-            Some(7),
-            0,
-            Extra::None,
-        );
+        s.fdatasync(300, i * 200 * MS, 150 * US, 7);
     }
     let r = s.report();
-    assert!(
-        r.stalls.iter().all(|x| x.kind != StallKind::Gap),
-        "{:?}",
-        r.stalls.first()
-    );
+    assert_no_gap(&r);
     assert_eq!(
         ids(&r).iter().filter(|i| **i == "filtered-trace").count(),
         1,
@@ -1319,9 +1175,7 @@ fn a_trace_without_timestamps_or_t_measures_nothing() {
         .expect("said once");
     assert!(f.evidence.contains("-ttt -T"), "{}", f.evidence);
     assert!(!f.evidence.contains("strace -t)"), "{}", f.evidence);
-    let mut out = Vec::new();
-    crate::render::table::render(&r, &mut out, false).unwrap();
-    let text = String::from_utf8(out).unwrap();
+    let text = table_text(&r);
     let head = text.lines().next().unwrap();
     assert!(head.contains("durations cannot be known"), "{head}");
     assert!(!head.contains("0 stalls"), "{head}");
@@ -1338,7 +1192,7 @@ fn perf_text_has_microsecond_resolution() {
         threshold_ns: MS,
         ..Default::default()
     });
-    s.call(100, 0, 10 * US, "epoll_wait", Some(5), 0, Extra::None);
+    s.epoll_wait(100, 0, 10 * US, 0);
     s.call(100, 5 * MS, 10 * US, "write", Some(9), 5, Extra::None);
     let clock = Clock {
         fmt: TimeFmt::Relative,
@@ -1358,7 +1212,7 @@ fn perf_text_has_microsecond_resolution() {
 #[test]
 fn a_second_epoll_thread_is_not_a_second_main() {
     let mut s = Seq::new();
-    s.call(100, 0, 10 * US, "epoll_wait", Some(5), 1, Extra::None);
+    s.epoll_wait(100, 0, 10 * US, 1);
     s.call(101, 10 * US, 10 * US, "epoll_wait", Some(6), 1, Extra::None);
     s.call(102, 20 * US, 10 * US, "epoll_wait", Some(7), 1, Extra::None);
     let r = s.report();
@@ -1368,7 +1222,7 @@ fn a_second_epoll_thread_is_not_a_second_main() {
     // Pid not known: the lowest-tid thread of the loop is main, only it.
     let mut s = Seq::with(Options::default());
     s.call(201, 0, 10 * US, "epoll_wait", Some(6), 1, Extra::None);
-    s.call(200, 10 * US, 10 * US, "epoll_wait", Some(5), 1, Extra::None);
+    s.epoll_wait(200, 10 * US, 10 * US, 1);
     let r = s.report();
     let mains = r.threads.iter().filter(|t| t.role == "main").count();
     assert_eq!(mains, 1, "{:?}", r.threads);
@@ -1394,7 +1248,7 @@ fn select_is_the_event_loop_of_a_process_without_epoll() {
     );
     // With an epoll loop, a select in the main thread still holds every client.
     let mut s = Seq::new();
-    s.call(100, 0, 10 * US, "epoll_wait", Some(5), 1, Extra::None);
+    s.epoll_wait(100, 0, 10 * US, 1);
     s.call(100, MS, 500 * MS, "select", None, 0, Extra::None);
     let r = s.report();
     assert!(r
@@ -1410,7 +1264,7 @@ fn select_is_the_event_loop_of_a_process_without_epoll() {
 fn a_detached_call_of_unknown_duration_is_listed_and_named_in_the_table() {
     let mut s = Seq::new();
     s.open(100, 0, "/var/log/redis/redis-server.log", 8);
-    s.call(100, MS, 10 * US, "epoll_wait", Some(5), 1, Extra::None);
+    s.epoll_wait(100, MS, 10 * US, 1);
     s.write(
         100,
         2 * MS,
@@ -1439,13 +1293,7 @@ fn a_detached_call_of_unknown_duration_is_listed_and_named_in_the_table() {
         c.target.path.as_deref(),
         Some("/var/log/redis/redis-server.log")
     );
-    let mut out = Vec::new();
-    crate::render::table::render(&r, &mut out, false).unwrap();
-    let text = String::from_utf8(out).unwrap();
-    let section = text
-        .split("STILL RUNNING")
-        .nth(1)
-        .unwrap_or_else(|| panic!("no in-flight section: {text}"));
+    let section = still_running(&r);
     assert!(
         section.contains("close()") && section.contains("redis-server.log"),
         "{section}"
@@ -1463,21 +1311,13 @@ fn a_detached_call_of_unknown_duration_is_listed_and_named_in_the_table() {
 fn no_gap_spans_an_unreadable_line() {
     let trace = |cut: bool| {
         let mut s = Seq::new();
-        s.call(100, 0, 10 * US, "epoll_wait", Some(5), 1, Extra::None);
+        s.epoll_wait(100, 0, 10 * US, 1);
         s.call(100, MS, 10 * US, "close", Some(3), 0, Extra::None);
         if cut {
             s.ev(0, MS, EventKind::Unreadable);
         }
         s.call(100, 5_000 * MS, 10 * US, "getpid", None, 100, Extra::None);
-        s.call(
-            100,
-            5_001 * MS,
-            10 * US,
-            "epoll_wait",
-            Some(5),
-            1,
-            Extra::None,
-        );
+        s.epoll_wait(100, 5_001 * MS, 10 * US, 1);
         s.report()
     };
     assert_eq!(trace(false).stalls.len(), 1, "without the cut: a 5 s gap");
@@ -1492,24 +1332,25 @@ fn no_gap_spans_an_unreadable_line() {
 /// It never starts before a stall that ended before that wait.
 #[test]
 fn a_first_request_is_not_dated_before_a_wait_that_would_have_returned_it() {
-    let mut s = Seq::new();
-    s.call(100, 0, 5 * MS, "epoll_wait", Some(5), 1, Extra::None);
-    s.call(100, 5 * MS, 10 * US, "accept4", Some(6), 9, Extra::None);
-    s.call(100, 6 * MS, 500 * MS, "fdatasync", Some(7), 0, Extra::None);
+    // Client 9 connects at 5 ms, then an fdatasync of `fsync`.
+    let accept_then_fsync = |fsync: i64| {
+        let mut s = Seq::new();
+        s.epoll_wait(100, 0, 5 * MS, 1);
+        s.accept(100, 5 * MS, 10 * US, 9);
+        s.fdatasync(100, 6 * MS, fsync, 7);
+        s
+    };
+    // A wait at `at` that returns at once with client 9's first request, a PING.
+    let ping_found_at = |mut s: Seq, at: i64| {
+        s.epoll_wait(100, at, 5 * US, 1);
+        s.read(100, at + 10 * US, 9, PING);
+        s.write(100, at + MS, 10 * US, 9, PONG);
+        s.report()
+    };
+    let mut s = accept_then_fsync(500 * MS);
     // Blocked until another client's request at 600 ms; the new connection was registered.
-    s.call(
-        100,
-        506 * MS,
-        94 * MS,
-        "epoll_wait",
-        Some(5),
-        1,
-        Extra::None,
-    );
-    s.call(100, 700 * MS, 5 * US, "epoll_wait", Some(5), 1, Extra::None);
-    s.read(100, 700 * MS + 10 * US, 9, b"*1\r\n$4\r\nPING\r\n");
-    s.write(100, 701 * MS, 10 * US, 9, b"+PONG\r\n");
-    let r = s.report();
+    s.epoll_wait(100, 506 * MS, 94 * MS, 1);
+    let r = ping_found_at(s, 700 * MS);
     let fsync = r
         .stalls
         .iter()
@@ -1523,14 +1364,7 @@ fn a_first_request_is_not_dated_before_a_wait_that_would_have_returned_it() {
     // With no wait between the accept and the one that found it, it may have been queued
     // since the connect, but never before the fdatasync that ended before that wait: the
     // trace cannot show it was sent while the fdatasync ran.
-    let mut s = Seq::new();
-    s.call(100, 0, 5 * MS, "epoll_wait", Some(5), 1, Extra::None);
-    s.call(100, 5 * MS, 10 * US, "accept4", Some(6), 9, Extra::None);
-    s.call(100, 6 * MS, 500 * MS, "fdatasync", Some(7), 0, Extra::None);
-    s.call(100, 506 * MS, 5 * US, "epoll_wait", Some(5), 1, Extra::None);
-    s.read(100, 506 * MS + 10 * US, 9, b"*1\r\n$4\r\nPING\r\n");
-    s.write(100, 507 * MS, 10 * US, 9, b"+PONG\r\n");
-    let r = s.report();
+    let r = ping_found_at(accept_then_fsync(500 * MS), 506 * MS);
     let fsync = r
         .stalls
         .iter()
@@ -1540,14 +1374,7 @@ fn a_first_request_is_not_dated_before_a_wait_that_would_have_returned_it() {
     let ping = r.commands.iter().find(|c| c.command == "PING").unwrap();
     assert_eq!(ping.p50_us, 1_010, "from the fdatasync's end at 506 ms");
     // With nothing stall-long between, from the connect (the accept's wait at 5 ms).
-    let mut s = Seq::new();
-    s.call(100, 0, 5 * MS, "epoll_wait", Some(5), 1, Extra::None);
-    s.call(100, 5 * MS, 10 * US, "accept4", Some(6), 9, Extra::None);
-    s.call(100, 6 * MS, 2 * MS, "fdatasync", Some(7), 0, Extra::None);
-    s.call(100, 8 * MS, 5 * US, "epoll_wait", Some(5), 1, Extra::None);
-    s.read(100, 8 * MS + 10 * US, 9, b"*1\r\n$4\r\nPING\r\n");
-    s.write(100, 9 * MS, 10 * US, 9, b"+PONG\r\n");
-    let r = s.report();
+    let r = ping_found_at(accept_then_fsync(2 * MS), 8 * MS);
     let ping = r.commands.iter().find(|c| c.command == "PING").unwrap();
     assert_eq!(ping.p50_us, 4_010);
 }
@@ -1557,10 +1384,10 @@ fn a_first_request_is_not_dated_before_a_wait_that_would_have_returned_it() {
 #[test]
 fn no_latency_spans_an_unreadable_line() {
     let mut s = Seq::new();
-    s.call(100, 0, MS, "epoll_wait", Some(5), 1, Extra::None);
+    s.epoll_wait(100, 0, MS, 1);
     s.ev(0, MS, EventKind::Unreadable);
-    s.read(100, 5_000 * MS, 9, b"*1\r\n$4\r\nPING\r\n");
-    s.write(100, 5_001 * MS, 10 * US, 9, b"+PONG\r\n");
+    s.read(100, 5_000 * MS, 9, PING);
+    s.write(100, 5_001 * MS, 10 * US, 9, PONG);
     let r = s.report();
     let ping = r.commands.iter().find(|c| c.command == "PING").unwrap();
     assert!(ping.p50_us < 5_000_000, "{ping:?}");
@@ -1571,7 +1398,7 @@ fn no_latency_spans_an_unreadable_line() {
 #[test]
 fn no_gap_starts_at_a_call_from_before_the_break() {
     let mut s = Seq::new();
-    s.call(100, 0, 10 * US, "epoll_wait", Some(5), 1, Extra::None);
+    s.epoll_wait(100, 0, 10 * US, 1);
     s.ev(0, 2 * MS, EventKind::Unreadable);
     // wait4 entered at 1 ms, its end lost in the cut.
     let mut sc = Syscall::new("wait4");
@@ -1579,11 +1406,7 @@ fn no_gap_starts_at_a_call_from_before_the_break() {
     s.ev(100, MS, EventKind::Syscall(sc));
     s.call(100, 200 * MS, 10 * US, "getpid", None, 100, Extra::None);
     let r = s.report();
-    assert!(
-        r.stalls.iter().all(|x| x.kind != StallKind::Gap),
-        "{:?}",
-        r.stalls
-    );
+    assert_no_gap(&r);
 }
 
 /// The same with the call handed over with a duration: strace paired its unfinished half,
@@ -1593,16 +1416,12 @@ fn no_gap_starts_at_a_call_from_before_the_break() {
 #[test]
 fn no_gap_starts_at_a_call_from_before_the_break_paired_after_it() {
     let mut s = Seq::new();
-    s.call(100, 0, 10 * US, "epoll_wait", Some(5), 1, Extra::None);
+    s.epoll_wait(100, 0, 10 * US, 1);
     s.ev(0, 2 * MS, EventKind::Unreadable);
-    s.call(100, MS, 3 * MS, "epoll_wait", Some(5), 1, Extra::None);
+    s.epoll_wait(100, MS, 3 * MS, 1);
     s.call(100, 200 * MS, 10 * US, "getpid", None, 100, Extra::None);
     let r = s.report();
-    assert!(
-        r.stalls.iter().all(|x| x.kind != StallKind::Gap),
-        "{:?}",
-        r.stalls
-    );
+    assert_no_gap(&r);
 }
 
 /// Issue 13: a request found by a wait that returned at once is dated from the end of the
@@ -1627,37 +1446,18 @@ fn a_queued_request_is_never_dated_before_a_stall_on_every_path() {
                     stamped_at_stops,
                     ..Default::default()
                 });
-                let mut t = 0;
-                let call = |s: &mut Seq,
-                            t: &mut i64,
-                            name: &'static str,
-                            fd: i32,
-                            dur: i64,
-                            data: &[u8]| {
-                    let mut sc = Syscall::new(name);
-                    sc.fd = Some(fd);
-                    sc.ret = Ret::Val(data.len().max(1) as i64);
-                    sc.dur = Some(dur);
-                    sc.dur_src = src;
-                    if !data.is_empty() {
-                        sc.extra = Extra::Data(Data::new(data, false));
-                    }
-                    s.ev(100, *t, EventKind::Syscall(sc));
-                    *t += dur;
-                };
-                let get = b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n";
-                call(&mut s, &mut t, "epoll_wait", 5, 5 * MS, b"");
-                call(&mut s, &mut t, "read", 9, 10 * US, get);
-                call(&mut s, &mut t, "write", 9, 10 * US, b"$1\r\nv\r\n");
+                s.next_call("epoll_wait", 5, 5 * MS, src, b"");
+                s.next_call("read", 9, 10 * US, src, GET);
+                s.next_call("write", 9, 10 * US, src, b"$1\r\nv\r\n");
                 if slow_call {
-                    call(&mut s, &mut t, "fdatasync", 7, 200 * MS, b"");
+                    s.next_call("fdatasync", 7, 200 * MS, src, b"");
                 } else {
-                    t += 200 * MS;
+                    s.at += 200 * MS;
                 }
                 // Returned at once: a request was queued, on another connection.
-                call(&mut s, &mut t, "epoll_wait", 5, 5 * US, b"");
-                call(&mut s, &mut t, "read", 10, 10 * US, get);
-                call(&mut s, &mut t, "write", 10, 10 * US, b"$1\r\nv\r\n");
+                s.next_call("epoll_wait", 5, 5 * US, src, b"");
+                s.next_call("read", 10, 10 * US, src, GET);
+                s.next_call("write", 10, 10 * US, src, b"$1\r\nv\r\n");
                 let r = s.report();
                 let stall = r
                     .stalls
@@ -1683,9 +1483,9 @@ fn the_first_request_of_a_trace_is_not_dated_from_the_trace_start() {
     let mut s = Seq::new();
     // Another thread's call starts the trace; the main thread is first seen 80 ms later.
     s.call(101, 0, 10 * US, "futex", None, 0, Extra::None);
-    s.call(100, 80 * MS, 5 * US, "epoll_wait", Some(5), 1, Extra::None);
-    s.read(100, 80 * MS + 10 * US, 9, b"*1\r\n$4\r\nPING\r\n");
-    s.write(100, 80 * MS + 30 * US, 10 * US, 9, b"+PONG\r\n");
+    s.epoll_wait(100, 80 * MS, 5 * US, 1);
+    s.read(100, 80 * MS + 10 * US, 9, PING);
+    s.write(100, 80 * MS + 30 * US, 10 * US, 9, PONG);
     let r = s.report();
     let ping = r.commands.iter().find(|c| c.command == "PING").unwrap();
     assert_eq!(ping.p50_us, 40, "{ping:?}");
@@ -1707,30 +1507,14 @@ fn aof_always_sadds(src: DurSource, slow: bool) -> Report {
 fn aof_always_fsyncs(src: DurSource, fsync: &dyn Fn(i64) -> i64) -> Report {
     let mut s = Seq::new();
     s.open(100, 0, "/data/appendonlydir/appendonly.aof.1.incr.aof", 7);
-    let mut t = MS;
-    let mut call = |s: &mut Seq, name: &'static str, fd: i32, dur: i64, data: &[u8]| {
-        let mut sc = Syscall::new(name);
-        sc.fd = Some(fd);
-        sc.ret = Ret::Val(data.len().max(1) as i64);
-        (sc.dur, sc.dur_src) = (Some(dur), src);
-        if !data.is_empty() {
-            sc.extra = Extra::Data(Data::new(data, false));
-        }
-        s.ev(100, t, EventKind::Syscall(sc));
-        t += dur;
-    };
+    s.at = MS;
+    let sadd = b"*3\r\n$4\r\nSADD\r\n$1\r\nk\r\n$1\r\nm\r\n";
     for i in 0..20 {
-        call(&mut s, "epoll_wait", 5, 2 * MS, b"");
-        call(
-            &mut s,
-            "read",
-            9,
-            10 * US,
-            b"*3\r\n$4\r\nSADD\r\n$1\r\nk\r\n$1\r\nm\r\n",
-        );
-        call(&mut s, "write", 7, 10 * US, b"*3\r\n$4\r\nSADD\r\n");
-        call(&mut s, "fdatasync", 7, fsync(i), b"");
-        call(&mut s, "write", 9, 10 * US, b":1\r\n");
+        s.next_call("epoll_wait", 5, 2 * MS, src, b"");
+        s.next_call("read", 9, 10 * US, src, sadd);
+        s.next_call("write", 7, 10 * US, src, b"*3\r\n$4\r\nSADD\r\n");
+        s.next_call("fdatasync", 7, fsync(i), src, b"");
+        s.next_call("write", 9, 10 * US, src, b":1\r\n");
     }
     s.report()
 }
@@ -1821,10 +1605,11 @@ fn an_upper_bound_stall_is_at_most_in_its_finding_cause_and_incident() {
     );
     // And the table's incident, which spans only that stall.
     let table = |r: &Report| {
-        let mut out = Vec::new();
-        crate::render::table::render(r, &mut out, false).unwrap();
-        let text = String::from_utf8(out).unwrap();
-        text.split("STALLS over").nth(1).unwrap().to_string()
+        table_text(r)
+            .split("STALLS over")
+            .nth(1)
+            .unwrap()
+            .to_string()
     };
     assert!(table(&r).contains("  ≤300 ms"), "{}", table(&r));
     let r = run(DurSource::Measured, true);
@@ -1852,19 +1637,11 @@ fn an_upper_bound_stall_is_at_most_in_its_finding_cause_and_incident() {
 #[test]
 fn gaps_forks_and_unexplained_stalls_say_their_upper_bounds() {
     let mut s = Seq::new();
-    s.call(100, 0, 10 * US, "epoll_wait", Some(5), 1, Extra::None);
+    s.epoll_wait(100, 0, 10 * US, 1);
     let mut sc = Syscall::new("kill");
     sc.ret = Ret::Val(100);
     s.ev(100, MS, EventKind::Syscall(sc));
-    s.call(
-        100,
-        300 * MS,
-        10 * US,
-        "epoll_wait",
-        Some(5),
-        1,
-        Extra::None,
-    );
+    s.epoll_wait(100, 300 * MS, 10 * US, 1);
     let r = s.report();
     let g = r.stalls.iter().find(|x| x.kind == StallKind::Gap).unwrap();
     assert!(
@@ -1874,13 +1651,13 @@ fn gaps_forks_and_unexplained_stalls_say_their_upper_bounds() {
     );
     // A socket write of 50 ms no rule explains, timed as an upper bound.
     let mut s = Seq::new();
-    s.call(100, 0, 10 * US, "epoll_wait", Some(5), 1, Extra::None);
+    s.epoll_wait(100, 0, 10 * US, 1);
     let mut sc = Syscall::new("sendto");
     sc.fd = Some(40);
     sc.ret = Ret::Val(1);
     (sc.dur, sc.dur_src) = (Some(50 * MS), DurSource::UpperBound);
     s.ev(100, MS, EventKind::Syscall(sc));
-    s.call(100, 51 * MS, 10 * US, "epoll_wait", Some(5), 1, Extra::None);
+    s.epoll_wait(100, 51 * MS, 10 * US, 1);
     let r = s.report();
     let f = r
         .findings
@@ -1891,13 +1668,13 @@ fn gaps_forks_and_unexplained_stalls_say_their_upper_bounds() {
     // A fork of 30 ms without -T.
     let fork = |src: DurSource| {
         let mut s = Seq::new();
-        s.call(100, 0, 10 * US, "epoll_wait", Some(5), 1, Extra::None);
+        s.epoll_wait(100, 0, 10 * US, 1);
         let mut sc = Syscall::new("clone");
         sc.ret = Ret::Val(200);
         sc.extra = Extra::Clone { thread: false };
         (sc.dur, sc.dur_src) = (Some(30 * MS), src);
         s.ev(100, MS, EventKind::Syscall(sc));
-        s.call(100, 31 * MS, 10 * US, "epoll_wait", Some(5), 1, Extra::None);
+        s.epoll_wait(100, 31 * MS, 10 * US, 1);
         let r = s.report();
         r.findings
             .iter()
@@ -1925,9 +1702,9 @@ fn gaps_forks_and_unexplained_stalls_say_their_upper_bounds() {
 fn every_thread_parked_at_the_end_is_named_with_what_it_waits_in() {
     let parked = || {
         let mut s = Seq::new();
-        s.call(100, 0, 5 * MS, "epoll_wait", Some(5), 1, Extra::None);
-        s.read(100, 5 * MS, 9, b"*1\r\n$4\r\nPING\r\n");
-        s.write(100, 6 * MS, 10 * US, 9, b"+PONG\r\n");
+        s.epoll_wait(100, 0, 5 * MS, 1);
+        s.read(100, 5 * MS, 9, PING);
+        s.write(100, 6 * MS, 10 * US, 9, PONG);
         s.partial(
             100,
             7 * MS,
@@ -1965,13 +1742,7 @@ fn every_thread_parked_at_the_end_is_named_with_what_it_waits_in() {
     );
     assert_eq!(r.parked_at_end[0].class, Some(FileClass::Epoll));
     assert_eq!(r.parked_at_end[0].known_us, 900_000);
-    let mut out = Vec::new();
-    crate::render::table::render(&r, &mut out, false).unwrap();
-    let text = String::from_utf8(out).unwrap();
-    let section = text
-        .split("STILL RUNNING")
-        .nth(1)
-        .unwrap_or_else(|| panic!("no in-flight section: {text}"));
+    let section = still_running(&r);
     assert!(
         section.contains("3 calls still blocked when the trace ended (3 threads traced)"),
         "{section}"
@@ -1988,9 +1759,7 @@ fn every_thread_parked_at_the_end_is_named_with_what_it_waits_in() {
     }
     // Without timestamps nothing dates a wait: no "since +0" as if all began at the start.
     let r = parked().report_with(Clock::none());
-    let mut out = Vec::new();
-    crate::render::table::render(&r, &mut out, false).unwrap();
-    let text = String::from_utf8(out).unwrap();
+    let text = table_text(&r);
     assert!(text.contains("thread 101 waits in futex()"), "{text}");
     assert!(!text.contains(" since "), "{text}");
 }
@@ -2003,7 +1772,7 @@ fn every_thread_parked_at_the_end_is_named_with_what_it_waits_in() {
 fn a_resumed_sleep_is_idle_time_with_or_without_t() {
     for measured in [true, false] {
         let mut s = Seq::new();
-        s.call(100, 0, 100 * MS, "epoll_wait", Some(5), 0, Extra::None);
+        s.epoll_wait(100, 0, 100 * MS, 0);
         for (tid, at, wait) in [(101, 50 * MS, 950 * MS), (100, 101 * MS, 500 * MS)] {
             let mut sc = Syscall::new("restart_syscall");
             sc.ret = Ret::Val(0);
@@ -2023,15 +1792,7 @@ fn a_resumed_sleep_is_idle_time_with_or_without_t() {
                 Extra::None,
             );
         }
-        s.call(
-            100,
-            602 * MS,
-            100 * MS,
-            "epoll_wait",
-            Some(5),
-            0,
-            Extra::None,
-        );
+        s.epoll_wait(100, 602 * MS, 100 * MS, 0);
         let r = s.report();
         assert!(r.stalls.is_empty(), "-T {measured}: {:?}", r.stalls);
     }
@@ -2043,10 +1804,10 @@ fn a_resumed_sleep_is_idle_time_with_or_without_t() {
 #[test]
 fn a_script_cut_by_the_allocators_own_calls_is_one_gap() {
     let mut s = Seq::new();
-    s.call(100, 0, 10 * US, "epoll_wait", Some(5), 1, Extra::None);
+    s.epoll_wait(100, 0, 10 * US, 1);
     s.call(100, 8 * MS, 5 * US, "madvise", None, 0, Extra::None);
     s.call(100, 16 * MS, 5 * US, "futex", None, 1, Extra::None);
-    s.call(100, 30 * MS, 10 * US, "epoll_wait", Some(5), 0, Extra::None);
+    s.epoll_wait(100, 30 * MS, 10 * US, 0);
     let r = s.report();
     let gaps: Vec<_> = r
         .stalls
@@ -2080,23 +1841,33 @@ fn io_seq_with(live: Options) -> Seq {
         threshold_ns: 2 * MS,
         ..live
     });
-    s.call(100, 0, 10 * US, "accept4", Some(6), 9, Extra::None);
-    s.call(100, 100 * US, 10 * US, "accept4", Some(6), 10, Extra::None);
+    s.accept(100, 0, 10 * US, 9);
+    s.accept(100, 100 * US, 10 * US, 10);
     s.read(102, 200 * US, 10, SET);
-    s.write(102, 300 * US, 10 * US, 10, b"+OK\r\n");
-    s.call(
-        100,
-        400 * US,
-        10 * US,
-        "epoll_wait",
-        Some(5),
-        0,
-        Extra::None,
-    );
+    s.write(102, 300 * US, 10 * US, 10, OK);
+    s.epoll_wait(100, 400 * US, 10 * US, 0);
     s
 }
 
-const SET: &[u8] = b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n";
+/// A turn of `io_seq`'s clients, a SET each answered `+OK`: the main thread serves client 9,
+/// io_thd_1 client 10; `read` and `reply` are (main thread, io_thd_1) times. Pushed in the
+/// order of their times, as a trace prints them.
+fn set_turn(s: &mut Seq, read: (i64, i64), reply: (i64, i64)) {
+    let mut calls = [
+        (read.0, 100, 9, true),
+        (read.1, 102, 10, true),
+        (reply.0, 100, 9, false),
+        (reply.1, 102, 10, false),
+    ];
+    calls.sort_by_key(|c| c.0);
+    for (at, tid, fd, is_read) in calls {
+        if is_read {
+            s.read(tid, at, fd, SET);
+        } else {
+            s.write(tid, at, 10 * US, fd, OK);
+        }
+    }
+}
 
 /// The main thread's gaps at `at_ms` (start, ms): (finding, cause).
 fn main_gap_at(r: &Report, at_ms: i64) -> (Option<&'static str>, String) {
@@ -2116,26 +1887,14 @@ fn main_gap_at(r: &Report, at_ms: i64) -> (Option<&'static str>, String) {
 #[test]
 fn a_late_io_thread_share_of_a_batch_is_no_slow_command() {
     let mut s = io_seq();
-    s.call(100, 9 * MS, 10 * US, "epoll_wait", Some(5), 2, Extra::None);
-    s.read(100, 10 * MS, 9, SET);
-    s.read(102, 25 * MS, 10, SET);
-    s.write(100, 33 * MS, 10 * US, 9, b"+OK\r\n");
-    s.write(102, 33 * MS + 20 * US, 10 * US, 10, b"+OK\r\n");
-    s.call(100, 34 * MS, 10 * US, "epoll_wait", Some(5), 2, Extra::None);
-    let eval = b"*3\r\n$4\r\nEVAL\r\n$1\r\nx\r\n$1\r\n0\r\n";
-    s.read(100, 100 * MS, 9, eval);
+    s.epoll_wait(100, 9 * MS, 10 * US, 2);
+    set_turn(&mut s, (10 * MS, 25 * MS), (33 * MS, 33 * MS + 20 * US));
+    s.epoll_wait(100, 34 * MS, 10 * US, 2);
+    s.read(100, 100 * MS, 9, EVAL);
     s.read(102, 100 * MS + 50 * US, 10, SET);
     s.write(100, 600 * MS, 10 * US, 9, b":1\r\n");
-    s.write(102, 600 * MS + 20 * US, 10 * US, 10, b"+OK\r\n");
-    s.call(
-        100,
-        601 * MS,
-        10 * US,
-        "epoll_wait",
-        Some(5),
-        0,
-        Extra::None,
-    );
+    s.write(102, 600 * MS + 20 * US, 10 * US, 10, OK);
+    s.epoll_wait(100, 601 * MS, 10 * US, 0);
     let r = s.report();
     let (id, why) = main_gap_at(&r, 10);
     assert_eq!(id, Some("io-threads"), "{why}");
@@ -2151,25 +1910,23 @@ fn a_late_io_thread_share_of_a_batch_is_no_slow_command() {
 /// thread's wait for a CPU began (before: a 12 ms hole of the main thread's own).
 #[test]
 fn a_futex_wake_starts_the_io_threads_wait_for_a_cpu() {
-    let mut s = io_seq();
-    s.call(100, 9 * MS, MS, "epoll_wait", Some(5), 1, Extra::None);
-    s.call(
-        100,
-        10 * MS + 50 * US,
-        10 * US,
-        "futex",
-        None,
-        1,
-        Extra::None,
-    );
+    let r = io_thread_woken_late(Options::default());
+    let (id, why) = main_gap_at(&r, 10);
+    assert_eq!(id, Some("io-threads"), "{why}");
+}
+
+/// The scenario of `a_futex_wake_starts_the_io_threads_wait_for_a_cpu`, traced with `live`.
+fn io_thread_woken_late(live: Options) -> Report {
+    let mut s = io_seq_with(live);
+    s.epoll_wait(100, 9 * MS, MS, 1);
+    let wake = 10 * MS + 50 * US;
+    s.call(100, wake, 10 * US, "futex", None, 1, Extra::None);
     // Its hand-off wait, from before the gap to 12 ms after the wake.
     s.call(102, 5 * MS, 17 * MS, "futex", None, 0, Extra::None);
     s.read(102, 22 * MS + 100 * US, 10, SET);
-    s.write(102, 22 * MS + 200 * US, 10 * US, 10, b"+OK\r\n");
-    s.call(100, 23 * MS, 10 * US, "epoll_wait", Some(5), 0, Extra::None);
-    let r = s.report();
-    let (id, why) = main_gap_at(&r, 10);
-    assert_eq!(id, Some("io-threads"), "{why}");
+    s.write(102, 22 * MS + 200 * US, 10 * US, 10, OK);
+    s.epoll_wait(100, 23 * MS, 10 * US, 0);
+    s.report()
 }
 
 /// An I/O thread's call that began in the main thread's gap but whose line comes after the
@@ -2178,9 +1935,9 @@ fn a_futex_wake_starts_the_io_threads_wait_for_a_cpu() {
 #[test]
 fn an_io_thread_call_printed_after_the_gap_still_covers_it() {
     let mut s = io_seq();
-    s.call(100, 9 * MS, 10 * US, "epoll_wait", Some(5), 1, Extra::None);
+    s.epoll_wait(100, 9 * MS, 10 * US, 1);
     s.read(100, 10 * MS, 9, SET);
-    s.write(100, 25 * MS, 10 * US, 9, b"+OK\r\n");
+    s.write(100, 25 * MS, 10 * US, 9, OK);
     // Begun at 11 ms, ended at 24.5 ms, printed after the main thread's write.
     s.call(
         102,
@@ -2191,8 +1948,8 @@ fn an_io_thread_call_printed_after_the_gap_still_covers_it() {
         SET.len() as i64,
         Extra::Data(Data::new(SET, false)),
     );
-    s.write(102, 25 * MS + 20 * US, 10 * US, 10, b"+OK\r\n");
-    s.call(100, 26 * MS, 10 * US, "epoll_wait", Some(5), 0, Extra::None);
+    s.write(102, 25 * MS + 20 * US, 10 * US, 10, OK);
+    s.epoll_wait(100, 26 * MS, 10 * US, 0);
     let r = s.report();
     let (id, why) = main_gap_at(&r, 10);
     assert_eq!(id, Some("io-threads"), "{why}");
@@ -2206,53 +1963,19 @@ fn an_io_thread_call_printed_after_the_gap_still_covers_it() {
 /// held, is the one named (before: "a slow command (GET)").
 #[test]
 fn a_script_read_by_an_io_thread_inside_the_gap_is_named_not_the_batch_before_it() {
-    const GET: &[u8] = b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n";
-    let eval = b"*3\r\n$4\r\nEVAL\r\n$1\r\nx\r\n$1\r\n0\r\n";
     let mut s = io_seq();
     for fd in [11, 12, 13] {
-        s.call(
-            100,
-            500 * US + fd * 10 * US,
-            10 * US,
-            "accept4",
-            Some(6),
-            fd,
-            Extra::None,
-        );
+        s.accept(100, 500 * US + fd * 10 * US, 10 * US, fd);
     }
-    s.call(102, MS, 10 * US, "epoll_wait", Some(5), 3, Extra::None);
+    s.epoll_wait(102, MS, 10 * US, 3);
     for fd in [11, 12, 13] {
         s.read(102, MS + fd as i64 * 20 * US, fd, GET);
     }
-    s.call(100, 2 * MS, 10 * US, "epoll_wait", Some(5), 0, Extra::None);
-    s.call(
-        102,
-        2_500 * US,
-        10 * US,
-        "epoll_wait",
-        Some(5),
-        0,
-        Extra::None,
-    );
-    s.call(
-        102,
-        2_900 * US,
-        10 * US,
-        "epoll_wait",
-        Some(5),
-        1,
-        Extra::None,
-    );
-    s.read(102, 2_950 * US, 9, eval);
-    s.call(
-        100,
-        504 * MS,
-        10 * US,
-        "epoll_wait",
-        Some(5),
-        0,
-        Extra::None,
-    );
+    s.epoll_wait(100, 2 * MS, 10 * US, 0);
+    s.epoll_wait(102, 2_500 * US, 10 * US, 0);
+    s.epoll_wait(102, 2_900 * US, 10 * US, 1);
+    s.read(102, 2_950 * US, 9, EVAL);
+    s.epoll_wait(100, 504 * MS, 10 * US, 0);
     s.write(102, 504_100 * US, 10 * US, 9, b":1\r\n");
     for fd in [11, 12, 13] {
         s.write(
@@ -2263,15 +1986,7 @@ fn a_script_read_by_an_io_thread_inside_the_gap_is_named_not_the_batch_before_it
             b"$1\r\nv\r\n",
         );
     }
-    s.call(
-        100,
-        505 * MS,
-        10 * US,
-        "epoll_wait",
-        Some(5),
-        0,
-        Extra::None,
-    );
+    s.epoll_wait(100, 505 * MS, 10 * US, 0);
     let r = s.report();
     let (id, why) = main_gap_at(&r, 2);
     assert_eq!(id, Some("command"), "{why}");
@@ -2288,23 +2003,25 @@ fn a_script_read_by_an_io_thread_inside_the_gap_is_named_not_the_batch_before_it
 fn a_short_gap_right_after_the_io_threads_share_is_scheduling() {
     let run = |ends_in_wait: bool, unanswered: bool| {
         let mut s = io_seq();
-        s.call(100, 9 * MS, 10 * US, "epoll_wait", Some(5), 2, Extra::None);
-        s.read(100, 9_500 * US, 9, SET);
-        s.read(102, 9_600 * US, 10, SET);
-        s.write(102, 10 * MS, 10 * US, 10, b"+OK\r\n");
-        s.write(100, 10 * MS + 5 * US, 10 * US, 9, b"+OK\r\n");
-        s.call(100, 16 * MS, 10 * US, "epoll_wait", Some(5), 2, Extra::None);
-        s.read(100, 16_500 * US, 9, SET);
-        s.read(102, 16_600 * US, 10, SET);
-        s.write(102, 17 * MS, 10 * US, 10, b"+OK\r\n");
-        s.write(100, 17 * MS + 5 * US, 10 * US, 9, b"+OK\r\n");
+        s.epoll_wait(100, 9 * MS, 10 * US, 2);
+        set_turn(
+            &mut s,
+            (9_500 * US, 9_600 * US),
+            (10 * MS + 5 * US, 10 * MS),
+        );
+        s.epoll_wait(100, 16 * MS, 10 * US, 2);
+        set_turn(
+            &mut s,
+            (16_500 * US, 16_600 * US),
+            (17 * MS + 5 * US, 17 * MS),
+        );
         if unanswered {
             s.read(102, 17_100 * US, 10, SET);
         }
         if ends_in_wait {
-            s.call(100, 47 * MS, 10 * US, "epoll_wait", Some(5), 0, Extra::None);
+            s.epoll_wait(100, 47 * MS, 10 * US, 0);
         } else {
-            s.write(100, 47 * MS, 10 * US, 11, b"+OK\r\n");
+            s.write(100, 47 * MS, 10 * US, 11, OK);
         }
         s.report()
     };
@@ -2342,7 +2059,7 @@ fn redis8_call(s: &mut Seq, tid: u32, ts: i64, dur: i64, name: &'static str, fd:
     if fd >= 20 {
         let data: &[u8] = match name {
             "read" if fd == 20 && ts >= 100 * MS => b"*3\r\n$4\r\nEVAL\r\n$3\r\n...",
-            "read" => b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n",
+            "read" => GET,
             _ => b"$1\r\nv\r\n",
         };
         sc.extra = Extra::Data(Data::new(data, false));
@@ -2358,7 +2075,7 @@ fn redis8_call(s: &mut Seq, tid: u32, ts: i64, dur: i64, name: &'static str, fd:
 /// is a slow command, and a slow call on an eventfd is no disk wait.
 #[test]
 fn redis8_own_loop_io_thread_pause_eval_and_eventfd() {
-    let mut s = Seq::named(&[(100, "redis-server"), (102, "io_thd_1")]);
+    let mut s = Seq::with_io_thread();
     let on = redis8_call;
     on(&mut s, 100, 0, MS, "epoll_wait", 7, 1);
     on(&mut s, 102, 0, MS, "epoll_wait", 13, 1);
@@ -2446,7 +2163,7 @@ fn redis8_own_loop_io_thread_pause_eval_and_eventfd() {
 #[test]
 fn a_redis8_gap_after_the_hand_back_holds_no_command_until_the_hand_over_is_read() {
     let run = |taken_early: bool| {
-        let mut s = Seq::named(&[(100, "redis-server"), (102, "io_thd_1")]);
+        let mut s = Seq::with_io_thread();
         let on = redis8_call;
         // The I/O thread reads two requests at `at`, hands them over (15), sleeps `sleep`.
         let hand_over = |s: &mut Seq, at: i64, sleep: i64| {
@@ -2493,7 +2210,7 @@ fn a_redis8_gap_after_the_hand_back_holds_no_command_until_the_hand_over_is_read
 #[test]
 fn a_gap_between_two_replies_holds_no_command_where_the_trace_shows_it() {
     let run = |other: Option<i32>| {
-        let mut s = Seq::named(&[(100, "redis-server"), (102, "io_thd_1")]);
+        let mut s = Seq::with_io_thread();
         let on = redis8_call;
         on(&mut s, 100, 0, MS, "epoll_wait", 7, 1);
         if let Some(epfd) = other {
@@ -2530,22 +2247,7 @@ fn a_gap_between_two_replies_holds_no_command_where_the_trace_shows_it() {
 fn the_io_threads_finding_weighs_its_threads_against_the_cpus() {
     use crate::report::{CgroupLimits, Cpus, Severity};
     let run = |live: Options| {
-        let mut s = io_seq_with(live);
-        s.call(100, 9 * MS, MS, "epoll_wait", Some(5), 1, Extra::None);
-        s.call(
-            100,
-            10 * MS + 50 * US,
-            10 * US,
-            "futex",
-            None,
-            1,
-            Extra::None,
-        );
-        s.call(102, 5 * MS, 17 * MS, "futex", None, 0, Extra::None);
-        s.read(102, 22 * MS + 100 * US, 10, SET);
-        s.write(102, 22 * MS + 200 * US, 10 * US, 10, b"+OK\r\n");
-        s.call(100, 23 * MS, 10 * US, "epoll_wait", Some(5), 0, Extra::None);
-        let r = s.report();
+        let r = io_thread_woken_late(live);
         assert_eq!(main_gap_at(&r, 10).0, Some("io-threads"));
         r.findings
             .into_iter()
@@ -2634,18 +2336,10 @@ fn a_gap_before_the_first_loop_wait_is_never_after_the_replies() {
             s.call(101, 0, 10 * US, "futex", None, 0, Extra::None);
         }
         if waited_first {
-            s.call(100, 0, 10 * US, "epoll_wait", Some(5), 0, Extra::None);
+            s.epoll_wait(100, 0, 10 * US, 0);
         }
         s.call(100, MS, 10 * US, "madvise", None, 0, Extra::None);
-        s.call(
-            100,
-            300 * MS,
-            10 * US,
-            "epoll_wait",
-            Some(5),
-            0,
-            Extra::None,
-        );
+        s.epoll_wait(100, 300 * MS, 10 * US, 0);
         let r = s.report();
         let gap = r.stalls.iter().find(|x| x.kind == StallKind::Gap).cloned();
         gap.map(|g| (g.finding.map(FindingId::as_str), g.cause))
@@ -2668,7 +2362,7 @@ fn a_gap_before_the_first_loop_wait_is_never_after_the_replies() {
 #[test]
 fn a_call_that_returns_at_once_and_took_long_was_the_thread_off_its_cpu() {
     let run = |tid: u32, name: &'static str, path: &str, on_cpu: Option<u64>| {
-        let mut s = Seq::named(&[(100, "redis-server"), (102, "io_thd_1")]);
+        let mut s = Seq::with_io_thread();
         s.call(100, 0, 10 * US, "epoll_wait", Some(7), 1, Extra::None);
         let mut sc = Syscall::new(name);
         sc.fd = Some(20);
