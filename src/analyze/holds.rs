@@ -26,6 +26,27 @@ pub(crate) struct DoneCmd {
     pub(crate) reply: Nanos,
 }
 
+/// Which held commands came in before a stall and went out after it, and which came in
+/// during it: what tells which one the stall's thread ran through it.
+#[derive(Clone, Default, Debug)]
+struct ByOrder {
+    /// The command whose request was in before the stall began and whose reply went out
+    /// after it ended: the one the thread ran through it (`None` too when commands of
+    /// different names did, as a pipeline does).
+    running: Option<CmdId>,
+    running_several: bool,
+    /// Of the commands read during the stall and answered after it, the one answered
+    /// first (its reply's time): with I/O threads a script's request is read by an I/O
+    /// thread inside the main thread's gap, and its reply is the first to go out after.
+    first_answered: Option<(Nanos, CmdId)>,
+    /// The commands read during the stall and answered after it, by name (`alike`; at
+    /// most `RUNNING_NAMES` names).
+    read_in: Vec<(CmdId, u32)>,
+    /// The commands in before the stall began and answered after it ended, by name
+    /// (`odd_one_out`; at most `RUNNING_NAMES` names).
+    running_names: Vec<(CmdId, u32)>,
+}
+
 /// What one stall held up.
 #[derive(Clone, Default, Debug)]
 pub(crate) struct Held {
@@ -42,21 +63,8 @@ pub(crate) struct Held {
     /// By name: how many it held, and how many of those were read before it ended (the
     /// ones that could have run in it).
     pub(crate) by_cmd: Vec<(CmdId, u64, u64)>,
-    /// The command whose request was in before the stall began and whose reply went out
-    /// after it ended: the one the thread ran through it (`None` too when commands of
-    /// different names did, as a pipeline does).
-    running: Option<CmdId>,
-    running_several: bool,
-    /// Of the commands read during the stall and answered after it, the one answered
-    /// first (its reply's time): with I/O threads a script's request is read by an I/O
-    /// thread inside the main thread's gap, and its reply is the first to go out after.
-    first_answered: Option<(Nanos, CmdId)>,
-    /// The commands read during the stall and answered after it, by name (`alike`; at
-    /// most `RUNNING_NAMES` names).
-    read_in: Vec<(CmdId, u32)>,
-    /// The commands in before the stall began and answered after it ended, by name
-    /// (`odd_one_out`; at most `RUNNING_NAMES` names).
-    running_names: Vec<(CmdId, u32)>,
+    /// What tells which command the stall's thread ran through it (`Held::across_threads`).
+    by_order: ByOrder,
     /// The command the stall's row names as the one its thread ran (`Kept`), for the
     /// findings' summaries to say the same.
     pub(crate) ran: Option<CmdId>,
@@ -144,21 +152,22 @@ impl Held {
                 // It waited through the stall, but was read after it: it did not run in it.
                 return;
             }
+            let o = &mut self.by_order;
             if d.req > self.start && d.reply >= self.end {
-                if self.first_answered.is_none_or(|(r, _)| d.reply < r) {
-                    self.first_answered = Some((d.reply, d.name));
+                if o.first_answered.is_none_or(|(r, _)| d.reply < r) {
+                    o.first_answered = Some((d.reply, d.name));
                 }
-                tally(&mut self.read_in, d.name);
+                tally(&mut o.read_in, d.name);
             }
             if d.req <= self.start && d.reply >= self.end {
-                tally(&mut self.running_names, d.name);
-                match &self.running {
-                    _ if self.running_several => {}
-                    None => self.running = Some(d.name),
+                tally(&mut o.running_names, d.name);
+                match &o.running {
+                    _ if o.running_several => {}
+                    None => o.running = Some(d.name),
                     Some(n) if *n == d.name => {}
                     Some(_) => {
-                        self.running = None;
-                        self.running_several = true;
+                        o.running = None;
+                        o.running_several = true;
                     }
                 }
             }
@@ -167,7 +176,7 @@ impl Held {
 
     /// The command the stall's thread ran through all of it, when one name is known.
     pub(crate) fn running(&self) -> Option<CmdId> {
-        self.running
+        self.by_order.running
     }
 
     /// The command read during the stall and answered first after it
@@ -175,10 +184,10 @@ impl Held {
     /// None when commands of several names were already in when the stall began: which
     /// of them ran through it is not known.
     pub(crate) fn first_answered(&self) -> Option<CmdId> {
-        if self.running_several {
+        if self.by_order.running_several {
             return None;
         }
-        self.first_answered.map(|(_, n)| n)
+        self.by_order.first_answered.map(|(_, n)| n)
     }
 
     /// Of a batch of commands that were all in before the stall and answered after it (the
@@ -187,8 +196,9 @@ impl Held {
     /// of other names: those copies cost alike, so one of them cannot be the slow one
     /// without the others; the odd one is.
     pub(crate) fn odd_one_out(&self) -> Option<CmdId> {
-        let names = self.running_names.iter().map(|(n, k)| (*n, u64::from(*k)));
-        odd_one(names).filter(|_| self.running_several)
+        let o = &self.by_order;
+        let names = o.running_names.iter().map(|(n, k)| (*n, u64::from(*k)));
+        odd_one(names).filter(|_| o.running_several)
     }
 
     /// The command a gap of a main thread with I/O threads ran. An I/O thread may have read
@@ -214,9 +224,10 @@ impl Held {
             let open = self.running() == Some(n) || self.first_answered() == Some(n);
             return open.then_some((n, vec![]));
         }
-        let alone = self
-            .running()
-            .filter(|n| self.running_names.iter().any(|(m, k)| m == n && *k == 1));
+        let alone = self.running().filter(|n| {
+            let names = &self.by_order.running_names;
+            names.iter().any(|(m, k)| m == n && *k == 1)
+        });
         odd_one(
             self.by_cmd
                 .iter()
@@ -236,7 +247,7 @@ impl Held {
     /// out does not say which ran through the gap; a name of many copies is not the slow
     /// one (`odd_one`), so where names of few copies are, `first` of many is not said.
     fn alike(&self, first: CmdId) -> (CmdId, Vec<CmdId>) {
-        let few = self.read_in.iter().filter(|e| e.1 <= 2);
+        let few = self.by_order.read_in.iter().filter(|e| e.1 <= 2);
         let mut names: Vec<CmdId> = few
             .clone()
             .any(|e| e.0 == first)
@@ -266,10 +277,7 @@ impl Held {
         self.worst_wait = None;
         self.seqs.clear();
         self.by_cmd.clear();
-        self.running = None;
-        self.first_answered = None;
-        self.read_in.clear();
-        self.running_names.clear();
+        self.by_order = ByOrder::default();
         self.ran = None;
         self.ran_or.clear();
         self.first_seq.clear();
