@@ -304,8 +304,10 @@ fn verdicts(bin: &str, io_args: &[&str], b: Backend) {
         // Named: "a slow command (EVAL)", or on a loaded machine "... while EVAL ran: it was
         // waiting for a CPU". Where the gap held one other single command read with it (a
         // new redis-benchmark connection's CONFIG GET, read by the I/O thread right after
-        // the EVAL, about 1 run in 8), which of the two ran is not in the calls, and both
-        // are named ("(EVAL or CONFIG)"); the other is never named alone.
+        // the EVAL, about 1 run in 8; a GET the main thread read just before the EVAL, both
+        // answered after the gap, redis 7 about 1 run in 6), which of the two ran is not in
+        // the calls, and both are named ("(EVAL or CONFIG)"); the other is never named
+        // alone.
         let cause = eval["cause"].as_str().unwrap();
         let names = cause
             .split_once("a slow command (")
