@@ -2074,9 +2074,9 @@ static RULES: &[Rule] = &[
              /proc/PID/stat is answered from memory), or a gap where redis runs no command, takes long \
              only while the thread is off its CPU: waiting for one, throttled by its cgroup's CPU quota, \
              or held by the tracer (strace stops every traced thread at every call, and under strace -f \
-             many of these are its own cost). To tell them apart attach with `--backend bpf` (its scheduler split names CPU \
-             starvation and throttling); meanwhile check the load against the cores, steal time, and \
-             the cgroup's cpu.stat (nr_throttled).",
+             many of these are its own cost). To tell them apart attach with `--backend bpf` (its \
+             scheduler split names CPU starvation and throttling); meanwhile check the load against \
+             the cores, steal time, and the cgroup's cpu.stat (nr_throttled).",
         ),
         stalls: with_id,
     },
