@@ -390,8 +390,8 @@ fn no_command(
     (
         unsplit.then_some(FindingId::OffCpu),
         format!(
-            "{who} {d}{during} {}: no command runs there; the thread was off its CPU, waiting \
-             for one or stopped by the tracer ({which})",
+            "{who} {d}{during} {}: no command runs there; the thread was off its CPU: waiting \
+             for one, or, under strace or ptrace, held at a syscall stop ({which})",
             between_words(k)
         ),
     )
@@ -1050,9 +1050,9 @@ fn off_cpu(sys: &crate::syscalls::SysInfo, file: Option<&FileInfo>) -> (Option<F
         Some(why) => (
             Some(FindingId::OffCpu),
             format!(
-                "the call returns at once in redis ({why}), so the thread was off its CPU, \
-                 waiting for one or stopped by the tracer (no scheduler split in this trace \
-                 says which)"
+                "the call returns at once in redis ({why}), so the thread was off its CPU: \
+                 waiting for one, or, under strace or ptrace, held at a syscall stop (no \
+                 scheduler split in this trace says which)"
             ),
         ),
         None => (None, "no finding explains it".into()),
@@ -2073,8 +2073,8 @@ static RULES: &[Rule] = &[
             "A call that returns at once in redis (its client sockets and eventfds are non-blocking, \
              /proc/PID/stat is answered from memory), or a gap where redis runs no command, takes long \
              only while the thread is off its CPU: waiting for one, throttled by its cgroup's CPU quota, \
-             or held by the tracer (strace stops every traced thread at every call, and under strace -f \
-             many of these are its own cost). To tell them apart attach with `--backend bpf` (its \
+             or, under strace or ptrace, held at a syscall stop (strace stops every traced thread at \
+             every call, and under strace -f many of these are its own cost; perf trace stops none). To tell them apart attach with `--backend bpf` (its \
              scheduler split names CPU starvation and throttling); meanwhile check the load against \
              the cores, steal time, and the cgroup's cpu.stat (nr_throttled).",
         ),
