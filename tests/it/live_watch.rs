@@ -80,12 +80,14 @@ impl Watch {
 
     /// `start`, then its "watching" line, which a test waits for before it acts.
     pub(crate) fn start_watching(args: &[&str]) -> Watch {
+        Watch::start_until(args, "watching", Duration::from_secs(20))
+    }
+
+    /// `start`, then a line containing `what` within `limit` (a panic without it): for the
+    /// tests that wait for a line of their own, or longer than `start_watching`.
+    pub(crate) fn start_until(args: &[&str], what: &str, limit: Duration) -> Watch {
         let w = Watch::start(args);
-        assert!(
-            w.wait_line("watching", Duration::from_secs(20)),
-            "{:?}",
-            w.lines()
-        );
+        assert!(w.wait_line(what, limit), "{:?}", w.lines());
         w
     }
 
@@ -138,7 +140,7 @@ fn debug_sleep(port: u16) {
 }
 
 /// The incident reports written to `out`, once there is one (a panic after a minute).
-fn wait_incident_reports(out: &Path, w: &Watch) -> Vec<PathBuf> {
+pub(crate) fn wait_incident_reports(out: &Path, w: &Watch) -> Vec<PathBuf> {
     poll(Duration::from_secs(60), || {
         let v = incident_reports(out);
         (!v.is_empty()).then_some(v)
