@@ -87,8 +87,13 @@ impl Watch {
     /// tests that wait for a line of their own, or longer than `start_watching`.
     pub(crate) fn start_until(args: &[&str], what: &str, limit: Duration) -> Watch {
         let w = Watch::start(args);
-        assert!(w.wait_line(what, limit), "{:?}", w.lines());
+        w.assert_line(what, limit);
         w
+    }
+
+    /// A line containing `what` within `limit`, or a panic that shows the lines so far.
+    pub(crate) fn assert_line(&self, what: &str, limit: Duration) {
+        assert!(self.wait_line(what, limit), "{:?}", self.lines());
     }
 
     pub(crate) fn lines(&self) -> Vec<String> {
