@@ -12,7 +12,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::common::{free_port, have, http_get, poll, serial, Client, Redis};
+use crate::common::{free_port, have, http_get, poll, serial, stop_child, Client, Redis};
 
 fn have_perf() -> bool {
     crate::common::can_trace(
@@ -54,14 +54,16 @@ impl Watch {
         // These tests check the full tier's detail from a stall's first instant (commands
         // held, syscall histograms): the always-full mode. The default (cheap) mode has its
         // own tests (live_cheap.rs).
-        let mode: &[&str] = if args.contains(&"--mode") {
-            &[]
-        } else {
-            &["--mode", "full"]
-        };
+        if args.contains(&"--mode") {
+            return Watch::start_as_given(args);
+        }
+        Watch::start_as_given(&[&["--mode", "full"], args].concat())
+    }
+
+    /// `stallscope watch` with exactly `args`: its default mode unless they say one.
+    pub(crate) fn start_as_given(args: &[&str]) -> Watch {
         let mut child = Command::new(env!("CARGO_BIN_EXE_stallscope"))
             .arg("watch")
-            .args(mode)
             .args(args)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -159,7 +161,7 @@ pub(crate) fn wait_incident_reports(out: &Path, w: &Watch) -> Vec<PathBuf> {
     })
 }
 
-fn read_json(path: &Path) -> serde_json::Value {
+pub(crate) fn read_json(path: &Path) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
@@ -522,14 +524,6 @@ fn attached_within_30s(mport: u16, want: f64) -> bool {
         metric(mport, "stallscope_attached").filter(|v| *v == want)
     })
     .is_some()
-}
-
-fn stop_child(c: &mut Child) {
-    unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
-    if poll(Duration::from_secs(10), || c.try_wait().ok().flatten()).is_none() {
-        let _ = c.kill();
-        let _ = c.wait();
-    }
 }
 
 #[test]

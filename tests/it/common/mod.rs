@@ -447,6 +447,16 @@ pub fn free_port() -> u16 {
         .expect("free port")
 }
 
+/// SIGTERM, then SIGKILL if the child has not exited 10 s later.
+pub fn stop_child(c: &mut Child) {
+    // SAFETY: a signal to a child the caller started and has not reaped.
+    unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+    if poll(Duration::from_secs(10), || c.try_wait().ok().flatten()).is_none() {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+}
+
 /// Polls `f` until it gives Some or `limit` passes.
 pub fn poll<T>(limit: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
     let start = Instant::now();
