@@ -15,11 +15,13 @@
 //! be true CPU starvation, and is the second half's subject).
 //! Root only (cgroups, BPF); skipped otherwise, a failure under CI=true.
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::Duration;
 
 use crate::common::cgroup::{controller_mount, TestCgroup};
-use crate::common::{ci, json, poll, serial, Attach, Redis, DEADLINE};
+use crate::common::{
+    all_run, ci, json, poll, serial, threads_of, Attach, Benchmark, Redis, DEADLINE,
+};
 
 /// The test's CPU cgroup's own settings and counters (v1 cpu.cfs_quota_us, cpu.shares; v2
 /// cpu.max, cpu.weight), beside what every test cgroup has (`common::cgroup`).
@@ -65,12 +67,7 @@ impl TestCgroup {
 }
 
 fn can_run() -> bool {
-    let tools = ["redis-server", "redis-benchmark"].iter().all(|t| {
-        Command::new(t)
-            .arg("--version")
-            .output()
-            .is_ok_and(|o| o.status.success())
-    });
+    let tools = all_run(&["redis-server", "redis-benchmark"]);
     let root = unsafe { libc::geteuid() } == 0;
     let ok = tools && root && controller_mount("cpu").is_some();
     if !ok && ci() {
@@ -97,27 +94,13 @@ fn pin(tid: u32, cpu: usize) {
 }
 
 /// A SET load of pipelined clients, at nice -10, until dropped.
-struct Load(Child);
-
-impl Load {
-    fn start(port: u16) -> Load {
-        let c = Command::new("redis-benchmark")
-            .args(["-p", &port.to_string(), "-t", "set", "-n", "1000000000"])
-            .args(["-c", "50", "-P", "64", "-d", "64", "--threads", "2", "-q"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start redis-benchmark");
-        renice(c.id(), -10);
-        Load(c)
-    }
-}
-
-impl Drop for Load {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+fn load(port: u16) -> Benchmark {
+    let b = Benchmark::start(
+        port,
+        "-t set -n 1000000000 -c 50 -P 64 -d 64 --threads 2 -q",
+    );
+    renice(b.0.id(), -10);
+    b
 }
 
 /// One attach of `secs` seconds with the load running only inside it (started once attached,
@@ -128,7 +111,7 @@ fn traced_run(r: &Redis, cg: &TestCgroup, threshold: &str, secs: u64) -> (serde_
     let a = Attach::start("bpf", r.pid(), &args);
     assert!(a.attached, "not attached: {:?}", a.stderr);
     let before = cg.throttled_ns();
-    let load = Load::start(r.port);
+    let load = load(r.port);
     std::thread::sleep(Duration::from_secs(secs));
     drop(load);
     // Redis answers what was sent and goes idle: no throttling after this.
@@ -308,15 +291,6 @@ fn children_of(pid: u32) -> Vec<u32> {
         .split_whitespace()
         .filter_map(|c| c.parse().ok())
         .collect()
-}
-
-fn threads_of(pid: u32) -> Vec<u32> {
-    std::fs::read_dir(format!("/proc/{pid}/task"))
-        .map(|d| {
-            d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 /// The threads in the `throttle` map of the BPF programs process `pid` (a stallscope) has

@@ -52,13 +52,7 @@ fn watch_cheap(pid: u32, events: &Path, log: &Path, extra: &[&str]) -> Watch {
         log,
     ]);
     args.extend(extra);
-    let w = Watch::start(&args);
-    assert!(
-        w.wait_line(&format!("watching {pid} with the cheap tier"), LONG),
-        "{:?}",
-        w.lines()
-    );
-    w
+    Watch::start_until(&args, &format!("watching {pid} with the cheap tier"), LONG)
 }
 
 /// The `n`th line of the events file (0-based), once it is there.
@@ -216,26 +210,15 @@ fn a_cheap_stall_escalates_to_the_full_tier_for_its_incident() {
     let rig = Rig::start(&["--after", "2s"]);
     let (w, redis, out) = (&rig.w, &rig.redis, &rig.out);
     timed(redis.port, &["DEBUG", "SLEEP", "0.3"]);
-    assert!(w.wait_line("escalating", LONG), "{:?}", w.lines());
+    w.assert_line("escalating", LONG);
     // What follows, seen by the full tier (once it traces: its own "watching" line, not the
     // cheap tier's): a second sleep within --after.
-    assert!(w.wait_line("with bpf as instance", LONG), "{:?}", w.lines());
+    w.assert_line("with bpf as instance", LONG);
     std::thread::sleep(Duration::from_millis(300));
     timed(redis.port, &["DEBUG", "SLEEP", "0.2"]);
-    assert!(w.wait_line("incident written", LONG), "{:?}", w.lines());
-    assert!(
-        w.wait_line("back to the cheap tier", LONG),
-        "{:?}",
-        w.lines()
-    );
-    let json = std::fs::read_dir(out)
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .find(|p| p.extension().is_some_and(|x| x == "json"))
-        .expect("an incident report");
-    let r: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap();
+    w.assert_line("incident written", LONG);
+    w.assert_line("back to the cheap tier", LONG);
+    let (_, r) = reports(out).into_iter().next().expect("an incident report");
     let tiers = &r["watch_tiers"];
     assert_eq!(tiers["cheap_stalls"], 1, "{tiers}");
     assert_eq!(tiers["sample_period_us"], 2000, "{tiers}");
@@ -276,11 +259,7 @@ fn a_stall_under_way_when_the_full_tier_attaches_is_counted_whole_and_once() {
     c.cmd(&["DEBUG", "SLEEP", "0.1"]).expect("reply");
     // Sent at once: the cheap tier reads its ring every 20 ms, and escalating loads programs.
     c.cmd(&["DEBUG", "SLEEP", "0.6"]).expect("reply");
-    assert!(
-        w.wait_line("back to the cheap tier", LONG),
-        "{:?}",
-        w.lines()
-    );
+    w.assert_line("back to the cheap tier", LONG);
     let sleeps = |v: &[serde_json::Value]| -> Vec<f64> {
         v.iter()
             .filter(|e| e["thread"] == "main")
@@ -370,7 +349,7 @@ fn redis_signals_escalate_the_cheap_tier() {
     let (events, out) = (tmp.path().join("events.jsonl"), tmp.path().join("out"));
     let addr = format!("127.0.0.1:{}", redis.port);
     let mport = crate::common::free_port();
-    let mut w = Watch::start(&[
+    let args = [
         "--mode",
         "cheap",
         "--pid",
@@ -387,21 +366,13 @@ fn redis_signals_escalate_the_cheap_tier() {
         events.to_str().unwrap(),
         "--metrics",
         &format!("127.0.0.1:{mport}"),
-    ]);
-    assert!(w.wait_line("with the cheap tier", LONG), "{:?}", w.lines());
+    ];
+    let mut w = Watch::start_until(&args, "with the cheap tier", LONG);
     wait_poller_primed(redis.port);
     let waited = timed(redis.port, &["DEBUG", "SLEEP", "0.3"]);
     assert!(waited >= 0.3, "{waited}");
-    assert!(
-        w.wait_line("escalating (latency-event)", LONG),
-        "{:?}",
-        w.lines()
-    );
-    assert!(
-        w.wait_line("back to the cheap tier", LONG),
-        "{:?}",
-        w.lines()
-    );
+    w.assert_line("escalating (latency-event)", LONG);
+    w.assert_line("back to the cheap tier", LONG);
     let all = reports(&out);
     assert_eq!(all.len(), 1, "{:?}", w.lines());
     let (name, r) = &all[0];
@@ -436,7 +407,7 @@ fn redis_signals_escalate_the_cheap_tier() {
     // is taken as that incident's.
     std::thread::sleep(Duration::from_millis(1100));
     timed(redis.port, &["DEBUG", "SLEEP", "0.03"]);
-    assert!(w.wait_line("escalating (slowlog)", LONG), "{:?}", w.lines());
+    w.assert_line("escalating (slowlog)", LONG);
     let got = crate::common::poll(LONG, || {
         let all = reports(&out);
         (all.len() == 2).then_some(all)
@@ -532,12 +503,8 @@ fn past_the_incident_rate_limit_a_stall_is_counted_without_escalating() {
     let rig = Rig::start(&["--after", "1s", "--max-incidents-per-hour", "1"]);
     let (w, redis, events) = (&rig.w, &rig.redis, &rig.events);
     timed(redis.port, &["DEBUG", "SLEEP", "0.3"]);
-    assert!(w.wait_line("incident written", LONG), "{:?}", w.lines());
-    assert!(
-        w.wait_line("back to the cheap tier", LONG),
-        "{:?}",
-        w.lines()
-    );
+    w.assert_line("incident written", LONG);
+    w.assert_line("back to the cheap tier", LONG);
     // The hour's one incident is written: the next stall is counted by the cheap tier (an
     // events line, as every stall) and the full tier stays off.
     let seen = std::fs::read_to_string(events).unwrap().lines().count();

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use crate::common::{ci, json, serial, Attach, DEADLINE};
 use crate::common::{free_port, http_get, poll};
-use crate::live_watch::{incident_reports, Watch};
+use crate::live_watch::{wait_incident_reports, Watch};
 
 /// The container's hostname (a pod's name).
 const HOSTNAME: &str = "redis-pod-7f9c";
@@ -217,6 +217,31 @@ fn joined_log_line(stall: &serde_json::Value, pid: u32) -> bool {
         .is_some_and(|ev| ev.iter().any(|e| e["source"] == "log" && e["who"] == *who))
 }
 
+/// The stall of the tests' `DEBUG SLEEP 0.3` in report `r` (at least 250 ms as measured);
+/// `whose` says which report in the panic.
+fn sleep_stall<'a>(r: &'a serde_json::Value, whose: &str) -> &'a serde_json::Value {
+    r["stalls"]
+        .as_array()
+        .and_then(|s| {
+            s.iter()
+                .find(|s| s["duration_us"].as_i64() >= Some(250_000))
+        })
+        .unwrap_or_else(|| panic!("no DEBUG SLEEP stall{whose}: {}", r["stalls"]))
+}
+
+/// What redis told of the sleep, read through the container's namespaces: its log line
+/// (by master `pid`, as the host sees it) and its LATENCY event, joined on the stall.
+fn assert_log_and_latency(stall: &serde_json::Value, pid: u32) {
+    assert!(
+        joined_log_line(stall, pid),
+        "no log line of master {pid} on the stall: {stall}"
+    );
+    assert!(
+        has_source(stall, "latency"),
+        "no LATENCY event on the stall: {stall}"
+    );
+}
+
 fn has_source(stall: &serde_json::Value, source: &str) -> bool {
     stall["redis_evidence"]
         .as_array()
@@ -279,22 +304,7 @@ fn attach_from_the_host_names_the_container_and_reads_its_log_and_server() {
         format!("/proc/{}/root/data/redis.log", c.pid),
         "{log}"
     );
-    let stall = r["stalls"]
-        .as_array()
-        .and_then(|s| {
-            s.iter()
-                .find(|s| s["duration_us"].as_i64() >= Some(250_000))
-        })
-        .unwrap_or_else(|| panic!("no DEBUG SLEEP stall: {}", r["stalls"]));
-    assert!(
-        joined_log_line(stall, c.pid),
-        "no log line of master {} on the stall: {stall}",
-        c.pid
-    );
-    assert!(
-        has_source(stall, "latency"),
-        "no LATENCY event on the stall: {stall}"
-    );
+    assert_log_and_latency(sleep_stall(&r, ""), c.pid);
     assert!(
         r["redis"]["server"]["polls"].as_u64() > Some(0),
         "{}",
@@ -368,13 +378,7 @@ fn attach_from_the_host_names_the_container_and_reads_its_log_and_server() {
     // The container as the live report named it, its pids inside included (`.container`);
     // they map the log's pid 1 to the host's, so the replay joins the log as attach did.
     assert_eq!(b["container"], r["container"], "the replay's container");
-    let stall_b = b["stalls"]
-        .as_array()
-        .and_then(|s| {
-            s.iter()
-                .find(|s| s["duration_us"].as_i64() >= Some(250_000))
-        })
-        .unwrap_or_else(|| panic!("no DEBUG SLEEP stall in the replay: {}", b["stalls"]));
+    let stall_b = sleep_stall(&b, " in the replay");
     assert!(
         joined_log_line(stall_b, pid),
         "the replay joined no log line of master {pid}: {stall_b}"
@@ -394,7 +398,7 @@ fn watch_from_the_host_writes_incidents_that_name_the_container() {
     let out = tmp.path().join("incidents");
     let addr = format!("127.0.0.1:{PORT}");
     let pid = c.pid.to_string();
-    let mut w = Watch::start(&[
+    let args = [
         "--pid",
         &pid,
         "--backend",
@@ -407,8 +411,8 @@ fn watch_from_the_host_writes_incidents_that_name_the_container() {
         "1s",
         "--threshold",
         "100ms",
-    ]);
-    assert!(w.wait_line("watching", DEADLINE), "{:?}", w.lines());
+    ];
+    let mut w = Watch::start_until(&args, "watching", DEADLINE);
     let log = format!("following redis's log /proc/{}/root/data/redis.log", c.pid);
     assert!(
         w.lines().iter().any(|l| l.contains(&log)),
@@ -417,30 +421,11 @@ fn watch_from_the_host_writes_incidents_that_name_the_container() {
     );
     c.load();
     assert!(c.cli(c.pid, &["DEBUG", "SLEEP", "0.3"]).contains("OK"));
-    let reports = poll(DEADLINE, || {
-        let v = incident_reports(&out);
-        (!v.is_empty()).then_some(v)
-    })
-    .unwrap_or_else(|| panic!("no incident report; watcher: {:?}", w.lines()));
+    let reports = wait_incident_reports(&out, &w);
     assert_eq!(w.terminate(DEADLINE), Some(0), "{:?}", w.lines());
     let r = json(&std::fs::read_to_string(&reports[0]).expect("incident report"));
     assert_eq!(r["container"]["hostname"], HOSTNAME, "{}", r["container"]);
-    let stall = r["stalls"]
-        .as_array()
-        .and_then(|s| {
-            s.iter()
-                .find(|s| s["duration_us"].as_i64() >= Some(250_000))
-        })
-        .unwrap_or_else(|| panic!("no DEBUG SLEEP stall: {}", r["stalls"]));
-    assert!(
-        joined_log_line(stall, c.pid),
-        "no log line of master {}: {stall}",
-        c.pid
-    );
-    assert!(
-        has_source(stall, "latency"),
-        "no LATENCY event on the stall: {stall}"
-    );
+    assert_log_and_latency(sleep_stall(&r, ""), c.pid);
 }
 
 /// `watch --all` finds the container's redis among the host's and labels it by its name
@@ -500,15 +485,6 @@ fn watch_all_labels_the_container_instance_by_its_name() {
         w.lines()
     );
     let dir = out.join(label.replace('/', "_"));
-    let reports = poll(DEADLINE, || {
-        let v = incident_reports(&dir);
-        (!v.is_empty()).then_some(v)
-    });
-    assert!(
-        reports.is_some(),
-        "no incident report under {}; watcher: {:?}",
-        dir.display(),
-        w.lines()
-    );
+    wait_incident_reports(&dir, &w);
     assert_eq!(w.terminate(DEADLINE), Some(0), "{:?}", w.lines());
 }

@@ -14,13 +14,12 @@
 //! `--all` watches every redis on the machine, the test's and any other's: the assertions
 //! are about the test's own instances, found by their ports.
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::common::{free_port, have, http_get, poll, serial, Client};
+use crate::common::{free_port, have, http_get, poll, serial, stop_child, Client};
+use crate::live_watch::{incident_reports, read_json, wait_incident_reports, Watch};
 
 /// Root and tracefs: what the bpf programs need.
 fn can_trace() -> bool {
@@ -127,15 +126,7 @@ impl Server {
     }
 
     fn stop(&mut self) {
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        if poll(Duration::from_secs(10), || {
-            self.child.try_wait().ok().flatten()
-        })
-        .is_none()
-        {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
+        stop_child(&mut self.child);
     }
 }
 
@@ -147,67 +138,30 @@ impl Drop for Server {
     }
 }
 
-/// A child that is sent SIGTERM, then killed, when dropped.
-struct Running {
-    child: Child,
-    stderr: Arc<Mutex<Vec<String>>>,
-}
+/// A child stopped (SIGTERM, then SIGKILL) when dropped.
+struct Stopped(Child);
 
-impl Running {
-    fn start(cmd: &mut Command) -> Running {
-        let mut child = cmd
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start");
-        let err = child.stderr.take().expect("stderr");
-        let stderr = Arc::new(Mutex::new(vec![]));
-        let s2 = stderr.clone();
-        std::thread::spawn(move || {
-            for l in BufReader::new(err).lines().map_while(Result::ok) {
-                s2.lock().unwrap().push(l);
-            }
-        });
-        Running { child, stderr }
-    }
-
-    fn lines(&self) -> Vec<String> {
-        self.stderr.lock().unwrap().clone()
-    }
-
-    fn wait_line(&self, what: &str, limit: Duration) -> bool {
-        poll(limit, || {
-            self.lines().iter().any(|l| l.contains(what)).then_some(())
-        })
-        .is_some()
-    }
-}
-
-impl Drop for Running {
+impl Drop for Stopped {
     fn drop(&mut self) {
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        if poll(Duration::from_secs(10), || {
-            self.child.try_wait().ok().flatten()
-        })
-        .is_none()
-        {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
+        stop_child(&mut self.0);
     }
 }
 
-fn watch(args: &[&str]) -> Running {
-    Running::start(
-        Command::new(env!("CARGO_BIN_EXE_stallscope"))
-            .arg("watch")
-            .args(args),
-    )
+/// Each of `servers` attached, said by the watcher within 30 s.
+fn assert_instances(w: &Watch, servers: &[&Server]) {
+    for s in servers {
+        let l = format!("as instance {}", s.label());
+        assert!(
+            w.wait_line(&l, Duration::from_secs(30)),
+            "{l}: {:?}",
+            w.lines()
+        );
+    }
 }
 
 /// Prometheus scraping the watcher every second, keeping stallscope's `instance` labels
 /// (honor_labels) and naming the watcher's address `node`, as contrib/ configures it.
-fn prometheus(dir: &Path, target: &str) -> (Running, u16) {
+fn prometheus(dir: &Path, target: &str) -> (Stopped, u16) {
     let conf = dir.join("prometheus.yml");
     std::fs::write(
         &conf,
@@ -219,32 +173,22 @@ fn prometheus(dir: &Path, target: &str) -> (Running, u16) {
     )
     .unwrap();
     let port = free_port();
-    let p = Running::start(
-        Command::new("prometheus")
-            .arg(format!("--config.file={}", conf.display()))
-            .arg(format!(
-                "--storage.tsdb.path={}",
-                dir.join("data").display()
-            ))
-            .arg(format!("--web.listen-address=127.0.0.1:{port}")),
-    );
+    let p = Command::new("prometheus")
+        .arg(format!("--config.file={}", conf.display()))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            dir.join("data").display()
+        ))
+        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start prometheus");
     let ready = poll(Duration::from_secs(60), || {
         http_get(port, "/-/ready").and_then(|(c, _)| (c == 200).then_some(()))
     });
     assert!(ready.is_some(), "prometheus did not become ready");
-    (p, port)
-}
-
-fn reports(dir: &Path) -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|x| x == "json"))
-        .collect();
-    v.sort();
-    v
+    (Stopped(p), port)
 }
 
 /// Every panel query of contrib/grafana/stallscope-dashboard.json, with the dashboard's
@@ -289,7 +233,7 @@ fn all_counts_each_instance_under_its_own_label_through_prometheus() {
     let maddr = format!("127.0.0.1:{mport}");
     // The full mode: every syscall traced, so that each dashboard panel (syscall latency
     // included) has data; the default mode's sharing is `all_in_the_cheap_mode_...` below.
-    let w = watch(&[
+    let w = Watch::start_as_given(&[
         "--all",
         "--mode",
         "full",
@@ -306,14 +250,7 @@ fn all_counts_each_instance_under_its_own_label_through_prometheus() {
         "--after",
         "1s",
     ]);
-    for s in [&a, &b] {
-        let l = format!("as instance {}", s.label());
-        assert!(
-            w.wait_line(&l, Duration::from_secs(30)),
-            "{l}: {:?}",
-            w.lines()
-        );
-    }
+    assert_instances(&w, &[&a, &b]);
     assert!(
         w.wait_line("one set of bpf programs", Duration::from_secs(1)),
         "{:?}",
@@ -343,16 +280,7 @@ fn all_counts_each_instance_under_its_own_label_through_prometheus() {
             prom_value(pport, &q).filter(|n| *n >= 1.0)
         });
         assert!(n.is_some(), "{q}: {:?}", w.lines());
-        let dir = out.join(s.label());
-        let r = poll(Duration::from_secs(60), || {
-            Some(reports(&dir)).filter(|r| !r.is_empty())
-        });
-        assert!(
-            r.is_some(),
-            "no report under {}: {:?}",
-            dir.display(),
-            w.lines()
-        );
+        wait_incident_reports(&out.join(s.label()), &w);
     }
     // One report of the sleep each, after the writer had time for any other (a loaded
     // machine may add a stall of its own: those are not the question).
@@ -363,12 +291,9 @@ fn all_counts_each_instance_under_its_own_label_through_prometheus() {
             .is_some_and(|v| v.iter().any(|s| s["syscall"] == "clock_nanosleep"))
     };
     for s in [&a, &b, &c] {
-        let r: Vec<PathBuf> = reports(&out.join(s.label()))
+        let r: Vec<PathBuf> = incident_reports(&out.join(s.label()))
             .into_iter()
-            .filter(|p| {
-                let j = serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap();
-                sleeps(&j)
-            })
+            .filter(|p| sleeps(&read_json(p)))
             .collect();
         assert_eq!(r.len(), 1, "{}: {r:?}", s.label());
     }
@@ -471,9 +396,8 @@ fn all_counts_each_instance_under_its_own_label_through_prometheus() {
     }
     // SIGTERM lets go of every instance and exits 0, promptly.
     let mut w = w;
-    unsafe { libc::kill(w.child.id() as i32, libc::SIGTERM) };
-    let code = poll(Duration::from_secs(5), || w.child.try_wait().ok().flatten());
-    assert_eq!(code.and_then(|c| c.code()), Some(0), "{:?}", w.lines());
+    let code = w.terminate(Duration::from_secs(5));
+    assert_eq!(code, Some(0), "{:?}", w.lines());
     for s in [&a, &b] {
         let mut c = Client::connect(s.port, Duration::from_secs(5)).unwrap();
         assert_eq!(c.cmd(&["PING"]).unwrap().text(), "+PONG");
@@ -496,7 +420,7 @@ fn all_in_the_cheap_mode_shares_one_cheap_tier_and_escalates_each_instance_alone
     let a = Server::start("redis-server", &[]);
     let b = Server::start("redis-server", &[]);
     let mport = free_port();
-    let w = watch(&[
+    let w = Watch::start_as_given(&[
         "--all",
         "--metrics",
         &format!("127.0.0.1:{mport}"),
@@ -514,14 +438,7 @@ fn all_in_the_cheap_mode_shares_one_cheap_tier_and_escalates_each_instance_alone
         "{:?}",
         w.lines()
     );
-    for s in [&a, &b] {
-        let l = format!("as instance {}", s.label());
-        assert!(
-            w.wait_line(&l, Duration::from_secs(30)),
-            "{l}: {:?}",
-            w.lines()
-        );
-    }
+    assert_instances(&w, &[&a, &b]);
     assert!(
         !w.lines().iter().any(|l| l.contains("escalating")
             && (l.contains(&a.child.id().to_string()) || l.contains(&b.child.id().to_string()))),
@@ -545,13 +462,7 @@ fn all_in_the_cheap_mode_shares_one_cheap_tier_and_escalates_each_instance_alone
     );
     std::thread::sleep(Duration::from_millis(300));
     a.debug_sleep();
-    let dir_a = out.join(a.label());
-    let r = poll(Duration::from_secs(60), || {
-        Some(reports(&dir_a)).filter(|r| !r.is_empty())
-    })
-    .unwrap_or_else(|| panic!("no report under {}: {:?}", dir_a.display(), w.lines()));
-    let j: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&r[0]).unwrap()).unwrap();
+    let j = read_json(&wait_incident_reports(&out.join(a.label()), &w)[0]);
     assert!(
         j["watch_tiers"]["full_from"].is_string(),
         "{}",
@@ -572,16 +483,7 @@ fn all_in_the_cheap_mode_shares_one_cheap_tier_and_escalates_each_instance_alone
     );
     // b's stall, seen by the same cheap tier, under b's label only.
     b.debug_sleep();
-    let dir_b = out.join(b.label());
-    let rb = poll(Duration::from_secs(60), || {
-        Some(reports(&dir_b)).filter(|r| !r.is_empty())
-    });
-    assert!(
-        rb.is_some(),
-        "no report under {}: {:?}",
-        dir_b.display(),
-        w.lines()
-    );
+    wait_incident_reports(&out.join(b.label()), &w);
     let lines = std::fs::read_to_string(&events).unwrap();
     for s in [&a, &b] {
         let sleeps = lines
@@ -639,15 +541,8 @@ fn several_matches_attach_asks_for_one_and_watch_name_takes_them_all() {
     }
     assert!(err.contains("--pid"), "{err}");
     let mport = free_port();
-    let w = watch(&["--name", &name, "--metrics", &format!(":{mport}")]);
-    for s in [&a, &b] {
-        let l = format!("as instance {}", s.label());
-        assert!(
-            w.wait_line(&l, Duration::from_secs(30)),
-            "{l}: {:?}",
-            w.lines()
-        );
-    }
+    let w = Watch::start_as_given(&["--name", &name, "--metrics", &format!(":{mport}")]);
+    assert_instances(&w, &[&a, &b]);
     let attached = poll(Duration::from_secs(10), || {
         scrape_sum(mport, "stallscope_attached{").filter(|n| *n == 2.0)
     });

@@ -19,11 +19,11 @@
 //! under CI=true.
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use crate::common::cgroup::{controller_mount, TestCgroup};
-use crate::common::{ci, json, serial, Attach, Redis, DEADLINE};
+use crate::common::{all_run, ci, json, serial, threads_of, Attach, Benchmark, Redis, DEADLINE};
+use crate::live_watch::Watch;
 
 /// The cgroup's limit: redis with 50 keys of 100 KB is about 15 MiB of anonymous memory
 /// (data, client buffers, the allocator's slack); the rest is the AOF's page cache.
@@ -162,12 +162,7 @@ impl Drop for Ftrace {
 }
 
 fn can_run() -> bool {
-    let tools = ["redis-server", "redis-benchmark"].iter().all(|t| {
-        Command::new(t)
-            .arg("--version")
-            .output()
-            .is_ok_and(|o| o.status.success())
-    });
+    let tools = all_run(&["redis-server", "redis-benchmark"]);
     let root = unsafe { libc::geteuid() } == 0;
     let ok = tools && root && controller_mount("memory").is_some() && tracefs().is_some();
     if !ok && ci() {
@@ -181,46 +176,9 @@ fn can_run() -> bool {
 
 /// A SET load of 100 KB values over 50 keys (redis's data stays about 5 MB; the AOF grows
 /// by 100 KB a command), `n` commands in all, until done or dropped.
-struct Load(Child);
-
-impl Load {
-    fn start(port: u16, n: u64) -> Load {
-        let c = Command::new("redis-benchmark")
-            .args(["-p", &port.to_string(), "-t", "set", "-n", &n.to_string()])
-            .args(["-c", "4", "-P", "4", "-d", "100000", "-r", "50", "-q"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start redis-benchmark");
-        Load(c)
-    }
-
-    /// Waits for it to finish, at most `limit`.
-    fn wait(&mut self, limit: Duration) {
-        let start = std::time::Instant::now();
-        while start.elapsed() < limit {
-            if let Ok(Some(_)) = self.0.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
-impl Drop for Load {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn threads_of(pid: u32) -> Vec<u32> {
-    std::fs::read_dir(format!("/proc/{pid}/task"))
-        .map(|d| {
-            d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-                .collect()
-        })
-        .unwrap_or_default()
+fn load(port: u16, n: u64) -> Benchmark {
+    let args = format!("-t set -n {n} -c 4 -P 4 -d 100000 -r 50 -q");
+    Benchmark::start(port, &args)
 }
 
 /// A directory on the disk for redis's AOF: the page cache of a tmpfs is shared memory that
@@ -253,7 +211,7 @@ fn a_memory_limit_makes_the_aof_writes_reclaim_and_the_reclaim_is_measured() {
         a.stderr
     );
     // 3000 commands: 300 MB through the AOF, six times the limit (a few seconds on a disk).
-    let mut load = Load::start(r.port, 3000);
+    let mut load = load(r.port, 3000);
     load.wait(Duration::from_secs(10));
     drop(load);
     let (code, out, err) = a.finish(DEADLINE);
@@ -332,7 +290,7 @@ fn the_cheap_tier_names_a_stall_in_reclaim_memory_reclaim_too() {
     };
     let events = tmp.path().join("events.jsonl");
     let pid = r.pid().to_string();
-    let mut w = crate::live_watch::Watch::start(&[
+    let args = [
         "--mode",
         "cheap",
         "--pid",
@@ -341,12 +299,8 @@ fn the_cheap_tier_names_a_stall_in_reclaim_memory_reclaim_too() {
         "5ms",
         "--events",
         events.to_str().unwrap(),
-    ]);
-    assert!(
-        w.wait_line("with the cheap tier", DEADLINE),
-        "{:?}",
-        w.lines()
-    );
+    ];
+    let mut w = Watch::start_until(&args, "with the cheap tier", DEADLINE);
     assert!(
         !w.lines()
             .iter()
@@ -354,7 +308,7 @@ fn the_cheap_tier_names_a_stall_in_reclaim_memory_reclaim_too() {
         "{:?}",
         w.lines()
     );
-    let mut load = Load::start(r.port, 3000);
+    let mut load = load(r.port, 3000);
     load.wait(Duration::from_secs(10));
     drop(load);
     // The last records are read within the tier's poll (20 ms).

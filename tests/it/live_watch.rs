@@ -12,7 +12,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::common::{free_port, have, http_get, poll, serial, Client, Redis};
+use crate::common::{free_port, have, http_get, poll, serial, stop_child, Client, Redis};
 
 fn have_perf() -> bool {
     crate::common::can_trace(
@@ -54,14 +54,16 @@ impl Watch {
         // These tests check the full tier's detail from a stall's first instant (commands
         // held, syscall histograms): the always-full mode. The default (cheap) mode has its
         // own tests (live_cheap.rs).
-        let mode: &[&str] = if args.contains(&"--mode") {
-            &[]
-        } else {
-            &["--mode", "full"]
-        };
+        if args.contains(&"--mode") {
+            return Watch::start_as_given(args);
+        }
+        Watch::start_as_given(&[&["--mode", "full"], args].concat())
+    }
+
+    /// `stallscope watch` with exactly `args`: its default mode unless they say one.
+    pub(crate) fn start_as_given(args: &[&str]) -> Watch {
         let mut child = Command::new(env!("CARGO_BIN_EXE_stallscope"))
             .arg("watch")
-            .args(mode)
             .args(args)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -80,13 +82,20 @@ impl Watch {
 
     /// `start`, then its "watching" line, which a test waits for before it acts.
     pub(crate) fn start_watching(args: &[&str]) -> Watch {
+        Watch::start_until(args, "watching", Duration::from_secs(20))
+    }
+
+    /// `start`, then a line containing `what` within `limit` (a panic without it): for the
+    /// tests that wait for a line of their own, or longer than `start_watching`.
+    pub(crate) fn start_until(args: &[&str], what: &str, limit: Duration) -> Watch {
         let w = Watch::start(args);
-        assert!(
-            w.wait_line("watching", Duration::from_secs(20)),
-            "{:?}",
-            w.lines()
-        );
+        w.assert_line(what, limit);
         w
+    }
+
+    /// A line containing `what` within `limit`, or a panic that shows the lines so far.
+    pub(crate) fn assert_line(&self, what: &str, limit: Duration) {
+        assert!(self.wait_line(what, limit), "{:?}", self.lines());
     }
 
     pub(crate) fn lines(&self) -> Vec<String> {
@@ -138,7 +147,7 @@ fn debug_sleep(port: u16) {
 }
 
 /// The incident reports written to `out`, once there is one (a panic after a minute).
-fn wait_incident_reports(out: &Path, w: &Watch) -> Vec<PathBuf> {
+pub(crate) fn wait_incident_reports(out: &Path, w: &Watch) -> Vec<PathBuf> {
     poll(Duration::from_secs(60), || {
         let v = incident_reports(out);
         (!v.is_empty()).then_some(v)
@@ -152,7 +161,7 @@ fn wait_incident_reports(out: &Path, w: &Watch) -> Vec<PathBuf> {
     })
 }
 
-fn read_json(path: &Path) -> serde_json::Value {
+pub(crate) fn read_json(path: &Path) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
@@ -515,14 +524,6 @@ fn attached_within_30s(mport: u16, want: f64) -> bool {
         metric(mport, "stallscope_attached").filter(|v| *v == want)
     })
     .is_some()
-}
-
-fn stop_child(c: &mut Child) {
-    unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
-    if poll(Duration::from_secs(10), || c.try_wait().ok().flatten()).is_none() {
-        let _ = c.kill();
-        let _ = c.wait();
-    }
 }
 
 #[test]

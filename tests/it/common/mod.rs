@@ -439,12 +439,78 @@ pub fn have(tool: &str, arg: &str) -> bool {
     ok
 }
 
+/// Whether each of `tools` runs and answers `--version` (no skip or CI failure said: the
+/// caller says what its experiment needs).
+pub fn all_run(tools: &[&str]) -> bool {
+    tools.iter().all(|t| {
+        Command::new(t)
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    })
+}
+
+/// The thread ids of process `pid` (none once it is gone).
+pub fn threads_of(pid: u32) -> Vec<u32> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|d| {
+            d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A `redis-benchmark` load on a redis, killed when dropped.
+pub struct Benchmark(pub Child);
+
+impl Benchmark {
+    /// `redis-benchmark -p PORT` with `args` (split at spaces), its output discarded.
+    pub fn start(port: u16, args: &str) -> Benchmark {
+        let c = Command::new("redis-benchmark")
+            .args(["-p", &port.to_string()])
+            .args(args.split_whitespace())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start redis-benchmark");
+        Benchmark(c)
+    }
+
+    /// Waits for it to finish, at most `limit`.
+    pub fn wait(&mut self, limit: Duration) {
+        let start = Instant::now();
+        while start.elapsed() < limit {
+            if let Ok(Some(_)) = self.0.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Benchmark {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// A loopback port free now.
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
         .expect("free port")
+}
+
+/// SIGTERM, then SIGKILL if the child has not exited 10 s later.
+pub fn stop_child(c: &mut Child) {
+    // SAFETY: a signal to a child the caller started and has not reaped.
+    unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+    if poll(Duration::from_secs(10), || c.try_wait().ok().flatten()).is_none() {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
 }
 
 /// Polls `f` until it gives Some or `limit` passes.
