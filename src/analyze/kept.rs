@@ -42,7 +42,8 @@ impl Kept<'_> {
         self.evidence.gaps.is_none()
     }
 
-    /// A stored candidate with what it held, if it is a stall on current roles.
+    /// A stored candidate with what it held and the command it ran (`Held::ran`), if it is
+    /// a stall on current roles.
     fn kept(&self, c: &Cand, held: Held) -> Option<(Held, Role)> {
         // Another program's waits (a whole-machine trace) are not redis's stalls.
         if self.world.other_program(c.tid).is_some() {
@@ -89,6 +90,7 @@ impl Kept<'_> {
         if unknowable || !matches!(role, Role::Main | Role::IoThread) {
             held.client_facing_only();
         }
+        (held.ran, held.ran_or) = self.ran(c, &held);
         Some((held, role))
     }
 
@@ -123,8 +125,7 @@ impl Kept<'_> {
         for (_, _, i) in order {
             let c = stalls.get(i);
             let h = held.get_mut(i).map(std::mem::take).unwrap_or_default();
-            if let Some((mut h, role)) = self.kept(c, h) {
-                (h.ran, h.ran_or) = self.ran(c, &h);
+            if let Some((h, role)) = self.kept(c, h) {
                 named.note(rows.stalls.len(), c, &h);
                 rows.stalls.push(self.row(c, &h, role));
                 rows.held.push(h);
@@ -225,12 +226,10 @@ impl Kept<'_> {
     /// The report's row for a kept stall.
     fn row(&self, c: &Cand, held: &Held, role: Role) -> Stall {
         let info = c.file.map(|f| self.world.file(f));
-        let (ran, or) = if held.finished.is_some() {
-            (None, vec![])
-        } else {
-            self.ran(c, held)
-        };
-        let running = ran.map(|k| super::holds::one_of(self.names, k, &or));
+        // Cleared where it had finished before this stall began (`Named`).
+        let running = held
+            .ran
+            .map(|k| super::holds::one_of(self.names, k, &held.ran_or));
         let (mut finding, mut cause) =
             findings::explain(self.evidence, c, role, running.as_deref());
         if let Some(k) = held
